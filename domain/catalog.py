@@ -1,0 +1,233 @@
+"""What a submission may name: methods (recipes), profiles (resource requests) and runtimes.
+
+The catalog is data, configured by the operator; here are the shapes and the validation rules.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from domain.errors import InvalidInput
+
+ParamType = Literal["str", "int", "float", "bool"]
+ParamValue = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class ParamSpec:
+    """One declared parameter of a method."""
+
+    name: str
+    type: ParamType
+    help: str
+    required: bool = False
+    default: ParamValue | None = None
+    choices: tuple[ParamValue, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """A recipe: ``<framework>/<method>`` with declared parameters and a default runtime."""
+
+    name: str
+    description: str
+    params: tuple[ParamSpec, ...]
+    default_runtime: str
+    primary_metrics: tuple[str, ...] = ()
+
+    def param(self, name: str) -> ParamSpec | None:
+        return next((p for p in self.params if p.name == name), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    cpus: float
+    memory_mb: int
+    gpus: int = 0
+    gpu_model: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "cpus": self.cpus,
+            "memory_mb": self.memory_mb,
+            "gpus": self.gpus,
+            "gpu_model": self.gpu_model,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A named resource request, e.g. ``cpu:2`` or ``h200:8``, served by one backend."""
+
+    name: str
+    backend: str
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimePin:
+    """A runtime image pinned by content digest, with its contract."""
+
+    name: str
+    image: str
+    digest: str
+    python: str | None
+    process_model: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "image": self.image,
+            "digest": self.digest,
+            "python": self.python,
+            "process_model": self.process_model,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSpec:
+    """A runtime as the operator declares it; a backend pins ``image`` to a digest."""
+
+    name: str
+    image: str
+    python: str | None
+    process_model: str  # "single-process", "torch-process-group", "ray", "cpu"
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    methods: tuple[Method, ...]
+    profiles: tuple[Profile, ...]
+    runtimes: tuple[RuntimeSpec, ...] = field(default=())
+
+    def runtime(self, name: str) -> RuntimeSpec:
+        for r in self.runtimes:
+            if r.name == name:
+                return r
+        known = ", ".join(r.name for r in self.runtimes) or "none configured"
+        raise InvalidInput(
+            f"unknown runtime {name!r}",
+            fix=f"use one of: {known} (see `tp runtime ls`)",
+            field="intent.runtime",
+        )
+
+    def method(self, name: str) -> Method:
+        for m in self.methods:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.methods)
+        raise InvalidInput(
+            f"unknown method {name!r}",
+            fix=f"use one of: {known} (see `tp methods`)",
+            field="intent.method",
+        )
+
+    def profile(self, name: str) -> Profile:
+        for p in self.profiles:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self.profiles)
+        raise InvalidInput(
+            f"unknown profile {name!r}",
+            fix=f"use one of: {known} (see `tp profiles`)",
+            field="intent.profile",
+        )
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def coerce_param(spec: ParamSpec, raw: ParamValue, where: str) -> ParamValue:
+    """Convert ``raw`` (a typed value or a ``--set K=V`` string) to the declared type and check it."""
+    value: ParamValue
+    try:
+        if spec.type == "bool":
+            if isinstance(raw, bool):
+                value = raw
+            elif str(raw).lower() in _TRUE | _FALSE:
+                value = str(raw).lower() in _TRUE
+            else:
+                raise ValueError(raw)
+        elif spec.type == "int":
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError(raw)
+            value = int(raw)
+        elif spec.type == "float":
+            if isinstance(raw, bool):
+                raise ValueError(raw)
+            value = float(raw)
+        else:
+            value = str(raw)
+    except ValueError:
+        raise InvalidInput(
+            f"parameter {spec.name!r} must be a {spec.type}, got {raw!r}",
+            fix=f"pass a {spec.type}, e.g. --set {spec.name}=<{spec.type}>",
+            field=where,
+        ) from None
+    if spec.choices and value not in spec.choices:
+        raise InvalidInput(
+            f"parameter {spec.name!r} is {value!r}, not one of its choices",
+            fix="choose one of: " + ", ".join(map(str, spec.choices)),
+            field=where,
+        )
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if spec.minimum is not None and value < spec.minimum:
+            raise InvalidInput(
+                f"parameter {spec.name!r} is {value}, below its minimum {spec.minimum}",
+                fix=f"set {spec.name} to at least {spec.minimum}",
+                field=where,
+            )
+        if spec.maximum is not None and value > spec.maximum:
+            raise InvalidInput(
+                f"parameter {spec.name!r} is {value}, above its maximum {spec.maximum}",
+                fix=f"set {spec.name} to at most {spec.maximum}",
+                field=where,
+            )
+    return value
+
+
+def resolve_params(method: Method, given: dict[str, ParamValue]) -> dict[str, ParamValue]:
+    """Validate ``given`` against ``method``'s declaration; fill defaults; refuse unknown names."""
+    out: dict[str, ParamValue] = {}
+    for name, raw in given.items():
+        spec = method.param(name)
+        if spec is None:
+            known = ", ".join(p.name for p in method.params) or "none"
+            raise InvalidInput(
+                f"method {method.name} has no parameter {name!r}",
+                fix=f"its parameters are: {known} (see `tp methods {method.name}`)",
+                field=f"intent.params.{name}",
+            )
+        out[name] = coerce_param(spec, raw, f"intent.params.{name}")
+    for spec in method.params:
+        if spec.name in out:
+            continue
+        if spec.default is not None:
+            out[spec.name] = spec.default
+        elif spec.required:
+            raise InvalidInput(
+                f"method {method.name} needs parameter {spec.name!r} ({spec.help})",
+                fix=f"set it in the experiment file or with --set {spec.name}=...",
+                field=f"intent.params.{spec.name}",
+            )
+    return out
+
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+def check_name(value: str, what: str, field_name: str) -> str:
+    if not NAME_RE.match(value):
+        raise InvalidInput(
+            f"{what} {value!r} is not a valid name",
+            fix="use 1-63 characters: lower-case letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit",
+            field=field_name,
+        )
+    return value

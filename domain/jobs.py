@@ -1,0 +1,121 @@
+"""Job, Attempt and Member records. Immutable: each change returns a new value.
+
+Every state change goes through ``lifecycle.check_transition`` so that an illegal move raises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from domain.lifecycle import (
+    ATTEMPT_TRANSITIONS,
+    JOB_TRANSITIONS,
+    MEMBER_TRANSITIONS,
+    AttemptState,
+    JobState,
+    MemberState,
+    check_transition,
+)
+from domain.submission import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    preview_id: str
+    owner: str
+    spec: JobSpec
+    state: JobState
+    created_at: datetime
+    updated_at: datetime
+    reason: str = ""
+    exit_code: int | None = None
+
+    def moved(
+        self, target: JobState, now: datetime, reason: str = "", exit_code: int | None = None
+    ) -> Job:
+        check_transition(JOB_TRANSITIONS, self.state, target, f"job {self.id}")
+        return replace(
+            self,
+            state=target,
+            updated_at=now,
+            reason=reason or self.reason,
+            exit_code=exit_code if exit_code is not None else self.exit_code,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    id: str
+    job_id: str
+    number: int
+    state: AttemptState
+    created_at: datetime
+    updated_at: datetime
+    reason: str = ""
+    exit_code: int | None = None
+
+    def moved(
+        self, target: AttemptState, now: datetime, reason: str = "", exit_code: int | None = None
+    ) -> Attempt:
+        check_transition(ATTEMPT_TRANSITIONS, self.state, target, f"attempt {self.id}")
+        return replace(
+            self,
+            state=target,
+            updated_at=now,
+            reason=reason or self.reason,
+            exit_code=exit_code if exit_code is not None else self.exit_code,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    id: str
+    attempt_id: str
+    index: int
+    state: MemberState
+    updated_at: datetime
+    handle: str | None = None  # the backend's name for it (container id, pod name, …)
+    exit_code: int | None = None
+    reason: str = ""
+
+    def moved(
+        self,
+        target: MemberState,
+        now: datetime,
+        reason: str = "",
+        exit_code: int | None = None,
+        handle: str | None = None,
+    ) -> Member:
+        check_transition(MEMBER_TRANSITIONS, self.state, target, f"member {self.id}")
+        return replace(
+            self,
+            state=target,
+            updated_at=now,
+            reason=reason or self.reason,
+            exit_code=exit_code if exit_code is not None else self.exit_code,
+            handle=handle or self.handle,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """The commit ledger row: one retry key ↔ one preview ↔ one job."""
+
+    retry_key: str
+    preview_id: str
+    digest: str
+    job_id: str
+    owner: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a commit returns. ``created`` is False when an earlier identical commit made the job."""
+
+    job_id: str
+    preview_id: str
+    retry_key: str
+    created: bool

@@ -1,0 +1,220 @@
+"""Submission intent → resolved JobSpec → immutable Preview (with a content digest).
+
+``resolve`` is a pure function: the application layer hands it the catalog, the runtime pin it
+looked up, the new id and the current time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from domain.canonical import digest as content_digest
+from domain.catalog import Catalog, ParamValue, Resources, RuntimePin, check_name, resolve_params
+from domain.errors import Conflict, Expired, InvalidInput
+
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+MAX_ENV = 64
+MAX_PARAMS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRef:
+    """A source archive already uploaded to the blob store (gzip-compressed tar)."""
+
+    digest: str
+    size: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"digest": self.digest, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True)
+class SubmissionIntent:
+    """What the user asked for, before resolution."""
+
+    experiment: str
+    method: str
+    profile: str
+    params: dict[str, ParamValue] = field(default_factory=dict)
+    runtime: str | None = None
+    source: SourceRef | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "method": self.method,
+            "profile": self.profile,
+            "params": dict(self.params),
+            "runtime": self.runtime,
+            "source": self.source.to_dict() if self.source else None,
+            "env": dict(self.env),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """The fully resolved job: exactly what will run, and where."""
+
+    experiment: str
+    method: str
+    params: dict[str, ParamValue]
+    command: tuple[str, ...]
+    runtime: RuntimePin
+    backend: str
+    profile: str
+    resources: Resources
+    members: int
+    source: SourceRef | None
+    env: dict[str, str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "method": self.method,
+            "params": dict(self.params),
+            "command": list(self.command),
+            "runtime": self.runtime.to_dict(),
+            "backend": self.backend,
+            "profile": self.profile,
+            "resources": self.resources.to_dict(),
+            "members": self.members,
+            "source": self.source.to_dict() if self.source else None,
+            "env": dict(self.env),
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> JobSpec:
+        src = d.get("source")
+        return JobSpec(
+            experiment=d["experiment"],
+            method=d["method"],
+            params=dict(d["params"]),
+            command=tuple(d["command"]),
+            runtime=RuntimePin(**d["runtime"]),
+            backend=d["backend"],
+            profile=d["profile"],
+            resources=Resources(**d["resources"]),
+            members=int(d["members"]),
+            source=SourceRef(**src) if src else None,
+            env=dict(d["env"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """An immutable, resolved submission that creates no job until committed."""
+
+    id: str
+    owner: str
+    digest: str
+    created_at: datetime
+    expires_at: datetime
+    intent: SubmissionIntent
+    spec: JobSpec
+
+    def check_commit(self, digest: str, now: datetime) -> None:
+        """Refuse a commit whose digest differs from this preview's, or that comes too late."""
+        if digest != self.digest:
+            raise Conflict(
+                f"digest {digest} does not match preview {self.id} ({self.digest})",
+                fix="the preview file was changed or is stale: run `tp submit --preview` again",
+                field="digest",
+            )
+        if now >= self.expires_at:
+            raise Expired(
+                f"preview {self.id} expired at {self.expires_at.isoformat()}",
+                fix="run `tp submit --preview` again to get a fresh preview",
+                field="preview_id",
+            )
+
+
+def preview_content(intent: SubmissionIntent, spec: JobSpec) -> dict[str, Any]:
+    return {"intent": intent.to_dict(), "spec": spec.to_dict()}
+
+
+def render_command(method: str, params: dict[str, ParamValue]) -> tuple[str, ...]:
+    """The argv a member runs. ``custom/custom`` runs the user's command under /bin/sh."""
+    if method == "custom/custom":
+        return ("/bin/sh", "-c", str(params["command"]))
+    raise InvalidInput(  # pragma: no cover - the catalog only offers renderable methods
+        f"method {method} has no command renderer", fix="use custom/custom", field="intent.method"
+    )
+
+
+def check_intent(intent: SubmissionIntent) -> None:
+    check_name(intent.experiment, "experiment name", "intent.experiment")
+    if len(intent.params) > MAX_PARAMS:
+        raise InvalidInput(
+            f"{len(intent.params)} parameters given; at most {MAX_PARAMS} are accepted",
+            fix="move bulk configuration into a file in the experiment's source",
+            field="intent.params",
+        )
+    if len(intent.env) > MAX_ENV:
+        raise InvalidInput(
+            f"{len(intent.env)} environment variables given; at most {MAX_ENV} are accepted",
+            fix="move bulk configuration into a file in the experiment's source",
+            field="intent.env",
+        )
+    for name in intent.env:
+        if not ENV_NAME_RE.match(name) or name.upper().startswith("TUNEPLANE_"):
+            raise InvalidInput(
+                f"environment variable name {name!r} is not allowed",
+                fix="use letters, digits and '_', not starting with a digit or TUNEPLANE_",
+                field=f"intent.env.{name}",
+            )
+    if intent.source is not None and not DIGEST_RE.match(intent.source.digest):
+        raise InvalidInput(
+            f"source digest {intent.source.digest!r} is not a sha256 digest",
+            fix="upload the archive first (POST /v1/archives) and use the digest it returns",
+            field="intent.source.digest",
+        )
+
+
+def resolve(
+    intent: SubmissionIntent,
+    catalog: Catalog,
+    runtime: RuntimePin,
+) -> JobSpec:
+    """Resolve ``intent`` into a JobSpec. Raises InvalidInput naming the offending field."""
+    check_intent(intent)
+    method = catalog.method(intent.method)
+    profile = catalog.profile(intent.profile)
+    params = resolve_params(method, intent.params)
+    return JobSpec(
+        experiment=intent.experiment,
+        method=method.name,
+        params=params,
+        command=render_command(method.name, params),
+        runtime=runtime,
+        backend=profile.backend,
+        profile=profile.name,
+        resources=profile.resources,
+        members=1,
+        source=intent.source,
+        env=dict(intent.env),
+    )
+
+
+def make_preview(
+    *,
+    preview_id: str,
+    owner: str,
+    intent: SubmissionIntent,
+    spec: JobSpec,
+    now: datetime,
+    ttl: timedelta,
+) -> Preview:
+    return Preview(
+        id=preview_id,
+        owner=owner,
+        digest=content_digest(preview_content(intent, spec)),
+        created_at=now,
+        expires_at=now + ttl,
+        intent=intent,
+        spec=spec,
+    )

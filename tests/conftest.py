@@ -1,0 +1,6 @@
+"""Shared fixtures. Each real server a test needs is started by a fixture module below."""
+
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.docker",
+]
