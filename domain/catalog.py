@@ -144,7 +144,7 @@ _FALSE = {"false", "0", "no", "off"}
 
 
 def coerce_param(spec: ParamSpec, raw: ParamValue, where: str) -> ParamValue:
-    """Convert ``raw`` (a typed value or a ``--set K=V`` string) to the declared type and check it."""
+    """Convert ``raw`` (a value or a ``--set K=V`` string) to the declared type; check it."""
     value: ParamValue
     try:
         if spec.type == "bool":

@@ -119,3 +119,18 @@ class Receipt:
     preview_id: str
     retry_key: str
     created: bool
+
+
+def attempt_outcome(members: list[Member]) -> tuple[str, str, int | None]:
+    """How a finished attempt ended, from its members: (outcome, reason, exit code).
+
+    ``outcome`` is "cancelled" if any member was stopped on request, else "failed" if any member
+    failed (the lowest-index failure gives the reason and exit code), else "succeeded".
+    """
+    if any(m.state is MemberState.STOPPED for m in members):
+        return "cancelled", "stopped on request", None
+    failed = sorted((m for m in members if m.state is MemberState.FAILED), key=lambda m: m.index)
+    if failed:
+        first = failed[0]
+        return "failed", first.reason or f"member {first.index} failed", first.exit_code
+    return "succeeded", "", 0

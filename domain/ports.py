@@ -8,6 +8,7 @@ in-memory and PostgreSQL adapters both pass ``tests/contract``). Errors: a missi
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -82,7 +83,7 @@ class JobRepository(Protocol):
         """Newest first. ``cursor`` is an opaque value from a previous page's ``next_cursor``."""
         ...
 
-    async def claim(self, states: Collection[JobState], limit: int) -> list[Job]:
+    async def claim(self, states: Collection[JobState], limit: int) -> builtins.list[Job]:
         """Oldest first, jobs in ``states``, locked for this unit of work.
 
         Rows locked by another open unit of work are skipped, so concurrent workers never claim

@@ -1,0 +1,43 @@
+"""What every use case needs, gathered in one plain value (built by an entrypoint or a test)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from domain.catalog import Catalog
+from domain.errors import InvalidInput
+from domain.ports import BlobStore, Clock, ExecutionBackend, Ids, UnitOfWorkFactory
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    preview_ttl: timedelta = timedelta(hours=1)
+    max_archive_bytes: int = 64 * 1024 * 1024
+    max_log_bytes: int = 16 * 1024 * 1024
+    stop_grace_seconds: float = 10.0
+    list_limit_max: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    uow: UnitOfWorkFactory
+    clock: Clock
+    ids: Ids
+    catalog: Catalog
+    backends: Mapping[str, ExecutionBackend]
+    blobs: BlobStore
+    new_secret: Callable[[], str]
+    limits: Limits = Limits()
+
+    def backend(self, name: str) -> ExecutionBackend:
+        try:
+            return self.backends[name]
+        except KeyError:
+            raise InvalidInput(
+                f"backend {name!r} is not enabled on this control plane",
+                fix="choose a profile served by an enabled backend: "
+                + ", ".join(sorted(self.backends)),
+                field="intent.profile",
+            ) from None

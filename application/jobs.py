@@ -1,0 +1,102 @@
+"""Reading and cancelling jobs."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from application.context import Context
+from domain.auth import Principal
+from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
+from domain.jobs import Attempt, Job, Member
+from domain.lifecycle import JOB_FINAL, AttemptState, JobState
+from domain.ports import JobPage, UnitOfWork
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptDetails:
+    attempt: Attempt
+    members: list[Member]
+
+
+@dataclass(frozen=True, slots=True)
+class JobDetails:
+    job: Job
+    attempts: list[AttemptDetails]
+
+
+def _visible(job: Job | None, principal: Principal, job_id: str) -> Job:
+    if job is None or (job.owner != principal.name and not principal.sees_all_jobs):
+        raise NotFound(f"no job {job_id}", fix="list your jobs with `tp job ls`", field="job_id")
+    return job
+
+
+async def _details(uow: UnitOfWork, job: Job) -> JobDetails:
+    attempts = await uow.attempts.for_job(job.id)
+    return JobDetails(
+        job, [AttemptDetails(a, await uow.members.for_attempt(a.id)) for a in attempts]
+    )
+
+
+async def get_job(ctx: Context, principal: Principal, job_id: str) -> JobDetails:
+    async with ctx.uow() as uow:
+        job = _visible(await uow.jobs.get(job_id), principal, job_id)
+        return await _details(uow, job)
+
+
+async def list_jobs(
+    ctx: Context,
+    principal: Principal,
+    *,
+    states: Collection[JobState] | None,
+    limit: int,
+    cursor: str | None,
+    everyone: bool,
+) -> JobPage:
+    if not 1 <= limit <= ctx.limits.list_limit_max:
+        raise InvalidInput(
+            f"limit {limit} is out of range",
+            fix=f"ask for 1 to {ctx.limits.list_limit_max} jobs per page and follow next_cursor",
+            field="limit",
+        )
+    owner = None if everyone and principal.sees_all_jobs else principal.name
+    async with ctx.uow() as uow:
+        return await uow.jobs.list(owner=owner, states=states, limit=limit, cursor=cursor)
+
+
+async def cancel_job(ctx: Context, principal: Principal, job_id: str) -> JobDetails:
+    """Ask a job to stop. Idempotent: cancelling a stopping or finished job changes nothing.
+
+    A pending job is cancelled at once; a starting or running one moves to ``stopping`` and the
+    supervisor stops its members; it becomes ``cancelled`` only once every member is known stopped.
+    """
+    now = ctx.clock.now()
+    async with ctx.uow() as uow:
+        job = _visible(await uow.jobs.get(job_id), principal, job_id)
+        if job.owner != principal.name and principal.role not in ("admin", "operator"):
+            raise Forbidden(
+                f"job {job_id} belongs to {job.owner}",
+                fix="only its owner, an operator or an admin may stop it",
+            )
+        if job.state in JOB_FINAL or job.state is JobState.STOPPING:
+            return await _details(uow, job)
+        if job.state is JobState.PENDING:
+            moved = job.moved(JobState.CANCELLED, now, reason="cancelled before it started")
+        else:
+            moved = job.moved(JobState.STOPPING, now, reason=f"stop requested by {principal.name}")
+            for attempt in await uow.attempts.for_job(job.id):
+                if attempt.state in (AttemptState.LAUNCHING, AttemptState.RUNNING):
+                    await uow.attempts.update(
+                        attempt.moved(AttemptState.STOPPING, now), attempt.state
+                    )
+        try:
+            await uow.jobs.update(moved, job.state)
+        except Conflict:
+            # the supervisor moved it meanwhile; the caller can simply ask again
+            raise Conflict(
+                f"job {job_id} changed state while being stopped",
+                fix=f"run `tp job stop {job_id}` again",
+            ) from None
+        details = await _details(uow, moved)
+        await uow.commit()
+    return details

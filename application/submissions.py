@@ -1,0 +1,131 @@
+"""Preview and commit: the idempotent submission protocol (see DESIGN.md)."""
+
+from __future__ import annotations
+
+from application.context import Context
+from domain.auth import Principal
+from domain.errors import Conflict, Forbidden, InvalidInput, NotFound, RetryKeyReused
+from domain.jobs import Job, Receipt, Submission
+from domain.lifecycle import JobState
+from domain.submission import Preview, SubmissionIntent, make_preview, resolve
+
+RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
+
+
+def _require_submitter(principal: Principal) -> None:
+    if not principal.can_submit:
+        raise Forbidden(
+            f"user {principal.name} has role {principal.role}, which may not submit jobs",
+            fix="ask an admin for a member token",
+        )
+
+
+async def create_preview(ctx: Context, principal: Principal, intent: SubmissionIntent) -> Preview:
+    """Resolve ``intent`` and store an immutable preview. Creates no job."""
+    _require_submitter(principal)
+    method = ctx.catalog.method(intent.method)
+    runtime = ctx.catalog.runtime(intent.runtime or method.default_runtime)
+    profile = ctx.catalog.profile(intent.profile)
+    backend = ctx.backend(profile.backend)
+    if intent.source is not None:
+        stored = await ctx.blobs.size(intent.source.digest)
+        if stored is None:
+            raise InvalidInput(
+                f"source archive {intent.source.digest} was never uploaded",
+                fix="upload it first with POST /v1/archives (the CLI does this for you)",
+                field="intent.source.digest",
+            )
+        if stored != intent.source.size:
+            raise InvalidInput(
+                f"source archive size {intent.source.size} does not match the stored {stored}",
+                fix="send the size returned by POST /v1/archives",
+                field="intent.source.size",
+            )
+    pin = await backend.pin(runtime)  # a network call: outside any transaction
+    spec = resolve(intent, ctx.catalog, pin)
+    preview = make_preview(
+        preview_id=ctx.ids.new("pv"),
+        owner=principal.name,
+        intent=intent,
+        spec=spec,
+        now=ctx.clock.now(),
+        ttl=ctx.limits.preview_ttl,
+    )
+    async with ctx.uow() as uow:
+        await uow.previews.add(preview)
+        await uow.commit()
+    return preview
+
+
+async def get_preview(ctx: Context, principal: Principal, preview_id: str) -> Preview:
+    async with ctx.uow() as uow:
+        preview = await uow.previews.get(preview_id)
+    if preview is None or (preview.owner != principal.name and not principal.sees_all_jobs):
+        raise NotFound(f"no preview {preview_id}", fix="check the id, or preview again")
+    return preview
+
+
+def _check_retry_key(retry_key: str) -> None:
+    if not (RETRY_KEY_MIN <= len(retry_key) <= RETRY_KEY_MAX) or not retry_key.isascii():
+        raise InvalidInput(
+            f"retry key must be {RETRY_KEY_MIN}-{RETRY_KEY_MAX} ASCII characters",
+            fix="send the retry key from the submission file (a uuid4), unchanged",
+            field="retry_key",
+        )
+
+
+def _replay(existing: Submission, preview_id: str, digest: str, retry_key: str) -> Receipt:
+    """Answer a commit that lost the claim to an earlier row."""
+    if existing.retry_key == retry_key:
+        if existing.preview_id == preview_id and existing.digest == digest:
+            return Receipt(existing.job_id, preview_id, retry_key, created=False)
+        raise RetryKeyReused(
+            f"retry key {retry_key} was already used for preview {existing.preview_id}",
+            fix="a retry key confirms one preview only: use a fresh key for a new preview "
+            "(`tp submit --preview` writes one)",
+            field="retry_key",
+        )
+    raise Conflict(
+        f"preview {preview_id} was already committed as job {existing.job_id} "
+        "under another retry key",
+        fix=f"see `tp job status {existing.job_id}`, or preview again to submit a new job",
+        field="preview_id",
+    )
+
+
+async def commit(
+    ctx: Context, principal: Principal, preview_id: str, digest: str, retry_key: str
+) -> Receipt:
+    """Turn a preview into a job, exactly once per (preview, digest, retry key).
+
+    One transaction; the commit ledger's unique keys decide races between concurrent commits.
+    """
+    _require_submitter(principal)
+    _check_retry_key(retry_key)
+    now = ctx.clock.now()
+    job_id = ctx.ids.new("job")
+    async with ctx.uow() as uow:
+        preview = await uow.previews.get(preview_id)
+        if preview is None or preview.owner != principal.name:
+            raise NotFound(
+                f"no preview {preview_id}",
+                fix="run `tp submit --preview` to create one",
+                field="preview_id",
+            )
+        claim = Submission(retry_key, preview_id, digest, job_id, principal.name, now)
+        existing = await uow.submissions.claim(claim)
+        if existing is not None:
+            return _replay(existing, preview_id, digest, retry_key)
+        preview.check_commit(digest, now)  # raising here rolls the claim back
+        job = Job(
+            id=job_id,
+            preview_id=preview_id,
+            owner=principal.name,
+            spec=preview.spec,
+            state=JobState.PENDING,
+            created_at=now,
+            updated_at=now,
+        )
+        await uow.jobs.add(job)
+        await uow.commit()
+    return Receipt(job_id, preview_id, retry_key, created=True)

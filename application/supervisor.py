@@ -1,0 +1,267 @@
+"""The supervisor: launches pending jobs and follows active ones to a final state.
+
+It never holds a transaction across a backend call: it reads, calls the backend, then writes with
+compare-and-set updates. Several supervisors (one per API process) may run at once: claiming
+pending jobs skips rows locked by another, launches are idempotent per member, and a lost
+compare-and-set just means another supervisor got there first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+
+from application.context import Context
+from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
+from domain.jobs import Attempt, Job, Member, attempt_outcome
+from domain.lifecycle import (
+    ATTEMPT_FINAL,
+    MEMBER_FINAL,
+    AttemptState,
+    JobState,
+    MemberState,
+)
+from domain.ports import ExecutionBackend, LaunchRequest, Observation
+
+log = logging.getLogger("tuneplane.supervisor")
+
+ACTIVE = (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+_OUTCOME = {
+    "cancelled": (JobState.CANCELLED, AttemptState.CANCELLED),
+    "failed": (JobState.FAILED, AttemptState.FAILED),
+    "succeeded": (JobState.SUCCEEDED, AttemptState.SUCCEEDED),
+}
+
+
+class Supervisor:
+    def __init__(self, ctx: Context, batch: int = 16) -> None:
+        self.ctx = ctx
+        self.batch = batch
+        self._wake = asyncio.Event()
+        self._stops: dict[str, asyncio.Task[None]] = {}
+
+    def wake(self) -> None:
+        """Ask for a tick now instead of at the next poll (after a commit or a cancel)."""
+        self._wake.set()
+
+    async def run(self, poll_seconds: float = 1.0) -> None:
+        while True:
+            try:
+                await self.tick()
+            except Unavailable as exc:
+                log.warning("supervisor: %s", exc)
+            except Exception:  # keep supervising; the error is in the log
+                log.exception("supervisor tick failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll_seconds)
+            self._wake.clear()
+
+    async def close(self) -> None:
+        for task in self._stops.values():
+            task.cancel()
+        await asyncio.gather(*self._stops.values(), return_exceptions=True)
+
+    async def tick(self) -> None:
+        for job, attempt, members in await self._claim_pending():
+            await self._launch(job, attempt, members)
+        cursor: str | None = None
+        while True:
+            async with self.ctx.uow() as uow:
+                page = await uow.jobs.list(owner=None, states=ACTIVE, limit=100, cursor=cursor)
+            for job in page.jobs:
+                try:
+                    await self._advance(job)
+                except Conflict:
+                    log.debug("job %s changed under us; next tick decides", job.id)
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def _claim_pending(self) -> list[tuple[Job, Attempt, list[Member]]]:
+        now = self.ctx.clock.now()
+        claimed = []
+        async with self.ctx.uow() as uow:
+            for job in await uow.jobs.claim([JobState.PENDING], self.batch):
+                number = len(await uow.attempts.for_job(job.id)) + 1
+                attempt = Attempt(
+                    self.ctx.ids.new("att"), job.id, number, AttemptState.LAUNCHING, now, now
+                )
+                members = [
+                    Member(self.ctx.ids.new("mem"), attempt.id, i, MemberState.PENDING, now)
+                    for i in range(job.spec.members)
+                ]
+                await uow.attempts.add(attempt)
+                for m in members:
+                    await uow.members.add(m)
+                started = job.moved(JobState.STARTING, now)
+                await uow.jobs.update(started, JobState.PENDING)
+                claimed.append((started, attempt, members))
+            await uow.commit()
+        return claimed
+
+    async def _launch(self, job: Job, attempt: Attempt, members: list[Member]) -> None:
+        """Start every member that has no handle yet. Safe to repeat (launch is idempotent)."""
+        backend = self.ctx.backend(job.spec.backend)
+        try:
+            source = await self.ctx.blobs.read(job.spec.source.digest) if job.spec.source else None
+        except NotFound:
+            await self._fail(job, attempt, "its source archive is gone from the blob store")
+            return
+        for member in members:
+            if member.handle is not None or member.state is not MemberState.PENDING:
+                continue
+            request = LaunchRequest(job.id, attempt.id, member.id, member.index, job.spec, source)
+            try:
+                handle = await backend.launch(request)
+            except Unavailable as exc:
+                log.warning("launch of %s deferred: %s", member.id, exc)
+                return
+            except TunePlaneError as exc:
+                await self._fail(job, attempt, f"launch failed: {exc}")
+                return
+            async with self.ctx.uow() as uow:
+                now = self.ctx.clock.now()
+                await uow.members.update(
+                    member.moved(MemberState.STARTING, now, handle=handle), MemberState.PENDING
+                )
+                await uow.commit()
+
+    async def _fail(self, job: Job, attempt: Attempt, reason: str) -> None:
+        now = self.ctx.clock.now()
+        async with self.ctx.uow() as uow:
+            for m in await uow.members.for_attempt(attempt.id):
+                if m.state not in MEMBER_FINAL:
+                    await uow.members.update(m.moved(MemberState.FAILED, now, reason), m.state)
+            current = await uow.attempts.get(attempt.id)
+            if current is not None and current.state not in ATTEMPT_FINAL:
+                await uow.attempts.update(
+                    current.moved(AttemptState.FAILED, now, reason), current.state
+                )
+            await uow.jobs.update(job.moved(JobState.FAILED, now, reason), job.state)
+            await uow.commit()
+
+    async def _advance(self, job: Job) -> None:
+        async with self.ctx.uow() as uow:
+            attempts = await uow.attempts.for_job(job.id)
+            if not attempts:
+                return
+            attempt = attempts[-1]
+            members = await uow.members.for_attempt(attempt.id)
+        backend = self.ctx.backend(job.spec.backend)
+        stopping = job.state is JobState.STOPPING
+        if not stopping and any(m.state is MemberState.PENDING for m in members):
+            await self._launch(job, attempt, members)  # recovery after a crash mid-launch
+            return
+        seen: dict[str, tuple[Observation, bytes | None]] = {}
+        for m in members:
+            if m.state in MEMBER_FINAL or m.handle is None:
+                continue
+            if stopping:
+                self._request_stop(backend, m.handle)
+            try:
+                obs = await backend.observe(m.handle)
+            except Unavailable as exc:
+                log.warning("cannot observe %s: %s", m.id, exc)
+                continue
+            logs = await self._collect_logs(backend, m.handle) if obs.status == "exited" else None
+            seen[m.id] = (obs, logs)
+        released = await self._record(job, attempt, members, seen)
+        for handle in released:
+            with contextlib.suppress(TunePlaneError):
+                await backend.release(handle)
+
+    async def _record(
+        self,
+        job: Job,
+        attempt: Attempt,
+        members: list[Member],
+        seen: dict[str, tuple[Observation, bytes | None]],
+    ) -> list[str]:
+        """Write what was observed; return the handles that may now be released."""
+        now = self.ctx.clock.now()
+        stopping = job.state is JobState.STOPPING
+        released: list[str] = []
+        updated: list[Member] = []
+        async with self.ctx.uow() as uow:
+            for m in members:
+                new = m
+                if m.state not in MEMBER_FINAL and m.handle is None and stopping:
+                    new = m.moved(MemberState.STOPPED, now, "stopped before it started")
+                elif m.id in seen:
+                    obs, logs = seen[m.id]
+                    new = _member_after(m, obs, stopping, now)
+                    if logs is not None and m.index == 0:
+                        limit = self.ctx.limits.max_log_bytes
+                        await uow.logs.save(attempt.id, logs[-limit:], len(logs) > limit)
+                    if new.state in MEMBER_FINAL and m.handle:
+                        released.append(m.handle)
+                if new is not m:
+                    await uow.members.update(new, m.state)
+                updated.append(new)
+            job_now, attempt_now = _job_after(job, attempt, updated, now)
+            if attempt_now is not attempt:
+                await uow.attempts.update(attempt_now, attempt.state)
+            if job_now is not job:
+                await uow.jobs.update(job_now, job.state)
+            await uow.commit()
+        return released
+
+    def _request_stop(self, backend: ExecutionBackend, handle: str) -> None:
+        if handle in self._stops:
+            return
+        grace = self.ctx.limits.stop_grace_seconds
+        task = asyncio.create_task(backend.stop(handle, grace))
+        self._stops[handle] = task
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark retrieved
+
+    async def _collect_logs(self, backend: ExecutionBackend, handle: str) -> bytes:
+        limit = self.ctx.limits.max_log_bytes
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in backend.logs(handle, follow=False):
+                chunks.append(chunk)
+                size += len(chunk)
+                while size - len(chunks[0]) > limit:  # keep roughly the last `limit` bytes
+                    size -= len(chunks.pop(0))
+        except TunePlaneError as exc:
+            chunks.append(f"\n[tuneplane: log collection failed: {exc}]\n".encode())
+        return b"".join(chunks)
+
+
+def _member_after(m: Member, obs: Observation, stopping: bool, now: datetime) -> Member:
+    if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
+        return m.moved(MemberState.RUNNING, now)
+    if obs.status == "exited":
+        code = obs.exit_code if obs.exit_code is not None else -1
+        if stopping:
+            return m.moved(MemberState.STOPPED, now, "stopped on request", exit_code=code)
+        if code == 0:
+            return m.moved(MemberState.SUCCEEDED, now, exit_code=0)
+        reason = obs.reason or f"exited with code {code}"
+        return m.moved(MemberState.FAILED, now, reason, exit_code=code)
+    if obs.status == "missing":
+        target = MemberState.STOPPED if stopping else MemberState.FAILED
+        return m.moved(target, now, "its container disappeared from the engine")
+    return m
+
+
+def _job_after(
+    job: Job, attempt: Attempt, members: list[Member], now: datetime
+) -> tuple[Job, Attempt]:
+    if members and all(m.state in MEMBER_FINAL for m in members):
+        outcome, reason, code = attempt_outcome(members)
+        job_state, attempt_state = _OUTCOME[outcome]
+        if attempt.state not in ATTEMPT_FINAL:
+            attempt = attempt.moved(attempt_state, now, reason, code)
+        if job.state is not job_state:
+            job = job.moved(job_state, now, reason, code)
+        return job, attempt
+    if any(m.state is MemberState.RUNNING for m in members):
+        if attempt.state is AttemptState.LAUNCHING:
+            attempt = attempt.moved(AttemptState.RUNNING, now)
+        if job.state is JobState.STARTING:
+            job = job.moved(JobState.RUNNING, now)
+    return job, attempt
