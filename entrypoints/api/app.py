@@ -1,0 +1,78 @@
+"""The HTTP application: routes, auth, problem answers, OpenAPI, and the supervisor's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from litestar import Litestar, get
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi.config import OpenAPIConfig
+from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
+
+from application.context import Context
+from application.supervisor import Supervisor
+from entrypoints.api import schemas as s
+from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
+from entrypoints.api.routes import PROTECTED
+from entrypoints.api.security import (
+    SECURITY,
+    SECURITY_COMPONENTS,
+    TokenCache,
+    provide_principal,
+)
+
+VERSION = "0.1.0"
+
+
+@get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> s.Health:
+    return s.Health("ok")
+
+
+@get("/readyz", responses=responses(503), summary="Readiness: the database answers")
+async def readyz(state: State) -> s.Health:
+    ctx: Context = state.ctx
+    async with ctx.uow() as uow:
+        await uow.tokens.count()
+    return s.Health("ok", "ok")
+
+
+def create_app(ctx: Context, *, supervise: bool = True, debug: bool = False) -> Litestar:
+    """Build the app. With ``supervise`` the process also runs a supervisor loop."""
+    supervisor = Supervisor(ctx) if supervise else None
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        task = asyncio.create_task(supervisor.run()) if supervisor else None
+        try:
+            yield
+        finally:
+            if task is not None and supervisor is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                await supervisor.close()
+
+    for handler in PROTECTED:
+        handler.security = SECURITY  # type: ignore[attr-defined]
+    state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
+    return Litestar(
+        route_handlers=[healthz, readyz, *PROTECTED],
+        dependencies={"principal": Provide(provide_principal)},
+        exception_handlers=EXCEPTION_HANDLERS,
+        state=State(state),
+        lifespan=[lifespan],
+        request_max_body_size=1024 * 1024,
+        openapi_config=OpenAPIConfig(
+            title="TunePlane control plane",
+            version=VERSION,
+            components=[SECURITY_COMPONENTS],
+            path="/schema",
+            render_plugins=[SwaggerRenderPlugin(), JsonRenderPlugin()],
+        ),
+        debug=debug,
+    )

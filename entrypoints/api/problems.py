@@ -1,0 +1,141 @@
+"""The one place where errors become HTTP answers (application/problem+json)."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import (
+    HTTPException,
+    NotAuthorizedException,
+    NotFoundException,
+    ValidationException,
+)
+from litestar.openapi.datastructures import ResponseSpec
+
+from domain import errors
+from entrypoints.api.schemas import Problem
+
+log = logging.getLogger("tuneplane.api")
+
+PROBLEM_JSON = "application/problem+json"
+STATUS: dict[type[errors.TunePlaneError], int] = {
+    errors.InvalidInput: 422,
+    errors.Unauthenticated: 401,
+    errors.Forbidden: 403,
+    errors.NotFound: 404,
+    errors.Conflict: 409,
+    errors.Expired: 410,
+    errors.TooLarge: 413,
+    errors.RetryKeyReused: 422,
+    errors.IllegalTransition: 409,
+    errors.Unavailable: 503,
+}
+TITLES = {
+    400: "Bad request",
+    401: "Unauthenticated",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    410: "Gone",
+    413: "Payload too large",
+    415: "Unsupported media type",
+    422: "Unprocessable request",
+    500: "Internal error",
+    503: "Unavailable",
+}
+
+
+def problem(
+    status: int, code: str, detail: str, fix: str = "", field: str | None = None
+) -> Response[bytes]:
+    body = Problem(
+        type=f"https://tuneplane.dev/errors/{code}",
+        title=TITLES.get(status, "Error"),
+        status=status,
+        detail=detail,
+        fix=fix,
+        field=field,
+    )
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return Response(
+        msgspec.json.encode(body), status_code=status, media_type=PROBLEM_JSON, headers=headers
+    )
+
+
+def _domain_error(_: Request[Any, Any, Any], exc: errors.TunePlaneError) -> Response[bytes]:
+    status = next((s for t, s in STATUS.items() if isinstance(exc, t)), 400)
+    if status == 503:
+        log.warning("unavailable: %s", exc)
+    return problem(status, exc.code, exc.message, exc.fix, exc.field)
+
+
+_AT = re.compile(r"- at `\$\.?([^`]*)`")
+
+
+def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Response[bytes]:
+    """Body or parameter validation: name the field, say what was expected."""
+    detail = str(exc.detail)
+    field = None
+    extra = exc.extra
+    if isinstance(extra, list) and extra and isinstance(extra[0], dict):
+        first = extra[0]
+        message = str(first.get("message", detail))
+        key = first.get("key")
+        source = first.get("source")
+        match = _AT.search(message)
+        if match:
+            field = match.group(1) or "body"
+            message = _AT.sub("", message).strip()
+        elif key:
+            field = f"{source}.{key}" if source else str(key)
+        detail = message
+    elif "decode" in detail.lower() or "json" in detail.lower():
+        detail = f"the request body is not valid JSON: {detail}"
+    return problem(
+        400,
+        "invalid-input",
+        detail,
+        "fix the named field; the OpenAPI document at /schema/openapi.json lists every field",
+        field,
+    )
+
+
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
+    status = exc.status_code
+    fix = {
+        401: "send `Authorization: Bearer <token>`",
+        404: "check the path; the API is described at /schema",
+        405: "check the method; the API is described at /schema",
+        413: "send a smaller body",
+    }.get(status, "")
+    return problem(status, "http-" + str(status), str(exc.detail), fix)
+
+
+def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
+    log.exception("unhandled error", exc_info=exc)
+    return problem(
+        500, "internal", "an internal error occurred", "retry; if it persists, see the server log"
+    )
+
+
+EXCEPTION_HANDLERS: dict[Any, Any] = {
+    errors.TunePlaneError: _domain_error,
+    ValidationException: _validation_error,
+    NotAuthorizedException: _http_error,
+    NotFoundException: _http_error,
+    HTTPException: _http_error,
+    Exception: _unexpected,
+}
+
+
+def responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """OpenAPI declarations for the problem answers a route can give."""
+    return {
+        s: ResponseSpec(Problem, description=TITLES.get(s, "Error"), media_type=PROBLEM_JSON)
+        for s in statuses
+    }

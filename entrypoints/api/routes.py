@@ -1,0 +1,199 @@
+"""HTTP routes. Each handler parses, calls one use case, and shapes the answer; nothing more."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Request, Response, get, post
+from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+from litestar.response import Stream
+
+from application import jobs, submissions
+from application.context import Context
+from application.logs import stream_logs
+from application.supervisor import Supervisor
+from domain.auth import Principal
+from domain.errors import Forbidden, InvalidInput, NotFound, TooLarge
+from domain.lifecycle import JobState
+from entrypoints.api import schemas as s
+from entrypoints.api.problems import responses
+
+JSON_LIMIT = 1024 * 1024
+
+
+def _ctx(state: State) -> Context:
+    ctx: Context = state.ctx
+    return ctx
+
+
+def _wake(state: State) -> None:
+    supervisor: Supervisor | None = state.supervisor
+    if supervisor is not None:
+        supervisor.wake()
+
+
+@post(
+    "/v1/archives",
+    status_code=201,
+    request_max_body_size=None,
+    responses=responses(401, 403, 413, 422),
+    summary="Upload a source archive (gzip-compressed tar)",
+)
+async def upload_archive(
+    request: Request[Any, Any, Any],
+    state: State,
+    principal: Principal,
+    content_digest: Annotated[str | None, Parameter(header="X-Content-Digest")] = None,
+) -> s.ArchiveOut:
+    ctx = _ctx(state)
+    if not principal.can_submit:
+        raise Forbidden(f"user {principal.name} may not upload", fix="ask for a member token")
+    limit = ctx.limits.max_archive_bytes
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(
+            f"the archive is {declared} bytes; the limit is {limit}",
+            fix="make the source smaller (ignore data and checkpoints in .gitignore)",
+        )
+    digest, size = await ctx.blobs.put(request.stream(), limit)
+    if content_digest is not None and content_digest != digest:
+        raise InvalidInput(
+            f"the body's digest is {digest}, not the {content_digest} the header declares",
+            fix="the upload was corrupted or the header is wrong: pack and upload again",
+            field="header.X-Content-Digest",
+        )
+    return s.ArchiveOut(digest, size)
+
+
+@post(
+    "/v1/previews",
+    status_code=201,
+    request_max_body_size=JSON_LIMIT,
+    responses=responses(401, 403, 422, 503),
+    summary="Resolve a submission into an immutable preview (creates no job)",
+)
+async def create_preview(data: s.PreviewIn, state: State, principal: Principal) -> s.PreviewOut:
+    preview = await submissions.create_preview(_ctx(state), principal, data.to_intent())
+    return s.preview_out(preview)
+
+
+@get("/v1/previews/{preview_id:str}", responses=responses(401, 404), summary="Read a preview")
+async def read_preview(preview_id: str, state: State, principal: Principal) -> s.PreviewOut:
+    return s.preview_out(await submissions.get_preview(_ctx(state), principal, preview_id))
+
+
+@post(
+    "/v1/jobs",
+    request_max_body_size=JSON_LIMIT,
+    responses={
+        201: ResponseSpec(s.ReceiptOut, description="a new job was created"),
+        **responses(401, 403, 404, 409, 410, 422, 503),
+    },
+    status_code=200,
+    summary="Commit a preview: 201 with a new job, or 200 with the job an identical commit made",
+)
+async def commit(data: s.CommitIn, state: State, principal: Principal) -> Response[s.ReceiptOut]:
+    ctx = _ctx(state)
+    receipt = await submissions.commit(ctx, principal, data.preview_id, data.digest, data.retry_key)
+    details = await jobs.get_job(ctx, principal, receipt.job_id)
+    if receipt.created:
+        _wake(state)
+    return Response(s.receipt_out(receipt, details), status_code=201 if receipt.created else 200)
+
+
+@get("/v1/jobs", responses=responses(401, 422), summary="List jobs, newest first")
+async def list_jobs(
+    state: State,
+    principal: Principal,
+    job_state: Annotated[list[JobState] | None, Parameter(query="state")] = None,
+    limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
+    cursor: Annotated[str | None, Parameter(max_length=200)] = None,
+    all_users: Annotated[bool, Parameter(query="all")] = False,
+) -> s.JobPageOut:
+    page = await jobs.list_jobs(
+        _ctx(state), principal, states=job_state, limit=limit, cursor=cursor, everyone=all_users
+    )
+    return s.JobPageOut([s.job_out(j) for j in page.jobs], page.next_cursor)
+
+
+@get("/v1/jobs/{job_id:str}", responses=responses(401, 404), summary="A job with its attempts")
+async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
+    details = await jobs.get_job(_ctx(state), principal, job_id)
+    return s.job_out(details.job, details)
+
+
+@post(
+    "/v1/jobs/{job_id:str}/cancel",
+    status_code=202,
+    responses=responses(401, 403, 404, 409),
+    summary="Stop a job (idempotent)",
+)
+async def cancel(job_id: str, state: State, principal: Principal) -> s.JobOut:
+    details = await jobs.cancel_job(_ctx(state), principal, job_id)
+    _wake(state)
+    return s.job_out(details.job, details)
+
+
+@get(
+    "/v1/jobs/{job_id:str}/logs",
+    media_type="text/plain",
+    responses=responses(401, 404, 422),
+    summary="The job's stdout and stderr; with follow=true, until it ends",
+)
+async def logs(
+    job_id: str,
+    state: State,
+    principal: Principal,
+    follow: bool = False,
+    member: Annotated[int, Parameter(ge=0, le=1024)] = 0,
+) -> Stream:
+    chunks = await stream_logs(_ctx(state), principal, job_id, follow=follow, member=member)
+    return Stream(chunks, media_type="text/plain; charset=utf-8")
+
+
+@get("/v1/methods", responses=responses(401), summary="Methods (recipes) and their parameters")
+async def list_methods(state: State, principal: Principal) -> list[s.MethodOut]:
+    return [s.method_out(m) for m in _ctx(state).catalog.methods]
+
+
+@get("/v1/methods/{name:path}", responses=responses(401, 404), summary="One method")
+async def read_method(name: str, state: State, principal: Principal) -> s.MethodOut:
+    name = name.strip("/")
+    try:
+        return s.method_out(_ctx(state).catalog.method(name))
+    except InvalidInput as exc:
+        raise NotFound(exc.message, fix=exc.fix) from None
+
+
+@get("/v1/profiles", responses=responses(401), summary="Profiles (named resource requests)")
+async def list_profiles(state: State, principal: Principal) -> list[s.ProfileOut]:
+    return [s.profile_out(p) for p in _ctx(state).catalog.profiles]
+
+
+@get("/v1/runtimes", responses=responses(401), summary="Runtimes (images and their contract)")
+async def list_runtimes(state: State, principal: Principal) -> list[s.RuntimeOut]:
+    return [s.runtime_out(r) for r in _ctx(state).catalog.runtimes]
+
+
+@get("/v1/whoami", responses=responses(401), summary="The caller's identity")
+async def whoami(principal: Principal) -> s.WhoAmI:
+    return s.WhoAmI(principal.name, str(principal.role))
+
+
+PROTECTED = [
+    upload_archive,
+    create_preview,
+    read_preview,
+    commit,
+    list_jobs,
+    read_job,
+    cancel,
+    logs,
+    list_methods,
+    read_method,
+    list_profiles,
+    list_runtimes,
+    whoami,
+]

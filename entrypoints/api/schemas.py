@@ -1,0 +1,246 @@
+"""Wire shapes of the HTTP API (msgspec), and their conversion from the domain."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta, Struct
+
+from application.jobs import JobDetails
+from domain.catalog import Method, Profile, RuntimeSpec
+from domain.jobs import Job, Receipt
+from domain.submission import Preview, SourceRef, SubmissionIntent
+
+Name = Annotated[str, Meta(min_length=1, max_length=63)]
+Ident = Annotated[str, Meta(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:-]+$")]
+Digest = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+ParamValue = str | int | float | bool
+Text = Annotated[str, Meta(max_length=65536)]
+
+
+class Problem(Struct, kw_only=True):
+    """RFC 9457 problem details, plus ``fix`` and ``field``."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    fix: str = ""
+    field: str | None = None
+
+
+class SourceIn(Struct, forbid_unknown_fields=True):
+    digest: Digest
+    size: Annotated[int, Meta(ge=0)]
+
+
+class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
+    experiment: Name
+    method: Annotated[str, Meta(min_length=1, max_length=128)]
+    profile: Annotated[str, Meta(min_length=1, max_length=128)]
+    params: dict[Annotated[str, Meta(max_length=128)], ParamValue | Text] = {}
+    runtime: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
+    source: SourceIn | None = None
+    env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
+
+    def to_intent(self) -> SubmissionIntent:
+        return SubmissionIntent(
+            experiment=self.experiment,
+            method=self.method,
+            profile=self.profile,
+            params=dict(self.params),
+            runtime=self.runtime,
+            source=SourceRef(self.source.digest, self.source.size) if self.source else None,
+            env=dict(self.env),
+        )
+
+
+class CommitIn(Struct, forbid_unknown_fields=True):
+    preview_id: Ident
+    digest: Annotated[str, Meta(min_length=1, max_length=80)]
+    retry_key: Annotated[str, Meta(min_length=1, max_length=128)]
+
+
+class ArchiveOut(Struct):
+    digest: str
+    size: int
+
+
+class PreviewOut(Struct):
+    id: str
+    digest: str
+    owner: str
+    created_at: datetime
+    expires_at: datetime
+    intent: dict[str, Any]
+    spec: dict[str, Any]
+
+
+class MemberOut(Struct):
+    id: str
+    index: int
+    state: str
+    handle: str | None
+    exit_code: int | None
+    reason: str
+
+
+class AttemptOut(Struct):
+    id: str
+    number: int
+    state: str
+    reason: str
+    exit_code: int | None
+    created_at: datetime
+    updated_at: datetime
+    members: list[MemberOut]
+
+
+class JobOut(Struct):
+    id: str
+    state: str
+    owner: str
+    experiment: str
+    method: str
+    profile: str
+    backend: str
+    preview_id: str
+    created_at: datetime
+    updated_at: datetime
+    reason: str
+    exit_code: int | None
+    spec: dict[str, Any]
+    attempts: list[AttemptOut] = []
+
+
+class JobPageOut(Struct):
+    jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class ReceiptOut(Struct):
+    job_id: str
+    preview_id: str
+    retry_key: str
+    created: bool
+    job: JobOut
+
+
+class ParamOut(Struct):
+    name: str
+    type: str
+    help: str
+    required: bool
+    default: ParamValue | None
+    choices: list[ParamValue]
+    minimum: float | None
+    maximum: float | None
+
+
+class MethodOut(Struct):
+    name: str
+    description: str
+    default_runtime: str
+    primary_metrics: list[str]
+    params: list[ParamOut]
+
+
+class ProfileOut(Struct):
+    name: str
+    backend: str
+    cpus: float
+    memory_mb: int
+    gpus: int
+    gpu_model: str | None
+
+
+class RuntimeOut(Struct):
+    name: str
+    image: str
+    python: str | None
+    process_model: str
+    description: str
+
+
+class WhoAmI(Struct):
+    name: str
+    role: str
+
+
+class Health(Struct):
+    status: str
+    database: str | None = None
+
+
+def preview_out(p: Preview) -> PreviewOut:
+    return PreviewOut(
+        p.id, p.digest, p.owner, p.created_at, p.expires_at, p.intent.to_dict(), p.spec.to_dict()
+    )
+
+
+def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
+    attempts = [
+        AttemptOut(
+            a.attempt.id,
+            a.attempt.number,
+            str(a.attempt.state),
+            a.attempt.reason,
+            a.attempt.exit_code,
+            a.attempt.created_at,
+            a.attempt.updated_at,
+            [
+                MemberOut(m.id, m.index, str(m.state), m.handle, m.exit_code, m.reason)
+                for m in a.members
+            ],
+        )
+        for a in (details.attempts if details else [])
+    ]
+    return JobOut(
+        id=job.id,
+        state=str(job.state),
+        owner=job.owner,
+        experiment=job.spec.experiment,
+        method=job.spec.method,
+        profile=job.spec.profile,
+        backend=job.spec.backend,
+        preview_id=job.preview_id,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        reason=job.reason,
+        exit_code=job.exit_code,
+        spec=job.spec.to_dict(),
+        attempts=attempts,
+    )
+
+
+def receipt_out(r: Receipt, details: JobDetails) -> ReceiptOut:
+    return ReceiptOut(r.job_id, r.preview_id, r.retry_key, r.created, job_out(details.job, details))
+
+
+def method_out(m: Method) -> MethodOut:
+    return MethodOut(
+        m.name,
+        m.description,
+        m.default_runtime,
+        list(m.primary_metrics),
+        [
+            ParamOut(
+                p.name, p.type, p.help, p.required, p.default, list(p.choices), p.minimum, p.maximum
+            )
+            for p in m.params
+        ],
+    )
+
+
+def profile_out(p: Profile) -> ProfileOut:
+    r = p.resources
+    return ProfileOut(p.name, p.backend, r.cpus, r.memory_mb, r.gpus, r.gpu_model)
+
+
+def runtime_out(r: RuntimeSpec) -> RuntimeOut:
+    return RuntimeOut(r.name, r.image, r.python, r.process_model, r.description)
+
+
+encode = msgspec.json.encode
