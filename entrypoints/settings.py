@@ -1,0 +1,66 @@
+"""Process settings, read once from the environment (``TUNEPLANE_*``) with embedded defaults."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from application.context import Limits
+
+DEFAULT_DOCKER_SOCKET = "/var/run/tuneplane-docker/docker.sock"
+
+
+def _state_dir() -> Path:
+    explicit = os.environ.get("TUNEPLANE_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tuneplane"
+
+
+def _docker_host() -> str | None:
+    if os.environ.get("DOCKER_HOST"):
+        return os.environ["DOCKER_HOST"]
+    if Path(DEFAULT_DOCKER_SOCKET).exists():
+        return "unix://" + DEFAULT_DOCKER_SOCKET
+    return None
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise SystemExit(
+            f"error: {name}={raw!r} is not an integer (fix: set a whole number)"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    state_dir: Path = field(default_factory=_state_dir)
+    database_url: str | None = field(
+        default_factory=lambda: os.environ.get("TUNEPLANE_DATABASE_URL")
+    )
+    docker_host: str | None = field(default_factory=_docker_host)
+    host: str = field(default_factory=lambda: os.environ.get("TUNEPLANE_HTTP_HOST", "127.0.0.1"))
+    port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
+    db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 10))
+    limits: Limits = field(
+        default_factory=lambda: Limits(
+            preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),
+            max_archive_bytes=_int("TUNEPLANE_MAX_ARCHIVE_BYTES", 64 * 1024 * 1024),
+        )
+    )
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.state_dir / "blobs"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"

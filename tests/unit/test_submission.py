@@ -1,0 +1,113 @@
+"""Resolution of an intent into a JobSpec and an immutable, digested Preview."""
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from adapters.catalog import default_catalog
+from domain.catalog import RuntimeSpec
+from domain.errors import Conflict, Expired, InvalidInput
+from domain.submission import SourceRef, make_preview, resolve
+from tests.unit.builders import PIN, T0, an_intent
+
+pytestmark = pytest.mark.unit
+CATALOG = default_catalog([RuntimeSpec("busybox", PIN.image, None, "single-process")])
+
+
+def _preview(intent=None, preview_id="pv-1", now=T0):  # type: ignore[no-untyped-def]
+    intent = intent or an_intent()
+    spec = resolve(intent, CATALOG, PIN)
+    return make_preview(
+        preview_id=preview_id,
+        owner="alice",
+        intent=intent,
+        spec=spec,
+        now=now,
+        ttl=timedelta(hours=1),
+    )
+
+
+def test_resolves_custom_command_and_profile() -> None:
+    spec = resolve(an_intent(params={"command": "sh train.sh"}, profile="cpu:2"), CATALOG, PIN)
+    assert spec.command == ("/bin/sh", "-c", "sh train.sh")
+    assert (spec.backend, spec.resources.cpus, spec.resources.memory_mb) == ("local", 2.0, 4096)
+    assert spec.runtime.digest == PIN.digest
+
+
+def test_digest_depends_on_content_not_on_id_or_time() -> None:
+    a = _preview(preview_id="pv-a", now=T0)
+    b = _preview(preview_id="pv-b", now=T0 + timedelta(minutes=5))
+    c = _preview(an_intent(params={"command": "echo other"}))
+    assert a.digest == b.digest != c.digest
+    assert a.expires_at == T0 + timedelta(hours=1)
+
+
+@pytest.mark.parametrize(
+    ("intent", "field", "words"),
+    [
+        (an_intent(method="trl/nope"), "intent.method", "custom/custom"),
+        (an_intent(profile="h900:8"), "intent.profile", "cpu:1"),
+        (an_intent(params={}), "intent.params.command", "--set command="),
+        (an_intent(params={"command": "x", "lr": "0.1"}), "intent.params.lr", "command"),
+        (an_intent(experiment="Bad Name"), "intent.experiment", "lower-case"),
+        (an_intent(env={"TUNEPLANE_TOKEN": "x"}), "intent.env.TUNEPLANE_TOKEN", "TUNEPLANE_"),
+        (an_intent(env={"1BAD": "x"}), "intent.env.1BAD", "letters"),
+        (an_intent(source=SourceRef("md5:abc", 3)), "intent.source.digest", "POST /v1/archives"),
+    ],
+)
+def test_bad_intents_name_the_field_and_the_fix(intent, field, words) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidInput) as err:
+        resolve(intent, CATALOG, PIN)
+    assert err.value.field == field
+    assert words in err.value.fix or words in err.value.message
+
+
+def test_commit_checks_digest_then_expiry() -> None:
+    p = _preview()
+    p.check_commit(p.digest, T0 + timedelta(minutes=59))
+    with pytest.raises(Conflict) as err:
+        p.check_commit("sha256:" + "0" * 64, T0)
+    assert "preview" in err.value.fix
+    with pytest.raises(Expired):
+        p.check_commit(p.digest, T0 + timedelta(hours=1))
+
+
+def test_params_are_coerced_and_checked() -> None:
+    from domain.catalog import Method, ParamSpec, resolve_params
+
+    m = Method(
+        "x/y",
+        "",
+        (
+            ParamSpec("lr", "float", "", minimum=0.0, maximum=1.0, default=0.1),
+            ParamSpec("epochs", "int", "", default=1),
+            ParamSpec("fast", "bool", ""),
+            ParamSpec("opt", "str", "", choices=("adam", "sgd")),
+        ),
+        "busybox",
+    )
+    assert resolve_params(m, {"lr": "0.5", "epochs": "3", "fast": "yes"}) == {
+        "lr": 0.5,
+        "epochs": 3,
+        "fast": True,
+    }
+    assert resolve_params(m, {}) == {"lr": 0.1, "epochs": 1}
+    for bad in (
+        {"lr": "2"},
+        {"lr": "abc"},
+        {"epochs": "1.5"},
+        {"fast": "maybe"},
+        {"opt": "rmsprop"},
+        {"epochs": True},
+    ):
+        with pytest.raises(InvalidInput) as err:
+            resolve_params(m, bad)
+        assert err.value.field == f"intent.params.{next(iter(bad))}"
+
+
+def test_preview_is_immutable() -> None:
+    p = _preview()
+    with pytest.raises(AttributeError):
+        p.digest = "x"  # type: ignore[misc]
+    assert replace(p, id="other").digest == p.digest
