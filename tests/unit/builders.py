@@ -1,4 +1,4 @@
-"""Test-data builders for domain values: ``a_job(state=...)``, ``an_intent(...)``, ``a_spec(...)``."""
+"""Test-data builders for domain values: ``a_job(...)``, ``an_intent(...)``, ``a_spec(...)``."""
 
 from __future__ import annotations
 
