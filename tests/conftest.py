@@ -3,4 +3,5 @@
 pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.docker",
+    "tests.fixtures.server",
 ]

@@ -1,9 +1,67 @@
-"""Server-side commands (`tp up`, `tp serve`): registered on the CLI app by ``register``."""
+"""Server-side commands: `tp up` (everything on embedded defaults) and `tp serve` (one API process)."""
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import Parameter
+
+log = logging.getLogger("tuneplane")
+
+
+def _settings(state_dir: Path | None, port: int | None, host: str | None) -> Any:
+    from entrypoints.settings import Settings
+
+    settings = Settings()
+    changes: dict[str, Any] = {}
+    if state_dir is not None:
+        changes["state_dir"] = state_dir
+    if port is not None:
+        changes["port"] = port
+    if host is not None:
+        changes["host"] = host
+    return dataclasses.replace(settings, **changes)
+
+
+def up(
+    *,
+    state_dir: Annotated[Path | None, Parameter(help="state directory (default ~/.local/state/tuneplane)")] = None,
+    port: Annotated[int | None, Parameter(help="HTTP port (default 8470)")] = None,
+    host: Annotated[str | None, Parameter(help="HTTP address (default 127.0.0.1)")] = None,
+) -> None:
+    """Start the control plane on embedded defaults: a private PostgreSQL (unless
+    TUNEPLANE_DATABASE_URL is set), migrations, the local container backend and the HTTP API.
+    Prints the URL and, on first start, an admin token. Ctrl-C stops everything it started."""
+    from entrypoints.up import run_up
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    sys.exit(run_up(_settings(state_dir, port, host)))
+
+
+def serve(
+    *,
+    port: Annotated[int | None, Parameter(help="HTTP port (default 8470)")] = None,
+    host: Annotated[str | None, Parameter(help="HTTP address (default 127.0.0.1)")] = None,
+    no_supervisor: Annotated[bool, Parameter(help="serve HTTP only; launch nothing")] = False,
+) -> None:
+    """Serve one API process against TUNEPLANE_DATABASE_URL (already migrated). Run several
+    behind a load balancer for more throughput; each also supervises jobs unless told not to."""
+    from entrypoints.server import serve as serve_async
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = _settings(None, port, host)
+    try:
+        asyncio.run(serve_async(settings, supervise=not no_supervisor))
+    except KeyboardInterrupt:
+        pass
 
 
 def register(app: Any) -> None:
-    """Add the server commands to ``app`` (filled in by the control-plane entrypoint)."""
+    """Add the server commands to ``app``."""
+    app.command(up, name="up")
+    app.command(serve, name="serve")

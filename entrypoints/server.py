@@ -1,0 +1,71 @@
+"""Running the control plane: `tp serve` (one API process) and `tp up` (embedded defaults)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from pathlib import Path
+
+import uvicorn
+
+from application.auth import bootstrap_admin
+from application.context import Context
+from entrypoints.api.app import create_app
+from entrypoints.container import Container
+from entrypoints.settings import Settings
+
+log = logging.getLogger("tuneplane")
+
+
+async def serve(settings: Settings, *, supervise: bool = True, announce: str = "") -> None:
+    """Serve the HTTP API (and run a supervisor) until interrupted."""
+    container = Container(settings=settings)
+    await container.init_resources()  # type: ignore[misc]
+    try:
+        ctx: Context = await container.context()  # type: ignore[misc]
+        app = create_app(ctx, supervise=supervise)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=os.environ.get("TUNEPLANE_LOG_LEVEL", "warning"),
+            access_log=False,
+            lifespan="on",
+        )
+        server = uvicorn.Server(config)
+        if announce:
+            print(announce, flush=True)
+        await server.serve()
+    finally:
+        await container.shutdown_resources()  # type: ignore[misc]
+
+
+async def first_admin_token(settings: Settings) -> str | None:
+    """Create the first admin token on a fresh database; keep a 0600 copy in the state dir."""
+    container = Container(settings=settings)
+    await container.init_resources()  # type: ignore[misc]
+    try:
+        ctx: Context = await container.context()  # type: ignore[misc]
+        token = await bootstrap_admin(ctx)
+    finally:
+        await container.shutdown_resources()  # type: ignore[misc]
+    if token is not None:
+        path = settings.state_dir / "admin-token"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    return token
+
+
+def saved_admin_token(state_dir: Path) -> str | None:
+    with contextlib.suppress(OSError):
+        return (state_dir / "admin-token").read_text().strip() or None
+    return None
+
+
+def run(coro: object) -> None:
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(coro)  # type: ignore[arg-type]

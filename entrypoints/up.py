@@ -1,0 +1,80 @@
+"""`tp up`: the whole control plane on embedded defaults, stopped cleanly on exit."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from rich.console import Console
+
+from adapters.docker.backend import DockerBackend
+from adapters.docker.images import build_runtime
+from adapters.postgres import migrate
+from adapters.postgres.embedded import EmbeddedPostgres
+from domain.errors import TunePlaneError
+from entrypoints.server import first_admin_token, saved_admin_token, serve
+from entrypoints.settings import Settings
+
+console = Console(stderr=True)
+
+
+async def _ensure_runtime(settings: Settings) -> None:
+    """Build the busybox runtime image if the engine answers and it is missing."""
+    backend = DockerBackend(settings.docker_host)
+    try:
+        try:
+            await backend.ping()
+        except TunePlaneError as exc:
+            console.print(f"[yellow]warning:[/] local backend unavailable: {exc}")
+            console.print("  jobs will wait until it answers (`bash deploy/dev/dockerd.sh`)")
+            return
+        with console.status("checking the busybox runtime image") as status:
+
+            def progress(stage: str, done: int | None = None, total: int | None = None) -> None:
+                status.update(f"runtime busybox: {stage}")
+
+            await build_runtime(settings.docker_host, "busybox", progress=progress)
+    finally:
+        await backend.close()
+
+
+def run_up(settings: Settings) -> int:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    pg: EmbeddedPostgres | None = None
+    try:
+        if not settings.database_url:
+            with console.status("starting the private PostgreSQL"):
+                pg = EmbeddedPostgres(settings.state_dir / "postgres")
+                settings = dataclasses.replace(settings, database_url=pg.start())
+        assert settings.database_url
+        with console.status("migrating the database"):
+            migrate.upgrade(settings.database_url)
+        asyncio.run(_ensure_runtime(settings))
+        token = asyncio.run(first_admin_token(settings))
+        lines = [f"TunePlane control plane: {settings.url}  (state: {settings.state_dir})"]
+        if token:
+            lines += [
+                f"admin token (shown once; a 0600 copy is in {settings.state_dir}/admin-token):",
+                f"  {token}",
+                f"log in with:  tp login --server {settings.url} --token {token}",
+            ]
+        else:
+            saved = saved_admin_token(settings.state_dir)
+            hint = f"tp login --server {settings.url} --token {saved}" if saved else (
+                "use the admin token printed at the first start"
+            )
+            lines.append(f"log in with:  {hint}")
+        lines.append("Ctrl-C stops it.")
+        try:
+            asyncio.run(serve(settings, announce="\n".join(lines)))
+        except KeyboardInterrupt:
+            pass
+        return 0
+    except TunePlaneError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        if exc.fix:
+            console.print(f"fix: {exc.fix}")
+        return 1
+    finally:
+        if pg is not None:
+            pg.stop()
