@@ -1,0 +1,150 @@
+"""Bad input over HTTP gets a clear 4xx problem that names the field and the fix, and leaves no
+rows (and no stored blobs) behind. Real server process, real PostgreSQL, real container engine."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.db import table_counts
+
+pytestmark = pytest.mark.e2e
+
+GOOD = {
+    "experiment": "hello",
+    "method": "custom/custom",
+    "profile": "cpu:1",
+    "params": {"command": "true"},
+}
+
+
+def _tar_gz(files: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue())
+
+
+def _problem(r: httpx.Response, status: int) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json"), r.headers
+    body: dict[str, Any] = r.json()
+    assert body["status"] == status and body["detail"]
+    return body
+
+
+@pytest.fixture
+async def client(api_servers_factory) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
+    servers = await api_servers_factory(1, TUNEPLANE_MAX_ARCHIVE_BYTES="4096")
+    async with httpx.AsyncClient(base_url=servers.url, headers=servers.headers, timeout=30) as c:
+        c.state_dir = servers.state_dir  # type: ignore[attr-defined]
+        yield c
+
+
+async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url: str) -> None:
+    r = await client.post(
+        "/v1/previews", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert "JSON" in _problem(r, 400)["detail"] or "json" in r.json()["detail"].lower()
+
+    r = await client.post("/v1/previews", json={**GOOD, "experiment": 7})
+    body = _problem(r, 400)
+    assert body["field"] == "experiment" and "str" in body["detail"]
+
+    r = await client.post("/v1/previews", json={**GOOD, "colour": "red"})
+    assert "colour" in _problem(r, 400)["detail"]
+
+    r = await client.post("/v1/previews", json={k: v for k, v in GOOD.items() if k != "profile"})
+    assert "profile" in _problem(r, 400)["detail"]
+
+    r = await client.post("/v1/jobs", json={"preview_id": "pv-x", "digest": "d"})
+    assert "retry_key" in _problem(r, 400)["detail"]
+    assert await table_counts(pg_url) == {
+        "previews": 0,
+        "submissions": 0,
+        "jobs": 0,
+        "attempts": 0,
+        "members": 0,
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fix_words"),
+    [
+        ({"profile": "h900:8"}, "intent.profile", "cpu:1"),
+        ({"method": "trl/nope"}, "intent.method", "tp methods"),
+        ({"runtime": "cobol"}, "intent.runtime", "busybox"),
+        ({"params": {}}, "intent.params.command", "--set command"),
+        ({"params": {"command": "x", "epochs": 3}}, "intent.params.epochs", "tp methods"),
+        (
+            {"source": {"digest": "sha256:" + "1" * 64, "size": 10}},
+            "intent.source.digest",
+            "upload",
+        ),
+        ({"experiment": "Bad Name"}, "intent.experiment", "lower-case"),
+    ],
+)
+async def test_unresolvable_intents_are_422(
+    client: httpx.AsyncClient, pg_url: str, change, field, fix_words
+) -> None:  # type: ignore[no-untyped-def]
+    body = _problem(await client.post("/v1/previews", json={**GOOD, **change}), 422)
+    assert body["field"] == field
+    assert fix_words in body["fix"], body
+    assert (await table_counts(pg_url))["previews"] == 0
+
+
+async def test_oversized_archive_is_413_and_stores_nothing(client: httpx.AsyncClient) -> None:
+    blobs = Path(client.state_dir) / "blobs"  # type: ignore[attr-defined]
+    big = bytes(range(256)) * 64  # 16 KiB against a 4 KiB limit
+    body = _problem(await client.post("/v1/archives", content=big), 413)
+    assert "4096" in body["detail"] and body["fix"]
+
+    async def chunked():  # type: ignore[no-untyped-def]
+        for _ in range(16):
+            yield bytes(range(256)) * 4
+
+    _problem(await client.post("/v1/archives", content=chunked()), 413)  # no content-length
+    assert list((blobs / "sha256").rglob("*")) == [] and list((blobs / "tmp").iterdir()) == []
+
+
+async def test_archive_digest_header_is_checked(client: httpx.AsyncClient) -> None:
+    data = _tar_gz({"train.sh": b"echo hi\n"})
+    r = await client.post(
+        "/v1/archives", content=data, headers={"X-Content-Digest": "sha256:" + "2" * 64}
+    )
+    assert _problem(r, 422)["field"] == "header.X-Content-Digest"
+    r = await client.post("/v1/archives", content=data)
+    assert r.status_code == 201 and r.json()["size"] == len(data)
+
+
+async def test_auth_and_unknown_objects(client: httpx.AsyncClient) -> None:
+    anon = httpx.AsyncClient(base_url=str(client.base_url))
+    body = _problem(await anon.get("/v1/jobs"), 401)
+    assert "Authorization" in body["fix"]
+    _problem(await anon.get("/v1/jobs", headers={"Authorization": "Bearer tp_wrong"}), 401)
+    await anon.aclose()
+    _problem(await client.get("/v1/jobs/job-missing"), 404)
+    _problem(await client.post("/v1/jobs/job-missing/cancel"), 404)
+    _problem(await client.get("/v1/jobs/job-missing/logs"), 404)
+    body = _problem(
+        await client.post(
+            "/v1/jobs",
+            json={"preview_id": "pv-missing", "digest": "x", "retry_key": str(uuid.uuid4())},
+        ),
+        404,
+    )
+    assert "--preview" in body["fix"]
+    r = await client.get("/v1/jobs", params={"limit": 0})
+    assert r.status_code == 400 and r.json()["field"]
+    r = await client.get("/v1/jobs", params={"state": "sleeping"})
+    assert r.status_code == 400
