@@ -1,0 +1,140 @@
+"""`tp methods [NAME]`, `tp profiles`, `tp runtime ls`: what the server's catalog offers."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from cyclopts import App, Parameter
+
+from domain.catalog import Method
+from domain.errors import InvalidInput, NotFound
+from entrypoints.cli import output
+from entrypoints.cli.client import Api, connect
+from entrypoints.cli.validation import method_from_json
+
+JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
+
+
+def fetch_method_json(api: Api, name: str) -> dict[str, Any]:
+    """``GET /v1/methods/{name}``; on 404 look in the list, so the error can name the choices."""
+    try:
+        data = api.get(f"/v1/methods/{quote(name, safe='/')}")
+        if isinstance(data, list):
+            data = next((m for m in data if m.get("name") == name), data[0] if data else {})
+        if isinstance(data, dict) and data.get("name") == name:
+            return data
+    except NotFound:
+        pass
+    methods = api.get("/v1/methods")
+    for m in methods:
+        if m.get("name") == name:
+            return dict(m)
+    known = ", ".join(m.get("name", "?") for m in methods) or "none"
+    raise InvalidInput(
+        f"unknown method {name!r}", fix=f"use one of: {known} (see `tp methods`)", field="method"
+    )
+
+
+def fetch_method(api: Api, name: str) -> Method:
+    return method_from_json(fetch_method_json(api, name))
+
+
+def check_named(api: Api, path: str, name: str, what: str, command: str) -> None:
+    """Raise a clear error when ``name`` is not in the list at ``path`` (profiles, runtimes)."""
+    items = api.get(path)
+    names = [str(i.get("name")) for i in items]
+    if name not in names:
+        raise InvalidInput(
+            f"unknown {what} {name!r}",
+            fix=f"use one of: {', '.join(names) or 'none configured'} (see `{command}`)",
+            field=what,
+        )
+
+
+def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
+    """List methods, or show one method's parameters.
+
+    Parameters
+    ----------
+    name
+        A method name, e.g. custom/custom.
+    """
+    with connect() as api:
+        data: Any = fetch_method_json(api, name) if name else api.get("/v1/methods")
+    if json:
+        output.print_json(data)
+        return 0
+    if name is None:
+        output.table(
+            ["METHOD", "DESCRIPTION", "DEFAULT RUNTIME"],
+            [(m.get("name"), m.get("description"), m.get("default_runtime")) for m in data],
+        )
+        return 0
+    output.out.print(f"{data['name']}: {data.get('description', '')}", markup=False)
+    output.out.print(f"default runtime: {data.get('default_runtime')}", markup=False)
+    rows = []
+    for p in data.get("params") or []:
+        limits = []
+        if p.get("choices"):
+            limits.append("one of " + ", ".join(map(str, p["choices"])))
+        if p.get("minimum") is not None:
+            limits.append(f">= {p['minimum']}")
+        if p.get("maximum") is not None:
+            limits.append(f"<= {p['maximum']}")
+        required = "yes" if p.get("required") and p.get("default") is None else ""
+        default = "" if p.get("default") is None else p.get("default")
+        rows.append((p["name"], p.get("type"), required, default, "; ".join(limits), p.get("help")))
+    output.table(["PARAM", "TYPE", "REQUIRED", "DEFAULT", "ALLOWED", "HELP"], rows)
+    return 0
+
+
+def profiles(*, json: JsonFlag = False) -> int:
+    """List profiles (named resource requests) and the backend each runs on."""
+    with connect() as api:
+        data = api.get("/v1/profiles")
+    if json:
+        output.print_json(data)
+        return 0
+    output.table(
+        ["PROFILE", "BACKEND", "CPUS", "MEMORY", "GPUS"],
+        [
+            (
+                p.get("name"),
+                p.get("backend"),
+                p.get("cpus"),
+                f"{p.get('memory_mb')} MB",
+                f"{p.get('gpus') or 0}" + (f" x {p['gpu_model']}" if p.get("gpu_model") else ""),
+            )
+            for p in data
+        ],
+    )
+    return 0
+
+
+runtime_app = App(name="runtime", help="Runtime images jobs run in.")
+
+
+@runtime_app.command(name="ls")
+def runtime_ls(*, json: JsonFlag = False) -> int:
+    """List runtimes (container images with a process model)."""
+    with connect() as api:
+        data = api.get("/v1/runtimes")
+    if json:
+        output.print_json(data)
+        return 0
+    output.table(
+        ["RUNTIME", "IMAGE", "PYTHON", "PROCESS MODEL", "DESCRIPTION"],
+        [
+            (r.get("name"), r.get("image"), r.get("python"), r.get("process_model"),
+             r.get("description"))
+            for r in data
+        ],
+    )  # fmt: skip
+    return 0
+
+
+def register(app: App) -> None:
+    app.command(methods)
+    app.command(profiles)
+    app.command(runtime_app)

@@ -1,0 +1,230 @@
+"""`tp job ls|status|logs|stop`, and the waiting/following that `tp submit` reuses."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Collection
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from cyclopts import App, Parameter
+
+from domain.errors import NotFound
+from domain.lifecycle import JOB_FINAL, JobState
+from entrypoints.cli import errors, output
+from entrypoints.cli.client import Api, connect
+
+POLL_INTERVAL = 1.0  # seconds between state polls; tests shorten it
+ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+NOT_STARTED = frozenset({JobState.PENDING.value, JobState.STARTING.value})
+FINAL = frozenset(s.value for s in JOB_FINAL)
+ACTIVE_VALUES = frozenset(s.value for s in ACTIVE)
+
+JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
+job_app = App(name="job", help="List, inspect, follow and stop jobs.")
+
+
+def job_path(job_id: str, tail: str = "") -> str:
+    return f"/v1/jobs/{quote(job_id, safe='')}{tail}"
+
+
+def get_job(api: Api, job_id: str) -> dict[str, Any]:
+    return dict(api.get(job_path(job_id)))
+
+
+def describe_end(job: dict[str, Any]) -> str:
+    text = f"job {job['id']} {job['state']}"
+    if job.get("exit_code") is not None:
+        text += f" (exit code {job['exit_code']})"
+    if job.get("reason"):
+        text += f": {job['reason']}"
+    return text
+
+
+def end_code(job: dict[str, Any]) -> int:
+    """0 when the job succeeded or is still going, 1 when it ended any other way."""
+    state = job.get("state")
+    return errors.FAILED if state in FINAL and state != JobState.SUCCEEDED.value else errors.OK
+
+
+def wait_while(api: Api, job_id: str, states: Collection[str], label: str) -> dict[str, Any]:
+    """Poll the job while its state is in ``states``, showing a spinner with the state."""
+    job = get_job(api, job_id)
+    with output.spinner(f"{label} job {job_id}: {job['state']}") as spin:
+        while job["state"] in states:
+            time.sleep(POLL_INTERVAL)
+            job = get_job(api, job_id)
+            reason = f" ({job['reason']})" if job.get("reason") else ""
+            spin.update(f"{label} job {job_id}: {job['state']}{reason}")
+    return job
+
+
+def stream_logs(api: Api, job_id: str, follow: bool) -> None:
+    """Copy the log stream to stdout as bytes arrive."""
+    sink = getattr(sys.stdout, "buffer", None)
+    with api.stream(job_path(job_id, "/logs"), {"follow": "true" if follow else "false"}) as body:
+        for chunk in body:
+            if sink is not None:
+                sink.write(chunk)
+                sink.flush()
+            else:
+                sys.stdout.write(chunk.decode("utf-8", "replace"))
+                sys.stdout.flush()
+
+
+def follow_job(api: Api, job_id: str) -> int:
+    """Wait for the job to start, stream its logs until it ends, report how it ended."""
+    job = wait_while(api, job_id, NOT_STARTED, "waiting for")
+    stream_logs(api, job_id, follow=job["state"] not in FINAL)
+    job = wait_while(api, job_id, ACTIVE_VALUES, "ending")
+    output.info(describe_end(job))
+    return end_code(job)
+
+
+def latest_job_id(api: Api) -> str:
+    jobs = api.get("/v1/jobs", {"limit": 1}).get("jobs") or []
+    if not jobs:
+        raise NotFound("you have no jobs yet", fix="submit one with `tp submit NAME --profile P`")
+    return str(jobs[0]["id"])
+
+
+@job_app.command(name="ls")
+def ls(
+    *,
+    state: Annotated[tuple[str, ...], Parameter(name="--state")] = (),
+    all_: Annotated[bool, Parameter(name="--all")] = False,
+    limit: Annotated[int, Parameter(name="--limit")] = 20,
+    json: JsonFlag = False,
+) -> int:
+    """List your jobs, newest first (by default only those not yet ended).
+
+    Parameters
+    ----------
+    state
+        Only jobs in this state (repeatable): pending, starting, running, stopping, succeeded,
+        failed, cancelled.
+    all_
+        Include ended jobs (succeeded, failed, cancelled).
+    limit
+        At most this many jobs.
+    """
+    states = list(state) or ([] if all_ else [s.value for s in ACTIVE])
+    jobs: list[dict[str, Any]] = []
+    cursor: str | None = None
+    with connect() as api:
+        while len(jobs) < limit:
+            params: dict[str, Any] = {"state": states, "limit": min(limit - len(jobs), 100)}
+            if cursor:
+                params["cursor"] = cursor
+            page = api.get("/v1/jobs", params)
+            jobs.extend(page.get("jobs") or [])
+            cursor = page.get("next_cursor")
+            if not cursor or not page.get("jobs"):
+                break
+    jobs = jobs[:limit]
+    if json:
+        output.print_json(jobs)
+        return 0
+    output.table(
+        ["ID", "STATE", "EXPERIMENT", "METHOD", "PROFILE", "BACKEND", "CREATED", "REASON"],
+        [
+            (j.get("id"), j.get("state"), j.get("experiment"), j.get("method"),
+             j.get("profile"), j.get("backend"), j.get("created_at"), j.get("reason"))
+            for j in jobs
+        ],
+    )  # fmt: skip
+    if not jobs:
+        output.info("no jobs" + ("" if all_ or state else " running or waiting (try --all)"))
+    return 0
+
+
+@job_app.command
+def status(job_id: str, /, *, json: JsonFlag = False) -> int:
+    """Show a job's state, reason, exit code, attempts and members.
+
+    Parameters
+    ----------
+    job_id
+        The job id (`tp job ls`).
+    """
+    with connect() as api:
+        job = get_job(api, job_id)
+    if json:
+        output.print_json(job)
+        return 0
+    p = output.out.print
+    p(f"job        {job['id']}", markup=False)
+    p(f"state      {job['state']}", markup=False)
+    for key in ("reason", "exit_code"):
+        if job.get(key) not in (None, ""):
+            p(f"{key.replace('_', ' '):<10} {job[key]}", markup=False)
+    for key in ("experiment", "method", "owner", "created_at", "updated_at"):
+        p(f"{key.replace('_', ' '):<10} {job.get(key)}", markup=False)
+    p(f"profile    {job.get('profile')} → {job.get('backend')}", markup=False)
+    rows = []
+    for a in job.get("attempts") or []:
+        rows.append(
+            (f"#{a.get('number')}", "", a.get("state"), a.get("exit_code"), a.get("reason"))
+        )
+        for m in a.get("members") or []:
+            rows.append(
+                (f"  member {m.get('index')}", m.get("handle"), m.get("state"),
+                 m.get("exit_code"), m.get("reason"))
+            )  # fmt: skip
+    if rows:
+        output.table(["ATTEMPT", "HANDLE", "STATE", "EXIT", "REASON"], rows)
+    return 0
+
+
+@job_app.command
+def logs(
+    job_id: str | None = None,
+    /,
+    *,
+    follow: Annotated[bool, Parameter(name=["--follow", "-f"])] = False,
+) -> int:
+    """Print a job's output (stdout and stderr); with -f keep streaming until it ends.
+
+    Parameters
+    ----------
+    job_id
+        The job id; default: your most recent job.
+    follow
+        Keep streaming new output until the job ends.
+    """
+    with connect() as api:
+        if job_id is None:
+            job_id = latest_job_id(api)
+            output.info(f"logs of job {job_id}")
+        stream_logs(api, job_id, follow)
+    return 0
+
+
+@job_app.command
+def stop(
+    job_id: str,
+    /,
+    *,
+    wait: Annotated[bool, Parameter(name="--wait")] = False,
+) -> int:
+    """Ask a job to stop; with --wait, wait until every member is known stopped.
+
+    Parameters
+    ----------
+    job_id
+        The job id.
+    wait
+        Wait until the job reaches a final state.
+    """
+    with connect() as api:
+        _, job = api.post(job_path(job_id, "/cancel"))
+        output.out.print(f"stop requested for job {job_id} (state: {job['state']})", markup=False)
+        if wait:
+            job = wait_while(api, job_id, ACTIVE_VALUES, "stopping")
+            output.out.print(describe_end(job), markup=False)
+    return 0
+
+
+def register(app: App) -> None:
+    app.command(job_app)

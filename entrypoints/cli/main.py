@@ -1,0 +1,71 @@
+"""The `tp` command line: a client of the HTTP API (docs/http-api.md), plus `tp up`/`tp serve`.
+
+``run(argv)`` returns the exit code (see ``errors`` for the table); ``main()`` exits with it.
+Expected failures print ``error:``/``field:``/``fix:`` lines to stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from cyclopts import App, CycloptsError, Parameter
+
+from domain.errors import TunePlaneError
+from entrypoints.cli import (
+    account,
+    catalog,
+    errors,
+    experiments,
+    jobs,
+    output,
+    server_cmds,
+    submit,
+)
+
+
+def build_app() -> App:
+    app = App(
+        name="tp",
+        help="TunePlane: submit, watch and stop ML training jobs.",
+        default_parameter=Parameter(negative=()),
+        version_flags=(),
+    )
+    account.register(app)
+    experiments.register(app)
+    catalog.register(app)
+    submit.register(app)
+    jobs.register(app)
+    server_cmds.register(app)
+    return app
+
+
+app = build_app()
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run one command line; return its exit code."""
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    try:
+        result = app(tokens, result_action="return_value", exit_on_error=False)
+    except CycloptsError:
+        return errors.USAGE  # cyclopts has printed the problem already
+    except TunePlaneError as exc:
+        output.err.print(errors.render(exc), markup=False)
+        return errors.exit_code(exc)
+    except KeyboardInterrupt:
+        output.err.print("interrupted", markup=False)
+        return errors.INTERRUPTED
+    except BrokenPipeError:  # e.g. `tp job logs | head`
+        return errors.OK
+    if isinstance(result, bool) or not isinstance(result, int):
+        return errors.OK
+    return result
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Terminal output: rich consoles, tables, JSON for scripts, progress bars and spinners."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def print_json(data: Any) -> None:
+    """Plain JSON on stdout (no colour, no wrapping), for scripts."""
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+
+
+def warn(message: str) -> None:
+    err.print(f"warning: {message}", markup=False)
+
+
+def info(message: str) -> None:
+    """Progress chatter goes to stderr so stdout stays clean for the result."""
+    err.print(message, markup=False)
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
+    t = Table(title=title, show_edge=False, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for row in rows:
+        t.add_row(*("" if v is None else str(v) for v in row))
+    out.print(t)
+
+
+def human_size(n: int | float) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"  # pragma: no cover
+
+
+class Bar:
+    """A byte-progress bar (packing, uploading); silent when stderr is not a terminal."""
+
+    def __init__(self, progress: Progress | None, task: Any) -> None:
+        self._progress = progress
+        self._task = task
+
+    def advance(self, n: int) -> None:
+        if self._progress is not None:
+            self._progress.advance(self._task, n)
+
+    def total(self, n: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, total=n)
+
+
+@contextmanager
+def byte_progress(description: str, total: int | None) -> Iterator[Bar]:
+    if not err.is_terminal:
+        yield Bar(None, None)
+        return
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(binary_units=True),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
+    with progress:
+        task = progress.add_task(description, total=total)
+        yield Bar(progress, task)
+
+
+class Spinner:
+    def __init__(self, status: Any) -> None:
+        self._status = status
+
+    def update(self, text: str) -> None:
+        if self._status is not None:
+            self._status.update(text)
+
+
+@contextmanager
+def spinner(text: str) -> Iterator[Spinner]:
+    """A spinner with changing text on a terminal; nothing otherwise."""
+    if not err.is_terminal:
+        yield Spinner(None)
+        return
+    with err.status(text) as status:
+        yield Spinner(status)

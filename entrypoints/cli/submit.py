@@ -1,0 +1,293 @@
+"""`tp submit`: preview (pack, upload, resolve) → submission file → commit with a retry key.
+
+The submission file ``<workspace>/.tuneplane-data/submissions/<preview-id>.json`` holds
+``{"server", "preview", "retry_key"}``. Committing sends (preview id, digest, retry key); a
+transient failure is retried with the same key, so the server hands back the same job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import App, Parameter
+from rich.prompt import Confirm
+
+from domain.errors import InvalidInput
+from entrypoints.cli import output
+from entrypoints.cli.archive import pack
+from entrypoints.cli.client import Api, connect, with_retries
+from entrypoints.cli.config import write_private_json
+from entrypoints.cli.jobs import NOT_STARTED, describe_end, end_code, follow_job, wait_while
+from entrypoints.cli.workspace import Experiment, find_workspace, load_experiment, submissions_dir
+
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
+    """``--set K=V`` pairs as strings (the server coerces them to the declared types)."""
+    out: dict[str, str] = {}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InvalidInput(
+                f"--set {item!r} is not KEY=VALUE", fix="write it as --set lr=0.001", field="--set"
+            )
+        out[key.strip()] = value
+    return out
+
+
+def write_submission(workspace: Path, server: str, preview: dict[str, Any]) -> Path:
+    """Record the preview with a fresh retry key (mode 0600, written atomically)."""
+    pid = str(preview.get("id", ""))
+    if not _ID_RE.match(pid):
+        raise InvalidInput(f"the server returned an unusable preview id {pid!r}", fix="report it")
+    path = submissions_dir(workspace) / f"{pid}.json"
+    write_private_json(path, {"server": server, "preview": preview, "retry_key": str(uuid.uuid4())})
+    return path
+
+
+def read_submission(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_bytes())
+        triple = (data["preview"]["id"], data["preview"]["digest"], data["retry_key"])
+    except FileNotFoundError:
+        raise InvalidInput(
+            f"{path} does not exist", fix="pass the file `tp submit --preview` printed"
+        ) from None
+    except (ValueError, KeyError, TypeError):
+        raise InvalidInput(
+            f"{path} is not a submission file (needs preview.id, preview.digest, retry_key)",
+            fix="make a new one with `tp submit NAME --profile P --preview`",
+            field="--commit",
+        ) from None
+    if not all(isinstance(v, str) and v for v in triple):
+        raise InvalidInput(f"{path} has an empty id, digest or retry key", fix="preview again")
+    return dict(data)
+
+
+def _shown(path: Path) -> str:
+    rel = os.path.relpath(path)
+    return rel if not rel.startswith("../..") else str(path)
+
+
+def _expiry(iso: str) -> str:
+    try:
+        left = datetime.fromisoformat(iso) - datetime.now(UTC)
+    except (TypeError, ValueError):
+        return iso
+    minutes = int(left.total_seconds() // 60)
+    return f"{iso} (in {minutes} min)" if minutes >= 0 else f"{iso} (expired)"
+
+
+def print_summary(preview: dict[str, Any], n_files: int) -> None:
+    spec = preview.get("spec") or {}
+    rt = spec.get("runtime") or {}
+    res = spec.get("resources") or {}
+    gpus = f"{res.get('gpus') or 0} GPUs" + (
+        f" x {res['gpu_model']}" if res.get("gpu_model") else ""
+    )
+    src = spec.get("source")
+    rows = [
+        ("experiment", spec.get("experiment")),
+        ("method", spec.get("method")),
+        ("runtime", f"{rt.get('name')}  {rt.get('image')}@{rt.get('digest')}"),
+        ("profile", f"{spec.get('profile')} → {spec.get('backend')}"),
+        ("resources", f"{res.get('cpus')} CPUs, {res.get('memory_mb')} MB, {gpus}"),
+        ("members", spec.get("members")),
+        ("command", shlex.join(str(a) for a in spec.get("command") or [])),
+        ("params", ", ".join(f"{k}={v!r}" for k, v in (spec.get("params") or {}).items())),
+        ("env", ", ".join(sorted(spec.get("env") or {})) or "-"),
+        ("source", f"{src['digest']} ({output.human_size(src['size'])}, {n_files} files)"
+         if src else "-"),
+        ("expires", _expiry(str(preview.get("expires_at")))),
+        ("preview", preview.get("id")),
+        ("digest", preview.get("digest")),
+    ]  # fmt: skip
+    for key, value in rows:
+        output.out.print(f"{key:<10} {value}", markup=False)
+
+
+def make_preview(
+    api: Api,
+    exp: Experiment,
+    profile: str,
+    sets: dict[str, str],
+    runtime: str | None,
+    allow_secret_files: bool,
+) -> tuple[dict[str, Any], int]:
+    """Pack and upload the source, then ask the server to resolve the submission."""
+    with output.byte_progress("packing", None) as bar:
+        archive = pack(
+            exp.path,
+            allow_secret_files=allow_secret_files,
+            on_progress=bar.advance,
+            on_total=bar.total,
+        )
+    try:
+        if archive.skipped:
+            output.warn("not packed (not regular files): " + ", ".join(archive.skipped))
+        with output.byte_progress("uploading", archive.size) as bar:
+
+            def send() -> Any:
+                chunks = archive.chunks(bar.advance)
+                return api.upload("/v1/archives", chunks, archive.size, archive.digest)
+
+            uploaded = with_retries(send, "upload")
+    finally:
+        archive.discard()
+    body = {
+        "experiment": exp.name,
+        "method": exp.method,
+        "profile": profile,
+        "params": {**exp.params, **sets},
+        "runtime": runtime or exp.runtime,
+        "source": {"digest": uploaded.get("digest", archive.digest), "size": archive.size},
+        "env": exp.env,
+    }
+    _, preview = with_retries(lambda: api.post("/v1/previews", body), "preview")
+    return dict(preview), len(archive.files)
+
+
+def commit(api: Api, submission: dict[str, Any]) -> str:
+    """POST /v1/jobs with the file's triple, retrying transient failures with the same key."""
+    body = {
+        "preview_id": submission["preview"]["id"],
+        "digest": submission["preview"]["digest"],
+        "retry_key": submission["retry_key"],
+    }
+    status, receipt = with_retries(lambda: api.post("/v1/jobs", body), "commit")
+    job_id = str(receipt["job_id"])
+    note = "created" if status == 201 else "(already submitted)"
+    output.out.print(f"job {job_id} {note}", markup=False)
+    return job_id
+
+
+def after_commit(api: Api, job_id: str, wait: bool, follow: bool) -> int:
+    if follow:
+        return follow_job(api, job_id)
+    if wait:
+        job = wait_while(api, job_id, NOT_STARTED, "waiting for")
+        output.out.print(
+            f"job {job_id} {job['state']}" if job["state"] == "running" else describe_end(job),
+            markup=False,
+        )
+        return end_code(job)
+    output.info(f"follow it with: tp job logs {job_id} -f")
+    return 0
+
+
+Flag = Annotated[bool, Parameter(negative=())]
+
+
+def submit(
+    name: str | None = None,
+    /,
+    *,
+    profile: Annotated[str | None, Parameter(name="--profile")] = None,
+    set_: Annotated[tuple[str, ...], Parameter(name="--set")] = (),
+    runtime: Annotated[str | None, Parameter(name="--runtime")] = None,
+    allow_secret_files: Flag = False,
+    preview: Flag = False,
+    commit_file: Annotated[Path | None, Parameter(name="--commit")] = None,
+    yes: Annotated[bool, Parameter(name=["--yes", "-y"])] = False,
+    wait: Flag = False,
+    follow: Annotated[bool, Parameter(name=["--follow", "-f"])] = False,
+) -> int:
+    """Submit an experiment: --preview (then --commit FILE), or --yes for both in one go.
+
+    Parameters
+    ----------
+    name
+        The experiment (directory name or path).
+    profile
+        Resource profile (see `tp profiles`); default: `profile` in experiment.toml.
+    set_
+        Override a parameter: --set KEY=VALUE (repeatable; the server converts the type).
+    runtime
+        Runtime to run in (see `tp runtime ls`); default: experiment.toml, else the method's.
+    allow_secret_files
+        Pack files that look like secrets (.env, *.pem, id_rsa, ...) anyway.
+    preview
+        Only preview: resolve, write the submission file, create no job.
+    commit_file
+        Commit a submission file written by --preview.
+    yes
+        Preview and commit without asking.
+    wait
+        After committing, wait until the job has started.
+    follow
+        After committing, wait for the job and stream its logs until it ends.
+    """
+    if commit_file is not None:
+        if name or preview or yes or profile or set_ or runtime or allow_secret_files:
+            raise InvalidInput(
+                "--commit takes only the submission file (and --wait/--follow)",
+                fix="run `tp submit --commit FILE`; to change the submission, preview again",
+                field="--commit",
+            )
+        submission = read_submission(commit_file)
+        with connect() as api:
+            if submission.get("server") and submission["server"].rstrip("/") != api.server:
+                raise InvalidInput(
+                    f"{commit_file} was previewed on {submission['server']}, "
+                    f"but you are logged in to {api.server}",
+                    fix=f"run `tp login --server {submission['server']} --token T` first",
+                    field="--commit",
+                )
+            job_id = commit(api, submission)
+            return after_commit(api, job_id, wait, follow)
+    if name is None:
+        raise InvalidInput(
+            "name an experiment, or pass --commit FILE",
+            fix="e.g. `tp submit my-exp --profile cpu:1 --preview`",
+            field="NAME",
+        )
+    if preview and (yes or wait or follow):
+        raise InvalidInput(
+            "--preview creates no job: it cannot be combined with --yes, --wait or --follow",
+            fix="drop --preview to submit now",
+            field="--preview",
+        )
+    if not preview and not yes and not sys.stdin.isatty():
+        raise InvalidInput(
+            "not asking for confirmation: input is not a terminal",
+            fix="pass --yes to submit without asking, or --preview to only preview",
+            field="--yes",
+        )
+    exp = load_experiment(name)
+    chosen = profile or exp.profile
+    if not chosen:
+        raise InvalidInput(
+            "no profile given",
+            fix=f"pass --profile P (see `tp profiles`) or set `profile` in {exp.file}",
+            field="--profile",
+        )
+    sets = parse_sets(set_)
+    workspace = find_workspace(exp.path)
+    with connect() as api:
+        resolved, n_files = make_preview(api, exp, chosen, sets, runtime, allow_secret_files)
+        path = write_submission(workspace, api.server, resolved)
+        print_summary(resolved, n_files)
+        output.info(f"submission file: {_shown(path)}")
+        if preview:
+            output.out.print(f"next: tp submit --commit {_shown(path)}", markup=False)
+            return 0
+        if not yes and not Confirm.ask("submit this job?", console=output.err, default=False):
+            output.out.print(
+                f"not submitted; later: tp submit --commit {_shown(path)}", markup=False
+            )
+            return 0
+        job_id = commit(api, read_submission(path))
+        return after_commit(api, job_id, wait, follow)
+
+
+def register(app: App) -> None:
+    app.command(submit)
