@@ -1,0 +1,293 @@
+"""The local execution backend: one container per member, through the Docker Engine API.
+
+Works against Docker or Podman's Docker-compatible service (``DOCKER_HOST``, a unix socket).
+A member's handle is its container id; its container is named ``tp-<member id>``, which makes
+``launch`` idempotent across retries and restarts. See docs/local-backend.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiodocker
+import aiohttp
+
+from adapters.docker.engine import EngineError, connect, engine_errors, resolve_host
+from adapters.docker.spec import (
+    LABEL_MEMBER,
+    WORKDIR,
+    container_config,
+    container_name,
+    never_started,
+    observation,
+    source_tar,
+    workspace_tar,
+)
+from domain.catalog import RuntimePin, RuntimeSpec
+from domain.errors import Conflict, InvalidInput, NotFound, Unavailable
+from domain.ports import LaunchRequest, Observation
+
+_TAR = {"Content-Type": "application/x-tar"}
+_FOREVER = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=30)
+
+
+class DockerBackend:
+    """``ExecutionBackend`` named ``local``.
+
+    ``network_mode`` defaults to ``none``: the private engine runs with ``--bridge=none``, and a
+    member needs no network to write its metrics (the collector tails files). ``host`` gives a
+    member the host's network. ``init`` runs tini as PID 1 so SIGTERM reaches the command.
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        docker_host: str | None = None,
+        *,
+        network_mode: str = "none",
+        init: bool = True,
+        gpus: bool = False,
+    ) -> None:
+        self.host = resolve_host(docker_host)
+        self.network_mode = network_mode
+        self.init = init
+        self.gpus = gpus
+        self._docker: aiodocker.Docker | None = None
+        self._host_cpus: int | None = None
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _client(self) -> aiodocker.Docker:
+        if self._docker is None:
+            self._docker = connect(self.host)  # lazily: the engine may start after us
+        return self._docker
+
+    async def _json(self, path: str, method: str = "GET", **kw: Any) -> Any:
+        with engine_errors(self.host):
+            return await self._client()._query_json(path, method, **kw)
+
+    async def _send(self, path: str, method: str = "POST", **kw: Any) -> None:
+        with engine_errors(self.host):
+            async with self._client()._query(path, method, **kw) as resp:
+                await resp.read()
+
+    async def _inspect(self, ref: str) -> dict[str, Any] | None:
+        try:
+            info: dict[str, Any] = await self._json(f"containers/{ref}/json")
+        except EngineError as exc:
+            if exc.status == 404:
+                return None
+            raise Unavailable(f"cannot inspect container {ref}: {exc.message}") from None
+        return info
+
+    async def ping(self) -> None:
+        """Raise Unavailable unless the engine answers ``/_ping``."""
+        try:
+            with engine_errors(self.host):
+                async with self._client()._query("_ping", versioned_api=False) as resp:
+                    await resp.read()
+        except EngineError as exc:
+            raise Unavailable(f"the engine at {self.host} is unhealthy: {exc.message}") from None
+
+    async def close(self) -> None:
+        if self._docker is not None:
+            docker, self._docker = self._docker, None
+            await docker.close()
+
+    async def __aenter__(self) -> DockerBackend:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- ExecutionBackend -----------------------------------------------------------------------
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        try:
+            info = await self._json(f"images/{runtime.image}/json")
+        except EngineError as exc:
+            if exc.status != 404:
+                raise Unavailable(f"cannot inspect image {runtime.image}: {exc.message}") from None
+            raise InvalidInput(
+                f"runtime {runtime.name!r}: image {runtime.image} is not in the local engine",
+                fix=f"build it with `tp runtime build {runtime.name}`",
+                field="intent.runtime",
+            ) from None
+        return RuntimePin(
+            name=runtime.name,
+            image=runtime.image,
+            digest=str(info["Id"]),
+            python=runtime.python,
+            process_model=runtime.process_model,
+        )
+
+    async def launch(self, request: LaunchRequest) -> str:
+        name = container_name(request.member_id)
+        lock = self._locks.setdefault(name, asyncio.Lock())
+        try:
+            async with lock:
+                return await self._launch(name, request)
+        finally:
+            if not lock.locked():
+                self._locks.pop(name, None)
+
+    async def _launch(self, name: str, request: LaunchRequest, retry: bool = True) -> str:
+        pin = request.spec.runtime
+        if request.spec.resources.gpus > 0 and not self.gpus:
+            raise InvalidInput(
+                f"profile {request.spec.profile} asks for GPUs; this local engine offers none",
+                fix="choose a CPU profile, or configure the local backend with gpus enabled",
+                field="intent.profile",
+            )
+        tar = source_tar(request.source) if request.source is not None else None
+        info = await self._inspect(name)
+        if info is None:
+            config = container_config(
+                request,
+                network_mode=self.network_mode,
+                init=self.init,
+                host_cpus=await self._cpus(),
+            )
+            try:
+                created = await self._json(
+                    "containers/create", "POST", params={"name": name}, data=config
+                )
+                cid = str(created["Id"])
+            except EngineError as exc:
+                if exc.status == 409 and retry:  # created meanwhile by another launcher
+                    return await self._launch(name, request, retry=False)
+                if exc.status == 404:
+                    raise InvalidInput(
+                        f"runtime image {pin.image} ({pin.digest}) is no longer in the engine",
+                        fix=f"run `tp runtime build {pin.name}`, then preview and submit again",
+                        field="spec.runtime",
+                    ) from None
+                if exc.status >= 500 or exc.status == 409:
+                    raise Unavailable(
+                        f"the engine could not create {name}: {exc.message}"
+                    ) from None
+                raise InvalidInput(
+                    f"the engine refused to create {name}: {exc.message}",
+                    fix="check the profile's resources and the runtime",
+                ) from None
+        else:
+            if info.get("Config", {}).get("Labels", {}).get(LABEL_MEMBER) != request.member_id:
+                raise Conflict(
+                    f"a container named {name} exists but does not belong to this member",
+                    fix=f"remove it (docker rm -f {name}) and retry",
+                )
+            cid = str(info["Id"])
+            if not never_started(info):
+                return cid
+        await self._start(cid, tar)
+        return cid
+
+    async def _start(self, cid: str, tar: bytes | None) -> None:
+        if tar is not None:
+            await self._put_source(cid, tar)
+        try:
+            await self._send(f"containers/{cid}/start")
+        except EngineError as exc:
+            if exc.status == 404:
+                raise Conflict(f"container {cid} vanished while starting (stopped?)") from None
+            # e.g. "executable file not found": the container keeps State.Error and
+            # observe() reports it as exited with that reason.
+
+    async def _put_source(self, cid: str, tar: bytes) -> None:
+        for attempt in range(2):
+            try:
+                await self._send(
+                    f"containers/{cid}/archive", "PUT",
+                    params={"path": WORKDIR}, data=tar, headers=_TAR,
+                )  # fmt: skip
+                return
+            except EngineError as exc:
+                if exc.status == 404 and attempt == 0:  # no /workspace in the image: create it
+                    with contextlib.suppress(EngineError):
+                        await self._send(
+                            f"containers/{cid}/archive", "PUT",
+                            params={"path": "/"}, data=workspace_tar(), headers=_TAR,
+                        )  # fmt: skip
+                    continue
+                await self.release(cid)  # leave nothing half-made behind
+                if exc.status == 404:
+                    raise Conflict(f"container {cid} vanished while receiving its source") from None
+                raise InvalidInput(
+                    f"the engine could not unpack the source archive: {exc.message}",
+                    fix="check the archive (tar tzf) and submit again",
+                    field="intent.source",
+                ) from None
+
+    async def _cpus(self) -> int | None:
+        if self._host_cpus is None:
+            with contextlib.suppress(EngineError):
+                self._host_cpus = int((await self._json("info")).get("NCPU") or 0) or None
+        return self._host_cpus
+
+    async def observe(self, handle: str) -> Observation:
+        info = await self._inspect(handle)
+        return Observation("missing") if info is None else observation(info)
+
+    async def stop(self, handle: str, grace_seconds: float) -> None:
+        info = await self._inspect(handle)
+        if info is None:
+            return
+        if never_started(info):  # make sure it never starts: nothing ran, nothing to keep
+            await self.release(handle)
+            return
+        try:
+            await self._send(
+                f"containers/{handle}/stop",
+                params={"t": max(0, math.ceil(grace_seconds))},
+                timeout=_FOREVER,
+            )
+        except EngineError as exc:
+            if exc.status not in (304, 404, 409):
+                raise Unavailable(f"cannot stop {handle}: {exc.message}") from None
+
+    async def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
+        info = await self._inspect(handle)
+        if info is None:
+            raise NotFound(f"no container {handle} in the engine", fix="it was released")
+        tty = bool(info.get("Config", {}).get("Tty"))
+        params = {"stdout": True, "stderr": True, "follow": follow}
+        try:
+            with engine_errors(self.host):
+                async with self._client()._query(
+                    f"containers/{handle}/logs", params=params, timeout=_FOREVER
+                ) as resp:
+                    async for chunk in _demux(resp.content, tty):
+                        yield chunk
+        except EngineError as exc:
+            if exc.status == 404:
+                raise NotFound(f"container {handle} is gone", fix="it was released") from None
+            raise Unavailable(f"cannot read the logs of {handle}: {exc.message}") from None
+
+    async def release(self, handle: str) -> None:
+        try:
+            await self._send(f"containers/{handle}", "DELETE", params={"force": True, "v": True})
+        except EngineError as exc:
+            if exc.status not in (404, 409):  # 409: removal already in progress
+                raise Unavailable(f"cannot remove {handle}: {exc.message}") from None
+
+
+async def _demux(content: aiohttp.StreamReader, tty: bool) -> AsyncIterator[bytes]:
+    """The Engine's log stream: raw for a TTY, else frames of an 8-byte header + payload."""
+    if tty:
+        async for data in content.iter_any():
+            yield data
+        return
+    while True:
+        try:
+            header = await content.readexactly(8)
+        except asyncio.IncompleteReadError:
+            return
+        size = int.from_bytes(header[4:8], "big")
+        if size:
+            yield await content.readexactly(size)

@@ -1,0 +1,237 @@
+"""Building the local runtime images without a registry.
+
+A runtime's root file system is made locally (``adapters.docker.rootfs``), cached as a tar under
+the cache dir, and imported through the Engine API (``POST /images/create?fromSrc=-``) under
+the runtime's image name. Building is idempotent: an existing image is kept unless ``force``.
+
+    python -m adapters.docker.images build busybox|python [--docker-host H] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import aiodocker
+import aiohttp
+from yarl import URL
+
+from adapters.docker import rootfs
+from adapters.docker.engine import EngineError, connect, engine_errors, resolve_host
+from adapters.docker.runtimes import LOCAL_RUNTIMES, RECIPES, Recipe
+from domain.catalog import RuntimeSpec
+from domain.errors import InvalidInput, TunePlaneError, Unavailable
+
+CHUNK = 1 << 20
+_LONG = aiohttp.ClientTimeout(total=None, sock_read=600, sock_connect=10)
+
+
+@dataclass(frozen=True, slots=True)
+class BuildProgress:
+    """One progress report. Stages: check, exists, rootfs, cached, import, done.
+
+    During ``import``, ``done``/``total`` count bytes sent to the engine.
+    """
+
+    runtime: str
+    stage: str
+    message: str = ""
+    done: int = 0
+    total: int | None = None
+
+
+Progress = Callable[[BuildProgress], None]
+
+
+class BuildFailed(TunePlaneError):
+    """A runtime image could not be built here; ``fix`` says what to install or set."""
+
+    code = "runtime-build-failed"
+
+
+def default_cache_dir() -> Path:
+    explicit = os.environ.get("TUNEPLANE_IMAGE_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tuneplane" / "images"
+
+
+def _runtime(name: str) -> tuple[RuntimeSpec, Recipe]:
+    for spec in LOCAL_RUNTIMES:
+        if spec.name == name:
+            return spec, RECIPES[name]
+    known = ", ".join(r.name for r in LOCAL_RUNTIMES)
+    raise InvalidInput(
+        f"no local recipe for runtime {name!r}", fix=f"build one of: {known}", field="runtime"
+    )
+
+
+async def build_runtime(
+    docker_host: str | None,
+    name: str,
+    progress: Progress | None = None,
+    *,
+    force: bool = False,
+    cache_dir: Path | None = None,
+) -> str:
+    """Make runtime ``name``'s image in the engine at ``docker_host``; return its id (sha256:…).
+
+    Raises InvalidInput (unknown name), Unavailable (engine unreachable), BuildFailed.
+    """
+    spec, recipe = _runtime(name)
+    host = resolve_host(docker_host)
+    report = progress or (lambda p: None)
+    docker = connect(host)
+    try:
+        report(BuildProgress(name, "check", f"looking for {spec.image} at {host}"))
+        existing = await _image_id(docker, host, spec.image)
+        if existing and not force:
+            report(BuildProgress(name, "exists", f"{spec.image} is already built ({existing})"))
+            return existing
+        tar, size = await _rootfs(name, recipe, cache_dir or default_cache_dir(), force, report)
+        await _import(docker, host, spec, recipe, tar, size, report)
+        image_id = await _image_id(docker, host, spec.image)
+        if image_id is None:
+            raise BuildFailed(f"the engine accepted {tar} but shows no {spec.image}")
+        report(BuildProgress(name, "done", f"{spec.image} {image_id}"))
+        return image_id
+    finally:
+        await docker.close()
+
+
+async def _image_id(docker: aiodocker.Docker, host: str, image: str) -> str | None:
+    try:
+        with engine_errors(host):
+            info = await docker._query_json(f"images/{image}/json")
+    except EngineError as exc:
+        if exc.status == 404:
+            return None
+        raise Unavailable(f"cannot inspect {image}: {exc.message}") from None
+    return str(info["Id"])
+
+
+async def _rootfs(
+    name: str, recipe: Recipe, cache: Path, force: bool, report: Progress
+) -> tuple[Path, int]:
+    """The cached root file system tar (made first if absent or ``force``) and its size."""
+    loop = asyncio.get_running_loop()
+
+    def say(stage: str, line: str, size: int = 0) -> None:
+        loop.call_soon_threadsafe(report, BuildProgress(name, stage, line, size))
+
+    def make() -> tuple[Path, int]:
+        cache.mkdir(parents=True, exist_ok=True)
+        out = cache / f"{name}-rootfs-r{recipe.version}.tar"
+        if out.exists() and not force:
+            say("cached", f"root file system {out}", out.stat().st_size)
+        elif recipe.kind == "busybox":
+            rootfs.busybox_rootfs(out, lambda line: say("rootfs", line))
+        else:
+            rootfs.debootstrap_rootfs(out, recipe, lambda line: say("rootfs", line))
+        return out, out.stat().st_size
+
+    try:
+        return await asyncio.to_thread(make)
+    except (rootfs.RootfsError, OSError, subprocess.CalledProcessError) as exc:
+        raise BuildFailed(
+            f"cannot make the {name} root file system: {exc}",
+            fix=f"run `bash deploy/images/build.sh {name}` as root (it installs the tools)",
+        ) from None
+
+
+async def _import(
+    docker: aiodocker.Docker,
+    host: str,
+    spec: RuntimeSpec,
+    recipe: Recipe,
+    tar: Path,
+    total: int,
+    report: Progress,
+) -> None:
+    repo, _, tag = spec.image.rpartition(":")
+    changes = [
+        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "WORKDIR /workspace",
+        'CMD ["/bin/sh"]',
+        f"LABEL tuneplane.runtime={spec.name} tuneplane.recipe={recipe.version}",
+    ]
+    query = [("fromSrc", "-"), ("repo", repo), ("tag", tag)] + [("changes", c) for c in changes]
+
+    async def body() -> AsyncIterator[bytes]:
+        sent = 0
+        with tar.open("rb") as f:
+            while chunk := f.read(CHUNK):
+                sent += len(chunk)
+                report(BuildProgress(spec.name, "import", spec.image, sent, total))
+                yield chunk
+
+    report(BuildProgress(spec.name, "import", spec.image, 0, total))
+    try:
+        with engine_errors(host):
+            async with docker._query(
+                URL("images/create").with_query(query),
+                "POST",
+                data=body(),
+                headers={"Content-Type": "application/x-tar"},
+                timeout=_LONG,
+            ) as resp:
+                text = (await resp.read()).decode(errors="replace")
+    except EngineError as exc:
+        raise BuildFailed(f"the engine refused the import of {tar}: {exc.message}") from None
+    for line in text.splitlines():
+        msg = json.loads(line) if line.strip().startswith("{") else {}
+        if msg.get("error"):
+            raise BuildFailed(f"the engine failed to import {tar}: {msg['error']}")
+
+
+def _printer(stream: TextIO = sys.stderr) -> Progress:
+    last = {"pct": -1}
+
+    def show(p: BuildProgress) -> None:
+        if p.stage == "import" and p.total:
+            pct = p.done * 100 // p.total
+            if pct // 10 == last["pct"] // 10 and pct != 100:
+                return
+            last["pct"] = pct
+            line = f"[{p.runtime}] import {p.done / 1e6:.1f}/{p.total / 1e6:.1f} MB ({pct}%)"
+        else:
+            line = f"[{p.runtime}] {p.stage}: {p.message}"
+        print(line, file=stream, flush=True)
+
+    return show
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m adapters.docker.images")
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build a local runtime image")
+    build.add_argument("runtime", choices=[r.name for r in LOCAL_RUNTIMES])
+    build.add_argument("--docker-host", default=None, help="default: $DOCKER_HOST")
+    build.add_argument("--force", action="store_true", help="rebuild even if it exists")
+    build.add_argument("--cache-dir", type=Path, default=None)
+    args = parser.parse_args(argv)
+    try:
+        image_id = asyncio.run(
+            build_runtime(
+                args.docker_host, args.runtime, _printer(), force=args.force,
+                cache_dir=args.cache_dir,
+            )
+        )  # fmt: skip
+    except TunePlaneError as exc:
+        print(f"error: {exc.message}" + (f"\n  fix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
+        return 1
+    print(image_id)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

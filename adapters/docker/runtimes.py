@@ -1,0 +1,55 @@
+"""The runtimes the local backend builds itself (no registry is needed): declared once, here.
+
+``LOCAL_RUNTIMES`` feeds the control plane's catalog (``tp runtime ls``); ``RECIPES`` says how
+``adapters.docker.images.build_runtime`` makes each image's root file system.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domain.catalog import RuntimeSpec
+
+BUSYBOX = RuntimeSpec(
+    name="busybox",
+    image="localhost/tuneplane/runtime-busybox:1",
+    python=None,
+    process_model="single-process",
+    description="BusyBox (Debian busybox-static): POSIX sh and the usual tools, no Python",
+)
+PYTHON = RuntimeSpec(
+    name="python",
+    image="localhost/tuneplane/runtime-python:3.11",
+    python="3.11",
+    process_model="single-process",
+    description="Debian 12 minbase with python3-minimal (Python 3.11, `python` and `python3`)",
+)
+
+LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON)
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How to make a runtime's root file system. Bump ``version`` when the recipe changes:
+    it keys the rootfs cache and is recorded in the image's labels."""
+
+    kind: str  # "busybox" | "debootstrap"
+    version: str
+    suite: str = ""
+    include: tuple[str, ...] = ()
+
+
+RECIPES: dict[str, Recipe] = {
+    "busybox": Recipe(kind="busybox", version="1"),
+    "python": Recipe(
+        kind="debootstrap", version="1", suite="bookworm", include=("python3-minimal",)
+    ),
+}
+
+
+def runtime(name: str) -> RuntimeSpec:
+    for r in LOCAL_RUNTIMES:
+        if r.name == name:
+            return r
+    known = ", ".join(r.name for r in LOCAL_RUNTIMES)
+    raise KeyError(f"unknown local runtime {name!r}; known: {known}")

@@ -1,0 +1,150 @@
+"""Pure translations between TunePlane's launch model and the Engine API's JSON.
+
+No I/O here: :func:`container_config` builds the ``POST /containers/create`` body from a
+``LaunchRequest``; :func:`observation` reads ``GET /containers/{id}/json`` into an
+``Observation``; :func:`source_tar` checks and unpacks the member's source archive.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import signal
+import tarfile
+import zlib
+from typing import Any
+
+from domain.errors import InvalidInput
+from domain.ports import LaunchRequest, Observation
+
+WORKDIR = "/workspace"
+LABEL_JOB = "tuneplane.job"
+LABEL_ATTEMPT = "tuneplane.attempt"
+LABEL_MEMBER = "tuneplane.member"
+LABEL_INDEX = "tuneplane.member-index"
+NEVER = "0001-01-01T00:00:00Z"  # the engine's "StartedAt" of a container never started
+
+
+def container_name(member_id: str) -> str:
+    return f"tp-{member_id}"
+
+
+def container_config(
+    request: LaunchRequest,
+    *,
+    network_mode: str,
+    init: bool,
+    host_cpus: int | None,
+) -> dict[str, Any]:
+    """The create body. ``host_cpus`` caps the CPU quota (the engine refuses more than it has)."""
+    spec = request.spec
+    env = dict(spec.env)
+    env.update(
+        TUNEPLANE_JOB_ID=request.job_id,
+        TUNEPLANE_ATTEMPT_ID=request.attempt_id,
+        TUNEPLANE_MEMBER_INDEX=str(request.member_index),
+    )
+    cpus = spec.resources.cpus
+    if host_cpus:
+        cpus = min(cpus, float(host_cpus))
+    host: dict[str, Any] = {
+        "NetworkMode": network_mode,
+        "Init": init,
+        "RestartPolicy": {"Name": "no"},
+    }
+    if cpus > 0:
+        host["NanoCpus"] = int(cpus * 1e9)
+    if spec.resources.memory_mb > 0:
+        host["Memory"] = spec.resources.memory_mb * 1024 * 1024
+        host["MemorySwap"] = host["Memory"]  # no swap beyond the limit
+    if spec.resources.gpus > 0:
+        host["DeviceRequests"] = [
+            {"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}
+        ]
+    return {
+        "Image": spec.runtime.digest,  # the pinned image id: exactly what was previewed
+        "Cmd": list(spec.command),
+        "Env": [f"{k}={v}" for k, v in env.items()],
+        "WorkingDir": WORKDIR,
+        "Labels": {
+            LABEL_JOB: request.job_id,
+            LABEL_ATTEMPT: request.attempt_id,
+            LABEL_MEMBER: request.member_id,
+            LABEL_INDEX: str(request.member_index),
+        },
+        "Tty": False,
+        "OpenStdin": False,
+        "AttachStdin": False,
+        "HostConfig": host,
+    }
+
+
+def never_started(info: dict[str, Any]) -> bool:
+    """Created, no start attempted yet (a failed start leaves ``State.Error`` set)."""
+    state = info.get("State") or {}
+    return (
+        state.get("Status") in ("created", "configured")
+        and not state.get("Error")
+        and state.get("StartedAt", NEVER) in (NEVER, "", None)
+    )
+
+
+def _reason(state: dict[str, Any], code: int | None) -> str:
+    if state.get("OOMKilled"):
+        return "OOMKilled"
+    if state.get("Error"):
+        return str(state["Error"])
+    if code is not None and code > 128:
+        try:
+            return f"killed by {signal.Signals(code - 128).name}"
+        except ValueError:
+            return ""
+    return ""
+
+
+def observation(info: dict[str, Any]) -> Observation:
+    state = info.get("State") or {}
+    status = str(state.get("Status", "")).lower()
+    code = state.get("ExitCode")
+    code = int(code) if code is not None else None
+    if status in ("created", "configured", "initialized"):
+        if state.get("Error"):  # the start failed (e.g. command not found): it will never run
+            return Observation("exited", code or 128, _reason(state, code))
+        return Observation("starting")
+    if status in ("running", "paused", "restarting"):
+        return Observation("running")
+    return Observation("exited", code, _reason(state, code))
+
+
+def source_tar(source: bytes) -> bytes:
+    """The uncompressed tar to unpack into the working directory; InvalidInput if unreadable."""
+    data = source
+    try:
+        if source[:2] == b"\x1f\x8b":
+            data = gzip.decompress(source)
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for member in tar:
+                if member.name.startswith("/") or ".." in member.name.split("/"):
+                    raise InvalidInput(
+                        f"the source archive holds an unsafe path {member.name!r}",
+                        fix="build the archive with relative paths inside the experiment dir",
+                        field="intent.source",
+                    )
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:
+        raise InvalidInput(
+            f"the source archive is not a readable (gzip) tar: {exc}",
+            fix="upload a .tar.gz of the experiment directory (`tp submit` builds one)",
+            field="intent.source",
+        ) from None
+    return data
+
+
+def workspace_tar() -> bytes:
+    """A tar holding only the working directory itself, unpacked at ``/`` to create it."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(WORKDIR.strip("/"))
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+        tar.addfile(info)
+    return buf.getvalue()
