@@ -1,0 +1,190 @@
+"""A small in-memory database: committed tables, key locks and transactions.
+
+It mimics PostgreSQL at READ COMMITTED, which is what the contract tests pin down:
+
+* A transaction's writes are private until it commits (``Tx.writes`` over ``Table.rows``).
+* Inserting a key another open transaction inserted (or locked) waits for that transaction,
+  then sees its outcome — as a unique index does.
+* Updating a row takes its row lock (waiting for the holder); ``try_lock`` is SKIP LOCKED.
+* A wait that would close a cycle raises Conflict, as PostgreSQL's deadlock detector does.
+
+Everything runs on one event loop; check-then-act sequences between awaits are atomic.
+Values are deep-copied on the way in and out so that callers never share mutable state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.errors import Conflict
+
+KeyFn = Callable[[Any], Hashable]
+LockKey = tuple[str, str, Hashable]
+
+
+@dataclass(frozen=True)
+class TableDef:
+    name: str
+    pk: KeyFn
+    uniques: dict[str, KeyFn] = field(default_factory=dict)
+
+    def keys(self, row: Any) -> Iterator[tuple[str, Hashable]]:
+        yield "pk", self.pk(row)
+        for name, fn in self.uniques.items():
+            yield name, fn(row)
+
+
+class Table:
+    """Committed rows plus a unique index per unique key."""
+
+    def __init__(self, definition: TableDef) -> None:
+        self.definition = definition
+        self.rows: dict[Hashable, Any] = {}
+        self.index: dict[str, dict[Hashable, Hashable]] = {n: {} for n in definition.uniques}
+
+    def put(self, row: Any) -> None:
+        pk = self.definition.pk(row)
+        old = self.rows.get(pk)
+        for name, fn in self.definition.uniques.items():
+            if old is not None and self.index[name].get(fn(old)) == pk:
+                del self.index[name][fn(old)]
+        self.rows[pk] = row
+        for name, fn in self.definition.uniques.items():
+            self.index[name][fn(row)] = pk
+
+    def find(self, key: str, value: Hashable) -> Any | None:
+        if key == "pk":
+            return self.rows.get(value)
+        pk = self.index[key].get(value)
+        return None if pk is None else self.rows[pk]
+
+
+class Database:
+    """Committed tables and the lock table, shared by every transaction."""
+
+    def __init__(self, tables: list[TableDef]) -> None:
+        self.tables = {t.name: Table(t) for t in tables}
+        self._locks: dict[LockKey, Tx] = {}
+
+    def begin(self) -> Tx:
+        return Tx(self)
+
+
+class Tx:
+    """One transaction against a MemoryStore."""
+
+    def __init__(self, store: Database) -> None:
+        self.store = store
+        self.writes: dict[str, dict[Hashable, Any]] = {n: {} for n in store.tables}
+        self.held: set[LockKey] = set()
+        self.done = asyncio.Event()
+        self.waiting_for: Tx | None = None
+        self.closed = False
+
+    # -- reads (read committed + own writes) ----------------------------------------------
+    def get(self, table: str, pk: Hashable) -> Any | None:
+        return self.find(table, "pk", pk)
+
+    def find(self, table: str, key: str, value: Hashable) -> Any | None:
+        self._check_open()
+        t = self.store.tables[table]
+        fn = t.definition.pk if key == "pk" else t.definition.uniques[key]
+        for row in self.writes[table].values():
+            if fn(row) == value:
+                return copy.deepcopy(row)
+        found = t.find(key, value)
+        if found is not None and t.definition.pk(found) in self.writes[table]:
+            return None  # our own write moved that key away (keys are immutable here)
+        return copy.deepcopy(found)
+
+    def select(self, table: str, where: Callable[[Any], bool]) -> list[Any]:
+        """Copies of the visible rows of ``table`` that satisfy ``where`` (unordered)."""
+        self._check_open()
+        merged = {**self.store.tables[table].rows, **self.writes[table]}
+        return [copy.deepcopy(r) for r in merged.values() if where(r)]
+
+    def count(self, table: str) -> int:
+        self._check_open()
+        return len(self.store.tables[table].rows.keys() | self.writes[table].keys())
+
+    # -- writes ------------------------------------------------------------------------------
+    def write(self, table: str, row: Any) -> None:
+        self._check_open()
+        pk = self.store.tables[table].definition.pk(row)
+        self.writes[table][pk] = copy.deepcopy(row)
+
+    async def insert(self, table: str, row: Any, what: str) -> None:
+        """Insert ``row``; Conflict if any of its unique keys is taken (after waiting for an
+        open transaction that holds one)."""
+        definition = self.store.tables[table].definition
+        for key, value in definition.keys(row):
+            await self.lock((table, key, value))
+            if self.find(table, key, value) is not None:
+                raise Conflict(
+                    f"{what} already exists (same id or same unique key)", fix="use a new id"
+                )
+        self.write(table, row)
+
+    # -- locks -------------------------------------------------------------------------------
+    async def lock(self, key: LockKey) -> None:
+        """Take ``key``, waiting while another open transaction holds it."""
+        while not self.try_lock(key):
+            holder = self.store._locks[key]
+            self._check_deadlock(holder)
+            self.waiting_for = holder
+            try:
+                await holder.done.wait()
+            finally:
+                self.waiting_for = None
+
+    def try_lock(self, key: LockKey) -> bool:
+        self._check_open()
+        holder = self.store._locks.get(key)
+        if holder is None:
+            self.store._locks[key] = self
+            self.held.add(key)
+            return True
+        return holder is self
+
+    def _check_deadlock(self, holder: Tx) -> None:
+        seen: Tx | None = holder
+        while seen is not None:
+            if seen is self:
+                raise Conflict(
+                    "deadlock between concurrent units of work", fix="retry the operation"
+                )
+            seen = seen.waiting_for
+
+    # -- end ---------------------------------------------------------------------------------
+    def commit(self) -> None:
+        self._check_open()
+        for name, rows in self.writes.items():
+            table = self.store.tables[name]
+            for row in rows.values():
+                table.put(row)
+        self._release()
+
+    def rollback(self) -> None:
+        if not self.closed:
+            self._release()
+
+    def close(self) -> None:
+        self.rollback()
+        self.closed = True
+
+    def _release(self) -> None:
+        for name in self.writes:
+            self.writes[name] = {}
+        for key in self.held:
+            del self.store._locks[key]
+        self.held.clear()
+        done, self.done = self.done, asyncio.Event()
+        done.set()
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError("this unit of work has ended; open a new one")

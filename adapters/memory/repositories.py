@@ -1,0 +1,202 @@
+"""The repositories of domain.ports over one in-memory transaction (see adapters.memory.db)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection
+from typing import Any
+
+from adapters.memory.db import Tx
+from adapters.memory.paging import check_limit, decode_cursor, encode_cursor
+from adapters.memory.store import LogRow
+from domain.auth import ApiToken
+from domain.errors import Conflict, NotFound
+from domain.jobs import Attempt, Job, Member, Submission
+from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.ports import JobPage
+from domain.submission import Preview
+
+
+async def compare_and_set(tx: Tx, table: str, what: str, row: Any, expected: str) -> None:
+    """As UPDATE … WHERE id = … AND state = expected: an invisible row is NotFound; a row
+    another transaction is changing is waited for, then re-checked."""
+    if tx.get(table, row.id) is None:
+        raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
+    await tx.lock((table, "pk", row.id))
+    current = tx.get(table, row.id)
+    if current is None:  # pragma: no cover - rows are never deleted
+        raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
+    if current.state != expected:
+        raise Conflict(
+            f"{what} {row.id} is {current.state}, not {expected}: another writer changed it",
+            fix=f"re-read the {what} and decide again",
+        )
+    tx.write(table, row)
+
+
+def _require(tx: Tx, table: str, pk: str, what: str) -> None:
+    """The foreign-key check: the parent must be visible to this transaction."""
+    if tx.get(table, pk) is None:
+        raise NotFound(f"{what} {pk} does not exist", fix=f"create the {what} first")
+
+
+class MemoryPreviewRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def add(self, preview: Preview) -> None:
+        await self._tx.insert("previews", preview, f"preview {preview.id}")
+
+    async def get(self, preview_id: str) -> Preview | None:
+        found: Preview | None = self._tx.get("previews", preview_id)
+        return found
+
+
+class MemorySubmissionLedger:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def claim(self, submission: Submission) -> Submission | None:
+        tx = self._tx
+        for key, value in (
+            ("pk", submission.retry_key),
+            ("preview_id", submission.preview_id),
+        ):
+            await tx.lock(("submissions", key, value))  # waits for an open claimant
+            found: Submission | None = tx.find("submissions", key, value)
+            if found is not None:
+                return found
+        await tx.lock(("submissions", "job_id", submission.job_id))
+        if tx.find("submissions", "job_id", submission.job_id) is not None:
+            raise Conflict(
+                f"job id {submission.job_id} is already recorded for another submission",
+                fix="use a fresh job id",
+            )
+        tx.write("submissions", submission)
+        return None
+
+
+class MemoryJobRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def add(self, job: Job) -> None:
+        await self._tx.insert("jobs", job, f"job {job.id}")
+
+    async def get(self, job_id: str) -> Job | None:
+        found: Job | None = self._tx.get("jobs", job_id)
+        return found
+
+    async def update(self, job: Job, expected: JobState) -> None:
+        await compare_and_set(self._tx, "jobs", "job", job, expected.value)
+
+    async def list(
+        self,
+        *,
+        owner: str | None,
+        states: Collection[JobState] | None,
+        limit: int,
+        cursor: str | None,
+    ) -> JobPage:
+        check_limit(limit)
+        after = decode_cursor(cursor) if cursor is not None else None
+        wanted = None if states is None else {JobState(s) for s in states}
+        rows: list[Job] = self._tx.select(
+            "jobs",
+            lambda j: (
+                (owner is None or j.owner == owner)
+                and (wanted is None or j.state in wanted)
+                and (after is None or (j.created_at, j.id) < after)
+            ),
+        )
+        rows.sort(key=lambda j: (j.created_at, j.id), reverse=True)
+        page = rows[:limit]
+        more = len(rows) > limit
+        return JobPage(
+            jobs=page,
+            next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+        )
+
+    async def claim(self, states: Collection[JobState], limit: int) -> builtins.list[Job]:
+        check_limit(limit)
+        wanted = {JobState(s) for s in states}
+        candidates: list[Job] = sorted(
+            self._tx.select("jobs", lambda j: j.state in wanted),
+            key=lambda j: (j.created_at, j.id),
+        )
+        claimed: builtins.list[Job] = []
+        for job in candidates:
+            if len(claimed) == limit:
+                break
+            if self._tx.try_lock(("jobs", "pk", job.id)):  # SKIP LOCKED
+                current = self._tx.get("jobs", job.id)
+                if current is not None and current.state in wanted:
+                    claimed.append(current)
+        return claimed
+
+
+class MemoryAttemptRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def add(self, attempt: Attempt) -> None:
+        _require(self._tx, "jobs", attempt.job_id, "job")
+        what = f"attempt {attempt.id} (job {attempt.job_id}, number {attempt.number})"
+        await self._tx.insert("attempts", attempt, what)
+
+    async def get(self, attempt_id: str) -> Attempt | None:
+        found: Attempt | None = self._tx.get("attempts", attempt_id)
+        return found
+
+    async def update(self, attempt: Attempt, expected: AttemptState) -> None:
+        await compare_and_set(self._tx, "attempts", "attempt", attempt, expected.value)
+
+    async def for_job(self, job_id: str) -> list[Attempt]:
+        rows: list[Attempt] = self._tx.select("attempts", lambda a: a.job_id == job_id)
+        return sorted(rows, key=lambda a: a.number)
+
+
+class MemoryMemberRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def add(self, member: Member) -> None:
+        _require(self._tx, "attempts", member.attempt_id, "attempt")
+        what = f"member {member.id} (attempt {member.attempt_id}, index {member.index})"
+        await self._tx.insert("members", member, what)
+
+    async def update(self, member: Member, expected: MemberState) -> None:
+        await compare_and_set(self._tx, "members", "member", member, expected.value)
+
+    async def for_attempt(self, attempt_id: str) -> list[Member]:
+        rows: list[Member] = self._tx.select("members", lambda m: m.attempt_id == attempt_id)
+        return sorted(rows, key=lambda m: m.index)
+
+
+class MemoryLogRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def save(self, attempt_id: str, data: bytes, truncated: bool) -> None:
+        _require(self._tx, "attempts", attempt_id, "attempt")
+        await self._tx.lock(("attempt_logs", "pk", attempt_id))  # as INSERT … ON CONFLICT
+        self._tx.write("attempt_logs", LogRow(attempt_id, bytes(data), bool(truncated)))
+
+    async def get(self, attempt_id: str) -> tuple[bytes, bool] | None:
+        row: LogRow | None = self._tx.get("attempt_logs", attempt_id)
+        return (row.data, row.truncated) if row else None
+
+
+class MemoryTokenRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def add(self, token: ApiToken) -> None:
+        await self._tx.insert("api_tokens", token, f"token {token.id}")
+
+    async def by_hash(self, token_hash: str) -> ApiToken | None:
+        found: ApiToken | None = self._tx.find("api_tokens", "token_hash", token_hash)
+        return found
+
+    async def count(self) -> int:
+        return self._tx.count("api_tokens")

@@ -1,0 +1,37 @@
+"""MemoryStore: the TunePlane tables on the in-memory database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from adapters.memory.db import Database, TableDef
+
+
+@dataclass(frozen=True, slots=True)
+class LogRow:
+    attempt_id: str
+    data: bytes
+    truncated: bool
+
+
+TABLES = [
+    TableDef("previews", pk=lambda p: p.id),
+    TableDef(
+        "submissions",
+        pk=lambda s: s.retry_key,
+        uniques={"preview_id": lambda s: s.preview_id, "job_id": lambda s: s.job_id},
+    ),
+    TableDef("jobs", pk=lambda j: j.id, uniques={"preview_id": lambda j: j.preview_id}),
+    TableDef("attempts", pk=lambda a: a.id, uniques={"number": lambda a: (a.job_id, a.number)}),
+    TableDef("members", pk=lambda m: m.id, uniques={"index": lambda m: (m.attempt_id, m.index)}),
+    TableDef("attempt_logs", pk=lambda r: r.attempt_id),
+    TableDef("api_tokens", pk=lambda t: t.id, uniques={"token_hash": lambda t: t.token_hash}),
+]
+
+
+class MemoryStore(Database):
+    """All state of the in-memory adapters; share one between the units of work of a process
+    (or of a test). ``MemoryUnitOfWork(store)`` opens a transaction on it."""
+
+    def __init__(self) -> None:
+        super().__init__(TABLES)

@@ -1,0 +1,76 @@
+"""MemoryUnitOfWork: one transaction on a MemoryStore."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from adapters.memory.db import Tx
+from adapters.memory.repositories import (
+    MemoryAttemptRepository,
+    MemoryJobRepository,
+    MemoryLogRepository,
+    MemoryMemberRepository,
+    MemoryPreviewRepository,
+    MemorySubmissionLedger,
+    MemoryTokenRepository,
+)
+from adapters.memory.store import MemoryStore
+from domain.ports import (
+    AttemptRepository,
+    JobRepository,
+    LogRepository,
+    MemberRepository,
+    PreviewRepository,
+    SubmissionLedger,
+    TokenRepository,
+)
+
+
+class MemoryUnitOfWork:
+    """``async with MemoryUnitOfWork(store) as uow: ...; await uow.commit()``.
+
+    Same contract as PostgresUnitOfWork: writes are invisible to other units until
+    ``commit()``; leaving the block without it discards them; after ``commit()`` the unit may
+    go on in a new transaction. Row locks and key reservations are held until the transaction
+    ends, so concurrent units wait for (or, when claiming jobs, skip) each other's rows.
+    """
+
+    previews: PreviewRepository
+    submissions: SubmissionLedger
+    jobs: JobRepository
+    attempts: AttemptRepository
+    members: MemberRepository
+    logs: LogRepository
+    tokens: TokenRepository
+
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
+        self._tx: Tx | None = None
+
+    async def __aenter__(self) -> Self:
+        if self._tx is not None:
+            raise RuntimeError("a MemoryUnitOfWork cannot be entered twice")
+        tx = self._tx = self._store.begin()
+        self.previews = MemoryPreviewRepository(tx)
+        self.submissions = MemorySubmissionLedger(tx)
+        self.jobs = MemoryJobRepository(tx)
+        self.attempts = MemoryAttemptRepository(tx)
+        self.members = MemoryMemberRepository(tx)
+        self.logs = MemoryLogRepository(tx)
+        self.tokens = MemoryTokenRepository(tx)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._tx is not None:
+            self._tx.close()
+
+    async def commit(self) -> None:
+        if self._tx is None:
+            raise RuntimeError("commit() outside `async with`")
+        self._tx.commit()

@@ -1,0 +1,175 @@
+"""Rows ↔ domain values. JobSpec and SubmissionIntent travel as JSONB (their ``to_dict``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from domain.auth import ApiToken, Role
+from domain.jobs import Attempt, Job, Member, Submission
+from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.submission import JobSpec, Preview, SourceRef, SubmissionIntent
+
+Row = Mapping[Any, Any]
+
+
+def intent_from_dict(d: Mapping[str, Any]) -> SubmissionIntent:
+    """The inverse of ``SubmissionIntent.to_dict`` (the domain has no ``from_dict`` yet)."""
+    src = d.get("source")
+    return SubmissionIntent(
+        experiment=d["experiment"],
+        method=d["method"],
+        profile=d["profile"],
+        params=dict(d.get("params") or {}),
+        runtime=d.get("runtime"),
+        source=SourceRef(digest=src["digest"], size=int(src["size"])) if src else None,
+        env=dict(d.get("env") or {}),
+    )
+
+
+def preview_values(p: Preview) -> dict[str, Any]:
+    return {
+        "id": p.id,
+        "owner": p.owner,
+        "digest": p.digest,
+        "created_at": p.created_at,
+        "expires_at": p.expires_at,
+        "intent": p.intent.to_dict(),
+        "spec": p.spec.to_dict(),
+    }
+
+
+def preview_from_row(r: Row) -> Preview:
+    return Preview(
+        id=r["id"],
+        owner=r["owner"],
+        digest=r["digest"],
+        created_at=r["created_at"],
+        expires_at=r["expires_at"],
+        intent=intent_from_dict(r["intent"]),
+        spec=JobSpec.from_dict(r["spec"]),
+    )
+
+
+def submission_values(s: Submission) -> dict[str, Any]:
+    return {
+        "retry_key": s.retry_key,
+        "preview_id": s.preview_id,
+        "digest": s.digest,
+        "job_id": s.job_id,
+        "owner": s.owner,
+        "created_at": s.created_at,
+    }
+
+
+def submission_from_row(r: Row) -> Submission:
+    return Submission(
+        retry_key=r["retry_key"],
+        preview_id=r["preview_id"],
+        digest=r["digest"],
+        job_id=r["job_id"],
+        owner=r["owner"],
+        created_at=r["created_at"],
+    )
+
+
+def job_values(j: Job) -> dict[str, Any]:
+    return {
+        "id": j.id,
+        "preview_id": j.preview_id,
+        "owner": j.owner,
+        "state": j.state.value,
+        "spec": j.spec.to_dict(),
+        "created_at": j.created_at,
+        "updated_at": j.updated_at,
+        "reason": j.reason,
+        "exit_code": j.exit_code,
+    }
+
+
+def job_from_row(r: Row) -> Job:
+    return Job(
+        id=r["id"],
+        preview_id=r["preview_id"],
+        owner=r["owner"],
+        spec=JobSpec.from_dict(r["spec"]),
+        state=JobState(r["state"]),
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        reason=r["reason"],
+        exit_code=r["exit_code"],
+    )
+
+
+def attempt_values(a: Attempt) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "job_id": a.job_id,
+        "number": a.number,
+        "state": a.state.value,
+        "created_at": a.created_at,
+        "updated_at": a.updated_at,
+        "reason": a.reason,
+        "exit_code": a.exit_code,
+    }
+
+
+def attempt_from_row(r: Row) -> Attempt:
+    return Attempt(
+        id=r["id"],
+        job_id=r["job_id"],
+        number=r["number"],
+        state=AttemptState(r["state"]),
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        reason=r["reason"],
+        exit_code=r["exit_code"],
+    )
+
+
+def member_values(m: Member) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "attempt_id": m.attempt_id,
+        "index": m.index,
+        "state": m.state.value,
+        "handle": m.handle,
+        "exit_code": m.exit_code,
+        "reason": m.reason,
+        "updated_at": m.updated_at,
+    }
+
+
+def member_from_row(r: Row) -> Member:
+    return Member(
+        id=r["id"],
+        attempt_id=r["attempt_id"],
+        index=r["index"],
+        state=MemberState(r["state"]),
+        updated_at=r["updated_at"],
+        handle=r["handle"],
+        exit_code=r["exit_code"],
+        reason=r["reason"],
+    )
+
+
+def token_values(t: ApiToken) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "role": t.role.value,
+        "token_hash": t.token_hash,
+        "created_at": t.created_at,
+        "revoked": t.revoked,
+    }
+
+
+def token_from_row(r: Row) -> ApiToken:
+    return ApiToken(
+        id=r["id"],
+        name=r["name"],
+        role=Role(r["role"]),
+        token_hash=r["token_hash"],
+        created_at=r["created_at"],
+        revoked=r["revoked"],
+    )

@@ -1,0 +1,49 @@
+"""The async engine (SQLAlchemy 2 on asyncpg)."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+def async_url(url: str) -> str:
+    """``postgres://``, ``postgresql://`` or ``postgresql+<driver>://`` → ``postgresql+asyncpg``."""
+    parsed = make_url(url.replace("postgres://", "postgresql://", 1))
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError(f"{parsed.drivername!r} is not a PostgreSQL URL")
+    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+def plain_url(url: str) -> str:
+    """The ``postgresql://`` form (for asyncpg.connect, psql, libpq)."""
+    parsed = make_url(async_url(url))
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def create_engine(
+    url: str,
+    pool_size: int = 10,
+    *,
+    max_overflow: int = 10,
+    pool_timeout: float = 30.0,
+    connect_timeout: float = 10.0,
+    application_name: str = "tuneplane",
+    echo: bool = False,
+) -> AsyncEngine:
+    """An engine for ``url``; any PostgreSQL URL form is accepted (the driver is asyncpg).
+
+    Connections are checked before use (``pool_pre_ping``) so that a restarted server costs
+    one reconnect instead of an error. Dispose it with ``await engine.dispose()``.
+    """
+    return create_async_engine(
+        async_url(url),
+        pool_size=pool_size,
+        max_overflow=max_overflow,
+        pool_timeout=pool_timeout,
+        pool_pre_ping=True,
+        echo=echo,
+        connect_args={
+            "timeout": connect_timeout,
+            "server_settings": {"application_name": application_name},
+        },
+    )

@@ -1,0 +1,78 @@
+"""Jobs: compare-and-set updates, keyset pagination, SKIP LOCKED claims."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection
+
+from sqlalchemy import Select, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from adapters.memory.paging import check_limit, decode_cursor, encode_cursor
+from adapters.postgres import codec
+from adapters.postgres.errors import translated
+from adapters.postgres.rows import compare_and_set, insert_new
+from adapters.postgres.tables import jobs
+from domain.jobs import Job
+from domain.lifecycle import JobState
+from domain.ports import JobPage
+
+
+class PostgresJobRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def add(self, job: Job) -> None:
+        await insert_new(self._conn, jobs, codec.job_values(job), f"job {job.id}")
+
+    async def get(self, job_id: str) -> Job | None:
+        with translated(f"get job {job_id}"):
+            row = (
+                (await self._conn.execute(select(jobs).where(jobs.c.id == job_id)))
+                .mappings()
+                .first()
+            )
+        return codec.job_from_row(row) if row else None
+
+    async def update(self, job: Job, expected: JobState) -> None:
+        await compare_and_set(self._conn, jobs, "job", codec.job_values(job), expected.value)
+
+    async def list(
+        self,
+        *,
+        owner: str | None,
+        states: Collection[JobState] | None,
+        limit: int,
+        cursor: str | None,
+    ) -> JobPage:
+        check_limit(limit)
+        query: Select[tuple[object, ...]] = select(jobs)
+        if owner is not None:
+            query = query.where(jobs.c.owner == owner)
+        if states is not None:
+            query = query.where(jobs.c.state.in_([s.value for s in states]))
+        if cursor is not None:
+            at, job_id = decode_cursor(cursor)
+            query = query.where(tuple_(jobs.c.created_at, jobs.c.id) < tuple_(at, job_id))
+        query = query.order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
+        with translated("list jobs"):
+            rows = (await self._conn.execute(query)).mappings().all()
+        page = [codec.job_from_row(r) for r in rows[:limit]]
+        more = len(rows) > limit
+        return JobPage(
+            jobs=page,
+            next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+        )
+
+    async def claim(self, states: Collection[JobState], limit: int) -> builtins.list[Job]:
+        check_limit(limit)
+        query = (
+            select(jobs)
+            .where(jobs.c.state.in_([s.value for s in states]))
+            .order_by(jobs.c.created_at, jobs.c.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        with translated("claim jobs"):
+            rows = (await self._conn.execute(query)).mappings().all()
+        return [codec.job_from_row(r) for r in rows]

@@ -1,0 +1,1 @@
+"""Alembic migration scripts (a package so that setuptools ships them)."""

@@ -1,0 +1,109 @@
+"""Attempts, members, final logs and API tokens."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from adapters.postgres import codec
+from adapters.postgres.errors import translated
+from adapters.postgres.rows import compare_and_set, insert_new
+from adapters.postgres.tables import api_tokens, attempt_logs, attempts, members
+from domain.auth import ApiToken
+from domain.jobs import Attempt, Member
+from domain.lifecycle import AttemptState, MemberState
+
+
+class PostgresAttemptRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def add(self, attempt: Attempt) -> None:
+        what = f"attempt {attempt.id} (job {attempt.job_id}, number {attempt.number})"
+        await insert_new(self._conn, attempts, codec.attempt_values(attempt), what)
+
+    async def get(self, attempt_id: str) -> Attempt | None:
+        with translated(f"get attempt {attempt_id}"):
+            row = (
+                (await self._conn.execute(select(attempts).where(attempts.c.id == attempt_id)))
+                .mappings()
+                .first()
+            )
+        return codec.attempt_from_row(row) if row else None
+
+    async def update(self, attempt: Attempt, expected: AttemptState) -> None:
+        await compare_and_set(
+            self._conn, attempts, "attempt", codec.attempt_values(attempt), expected.value
+        )
+
+    async def for_job(self, job_id: str) -> list[Attempt]:
+        query = select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.number)
+        with translated(f"list attempts of job {job_id}"):
+            rows = (await self._conn.execute(query)).mappings().all()
+        return [codec.attempt_from_row(r) for r in rows]
+
+
+class PostgresMemberRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def add(self, member: Member) -> None:
+        what = f"member {member.id} (attempt {member.attempt_id}, index {member.index})"
+        await insert_new(self._conn, members, codec.member_values(member), what)
+
+    async def update(self, member: Member, expected: MemberState) -> None:
+        await compare_and_set(
+            self._conn, members, "member", codec.member_values(member), expected.value
+        )
+
+    async def for_attempt(self, attempt_id: str) -> list[Member]:
+        query = select(members).where(members.c.attempt_id == attempt_id).order_by(members.c.index)
+        with translated(f"list members of attempt {attempt_id}"):
+            rows = (await self._conn.execute(query)).mappings().all()
+        return [codec.member_from_row(r) for r in rows]
+
+
+class PostgresLogRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def save(self, attempt_id: str, data: bytes, truncated: bool) -> None:
+        stmt = pg_insert(attempt_logs).values(attempt_id=attempt_id, data=data, truncated=truncated)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[attempt_logs.c.attempt_id],
+            set_={
+                "data": stmt.excluded.data,
+                "truncated": stmt.excluded.truncated,
+                "saved_at": func.now(),
+            },
+        )
+        with translated(f"save the log of attempt {attempt_id}"):
+            await self._conn.execute(stmt)
+
+    async def get(self, attempt_id: str) -> tuple[bytes, bool] | None:
+        query = select(attempt_logs.c.data, attempt_logs.c.truncated).where(
+            attempt_logs.c.attempt_id == attempt_id
+        )
+        with translated(f"get the log of attempt {attempt_id}"):
+            row = (await self._conn.execute(query)).first()
+        return (bytes(row.data), bool(row.truncated)) if row else None
+
+
+class PostgresTokenRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def add(self, token: ApiToken) -> None:
+        await insert_new(self._conn, api_tokens, codec.token_values(token), f"token {token.id}")
+
+    async def by_hash(self, token_hash: str) -> ApiToken | None:
+        query = select(api_tokens).where(api_tokens.c.token_hash == token_hash)
+        with translated("look up a token"):
+            row = (await self._conn.execute(query)).mappings().first()
+        return codec.token_from_row(row) if row else None
+
+    async def count(self) -> int:
+        with translated("count tokens"):
+            n = (await self._conn.execute(select(func.count()).select_from(api_tokens))).scalar()
+        return int(n or 0)

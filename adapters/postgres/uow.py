@@ -1,0 +1,93 @@
+"""One unit of work = one connection + one transaction."""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Self
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from adapters.postgres.errors import translated
+from adapters.postgres.jobs import PostgresJobRepository
+from adapters.postgres.runs import (
+    PostgresAttemptRepository,
+    PostgresLogRepository,
+    PostgresMemberRepository,
+    PostgresTokenRepository,
+)
+from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
+from domain.ports import (
+    AttemptRepository,
+    JobRepository,
+    LogRepository,
+    MemberRepository,
+    PreviewRepository,
+    SubmissionLedger,
+    TokenRepository,
+)
+
+
+class PostgresUnitOfWork:
+    """``async with PostgresUnitOfWork(engine) as uow: ...; await uow.commit()``.
+
+    Leaving the block without ``commit()`` rolls back. After ``commit()`` the unit may go on:
+    the next statement opens a new transaction on the same connection. Read committed
+    isolation; repositories only run SQL (no network call happens inside the transaction).
+    """
+
+    previews: PreviewRepository
+    submissions: SubmissionLedger
+    jobs: JobRepository
+    attempts: AttemptRepository
+    members: MemberRepository
+    logs: LogRepository
+    tokens: TokenRepository
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._conn: AsyncConnection | None = None
+
+    async def __aenter__(self) -> Self:
+        if self._conn is not None:
+            raise RuntimeError("a PostgresUnitOfWork cannot be entered twice")
+        with translated("open a database transaction"):
+            conn = await self._engine.connect()
+            try:
+                await conn.begin()
+            except BaseException:
+                await conn.close()
+                raise
+        self._conn = conn
+        self.previews = PostgresPreviewRepository(conn)
+        self.submissions = PostgresSubmissionLedger(conn)
+        self.jobs = PostgresJobRepository(conn)
+        self.attempts = PostgresAttemptRepository(conn)
+        self.members = PostgresMemberRepository(conn)
+        self.logs = PostgresLogRepository(conn)
+        self.tokens = PostgresTokenRepository(conn)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if conn.in_transaction():
+                await conn.rollback()
+        except Exception:
+            if exc is None:  # do not hide the error that ended the block
+                with translated("roll back a database transaction"):
+                    raise
+        finally:
+            await conn.close()
+
+    async def commit(self) -> None:
+        if self._conn is None:
+            raise RuntimeError("commit() outside `async with`")
+        with translated("commit a database transaction"):
+            await self._conn.commit()
