@@ -79,7 +79,7 @@ def test_missing_login_says_how_to_log_in(capsys: pytest.CaptureFixture[str]) ->
 def test_corrupt_credentials_file_names_the_file(cfg: Path) -> None:
     cfg.mkdir()
     (cfg / "credentials.json").write_text("{oops")
-    with pytest.raises(InvalidInput, match="credentials.json") as info:
+    with pytest.raises(InvalidInput, match=r"credentials\.json") as info:
         config.load_credentials()
     assert "tp login" in info.value.fix
 

@@ -1,0 +1,170 @@
+"""`tp submit` and `tp job` against the stub HTTP server of test_cli_http (a stand-in that
+follows docs/http-api.md; the real server is exercised by tests/e2e): the submission file,
+fresh retry keys, idempotent commit, retries with the same key, following a job."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from entrypoints.cli import errors
+from entrypoints.cli.main import run
+from tests.unit.test_cli_http import Stub, stub  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def ws(stub: Stub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:  # noqa: F811
+    w = tmp_path / "ws"
+    assert run(["init", str(w)]) == 0
+    monkeypatch.chdir(w)
+    assert run(["new", "hello", "--method", "custom/custom"]) == 0
+    assert run(["validate", "hello"]) == 0
+    return w
+
+
+def preview(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[Path, dict[str, object]]:
+    assert run(["submit", "hello", "--profile", "cpu:1", "--preview", *extra]) == 0
+    out = capsys.readouterr().out
+    path = Path(out.split("next: tp submit --commit ")[1].strip())
+    return path, json.loads(path.read_text())
+
+
+def test_preview_uploads_the_source_and_writes_the_submission_file(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, sub = preview(capsys, "--set", "command=echo hi", "--set", "extra=1")
+    assert path.resolve() == ws / ".tuneplane-data" / "submissions" / "pv-1.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sub["server"] == stub.url and sub["preview"] == stub.previews["pv-1"]
+    [sent] = stub.bodies("POST", "/v1/previews")
+    assert sent["params"] == {"command": "echo hi", "extra": "1"}  # --set values are strings
+    assert (sent["experiment"], sent["method"], sent["profile"]) == (
+        "hello", "custom/custom", "cpu:1",
+    )  # fmt: skip
+    assert sent["source"]["digest"] in stub.archives and stub.bodies("POST", "/v1/jobs") == []
+    _, again = preview(capsys)
+    assert again["retry_key"] != sub["retry_key"]  # a fresh key for every preview
+    assert len(stub.archives) == 1  # the same tree packs to the same archive
+
+
+def test_preview_summary_shows_the_resolution(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["submit", "hello", "--profile", "cpu:1", "--preview"]) == 0
+    out = capsys.readouterr().out
+    for words in ("custom/custom", "busybox  busybox:1@sha256:aaaa", "cpu:1 → local",
+                  "1 CPUs, 512 MB, 0 GPUs", "/bin/sh -c 'sh train.sh'", "preview    pv-1",
+                  "digest     sha256:pv-1", "expires    2999-01-01"):  # fmt: skip
+        assert words in out, (words, out)
+
+
+def test_commit_is_idempotent_per_retry_key(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, sub = preview(capsys)
+    assert run(["submit", "--commit", str(path)]) == 0
+    assert "job job-1 created" in capsys.readouterr().out
+    assert run(["submit", "--commit", str(path)]) == 0
+    assert "job job-1 (already submitted)" in capsys.readouterr().out
+    keys = {b["retry_key"] for b in stub.bodies("POST", "/v1/jobs")}
+    assert keys == {sub["retry_key"]} and len(stub.jobs) == 1
+
+
+def test_transient_failures_are_retried_with_the_same_key(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, sub = preview(capsys)
+    stub.fail[("POST", "/v1/jobs")] = [503, 500, "drop"]  # the drop commits, then hangs up
+    assert run(["submit", "--commit", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "job job-1 (already submitted)" in captured.out
+    assert captured.err.count("retrying in") == 3
+    sent = stub.bodies("POST", "/v1/jobs")
+    assert len(sent) == 4 and {b["retry_key"] for b in sent} == {sub["retry_key"]}
+    assert len(stub.jobs) == 1
+
+
+def test_client_errors_are_not_retried_and_print_the_fix(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path, _ = preview(capsys)
+    stub.fail[("POST", "/v1/jobs")] = [410]
+    assert run(["submit", "--commit", str(path)]) == errors.CONFLICT
+    err = capsys.readouterr().err
+    assert "error: injected 410" in err and "fix: wait" in err and "retrying" not in err
+    assert len(stub.bodies("POST", "/v1/jobs")) == 1
+    sub = json.loads(path.read_text())
+    sub["preview"]["digest"] = "sha256:tampered"
+    path.write_text(json.dumps(sub))
+    assert run(["submit", "--commit", str(path)]) == errors.CONFLICT
+    assert "digest mismatch" in capsys.readouterr().err
+    assert run(["submit", "hello", "--profile", "h900:8", "--preview"]) == errors.USAGE
+    err = capsys.readouterr().err
+    assert "unknown profile 'h900:8'" in err and "field: intent.profile" in err
+
+
+def test_submission_needs_a_profile_and_confirmation(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["submit", "hello", "--preview"]) == errors.USAGE
+    assert "no profile given" in capsys.readouterr().err
+    assert run(["submit", "hello", "--profile", "cpu:1"]) == errors.USAGE  # stdin is no TTY
+    assert "--yes" in capsys.readouterr().err
+    assert stub.archives == {}  # refused before packing or uploading anything
+    assert run(["submit", "hello", "--commit", "x.json"]) == errors.USAGE
+    (ws / "hello" / ".env").write_text("TOKEN=1\n")
+    assert run(["submit", "hello", "--profile", "cpu:1", "--preview"]) == errors.USAGE
+    assert "hello/.env" not in capsys.readouterr().err  # paths are relative to the experiment
+    assert run(["submit", "hello", "--profile", "cpu:1", "--preview", "--allow-secret-files"]) == 0
+
+
+def test_yes_follow_streams_logs_and_reports_the_end(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["submit", "hello", "--profile", "cpu:1", "--yes", "--follow"]) == 0
+    captured = capsys.readouterr()
+    assert "job job-1 created" in captured.out
+    assert "step 1\nstep 2\nfollowed to the end\n" in captured.out
+    assert "job job-1 succeeded" in captured.err
+    stub.states = ["pending", "failed"]
+    assert run(["submit", "hello", "--profile", "cpu:1", "--yes", "--wait"]) == errors.FAILED
+    assert "job job-2 failed (exit code 3): exited with 3" in capsys.readouterr().out
+
+
+def test_job_commands(stub: Stub, ws: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    assert run(["submit", "hello", "--profile", "cpu:1", "--yes"]) == 0
+    capsys.readouterr()
+    assert run(["job", "ls", "--json"]) == 0
+    assert [j["id"] for j in json.loads(capsys.readouterr().out)] == ["job-1"]
+    assert run(["job", "status", "job-1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["state"] == "pending"
+    assert run(["job", "status", "job-1"]) == 0
+    assert "state      running" in capsys.readouterr().out
+    assert run(["job", "logs"]) == 0  # defaults to the most recent job
+    captured = capsys.readouterr()
+    assert captured.out == "step 1\nstep 2\n" and "logs of job job-1" in captured.err
+    assert run(["job", "stop", "job-1", "--wait"]) == 0
+    out = capsys.readouterr().out
+    assert "stop requested for job job-1 (state: stopping)" in out and "cancelled" in out
+    assert run(["job", "ls"]) == 0 and "job-1" not in capsys.readouterr().out  # ended
+    assert run(["job", "ls", "--all"]) == 0 and "job-1" in capsys.readouterr().out
+    assert run(["job", "status", "job-404"]) == errors.NOT_FOUND
