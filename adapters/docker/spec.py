@@ -22,7 +22,11 @@ LABEL_JOB = "tuneplane.job"
 LABEL_ATTEMPT = "tuneplane.attempt"
 LABEL_MEMBER = "tuneplane.member"
 LABEL_INDEX = "tuneplane.member-index"
-NEVER = "0001-01-01T00:00:00Z"  # the engine's "StartedAt" of a container never started
+NEVER = "0001-01-01T00:00:00Z"
+_SHELL_CODES = {
+    126: "exit code 126: command not executable",
+    127: "exit code 127: command not found",
+}  # the engine's "StartedAt" of a container never started
 
 
 def container_name(member_id: str) -> str:
@@ -94,6 +98,8 @@ def _reason(state: dict[str, Any], code: int | None) -> str:
         return "OOMKilled"
     if state.get("Error"):
         return str(state["Error"])
+    if code in _SHELL_CODES:
+        return _SHELL_CODES[code]
     if code is not None and code > 128:
         try:
             return f"killed by {signal.Signals(code - 128).name}"

@@ -1,0 +1,172 @@
+"""Runtime images built locally (no registry) and run through the local backend."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiodocker
+import pytest
+
+from adapters.docker.backend import DockerBackend
+from adapters.docker.images import BuildProgress, build_runtime
+from adapters.docker.rootfs import apt_mirror, is_static_elf
+from adapters.docker.runtimes import BUSYBOX, LOCAL_RUNTIMES, PYTHON
+from domain.catalog import RuntimeSpec
+from domain.errors import InvalidInput
+from tests.fixtures.docker import make_request, wait_for_status
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def run_to_exit(
+    backend: DockerBackend, runtime: RuntimeSpec, job_id: str, *cmd: str, index: int = 0
+):
+    pin = await backend.pin(runtime)
+    handle = await backend.launch(make_request(job_id, pin, cmd, member_index=index))
+    obs = await wait_for_status(backend, handle, "exited", within=60)
+    logs = b"".join([c async for c in backend.logs(handle, follow=False)])
+    return obs, logs
+
+
+def test_local_runtimes_are_catalog_entries():
+    assert [r.name for r in LOCAL_RUNTIMES] == ["busybox", "python"]
+    assert BUSYBOX.image == "localhost/tuneplane/runtime-busybox:1" and BUSYBOX.python is None
+    assert PYTHON.image == "localhost/tuneplane/runtime-python:3.11" and PYTHON.python == "3.11"
+    assert {r.process_model for r in LOCAL_RUNTIMES} == {"single-process"}
+
+
+async def test_busybox_image_runs_a_shell(docker_backend, docker_job_id):
+    obs, logs = await run_to_exit(docker_backend, BUSYBOX, docker_job_id, "sh", "-c", "echo hi")
+    assert (obs.status, obs.exit_code) == ("exited", 0)
+    assert logs == b"hi\n"
+
+
+async def test_busybox_image_has_the_usual_applets(docker_backend, docker_job_id):
+    applets = "sh echo cat sleep ls env true false id tar gzip wc seq date printf grep sed awk"
+    applets += " head tail mkdir rm cp mv test [ sort uniq cut tr xargs find"
+    script = f"for a in {applets}; do command -v $a >/dev/null || echo missing $a; done; id -un"
+    script += "; test -d /tmp -a -d /workspace && echo dirs-ok; /usr/bin/env true && echo env-ok"
+    obs, logs = await run_to_exit(docker_backend, BUSYBOX, docker_job_id, "sh", "-c", script)
+    assert logs == b"root\ndirs-ok\nenv-ok\n"
+    assert obs.exit_code == 0
+
+
+async def test_building_twice_keeps_the_image(docker_host, docker_backend):
+    before = (await docker_backend.pin(BUSYBOX)).digest
+    seen: list[BuildProgress] = []
+    assert await build_runtime(docker_host, "busybox", seen.append) == before
+    assert [p.stage for p in seen] == ["check", "exists"]
+
+
+async def test_forced_build_reports_progress_and_moves_the_tag(
+    docker_host, docker_backend, tmp_path
+):
+    previous = await _image_id_or_none(docker_backend, BUSYBOX)
+    seen: list[BuildProgress] = []
+    image_id = await build_runtime(
+        docker_host, "busybox", seen.append, force=True, cache_dir=tmp_path
+    )
+    if previous and previous != image_id:  # the superseded image, unless a container uses it
+        with contextlib.suppress(aiodocker.DockerError):
+            await _remove_image(docker_host, previous)
+    stages = [p.stage for p in seen]
+    assert stages[0] == "check" and stages[-1] == "done"
+    assert "rootfs" in stages
+    imports = [p for p in seen if p.stage == "import"]
+    assert (
+        imports[-1].done == imports[-1].total == (tmp_path / "busybox-rootfs-r1.tar").stat().st_size
+    )
+    assert (await docker_backend.pin(BUSYBOX)).digest == image_id
+
+
+async def test_unknown_runtime_is_invalid_input(docker_host):
+    with pytest.raises(InvalidInput) as err:
+        await build_runtime(docker_host, "cobol")
+    assert "busybox" in err.value.fix
+
+
+def test_cli_entry_point_builds_and_prints_the_id(docker_host):
+    proc = subprocess.run(
+        [sys.executable, "-m", "adapters.docker.images", "build", "busybox",
+         "--docker-host", docker_host],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("sha256:")
+    assert "[busybox] check:" in proc.stderr
+
+
+def test_host_busybox_is_static():
+    assert is_static_elf(Path("/bin/busybox"))
+    assert not is_static_elf(Path(sys.executable).resolve())
+
+
+def test_mirror_comes_from_apt_sources(tmp_path, monkeypatch):
+    monkeypatch.delenv("TUNEPLANE_DEBIAN_MIRROR", raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\n# http://snapshot.example/x\nURIs: http://mirror.test/debian\n"
+        "Suites: bookworm bookworm-updates\nComponents: main\n\n"
+        "Types: deb\nURIs: http://security.test/debian-security\nSuites: bookworm-security\n"
+    )
+    assert apt_mirror("bookworm", tmp_path) == "http://mirror.test/debian"
+    (tmp_path / "sources.list").write_text(
+        "# deb http://old.test/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://one.test/debian bookworm main\n"
+    )
+    assert apt_mirror("bookworm", tmp_path) == "http://one.test/debian"
+    monkeypatch.setenv("TUNEPLANE_DEBIAN_MIRROR", "http://override.test/debian")
+    assert apt_mirror("bookworm", tmp_path) == "http://override.test/debian"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_python_image_builds_with_debootstrap_and_runs_python(
+    docker_host, docker_backend, docker_job_id, tmp_path
+):
+    """A full build every time (fresh rootfs cache, --force): debootstrap, tidy, import."""
+    previous = await _image_id_or_none(docker_backend, PYTHON)
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        "bash", str(ROOT / "deploy/images/build.sh"), "python", "--force",
+        "--docker-host", docker_host, "--cache-dir", str(tmp_path),
+        env={**os.environ, "PYTHON": sys.executable},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    print(f"python runtime built in {time.monotonic() - started:.1f}s")
+    assert b"debootstrap --variant=minbase --include=python3-minimal bookworm" in err
+    image_id = out.decode().strip()
+    assert (await docker_backend.pin(PYTHON)).digest == image_id
+    if previous and previous != image_id:  # the superseded image, unless a container uses it
+        with contextlib.suppress(aiodocker.DockerError):
+            await _remove_image(docker_host, previous)
+
+    obs, logs = await run_to_exit(
+        docker_backend, PYTHON, docker_job_id, "python", "-c", "print(1+1)"
+    )
+    assert (obs.exit_code, logs) == (0, b"2\n")
+    obs, logs = await run_to_exit(
+        docker_backend, PYTHON, docker_job_id, "python3", "--version", index=1
+    )
+    assert logs.startswith(b"Python 3.11.")
+
+
+async def _image_id_or_none(backend: DockerBackend, runtime: RuntimeSpec) -> str | None:
+    try:
+        return (await backend.pin(runtime)).digest
+    except InvalidInput:
+        return None
+
+
+async def _remove_image(docker_host: str, image_id: str) -> None:
+    async with aiodocker.Docker(url=docker_host) as docker:
+        await docker.images.delete(image_id)
