@@ -42,6 +42,14 @@ ping() {
 
 done_() { echo "export DOCKER_HOST=$HOST"; exit 0; }
 
+# alive PID [NAME]: running (not a zombie; PID 1 may reap slowly here) and, if given, NAME.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$(echo "${stat##*) }" | cut -d' ' -f1)" != Z ] || return 1
+  [ -z "${2:-}" ] || tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q "$2"
+}
+
 ping && { say "engine at $HOST answers /_ping; nothing to do"; done_; }
 
 # --- tools ------------------------------------------------------------------------------------
@@ -62,7 +70,7 @@ fi
 # --- a daemon from a previous run? -------------------------------------------------------------
 if [ -f "$PIDFILE" ]; then
   pid=$(cat "$PIDFILE" 2>/dev/null || true)
-  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && grep -q dockerd "/proc/$pid/cmdline" 2>/dev/null; then
+  if [ -n "$pid" ] && alive "$pid" dockerd; then
     say "dockerd (pid $pid) from an earlier run is alive; waiting for it to answer"
     for _ in $(seq $((TIMEOUT * 5))); do ping && done_; sleep 0.2; done
     tail -n 30 "$LOG" >&2 2>/dev/null || true
@@ -73,6 +81,12 @@ if [ -f "$PIDFILE" ]; then
   rm -f "$PIDFILE"
 fi
 [ -e "$SOCK" ] && { say "removing stale socket $SOCK"; rm -f "$SOCK"; }
+# dockerd trusts containerd's pid file; after a crash it may name a zombie or a reused pid.
+CPID=$RUN/exec/containerd/containerd.pid
+if [ -f "$CPID" ] && ! alive "$(cat "$CPID" 2>/dev/null || echo 0)" containerd; then
+  say "removing stale containerd pid file $CPID"
+  rm -f "$CPID"
+fi
 
 # --- start ---------------------------------------------------------------------------------------
 mkdir -p "$RUN" "$STATE/data"
@@ -89,12 +103,12 @@ for _ in $(seq $((TIMEOUT * 10))); do
     say "engine up in $(( ($(date +%s%N) - started) / 1000000 )) ms (pid $dpid)"
     done_
   fi
-  kill -0 "$dpid" 2>/dev/null || break
+  alive "$dpid" || break
   sleep 0.1
 done
 say "--- last lines of $LOG ---"
 tail -n 40 "$LOG" >&2 || true
-if kill -0 "$dpid" 2>/dev/null; then
+if alive "$dpid"; then
   die "dockerd (pid $dpid) did not answer /_ping on $SOCK within ${TIMEOUT}s"
 fi
 die "dockerd exited before answering /_ping on $SOCK (see the log above)"
