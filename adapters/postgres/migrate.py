@@ -38,7 +38,6 @@ T = TypeVar("T")
 def config(connection: Connection | None = None) -> Config:
     cfg = Config()
     cfg.set_main_option("script_location", str(SCRIPTS))
-    cfg.set_main_option("version_locations", str(SCRIPTS / "versions"))
     cfg.attributes["connection"] = connection
     return cfg
 
