@@ -130,7 +130,8 @@ def ls(
         ["ID", "STATE", "EXPERIMENT", "METHOD", "PROFILE", "BACKEND", "CREATED", "REASON"],
         [
             (j.get("id"), j.get("state"), j.get("experiment"), j.get("method"),
-             j.get("profile"), j.get("backend"), j.get("created_at"), j.get("reason"))
+             j.get("profile"), j.get("backend"), output.short_time(j.get("created_at")),
+             j.get("reason"))
             for j in jobs
         ],
     )  # fmt: skip

@@ -39,12 +39,27 @@ def info(message: str) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
+    """A rich table on a terminal; plain aligned columns (no wrapping, no box) otherwise."""
+    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    if not out.is_terminal:
+        widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+        for line in [list(columns), *cells]:
+            text = "  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip()
+            sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return
     t = Table(title=title, show_edge=False, header_style="bold")
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    for row in rows:
-        t.add_row(*("" if v is None else str(v) for v in row))
+    for i, c in enumerate(columns):
+        t.add_column(c, overflow="fold", no_wrap=i == 0)
+    for row in cells:
+        t.add_row(*row)
     out.print(t)
+
+
+def short_time(iso: Any) -> str:
+    """``2026-12-02T21:41:40.887896Z`` → ``2026-12-02 21:41:40`` (UTC as the server sent it)."""
+    text = "" if iso is None else str(iso)
+    return text[:19].replace("T", " ") if len(text) >= 19 and text[10] == "T" else text
 
 
 def human_size(n: int | float) -> str:

@@ -7,13 +7,7 @@ transient failure is retried with the same key, so the server hands back the sam
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shlex
 import sys
-import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,98 +15,20 @@ from cyclopts import App, Parameter
 from rich.prompt import Confirm
 
 from domain.errors import InvalidInput
-from entrypoints.cli import output
+from entrypoints.cli import errors, output
 from entrypoints.cli.archive import pack
+from entrypoints.cli.catalog import fetch_method
 from entrypoints.cli.client import Api, connect, with_retries
-from entrypoints.cli.config import write_private_json
 from entrypoints.cli.jobs import NOT_STARTED, describe_end, end_code, follow_job, wait_while
-from entrypoints.cli.workspace import Experiment, find_workspace, load_experiment, submissions_dir
-
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
-    """``--set K=V`` pairs as strings (the server coerces them to the declared types)."""
-    out: dict[str, str] = {}
-    for item in sets:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise InvalidInput(
-                f"--set {item!r} is not KEY=VALUE", fix="write it as --set lr=0.001", field="--set"
-            )
-        out[key.strip()] = value
-    return out
-
-
-def write_submission(workspace: Path, server: str, preview: dict[str, Any]) -> Path:
-    """Record the preview with a fresh retry key (mode 0600, written atomically)."""
-    pid = str(preview.get("id", ""))
-    if not _ID_RE.match(pid):
-        raise InvalidInput(f"the server returned an unusable preview id {pid!r}", fix="report it")
-    path = submissions_dir(workspace) / f"{pid}.json"
-    write_private_json(path, {"server": server, "preview": preview, "retry_key": str(uuid.uuid4())})
-    return path
-
-
-def read_submission(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_bytes())
-        triple = (data["preview"]["id"], data["preview"]["digest"], data["retry_key"])
-    except FileNotFoundError:
-        raise InvalidInput(
-            f"{path} does not exist", fix="pass the file `tp submit --preview` printed"
-        ) from None
-    except (ValueError, KeyError, TypeError):
-        raise InvalidInput(
-            f"{path} is not a submission file (needs preview.id, preview.digest, retry_key)",
-            fix="make a new one with `tp submit NAME --profile P --preview`",
-            field="--commit",
-        ) from None
-    if not all(isinstance(v, str) and v for v in triple):
-        raise InvalidInput(f"{path} has an empty id, digest or retry key", fix="preview again")
-    return dict(data)
-
-
-def _shown(path: Path) -> str:
-    rel = os.path.relpath(path)
-    return rel if not rel.startswith("../..") else str(path)
-
-
-def _expiry(iso: str) -> str:
-    try:
-        left = datetime.fromisoformat(iso) - datetime.now(UTC)
-    except (TypeError, ValueError):
-        return iso
-    minutes = int(left.total_seconds() // 60)
-    return f"{iso} (in {minutes} min)" if minutes >= 0 else f"{iso} (expired)"
-
-
-def print_summary(preview: dict[str, Any], n_files: int) -> None:
-    spec = preview.get("spec") or {}
-    rt = spec.get("runtime") or {}
-    res = spec.get("resources") or {}
-    gpus = f"{res.get('gpus') or 0} GPUs" + (
-        f" x {res['gpu_model']}" if res.get("gpu_model") else ""
-    )
-    src = spec.get("source")
-    rows = [
-        ("experiment", spec.get("experiment")),
-        ("method", spec.get("method")),
-        ("runtime", f"{rt.get('name')}  {rt.get('image')}@{rt.get('digest')}"),
-        ("profile", f"{spec.get('profile')} → {spec.get('backend')}"),
-        ("resources", f"{res.get('cpus')} CPUs, {res.get('memory_mb')} MB, {gpus}"),
-        ("members", spec.get("members")),
-        ("command", shlex.join(str(a) for a in spec.get("command") or [])),
-        ("params", ", ".join(f"{k}={v!r}" for k, v in (spec.get("params") or {}).items())),
-        ("env", ", ".join(sorted(spec.get("env") or {})) or "-"),
-        ("source", f"{src['digest']} ({output.human_size(src['size'])}, {n_files} files)"
-         if src else "-"),
-        ("expires", _expiry(str(preview.get("expires_at")))),
-        ("preview", preview.get("id")),
-        ("digest", preview.get("digest")),
-    ]  # fmt: skip
-    for key, value in rows:
-        output.out.print(f"{key:<10} {value}", markup=False)
+from entrypoints.cli.submissions import (
+    parse_sets,
+    print_summary,
+    read_submission,
+    shown,
+    write_submission,
+)
+from entrypoints.cli.validation import check_params
+from entrypoints.cli.workspace import Experiment, find_workspace, load_experiment
 
 
 def make_preview(
@@ -273,16 +189,21 @@ def submit(
     sets = parse_sets(set_)
     workspace = find_workspace(exp.path)
     with connect() as api:
+        problems = check_params(exp, fetch_method(api, exp.method), sets)
+        for problem in problems[:-1]:
+            output.err.print(errors.render(problem), markup=False)
+        if problems:  # refused here, before packing and uploading anything
+            raise problems[-1]
         resolved, n_files = make_preview(api, exp, chosen, sets, runtime, allow_secret_files)
         path = write_submission(workspace, api.server, resolved)
         print_summary(resolved, n_files)
-        output.info(f"submission file: {_shown(path)}")
+        output.info(f"submission file: {shown(path)}")
         if preview:
-            output.out.print(f"next: tp submit --commit {_shown(path)}", markup=False)
+            output.out.print(f"next: tp submit --commit {shown(path)}", markup=False)
             return 0
         if not yes and not Confirm.ask("submit this job?", console=output.err, default=False):
             output.out.print(
-                f"not submitted; later: tp submit --commit {_shown(path)}", markup=False
+                f"not submitted; later: tp submit --commit {shown(path)}", markup=False
             )
             return 0
         job_id = commit(api, read_submission(path))

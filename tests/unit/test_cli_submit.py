@@ -39,17 +39,22 @@ def test_preview_uploads_the_source_and_writes_the_submission_file(
     ws: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    path, sub = preview(capsys, "--set", "command=echo hi", "--set", "extra=1")
+    assert run(["submit", "hello", "--profile", "cpu:1", "--preview", "--set", "lr=1"]) == 2
+    err = capsys.readouterr().err
+    assert "error: --set: method custom/custom has no parameter 'lr'" in err
+    assert stub.archives == {}  # refused before packing and uploading
+    path, sub = preview(capsys, "--set", "command=echo hi")
     assert path.resolve() == ws / ".tuneplane-data" / "submissions" / "pv-1.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert sub["server"] == stub.url and sub["preview"] == stub.previews["pv-1"]
     [sent] = stub.bodies("POST", "/v1/previews")
-    assert sent["params"] == {"command": "echo hi", "extra": "1"}  # --set values are strings
+    assert sent["params"] == {"command": "echo hi"}
     assert (sent["experiment"], sent["method"], sent["profile"]) == (
         "hello", "custom/custom", "cpu:1",
     )  # fmt: skip
     assert sent["source"]["digest"] in stub.archives and stub.bodies("POST", "/v1/jobs") == []
-    _, again = preview(capsys)
+    _, again = preview(capsys, "--set", "command=3")
+    assert stub.bodies("POST", "/v1/previews")[-1]["params"] == {"command": "3"}  # strings
     assert again["retry_key"] != sub["retry_key"]  # a fresh key for every preview
     assert len(stub.archives) == 1  # the same tree packs to the same archive
 

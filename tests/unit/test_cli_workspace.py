@@ -14,7 +14,7 @@ import pytest
 from domain.errors import InvalidInput
 from entrypoints.cli import errors
 from entrypoints.cli.main import run
-from entrypoints.cli.submit import parse_sets
+from entrypoints.cli.submissions import parse_sets
 from entrypoints.cli.validation import check_params, method_from_json, params_template
 from entrypoints.cli.workspace import find_workspace, load_experiment, parse_experiment
 
