@@ -157,14 +157,15 @@ async def _import(
     total: int,
     report: Progress,
 ) -> None:
-    repo, _, tag = spec.image.rpartition(":")
     changes = [
         "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "WORKDIR /workspace",
         'CMD ["/bin/sh"]',
-        f"LABEL tuneplane.runtime={spec.name} tuneplane.recipe={recipe.version}",
+        f"LABEL tuneplane.runtime={spec.name}",  # one per line: Podman reads one pair only
+        f"LABEL tuneplane.recipe={recipe.version}",
     ]
-    query = [("fromSrc", "-"), ("repo", repo), ("tag", tag)] + [("changes", c) for c in changes]
+    # The tag goes inside ``repo``: Docker accepts both forms, Podman 4 ignores ``tag``.
+    query = [("fromSrc", "-"), ("repo", spec.image)] + [("changes", c) for c in changes]
 
     async def body() -> AsyncIterator[bytes]:
         sent = 0

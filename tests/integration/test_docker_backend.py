@@ -144,24 +144,29 @@ async def test_observe_of_an_unknown_handle_is_missing(docker_backend):
     assert await docker_backend.observe("tp-no-such-member") == Observation("missing")
 
 
-async def test_out_of_memory_is_reported(docker_backend, busybox_pin, docker_job_id):
+async def test_out_of_memory_is_reported(docker_backend, busybox_pin, docker_job_id, docker_engine):
     cmd = ("sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}")
     handle = await docker_backend.launch(
         make_request(docker_job_id, busybox_pin, cmd, memory_mb=32)
     )
     obs = await wait_for_status(docker_backend, handle, "exited", within=60)
-    assert (obs.exit_code, obs.reason) == (137, "OOMKilled")
+    assert obs.exit_code == 137
+    if docker_engine == "docker":  # Podman 4.3 on cgroup v1 does not set State.OOMKilled
+        assert obs.reason == "OOMKilled"
 
 
 async def test_a_missing_command_is_an_exit_with_the_reason(
-    docker_backend, busybox_pin, docker_job_id
+    docker_backend, busybox_pin, docker_job_id, docker_engine
 ):
     request = make_request(docker_job_id, busybox_pin, ("/no/such/program",))
     handle = await docker_backend.launch(request)
     obs = await wait_for_status(docker_backend, handle, "exited")
-    assert obs.exit_code == 127
-    assert "command not found" in obs.reason
-    assert b"/no/such/program" in await read_logs(docker_backend, handle)
+    logs = await read_logs(docker_backend, handle)
+    assert b"No such file or directory" in logs  # from the init process (tini / catatonit)
+    if docker_engine == "docker":
+        assert (obs.exit_code, obs.reason) == (127, "exit code 127: command not found")
+    else:  # Podman's catatonit exits 1
+        assert obs.exit_code == 1
     assert await docker_backend.launch(request) == handle  # no second start attempt
 
 
