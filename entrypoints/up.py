@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 from rich.console import Console
 
 from adapters.docker.backend import DockerBackend
-from adapters.docker.images import build_runtime
+from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import TunePlaneError
@@ -30,8 +31,8 @@ async def _ensure_runtime(settings: Settings) -> None:
             return
         with console.status("checking the busybox runtime image") as status:
 
-            def progress(stage: str, done: int | None = None, total: int | None = None) -> None:
-                status.update(f"runtime busybox: {stage}")
+            def progress(p: BuildProgress) -> None:
+                status.update(f"runtime {p.runtime}: {p.stage} {p.message}")
 
             await build_runtime(settings.docker_host, "busybox", progress=progress)
     finally:
@@ -60,15 +61,15 @@ def run_up(settings: Settings) -> int:
             ]
         else:
             saved = saved_admin_token(settings.state_dir)
-            hint = f"tp login --server {settings.url} --token {saved}" if saved else (
-                "use the admin token printed at the first start"
+            hint = (
+                f"tp login --server {settings.url} --token {saved}"
+                if saved
+                else ("use the admin token printed at the first start")
             )
             lines.append(f"log in with:  {hint}")
         lines.append("Ctrl-C stops it.")
-        try:
+        with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve(settings, announce="\n".join(lines)))
-        except KeyboardInterrupt:
-            pass
         return 0
     except TunePlaneError as exc:
         console.print(f"[red]error:[/] {exc.message}")

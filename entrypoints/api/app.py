@@ -58,7 +58,7 @@ def create_app(ctx: Context, *, supervise: bool = True, debug: bool = False) -> 
                 await supervisor.close()
 
     for handler in PROTECTED:
-        handler.security = SECURITY  # type: ignore[attr-defined]
+        handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
     return Litestar(
         route_handlers=[healthz, readyz, *PROTECTED],

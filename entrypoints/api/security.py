@@ -21,7 +21,7 @@ SECURITY_COMPONENTS = Components(
         "BearerToken": SecurityScheme(type="http", scheme="bearer", description="API token")
     }
 )
-SECURITY = [{"BearerToken": []}]
+SECURITY: list[dict[str, list[str]]] = [{"BearerToken": []}]
 
 
 class TokenCache:

@@ -1,8 +1,9 @@
-"""Server-side commands: `tp up` (everything on embedded defaults) and `tp serve` (one API process)."""
+"""Server-side commands: `tp up` (embedded defaults) and `tp serve` (one API process)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import sys
@@ -30,7 +31,9 @@ def _settings(state_dir: Path | None, port: int | None, host: str | None) -> Any
 
 def up(
     *,
-    state_dir: Annotated[Path | None, Parameter(help="state directory (default ~/.local/state/tuneplane)")] = None,
+    state_dir: Annotated[
+        Path | None, Parameter(help="state directory (default ~/.local/state/tuneplane)")
+    ] = None,
     port: Annotated[int | None, Parameter(help="HTTP port (default 8470)")] = None,
     host: Annotated[str | None, Parameter(help="HTTP address (default 127.0.0.1)")] = None,
 ) -> None:
@@ -55,10 +58,8 @@ def serve(
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = _settings(None, port, host)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve_async(settings, supervise=not no_supervisor))
-    except KeyboardInterrupt:
-        pass
 
 
 def register(app: Any) -> None:
