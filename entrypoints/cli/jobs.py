@@ -51,6 +51,8 @@ def end_code(job: dict[str, Any]) -> int:
 def wait_while(api: Api, job_id: str, states: Collection[str], label: str) -> dict[str, Any]:
     """Poll the job while its state is in ``states``, showing a spinner with the state."""
     job = get_job(api, job_id)
+    if job["state"] not in states:
+        return job
     with output.spinner(f"{label} job {job_id}: {job['state']}") as spin:
         while job["state"] in states:
             time.sleep(POLL_INTERVAL)

@@ -82,6 +82,10 @@ class Bar:
         if self._progress is not None:
             self._progress.advance(self._task, n)
 
+    def reset(self) -> None:
+        if self._progress is not None:
+            self._progress.reset(self._task)
+
     def total(self, n: int) -> None:
         if self._progress is not None:
             self._progress.update(self._task, total=n)

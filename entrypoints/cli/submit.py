@@ -53,6 +53,7 @@ def make_preview(
         with output.byte_progress("uploading", archive.size) as bar:
 
             def send() -> Any:
+                bar.reset()  # a retry uploads from the start
                 chunks = archive.chunks(bar.advance)
                 return api.upload("/v1/archives", chunks, archive.size, archive.digest)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoints.cli import errors
+from entrypoints.cli import errors, submit
 from entrypoints.cli.main import run
 from tests.unit.test_cli_http import Stub, stub  # noqa: F401  (the fixture)
 
@@ -173,3 +173,19 @@ def test_job_commands(stub: Stub, ws: Path, capsys: pytest.CaptureFixture[str]) 
     assert run(["job", "ls"]) == 0 and "job-1" not in capsys.readouterr().out  # ended
     assert run(["job", "ls", "--all"]) == 0 and "job-1" in capsys.readouterr().out
     assert run(["job", "status", "job-404"]) == errors.NOT_FOUND
+
+
+def test_a_terminal_is_asked_before_committing(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    answers = [False, True]
+    monkeypatch.setattr("sys.stdin.isatty", lambda: True)
+    monkeypatch.setattr(submit.Confirm, "ask", lambda *a, **k: answers.pop(0))
+    assert run(["submit", "hello", "--profile", "cpu:1"]) == 0
+    assert "not submitted; later: tp submit --commit" in capsys.readouterr().out
+    assert stub.jobs == {}
+    assert run(["submit", "hello", "--profile", "cpu:1"]) == 0
+    assert "job job-1 created" in capsys.readouterr().out and answers == []
