@@ -74,6 +74,7 @@ class EmbeddedPostgres:
         self.durable = durable
         self.max_connections = max_connections
         self._bin: Path | None = None
+        self._log_mark = 0  # the log's size when our last start began: quote only what follows
         self._user: ServerUser | None = None
 
     # -- paths -----------------------------------------------------------------------------
@@ -209,6 +210,7 @@ class EmbeddedPostgres:
                 self.port = previous if previous and _port_free(previous) else _free_port()
             assert self.port is not None
             saved.write_text(str(self.port))
+            self._log_mark = self.log_file.stat().st_size if self.log_file.exists() else 0
             options = [
                 "-h 127.0.0.1",
                 f"-p {self.port}",
@@ -313,9 +315,12 @@ class EmbeddedPostgres:
 
     def _log_tail(self, lines: int = 30) -> str:
         try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+            with self.log_file.open("rb") as fh:
+                fh.seek(self._log_mark)
+                text = fh.read().decode(errors="replace")
         except OSError:
             return "(no server log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(nothing logged)"
 
     def _error(self, what: str, output: str) -> EmbeddedPostgresError:
         return EmbeddedPostgresError(

@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import os
 import sys
+import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ from adapters.postgres.engine import create_engine
 from adapters.postgres.errors import translated
 
 SCRIPTS = Path(__file__).parent / "migrations"
+_ALEMBIC = threading.Lock()
 T = TypeVar("T")
 
 
@@ -58,12 +60,16 @@ def head() -> str:
 async def _with_connection(
     target: str | AsyncEngine, fn: Callable[[Connection], T], what: str
 ) -> T:
+    # Alembic keeps its context in module globals: one command at a time per process (other
+    # processes are kept apart by the advisory lock in env.py).
+    await asyncio.get_running_loop().run_in_executor(None, _ALEMBIC.acquire)
     engine = create_engine(target, pool_size=1) if isinstance(target, str) else target
     try:
         with translated(what):
             async with engine.begin() as conn:
                 return await conn.run_sync(fn)
     finally:
+        _ALEMBIC.release()
         if isinstance(target, str):
             await engine.dispose()
 
