@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import signal
 
 from rich.console import Console
 
@@ -39,8 +40,13 @@ async def _ensure_runtime(settings: Settings) -> None:
         await backend.close()
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through `finally`, which stops PostgreSQL
+
+
 def run_up(settings: Settings) -> int:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # uvicorn swaps in its own while serving
     pg: EmbeddedPostgres | None = None
     try:
         if not settings.database_url:

@@ -92,7 +92,7 @@ def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Re
             field = match.group(1) or "body"
             message = _AT.sub("", message).strip()
         elif key:
-            field = f"{source}.{key}" if source else str(key)
+            field = str(key) if source in (None, "body") else f"{source}.{key}"
         detail = message
     elif "decode" in detail.lower() or "json" in detail.lower():
         detail = f"the request body is not valid JSON: {detail}"
