@@ -16,7 +16,13 @@ from typing import Any
 import aiodocker
 import aiohttp
 
-from adapters.docker.engine import EngineError, connect, engine_errors, resolve_host
+from adapters.docker.engine import (
+    EngineError,
+    connect,
+    demux_logs,
+    engine_errors,
+    resolve_host,
+)
 from adapters.docker.spec import (
     LABEL_MEMBER,
     WORKDIR,
@@ -59,7 +65,7 @@ class DockerBackend:
         self.gpus = gpus
         self._docker: aiodocker.Docker | None = None
         self._host_cpus: int | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -129,13 +135,17 @@ class DockerBackend:
 
     async def launch(self, request: LaunchRequest) -> str:
         name = container_name(request.member_id)
-        lock = self._locks.setdefault(name, asyncio.Lock())
+        lock, users = self._locks.get(name, (asyncio.Lock(), 0))
+        self._locks[name] = (lock, users + 1)
         try:
-            async with lock:
+            async with lock:  # one launcher per member in this process
                 return await self._launch(name, request)
         finally:
-            if not lock.locked():
-                self._locks.pop(name, None)
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
 
     async def _launch(self, name: str, request: LaunchRequest, retry: bool = True) -> str:
         pin = request.spec.runtime
@@ -262,7 +272,7 @@ class DockerBackend:
                 async with self._client()._query(
                     f"containers/{handle}/logs", params=params, timeout=_FOREVER
                 ) as resp:
-                    async for chunk in _demux(resp.content, tty):
+                    async for chunk in demux_logs(resp.content, tty):
                         yield chunk
         except EngineError as exc:
             if exc.status == 404:
@@ -275,19 +285,3 @@ class DockerBackend:
         except EngineError as exc:
             if exc.status not in (404, 409):  # 409: removal already in progress
                 raise Unavailable(f"cannot remove {handle}: {exc.message}") from None
-
-
-async def _demux(content: aiohttp.StreamReader, tty: bool) -> AsyncIterator[bytes]:
-    """The Engine's log stream: raw for a TTY, else frames of an 8-byte header + payload."""
-    if tty:
-        async for data in content.iter_any():
-            yield data
-        return
-    while True:
-        try:
-            header = await content.readexactly(8)
-        except asyncio.IncompleteReadError:
-            return
-        size = int.from_bytes(header[4:8], "big")
-        if size:
-            yield await content.readexactly(size)

@@ -9,9 +9,10 @@ status (404 = missing).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiodocker
 import aiohttp
@@ -72,3 +73,19 @@ def engine_errors(host: str) -> Iterator[None]:
         raise unavailable(host, f"{type(exc).__name__}: {exc}") from None
     except TimeoutError:
         raise unavailable(host, "the engine did not answer in time") from None
+
+
+async def demux_logs(content: aiohttp.StreamReader, tty: bool) -> AsyncIterator[bytes]:
+    """The Engine's log stream: raw for a TTY, else frames of an 8-byte header + payload."""
+    if tty:
+        async for data in content.iter_any():
+            yield data
+        return
+    while True:
+        try:
+            header = await content.readexactly(8)
+        except asyncio.IncompleteReadError:
+            return
+        size = int.from_bytes(header[4:8], "big")
+        if size:
+            yield await content.readexactly(size)

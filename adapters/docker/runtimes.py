@@ -45,11 +45,3 @@ RECIPES: dict[str, Recipe] = {
         kind="debootstrap", version="1", suite="bookworm", include=("python3-minimal",)
     ),
 }
-
-
-def runtime(name: str) -> RuntimeSpec:
-    for r in LOCAL_RUNTIMES:
-        if r.name == name:
-            return r
-    known = ", ".join(r.name for r in LOCAL_RUNTIMES)
-    raise KeyError(f"unknown local runtime {name!r}; known: {known}")
