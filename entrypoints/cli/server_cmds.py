@@ -62,7 +62,22 @@ def serve(
         asyncio.run(serve_async(settings, supervise=not no_supervisor))
 
 
+def runtime_build(
+    name: Annotated[str, Parameter(help="runtime to build: busybox or python")],
+    /,
+    *,
+    force: Annotated[bool, Parameter(help="rebuild even if the image exists")] = False,
+) -> int:
+    """Build a runtime image in the local container engine (DOCKER_HOST) from a root file
+    system made on this machine: no registry is needed. `python` runs debootstrap (about a
+    minute the first time; the root file system is cached)."""
+    from entrypoints.runtime_build import build
+
+    return build(name, force=force)
+
+
 def register(app: Any) -> None:
     """Add the server commands to ``app``."""
     app.command(up, name="up")
     app.command(serve, name="serve")
+    app["runtime"].command(runtime_build, name="build")

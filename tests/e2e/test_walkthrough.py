@@ -1,0 +1,136 @@
+"""The README walk-through, end to end: the real `tp` CLI against a real API process, real
+PostgreSQL and a real container engine. tp init → tp new → submit --preview → submit --commit
+→ the job runs in a container → tp job logs prints its output → tp job stop stops a long one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.docker.backend import DockerBackend
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+TP = str(Path(sys.executable).parent / "tp")
+JOB_ID = re.compile(r"\bjob-[0-9a-f]+\b")
+
+
+class Cli:
+    def __init__(self, home: Path, cwd: Path) -> None:
+        self.cwd = cwd
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+        self.env["TUNEPLANE_CONFIG_DIR"] = str(home / "config")
+
+    def __call__(
+        self, *args: str, ok: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [TP, *args], cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if ok and proc.returncode != 0:
+            raise AssertionError(
+                f"tp {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def status(self, job_id: str) -> dict[str, Any]:
+        return json.loads(self("job", "status", job_id, "--json").stdout)  # type: ignore[no-any-return]
+
+    def wait_state(self, job_id: str, states: set[str], timeout: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.status(job_id)
+            if job["state"] in states:
+                return job
+            time.sleep(0.3)
+        raise AssertionError(f"job {job_id} still {job['state']} after {timeout}s: {job}")
+
+
+@pytest.fixture
+async def cli(api_server, tmp_path: Path) -> Cli:  # type: ignore[no-untyped-def]
+    ws = tmp_path / "ws"
+    c = Cli(tmp_path, tmp_path)
+    c("login", "--server", api_server.url, "--token", api_server.token)
+    c("init", str(ws))
+    c.cwd = ws
+    return c
+
+
+def test_submit_run_and_read_logs(cli: Cli) -> None:
+    cli("new", "hello", "--method", "custom/custom")
+    exp = cli.cwd / "hello"
+    (exp / "train.sh").write_text(
+        "echo 'hello from tuneplane'\n"
+        "echo 'to stderr' >&2\n"
+        "cat data.txt\n"
+        "test ! -e checkpoint.bin && echo 'ignored file not shipped'\n"
+    )
+    (exp / "data.txt").write_text("data file shipped\n")  # untracked, not ignored: shipped
+    (exp / ".gitignore").write_text("checkpoint.bin\n")
+    (exp / "checkpoint.bin").write_bytes(b"\0" * 1024)  # ignored: not shipped
+    cli("validate", "hello")
+
+    preview = cli("submit", "hello", "--profile", "cpu:1", "--preview")
+    files = list((cli.cwd / ".tuneplane-data" / "submissions").glob("pv-*.json"))
+    assert len(files) == 1, preview.stdout
+    saved = json.loads(files[0].read_text())
+    assert saved["preview"]["spec"]["runtime"]["digest"].startswith("sha256:")
+    assert saved["retry_key"] and saved["preview"]["id"] in preview.stdout
+    assert files[0].stat().st_mode & 0o077 == 0
+
+    first = cli("submit", "--commit", str(files[0]))
+    job_id = JOB_ID.search(first.stdout).group(0)  # type: ignore[union-attr]
+    again = cli("submit", "--commit", str(files[0]))
+    assert JOB_ID.search(again.stdout).group(0) == job_id  # type: ignore[union-attr]
+    assert "already" in again.stdout
+
+    job = cli.wait_state(job_id, {"succeeded", "failed"})
+    assert job["state"] == "succeeded", job
+    assert job["exit_code"] == 0
+
+    logs = cli("job", "logs", job_id).stdout
+    for line in (
+        "hello from tuneplane",
+        "to stderr",
+        "data file shipped",
+        "ignored file not shipped",
+    ):
+        assert line in logs, logs
+    listed = cli("job", "ls", "--all").stdout
+    assert job_id in listed
+
+
+async def test_stop_a_long_job(cli: Cli, docker_host: str) -> None:
+    cli("new", "sleeper", "--method", "custom/custom")
+    out = cli(
+        "submit",
+        "sleeper",
+        "--profile",
+        "cpu:1",
+        "--set",
+        "command=echo started; sleep 600",
+        "--yes",
+    )
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"running"})
+    handle = job["attempts"][0]["members"][0]["handle"]
+    assert handle
+
+    cli("job", "stop", job_id, "--wait", timeout=90)
+    job = cli.wait_state(job_id, {"cancelled"}, timeout=30)
+    member = job["attempts"][0]["members"][0]
+    assert member["state"] == "stopped"
+    assert member["exit_code"] == 128 + 15, member  # SIGTERM reached it; no SIGKILL was needed
+    assert "started" in cli("job", "logs", job_id).stdout
+
+    async with DockerBackend(docker_host) as backend:
+        assert (await backend.observe(handle)).status == "missing"  # released
+    again = cli("job", "stop", job_id)  # idempotent
+    assert again.returncode == 0
