@@ -28,7 +28,6 @@ import re
 import secrets
 import shlex
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -38,9 +37,13 @@ from adapters.postgres.embedded_os import (
     BinariesNotFound,
     ServerUser,
     find_bin_dir,
+    free_port,
+    port_free,
+    run_tool,
     running_postmaster,
     server_user,
 )
+from domain.errors import Unavailable
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +53,13 @@ _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
 _FAST_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
 
 
-class EmbeddedPostgresError(RuntimeError):
+START_FIX = (
+    "read the server log quoted above; to start over, stop any server using this directory "
+    "and delete it, or set TUNEPLANE_DATABASE_URL to use another PostgreSQL"
+)
+
+
+class EmbeddedPostgresError(Unavailable):
     """The embedded server could not be initialised, started or stopped."""
 
 
@@ -131,7 +140,9 @@ class EmbeddedPostgres:
     def url(self, database: str | None = None, *, driver: str = "asyncpg") -> str:
         """The URL of ``database`` (default: this server's database); valid once started."""
         if self.port is None:
-            raise EmbeddedPostgresError("the embedded PostgreSQL has not been started")
+            raise EmbeddedPostgresError(
+                "the embedded PostgreSQL has not been started", fix="call start() first"
+            )
         scheme = f"postgresql+{driver}" if driver else "postgresql"
         password = self._password()
         return (
@@ -164,13 +175,21 @@ class EmbeddedPostgres:
 
     def _pick_tools(self) -> str | None:
         """Choose the server user and the binaries matching the cluster's version (if any)."""
-        self._user = server_user()
+        try:
+            self._user = server_user()
+        except (RuntimeError, subprocess.CalledProcessError) as exc:
+            raise EmbeddedPostgresError(
+                f"cannot pick a user to run PostgreSQL as (it refuses root): {exc}",
+                fix="create an unprivileged user and set TUNEPLANE_PG_USER, or run as non-root",
+            ) from exc
         version_file = self.pgdata / "PG_VERSION"
         wanted = version_file.read_text().strip() if version_file.exists() else None
         try:
             self._bin = find_bin_dir(wanted)
         except BinariesNotFound as exc:
-            raise EmbeddedPostgresError(str(exc)) from exc
+            raise EmbeddedPostgresError(
+                str(exc), fix="install PostgreSQL server binaries or set TUNEPLANE_PG_BIN"
+            ) from exc
         return wanted
 
     def _initdb(self, pw_file: Path) -> None:
@@ -181,23 +200,10 @@ class EmbeddedPostgres:
         if self._user is not None:
             self._user.own(tmp_pw)
         try:
-            self._run_server_tool(
-                [
-                    "initdb",
-                    "-D",
-                    str(self.pgdata),
-                    "-U",
-                    SUPERUSER,
-                    f"--pwfile={tmp_pw}",
-                    "--auth-host=scram-sha-256",
-                    "--auth-local=trust",
-                    "--no-locale",
-                    "-E",
-                    "UTF8",
-                    *(["--no-sync"] if not self.durable else []),
-                ],
-                "initdb",
-            )
+            fixed = ["--auth-host=scram-sha-256", "--auth-local=trust", "--no-locale", "-EUTF8"]
+            nosync = ["--no-sync"] if not self.durable else []
+            argv = ["initdb", "-D", str(self.pgdata), "-U", SUPERUSER, f"--pwfile={tmp_pw}"]
+            self._run_server_tool([*argv, *fixed, *nosync], "initdb")
         finally:
             tmp_pw.unlink(missing_ok=True)
 
@@ -207,7 +213,7 @@ class EmbeddedPostgres:
         for attempt in range(3):
             if not explicit:
                 previous = int(saved.read_text()) if saved.exists() and not attempt else None
-                self.port = previous if previous and _port_free(previous) else _free_port()
+                self.port = previous if previous and port_free(previous) else free_port()
             assert self.port is not None
             saved.write_text(str(self.port))
             self._log_mark = self.log_file.stat().st_size if self.log_file.exists() else 0
@@ -220,22 +226,9 @@ class EmbeddedPostgres:
                 *([f"-c {s}" for s in _FAST_SETTINGS] if not self.durable else []),
             ]
             try:
-                self._run_server_tool(
-                    [
-                        "pg_ctl",
-                        "-D",
-                        str(self.pgdata),
-                        "-l",
-                        str(self.log_file),
-                        "-w",
-                        "-t",
-                        str(START_TIMEOUT_S),
-                        "-o",
-                        " ".join(options),
-                        "start",
-                    ],
-                    "start",
-                )
+                argv = ["pg_ctl", "-D", str(self.pgdata), "-l", str(self.log_file), "-w"]
+                wait = ["-t", str(START_TIMEOUT_S)]
+                self._run_server_tool([*argv, *wait, "-o", " ".join(options), "start"], "start")
                 return
             except EmbeddedPostgresError:
                 if explicit or "could not bind" not in self._log_tail() or attempt == 2:
@@ -266,49 +259,30 @@ class EmbeddedPostgres:
             return (self.data_dir / "password").read_text().strip()
         except FileNotFoundError as exc:
             raise EmbeddedPostgresError(
-                f"no password file in {self.data_dir}: start the embedded PostgreSQL first"
+                f"no password file in {self.data_dir}",
+                fix="start the embedded PostgreSQL first",
             ) from exc
 
     def _run_server_tool(self, argv: list[str], what: str) -> None:
         """Run initdb/pg_ctl (as the server user when we are root)."""
         assert self._bin is not None, "_pick_tools() first"
-        cmd = [str(self._bin / argv[0]), *argv[1:]]
-        kwargs = self._user.popen_kwargs() if self._user is not None else {}
+        user_kwargs = self._user.popen_kwargs() if self._user is not None else {}
         try:
-            proc = subprocess.run(
-                cmd,
-                cwd=self.data_dir,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=START_TIMEOUT_S + 30,
-                check=False,
-                **kwargs,
-            )
+            proc = run_tool(self._bin, argv, START_TIMEOUT_S + 30, cwd=self.data_dir, **user_kwargs)
         except subprocess.TimeoutExpired as exc:
             raise self._error(f"{what} timed out", "") from exc
         if proc.returncode != 0:
             raise self._error(f"{what} failed (exit {proc.returncode})", proc.stdout + proc.stderr)
 
     def _client(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """Run psql/pg_isready against the server over TCP with the password."""
         assert self._bin is not None, "_pick_tools() first"
         env = {
             **os.environ,
-            "PGHOST": "127.0.0.1",
-            "PGPORT": str(self.port),
-            "PGUSER": SUPERUSER,
-            "PGPASSWORD": self._password(),
-            "PGCONNECT_TIMEOUT": "5",
+            **{"PGHOST": "127.0.0.1", "PGPORT": str(self.port), "PGUSER": SUPERUSER},
+            **{"PGPASSWORD": self._password(), "PGCONNECT_TIMEOUT": "5"},
         }
-        proc = subprocess.run(
-            [str(self._bin / argv[0]), *argv[1:]],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        proc = run_tool(self._bin, argv, 30, env=env)
         if check and proc.returncode != 0:
             raise self._error(f"{argv[0]} failed", proc.stdout + proc.stderr)
         return proc
@@ -326,23 +300,6 @@ class EmbeddedPostgres:
         return EmbeddedPostgresError(
             f"embedded PostgreSQL in {self.data_dir}: {what}.\n"
             f"--- command output ---\n{output.strip()}\n"
-            f"--- last lines of {self.log_file} ---\n{self._log_tail()}\n"
-            "Fix: read the log above; to start over, stop any server using this directory "
-            "and delete it, or set TUNEPLANE_DATABASE_URL to use another PostgreSQL."
+            f"--- server log ({self.log_file}) since this start ---\n{self._log_tail()}",
+            fix=START_FIX,
         )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as postgres does
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True

@@ -9,6 +9,7 @@ import os
 import pwd
 import re
 import shutil
+import socket
 import stat
 import subprocess
 from dataclasses import dataclass
@@ -67,6 +68,21 @@ def find_bin_dir(wanted_major: str | None) -> Path:
         f"the cluster was made by PostgreSQL {wanted_major}; found only {have}. "
         "Install that version and set TUNEPLANE_PG_BIN to its bin directory, or dump and "
         "restore the data into a new data directory"
+    )
+
+
+def run_tool(
+    bin_dir: Path, argv: list[str], timeout: float, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """Run ``bin_dir/argv[0]`` with output captured; never raises on a non-zero exit."""
+    return subprocess.run(
+        [str(bin_dir / argv[0]), *argv[1:]],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
     )
 
 
@@ -204,3 +220,19 @@ def _create_user(name: str) -> None:
         check=True,
         capture_output=True,
     )
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as postgres does
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

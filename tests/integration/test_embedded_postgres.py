@@ -84,10 +84,9 @@ def test_a_taken_port_fails_with_the_server_log(data_dir: Path) -> None:
         server = EmbeddedPostgres(data_dir, port=port, durable=False)
         with pytest.raises(EmbeddedPostgresError) as err:
             server.start()
-    message = str(err.value)
-    assert "Address already in use" in message
-    assert str(data_dir / "server.log") in message
-    assert "Fix:" in message
+    assert "Address already in use" in err.value.message
+    assert str(data_dir / "server.log") in err.value.message
+    assert "TUNEPLANE_DATABASE_URL" in err.value.fix
 
 
 def test_url_needs_a_start(data_dir: Path) -> None:
