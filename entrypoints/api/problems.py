@@ -96,6 +96,8 @@ def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Re
         detail = message
     elif "decode" in detail.lower() or "json" in detail.lower():
         detail = f"the request body is not valid JSON: {detail}"
+    if field == "data" or detail in ("'data'", "data"):
+        detail, field = "the request body is missing or empty", "body"
     return problem(
         400,
         "invalid-input",

@@ -38,7 +38,7 @@ def _wake(state: State) -> None:
     "/v1/archives",
     status_code=201,
     request_max_body_size=None,
-    responses=responses(401, 403, 413, 422),
+    responses=responses(400, 401, 403, 413, 422),
     summary="Upload a source archive (gzip-compressed tar)",
 )
 async def upload_archive(
@@ -71,7 +71,7 @@ async def upload_archive(
     "/v1/previews",
     status_code=201,
     request_max_body_size=JSON_LIMIT,
-    responses=responses(401, 403, 422, 503),
+    responses=responses(400, 401, 403, 422, 503),
     summary="Resolve a submission into an immutable preview (creates no job)",
 )
 async def create_preview(data: s.PreviewIn, state: State, principal: Principal) -> s.PreviewOut:
@@ -79,7 +79,7 @@ async def create_preview(data: s.PreviewIn, state: State, principal: Principal) 
     return s.preview_out(preview)
 
 
-@get("/v1/previews/{preview_id:str}", responses=responses(401, 404), summary="Read a preview")
+@get("/v1/previews/{preview_id:str}", responses=responses(400, 401, 404), summary="Read a preview")
 async def read_preview(preview_id: str, state: State, principal: Principal) -> s.PreviewOut:
     return s.preview_out(await submissions.get_preview(_ctx(state), principal, preview_id))
 
@@ -89,7 +89,7 @@ async def read_preview(preview_id: str, state: State, principal: Principal) -> s
     request_max_body_size=JSON_LIMIT,
     responses={
         201: ResponseSpec(s.ReceiptOut, description="a new job was created"),
-        **responses(401, 403, 404, 409, 410, 422, 503),
+        **responses(400, 401, 403, 404, 409, 410, 422, 503),
     },
     status_code=200,
     summary="Commit a preview: 201 with a new job, or 200 with the job an identical commit made",
@@ -103,7 +103,7 @@ async def commit(data: s.CommitIn, state: State, principal: Principal) -> Respon
     return Response(s.receipt_out(receipt, details), status_code=201 if receipt.created else 200)
 
 
-@get("/v1/jobs", responses=responses(401, 422), summary="List jobs, newest first")
+@get("/v1/jobs", responses=responses(400, 401, 422), summary="List jobs, newest first")
 async def list_jobs(
     state: State,
     principal: Principal,
@@ -118,7 +118,7 @@ async def list_jobs(
     return s.JobPageOut([s.job_out(j) for j in page.jobs], page.next_cursor)
 
 
-@get("/v1/jobs/{job_id:str}", responses=responses(401, 404), summary="A job with its attempts")
+@get("/v1/jobs/{job_id:str}", responses=responses(400, 401, 404), summary="A job with its attempts")
 async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
     details = await jobs.get_job(_ctx(state), principal, job_id)
     return s.job_out(details.job, details)
@@ -127,7 +127,7 @@ async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
 @post(
     "/v1/jobs/{job_id:str}/cancel",
     status_code=202,
-    responses=responses(401, 403, 404, 409),
+    responses=responses(400, 401, 403, 404, 409),
     summary="Stop a job (idempotent)",
 )
 async def cancel(job_id: str, state: State, principal: Principal) -> s.JobOut:
@@ -139,7 +139,7 @@ async def cancel(job_id: str, state: State, principal: Principal) -> s.JobOut:
 @get(
     "/v1/jobs/{job_id:str}/logs",
     media_type="text/plain",
-    responses=responses(401, 404, 422),
+    responses=responses(400, 401, 404, 422),
     summary="The job's stdout and stderr; with follow=true, until it ends",
 )
 async def logs(
@@ -153,31 +153,36 @@ async def logs(
     return Stream(chunks, media_type="text/plain; charset=utf-8")
 
 
-@get("/v1/methods", responses=responses(401), summary="Methods (recipes) and their parameters")
+@get("/v1/methods", responses=responses(400, 401), summary="Methods (recipes) and their parameters")
 async def list_methods(state: State, principal: Principal) -> list[s.MethodOut]:
     return [s.method_out(m) for m in _ctx(state).catalog.methods]
 
 
-@get("/v1/methods/{name:path}", responses=responses(401, 404), summary="One method")
-async def read_method(name: str, state: State, principal: Principal) -> s.MethodOut:
-    name = name.strip("/")
+@get(
+    "/v1/methods/{framework:str}/{method:str}",
+    responses=responses(400, 401, 404),
+    summary="One method, by its name <framework>/<method>",
+)
+async def read_method(
+    framework: str, method: str, state: State, principal: Principal
+) -> s.MethodOut:
     try:
-        return s.method_out(_ctx(state).catalog.method(name))
+        return s.method_out(_ctx(state).catalog.method(f"{framework}/{method}"))
     except InvalidInput as exc:
         raise NotFound(exc.message, fix=exc.fix) from None
 
 
-@get("/v1/profiles", responses=responses(401), summary="Profiles (named resource requests)")
+@get("/v1/profiles", responses=responses(400, 401), summary="Profiles (named resource requests)")
 async def list_profiles(state: State, principal: Principal) -> list[s.ProfileOut]:
     return [s.profile_out(p) for p in _ctx(state).catalog.profiles]
 
 
-@get("/v1/runtimes", responses=responses(401), summary="Runtimes (images and their contract)")
+@get("/v1/runtimes", responses=responses(400, 401), summary="Runtimes (images and their contract)")
 async def list_runtimes(state: State, principal: Principal) -> list[s.RuntimeOut]:
     return [s.runtime_out(r) for r in _ctx(state).catalog.runtimes]
 
 
-@get("/v1/whoami", responses=responses(401), summary="The caller's identity")
+@get("/v1/whoami", responses=responses(400, 401), summary="The caller's identity")
 async def whoami(principal: Principal) -> s.WhoAmI:
     return s.WhoAmI(principal.name, str(principal.role))
 
