@@ -68,6 +68,9 @@ class JobRepository(Protocol):
     async def update(self, job: Job, expected: JobState) -> None:
         """Compare-and-set: store ``job`` only if the stored state is still ``expected``.
 
+        Only the mutable fields change (state, reason, exit code, updated_at; for members also
+        the handle); identity fields such as ids, owner and spec are never rewritten.
+
         Raises Conflict when the stored state differs (another writer won) or NotFound.
         """
         ...
@@ -221,9 +224,13 @@ class ExecutionBackend(Protocol):
         ...
 
     def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
-        """stdout and stderr interleaved, from the start; with ``follow`` until the member exits."""
+        """stdout and stderr interleaved, from the start; with ``follow`` until the member exits.
+
+        Raises NotFound when the member is gone (released); the stored log is then authoritative.
+        """
         ...
 
     async def release(self, handle: str) -> None:
-        """Forget a stopped member (remove its container). Idempotent; missing is fine."""
+        """Forget a member the caller knows to be stopped (remove its container, even if it is
+        somehow still running). Idempotent; missing is fine."""
         ...

@@ -55,6 +55,19 @@ class SubmissionIntent:
             "env": dict(self.env),
         }
 
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> SubmissionIntent:
+        src = d.get("source")
+        return SubmissionIntent(
+            experiment=d["experiment"],
+            method=d["method"],
+            profile=d["profile"],
+            params=dict(d.get("params") or {}),
+            runtime=d.get("runtime"),
+            source=SourceRef(digest=src["digest"], size=int(src["size"])) if src else None,
+            env=dict(d.get("env") or {}),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:

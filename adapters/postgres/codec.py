@@ -8,23 +8,13 @@ from typing import Any
 from domain.auth import ApiToken, Role
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
-from domain.submission import JobSpec, Preview, SourceRef, SubmissionIntent
+from domain.submission import JobSpec, Preview, SubmissionIntent
 
 Row = Mapping[Any, Any]
 
 
 def intent_from_dict(d: Mapping[str, Any]) -> SubmissionIntent:
-    """The inverse of ``SubmissionIntent.to_dict`` (the domain has no ``from_dict`` yet)."""
-    src = d.get("source")
-    return SubmissionIntent(
-        experiment=d["experiment"],
-        method=d["method"],
-        profile=d["profile"],
-        params=dict(d.get("params") or {}),
-        runtime=d.get("runtime"),
-        source=SourceRef(digest=src["digest"], size=int(src["size"])) if src else None,
-        env=dict(d.get("env") or {}),
-    )
+    return SubmissionIntent.from_dict(dict(d))
 
 
 def preview_values(p: Preview) -> dict[str, Any]:
