@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 from domain.errors import InvalidInput
 
@@ -106,37 +106,28 @@ class Catalog:
     runtimes: tuple[RuntimeSpec, ...] = field(default=())
 
     def runtime(self, name: str) -> RuntimeSpec:
-        for r in self.runtimes:
-            if r.name == name:
-                return r
-        known = ", ".join(r.name for r in self.runtimes) or "none configured"
-        raise InvalidInput(
-            f"unknown runtime {name!r}",
-            fix=f"use one of: {known} (see `tp runtime ls`)",
-            field="intent.runtime",
-        )
+        return _lookup(self.runtimes, name, "runtime", "tp runtime ls")
 
     def method(self, name: str) -> Method:
-        for m in self.methods:
-            if m.name == name:
-                return m
-        known = ", ".join(m.name for m in self.methods)
-        raise InvalidInput(
-            f"unknown method {name!r}",
-            fix=f"use one of: {known} (see `tp methods`)",
-            field="intent.method",
-        )
+        return _lookup(self.methods, name, "method", "tp methods")
 
     def profile(self, name: str) -> Profile:
-        for p in self.profiles:
-            if p.name == name:
-                return p
-        known = ", ".join(p.name for p in self.profiles)
-        raise InvalidInput(
-            f"unknown profile {name!r}",
-            fix=f"use one of: {known} (see `tp profiles`)",
-            field="intent.profile",
-        )
+        return _lookup(self.profiles, name, "profile", "tp profiles")
+
+
+N = TypeVar("N", Method, Profile, RuntimeSpec)
+
+
+def _lookup(items: tuple[N, ...], name: str, what: str, listing: str) -> N:
+    for item in items:
+        if item.name == name:
+            return item
+    known = ", ".join(i.name for i in items) or "none configured"
+    raise InvalidInput(
+        f"unknown {what} {name!r}",
+        fix=f"use one of: {known} (see `{listing}`)",
+        field=f"intent.{what}",
+    )
 
 
 _TRUE = {"true", "1", "yes", "on"}

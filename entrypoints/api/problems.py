@@ -96,8 +96,10 @@ def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Re
         detail = message
     elif "decode" in detail.lower() or "json" in detail.lower():
         detail = f"the request body is not valid JSON: {detail}"
-    if field == "data" or detail in ("'data'", "data"):
+    if detail in ("'data'", "data"):  # litestar's words for a request without a body
         detail, field = "the request body is missing or empty", "body"
+    elif field == "data":
+        field = "body"
     return problem(
         400,
         "invalid-input",

@@ -64,11 +64,13 @@ _BY_STATUS: dict[int, type[TunePlaneError]] = {
 
 
 def _by_code() -> dict[str, type[TunePlaneError]]:
+    """Error classes by code; the taxonomy's own class wins over an adapter's subclass that
+    shares its code (e.g. EmbeddedPostgresError is an Unavailable)."""
     out: dict[str, type[TunePlaneError]] = {}
     todo: list[type[TunePlaneError]] = [TunePlaneError]
     while todo:
-        cls = todo.pop()
-        out[cls.code] = cls
+        cls = todo.pop(0)  # breadth first: bases before their subclasses
+        out.setdefault(cls.code, cls)
         todo.extend(cls.__subclasses__())
     return out
 

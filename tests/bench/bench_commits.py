@@ -1,0 +1,168 @@
+"""Benchmark: commits per second through the HTTP API into PostgreSQL.
+
+One `tp serve` process (supervisor off: this measures the commit path, not container launches)
+on a private, durable embedded PostgreSQL. Distinct previews are created beforehand; then wrk
+drives POST /v1/jobs with 64 connections, each request committing a different preview. In the
+same run, wrk measures GET /healthz on the same server as the ceiling, and a replay run (every
+request the same, already-committed triple) for the idempotent path.
+
+Run: bash tests/bench/run.sh   (or: .venv/bin/python -m tests.bench.bench_commits --help)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+from adapters.postgres import EmbeddedPostgres, migrate
+from entrypoints.server import first_admin_token
+from entrypoints.settings import Settings
+from tests.fixtures.server import free_port
+from tests.support.db import count_rows
+
+HERE = Path(__file__).parent
+TP = str(Path(sys.executable).parent / "tp")
+
+
+def wrk(
+    url: str, connections: int, seconds: int, script: list[str] | None = None
+) -> dict[str, float]:
+    cmd = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency"]
+    if script:
+        cmd += ["-s", script[0], url, "--", *script[1:]]
+    else:
+        cmd.append(url)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    lat = dict(re.findall(r"\s+(50|99)%\s+([\d.]+\w+)", out))
+    return {
+        "rps": rps,
+        "requests": total,
+        "non2xx": int(bad.group(1)) if bad else 0,
+        "p50": lat.get("50", "?"),
+        "p99": lat.get("99", "?"),
+    }  # type: ignore[dict-item]
+
+
+async def make_previews(url: str, token: str, count: int) -> list[dict[str, str]]:
+    bodies: list[dict[str, str]] = []
+    sem = asyncio.Semaphore(32)
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+
+        async def one(i: int) -> None:
+            intent = {
+                "experiment": "bench",
+                "method": "custom/custom",
+                "profile": "cpu:1",
+                "params": {"command": f"echo {i}"},
+            }
+            async with sem:
+                r = await c.post(f"{url}/v1/previews", json=intent)
+            r.raise_for_status()
+            p = r.json()
+            bodies.append(
+                {"preview_id": p["id"], "digest": p["digest"], "retry_key": str(uuid.uuid4())}
+            )
+
+        await asyncio.gather(*(one(i) for i in range(count)))
+    return bodies
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--previews", type=int, default=12000, help="distinct previews made beforehand")
+    ap.add_argument("--seconds", type=int, default=10, help="duration of each wrk run")
+    ap.add_argument("--connections", type=int, default=64)
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="tp-bench-"))
+    pg = EmbeddedPostgres(tmp / "pg", durable=True)
+    url = pg.start()
+    server = None
+    try:
+        migrate.upgrade(url)
+        settings = dataclasses.replace(Settings(), database_url=url, state_dir=tmp / "state")
+        token = asyncio.run(first_admin_token(settings))
+        assert token
+        port = free_port()
+        env = dict(
+            os.environ,
+            TUNEPLANE_DATABASE_URL=url,
+            TUNEPLANE_STATE_DIR=str(tmp / "state"),
+            TUNEPLANE_DB_POOL_SIZE="20",
+        )
+        log = (tmp / "serve.log").open("wb")
+        server = subprocess.Popen(
+            [TP, "serve", "--port", str(port), "--no-supervisor"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        api = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                if httpx.get(api + "/readyz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        t0 = time.perf_counter()
+        bodies = asyncio.run(make_previews(api, token, args.previews))
+        preview_s = time.perf_counter() - t0
+        bodies_file = tmp / "bodies.jsonl"
+        bodies_file.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+        replay_file = tmp / "replay.jsonl"
+        replay_file.write_text(json.dumps(bodies[0]) + "\n")
+
+        health = wrk(f"{api}/healthz", args.connections, args.seconds)
+        lua = str(HERE / "commit.lua")
+        commits = wrk(api, args.connections, args.seconds, [lua, str(bodies_file), token, "2"])
+        jobs = asyncio.run(count_rows(url, "jobs"))
+        replays = wrk(api, args.connections, args.seconds, [lua, str(replay_file), token, "2"])
+        jobs_after = asyncio.run(count_rows(url, "jobs"))
+
+        print(
+            f"\nprevious step: {args.previews} previews created in {preview_s:.1f} s "
+            f"({args.previews / preview_s:.0f}/s, 32 clients)"
+        )
+        print(
+            f"{'run':<34}{'req/s':>10}{'requests':>10}{'non-2xx':>9}{'p50':>10}{'p99':>10}{'ratio':>8}"
+        )
+        for name, r in (
+            ("GET /healthz (ceiling)", health),
+            ("POST /v1/jobs, distinct previews", commits),
+            ("POST /v1/jobs, replay of one", replays),
+        ):
+            print(
+                f"{name:<34}{r['rps']:>10.0f}{r['requests']:>10.0f}{r['non2xx']:>9.0f}"
+                f"{r['p50']:>10}{r['p99']:>10}{r['rps'] / health['rps']:>8.2f}"
+            )
+        print(
+            f"jobs created by the commit run: {jobs} (past {args.previews}: replays); "
+            f"jobs after the replay run: {jobs_after}"
+        )
+        return 0
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(10)
+        pg.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
