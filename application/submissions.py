@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from application.context import Context
 from domain.auth import Principal
-from domain.errors import Conflict, Forbidden, InvalidInput, NotFound, RetryKeyReused
+from domain.errors import (
+    Conflict,
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    RetryKeyReused,
+    Unavailable,
+)
 from domain.jobs import Job, Receipt, Submission
 from domain.lifecycle import JobState
+from domain.ports import UnitOfWork
 from domain.submission import Preview, SubmissionIntent, make_preview, resolve
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
@@ -74,11 +82,19 @@ def _check_retry_key(retry_key: str) -> None:
         )
 
 
-def _replay(existing: Submission, preview_id: str, digest: str, retry_key: str) -> Receipt:
+async def _replay(
+    uow: UnitOfWork, existing: Submission, preview_id: str, digest: str, retry_key: str
+) -> Receipt:
     """Answer a commit that lost the claim to an earlier row."""
     if existing.retry_key == retry_key:
         if existing.preview_id == preview_id and existing.digest == digest:
-            return Receipt(existing.job_id, preview_id, retry_key, created=False)
+            job = await uow.jobs.get(existing.job_id)
+            if job is None:  # the ledger and the job are written in one transaction
+                raise Unavailable(
+                    f"job {existing.job_id} is recorded but not readable yet",
+                    fix="retry the same commit",
+                )
+            return Receipt(existing.job_id, preview_id, retry_key, created=False, job=job)
         raise RetryKeyReused(
             f"retry key {retry_key} was already used for preview {existing.preview_id}",
             fix="a retry key confirms one preview only: use a fresh key for a new preview "
@@ -115,7 +131,7 @@ async def commit(
         claim = Submission(retry_key, preview_id, digest, job_id, principal.name, now)
         existing = await uow.submissions.claim(claim)
         if existing is not None:
-            return _replay(existing, preview_id, digest, retry_key)
+            return await _replay(uow, existing, preview_id, digest, retry_key)
         preview.check_commit(digest, now)  # raising here rolls the claim back
         job = Job(
             id=job_id,
@@ -128,4 +144,4 @@ async def commit(
         )
         await uow.jobs.add(job)
         await uow.commit()
-    return Receipt(job_id, preview_id, retry_key, created=True)
+    return Receipt(job_id, preview_id, retry_key, created=True, job=job)

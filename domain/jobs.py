@@ -119,6 +119,7 @@ class Receipt:
     preview_id: str
     retry_key: str
     created: bool
+    job: Job
 
 
 def attempt_outcome(members: list[Member]) -> tuple[str, str, int | None]:

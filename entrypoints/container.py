@@ -28,7 +28,9 @@ async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
             "error: no database configured (fix: set TUNEPLANE_DATABASE_URL, or use `tp up`, "
             "which starts a private PostgreSQL)"
         )
-    engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
+    # no overflow: connections beyond the pool would be opened and closed per request (a fork
+    # and a SCRAM handshake each); waiting for a pooled connection is cheaper
+    engine = create_engine(settings.database_url, pool_size=settings.db_pool_size, max_overflow=0)
     try:
         yield engine
     finally:

@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
@@ -66,6 +68,11 @@ def saved_admin_token(state_dir: Path) -> str | None:
     return None
 
 
-def run(coro: object) -> None:
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(coro)  # type: ignore[arg-type]
+def run_server(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a server coroutine on uvloop where installed (a faster event loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvicorn[standard] brings it
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)

@@ -49,7 +49,7 @@ class Settings:
     docker_host: str | None = field(default_factory=_docker_host)
     host: str = field(default_factory=lambda: os.environ.get("TUNEPLANE_HTTP_HOST", "127.0.0.1"))
     port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
-    db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 10))
+    db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 20))
     limits: Limits = field(
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),

@@ -14,7 +14,7 @@ from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import TunePlaneError
-from entrypoints.server import first_admin_token, saved_admin_token, serve
+from entrypoints.server import first_admin_token, run_server, saved_admin_token, serve
 from entrypoints.settings import Settings
 
 console = Console(stderr=True)
@@ -75,7 +75,7 @@ def run_up(settings: Settings) -> int:
             lines.append(f"log in with:  {hint}")
         lines.append("Ctrl-C stops it.")
         with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(serve(settings, announce="\n".join(lines)))
+            run_server(serve(settings, announce="\n".join(lines)))
         return 0
     except TunePlaneError as exc:
         console.print(f"[red]error:[/] {exc.message}")

@@ -32,15 +32,16 @@ def create_engine(
 ) -> AsyncEngine:
     """An engine for ``url``; any PostgreSQL URL form is accepted (the driver is asyncpg).
 
-    Connections are checked before use (``pool_pre_ping``) so that a restarted server costs
-    one reconnect instead of an error. Dispose it with ``await engine.dispose()``.
+    Connections are not pinged before use (that would cost a round trip per transaction on the
+    commit path): after a server restart the first use of a dead connection fails as
+    Unavailable ("retry later") and the pool replaces it. Dispose with ``await engine.dispose()``.
     """
     return create_async_engine(
         async_url(url),
         pool_size=pool_size,
         max_overflow=max_overflow,
         pool_timeout=pool_timeout,
-        pool_pre_ping=True,
+        pool_recycle=3600,
         echo=echo,
         connect_args={
             "timeout": connect_timeout,

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from adapters.memory.paging import check_limit, decode_cursor, encode_cursor
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
-from adapters.postgres.rows import compare_and_set, insert_new
+from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
 from adapters.postgres.tables import jobs
 from domain.jobs import Job
 from domain.lifecycle import JobState
@@ -27,11 +27,7 @@ class PostgresJobRepository:
 
     async def get(self, job_id: str) -> Job | None:
         with translated(f"get job {job_id}"):
-            row = (
-                (await self._conn.execute(select(jobs).where(jobs.c.id == job_id)))
-                .mappings()
-                .first()
-            )
+            row = await fetch_one(self._conn, jobs, "id", job_id)
         return codec.job_from_row(row) if row else None
 
     async def update(self, job: Job, expected: JobState) -> None:

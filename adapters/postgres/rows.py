@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Insert, Select, Table, bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres.errors import translated
 from domain.errors import Conflict, NotFound
+
+# Statements built once and executed with parameters: SQLAlchemy then finds the compiled form
+# in its cache without rebuilding the construct and its cache key on every call (measured:
+# about a third of the commit path's CPU went to that).
+
+
+@functools.cache
+def insert_if_new_stmt(table: Table) -> Insert:
+    pk = next(iter(table.primary_key.columns))
+    return pg_insert(table).on_conflict_do_nothing().returning(pk)
+
+
+@functools.cache
+def select_by_stmt(table: Table, column: str) -> Select[Any]:
+    return select(table).where(table.c[column] == bindparam("value"))
+
+
+async def fetch_one(
+    conn: AsyncConnection, table: Table, column: str, value: object
+) -> Any | None:
+    """The row of ``table`` whose ``column`` equals ``value`` (a mapping), or None."""
+    result = await conn.execute(select_by_stmt(table, column), {"value": value})
+    return result.mappings().first()
 
 
 async def insert_new(
@@ -18,13 +42,8 @@ async def insert_new(
     """INSERT … ON CONFLICT DO NOTHING: a duplicate raises Conflict without aborting the
     transaction (as a unique violation would), so the unit of work stays usable. A missing
     parent row (foreign key) raises NotFound and does abort it."""
-    pk = next(iter(table.primary_key.columns))
     with translated(f"add {what}"):
-        done = (
-            await conn.execute(
-                pg_insert(table).values(values).on_conflict_do_nothing().returning(pk)
-            )
-        ).first()
+        done = (await conn.execute(insert_if_new_stmt(table), values)).first()
     if done is None:
         raise Conflict(f"{what} already exists (same id or same unique key)", fix="use a new id")
 

@@ -8,7 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
-from adapters.postgres.rows import compare_and_set, insert_new
+from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
 from adapters.postgres.tables import api_tokens, attempt_logs, attempts, members
 from domain.auth import ApiToken
 from domain.jobs import Attempt, Member
@@ -98,9 +98,8 @@ class PostgresTokenRepository:
         await insert_new(self._conn, api_tokens, codec.token_values(token), f"token {token.id}")
 
     async def by_hash(self, token_hash: str) -> ApiToken | None:
-        query = select(api_tokens).where(api_tokens.c.token_hash == token_hash)
         with translated("look up a token"):
-            row = (await self._conn.execute(query)).mappings().first()
+            row = await fetch_one(self._conn, api_tokens, "token_hash", token_hash)
         return codec.token_from_row(row) if row else None
 
     async def count(self) -> int:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
-from adapters.postgres.rows import insert_new
+from adapters.postgres.rows import fetch_one, insert_if_new_stmt, insert_new
 from adapters.postgres.tables import previews, submissions
 from domain.errors import Conflict
 from domain.jobs import Submission
@@ -28,11 +26,7 @@ class PostgresPreviewRepository:
 
     async def get(self, preview_id: str) -> Preview | None:
         with translated(f"get preview {preview_id}"):
-            row = (
-                (await self._conn.execute(select(previews).where(previews.c.id == preview_id)))
-                .mappings()
-                .first()
-            )
+            row = await fetch_one(self._conn, previews, "id", preview_id)
         return codec.preview_from_row(row) if row else None
 
 
@@ -46,35 +40,20 @@ class PostgresSubmissionLedger:
         makes the INSERT wait for it; if it rolled back, the next round inserts."""
         with translated(f"claim retry key {submission.retry_key}"):
             for _ in range(MAX_CLAIM_ROUNDS):
+                values = codec.submission_values(submission)
                 inserted = (
-                    await self._conn.execute(
-                        pg_insert(submissions)
-                        .values(codec.submission_values(submission))
-                        .on_conflict_do_nothing()
-                        .returning(submissions.c.retry_key)
-                    )
+                    await self._conn.execute(insert_if_new_stmt(submissions), values)
                 ).first()
                 if inserted is not None:
                     return None
                 for column, value in (
-                    (submissions.c.retry_key, submission.retry_key),
-                    (submissions.c.preview_id, submission.preview_id),
+                    ("retry_key", submission.retry_key),
+                    ("preview_id", submission.preview_id),
                 ):
-                    row = (
-                        (await self._conn.execute(select(submissions).where(column == value)))
-                        .mappings()
-                        .first()
-                    )
+                    row = await fetch_one(self._conn, submissions, column, value)
                     if row is not None:
                         return codec.submission_from_row(row)
-                taken = (
-                    await self._conn.execute(
-                        select(submissions.c.retry_key).where(
-                            submissions.c.job_id == submission.job_id
-                        )
-                    )
-                ).first()
-                if taken is not None:
+                if await fetch_one(self._conn, submissions, "job_id", submission.job_id):
                     raise Conflict(
                         f"job id {submission.job_id} is already recorded for another submission",
                         fix="use a fresh job id",

@@ -97,10 +97,9 @@ async def read_preview(preview_id: str, state: State, principal: Principal) -> s
 async def commit(data: s.CommitIn, state: State, principal: Principal) -> Response[s.ReceiptOut]:
     ctx = _ctx(state)
     receipt = await submissions.commit(ctx, principal, data.preview_id, data.digest, data.retry_key)
-    details = await jobs.get_job(ctx, principal, receipt.job_id)
     if receipt.created:
         _wake(state)
-    return Response(s.receipt_out(receipt, details), status_code=201 if receipt.created else 200)
+    return Response(s.receipt_out(receipt), status_code=201 if receipt.created else 200)
 
 
 @get("/v1/jobs", responses=responses(400, 401, 422), summary="List jobs, newest first")

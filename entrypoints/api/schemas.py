@@ -215,8 +215,8 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
     )
 
 
-def receipt_out(r: Receipt, details: JobDetails) -> ReceiptOut:
-    return ReceiptOut(r.job_id, r.preview_id, r.retry_key, r.created, job_out(details.job, details))
+def receipt_out(r: Receipt) -> ReceiptOut:
+    return ReceiptOut(r.job_id, r.preview_id, r.retry_key, r.created, job_out(r.job))
 
 
 def method_out(m: Method) -> MethodOut:

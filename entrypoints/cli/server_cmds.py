@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -54,12 +53,13 @@ def serve(
 ) -> None:
     """Serve one API process against TUNEPLANE_DATABASE_URL (already migrated). Run several
     behind a load balancer for more throughput; each also supervises jobs unless told not to."""
+    from entrypoints.server import run_server
     from entrypoints.server import serve as serve_async
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     settings = _settings(None, port, host)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_async(settings, supervise=not no_supervisor))
+        run_server(serve_async(settings, supervise=not no_supervisor))
 
 
 def runtime_build(

@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,8 +87,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--previews", type=int, default=12000, help="distinct previews made beforehand")
-    ap.add_argument("--seconds", type=int, default=10, help="duration of each wrk run")
+    ap.add_argument("--previews", type=int, default=18000, help="distinct previews made beforehand")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of (health, commits, replays)")
+    ap.add_argument("--seconds", type=int, default=8, help="duration of each wrk run")
     ap.add_argument("--connections", type=int, default=64)
     args = ap.parse_args()
 
@@ -105,7 +107,7 @@ def main() -> int:
             os.environ,
             TUNEPLANE_DATABASE_URL=url,
             TUNEPLANE_STATE_DIR=str(tmp / "state"),
-            TUNEPLANE_DB_POOL_SIZE="20",
+            TUNEPLANE_DB_POOL_SIZE=os.environ.get("TUNEPLANE_DB_POOL_SIZE", "20"),
         )
         log = (tmp / "serve.log").open("wb")
         server = subprocess.Popen(
@@ -124,38 +126,49 @@ def main() -> int:
         t0 = time.perf_counter()
         bodies = asyncio.run(make_previews(api, token, args.previews))
         preview_s = time.perf_counter() - t0
-        bodies_file = tmp / "bodies.jsonl"
-        bodies_file.write_text("".join(json.dumps(b) + "\n" for b in bodies))
+        lua = str(HERE / "commit.lua")
         replay_file = tmp / "replay.jsonl"
         replay_file.write_text(json.dumps(bodies[0]) + "\n")
-
-        health = wrk(f"{api}/healthz", args.connections, args.seconds)
-        lua = str(HERE / "commit.lua")
-        commits = wrk(api, args.connections, args.seconds, [lua, str(bodies_file), token, "2"])
-        jobs = asyncio.run(count_rows(url, "jobs"))
-        replays = wrk(api, args.connections, args.seconds, [lua, str(replay_file), token, "2"])
-        jobs_after = asyncio.run(count_rows(url, "jobs"))
+        runs: list[tuple[str, dict[str, float]]] = []
+        per_round = len(bodies) // args.rounds
+        for n in range(args.rounds):  # interleaved, so drift hits every kind of run alike
+            runs.append(
+                ("GET /healthz (ceiling)", wrk(f"{api}/healthz", args.connections, args.seconds))
+            )
+            chunk = tmp / f"bodies-{n}.jsonl"
+            mine = bodies[n * per_round : (n + 1) * per_round]
+            chunk.write_text("".join(json.dumps(b) + "\n" for b in mine))
+            before = asyncio.run(count_rows(url, "jobs"))
+            r = wrk(api, args.connections, args.seconds, [lua, str(chunk), token, "2"])
+            r["jobs"] = asyncio.run(count_rows(url, "jobs")) - before
+            runs.append(("POST /v1/jobs, distinct previews", r))
+            runs.append(
+                (
+                    "POST /v1/jobs, replay of one",
+                    wrk(api, args.connections, args.seconds, [lua, str(replay_file), token, "2"]),
+                )
+            )
 
         print(
             f"\nprevious step: {args.previews} previews created in {preview_s:.1f} s "
             f"({args.previews / preview_s:.0f}/s, 32 clients)"
         )
         print(
-            f"{'run':<34}{'req/s':>10}{'requests':>10}{'non-2xx':>9}{'p50':>10}{'p99':>10}{'ratio':>8}"
+            f"{'run':<34}{'req/s':>10}{'requests':>10}{'non-2xx':>9}"
+            f"{'p50':>10}{'p99':>10}{'new jobs':>10}"
         )
-        for name, r in (
-            ("GET /healthz (ceiling)", health),
-            ("POST /v1/jobs, distinct previews", commits),
-            ("POST /v1/jobs, replay of one", replays),
-        ):
+        for name, r in runs:
             print(
                 f"{name:<34}{r['rps']:>10.0f}{r['requests']:>10.0f}{r['non2xx']:>9.0f}"
-                f"{r['p50']:>10}{r['p99']:>10}{r['rps'] / health['rps']:>8.2f}"
+                f"{r['p50']:>10}{r['p99']:>10}{r.get('jobs', ''):>10}"
             )
         print(
-            f"jobs created by the commit run: {jobs} (past {args.previews}: replays); "
-            f"jobs after the replay run: {jobs_after}"
+            f"\nmedian over {args.rounds} rounds; ratio to the ceiling measured in the same rounds:"
         )
+        ceiling = statistics.median(r["rps"] for n, r in runs if n.startswith("GET"))
+        for name in dict(runs):
+            med = statistics.median(r["rps"] for n, r in runs if n == name)
+            print(f"  {name:<34}{med:>8.0f} req/s  {med / ceiling:>6.3f} of the ceiling")
         return 0
     finally:
         if server is not None:

@@ -18,6 +18,9 @@ function init(args)
     if i % nthreads == tid then bodies[#bodies + 1] = line end
     i = i + 1
   end
+  if #bodies == 0 then  -- fewer lines than threads: every thread takes them all
+    for line in io.lines(file) do bodies[#bodies + 1] = line end
+  end
   headers = { ["Content-Type"] = "application/json", ["Authorization"] = "Bearer " .. token }
 end
 
