@@ -1,0 +1,142 @@
+"""An execution backend in memory: members are records that run until told otherwise.
+
+Production code for the simulator and for application tests; it keeps the ExecutionBackend
+contract (``tests/contract/test_backend_contract.py`` runs it beside the Docker backend):
+launch is idempotent per member id, a stopped member exits with 128+SIGTERM, logs of a released
+member raise NotFound, and everything raises Unavailable while ``available`` is False.
+
+A member's fate is decided by ``behaviour(request)``: ``None`` keeps it running until
+``finish(handle, code)`` or ``stop``; ``(code, output)`` makes it exit at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from domain.catalog import RuntimePin, RuntimeSpec
+from domain.errors import InvalidInput, NotFound, Unavailable
+from domain.ports import LaunchRequest, Observation
+
+Behaviour = Callable[[LaunchRequest], tuple[int, bytes] | None]
+SIGTERM_EXIT = 128 + 15
+
+
+@dataclass
+class MemoryMember:
+    request: LaunchRequest
+    output: bytearray = field(default_factory=bytearray)
+    exit_code: int | None = None
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def running(self) -> bool:
+        return self.exit_code is None
+
+
+class MemoryBackend:
+    def __init__(
+        self,
+        name: str = "local",
+        *,
+        images: dict[str, str] | None = None,
+        behaviour: Behaviour | None = None,
+    ) -> None:
+        self.name = name
+        self.images = images  # image → digest; None accepts every image
+        self.behaviour = behaviour or (lambda request: None)
+        self.available = True
+        self.members: dict[str, MemoryMember] = {}
+        self.launches = 0  # launches that created a member (idempotent repeats do not count)
+        self.stops = 0
+
+    def _check(self) -> None:
+        if not self.available:
+            raise Unavailable(f"backend {self.name} is unavailable", fix="retry later")
+
+    def _member(self, handle: str) -> MemoryMember:
+        member = self.members.get(handle)
+        if member is None:
+            raise NotFound(f"no member {handle}", fix="it was released")
+        return member
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        self._check()
+        if self.images is not None and runtime.image not in self.images:
+            raise InvalidInput(
+                f"image {runtime.image} of runtime {runtime.name} is not present",
+                fix=f"build it: tp runtime build {runtime.name}",
+                field="intent.runtime",
+            )
+        digest = (self.images or {}).get(runtime.image) or (
+            "sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest()
+        )
+        return RuntimePin(
+            runtime.name, runtime.image, digest, runtime.python, runtime.process_model
+        )
+
+    async def launch(self, request: LaunchRequest) -> str:
+        self._check()
+        handle = f"mem-{request.member_id}"
+        if handle in self.members:
+            return handle
+        member = MemoryMember(request)
+        self.members[handle] = member
+        self.launches += 1
+        fate = self.behaviour(request)
+        if fate is not None:
+            self.finish(handle, fate[0], fate[1])
+        return handle
+
+    def write(self, handle: str, data: bytes) -> None:
+        member = self._member(handle)
+        member.output += data
+        member.changed.set()
+        member.changed = asyncio.Event()
+
+    def finish(self, handle: str, exit_code: int, output: bytes = b"") -> None:
+        """The member exits (if it still runs) with ``exit_code`` after writing ``output``."""
+        member = self._member(handle)
+        if member.running:
+            member.output += output
+            member.exit_code = exit_code
+        member.changed.set()
+
+    async def observe(self, handle: str) -> Observation:
+        self._check()
+        member = self.members.get(handle)
+        if member is None:
+            return Observation("missing")
+        if member.running:
+            return Observation("running")
+        return Observation("exited", member.exit_code, f"exited with code {member.exit_code}")
+
+    async def stop(self, handle: str, grace_seconds: float) -> None:
+        self._check()
+        if handle in self.members and self.members[handle].running:
+            self.stops += 1
+            self.finish(handle, SIGTERM_EXIT)
+
+    async def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
+        self._check()
+        member = self._member(handle)
+        sent = 0
+        while True:
+            if len(member.output) > sent:
+                yield bytes(member.output[sent:])
+                sent = len(member.output)
+            if not follow or not member.running:
+                return
+            await member.changed.wait()
+
+    async def release(self, handle: str) -> None:
+        self._check()
+        self.members.pop(handle, None)
+
+    async def ping(self) -> None:
+        self._check()
+
+    async def close(self) -> None:
+        return None

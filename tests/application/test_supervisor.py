@@ -1,0 +1,176 @@
+"""The supervisor over in-memory adapters: launch, follow, stop, and recover, with a backend
+whose members' fates the test decides."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from adapters.memory.backend import SIGTERM_EXIT, MemoryBackend
+from application import jobs, submissions
+from application.context import Context
+from application.logs import stream_logs
+from application.supervisor import Supervisor
+from domain.lifecycle import JobState
+from tests.support.context import ALICE, memory_context
+from tests.unit.builders import an_intent
+
+pytestmark = pytest.mark.unit
+
+
+async def submit(ctx: Context, command: str = "echo hi") -> str:
+    preview = await submissions.create_preview(ctx, ALICE, an_intent(params={"command": command}))
+    receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    return receipt.job_id
+
+
+async def state(ctx: Context, job_id: str) -> jobs.JobDetails:
+    return await jobs.get_job(ctx, ALICE, job_id)
+
+
+@pytest.fixture
+def backend() -> MemoryBackend:
+    return MemoryBackend()
+
+
+@pytest.fixture
+def ctx(tmp_path: Path, backend: MemoryBackend) -> Context:
+    return memory_context(tmp_path, backend)
+
+
+async def test_a_job_runs_to_success_and_its_log_is_kept(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()  # claims, launches, then observes it running
+    d = await state(ctx, job_id)
+    assert d.job.state is JobState.RUNNING and d.attempts[0].attempt.state == "running"
+    handle = d.attempts[0].members[0].handle
+    assert handle in backend.members
+
+    backend.finish(handle, 0, b"hi\n")
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert (d.job.state, d.job.exit_code) == ("succeeded", 0)
+    assert d.attempts[0].attempt.state == "succeeded"
+    assert handle not in backend.members  # released after its log was stored
+    chunks = [c async for c in await stream_logs(ctx, ALICE, job_id, follow=False)]
+    assert b"".join(chunks) == b"hi\n"
+
+
+async def test_a_failing_member_fails_the_job_with_its_code(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    backend.behaviour = lambda request: (3, b"boom\n")
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert (d.job.state, d.job.exit_code) == ("failed", 3)
+    assert "code 3" in d.job.reason and d.attempts[0].members[0].state == "failed"
+
+
+async def test_long_logs_keep_the_tail_and_say_so(ctx: Context, backend: MemoryBackend) -> None:
+    backend.behaviour = lambda request: (0, b"x" * 100 + b"END\n")  # limit is 64 bytes here
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    await sup.tick()
+    data = b"".join([c async for c in await stream_logs(ctx, ALICE, job_id, follow=False)])
+    assert data.startswith(b"[tuneplane: earlier output was truncated]") and data.endswith(b"END\n")
+
+
+async def test_unavailable_backend_defers_the_launch_without_failing(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    job_id = await submit(ctx)
+    backend.available = False
+    sup = Supervisor(ctx)
+    await sup.tick()
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert d.job.state is JobState.STARTING and d.attempts[0].members[0].state == "pending"
+    backend.available = True
+    await sup.tick()
+    await sup.tick()
+    assert (await state(ctx, job_id)).job.state is JobState.RUNNING
+    assert backend.launches == 1
+
+
+async def test_cancel_before_start_launches_nothing(ctx: Context, backend: MemoryBackend) -> None:
+    job_id = await submit(ctx)
+    d = await jobs.cancel_job(ctx, ALICE, job_id)
+    assert d.job.state is JobState.CANCELLED
+    await Supervisor(ctx).tick()
+    assert backend.launches == 0
+    again = await jobs.cancel_job(ctx, ALICE, job_id)  # idempotent
+    assert again.job.state is JobState.CANCELLED
+
+
+async def test_stop_a_running_job(ctx: Context, backend: MemoryBackend) -> None:
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    await sup.tick()
+    d = await jobs.cancel_job(ctx, ALICE, job_id)
+    assert d.job.state is JobState.STOPPING and d.attempts[0].attempt.state == "stopping"
+    await sup.tick()  # asks the backend to stop
+    await asyncio.sleep(0)  # the stop runs as its own task
+    await sup.tick()  # sees the exit
+    d = await state(ctx, job_id)
+    assert d.job.state is JobState.CANCELLED
+    assert (d.attempts[0].members[0].state, d.attempts[0].members[0].exit_code) == (
+        "stopped",
+        SIGTERM_EXIT,
+    )
+    assert backend.stops == 1
+    await sup.close()
+
+
+async def test_a_vanished_member_fails_the_job(ctx: Context, backend: MemoryBackend) -> None:
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    backend.members.clear()  # someone removed the container behind our back
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert d.job.state is JobState.FAILED and "disappeared" in d.job.reason
+
+
+async def test_two_supervisors_launch_each_member_once(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    ids = [await submit(ctx, f"echo {i}") for i in range(10)]
+    a, b = Supervisor(ctx), Supervisor(ctx)
+    for _ in range(3):
+        await asyncio.gather(a.tick(), b.tick())
+    assert backend.launches == 10
+    states = [(await state(ctx, i)).job.state for i in ids]
+    assert states == [JobState.RUNNING] * 10
+
+
+async def test_follow_streams_until_the_member_exits(ctx: Context, backend: MemoryBackend) -> None:
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    handle = (await state(ctx, job_id)).attempts[0].members[0].handle
+    assert handle
+    stream = await stream_logs(ctx, ALICE, job_id, follow=True, poll_seconds=0.01)
+    got: list[bytes] = []
+
+    async def reader() -> None:
+        async for chunk in stream:
+            got.append(chunk)
+
+    task = asyncio.create_task(reader())
+    backend.write(handle, b"one\n")
+    await asyncio.sleep(0.01)
+    assert b"".join(got) == b"one\n"
+    backend.finish(handle, 0, b"two\n")
+    await asyncio.wait_for(task, 2)
+    assert b"".join(got) == b"one\ntwo\n"

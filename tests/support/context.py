@@ -1,0 +1,58 @@
+"""A Context on in-memory adapters, a settable clock and counting ids: the application's tests
+and (later) the simulator build use cases this way, without the DI container."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from adapters.blobs import FilesystemBlobStore
+from adapters.catalog import default_catalog
+from adapters.docker.runtimes import LOCAL_RUNTIMES
+from adapters.memory import MemoryStore, MemoryUnitOfWork
+from adapters.memory.backend import MemoryBackend
+from application.context import Context, Limits
+from domain.auth import Principal, Role
+from tests.unit.builders import T0
+
+ALICE = Principal("alice", Role.MEMBER)
+BOB = Principal("bob", Role.MEMBER)
+ADMIN = Principal("admin", Role.ADMIN)
+VIEWER = Principal("vera", Role.VIEWER)
+
+
+class FakeClock:
+    def __init__(self, now: datetime = T0) -> None:
+        self.current = now
+
+    def now(self) -> datetime:
+        return self.current
+
+    def advance(self, **kwargs: float) -> None:
+        self.current += timedelta(**kwargs)
+
+
+class CountingIds:
+    def __init__(self) -> None:
+        self._n = itertools.count(1)
+
+    def new(self, kind: str) -> str:
+        return f"{kind}-{next(self._n):06d}"
+
+
+def memory_context(
+    tmp_path: Path, backend: MemoryBackend | None = None, clock: FakeClock | None = None
+) -> Context:
+    store = MemoryStore()
+    secrets = itertools.count(1)
+    return Context(
+        uow=lambda: MemoryUnitOfWork(store),
+        clock=clock or FakeClock(),
+        ids=CountingIds(),
+        catalog=default_catalog(LOCAL_RUNTIMES),
+        backends={"local": backend or MemoryBackend()},
+        blobs=FilesystemBlobStore(tmp_path / "blobs"),
+        new_secret=lambda: f"secret{next(secrets)}",
+        limits=Limits(max_log_bytes=64, stop_grace_seconds=0.1),
+    )
