@@ -28,9 +28,7 @@ def select_by_stmt(table: Table, column: str) -> Select[Any]:
     return select(table).where(table.c[column] == bindparam("value"))
 
 
-async def fetch_one(
-    conn: AsyncConnection, table: Table, column: str, value: object
-) -> Any | None:
+async def fetch_one(conn: AsyncConnection, table: Table, column: str, value: object) -> Any | None:
     """The row of ``table`` whose ``column`` equals ``value`` (a mapping), or None."""
     result = await conn.execute(select_by_stmt(table, column), {"value": value})
     return result.mappings().first()
