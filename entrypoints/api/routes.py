@@ -109,10 +109,12 @@ async def list_jobs(
     job_state: Annotated[list[JobState] | None, Parameter(query="state")] = None,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Parameter(max_length=200)] = None,
-    all_users: Annotated[bool, Parameter(query="all")] = False,
+    everyone: Annotated[
+        bool, Parameter(description="every user's jobs (admins, operators, viewers)")
+    ] = False,
 ) -> s.JobPageOut:
     page = await jobs.list_jobs(
-        _ctx(state), principal, states=job_state, limit=limit, cursor=cursor, everyone=all_users
+        _ctx(state), principal, states=job_state, limit=limit, cursor=cursor, everyone=everyone
     )
     return s.JobPageOut([s.job_out(j) for j in page.jobs], page.next_cursor)
 

@@ -97,6 +97,7 @@ def ls(
     state: Annotated[tuple[str, ...], Parameter(name="--state")] = (),
     all_: Annotated[bool, Parameter(name="--all")] = False,
     limit: Annotated[int, Parameter(name="--limit")] = 20,
+    everyone: Annotated[bool, Parameter(name="--everyone")] = False,
     json: JsonFlag = False,
 ) -> int:
     """List your jobs, newest first (by default only those not yet ended).
@@ -110,6 +111,8 @@ def ls(
         Include ended jobs (succeeded, failed, cancelled).
     limit
         At most this many jobs.
+    everyone
+        Every user's jobs, not only yours (admins, operators and viewers).
     """
     states = list(state) or ([] if all_ else [s.value for s in ACTIVE])
     jobs: list[dict[str, Any]] = []
@@ -117,6 +120,8 @@ def ls(
     with connect() as api:
         while len(jobs) < limit:
             params: dict[str, Any] = {"state": states, "limit": min(limit - len(jobs), 100)}
+            if everyone:
+                params["everyone"] = "true"
             if cursor:
                 params["cursor"] = cursor
             page = api.get("/v1/jobs", params)

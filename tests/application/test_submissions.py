@@ -87,6 +87,9 @@ async def test_visibility_and_roles(ctx: Context) -> None:
         await submissions.create_preview(ctx, VIEWER, an_intent())
     with pytest.raises(InvalidInput):
         await submissions.commit(ctx, ALICE, p.id, p.digest, "short")
+    for who, everyone, seen in ((BOB, True, 0), (VIEWER, False, 0), (VIEWER, True, 1)):
+        page = await jobs.list_jobs(ctx, who, states=None, limit=5, cursor=None, everyone=everyone)
+        assert len(page.jobs) == seen, (who, everyone)
 
 
 async def test_first_admin_token_once_and_authentication(ctx: Context) -> None:
