@@ -12,7 +12,7 @@ Binaries: those shipped by the ``pgserver`` wheel (PostgreSQL 16), else the Debi
 packages (``/usr/lib/postgresql/*/bin``), else ``TUNEPLANE_PG_BIN``. PostgreSQL refuses to run
 as root; as root the server runs as a dedicated system user (``postgres`` when it exists,
 otherwise ``tuneplane-pg`` is created), which gets ``data_dir`` and, where it lacks it,
-search-only (o+x) permission on the directories above ``data_dir``.
+search-only (o+x) permission on the directories above ``data_dir`` and above the binaries.
 
 ``start()`` and ``stop()`` are blocking and idempotent; a start on an existing ``data_dir``
 reuses the cluster, and a server still running there (from a process that died) is adopted.
@@ -190,6 +190,9 @@ class EmbeddedPostgres:
             raise EmbeddedPostgresError(
                 str(exc), fix="install PostgreSQL server binaries or set TUNEPLANE_PG_BIN"
             ) from exc
+        if self._user is not None:
+            # the binaries may sit in a private checkout (e.g. .venv under a 0700 directory)
+            self._user.make_reachable(self._bin.parent)
         return wanted
 
     def _initdb(self, pw_file: Path) -> None:

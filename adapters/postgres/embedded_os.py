@@ -150,9 +150,10 @@ class ServerUser:
             st = p.lstat()
             if (st.st_uid, st.st_gid) != (self.uid, self.gid) and not stat.S_ISLNK(st.st_mode):
                 os.chown(p, self.uid, self.gid)
-        self._make_reachable(path)
+        self.make_reachable(path)
 
-    def _make_reachable(self, path: Path) -> None:
+    def make_reachable(self, path: Path) -> None:
+        """Add search-only permission (o+x) to the parents of ``path`` this user cannot pass."""
         groups = {g.gr_gid for g in grp.getgrall() if self.name in g.gr_mem} | {self.gid}
         for parent in path.absolute().parents:
             st = parent.stat()
