@@ -7,8 +7,8 @@ from collections.abc import Collection
 from typing import Any
 
 from adapters.memory.db import Tx
-from adapters.memory.paging import check_limit, decode_cursor, encode_cursor
 from adapters.memory.store import LogRow
+from adapters.paging import check_limit, decode_cursor, encode_cursor
 from domain.auth import ApiToken
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Job, Member, Submission

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from sqlalchemy import Select, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from adapters.memory.paging import check_limit, decode_cursor, encode_cursor
+from adapters.paging import check_limit, decode_cursor, encode_cursor
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
