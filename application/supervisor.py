@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Coroutine
 from datetime import datetime
+from typing import Any
 
 from application.context import Context
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
@@ -65,19 +67,24 @@ class Supervisor:
 
     async def tick(self) -> None:
         for job, attempt, members in await self._claim_pending():
-            await self._launch(job, attempt, members)
+            await self._lost_race_is_fine(job, self._launch(job, attempt, members))
         cursor: str | None = None
         while True:
             async with self.ctx.uow() as uow:
                 page = await uow.jobs.list(owner=None, states=ACTIVE, limit=100, cursor=cursor)
             for job in page.jobs:
-                try:
-                    await self._advance(job)
-                except Conflict:
-                    log.debug("job %s changed under us; next tick decides", job.id)
+                await self._lost_race_is_fine(job, self._advance(job))
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    @staticmethod
+    async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:
+        """Run one step for ``job``; a lost compare-and-set means another supervisor moved it."""
+        try:
+            await step
+        except Conflict:
+            log.debug("job %s changed under us; the next tick decides", job.id)
 
     async def _claim_pending(self) -> list[tuple[Job, Attempt, list[Member]]]:
         now = self.ctx.clock.now()
