@@ -38,9 +38,11 @@ _OUTCOME = {
 
 
 class Supervisor:
-    def __init__(self, ctx: Context, batch: int = 16) -> None:
+    def __init__(self, ctx: Context, batch: int = 16, sweep_every: int = 60) -> None:
         self.ctx = ctx
         self.batch = batch
+        self.sweep_every = sweep_every
+        self._ticks = 0
         self._wake = asyncio.Event()
         self._stops: dict[str, asyncio.Task[None]] = {}
 
@@ -66,6 +68,9 @@ class Supervisor:
         await asyncio.gather(*self._stops.values(), return_exceptions=True)
 
     async def tick(self) -> None:
+        if self._ticks % self.sweep_every == 0:
+            await self.sweep()
+        self._ticks += 1
         for job, attempt, members in await self._claim_pending():
             await self._lost_race_is_fine(job, self._launch(job, attempt, members))
         cursor: str | None = None
@@ -77,6 +82,33 @@ class Supervisor:
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    async def sweep(self) -> int:
+        """Release members the backends still hold although they are recorded as finished
+        (a supervisor died between recording the exit and releasing). Members the database
+        does not know are left alone: they may belong to another control plane. Returns how
+        many were released."""
+        released = 0
+        for backend in self.ctx.backends.values():
+            try:
+                held = await backend.held()
+            except Unavailable as exc:
+                log.warning("sweep of %s skipped: %s", backend.name, exc)
+                continue
+            async with self.ctx.uow() as uow:
+                finished = [
+                    handle
+                    for member_id, handle in held.items()
+                    if (m := await uow.members.get(member_id)) is not None
+                    and m.state in MEMBER_FINAL
+                ]
+            for handle in finished:
+                with contextlib.suppress(TunePlaneError):
+                    await backend.release(handle)
+                    released += 1
+        if released:
+            log.info("sweep released %d finished members", released)
+        return released
 
     @staticmethod
     async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:

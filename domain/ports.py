@@ -120,6 +120,8 @@ class MemberRepository(Protocol):
         """All members of an attempt, by index."""
         ...
 
+    async def get(self, member_id: str) -> Member | None: ...
+
 
 class LogRepository(Protocol):
     async def save(self, attempt_id: str, data: bytes, truncated: bool) -> None:
@@ -227,6 +229,14 @@ class ExecutionBackend(Protocol):
         """stdout and stderr interleaved, from the start; with ``follow`` until the member exits.
 
         Raises NotFound when the member is gone (released); the stored log is then authoritative.
+        """
+        ...
+
+    async def held(self) -> dict[str, str]:
+        """member id → handle for every member this backend still holds, running or not.
+
+        Lets the supervisor find members it recorded as finished but never released (the
+        process died in between) and release them.
         """
         ...
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import math
 from collections.abc import AsyncIterator
 from typing import Any
@@ -91,6 +92,15 @@ class DockerBackend:
                 return None
             raise Unavailable(f"cannot inspect container {ref}: {exc.message}") from None
         return info
+
+    async def held(self) -> dict[str, str]:
+        """member id → container id for every TunePlane container in the engine."""
+        query = {"all": "true", "filters": json.dumps({"label": [LABEL_MEMBER]})}
+        try:
+            listed: list[dict[str, Any]] = await self._json("containers/json", params=query)
+        except EngineError as exc:
+            raise Unavailable(f"cannot list containers: {exc.message}") from None
+        return {c["Labels"][LABEL_MEMBER]: c["Id"] for c in listed if c.get("Labels")}
 
     async def ping(self) -> None:
         """Raise Unavailable unless the engine answers ``/_ping``."""

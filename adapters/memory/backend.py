@@ -131,6 +131,10 @@ class MemoryBackend:
                 return
             await member.changed.wait()
 
+    async def held(self) -> dict[str, str]:
+        self._check()
+        return {m.request.member_id: handle for handle, m in self.members.items()}
+
     async def release(self, handle: str) -> None:
         self._check()
         self.members.pop(handle, None)

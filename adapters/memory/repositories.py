@@ -172,6 +172,10 @@ class MemoryMemberRepository:
         rows: list[Member] = self._tx.select("members", lambda m: m.attempt_id == attempt_id)
         return sorted(rows, key=lambda m: m.index)
 
+    async def get(self, member_id: str) -> Member | None:
+        found: Member | None = self._tx.get("members", member_id)
+        return found
+
 
 class MemoryLogRepository:
     def __init__(self, tx: Tx) -> None:

@@ -63,6 +63,11 @@ class PostgresMemberRepository:
             rows = (await self._conn.execute(query)).mappings().all()
         return [codec.member_from_row(r) for r in rows]
 
+    async def get(self, member_id: str) -> Member | None:
+        with translated(f"get member {member_id}"):
+            row = await fetch_one(self._conn, members, "id", member_id)
+        return codec.member_from_row(row) if row else None
+
 
 class PostgresLogRepository:
     def __init__(self, conn: AsyncConnection) -> None:

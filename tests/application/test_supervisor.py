@@ -4,12 +4,13 @@ whose members' fates the test decides."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from pathlib import Path
 
 import pytest
 
-from adapters.memory.backend import SIGTERM_EXIT, MemoryBackend
+from adapters.memory.backend import SIGTERM_EXIT, MemoryBackend, MemoryMember
 from application import jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
@@ -174,3 +175,22 @@ async def test_follow_streams_until_the_member_exits(ctx: Context, backend: Memo
     backend.finish(handle, 0, b"two\n")
     await asyncio.wait_for(task, 2)
     assert b"".join(got) == b"one\ntwo\n"
+
+
+async def test_sweep_releases_finished_members_left_behind(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    handle = (await state(ctx, job_id)).attempts[0].members[0].handle
+    assert handle
+    kept = dict(backend.members)
+    backend.finish(handle, 0)
+    await sup.tick()  # records the exit and releases
+    assert (await state(ctx, job_id)).job.state is JobState.SUCCEEDED
+    backend.members.update(kept)  # as if the process had died before releasing
+    stranger = dataclasses.replace(kept[handle].request, member_id="stranger")
+    backend.members["mem-stranger"] = MemoryMember(stranger)
+    assert await sup.sweep() == 1
+    assert handle not in backend.members and "mem-stranger" in backend.members  # not ours: kept

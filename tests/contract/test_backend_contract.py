@@ -104,3 +104,13 @@ async def test_stop_release_and_what_follows(subject: Subject) -> None:
 
 async def test_unknown_handle_is_missing(subject: Subject) -> None:
     assert (await subject.backend.observe("tp-no-such-member")).status == "missing"
+
+
+async def test_held_lists_members_until_released(subject: Subject) -> None:
+    b = subject.backend
+    req = subject.request(FAIL)
+    handle = await b.launch(req)
+    await _until(b, handle, "exited")
+    assert (await b.held()).get(req.member_id) == handle  # exited but not released: held
+    await b.release(handle)
+    assert req.member_id not in await b.held()

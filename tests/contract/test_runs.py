@@ -113,6 +113,8 @@ async def test_member_update_is_compare_and_set(uow_factory: UnitOfWorkFactory) 
         await uow.commit()
     async with uow_factory() as uow:
         assert await uow.members.for_attempt(attempt.id) == [unknown]
+        assert await uow.members.get(member.id) == unknown
+        assert await uow.members.get("mem-nobody") is None
 
 
 async def test_saving_a_log_twice_keeps_the_last(uow_factory: UnitOfWorkFactory) -> None:
