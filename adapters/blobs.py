@@ -34,7 +34,9 @@ class FilesystemBlobStore:
         hexdigest = digest.removeprefix("sha256:")
         return self.root / "sha256" / hexdigest[:2] / hexdigest
 
-    async def put(self, chunks: AsyncIterator[bytes], max_size: int) -> tuple[str, int]:
+    async def put(
+        self, chunks: AsyncIterator[bytes], max_size: int, expected: str | None = None
+    ) -> tuple[str, int]:
         hasher = hashlib.sha256()
         size = 0
         fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
@@ -51,6 +53,13 @@ class FilesystemBlobStore:
                     hasher.update(chunk)
                     out.write(chunk)
             digest = "sha256:" + hasher.hexdigest()
+            if expected is not None and expected != digest:
+                raise InvalidInput(
+                    f"the content's digest is {digest}, not the declared {expected}",
+                    fix="the upload was corrupted or the declared digest is wrong: "
+                    "pack and upload again",
+                    field="header.X-Content-Digest",
+                )
             final = self._path(digest)
             final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)

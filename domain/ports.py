@@ -170,10 +170,13 @@ UnitOfWorkFactory = Callable[[], UnitOfWork]
 class BlobStore(Protocol):
     """Content-addressed storage for source archives (``sha256:<hex>`` keys)."""
 
-    async def put(self, chunks: AsyncIterator[bytes], max_size: int) -> tuple[str, int]:
+    async def put(
+        self, chunks: AsyncIterator[bytes], max_size: int, expected: str | None = None
+    ) -> tuple[str, int]:
         """Store the stream; return (digest, size). Idempotent for identical content.
 
-        Raises TooLarge (and stores nothing) past ``max_size`` bytes.
+        Raises TooLarge past ``max_size`` bytes, and InvalidInput when ``expected`` is given and
+        the content's digest differs; in both cases nothing is stored.
         """
         ...
 

@@ -10,12 +10,12 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from application import jobs, submissions
+from application import archives, jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
 from domain.auth import Principal
-from domain.errors import Forbidden, InvalidInput, NotFound, TooLarge
+from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JobState
 from entrypoints.api import schemas as s
 from entrypoints.api.problems import responses
@@ -47,24 +47,15 @@ async def upload_archive(
     principal: Principal,
     content_digest: Annotated[str | None, Parameter(header="X-Content-Digest")] = None,
 ) -> s.ArchiveOut:
-    ctx = _ctx(state)
-    if not principal.can_submit:
-        raise Forbidden(f"user {principal.name} may not upload", fix="ask for a member token")
-    limit = ctx.limits.max_archive_bytes
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise TooLarge(
-            f"the archive is {declared} bytes; the limit is {limit}",
-            fix="make the source smaller (ignore data and checkpoints in .gitignore)",
-        )
-    digest, size = await ctx.blobs.put(request.stream(), limit)
-    if content_digest is not None and content_digest != digest:
-        raise InvalidInput(
-            f"the body's digest is {digest}, not the {content_digest} the header declares",
-            fix="the upload was corrupted or the header is wrong: pack and upload again",
-            field="header.X-Content-Digest",
-        )
-    return s.ArchiveOut(digest, size)
+    ref = await archives.upload_archive(
+        _ctx(state),
+        principal,
+        request.stream(),
+        declared_size=int(declared) if declared and declared.isdigit() else None,
+        declared_digest=content_digest,
+    )
+    return s.ArchiveOut(ref.digest, ref.size)
 
 
 @post(

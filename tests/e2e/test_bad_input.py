@@ -123,6 +123,8 @@ async def test_archive_digest_header_is_checked(client: httpx.AsyncClient) -> No
         "/v1/archives", content=data, headers={"X-Content-Digest": "sha256:" + "2" * 64}
     )
     assert _problem(r, 422)["field"] == "header.X-Content-Digest"
+    blobs = Path(client.state_dir) / "blobs"  # type: ignore[attr-defined]
+    assert list((blobs / "sha256").rglob("*")) == []  # the mismatching body was not kept
     r = await client.post("/v1/archives", content=data)
     assert r.status_code == 201 and r.json()["size"] == len(data)
 
