@@ -8,7 +8,7 @@ cd "$ROOT"
 
 need_apt=()
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
-[ -x /bin/busybox ] || need_apt+=(busybox-static)
+dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 if [ ${#need_apt[@]} -gt 0 ]; then
