@@ -42,6 +42,7 @@ def up(
     from entrypoints.up import run_up
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration is noise
     sys.exit(run_up(_settings(state_dir, port, host)))
 
 
