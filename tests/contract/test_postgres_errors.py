@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import socket
-import uuid
-from collections.abc import AsyncIterator
 
-import asyncpg
 import pytest
 
 from adapters.postgres import PostgresUnitOfWork, create_engine
-from adapters.postgres.engine import async_url, plain_url
+from adapters.postgres.engine import async_url
 from domain.errors import Unavailable
-from tests.fixtures.postgres import database_url
 
 pytestmark = pytest.mark.integration
 
@@ -46,20 +42,8 @@ async def test_an_exhausted_pool_is_unavailable(pg_url: str) -> None:
     assert "pool" in err.value.message
 
 
-@pytest.fixture
-async def unmigrated_url(pg_server: str) -> AsyncIterator[str]:
-    name = f"tp_bare_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(plain_url(pg_server))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield database_url(pg_server, name)
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
-async def test_a_missing_schema_asks_for_migrations(unmigrated_url: str) -> None:
-    engine = create_engine(unmigrated_url)
+async def test_a_missing_schema_asks_for_migrations(empty_db: str) -> None:
+    engine = create_engine(empty_db)
     try:
         async with PostgresUnitOfWork(engine) as uow:
             with pytest.raises(Unavailable) as err:

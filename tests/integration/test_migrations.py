@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -23,23 +21,10 @@ from adapters.postgres.engine import plain_url
 from adapters.postgres.tables import metadata
 from domain.auth import Role
 from domain.lifecycle import AttemptState, JobState, MemberState
-from tests.fixtures.postgres import database_url
 
 pytestmark = pytest.mark.integration
 
 APP_TABLES = {t.name for t in metadata.sorted_tables}
-
-
-@pytest.fixture
-async def empty_db(pg_server: str) -> AsyncIterator[str]:
-    name = f"tp_empty_{uuid.uuid4().hex[:12]}"
-    admin = await asyncpg.connect(plain_url(pg_server))
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}" TEMPLATE template0')
-        yield database_url(pg_server, name)
-        await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 async def _tables(url: str) -> set[str]:
