@@ -15,6 +15,15 @@ class Role(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    role: Role
+    teams: tuple[str, ...] = ()
+    created_at: datetime | None = None
+    disabled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ApiToken:
     id: str
     name: str  # the user it belongs to

@@ -1,4 +1,4 @@
-"""What a submission may name: methods (recipes), profiles (resource requests) and runtimes.
+"""What a submission may name: methods (recipes) and runtimes (profiles: domain.requests).
 
 The catalog is data, configured by the operator; here are the shapes and the validation rules.
 """
@@ -60,15 +60,6 @@ class Resources:
 
 
 @dataclass(frozen=True, slots=True)
-class Profile:
-    """A named resource request, e.g. ``cpu:2`` or ``h200:8``, served by one backend."""
-
-    name: str
-    backend: str
-    resources: Resources
-
-
-@dataclass(frozen=True, slots=True)
 class RuntimePin:
     """A runtime image pinned by content digest, with its contract."""
 
@@ -102,7 +93,6 @@ class RuntimeSpec:
 @dataclass(frozen=True, slots=True)
 class Catalog:
     methods: tuple[Method, ...]
-    profiles: tuple[Profile, ...]
     runtimes: tuple[RuntimeSpec, ...] = field(default=())
 
     def runtime(self, name: str) -> RuntimeSpec:
@@ -111,11 +101,8 @@ class Catalog:
     def method(self, name: str) -> Method:
         return _lookup(self.methods, name, "method", "tp methods")
 
-    def profile(self, name: str) -> Profile:
-        return _lookup(self.profiles, name, "profile", "tp profiles")
 
-
-N = TypeVar("N", Method, Profile, RuntimeSpec)
+N = TypeVar("N", Method, RuntimeSpec)
 
 
 def _lookup(items: tuple[N, ...], name: str, what: str, listing: str) -> N:

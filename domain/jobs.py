@@ -79,6 +79,8 @@ class Member:
     handle: str | None = None  # the backend's name for it (container id, pod name, …)
     exit_code: int | None = None
     reason: str = ""
+    node: str | None = None  # where its reservation placed it
+    role: str = "main"
 
     def moved(
         self,

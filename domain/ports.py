@@ -15,10 +15,13 @@ from datetime import datetime
 from types import TracebackType
 from typing import Literal, Protocol, Self
 
-from domain.auth import ApiToken
+from domain.admission import Assignment, Reservation, Snapshot
+from domain.auth import ApiToken, User
 from domain.catalog import RuntimePin, RuntimeSpec
+from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.requests import Profile
 from domain.submission import JobSpec, Preview
 
 
@@ -141,6 +144,122 @@ class TokenRepository(Protocol):
     async def count(self) -> int: ...
 
 
+class FleetRepository(Protocol):
+    """Pools, nodes and profiles: the operator's configuration of the fleet."""
+
+    async def put_pool(self, pool: Pool) -> None:
+        """Create or update a pool. Changing the node shape (GPUs, CPUs, memory) or the
+        backend of a pool that has live reservations raises Conflict."""
+        ...
+
+    async def pools(self) -> builtins.list[Pool]:
+        """All pools, by name."""
+        ...
+
+    async def put_node(self, node: Node) -> None:
+        """Create a node (its pool must exist, else NotFound) or update its states. Moving a
+        node to another pool while it has live reservations raises Conflict."""
+        ...
+
+    async def node(self, name: str) -> Node | None: ...
+
+    async def nodes(self) -> builtins.list[Node]:
+        """All nodes, by pool then name."""
+        ...
+
+    async def set_node_state(
+        self,
+        name: str,
+        sched: SchedState | None = None,
+        connectivity: Connectivity | None = None,
+    ) -> Node:
+        """Change a node's scheduling state and/or connectivity. NotFound if absent."""
+        ...
+
+    async def put_profile(self, profile: Profile) -> None:
+        """Create or replace a named profile."""
+        ...
+
+    async def profiles(self) -> builtins.list[Profile]:
+        """All named profiles, by name."""
+        ...
+
+
+class PolicyRepository(Protocol):
+    """Users, teams and queues."""
+
+    async def put_user(self, user: User) -> None:
+        """Create or update a user (role, teams, disabled). Every team must exist (NotFound)."""
+        ...
+
+    async def user(self, name: str) -> User | None: ...
+
+    async def users(self) -> builtins.list[User]:
+        """All users, by name."""
+        ...
+
+    async def put_team(self, team: Team) -> None:
+        """Create a team; an existing one is left as is."""
+        ...
+
+    async def teams(self) -> builtins.list[Team]: ...
+
+    async def put_queue(self, queue: Queue) -> None:
+        """Create or update a queue; its team must exist (NotFound)."""
+        ...
+
+    async def queue(self, name: str) -> Queue | None: ...
+
+    async def queues(self) -> builtins.list[Queue]:
+        """All queues, by name."""
+        ...
+
+
+class ReservationRepository(Protocol):
+    """Launch reservations. The store itself makes double-booking impossible."""
+
+    async def reserve(self, reservation: Reservation) -> None:
+        """Reserve the whole envelope of one attempt in this unit of work, or raise Conflict
+        when any GPU index is already reserved, a node would exceed its CPUs or memory, a node
+        or GPU index does not exist, or the attempt already holds a reservation. After a
+        Conflict the unit of work must be rolled back (nothing of it is kept)."""
+        ...
+
+    async def release(self, attempt_id: str) -> bool:
+        """Release the attempt's reservation. Idempotent; True when this call released it."""
+        ...
+
+    async def get(self, attempt_id: str) -> Reservation | None:
+        """The attempt's live reservation, or None."""
+        ...
+
+    async def live(self) -> builtins.list[Reservation]:
+        """Every live reservation, by attempt id."""
+        ...
+
+
+class SchedulingRepository(Protocol):
+    async def snapshot(self, limit: int) -> Snapshot:
+        """What ``admission.decide`` needs: every pool and node (free capacity = capacity minus
+        live reservations; a node's ``why_not`` from its states), every queue with the GPUs
+        and jobs its live reservations hold, and at most ``limit`` pending jobs, first in
+        queue order (queue priority, then commit time, then id)."""
+        ...
+
+
+class LeaderLease(Protocol):
+    """Leadership of the scheduling loop among control-plane processes."""
+
+    async def acquire(self) -> bool:
+        """Try to become, or check that this process still is, the leader. Never blocks.
+        Exactly one holder at a time; a holder that dies loses it."""
+        ...
+
+    async def release(self) -> None:
+        """Give up leadership (idempotent)."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction. Leaving the ``async with`` block without ``commit()`` rolls back."""
 
@@ -151,6 +270,10 @@ class UnitOfWork(Protocol):
     members: MemberRepository
     logs: LogRepository
     tokens: TokenRepository
+    fleet: FleetRepository
+    policy: PolicyRepository
+    reservations: ReservationRepository
+    scheduling: SchedulingRepository
 
     async def __aenter__(self) -> Self: ...
 
@@ -197,13 +320,15 @@ class LaunchRequest:
     member_index: int
     spec: JobSpec
     source: bytes | None  # gzip-compressed tar, unpacked into the member's working directory
+    assignment: Assignment | None = None  # node, GPU indices, CPUs and memory reserved for it
 
 
 @dataclass(frozen=True, slots=True)
 class Observation:
-    """What a backend knows of one member right now."""
+    """What a backend knows of one member right now. ``unknown``: control contact with its
+    node is lost; that is never taken as proof that it stopped."""
 
-    status: Literal["starting", "running", "exited", "missing"]
+    status: Literal["starting", "running", "exited", "missing", "unknown"]
     exit_code: int | None = None
     reason: str = ""
 

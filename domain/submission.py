@@ -14,6 +14,7 @@ from typing import Any
 from domain.canonical import digest as content_digest
 from domain.catalog import Catalog, ParamValue, Resources, RuntimePin, check_name, resolve_params
 from domain.errors import Conflict, Expired, InvalidInput
+from domain.requests import DEFAULT_ROLE, RoleSpec
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -38,17 +39,19 @@ class SubmissionIntent:
 
     experiment: str
     method: str
-    profile: str
+    profiles: tuple[str, ...]  # `--profile` values, e.g. ("h200:8",) or ("train=h200:8", …)
     params: dict[str, ParamValue] = field(default_factory=dict)
     runtime: str | None = None
     source: SourceRef | None = None
     env: dict[str, str] = field(default_factory=dict)
+    queue: str | None = None  # None: the user's default queue
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "experiment": self.experiment,
             "method": self.method,
-            "profile": self.profile,
+            "profiles": list(self.profiles),
+            "queue": self.queue,
             "params": dict(self.params),
             "runtime": self.runtime,
             "source": self.source.to_dict() if self.source else None,
@@ -58,10 +61,12 @@ class SubmissionIntent:
     @staticmethod
     def from_dict(d: dict[str, Any]) -> SubmissionIntent:
         src = d.get("source")
+        profiles = d.get("profiles") or ([d["profile"]] if d.get("profile") else [])
         return SubmissionIntent(
             experiment=d["experiment"],
             method=d["method"],
-            profile=d["profile"],
+            profiles=tuple(profiles),
+            queue=d.get("queue"),
             params=dict(d.get("params") or {}),
             runtime=d.get("runtime"),
             source=SourceRef(digest=src["digest"], size=int(src["size"])) if src else None,
@@ -79,11 +84,34 @@ class JobSpec:
     command: tuple[str, ...]
     runtime: RuntimePin
     backend: str
-    profile: str
-    resources: Resources
-    members: int
+    queue: str
+    roles: tuple[RoleSpec, ...]
     source: SourceRef | None
     env: dict[str, str]
+
+    @property
+    def members(self) -> int:
+        return sum(r.members for r in self.roles)
+
+    @property
+    def gpus(self) -> int:
+        return sum(r.gpus for r in self.roles)
+
+    @property
+    def profile(self) -> str:
+        """The request as the user wrote it (roles named when there are several)."""
+        if len(self.roles) == 1:
+            return self.roles[0].profile
+        return " ".join(f"{r.name}={r.profile}" for r in self.roles)
+
+    @property
+    def resources(self) -> Resources:
+        """Per-member resources of the first role."""
+        return self.roles[0].resources
+
+    def member_roles(self) -> list[RoleSpec]:
+        """The role of each member index (roles in order, members of a role together)."""
+        return [r for r in self.roles for _ in range(r.members)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,9 +121,8 @@ class JobSpec:
             "command": list(self.command),
             "runtime": self.runtime.to_dict(),
             "backend": self.backend,
-            "profile": self.profile,
-            "resources": self.resources.to_dict(),
-            "members": self.members,
+            "queue": self.queue,
+            "roles": [r.to_dict() for r in self.roles],
             "source": self.source.to_dict() if self.source else None,
             "env": dict(self.env),
         }
@@ -110,12 +137,22 @@ class JobSpec:
             command=tuple(d["command"]),
             runtime=RuntimePin(**d["runtime"]),
             backend=d["backend"],
-            profile=d["profile"],
-            resources=Resources(**d["resources"]),
-            members=int(d["members"]),
+            queue=d.get("queue", "default"),
+            roles=_roles_from(d),
             source=SourceRef(**src) if src else None,
             env=dict(d["env"]),
         )
+
+
+def _roles_from(d: dict[str, Any]) -> tuple[RoleSpec, ...]:
+    if "roles" in d:
+        return tuple(RoleSpec.from_dict(r) for r in d["roles"])
+    # a spec stored before roles existed: one role on the local pool
+    return (
+        RoleSpec(
+            DEFAULT_ROLE, d["profile"], "local", int(d["members"]), Resources(**d["resources"])
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,11 +229,17 @@ def resolve(
     intent: SubmissionIntent,
     catalog: Catalog,
     runtime: RuntimePin,
+    roles: tuple[RoleSpec, ...],
+    backend: str,
+    queue: str,
 ) -> JobSpec:
-    """Resolve ``intent`` into a JobSpec. Raises InvalidInput naming the offending field."""
+    """Resolve ``intent`` into a JobSpec. Raises InvalidInput naming the offending field.
+
+    ``roles`` come from ``requests.resolve_roles`` and ``queue`` from the queue policy; both
+    need the operator's configuration, which the application layer reads.
+    """
     check_intent(intent)
     method = catalog.method(intent.method)
-    profile = catalog.profile(intent.profile)
     params = resolve_params(method, intent.params)
     return JobSpec(
         experiment=intent.experiment,
@@ -204,10 +247,9 @@ def resolve(
         params=params,
         command=render_command(method.name, params),
         runtime=runtime,
-        backend=profile.backend,
-        profile=profile.name,
-        resources=profile.resources,
-        members=1,
+        backend=backend,
+        queue=queue,
+        roles=roles,
         source=intent.source,
         env=dict(intent.env),
     )

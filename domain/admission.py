@@ -1,0 +1,483 @@
+"""Admission and placement: a pure function from a snapshot to decisions with reasons.
+
+``decide(snapshot)`` walks the pending jobs in queue order (higher queue priority first, then
+FIFO by commit time) and, for each one:
+
+1. checks its queue's quotas (GPUs held at once, jobs holding a reservation at once);
+2. tries to place every member of every role on an eligible node (schedulable and connected),
+   best fit, taking GPU indices, CPUs and memory from the node's free capacity; a job is placed
+   whole or not at all;
+3. if it does not fit, *holds* nodes for it: capacity on those nodes that it will need is
+   withheld from every job after it in the order. Later jobs may still use what is left
+   (backfill), but never what the blocked job needs, so small jobs cannot starve a large one.
+   A job that cannot get holds (earlier jobs hold the capacity) simply waits its turn.
+
+Jobs blocked by quota take no holds: they could not start even on an empty cluster.
+Every job that is not placed gets a ``Wait`` with a human explanation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+
+from domain.fleet import Pool, Queue
+from domain.requests import RoleSpec, fits_pool
+
+
+def mcpu(cpus: float) -> int:
+    """CPUs in thousandths, the unit the scheduler counts in (no float drift)."""
+    return round(cpus * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node as the scheduler sees it: free capacity = capacity − live reservations."""
+
+    name: str
+    pool: str
+    free_gpus: tuple[int, ...]  # free GPU indices
+    free_mcpu: int
+    free_memory_mb: int
+    why_not: str = ""  # "" when it may take new work, else e.g. "cordoned", "disconnected"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    queue: Queue
+    gpus_in_use: int = 0
+    jobs_in_use: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: str
+    queue: str
+    created_at: datetime
+    roles: tuple[RoleSpec, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(r.gpus for r in self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    pools: Mapping[str, Pool]
+    nodes: Sequence[NodeView]
+    queues: Mapping[str, QueueView]
+    pending: Sequence[PendingJob]
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where one member runs: its node, GPU indices, thousandths of CPUs and memory."""
+
+    member: int  # index within the job, roles in order
+    role: str
+    node: str
+    gpus: tuple[int, ...]
+    mcpu: int
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job_id: str
+    queue: str
+    assignments: tuple[Assignment, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(a.gpus) for a in self.assignments)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A live launch reservation: the whole envelope of one attempt."""
+
+    attempt_id: str
+    job_id: str
+    queue: str
+    assignments: tuple[Assignment, ...]
+    reserved_at: datetime
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(a.gpus) for a in self.assignments)
+
+
+class WaitKind(StrEnum):
+    QUOTA = "quota"  # the queue's quota is used up
+    CAPACITY = "capacity"  # not enough free capacity now
+    HELD = "held"  # capacity exists but is held for earlier jobs
+    NO_NODES = "no-nodes"  # too few nodes take new work (cordoned, draining, disconnected)
+    NEVER = "never"  # cannot fit even on an empty pool, or its queue is closed
+    CONFIG = "config"  # its pool or queue no longer exists
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job_id: str
+    kind: WaitKind
+    text: str
+    position: int  # 1-based rank among all pending jobs in this pass
+
+
+@dataclass(slots=True)
+class Decisions:
+    placements: list[Placement] = field(default_factory=list)
+    waits: dict[str, Wait] = field(default_factory=dict)
+
+
+def queue_order(pending: Sequence[PendingJob], queues: Mapping[str, QueueView]) -> list[PendingJob]:
+    """Higher queue priority first; FIFO (commit time, then id) within a priority."""
+
+    def key(j: PendingJob) -> tuple[int, datetime, str]:
+        q = queues.get(j.queue)
+        return (-(q.queue.priority if q else 0), j.created_at, j.id)
+
+    return sorted(pending, key=key)
+
+
+# -- mutable working state of one pass ------------------------------------------------------
+
+
+class _Node:
+    __slots__ = ("view", "free", "mcpu", "mem", "held_gpus", "held_mcpu", "held_mem", "held_for")
+
+    def __init__(self, view: NodeView) -> None:
+        self.view = view
+        self.free = sorted(view.free_gpus)
+        self.mcpu = view.free_mcpu
+        self.mem = view.free_memory_mb
+        self.held_gpus = 0
+        self.held_mcpu = 0
+        self.held_mem = 0
+        self.held_for: list[str] = []
+
+    def avail(self) -> tuple[int, int, int]:
+        """What a job may take now: free minus what earlier blocked jobs hold."""
+        return (
+            len(self.free) - self.held_gpus,
+            self.mcpu - self.held_mcpu,
+            self.mem - self.held_mem,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Need:
+    gpus: int
+    mcpu: int
+    mem: int
+
+    @staticmethod
+    def of(role: RoleSpec) -> _Need:
+        r = role.resources
+        return _Need(r.gpus, mcpu(r.cpus), r.memory_mb)
+
+    def fits(self, gpus: int, mcpu_: int, mem: int) -> bool:
+        return gpus >= self.gpus and mcpu_ >= self.mcpu and mem >= self.mem
+
+    def within(self, other: _Need) -> bool:
+        return self.gpus <= other.gpus and self.mcpu <= other.mcpu and self.mem <= other.mem
+
+
+class _PoolState:
+    def __init__(self, pool: Pool, views: list[NodeView]) -> None:
+        self.pool = pool
+        self.nodes = [_Node(v) for v in sorted(views, key=lambda v: v.name)]
+        self.eligible = [n for n in self.nodes if not n.view.why_not]
+        self.capacity = (pool.gpus_per_node, mcpu(pool.cpus_per_node), pool.memory_mb_per_node)
+        # GPU pools: eligible nodes bucketed by GPUs available now (best fit in O(G)).
+        self.buckets: list[dict[str, _Node]] = [{} for _ in range(pool.gpus_per_node + 1)]
+        if pool.is_gpu:
+            for n in self.eligible:
+                self.buckets[self._bucket(n)][n.view.name] = n
+        # nodes in the order holds are taken: most free now first (they empty soonest)
+        self.hold_order = sorted(
+            self.eligible, key=lambda n: (-len(n.free), -n.mcpu, -n.mem, n.view.name)
+        )
+        self.hold_from = 0
+        self.no_fit: list[tuple[int, _Need]] = []  # (members, need) that did not fit
+        self.no_hold: list[tuple[int, _Need]] = []  # (members, need) that could not get holds
+        self.version = 0  # bumped on every change, keys the explanation cache
+
+    def _bucket(self, n: _Node) -> int:
+        return max(0, min(self.pool.gpus_per_node, n.avail()[0]))
+
+    def _rebucket(self, n: _Node, before: int) -> None:
+        if self.pool.is_gpu:
+            del self.buckets[before][n.view.name]
+            self.buckets[self._bucket(n)][n.view.name] = n
+
+    def best_fit(self, need: _Need) -> _Node | None:
+        if self.pool.is_gpu:
+            for k in range(need.gpus, self.pool.gpus_per_node + 1):
+                for n in self.buckets[k].values():
+                    if need.fits(*n.avail()):
+                        return n
+            return None
+        best: _Node | None = None
+        for n in self.eligible:
+            g, c, m = n.avail()
+            if need.fits(g, c, m) and (best is None or c < best.avail()[1]):
+                best = n
+        return best
+
+    def take(self, n: _Node, need: _Need) -> tuple[int, ...]:
+        before = self._bucket(n)
+        gpus = tuple(n.free[: need.gpus])
+        del n.free[: need.gpus]
+        n.mcpu -= need.mcpu
+        n.mem -= need.mem
+        self._rebucket(n, before)
+        self.version += 1
+        return gpus
+
+    def give_back(self, n: _Node, need: _Need, gpus: tuple[int, ...]) -> None:
+        before = self._bucket(n)
+        n.free = sorted([*n.free, *gpus])
+        n.mcpu += need.mcpu
+        n.mem += need.mem
+        self._rebucket(n, before)
+        self.version += 1
+
+    def hold(self, job_id: str, members: int, need: _Need) -> list[_Node] | None:
+        """Hold capacity for ``members`` members on the nodes that empty soonest; all or none."""
+        cap_g, cap_c, cap_m = self.capacity
+        taken: list[_Node] = []
+        while self.hold_from < len(self.hold_order) and self._no_headroom(
+            self.hold_order[self.hold_from]
+        ):
+            self.hold_from += 1
+        for n in self.hold_order[self.hold_from :]:
+            while len(taken) < members and need.fits(
+                cap_g - n.held_gpus, cap_c - n.held_mcpu, cap_m - n.held_mem
+            ):
+                self._adjust_hold(n, need, +1)
+                n.held_for.append(job_id)
+                taken.append(n)
+            if len(taken) == members:
+                return taken
+        for n in taken:
+            self._adjust_hold(n, need, -1)
+            n.held_for.remove(job_id)
+        return None
+
+    def _no_headroom(self, n: _Node) -> bool:
+        """Earlier holds claim the whole node: no later hold can use it (skipped for good)."""
+        if self.pool.is_gpu:
+            return n.held_gpus >= self.capacity[0]
+        return n.held_mcpu >= self.capacity[1]
+
+    def _adjust_hold(self, n: _Node, need: _Need, sign: int) -> None:
+        before = self._bucket(n)
+        n.held_gpus += sign * need.gpus
+        n.held_mcpu += sign * need.mcpu
+        n.held_mem += sign * need.mem
+        self._rebucket(n, before)
+        self.version += 1
+
+
+def _dominated(seen: list[tuple[int, _Need]], members: int, need: _Need) -> bool:
+    """A request at least as large as one that already failed in this pass fails too."""
+    return any(members >= m and n.within(need) for m, n in seen)
+
+
+# -- the decision ---------------------------------------------------------------------------
+
+
+def decide(snapshot: Snapshot) -> Decisions:
+    """Decide which pending jobs start now and why the others wait. Pure and deterministic."""
+    by_pool: dict[str, list[NodeView]] = {}
+    for v in snapshot.nodes:
+        by_pool.setdefault(v.pool, []).append(v)
+    pools = {
+        name: _PoolState(pool, by_pool.get(name, [])) for name, pool in snapshot.pools.items()
+    }
+    usage = {name: [q.gpus_in_use, q.jobs_in_use] for name, q in snapshot.queues.items()}
+    out = Decisions()
+    explain = _Explainer(pools, snapshot.queues, usage)
+    for position, job in enumerate(queue_order(snapshot.pending, snapshot.queues), start=1):
+        qv = snapshot.queues.get(job.queue)
+        missing = [r.pool for r in job.roles if r.pool not in pools]
+        if qv is None or missing:
+            what = f"pool {missing[0]}" if missing else f"queue {job.queue}"
+            text = f"{what} no longer exists; cancel it and submit again"
+            out.waits[job.id] = Wait(job.id, WaitKind.CONFIG, text, position)
+            continue
+        never = _never(job, qv.queue, pools)
+        if never:
+            out.waits[job.id] = Wait(job.id, WaitKind.NEVER, explain.need(job) + never, position)
+            continue
+        quota = _quota_block(job, qv.queue, usage[job.queue])
+        if quota:
+            text = explain.need(job) + explain.capacity(job) + quota
+            out.waits[job.id] = Wait(job.id, WaitKind.QUOTA, text, position)
+            continue
+        placed = _place(job, pools)
+        if placed is not None:
+            out.placements.append(Placement(job.id, job.queue, placed))
+            usage[job.queue][0] += job.gpus
+            usage[job.queue][1] += 1
+            continue
+        kind = _blocked(job, pools)
+        text = explain.need(job) + explain.capacity(job) + explain.quota(job.queue)
+        out.waits[job.id] = Wait(job.id, kind, text, position)
+    return out
+
+
+def _never(job: PendingJob, queue: Queue, pools: Mapping[str, _PoolState]) -> str:
+    if queue.job_quota == 0:
+        return f"; queue {queue.name} is closed (its job quota is 0)"
+    if queue.gpu_quota is not None and job.gpus > queue.gpu_quota:
+        return (
+            f"; queue {queue.name} allows at most {queue.gpu_quota} GPUs, so it can never start "
+            "there: submit it to a queue with a larger quota"
+        )
+    for role in job.roles:
+        p = pools[role.pool]
+        why = fits_pool(role, p.pool, len(p.nodes))
+        if why:
+            return f"; {why}, so it can never start: cancel it and ask for less"
+    return ""
+
+
+def _quota_block(job: PendingJob, queue: Queue, used: list[int]) -> str:
+    gpus, jobs = used
+    if queue.gpu_quota is not None and gpus + job.gpus > queue.gpu_quota:
+        return (
+            f"; queue {queue.name} (team {queue.team}) quota {gpus}/{queue.gpu_quota} GPUs in "
+            f"use, it needs {job.gpus} more"
+        )
+    if queue.job_quota is not None and jobs + 1 > queue.job_quota:
+        return (
+            f"; queue {queue.name} (team {queue.team}) quota {jobs}/{queue.job_quota} jobs "
+            "running"
+        )
+    return ""
+
+
+def _place(job: PendingJob, pools: Mapping[str, _PoolState]) -> tuple[Assignment, ...] | None:
+    """Place every member or none (best fit, holds of earlier jobs respected)."""
+    for role in job.roles:
+        if _dominated(pools[role.pool].no_fit, role.members, _Need.of(role)):
+            return None
+    taken: list[tuple[_PoolState, _Node, _Need, Assignment]] = []
+    member = 0
+    for role in job.roles:
+        state, need = pools[role.pool], _Need.of(role)
+        for _ in range(role.members):
+            node = state.best_fit(need)
+            if node is None:
+                if not any(s is state for s, *_ in taken):  # failed on untouched capacity
+                    state.no_fit.append((role.members, need))
+                for s, n, nd, a in reversed(taken):
+                    s.give_back(n, nd, a.gpus)
+                return None
+            gpus = state.take(node, need)
+            a = Assignment(member, role.name, node.view.name, gpus, need.mcpu, need.mem)
+            taken.append((state, node, need, a))
+            member += 1
+    return tuple(a for *_, a in taken)
+
+
+def _blocked(job: PendingJob, pools: Mapping[str, _PoolState]) -> WaitKind:
+    """The job does not fit now: hold capacity for it if possible; say how it waits."""
+    for role in job.roles:
+        state = pools[role.pool]
+        if role.members > _fits_empty(state.eligible, state.capacity, _Need.of(role)):
+            return WaitKind.NO_NODES
+    held: list[tuple[_PoolState, RoleSpec, list[_Node]]] = []
+    for role in job.roles:
+        state, need = pools[role.pool], _Need.of(role)
+        got = None
+        if not _dominated(state.no_hold, role.members, need):
+            got = state.hold(job.id, role.members, need)
+        if got is None:
+            if not any(s is state for s, *_ in held):  # failed on untouched headroom
+                state.no_hold.append((role.members, need))
+            for s, r, nodes in held:
+                for n in nodes:
+                    s._adjust_hold(n, _Need.of(r), -1)
+                    n.held_for.remove(job.id)
+            return WaitKind.HELD
+        held.append((state, role, got))
+    return WaitKind.CAPACITY
+
+
+def _fits_empty(nodes: Sequence[_Node], capacity: tuple[int, int, int], need: _Need) -> int:
+    """How many members of ``need`` the given nodes could take if they were empty."""
+    g, c, m = capacity
+    per = min(
+        g // need.gpus if need.gpus else 1 << 30,
+        c // need.mcpu if need.mcpu else 1 << 30,
+        m // need.mem if need.mem else 1 << 30,
+    )
+    return len(nodes) * per
+
+
+class _Explainer:
+    """Builds the texts; caches the per-role capacity sentence per pool version."""
+
+    def __init__(
+        self,
+        pools: Mapping[str, _PoolState],
+        queues: Mapping[str, QueueView],
+        usage: Mapping[str, list[int]],
+    ) -> None:
+        self.pools = pools
+        self.queues = queues
+        self.usage = usage
+        self._cache: dict[tuple[str, int, int, _Need], str] = {}
+
+    def need(self, job: PendingJob) -> str:
+        return "needs " + " and ".join(r.describe() for r in job.roles)
+
+    def capacity(self, job: PendingJob) -> str:
+        return "".join(self._role(r) for r in job.roles)
+
+    def _role(self, role: RoleSpec) -> str:
+        state, need = self.pools[role.pool], _Need.of(role)
+        key = (role.pool, state.version, role.members, need)
+        if key not in self._cache:
+            self._cache[key] = _capacity_text(state, need)
+        return self._cache[key]
+
+    def quota(self, queue_name: str) -> str:
+        q = self.queues[queue_name].queue
+        gpus, jobs = self.usage[queue_name]
+        parts = []
+        if q.gpu_quota is not None:
+            parts.append(f"{gpus}/{q.gpu_quota} GPUs")
+        if q.job_quota is not None:
+            parts.append(f"{jobs}/{q.job_quota} jobs")
+        if not parts:
+            return ""
+        return f"; queue {q.name} (team {q.team}) quota {', '.join(parts)} in use"
+
+
+def _capacity_text(state: _PoolState, need: _Need) -> str:
+    room = held = 0
+    for n in state.eligible:
+        g, c, m = len(n.free), n.mcpu, n.mem
+        if need.fits(g, c, m):
+            if need.fits(*n.avail()):
+                room += 1
+            else:
+                held += 1
+    total = len(state.nodes)
+    out = f"; {room} of {total} node{'s' if total != 1 else ''} in pool {state.pool.name} "
+    out += "has room for a member now" if room == 1 else "have room for a member now"
+    if held:
+        out += f", {held} more held for earlier jobs"
+    states: dict[str, int] = {}
+    for n in state.nodes:
+        if n.view.why_not:
+            states[n.view.why_not] = states.get(n.view.why_not, 0) + 1
+    if states:
+        out += " (" + ", ".join(f"{k} {s}" for s, k in sorted(states.items())) + ")"
+    return out

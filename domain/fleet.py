@@ -1,0 +1,130 @@
+"""Fleets, pools and nodes; teams, queues and quotas. Configured by the operator.
+
+A pool is homogeneous (every node has the same GPUs, CPUs and memory) and belongs to one backend.
+A node's *scheduling* state (may it take new work?) is kept apart from its *control
+connectivity* (can the control plane talk to it?): a disconnected node's workloads keep running
+and its reservations stay held, and a cordoned node is still connected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from domain.catalog import check_name
+from domain.errors import InvalidInput
+
+MAX_GPUS_PER_NODE = 64
+
+
+class SchedState(StrEnum):
+    SCHEDULABLE = "schedulable"
+    CORDONED = "cordoned"  # takes no new work; running work stays
+    DRAINING = "draining"  # takes no new work; the operator wants it empty
+
+
+class Connectivity(StrEnum):
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"  # control contact lost: its members become `unknown`
+    LOST = "lost"  # explicitly declared lost by an operator (fenced); its members have failed
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    name: str
+    fleet: str
+    backend: str
+    gpus_per_node: int
+    cpus_per_node: float
+    memory_mb_per_node: int
+    gpu_model: str | None = None
+    description: str = ""
+
+    def check(self) -> Pool:
+        check_name(self.name, "pool name", "name")
+        check_name(self.fleet, "fleet name", "fleet")
+        if not 0 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
+            raise InvalidInput(
+                f"pool {self.name}: gpus_per_node {self.gpus_per_node} is out of range",
+                fix=f"use 0 to {MAX_GPUS_PER_NODE}",
+                field="gpus_per_node",
+            )
+        if (self.gpus_per_node > 0) != (self.gpu_model is not None):
+            raise InvalidInput(
+                f"pool {self.name}: a GPU pool needs a gpu_model and a CPU pool must not have one",
+                fix="set gpu_model (e.g. h200) together with gpus_per_node > 0, or neither",
+                field="gpu_model",
+            )
+        if self.gpu_model is not None:
+            check_name(self.gpu_model, "GPU model", "gpu_model")
+        if self.cpus_per_node <= 0 or self.memory_mb_per_node <= 0:
+            raise InvalidInput(
+                f"pool {self.name}: cpus_per_node and memory_mb_per_node must be positive",
+                fix="give the CPUs and memory (MiB) of one node",
+                field="cpus_per_node",
+            )
+        return self
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.gpus_per_node > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    pool: str
+    sched: SchedState = SchedState.SCHEDULABLE
+    connectivity: Connectivity = Connectivity.CONNECTED
+
+    @property
+    def eligible(self) -> bool:
+        """May the scheduler place new members here?"""
+        return self.sched is SchedState.SCHEDULABLE and self.connectivity is Connectivity.CONNECTED
+
+    @property
+    def why_not(self) -> str:
+        """Why it takes no new work ("" when it does)."""
+        if self.connectivity is not Connectivity.CONNECTED:
+            return str(self.connectivity)
+        if self.sched is not SchedState.SCHEDULABLE:
+            return str(self.sched)
+        return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A team's queue. Higher ``priority`` is served first; FIFO within a priority.
+
+    ``gpu_quota`` caps the GPUs its jobs hold at once; ``job_quota`` caps how many of its jobs
+    hold a reservation at once. ``None`` means no cap.
+    """
+
+    name: str
+    team: str
+    priority: int = 0
+    gpu_quota: int | None = None
+    job_quota: int | None = None
+
+    def check(self) -> Queue:
+        check_name(self.name, "queue name", "name")
+        check_name(self.team, "team name", "team")
+        for value, label in ((self.gpu_quota, "gpu_quota"), (self.job_quota, "job_quota")):
+            if value is not None and value < 0:
+                raise InvalidInput(
+                    f"queue {self.name}: {label} is {value}",
+                    fix=f"give {label} as 0 or more, or leave it out for no cap",
+                    field=label,
+                )
+        if not -1000 <= self.priority <= 1000:
+            raise InvalidInput(
+                f"queue {self.name}: priority {self.priority} is out of range",
+                fix="use a priority from -1000 to 1000",
+                field="priority",
+            )
+        return self

@@ -1,0 +1,262 @@
+"""Resource requests: what `--profile` means, resolved against the operator's pools.
+
+Syntax of one ``--profile`` value: ``[ROLE=]REQUEST`` where REQUEST is
+
+* a profile the operator named (``tp profiles`` lists them), which stands for a request below;
+* ``MODEL:N`` (``h200:8``): N GPUs of that model. Above one node's GPUs, N must be a whole-node
+  multiple and becomes N / gpus_per_node members of one whole node each;
+* ``MODEL`` (``h200``): one whole node of that model;
+* ``cpu:N``: N CPUs in a CPU pool;
+* any of these prefixed with ``POOL/`` to pick the pool when several match.
+
+CPUs and memory of a GPU member are the node's share for its GPUs; of a CPU member, the node's
+memory share for its CPUs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from domain.catalog import NAME_RE, Resources
+from domain.errors import InvalidInput
+from domain.fleet import Pool
+
+MAX_MEMBERS = 32
+MAX_ROLES = 8
+DEFAULT_ROLE = "main"
+_REQUEST_RE = re.compile(r"^(?:(?P<pool>[a-z0-9][a-z0-9._-]*)/)?(?P<kind>[a-z0-9][a-z0-9._-]*)"
+                         r"(?::(?P<count>[0-9]+(?:\.[0-9]+)?))?$")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """An operator's name for a request, e.g. ``big`` → ``a/h200:16``."""
+
+    name: str
+    request: str
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One role of a job: ``members`` identical members in one pool."""
+
+    name: str
+    profile: str  # what the user wrote, e.g. ``h200:16``
+    pool: str
+    members: int
+    resources: Resources  # per member
+
+    @property
+    def gpus(self) -> int:
+        return self.members * self.resources.gpus
+
+    def describe(self) -> str:
+        """``2×8 h200 GPUs in pool a`` / ``1×2 CPUs in pool local``."""
+        r = self.resources
+        what = f"{r.gpus} {r.gpu_model} GPUs" if r.gpus else f"{_num(r.cpus)} CPUs"
+        return f"{self.members}×{what} in pool {self.pool}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "profile": self.profile,
+            "pool": self.pool,
+            "members": self.members,
+            "resources": self.resources.to_dict(),
+        }
+
+    @staticmethod
+    def from_dict(d: dict[str, object]) -> RoleSpec:
+        res = d["resources"]
+        assert isinstance(res, dict)
+        return RoleSpec(
+            name=str(d["name"]),
+            profile=str(d["profile"]),
+            pool=str(d["pool"]),
+            members=int(str(d["members"])),
+            resources=Resources(**res),
+        )
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def split_role(text: str, where: str) -> tuple[str, str]:
+    """``train=h200:8`` → (``train``, ``h200:8``); ``h200:8`` → (``main``, ``h200:8``)."""
+    role, sep, request = text.partition("=")
+    if not sep:
+        return DEFAULT_ROLE, text.strip()
+    role = role.strip()
+    if not NAME_RE.match(role):
+        raise InvalidInput(
+            f"role name {role!r} in {text!r} is not a valid name",
+            fix="write ROLE=PROFILE with a lower-case role name, e.g. train=h200:8",
+            field=where,
+        )
+    return role, request.strip()
+
+
+def resolve_roles(
+    texts: Sequence[str], pools: Iterable[Pool], profiles: Iterable[Profile]
+) -> tuple[RoleSpec, ...]:
+    """Resolve every ``--profile`` value; all roles must run on one backend."""
+    if not texts:
+        raise InvalidInput(
+            "no profile given", fix="pass --profile, e.g. --profile cpu:1", field="intent.profiles"
+        )
+    if len(texts) > MAX_ROLES:
+        raise InvalidInput(
+            f"{len(texts)} profiles given; a job has at most {MAX_ROLES} roles",
+            fix="merge roles",
+            field="intent.profiles",
+        )
+    pool_list = list(pools)
+    by_name = {p.name: p for p in profiles}
+    roles: list[RoleSpec] = []
+    for i, text in enumerate(texts):
+        where = f"intent.profiles[{i}]"
+        role, request = split_role(text, where)
+        if len(texts) > 1 and "=" not in text:
+            raise InvalidInput(
+                f"profile {text!r} has no role name, but the job has several roles",
+                fix="name each role: --profile train=h200:8 --profile rollout=h100:2",
+                field=where,
+            )
+        if any(r.name == role for r in roles):
+            raise InvalidInput(
+                f"role {role!r} is given twice", fix="give each role once", field=where
+            )
+        alias = by_name.get(request)
+        resolved = resolve_request(alias.request if alias else request, pool_list, where)
+        roles.append(
+            RoleSpec(role, request, resolved[0].name, resolved[1], resolved[2])
+        )
+    backends = {p.name: p.backend for p in pool_list}
+    used = sorted({backends[r.pool] for r in roles})
+    if len(used) > 1:
+        raise InvalidInput(
+            "the roles' pools belong to different backends: " + ", ".join(used),
+            fix="a job runs on one backend: pick pools of one backend for every role",
+            field="intent.profiles",
+        )
+    total = sum(r.members for r in roles)
+    if total > MAX_MEMBERS:
+        raise InvalidInput(
+            f"the job has {total} members; at most {MAX_MEMBERS} are allowed",
+            fix="ask for fewer nodes",
+            field="intent.profiles",
+        )
+    return tuple(roles)
+
+
+def resolve_request(text: str, pools: list[Pool], where: str) -> tuple[Pool, int, Resources]:
+    """One request → (pool, members, per-member resources)."""
+    m = _REQUEST_RE.match(text)
+    if not m:
+        raise InvalidInput(
+            f"profile {text!r} is not a valid request",
+            fix="write MODEL:N (h200:8), MODEL (a whole node), cpu:N, or a profile name "
+            "from `tp profiles`",
+            field=where,
+        )
+    kind, count, pool_name = m["kind"], m["count"], m["pool"]
+    pool = _pick_pool(kind, pool_name, pools, text, where)
+    if kind == "cpu":
+        return pool, 1, _cpu_member(pool, count, text, where)
+    g = pool.gpus_per_node
+    gpus = g if count is None else _whole(count, text, where)
+    if gpus < 1:
+        raise InvalidInput(f"profile {text!r} asks for no GPUs", fix="ask for 1 or more", field=where)
+    if gpus <= g:
+        members, per = 1, gpus
+    elif gpus % g == 0:
+        members, per = gpus // g, g
+    else:
+        lower, upper = (gpus // g) * g, (gpus // g + 1) * g
+        raise InvalidInput(
+            f"profile {text!r} asks for {gpus} GPUs; above one node's {g} a request must be a "
+            "whole-node multiple",
+            fix=f"ask for {kind}:{lower} or {kind}:{upper}",
+            field=where,
+        )
+    share = per / g
+    res = Resources(
+        cpus=round(pool.cpus_per_node * share, 3),
+        memory_mb=int(pool.memory_mb_per_node * share),
+        gpus=per,
+        gpu_model=pool.gpu_model,
+    )
+    return pool, members, res
+
+
+def _whole(count: str, text: str, where: str) -> int:
+    if "." in count:
+        raise InvalidInput(
+            f"profile {text!r}: GPUs come whole", fix="give a whole number of GPUs", field=where
+        )
+    return int(count)
+
+
+def _cpu_member(pool: Pool, count: str | None, text: str, where: str) -> Resources:
+    cpus = float(count) if count is not None else pool.cpus_per_node
+    if cpus <= 0 or cpus > pool.cpus_per_node:
+        raise InvalidInput(
+            f"profile {text!r} asks for {_num(cpus)} CPUs; a node of pool {pool.name} has "
+            f"{_num(pool.cpus_per_node)}",
+            fix=f"ask for at most cpu:{_num(pool.cpus_per_node)}",
+            field=where,
+        )
+    memory = int(pool.memory_mb_per_node * cpus / pool.cpus_per_node)
+    return Resources(cpus=cpus, memory_mb=memory)
+
+
+def _pick_pool(kind: str, pool_name: str | None, pools: list[Pool], text: str, where: str) -> Pool:
+    if kind == "cpu":
+        matches = [p for p in pools if not p.is_gpu]
+        what = "CPU pool"
+    else:
+        matches = [p for p in pools if p.gpu_model == kind]
+        what = f"pool of {kind} GPUs"
+    if pool_name is not None:
+        matches = [p for p in matches if p.name == pool_name]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        models = sorted({p.gpu_model for p in pools if p.gpu_model})
+        offered = ", ".join(["cpu:N", *(f"{m}:N" for m in models)]) if pools else "none"
+        raise InvalidInput(
+            f"no {what}{' named ' + pool_name if pool_name else ''} serves profile {text!r}",
+            fix=f"requests offered here: {offered} (see `tp profiles` and `tp fleet ls`)",
+            field=where,
+        )
+    names = ", ".join(sorted(p.name for p in matches))
+    raise InvalidInput(
+        f"profile {text!r} matches several pools: {names}",
+        fix=f"name the pool, e.g. {matches[0].name}/{text}",
+        field=where,
+    )
+
+
+def envelope_gpus(roles: Iterable[RoleSpec]) -> int:
+    return sum(r.gpus for r in roles)
+
+
+def fits_pool(role: RoleSpec, pool: Pool, nodes: int) -> str | None:
+    """Why ``role`` can never fit in ``pool`` of ``nodes`` nodes (None when it can)."""
+    r = role.resources
+    if r.gpus > pool.gpus_per_node or r.cpus > pool.cpus_per_node + 1e-9:
+        return f"a member of role {role.name} is larger than a node of pool {pool.name}"
+    per_node = (
+        pool.gpus_per_node // r.gpus if r.gpus else math.floor(pool.cpus_per_node / r.cpus + 1e-9)
+    )
+    if role.members > nodes * max(per_node, 0):
+        return (
+            f"role {role.name} needs {role.describe()}; pool {pool.name} has only {nodes} "
+            f"node{'s' if nodes != 1 else ''}"
+        )
+    return None
