@@ -39,5 +39,5 @@ class Context:
                 f"backend {name!r} is not enabled on this control plane",
                 fix="choose a profile served by an enabled backend: "
                 + ", ".join(sorted(self.backends)),
-                field="intent.profile",
+                field="intent.profiles",
             ) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from application.context import Context
+from application.policy import choose_queue
 from domain.auth import Principal
 from domain.errors import (
     Conflict,
@@ -12,9 +13,11 @@ from domain.errors import (
     RetryKeyReused,
     Unavailable,
 )
+from domain.fleet import Queue
 from domain.jobs import Job, Receipt, Submission
 from domain.lifecycle import JobState
 from domain.ports import UnitOfWork
+from domain.requests import RoleSpec, envelope_gpus, fits_pool, resolve_roles
 from domain.submission import Preview, SubmissionIntent, make_preview, resolve
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
@@ -28,13 +31,51 @@ def _require_submitter(principal: Principal) -> None:
         )
 
 
+async def _requests(
+    ctx: Context, principal: Principal, intent: SubmissionIntent
+) -> tuple[tuple[RoleSpec, ...], str, Queue]:
+    """Resolve the profiles against the fleet and the queue policy; refuse a request that can
+    never start (too big for its pool or for its queue's quota), saying why."""
+    queue = await choose_queue(ctx, principal, intent.queue)
+    async with ctx.uow() as uow:
+        pools = await uow.fleet.pools()
+        profiles = await uow.fleet.profiles()
+        nodes = await uow.fleet.nodes()
+    roles = resolve_roles(intent.profiles, pools, profiles)
+    by_name = {p.name: p for p in pools}
+    for i, role in enumerate(roles):
+        count = sum(1 for n in nodes if n.pool == role.pool)
+        why = fits_pool(role, by_name[role.pool], count)
+        if why:
+            raise InvalidInput(
+                f"this request can never start: {why}",
+                fix="ask for less (see `tp fleet ls`), or ask an operator to add nodes",
+                field=f"intent.profiles[{i}]",
+            )
+    gpus = envelope_gpus(roles)
+    if queue.job_quota == 0:
+        raise InvalidInput(
+            f"queue {queue.name} is closed (its job quota is 0)",
+            fix="submit to another queue (see `tp queue ls`)",
+            field="intent.queue",
+        )
+    if queue.gpu_quota is not None and gpus > queue.gpu_quota:
+        raise InvalidInput(
+            f"this request can never start: it needs {gpus} GPUs and queue {queue.name} "
+            f"allows at most {queue.gpu_quota}",
+            fix="ask for fewer GPUs or submit to a queue with a larger quota (`tp queue ls`)",
+            field="intent.queue",
+        )
+    return roles, by_name[roles[0].pool].backend, queue
+
+
 async def create_preview(ctx: Context, principal: Principal, intent: SubmissionIntent) -> Preview:
     """Resolve ``intent`` and store an immutable preview. Creates no job."""
     _require_submitter(principal)
     method = ctx.catalog.method(intent.method)
     runtime = ctx.catalog.runtime(intent.runtime or method.default_runtime)
-    profile = ctx.catalog.profile(intent.profile)
-    backend = ctx.backend(profile.backend)
+    roles, backend_name, queue = await _requests(ctx, principal, intent)
+    backend = ctx.backend(backend_name)
     if intent.source is not None:
         stored = await ctx.blobs.size(intent.source.digest)
         if stored is None:
@@ -50,7 +91,7 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
                 field="intent.source.size",
             )
     pin = await backend.pin(runtime)  # a network call: outside any transaction
-    spec = resolve(intent, ctx.catalog, pin)
+    spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name)
     preview = make_preview(
         preview_id=ctx.ids.new("pv"),
         owner=principal.name,

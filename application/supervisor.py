@@ -1,9 +1,12 @@
-"""The supervisor: launches pending jobs and follows active ones to a final state.
+"""The supervisor: each tick, the scheduling pass reserves and places pending jobs, then every
+active job is launched and followed to a final state.
 
-It never holds a transaction across a backend call: it reads, calls the backend, then writes with
-compare-and-set updates. Several supervisors (one per API process) may run at once: claiming
-pending jobs skips rows locked by another, launches are idempotent per member, and a lost
-compare-and-set just means another supervisor got there first.
+Only the leader ticks (``LeaderLease``: one per database). It never holds a transaction across a
+backend call: it reads, calls the backend, then writes with compare-and-set updates, so should
+two ever act at once, launches are idempotent per member and a lost compare-and-set just means
+another got there first. A reservation is released in the same transaction that records the
+last of its members as known stopped; a member whose node is out of contact is ``unknown`` and
+keeps its reservation.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from datetime import datetime
 from typing import Any
 
 from application.context import Context
+from application.scheduler import Scheduler
+from domain.admission import Assignment
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
 from domain.jobs import Attempt, Job, Member, attempt_outcome
 from domain.lifecycle import (
@@ -25,7 +30,7 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.ports import ExecutionBackend, LaunchRequest, Observation
+from domain.ports import ExecutionBackend, LaunchRequest, LeaderLease, Observation, UnitOfWork
 
 log = logging.getLogger("tuneplane.supervisor")
 
@@ -38,9 +43,16 @@ _OUTCOME = {
 
 
 class Supervisor:
-    def __init__(self, ctx: Context, batch: int = 16, sweep_every: int = 60) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        lease: LeaderLease | None = None,
+        sweep_every: int = 60,
+        scheduler: Scheduler | None = None,
+    ) -> None:
         self.ctx = ctx
-        self.batch = batch
+        self.lease = lease  # None: this is the only control loop (tests, the simulator)
+        self.scheduler = scheduler or Scheduler(ctx)
         self.sweep_every = sweep_every
         self._ticks = 0
         self._wake = asyncio.Event()
@@ -67,12 +79,18 @@ class Supervisor:
             task.cancel()
         await asyncio.gather(*self._stops.values(), return_exceptions=True)
 
-    async def tick(self) -> None:
+    async def tick(self) -> bool:
+        """One round; False (doing nothing) when another process leads."""
+        if self.lease is not None and not await self.lease.acquire():
+            return False
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
         self._ticks += 1
-        for job, attempt, members in await self._claim_pending():
-            await self._lost_race_is_fine(job, self._launch(job, attempt, members))
+        await self.scheduler.pass_once()
+        await self.advance_all()
+        return True
+
+    async def advance_all(self) -> None:
         cursor: str | None = None
         while True:
             async with self.ctx.uow() as uow:
@@ -82,6 +100,10 @@ class Supervisor:
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
+
+    async def close_lease(self) -> None:
+        if self.lease is not None:
+            await self.lease.release()
 
     async def sweep(self) -> int:
         """Release members the backends still hold although they are recorded as finished
@@ -118,29 +140,9 @@ class Supervisor:
         except Conflict:
             log.debug("job %s changed under us; the next tick decides", job.id)
 
-    async def _claim_pending(self) -> list[tuple[Job, Attempt, list[Member]]]:
-        now = self.ctx.clock.now()
-        claimed = []
-        async with self.ctx.uow() as uow:
-            for job in await uow.jobs.claim([JobState.PENDING], self.batch):
-                number = len(await uow.attempts.for_job(job.id)) + 1
-                attempt = Attempt(
-                    self.ctx.ids.new("att"), job.id, number, AttemptState.LAUNCHING, now, now
-                )
-                members = [
-                    Member(self.ctx.ids.new("mem"), attempt.id, i, MemberState.PENDING, now)
-                    for i in range(job.spec.members)
-                ]
-                await uow.attempts.add(attempt)
-                for m in members:
-                    await uow.members.add(m)
-                started = job.moved(JobState.STARTING, now)
-                await uow.jobs.update(started, JobState.PENDING)
-                claimed.append((started, attempt, members))
-            await uow.commit()
-        return claimed
-
-    async def _launch(self, job: Job, attempt: Attempt, members: list[Member]) -> None:
+    async def _launch(
+        self, job: Job, attempt: Attempt, members: list[Member], placed: dict[int, Assignment]
+    ) -> None:
         """Start every member that has no handle yet. Safe to repeat (launch is idempotent)."""
         backend = self.ctx.backend(job.spec.backend)
         try:
@@ -151,14 +153,22 @@ class Supervisor:
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue
-            request = LaunchRequest(job.id, attempt.id, member.id, member.index, job.spec, source)
+            request = LaunchRequest(
+                job.id,
+                attempt.id,
+                member.id,
+                member.index,
+                job.spec,
+                source,
+                placed.get(member.index),
+            )
             try:
                 handle = await backend.launch(request)
             except Unavailable as exc:
                 log.warning("launch of %s deferred: %s", member.id, exc)
                 return
             except TunePlaneError as exc:
-                await self._fail(job, attempt, f"launch failed: {exc}")
+                await self._fail(job, attempt, f"member {member.index} could not launch: {exc}")
                 return
             async with self.ctx.uow() as uow:
                 now = self.ctx.clock.now()
@@ -168,6 +178,23 @@ class Supervisor:
                 await uow.commit()
 
     async def _fail(self, job: Job, attempt: Attempt, reason: str) -> None:
+        """The attempt cannot go on: stop what was launched, then record every member failed
+        and release the reservation. If a stop cannot be confirmed, nothing is recorded and
+        the next tick tries again (a member is never recorded stopped on a guess)."""
+        backend = self.ctx.backend(job.spec.backend)
+        async with self.ctx.uow() as uow:
+            launched = [
+                m
+                for m in await uow.members.for_attempt(attempt.id)
+                if m.handle is not None and m.state not in MEMBER_FINAL
+            ]
+        for m in launched:
+            assert m.handle is not None
+            try:
+                await backend.stop(m.handle, self.ctx.limits.stop_grace_seconds)
+            except Unavailable as exc:
+                log.warning("cannot stop %s after a failed launch: %s", m.id, exc)
+                return
         now = self.ctx.clock.now()
         async with self.ctx.uow() as uow:
             for m in await uow.members.for_attempt(attempt.id):
@@ -179,7 +206,12 @@ class Supervisor:
                     current.moved(AttemptState.FAILED, now, reason), current.state
                 )
             await uow.jobs.update(job.moved(JobState.FAILED, now, reason), job.state)
+            await uow.reservations.release(attempt.id)
             await uow.commit()
+        for m in launched:
+            if m.handle is not None:
+                with contextlib.suppress(TunePlaneError):
+                    await backend.release(m.handle)
 
     async def _advance(self, job: Job) -> None:
         async with self.ctx.uow() as uow:
@@ -188,16 +220,22 @@ class Supervisor:
                 return
             attempt = attempts[-1]
             members = await uow.members.for_attempt(attempt.id)
+            placed = await _assignments(uow, attempt.id)
         backend = self.ctx.backend(job.spec.backend)
         stopping = job.state is JobState.STOPPING
-        if not stopping and any(m.state is MemberState.PENDING for m in members):
-            await self._launch(job, attempt, members)  # recovery after a crash mid-launch
+        failing = _first_failure(members)
+        if (
+            not stopping
+            and failing is None
+            and any(m.state is MemberState.PENDING for m in members)
+        ):
+            await self._launch(job, attempt, members, placed)
             return
         seen: dict[str, tuple[Observation, bytes | None]] = {}
         for m in members:
             if m.state in MEMBER_FINAL or m.handle is None:
                 continue
-            if stopping:
+            if stopping or failing is not None:
                 self._request_stop(backend, m.handle)
             try:
                 obs = await backend.observe(m.handle)
@@ -221,6 +259,7 @@ class Supervisor:
         """Write what was observed; return the handles that may now be released."""
         now = self.ctx.clock.now()
         stopping = job.state is JobState.STOPPING
+        failing = _first_failure(members)
         released: list[str] = []
         updated: list[Member] = []
         async with self.ctx.uow() as uow:
@@ -228,9 +267,11 @@ class Supervisor:
                 new = m
                 if m.state not in MEMBER_FINAL and m.handle is None and stopping:
                     new = m.moved(MemberState.STOPPED, now, "stopped before it started")
+                elif m.state not in MEMBER_FINAL and m.handle is None and failing is not None:
+                    new = m.moved(MemberState.FAILED, now, f"not started: {failing}")
                 elif m.id in seen:
                     obs, logs = seen[m.id]
-                    new = _member_after(m, obs, stopping, now)
+                    new = _member_after(m, obs, stopping, failing, now)
                     if logs is not None and m.index == 0:
                         limit = self.ctx.limits.max_log_bytes
                         await uow.logs.save(attempt.id, logs[-limit:], len(logs) > limit)
@@ -244,6 +285,8 @@ class Supervisor:
                 await uow.attempts.update(attempt_now, attempt.state)
             if job_now is not job:
                 await uow.jobs.update(job_now, job.state)
+            if all(m.state in MEMBER_FINAL for m in updated):  # every member known stopped
+                await uow.reservations.release(attempt.id)
             await uow.commit()
         return released
 
@@ -270,13 +313,32 @@ class Supervisor:
         return b"".join(chunks)
 
 
-def _member_after(m: Member, obs: Observation, stopping: bool, now: datetime) -> Member:
+async def _assignments(uow: UnitOfWork, attempt_id: str) -> dict[int, Assignment]:
+    reservation = await uow.reservations.get(attempt_id)
+    return {a.member: a for a in reservation.assignments} if reservation else {}
+
+
+def _first_failure(members: list[Member]) -> str | None:
+    """ "member 2 failed" for the lowest-index failed member; None if none failed."""
+    failed = [m for m in members if m.state is MemberState.FAILED]
+    return f"member {failed[0].index} failed" if failed else None
+
+
+def _member_after(
+    m: Member, obs: Observation, stopping: bool, failing: str | None, now: datetime
+) -> Member:
     if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
         return m.moved(MemberState.RUNNING, now)
+    if obs.status == "unknown":
+        if m.state in (MemberState.STARTING, MemberState.RUNNING):
+            return m.moved(MemberState.UNKNOWN, now, obs.reason or "control contact lost")
+        return m
     if obs.status == "exited":
         code = obs.exit_code if obs.exit_code is not None else -1
         if stopping:
             return m.moved(MemberState.STOPPED, now, "stopped on request", exit_code=code)
+        if failing is not None and code != 0:
+            return m.moved(MemberState.FAILED, now, f"stopped: {failing}", exit_code=code)
         if code == 0:
             return m.moved(MemberState.SUCCEEDED, now, exit_code=0)
         reason = obs.reason or f"exited with code {code}"

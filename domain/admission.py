@@ -146,7 +146,7 @@ def queue_order(pending: Sequence[PendingJob], queues: Mapping[str, QueueView]) 
 
 
 class _Node:
-    __slots__ = ("view", "free", "mcpu", "mem", "held_gpus", "held_mcpu", "held_mem", "held_for")
+    __slots__ = ("free", "held_for", "held_gpus", "held_mcpu", "held_mem", "mcpu", "mem", "view")
 
     def __init__(self, view: NodeView) -> None:
         self.view = view
@@ -295,9 +295,7 @@ def decide(snapshot: Snapshot) -> Decisions:
     by_pool: dict[str, list[NodeView]] = {}
     for v in snapshot.nodes:
         by_pool.setdefault(v.pool, []).append(v)
-    pools = {
-        name: _PoolState(pool, by_pool.get(name, [])) for name, pool in snapshot.pools.items()
-    }
+    pools = {name: _PoolState(pool, by_pool.get(name, [])) for name, pool in snapshot.pools.items()}
     usage = {name: [q.gpus_in_use, q.jobs_in_use] for name, q in snapshot.queues.items()}
     out = Decisions()
     explain = _Explainer(pools, snapshot.queues, usage)
@@ -355,8 +353,7 @@ def _quota_block(job: PendingJob, queue: Queue, used: list[int]) -> str:
         )
     if queue.job_quota is not None and jobs + 1 > queue.job_quota:
         return (
-            f"; queue {queue.name} (team {queue.team}) quota {jobs}/{queue.job_quota} jobs "
-            "running"
+            f"; queue {queue.name} (team {queue.team}) quota {jobs}/{queue.job_quota} jobs running"
         )
     return ""
 

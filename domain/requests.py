@@ -133,9 +133,7 @@ def resolve_roles(
             )
         alias = by_name.get(request)
         resolved = resolve_request(alias.request if alias else request, pool_list, where)
-        roles.append(
-            RoleSpec(role, request, resolved[0].name, resolved[1], resolved[2])
-        )
+        roles.append(RoleSpec(role, request, resolved[0].name, resolved[1], resolved[2]))
     backends = {p.name: p.backend for p in pool_list}
     used = sorted({backends[r.pool] for r in roles})
     if len(used) > 1:
@@ -171,7 +169,9 @@ def resolve_request(text: str, pools: list[Pool], where: str) -> tuple[Pool, int
     g = pool.gpus_per_node
     gpus = g if count is None else _whole(count, text, where)
     if gpus < 1:
-        raise InvalidInput(f"profile {text!r} asks for no GPUs", fix="ask for 1 or more", field=where)
+        raise InvalidInput(
+            f"profile {text!r} asks for no GPUs", fix="ask for 1 or more", field=where
+        )
     if gpus <= g:
         members, per = 1, gpus
     elif gpus % g == 0:

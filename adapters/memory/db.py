@@ -23,6 +23,16 @@ from typing import Any
 from domain.errors import Conflict
 
 KeyFn = Callable[[Any], Hashable]
+
+
+class _Deleted:
+    """A tombstone in a transaction's writes: the row is gone once it commits."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+DELETED: Any = _Deleted()
 LockKey = tuple[str, str, Hashable]
 
 
@@ -45,6 +55,13 @@ class Table:
         self.definition = definition
         self.rows: dict[Hashable, Any] = {}
         self.index: dict[str, dict[Hashable, Hashable]] = {n: {} for n in definition.uniques}
+
+    def remove(self, pk: Hashable) -> None:
+        old = self.rows.pop(pk, None)
+        if old is not None:
+            for name, fn in self.definition.uniques.items():
+                if self.index[name].get(fn(old)) == pk:
+                    del self.index[name][fn(old)]
 
     def put(self, row: Any) -> None:
         pk = self.definition.pk(row)
@@ -94,7 +111,7 @@ class Tx:
         t = self.store.tables[table]
         fn = t.definition.pk if key == "pk" else t.definition.uniques[key]
         for row in self.writes[table].values():
-            if fn(row) == value:
+            if row is not DELETED and fn(row) == value:
                 return copy.deepcopy(row)
         found = t.find(key, value)
         if found is not None and t.definition.pk(found) in self.writes[table]:
@@ -105,17 +122,25 @@ class Tx:
         """Copies of the visible rows of ``table`` that satisfy ``where`` (unordered)."""
         self._check_open()
         merged = {**self.store.tables[table].rows, **self.writes[table]}
-        return [copy.deepcopy(r) for r in merged.values() if where(r)]
+        return [copy.deepcopy(r) for r in merged.values() if r is not DELETED and where(r)]
 
     def count(self, table: str) -> int:
         self._check_open()
-        return len(self.store.tables[table].rows.keys() | self.writes[table].keys())
+        writes = self.writes[table]
+        keys = self.store.tables[table].rows.keys() | writes.keys()
+        return sum(1 for k in keys if writes.get(k) is not DELETED)
 
     # -- writes ------------------------------------------------------------------------------
     def write(self, table: str, row: Any) -> None:
         self._check_open()
         pk = self.store.tables[table].definition.pk(row)
         self.writes[table][pk] = copy.deepcopy(row)
+
+    def delete(self, table: str, pk: Hashable) -> None:
+        """Delete the row with primary key ``pk`` when this transaction commits (the caller
+        holds its row lock)."""
+        self._check_open()
+        self.writes[table][pk] = DELETED
 
     async def insert(self, table: str, row: Any, what: str) -> None:
         """Insert ``row``; Conflict if any of its unique keys is taken (after waiting for an
@@ -164,8 +189,11 @@ class Tx:
         self._check_open()
         for name, rows in self.writes.items():
             table = self.store.tables[name]
-            for row in rows.values():
-                table.put(row)
+            for pk, row in rows.items():
+                if row is DELETED:
+                    table.remove(pk)
+                else:
+                    table.put(row)
         self._release()
 
     def rollback(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from adapters.memory.db import Database, TableDef
+from adapters.memory.fleet import MemoryLeases
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,14 @@ TABLES = [
     TableDef("members", pk=lambda m: m.id, uniques={"index": lambda m: (m.attempt_id, m.index)}),
     TableDef("attempt_logs", pk=lambda r: r.attempt_id),
     TableDef("api_tokens", pk=lambda t: t.id, uniques={"token_hash": lambda t: t.token_hash}),
+    TableDef("users", pk=lambda u: u.name),
+    TableDef("teams", pk=lambda t: t.name),
+    TableDef("queues", pk=lambda q: q.name),
+    TableDef("pools", pk=lambda p: p.name),
+    TableDef("nodes", pk=lambda n: n.name),
+    TableDef("profiles", pk=lambda p: p.name),
+    TableDef("reservations", pk=lambda r: r.attempt_id),
+    TableDef("reserved_gpus", pk=lambda g: (g.node, g.index)),
 ]
 
 
@@ -35,3 +44,4 @@ class MemoryStore(Database):
 
     def __init__(self) -> None:
         super().__init__(TABLES)
+        self.leases = MemoryLeases()

@@ -6,6 +6,12 @@ from types import TracebackType
 from typing import Self
 
 from adapters.memory.db import Tx
+from adapters.memory.fleet import (
+    MemoryFleetRepository,
+    MemoryPolicyRepository,
+    MemoryReservationRepository,
+    MemorySchedulingRepository,
+)
 from adapters.memory.repositories import (
     MemoryAttemptRepository,
     MemoryJobRepository,
@@ -18,10 +24,14 @@ from adapters.memory.repositories import (
 from adapters.memory.store import MemoryStore
 from domain.ports import (
     AttemptRepository,
+    FleetRepository,
     JobRepository,
     LogRepository,
     MemberRepository,
+    PolicyRepository,
     PreviewRepository,
+    ReservationRepository,
+    SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
 )
@@ -43,6 +53,10 @@ class MemoryUnitOfWork:
     members: MemberRepository
     logs: LogRepository
     tokens: TokenRepository
+    fleet: FleetRepository
+    policy: PolicyRepository
+    reservations: ReservationRepository
+    scheduling: SchedulingRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -59,6 +73,10 @@ class MemoryUnitOfWork:
         self.members = MemoryMemberRepository(tx)
         self.logs = MemoryLogRepository(tx)
         self.tokens = MemoryTokenRepository(tx)
+        self.fleet = MemoryFleetRepository(tx)
+        self.policy = MemoryPolicyRepository(tx)
+        self.reservations = MemoryReservationRepository(tx)
+        self.scheduling = MemorySchedulingRepository(tx)
         return self
 
     async def __aexit__(
