@@ -55,10 +55,16 @@ class RoleSpec:
         return self.members * self.resources.gpus
 
     def describe(self) -> str:
-        """``2×8 h200 GPUs in pool a`` / ``1×2 CPUs in pool local``."""
+        """``2×8 h200 GPUs in pool a``, ``1 h200 GPU in pool a``, ``2 CPUs in pool local``."""
         r = self.resources
-        what = f"{r.gpus} {r.gpu_model} GPUs" if r.gpus else f"{_num(r.cpus)} CPUs"
-        return f"{self.members}×{what} in pool {self.pool}"
+        if r.gpus:
+            unit = f"{r.gpu_model} GPU" + ("s" if r.gpus != 1 or self.members != 1 else "")
+            count = str(r.gpus)
+        else:
+            unit = "CPU" + ("s" if r.cpus != 1 or self.members != 1 else "")
+            count = _num(r.cpus)
+        lead = f"{self.members}×{count}" if self.members != 1 else count
+        return f"{lead} {unit} in pool {self.pool}"
 
     def to_dict(self) -> dict[str, object]:
         return {

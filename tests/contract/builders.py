@@ -10,6 +10,7 @@ from domain.auth import ApiToken, Role
 from domain.catalog import Resources, RuntimePin
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.requests import RoleSpec
 from domain.submission import JobSpec, Preview, SourceRef, SubmissionIntent
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -28,7 +29,7 @@ def an_intent(**kw: Any) -> SubmissionIntent:
     values: dict[str, Any] = {
         "experiment": "exp-1",
         "method": "custom/custom",
-        "profile": "cpu:2",
+        "profiles": ("cpu:2",),
         "params": {"command": "python train.py", "epochs": 3, "lr": 0.5, "fast": True},
         "runtime": "python-3.11",
         "source": SourceRef(digest="sha256:" + "a" * 64, size=1234),
@@ -51,9 +52,10 @@ def a_spec(**kw: Any) -> JobSpec:
             process_model="single-process",
         ),
         "backend": "local",
-        "profile": "cpu:2",
-        "resources": Resources(cpus=2.0, memory_mb=4096, gpus=0, gpu_model=None),
-        "members": 1,
+        "queue": "default",
+        "roles": (
+            RoleSpec("main", "cpu:2", "local", 1, Resources(cpus=2.0, memory_mb=4096, gpus=0)),
+        ),
         "source": SourceRef(digest="sha256:" + "a" * 64, size=1234),
         "env": {"WANDB_MODE": "offline"},
     }

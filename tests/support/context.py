@@ -13,7 +13,8 @@ from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.memory import MemoryStore, MemoryUnitOfWork
 from adapters.memory.backend import MemoryBackend
 from application.context import Context, Limits
-from domain.auth import Principal, Role
+from domain.auth import Principal, Role, User
+from domain.fleet import Node, Pool, Queue, Team
 from tests.unit.builders import T0
 
 ALICE = Principal("alice", Role.MEMBER)
@@ -41,10 +42,28 @@ class CountingIds:
         return f"{kind}-{next(self._n):06d}"
 
 
+LOCAL_POOL = Pool("local", "local", "local", 0, 4.0, 8192)
+
+
+def seed_policy_and_fleet(store: MemoryStore, pools: tuple[Pool, ...] = (LOCAL_POOL,)) -> None:
+    """Team and queue ``default`` with the users above in it, and one node per pool
+    (``<pool>-0``), written straight into the store."""
+    tx = store.begin()
+    tx.write("teams", Team("default"))
+    tx.write("queues", Queue("default", "default"))
+    for p in (ALICE, BOB, ADMIN, VIEWER):
+        tx.write("users", User(p.name, p.role, ("default",)))
+    for pool in pools:
+        tx.write("pools", pool)
+        tx.write("nodes", Node(f"{pool.name}-0" if pool.name != "local" else "local", pool.name))
+    tx.commit()
+
+
 def memory_context(
     tmp_path: Path, backend: MemoryBackend | None = None, clock: FakeClock | None = None
 ) -> Context:
     store = MemoryStore()
+    seed_policy_and_fleet(store)
     secrets = itertools.count(1)
     return Context(
         uow=lambda: MemoryUnitOfWork(store),

@@ -9,6 +9,7 @@ from typing import Any
 from domain.catalog import Resources, RuntimePin
 from domain.jobs import Job
 from domain.lifecycle import JobState
+from domain.requests import RoleSpec
 from domain.submission import JobSpec, SubmissionIntent
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -19,7 +20,10 @@ PIN = RuntimePin(
 
 def an_intent(**overrides: Any) -> SubmissionIntent:
     base = SubmissionIntent(
-        experiment="hello", method="custom/custom", profile="cpu:1", params={"command": "echo hi"}
+        experiment="hello",
+        method="custom/custom",
+        profiles=("cpu:1",),
+        params={"command": "echo hi"},
     )
     return replace(base, **overrides)
 
@@ -32,9 +36,8 @@ def a_spec(**overrides: Any) -> JobSpec:
         command=("/bin/sh", "-c", "echo hi"),
         runtime=PIN,
         backend="local",
-        profile="cpu:1",
-        resources=Resources(1.0, 2048),
-        members=1,
+        queue="default",
+        roles=(RoleSpec("main", "cpu:1", "local", 1, Resources(1.0, 2048)),),
         source=None,
         env={},
     )
