@@ -322,8 +322,8 @@ def decide(snapshot: Snapshot) -> Decisions:
             usage[job.queue][0] += job.gpus
             usage[job.queue][1] += 1
             continue
-        kind = _blocked(job, pools)
         text = explain.need(job) + explain.capacity(job) + explain.quota(job.queue)
+        kind = _blocked(job, pools)  # takes holds: the text above is from before them
         out.waits[job.id] = Wait(job.id, kind, text, position)
     return out
 
