@@ -147,33 +147,30 @@ def test_backfill_uses_nodes_the_head_does_not_hold() -> None:
 
 
 def test_a_big_job_is_not_starved_by_a_stream_of_small_ones() -> None:
-    """Passes over time: small jobs keep arriving and finishing; the big one starts."""
-    free = {f"a-{i}": 8 for i in range(4)}
-    running: dict[str, tuple[str, int]] = {}  # job id → (node, gpus)
+    """Passes over time: every node starts half busy with small jobs; one small job arrives
+    and the oldest running one ends per pass. Without holds the arrivals would refill every
+    freed GPU and the 4-node job would wait forever; with them the nodes drain and it starts."""
+    free = {f"a-{i}": 4 for i in range(4)}
+    running = {f"r-{i}": (f"a-{i % 4}", 2) for i in range(8)}  # job id → (node, gpus)
     big = job(0, "h200:32")
     pending = [big]
-    n = 1
-    for tick in range(40):
-        # one small job per tick, and the oldest running job finishes
+    for n in range(1, 40):
         pending.append(job(n, "h200:2"))
-        n += 1
-        if running:
-            done = min(running)
-            node, g = running.pop(done)
-            free[node] += g
+        node, g = running.pop(min(running))
+        free[node] += g
         views = [
             NodeView(k, "a", tuple(range(8 - v, 8)), 12_000 * v, 131_072 * v)
             for k, v in free.items()
         ]
-        d = run(views, pending)
-        for p in d.placements:
+        for p in run(views, pending).placements:
             pending = [j for j in pending if j.id != p.job_id]
             for a in p.assignments:
                 free[a.node] -= len(a.gpus)
-                running[p.job_id] = (a.node, len(a.gpus))
+                running[f"{p.job_id}/{a.member}"] = (a.node, len(a.gpus))
         if big not in pending:
             break
-    assert big not in pending, f"the big job still waits after {tick} passes"
+    assert big not in pending, "the big job still waits after 39 passes"
+    assert n == 8  # it started as soon as the 8 small jobs running at the start had ended
 
 
 # -- the texts a user sees (`tp job why`) ----------------------------------------------------
