@@ -1,0 +1,101 @@
+"""`--profile` values resolved against pools: forms, whole-node multiples, roles, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.errors import InvalidInput
+from domain.fleet import Pool
+from domain.requests import Profile, fits_pool, resolve_roles
+
+pytestmark = pytest.mark.unit
+
+A = Pool("a", "main", "node", 8, 96, 1_048_576, "h200")
+B = Pool("b", "main", "node", 4, 32, 262_144, "h100")
+B2 = Pool("b2", "main", "node", 4, 32, 262_144, "h100")
+CPU = Pool("local", "main", "local", 0, 4, 8192)
+POOLS = [A, B, CPU]
+
+
+def one(text: str, pools: list[Pool] = POOLS, profiles: list[Profile] | None = None):
+    (role,) = resolve_roles([text], pools, profiles or [])
+    return role
+
+
+def test_gpus_within_one_node() -> None:
+    r = one("h200:2")
+    assert (r.name, r.pool, r.members, r.resources.gpus) == ("main", "a", 1, 2)
+    assert r.resources.cpus == 24 and r.resources.memory_mb == 262_144
+
+
+def test_a_model_alone_is_one_whole_node() -> None:
+    r = one("h200")
+    assert (r.members, r.resources.gpus, r.resources.cpus) == (1, 8, 96)
+
+
+def test_above_one_node_becomes_whole_node_members() -> None:
+    r = one("h200:24")
+    assert (r.members, r.resources.gpus, r.gpus) == (3, 8, 24)
+    assert r.describe() == "3×8 h200 GPUs in pool a"
+
+
+def test_above_one_node_must_be_a_whole_node_multiple() -> None:
+    with pytest.raises(InvalidInput) as e:
+        one("h200:12")
+    assert "whole-node multiple" in e.value.message
+    assert e.value.fix == "ask for h200:8 or h200:16"
+    assert e.value.field == "intent.profiles[0]"
+
+
+def test_cpu_requests_take_a_memory_share() -> None:
+    r = one("cpu:1")
+    assert (r.pool, r.resources.cpus, r.resources.memory_mb, r.resources.gpus) == (
+        "local", 1.0, 2048, 0,
+    )  # fmt: skip
+    with pytest.raises(InvalidInput, match="a node of pool local has 4"):
+        one("cpu:8")
+
+
+def test_named_profiles_stand_for_requests() -> None:
+    r = one("big", profiles=[Profile("big", "a/h200:16")])
+    assert (r.profile, r.pool, r.members) == ("big", "a", 2)
+
+
+def test_several_pools_of_a_model_need_the_pool_named() -> None:
+    with pytest.raises(InvalidInput) as e:
+        one("h100:2", [A, B, B2])
+    assert e.value.message == "profile 'h100:2' matches several pools: b, b2"
+    assert e.value.fix == "name the pool, e.g. b/h100:2"
+    assert one("b2/h100:2", [A, B, B2]).pool == "b2"
+
+
+def test_unknown_model_lists_what_is_offered() -> None:
+    with pytest.raises(InvalidInput) as e:
+        one("h900:8")
+    assert e.value.fix.startswith("requests offered here: cpu:N, h100:N, h200:N")
+
+
+def test_roles_must_be_named_and_unique_and_share_a_backend() -> None:
+    roles = resolve_roles(["train=h200:8", "rollout=h100:2"], POOLS, [])
+    assert [(r.name, r.pool, r.gpus) for r in roles] == [("train", "a", 8), ("rollout", "b", 2)]
+    with pytest.raises(InvalidInput, match="no role name"):
+        resolve_roles(["h200:8", "rollout=h100:2"], POOLS, [])
+    with pytest.raises(InvalidInput, match="given twice"):
+        resolve_roles(["x=h200:8", "x=h100:2"], POOLS, [])
+    with pytest.raises(InvalidInput, match="different backends: local, node"):
+        resolve_roles(["train=h200:8", "eval=cpu:1"], POOLS, [])
+
+
+@pytest.mark.parametrize("text", ["", "h200:", "H200:8", "h200:1.5", "h200:0", "=h200"])
+def test_malformed_requests_name_the_field(text: str) -> None:
+    with pytest.raises(InvalidInput) as e:
+        resolve_roles([text], POOLS, [])
+    assert e.value.field in ("intent.profiles", "intent.profiles[0]")
+
+
+def test_never_fits_a_pool_too_small() -> None:
+    r = one("h200:32")
+    assert fits_pool(r, A, 4) is None
+    assert fits_pool(r, A, 3) == (
+        "role main needs 4×8 h200 GPUs in pool a; pool a has only 3 nodes"
+    )
