@@ -1,14 +1,14 @@
-"""The built-in catalog: methods, profiles and runtimes offered on embedded defaults.
+"""The built-in catalog: the methods and runtimes offered on embedded defaults.
 
-Operators will configure profiles and pools from a file (issue [2/8]); until then these are the
-defaults, and every profile here is served by the local backend.
+Profiles and pools are the operator's fleet configuration (stored in the database; see
+docs/fleet.md), not part of the catalog.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from domain.catalog import Catalog, Method, ParamSpec, Profile, Resources, RuntimeSpec
+from domain.catalog import Catalog, Method, ParamSpec, RuntimeSpec
 
 CUSTOM = Method(
     name="custom/custom",
@@ -24,10 +24,6 @@ CUSTOM = Method(
     default_runtime="busybox",
 )
 
-LOCAL_PROFILES = tuple(
-    Profile(f"cpu:{n}", "local", Resources(cpus=float(n), memory_mb=2048 * n)) for n in (1, 2, 4)
-)
-
 
 def default_catalog(runtimes: Iterable[RuntimeSpec]) -> Catalog:
-    return Catalog(methods=(CUSTOM,), profiles=LOCAL_PROFILES, runtimes=tuple(runtimes))
+    return Catalog(methods=(CUSTOM,), runtimes=tuple(runtimes))

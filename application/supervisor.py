@@ -230,7 +230,13 @@ class Supervisor:
             and any(m.state is MemberState.PENDING for m in members)
         ):
             await self._launch(job, attempt, members, placed)
-            return
+            async with self.ctx.uow() as uow:
+                current = await uow.jobs.get(job.id)
+                members = await uow.members.for_attempt(attempt.id)
+            if current is None or current.state is not job.state:
+                return  # it failed to launch, or was cancelled meanwhile: next tick decides
+            if any(m.state is MemberState.PENDING for m in members):
+                return  # launch deferred (backend unavailable)
         seen: dict[str, tuple[Observation, bytes | None]] = {}
         for m in members:
             if m.state in MEMBER_FINAL or m.handle is None:

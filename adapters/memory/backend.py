@@ -6,7 +6,9 @@ launch is idempotent per member id, a stopped member exits with 128+SIGTERM, log
 member raise NotFound, and everything raises Unavailable while ``available`` is False.
 
 A member's fate is decided by ``behaviour(request)``: ``None`` keeps it running until
-``finish(handle, code)`` or ``stop``; ``(code, output)`` makes it exit at once.
+``finish(handle, code)`` or ``stop``; ``(code, output)`` makes it exit at once; raising (e.g.
+InvalidInput) refuses the launch and starts nothing. Members on a node in ``lost_nodes`` are
+observed as ``unknown`` (control contact lost), and cannot be stopped until contact returns.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class MemoryBackend:
         self.images = images  # image → digest; None accepts every image
         self.behaviour = behaviour or (lambda request: None)
         self.available = True
+        self.lost_nodes: set[str] = set()
         self.members: dict[str, MemoryMember] = {}
         self.launches = 0  # launches that created a member (idempotent repeats do not count)
         self.stops = 0
@@ -82,10 +85,10 @@ class MemoryBackend:
         handle = f"mem-{request.member_id}"
         if handle in self.members:
             return handle
+        fate = self.behaviour(request)  # may raise: a refused launch starts nothing
         member = MemoryMember(request)
         self.members[handle] = member
         self.launches += 1
-        fate = self.behaviour(request)
         if fate is not None:
             self.finish(handle, fate[0], fate[1])
         return handle
@@ -109,12 +112,20 @@ class MemoryBackend:
         member = self.members.get(handle)
         if member is None:
             return Observation("missing")
+        if self._out_of_contact(member):
+            return Observation("unknown", reason="control contact with its node is lost")
         if member.running:
             return Observation("running")
         return Observation("exited", member.exit_code, f"exited with code {member.exit_code}")
 
+    def _out_of_contact(self, member: MemoryMember) -> bool:
+        a = member.request.assignment
+        return a is not None and a.node in self.lost_nodes
+
     async def stop(self, handle: str, grace_seconds: float) -> None:
         self._check()
+        if handle in self.members and self._out_of_contact(self.members[handle]):
+            raise Unavailable(f"member {handle} is out of contact", fix="retry later")
         if handle in self.members and self.members[handle].running:
             self.stops += 1
             self.finish(handle, SIGTERM_EXIT)

@@ -150,9 +150,10 @@ async def test_two_supervisors_launch_each_member_once(
     a, b = Supervisor(ctx), Supervisor(ctx)
     for _ in range(3):
         await asyncio.gather(a.tick(), b.tick())
-    assert backend.launches == 10
+    # the local pool has 4 CPUs: 4 jobs hold them, the others wait holding nothing
+    assert backend.launches == 4
     states = [(await state(ctx, i)).job.state for i in ids]
-    assert states == [JobState.RUNNING] * 10
+    assert states == [JobState.RUNNING] * 4 + [JobState.PENDING] * 6
 
 
 async def test_follow_streams_until_the_member_exits(ctx: Context, backend: MemoryBackend) -> None:

@@ -45,9 +45,11 @@ class CountingIds:
 LOCAL_POOL = Pool("local", "local", "local", 0, 4.0, 8192)
 
 
-def seed_policy_and_fleet(store: MemoryStore, pools: tuple[Pool, ...] = (LOCAL_POOL,)) -> None:
-    """Team and queue ``default`` with the users above in it, and one node per pool
-    (``<pool>-0``), written straight into the store."""
+def seed_policy_and_fleet(
+    store: MemoryStore, pools: tuple[Pool, ...] = (LOCAL_POOL,), nodes: int = 3
+) -> None:
+    """Team and queue ``default`` with the users above in it; node ``local`` for the local
+    pool and ``nodes`` nodes ``<pool>-0…`` for any other; written straight into the store."""
     tx = store.begin()
     tx.write("teams", Team("default"))
     tx.write("queues", Queue("default", "default"))
@@ -55,15 +57,20 @@ def seed_policy_and_fleet(store: MemoryStore, pools: tuple[Pool, ...] = (LOCAL_P
         tx.write("users", User(p.name, p.role, ("default",)))
     for pool in pools:
         tx.write("pools", pool)
-        tx.write("nodes", Node(f"{pool.name}-0" if pool.name != "local" else "local", pool.name))
+        names = ["local"] if pool.name == "local" else [f"{pool.name}-{i}" for i in range(nodes)]
+        for name in names:
+            tx.write("nodes", Node(name, pool.name))
     tx.commit()
 
 
 def memory_context(
-    tmp_path: Path, backend: MemoryBackend | None = None, clock: FakeClock | None = None
+    tmp_path: Path,
+    backend: MemoryBackend | None = None,
+    clock: FakeClock | None = None,
+    pools: tuple[Pool, ...] = (LOCAL_POOL,),
 ) -> Context:
     store = MemoryStore()
-    seed_policy_and_fleet(store)
+    seed_policy_and_fleet(store, pools)
     secrets = itertools.count(1)
     return Context(
         uow=lambda: MemoryUnitOfWork(store),

@@ -8,16 +8,24 @@ import pytest
 from adapters.catalog import default_catalog
 from domain.catalog import RuntimeSpec
 from domain.errors import Conflict, Expired, InvalidInput
-from domain.submission import SourceRef, make_preview, resolve
+from domain.fleet import Pool
+from domain.requests import resolve_roles
+from domain.submission import JobSpec, SourceRef, SubmissionIntent, make_preview, resolve
 from tests.unit.builders import PIN, T0, an_intent
 
 pytestmark = pytest.mark.unit
 CATALOG = default_catalog([RuntimeSpec("busybox", PIN.image, None, "single-process")])
+LOCAL = Pool("local", "local", "local", 0, 4.0, 8192)
+
+
+def _resolve(intent):  # type: ignore[no-untyped-def]
+    roles = resolve_roles(intent.profiles, [LOCAL], [])
+    return resolve(intent, CATALOG, PIN, roles, "local", "default")
 
 
 def _preview(intent=None, preview_id="pv-1", now=T0):  # type: ignore[no-untyped-def]
     intent = intent or an_intent()
-    spec = resolve(intent, CATALOG, PIN)
+    spec = _resolve(intent)
     return make_preview(
         preview_id=preview_id,
         owner="alice",
@@ -29,9 +37,10 @@ def _preview(intent=None, preview_id="pv-1", now=T0):  # type: ignore[no-untyped
 
 
 def test_resolves_custom_command_and_profile() -> None:
-    spec = resolve(an_intent(params={"command": "sh train.sh"}, profile="cpu:2"), CATALOG, PIN)
+    spec = _resolve(an_intent(params={"command": "sh train.sh"}, profiles=("cpu:2",)))
     assert spec.command == ("/bin/sh", "-c", "sh train.sh")
     assert (spec.backend, spec.resources.cpus, spec.resources.memory_mb) == ("local", 2.0, 4096)
+    assert (spec.queue, spec.members, spec.profile) == ("default", 1, "cpu:2")
     assert spec.runtime.digest == PIN.digest
 
 
@@ -47,7 +56,7 @@ def test_digest_depends_on_content_not_on_id_or_time() -> None:
     ("intent", "field", "words"),
     [
         (an_intent(method="trl/nope"), "intent.method", "custom/custom"),
-        (an_intent(profile="h900:8"), "intent.profile", "cpu:1"),
+        (an_intent(profiles=("h900:8",)), "intent.profiles[0]", "cpu:N"),
         (an_intent(params={}), "intent.params.command", "--set command="),
         (an_intent(params={"command": "x", "lr": "0.1"}), "intent.params.lr", "command"),
         (an_intent(experiment="Bad Name"), "intent.experiment", "lower-case"),
@@ -58,7 +67,7 @@ def test_digest_depends_on_content_not_on_id_or_time() -> None:
 )
 def test_bad_intents_name_the_field_and_the_fix(intent, field, words) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidInput) as err:
-        resolve(intent, CATALOG, PIN)
+        _resolve(intent)
     assert err.value.field == field
     assert words in err.value.fix or words in err.value.message
 
@@ -111,3 +120,14 @@ def test_preview_is_immutable() -> None:
     with pytest.raises(AttributeError):
         p.digest = "x"  # type: ignore[misc]
     assert replace(p, id="other").digest == p.digest
+
+
+def test_specs_and_intents_round_trip_and_old_specs_still_load() -> None:
+    intent = an_intent(profiles=("cpu:2",), queue="default")
+    assert SubmissionIntent.from_dict(intent.to_dict()) == intent
+    spec = _resolve(intent)
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    old = spec.to_dict()
+    del old["roles"], old["queue"]
+    old |= {"profile": "cpu:2", "members": 1, "resources": spec.resources.to_dict()}
+    assert JobSpec.from_dict(old) == spec
