@@ -1,4 +1,4 @@
-"""`tp job ls|status|logs|stop`, and the waiting/following that `tp submit` reuses."""
+"""`tp job ls|status|why|logs|stop`, and the waiting/following that `tp submit` reuses."""
 
 from __future__ import annotations
 
@@ -167,21 +167,48 @@ def status(job_id: str, /, *, json: JsonFlag = False) -> int:
     for key in ("reason", "exit_code"):
         if job.get(key) not in (None, ""):
             p(f"{key.replace('_', ' '):<10} {job[key]}", markup=False)
-    for key in ("experiment", "method", "owner", "created_at", "updated_at"):
+    for key in ("experiment", "method", "owner", "queue", "created_at", "updated_at"):
         p(f"{key.replace('_', ' '):<10} {job.get(key)}", markup=False)
     p(f"profile    {job.get('profile')} → {job.get('backend')}", markup=False)
     rows = []
     for a in job.get("attempts") or []:
         rows.append(
-            (f"#{a.get('number')}", "", a.get("state"), a.get("exit_code"), a.get("reason"))
-        )
+            (f"#{a.get('number')}", "", "", "", a.get("state"), a.get("exit_code"),
+             a.get("reason"))
+        )  # fmt: skip
         for m in a.get("members") or []:
             rows.append(
-                (f"  member {m.get('index')}", m.get("handle"), m.get("state"),
-                 m.get("exit_code"), m.get("reason"))
+                (f"  member {m.get('index')}", m.get("role"), m.get("node"), m.get("handle"),
+                 m.get("state"), m.get("exit_code"), m.get("reason"))
             )  # fmt: skip
     if rows:
-        output.table(["ATTEMPT", "HANDLE", "STATE", "EXIT", "REASON"], rows)
+        output.table(["ATTEMPT", "ROLE", "NODE", "HANDLE", "STATE", "EXIT", "REASON"], rows)
+    if job.get("state") == JobState.PENDING.value:
+        p(f"see why it waits: tp job why {job['id']}", markup=False)
+    return 0
+
+
+@job_app.command
+def why(job_id: str, /, *, json: JsonFlag = False) -> int:
+    """Say why a job waits (quota, capacity, holds for earlier jobs, node states), or what
+    it holds.
+
+    Parameters
+    ----------
+    job_id
+        The job id (`tp job ls`).
+    """
+    with connect() as api:
+        answer = api.get(job_path(job_id, "/why"))
+    if json:
+        output.print_json(answer)
+        return 0
+    p = output.out.print
+    where = ""
+    if answer.get("position") is not None:
+        where = f" (position {answer['position']} of {answer.get('pending_total')} pending)"
+    p(f"job {answer['job_id']} is {answer['state']}{where}", markup=False)
+    p(answer["text"], markup=False)
     return 0
 
 

@@ -1,0 +1,89 @@
+"""HTTP routes of scheduling: why a job waits, and the operator's explicit reconciliation."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import get, post
+from litestar.datastructures import State
+from msgspec import Meta, Struct
+
+from application import explain, reconcile
+from application.context import Context
+from domain.auth import Principal
+from entrypoints.api.problems import responses
+
+Reason = Annotated[str, Meta(min_length=1, max_length=500)]
+
+
+class WhyOut(Struct):
+    job_id: str
+    state: str
+    kind: str
+    text: str
+    position: int | None = None
+    pending_total: int | None = None
+
+
+class ReasonIn(Struct, forbid_unknown_fields=True):
+    reason: Reason
+
+
+class NodeLostOut(Struct):
+    node: str
+    members_failed: int
+
+
+class ReleaseOut(Struct):
+    attempt_id: str
+    released: bool
+
+
+def _ctx(state: State) -> Context:
+    ctx: Context = state.ctx
+    return ctx
+
+
+@get(
+    "/v1/jobs/{job_id:str}/why",
+    responses=responses(400, 401, 404),
+    summary="Why a job waits, or what it holds",
+)
+async def why(job_id: str, state: State, principal: Principal) -> WhyOut:
+    e = await explain.explain_job(_ctx(state), principal, job_id)
+    return WhyOut(e.job_id, e.state, e.kind, e.text, e.position, e.pending_total)
+
+
+@post(
+    "/v1/nodes/{name:str}/lost",
+    status_code=200,
+    responses=responses(400, 401, 403, 404, 422),
+    summary="Declare a node lost: fence it and fail its unfinished members (operator)",
+)
+async def node_lost(name: str, data: ReasonIn, state: State, principal: Principal) -> NodeLostOut:
+    failed = await reconcile.declare_node_lost(_ctx(state), principal, name, data.reason)
+    _wake(state)
+    return NodeLostOut(name, failed)
+
+
+@post(
+    "/v1/attempts/{attempt_id:str}/release",
+    status_code=200,
+    responses=responses(400, 401, 403, 404, 422),
+    summary="Release an attempt's reservation after confirming its members stopped (operator)",
+)
+async def release(
+    attempt_id: str, data: ReasonIn, state: State, principal: Principal
+) -> ReleaseOut:
+    done = await reconcile.release_reservation(_ctx(state), principal, attempt_id, data.reason)
+    _wake(state)
+    return ReleaseOut(attempt_id, done)
+
+
+def _wake(state: State) -> None:
+    supervisor = state.get("supervisor")
+    if supervisor is not None:
+        supervisor.wake()
+
+
+SCHEDULING_ROUTES = [why, node_lost, release]
