@@ -39,7 +39,7 @@ class Scheduler:
     async def decide(self) -> Decisions:
         async with self.ctx.uow() as uow:
             snapshot = await uow.scheduling.snapshot(self.snapshot_limit)
-        return decide(snapshot)
+        return decide(snapshot, explain_waits=False)
 
     async def pass_once(self) -> PassResult:
         decisions = await self.decide()

@@ -290,15 +290,18 @@ def _dominated(seen: list[tuple[int, _Need]], members: int, need: _Need) -> bool
 # -- the decision ---------------------------------------------------------------------------
 
 
-def decide(snapshot: Snapshot) -> Decisions:
-    """Decide which pending jobs start now and why the others wait. Pure and deterministic."""
+def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
+    """Decide which pending jobs start now and why the others wait. Pure and deterministic.
+
+    With ``explain_waits`` False the waits carry their kind and position but an empty text:
+    the same decisions, cheaper (the scheduler needs no texts; ``tp job why`` does)."""
     by_pool: dict[str, list[NodeView]] = {}
     for v in snapshot.nodes:
         by_pool.setdefault(v.pool, []).append(v)
     pools = {name: _PoolState(pool, by_pool.get(name, [])) for name, pool in snapshot.pools.items()}
     usage = {name: [q.gpus_in_use, q.jobs_in_use] for name, q in snapshot.queues.items()}
     out = Decisions()
-    explain = _Explainer(pools, snapshot.queues, usage)
+    explain = _Explainer(pools, snapshot.queues, usage, explain_waits)
     for position, job in enumerate(queue_order(snapshot.pending, snapshot.queues), start=1):
         qv = snapshot.queues.get(job.queue)
         missing = [r.pool for r in job.roles if r.pool not in pools]
@@ -309,11 +312,12 @@ def decide(snapshot: Snapshot) -> Decisions:
             continue
         never = _never(job, qv.queue, pools)
         if never:
-            out.waits[job.id] = Wait(job.id, WaitKind.NEVER, explain.need(job) + never, position)
+            text = explain.need(job) + never if explain_waits else ""
+            out.waits[job.id] = Wait(job.id, WaitKind.NEVER, text, position)
             continue
         quota = _quota_block(job, qv.queue, usage[job.queue])
         if quota:
-            text = explain.need(job) + explain.capacity(job) + quota
+            text = explain.need(job) + explain.capacity(job) + quota if explain_waits else ""
             out.waits[job.id] = Wait(job.id, WaitKind.QUOTA, text, position)
             continue
         placed = _place(job, pools)
@@ -425,16 +429,22 @@ class _Explainer:
         pools: Mapping[str, _PoolState],
         queues: Mapping[str, QueueView],
         usage: Mapping[str, list[int]],
+        enabled: bool = True,
     ) -> None:
+        self.enabled = enabled
         self.pools = pools
         self.queues = queues
         self.usage = usage
         self._cache: dict[tuple[str, int, int, _Need], str] = {}
 
     def need(self, job: PendingJob) -> str:
+        if not self.enabled:
+            return ""
         return "needs " + " and ".join(r.describe() for r in job.roles)
 
     def capacity(self, job: PendingJob) -> str:
+        if not self.enabled:
+            return ""
         return "".join(self._role(r) for r in job.roles)
 
     def _role(self, role: RoleSpec) -> str:
@@ -445,6 +455,8 @@ class _Explainer:
         return self._cache[key]
 
     def quota(self, queue_name: str) -> str:
+        if not self.enabled:
+            return ""
         q = self.queues[queue_name].queue
         gpus, jobs = self.usage[queue_name]
         parts = []

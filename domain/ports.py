@@ -108,7 +108,8 @@ class AttemptRepository(Protocol):
         ...
 
     async def for_job(self, job_id: str) -> list[Attempt]:
-        """All attempts of a job, by number."""
+        """All attempts of a job, by number. Numbers are 1, 2, 3, … without gaps (the
+        scheduler creates attempt n + 1 only after n; the memory adapter relies on it)."""
         ...
 
 

@@ -41,6 +41,9 @@ class TableDef:
     name: str
     pk: KeyFn
     uniques: dict[str, KeyFn] = field(default_factory=dict)
+    # True when rows are deeply immutable (frozen dataclasses of tuples, str, int, …): they are
+    # shared instead of deep-copied on the way in and out
+    immutable: bool = False
 
     def keys(self, row: Any) -> Iterator[tuple[str, Hashable]]:
         yield "pk", self.pk(row)
@@ -109,20 +112,40 @@ class Tx:
     def find(self, table: str, key: str, value: Hashable) -> Any | None:
         self._check_open()
         t = self.store.tables[table]
-        fn = t.definition.pk if key == "pk" else t.definition.uniques[key]
-        for row in self.writes[table].values():
+        writes = self.writes[table]
+        if key == "pk":
+            if value in writes:
+                row = writes[value]
+                return None if row is DELETED else self._out(t, row)
+            return self._out(t, t.rows.get(value))
+        fn = t.definition.uniques[key]
+        for row in writes.values():
             if row is not DELETED and fn(row) == value:
-                return copy.deepcopy(row)
+                return self._out(t, row)
         found = t.find(key, value)
-        if found is not None and t.definition.pk(found) in self.writes[table]:
+        if found is not None and t.definition.pk(found) in writes:
             return None  # our own write moved that key away (keys are immutable here)
-        return copy.deepcopy(found)
+        return self._out(t, found)
+
+    @staticmethod
+    def _out(t: Table, row: Any) -> Any:
+        return row if t.definition.immutable or row is None else copy.deepcopy(row)
 
     def select(self, table: str, where: Callable[[Any], bool]) -> list[Any]:
         """Copies of the visible rows of ``table`` that satisfy ``where`` (unordered)."""
         self._check_open()
+        t = self.store.tables[table]
+        merged = {**t.rows, **self.writes[table]}
+        return [self._out(t, r) for r in merged.values() if r is not DELETED and where(r)]
+
+    def project(
+        self, table: str, where: Callable[[Any], bool], fn: Callable[[Any], Any]
+    ) -> list[Any]:
+        """``fn(row)`` for the visible rows that satisfy ``where``, without copying the rows:
+        ``fn`` must return only immutable values (ids, tuples of frozen values, …)."""
+        self._check_open()
         merged = {**self.store.tables[table].rows, **self.writes[table]}
-        return [copy.deepcopy(r) for r in merged.values() if r is not DELETED and where(r)]
+        return [fn(r) for r in merged.values() if r is not DELETED and where(r)]
 
     def count(self, table: str) -> int:
         self._check_open()
@@ -133,8 +156,8 @@ class Tx:
     # -- writes ------------------------------------------------------------------------------
     def write(self, table: str, row: Any) -> None:
         self._check_open()
-        pk = self.store.tables[table].definition.pk(row)
-        self.writes[table][pk] = copy.deepcopy(row)
+        definition = self.store.tables[table].definition
+        self.writes[table][definition.pk(row)] = row if definition.immutable else copy.deepcopy(row)
 
     def delete(self, table: str, pk: Hashable) -> None:
         """Delete the row with primary key ``pk`` when this transaction commits (the caller

@@ -23,7 +23,6 @@ from domain.admission import (
 from domain.auth import User
 from domain.errors import Conflict, NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
-from domain.jobs import Job
 from domain.lifecycle import JobState
 from domain.requests import Profile
 
@@ -33,6 +32,15 @@ class GpuRow:
     node: str
     index: int
     attempt_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """A node's reserved CPUs (thousandths) and memory: the counters PostgreSQL CHECKs."""
+
+    node: str
+    mcpu: int = 0
+    memory_mb: int = 0
 
 
 def _shape(p: Pool) -> tuple[object, ...]:
@@ -169,20 +177,26 @@ class MemoryReservationRepository:
         if tx.get("attempts", reservation.attempt_id) is None:
             raise Conflict(f"{what}: attempt does not exist", fix="create the attempt first")
         await tx.insert("reservations", reservation, what)
-        for name in sorted(
-            {a.node for a in reservation.assignments}
-        ):  # as UPDATE nodes … : row locks, then the CHECKs
+        demand: dict[str, list[int]] = {}
+        for a in reservation.assignments:
+            d = demand.setdefault(a.node, [0, 0])
+            d[0] += a.mcpu
+            d[1] += a.memory_mb
+        # as UPDATE nodes …: each node's row lock, then its CHECKs
+        for name in sorted(demand):
             await tx.lock(("nodes", "pk", name))
             node: Node | None = tx.get("nodes", name)
             pool: Pool | None = tx.get("pools", node.pool) if node else None
             if node is None or pool is None:
                 raise Conflict(f"{what}: node {name} does not exist", fix="decide again")
-            used_c, used_m = _used(tx, name)
-            if used_c > mcpu(pool.cpus_per_node) or used_m > pool.memory_mb_per_node:
+            usage: UsageRow = tx.get("node_usage", name) or UsageRow(name)
+            usage = UsageRow(name, usage.mcpu + demand[name][0], usage.memory_mb + demand[name][1])
+            if usage.mcpu > mcpu(pool.cpus_per_node) or usage.memory_mb > pool.memory_mb_per_node:
                 raise Conflict(
                     f"{what}: node {name} would exceed its CPUs or memory",
                     fix="take a fresh snapshot and decide again",
                 )
+            tx.write("node_usage", usage)
             for a in reservation.assignments:
                 if a.node == name:
                     for i in a.gpus:
@@ -201,6 +215,11 @@ class MemoryReservationRepository:
             return False
         tx.delete("reservations", attempt_id)
         for a in found.assignments:
+            await tx.lock(("nodes", "pk", a.node))
+            used: UsageRow = tx.get("node_usage", a.node) or UsageRow(a.node)
+            tx.write(
+                "node_usage", UsageRow(a.node, used.mcpu - a.mcpu, used.memory_mb - a.memory_mb)
+            )
             for i in a.gpus:
                 tx.delete("reserved_gpus", (a.node, i))
         return True
@@ -212,16 +231,6 @@ class MemoryReservationRepository:
     async def live(self) -> builtins.list[Reservation]:
         rows: list[Reservation] = self._tx.select("reservations", lambda r: True)
         return sorted(rows, key=lambda r: r.attempt_id)
-
-
-def _used(tx: Tx, node: str) -> tuple[int, int]:
-    c = m = 0
-    for r in tx.select("reservations", lambda r: True):
-        for a in r.assignments:
-            if a.node == node:
-                c += a.mcpu
-                m += a.memory_mb
-    return c, m
 
 
 class MemorySchedulingRepository:
@@ -264,8 +273,11 @@ class MemorySchedulingRepository:
             q.name: QueueView(q, *queue_use.get(q.name, [0, 0]))
             for q in tx.select("queues", lambda q: True)
         }
-        jobs: list[Job] = tx.select("jobs", lambda j: j.state is JobState.PENDING)
-        pending = [PendingJob(j.id, j.spec.queue, j.created_at, j.spec.roles) for j in jobs]
+        pending: list[PendingJob] = tx.project(
+            "jobs",
+            lambda j: j.state is JobState.PENDING,
+            lambda j: PendingJob(j.id, j.spec.queue, j.created_at, j.spec.roles),
+        )
         return Snapshot(pools, views, queues, queue_order(pending, queues)[:limit])
 
 

@@ -152,8 +152,11 @@ class MemoryAttemptRepository:
         await compare_and_set(self._tx, "attempts", "attempt", attempt, expected.value)
 
     async def for_job(self, job_id: str) -> list[Attempt]:
-        rows: list[Attempt] = self._tx.select("attempts", lambda a: a.job_id == job_id)
-        return sorted(rows, key=lambda a: a.number)
+        # numbers are 1, 2, … per job: probe the unique (job, number) index, no table scan
+        rows: list[Attempt] = []
+        while (a := self._tx.find("attempts", "number", (job_id, len(rows) + 1))) is not None:
+            rows.append(a)
+        return rows
 
 
 class MemoryMemberRepository:

@@ -1,0 +1,225 @@
+"""Admission benchmark: 10,000 pending jobs over 1,000 nodes.
+
+Measures, on the in-memory adapters and on PostgreSQL (a private embedded server):
+  * one admission pass: snapshot, ``decide``, and storing the reservations, each timed;
+  * jobs admitted per second when draining the whole queue: passes run until every job was
+    reserved; between passes the reserved jobs "finish" (their reservations are released,
+    not timed);
+  * a baseline in the same run: ``decide`` alone (the pure function over the same snapshot),
+    and for PostgreSQL a raw asyncpg COPY of as many reserved-GPU rows, so each figure is a
+    ratio against something measured on the same machine at the same moment.
+
+Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from adapters.memory import MemoryStore, MemoryUnitOfWork
+from application.context import Context
+from application.scheduler import Scheduler
+from domain.admission import decide
+from domain.auth import User
+from domain.catalog import Catalog, RuntimePin
+from domain.fleet import Node, Pool, Queue, Team
+from domain.jobs import Job
+from domain.lifecycle import JobState
+from domain.ports import UnitOfWorkFactory
+from domain.requests import resolve_roles
+from domain.submission import JobSpec
+
+T0 = datetime(2026, 12, 3, tzinfo=UTC)
+POOL = Pool("a", "bench", "local", 8, 96, 1_048_576, "h200")
+SHAPES = [("h200:1", 30), ("h200:2", 20), ("h200:4", 15), ("h200:8", 20), ("h200:16", 10),
+          ("h200:32", 5)]  # fmt: skip
+QUEUES = [Queue(f"q{i}", "bench", priority=i % 3) for i in range(8)]
+PIN = RuntimePin("busybox", "busybox:1", "sha256:" + "0" * 64, None, "single-process")
+
+
+class Clock:
+    def now(self) -> datetime:
+        return T0
+
+
+class Ids:
+    def __init__(self) -> None:
+        self.n = 0
+
+    def new(self, kind: str) -> str:
+        self.n += 1
+        return f"{kind}-{self.n:08d}"
+
+
+def make_ctx(uow: UnitOfWorkFactory) -> Context:
+    return Context(
+        uow=uow,
+        clock=Clock(),
+        ids=Ids(),
+        catalog=Catalog(methods=()),
+        backends={},
+        blobs=None,  # type: ignore[arg-type]  # not used by scheduling
+        new_secret=lambda: "x",
+    )
+
+
+def workload(jobs: int, seed: int) -> list[Job]:
+    rng = random.Random(seed)
+    names = [s for s, _ in SHAPES]
+    weights = [w for _, w in SHAPES]
+    roles = {s: resolve_roles([s], [POOL], []) for s in names}
+    out = []
+    for i in range(jobs):
+        shape = rng.choices(names, weights)[0]
+        spec = JobSpec("bench", "custom/custom", {"command": "true"}, ("true",), PIN, "local",
+                       QUEUES[i % len(QUEUES)].name, roles[shape], None, {})  # fmt: skip
+        at = T0 + timedelta(milliseconds=i)
+        out.append(Job(f"job-{i:06d}", f"pv-{i:06d}", "bench", spec, JobState.PENDING, at, at))
+    return out
+
+
+async def populate(uow: UnitOfWorkFactory, nodes: int, jobs: list[Job]) -> None:
+    async with uow() as u:
+        await u.policy.put_team(Team("bench"))
+        await u.policy.put_user(User("bench", "member", ("bench",)))  # type: ignore[arg-type]
+        for q in QUEUES:
+            await u.policy.put_queue(q)
+        await u.fleet.put_pool(POOL)
+        for i in range(nodes):
+            await u.fleet.put_node(Node(f"a-{i:04d}", "a"))
+        await u.commit()
+    for start in range(0, len(jobs), 1000):
+        async with uow() as u:
+            for job in jobs[start : start + 1000]:
+                await u.jobs.add(job)
+            await u.commit()
+
+
+async def finish_reserved(uow: UnitOfWorkFactory) -> None:
+    """Not timed: every reservation is released, as if its job had ended."""
+    async with uow() as u:
+        for r in await u.reservations.live():
+            await u.reservations.release(r.attempt_id)
+        await u.commit()
+
+
+@dataclass
+class Figures:
+    snapshot_s: float
+    decide_s: float
+    apply_s: float
+    placed_first: int
+    drained: int
+    drain_s: float
+    passes: int
+
+
+async def measure(uow: UnitOfWorkFactory, limit: int) -> Figures:
+    ctx = make_ctx(uow)
+    sched = Scheduler(ctx, snapshot_limit=limit)
+    t0 = time.perf_counter()
+    async with uow() as u:
+        snapshot = await u.scheduling.snapshot(limit)
+    t1 = time.perf_counter()
+    decisions = decide(snapshot)
+    t2 = time.perf_counter()
+    reserved, _ = await sched.apply(decisions.placements)
+    t3 = time.perf_counter()
+    first = Figures(t1 - t0, t2 - t1, t3 - t2, len(reserved), len(reserved), t3 - t0, 1)
+    await finish_reserved(uow)
+    while True:
+        t = time.perf_counter()
+        result = await sched.pass_once()
+        first.drain_s += time.perf_counter() - t
+        first.passes += 1
+        first.drained += len(result.reserved)
+        if not result.reserved:
+            return first
+        await finish_reserved(uow)
+
+
+def report(name: str, f: Figures, jobs: int, nodes: int) -> None:
+    one = f.snapshot_s + f.decide_s + f.apply_s
+    print(f"\n== {name}: {jobs} pending jobs, {nodes} nodes x 8 GPUs ==")
+    print(f"one pass: {one * 1000:.0f} ms = snapshot {f.snapshot_s * 1000:.0f} ms + decide "
+          f"{f.decide_s * 1000:.0f} ms + store {f.apply_s * 1000:.0f} ms; "
+          f"{f.placed_first} jobs reserved")  # fmt: skip
+    print(f"ratio decide / whole pass: {f.decide_s / one:.3f}")
+    print(f"drain: {f.drained} jobs admitted in {f.passes} passes, {f.drain_s:.2f} s of "
+          f"scheduler time -> {f.drained / f.drain_s:,.0f} jobs admitted/s")  # fmt: skip
+
+
+@contextlib.asynccontextmanager
+async def postgres(keep: Path) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
+    from adapters.postgres import migrate
+    from adapters.postgres.embedded import EmbeddedPostgres
+    from adapters.postgres.engine import create_engine
+    from adapters.postgres.uow import PostgresUnitOfWork
+
+    pg = EmbeddedPostgres(keep / "pg")
+    url = pg.start()
+    try:
+        await migrate.upgrade_async(url)
+        engine = create_engine(url, pool_size=4)
+        try:
+            yield (lambda: PostgresUnitOfWork(engine)), url
+        finally:
+            await engine.dispose()
+    finally:
+        pg.stop()
+
+
+async def copy_baseline(url: str, rows: int) -> float:
+    """Seconds for a raw asyncpg COPY of ``rows`` (node, gpu, attempt) rows into a temp table."""
+    import asyncpg
+
+    dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE TEMP TABLE g (node text, gpu int, attempt text)")
+        data = [(f"a-{i // 8:04d}", i % 8, f"att-{i:08d}") for i in range(rows)]
+        t = time.perf_counter()
+        await conn.copy_records_to_table("g", records=data)
+        return time.perf_counter() - t
+    finally:
+        await conn.close()
+
+
+async def main(args: argparse.Namespace) -> None:
+    jobs = workload(args.jobs, args.seed)
+    if "memory" in args.adapters:
+        store = MemoryStore()
+        factory: Callable[[], MemoryUnitOfWork] = lambda: MemoryUnitOfWork(store)  # noqa: E731
+        await populate(factory, args.nodes, jobs)
+        report("in-memory adapters", await measure(factory, args.limit), args.jobs, args.nodes)
+    if "postgres" in args.adapters:
+        with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
+            async with postgres(Path(tmp)) as (pg_factory, url):
+                await populate(pg_factory, args.nodes, jobs)
+                f = await measure(pg_factory, args.limit)
+                report("PostgreSQL adapter", f, args.jobs, args.nodes)
+                gpus = sum(j.spec.gpus for j in jobs)
+                base = await copy_baseline(url, gpus)
+                print(f"baseline: raw asyncpg COPY of {gpus} reserved-GPU rows: "
+                      f"{base * 1000:.0f} ms ({gpus / base:,.0f} rows/s); admission drain "
+                      f"stores {gpus / f.drain_s:,.0f} GPU reservations/s, ratio "
+                      f"{(gpus / f.drain_s) / (gpus / base):.3f}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--limit", type=int, default=20_000, help="snapshot limit")
+    parser.add_argument("--adapters", nargs="+", default=["memory", "postgres"])
+    asyncio.run(main(parser.parse_args()))
