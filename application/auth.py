@@ -1,36 +1,75 @@
-"""API tokens: minting, the first admin token, and authentication."""
+"""API tokens: minting, the first admin, and authentication.
+
+A token names its user; the role and teams are the user's (``domain.auth.User``), read on every
+authentication, so changing a user's role or disabling the user takes effect on all its tokens.
+"""
 
 from __future__ import annotations
 
 import hashlib
 
 from application.context import Context
-from domain.auth import ApiToken, Principal, Role
-from domain.errors import Unauthenticated
+from domain.auth import ApiToken, Principal, Role, User
+from domain.errors import InvalidInput, NotFound, Unauthenticated
+from domain.fleet import Queue, Team
+from domain.ports import UnitOfWork
 
 TOKEN_PREFIX = "tp_"
+DEFAULT_TEAM = "default"
+DEFAULT_QUEUE = "default"
+ADMIN_USER = "admin"
 
 
 def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-async def create_token(ctx: Context, name: str, role: Role) -> str:
-    """Store a new token for user ``name``; return the secret (shown once, never stored)."""
+async def _add_token(ctx: Context, uow: UnitOfWork, user_name: str) -> str:
+    user = await uow.policy.user(user_name)
+    if user is None:
+        raise NotFound(
+            f"no user {user_name}",
+            fix=f"create the user first: `tp admin user add {user_name} --role member --team T`",
+            field="user",
+        )
+    if user.disabled:
+        raise InvalidInput(
+            f"user {user_name} is disabled; a token for it would not work",
+            fix=f"enable the user first: `tp admin user set {user_name} --enable`",
+            field="user",
+        )
     secret = TOKEN_PREFIX + ctx.new_secret()
-    token = ApiToken(ctx.ids.new("tok"), name, role, hash_token(secret), ctx.clock.now())
+    token = ApiToken(ctx.ids.new("tok"), user_name, hash_token(secret), ctx.clock.now())
+    await uow.tokens.add(token)
+    return secret
+
+
+async def create_token(ctx: Context, user_name: str) -> str:
+    """Store a new token for an existing user; return the secret (shown once, never stored)."""
     async with ctx.uow() as uow:
-        await uow.tokens.add(token)
+        secret = await _add_token(ctx, uow, user_name)
         await uow.commit()
     return secret
 
 
 async def bootstrap_admin(ctx: Context) -> str | None:
-    """On a fresh database, create the first admin token and return it; otherwise None."""
+    """On a database without tokens, make sure team and queue ``default`` and user ``admin``
+    (role admin, team default) exist, and create that user's first token; return it.
+    Otherwise return None. Objects that already exist are left as they are."""
     async with ctx.uow() as uow:
         if await uow.tokens.count() > 0:
             return None
-    return await create_token(ctx, "admin", Role.ADMIN)
+        if DEFAULT_TEAM not in {t.name for t in await uow.policy.teams()}:
+            await uow.policy.put_team(Team(DEFAULT_TEAM))
+        if await uow.policy.queue(DEFAULT_QUEUE) is None:
+            await uow.policy.put_queue(Queue(DEFAULT_QUEUE, DEFAULT_TEAM))
+        if await uow.policy.user(ADMIN_USER) is None:
+            await uow.policy.put_user(
+                User(ADMIN_USER, Role.ADMIN, (DEFAULT_TEAM,), created_at=ctx.clock.now())
+            )
+        secret = await _add_token(ctx, uow, ADMIN_USER)
+        await uow.commit()
+    return secret
 
 
 async def authenticate(ctx: Context, secret: str | None) -> Principal:
@@ -42,9 +81,21 @@ async def authenticate(ctx: Context, secret: str | None) -> Principal:
         )
     async with ctx.uow() as uow:
         token = await uow.tokens.by_hash(hash_token(secret))
+        user = await uow.policy.user(token.name) if token is not None else None
     if token is None or token.revoked:
         raise Unauthenticated(
             "the API token is unknown or revoked",
             fix="log in again with a valid token (`tp login --server URL --token T`)",
         )
-    return Principal(token.name, token.role)
+    if user is None:
+        raise Unauthenticated(
+            f"the API token belongs to user {token.name}, which does not exist",
+            fix="ask an admin to create the user and a token for it "
+            f"(`tp admin user add {token.name}`, `tp admin token create {token.name}`)",
+        )
+    if user.disabled:
+        raise Unauthenticated(
+            f"user {user.name} is disabled",
+            fix=f"ask an admin to enable it (`tp admin user set {user.name} --enable`)",
+        )
+    return Principal(user.name, user.role, user.teams)

@@ -1,4 +1,5 @@
-"""Principals and roles. Tokens are stored only as their sha256 hash."""
+"""Users, principals and roles. A token names its user; the role and teams are the user's.
+Tokens are stored only as their sha256 hash."""
 
 from __future__ import annotations
 
@@ -26,8 +27,7 @@ class User:
 @dataclass(frozen=True, slots=True)
 class ApiToken:
     id: str
-    name: str  # the user it belongs to
-    role: Role
+    name: str  # the user it belongs to; the role is the user's (``User.role``)
     token_hash: str  # sha256 hex of the secret; the secret itself is never stored
     created_at: datetime
     revoked: bool = False
@@ -35,8 +35,11 @@ class ApiToken:
 
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """An authenticated caller: a user's name, role and teams, as read with its token."""
+
     name: str
     role: Role
+    teams: tuple[str, ...] = ()
 
     @property
     def can_submit(self) -> bool:

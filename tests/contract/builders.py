@@ -6,7 +6,7 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from domain.auth import ApiToken, Role
+from domain.auth import ApiToken
 from domain.catalog import Resources, RuntimePin
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
@@ -130,7 +130,6 @@ def a_token(**kw: Any) -> ApiToken:
     values: dict[str, Any] = {
         "id": token_id,
         "name": "alice",
-        "role": Role.MEMBER,
         "token_hash": f"{token_id:0>64}"[-64:],
         "created_at": T0,
     }
