@@ -1,0 +1,200 @@
+"""Declarative fleet configuration: a whole file of fleets, pools, nodes, profiles, teams and
+queues applied in one transaction (`tp fleet apply FILE`, ``TUNEPLANE_FLEET_FILE`` at server
+start), and the defaults an empty database gets.
+
+Applying upserts: what the file names is created or changed; nothing it does not name is
+removed. An existing node keeps its scheduling state and connectivity. All or nothing: a bad
+entry raises an error whose ``field`` is its path in the file (``pools[1].gpus_per_node``) and
+nothing is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+
+from application.auth import DEFAULT_QUEUE, DEFAULT_TEAM
+from application.context import Context
+from application.fleet import LOCAL, check_pool, check_profile, with_field
+from application.policy import OPERATORS, require
+from domain.auth import Principal
+from domain.catalog import check_name
+from domain.errors import InvalidInput, TunePlaneError
+from domain.fleet import Node, Pool, Queue, Team
+from domain.ports import UnitOfWork
+from domain.requests import Profile
+
+MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    pool: Pool
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FleetConfig:
+    pools: tuple[PoolConfig, ...] = ()
+    profiles: tuple[Profile, ...] = ()
+    teams: tuple[Team, ...] = ()
+    queues: tuple[Queue, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ApplySummary:
+    created: tuple[str, ...]  # "pool a", "node a-0", …
+    changed: tuple[str, ...]
+    unchanged: int
+
+
+def _unique(names: Sequence[str], kind: str) -> None:
+    seen: set[str] = set()
+    for i, name in enumerate(names):
+        if name in seen:
+            raise InvalidInput(
+                f"{kind} {name} is given twice", fix="give each once", field=f"{kind}s[{i}].name"
+            )
+        seen.add(name)
+
+
+def _check(config: FleetConfig) -> None:
+    """Everything that needs no database: names, shapes, duplicates."""
+    total = sum(len(x) for x in (config.pools, config.profiles, config.teams, config.queues))
+    total += sum(len(p.nodes) for p in config.pools)
+    if total > MAX_ENTRIES:
+        raise InvalidInput(
+            f"the configuration has {total} entries; at most {MAX_ENTRIES} are applied at once",
+            fix="split it into several files",
+        )
+    for i, entry in enumerate(config.pools):
+        try:
+            check_pool(entry.pool)
+        except TunePlaneError as exc:
+            raise with_field(exc, f"pools[{i}]") from None
+        for j, node in enumerate(entry.nodes):
+            check_name(node, "node name", f"pools[{i}].nodes[{j}]")
+    _unique([p.pool.name for p in config.pools], "pool")
+    nodes = [(f"pools[{i}].nodes[{j}]", n) for i, p in enumerate(config.pools)
+             for j, n in enumerate(p.nodes)]  # fmt: skip
+    seen: dict[str, str] = {}
+    for path, name in nodes:
+        if name in seen:
+            raise InvalidInput(
+                f"node {name} is given twice (first at {seen[name]})",
+                fix="a node belongs to one pool: list it once",
+                field=path,
+            )
+        seen[name] = path
+    for i, team in enumerate(config.teams):
+        check_name(team.name, "team name", f"teams[{i}].name")
+    _unique([t.name for t in config.teams], "team")
+    for i, queue in enumerate(config.queues):
+        try:
+            queue.check()
+        except TunePlaneError as exc:
+            raise with_field(exc, f"queues[{i}]") from None
+    _unique([q.name for q in config.queues], "queue")
+    _unique([p.name for p in config.profiles], "profile")
+
+
+async def apply_fleet_config(
+    ctx: Context, config: FleetConfig, principal: Principal | None = None
+) -> ApplySummary:
+    """Upsert everything in ``config`` in one unit of work (all or nothing). ``principal``
+    None is the server itself (``TUNEPLANE_FLEET_FILE``); otherwise an admin or operator."""
+    if principal is not None:
+        require(principal, OPERATORS, "apply a fleet configuration")
+    try:
+        return await _apply(ctx, config)
+    except TunePlaneError as exc:
+        if exc.field and "[" in exc.field and not exc.message.startswith(exc.field):
+            raise type(exc)(f"{exc.field}: {exc.message}", fix=exc.fix, field=exc.field) from None
+        raise
+
+
+async def _apply(ctx: Context, config: FleetConfig) -> ApplySummary:
+    _check(config)
+    created: list[str] = []
+    changed: list[str] = []
+    unchanged = 0
+
+    def note(kind: str, name: str, old: object, new: object) -> None:
+        nonlocal unchanged
+        if old is None:
+            created.append(f"{kind} {name}")
+        elif old != new:
+            changed.append(f"{kind} {name}")
+        else:
+            unchanged += 1
+
+    async with ctx.uow() as uow:
+        pools = {p.name: p for p in await uow.fleet.pools()}
+        for i, entry in enumerate(config.pools):
+            pool = entry.pool
+            note("pool", pool.name, pools.get(pool.name), pool)
+            await _at(f"pools[{i}]", uow.fleet.put_pool(pool))
+            pools[pool.name] = pool
+            for j, name in enumerate(entry.nodes):
+                old = await uow.fleet.node(name)
+                node = dataclasses.replace(old, pool=pool.name) if old else Node(name, pool.name)
+                note("node", name, old, node)
+                await _at(f"pools[{i}].nodes[{j}]", uow.fleet.put_node(node))
+        teams = {t.name for t in await uow.policy.teams()}
+        for team in config.teams:
+            note("team", team.name, team if team.name in teams else None, team)
+            await uow.policy.put_team(team)
+            teams.add(team.name)
+        for i, queue in enumerate(config.queues):
+            if queue.team not in teams:
+                raise InvalidInput(
+                    f"queue {queue.name}: no team {queue.team}",
+                    fix="add it under [[teams]] in the file, or `tp admin team add "
+                    f"{queue.team}`; teams: {', '.join(sorted(teams)) or 'none'}",
+                    field=f"queues[{i}].team",
+                )
+            note("queue", queue.name, await uow.policy.queue(queue.name), queue)
+            await _at(f"queues[{i}]", uow.policy.put_queue(queue))
+        old_profiles = {p.name: p for p in await uow.fleet.profiles()}
+        for i, profile in enumerate(config.profiles):
+            try:
+                check_profile(profile, list(pools.values()))
+            except TunePlaneError as exc:
+                raise with_field(exc, f"profiles[{i}]") from None
+            note("profile", profile.name, old_profiles.get(profile.name), profile)
+            await uow.fleet.put_profile(profile)
+        await uow.commit()
+    return ApplySummary(tuple(created), tuple(changed), unchanged)
+
+
+async def _at(path: str, write: Awaitable[None]) -> None:
+    """Await a repository write; an error it raises names ``path``."""
+    try:
+        await write
+    except TunePlaneError as exc:
+        raise with_field(exc, path) from None
+
+
+async def ensure_defaults(ctx: Context, cpus: float, memory_mb: int) -> list[str]:
+    """Make an empty system usable: without any pool, fleet ``local`` with CPU pool ``local``
+    (backend local, this host's CPUs and memory) and node ``local``; without any queue, team
+    and queue ``default``. Returns what it created (idempotent)."""
+    created: list[str] = []
+    async with ctx.uow() as uow:
+        if not await uow.fleet.pools():
+            pool = Pool(LOCAL, LOCAL, LOCAL, 0, float(cpus), int(memory_mb), None, "this host")
+            await uow.fleet.put_pool(check_pool(pool))
+            await uow.fleet.put_node(Node(LOCAL, LOCAL))
+            created += [f"pool {LOCAL}", f"node {LOCAL}"]
+        if not await uow.policy.queues():
+            await _default_queue(uow)
+            created.append(f"queue {DEFAULT_QUEUE}")
+        await uow.commit()
+    return created
+
+
+async def _default_queue(uow: UnitOfWork) -> None:
+    if DEFAULT_TEAM not in {t.name for t in await uow.policy.teams()}:
+        await uow.policy.put_team(Team(DEFAULT_TEAM))
+    await uow.policy.put_queue(Queue(DEFAULT_QUEUE, DEFAULT_TEAM))
