@@ -14,6 +14,8 @@ import uvicorn
 
 from application.auth import bootstrap_admin
 from application.context import Context
+from application.fleet_config import apply_fleet_config, ensure_defaults
+from entrypoints import fleet_config
 from entrypoints.api.app import create_app
 from entrypoints.container import Container
 from entrypoints.settings import Settings
@@ -27,6 +29,7 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
     await container.init_resources()  # type: ignore[misc]
     try:
         ctx: Context = await container.context()  # type: ignore[misc]
+        await prepare_fleet(ctx, settings)
         app = create_app(ctx, supervise=supervise)
         config = uvicorn.Config(
             app,
@@ -42,6 +45,24 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
         await server.serve()
     finally:
         await container.shutdown_resources()  # type: ignore[misc]
+
+
+async def prepare_fleet(ctx: Context, settings: Settings) -> None:
+    """Apply TUNEPLANE_FLEET_FILE if set; then give an empty system its defaults (a local pool
+    of this host, a default queue). A bad file stops the start with an error naming the entry."""
+    if settings.fleet_file is not None:
+        config = fleet_config.load(settings.fleet_file).to_config()
+        summary = await apply_fleet_config(ctx, config)
+        log.info(
+            "fleet file %s applied: %d created, %d changed, %d unchanged",
+            settings.fleet_file,
+            len(summary.created),
+            len(summary.changed),
+            summary.unchanged,
+        )
+    created = await ensure_defaults(ctx, *fleet_config.host_resources())
+    if created:
+        log.info("defaults created: %s", ", ".join(created))
 
 
 async def first_admin_token(settings: Settings) -> str | None:

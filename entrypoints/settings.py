@@ -28,6 +28,11 @@ def _docker_host() -> str | None:
     return None
 
 
+def _fleet_file() -> Path | None:
+    raw = os.environ.get("TUNEPLANE_FLEET_FILE")
+    return Path(raw).expanduser() if raw else None
+
+
 def _int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
@@ -50,6 +55,7 @@ class Settings:
     host: str = field(default_factory=lambda: os.environ.get("TUNEPLANE_HTTP_HOST", "127.0.0.1"))
     port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
     db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 20))
+    fleet_file: Path | None = field(default_factory=_fleet_file)
     limits: Limits = field(
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),

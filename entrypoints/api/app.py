@@ -16,8 +16,11 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from application.context import Context
 from application.supervisor import Supervisor
 from entrypoints.api import schemas as s
+from entrypoints.api.fleet_routes import FLEET_ROUTES
+from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
 from entrypoints.api.routes import PROTECTED
+from entrypoints.api.scheduling_routes import SCHEDULING_ROUTES
 from entrypoints.api.security import (
     SECURITY,
     SECURITY_COMPONENTS,
@@ -57,11 +60,12 @@ def create_app(ctx: Context, *, supervise: bool = True, debug: bool = False) -> 
                     await task
                 await supervisor.close()
 
-    for handler in PROTECTED:
+    protected = [*PROTECTED, *SCHEDULING_ROUTES, *FLEET_ROUTES, *POLICY_ROUTES]
+    for handler in protected:
         handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
     return Litestar(
-        route_handlers=[healthz, readyz, *PROTECTED],
+        route_handlers=[healthz, readyz, *protected],
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
         state=State(state),

@@ -164,11 +164,6 @@ async def read_method(
         raise NotFound(exc.message, fix=exc.fix) from None
 
 
-@get("/v1/profiles", responses=responses(400, 401), summary="Profiles (named resource requests)")
-async def list_profiles(state: State, principal: Principal) -> list[s.ProfileOut]:
-    return [s.profile_out(p) for p in _ctx(state).catalog.profiles]
-
-
 @get("/v1/runtimes", responses=responses(400, 401), summary="Runtimes (images and their contract)")
 async def list_runtimes(state: State, principal: Principal) -> list[s.RuntimeOut]:
     return [s.runtime_out(r) for r in _ctx(state).catalog.runtimes]
@@ -176,7 +171,7 @@ async def list_runtimes(state: State, principal: Principal) -> list[s.RuntimeOut
 
 @get("/v1/whoami", responses=responses(400, 401), summary="The caller's identity")
 async def whoami(principal: Principal) -> s.WhoAmI:
-    return s.WhoAmI(principal.name, str(principal.role))
+    return s.WhoAmI(principal.name, str(principal.role), list(principal.teams))
 
 
 PROTECTED = [
@@ -190,7 +185,6 @@ PROTECTED = [
     logs,
     list_methods,
     read_method,
-    list_profiles,
     list_runtimes,
     whoami,
 ]

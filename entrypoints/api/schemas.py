@@ -9,7 +9,8 @@ import msgspec
 from msgspec import Meta, Struct
 
 from application.jobs import JobDetails
-from domain.catalog import Method, Profile, RuntimeSpec
+from domain.catalog import Method, RuntimeSpec
+from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
 from domain.submission import Preview, SourceRef, SubmissionIntent
 
@@ -36,20 +37,37 @@ class SourceIn(Struct, forbid_unknown_fields=True):
     size: Annotated[int, Meta(ge=0)]
 
 
+ProfileText = Annotated[str, Meta(min_length=1, max_length=128)]
+
+
 class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     experiment: Name
     method: Annotated[str, Meta(min_length=1, max_length=128)]
-    profile: Annotated[str, Meta(min_length=1, max_length=128)]
+    profiles: Annotated[
+        list[ProfileText],
+        Meta(max_length=16, description="`--profile` values, one per role: h200:8, train=h200:8"),
+    ] = []
+    profile: Annotated[
+        ProfileText | None, Meta(description="one role: the same as profiles=[profile]")
+    ] = None
+    queue: Annotated[Name | None, Meta(description="null: your default queue")] = None
     params: dict[Annotated[str, Meta(max_length=128)], ParamValue | Text] = {}
     runtime: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
     source: SourceIn | None = None
     env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
 
     def to_intent(self) -> SubmissionIntent:
+        if self.profile is not None and self.profiles:
+            raise InvalidInput(
+                "both profile and profiles are given",
+                fix="send the roles in profiles only",
+                field="profile",
+            )
         return SubmissionIntent(
             experiment=self.experiment,
             method=self.method,
-            profile=self.profile,
+            profiles=tuple(self.profiles or ([self.profile] if self.profile else [])),
+            queue=self.queue,
             params=dict(self.params),
             runtime=self.runtime,
             source=SourceRef(self.source.digest, self.source.size) if self.source else None,
@@ -113,6 +131,7 @@ class JobOut(Struct):
     exit_code: int | None
     spec: dict[str, Any]
     attempts: list[AttemptOut] = []
+    queue: str = ""
 
 
 class JobPageOut(Struct):
@@ -147,15 +166,6 @@ class MethodOut(Struct):
     params: list[ParamOut]
 
 
-class ProfileOut(Struct):
-    name: str
-    backend: str
-    cpus: float
-    memory_mb: int
-    gpus: int
-    gpu_model: str | None
-
-
 class RuntimeOut(Struct):
     name: str
     image: str
@@ -167,6 +177,7 @@ class RuntimeOut(Struct):
 class WhoAmI(Struct):
     name: str
     role: str
+    teams: list[str] = []
 
 
 class Health(Struct):
@@ -212,6 +223,7 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
         exit_code=job.exit_code,
         spec=job.spec.to_dict(),
         attempts=attempts,
+        queue=job.spec.queue,
     )
 
 
@@ -232,11 +244,6 @@ def method_out(m: Method) -> MethodOut:
             for p in m.params
         ],
     )
-
-
-def profile_out(p: Profile) -> ProfileOut:
-    r = p.resources
-    return ProfileOut(p.name, p.backend, r.cpus, r.memory_mb, r.gpus, r.gpu_model)
 
 
 def runtime_out(r: RuntimeSpec) -> RuntimeOut:

@@ -1,0 +1,414 @@
+"""HTTP routes of the fleet: pools, nodes, profiles, the fleet listing and whole-file apply.
+
+Reading is for every user; changing is for admins and operators (the use cases check).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, TypeVar
+
+from litestar import Response, get, patch, post, put
+from litestar.datastructures import State
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import Parameter
+from msgspec import UNSET, Meta, Struct, UnsetType
+
+from application import fleet
+from application.context import Context
+from application.fleet_config import apply_fleet_config
+from application.policy import KEEP, Keep
+from domain.auth import Principal
+from domain.catalog import Resources
+from domain.fleet import Node, Pool, SchedState
+from domain.requests import Profile
+from entrypoints.api.problems import responses
+from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Name, Text
+
+T = TypeVar("T")
+JSON_LIMIT = 1024 * 1024
+FILE_LIMIT = 4 * 1024 * 1024
+
+
+class PoolIn(Struct, forbid_unknown_fields=True, kw_only=True):
+    name: Name
+    fleet: Name = "default"
+    backend: Backend
+    gpu_model: Name | None = None
+    gpus_per_node: Gpus = 0
+    cpus_per_node: Cpus
+    memory_mb_per_node: MemoryMb
+    description: Text = ""
+
+    def to_pool(self, name: str | None = None) -> Pool:
+        return Pool(
+            name or self.name, self.fleet, self.backend, self.gpus_per_node,
+            self.cpus_per_node, self.memory_mb_per_node, self.gpu_model, self.description,
+        )  # fmt: skip
+
+
+class PoolPutIn(Struct, forbid_unknown_fields=True, kw_only=True):
+    """A whole pool definition; the name comes from the path."""
+
+    fleet: Name = "default"
+    backend: Backend
+    gpu_model: Name | None = None
+    gpus_per_node: Gpus = 0
+    cpus_per_node: Cpus
+    memory_mb_per_node: MemoryMb
+    description: Text = ""
+
+
+class PoolPatchIn(Struct, forbid_unknown_fields=True, kw_only=True):
+    """Only the fields given change; ``gpu_model: null`` makes it a CPU pool."""
+
+    fleet: Name | UnsetType = UNSET
+    backend: Backend | UnsetType = UNSET
+    gpu_model: Name | UnsetType | None = UNSET
+    gpus_per_node: Gpus | UnsetType = UNSET
+    cpus_per_node: Cpus | UnsetType = UNSET
+    memory_mb_per_node: MemoryMb | UnsetType = UNSET
+    description: Text | UnsetType = UNSET
+
+
+class PoolOut(Struct):
+    name: str
+    fleet: str
+    backend: str
+    gpu_model: str | None
+    gpus_per_node: int
+    cpus_per_node: float
+    memory_mb_per_node: int
+    description: str
+
+
+class NodeIn(Struct, forbid_unknown_fields=True):
+    name: Name
+    pool: Name
+
+
+class NodePutIn(Struct, forbid_unknown_fields=True):
+    pool: Name
+
+
+class NodeOut(Struct):
+    name: str
+    pool: str
+    sched: str  # schedulable, cordoned, draining
+    connectivity: str  # connected, disconnected, lost
+    eligible: bool  # takes new work now
+
+
+class NodeStatusOut(Struct):
+    name: str
+    pool: str
+    sched: str
+    connectivity: str
+    eligible: bool
+    gpus_total: int
+    gpus_used: int
+    cpus_total: float
+    cpus_used: float
+    memory_mb_total: int
+    memory_mb_used: int
+    members: int
+
+
+class PoolStatusOut(Struct):
+    name: str
+    fleet: str
+    backend: str
+    gpu_model: str | None
+    gpus_per_node: int
+    cpus_per_node: float
+    memory_mb_per_node: int
+    description: str
+    gpus_total: int
+    gpus_used: int
+    nodes: list[NodeStatusOut]
+
+
+class FleetOut(Struct):
+    pools: list[PoolStatusOut]
+
+
+class ResourcesOut(Struct):
+    cpus: float
+    memory_mb: int
+    gpus: int
+    gpu_model: str | None
+
+
+class ProfileOut(Struct):
+    name: str
+    kind: str  # named or implicit
+    request: str
+    pool: str
+    backend: str
+    description: str
+    members: int | None = None
+    resources: ResourcesOut | None = None  # per member
+    max_count: float | None = None
+
+
+class ProfileIn(Struct, forbid_unknown_fields=True, kw_only=True):
+    name: Name
+    request: Annotated[str, Meta(min_length=1, max_length=128)]
+    description: Text = ""
+
+
+class RoleOut(Struct):
+    name: str
+    profile: str
+    pool: str
+    members: int
+    resources: ResourcesOut
+
+
+class ResolutionOut(Struct):
+    backend: str
+    roles: list[RoleOut]
+
+
+class ApplyOut(Struct):
+    created: list[str]
+    changed: list[str]
+    unchanged: int
+
+
+def _ctx(state: State) -> Context:
+    ctx: Context = state.ctx
+    return ctx
+
+
+def _wake(state: State) -> None:
+    supervisor = state.get("supervisor")
+    if supervisor is not None:
+        supervisor.wake()
+
+
+def pool_out(p: Pool) -> PoolOut:
+    return PoolOut(
+        p.name, p.fleet, p.backend, p.gpu_model, p.gpus_per_node, p.cpus_per_node,
+        p.memory_mb_per_node, p.description,
+    )  # fmt: skip
+
+
+def node_out(n: Node) -> NodeOut:
+    return NodeOut(n.name, n.pool, str(n.sched), str(n.connectivity), n.eligible)
+
+
+def resources_out(r: Resources) -> ResourcesOut:
+    return ResourcesOut(r.cpus, r.memory_mb, r.gpus, r.gpu_model)
+
+
+@get("/v1/fleet", responses=responses(400, 401), summary="Pools with their nodes, states and usage")
+async def read_fleet(state: State, principal: Principal) -> FleetOut:
+    out = []
+    for ps in await fleet.list_fleet(_ctx(state)):
+        p = ps.pool
+        nodes = [
+            NodeStatusOut(
+                n.node.name, n.node.pool, str(n.node.sched), str(n.node.connectivity),
+                n.node.eligible, p.gpus_per_node, n.gpus_used, p.cpus_per_node, n.cpus_used,
+                p.memory_mb_per_node, n.memory_mb_used, n.members,
+            )
+            for n in ps.nodes
+        ]  # fmt: skip
+        out.append(
+            PoolStatusOut(
+                p.name, p.fleet, p.backend, p.gpu_model, p.gpus_per_node, p.cpus_per_node,
+                p.memory_mb_per_node, p.description, ps.gpus_total, ps.gpus_used, nodes,
+            )
+        )  # fmt: skip
+    return FleetOut(out)
+
+
+@post(
+    "/v1/fleet/apply",
+    status_code=200,
+    request_max_body_size=FILE_LIMIT,
+    responses=responses(400, 401, 403, 404, 409, 422),
+    summary="Apply a whole fleet file (docs/fleet.md) in one transaction (admin, operator)",
+)
+async def apply(data: FleetFile, state: State, principal: Principal) -> ApplyOut:
+    summary = await apply_fleet_config(_ctx(state), data.to_config(), principal)
+    _wake(state)
+    return ApplyOut(list(summary.created), list(summary.changed), summary.unchanged)
+
+
+@post(
+    "/v1/pools",
+    request_max_body_size=JSON_LIMIT,
+    responses=responses(400, 401, 403, 409, 422),
+    summary="Create a pool (admin, operator)",
+)
+async def create_pool(data: PoolIn, state: State, principal: Principal) -> PoolOut:
+    return pool_out(await fleet.add_pool(_ctx(state), principal, data.to_pool()))
+
+
+@put(
+    "/v1/pools/{name:str}",
+    request_max_body_size=JSON_LIMIT,
+    responses={
+        201: ResponseSpec(PoolOut, description="the pool was created"),
+        **responses(400, 401, 403, 409, 422),
+    },
+    summary="Create or replace a pool (admin, operator)",
+)
+async def replace_pool(
+    name: str, data: PoolPutIn, state: State, principal: Principal
+) -> Response[PoolOut]:
+    pool = Pool(
+        name, data.fleet, data.backend, data.gpus_per_node, data.cpus_per_node,
+        data.memory_mb_per_node, data.gpu_model, data.description,
+    )  # fmt: skip
+    created = await fleet.put_pool(_ctx(state), principal, pool)
+    _wake(state)
+    return Response(pool_out(pool), status_code=201 if created else 200)
+
+
+def _keep(value: T | UnsetType) -> T | Keep:
+    return KEEP if isinstance(value, UnsetType) else value
+
+
+@patch(
+    "/v1/pools/{name:str}",
+    request_max_body_size=JSON_LIMIT,
+    responses=responses(400, 401, 403, 404, 409, 422),
+    summary="Change some fields of a pool (admin, operator)",
+)
+async def update_pool(name: str, data: PoolPatchIn, state: State, principal: Principal) -> PoolOut:
+    pool = await fleet.update_pool(
+        _ctx(state),
+        principal,
+        name,
+        fleet=_keep(data.fleet),
+        backend=_keep(data.backend),
+        gpu_model=_keep(data.gpu_model),
+        gpus_per_node=_keep(data.gpus_per_node),
+        cpus_per_node=_keep(data.cpus_per_node),
+        memory_mb_per_node=_keep(data.memory_mb_per_node),
+        description=_keep(data.description),
+    )
+    _wake(state)
+    return pool_out(pool)
+
+
+@post(
+    "/v1/nodes",
+    request_max_body_size=JSON_LIMIT,
+    responses=responses(400, 401, 403, 404, 409, 422),
+    summary="Add a node to a pool (admin, operator)",
+)
+async def create_node(data: NodeIn, state: State, principal: Principal) -> NodeOut:
+    node = await fleet.add_node(_ctx(state), principal, data.name, data.pool)
+    _wake(state)
+    return node_out(node)
+
+
+@put(
+    "/v1/nodes/{name:str}",
+    request_max_body_size=JSON_LIMIT,
+    responses=responses(400, 401, 403, 404, 409, 422),
+    summary="Create a node or move it to another pool; its states are kept (admin, operator)",
+)
+async def replace_node(name: str, data: NodePutIn, state: State, principal: Principal) -> NodeOut:
+    node = await fleet.put_node(_ctx(state), principal, name, data.pool)
+    _wake(state)
+    return node_out(node)
+
+
+async def _set_state(state: State, principal: Principal, name: str, sched: SchedState) -> NodeOut:
+    node = await fleet.set_node_state(_ctx(state), principal, name, sched)
+    _wake(state)
+    return node_out(node)
+
+
+_STATE_RESPONSES = responses(400, 401, 403, 404)
+
+
+@post("/v1/nodes/{name:str}/cordon", status_code=200, responses=_STATE_RESPONSES,
+      summary="Cordon a node: no new work; running work stays (admin, operator)")  # fmt: skip
+async def cordon(name: str, state: State, principal: Principal) -> NodeOut:
+    return await _set_state(state, principal, name, SchedState.CORDONED)
+
+
+@post("/v1/nodes/{name:str}/drain", status_code=200, responses=_STATE_RESPONSES,
+      summary="Drain a node: no new work, to be emptied (admin, operator)")  # fmt: skip
+async def drain(name: str, state: State, principal: Principal) -> NodeOut:
+    return await _set_state(state, principal, name, SchedState.DRAINING)
+
+
+@post("/v1/nodes/{name:str}/uncordon", status_code=200, responses=_STATE_RESPONSES,
+      summary="Make a node schedulable again (admin, operator)")  # fmt: skip
+async def uncordon(name: str, state: State, principal: Principal) -> NodeOut:
+    return await _set_state(state, principal, name, SchedState.SCHEDULABLE)
+
+
+@get(
+    "/v1/profiles",
+    responses=responses(400, 401),
+    summary="Profiles: the operator's named ones, then each pool's implicit request forms",
+)
+async def list_profiles(state: State, principal: Principal) -> list[ProfileOut]:
+    return [
+        ProfileOut(
+            e.name, e.kind, e.request, e.pool, e.backend, e.description, e.members,
+            resources_out(e.resources) if e.resources else None, e.max_count,
+        )
+        for e in await fleet.list_profiles(_ctx(state))
+    ]  # fmt: skip
+
+
+@post(
+    "/v1/profiles",
+    status_code=200,
+    request_max_body_size=JSON_LIMIT,
+    responses=responses(400, 401, 403, 422),
+    summary="Create or replace a named profile (admin, operator)",
+)
+async def put_profile(data: ProfileIn, state: State, principal: Principal) -> ProfileOut:
+    profile = Profile(data.name, data.request, data.description)
+    await fleet.put_profile(_ctx(state), principal, profile)
+    entry = next(e for e in await fleet.list_profiles(_ctx(state)) if e.name == data.name)
+    return ProfileOut(
+        entry.name, entry.kind, entry.request, entry.pool, entry.backend, entry.description,
+        entry.members, resources_out(entry.resources) if entry.resources else None,
+    )  # fmt: skip
+
+
+@get(
+    "/v1/profiles/resolve",
+    responses=responses(400, 401, 422),
+    summary="What --profile values mean here (the resolution a preview makes)",
+)
+async def resolve_profiles(
+    state: State,
+    principal: Principal,
+    profile: Annotated[
+        list[Annotated[str, Meta(min_length=1, max_length=128)]],
+        Parameter(query="profile", min_items=1, max_items=16),
+    ],
+) -> ResolutionOut:
+    r = await fleet.resolve_profiles(_ctx(state), list(profile))
+    roles = [
+        RoleOut(x.name, x.profile, x.pool, x.members, resources_out(x.resources)) for x in r.roles
+    ]
+    return ResolutionOut(r.backend, roles)
+
+
+FLEET_ROUTES = [
+    read_fleet,
+    apply,
+    create_pool,
+    replace_pool,
+    update_pool,
+    create_node,
+    replace_node,
+    cordon,
+    drain,
+    uncordon,
+    list_profiles,
+    put_profile,
+    resolve_profiles,
+]
