@@ -1,4 +1,4 @@
-"""`tp methods [NAME]`, `tp profiles`, `tp runtime ls`: what the server's catalog offers."""
+"""`tp methods [NAME]`, `tp profiles`, `tp runtime ls`: what the server offers."""
 
 from __future__ import annotations
 
@@ -41,7 +41,11 @@ def fetch_method(api: Api, name: str) -> Method:
 
 
 def check_named(api: Api, path: str, name: str, what: str, command: str) -> None:
-    """Raise a clear error when ``name`` is not in the list at ``path`` (profiles, runtimes)."""
+    """Raise a clear error when ``name`` is not in the list at ``path`` (runtimes). Profiles are
+    requests the server resolves (``h200:8`` is not a name in a list): checked that way."""
+    if path == "/v1/profiles":
+        check_profile(api, name)
+        return
     items = api.get(path)
     names = [str(i.get("name")) for i in items]
     if name not in names:
@@ -89,27 +93,47 @@ def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
     return 0
 
 
+def _per_member(p: dict[str, Any]) -> str:
+    r = p.get("resources")
+    if not r:
+        return ""
+    gpus = f"{r['gpus']}× {r.get('gpu_model')}, " if r.get("gpus") else ""
+    cpus = r.get("cpus")
+    if isinstance(cpus, int | float) and float(cpus).is_integer():
+        cpus = int(cpus)
+    lead = f"{p['members']} × " if (p.get("members") or 1) != 1 else ""
+    return f"{lead}{gpus}{cpus} CPUs, {r.get('memory_mb')} MiB"
+
+
 def profiles(*, json: JsonFlag = False) -> int:
-    """List profiles (named resource requests) and the backend each runs on."""
+    """List what `--profile` accepts: the operator's named profiles, then each pool's implicit
+    forms (MODEL, MODEL:N, cpu:N; prefixed with POOL/ where several pools match)."""
     with connect() as api:
         data = api.get("/v1/profiles")
     if json:
         output.print_json(data)
         return 0
     output.table(
-        ["PROFILE", "BACKEND", "CPUS", "MEMORY", "GPUS"],
+        ["PROFILE", "KIND", "STANDS FOR", "POOL", "BACKEND", "PER MEMBER", "DESCRIPTION"],
         [
             (
                 p.get("name"),
-                p.get("backend"),
-                p.get("cpus"),
-                f"{p.get('memory_mb')} MB",
-                f"{p.get('gpus') or 0}" + (f" x {p['gpu_model']}" if p.get("gpu_model") else ""),
+                p.get("kind", ""),
+                p.get("request", "") if p.get("request") != p.get("name") else "",
+                p.get("pool", ""),
+                p.get("backend", ""),
+                _per_member(p),
+                p.get("description", ""),
             )
             for p in data
         ],
     )
     return 0
+
+
+def check_profile(api: Api, text: str) -> None:
+    """Raise the server's error when ``text`` is not a request it can resolve."""
+    api.get("/v1/profiles/resolve", {"profile": text})
 
 
 runtime_app = App(name="runtime", help="Runtime images jobs run in.")

@@ -14,11 +14,14 @@ from cyclopts import App, CycloptsError, Parameter
 from domain.errors import TunePlaneError
 from entrypoints.cli import (
     account,
+    admin,
     catalog,
     errors,
     experiments,
+    fleet,
     jobs,
     output,
+    queues,
     server_cmds,
     submit,
 )
@@ -36,6 +39,9 @@ def build_app() -> App:
     catalog.register(app)
     submit.register(app)
     jobs.register(app)
+    fleet.register(app)
+    queues.register(app)
+    admin.register(app)
     server_cmds.register(app)
     return app
 

@@ -1,0 +1,239 @@
+"""`tp admin …`: users, tokens and teams; and the operator's explicit decisions about nodes and
+reservations the control plane cannot see (`node lost`, `reservation release`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from cyclopts import App, Parameter
+
+from domain.errors import InvalidInput
+from entrypoints.cli import output
+from entrypoints.cli.client import Api, connect
+
+JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
+Reason = Annotated[str, Parameter(name="--reason", help="why (kept with the members' end)")]
+
+admin_app = App(name="admin", help="Users, tokens and teams; explicit operator decisions.")
+user_app = App(name="user", help="Users: a role (admin, operator, member, viewer) and teams.")
+token_app = App(name="token", help="API tokens.")
+team_app = App(name="team", help="Teams: who may use which queues.")
+node_app = App(name="node", help="Explicit decisions about nodes.")
+reservation_app = App(name="reservation", help="Explicit decisions about reservations.")
+ROLES = ("admin", "operator", "member", "viewer")
+
+
+def send(api: Api, method: str, path: str, body: Any = None) -> Any:
+    """PUT or PATCH (``Api`` has ``get`` and ``post``); the answer's JSON."""
+    resp = api.request(method, path, json=body)
+    try:
+        return resp.json() if resp.content else None
+    except ValueError:
+        return None
+
+
+def seg(name: str) -> str:
+    return quote(name, safe="")
+
+
+def _role(role: str) -> str:
+    if role not in ROLES:
+        raise InvalidInput(
+            f"unknown role {role!r}", fix="use one of: " + ", ".join(ROLES), field="--role"
+        )
+    return role
+
+
+def _user_line(u: dict[str, Any]) -> str:
+    teams = ", ".join(u.get("teams") or []) or "no teams"
+    state = " (disabled)" if u.get("disabled") else ""
+    return f"user {u.get('name')}: {u.get('role')}, teams {teams}{state}"
+
+
+@user_app.command(name="add")
+def user_add(
+    name: str,
+    /,
+    *,
+    role: Annotated[str, Parameter(name="--role")] = "member",
+    team: Annotated[tuple[str, ...], Parameter(name="--team")] = (),
+) -> int:
+    """Create a user (admins). Then give it a token: `tp admin token create NAME`.
+
+    Parameters
+    ----------
+    name
+        The user's name: lower-case letters, digits, '.', '_' or '-'.
+    role
+        admin, operator, member (submits jobs) or viewer (reads everything).
+    team
+        A team the user is in (repeatable); it may use the team's queues.
+    """
+    with connect() as api:
+        _, user = api.post("/v1/users", {"name": name, "role": _role(role), "teams": list(team)})
+    output.out.print(f"created {_user_line(user)}", markup=False)
+    output.info(f"next: tp admin token create {name}")
+    return 0
+
+
+@user_app.command(name="ls")
+def user_ls(*, json: JsonFlag = False) -> int:
+    """List users with their role and teams (admins and operators)."""
+    with connect() as api:
+        users = api.get("/v1/users")
+    if json:
+        output.print_json(users)
+        return 0
+    output.table(
+        ["USER", "ROLE", "TEAMS", "DISABLED", "CREATED"],
+        [
+            (u.get("name"), u.get("role"), ", ".join(u.get("teams") or []),
+             "yes" if u.get("disabled") else "", output.short_time(u.get("created_at")))
+            for u in users
+        ],
+    )  # fmt: skip
+    return 0
+
+
+@user_app.command(name="set")
+def user_set(
+    name: str,
+    /,
+    *,
+    role: Annotated[str | None, Parameter(name="--role")] = None,
+    team: Annotated[tuple[str, ...], Parameter(name="--team")] = (),
+    add_team: Annotated[tuple[str, ...], Parameter(name="--add-team")] = (),
+    remove_team: Annotated[tuple[str, ...], Parameter(name="--remove-team")] = (),
+    no_teams: Annotated[bool, Parameter(name="--no-teams")] = False,
+    disable: Annotated[bool, Parameter(name="--disable")] = False,
+    enable: Annotated[bool, Parameter(name="--enable")] = False,
+) -> int:
+    """Change a user (admins): role, teams, or disable it (its tokens stop working).
+
+    Parameters
+    ----------
+    role
+        The new role: admin, operator, member or viewer.
+    team
+        Replace the user's teams with these (repeatable).
+    add_team
+        Add the user to a team (repeatable).
+    remove_team
+        Remove the user from a team (repeatable).
+    no_teams
+        Remove the user from every team.
+    disable
+        Disable the user: every token of it stops working (within a few seconds).
+    enable
+        Enable a disabled user again.
+    """
+    if disable and enable:
+        raise InvalidInput("--disable and --enable contradict", fix="give one", field="--enable")
+    if team and no_teams:
+        raise InvalidInput("--team and --no-teams contradict", fix="give one", field="--team")
+    body: dict[str, Any] = {"add_teams": list(add_team), "remove_teams": list(remove_team)}
+    if role is not None:
+        body["role"] = _role(role)
+    if team or no_teams:
+        body["teams"] = list(team)
+    if disable or enable:
+        body["disabled"] = disable
+    with connect() as api:
+        user = send(api, "PATCH", f"/v1/users/{seg(name)}", body)
+    output.out.print(_user_line(user), markup=False)
+    return 0
+
+
+@token_app.command(name="create")
+def token_create(user: str, /) -> int:
+    """Create an API token for a user and print it once (admins; anyone for themselves).
+
+    Parameters
+    ----------
+    user
+        The user the token authenticates as; it must exist (`tp admin user add`).
+    """
+    with connect() as api:
+        _, answer = api.post(f"/v1/users/{seg(user)}/tokens")
+    output.out.print(answer["token"], markup=False)
+    output.info(
+        f"token for {user}: shown once, only its hash is stored; log in with "
+        f"`tp login --server {api.server} --token <token>`"
+    )
+    return 0
+
+
+@team_app.command(name="add")
+def team_add(name: str, /) -> int:
+    """Create a team (admins and operators).
+
+    Parameters
+    ----------
+    name
+        The team's name.
+    """
+    with connect() as api:
+        api.post("/v1/teams", {"name": name})
+    output.out.print(f"created team {name}", markup=False)
+    return 0
+
+
+@team_app.command(name="ls")
+def team_ls(*, json: JsonFlag = False) -> int:
+    """List teams."""
+    with connect() as api:
+        teams = api.get("/v1/teams")
+    if json:
+        output.print_json(teams)
+        return 0
+    output.table(["TEAM"], [(t.get("name"),) for t in teams])
+    return 0
+
+
+@node_app.command(name="lost")
+def node_lost(name: str, /, *, reason: Reason) -> int:
+    """Declare a node lost (operators): fence it and record its unfinished members as failed.
+    For a node you know is gone; its reservations are released once every member is known
+    stopped.
+
+    Parameters
+    ----------
+    name
+        The node (see `tp fleet ls`).
+    """
+    with connect() as api:
+        _, answer = api.post(f"/v1/nodes/{seg(name)}/lost", {"reason": reason})
+    output.out.print(
+        f"node {name} declared lost; {answer.get('members_failed', 0)} member(s) recorded failed",
+        markup=False,
+    )
+    return 0
+
+
+@reservation_app.command(name="release")
+def reservation_release(attempt_id: str, /, *, reason: Reason) -> int:
+    """Release an attempt's reservation after confirming its members stopped (operators):
+    records them failed with the reason and ends the attempt and job.
+
+    Parameters
+    ----------
+    attempt_id
+        The attempt (see `tp job status ID`).
+    """
+    with connect() as api:
+        _, answer = api.post(f"/v1/attempts/{seg(attempt_id)}/release", {"reason": reason})
+    done = "released" if answer.get("released") else "held no reservation; nothing to release"
+    output.out.print(f"attempt {attempt_id}: {done}", markup=False)
+    return 0
+
+
+admin_app.command(user_app)
+admin_app.command(token_app)
+admin_app.command(team_app)
+admin_app.command(node_app)
+admin_app.command(reservation_app)
+
+
+def register(app: App) -> None:
+    app.command(admin_app)
