@@ -23,6 +23,7 @@ from domain.requests import Profile
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_NODES_PER_POOL = 10_000
+MAX_FILE_NODES = 10_000
 
 Name = Annotated[str, Meta(min_length=1, max_length=63)]
 Text = Annotated[str, Meta(max_length=500)]
@@ -76,6 +77,13 @@ class FleetFile(Struct, forbid_unknown_fields=True, kw_only=True):
     queues: Annotated[list[QueueEntry], Meta(max_length=1000)] = []
 
     def to_config(self) -> FleetConfig:
+        counted = sum(p.nodes if isinstance(p.nodes, int) else len(p.nodes) for p in self.pools)
+        if counted > MAX_FILE_NODES:
+            raise InvalidInput(
+                f"the configuration declares {counted} nodes; at most {MAX_FILE_NODES} at once",
+                fix="split it into several files",
+                field="pools",
+            )
         pools = []
         for p in self.pools:
             nodes = p.nodes

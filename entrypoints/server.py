@@ -15,6 +15,7 @@ import uvicorn
 from application.auth import bootstrap_admin
 from application.context import Context
 from application.fleet_config import apply_fleet_config, ensure_defaults
+from domain.errors import Conflict
 from entrypoints import fleet_config
 from entrypoints.api.app import create_app
 from entrypoints.container import Container
@@ -47,22 +48,31 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
         await container.shutdown_resources()  # type: ignore[misc]
 
 
-async def prepare_fleet(ctx: Context, settings: Settings) -> None:
+async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> None:
     """Apply TUNEPLANE_FLEET_FILE if set; then give an empty system its defaults (a local pool
-    of this host, a default queue). A bad file stops the start with an error naming the entry."""
-    if settings.fleet_file is not None:
-        config = fleet_config.load(settings.fleet_file).to_config()
-        summary = await apply_fleet_config(ctx, config)
-        log.info(
-            "fleet file %s applied: %d created, %d changed, %d unchanged",
-            settings.fleet_file,
-            len(summary.created),
-            len(summary.changed),
-            summary.unchanged,
-        )
-    created = await ensure_defaults(ctx, *fleet_config.host_resources())
-    if created:
-        log.info("defaults created: %s", ", ".join(created))
+    of this host, a default queue). A bad file stops the start with an error naming the entry.
+    Both steps are idempotent; a race with another process starting at once is retried."""
+    config = fleet_config.load(settings.fleet_file).to_config() if settings.fleet_file else None
+    for attempt in range(1, attempts + 1):
+        try:
+            if config is not None:
+                summary = await apply_fleet_config(ctx, config)
+                log.info(
+                    "fleet file %s applied: %d created, %d changed, %d unchanged",
+                    settings.fleet_file,
+                    len(summary.created),
+                    len(summary.changed),
+                    summary.unchanged,
+                )
+            created = await ensure_defaults(ctx, *fleet_config.host_resources())
+        except Conflict:
+            if attempt == attempts:
+                raise
+            await asyncio.sleep(0.2 * attempt)
+            continue
+        if created:
+            log.info("defaults created: %s", ", ".join(created))
+        return
 
 
 async def first_admin_token(settings: Settings) -> str | None:
