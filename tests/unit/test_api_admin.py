@@ -173,3 +173,19 @@ async def test_openapi_declares_the_new_routes(client: Any) -> None:
         op = paths[path][method]
         assert op["security"] == [{"BearerToken": []}], (path, method)
         assert "401" in op["responses"], (path, method)
+
+
+async def test_previews_take_profiles_and_a_queue(client: Any, ctx: Context) -> None:
+    body = {"experiment": "hello", "method": "custom/custom", "params": {"command": "echo hi"},
+            "profiles": ["h200:8"], "queue": "nope"}  # fmt: skip
+    r = await client.post("/v1/previews", json=body)
+    assert r.status_code == 404 and r.json()["field"] == "intent.queue"
+    r = await client.post("/v1/previews", json={**body, "queue": None})
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["queue"] == "default"
+    assert r.json()["intent"]["profiles"] == ["h200:8"]
+    one = {**body, "queue": "default", "profiles": [], "profile": "cpu:1"}
+    assert (await client.post("/v1/previews", json=one)).status_code == 201
+    both = {**one, "profiles": ["cpu:1"]}
+    r = await client.post("/v1/previews", json=both)
+    assert r.status_code == 422 and r.json()["field"] == "profile"
