@@ -79,21 +79,31 @@ def _expiry(iso: str) -> str:
     return f"{iso} (in {minutes} min)" if minutes >= 0 else f"{iso} (expired)"
 
 
+def _role_rows(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """One row per role: ``main   cpu:1 → 1 × (1 CPUs, 2048 MB) in pool local``."""
+    rows = []
+    for role in spec.get("roles") or []:
+        r = role.get("resources") or {}
+        gpus = f", {r['gpus']} × {r.get('gpu_model')} GPU" if r.get("gpus") else ""
+        rows.append((
+            f"role {role.get('name')}",
+            f"{role.get('profile')} → {role.get('members')} × ({r.get('cpus')} CPUs, "
+            f"{r.get('memory_mb')} MB{gpus}) in pool {role.get('pool')}",
+        ))  # fmt: skip
+    return rows
+
+
 def print_summary(preview: dict[str, Any], n_files: int) -> None:
     spec = preview.get("spec") or {}
     rt = spec.get("runtime") or {}
-    res = spec.get("resources") or {}
-    gpus = f"{res.get('gpus') or 0} GPUs" + (
-        f" x {res['gpu_model']}" if res.get("gpu_model") else ""
-    )
     src = spec.get("source")
     rows = [
         ("experiment", spec.get("experiment")),
         ("method", spec.get("method")),
         ("runtime", f"{rt.get('name')}  {rt.get('image')}@{rt.get('digest')}"),
-        ("profile", f"{spec.get('profile')} → {spec.get('backend')}"),
-        ("resources", f"{res.get('cpus')} CPUs, {res.get('memory_mb')} MB, {gpus}"),
-        ("members", spec.get("members")),
+        *_role_rows(spec),
+        ("backend", spec.get("backend")),
+        ("queue", spec.get("queue")),
         ("command", shlex.join(str(a) for a in spec.get("command") or [])),
         ("params", ", ".join(f"{k}={v!r}" for k, v in (spec.get("params") or {}).items())),
         ("env", ", ".join(sorted(spec.get("env") or {})) or "-"),

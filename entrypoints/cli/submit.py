@@ -34,10 +34,11 @@ from entrypoints.cli.workspace import Experiment, find_workspace, load_experimen
 def make_preview(
     api: Api,
     exp: Experiment,
-    profile: str,
+    profiles: list[str],
     sets: dict[str, str],
     runtime: str | None,
     allow_secret_files: bool,
+    queue: str | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Pack and upload the source, then ask the server to resolve the submission."""
     with output.byte_progress("packing", None) as bar:
@@ -63,7 +64,8 @@ def make_preview(
     body = {
         "experiment": exp.name,
         "method": exp.method,
-        "profile": profile,
+        "profiles": profiles,
+        "queue": queue,
         "params": {**exp.params, **sets},
         "runtime": runtime or exp.runtime,
         "source": {"digest": uploaded.get("digest", archive.digest), "size": archive.size},
@@ -108,7 +110,8 @@ def submit(
     name: str | None = None,
     /,
     *,
-    profile: Annotated[str | None, Parameter(name="--profile")] = None,
+    profile: Annotated[tuple[str, ...], Parameter(name="--profile")] = (),
+    queue: Annotated[str | None, Parameter(name="--queue")] = None,
     set_: Annotated[tuple[str, ...], Parameter(name="--set")] = (),
     runtime: Annotated[str | None, Parameter(name="--runtime")] = None,
     allow_secret_files: Flag = False,
@@ -125,7 +128,12 @@ def submit(
     name
         The experiment (directory name or path).
     profile
-        Resource profile (see `tp profiles`); default: `profile` in experiment.toml.
+        Resource request (see `tp profiles`): h200:8, h200 (a whole node), cpu:2, a named
+        profile, or ROLE=REQUEST, repeatable for a job of several roles
+        (--profile train=h200:8 --profile rollout=h100:2); default: `profile` in
+        experiment.toml.
+    queue
+        The queue to wait in (see `tp queue ls`); default: `default`, or your team's only queue.
     set_
         Override a parameter: --set KEY=VALUE (repeatable; the server converts the type).
     runtime
@@ -144,7 +152,7 @@ def submit(
         After committing, wait for the job and stream its logs until it ends.
     """
     if commit_file is not None:
-        if name or preview or yes or profile or set_ or runtime or allow_secret_files:
+        if name or preview or yes or profile or queue or set_ or runtime or allow_secret_files:
             raise InvalidInput(
                 "--commit takes only the submission file (and --wait/--follow)",
                 fix="run `tp submit --commit FILE`; to change the submission, preview again",
@@ -180,7 +188,7 @@ def submit(
             field="--yes",
         )
     exp = load_experiment(name)
-    chosen = profile or exp.profile
+    chosen = list(profile) or ([exp.profile] if exp.profile else [])
     if not chosen:
         raise InvalidInput(
             "no profile given",
@@ -195,7 +203,7 @@ def submit(
             output.err.print(errors.render(problem), markup=False)
         if problems:  # refused here, before packing and uploading anything
             raise problems[-1]
-        resolved, n_files = make_preview(api, exp, chosen, sets, runtime, allow_secret_files)
+        resolved, n_files = make_preview(api, exp, chosen, sets, runtime, allow_secret_files, queue)
         path = write_submission(workspace, api.server, resolved)
         print_summary(resolved, n_files)
         output.info(f"submission file: {shown(path)}")

@@ -61,7 +61,8 @@ def _problem(status: int, code: str, detail: str, fix: str = "", fld: str | None
 def _job(stub: Stub, job_id: str, preview: dict[str, Any]) -> dict[str, Any]:
     spec = preview["spec"]
     return {"id": job_id, "state": "pending", "owner": "alice", "experiment": spec["experiment"],
-            "method": spec["method"], "profile": spec["profile"], "backend": "local",
+            "method": spec["method"], "profile": spec["roles"][0]["profile"],
+            "queue": spec["queue"], "backend": "local",
             "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
             "reason": "", "exit_code": None, "spec": spec, "attempts": [],
             "_states": list(stub.states)}  # fmt: skip
@@ -83,9 +84,9 @@ def _route(stub: Stub, method: str, path: str, q: dict[str, list[str]], body: An
         return 200, [{"name": "busybox", "image": "busybox:1", "python": None,
                       "process_model": "single-process", "description": "tiny"}]  # fmt: skip
     if (method, path) == ("POST", "/v1/previews"):
-        if body["profile"] != "cpu:1":
-            return _problem(422, "invalid-input", f"unknown profile {body['profile']!r}",
-                            "use one of: cpu:1", "intent.profile")  # fmt: skip
+        if body["profiles"] != ["cpu:1"]:
+            return _problem(422, "invalid-input", f"unknown profile {body['profiles'][0]!r}",
+                            "use one of: cpu:1", "intent.profiles[0]")  # fmt: skip
         assert body["source"]["digest"] in stub.archives
         pid = f"pv-{len(stub.previews) + 1}"
         params = {"command": "sh train.sh", **body["params"]}
@@ -94,9 +95,11 @@ def _route(stub: Stub, method: str, path: str, q: dict[str, list[str]], body: An
                 "runtime": {"name": body["runtime"] or "busybox", "image": "busybox:1",
                             "digest": "sha256:" + "a" * 64, "python": None,
                             "process_model": "single-process"},
-                "profile": "cpu:1", "members": 1, "source": body["source"], "env": body["env"],
-                "resources": {"cpus": 1, "memory_mb": 512, "gpus": 0,
-                              "gpu_model": None}}  # fmt: skip
+                "queue": body.get("queue") or "default", "source": body["source"],
+                "env": body["env"],
+                "roles": [{"name": "main", "profile": "cpu:1", "pool": "local", "members": 1,
+                           "resources": {"cpus": 1, "memory_mb": 512, "gpus": 0,
+                                         "gpu_model": None}}]}  # fmt: skip
         stub.previews[pid] = {"id": pid, "digest": f"sha256:{pid}", "owner": "alice",
                               "created_at": "2026-01-01T00:00:00+00:00",
                               "expires_at": "2999-01-01T00:00:00+00:00", "intent": body,

@@ -49,8 +49,8 @@ def test_preview_uploads_the_source_and_writes_the_submission_file(
     assert sub["server"] == stub.url and sub["preview"] == stub.previews["pv-1"]
     [sent] = stub.bodies("POST", "/v1/previews")
     assert sent["params"] == {"command": "echo hi"}
-    assert (sent["experiment"], sent["method"], sent["profile"]) == (
-        "hello", "custom/custom", "cpu:1",
+    assert (sent["experiment"], sent["method"], sent["profiles"], sent["queue"]) == (
+        "hello", "custom/custom", ["cpu:1"], None,
     )  # fmt: skip
     assert sent["source"]["digest"] in stub.archives and stub.bodies("POST", "/v1/jobs") == []
     _, again = preview(capsys, "--set", "command=3")
@@ -66,8 +66,9 @@ def test_preview_summary_shows_the_resolution(
 ) -> None:
     assert run(["submit", "hello", "--profile", "cpu:1", "--preview"]) == 0
     out = capsys.readouterr().out
-    for words in ("custom/custom", "busybox  busybox:1@sha256:aaaa", "cpu:1 → local",
-                  "1 CPUs, 512 MB, 0 GPUs", "/bin/sh -c 'sh train.sh'", "preview    pv-1",
+    for words in ("custom/custom", "busybox  busybox:1@sha256:aaaa",
+                  "role main  cpu:1 → 1 × (1 CPUs, 512 MB) in pool local", "queue      default",
+                  "backend    local", "/bin/sh -c 'sh train.sh'", "preview    pv-1",
                   "digest     sha256:pv-1", "expires    2999-01-01"):  # fmt: skip
         assert words in out, (words, out)
 
@@ -120,7 +121,7 @@ def test_client_errors_are_not_retried_and_print_the_fix(
     assert "digest mismatch" in capsys.readouterr().err
     assert run(["submit", "hello", "--profile", "h900:8", "--preview"]) == errors.USAGE
     err = capsys.readouterr().err
-    assert "unknown profile 'h900:8'" in err and "field: intent.profile" in err
+    assert "unknown profile 'h900:8'" in err and "field: intent.profiles[0]" in err
 
 
 def test_submission_needs_a_profile_and_confirmation(
