@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from domain.auth import ApiToken, Role
+from domain.admission import mcpu
+from domain.auth import ApiToken, Role, User
+from domain.fleet import Connectivity, Node, Pool, Queue, SchedState
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.requests import Profile
 from domain.submission import JobSpec, Preview, SubmissionIntent
 
 Row = Mapping[Any, Any]
@@ -74,6 +77,7 @@ def job_values(j: Job) -> dict[str, Any]:
         "updated_at": j.updated_at,
         "reason": j.reason,
         "exit_code": j.exit_code,
+        "queue": j.spec.queue,
     }
 
 
@@ -127,6 +131,8 @@ def member_values(m: Member) -> dict[str, Any]:
         "exit_code": m.exit_code,
         "reason": m.reason,
         "updated_at": m.updated_at,
+        "node": m.node,
+        "role": m.role,
     }
 
 
@@ -140,6 +146,8 @@ def member_from_row(r: Row) -> Member:
         handle=r["handle"],
         exit_code=r["exit_code"],
         reason=r["reason"],
+        node=r["node"],
+        role=r["role"],
     )
 
 
@@ -147,7 +155,6 @@ def token_values(t: ApiToken) -> dict[str, Any]:
     return {
         "id": t.id,
         "name": t.name,
-        "role": t.role.value,
         "token_hash": t.token_hash,
         "created_at": t.created_at,
         "revoked": t.revoked,
@@ -158,8 +165,78 @@ def token_from_row(r: Row) -> ApiToken:
     return ApiToken(
         id=r["id"],
         name=r["name"],
-        role=Role(r["role"]),
         token_hash=r["token_hash"],
         created_at=r["created_at"],
         revoked=r["revoked"],
+    )
+
+
+def pool_values(p: Pool) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "fleet": p.fleet,
+        "backend": p.backend,
+        "gpu_model": p.gpu_model,
+        "gpus_per_node": p.gpus_per_node,
+        "mcpu_per_node": mcpu(p.cpus_per_node),
+        "memory_mb_per_node": p.memory_mb_per_node,
+        "description": p.description,
+    }
+
+
+def pool_from_row(r: Row) -> Pool:
+    mcpu_per_node: int = r["mcpu_per_node"]
+    return Pool(
+        name=r["name"],
+        fleet=r["fleet"],
+        backend=r["backend"],
+        gpus_per_node=r["gpus_per_node"],
+        cpus_per_node=mcpu_per_node / 1000,
+        memory_mb_per_node=r["memory_mb_per_node"],
+        gpu_model=r["gpu_model"],
+        description=r["description"],
+    )
+
+
+def node_from_row(r: Row) -> Node:
+    return Node(
+        name=r["name"],
+        pool=r["pool"],
+        sched=SchedState(r["sched"]),
+        connectivity=Connectivity(r["connectivity"]),
+    )
+
+
+def profile_from_row(r: Row) -> Profile:
+    return Profile(name=r["name"], request=r["request"], description=r["description"])
+
+
+def queue_values(q: Queue) -> dict[str, Any]:
+    return {
+        "name": q.name,
+        "team": q.team,
+        "priority": q.priority,
+        "gpu_quota": q.gpu_quota,
+        "job_quota": q.job_quota,
+    }
+
+
+def queue_from_row(r: Row) -> Queue:
+    return Queue(
+        name=r["name"],
+        team=r["team"],
+        priority=r["priority"],
+        gpu_quota=r["gpu_quota"],
+        job_quota=r["job_quota"],
+    )
+
+
+def user_from_row(r: Row) -> User:
+    """A ``users`` row with a ``teams`` column (the sorted team names)."""
+    return User(
+        name=r["name"],
+        role=Role(r["role"]),
+        teams=tuple(r["teams"] or ()),
+        created_at=r["created_at"],
+        disabled=r["disabled"],
     )

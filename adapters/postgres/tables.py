@@ -3,6 +3,12 @@
 Idempotency lives in constraints: ``submissions`` has one row per retry key (primary key), per
 preview (``uq_submissions_preview_id``) and per job (``uq_submissions_job_id``), and ``jobs``
 one row per preview (``uq_jobs_preview_id``).
+
+So does the safety of reservations: ``reserved_gpus`` has one row per physical GPU it reserves
+and its primary key (node, gpu_index) makes a double-booked GPU impossible, whoever writes;
+the CHECKs on ``nodes`` (``used_mcpu BETWEEN 0 AND mcpu``, same for memory) do the same for
+CPUs and memory. ``nodes.mcpu``/``memory_mb`` are copies of the pool's shape, kept in step
+with it, so that a CHECK can see them; ``node_gpus`` has one row per physical GPU.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -27,6 +34,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 
 from domain.auth import Role
+from domain.fleet import MAX_GPUS_PER_NODE, Connectivity, SchedState
 from domain.lifecycle import AttemptState, JobState, MemberState
 
 NAMING = {
@@ -85,10 +93,13 @@ jobs = Table(
     ts("updated_at"),
     Column("reason", Text, nullable=False, server_default=""),
     Column("exit_code", Integer, nullable=True),
+    Column("queue", Text, nullable=False, server_default="default"),  # = spec.queue
     one_of("state", JobState),
     Index("ix_jobs_created_at_id", "created_at", "id"),
     Index("ix_jobs_owner_created_at_id", "owner", "created_at", "id"),
     Index("ix_jobs_state_created_at_id", "state", "created_at", "id"),
+    # pending jobs of one queue, FIFO (the scheduler's snapshot)
+    Index("ix_jobs_state_queue_created_at_id", "state", "queue", "created_at", "id"),
 )
 
 attempts = Table(
@@ -117,6 +128,8 @@ members = Table(
     Column("exit_code", Integer, nullable=True),
     Column("reason", Text, nullable=False, server_default=""),
     ts("updated_at"),
+    Column("node", Text, nullable=True),
+    Column("role", Text, nullable=False, server_default="main"),
     UniqueConstraint("attempt_id", "index"),
     one_of("state", MemberState),
 )
@@ -135,14 +148,140 @@ attempt_logs = Table(
     Column("saved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )
 
+users = Table(
+    "users",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("role", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("disabled", Boolean, nullable=False, server_default="false"),
+    one_of("role", Role),
+)
+
+teams = Table(
+    "teams",
+    metadata,
+    Column("name", Text, primary_key=True),
+)
+
+team_members = Table(
+    "team_members",
+    metadata,
+    Column("user_name", Text, ForeignKey("users.name", ondelete="CASCADE"), primary_key=True),
+    Column("team", Text, ForeignKey("teams.name"), primary_key=True),
+    Index("ix_team_members_team", "team"),
+)
+
 api_tokens = Table(
     "api_tokens",
     metadata,
     Column("id", Text, primary_key=True),
-    Column("name", Text, nullable=False),
-    Column("role", Text, nullable=False),
+    Column("name", Text, ForeignKey("users.name"), nullable=False),  # its user
     Column("token_hash", Text, nullable=False, unique=True),
     ts("created_at"),
     Column("revoked", Boolean, nullable=False, server_default="false"),
-    one_of("role", Role),
+)
+
+queues = Table(
+    "queues",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("team", Text, ForeignKey("teams.name"), nullable=False),
+    Column("priority", Integer, nullable=False, server_default="0"),
+    Column("gpu_quota", Integer, nullable=True),
+    Column("job_quota", Integer, nullable=True),
+    CheckConstraint("gpu_quota >= 0", name="gpu_quota"),
+    CheckConstraint("job_quota >= 0", name="job_quota"),
+)
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("fleet", Text, nullable=False),
+    Column("backend", Text, nullable=False),
+    Column("gpu_model", Text, nullable=True),
+    Column("gpus_per_node", Integer, nullable=False),
+    Column("mcpu_per_node", Integer, nullable=False),  # CPUs × 1000, exact
+    Column("memory_mb_per_node", Integer, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    CheckConstraint(f"gpus_per_node BETWEEN 0 AND {MAX_GPUS_PER_NODE}", name="gpus_per_node"),
+    CheckConstraint("mcpu_per_node > 0", name="mcpu_per_node"),
+    CheckConstraint("memory_mb_per_node > 0", name="memory_mb_per_node"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("pool", Text, ForeignKey("pools.name"), nullable=False),
+    Column("sched", Text, nullable=False),
+    Column("connectivity", Text, nullable=False),
+    Column("mcpu", Integer, nullable=False),  # the pool's, copied so the CHECKs can see them
+    Column("memory_mb", Integer, nullable=False),
+    Column("used_mcpu", Integer, nullable=False, server_default="0"),
+    Column("used_memory_mb", Integer, nullable=False, server_default="0"),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    one_of("sched", SchedState),
+    one_of("connectivity", Connectivity),
+    CheckConstraint("used_mcpu BETWEEN 0 AND mcpu", name="used_mcpu"),
+    CheckConstraint("used_memory_mb BETWEEN 0 AND memory_mb", name="used_memory_mb"),
+    Index("ix_nodes_pool", "pool"),
+)
+
+node_gpus = Table(
+    "node_gpus",
+    metadata,
+    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True),
+    Column("gpu_index", Integer, primary_key=True),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("attempt_id", Text, ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True),
+    Column("job_id", Text, nullable=False),
+    Column("queue", Text, nullable=False),
+    ts("reserved_at"),
+)
+
+reservation_members = Table(
+    "reservation_members",
+    metadata,
+    Column(
+        "attempt_id",
+        Text,
+        ForeignKey("reservations.attempt_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("member", Integer, primary_key=True),
+    Column("role", Text, nullable=False),
+    Column("node", Text, ForeignKey("nodes.name"), nullable=False),
+    Column("mcpu", Integer, nullable=False),
+    Column("memory_mb", Integer, nullable=False),
+    Index("ix_reservation_members_node", "node"),
+)
+
+reserved_gpus = Table(
+    "reserved_gpus",
+    metadata,
+    Column("node", Text, primary_key=True),
+    Column("gpu_index", Integer, primary_key=True),
+    Column(
+        "attempt_id",
+        Text,
+        ForeignKey("reservations.attempt_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("member", Integer, nullable=False),
+    ForeignKeyConstraint(["node", "gpu_index"], ["node_gpus.node", "node_gpus.gpu_index"]),
+    Index("ix_reserved_gpus_attempt_id", "attempt_id"),
+)
+
+profiles = Table(
+    "profiles",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("request", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
 )

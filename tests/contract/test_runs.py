@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from domain.auth import Role, User
 from domain.errors import Conflict, NotFound
 from domain.lifecycle import AttemptState, MemberState
 from domain.ports import UnitOfWork, UnitOfWorkFactory
@@ -144,6 +145,8 @@ async def test_tokens_by_hash_and_count(uow_factory: UnitOfWorkFactory) -> None:
     viewer = a_token(name="carol", revoked=True)
     async with uow_factory() as uow:
         assert await uow.tokens.count() == 0
+        await uow.policy.put_user(User("root", Role.ADMIN))  # a token names an existing user
+        await uow.policy.put_user(User("carol", Role.VIEWER))
         await uow.tokens.add(admin)
         await uow.tokens.add(viewer)
         assert await uow.tokens.count() == 2
@@ -154,4 +157,4 @@ async def test_tokens_by_hash_and_count(uow_factory: UnitOfWorkFactory) -> None:
         assert await uow.tokens.by_hash("0" * 64) is None
         assert await uow.tokens.count() == 2
         with pytest.raises(Conflict):
-            await uow.tokens.add(a_token(token_hash=admin.token_hash))
+            await uow.tokens.add(a_token(name="root", token_hash=admin.token_hash))

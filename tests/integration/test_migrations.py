@@ -20,6 +20,7 @@ from adapters.postgres import migrate
 from adapters.postgres.engine import plain_url
 from adapters.postgres.tables import metadata
 from domain.auth import Role
+from domain.fleet import Connectivity, SchedState
 from domain.lifecycle import AttemptState, JobState, MemberState
 
 pytestmark = pytest.mark.integration
@@ -109,7 +110,9 @@ async def test_the_schema_comparison_notices_a_difference(pg_engine: AsyncEngine
         ("jobs", "state", JobState),
         ("attempts", "state", AttemptState),
         ("members", "state", MemberState),
-        ("api_tokens", "role", Role),
+        ("users", "role", Role),
+        ("nodes", "sched", SchedState),
+        ("nodes", "connectivity", Connectivity),
     ],
 )
 async def test_check_constraints_list_exactly_the_enum(
