@@ -8,20 +8,28 @@ from typing import Self
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from adapters.postgres.errors import translated
+from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
+from adapters.postgres.policy import PostgresPolicyRepository
+from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.runs import (
     PostgresAttemptRepository,
     PostgresLogRepository,
     PostgresMemberRepository,
     PostgresTokenRepository,
 )
+from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
 from domain.ports import (
     AttemptRepository,
+    FleetRepository,
     JobRepository,
     LogRepository,
     MemberRepository,
+    PolicyRepository,
     PreviewRepository,
+    ReservationRepository,
+    SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
 )
@@ -42,6 +50,10 @@ class PostgresUnitOfWork:
     members: MemberRepository
     logs: LogRepository
     tokens: TokenRepository
+    fleet: FleetRepository
+    policy: PolicyRepository
+    reservations: ReservationRepository
+    scheduling: SchedulingRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -65,6 +77,10 @@ class PostgresUnitOfWork:
         self.members = PostgresMemberRepository(conn)
         self.logs = PostgresLogRepository(conn)
         self.tokens = PostgresTokenRepository(conn)
+        self.fleet = PostgresFleetRepository(conn)
+        self.policy = PostgresPolicyRepository(conn)
+        self.reservations = PostgresReservationRepository(conn)
+        self.scheduling = PostgresSchedulingRepository(conn)
         return self
 
     async def __aexit__(

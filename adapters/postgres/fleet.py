@@ -1,0 +1,195 @@
+"""Pools, nodes and profiles.
+
+A node row carries copies of its pool's CPUs and memory (``mcpu``, ``memory_mb``) and one
+``node_gpus`` row per GPU, so that the reservation store's constraints can see the capacity;
+``put_pool`` and ``put_node`` keep those copies in step with the pool. Lock order: pool row,
+then node rows (by name), as ``reserve`` takes node rows — no deadlock between them.
+"""
+
+from __future__ import annotations
+
+import builtins
+
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from adapters.postgres import codec
+from adapters.postgres.errors import translated
+from adapters.postgres.tables import nodes, pools, profiles
+from domain.errors import Conflict, NotFound
+from domain.fleet import Connectivity, Node, Pool, SchedState
+from domain.requests import Profile
+
+_SHAPE = ("backend", "gpus_per_node", "mcpu_per_node", "memory_mb_per_node")
+
+_LOCK_POOL = select(pools).where(pools.c.name == bindparam("name")).with_for_update()
+_SHARE_POOL = select(pools).where(pools.c.name == bindparam("name")).with_for_update(read=True)
+
+_upsert = pg_insert(pools)
+_UPSERT_POOL = _upsert.on_conflict_do_update(
+    index_elements=[pools.c.name],
+    set_={c.name: _upsert.excluded[c.name] for c in pools.columns if c.name != "name"},
+)
+
+_LOCK_POOL_NODES = text("SELECT name FROM nodes WHERE pool = :pool ORDER BY name FOR UPDATE")
+_POOL_RESERVED = text(
+    "SELECT count(DISTINCT rm.attempt_id) FROM reservation_members rm "
+    "JOIN nodes n ON n.name = rm.node WHERE n.pool = :pool"
+)
+# nodes of a pool take its new shape: CPUs, memory and one node_gpus row per GPU
+_RESHAPE_POOL_NODES = text(
+    "WITH n AS (UPDATE nodes SET mcpu = :mcpu, memory_mb = :memory_mb, updated_at = now() "
+    "           WHERE pool = :pool RETURNING name), "
+    "gone AS (DELETE FROM node_gpus g USING n WHERE g.node = n.name AND g.gpu_index >= :gpus) "
+    "INSERT INTO node_gpus (node, gpu_index) "
+    "SELECT n.name, i FROM n CROSS JOIN generate_series(0, CAST(:gpus AS int) - 1) AS i "
+    "ON CONFLICT DO NOTHING"
+)
+
+_LOCK_NODE = text("SELECT pool FROM nodes WHERE name = :name FOR UPDATE")
+_NODE_RESERVED = text("SELECT EXISTS (SELECT 1 FROM reservation_members WHERE node = :name)")
+_PUT_NODE = text(
+    "WITH n AS ("
+    "  INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb) "
+    "  VALUES (:name, :pool, :sched, :connectivity, :mcpu, :memory_mb) "
+    "  ON CONFLICT (name) DO UPDATE SET pool = excluded.pool, sched = excluded.sched, "
+    "    connectivity = excluded.connectivity, mcpu = excluded.mcpu, "
+    "    memory_mb = excluded.memory_mb, updated_at = now() "
+    "  RETURNING name), "
+    "gone AS (DELETE FROM node_gpus WHERE node = :name AND gpu_index >= :gpus) "
+    "INSERT INTO node_gpus (node, gpu_index) "
+    "SELECT n.name, i FROM n CROSS JOIN generate_series(0, CAST(:gpus AS int) - 1) AS i "
+    "ON CONFLICT DO NOTHING"
+)
+_SET_NODE_STATE = text(
+    "UPDATE nodes SET sched = coalesce(CAST(:sched AS text), sched), "
+    "connectivity = coalesce(CAST(:connectivity AS text), connectivity), updated_at = now() "
+    "WHERE name = :name RETURNING name, pool, sched, connectivity"
+)
+
+_ALL_POOLS = select(pools).order_by(pools.c.name)
+_NODE = select(nodes.c.name, nodes.c.pool, nodes.c.sched, nodes.c.connectivity).where(
+    nodes.c.name == bindparam("name")
+)
+_ALL_NODES = select(nodes.c.name, nodes.c.pool, nodes.c.sched, nodes.c.connectivity).order_by(
+    nodes.c.pool, nodes.c.name
+)
+
+_p = pg_insert(profiles)
+_PUT_PROFILE = _p.on_conflict_do_update(
+    index_elements=[profiles.c.name],
+    set_={"request": _p.excluded.request, "description": _p.excluded.description},
+)
+_ALL_PROFILES = select(profiles).order_by(profiles.c.name)
+
+
+class PostgresFleetRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def put_pool(self, pool: Pool) -> None:
+        values = codec.pool_values(pool)
+        conn = self._conn
+        with translated(f"store pool {pool.name}"):
+            old = (await conn.execute(_LOCK_POOL, {"name": pool.name})).mappings().first()
+            reshaped = old is not None and any(old[k] != values[k] for k in _SHAPE)
+            if reshaped:
+                # the nodes' row locks wait for reservations being written on them to commit
+                await conn.execute(_LOCK_POOL_NODES, {"pool": pool.name})
+                busy = (await conn.execute(_POOL_RESERVED, {"pool": pool.name})).scalar()
+                if busy:
+                    raise Conflict(
+                        f"pool {pool.name} has live reservations ({busy}); its node shape "
+                        "and backend cannot change now",
+                        fix="cordon its nodes, wait for their jobs to end, then change the pool",
+                    )
+            await conn.execute(_UPSERT_POOL, values)
+            if reshaped:
+                await conn.execute(
+                    _RESHAPE_POOL_NODES,
+                    {
+                        "pool": pool.name,
+                        "mcpu": values["mcpu_per_node"],
+                        "memory_mb": values["memory_mb_per_node"],
+                        "gpus": pool.gpus_per_node,
+                    },
+                )
+
+    async def pools(self) -> builtins.list[Pool]:
+        with translated("list pools"):
+            rows = (await self._conn.execute(_ALL_POOLS)).mappings().all()
+        return [codec.pool_from_row(r) for r in rows]
+
+    async def put_node(self, node: Node) -> None:
+        conn = self._conn
+        with translated(f"store node {node.name}"):
+            # FOR SHARE: the pool's shape cannot change until this node has taken it
+            pool = (await conn.execute(_SHARE_POOL, {"name": node.pool})).mappings().first()
+            if pool is None:
+                raise NotFound(
+                    f"pool {node.pool} does not exist",
+                    fix="create the pool first (tp fleet pool add)",
+                    field="pool",
+                )
+            old_pool = (await conn.execute(_LOCK_NODE, {"name": node.name})).scalar()
+            moved = old_pool is not None and old_pool != node.pool
+            if moved and (await conn.execute(_NODE_RESERVED, {"name": node.name})).scalar():
+                raise Conflict(
+                    f"node {node.name} has live reservations; it cannot move from pool "
+                    f"{old_pool} to pool {node.pool}",
+                    fix="drain it and wait for its jobs to end first",
+                )
+            await conn.execute(
+                _PUT_NODE,
+                {
+                    "name": node.name,
+                    "pool": node.pool,
+                    "sched": node.sched.value,
+                    "connectivity": node.connectivity.value,
+                    "mcpu": pool["mcpu_per_node"],
+                    "memory_mb": pool["memory_mb_per_node"],
+                    "gpus": pool["gpus_per_node"],
+                },
+            )
+
+    async def node(self, name: str) -> Node | None:
+        with translated(f"get node {name}"):
+            row = (await self._conn.execute(_NODE, {"name": name})).mappings().first()
+        return codec.node_from_row(row) if row else None
+
+    async def nodes(self) -> builtins.list[Node]:
+        with translated("list nodes"):
+            rows = (await self._conn.execute(_ALL_NODES)).mappings().all()
+        return [codec.node_from_row(r) for r in rows]
+
+    async def set_node_state(
+        self,
+        name: str,
+        sched: SchedState | None = None,
+        connectivity: Connectivity | None = None,
+    ) -> Node:
+        params = {
+            "name": name,
+            "sched": sched.value if sched is not None else None,
+            "connectivity": connectivity.value if connectivity is not None else None,
+        }
+        with translated(f"change the state of node {name}"):
+            row = (await self._conn.execute(_SET_NODE_STATE, params)).mappings().first()
+        if row is None:
+            raise NotFound(f"node {name} does not exist", fix="see `tp fleet ls`", field="node")
+        return codec.node_from_row(row)
+
+    async def put_profile(self, profile: Profile) -> None:
+        values = {
+            "name": profile.name,
+            "request": profile.request,
+            "description": profile.description,
+        }
+        with translated(f"store profile {profile.name}"):
+            await self._conn.execute(_PUT_PROFILE, values)
+
+    async def profiles(self) -> builtins.list[Profile]:
+        with translated("list profiles"):
+            rows = (await self._conn.execute(_ALL_PROFILES)).mappings().all()
+        return [codec.profile_from_row(r) for r in rows]
