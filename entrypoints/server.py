@@ -12,6 +12,7 @@ from typing import Any
 
 import uvicorn
 
+from adapters.postgres.lease import PostgresLeaderLease
 from application.auth import bootstrap_admin
 from application.context import Context
 from application.fleet_config import apply_fleet_config, ensure_defaults
@@ -31,7 +32,9 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
     try:
         ctx: Context = await container.context()  # type: ignore[misc]
         await prepare_fleet(ctx, settings)
-        app = create_app(ctx, supervise=supervise)
+        url = settings.database_url
+        lease = PostgresLeaderLease(url) if supervise and url else None
+        app = create_app(ctx, supervise=supervise, lease=lease)
         config = uvicorn.Config(
             app,
             host=settings.host,

@@ -15,6 +15,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
 from application.context import Context
 from application.supervisor import Supervisor
+from domain.ports import LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
@@ -44,9 +45,16 @@ async def readyz(state: State) -> s.Health:
     return s.Health("ok", "ok")
 
 
-def create_app(ctx: Context, *, supervise: bool = True, debug: bool = False) -> Litestar:
-    """Build the app. With ``supervise`` the process also runs a supervisor loop."""
-    supervisor = Supervisor(ctx) if supervise else None
+def create_app(
+    ctx: Context,
+    *,
+    supervise: bool = True,
+    lease: LeaderLease | None = None,
+    debug: bool = False,
+) -> Litestar:
+    """Build the app. With ``supervise`` the process also runs the control loop (scheduling
+    pass + supervisor); with a ``lease`` it ticks only while it leads."""
+    supervisor = Supervisor(ctx, lease) if supervise else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -59,6 +67,7 @@ def create_app(ctx: Context, *, supervise: bool = True, debug: bool = False) -> 
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
                 await supervisor.close()
+                await supervisor.close_lease()
 
     protected = [*PROTECTED, *SCHEDULING_ROUTES, *FLEET_ROUTES, *POLICY_ROUTES]
     for handler in protected:
