@@ -76,10 +76,14 @@ _READ = (
 _GET = text(_READ + "WHERE r.attempt_id = :attempt_id ORDER BY rm.member")
 _LIVE = text(_READ + "ORDER BY r.attempt_id, rm.member")
 
-# unique violation (a GPU already reserved, the attempt already holding one), foreign-key
-# violation (no such node, GPU index or attempt), check violation (CPUs or memory over the
-# node's), and lost races (serialization failure, deadlock)
-_REFUSED = {"23505", "23503", "23514", "40001", "40P01"}
+# what each refusal means (SQLSTATE → reason)
+REFUSALS = {
+    "23505": "a GPU is already reserved, or the attempt already holds a reservation",
+    "23514": "a node would exceed its CPUs or memory",
+    "23503": "a node, GPU index or the attempt does not exist",
+    "40P01": "it lost a race with a concurrent transaction (deadlock)",
+    "40001": "it lost a race with a concurrent transaction (serialization)",
+}
 
 
 def reserve_params(reservation: Reservation) -> dict[str, Any]:
@@ -125,12 +129,13 @@ def _refused_as_conflict(what: str) -> Iterator[None]:
     try:
         yield
     except sa_exc.DBAPIError as error:
-        if _sqlstate(error) not in _REFUSED:
+        reason = REFUSALS.get(_sqlstate(error))
+        if reason is None:
             raise
         orig = getattr(error, "orig", None)
-        detail = getattr(orig, "detail", None) or getattr(orig, "__cause__", None) or orig
+        detail = getattr(getattr(orig, "__cause__", None), "detail", None)
         raise Conflict(
-            f"{what} was refused: {detail}",
+            f"{what} was refused: {reason}" + (f" ({detail})" if detail else ""),
             fix="roll back, take a fresh snapshot and decide again",
         ) from error
 
