@@ -260,3 +260,10 @@ def test_lease_keys_are_fixed_64_bit_numbers() -> None:
     assert lease_key("scheduler") == lease_key("scheduler")
     assert lease_key("scheduler") != lease_key("other")
     assert -(2**63) <= lease_key("scheduler") < 2**63
+
+
+async def test_an_unreachable_database_means_not_leader_without_blocking() -> None:
+    lease = PostgresLeaderLease("postgresql://tp@127.0.0.1:9/none", timeout=2.0)
+    assert not await lease.acquire()
+    assert not await lease.acquire()
+    await lease.release()

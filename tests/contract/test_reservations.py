@@ -6,10 +6,14 @@ what a buggy or racing scheduler might, and check that nothing of a refused rese
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import replace
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from adapters.postgres import PostgresUnitOfWork
 from domain.admission import Assignment, NodeView, QueueView, Reservation, Snapshot
 from domain.auth import Role, User
 from domain.catalog import Resources
@@ -331,3 +335,20 @@ async def test_snapshot_fleet_queues_and_usage(uow_factory: UnitOfWorkFactory) -
         "high": QueueView(Queue("high", "t", 5, 32), gpus_in_use=3, jobs_in_use=2),
     }
     assert snap.pending == []  # the reserved jobs are `starting`
+
+
+async def test_snapshot_reads_specs_stored_before_roles(pg_engine: AsyncEngine) -> None:
+    """PostgreSQL only: a spec written before roles existed (profile, members, resources)."""
+    job = gpu_job(1)
+    async with PostgresUnitOfWork(pg_engine) as uow:
+        await uow.jobs.add(job)
+        await uow.commit()
+    old = {"profile": "cpu:2", "members": 1, "resources": {"cpus": 2.0, "memory_mb": 4096}}
+    async with pg_engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE jobs SET spec = (spec - 'roles') || CAST(:old AS jsonb) WHERE id = :id"),
+            {"old": json.dumps(old), "id": job.id},
+        )
+    async with PostgresUnitOfWork(pg_engine) as uow:
+        (pending,) = (await uow.scheduling.snapshot(10)).pending
+    assert pending.roles == (RoleSpec("main", "cpu:2", "local", 1, Resources(2.0, 4096)),)
