@@ -65,7 +65,8 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
     assert "colour" in _problem(r, 400)["detail"]
 
     r = await client.post("/v1/previews", json={k: v for k, v in GOOD.items() if k != "profile"})
-    assert "profile" in _problem(r, 400)["detail"]
+    body = _problem(r, 422)  # well-formed, but asks for nothing
+    assert body["field"] == "intent.profiles" and "profile" in body["detail"]
 
     r = await client.post("/v1/jobs", json={"preview_id": "pv-x", "digest": "d"})
     assert "retry_key" in _problem(r, 400)["detail"]
@@ -81,7 +82,8 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
 @pytest.mark.parametrize(
     ("change", "field", "fix_words"),
     [
-        ({"profile": "h900:8"}, "intent.profile", "cpu:1"),
+        ({"profile": "h900:8"}, "intent.profiles[0]", "cpu:N"),
+        ({"profile": "cpu:64"}, "intent.profiles[0]", "at most cpu:"),
         ({"method": "trl/nope"}, "intent.method", "tp methods"),
         ({"runtime": "cobol"}, "intent.runtime", "busybox"),
         ({"params": {}}, "intent.params.command", "--set command"),
