@@ -4,6 +4,9 @@ A node row carries copies of its pool's CPUs and memory (``mcpu``, ``memory_mb``
 ``node_gpus`` row per GPU, so that the reservation store's constraints can see the capacity;
 ``put_pool`` and ``put_node`` keep those copies in step with the pool. Lock order: pool row,
 then node rows (by name), as ``reserve`` takes node rows — no deadlock between them.
+
+Names and ids sort by code point (``COLLATE "C"``), as Python and the in-memory adapters sort
+them, whatever the database's locale.
 """
 
 from __future__ import annotations
@@ -68,12 +71,12 @@ _SET_NODE_STATE = text(
     "WHERE name = :name RETURNING name, pool, sched, connectivity"
 )
 
-_ALL_POOLS = select(pools).order_by(pools.c.name)
+_ALL_POOLS = select(pools).order_by(pools.c.name.collate("C"))
 _NODE = select(nodes.c.name, nodes.c.pool, nodes.c.sched, nodes.c.connectivity).where(
     nodes.c.name == bindparam("name")
 )
 _ALL_NODES = select(nodes.c.name, nodes.c.pool, nodes.c.sched, nodes.c.connectivity).order_by(
-    nodes.c.pool, nodes.c.name
+    nodes.c.pool.collate("C"), nodes.c.name.collate("C")
 )
 
 _p = pg_insert(profiles)
@@ -81,7 +84,7 @@ _PUT_PROFILE = _p.on_conflict_do_update(
     index_elements=[profiles.c.name],
     set_={"request": _p.excluded.request, "description": _p.excluded.description},
 )
-_ALL_PROFILES = select(profiles).order_by(profiles.c.name)
+_ALL_PROFILES = select(profiles).order_by(profiles.c.name.collate("C"))
 
 
 class PostgresFleetRepository:

@@ -31,14 +31,15 @@ _PUT_USER = text(
 )
 _USERS = (
     "SELECT u.name, u.role, u.created_at, u.disabled, "
-    "ARRAY(SELECT m.team FROM team_members m WHERE m.user_name = u.name ORDER BY m.team) "
+    "ARRAY(SELECT m.team FROM team_members m WHERE m.user_name = u.name "
+    '      ORDER BY m.team COLLATE "C") '
     "AS teams FROM users u "
 )
 _USER = text(_USERS + "WHERE u.name = :name")
-_ALL_USERS = text(_USERS + "ORDER BY u.name")
+_ALL_USERS = text(_USERS + 'ORDER BY u.name COLLATE "C"')
 
 _PUT_TEAM = pg_insert(teams).on_conflict_do_nothing()
-_ALL_TEAMS = select(teams.c.name).order_by(teams.c.name)
+_ALL_TEAMS = select(teams.c.name).order_by(teams.c.name.collate("C"))
 
 # INSERT … SELECT FROM teams: no row when the team is missing (NotFound without an error that
 # would abort the transaction)
@@ -53,7 +54,7 @@ _PUT_QUEUE = text(
     bindparam("job_quota", type_=queues.c.job_quota.type),
 )
 _QUEUE = select(queues).where(queues.c.name == bindparam("name"))
-_ALL_QUEUES = select(queues).order_by(queues.c.name)
+_ALL_QUEUES = select(queues).order_by(queues.c.name.collate("C"))
 
 
 def _no_team(name: str) -> NotFound:

@@ -74,7 +74,7 @@ _READ = (
     "FROM reservations r LEFT JOIN reservation_members rm ON rm.attempt_id = r.attempt_id "
 )
 _GET = text(_READ + "WHERE r.attempt_id = :attempt_id ORDER BY rm.member")
-_LIVE = text(_READ + "ORDER BY r.attempt_id, rm.member")
+_LIVE = text(_READ + 'ORDER BY r.attempt_id COLLATE "C", rm.member')
 
 # what each refusal means (SQLSTATE → reason)
 REFUSALS = {

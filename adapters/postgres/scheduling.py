@@ -4,6 +4,9 @@ their usage, and the first pending jobs in queue order.
 Pending jobs are read without their whole spec: only ``spec->'roles'`` as JSON text, decoded
 once per distinct text (most jobs ask for one of a few shapes), so 10,000 pending jobs cost
 little more than the rows themselves.
+
+Names and ids sort by code point (``COLLATE "C"``), as Python and the in-memory adapters sort
+them, whatever the database's locale.
 """
 
 from __future__ import annotations
@@ -23,14 +26,14 @@ from domain.lifecycle import JobState
 from domain.requests import RoleSpec
 from domain.submission import JobSpec
 
-_POOLS = text("SELECT * FROM pools ORDER BY name")
+_POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
     "SELECT n.name, n.pool, n.sched, n.connectivity, "
     "n.mcpu - n.used_mcpu AS free_mcpu, n.memory_mb - n.used_memory_mb AS free_memory_mb, "
     "ARRAY(SELECT g.gpu_index FROM node_gpus g WHERE g.node = n.name AND NOT EXISTS "
     "        (SELECT 1 FROM reserved_gpus r WHERE r.node = g.node AND r.gpu_index = g.gpu_index)"
     "      ORDER BY g.gpu_index) AS free_gpus "
-    "FROM nodes n ORDER BY n.name"
+    'FROM nodes n ORDER BY n.name COLLATE "C"'
 )
 _QUEUES = text(
     "SELECT q.name, q.team, q.priority, q.gpu_quota, q.job_quota, "
@@ -46,7 +49,7 @@ _PENDING = text(
     "CASE WHEN j.spec->'roles' IS NULL THEN CAST(j.spec AS text) END AS legacy "
     "FROM jobs j LEFT JOIN queues q ON q.name = j.queue "
     "WHERE j.state = :pending "
-    "ORDER BY coalesce(q.priority, 0) DESC, j.created_at, j.id "
+    'ORDER BY coalesce(q.priority, 0) DESC, j.created_at, j.id COLLATE "C" '
     "LIMIT :limit"
 )
 
