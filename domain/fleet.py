@@ -15,6 +15,9 @@ from domain.catalog import check_name
 from domain.errors import InvalidInput
 
 MAX_GPUS_PER_NODE = 64
+MIN_CPUS = 0.001  # CPUs are counted in thousandths
+MAX_CPUS_PER_NODE = 100_000
+MAX_MEMORY_MB_PER_NODE = 2**31 - 1  # a 32-bit column; about 2 PiB
 
 
 class SchedState(StrEnum):
@@ -57,11 +60,17 @@ class Pool:
             )
         if self.gpu_model is not None:
             check_name(self.gpu_model, "GPU model", "gpu_model")
-        if self.cpus_per_node <= 0 or self.memory_mb_per_node <= 0:
+        if not MIN_CPUS <= self.cpus_per_node <= MAX_CPUS_PER_NODE:
             raise InvalidInput(
-                f"pool {self.name}: cpus_per_node and memory_mb_per_node must be positive",
-                fix="give the CPUs and memory (MiB) of one node",
+                f"pool {self.name}: cpus_per_node {self.cpus_per_node} is out of range",
+                fix=f"give the CPUs of one node, from {MIN_CPUS} to {MAX_CPUS_PER_NODE}",
                 field="cpus_per_node",
+            )
+        if not 1 <= self.memory_mb_per_node <= MAX_MEMORY_MB_PER_NODE:
+            raise InvalidInput(
+                f"pool {self.name}: memory_mb_per_node {self.memory_mb_per_node} is out of range",
+                fix=f"give the memory of one node in MiB, from 1 to {MAX_MEMORY_MB_PER_NODE}",
+                field="memory_mb_per_node",
             )
         return self
 
