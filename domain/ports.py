@@ -138,7 +138,9 @@ class LogRepository(Protocol):
 
 
 class TokenRepository(Protocol):
-    async def add(self, token: ApiToken) -> None: ...
+    async def add(self, token: ApiToken) -> None:
+        """Store a token; its user (``token.name``) must exist, else NotFound."""
+        ...
 
     async def by_hash(self, token_hash: str) -> ApiToken | None: ...
 
@@ -158,8 +160,9 @@ class FleetRepository(Protocol):
         ...
 
     async def put_node(self, node: Node) -> None:
-        """Create a node (its pool must exist, else NotFound) or update its states. Moving a
-        node to another pool while it has live reservations raises Conflict."""
+        """Create a node (its pool must exist, else NotFound) or update its states and pool;
+        a node takes its pool's shape (GPUs, CPUs, memory). Moving a node to another pool
+        while it has live reservations raises Conflict."""
         ...
 
     async def node(self, name: str) -> Node | None: ...
@@ -190,7 +193,8 @@ class PolicyRepository(Protocol):
     """Users, teams and queues."""
 
     async def put_user(self, user: User) -> None:
-        """Create or update a user (role, teams, disabled). Every team must exist (NotFound)."""
+        """Create or update a user (role, teams, disabled). Every team must exist (NotFound).
+        An update keeps the user's original ``created_at``."""
         ...
 
     async def user(self, name: str) -> User | None: ...
@@ -231,7 +235,8 @@ class ReservationRepository(Protocol):
         ...
 
     async def get(self, attempt_id: str) -> Reservation | None:
-        """The attempt's live reservation, or None."""
+        """The attempt's live reservation, or None. Assignments by member, GPU indices
+        ascending."""
         ...
 
     async def live(self) -> builtins.list[Reservation]:

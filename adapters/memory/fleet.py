@@ -133,7 +133,11 @@ class MemoryPolicyRepository:
             if self._tx.get("teams", team) is None:
                 raise NotFound(f"team {team} does not exist", fix="create it: tp admin team add")
         await self._tx.lock(("users", "pk", user.name))
-        self._tx.write("users", replace(user, teams=tuple(sorted(set(user.teams)))))
+        old: User | None = self._tx.get("users", user.name)
+        created = old.created_at if old is not None else user.created_at
+        self._tx.write(
+            "users", replace(user, teams=tuple(sorted(set(user.teams))), created_at=created)
+        )
 
     async def user(self, name: str) -> User | None:
         found: User | None = self._tx.get("users", name)

@@ -199,6 +199,7 @@ class MemoryTokenRepository:
         self._tx = tx
 
     async def add(self, token: ApiToken) -> None:
+        _require(self._tx, "users", token.name, "user")
         await self._tx.insert("api_tokens", token, f"token {token.id}")
 
     async def by_hash(self, token_hash: str) -> ApiToken | None:
