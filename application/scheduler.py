@@ -10,15 +10,16 @@ node), the reservation of every member's GPUs, CPUs and memory, and the job's mo
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from application.context import Context
 from domain.admission import Decisions, Placement, Reservation, decide
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member
-from domain.lifecycle import AttemptState, JobState, MemberState
-from domain.ports import UnitOfWork
+from domain.lifecycle import AttemptState, MemberState
+from domain.ports import Start
 
 log = logging.getLogger("tuneplane.scheduler")
 
@@ -36,58 +37,60 @@ class Scheduler:
         self.snapshot_limit = snapshot_limit
         self.batch = batch
 
-    async def decide(self) -> Decisions:
+    async def decide(self) -> tuple[Decisions, dict[str, int]]:
+        """The decisions, and how many attempts each pending job already had."""
         async with self.ctx.uow() as uow:
             snapshot = await uow.scheduling.snapshot(self.snapshot_limit)
-        return decide(snapshot, explain_waits=False)
+        return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in snapshot.pending}
 
     async def pass_once(self) -> PassResult:
-        decisions = await self.decide()
-        reserved, lost = await self.apply(decisions.placements)
+        decisions, attempts = await self.decide()
+        reserved, lost = await self.apply(decisions.placements, attempts)
         if reserved or lost:
             log.info("scheduling pass: %d reserved, %d lost a race", len(reserved), len(lost))
         return PassResult(decisions, reserved, lost)
 
-    async def apply(self, placements: Sequence[Placement]) -> tuple[list[str], list[str]]:
-        """Store placements in batches; a batch that hits a conflict is retried one by one,
-        so one lost race costs only its own job."""
+    async def apply(
+        self, placements: Sequence[Placement], attempts: Mapping[str, int] | None = None
+    ) -> tuple[list[str], list[str]]:
+        """Store placements in batches (one transaction each); a batch that hits a conflict is
+        retried one by one, so one lost race costs only its own job. Returns (started, lost)."""
+        attempts = attempts or {}
         reserved: list[str] = []
         lost: list[str] = []
-        for start in range(0, len(placements), self.batch):
-            chunk = placements[start : start + self.batch]
+        for first in range(0, len(placements), self.batch):
+            chunk = placements[first : first + self.batch]
             try:
-                async with self.ctx.uow() as uow:
-                    for p in chunk:
-                        await self._reserve(uow, p)
-                    await uow.commit()
-                reserved.extend(p.job_id for p in chunk)
-                continue
-            except (Conflict, NotFound):
+                started = await self._start(chunk, attempts)
+            except (Conflict, NotFound) as exc:
                 if len(chunk) == 1:
+                    log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
                     lost.append(chunk[0].job_id)
                     continue
-            for p in chunk:
-                try:
-                    async with self.ctx.uow() as uow:
-                        await self._reserve(uow, p)
-                        await uow.commit()
-                    reserved.append(p.job_id)
-                except (Conflict, NotFound) as exc:
-                    log.info("placement of %s lost a race: %s", p.job_id, exc)
-                    lost.append(p.job_id)
+                started = []
+                for p in chunk:
+                    try:
+                        started += await self._start([p], attempts)
+                    except (Conflict, NotFound) as exc:
+                        log.info("placement of %s lost a race: %s", p.job_id, exc)
+            reserved += started
+            lost += [p.job_id for p in chunk if p.job_id not in set(started)]
         return reserved, lost
 
-    async def _reserve(self, uow: UnitOfWork, p: Placement) -> None:
+    async def _start(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
         now = self.ctx.clock.now()
-        job = await uow.jobs.get(p.job_id)
-        if job is None:
-            raise NotFound(f"job {p.job_id} is gone", fix="nothing to do")
-        number = len(await uow.attempts.for_job(job.id)) + 1
-        attempt = Attempt(self.ctx.ids.new("att"), job.id, number, AttemptState.LAUNCHING, now, now)
-        await uow.jobs.update(job.moved(JobState.STARTING, now), JobState.PENDING)
-        await uow.attempts.add(attempt)
-        for a in p.assignments:
-            member = Member(
+        starts = [self._build(p, attempts.get(p.job_id, 0) + 1, now) for p in chunk]
+        async with self.ctx.uow() as uow:
+            started = await uow.scheduling.start(starts, now)
+            await uow.commit()
+        return started
+
+    def _build(self, p: Placement, number: int, now: datetime) -> Start:
+        attempt = Attempt(
+            self.ctx.ids.new("att"), p.job_id, number, AttemptState.LAUNCHING, now, now
+        )
+        members = tuple(
+            Member(
                 self.ctx.ids.new("mem"),
                 attempt.id,
                 a.member,
@@ -96,5 +99,7 @@ class Scheduler:
                 node=a.node,
                 role=a.role,
             )
-            await uow.members.add(member)
-        await uow.reservations.reserve(Reservation(attempt.id, job.id, p.queue, p.assignments, now))
+            for a in p.assignments
+        )
+        reservation = Reservation(attempt.id, p.job_id, p.queue, p.assignments, now)
+        return Start(p.job_id, attempt, members, reservation)

@@ -57,6 +57,7 @@ class PendingJob:
     queue: str
     created_at: datetime
     roles: tuple[RoleSpec, ...]
+    attempts: int = 0  # attempts it already had (the next one is number attempts + 1)
 
     @property
     def gpus(self) -> int:

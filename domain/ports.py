@@ -9,7 +9,7 @@ in-memory and PostgreSQL adapters both pass ``tests/contract``). Errors: a missi
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -244,12 +244,31 @@ class ReservationRepository(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Start:
+    """What storing one placement writes: the job's next attempt, its members, its reservation."""
+
+    job_id: str
+    attempt: Attempt
+    members: tuple[Member, ...]
+    reservation: Reservation
+
+
 class SchedulingRepository(Protocol):
     async def snapshot(self, limit: int) -> Snapshot:
         """What ``admission.decide`` needs: every pool and node (free capacity = capacity minus
         live reservations; a node's ``why_not`` from its states), every queue with the GPUs
         and jobs its live reservations hold, and at most ``limit`` pending jobs, first in
-        queue order (queue priority, then commit time, then id)."""
+        queue order (queue priority, then commit time, then id), each with the number of
+        attempts it already had."""
+        ...
+
+    async def start(self, starts: Sequence[Start], now: datetime) -> builtins.list[str]:
+        """In this unit of work, for every job still pending: move it to starting (at
+        ``now``), add its attempt and members and reserve its envelope. Jobs no longer
+        pending are skipped. Returns the ids of the jobs started, in order. Raises Conflict
+        when an attempt number is taken or a reservation cannot be made; the unit of work
+        must then be rolled back. Batches cost a few round trips, not a few per job."""
         ...
 
 

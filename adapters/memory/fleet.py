@@ -8,7 +8,9 @@ checked against the node's capacity under the node's row lock.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from adapters.memory.db import Tx
 from domain.admission import (
@@ -24,6 +26,7 @@ from domain.auth import User
 from domain.errors import Conflict, NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
 from domain.lifecycle import JobState
+from domain.ports import Start
 from domain.requests import Profile
 
 
@@ -282,7 +285,38 @@ class MemorySchedulingRepository:
             lambda j: j.state is JobState.PENDING,
             lambda j: PendingJob(j.id, j.spec.queue, j.created_at, j.spec.roles),
         )
+        pending = [replace(p, attempts=self._attempts(p.id)) for p in pending]
         return Snapshot(pools, views, queues, queue_order(pending, queues)[:limit])
+
+    def _attempts(self, job_id: str) -> int:
+        n = 0
+        while self._tx.find("attempts", "number", (job_id, n + 1)) is not None:
+            n += 1
+        return n
+
+    async def start(self, starts: Sequence[Start], now: datetime) -> list[str]:
+        from adapters.memory.repositories import (  # same transaction, same rules
+            MemoryAttemptRepository,
+            MemoryJobRepository,
+            MemoryMemberRepository,
+        )
+
+        jobs = MemoryJobRepository(self._tx)
+        attempts = MemoryAttemptRepository(self._tx)
+        members = MemoryMemberRepository(self._tx)
+        reservations = MemoryReservationRepository(self._tx)
+        started = []
+        for s in starts:
+            job = await jobs.get(s.job_id)
+            if job is None or job.state is not JobState.PENDING:
+                continue
+            await jobs.update(job.moved(JobState.STARTING, now), JobState.PENDING)
+            await attempts.add(s.attempt)
+            for m in s.members:
+                await members.add(m)
+            await reservations.reserve(s.reservation)
+            started.append(s.job_id)
+        return started
 
 
 class MemoryLeases:

@@ -13,19 +13,28 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
+from datetime import datetime
 
-from sqlalchemy import text
+from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
+from adapters.postgres.reservations import PostgresReservationRepository
+from adapters.postgres.tables import attempts, members
 from domain.admission import NodeView, PendingJob, QueueView, Snapshot
 from domain.errors import InvalidInput
 from domain.fleet import Connectivity, Node, Queue, SchedState
 from domain.lifecycle import JobState
+from domain.ports import Start
 from domain.requests import RoleSpec
 from domain.submission import JobSpec
 
+_START = text(
+    "UPDATE jobs SET state = 'starting', updated_at = :now "
+    "WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id"
+)
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
     "SELECT n.name, n.pool, n.sched, n.connectivity, "
@@ -46,6 +55,7 @@ _QUEUES = text(
 # a job whose queue is gone sorts as priority 0 (decide() then explains why it waits)
 _PENDING = text(
     "SELECT j.id, j.queue, j.created_at, CAST(j.spec->'roles' AS text) AS roles, "
+    "(SELECT count(*) FROM attempts a WHERE a.job_id = j.id) AS attempts, "
     "CASE WHEN j.spec->'roles' IS NULL THEN CAST(j.spec AS text) END AS legacy "
     "FROM jobs j LEFT JOIN queues q ON q.name = j.queue "
     "WHERE j.state = :pending "
@@ -102,7 +112,32 @@ class PostgresSchedulingRepository:
                 _roles(r.roles)
                 if r.roles is not None
                 else JobSpec.from_dict(json.loads(r.legacy)).roles,
+                r.attempts,
             )
             for r in job_rows
         ]
         return Snapshot(pools, nodes, queues, pending)
+
+    async def start(self, starts: Sequence[Start], now: datetime) -> list[str]:
+        """One UPDATE for the jobs, one multi-row INSERT each for attempts and members, and
+        one statement per reservation (see reservations.py)."""
+        conn = self._conn
+        if not starts:
+            return []
+        with translated("start the placed jobs"):
+            moved = set(
+                (
+                    await conn.execute(_START, {"ids": [s.job_id for s in starts], "now": now})
+                ).scalars()
+            )
+            chosen = [s for s in starts if s.job_id in moved]
+            if not chosen:
+                return []
+            await conn.execute(insert(attempts), [codec.attempt_values(s.attempt) for s in chosen])
+            await conn.execute(
+                insert(members), [codec.member_values(m) for s in chosen for m in s.members]
+            )
+        reservations = PostgresReservationRepository(conn)
+        for s in chosen:
+            await reservations.reserve(s.reservation)
+        return [s.job_id for s in chosen]

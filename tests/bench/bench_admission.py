@@ -29,7 +29,7 @@ from adapters.memory import MemoryStore, MemoryUnitOfWork
 from application.context import Context
 from application.scheduler import Scheduler
 from domain.admission import decide
-from domain.auth import User
+from domain.auth import Role, User
 from domain.catalog import Catalog, RuntimePin
 from domain.fleet import Node, Pool, Queue, Team
 from domain.jobs import Job
@@ -90,7 +90,7 @@ def workload(jobs: int, seed: int) -> list[Job]:
 async def populate(uow: UnitOfWorkFactory, nodes: int, jobs: list[Job]) -> None:
     async with uow() as u:
         await u.policy.put_team(Team("bench"))
-        await u.policy.put_user(User("bench", "member", ("bench",)))  # type: ignore[arg-type]
+        await u.policy.put_user(User("bench", Role.MEMBER, ("bench",)))
         for q in QUEUES:
             await u.policy.put_queue(q)
         await u.fleet.put_pool(POOL)

@@ -1,0 +1,83 @@
+"""Contract: SchedulingRepository.start — a batch of placements stored whole, pending jobs only."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.admission import Reservation
+from domain.errors import Conflict
+from domain.jobs import Job, Member
+from domain.lifecycle import JobState, MemberState
+from domain.ports import Start, UnitOfWorkFactory
+from tests.contract.builders import an_attempt, at
+from tests.contract.test_reservations import gpu_job, on, setup_fleet
+
+pytestmark = pytest.mark.contract
+
+
+def start_of(job: Job, node: str, *gpus: int, number: int = 1) -> Start:
+    attempt = an_attempt(job, number)
+    member = Member(f"mem-{attempt.id}", attempt.id, 0, MemberState.PENDING, at(1), node=node)
+    reservation = Reservation(attempt.id, job.id, "default", (on(node, *gpus),), at(1))
+    return Start(job.id, attempt, (member,), reservation)
+
+
+async def test_start_stores_pending_jobs_and_skips_the_others(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    pending, cancelled = gpu_job(2), gpu_job(2, state=JobState.CANCELLED)
+    async with uow_factory() as uow:
+        await uow.jobs.add(pending)
+        await uow.jobs.add(cancelled)
+        await uow.commit()
+    starts = [start_of(pending, "a-0", 0, 1), start_of(cancelled, "a-0", 2, 3)]
+    async with uow_factory() as uow:
+        assert await uow.scheduling.start(starts, at(2)) == [pending.id]
+        await uow.commit()
+    async with uow_factory() as uow:
+        job = await uow.jobs.get(pending.id)
+        assert job is not None and (job.state, job.updated_at) == (JobState.STARTING, at(2))
+        [attempt] = await uow.attempts.for_job(pending.id)
+        assert [(m.node, m.state) for m in await uow.members.for_attempt(attempt.id)] == [
+            ("a-0", MemberState.PENDING)
+        ]
+        assert [r.job_id for r in await uow.reservations.live()] == [pending.id]
+        assert await uow.attempts.for_job(cancelled.id) == []
+        snap = await uow.scheduling.snapshot(10)
+        assert snap.pending == []
+
+
+async def test_a_double_booked_gpu_in_a_batch_is_a_conflict_and_nothing_stays(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    one, two = gpu_job(1), gpu_job(1)
+    async with uow_factory() as uow:
+        await uow.jobs.add(one)
+        await uow.jobs.add(two)
+        await uow.commit()
+    with pytest.raises(Conflict):
+        async with uow_factory() as uow:
+            await uow.scheduling.start([start_of(one, "a-0", 0), start_of(two, "a-0", 0)], at(2))
+    async with uow_factory() as uow:
+        assert [j.state for j in [await uow.jobs.get(one.id), await uow.jobs.get(two.id)]] == [
+            JobState.PENDING,
+            JobState.PENDING,
+        ]  # type: ignore[union-attr]
+        assert await uow.reservations.live() == []
+        assert [p.attempts for p in (await uow.scheduling.snapshot(10)).pending] == [0, 0]
+
+
+async def test_the_snapshot_counts_earlier_attempts(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    job = gpu_job(1)
+    async with uow_factory() as uow:
+        await uow.jobs.add(job)
+        await uow.attempts.add(an_attempt(job, 1))
+        await uow.commit()
+    async with uow_factory() as uow:
+        [pending] = (await uow.scheduling.snapshot(10)).pending
+        assert pending.attempts == 1
+        with pytest.raises(Conflict):  # number 1 is taken
+            await uow.scheduling.start([start_of(job, "a-0", 0, number=1)], at(2))
