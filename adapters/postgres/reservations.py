@@ -52,6 +52,30 @@ _RESERVE = text(
     "SELECT nodes FROM locked"
 )
 
+# The same for a batch of attempts: one statement whatever the batch (the scheduler's path).
+_RESERVE_MANY = text(
+    "WITH d AS (SELECT * FROM unnest(CAST(:d_node AS text[]), CAST(:d_mcpu AS int[]), "
+    "                                CAST(:d_memory AS int[])) AS d(node, mcpu, memory_mb)), "
+    "upd AS (UPDATE nodes n SET used_mcpu = n.used_mcpu + d.mcpu, "
+    "               used_memory_mb = n.used_memory_mb + d.memory_mb "
+    "        FROM d WHERE n.name = d.node RETURNING n.name), "
+    "locked AS (SELECT count(*) AS nodes FROM upd), "
+    "r AS (INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
+    "      SELECT x.* FROM locked CROSS JOIN unnest(CAST(:r_attempt AS text[]), "
+    "             CAST(:r_job AS text[]), CAST(:r_queue AS text[]), "
+    "             CAST(:r_at AS timestamptz[])) AS x(attempt_id, job_id, queue, reserved_at)), "
+    "m AS (INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb) "
+    "      SELECT x.* FROM locked CROSS JOIN unnest(CAST(:m_attempt AS text[]), "
+    "             CAST(:m_member AS int[]), CAST(:m_role AS text[]), CAST(:m_node AS text[]), "
+    "             CAST(:m_mcpu AS int[]), CAST(:m_memory AS int[])) "
+    "             AS x(attempt_id, member, role, node, mcpu, memory_mb)), "
+    "g AS (INSERT INTO reserved_gpus (node, gpu_index, attempt_id, member) "
+    "      SELECT y.* FROM locked CROSS JOIN unnest(CAST(:g_node AS text[]), "
+    "             CAST(:g_index AS int[]), CAST(:g_attempt AS text[]), CAST(:g_member AS int[])) "
+    "             AS y(node, gpu_index, attempt_id, member)) "
+    "SELECT nodes FROM locked"
+)
+
 # The members are read from the statement's snapshot, before the cascade deletes them; a
 # concurrent release of the same attempt waits for the row lock, then deletes nothing.
 _RELEASE = text(
@@ -115,6 +139,40 @@ def reserve_params(reservation: Reservation) -> dict[str, Any]:
     }
 
 
+def reserve_many_params(batch: Sequence[Reservation]) -> dict[str, Any]:
+    """``reserve_params`` for several attempts: node demand summed over the batch."""
+    demand: dict[str, list[int]] = {}
+    members: list[tuple[str, Assignment]] = []
+    gpus: list[tuple[str, int, str, int]] = []
+    for r in batch:
+        for a in sorted(r.assignments, key=lambda a: a.member):
+            d = demand.setdefault(a.node, [0, 0])
+            d[0] += a.mcpu
+            d[1] += a.memory_mb
+            members.append((r.attempt_id, a))
+            gpus.extend((a.node, i, r.attempt_id, a.member) for i in a.gpus)
+    nodes = sorted(demand)  # row locks in name order
+    return {
+        "d_node": nodes,
+        "d_mcpu": [demand[n][0] for n in nodes],
+        "d_memory": [demand[n][1] for n in nodes],
+        "r_attempt": [r.attempt_id for r in batch],
+        "r_job": [r.job_id for r in batch],
+        "r_queue": [r.queue for r in batch],
+        "r_at": [r.reserved_at for r in batch],
+        "m_attempt": [m[0] for m in members],
+        "m_member": [m[1].member for m in members],
+        "m_role": [m[1].role for m in members],
+        "m_node": [m[1].node for m in members],
+        "m_mcpu": [m[1].mcpu for m in members],
+        "m_memory": [m[1].memory_mb for m in members],
+        "g_node": [g[0] for g in gpus],
+        "g_index": [g[1] for g in gpus],
+        "g_attempt": [g[2] for g in gpus],
+        "g_member": [g[3] for g in gpus],
+    }
+
+
 def _sqlstate(error: BaseException) -> str:
     orig = getattr(error, "orig", None)
     for candidate in (orig, getattr(orig, "__cause__", None)):
@@ -173,6 +231,17 @@ class PostgresReservationRepository:
         with translated(f"store {what}"), _refused_as_conflict(what):
             nodes = (await self._conn.execute(_RESERVE, params)).scalar()
         if nodes != len(params["d_node"]):  # not reached: the foreign keys refuse it first
+            raise Conflict(f"{what}: a node does not exist", fix="decide again")
+
+    async def reserve_many(self, batch: Sequence[Reservation]) -> None:
+        """``reserve`` for several attempts in one statement: all of them or (Conflict) none."""
+        if not batch:
+            return
+        what = f"the reservations of {len(batch)} attempts"
+        params = reserve_many_params(batch)
+        with translated(f"store {what}"), _refused_as_conflict(what):
+            nodes = (await self._conn.execute(_RESERVE_MANY, params)).scalar()
+        if nodes != len(params["d_node"]):
             raise Conflict(f"{what}: a node does not exist", fix="decide again")
 
     async def release(self, attempt_id: str) -> bool:

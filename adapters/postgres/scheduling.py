@@ -119,8 +119,8 @@ class PostgresSchedulingRepository:
         return Snapshot(pools, nodes, queues, pending)
 
     async def start(self, starts: Sequence[Start], now: datetime) -> list[str]:
-        """One UPDATE for the jobs, one multi-row INSERT each for attempts and members, and
-        one statement per reservation (see reservations.py)."""
+        """Four round trips whatever the batch: one UPDATE for the jobs, one multi-row INSERT
+        each for attempts and members, one statement for every reservation (reservations.py)."""
         conn = self._conn
         if not starts:
             return []
@@ -137,7 +137,5 @@ class PostgresSchedulingRepository:
             await conn.execute(
                 insert(members), [codec.member_values(m) for s in chosen for m in s.members]
             )
-        reservations = PostgresReservationRepository(conn)
-        for s in chosen:
-            await reservations.reserve(s.reservation)
+        await PostgresReservationRepository(conn).reserve_many([s.reservation for s in chosen])
         return [s.job_id for s in chosen]
