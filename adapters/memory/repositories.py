@@ -172,8 +172,11 @@ class MemoryMemberRepository:
         await compare_and_set(self._tx, "members", "member", member, expected.value)
 
     async def for_attempt(self, attempt_id: str) -> list[Member]:
-        rows: list[Member] = self._tx.select("members", lambda m: m.attempt_id == attempt_id)
-        return sorted(rows, key=lambda m: m.index)
+        # indexes are 0, 1, … per attempt: probe the unique (attempt, index) key, no scan
+        rows: list[Member] = []
+        while (m := self._tx.find("members", "index", (attempt_id, len(rows)))) is not None:
+            rows.append(m)
+        return rows
 
     async def get(self, member_id: str) -> Member | None:
         found: Member | None = self._tx.get("members", member_id)
