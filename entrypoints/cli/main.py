@@ -23,6 +23,7 @@ from entrypoints.cli import (
     output,
     queues,
     server_cmds,
+    sim,
     submit,
 )
 
@@ -43,6 +44,7 @@ def build_app() -> App:
     queues.register(app)
     admin.register(app)
     server_cmds.register(app)
+    sim.register(app)
     return app
 
 

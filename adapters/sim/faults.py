@@ -1,0 +1,174 @@
+"""A coordinator crash at a chosen point, for the simulator and the property tests.
+
+``CrashPlan.arm(CrashPoint("after-commit", 3))`` makes the third commit of the coordinator's
+units of work (counted from the arming) raise ``Crash`` right after it committed;
+``before-commit`` raises instead of committing (the transaction rolls back); ``after-launch``
+raises right after the backend started the n-th member, before the coordinator recorded it.
+The caller abandons that coordinator (its stop requests in flight are cancelled, its leader
+lease is dropped) and starts a fresh one on the same store and backend: a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Literal, Self
+
+from domain.catalog import RuntimePin, RuntimeSpec
+from domain.ports import (
+    AttemptRepository,
+    ExecutionBackend,
+    FleetRepository,
+    JobRepository,
+    LaunchRequest,
+    LogRepository,
+    MemberRepository,
+    Observation,
+    PolicyRepository,
+    PreviewRepository,
+    ReservationRepository,
+    SchedulingRepository,
+    SubmissionLedger,
+    TokenRepository,
+    UnitOfWork,
+    UnitOfWorkFactory,
+)
+
+CrashKind = Literal["before-commit", "after-commit", "after-launch"]
+CRASH_KINDS: tuple[CrashKind, ...] = ("before-commit", "after-commit", "after-launch")
+
+
+class Crash(BaseException):
+    """The coordinator process dies here. A BaseException, so that no ``except Exception``
+    in the code under test can swallow it, as nothing can catch a SIGKILL."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrashPoint:
+    kind: CrashKind
+    n: int  # the n-th commit or launch after arming, from 1
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.n}"
+
+
+class CrashPlan:
+    """Counts the coordinator's commits and launches and fires the armed crash once."""
+
+    def __init__(self) -> None:
+        self.point: CrashPoint | None = None
+        self.fired: CrashPoint | None = None
+        self.commits = 0
+        self.launches = 0
+
+    def arm(self, point: CrashPoint | None) -> None:
+        self.point, self.fired, self.commits, self.launches = point, None, 0, 0
+
+    def disarm(self) -> None:
+        self.point = None
+
+    def _fire(self) -> None:
+        assert self.point is not None
+        self.fired, self.point = self.point, None
+        raise Crash(str(self.fired))
+
+    def before_commit(self) -> None:
+        self.commits += 1
+        p = self.point
+        if p is not None and p.kind == "before-commit" and self.commits == p.n:
+            self._fire()
+
+    def after_commit(self) -> None:
+        p = self.point
+        if p is not None and p.kind == "after-commit" and self.commits == p.n:
+            self._fire()
+
+    def after_launch(self) -> None:
+        self.launches += 1
+        p = self.point
+        if p is not None and p.kind == "after-launch" and self.launches == p.n:
+            self._fire()
+
+
+def crashing(factory: UnitOfWorkFactory, plan: CrashPlan) -> UnitOfWorkFactory:
+    """A unit-of-work factory whose commits may crash per ``plan``."""
+    return lambda: CrashingUnitOfWork(factory(), plan)
+
+
+class CrashingUnitOfWork:
+    previews: PreviewRepository
+    submissions: SubmissionLedger
+    jobs: JobRepository
+    attempts: AttemptRepository
+    members: MemberRepository
+    logs: LogRepository
+    tokens: TokenRepository
+    fleet: FleetRepository
+    policy: PolicyRepository
+    reservations: ReservationRepository
+    scheduling: SchedulingRepository
+
+    def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
+        self._inner = inner
+        self._plan = plan
+
+    async def __aenter__(self) -> Self:
+        inner = await self._inner.__aenter__()
+        self.previews = inner.previews
+        self.submissions = inner.submissions
+        self.jobs = inner.jobs
+        self.attempts = inner.attempts
+        self.members = inner.members
+        self.logs = inner.logs
+        self.tokens = inner.tokens
+        self.fleet = inner.fleet
+        self.policy = inner.policy
+        self.reservations = inner.reservations
+        self.scheduling = inner.scheduling
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._inner.__aexit__(exc_type, exc, tb)
+
+    async def commit(self) -> None:
+        self._plan.before_commit()
+        await self._inner.commit()
+        self._plan.after_commit()
+
+
+class CrashingBackend:
+    """An ExecutionBackend whose launches may crash the caller right after they took effect."""
+
+    def __init__(self, inner: ExecutionBackend, plan: CrashPlan) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._plan = plan
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        return await self.inner.pin(runtime)
+
+    async def launch(self, request: LaunchRequest) -> str:
+        handle = await self.inner.launch(request)
+        self._plan.after_launch()
+        return handle
+
+    async def observe(self, handle: str) -> Observation:
+        return await self.inner.observe(handle)
+
+    async def stop(self, handle: str, grace_seconds: float) -> None:
+        await self.inner.stop(handle, grace_seconds)
+
+    def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
+        return self.inner.logs(handle, follow)
+
+    async def held(self) -> dict[str, str]:
+        return await self.inner.held()
+
+    async def release(self, handle: str) -> None:
+        await self.inner.release(handle)
