@@ -183,11 +183,11 @@ class Supervisor:
         the next tick tries again (a member is never recorded stopped on a guess)."""
         backend = self.ctx.backend(job.spec.backend)
         async with self.ctx.uow() as uow:
-            launched = [
-                m
-                for m in await uow.members.for_attempt(attempt.id)
-                if m.handle is not None and m.state not in MEMBER_FINAL
-            ]
+            members = await uow.members.for_attempt(attempt.id)
+        adopted = await self._adopt(backend, members)
+        if adopted is None:
+            return
+        launched = [m for m in adopted if m.handle is not None and m.state not in MEMBER_FINAL]
         for m in launched:
             assert m.handle is not None
             try:
@@ -237,6 +237,11 @@ class Supervisor:
                 return  # it failed to launch, or was cancelled meanwhile: next tick decides
             if any(m.state is MemberState.PENDING for m in members):
                 return  # launch deferred (backend unavailable)
+        if stopping or failing is not None:
+            adopted = await self._adopt(backend, members)
+            if adopted is None:
+                return  # cannot tell which members started: never record them on a guess
+            members = adopted
         seen: dict[str, tuple[Observation, bytes | None]] = {}
         for m in members:
             if m.state in MEMBER_FINAL or m.handle is None:
@@ -296,9 +301,37 @@ class Supervisor:
             await uow.commit()
         return released
 
+    async def _adopt(self, backend: ExecutionBackend, members: list[Member]) -> list[Member] | None:
+        """Record the handles of pending members that the backend holds although no handle was
+        recorded (a supervisor died between launching them and recording it), so that they are
+        stopped and observed like the others instead of being recorded stopped on a guess.
+        Returns the members as they are now, or None when the backend cannot say."""
+        if not any(m.handle is None and m.state is MemberState.PENDING for m in members):
+            return members
+        try:
+            held = await backend.held()
+        except Unavailable as exc:
+            log.warning("cannot list the members %s holds: %s", backend.name, exc)
+            return None
+        now = self.ctx.clock.now()
+        adopted = {
+            m.id: m.moved(MemberState.STARTING, now, handle=held[m.id])
+            for m in members
+            if m.handle is None and m.state is MemberState.PENDING and m.id in held
+        }
+        if adopted:
+            async with self.ctx.uow() as uow:
+                for new in adopted.values():
+                    await uow.members.update(new, MemberState.PENDING)
+                await uow.commit()
+        return [adopted.get(m.id, m) for m in members]
+
     def _request_stop(self, backend: ExecutionBackend, handle: str) -> None:
-        if handle in self._stops:
-            return
+        previous = self._stops.get(handle)
+        if previous is not None and not (
+            previous.done() and not previous.cancelled() and previous.exception() is not None
+        ):
+            return  # sent, or being sent; one that failed (node out of contact) is sent again
         grace = self.ctx.limits.stop_grace_seconds
         task = asyncio.create_task(backend.stop(handle, grace))
         self._stops[handle] = task
