@@ -188,9 +188,8 @@ class _Table:
                 list: "an array",
                 dict: "a table",
             }.get(kind, kind.__name__)
-            raise self.error(
-                self.path(key), f"must be {name}, not {_show(value)}", f"write {key} = {what}"
-            )
+            fix = f"write {key} = {what}" if what else f"give {key} as {name}"
+            raise self.error(self.path(key), f"must be {name}, not {_show(value)}", fix)
         return value  # type: ignore[no-any-return]
 
     def number(self, key: str, default: float, low: float, high: float) -> float:

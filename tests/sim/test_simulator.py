@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +66,21 @@ def test_the_same_seed_gives_the_same_trace_and_hash_and_another_seed_another() 
     assert other.trace_hash != one.trace_hash
     small, _ = trace_of(SMALL, 1)
     assert small.trace_hash == trace_of(SMALL, 1)[0].trace_hash != trace_of(SMALL, 2)[0].trace_hash
+
+
+def test_the_hash_does_not_depend_on_the_interpreter_s_hash_seed() -> None:
+    """No iteration over unordered data reaches the trace: two processes with different
+    PYTHONHASHSEED print the same hash."""
+    hashes = set()
+    for hash_seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-m", "entrypoints.cli.main", "sim", "--scenario", str(FAULTS),
+             "--seed", "4", "--json"],
+            cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": hash_seed}, capture_output=True,
+            text=True, check=True, timeout=120,
+        )  # fmt: skip
+        hashes.add(json.loads(done.stdout)["trace_hash"])
+    assert hashes == {trace_of(FAULTS, 4)[0].trace_hash}
 
 
 def test_the_trace_is_canonical_json_one_line_per_step() -> None:
