@@ -52,8 +52,10 @@ async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explan
     if held is None:
         return Explanation(job.id, job.state, job.state, f"{job.state}, holding no reservation")
     nodes = sorted({a.node for a in held.assignments})
+    n = len(held.assignments)
+    what = f"{held.gpus} GPU{'s' if held.gpus != 1 else ''}" if held.gpus else "CPUs"
     text = (
-        f"holds a reservation of {held.gpus} GPUs for {len(held.assignments)} members on "
+        f"holds a reservation of {what} for {n} member{'s' if n != 1 else ''} on "
         f"{', '.join(nodes)} (queue {held.queue})"
     )
     if attempt is not None:
@@ -61,7 +63,9 @@ async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explan
         unknown = [m for m in waiting if m.state == "unknown"]
         if unknown:
             text += (
-                f"; members {', '.join(str(m.index) for m in unknown)} are out of contact, so "
+                f"; member{'s' if len(unknown) != 1 else ''} "
+                f"{', '.join(str(m.index) for m in unknown)} "
+                f"{'are' if len(unknown) != 1 else 'is'} out of contact, so "
                 "the reservation stays held until they are known stopped or an operator "
                 "declares their node lost"
             )

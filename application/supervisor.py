@@ -257,6 +257,7 @@ class Supervisor:
             seen[m.id] = (obs, logs)
         released = await self._record(job, attempt, members, seen)
         for handle in released:
+            self._stops.pop(handle, None)  # its member is final: no stop to remember
             with contextlib.suppress(TunePlaneError):
                 await backend.release(handle)
 

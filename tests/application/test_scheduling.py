@@ -157,7 +157,7 @@ async def test_an_out_of_contact_member_keeps_the_reservation_until_its_node_is_
     assert d.job.state is JobState.RUNNING
     assert await reservation(ctx, job_id) is not None
     why = await explain_job(ctx, ALICE, job_id)
-    assert "members 1 are out of contact" in why.text
+    assert "member 1 is out of contact" in why.text
 
     assert await reconcile.declare_node_lost(ctx, ADMIN, "a-1", "host burned down") == 1
     await ticks(sup, 4)  # member 1 failed: the rest of the gang is stopped

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from adapters.memory import MemoryStore, MemoryUnitOfWork
+from adapters.sim.clock import CountingIds, SimClock
 from application.context import Context
 from application.scheduler import Scheduler
 from domain.admission import decide
@@ -46,25 +47,11 @@ QUEUES = [Queue(f"q{i}", "bench", priority=i % 3) for i in range(8)]
 PIN = RuntimePin("busybox", "busybox:1", "sha256:" + "0" * 64, None, "single-process")
 
 
-class Clock:
-    def now(self) -> datetime:
-        return T0
-
-
-class Ids:
-    def __init__(self) -> None:
-        self.n = 0
-
-    def new(self, kind: str) -> str:
-        self.n += 1
-        return f"{kind}-{self.n:08d}"
-
-
 def make_ctx(uow: UnitOfWorkFactory) -> Context:
     return Context(
         uow=uow,
-        clock=Clock(),
-        ids=Ids(),
+        clock=SimClock(T0),
+        ids=CountingIds(),
         catalog=Catalog(methods=()),
         backends={},
         blobs=None,  # type: ignore[arg-type]  # not used by scheduling
