@@ -24,12 +24,10 @@ from datetime import datetime
 from enum import StrEnum
 
 from domain.fleet import Pool, Queue
+from domain.pool_state import Need, NodeState, PoolState, dominated, mcpu
 from domain.requests import RoleSpec, fits_pool
 
-
-def mcpu(cpus: float) -> int:
-    """CPUs in thousandths, the unit the scheduler counts in (no float drift)."""
-    return round(cpus * 1000)
+__all__ = ["mcpu"]  # re-exported: adapters count CPUs in the scheduler's unit
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,151 +141,6 @@ def queue_order(pending: Sequence[PendingJob], queues: Mapping[str, QueueView]) 
     return sorted(pending, key=key)
 
 
-# -- mutable working state of one pass ------------------------------------------------------
-
-
-class _Node:
-    __slots__ = ("free", "held_for", "held_gpus", "held_mcpu", "held_mem", "mcpu", "mem", "view")
-
-    def __init__(self, view: NodeView) -> None:
-        self.view = view
-        self.free = sorted(view.free_gpus)
-        self.mcpu = view.free_mcpu
-        self.mem = view.free_memory_mb
-        self.held_gpus = 0
-        self.held_mcpu = 0
-        self.held_mem = 0
-        self.held_for: list[str] = []
-
-    def avail(self) -> tuple[int, int, int]:
-        """What a job may take now: free minus what earlier blocked jobs hold."""
-        return (
-            len(self.free) - self.held_gpus,
-            self.mcpu - self.held_mcpu,
-            self.mem - self.held_mem,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Need:
-    gpus: int
-    mcpu: int
-    mem: int
-
-    @staticmethod
-    def of(role: RoleSpec) -> _Need:
-        r = role.resources
-        return _Need(r.gpus, mcpu(r.cpus), r.memory_mb)
-
-    def fits(self, gpus: int, mcpu_: int, mem: int) -> bool:
-        return gpus >= self.gpus and mcpu_ >= self.mcpu and mem >= self.mem
-
-    def within(self, other: _Need) -> bool:
-        return self.gpus <= other.gpus and self.mcpu <= other.mcpu and self.mem <= other.mem
-
-
-class _PoolState:
-    def __init__(self, pool: Pool, views: list[NodeView]) -> None:
-        self.pool = pool
-        self.nodes = [_Node(v) for v in sorted(views, key=lambda v: v.name)]
-        self.eligible = [n for n in self.nodes if not n.view.why_not]
-        self.capacity = (pool.gpus_per_node, mcpu(pool.cpus_per_node), pool.memory_mb_per_node)
-        # GPU pools: eligible nodes bucketed by GPUs available now (best fit in O(G)).
-        self.buckets: list[dict[str, _Node]] = [{} for _ in range(pool.gpus_per_node + 1)]
-        if pool.is_gpu:
-            for n in self.eligible:
-                self.buckets[self._bucket(n)][n.view.name] = n
-        # nodes in the order holds are taken: most free now first (they empty soonest)
-        self.hold_order = sorted(
-            self.eligible, key=lambda n: (-len(n.free), -n.mcpu, -n.mem, n.view.name)
-        )
-        self.hold_from = 0
-        self.no_fit: list[tuple[int, _Need]] = []  # (members, need) that did not fit
-        self.no_hold: list[tuple[int, _Need]] = []  # (members, need) that could not get holds
-        self.version = 0  # bumped on every change, keys the explanation cache
-
-    def _bucket(self, n: _Node) -> int:
-        return max(0, min(self.pool.gpus_per_node, n.avail()[0]))
-
-    def _rebucket(self, n: _Node, before: int) -> None:
-        if self.pool.is_gpu:
-            del self.buckets[before][n.view.name]
-            self.buckets[self._bucket(n)][n.view.name] = n
-
-    def best_fit(self, need: _Need) -> _Node | None:
-        if self.pool.is_gpu:
-            for k in range(need.gpus, self.pool.gpus_per_node + 1):
-                for n in self.buckets[k].values():
-                    if need.fits(*n.avail()):
-                        return n
-            return None
-        best: _Node | None = None
-        for n in self.eligible:
-            g, c, m = n.avail()
-            if need.fits(g, c, m) and (best is None or c < best.avail()[1]):
-                best = n
-        return best
-
-    def take(self, n: _Node, need: _Need) -> tuple[int, ...]:
-        before = self._bucket(n)
-        gpus = tuple(n.free[: need.gpus])
-        del n.free[: need.gpus]
-        n.mcpu -= need.mcpu
-        n.mem -= need.mem
-        self._rebucket(n, before)
-        self.version += 1
-        return gpus
-
-    def give_back(self, n: _Node, need: _Need, gpus: tuple[int, ...]) -> None:
-        before = self._bucket(n)
-        n.free = sorted([*n.free, *gpus])
-        n.mcpu += need.mcpu
-        n.mem += need.mem
-        self._rebucket(n, before)
-        self.version += 1
-
-    def hold(self, job_id: str, members: int, need: _Need) -> list[_Node] | None:
-        """Hold capacity for ``members`` members on the nodes that empty soonest; all or none."""
-        cap_g, cap_c, cap_m = self.capacity
-        taken: list[_Node] = []
-        while self.hold_from < len(self.hold_order) and self._no_headroom(
-            self.hold_order[self.hold_from]
-        ):
-            self.hold_from += 1
-        for n in self.hold_order[self.hold_from :]:
-            while len(taken) < members and need.fits(
-                cap_g - n.held_gpus, cap_c - n.held_mcpu, cap_m - n.held_mem
-            ):
-                self._adjust_hold(n, need, +1)
-                n.held_for.append(job_id)
-                taken.append(n)
-            if len(taken) == members:
-                return taken
-        for n in taken:
-            self._adjust_hold(n, need, -1)
-            n.held_for.remove(job_id)
-        return None
-
-    def _no_headroom(self, n: _Node) -> bool:
-        """Earlier holds claim the whole node: no later hold can use it (skipped for good)."""
-        if self.pool.is_gpu:
-            return n.held_gpus >= self.capacity[0]
-        return n.held_mcpu >= self.capacity[1]
-
-    def _adjust_hold(self, n: _Node, need: _Need, sign: int) -> None:
-        before = self._bucket(n)
-        n.held_gpus += sign * need.gpus
-        n.held_mcpu += sign * need.mcpu
-        n.held_mem += sign * need.mem
-        self._rebucket(n, before)
-        self.version += 1
-
-
-def _dominated(seen: list[tuple[int, _Need]], members: int, need: _Need) -> bool:
-    """A request at least as large as one that already failed in this pass fails too."""
-    return any(members >= m and n.within(need) for m, n in seen)
-
-
 # -- the decision ---------------------------------------------------------------------------
 
 
@@ -299,7 +152,7 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
     by_pool: dict[str, list[NodeView]] = {}
     for v in snapshot.nodes:
         by_pool.setdefault(v.pool, []).append(v)
-    pools = {name: _PoolState(pool, by_pool.get(name, [])) for name, pool in snapshot.pools.items()}
+    pools = {name: PoolState(pool, by_pool.get(name, [])) for name, pool in snapshot.pools.items()}
     usage = {name: [q.gpus_in_use, q.jobs_in_use] for name, q in snapshot.queues.items()}
     out = Decisions()
     explain = _Explainer(pools, snapshot.queues, usage, explain_waits)
@@ -333,7 +186,7 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
     return out
 
 
-def _never(job: PendingJob, queue: Queue, pools: Mapping[str, _PoolState]) -> str:
+def _never(job: PendingJob, queue: Queue, pools: Mapping[str, PoolState]) -> str:
     if queue.job_quota == 0:
         return f"; queue {queue.name} is closed (its job quota is 0)"
     if queue.gpu_quota is not None and job.gpus > queue.gpu_quota:
@@ -363,15 +216,15 @@ def _quota_block(job: PendingJob, queue: Queue, used: list[int]) -> str:
     return ""
 
 
-def _place(job: PendingJob, pools: Mapping[str, _PoolState]) -> tuple[Assignment, ...] | None:
+def _place(job: PendingJob, pools: Mapping[str, PoolState]) -> tuple[Assignment, ...] | None:
     """Place every member or none (best fit, holds of earlier jobs respected)."""
     for role in job.roles:
-        if _dominated(pools[role.pool].no_fit, role.members, _Need.of(role)):
+        if dominated(pools[role.pool].no_fit, role.members, Need.of(role)):
             return None
-    taken: list[tuple[_PoolState, _Node, _Need, Assignment]] = []
+    taken: list[tuple[PoolState, NodeState, Need, Assignment]] = []
     member = 0
     for role in job.roles:
-        state, need = pools[role.pool], _Need.of(role)
+        state, need = pools[role.pool], Need.of(role)
         for _ in range(role.members):
             node = state.best_fit(need)
             if node is None:
@@ -387,31 +240,31 @@ def _place(job: PendingJob, pools: Mapping[str, _PoolState]) -> tuple[Assignment
     return tuple(a for *_, a in taken)
 
 
-def _blocked(job: PendingJob, pools: Mapping[str, _PoolState]) -> WaitKind:
+def _blocked(job: PendingJob, pools: Mapping[str, PoolState]) -> WaitKind:
     """The job does not fit now: hold capacity for it if possible; say how it waits."""
     for role in job.roles:
         state = pools[role.pool]
-        if role.members > _fits_empty(state.eligible, state.capacity, _Need.of(role)):
+        if role.members > _fits_empty(state.eligible, state.capacity, Need.of(role)):
             return WaitKind.NO_NODES
-    held: list[tuple[_PoolState, RoleSpec, list[_Node]]] = []
+    held: list[tuple[PoolState, RoleSpec, list[NodeState]]] = []
     for role in job.roles:
-        state, need = pools[role.pool], _Need.of(role)
+        state, need = pools[role.pool], Need.of(role)
         got = None
-        if not _dominated(state.no_hold, role.members, need):
+        if not dominated(state.no_hold, role.members, need):
             got = state.hold(job.id, role.members, need)
         if got is None:
             if not any(s is state for s, *_ in held):  # failed on untouched headroom
                 state.no_hold.append((role.members, need))
             for s, r, nodes in held:
                 for n in nodes:
-                    s._adjust_hold(n, _Need.of(r), -1)
+                    s._adjust_hold(n, Need.of(r), -1)
                     n.held_for.remove(job.id)
             return WaitKind.HELD
         held.append((state, role, got))
     return WaitKind.CAPACITY
 
 
-def _fits_empty(nodes: Sequence[_Node], capacity: tuple[int, int, int], need: _Need) -> int:
+def _fits_empty(nodes: Sequence[NodeState], capacity: tuple[int, int, int], need: Need) -> int:
     """How many members of ``need`` the given nodes could take if they were empty."""
     g, c, m = capacity
     per = min(
@@ -427,7 +280,7 @@ class _Explainer:
 
     def __init__(
         self,
-        pools: Mapping[str, _PoolState],
+        pools: Mapping[str, PoolState],
         queues: Mapping[str, QueueView],
         usage: Mapping[str, list[int]],
         enabled: bool = True,
@@ -436,7 +289,7 @@ class _Explainer:
         self.pools = pools
         self.queues = queues
         self.usage = usage
-        self._cache: dict[tuple[str, int, int, _Need], str] = {}
+        self._cache: dict[tuple[str, int, int, Need], str] = {}
 
     def need(self, job: PendingJob) -> str:
         if not self.enabled:
@@ -449,7 +302,7 @@ class _Explainer:
         return "".join(self._role(r) for r in job.roles)
 
     def _role(self, role: RoleSpec) -> str:
-        state, need = self.pools[role.pool], _Need.of(role)
+        state, need = self.pools[role.pool], Need.of(role)
         key = (role.pool, state.version, role.members, need)
         if key not in self._cache:
             self._cache[key] = _capacity_text(state, need)
@@ -470,7 +323,7 @@ class _Explainer:
         return f"; queue {q.name} (team {q.team}) quota {', '.join(parts)} in use"
 
 
-def _capacity_text(state: _PoolState, need: _Need) -> str:
+def _capacity_text(state: PoolState, need: Need) -> str:
     room = held = 0
     for n in state.eligible:
         g, c, m = len(n.free), n.mcpu, n.mem
