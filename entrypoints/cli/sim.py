@@ -53,7 +53,8 @@ def sim(
     clock, seeded workload and faults; check the reservation invariants after every step; print
     a summary and the trace hash. Exit code 1 if an invariant is violated."""
     from domain.errors import InvalidInput
-    from entrypoints.sim import InvariantViolated, load_scenario, run_scenario
+    from entrypoints.sim import InvariantViolated, run_scenario
+    from entrypoints.sim_scenario import load_scenario
 
     if steps is not None and steps < 1:
         raise InvalidInput(

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from domain.admission import Snapshot, decide
-from entrypoints.sim import Simulation, load_scenario
+from entrypoints.sim import Simulation
+from entrypoints.sim_scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,8 @@ import pytest
 from adapters.sim import CrashPoint
 from domain.fleet import Pool, Queue
 from domain.lifecycle import JobState
-from entrypoints.sim import PoolSpec, World
+from entrypoints.sim import World
+from entrypoints.sim_scenario import PoolSpec
 
 pytestmark = pytest.mark.sim
 

@@ -32,7 +32,8 @@ from domain.fleet import Pool, Queue, Team
 from domain.ports import LaunchRequest
 from entrypoints import sim
 from entrypoints.cli.main import run
-from entrypoints.sim import InvariantViolated, PoolSpec, World, load_scenario, parse_scenario
+from entrypoints.sim import InvariantViolated, World
+from entrypoints.sim_scenario import PoolSpec, load_scenario, parse_scenario
 from tests.unit.builders import a_spec
 
 pytestmark = pytest.mark.sim

@@ -11,7 +11,8 @@ import pytest
 from application.explain import explain_job
 from domain.fleet import Pool, Queue
 from domain.lifecycle import JobState, MemberState
-from entrypoints.sim import OPERATOR, PoolSpec, World
+from entrypoints.sim import OPERATOR, World
+from entrypoints.sim_scenario import PoolSpec
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
