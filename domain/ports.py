@@ -21,6 +21,7 @@ from domain.catalog import RuntimePin, RuntimeSpec
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.requests import Profile
 from domain.submission import JobSpec, Preview
 
@@ -299,6 +300,9 @@ class UnitOfWork(Protocol):
     policy: PolicyRepository
     reservations: ReservationRepository
     scheduling: SchedulingRepository
+    enrollment: EnrollmentRepository
+    links: NodeLinkRepository
+    launches: LaunchLedger
 
     async def __aenter__(self) -> Self: ...
 

@@ -1,0 +1,200 @@
+"""Ports of the node backend: enrollment, the control links of node daemons, and the two-phase
+launch ledger. Same conventions as ``domain.ports`` (missing → None, Conflict → lost race).
+
+The control plane and the node control gateways are separate processes that meet only here, in
+the database: the coordinator (in the control plane's supervisor) begins launches and records
+decisions; a gateway records what nodes vote and report, and reads what it must tell them.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from domain.admission import Assignment
+from domain.enrollment import JoinToken, NodeCredential
+from domain.node_protocol import Decision, MemberReport, NodeCapacity, Phase, Placed
+from domain.submission import JobSpec
+
+
+class EnrollmentRepository(Protocol):
+    async def add_join_token(self, token: JoinToken) -> None:
+        """Store a new join token (its pool must exist, else NotFound)."""
+        ...
+
+    async def join_token(self, token_hash: str) -> JoinToken | None: ...
+
+    async def use_join_token(self, token_hash: str, node: str, now: datetime) -> bool:
+        """Mark the token used by ``node`` if it is unused and unexpired at ``now``; True when
+        this call used it. Concurrent uses of one token: exactly one wins."""
+        ...
+
+    async def add_credential(self, credential: NodeCredential) -> None:
+        """Store a node's credential (its node must exist, else NotFound)."""
+        ...
+
+    async def credential(self, credential_hash: str) -> NodeCredential | None: ...
+
+    async def credentials(self, node: str) -> builtins.list[NodeCredential]:
+        """The node's credentials, oldest first."""
+        ...
+
+    async def retire_credentials(self, node: str, keep_id: str, valid_until: datetime) -> None:
+        """Every credential of ``node`` but ``keep_id`` is refused from ``valid_until`` on (an
+        earlier limit already set is kept)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLink:
+    """A node daemon's control stream, as its gateway records it."""
+
+    node: str
+    session: int  # raised at every new stream; a stale stream's close changes nothing
+    gateway: str  # which gateway process holds it
+    connected_at: datetime
+    heartbeat_at: datetime
+    capacity: NodeCapacity
+    address: str  # how peers reach the node (MASTER_ADDR of gangs led from it)
+    daemon_version: str = ""
+    epoch: int = 1  # the node's fencing epoch
+
+
+class NodeLinkRepository(Protocol):
+    async def open(
+        self,
+        node: str,
+        gateway: str,
+        capacity: NodeCapacity,
+        address: str,
+        daemon_version: str,
+        now: datetime,
+    ) -> NodeLink:
+        """A new stream for ``node`` (NotFound if the node does not exist): raise the session
+        number, mark the node connected (a fenced node comes back connected but keeps its
+        scheduling state) and record what it reported. Returns the link, with the epoch."""
+        ...
+
+    async def close(self, node: str, session: int, now: datetime) -> bool:
+        """The stream ended: mark the node disconnected, if ``session`` is still its current
+        one (True) — a newer stream of the same node is left alone (False)."""
+        ...
+
+    async def beat(self, beats: Sequence[tuple[str, int, datetime]]) -> None:
+        """Record heartbeats (node, session, time) in one round trip; stale sessions ignored."""
+        ...
+
+    async def get(self, node: str) -> NodeLink | None: ...
+
+    async def all(self) -> builtins.list[NodeLink]:
+        """Every node's last link, by node name."""
+        ...
+
+    async def expire(self, older_than: datetime, now: datetime) -> builtins.list[str]:
+        """Mark disconnected every connected node whose last heartbeat is older than
+        ``older_than`` (its gateway died); return their names."""
+        ...
+
+    async def fence(self, node: str) -> int:
+        """Raise the node's epoch (fencing every member placed before); return the new one."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchPlan:
+    """One attempt's two-phase launch on the node backend."""
+
+    attempt_id: str
+    job_id: str
+    began_at: datetime
+    master_node: str  # member 0's node
+    master_port: int  # the gang's rendezvous port on it
+    decision: Decision | None = None
+    decided_at: datetime | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLaunch:
+    """One member's part in it: its vote, the last phase its node reported, stop and release."""
+
+    member_id: str
+    attempt_id: str
+    index: int
+    node: str
+    epoch: int
+    vote: bool | None = None
+    vote_reason: str = ""
+    voted_at: datetime | None = None
+    phase: Phase | None = None
+    exit_code: int | None = None
+    reason: str = ""
+    reported_at: datetime | None = None
+    progress: str = ""
+    progress_at: datetime | None = None
+    stop_requested_at: datetime | None = None
+    released_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWork:
+    """Everything a gateway needs about one member placed on one of its nodes."""
+
+    placed: Placed
+    launch: MemberLaunch
+    spec: JobSpec
+    assignment: Assignment
+    members: int  # gang size
+    master_addr: str
+    master_port: int
+
+
+class LaunchLedger(Protocol):
+    async def begin(self, plan: LaunchPlan, members: Sequence[MemberLaunch]) -> None:
+        """Record a launch and its members. Conflict if the attempt already has one."""
+        ...
+
+    async def plan(self, attempt_id: str) -> LaunchPlan | None: ...
+
+    async def members(self, attempt_id: str) -> builtins.list[MemberLaunch]:
+        """By index."""
+        ...
+
+    async def decide(self, attempt_id: str, decision: Decision, reason: str, now: datetime) -> bool:
+        """Record the decision unless one is recorded (True when this call recorded it). The
+        commit decision is the durable point of no return of a gang launch."""
+        ...
+
+    async def vote(self, member_id: str, epoch: int, yes: bool, reason: str, now: datetime) -> bool:
+        """Record a member's vote if its epoch matches, its attempt is undecided and it has not
+        voted yet; True when recorded."""
+        ...
+
+    async def report(self, member_id: str, report: MemberReport, now: datetime) -> bool:
+        """Record a reported phase if the epoch matches and ``accepts_phase`` allows the move;
+        True when recorded."""
+        ...
+
+    async def progress(self, member_id: str, epoch: int, text: str, now: datetime) -> bool:
+        """Record preparation progress ("pulling image 40 %") if the epoch matches."""
+        ...
+
+    async def request_stop(self, member_ids: Collection[str], now: datetime) -> None:
+        """Ask for these members to be stopped (kept if already asked)."""
+        ...
+
+    async def release(self, member_ids: Collection[str], now: datetime) -> None:
+        """The node was told to forget these members."""
+        ...
+
+    async def on_nodes(self, nodes: Collection[str]) -> builtins.list[NodeWork]:
+        """Every unreleased member launch placed on these nodes, in one round trip."""
+        ...
+
+    async def ports_in_use(self, node: str) -> set[int]:
+        """Rendezvous ports of undecided or committed launches led from ``node`` whose attempt
+        is not final."""
+        ...

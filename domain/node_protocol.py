@@ -1,0 +1,194 @@
+"""The node control protocol as pure data, and the rules both ends of it follow.
+
+A node holds members in a *phase* (what its journal says); the control plane holds, for each
+member placed on a node, the launch *decision* of its attempt and whether the member is recorded
+final, asked to stop, or released. :func:`command_for` turns the two views into the one command
+the member needs next, so the gateway, the simulator and the tests share a single rule.
+:func:`refusal` says why a message about a member must be refused (fencing and placement), and
+:func:`accepts_phase` keeps recorded phases monotonic so a replayed report changes nothing.
+See docs/node-backend.md for the drawings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    """A member's phase on its node (the journal's word for it)."""
+
+    PREPARING = "preparing"  # image, source and GPUs being made ready
+    PREPARED = "prepared"  # voted yes: container created, not started
+    REFUSED = "refused"  # voted no: nothing kept
+    ABORTED = "aborted"  # rolled back after an Abort: nothing kept
+    STARTING = "starting"  # committed: start requested
+    RUNNING = "running"
+    EXITED = "exited"
+    MISSING = "missing"  # the journal knew it but the engine no longer does
+
+
+# Where a phase stands; a report may only move a member forward (or repeat its phase).
+_RANK = {
+    Phase.PREPARING: 1,
+    Phase.PREPARED: 2,
+    Phase.STARTING: 3,
+    Phase.RUNNING: 4,
+    Phase.EXITED: 5,
+    Phase.MISSING: 5,
+    Phase.REFUSED: 5,
+    Phase.ABORTED: 5,
+}
+STOPPED_PHASES = frozenset({Phase.REFUSED, Phase.ABORTED, Phase.EXITED, Phase.MISSING})
+LIVE_PHASES = frozenset({Phase.STARTING, Phase.RUNNING})  # a workload may be running
+
+
+def accepts_phase(recorded: Phase | None, reported: Phase) -> bool:
+    """May ``reported`` replace ``recorded``? Only forward moves: a replayed or late report of
+    an earlier phase changes nothing, and a final phase is never rewritten."""
+    if recorded is None:
+        return True
+    if recorded in STOPPED_PHASES:
+        return False
+    return _RANK[reported] > _RANK[recorded]
+
+
+class Decision(StrEnum):
+    COMMIT = "commit"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRef:
+    """Names a member in every protocol message. ``epoch`` is its node's fencing epoch when the
+    member was placed; a node declared lost gets a higher epoch, which fences older members."""
+
+    attempt_id: str
+    member_id: str
+    index: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    gpus: int
+    gpu_model: str | None
+    cpus: float
+    memory_mb: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberReport:
+    """A node's report of one member's phase (a status message or a journal entry)."""
+
+    ref: MemberRef
+    phase: Phase
+    exit_code: int | None = None
+    reason: str = ""
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """The control plane's view of one member placed on a node."""
+
+    ref: MemberRef
+    job_id: str
+    node: str
+    decision: Decision | None
+    final: bool  # the member's state is recorded final
+    stop_requested: bool
+    released: bool  # the node was told to forget it
+    fenced: bool  # its node was declared lost after it was placed (epoch raised)
+
+
+class CommandKind(StrEnum):
+    PREPARE = "prepare"
+    COMMIT = "commit"
+    ABORT = "abort"
+    STOP = "stop"
+    FORGET = "forget"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    kind: CommandKind
+    ref: MemberRef
+    reason: str = ""
+
+
+def command_for(placed: Placed | None, held: Phase | None, ref: MemberRef) -> Command | None:
+    """The command member ``ref`` needs now, given the control plane's view (``placed``; None:
+    the control plane does not know it) and the phase its node holds it in (``held``; None: the
+    node does not hold it). None: nothing to send.
+
+    Presumed abort: nothing is ever started without a recorded commit decision, and a member the
+    control plane does not know, or whose node was fenced, is stopped and forgotten.
+    """
+
+    def cmd(kind: CommandKind, reason: str = "") -> Command:
+        return Command(kind, ref, reason)
+
+    if placed is None or placed.fenced or placed.released:
+        if held is None:
+            return None
+        if placed is None:
+            why = "the control plane does not know this member"
+        elif placed.fenced:
+            why = "its node was declared lost (fenced); its members were recorded failed"
+        else:
+            why = "recorded final"
+        return cmd(CommandKind.FORGET, why)
+    if placed.decision is None:
+        if held is None:
+            return None if placed.final else cmd(CommandKind.PREPARE)
+        if held in LIVE_PHASES:
+            return cmd(CommandKind.STOP, "started without a commit decision")
+        return None  # preparing, or voted: wait for the decision
+    if placed.decision is Decision.ABORT:
+        if held in (Phase.PREPARING, Phase.PREPARED):
+            return cmd(CommandKind.ABORT, "the gang launch was aborted")
+        if held in LIVE_PHASES:
+            return cmd(CommandKind.STOP, "started although the launch was aborted")
+        return None if held is None else cmd(CommandKind.FORGET, "the launch was aborted")
+    # committed
+    if held is Phase.PREPARED:
+        if placed.stop_requested or placed.final:
+            return cmd(CommandKind.ABORT, "stopped before it started")
+        return cmd(CommandKind.COMMIT)
+    if held in LIVE_PHASES:
+        if placed.stop_requested or placed.final:
+            return cmd(CommandKind.STOP, "stop requested")
+        return None
+    if held in STOPPED_PHASES and placed.final:
+        return cmd(CommandKind.FORGET, "recorded final")
+    return None
+
+
+def refusal(placed: Placed | None, ref: MemberRef, node: str) -> str | None:
+    """Why a node's message about ``ref`` must be refused, or None to accept it."""
+    if placed is None:
+        return f"member {ref.member_id} is unknown to the control plane"
+    if placed.node != node:
+        return f"member {ref.member_id} is placed on node {placed.node}, not {node}"
+    if placed.ref.attempt_id != ref.attempt_id or placed.ref.index != ref.index:
+        return f"member {ref.member_id} belongs to attempt {placed.ref.attempt_id}"
+    if ref.epoch != placed.ref.epoch:
+        return f"stale epoch {ref.epoch} for member {ref.member_id} (it has {placed.ref.epoch})"
+    if placed.fenced:
+        return f"node {node} was fenced after member {ref.member_id} was placed"
+    return None
+
+
+def stale_command(command: Command, welcomed_epoch: int) -> str | None:
+    """The node's check. A Prepare or Commit from before its node was last fenced is refused;
+    Abort, Stop and Forget are always obeyed (stopping is always safe, starting is not)."""
+    if command.kind in (CommandKind.PREPARE, CommandKind.COMMIT) and (
+        command.ref.epoch < welcomed_epoch
+    ):
+        return (
+            f"stale epoch {command.ref.epoch} for member {command.ref.member_id} "
+            f"(the node is at epoch {welcomed_epoch})"
+        )
+    return None
