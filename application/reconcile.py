@@ -52,13 +52,24 @@ async def declare_node_lost(ctx: Context, principal: Principal, node: str, reaso
     Idempotent."""
     _require_operator(principal, "declare a node lost")
     reason = _check_reason(reason)
-    now = ctx.clock.now()
-    failed = 0
     async with ctx.uow() as uow:
         if await uow.fleet.node(node) is None:
             raise NotFound(f"node {node} does not exist", fix="see `tp fleet ls`", field="node")
+    return await fence_node(ctx, node, f"node {node} declared lost by {principal.name}: {reason}")
+
+
+async def fence_node(ctx: Context, node: str, text: str) -> int:
+    """Declare ``node`` lost: cordon it, raise its fencing epoch (its daemon's later messages
+    about older members are refused, and it forgets them when it reconnects) and record its
+    unfinished members failed. Returns how many members were failed."""
+    now = ctx.clock.now()
+    failed = 0
+    async with ctx.uow() as uow:
+        current = await uow.fleet.node(node)
+        if current is None or current.connectivity is Connectivity.LOST:
+            return 0
         await uow.fleet.set_node_state(node, SchedState.CORDONED, Connectivity.LOST)
-        text = f"node {node} declared lost by {principal.name}: {reason}"
+        await uow.links.fence(node)
         for r in await uow.reservations.live():
             if not any(a.node == node for a in r.assignments):
                 continue

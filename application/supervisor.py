@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from application.context import Context
+from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from domain.admission import Assignment
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
@@ -49,10 +50,12 @@ class Supervisor:
         lease: LeaderLease | None = None,
         sweep_every: int = 60,
         scheduler: Scheduler | None = None,
+        gangs: GangCoordinator | None = None,
     ) -> None:
         self.ctx = ctx
         self.lease = lease  # None: this is the only control loop (tests, the simulator)
         self.scheduler = scheduler or Scheduler(ctx)
+        self.gangs = gangs or GangCoordinator(ctx)
         self.sweep_every = sweep_every
         self._ticks = 0
         self._wake = asyncio.Event()
@@ -86,6 +89,7 @@ class Supervisor:
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
         self._ticks += 1
+        await self.gangs.housekeeping()
         await self.scheduler.pass_once()
         await self.advance_all()
         return True
@@ -112,6 +116,8 @@ class Supervisor:
         many were released."""
         released = 0
         for backend in self.ctx.backends.values():
+            if _coordinated(backend):
+                continue  # its nodes forget finished members themselves (told by the gateway)
             try:
                 held = await backend.held()
             except Unavailable as exc:
@@ -222,6 +228,9 @@ class Supervisor:
             members = await uow.members.for_attempt(attempt.id)
             placed = await _assignments(uow, attempt.id)
         backend = self.ctx.backend(job.spec.backend)
+        if _coordinated(backend):
+            await self._advance_gang(job, attempt, members)
+            return
         stopping = job.state is JobState.STOPPING
         failing = _first_failure(members)
         if (
@@ -260,6 +269,20 @@ class Supervisor:
             self._stops.pop(handle, None)  # its member is final: no stop to remember
             with contextlib.suppress(TunePlaneError):
                 await backend.release(handle)
+
+    async def _advance_gang(self, job: Job, attempt: Attempt, members: list[Member]) -> None:
+        """A two-phase launch (node backend): the coordinator begins, decides and reads what
+        the nodes reported; what it observed is recorded as for any backend."""
+        seen = await self.gangs.step(job, attempt, members)
+        if seen is None:
+            return
+        async with self.ctx.uow() as uow:  # the coordinator moved members on: read them again
+            current = await uow.jobs.get(job.id)
+            now_attempt = await uow.attempts.get(attempt.id)
+            members = await uow.members.for_attempt(attempt.id)
+        if current is None or now_attempt is None:
+            return
+        await self._record(current, now_attempt, members, {k: (o, None) for k, o in seen.items()})
 
     async def _record(
         self,
@@ -356,6 +379,11 @@ class Supervisor:
 async def _assignments(uow: UnitOfWork, attempt_id: str) -> dict[int, Assignment]:
     reservation = await uow.reservations.get(attempt_id)
     return {a.member: a for a in reservation.assignments} if reservation else {}
+
+
+def _coordinated(backend: ExecutionBackend) -> bool:
+    """Launched by the two-phase coordinator through the ledger (the node backend)."""
+    return bool(getattr(backend, "coordinated", False))
 
 
 def _first_failure(members: list[Member]) -> str | None:

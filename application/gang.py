@@ -1,0 +1,257 @@
+"""The two-phase launch coordinator of the node backend (runs inside the supervisor).
+
+For an attempt placed on node-backend pools it (1) *begins* the launch: records each member's
+node and fencing epoch and the gang's rendezvous port, after which the gateways send Prepare to
+the nodes; (2) *decides*: commit once every member voted yes, abort on any no, on a stop request
+or when a member stays silent past the prepare timeout. The decision is recorded durably in the
+database before any node is told to start (presumed abort: no decision means nothing starts);
+(3) after an abort, records the attempt failed (or cancelled) and releases its reservation at
+once, since nothing ran; (4) after a commit, turns what the nodes reported into observations for
+the supervisor, which records them as for any backend. A node out of contact makes its members
+``unknown``, never failed. Stops are requested through the ledger; the gateways deliver them.
+
+Nothing here talks to a node: the coordinator and the gateways meet only in the database, so a
+coordinator that dies at any point is replaced by another that reads the same ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from application.context import Context
+from application.reconcile import fence_node
+from domain.errors import Conflict
+from domain.fleet import Connectivity
+from domain.jobs import Attempt, Job, Member
+from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
+from domain.node_ports import LaunchPlan, MemberLaunch
+from domain.node_protocol import Decision, Phase
+from domain.ports import Observation, UnitOfWork
+
+log = logging.getLogger("tuneplane.gang")
+
+RENDEZVOUS_PORTS = range(29500, 30000)
+
+
+@dataclass(frozen=True, slots=True)
+class GangSettings:
+    prepare_timeout: timedelta = timedelta(minutes=5)  # silence allowed while preparing
+    ports: range = RENDEZVOUS_PORTS
+    # A node whose gateway stopped recording heartbeats this long ago is disconnected (the
+    # gateway died without closing its streams).
+    link_timeout: timedelta = timedelta(seconds=30)
+    # Policy: fence a node out of contact this long (None: only an operator fences).
+    lost_after: timedelta | None = None
+
+
+class GangCoordinator:
+    def __init__(self, ctx: Context, settings: GangSettings | None = None) -> None:
+        self.ctx = ctx
+        self.settings = settings or GangSettings()
+
+    async def housekeeping(self) -> None:
+        """Mark nodes whose heartbeats stopped disconnected; apply the lost-node policy."""
+        now = self.ctx.clock.now()
+        async with self.ctx.uow() as uow:
+            expired = await uow.links.expire(now - self.settings.link_timeout, now)
+            await uow.commit()
+        if expired:
+            log.warning("no heartbeat recorded for %s: marked disconnected", ", ".join(expired))
+        if self.settings.lost_after is None:
+            return
+        async with self.ctx.uow() as uow:
+            links = {link.node: link for link in await uow.links.all()}
+            nodes = await uow.fleet.nodes()
+        limit = now - self.settings.lost_after
+        for node in nodes:
+            link = links.get(node.name)
+            if (
+                node.connectivity is Connectivity.DISCONNECTED
+                and link is not None
+                and link.heartbeat_at < limit
+            ):
+                minutes = self.settings.lost_after.total_seconds() / 60
+                await fence_node(
+                    self.ctx, node.name, f"out of contact for more than {minutes:g} min (policy)"
+                )
+
+    async def step(
+        self, job: Job, attempt: Attempt, members: list[Member]
+    ) -> dict[str, Observation] | None:
+        """Move the launch on. Returns observations for the supervisor to record (member id →
+        what its node reported), or None when there is nothing to record this time."""
+        async with self.ctx.uow() as uow:
+            plan = await uow.launches.plan(attempt.id)
+        if plan is None:
+            await self._begin(job, attempt, members)
+            return None
+        if plan.decision is None:
+            plan = await self._decide(job, plan)
+            if plan.decision is None:
+                return None
+        if plan.decision is Decision.ABORT:
+            await self._aborted(job, attempt, plan)
+            return None
+        return await self._observe(job, attempt, members)
+
+    # -- phase 1: begin ---------------------------------------------------------------------
+
+    async def _begin(self, job: Job, attempt: Attempt, members: list[Member]) -> None:
+        now = self.ctx.clock.now()
+        async with self.ctx.uow() as uow:
+            reservation = await uow.reservations.get(attempt.id)
+            if reservation is None:
+                await self._end(uow, job, attempt, "its reservation is gone", now)
+                await uow.commit()
+                return
+            nodes = {a.member: a.node for a in reservation.assignments}
+            epochs: dict[str, int] = {}
+            for name in set(nodes.values()):
+                link = await uow.links.get(name)
+                epochs[name] = link.epoch if link is not None else 1
+            master = nodes[0]
+            used = await uow.launches.ports_in_use(master)
+            port = next((p for p in self.settings.ports if p not in used), None)
+            if port is None:
+                return  # every rendezvous port of that node is taken: try again next tick
+            plan = LaunchPlan(attempt.id, job.id, now, master, port)
+            launches = [
+                MemberLaunch(m.id, attempt.id, m.index, nodes[m.index], epochs[nodes[m.index]])
+                for m in members
+            ]
+            try:
+                await uow.launches.begin(plan, launches)
+            except Conflict:
+                return  # another coordinator began it
+            await uow.commit()
+        log.info(
+            "launch of %s began: %d members, rendezvous %s:%d", job.id, len(members), master, port
+        )
+
+    # -- phase 2: decide --------------------------------------------------------------------
+
+    async def _decide(self, job: Job, plan: LaunchPlan) -> LaunchPlan:
+        now = self.ctx.clock.now()
+        async with self.ctx.uow() as uow:
+            launches = await uow.launches.members(plan.attempt_id)
+            decision, reason = await self._verdict(uow, job, plan, launches, now)
+            if decision is None:
+                return plan
+            if await uow.launches.decide(plan.attempt_id, decision, reason, now):
+                await uow.commit()
+                log.info("launch of %s: %s (%s)", job.id, decision, reason)
+            current = await uow.launches.plan(plan.attempt_id)
+        return current or plan
+
+    async def _verdict(
+        self,
+        uow: UnitOfWork,
+        job: Job,
+        plan: LaunchPlan,
+        launches: list[MemberLaunch],
+        now: datetime,
+    ) -> tuple[Decision | None, str]:
+        if job.state is JobState.STOPPING:
+            return Decision.ABORT, "stopped before it started"
+        refused = [m for m in launches if m.vote is False]
+        if refused:
+            m = refused[0]
+            return Decision.ABORT, f"member {m.index} on node {m.node} refused: {m.vote_reason}"
+        if launches and all(m.vote for m in launches):
+            return Decision.COMMIT, f"all {len(launches)} members prepared"
+        heard = [plan.began_at] + [
+            t for m in launches for t in (m.voted_at, m.progress_at, m.reported_at) if t
+        ]
+        if now - max(heard) <= self.settings.prepare_timeout:
+            return None, ""
+        silent = next(m for m in launches if m.vote is None)
+        node = await uow.fleet.node(silent.node)
+        state = f" (it is {node.connectivity})" if node is not None else ""
+        seconds = int(self.settings.prepare_timeout.total_seconds())
+        return Decision.ABORT, (
+            f"member {silent.index} on node {silent.node}{state} did not prepare "
+            f"within {seconds} s of the last progress"
+        )
+
+    # -- phase 3a: aborted ------------------------------------------------------------------
+
+    async def _aborted(self, job: Job, attempt: Attempt, plan: LaunchPlan) -> None:
+        async with self.ctx.uow() as uow:
+            await self._end(
+                uow, job, attempt, f"launch aborted: {plan.reason}", self.ctx.clock.now()
+            )
+            await uow.commit()
+
+    @staticmethod
+    async def _end(uow: UnitOfWork, job: Job, attempt: Attempt, reason: str, now: datetime) -> None:
+        """Nothing started: record every member and the attempt ended, release the envelope."""
+        stopping = job.state is JobState.STOPPING
+        target = MemberState.STOPPED if stopping else MemberState.FAILED
+        for m in await uow.members.for_attempt(attempt.id):
+            if m.state not in MEMBER_FINAL:
+                await uow.members.update(m.moved(target, now, f"not started: {reason}"), m.state)
+        if attempt.state not in ATTEMPT_FINAL:
+            ended = attempt
+            if stopping:  # a launching attempt is cancelled by way of stopping
+                if ended.state is not AttemptState.STOPPING:
+                    ended = ended.moved(AttemptState.STOPPING, now, reason)
+                ended = ended.moved(AttemptState.CANCELLED, now, reason)
+            else:
+                ended = ended.moved(AttemptState.FAILED, now, reason)
+            await uow.attempts.update(ended, attempt.state)
+        j_target = JobState.CANCELLED if stopping else JobState.FAILED
+        await uow.jobs.update(job.moved(j_target, now, reason), job.state)
+        await uow.reservations.release(attempt.id)
+
+    # -- phase 3b: committed ----------------------------------------------------------------
+
+    async def _observe(
+        self, job: Job, attempt: Attempt, members: list[Member]
+    ) -> dict[str, Observation]:
+        now = self.ctx.clock.now()
+        async with self.ctx.uow() as uow:
+            launches = {m.member_id: m for m in await uow.launches.members(attempt.id)}
+            connectivity: dict[str, Connectivity] = {}
+            for launch in launches.values():
+                if launch.node not in connectivity:
+                    node = await uow.fleet.node(launch.node)
+                    connectivity[launch.node] = (
+                        node.connectivity if node is not None else Connectivity.LOST
+                    )
+            pending = [m for m in members if m.state is MemberState.PENDING]
+            for m in pending:  # committed: every member is starting, named by its node
+                handle = f"{launches[m.id].node}/{m.id}"
+                await uow.members.update(m.moved(MemberState.STARTING, now, handle=handle), m.state)
+            stop = _to_stop(job, members)
+            if stop:
+                await uow.launches.request_stop(stop, now)
+            await uow.commit()
+        seen: dict[str, Observation] = {}
+        for m in members:
+            found = launches.get(m.id)
+            if m.state not in MEMBER_FINAL and found is not None:
+                seen[m.id] = _observation(found, connectivity[found.node])
+        return seen
+
+
+def _to_stop(job: Job, members: list[Member]) -> list[str]:
+    """Members to stop: all of a stopping job, the rest of a gang once one member failed."""
+    live = [m.id for m in members if m.state not in MEMBER_FINAL]
+    if job.state is JobState.STOPPING or any(m.state is MemberState.FAILED for m in members):
+        return live
+    return []
+
+
+def _observation(launch: MemberLaunch, connectivity: Connectivity) -> Observation:
+    phase = launch.phase
+    if phase is Phase.EXITED:
+        return Observation("exited", launch.exit_code, launch.reason)
+    if phase in (Phase.MISSING, Phase.REFUSED, Phase.ABORTED):
+        return Observation("missing", reason=launch.reason or f"its node reported it {phase}")
+    if connectivity is not Connectivity.CONNECTED:
+        return Observation("unknown", reason=f"node {launch.node} is {connectivity}")
+    if phase is Phase.RUNNING:
+        return Observation("running")
+    return Observation("starting")

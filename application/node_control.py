@@ -1,0 +1,344 @@
+"""The node control gateway's use cases: one ``Session`` per connected node daemon.
+
+The gateway process (``tp gateway node``) holds the streams; this module decides what they
+carry. On ``open`` the node's journal is reconciled with the ledger; each node message is
+checked (stream order, placement, fencing epoch) before anything is recorded, and a refused
+message changes nothing; ``commands`` derives, for every connected node in one database round
+trip, the command each of its members needs (``domain.node_protocol.command_for``), re-sending
+an unanswered one only after ``resend_after`` (every command is idempotent on the node).
+Heartbeats are answered at once and written to the database in batches (``flush``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from domain.rendezvous import ray_wrap, rendezvous_env
+
+from application.context import Context
+from application.enrollment import (
+    NodeIdentity,
+    confirm_rotation,
+    current_credential,
+    rotate_credential,
+)
+from domain.errors import Unauthenticated
+from domain.node_ports import NodeWork
+from domain.node_protocol import (
+    Command,
+    CommandKind,
+    CredentialAck,
+    Decision,
+    Hello,
+    LogChunk,
+    MemberRef,
+    MemberReport,
+    Phase,
+    Placed,
+    PrepareOrder,
+    Progress,
+    Vote,
+    command_for,
+    refusal,
+)
+
+log = logging.getLogger("tuneplane.gateway")
+
+NodeMessage = Vote | Progress | MemberReport | LogChunk | CredentialAck
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSettings:
+    heartbeat: timedelta = timedelta(seconds=5)
+    resend_after: timedelta = timedelta(seconds=10)
+    rotate_every: timedelta = timedelta(days=1)
+    rotation_grace: timedelta = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    credential: str
+    credential_id: str
+    old_valid_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One command for a node: ``order`` is set for Prepare."""
+
+    command: Command
+    order: PrepareOrder | None = None
+
+
+@dataclass
+class Session:
+    node: str
+    number: int
+    epoch: int
+    identity: NodeIdentity
+    held: dict[str, tuple[MemberRef, Phase]] = field(default_factory=dict)
+    placed: dict[str, Placed] = field(default_factory=dict)
+    sent: dict[str, tuple[CommandKind, datetime]] = field(default_factory=dict)
+    logs: dict[str, list[bytes]] = field(default_factory=dict)
+    last_seq: int = 0
+    refused: int = 0
+    rotation: Rotation | None = None
+
+
+class NodeControl:
+    def __init__(self, ctx: Context, gateway: str, settings: ControlSettings | None = None):
+        self.ctx = ctx
+        self.gateway = gateway
+        self.settings = settings or ControlSettings()
+        self._beats: dict[str, tuple[int, datetime]] = {}
+
+    # -- stream lifecycle -------------------------------------------------------------------
+
+    async def open(self, identity: NodeIdentity, hello: Hello) -> Session:
+        """A node's stream begins: record the link, reconcile its journal."""
+        if hello.node != identity.node:
+            raise Unauthenticated(
+                f"this credential belongs to node {identity.node}, not {hello.node}",
+                fix="start the daemon with its own state directory",
+            )
+        now = self.ctx.clock.now()
+        async with self.ctx.uow() as uow:
+            link = await uow.links.open(
+                hello.node, self.gateway, hello.capacity, hello.address, hello.daemon_version, now
+            )
+            await uow.commit()
+        session = Session(hello.node, link.session, link.epoch, identity)
+        await self._refresh([session])
+        for report in hello.journal:
+            session.held[report.ref.member_id] = (report.ref, report.phase)
+            if refusal(session.placed.get(report.ref.member_id), report.ref, session.node) is None:
+                await self._report(report)
+        await self._missing(session)
+        session.rotation = await self._maybe_rotate(identity)
+        log.info("node %s connected (session %d, epoch %d)", hello.node, link.session, link.epoch)
+        return session
+
+    async def close(self, session: Session) -> None:
+        self._beats.pop(session.node, None)
+        async with self.ctx.uow() as uow:
+            if await uow.links.close(session.node, session.number, self.ctx.clock.now()):
+                log.info("node %s disconnected", session.node)
+            await uow.commit()
+
+    def heartbeat(self, session: Session) -> None:
+        self._beats[session.node] = (session.number, self.ctx.clock.now())
+
+    async def flush(self) -> int:
+        """Write the heartbeats received since the last flush (one round trip)."""
+        beats, self._beats = self._beats, {}
+        if beats:
+            async with self.ctx.uow() as uow:
+                await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
+                await uow.commit()
+        return len(beats)
+
+    # -- node messages ----------------------------------------------------------------------
+
+    async def handle(self, session: Session, seq: int, message: NodeMessage) -> str | None:
+        """Check and record one node message. Returns why it was refused, or None."""
+        if seq <= session.last_seq:
+            return self._refuse(
+                session, f"replayed message {seq} (last accepted {session.last_seq})"
+            )
+        session.last_seq = seq
+        if isinstance(message, CredentialAck):
+            return await self._rotated(session, message)
+        ref = message.ref
+        why = refusal(session.placed.get(ref.member_id), ref, session.node)
+        if why is not None:
+            if isinstance(message, MemberReport) and ref.member_id not in session.placed:
+                session.held[ref.member_id] = (ref, message.phase)  # unknown: it gets a Forget
+            return self._refuse(session, why)
+        now = self.ctx.clock.now()
+        if isinstance(message, Vote):
+            phase = Phase.PREPARED if message.yes else Phase.REFUSED
+            session.held[ref.member_id] = (ref, phase)
+            async with self.ctx.uow() as uow:
+                await uow.launches.vote(ref.member_id, ref.epoch, message.yes, message.reason, now)
+                await uow.launches.report(
+                    ref.member_id, MemberReport(ref, phase, None, message.reason), now
+                )
+                await uow.commit()
+        elif isinstance(message, Progress):
+            async with self.ctx.uow() as uow:
+                await uow.launches.progress(ref.member_id, ref.epoch, message.text(), now)
+                await uow.commit()
+        elif isinstance(message, MemberReport):
+            session.held[ref.member_id] = (ref, message.phase)
+            await self._report(message)
+        else:
+            await self._log(session, message)
+        return None
+
+    def _refuse(self, session: Session, why: str) -> str:
+        session.refused += 1
+        log.debug("node %s: refused: %s", session.node, why)
+        return why
+
+    async def _report(self, report: MemberReport) -> None:
+        async with self.ctx.uow() as uow:
+            await uow.launches.report(report.ref.member_id, report, self.ctx.clock.now())
+            await uow.commit()
+
+    async def _log(self, session: Session, chunk: LogChunk) -> None:
+        parts = session.logs.setdefault(chunk.ref.member_id, [])
+        parts.append(chunk.data)
+        if not chunk.last:
+            return
+        data = b"".join(session.logs.pop(chunk.ref.member_id))
+        limit = self.ctx.limits.max_log_bytes
+        if chunk.ref.index == 0:  # the attempt's log is member 0's (per-member logs: later)
+            async with self.ctx.uow() as uow:
+                await uow.logs.save(
+                    chunk.ref.attempt_id, data[-limit:], chunk.truncated or len(data) > limit
+                )
+                await uow.commit()
+
+    async def _missing(self, session: Session) -> None:
+        """Committed members the node's journal does not hold are gone: say so."""
+        for placed in session.placed.values():
+            mid = placed.ref.member_id
+            if (
+                mid not in session.held
+                and placed.decision is Decision.COMMIT
+                and not placed.final
+                and not placed.fenced
+            ):
+                report = MemberReport(
+                    placed.ref, Phase.MISSING, None, f"node {session.node} no longer holds it"
+                )
+                await self._report(report)
+
+    # -- credentials ------------------------------------------------------------------------
+
+    async def _maybe_rotate(self, identity: NodeIdentity) -> Rotation | None:
+        current = await current_credential(self.ctx, identity)
+        if (
+            current is None
+            or self.ctx.clock.now() - current.created_at < self.settings.rotate_every
+        ):
+            return None
+        secret, stored = await rotate_credential(self.ctx, identity.node)
+        until = self.ctx.clock.now() + self.settings.rotation_grace
+        return Rotation(secret, stored.id, until)
+
+    async def _rotated(self, session: Session, ack: CredentialAck) -> str | None:
+        rotation = session.rotation
+        if rotation is None or ack.credential_id != rotation.credential_id:
+            return self._refuse(session, f"no rotation to credential {ack.credential_id} pending")
+        await confirm_rotation(
+            self.ctx, session.node, ack.credential_id, self.settings.rotation_grace
+        )
+        session.rotation = None
+        log.info("node %s stored its new credential %s", session.node, ack.credential_id)
+        return None
+
+    # -- commands ---------------------------------------------------------------------------
+
+    async def commands(self, sessions: list[Session]) -> dict[str, list[Outgoing]]:
+        """What each node must be told now, by node name. One database round trip."""
+        works = await self._refresh(sessions)
+        now = self.ctx.clock.now()
+        out: dict[str, list[Outgoing]] = {}
+        released: list[str] = []
+        for session in sessions:
+            todo: list[Outgoing] = []
+            known = set()
+            for work in works.get(session.node, []):
+                mid = work.placed.ref.member_id
+                known.add(mid)
+                held = session.held.get(mid)
+                cmd = command_for(work.placed, held[1] if held else None, work.placed.ref)
+                if cmd is not None and self._due(session, mid, cmd.kind, now):
+                    order = _order(work) if cmd.kind is CommandKind.PREPARE else None
+                    todo.append(Outgoing(cmd, order))
+            for mid, (ref, phase) in list(session.held.items()):
+                if mid in known:
+                    continue
+                cmd = command_for(None, phase, ref)
+                if cmd is not None and self._due(session, mid, cmd.kind, now):
+                    todo.append(Outgoing(cmd))
+            for item in todo:
+                if item.command.kind is CommandKind.FORGET:
+                    session.held.pop(item.command.ref.member_id, None)
+                    released.append(item.command.ref.member_id)
+            todo.sort(key=lambda o: _ORDER[o.command.kind])  # stops before starts
+            if todo:
+                out[session.node] = todo
+        if released:
+            async with self.ctx.uow() as uow:
+                await uow.launches.release(released, now)
+                await uow.commit()
+        return out
+
+    def _due(self, session: Session, member_id: str, kind: CommandKind, now: datetime) -> bool:
+        last = session.sent.get(member_id)
+        if last is not None and last[0] is kind and now - last[1] < self.settings.resend_after:
+            return False
+        session.sent[member_id] = (kind, now)
+        return True
+
+    async def _refresh(self, sessions: list[Session]) -> dict[str, list[NodeWork]]:
+        async with self.ctx.uow() as uow:
+            found = await uow.launches.on_nodes([s.node for s in sessions])
+        works: dict[str, list[NodeWork]] = {}
+        for work in found:
+            works.setdefault(work.placed.node, []).append(work)
+        for session in sessions:
+            session.placed = {w.placed.ref.member_id: w.placed for w in works.get(session.node, [])}
+        return works
+
+
+_ORDER = {
+    CommandKind.FORGET: 0,
+    CommandKind.STOP: 1,
+    CommandKind.ABORT: 2,
+    CommandKind.COMMIT: 3,
+    CommandKind.PREPARE: 4,
+}
+
+
+def _order(work: NodeWork) -> PrepareOrder:
+    spec, a, ref = work.spec, work.assignment, work.placed.ref
+    env = dict(spec.env)
+    env.update(
+        TUNEPLANE_JOB_ID=work.placed.job_id,
+        TUNEPLANE_ATTEMPT_ID=ref.attempt_id,
+        TUNEPLANE_MEMBER_INDEX=str(ref.index),
+    )
+    if work.members > 1 or spec.runtime.process_model in ("torch-process-group", "ray"):
+        env.update(
+            rendezvous_env(
+                members=work.members,
+                index=ref.index,
+                master_addr=work.master_addr,
+                master_port=work.master_port,
+                gpus_per_member=len(a.gpus),
+                process_model=spec.runtime.process_model,
+            )
+        )
+    command = spec.command
+    if spec.runtime.process_model == "ray":
+        command = tuple(ray_wrap(list(command), ref.index, work.master_addr, work.master_port))
+    return PrepareOrder(
+        ref=ref,
+        node=work.placed.node,
+        job_id=work.placed.job_id,
+        image=spec.runtime.digest,
+        command=command,
+        env=env,
+        cpus=a.mcpu / 1000,
+        memory_mb=a.memory_mb,
+        gpu_indices=a.gpus,
+        source_digest=spec.source.digest if spec.source else None,
+        members=work.members,
+        process_model=spec.runtime.process_model,
+        check_port=work.master_port if ref.index == 0 and work.members > 1 else 0,
+    )
