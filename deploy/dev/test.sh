@@ -9,6 +9,8 @@ source deploy/dev/setup.sh
 eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
 export DOCKER_HOST
 
+echo "==> generated code is current"
+bash proto/generate.sh --check
 echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }
