@@ -25,21 +25,24 @@ from application.enrollment import (
     rotate_credential,
 )
 from domain.errors import Unauthenticated
+from domain.node_messages import (
+    CredentialAck,
+    Hello,
+    LogChunk,
+    PrepareOrder,
+    Progress,
+    Rotation,
+    Vote,
+)
 from domain.node_ports import NodeWork
 from domain.node_protocol import (
     Command,
     CommandKind,
-    CredentialAck,
     Decision,
-    Hello,
-    LogChunk,
     MemberRef,
     MemberReport,
     Phase,
     Placed,
-    PrepareOrder,
-    Progress,
-    Vote,
     command_for,
     refusal,
 )
@@ -55,13 +58,6 @@ class ControlSettings:
     resend_after: timedelta = timedelta(seconds=10)
     rotate_every: timedelta = timedelta(days=1)
     rotation_grace: timedelta = timedelta(minutes=10)
-
-
-@dataclass(frozen=True, slots=True)
-class Rotation:
-    credential: str
-    credential_id: str
-    old_valid_until: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +110,8 @@ class NodeControl:
         for report in hello.journal:
             session.held[report.ref.member_id] = (report.ref, report.phase)
             if refusal(session.placed.get(report.ref.member_id), report.ref, session.node) is None:
+                if report.phase in (Phase.PREPARED, Phase.REFUSED):  # a vote the stream lost
+                    await self.vote_for(report.ref, report.phase is Phase.PREPARED, report.reason)
                 await self._report(report)
         await self._missing(session)
         session.rotation = await self._maybe_rotate(identity)
@@ -176,6 +174,12 @@ class NodeControl:
         else:
             await self._log(session, message)
         return None
+
+    async def vote_for(self, ref: MemberRef, yes: bool, reason: str) -> None:
+        """Vote on a node's behalf (the gateway cannot even send it the Prepare)."""
+        async with self.ctx.uow() as uow:
+            await uow.launches.vote(ref.member_id, ref.epoch, yes, reason, self.ctx.clock.now())
+            await uow.commit()
 
     def _refuse(self, session: Session, why: str) -> str:
         session.refused += 1

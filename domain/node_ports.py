@@ -12,12 +12,16 @@ import builtins
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from domain.admission import Assignment
 from domain.enrollment import JoinToken, NodeCredential
+from domain.node_messages import PrepareOrder
 from domain.node_protocol import Decision, MemberReport, NodeCapacity, Phase, Placed
 from domain.submission import JobSpec
+
+if TYPE_CHECKING:
+    from domain.ports import Observation
 
 
 class EnrollmentRepository(Protocol):
@@ -197,4 +201,85 @@ class LaunchLedger(Protocol):
     async def ports_in_use(self, node: str) -> set[int]:
         """Rendezvous ports of undecided or committed launches led from ``node`` whose attempt
         is not final."""
+        ...
+
+
+# -- the node daemon's side -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One member as the node's journal holds it."""
+
+    order: PrepareOrder  # what it was asked to run
+    phase: Phase
+    container_id: str | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+    @property
+    def member_id(self) -> str:
+        return self.order.ref.member_id
+
+    def report(self, at: datetime | None = None) -> MemberReport:
+        return MemberReport(self.order.ref, self.phase, self.exit_code, self.reason, at)
+
+
+class MemberJournal(Protocol):
+    """The node's durable record of its members (SQLite on a real node). Synchronous: every
+    write is durable when the call returns; callers run it off the event loop."""
+
+    def entries(self) -> builtins.list[JournalEntry]: ...
+
+    def get(self, member_id: str) -> JournalEntry | None: ...
+
+    def put(self, entry: JournalEntry) -> None: ...
+
+    def delete(self, member_id: str) -> None: ...
+
+    def epoch(self) -> int:
+        """The highest epoch this node was welcomed with (0: never)."""
+        ...
+
+    def set_epoch(self, epoch: int) -> None:
+        """Raise the epoch (never lowers it)."""
+        ...
+
+
+class ProgressCallback(Protocol):
+    def __call__(self, stage: str, fraction: float, detail: str) -> None: ...
+
+
+class MemberRuntime(Protocol):
+    """Runs members on this node (containers through the Docker Engine API on a real node).
+    Every method is idempotent per container; Unavailable means "retry later"."""
+
+    async def prepare(
+        self, order: PrepareOrder, source: bytes | None, on_progress: ProgressCallback
+    ) -> str:
+        """Make the member ready to start and return its container id: image present, source
+        unpacked, GPUs bound, created but not started. Raises InvalidInput (a clear reason
+        to vote no) when it cannot; leaves nothing behind then."""
+        ...
+
+    async def start(self, container_id: str) -> None: ...
+
+    async def observe(self, container_id: str) -> Observation: ...
+
+    async def stop(self, container_id: str, grace_seconds: float) -> None: ...
+
+    async def remove(self, container_id: str) -> None:
+        """Remove the container, killing it if it runs. Missing is fine."""
+        ...
+
+    async def held(self) -> dict[str, str]:
+        """member id → container id for every container of this node."""
+        ...
+
+    async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
+        """The last ``limit`` bytes of its output, and whether the head was cut."""
+        ...
+
+    def port_free(self, port: int) -> bool:
+        """Can a TCP port be bound on this host (a gang's rendezvous port)?"""
         ...

@@ -1,0 +1,304 @@
+"""Protobuf ⇄ domain for the node control protocol (``proto/node_control.proto``).
+
+Decoding checks what protobuf cannot: a known phase, a non-empty member reference, a body
+present. A malformed message raises ``InvalidInput`` naming the field; the gateway answers it
+with a refusal and records nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from domain.errors import InvalidInput
+from domain.node_messages import (
+    CredentialAck,
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    LogChunk,
+    PrepareOrder,
+    Progress,
+    Refused,
+    Rotation,
+    SourceChunk,
+    Vote,
+    Welcome,
+)
+from domain.node_protocol import Command, CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
+from proto import node_control_pb2 as pb
+
+NodeBody = Hello | Heartbeat | Vote | Progress | MemberReport | CredentialAck | LogChunk
+GatewayBody = Welcome | HeartbeatAck | SourceChunk | PrepareOrder | Command | Rotation | Refused
+
+_PHASES = {
+    Phase.PREPARING: pb.PREPARING,
+    Phase.PREPARED: pb.PREPARED,
+    Phase.REFUSED: pb.REFUSED,
+    Phase.ABORTED: pb.ABORTED,
+    Phase.STARTING: pb.STARTING,
+    Phase.RUNNING: pb.RUNNING,
+    Phase.EXITED: pb.EXITED,
+    Phase.MISSING: pb.MISSING,
+}
+_PHASES_BACK = {v: k for k, v in _PHASES.items()}
+_MAX_TEXT = 4096
+
+
+def _bad(what: str) -> InvalidInput:
+    return InvalidInput(f"malformed node control message: {what}", fix="upgrade the node daemon")
+
+
+def _ms(at: datetime | None) -> int:
+    return int(at.timestamp() * 1000) if at is not None else 0
+
+
+def _at(ms: int) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, UTC) if ms > 0 else None
+
+
+def _text(value: str, field: str) -> str:
+    if len(value) > _MAX_TEXT:
+        raise _bad(f"{field} is longer than {_MAX_TEXT} characters")
+    return value
+
+
+# -- pieces -----------------------------------------------------------------------------------
+
+
+def capacity_to(c: NodeCapacity) -> pb.Capacity:
+    return pb.Capacity(gpus=c.gpus, gpu_model=c.gpu_model or "", cpus=c.cpus, memory_mb=c.memory_mb)
+
+
+def capacity_from(m: pb.Capacity) -> NodeCapacity:
+    if m.cpus < 0:
+        raise _bad("capacity.cpus is negative")
+    return NodeCapacity(m.gpus, m.gpu_model or None, m.cpus, m.memory_mb)
+
+
+def ref_to(r: MemberRef) -> pb.MemberRef:
+    return pb.MemberRef(
+        attempt_id=r.attempt_id, member_id=r.member_id, member_index=r.index, epoch=r.epoch
+    )
+
+
+def ref_from(m: pb.MemberRef) -> MemberRef:
+    if not m.attempt_id or not m.member_id:
+        raise _bad("a member reference needs attempt_id and member_id")
+    return MemberRef(
+        _text(m.attempt_id, "attempt_id"), _text(m.member_id, "member_id"), m.member_index, m.epoch
+    )
+
+
+def report_to(r: MemberReport) -> pb.MemberStatus:
+    return pb.MemberStatus(
+        ref=ref_to(r.ref),
+        phase=_PHASES[r.phase],
+        has_exit_code=r.exit_code is not None,
+        exit_code=r.exit_code or 0,
+        reason=r.reason,
+        at_unix_ms=_ms(r.at),
+    )
+
+
+def report_from(m: pb.MemberStatus) -> MemberReport:
+    phase = _PHASES_BACK.get(m.phase)
+    if phase is None:
+        raise _bad(f"unknown phase {m.phase}")
+    code = m.exit_code if m.has_exit_code else None
+    return MemberReport(ref_from(m.ref), phase, code, _text(m.reason, "reason"), _at(m.at_unix_ms))
+
+
+# -- node -> gateway --------------------------------------------------------------------------
+
+
+def node_message_to(seq: int, body: NodeBody) -> pb.NodeMessage:
+    msg = pb.NodeMessage(seq=seq)
+    if isinstance(body, Hello):
+        msg.hello.CopyFrom(
+            pb.Hello(
+                node_name=body.node,
+                capacity=capacity_to(body.capacity),
+                address=body.address,
+                daemon_version=body.daemon_version,
+                epoch=body.epoch,
+                journal=[report_to(r) for r in body.journal],
+            )
+        )
+    elif isinstance(body, Heartbeat):
+        msg.heartbeat.sent_unix_ms = body.sent_unix_ms
+    elif isinstance(body, Vote):
+        msg.vote.CopyFrom(pb.Vote(ref=ref_to(body.ref), yes=body.yes, reason=body.reason))
+    elif isinstance(body, Progress):
+        msg.progress.CopyFrom(
+            pb.Progress(
+                ref=ref_to(body.ref), stage=body.stage, fraction=body.fraction, detail=body.detail
+            )
+        )
+    elif isinstance(body, MemberReport):
+        msg.status.CopyFrom(report_to(body))
+    elif isinstance(body, CredentialAck):
+        msg.credential_ack.credential_id = body.credential_id
+    else:
+        msg.log.CopyFrom(
+            pb.LogChunk(
+                ref=ref_to(body.ref), data=body.data, last=body.last, truncated=body.truncated
+            )
+        )
+    return msg
+
+
+def node_message_from(m: pb.NodeMessage) -> tuple[int, NodeBody]:
+    kind = m.WhichOneof("body")
+    if kind == "hello":
+        h = m.hello
+        if not h.node_name:
+            raise _bad("hello.node_name is empty")
+        body: NodeBody = Hello(
+            _text(h.node_name, "node_name"),
+            capacity_from(h.capacity),
+            _text(h.address, "address"),
+            _text(h.daemon_version, "daemon_version"),
+            h.epoch,
+            tuple(report_from(r) for r in h.journal),
+        )
+    elif kind == "heartbeat":
+        body = Heartbeat(m.heartbeat.sent_unix_ms)
+    elif kind == "vote":
+        v = m.vote
+        body = Vote(ref_from(v.ref), v.yes, _text(v.reason, "reason"))
+    elif kind == "progress":
+        p = m.progress
+        body = Progress(
+            ref_from(p.ref), _text(p.stage, "stage"), p.fraction, _text(p.detail, "detail")
+        )
+    elif kind == "status":
+        body = report_from(m.status)
+    elif kind == "credential_ack":
+        body = CredentialAck(m.credential_ack.credential_id)
+    elif kind == "log":
+        g = m.log
+        body = LogChunk(ref_from(g.ref), g.data, g.last, g.truncated)
+    else:
+        raise _bad("the message has no body")
+    return m.seq, body
+
+
+# -- gateway -> node --------------------------------------------------------------------------
+
+_COMMANDS = {
+    CommandKind.COMMIT: "commit",
+    CommandKind.ABORT: "abort",
+    CommandKind.STOP: "stop",
+    CommandKind.FORGET: "forget",
+}
+
+
+def gateway_message_to(
+    seq: int, body: GatewayBody, grace_seconds: float = 10.0
+) -> pb.GatewayMessage:
+    msg = pb.GatewayMessage(seq=seq)
+    if isinstance(body, Welcome):
+        msg.welcome.CopyFrom(
+            pb.Welcome(
+                epoch=body.epoch,
+                heartbeat_seconds=body.heartbeat_seconds,
+                server_unix_ms=body.server_unix_ms,
+            )
+        )
+    elif isinstance(body, HeartbeatAck):
+        msg.heartbeat_ack.sent_unix_ms = body.sent_unix_ms
+    elif isinstance(body, SourceChunk):
+        msg.source.CopyFrom(
+            pb.SourceChunk(digest=body.digest, offset=body.offset, data=body.data, last=body.last)
+        )
+    elif isinstance(body, PrepareOrder):
+        msg.prepare.CopyFrom(
+            pb.Prepare(
+                ref=ref_to(body.ref),
+                job_id=body.job_id,
+                image=body.image,
+                command=list(body.command),
+                env=body.env,
+                cpus=body.cpus,
+                memory_mb=body.memory_mb,
+                gpu_indices=list(body.gpu_indices),
+                source_digest=body.source_digest or "",
+                members=body.members,
+                process_model=body.process_model,
+                check_port=body.check_port,
+                node_name=body.node,
+            )
+        )
+    elif isinstance(body, Command):
+        if body.kind is CommandKind.PREPARE:
+            raise ValueError("a Prepare is sent as a PrepareOrder")
+        ref = ref_to(body.ref)
+        if body.kind is CommandKind.COMMIT:
+            msg.commit.ref.CopyFrom(ref)
+        elif body.kind is CommandKind.ABORT:
+            msg.abort.CopyFrom(pb.Abort(ref=ref, reason=body.reason))
+        elif body.kind is CommandKind.STOP:
+            msg.stop.CopyFrom(pb.Stop(ref=ref, grace_seconds=grace_seconds))
+        else:
+            msg.forget.CopyFrom(pb.Forget(ref=ref, reason=body.reason))
+    elif isinstance(body, Rotation):
+        msg.rotate.CopyFrom(
+            pb.RotateCredential(
+                credential=body.credential,
+                credential_id=body.credential_id,
+                old_valid_until_unix_ms=_ms(body.old_valid_until),
+            )
+        )
+    else:
+        msg.refused.CopyFrom(pb.Refused(seq=body.seq, reason=body.reason))
+    return msg
+
+
+def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]:
+    """(seq, body, stop grace seconds)."""
+    kind = m.WhichOneof("body")
+    grace = 0.0
+    body: GatewayBody
+    if kind == "welcome":
+        w = m.welcome
+        body = Welcome(w.epoch, w.heartbeat_seconds, w.server_unix_ms)
+    elif kind == "heartbeat_ack":
+        body = HeartbeatAck(m.heartbeat_ack.sent_unix_ms)
+    elif kind == "source":
+        s = m.source
+        body = SourceChunk(s.digest, s.offset, s.data, s.last)
+    elif kind == "prepare":
+        p = m.prepare
+        body = PrepareOrder(
+            ref=ref_from(p.ref),
+            node=p.node_name,
+            job_id=p.job_id,
+            image=p.image,
+            command=tuple(p.command),
+            env=dict(p.env),
+            cpus=p.cpus,
+            memory_mb=p.memory_mb,
+            gpu_indices=tuple(p.gpu_indices),
+            source_digest=p.source_digest or None,
+            members=p.members,
+            process_model=p.process_model,
+            check_port=p.check_port,
+        )
+    elif kind == "commit":
+        body = Command(CommandKind.COMMIT, ref_from(m.commit.ref))
+    elif kind == "abort":
+        body = Command(CommandKind.ABORT, ref_from(m.abort.ref), m.abort.reason)
+    elif kind == "stop":
+        body = Command(CommandKind.STOP, ref_from(m.stop.ref))
+        grace = m.stop.grace_seconds
+    elif kind == "forget":
+        body = Command(CommandKind.FORGET, ref_from(m.forget.ref), m.forget.reason)
+    elif kind == "rotate":
+        r = m.rotate
+        until = _at(r.old_valid_until_unix_ms) or datetime.now(UTC)
+        body = Rotation(r.credential, r.credential_id, until)
+    elif kind == "refused":
+        body = Refused(m.refused.seq, m.refused.reason)
+    else:
+        raise _bad("the gateway message has no body")
+    return m.seq, body, grace

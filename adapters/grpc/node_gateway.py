@@ -1,0 +1,232 @@
+"""The node control gateway's gRPC service (grpclib, served over TLS only).
+
+One ``Connect`` stream per node daemon. A reader task checks and records what the node says
+(``NodeControl.handle``); a writer task is the only one that sends on the stream, from an
+outbox fed by the reader (heartbeat answers, refusals) and by the gateway's command loop, which
+asks ``NodeControl.commands`` for every connected node at once, each ``poll`` seconds. A node
+silent for three heartbeat intervals is cut off (TCP may not notice a vanished peer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from grpclib import GRPCError, Status
+from grpclib.server import Stream
+
+from adapters.grpc import node_codec as codec
+from adapters.grpc.node_codec import GatewayBody
+from application.enrollment import authenticate_node, enroll
+from application.node_control import NodeControl, Outgoing, Session
+from domain.errors import InvalidInput, NotFound, TunePlaneError, Unauthenticated
+from domain.node_messages import (
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    Refused,
+    SourceChunk,
+    Welcome,
+)
+from proto import node_control_pb2 as pb
+from proto.node_control_grpc import NodeControlBase
+
+log = logging.getLogger("tuneplane.gateway")
+
+SOURCE_CHUNK = 1024 * 1024
+_GONE = object()
+
+
+@dataclass
+class _Link:
+    session: Session
+    outbox: asyncio.Queue[GatewayBody | object] = field(default_factory=asyncio.Queue)
+    seq: int = 0
+    sources: set[str] = field(default_factory=set)
+
+
+def _status(exc: TunePlaneError) -> Status:
+    if isinstance(exc, Unauthenticated):
+        return Status.UNAUTHENTICATED
+    if isinstance(exc, InvalidInput):
+        return Status.INVALID_ARGUMENT
+    if isinstance(exc, NotFound):
+        return Status.NOT_FOUND
+    return Status.FAILED_PRECONDITION
+
+
+def _error(exc: TunePlaneError) -> GRPCError:
+    text = str(exc) + (f" (fix: {exc.fix})" if exc.fix else "")
+    return GRPCError(_status(exc), text)
+
+
+class NodeGateway(NodeControlBase):
+    def __init__(self, control: NodeControl, *, poll: float = 0.5, stop_grace: float = 10.0):
+        self.control = control
+        self.ctx = control.ctx
+        self.poll = poll
+        self.stop_grace = stop_grace
+        self.links: dict[str, _Link] = {}
+        self._wake = asyncio.Event()
+
+    # -- Enroll -----------------------------------------------------------------------------
+
+    async def Enroll(self, stream: Stream[pb.EnrollRequest, pb.EnrollReply]) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        try:
+            done = await enroll(
+                self.ctx,
+                request.join_token,
+                request.node_name,
+                codec.capacity_from(request.capacity),
+                request.address,
+            )
+        except TunePlaneError as exc:
+            raise _error(exc) from None
+        log.info("node %s enrolled into pool %s", done.node, done.pool)
+        await stream.send_message(
+            pb.EnrollReply(
+                node_name=done.node,
+                pool=done.pool,
+                credential=done.credential,
+                credential_id=done.credential_id,
+            )
+        )
+
+    # -- Connect ----------------------------------------------------------------------------
+
+    async def Connect(self, stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> None:
+        metadata = dict(stream.metadata or {})
+        auth = str(metadata.get("authorization", ""))
+        try:
+            identity = await authenticate_node(self.ctx, auth.removeprefix("Bearer ").strip())
+            first = await stream.recv_message()
+            if first is None:
+                return
+            seq, hello = codec.node_message_from(first)
+            if not isinstance(hello, Hello):
+                raise InvalidInput("the first message must be Hello", fix="upgrade the daemon")
+            session = await self.control.open(identity, hello)
+        except TunePlaneError as exc:
+            raise _error(exc) from None
+        session.last_seq = seq
+        previous = self.links.pop(session.node, None)
+        if previous is not None:  # the node reconnected before we noticed the old stream end
+            previous.outbox.put_nowait(_GONE)
+        link = _Link(session)
+        self.links[session.node] = link
+        heartbeat = self.control.settings.heartbeat.total_seconds()
+        now_ms = int(self.ctx.clock.now().timestamp() * 1000)
+        link.outbox.put_nowait(Welcome(session.epoch, int(heartbeat), now_ms))
+        if session.rotation is not None:
+            link.outbox.put_nowait(session.rotation)
+        self._wake.set()
+        reader = asyncio.create_task(self._read(stream, link, heartbeat * 3))
+        try:
+            await self._write(stream, link, reader)
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            if self.links.get(session.node) is link:
+                del self.links[session.node]
+            await self.control.close(session)
+
+    async def _read(
+        self, stream: Stream[pb.NodeMessage, pb.GatewayMessage], link: _Link, silence: float
+    ) -> None:
+        session = link.session
+        while True:
+            try:
+                message = await asyncio.wait_for(stream.recv_message(), silence)
+            except TimeoutError:
+                log.warning("node %s silent for %.0f s: closing its stream", session.node, silence)
+                break
+            if message is None:
+                break
+            try:
+                seq, body = codec.node_message_from(message)
+            except InvalidInput as exc:
+                link.outbox.put_nowait(Refused(message.seq, str(exc)))
+                continue
+            if isinstance(body, Heartbeat):
+                if seq > session.last_seq:
+                    session.last_seq = seq
+                    self.control.heartbeat(session)
+                    link.outbox.put_nowait(HeartbeatAck(body.sent_unix_ms))
+                continue
+            if isinstance(body, Hello):
+                link.outbox.put_nowait(Refused(seq, "Hello is only the first message"))
+                continue
+            why = await self.control.handle(session, seq, body)
+            if why is not None:
+                link.outbox.put_nowait(Refused(seq, why))
+            else:
+                self._wake.set()  # a vote or report may change what its members need
+        link.outbox.put_nowait(_GONE)
+
+    async def _write(
+        self,
+        stream: Stream[pb.NodeMessage, pb.GatewayMessage],
+        link: _Link,
+        reader: asyncio.Task[None],
+    ) -> None:
+        while True:
+            item = await link.outbox.get()
+            if item is _GONE:
+                return
+            link.seq += 1
+            body: GatewayBody = item  # type: ignore[assignment]
+            await stream.send_message(codec.gateway_message_to(link.seq, body, self.stop_grace))
+
+    # -- the command loop -------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Deliver commands to connected nodes and flush heartbeats, until cancelled."""
+        while True:
+            try:
+                await self.dispatch()
+                await self.control.flush()
+            except Exception:
+                log.exception("node gateway: dispatch failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll)
+            self._wake.clear()
+
+    async def dispatch(self) -> int:
+        links = list(self.links.values())
+        if not links:
+            return 0
+        todo = await self.control.commands([link.session for link in links])
+        sent = 0
+        for node, items in todo.items():
+            link = self.links.get(node)
+            if link is None:
+                continue
+            for item in items:
+                async for body in self._bodies(link, item):
+                    link.outbox.put_nowait(body)
+                    sent += 1
+        return sent
+
+    async def _bodies(self, link: _Link, item: Outgoing) -> AsyncIterator[GatewayBody]:
+        order = item.order
+        if order is None:
+            yield item.command
+            return
+        digest = order.source_digest
+        if digest and digest not in link.sources:
+            try:
+                data = await self.ctx.blobs.read(digest)
+            except NotFound:
+                await self.control.vote_for(order.ref, False, "its source archive is gone")
+                return
+            for offset in range(0, max(len(data), 1), SOURCE_CHUNK):
+                chunk = data[offset : offset + SOURCE_CHUNK]
+                yield SourceChunk(digest, offset, chunk, offset + SOURCE_CHUNK >= len(data))
+            link.sources.add(digest)
+        yield order

@@ -1,0 +1,327 @@
+"""The node daemon's use cases: obey the gateway's commands, keep the journal, report.
+
+Every change is journalled (durably) before it is acted on or reported, so a daemon killed at
+any point finds on restart (``recover``) what it was doing: a member caught preparing is rolled
+back and refused, a started one is re-adopted from the container engine, never started again.
+Nothing starts without a Commit, and a Prepare or Commit from before the node's last fencing
+epoch is refused; Abort, Stop and Forget are always obeyed. The connection is not needed to
+keep members running: while it is down the daemon keeps watching and journalling, and the
+Hello of the next stream carries the whole journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from domain.errors import TunePlaneError, Unavailable
+from domain.node_messages import (
+    Hello,
+    LogChunk,
+    PrepareOrder,
+    Progress,
+    SourceChunk,
+    Vote,
+)
+from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime
+from domain.node_protocol import (
+    LIVE_PHASES,
+    Command,
+    CommandKind,
+    MemberReport,
+    NodeCapacity,
+    Phase,
+    stale_command,
+)
+
+log = logging.getLogger("tuneplane.node")
+
+Send = Callable[[Vote | Progress | MemberReport | LogChunk], Awaitable[None]]
+LOG_CHUNK = 1024 * 1024
+_BUSY = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.STARTING, Phase.RUNNING})
+
+
+class NodeAgent:
+    def __init__(
+        self,
+        node: str,
+        journal: MemberJournal,
+        runtime: MemberRuntime,
+        send: Send,
+        *,
+        log_limit: int = 16 * 1024 * 1024,
+        sources_kept: int = 4,
+    ) -> None:
+        self.node = node
+        self.journal = journal
+        self.runtime = runtime
+        self.send = send
+        self.log_limit = log_limit
+        self.sources_kept = sources_kept
+        self._sources: dict[str, bytes] = {}
+        self._partial: dict[str, bytearray] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.refused = 0  # commands refused as stale or misrouted
+        self.orphans: dict[str, str] = {}  # containers of this node the journal does not hold
+
+    # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
+
+    async def _get(self, member_id: str) -> JournalEntry | None:
+        return await asyncio.to_thread(self.journal.get, member_id)
+
+    async def _put(self, entry: JournalEntry) -> JournalEntry:
+        await asyncio.to_thread(self.journal.put, entry)
+        return entry
+
+    async def _say(self, body: Vote | Progress | MemberReport | LogChunk) -> None:
+        """Send if connected; a lost message is recovered from the journal at the next Hello."""
+        with contextlib.suppress(Exception):
+            await self.send(body)
+
+    def _lock(self, member_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(member_id, asyncio.Lock())
+
+    # -- start-up and connection --------------------------------------------------------------
+
+    async def recover(self) -> None:
+        """Reconcile the journal with the engine after a (re)start, before connecting."""
+        held = await self.runtime.held()
+        entries = await asyncio.to_thread(self.journal.entries)
+        for e in entries:
+            cid = e.container_id or held.get(e.member_id)
+            if e.phase is Phase.PREPARING:
+                if cid:
+                    await self.runtime.remove(cid)
+                await self._put(
+                    replace(e, phase=Phase.REFUSED, reason="the daemon restarted while preparing")
+                )
+            elif e.phase is Phase.PREPARED and cid is None:
+                await self._put(replace(e, phase=Phase.REFUSED, reason="its container vanished"))
+            elif e.phase in LIVE_PHASES:
+                await self._observe(e, cid, report=False)
+        known = {e.member_id for e in entries}
+        # No journal entry (the journal was lost): left alone, never killed on a guess; a Forget
+        # from the gateway removes one.
+        self.orphans = {m: c for m, c in held.items() if m not in known}
+        for member_id, cid in self.orphans.items():
+            log.warning("container %s of member %s is not in the journal", cid, member_id)
+
+    async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
+        entries = await asyncio.to_thread(self.journal.entries)
+        epoch = await asyncio.to_thread(self.journal.epoch)
+        return Hello(
+            self.node, capacity, address, version, epoch, tuple(e.report() for e in entries)
+        )
+
+    async def welcomed(self, epoch: int) -> None:
+        """The stream is up: keep the epoch, and send the logs of members that exited while
+        it was down (storing a log again is harmless)."""
+        current = await asyncio.to_thread(self.journal.epoch)
+        if epoch > current:
+            await asyncio.to_thread(self.journal.set_epoch, epoch)
+        elif epoch < current:
+            log.warning("welcomed with epoch %d, lower than the journal's %d", epoch, current)
+        for e in await asyncio.to_thread(self.journal.entries):
+            if e.phase is Phase.EXITED and e.container_id:
+                await self._send_log(e, e.container_id)
+
+    # -- commands -----------------------------------------------------------------------------
+
+    async def on_source(self, chunk: SourceChunk) -> None:
+        if chunk.digest in self._sources:
+            return
+        buf = self._partial.setdefault(chunk.digest, bytearray())
+        if chunk.offset != len(buf):
+            self._partial.pop(chunk.digest, None)  # out of order: start over at the next send
+            return
+        buf.extend(chunk.data)
+        if chunk.last:
+            data = bytes(self._partial.pop(chunk.digest))
+            if "sha256:" + hashlib.sha256(data).hexdigest() == chunk.digest:
+                self._sources[chunk.digest] = data
+                while len(self._sources) > self.sources_kept:
+                    del self._sources[next(iter(self._sources))]
+            else:
+                log.warning("source archive %s arrived corrupted; dropped", chunk.digest)
+
+    async def on_prepare(self, order: PrepareOrder) -> None:
+        if self._stale(Command(CommandKind.PREPARE, order.ref), await self._epoch()):
+            return
+        mid = order.ref.member_id
+        async with self._lock(mid):
+            existing = await self._get(mid)
+            if existing is not None:  # a repeated Prepare: say again how it went
+                if existing.phase in (Phase.PREPARED, Phase.REFUSED):
+                    await self._vote(existing)
+                return
+            why = await self._why_not(order)
+            entry = JournalEntry(order, Phase.PREPARING)
+            if why is not None:
+                await self._vote(await self._put(replace(entry, phase=Phase.REFUSED, reason=why)))
+                return
+            await self._put(entry)
+        self._tasks[mid] = asyncio.create_task(self._prepare(entry))
+
+    async def _why_not(self, order: PrepareOrder) -> str | None:
+        if order.node != self.node:
+            return f"this Prepare is for node {order.node}; this is node {self.node}"
+        busy = {
+            g: e.member_id
+            for e in await asyncio.to_thread(self.journal.entries)
+            if e.phase in _BUSY
+            for g in e.order.gpu_indices
+        }
+        for g in order.gpu_indices:
+            if g in busy:
+                return f"GPU {g} is still held by member {busy[g]}"
+        if order.check_port and not self.runtime.port_free(order.check_port):
+            return f"rendezvous port {order.check_port} is in use on node {self.node}"
+        if order.source_digest and order.source_digest not in self._sources:
+            return f"source archive {order.source_digest} did not arrive intact"
+        return None
+
+    async def _prepare(self, entry: JournalEntry) -> None:
+        order = entry.order
+        source = self._sources.get(order.source_digest) if order.source_digest else None
+        loop = asyncio.get_running_loop()
+
+        def progress(stage: str, fraction: float, detail: str) -> None:
+            body = Progress(order.ref, stage, fraction, detail)
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._say(body)))
+
+        try:
+            cid = await self.runtime.prepare(order, source, progress)
+        except asyncio.CancelledError:
+            raise
+        except TunePlaneError as exc:
+            refused = replace(entry, phase=Phase.REFUSED, reason=str(exc))
+        except Exception as exc:  # an engine surprise: a clear no, never a half-prepared yes
+            log.exception("prepare of %s failed", order.ref.member_id)
+            refused = replace(entry, phase=Phase.REFUSED, reason=f"prepare failed: {exc}")
+        else:
+            async with self._lock(order.ref.member_id):
+                current = await self._get(order.ref.member_id)
+                if current is None or current.phase is not Phase.PREPARING:
+                    await self.runtime.remove(cid)  # aborted or forgotten meanwhile
+                    return
+                await self._vote(
+                    await self._put(replace(entry, phase=Phase.PREPARED, container_id=cid))
+                )
+            return
+        async with self._lock(order.ref.member_id):
+            current = await self._get(order.ref.member_id)
+            if current is not None and current.phase is Phase.PREPARING:
+                await self._vote(await self._put(refused))
+
+    async def _vote(self, entry: JournalEntry) -> None:
+        await self._say(Vote(entry.order.ref, entry.phase is Phase.PREPARED, entry.reason))
+
+    async def on_command(self, command: Command, grace: float = 10.0) -> None:
+        if self._stale(command, await self._epoch()):
+            return
+        mid = command.ref.member_id
+        if command.kind in (CommandKind.ABORT, CommandKind.FORGET):
+            task = self._tasks.pop(mid, None)
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        async with self._lock(mid):
+            entry = await self._get(mid)
+            if command.kind is CommandKind.FORGET:
+                await self._forget(mid, entry)
+            elif entry is None:
+                return
+            elif command.kind is CommandKind.COMMIT:
+                await self._commit(entry)
+            elif command.kind is CommandKind.ABORT:
+                await self._abort(entry, command.reason)
+            elif command.kind is CommandKind.STOP and entry.container_id:
+                stop = self.runtime.stop(entry.container_id, grace)
+                self._tasks[mid] = asyncio.create_task(stop)
+
+    async def _commit(self, entry: JournalEntry) -> None:
+        if entry.phase is not Phase.PREPARED:
+            await self._say(entry.report())  # already started (or gone): say so again
+            return
+        cid = entry.container_id
+        assert cid is not None  # a prepared member has its container
+        entry = await self._put(replace(entry, phase=Phase.STARTING))  # journalled first
+        await self._say(entry.report())
+        try:
+            await self.runtime.start(cid)
+        except Unavailable as exc:
+            log.warning("start of %s deferred: %s", entry.member_id, exc)
+
+    async def _abort(self, entry: JournalEntry, reason: str) -> None:
+        if entry.phase in LIVE_PHASES:
+            return  # the gateway stops a started member; an abort never kills one
+        if entry.container_id:
+            await self.runtime.remove(entry.container_id)
+        if entry.phase in (Phase.PREPARING, Phase.PREPARED):
+            entry = await self._put(replace(entry, phase=Phase.ABORTED, reason=reason))
+        await self._say(entry.report())
+
+    async def _forget(self, member_id: str, entry: JournalEntry | None) -> None:
+        cid = entry.container_id if entry else self.orphans.pop(member_id, None)
+        if cid is None:
+            cid = (await self.runtime.held()).get(member_id)
+        if cid:
+            await self.runtime.remove(cid)
+        if entry is not None:
+            await asyncio.to_thread(self.journal.delete, member_id)
+        self._locks.pop(member_id, None)
+
+    async def _epoch(self) -> int:
+        return await asyncio.to_thread(self.journal.epoch)
+
+    def _stale(self, command: Command, epoch: int) -> bool:
+        why = stale_command(command, epoch)
+        if why is not None:
+            self.refused += 1
+            log.warning("refused %s: %s", command.kind, why)
+        return why is not None
+
+    # -- watching -----------------------------------------------------------------------------
+
+    async def watch_once(self) -> None:
+        """Observe every started member; journal and report what changed."""
+        for entry in await asyncio.to_thread(self.journal.entries):
+            if entry.phase in LIVE_PHASES:
+                async with self._lock(entry.member_id):
+                    current = await self._get(entry.member_id)
+                    if current is not None and current.phase in LIVE_PHASES:
+                        await self._observe(current, current.container_id, report=True)
+
+    async def _observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
+        obs = await self.runtime.observe(cid) if cid else None
+        if obs is None or obs.status == "missing":
+            new = replace(e, phase=Phase.MISSING, reason="its container is gone from the engine")
+        elif obs.status == "running":
+            new = replace(e, phase=Phase.RUNNING, container_id=cid)
+        elif obs.status == "exited":
+            code = obs.exit_code if obs.exit_code is not None else -1
+            new = replace(e, phase=Phase.EXITED, exit_code=code, reason=obs.reason)
+        else:
+            return  # starting, or the engine cannot say now
+        if new == e:
+            return
+        if new.phase is Phase.EXITED and report and cid:
+            await self._send_log(new, cid)  # the log first: it is stored before the exit
+        await self._put(new)
+        if report:
+            await self._say(new.report())
+
+    async def _send_log(self, entry: JournalEntry, cid: str) -> None:
+        try:
+            data, truncated = await self.runtime.final_log(cid, self.log_limit)
+        except TunePlaneError as exc:
+            data, truncated = f"[tuneplane: log collection failed: {exc}]\n".encode(), False
+        chunks = [data[i : i + LOG_CHUNK] for i in range(0, len(data), LOG_CHUNK)] or [b""]
+        for i, chunk in enumerate(chunks):
+            await self._say(LogChunk(entry.order.ref, chunk, i == len(chunks) - 1, truncated))

@@ -1,0 +1,111 @@
+"""The messages of the node control protocol, as both ends' use cases see them.
+
+The gRPC adapter (``adapters/grpc/node_codec.py``) maps them to and from the protobuf messages
+of ``proto/node_control.proto``; the simulator passes them directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.node_protocol import MemberRef, MemberReport, NodeCapacity
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    node: str
+    capacity: NodeCapacity
+    address: str
+    daemon_version: str
+    epoch: int  # the highest epoch the node was welcomed with (0: never)
+    journal: tuple[MemberReport, ...]  # every member the node holds
+
+
+@dataclass(frozen=True, slots=True)
+class Vote:
+    ref: MemberRef
+    yes: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    ref: MemberRef
+    stage: str
+    fraction: float  # 0..1, or -1 when unknown
+    detail: str = ""
+
+    def text(self) -> str:
+        share = f" {self.fraction:.0%}" if 0 <= self.fraction <= 1 else ""
+        return f"{self.stage}{share}" + (f": {self.detail}" if self.detail else "")
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    ref: MemberRef
+    data: bytes
+    last: bool
+    truncated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialAck:
+    credential_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareOrder:
+    """Everything a node needs to prepare one member (the Prepare message)."""
+
+    ref: MemberRef
+    node: str
+    job_id: str
+    image: str
+    command: tuple[str, ...]
+    env: dict[str, str]
+    cpus: float
+    memory_mb: int
+    gpu_indices: tuple[int, ...]
+    source_digest: str | None
+    members: int
+    process_model: str
+    check_port: int  # member 0 of a gang: the rendezvous port that must be free; else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    sent_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome:
+    epoch: int
+    heartbeat_seconds: int
+    server_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatAck:
+    sent_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceChunk:
+    digest: str
+    offset: int
+    data: bytes
+    last: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    credential: str
+    credential_id: str
+    old_valid_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    seq: int
+    reason: str
