@@ -15,6 +15,7 @@ from adapters.blobs import FilesystemBlobStore
 from adapters.catalog import default_catalog
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
+from adapters.node.backend import NodeBackend
 from adapters.postgres.engine import create_engine
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
@@ -56,7 +57,7 @@ def _context(
         clock=SystemClock(),
         ids=RandomIds(),
         catalog=default_catalog(LOCAL_RUNTIMES),
-        backends={"local": docker},
+        backends={"local": docker, "node": NodeBackend(docker)},
         blobs=blobs,
         new_secret=new_secret,
         limits=settings.limits,

@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from adapters.postgres.lease import PostgresLeaderLease
 from application.auth import bootstrap_admin
 from application.context import Context
 from application.fleet_config import apply_fleet_config, ensure_defaults
+from application.gang import GangSettings
 from domain.errors import Conflict
 from entrypoints import fleet_config
 from entrypoints.api.app import create_app
@@ -34,7 +36,7 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
         await prepare_fleet(ctx, settings)
         url = settings.database_url
         lease = PostgresLeaderLease(url) if supervise and url else None
-        app = create_app(ctx, supervise=supervise, lease=lease)
+        app = create_app(ctx, supervise=supervise, lease=lease, gangs=gang_settings(settings))
         config = uvicorn.Config(
             app,
             host=settings.host,
@@ -49,6 +51,15 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
         await server.serve()
     finally:
         await container.shutdown_resources()  # type: ignore[misc]
+
+
+def gang_settings(settings: Settings) -> GangSettings:
+    lost = settings.node_lost_after_seconds
+    return GangSettings(
+        prepare_timeout=timedelta(seconds=settings.prepare_timeout_seconds),
+        link_timeout=timedelta(seconds=max(6 * settings.heartbeat_seconds, 30)),
+        lost_after=timedelta(seconds=lost) if lost > 0 else None,
+    )
 
 
 async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> None:

@@ -45,6 +45,11 @@ def _int(name: str, default: int) -> int:
         ) from None
 
 
+def _path(name: str) -> Path | None:
+    raw = os.environ.get(name)
+    return Path(raw).expanduser() if raw else None
+
+
 @dataclass(frozen=True)
 class Settings:
     state_dir: Path = field(default_factory=_state_dir)
@@ -56,6 +61,29 @@ class Settings:
     port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
     db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 20))
     fleet_file: Path | None = field(default_factory=_fleet_file)
+    # The node control gateway (docs/node-backend.md, docs/tls.md)
+    node_gateway_host: str = field(
+        default_factory=lambda: os.environ.get("TUNEPLANE_NODE_GATEWAY_HOST", "127.0.0.1")
+    )
+    node_gateway_port: int = field(
+        default_factory=lambda: _int("TUNEPLANE_NODE_GATEWAY_PORT", 8471)
+    )
+    gateway_cert: Path | None = field(default_factory=lambda: _path("TUNEPLANE_GATEWAY_CERT"))
+    gateway_key: Path | None = field(default_factory=lambda: _path("TUNEPLANE_GATEWAY_KEY"))
+    ca_file: Path | None = field(default_factory=lambda: _path("TUNEPLANE_CA_FILE"))
+    heartbeat_seconds: int = field(default_factory=lambda: _int("TUNEPLANE_HEARTBEAT_SECONDS", 5))
+    prepare_timeout_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_PREPARE_TIMEOUT_SECONDS", 300)
+    )
+    node_lost_after_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_NODE_LOST_AFTER_SECONDS", 0)
+    )  # 0: nodes are fenced only by an operator
+    credential_rotate_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_CREDENTIAL_ROTATE_SECONDS", 86400)
+    )
+    credential_grace_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_CREDENTIAL_GRACE_SECONDS", 600)
+    )
     limits: Limits = field(
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),
@@ -66,6 +94,10 @@ class Settings:
     @property
     def blob_dir(self) -> Path:
         return self.state_dir / "blobs"
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
 
     @property
     def url(self) -> str:

@@ -14,10 +14,12 @@ from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
 from application.context import Context
+from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
 from domain.ports import LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.fleet_routes import FLEET_ROUTES
+from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
 from entrypoints.api.routes import PROTECTED
@@ -51,10 +53,12 @@ def create_app(
     supervise: bool = True,
     lease: LeaderLease | None = None,
     debug: bool = False,
+    gangs: GangSettings | None = None,
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
     pass + supervisor); with a ``lease`` it ticks only while it leads."""
-    supervisor = Supervisor(ctx, lease) if supervise else None
+    coordinator = GangCoordinator(ctx, gangs)
+    supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -69,7 +73,7 @@ def create_app(
                 await supervisor.close()
                 await supervisor.close_lease()
 
-    protected = [*PROTECTED, *SCHEDULING_ROUTES, *FLEET_ROUTES, *POLICY_ROUTES]
+    protected = [*PROTECTED, *SCHEDULING_ROUTES, *FLEET_ROUTES, *POLICY_ROUTES, *NODE_ROUTES]
     for handler in protected:
         handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}

@@ -20,6 +20,7 @@ from entrypoints.cli import (
     experiments,
     fleet,
     jobs,
+    nodes,
     output,
     queues,
     server_cmds,
@@ -41,6 +42,7 @@ def build_app() -> App:
     submit.register(app)
     jobs.register(app)
     fleet.register(app)
+    nodes.register(app)
     queues.register(app)
     admin.register(app)
     server_cmds.register(app)

@@ -1,0 +1,72 @@
+"""The node backend as the control plane sees it.
+
+Members of node-backend jobs are launched by the two-phase coordinator
+(``application/gang.py``) through the launch ledger in PostgreSQL; the node control gateway
+carries the commands to the node daemons. So this backend only pins runtimes; the supervisor
+never calls its launch, observe or stop (``coordinated = True``).
+
+Pinning: a runtime image with a registry digest (``RepoDigests``) is pinned as
+``name@sha256:…``, which every node can pull; an image built only in this engine is pinned by
+its image id, which nodes can run only if they hold the very same image (one machine, or the
+image loaded on each node). See docs/node-backend.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from adapters.docker.backend import DockerBackend
+from domain.catalog import RuntimePin, RuntimeSpec
+from domain.errors import InvalidInput, NotFound, Unavailable
+from domain.ports import LaunchRequest, Observation
+
+_NOT_HERE = "node-backend members are launched by the coordinator through the node gateway"
+
+
+class NodeBackend:
+    name = "node"
+    coordinated = True
+
+    def __init__(self, images: DockerBackend | None) -> None:
+        self.images = images  # the engine whose images runtimes are pinned from
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        if self.images is None:
+            raise InvalidInput(
+                f"runtime {runtime.name!r} cannot be pinned: no image engine is configured",
+                fix="set DOCKER_HOST for the control plane, or pin runtimes by digest",
+                field="intent.runtime",
+            )
+        pin = await self.images.pin(runtime)
+        info: dict[str, Any] = await self.images._json(f"images/{pin.digest}/json")
+        digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
+        return RuntimePin(
+            name=pin.name,
+            image=pin.image,
+            digest=digests[0] if digests else pin.digest,
+            python=pin.python,
+            process_model=pin.process_model,
+        )
+
+    async def launch(self, request: LaunchRequest) -> str:
+        raise Unavailable(_NOT_HERE)
+
+    async def observe(self, handle: str) -> Observation:
+        raise Unavailable(_NOT_HERE)
+
+    async def stop(self, handle: str, grace_seconds: float) -> None:
+        raise Unavailable(_NOT_HERE)
+
+    async def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
+        raise NotFound(
+            "live logs of node-backend members are not streamed yet",
+            fix="the final log is stored when member 0 exits: `tp job logs ID` then",
+        )
+        yield b""  # pragma: no cover - makes this an async generator
+
+    async def held(self) -> dict[str, str]:
+        return {}
+
+    async def release(self, handle: str) -> None:
+        return None

@@ -1,0 +1,92 @@
+"""HTTP routes of the node backend: join tokens for new node daemons, and the nodes' links."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Annotated
+
+from litestar import get, post
+from litestar.datastructures import State
+from msgspec import Meta, Struct
+
+from application import enrollment
+from application.context import Context
+from domain.auth import Principal
+from entrypoints.api.problems import responses
+
+Name = Annotated[str, Meta(min_length=1, max_length=63)]
+Ttl = Annotated[int, Meta(ge=60, le=7 * 24 * 3600)]
+
+
+class JoinTokenIn(Struct, forbid_unknown_fields=True):
+    pool: Name
+    node: Name | None = None
+    ttl_seconds: Ttl = 900
+
+
+class JoinTokenOut(Struct):
+    token: str
+    pool: str
+    node: str | None
+    expires_at: datetime
+
+
+class LinkOut(Struct):
+    node: str
+    connected_at: datetime
+    heartbeat_at: datetime
+    gateway: str
+    address: str
+    gpus: int
+    gpu_model: str | None
+    cpus: float
+    memory_mb: int
+    daemon_version: str
+    epoch: int
+
+
+def _ctx(state: State) -> Context:
+    ctx: Context = state.ctx
+    return ctx
+
+
+@post(
+    "/v1/node-tokens",
+    status_code=201,
+    responses=responses(400, 401, 403, 404, 422),
+    summary="Create a one-time join token for a node daemon (operator); shown once",
+)
+async def create_join_token(data: JoinTokenIn, state: State, principal: Principal) -> JoinTokenOut:
+    secret, token = await enrollment.create_join_token(
+        _ctx(state), principal, data.pool, data.node, timedelta(seconds=data.ttl_seconds)
+    )
+    return JoinTokenOut(secret, token.pool, token.node_name, token.expires_at)
+
+
+@get(
+    "/v1/node-links",
+    responses=responses(401),
+    summary="The control link of every node daemon: heartbeat, reported capacity, epoch",
+)
+async def node_links(state: State, principal: Principal) -> list[LinkOut]:
+    async with _ctx(state).uow() as uow:
+        links = await uow.links.all()
+    return [
+        LinkOut(
+            link.node,
+            link.connected_at,
+            link.heartbeat_at,
+            link.gateway,
+            link.address,
+            link.capacity.gpus,
+            link.capacity.gpu_model,
+            link.capacity.cpus,
+            link.capacity.memory_mb,
+            link.daemon_version,
+            link.epoch,
+        )
+        for link in links
+    ]
+
+
+NODE_ROUTES = [create_join_token, node_links]

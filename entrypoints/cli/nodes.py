@@ -1,0 +1,171 @@
+"""`tp node …` and `tp gateway node`: enrolling and running node daemons, fencing nodes, and
+the node control gateway process."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+from cyclopts import App, Parameter
+
+from domain.errors import InvalidInput
+from entrypoints.cli import output
+from entrypoints.cli.admin import seg
+from entrypoints.cli.client import connect
+
+JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
+node_app = App(name="node", help="Node daemons: join tokens, running a daemon, fencing.")
+token_app = App(name="token", help="One-time join tokens for new node daemons.")
+gateway_app = App(name="gateway", help="The gateway processes (node control).")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str, flag: str) -> int:
+    """ "15m" → 900 (seconds); units s, m, h, d."""
+    m = re.fullmatch(r"\s*(\d+)\s*([smhd]?)\s*", text)
+    if not m:
+        raise InvalidInput(
+            f"{text!r} is not a duration", fix="write e.g. 90s, 15m, 2h or 1d", field=flag
+        )
+    return int(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+@token_app.command(name="create")
+def token_create(
+    *,
+    pool: Annotated[str, Parameter(help="the node pool the node joins (backend node)")],
+    name: Annotated[
+        str | None, Parameter(help="the node's name (default: it names itself)")
+    ] = None,
+    ttl: Annotated[str, Parameter(help="how long the token may be used (1m to 7d)")] = "15m",
+    json: JsonFlag = False,
+) -> int:
+    """Create a one-time join token (operators). It is shown once; give it to the machine's
+    daemon: `tp node run --server HOST:PORT --ca ca.pem --join-token TOKEN`."""
+    body: dict[str, Any] = {"pool": pool, "ttl_seconds": parse_duration(ttl, "--ttl")}
+    if name:
+        body["node"] = name
+    with connect() as api:
+        _, answer = api.post("/v1/node-tokens", body)
+    if json:
+        output.print_json(answer)
+        return 0
+    who = f"node {answer['node']}" if answer.get("node") else "one node"
+    output.out.print(
+        f"join token for {who} of pool {answer['pool']} (one use, until {answer['expires_at']}):\n"
+        f"  {answer['token']}\n"
+        "on the machine, run:\n"
+        f"  tp node run --server GATEWAY:8471 --ca ca.pem --join-token {answer['token']}"
+        + (f" --name {answer['node']}" if answer.get("node") else " --name NAME"),
+        markup=False,
+    )
+    return 0
+
+
+@node_app.command(name="fence")
+def fence(
+    name: str, /, *, reason: Annotated[str, Parameter(help="why (kept with the members' end)")]
+) -> int:
+    """Declare a node lost (operators): raise its fencing epoch, so its daemon's late messages
+    are refused and it forgets its members when it reconnects, and record its unfinished members
+    failed. Reservations are released once every member is known stopped.
+
+    Parameters
+    ----------
+    name
+        The node (see `tp fleet ls`).
+    """
+    with connect() as api:
+        _, answer = api.post(f"/v1/nodes/{seg(name)}/lost", {"reason": reason})
+    output.out.print(
+        f"node {name} fenced; {answer.get('members_failed', 0)} member(s) recorded failed",
+        markup=False,
+    )
+    return 0
+
+
+@node_app.command(name="ls")
+def links(*, json: JsonFlag = False) -> int:
+    """Node daemons' control links: last heartbeat, reported capacity, address, epoch."""
+    with connect() as api:
+        _, answer = api.get("/v1/node-links")
+    if json:
+        output.print_json(answer)
+        return 0
+    rows = [
+        [
+            a["node"],
+            a["heartbeat_at"],
+            a["address"],
+            f"{a['gpus']}×{a['gpu_model']}" if a["gpus"] else "-",
+            f"{a['cpus']:g}",
+            str(a["memory_mb"]),
+            str(a["epoch"]),
+            a["daemon_version"],
+        ]
+        for a in answer
+    ]
+    output.table(
+        ["NODE", "HEARTBEAT", "ADDRESS", "GPUS", "CPUS", "MEMORY MB", "EPOCH", "VERSION"], rows
+    )
+    return 0
+
+
+@node_app.command(name="run")
+def run(
+    *,
+    server: Annotated[str, Parameter(help="the node gateway, HOST:PORT")],
+    ca: Annotated[Path, Parameter(help="CA certificate that signed the gateway's certificate")],
+    state_dir: Annotated[
+        Path | None, Parameter(help="daemon state: journal, credential (default per user)")
+    ] = None,
+    name: Annotated[str | None, Parameter(help="node name (default: the host name)")] = None,
+    join_token: Annotated[str | None, Parameter(help="enroll with this one-time token")] = None,
+    advertise_address: Annotated[
+        str | None, Parameter(help="address peers use to reach this node")
+    ] = None,
+    gpus: Annotated[int | None, Parameter(help="GPUs (default: nvidia-smi)")] = None,
+    gpu_model: Annotated[str | None, Parameter(help="GPU model, e.g. h200")] = None,
+    cpus: Annotated[float | None, Parameter(help="CPUs offered (default: all)")] = None,
+    memory_mb: Annotated[int | None, Parameter(help="memory offered in MiB")] = None,
+    docker_host: Annotated[str | None, Parameter(help="container engine (DOCKER_HOST)")] = None,
+) -> int:
+    """Run a node daemon: connects outbound to the gateway over TLS, runs members as
+    containers, keeps a journal. The first start needs --join-token (`tp node token create`)."""
+    from entrypoints.node_daemon import DaemonOptions, run_daemon
+
+    options = DaemonOptions(
+        server=server,
+        ca=ca,
+        state_dir=state_dir,
+        name=name,
+        join_token=join_token,
+        advertise_address=advertise_address,
+        gpus=gpus,
+        gpu_model=gpu_model,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        docker_host=docker_host,
+    )
+    return run_daemon(options)
+
+
+@gateway_app.command(name="node")
+def gateway_node(
+    *,
+    host: Annotated[str | None, Parameter(help="listen address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, Parameter(help="listen port (default 8471)")] = None,
+) -> int:
+    """Run the node control gateway (gRPC over TLS only) against TUNEPLANE_DATABASE_URL.
+    Certificates: TUNEPLANE_GATEWAY_CERT and TUNEPLANE_GATEWAY_KEY, else a dev CA in the state
+    directory (docs/tls.md)."""
+    from entrypoints.gateway import run_node_gateway
+
+    return run_node_gateway(host, port)
+
+
+def register(app: App) -> None:
+    node_app.command(token_app)
+    app.command(node_app)
+    app.command(gateway_app)
