@@ -1,0 +1,40 @@
+"""An in-memory member journal (the ``MemberJournal`` port) for the simulator and tests.
+
+It survives a simulated daemon crash because the simulator keeps the object and hands it to the
+daemon that replaces the crashed one, as a real node keeps its SQLite file.
+"""
+
+from __future__ import annotations
+
+from domain.node_ports import JournalEntry
+
+
+class MemoryJournal:
+    def __init__(self) -> None:
+        self._entries: dict[str, JournalEntry] = {}
+        self._epoch = 0
+        self.writes = 0
+
+    def entries(self) -> list[JournalEntry]:
+        return sorted(
+            self._entries.values(), key=lambda e: (e.order.ref.attempt_id, e.order.ref.index)
+        )
+
+    def get(self, member_id: str) -> JournalEntry | None:
+        return self._entries.get(member_id)
+
+    def put(self, entry: JournalEntry) -> None:
+        self._entries[entry.member_id] = entry
+        self.writes += 1
+
+    def delete(self, member_id: str) -> None:
+        self._entries.pop(member_id, None)
+        self.writes += 1
+
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch < self._epoch:
+            raise ValueError(f"the journal's epoch {self._epoch} cannot go back to {epoch}")
+        self._epoch = epoch

@@ -1,0 +1,103 @@
+"""A simulated container runtime for node daemons (the ``MemberRuntime`` port).
+
+Containers are records: created by ``prepare``, running after ``start``, exited after
+``finish``/``stop``/their fate. It counts every real start per member, so tests and the
+simulator can check that no member ever starts twice and none starts without a commit. Like a
+real engine it outlives the daemon: the simulator hands the same runtime to the daemon that
+replaces a crashed one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from domain.errors import InvalidInput
+from domain.node_messages import PrepareOrder
+from domain.node_ports import ProgressCallback
+from domain.ports import Observation
+
+Refusal = Callable[[PrepareOrder], str | None]
+
+
+@dataclass
+class SimContainer:
+    id: str
+    order: PrepareOrder
+    state: str = "created"  # created, running, exited
+    exit_code: int | None = None
+    log: bytes = b""
+
+
+class SimRuntime:
+    def __init__(self, node: str, refusal: Refusal | None = None) -> None:
+        self.node = node
+        self.refusal: Refusal = refusal or (lambda order: None)
+        self.containers: dict[str, SimContainer] = {}
+        self.starts: Counter[str] = Counter()  # member id → real starts
+        self.kills: Counter[str] = Counter()  # member id → running containers removed
+        self.busy_ports: set[int] = set()
+
+    async def prepare(
+        self, order: PrepareOrder, source: bytes | None, on_progress: ProgressCallback
+    ) -> str:
+        why = self.refusal(order)
+        if why is not None:
+            raise InvalidInput(why)
+        cid = f"c-{order.ref.member_id}"
+        if cid not in self.containers:
+            on_progress("creating the container", 1.0, "")
+            self.containers[cid] = SimContainer(cid, order)
+        return cid
+
+    async def start(self, container_id: str) -> None:
+        c = self.containers.get(container_id)
+        if c is not None and c.state == "created":
+            c.state = "running"
+            self.starts[c.order.ref.member_id] += 1
+
+    async def observe(self, container_id: str) -> Observation:
+        c = self.containers.get(container_id)
+        if c is None:
+            return Observation("missing")
+        if c.state == "running":
+            return Observation("running")
+        if c.state == "exited":
+            return Observation("exited", c.exit_code)
+        return Observation("starting")
+
+    def finish(self, member_id: str, code: int) -> bool:
+        """The member's process exits by itself (if it runs)."""
+        c = self.containers.get(f"c-{member_id}")
+        if c is None or c.state != "running":
+            return False
+        c.state, c.exit_code = "exited", code
+        c.log = f"member {member_id} exited with code {code}\n".encode()
+        return True
+
+    async def stop(self, container_id: str, grace_seconds: float) -> None:
+        c = self.containers.get(container_id)
+        if c is not None and c.state == "running":
+            c.state, c.exit_code = "exited", 143
+        elif c is not None and c.state == "created":
+            del self.containers[container_id]
+
+    async def remove(self, container_id: str) -> None:
+        c = self.containers.pop(container_id, None)
+        if c is not None and c.state == "running":
+            self.kills[c.order.ref.member_id] += 1
+
+    async def held(self) -> dict[str, str]:
+        return {c.order.ref.member_id: cid for cid, c in self.containers.items()}
+
+    async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
+        c = self.containers.get(container_id)
+        data = c.log if c is not None else b""
+        return data[-limit:], len(data) > limit
+
+    def port_free(self, port: int) -> bool:
+        return port not in self.busy_ports
+
+    def running(self) -> list[SimContainer]:
+        return [c for c in self.containers.values() if c.state == "running"]

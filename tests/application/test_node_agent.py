@@ -1,0 +1,223 @@
+"""The node daemon's use cases over the in-memory journal and the simulated runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+import pytest
+
+from adapters.memory.journal import MemoryJournal
+from adapters.sim.node_runtime import SimRuntime
+from application.node_agent import NodeAgent
+from domain.node_messages import LogChunk, PrepareOrder, SourceChunk, Vote
+from domain.node_protocol import Command, CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
+
+pytestmark = pytest.mark.unit
+
+
+def order(member: str = "m0", index: int = 0, epoch: int = 1, **kw: Any) -> PrepareOrder:
+    base: dict[str, Any] = dict(
+        ref=MemberRef("att-1", member, index, epoch),
+        node="n1",
+        job_id="job-1",
+        image="sha256:abc",
+        command=("true",),
+        env={},
+        cpus=1.0,
+        memory_mb=64,
+        gpu_indices=(0,),
+        source_digest=None,
+        members=1,
+        process_model="single-process",
+        check_port=0,
+    )
+    base.update(kw)
+    return PrepareOrder(**base)
+
+
+class Harness:
+    def __init__(self) -> None:
+        self.journal = MemoryJournal()
+        self.runtime = SimRuntime("n1")
+        self.sent: list[Any] = []
+        self.agent = self.new_agent()
+
+    def new_agent(self) -> NodeAgent:
+        async def send(body: Any) -> None:
+            self.sent.append(body)
+
+        return NodeAgent("n1", self.journal, self.runtime, send)
+
+    async def settle(self) -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await asyncio.gather(*self.agent._tasks.values(), return_exceptions=True)
+
+    def votes(self) -> list[Vote]:
+        return [b for b in self.sent if isinstance(b, Vote)]
+
+    def phase(self, member: str = "m0") -> Phase | None:
+        e = self.journal.get(member)
+        return e.phase if e else None
+
+
+async def prepared(h: Harness, o: PrepareOrder | None = None) -> PrepareOrder:
+    o = o or order()
+    await h.agent.on_prepare(o)
+    await h.settle()
+    return o
+
+
+async def test_prepare_creates_without_starting_and_votes_yes() -> None:
+    h = Harness()
+    await prepared(h)
+    assert h.phase() is Phase.PREPARED
+    assert h.votes() == [Vote(MemberRef("att-1", "m0", 0, 1), True, "")]
+    assert h.runtime.starts["m0"] == 0 and len(h.runtime.containers) == 1
+
+
+async def test_repeated_prepare_votes_again_and_prepares_once() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await prepared(h, o)
+    assert [v.yes for v in h.votes()] == [True, True]
+    assert len(h.runtime.containers) == 1
+
+
+@pytest.mark.parametrize(
+    ("kw", "why"),
+    [
+        ({"node": "n2"}, "this Prepare is for node n2"),
+        ({"check_port": 29500}, "rendezvous port 29500 is in use"),
+        ({"source_digest": "sha256:" + "0" * 64}, "did not arrive intact"),
+    ],
+)
+async def test_prepare_refusals(kw: dict[str, Any], why: str) -> None:
+    h = Harness()
+    h.runtime.busy_ports.add(29500)
+    await prepared(h, order(**kw))
+    [vote] = h.votes()
+    assert not vote.yes and why in vote.reason
+    assert h.phase() is Phase.REFUSED and not h.runtime.containers
+
+
+async def test_a_busy_gpu_is_refused() -> None:
+    h = Harness()
+    await prepared(h)
+    await prepared(h, order("m1"))
+    assert [v.yes for v in h.votes()] == [True, False]
+    assert "GPU 0 is still held by member m0" in h.votes()[1].reason
+
+
+async def test_runtime_refusal_is_a_no_vote() -> None:
+    h = Harness()
+    h.runtime.refusal = lambda o: "image sha256:abc cannot be pulled"
+    await prepared(h)
+    assert h.votes()[0].reason == "image sha256:abc cannot be pulled"
+    assert h.phase() is Phase.REFUSED
+
+
+async def test_source_chunks_are_verified() -> None:
+    h = Harness()
+    data = b"x" * 10
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+    await h.agent.on_source(SourceChunk(digest, 0, data[:4], False))
+    await h.agent.on_source(SourceChunk(digest, 4, data[4:], True))
+    await prepared(h, order(source_digest=digest))
+    assert h.votes()[0].yes
+    bad = "sha256:" + "1" * 64
+    await h.agent.on_source(SourceChunk(bad, 0, data, True))
+    await prepared(h, order("m1", gpu_indices=(1,), source_digest=bad))
+    assert not h.votes()[1].yes
+
+
+async def test_commit_starts_exactly_once() -> None:
+    h = Harness()
+    o = await prepared(h)
+    for _ in range(3):
+        await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    assert h.runtime.starts["m0"] == 1
+    await h.agent.watch_once()
+    assert h.phase() is Phase.RUNNING
+
+
+async def test_stale_commit_is_refused_and_starts_nothing() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.welcomed(2)  # the node was fenced since
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    assert h.runtime.starts["m0"] == 0 and h.agent.refused == 1
+
+
+async def test_abort_rolls_back_and_never_kills_a_started_member() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.on_command(Command(CommandKind.ABORT, o.ref, "gang aborted"))
+    assert h.phase() is Phase.ABORTED and not h.runtime.containers
+    o1 = await prepared(h, order("m1"))
+    await h.agent.on_command(Command(CommandKind.COMMIT, o1.ref))
+    await h.agent.on_command(Command(CommandKind.ABORT, o1.ref))
+    assert h.runtime.running() and h.runtime.kills["m1"] == 0
+
+
+async def test_exit_sends_the_log_before_the_status() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    await h.agent.watch_once()
+    h.runtime.finish("m0", 3)
+    h.sent.clear()
+    await h.agent.watch_once()
+    assert isinstance(h.sent[0], LogChunk) and h.sent[0].last
+    assert h.sent[-1] == MemberReport(o.ref, Phase.EXITED, 3, "", None)
+
+
+async def test_forget_removes_container_and_entry() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    await h.agent.on_command(Command(CommandKind.FORGET, o.ref, "fenced"))
+    assert h.journal.get("m0") is None and not h.runtime.containers
+    assert h.runtime.kills["m0"] == 1
+
+
+async def test_restart_rolls_back_preparing_and_readopts_running() -> None:
+    h = Harness()
+    running = await prepared(h, order("m0"))
+    await h.agent.on_command(Command(CommandKind.COMMIT, running.ref))
+    # m1 was being prepared when the daemon died: its container exists, the vote never left
+    caught = order("m1", gpu_indices=(1,))
+    h.runtime.containers["c-m1"] = type(h.runtime.containers["c-m0"])("c-m1", caught)
+    from domain.node_ports import JournalEntry
+
+    h.journal.put(JournalEntry(caught, Phase.PREPARING))
+    h.agent = h.new_agent()  # kill -9: a new daemon on the same journal and engine
+    await h.agent.recover()
+    assert h.phase("m1") is Phase.REFUSED and "c-m1" not in h.runtime.containers
+    assert h.phase("m0") is Phase.RUNNING and h.runtime.starts["m0"] == 1
+    hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    assert {r.ref.member_id: r.phase for r in hello.journal} == {
+        "m0": Phase.RUNNING,
+        "m1": Phase.REFUSED,
+    }
+
+
+async def test_exit_while_disconnected_is_reported_at_the_next_welcome() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+
+    async def down(body: Any) -> None:
+        raise ConnectionError("not connected")
+
+    h.agent.send = down
+    await h.agent.watch_once()
+    h.runtime.finish("m0", 0)
+    await h.agent.watch_once()
+    assert h.phase() is Phase.EXITED
+    h.sent.clear()
+    h.agent.send = h.new_agent().send
+    await h.agent.welcomed(1)
+    assert any(isinstance(b, LogChunk) for b in h.sent)
