@@ -44,7 +44,8 @@ class MemberState(StrEnum):
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED}),
     JobState.STARTING: frozenset(
-        {JobState.RUNNING, JobState.STOPPING, JobState.FAILED, JobState.SUCCEEDED}
+        # back to PENDING: a gang launch aborted before anything started (queued again)
+        {JobState.PENDING, JobState.RUNNING, JobState.STOPPING, JobState.FAILED, JobState.SUCCEEDED}
     ),
     JobState.RUNNING: frozenset({JobState.STOPPING, JobState.SUCCEEDED, JobState.FAILED}),
     JobState.STOPPING: frozenset({JobState.CANCELLED, JobState.SUCCEEDED, JobState.FAILED}),
