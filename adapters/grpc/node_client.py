@@ -22,7 +22,7 @@ from typing import Any
 
 from grpclib.client import Channel
 from grpclib.const import Status
-from grpclib.exceptions import GRPCError
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from adapters.grpc import node_codec as codec
 from application.node_agent import NodeAgent
@@ -117,6 +117,7 @@ class NodeLink:
         address: str,
         version: str,
         watch_seconds: float = 1.0,
+        connect_timeout: float = 30.0,
     ) -> None:
         self.host, self.port, self.tls = host, port, tls
         self.state_dir = state_dir
@@ -125,6 +126,7 @@ class NodeLink:
         self.address = address
         self.version = version
         self.watch_seconds = watch_seconds
+        self.connect_timeout = connect_timeout
         self._stream: Any = None
         self._seq = 0
         self._lock = asyncio.Lock()
@@ -175,7 +177,15 @@ class NodeLink:
                     await self.session()
                 except Unauthenticated:
                     raise
-                except (GRPCError, OSError, ssl.SSLError, Unavailable, ConnectionError) as exc:
+                except (
+                    GRPCError,
+                    OSError,
+                    ssl.SSLError,
+                    Unavailable,
+                    ConnectionError,
+                    TimeoutError,
+                    StreamTerminatedError,
+                ) as exc:
                     log.warning("control stream to %s:%d ended: %s", self.host, self.port, exc)
                 if time.monotonic() - started > 30:
                     delay = 0.2  # it was up a while: reconnect promptly
@@ -201,8 +211,8 @@ class NodeLink:
                 self._seq = 0
                 self._stream = stream
                 hello = await self.agent.hello(self.capacity, self.address, self.version)
-                await self.send(hello)
                 try:
+                    await asyncio.wait_for(self.send(hello), self.connect_timeout)
                     await self._receive(stream, stored)
                 finally:
                     self._stream = None
@@ -215,8 +225,15 @@ class NodeLink:
     async def _receive(self, stream: Any, stored: StoredCredential) -> None:
         beats: asyncio.Task[None] | None = None
         last = 0
+        silence = self.connect_timeout  # until Welcome; then three heartbeat intervals
         try:
-            async for message in stream:
+            while True:
+                try:
+                    message = await asyncio.wait_for(stream.recv_message(), silence)
+                except TimeoutError:
+                    raise ConnectionError(f"the gateway was silent for {silence:.0f} s") from None
+                if message is None:
+                    return
                 seq, body, grace = codec.gateway_message_from(message)
                 if seq <= last:  # a replayed or reordered message: obey nothing twice
                     self.agent.refused += 1
@@ -226,6 +243,7 @@ class NodeLink:
                 if isinstance(body, Welcome):
                     await self.agent.welcomed(body.epoch)
                     self.connected.set()
+                    silence = 3 * max(body.heartbeat_seconds, 1)
                     if beats is None:
                         beats = asyncio.create_task(self._beat(max(body.heartbeat_seconds, 1)))
                 elif isinstance(body, HeartbeatAck):
