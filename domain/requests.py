@@ -171,7 +171,7 @@ def resolve_request(text: str, pools: list[Pool], where: str) -> tuple[Pool, int
     kind, count, pool_name = m["kind"], m["count"], m["pool"]
     pool = _pick_pool(kind, pool_name, pools, text, where)
     if kind == "cpu":
-        return pool, 1, _cpu_member(pool, count, text, where)
+        return _cpu_members(pool, count, text, where)
     g = pool.gpus_per_node
     gpus = g if count is None else _whole(count, text, where)
     if gpus < 1:
@@ -208,17 +208,30 @@ def _whole(count: str, text: str, where: str) -> int:
     return int(count)
 
 
-def _cpu_member(pool: Pool, count: str | None, text: str, where: str) -> Resources:
-    cpus = float(count) if count is not None else pool.cpus_per_node
-    if cpus <= 0 or cpus > pool.cpus_per_node:
+def _cpu_members(
+    pool: Pool, count: str | None, text: str, where: str
+) -> tuple[Pool, int, Resources]:
+    """Up to one node's CPUs: one member with a memory share. Above: whole nodes, one member
+    each (a CPU gang), as for GPUs."""
+    node = pool.cpus_per_node
+    cpus = float(count) if count is not None else node
+    if cpus <= 0:
+        raise InvalidInput(
+            f"profile {text!r} asks for no CPUs", fix="ask for cpu:1 or more", field=where
+        )
+    if cpus <= node + 1e-9:
+        memory = int(pool.memory_mb_per_node * cpus / node)
+        return pool, 1, Resources(cpus=cpus, memory_mb=memory)
+    members = round(cpus / node)
+    if abs(members * node - cpus) > 1e-9:
+        lower, upper = math.floor(cpus / node) * node, math.ceil(cpus / node) * node
         raise InvalidInput(
             f"profile {text!r} asks for {_num(cpus)} CPUs; a node of pool {pool.name} has "
-            f"{_num(pool.cpus_per_node)}",
-            fix=f"ask for at most cpu:{_num(pool.cpus_per_node)}",
+            f"{_num(node)}, and above one node a request must be a whole-node multiple",
+            fix=f"ask for at most cpu:{_num(node)}, or for cpu:{_num(lower)} or cpu:{_num(upper)}",
             field=where,
         )
-    memory = int(pool.memory_mb_per_node * cpus / pool.cpus_per_node)
-    return Resources(cpus=cpus, memory_mb=memory)
+    return pool, members, Resources(cpus=node, memory_mb=pool.memory_mb_per_node)
 
 
 def _pick_pool(kind: str, pool_name: str | None, pools: list[Pool], text: str, where: str) -> Pool:

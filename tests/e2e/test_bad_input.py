@@ -83,7 +83,7 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
     ("change", "field", "fix_words"),
     [
         ({"profile": "h900:8"}, "intent.profiles[0]", "cpu:N"),
-        ({"profile": "cpu:64"}, "intent.profiles[0]", "at most cpu:"),
+        ({"profile": "cpu:1000.5"}, "intent.profiles[0]", "at most cpu:"),
         ({"method": "trl/nope"}, "intent.method", "tp methods"),
         ({"runtime": "cobol"}, "intent.runtime", "busybox"),
         ({"params": {}}, "intent.params.command", "--set command"),

@@ -52,8 +52,14 @@ def test_cpu_requests_take_a_memory_share() -> None:
     assert (r.pool, r.resources.cpus, r.resources.memory_mb, r.resources.gpus) == (
         "local", 1.0, 2048, 0,
     )  # fmt: skip
-    with pytest.raises(InvalidInput, match="a node of pool local has 4"):
-        one("cpu:8")
+    with pytest.raises(InvalidInput, match="a node of pool local has 4") as e:
+        one("cpu:6")
+    assert e.value.fix == "ask for at most cpu:4, or for cpu:4 or cpu:8"
+
+
+def test_above_one_node_cpu_requests_are_gangs_of_whole_nodes() -> None:
+    r = one("cpu:12")
+    assert (r.members, r.resources.cpus, r.resources.memory_mb) == (3, 4, 8192)
 
 
 def test_named_profiles_stand_for_requests() -> None:
