@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.docker",
     "tests.fixtures.server",
+    "tests.fixtures.nodes",
 ]
