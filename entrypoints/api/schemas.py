@@ -103,6 +103,8 @@ class MemberOut(Struct):
     handle: str | None
     exit_code: int | None
     reason: str
+    node: str | None = None  # where its reservation placed it
+    role: str = "main"
 
 
 class AttemptOut(Struct):
@@ -202,7 +204,9 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
             a.attempt.created_at,
             a.attempt.updated_at,
             [
-                MemberOut(m.id, m.index, str(m.state), m.handle, m.exit_code, m.reason)
+                MemberOut(
+                    m.id, m.index, str(m.state), m.handle, m.exit_code, m.reason, m.node, m.role
+                )
                 for m in a.members
             ],
         )

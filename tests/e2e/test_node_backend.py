@@ -1,0 +1,96 @@
+"""The node backend end to end: the control plane, the node control gateway (TLS) and four node
+daemons, each a real process, running gangs as real containers on the test's engine."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.nodes import NodeCluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+Factory = Callable[..., Awaitable[NodeCluster]]
+RANKS = "echo rank=$RANK world=$WORLD_SIZE node_rank=$NODE_RANK master=$MASTER_ADDR:$MASTER_PORT"
+
+
+def docker_events(docker_host: str, label: str, since: float) -> list[dict[str, Any]]:
+    """Container events of the engine since ``since`` for containers with ``label``."""
+    transport = httpx.HTTPTransport(uds=docker_host.removeprefix("unix://"))
+    filters = json.dumps({"type": ["container"], "label": [label]})
+    with httpx.Client(transport=transport, base_url="http://engine") as client:
+        resp = client.get(
+            "/events",
+            params={"since": int(since), "until": int(time.time()) + 1, "filters": filters},
+        )
+    return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
+
+
+def starts(docker_host: str, attempt_id: str, since: float) -> dict[str, int]:
+    """member id → how many times its container started."""
+    counts: dict[str, int] = {}
+    for e in docker_events(docker_host, f"tuneplane.attempt={attempt_id}", since):
+        if e.get("Action") == "start":
+            member = e["Actor"]["Attributes"]["tuneplane.member"]
+            counts[member] = counts.get(member, 0) + 1
+    return counts
+
+
+async def cli_for(cluster: NodeCluster, tmp_path: Path) -> Cli:
+    c = Cli(tmp_path, tmp_path)
+    c("login", "--server", cluster.servers.url, "--token", cluster.servers.token)
+    c("init", str(tmp_path / "ws"))
+    c.cwd = tmp_path / "ws"
+    c("new", "hello", "--method", "custom/custom")
+    return c
+
+
+def submit(cli: Cli, command: str, profile: str = "nodes/cpu:2") -> str:
+    out = cli("submit", "hello", "--profile", profile, "--set", f"command={command}", "--yes")
+    return JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+
+
+async def test_a_four_member_gang_runs_to_completion(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(4)
+    cli = await cli_for(cluster, tmp_path)
+    since = time.time() - 1
+    job_id = submit(cli, RANKS)
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert job["state"] == "succeeded", job
+    [attempt] = job["attempts"]
+    members = attempt["members"]
+    assert len(members) == 4 and len({m["node"] for m in members}) == 4
+    assert all(m["state"] == "succeeded" for m in members)
+    log = cli("job", "logs", job_id).stdout
+    assert "rank=0 world=4 node_rank=0 master=127.0.0.1:295" in log
+    assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in members}
+
+
+async def test_a_member_voting_no_aborts_the_gang_and_nothing_starts(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(4)
+    cli = await cli_for(cluster, tmp_path)
+    with socket.socket() as busy:  # member 0's node finds the rendezvous port taken
+        busy.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        busy.bind(("0.0.0.0", 29500))
+        busy.listen()
+        since = time.time() - 1
+        job_id = submit(cli, RANKS)
+        job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=90)
+    assert job["state"] == "failed"
+    assert "refused: rendezvous port 29500 is in use" in job["reason"], job
+    [attempt] = job["attempts"]
+    assert starts(docker_host, attempt["id"], since) == {}
+    # the envelope is free again: the same gang now runs
+    assert cli.wait_state(submit(cli, RANKS), {"succeeded", "failed"}, 120)["state"] == "succeeded"
