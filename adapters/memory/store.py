@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
+from adapters.memory.nodes import NODE_TABLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,7 @@ TABLES = [
     TableDef("reservations", pk=lambda r: r.attempt_id, immutable=True),
     TableDef("reserved_gpus", pk=lambda g: (g.node, g.index), immutable=True),
     TableDef("node_usage", pk=lambda u: u.node, immutable=True),
+    *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
 ]
 
 

@@ -12,6 +12,8 @@ from adapters.memory.fleet import (
     MemoryReservationRepository,
     MemorySchedulingRepository,
 )
+from adapters.memory.launches import MemoryLaunchLedger
+from adapters.memory.nodes import MemoryEnrollmentRepository, MemoryNodeLinkRepository
 from adapters.memory.repositories import (
     MemoryAttemptRepository,
     MemoryJobRepository,
@@ -22,6 +24,7 @@ from adapters.memory.repositories import (
     MemoryTokenRepository,
 )
 from adapters.memory.store import MemoryStore
+from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
     AttemptRepository,
     FleetRepository,
@@ -57,6 +60,9 @@ class MemoryUnitOfWork:
     policy: PolicyRepository
     reservations: ReservationRepository
     scheduling: SchedulingRepository
+    enrollment: EnrollmentRepository
+    links: NodeLinkRepository
+    launches: LaunchLedger
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -77,6 +83,9 @@ class MemoryUnitOfWork:
         self.policy = MemoryPolicyRepository(tx)
         self.reservations = MemoryReservationRepository(tx)
         self.scheduling = MemorySchedulingRepository(tx)
+        self.enrollment = MemoryEnrollmentRepository(tx)
+        self.links = MemoryNodeLinkRepository(tx)
+        self.launches = MemoryLaunchLedger(tx)
         return self
 
     async def __aexit__(

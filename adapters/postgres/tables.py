@@ -16,6 +16,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -30,12 +31,14 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB
 
 from domain.auth import Role
 from domain.fleet import MAX_GPUS_PER_NODE, Connectivity, SchedState
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.node_protocol import Decision, Phase
 
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -222,10 +225,14 @@ nodes = Table(
     Column("used_mcpu", Integer, nullable=False, server_default="0"),
     Column("used_memory_mb", Integer, nullable=False, server_default="0"),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the node backend: its fencing epoch, and how peers reach it (what its daemon reported)
+    Column("epoch", BigInteger, nullable=False, server_default="1"),
+    Column("address", Text, nullable=False, server_default=""),
     one_of("sched", SchedState),
     one_of("connectivity", Connectivity),
     CheckConstraint("used_mcpu BETWEEN 0 AND mcpu", name="used_mcpu"),
     CheckConstraint("used_memory_mb BETWEEN 0 AND memory_mb", name="used_memory_mb"),
+    CheckConstraint("epoch >= 1", name="epoch"),
     Index("ix_nodes_pool", "pool"),
 )
 
@@ -284,4 +291,98 @@ profiles = Table(
     Column("name", Text, primary_key=True),
     Column("request", Text, nullable=False),
     Column("description", Text, nullable=False, server_default=""),
+)
+
+# -- the node backend (see adapters/postgres/nodes.py and launches.py) -------------------------
+
+node_links = Table(  # one row per node: its latest control stream
+    "node_links",
+    metadata,
+    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True),
+    Column("session", BigInteger, nullable=False),
+    Column("gateway", Text, nullable=False),
+    ts("connected_at"),
+    ts("heartbeat_at"),
+    Column("gpus", Integer, nullable=False),
+    Column("gpu_model", Text, nullable=True),
+    Column("cpus", DOUBLE_PRECISION, nullable=False),
+    Column("memory_mb", BigInteger, nullable=False),
+    Column("address", Text, nullable=False),
+    Column("daemon_version", Text, nullable=False, server_default=""),
+    CheckConstraint("session >= 1", name="session"),
+    CheckConstraint("gpus >= 0 AND cpus >= 0 AND memory_mb >= 0", name="capacity"),
+)
+
+join_tokens = Table(
+    "join_tokens",
+    metadata,
+    Column("token_hash", Text, primary_key=True),
+    Column("pool", Text, ForeignKey("pools.name"), nullable=False),
+    Column("node_name", Text, nullable=True),
+    Column("created_by", Text, nullable=False),
+    ts("created_at"),
+    ts("expires_at"),
+    ts("used_at", nullable=True),
+    Column("used_by", Text, nullable=True),
+    CheckConstraint("(used_at IS NULL) = (used_by IS NULL)", name="used"),
+)
+
+node_credentials = Table(
+    "node_credentials",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), nullable=False),
+    Column("credential_hash", Text, nullable=False, unique=True),
+    ts("created_at"),
+    ts("valid_until", nullable=True),
+    Index("ix_node_credentials_node", "node"),
+)
+
+launches = Table(  # one two-phase launch per attempt
+    "launches",
+    metadata,
+    Column("attempt_id", Text, ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True),
+    Column("job_id", Text, nullable=False),
+    ts("began_at"),
+    Column("master_node", Text, nullable=False),
+    Column("master_port", Integer, nullable=False),
+    Column("decision", Text, nullable=True),
+    ts("decided_at", nullable=True),
+    Column("reason", Text, nullable=False, server_default=""),
+    one_of("decision", Decision),
+    CheckConstraint("master_port BETWEEN 1 AND 65535", name="master_port"),
+    CheckConstraint("(decision IS NULL) = (decided_at IS NULL)", name="decided_at"),
+    Index("ix_launches_master_node", "master_node"),
+)
+
+member_launches = Table(
+    "member_launches",
+    metadata,
+    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), primary_key=True),
+    Column(
+        "attempt_id",
+        Text,
+        ForeignKey("launches.attempt_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("idx", Integer, nullable=False),
+    Column("node", Text, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("vote", Boolean, nullable=True),
+    Column("vote_reason", Text, nullable=False, server_default=""),
+    ts("voted_at", nullable=True),
+    Column("phase", Text, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("reason", Text, nullable=False, server_default=""),
+    ts("reported_at", nullable=True),
+    Column("progress", Text, nullable=False, server_default=""),
+    ts("progress_at", nullable=True),
+    ts("stop_requested_at", nullable=True),
+    ts("released_at", nullable=True),
+    UniqueConstraint("attempt_id", "idx"),
+    one_of("phase", Phase),
+    CheckConstraint("idx >= 0", name="idx"),
+    CheckConstraint("epoch >= 1", name="epoch"),
+    # the gateways poll the unreleased members of their nodes
+    Index("ix_member_launches_node", "node", postgresql_where=text("released_at IS NULL")),
 )

@@ -10,6 +10,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
+from adapters.postgres.launches import PostgresLaunchLedger
+from adapters.postgres.nodes import PostgresEnrollmentRepository, PostgresNodeLinkRepository
 from adapters.postgres.policy import PostgresPolicyRepository
 from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.runs import (
@@ -20,6 +22,7 @@ from adapters.postgres.runs import (
 )
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
+from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
     AttemptRepository,
     FleetRepository,
@@ -54,6 +57,9 @@ class PostgresUnitOfWork:
     policy: PolicyRepository
     reservations: ReservationRepository
     scheduling: SchedulingRepository
+    enrollment: EnrollmentRepository
+    links: NodeLinkRepository
+    launches: LaunchLedger
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -81,6 +87,9 @@ class PostgresUnitOfWork:
         self.policy = PostgresPolicyRepository(conn)
         self.reservations = PostgresReservationRepository(conn)
         self.scheduling = PostgresSchedulingRepository(conn)
+        self.enrollment = PostgresEnrollmentRepository(conn)
+        self.links = PostgresNodeLinkRepository(conn)
+        self.launches = PostgresLaunchLedger(conn)
         return self
 
     async def __aexit__(

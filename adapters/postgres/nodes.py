@@ -1,0 +1,291 @@
+"""The node backend's identity and control links: join tokens, node credentials, and the
+``node_links`` row a gateway keeps for each node daemon's control stream.
+
+Every write that must have exactly one winner is one conditional statement: a join token is
+used by ``UPDATE … WHERE used_at IS NULL AND expires_at > now RETURNING`` (a racing use waits
+for the row lock, then re-checks ``used_at`` and finds it set); a stream's close only matches
+its own session; fencing is ``UPDATE nodes SET epoch = epoch + 1 … RETURNING epoch``.
+The fencing epoch and the address peers reach a node at live on ``nodes`` (the scheduler's
+row); ``node_links`` holds what the daemon reported on its latest stream.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import bindparam, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from adapters.postgres.errors import translated
+from adapters.postgres.rows import fetch_one, insert_new
+from adapters.postgres.tables import join_tokens, node_credentials, nodes, pools
+from domain.enrollment import JoinToken, NodeCredential
+from domain.errors import NotFound
+from domain.node_ports import NodeLink
+from domain.node_protocol import NodeCapacity
+
+# -- enrollment -----------------------------------------------------------------------------
+
+_USE_TOKEN = text(
+    "UPDATE join_tokens SET used_at = :now, used_by = :node "
+    "WHERE token_hash = :token_hash AND used_at IS NULL AND expires_at > :now "
+    "RETURNING token_hash"
+)
+_CREDENTIALS = (
+    select(node_credentials)
+    .where(node_credentials.c.node == bindparam("node"))
+    .order_by(node_credentials.c.created_at, node_credentials.c.id.collate("C"))
+)
+# an earlier limit already set is kept
+_RETIRE = text(
+    "UPDATE node_credentials SET valid_until = :valid_until "
+    "WHERE node = :node AND id <> :keep_id "
+    "AND (valid_until IS NULL OR valid_until > :valid_until)"
+)
+
+
+def _token_values(t: JoinToken) -> dict[str, Any]:
+    return {
+        "token_hash": t.token_hash,
+        "pool": t.pool,
+        "node_name": t.node_name,
+        "created_by": t.created_by,
+        "created_at": t.created_at,
+        "expires_at": t.expires_at,
+        "used_at": t.used_at,
+        "used_by": t.used_by,
+    }
+
+
+def _token(r: Any) -> JoinToken:
+    return JoinToken(
+        token_hash=r["token_hash"],
+        pool=r["pool"],
+        node_name=r["node_name"],
+        created_by=r["created_by"],
+        created_at=r["created_at"],
+        expires_at=r["expires_at"],
+        used_at=r["used_at"],
+        used_by=r["used_by"],
+    )
+
+
+def _credential(r: Any) -> NodeCredential:
+    return NodeCredential(
+        id=r["id"],
+        node=r["node"],
+        credential_hash=r["credential_hash"],
+        created_at=r["created_at"],
+        valid_until=r["valid_until"],
+    )
+
+
+class PostgresEnrollmentRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def add_join_token(self, token: JoinToken) -> None:
+        exists = await fetch_one(self._conn, pools, "name", token.pool)
+        if exists is None:
+            raise NotFound(
+                f"pool {token.pool} does not exist", fix="see `tp fleet ls`", field="pool"
+            )
+        await insert_new(self._conn, join_tokens, _token_values(token), "join token")
+
+    async def join_token(self, token_hash: str) -> JoinToken | None:
+        with translated("get a join token"):
+            row = await fetch_one(self._conn, join_tokens, "token_hash", token_hash)
+        return _token(row) if row else None
+
+    async def use_join_token(self, token_hash: str, node: str, now: datetime) -> bool:
+        params = {"token_hash": token_hash, "node": node, "now": now}
+        with translated(f"use a join token for node {node}"):
+            used = (await self._conn.execute(_USE_TOKEN, params)).first()
+        return used is not None
+
+    async def add_credential(self, credential: NodeCredential) -> None:
+        exists = await fetch_one(self._conn, nodes, "name", credential.node)
+        if exists is None:
+            raise NotFound(
+                f"node {credential.node} does not exist", fix="see `tp fleet ls`", field="node"
+            )
+        values = {
+            "id": credential.id,
+            "node": credential.node,
+            "credential_hash": credential.credential_hash,
+            "created_at": credential.created_at,
+            "valid_until": credential.valid_until,
+        }
+        await insert_new(self._conn, node_credentials, values, f"credential {credential.id}")
+
+    async def credential(self, credential_hash: str) -> NodeCredential | None:
+        with translated("get a node credential"):
+            row = await fetch_one(self._conn, node_credentials, "credential_hash", credential_hash)
+        return _credential(row) if row else None
+
+    async def credentials(self, node: str) -> builtins.list[NodeCredential]:
+        with translated(f"list the credentials of node {node}"):
+            rows = (await self._conn.execute(_CREDENTIALS, {"node": node})).mappings().all()
+        return [_credential(r) for r in rows]
+
+    async def retire_credentials(self, node: str, keep_id: str, valid_until: datetime) -> None:
+        params = {"node": node, "keep_id": keep_id, "valid_until": valid_until}
+        with translated(f"retire the old credentials of node {node}"):
+            await self._conn.execute(_RETIRE, params)
+
+
+# -- control links --------------------------------------------------------------------------
+
+_LINK_COLUMNS = (
+    "l.node, l.session, l.gateway, l.connected_at, l.heartbeat_at, l.gpus, l.gpu_model, "
+    "l.cpus, l.memory_mb, l.address, l.daemon_version, n.epoch"
+)
+# The node row first (its lock orders two opens of one node), then the link: a new session.
+_OPEN = text(
+    "WITH n AS (UPDATE nodes SET connectivity = 'connected', address = :address, "
+    "           updated_at = :now WHERE name = :node RETURNING name, epoch), "
+    "l AS (INSERT INTO node_links AS o (node, session, gateway, connected_at, heartbeat_at, "
+    "             gpus, gpu_model, cpus, memory_mb, address, daemon_version) "
+    "      SELECT n.name, 1, :gateway, :now, :now, :gpus, :gpu_model, :cpus, :memory_mb, "
+    "             :address, :daemon_version FROM n "
+    "      ON CONFLICT (node) DO UPDATE SET session = o.session + 1, "
+    "        gateway = excluded.gateway, connected_at = excluded.connected_at, "
+    "        heartbeat_at = excluded.heartbeat_at, gpus = excluded.gpus, "
+    "        gpu_model = excluded.gpu_model, cpus = excluded.cpus, "
+    "        memory_mb = excluded.memory_mb, address = excluded.address, "
+    "        daemon_version = excluded.daemon_version "
+    "      RETURNING *) "
+    f"SELECT {_LINK_COLUMNS} FROM l JOIN n ON n.name = l.node"
+)
+# A close, and an expiry, first lock the node rows (as ``open`` does, so no deadlock), then
+# decide from a fresh snapshot: a statement that waited for a concurrent open's lock would
+# otherwise re-check the node row against the link row it read before that open committed.
+_LOCK_NODE = text("SELECT name FROM nodes WHERE name = :node FOR UPDATE")
+# Only the current session closes the link; a lost (fenced) node stays lost.
+_CLOSE = text(
+    "WITH l AS (SELECT node FROM node_links WHERE node = :node AND session = :session), "
+    "upd AS (UPDATE nodes n SET connectivity = 'disconnected', updated_at = :now FROM l "
+    "        WHERE n.name = l.node AND n.connectivity = 'connected') "
+    "SELECT count(*) FROM l"
+)
+_BEAT = text(
+    "UPDATE node_links l SET heartbeat_at = b.at "
+    "FROM unnest(CAST(:nodes AS text[]), CAST(:sessions AS bigint[]), "
+    "            CAST(:ats AS timestamptz[])) AS b(node, session, at) "
+    "WHERE l.node = b.node AND l.session = b.session"
+)
+_GET = text(
+    f"SELECT {_LINK_COLUMNS} FROM node_links l JOIN nodes n ON n.name = l.node WHERE l.node = :node"
+)
+_ALL = text(
+    f"SELECT {_LINK_COLUMNS} FROM node_links l JOIN nodes n ON n.name = l.node "
+    'ORDER BY l.node COLLATE "C"'
+)
+_SILENT = (
+    "FROM nodes n JOIN node_links l ON l.node = n.name "
+    "WHERE n.connectivity = 'connected' AND l.heartbeat_at < :older_than "
+)
+_LOCK_SILENT = text("SELECT n.name " + _SILENT + 'ORDER BY n.name COLLATE "C" FOR UPDATE OF n')
+_EXPIRE = text(
+    "UPDATE nodes n SET connectivity = 'disconnected', updated_at = :now FROM node_links l "
+    "WHERE l.node = n.name AND n.connectivity = 'connected' AND l.heartbeat_at < :older_than "
+    "AND n.name = ANY(CAST(:names AS text[])) RETURNING n.name"
+)
+_FENCE = text("UPDATE nodes SET epoch = epoch + 1 WHERE name = :node RETURNING epoch")
+
+
+def _link(r: Any) -> NodeLink:
+    return NodeLink(
+        node=r["node"],
+        session=r["session"],
+        gateway=r["gateway"],
+        connected_at=r["connected_at"],
+        heartbeat_at=r["heartbeat_at"],
+        capacity=NodeCapacity(r["gpus"], r["gpu_model"], r["cpus"], r["memory_mb"]),
+        address=r["address"],
+        daemon_version=r["daemon_version"],
+        epoch=r["epoch"],
+    )
+
+
+def _no_node(node: str) -> NotFound:
+    return NotFound(f"node {node} does not exist", fix="see `tp fleet ls`", field="node")
+
+
+class PostgresNodeLinkRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def open(
+        self,
+        node: str,
+        gateway: str,
+        capacity: NodeCapacity,
+        address: str,
+        daemon_version: str,
+        now: datetime,
+    ) -> NodeLink:
+        params = {
+            "node": node,
+            "gateway": gateway,
+            "gpus": capacity.gpus,
+            "gpu_model": capacity.gpu_model,
+            "cpus": capacity.cpus,
+            "memory_mb": capacity.memory_mb,
+            "address": address,
+            "daemon_version": daemon_version,
+            "now": now,
+        }
+        with translated(f"open the control link of node {node}"):
+            row = (await self._conn.execute(_OPEN, params)).mappings().first()
+        if row is None:
+            raise _no_node(node)
+        return _link(row)
+
+    async def close(self, node: str, session: int, now: datetime) -> bool:
+        params = {"node": node, "session": session, "now": now}
+        with translated(f"close the control link of node {node}"):
+            await self._conn.execute(_LOCK_NODE, {"node": node})
+            closed = (await self._conn.execute(_CLOSE, params)).scalar()
+        return bool(closed)
+
+    async def beat(self, beats: Sequence[tuple[str, int, datetime]]) -> None:
+        if not beats:
+            return
+        params = {
+            "nodes": [b[0] for b in beats],
+            "sessions": [b[1] for b in beats],
+            "ats": [b[2] for b in beats],
+        }
+        with translated(f"record {len(beats)} heartbeats"):
+            await self._conn.execute(_BEAT, params)
+
+    async def get(self, node: str) -> NodeLink | None:
+        with translated(f"get the control link of node {node}"):
+            row = (await self._conn.execute(_GET, {"node": node})).mappings().first()
+        return _link(row) if row else None
+
+    async def all(self) -> builtins.list[NodeLink]:
+        with translated("list control links"):
+            rows = (await self._conn.execute(_ALL)).mappings().all()
+        return [_link(r) for r in rows]
+
+    async def expire(self, older_than: datetime, now: datetime) -> builtins.list[str]:
+        params: dict[str, Any] = {"older_than": older_than, "now": now}
+        with translated("expire silent control links"):
+            locked = (await self._conn.execute(_LOCK_SILENT, params)).scalars().all()
+            if not locked:
+                return []
+            params["names"] = list(locked)
+            names = (await self._conn.execute(_EXPIRE, params)).scalars().all()
+        return sorted(names)
+
+    async def fence(self, node: str) -> int:
+        with translated(f"fence node {node}"):
+            epoch = (await self._conn.execute(_FENCE, {"node": node})).scalar()
+        if epoch is None:
+            raise _no_node(node)
+        return int(epoch)

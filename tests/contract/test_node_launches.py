@@ -1,0 +1,348 @@
+"""Contract: the node backend's ports (domain/node_ports.py), part 2 — the two-phase launch
+ledger: begin once, decide once, votes and reports checked against epoch, fencing, decision
+and phase order, stop requests and releases, and what the gateways read (``on_nodes``)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import pytest
+
+from domain.admission import Assignment, Reservation
+from domain.catalog import Resources
+from domain.errors import Conflict
+from domain.fleet import Connectivity, Node
+from domain.jobs import Attempt, Job, Member
+from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.node_ports import LaunchPlan, MemberLaunch
+from domain.node_protocol import Decision, MemberRef, MemberReport, Phase
+from domain.ports import UnitOfWork, UnitOfWorkFactory
+from domain.requests import RoleSpec
+from tests.contract.builders import a_job, a_member, a_spec, an_attempt, at
+from tests.contract.test_node_ports import (
+    CAP,
+    a_credential,
+    a_join_token,
+    open_link,
+    racing,
+    setup_fleet,
+)
+
+pytestmark = pytest.mark.contract
+
+
+@dataclass(frozen=True)
+class Gang:
+    job: Job
+    attempt: Attempt
+    members: list[Member]
+    plan: LaunchPlan
+    launches: list[MemberLaunch]
+
+
+async def new_gang(
+    uow_factory: UnitOfWorkFactory,
+    nodes: tuple[str, ...] = ("n-0", "n-1"),
+    port: int = 29500,
+    *,
+    attempt_state: AttemptState = AttemptState.LAUNCHING,
+    final: tuple[int, ...] = (),  # indexes of members recorded failed
+    reserve: bool = True,
+    begin: bool = True,
+) -> Gang:
+    """A node-backend job whose attempt has one member per node (member i holds GPUs 2i,
+    2i+1), its reservation and (``begin``) its launch at epoch 1, led from ``nodes[0]``."""
+    per = Resources(cpus=12.0, memory_mb=131_072, gpus=2, gpu_model="h200")
+    role = RoleSpec("main", f"h200:{2 * len(nodes)}", "n", len(nodes), per)
+    job = a_job(spec=a_spec(roles=(role,), backend="node"), state=JobState.STARTING)
+    attempt = an_attempt(job, state=attempt_state)
+    failed = {"state": MemberState.FAILED}
+    members = [
+        a_member(attempt, i, node=n, **(failed if i in final else {})) for i, n in enumerate(nodes)
+    ]
+    plan = LaunchPlan(attempt.id, job.id, at(1), nodes[0], port)
+    launches = [MemberLaunch(m.id, attempt.id, i, nodes[i], 1) for i, m in enumerate(members)]
+    async with uow_factory() as uow:
+        await uow.jobs.add(job)
+        await uow.attempts.add(attempt)
+        for m in members:
+            await uow.members.add(m)
+        if reserve:
+            assignments = tuple(
+                Assignment(i, "main", n, (2 * i, 2 * i + 1), 12_000, 131_072)
+                for i, n in enumerate(nodes)
+            )
+            await uow.reservations.reserve(
+                Reservation(attempt.id, job.id, "default", assignments, at(1))
+            )
+        if begin:
+            await uow.launches.begin(plan, launches)
+        await uow.commit()
+    return Gang(job, attempt, members, plan, launches)
+
+
+async def member_launches(uow_factory: UnitOfWorkFactory, attempt_id: str) -> list[MemberLaunch]:
+    async with uow_factory() as uow:
+        return await uow.launches.members(attempt_id)
+
+
+def ref(g: Gang, index: int, epoch: int = 1) -> MemberRef:
+    return MemberRef(g.attempt.id, g.members[index].id, index, epoch)
+
+
+async def test_a_launch_begins_once(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    async with uow_factory() as uow:
+        assert await uow.launches.plan(g.attempt.id) == g.plan
+        assert await uow.launches.members(g.attempt.id) == g.launches
+        assert await uow.launches.plan("att-missing") is None
+        assert await uow.launches.members("att-missing") == []
+        with pytest.raises(Conflict):
+            await uow.launches.begin(replace(g.plan, master_port=29999), g.launches)
+        assert await uow.launches.plan(g.attempt.id) == g.plan  # the unit goes on
+
+
+async def test_a_decision_is_recorded_once(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    async with uow_factory() as uow:
+        assert await uow.launches.decide(g.attempt.id, Decision.COMMIT, "all voted", at(3))
+        assert not await uow.launches.decide(g.attempt.id, Decision.ABORT, "late", at(4))
+        assert not await uow.launches.decide("att-missing", Decision.ABORT, "", at(4))
+        await uow.commit()
+    async with uow_factory() as uow:
+        decided = replace(g.plan, decision=Decision.COMMIT, decided_at=at(3), reason="all voted")
+        assert await uow.launches.plan(g.attempt.id) == decided
+        assert not await uow.launches.decide(g.attempt.id, Decision.ABORT, "late", at(5))
+
+
+async def test_concurrent_decisions_exactly_one_wins(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+
+    def decide(d: Decision) -> Callable[[UnitOfWork], Awaitable[bool]]:
+        return lambda uow: uow.launches.decide(g.attempt.id, d, str(d), at(3))
+
+    decisions = [Decision.COMMIT, Decision.ABORT, Decision.ABORT]
+    outcomes = await racing(uow_factory, *(decide(d) for d in decisions))
+    assert sorted(outcomes) == [False, False, True]
+    async with uow_factory() as uow:
+        plan = await uow.launches.plan(g.attempt.id)
+    assert plan is not None and plan.decision is decisions[outcomes.index(True)]
+
+
+async def test_a_vote_needs_its_epoch_an_undecided_launch_and_counts_once(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    m0, m1 = (m.id for m in g.members)
+    async with uow_factory() as uow:
+        assert not await uow.launches.vote(m0, 2, True, "", at(2))  # another epoch
+        assert await uow.launches.vote(m0, 1, True, "", at(2))
+        assert not await uow.launches.vote(m0, 1, False, "changed my mind", at(3))
+        assert not await uow.launches.vote("mem-missing", 1, True, "", at(3))
+        assert await uow.launches.decide(g.attempt.id, Decision.ABORT, "timeout", at(4))
+        assert not await uow.launches.vote(m1, 1, False, "no image", at(5))  # decided
+        await uow.commit()
+    first, second = await member_launches(uow_factory, g.attempt.id)
+    assert first == replace(g.launches[0], vote=True, voted_at=at(2))
+    assert second == g.launches[1]
+
+
+async def test_a_no_vote_keeps_its_reason(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    async with uow_factory() as uow:
+        assert await uow.launches.vote(g.members[1].id, 1, False, "no such image", at(2))
+        await uow.commit()
+    assert (await member_launches(uow_factory, g.attempt.id))[1] == replace(
+        g.launches[1], vote=False, vote_reason="no such image", voted_at=at(2)
+    )
+
+
+async def test_fencing_refuses_the_node_s_members_and_marks_them_fenced(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    m0, m1 = (m.id for m in g.members)
+    async with uow_factory() as uow:
+        assert await uow.links.fence("n-1") == 2
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert not await uow.launches.vote(m1, 1, True, "", at(2))
+        assert not await uow.launches.vote(m1, 2, True, "", at(2))  # not its epoch either
+        assert not await uow.launches.report(m1, MemberReport(ref(g, 1), Phase.PREPARED), at(2))
+        assert not await uow.launches.progress(m1, 1, "pulling", at(2))
+        assert await uow.launches.vote(m0, 1, True, "", at(2))  # n-0 was not fenced
+        works = await uow.launches.on_nodes(["n-0", "n-1"])
+        await uow.commit()
+    assert {w.placed.ref.member_id: w.placed.fenced for w in works} == {m0: False, m1: True}
+    assert (await member_launches(uow_factory, g.attempt.id))[1] == g.launches[1]
+
+
+async def test_reported_phases_only_move_forward(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    m0 = g.members[0].id
+    r0 = ref(g, 0)
+
+    async def report(report: MemberReport, now: datetime | None = None) -> bool:
+        async with uow_factory() as uow:
+            done = await uow.launches.report(m0, report, now or at(9))
+            await uow.commit()
+        return done
+
+    assert await report(MemberReport(r0, Phase.PREPARING, at=at(3)))
+    assert await report(MemberReport(r0, Phase.PREPARED, at=at(4)))
+    assert not await report(MemberReport(r0, Phase.PREPARING, at=at(5)))  # a replay
+    assert not await report(MemberReport(r0, Phase.PREPARED, at=at(5)))  # the same again
+    assert not await report(MemberReport(replace(r0, epoch=2), Phase.RUNNING))
+    assert not await report(MemberReport(replace(r0, attempt_id="att-other"), Phase.RUNNING))
+    assert not await report(MemberReport(replace(r0, index=1), Phase.RUNNING))
+    assert (await member_launches(uow_factory, g.attempt.id))[0] == replace(
+        g.launches[0], phase=Phase.PREPARED, reported_at=at(4)
+    )
+    assert await report(MemberReport(r0, Phase.RUNNING), now=at(6))  # no time: now
+    assert (await member_launches(uow_factory, g.attempt.id))[0].reported_at == at(6)
+    assert await report(MemberReport(r0, Phase.EXITED, 3, "boom", at(7)))
+    assert not await report(MemberReport(r0, Phase.MISSING, None, "gone", at(8)))  # final
+    assert not await report(MemberReport(r0, Phase.RUNNING, at=at(8)))
+    assert (await member_launches(uow_factory, g.attempt.id))[0] == replace(
+        g.launches[0], phase=Phase.EXITED, exit_code=3, reason="boom", reported_at=at(7)
+    )
+
+
+async def test_progress_needs_the_epoch(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    async with uow_factory() as uow:
+        assert await uow.launches.progress(g.members[0].id, 1, "pulling image 40 %", at(2))
+        assert not await uow.launches.progress(g.members[1].id, 2, "stale", at(2))
+        assert not await uow.launches.progress("mem-missing", 1, "?", at(2))
+        await uow.commit()
+    first, second = await member_launches(uow_factory, g.attempt.id)
+    assert (first.progress, first.progress_at) == ("pulling image 40 %", at(2))
+    assert second == g.launches[1]
+
+
+async def test_stop_requests_and_releases_are_idempotent(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    m0, m1 = (m.id for m in g.members)
+    async with uow_factory() as uow:
+        await uow.launches.request_stop([m0], at(2))
+        await uow.launches.request_stop([m0, m1, "mem-missing"], at(3))
+        await uow.launches.request_stop([], at(3))
+        await uow.launches.release([m0], at(4))
+        await uow.launches.release({m0}, at(5))
+        await uow.launches.release([], at(5))
+        await uow.commit()
+    first, second = await member_launches(uow_factory, g.attempt.id)
+    assert (first.stop_requested_at, first.released_at) == (at(2), at(4))
+    assert (second.stop_requested_at, second.released_at) == (at(3), None)
+    async with uow_factory() as uow:  # released members are no one's work any more
+        works = await uow.launches.on_nodes(["n-0", "n-1"])
+    assert [(w.placed.ref.member_id, w.placed.stop_requested) for w in works] == [(m1, True)]
+
+
+async def test_on_nodes_tells_a_gateway_everything_about_its_members(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    await open_link(uow_factory, "n-0", address="10.0.0.7")  # the master's address
+    g = await new_gang(uow_factory, ("n-0", "n-1"), 29501, final=(1,))
+    other = await new_gang(uow_factory, ("n-2",), 29502, reserve=False)
+    m0, m1 = (m.id for m in g.members)
+    async with uow_factory() as uow:
+        await uow.launches.request_stop([m0], at(2))
+        await uow.launches.decide(g.attempt.id, Decision.COMMIT, "all voted", at(3))
+        works = await uow.launches.on_nodes(["n-1", "n-0"])
+        assert await uow.launches.on_nodes([]) == []
+        assert [w.placed.node for w in await uow.launches.on_nodes(["n-2", "n-9"])] == ["n-2"]
+        launches = await uow.launches.members(g.attempt.id)
+        await uow.commit()
+    by_member = {w.placed.ref.member_id: w for w in works}
+    assert set(by_member) == {m0, m1}
+    for i, (mid, node, final, stop) in enumerate(
+        [(m0, "n-0", False, True), (m1, "n-1", True, False)]
+    ):
+        w = by_member[mid]
+        assert w.placed.ref == ref(g, i)
+        assert (w.placed.job_id, w.placed.node, w.placed.decision) == (
+            g.job.id,
+            node,
+            Decision.COMMIT,
+        )
+        assert (w.placed.final, w.placed.stop_requested, w.placed.released, w.placed.fenced) == (
+            final, stop, False, False
+        )  # fmt: skip
+        assert w.launch == launches[i]
+        assert w.spec == g.job.spec
+        assert w.assignment == Assignment(i, "main", node, (2 * i, 2 * i + 1), 12_000, 131_072)
+        assert (w.members, w.master_addr, w.master_port) == (2, "10.0.0.7", 29501)
+    async with uow_factory() as uow:
+        assert await uow.reservations.release(g.attempt.id)
+        (after,) = await uow.launches.on_nodes(["n-0"])
+        (alone,) = await uow.launches.on_nodes(["n-2"])
+    # after the release only a Forget can be due: no GPUs, no CPUs, no memory
+    assert after.assignment == Assignment(0, "main", "n-0", (), 0, 0)
+    assert (alone.members, alone.master_addr, alone.placed.decision) == (1, "", None)
+    assert alone.placed.ref.attempt_id == other.attempt.id
+
+
+async def test_ports_in_use_are_those_of_live_launches_led_from_the_node(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+
+    async def gang(port: int, decision: Decision | None, **kw: object) -> None:
+        g = await new_gang(uow_factory, port=port, reserve=False, **kw)  # type: ignore[arg-type]
+        if decision is not None:
+            async with uow_factory() as uow:
+                await uow.launches.decide(g.attempt.id, decision, "", at(2))
+                await uow.commit()
+
+    await gang(29500, None)
+    await gang(29501, Decision.COMMIT)
+    await gang(29502, Decision.ABORT)
+    await gang(29503, Decision.COMMIT, attempt_state=AttemptState.FAILED)
+    await gang(29504, None, nodes=("n-1", "n-0"))
+    async with uow_factory() as uow:
+        assert await uow.launches.ports_in_use("n-0") == {29500, 29501}
+        assert await uow.launches.ports_in_use("n-1") == {29504}
+        assert await uow.launches.ports_in_use("n-2") == set()
+
+
+async def test_a_unit_of_work_left_without_commit_leaves_nothing(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    async with uow_factory() as uow:
+        await uow.fleet.put_node(Node("n-0", "n", connectivity=Connectivity.DISCONNECTED))
+        await uow.commit()
+    g = await new_gang(uow_factory, begin=False)
+    async with uow_factory() as uow:
+        await uow.enrollment.add_join_token(a_join_token())
+        assert await uow.enrollment.use_join_token("hash-j1", "n-0", at(1))
+        await uow.enrollment.add_credential(a_credential("c1"))
+        await uow.links.open("n-0", "gw", CAP, "10.0.0.1", "1.0", at(1))
+        await uow.links.fence("n-1")
+        await uow.launches.begin(g.plan, g.launches)
+        assert await uow.launches.vote(g.members[0].id, 1, True, "", at(2))
+        await uow.launches.decide(g.attempt.id, Decision.COMMIT, "", at(3))
+    async with uow_factory() as uow:
+        assert await uow.enrollment.join_token("hash-j1") is None
+        assert await uow.enrollment.credentials("n-0") == []
+        assert await uow.links.get("n-0") is None
+        assert await uow.launches.plan(g.attempt.id) is None
+        assert await uow.launches.members(g.attempt.id) == []
+        assert await uow.launches.on_nodes(["n-0", "n-1"]) == []
+        assert (await uow.fleet.node("n-0")) == Node(
+            "n-0", "n", connectivity=Connectivity.DISCONNECTED
+        )
+        assert await uow.links.fence("n-1") == 2  # the rolled-back fence never happened
