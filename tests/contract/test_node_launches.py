@@ -4,6 +4,7 @@ and phase order, stop requests and releases, and what the gateways read (``on_no
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -25,6 +26,7 @@ from tests.contract.test_node_ports import (
     CAP,
     a_credential,
     a_join_token,
+    blocked,
     open_link,
     racing,
     setup_fleet,
@@ -151,6 +153,27 @@ async def test_a_vote_needs_its_epoch_an_undecided_launch_and_counts_once(
     first, second = await member_launches(uow_factory, g.attempt.id)
     assert first == replace(g.launches[0], vote=True, voted_at=at(2))
     assert second == g.launches[1]
+
+
+async def test_a_vote_racing_a_decision_waits_for_it_and_is_refused(
+    uow_factory: UnitOfWorkFactory, request: pytest.FixtureRequest
+) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+
+    async def vote() -> bool:
+        async with uow_factory() as uow:
+            done = await uow.launches.vote(g.members[0].id, 1, True, "", at(3))
+            await uow.commit()
+        return done
+
+    async with uow_factory() as deciding:
+        assert await deciding.launches.decide(g.attempt.id, Decision.ABORT, "timeout", at(2))
+        task = asyncio.create_task(vote())
+        await blocked(request, task)
+        await deciding.commit()
+    assert await task is False
+    assert (await member_launches(uow_factory, g.attempt.id))[0] == g.launches[0]
 
 
 async def test_a_no_vote_keeps_its_reason(uow_factory: UnitOfWorkFactory) -> None:

@@ -11,6 +11,8 @@ from datetime import datetime
 from typing import TypeVar
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain.enrollment import JoinToken, NodeCredential
 from domain.errors import Conflict, NotFound
@@ -57,6 +59,26 @@ async def racing(
         return result
 
     return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+async def blocked(request: pytest.FixtureRequest, task: asyncio.Task[object]) -> None:
+    """Return once ``task`` waits for a lock another unit of work holds."""
+    if request.node.callspec.params["uow_factory"] == "postgres":
+        engine: AsyncEngine = request.getfixturevalue("pg_engine")
+        waiting = text(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        for _ in range(1000):
+            async with engine.connect() as conn:
+                if (await conn.execute(waiting)).scalar():
+                    return
+            assert not task.done(), "it did not wait"
+            await asyncio.sleep(0.005)
+        raise AssertionError("it never waited for the lock")
+    for _ in range(50):  # the in-memory database: waits are on asyncio events
+        await asyncio.sleep(0)
+    assert not task.done(), "it did not wait"
 
 
 # -- enrollment ---------------------------------------------------------------------------
@@ -294,3 +316,49 @@ async def test_fence_raises_the_epoch(uow_factory: UnitOfWorkFactory) -> None:
         assert found is not None and found.epoch == 4
         other = await uow.links.open("n-1", "gw", CAP, "a", "v", at(1))
         assert other.epoch == 1
+
+
+async def reconnect_while(
+    uow_factory: UnitOfWorkFactory,
+    request: pytest.FixtureRequest,
+    call: Callable[[UnitOfWork], Awaitable[T]],
+) -> T:
+    """Run ``call`` in its own unit of work while n-0 reconnects (its new session open but not
+    committed); return what ``call`` returned once both committed."""
+
+    async def run() -> T:
+        async with uow_factory() as uow:
+            result = await call(uow)
+            await uow.commit()
+        return result
+
+    async with uow_factory() as reconnect:
+        await reconnect.links.open("n-0", "gw-2", CAP, "10.0.0.9", "1.0", at(20))
+        task: asyncio.Task[T] = asyncio.create_task(run())
+        await blocked(request, task)
+        await reconnect.commit()
+    return await task
+
+
+async def test_closing_the_old_session_during_a_reconnect_leaves_the_node_connected(
+    uow_factory: UnitOfWorkFactory, request: pytest.FixtureRequest
+) -> None:
+    await setup_fleet(uow_factory)
+    await open_link(uow_factory, "n-0", 1)
+    closed = await reconnect_while(
+        uow_factory, request, lambda uow: uow.links.close("n-0", 1, at(21))
+    )
+    assert closed is False
+    assert await node_state(uow_factory, "n-0") == Node("n-0", "n")
+
+
+async def test_expiry_during_a_reconnect_leaves_the_node_connected(
+    uow_factory: UnitOfWorkFactory, request: pytest.FixtureRequest
+) -> None:
+    await setup_fleet(uow_factory)
+    await open_link(uow_factory, "n-0", 1)  # silent since minute 1
+    expired = await reconnect_while(
+        uow_factory, request, lambda uow: uow.links.expire(at(10), at(21))
+    )
+    assert expired == []
+    assert await node_state(uow_factory, "n-0") == Node("n-0", "n")
