@@ -44,12 +44,18 @@ class GangSettings:
     link_timeout: timedelta = timedelta(seconds=30)
     # Policy: fence a node out of contact this long (None: only an operator fences).
     lost_after: timedelta | None = None
+    # A launch aborted for no fault of the job (a coordinator restart, a silent node) queues
+    # the job again, at most this many times.
+    launch_retries: int = 2
 
 
 class GangCoordinator:
     def __init__(self, ctx: Context, settings: GangSettings | None = None) -> None:
         self.ctx = ctx
         self.settings = settings or GangSettings()
+        # This coordinator's incarnation: an undecided launch begun by another one (that died
+        # or lost the lead before deciding) is aborted, never committed (presumed abort).
+        self.incarnation = ctx.ids.new("coord")
 
     async def housekeeping(self) -> None:
         """Mark nodes whose heartbeats stopped disconnected; apply the lost-node policy."""
@@ -107,16 +113,13 @@ class GangCoordinator:
                 await uow.commit()
                 return
             nodes = {a.member: a.node for a in reservation.assignments}
-            epochs: dict[str, int] = {}
-            for name in set(nodes.values()):
-                link = await uow.links.get(name)
-                epochs[name] = link.epoch if link is not None else 1
+            epochs = {name: await uow.links.epoch(name) for name in set(nodes.values())}
             master = nodes[0]
             used = await uow.launches.ports_in_use(master)
             port = next((p for p in self.settings.ports if p not in used), None)
             if port is None:
                 return  # every rendezvous port of that node is taken: try again next tick
-            plan = LaunchPlan(attempt.id, job.id, now, master, port)
+            plan = LaunchPlan(attempt.id, job.id, now, master, port, coordinator=self.incarnation)
             launches = [
                 MemberLaunch(m.id, attempt.id, m.index, nodes[m.index], epochs[nodes[m.index]])
                 for m in members
@@ -136,10 +139,10 @@ class GangCoordinator:
         now = self.ctx.clock.now()
         async with self.ctx.uow() as uow:
             launches = await uow.launches.members(plan.attempt_id)
-            decision, reason = await self._verdict(uow, job, plan, launches, now)
+            decision, reason, retry = await self._verdict(uow, job, plan, launches, now)
             if decision is None:
                 return plan
-            if await uow.launches.decide(plan.attempt_id, decision, reason, now):
+            if await uow.launches.decide(plan.attempt_id, decision, reason, now, retry):
                 await uow.commit()
                 log.info("launch of %s: %s (%s)", job.id, decision, reason)
             current = await uow.launches.plan(plan.attempt_id)
@@ -152,37 +155,68 @@ class GangCoordinator:
         plan: LaunchPlan,
         launches: list[MemberLaunch],
         now: datetime,
-    ) -> tuple[Decision | None, str]:
+    ) -> tuple[Decision | None, str, bool]:
+        """(decision or None to wait, why, whether an abort queues the job again)."""
         if job.state is JobState.STOPPING:
-            return Decision.ABORT, "stopped before it started"
+            return Decision.ABORT, "stopped before it started", False
         refused = [m for m in launches if m.vote is False]
         if refused:
             m = refused[0]
-            return Decision.ABORT, f"member {m.index} on node {m.node} refused: {m.vote_reason}"
+            why = f"member {m.index} on node {m.node} refused: {m.vote_reason}"
+            return Decision.ABORT, why, False
+        if plan.coordinator != self.incarnation:
+            return Decision.ABORT, "the coordinator changed before deciding (presumed abort)", True
         if launches and all(m.vote for m in launches):
-            return Decision.COMMIT, f"all {len(launches)} members prepared"
+            return Decision.COMMIT, f"all {len(launches)} members prepared", False
         heard = [plan.began_at] + [
             t for m in launches for t in (m.voted_at, m.progress_at, m.reported_at) if t
         ]
         if now - max(heard) <= self.settings.prepare_timeout:
-            return None, ""
+            return None, "", False
         silent = next(m for m in launches if m.vote is None)
         node = await uow.fleet.node(silent.node)
         state = f" (it is {node.connectivity})" if node is not None else ""
         seconds = int(self.settings.prepare_timeout.total_seconds())
-        return Decision.ABORT, (
+        return (
+            Decision.ABORT,
             f"member {silent.index} on node {silent.node}{state} did not prepare "
-            f"within {seconds} s of the last progress"
+            f"within {seconds} s of the last progress",
+            True,
         )
 
     # -- phase 3a: aborted ------------------------------------------------------------------
 
     async def _aborted(self, job: Job, attempt: Attempt, plan: LaunchPlan) -> None:
+        reason = f"launch aborted: {plan.reason}"
+        now = self.ctx.clock.now()
+        again = (
+            plan.retry
+            and job.state is JobState.STARTING
+            and attempt.number <= self.settings.launch_retries
+        )
         async with self.ctx.uow() as uow:
-            await self._end(
-                uow, job, attempt, f"launch aborted: {plan.reason}", self.ctx.clock.now()
-            )
+            if again:  # nothing started and nothing was wrong with the job: queue it again
+                await self._requeue(uow, job, attempt, reason, now)
+            else:
+                await self._end(uow, job, attempt, reason, now)
             await uow.commit()
+
+    @staticmethod
+    async def _requeue(
+        uow: UnitOfWork, job: Job, attempt: Attempt, reason: str, now: datetime
+    ) -> None:
+        for m in await uow.members.for_attempt(attempt.id):
+            if m.state not in MEMBER_FINAL:
+                await uow.members.update(
+                    m.moved(MemberState.FAILED, now, f"not started: {reason}"), m.state
+                )
+        if attempt.state not in ATTEMPT_FINAL:
+            await uow.attempts.update(
+                attempt.moved(AttemptState.FAILED, now, reason), attempt.state
+            )
+        text = f"attempt {attempt.number} {reason}; queued again"
+        await uow.jobs.update(job.moved(JobState.PENDING, now, text), job.state)
+        await uow.reservations.release(attempt.id)
 
     @staticmethod
     async def _end(uow: UnitOfWork, job: Job, attempt: Attempt, reason: str, now: datetime) -> None:

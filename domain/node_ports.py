@@ -106,6 +106,10 @@ class NodeLinkRepository(Protocol):
         """Raise the node's epoch (fencing every member placed before); return the new one."""
         ...
 
+    async def epoch(self, node: str) -> int:
+        """The node's fencing epoch (1 until it is first fenced). NotFound if absent."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class LaunchPlan:
@@ -119,6 +123,8 @@ class LaunchPlan:
     decision: Decision | None = None
     decided_at: datetime | None = None
     reason: str = ""
+    coordinator: str = ""  # the coordinator that began it (one that restarts aborts it)
+    retry: bool = False  # an abort that queues the job again (nothing was wrong with it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,9 +173,12 @@ class LaunchLedger(Protocol):
         """By index."""
         ...
 
-    async def decide(self, attempt_id: str, decision: Decision, reason: str, now: datetime) -> bool:
+    async def decide(
+        self, attempt_id: str, decision: Decision, reason: str, now: datetime, retry: bool = False
+    ) -> bool:
         """Record the decision unless one is recorded (True when this call recorded it). The
-        commit decision is the durable point of no return of a gang launch."""
+        commit decision is the durable point of no return of a gang launch. ``retry`` marks
+        an abort after which the job may be queued again (kept only with an abort)."""
         ...
 
     async def vote(self, member_id: str, epoch: int, yes: bool, reason: str, now: datetime) -> bool:

@@ -53,7 +53,7 @@ class MemoryLaunchLedger:
                 fix="re-read the launch and go on from its state",
             )
         # a launch begins undecided, its members with nothing heard yet
-        tx.write("launches", replace(plan, decision=None, decided_at=None, reason=""))
+        tx.write("launches", replace(plan, decision=None, decided_at=None, reason="", retry=False))
         for m in sorted(members, key=lambda m: m.index):
             fresh = MemberLaunch(m.member_id, m.attempt_id, m.index, m.node, m.epoch)
             await tx.insert("member_launches", fresh, f"the launch of member {m.member_id}")
@@ -69,14 +69,19 @@ class MemoryLaunchLedger:
             rows.append(m)
         return rows
 
-    async def decide(self, attempt_id: str, decision: Decision, reason: str, now: datetime) -> bool:
+    async def decide(
+        self, attempt_id: str, decision: Decision, reason: str, now: datetime, retry: bool = False
+    ) -> bool:
         tx = self._tx
         await tx.lock(("launches", "pk", attempt_id))
         plan: LaunchPlan | None = tx.get("launches", attempt_id)
         if plan is None or plan.decision is not None:
             return False
+        decided = Decision(decision)
+        retry = retry and decided is Decision.ABORT
         tx.write(
-            "launches", replace(plan, decision=Decision(decision), decided_at=now, reason=reason)
+            "launches",
+            replace(plan, decision=decided, decided_at=now, reason=reason, retry=retry),
         )
         return True
 

@@ -185,6 +185,11 @@ class MemoryNodeLinkRepository:
                 expired.append(name)
         return expired
 
+    async def epoch(self, node: str) -> int:
+        if self._tx.get("nodes", node) is None:
+            raise _no_node(node)
+        return node_extra(self._tx, node).epoch
+
     async def fence(self, node: str) -> int:
         tx = self._tx
         await tx.lock(("nodes", "pk", node))

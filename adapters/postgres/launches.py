@@ -39,8 +39,10 @@ from domain.node_protocol import (
 from domain.submission import JobSpec
 
 _BEGIN = text(
-    "WITH l AS (INSERT INTO launches (attempt_id, job_id, began_at, master_node, master_port) "
-    "           VALUES (:attempt_id, :job_id, :began_at, :master_node, :master_port) "
+    "WITH l AS (INSERT INTO launches "
+    "           (attempt_id, job_id, began_at, master_node, master_port, coordinator) "
+    "           VALUES (:attempt_id, :job_id, :began_at, :master_node, :master_port, "
+    "                   :coordinator) "
     "           ON CONFLICT DO NOTHING RETURNING attempt_id), "
     "m AS (INSERT INTO member_launches (member_id, attempt_id, idx, node, epoch) "
     "      SELECT x.member_id, l.attempt_id, x.idx, x.node, x.epoch FROM l CROSS JOIN "
@@ -51,7 +53,8 @@ _BEGIN = text(
 _PLAN = text("SELECT * FROM launches WHERE attempt_id = :attempt_id")
 _MEMBERS = text("SELECT * FROM member_launches WHERE attempt_id = :attempt_id ORDER BY idx")
 _DECIDE = text(
-    "UPDATE launches SET decision = :decision, decided_at = :now, reason = :reason "
+    "UPDATE launches SET decision = :decision, decided_at = :now, reason = :reason, "
+    "retry = :retry "
     "WHERE attempt_id = :attempt_id AND decision IS NULL RETURNING attempt_id"
 )
 # the member's node still has the member's epoch: not fenced since it was placed
@@ -124,6 +127,8 @@ def _plan(r: Any) -> LaunchPlan:
         decision=Decision(r["decision"]) if r["decision"] is not None else None,
         decided_at=r["decided_at"],
         reason=r["reason"],
+        coordinator=r["coordinator"],
+        retry=r["retry"],
     )
 
 
@@ -207,6 +212,7 @@ class PostgresLaunchLedger:
             "began_at": plan.began_at,
             "master_node": plan.master_node,
             "master_port": plan.master_port,
+            "coordinator": plan.coordinator,
             "m_id": [m.member_id for m in ordered],
             "m_idx": [m.index for m in ordered],
             "m_node": [m.node for m in ordered],
@@ -230,12 +236,15 @@ class PostgresLaunchLedger:
             rows = (await self._conn.execute(_MEMBERS, {"attempt_id": attempt_id})).mappings()
             return [_member(r) for r in rows.all()]
 
-    async def decide(self, attempt_id: str, decision: Decision, reason: str, now: datetime) -> bool:
+    async def decide(
+        self, attempt_id: str, decision: Decision, reason: str, now: datetime, retry: bool = False
+    ) -> bool:
         params = {
             "attempt_id": attempt_id,
             "decision": Decision(decision).value,
             "reason": reason,
             "now": now,
+            "retry": retry and decision is Decision.ABORT,
         }
         with translated(f"record the launch decision of attempt {attempt_id}"):
             done = (await self._conn.execute(_DECIDE, params)).first()

@@ -194,6 +194,7 @@ _EXPIRE = text(
     "WHERE l.node = n.name AND n.connectivity = 'connected' AND l.heartbeat_at < :older_than "
     "AND n.name = ANY(CAST(:names AS text[])) RETURNING n.name"
 )
+_EPOCH = text("SELECT epoch FROM nodes WHERE name = :node")
 _FENCE = text("UPDATE nodes SET epoch = epoch + 1 WHERE name = :node RETURNING epoch")
 
 
@@ -282,6 +283,13 @@ class PostgresNodeLinkRepository:
             params["names"] = list(locked)
             names = (await self._conn.execute(_EXPIRE, params)).scalars().all()
         return sorted(names)
+
+    async def epoch(self, node: str) -> int:
+        with translated(f"get the epoch of node {node}"):
+            epoch = (await self._conn.execute(_EPOCH, {"node": node})).scalar()
+        if epoch is None:
+            raise _no_node(node)
+        return int(epoch)
 
     async def fence(self, node: str) -> int:
         with translated(f"fence node {node}"):

@@ -349,6 +349,8 @@ launches = Table(  # one two-phase launch per attempt
     Column("decision", Text, nullable=True),
     ts("decided_at", nullable=True),
     Column("reason", Text, nullable=False, server_default=""),
+    Column("coordinator", Text, nullable=False, server_default=""),
+    Column("retry", Boolean, nullable=False, server_default="false"),
     one_of("decision", Decision),
     CheckConstraint("master_port BETWEEN 1 AND 65535", name="master_port"),
     CheckConstraint("(decision IS NULL) = (decided_at IS NULL)", name="decided_at"),

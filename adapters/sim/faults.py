@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from domain.catalog import RuntimePin, RuntimeSpec
+from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
     AttemptRepository,
     ExecutionBackend,
@@ -108,6 +109,9 @@ class CrashingUnitOfWork:
     policy: PolicyRepository
     reservations: ReservationRepository
     scheduling: SchedulingRepository
+    enrollment: EnrollmentRepository
+    links: NodeLinkRepository
+    launches: LaunchLedger
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -126,6 +130,9 @@ class CrashingUnitOfWork:
         self.policy = inner.policy
         self.reservations = inner.reservations
         self.scheduling = inner.scheduling
+        self.enrollment = inner.enrollment
+        self.links = inner.links
+        self.launches = inner.launches
         return self
 
     async def __aexit__(

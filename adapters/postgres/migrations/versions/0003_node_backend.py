@@ -138,6 +138,8 @@ def _launches() -> None:
         text("decision", nullable=True),
         ts("decided_at", nullable=True),
         text("reason", default=""),
+        text("coordinator", default=""),
+        sa.Column("retry", sa.Boolean(), nullable=False, server_default=sa.false()),
         pk("launches", "attempt_id"),
         fk("launches", ["attempt_id"], "attempts", ["id"], cascade=True),
         one_of("launches", "decision", DECISIONS),
