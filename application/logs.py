@@ -9,7 +9,7 @@ from application.context import Context
 from application.jobs import get_job
 from domain.auth import Principal
 from domain.errors import InvalidInput, NotFound
-from domain.lifecycle import JOB_FINAL
+from domain.lifecycle import JOB_FINAL, MEMBER_FINAL
 
 
 async def stream_logs(
@@ -54,8 +54,13 @@ async def _stream(
                 yield data
                 return
             handle = next((m.handle for m in latest.members if m.index == member), None)
+            backend = ctx.backend(details.job.spec.backend)
+            if handle is not None and getattr(backend, "coordinated", False):
+                member_id = next(m.id for m in latest.members if m.index == member)
+                async for chunk in _live(ctx, member_id, follow, poll):
+                    yield chunk
+                return
             if handle is not None:
-                backend = ctx.backend(details.job.spec.backend)
                 try:
                     async for chunk in backend.logs(handle, follow=follow):
                         yield chunk
@@ -66,4 +71,27 @@ async def _stream(
                     # released meanwhile: the stored copy is written in the same step
         if not follow or final:
             return
+        await asyncio.sleep(poll)
+
+
+async def _live(ctx: Context, member_id: str, follow: bool, poll: float) -> AsyncIterator[bytes]:
+    """A node-backend member's output from its live log (pieces at offsets, stored by the
+    gateway), until the member is final (with ``follow``)."""
+    position = 0
+    while True:
+        async with ctx.uow() as uow:
+            pieces = await uow.logs.live(member_id, position)
+            current = await uow.members.get(member_id)
+        for offset, data in pieces:
+            if offset > position:
+                yield f"\n[tuneplane: {offset - position} bytes of output missing]\n".encode()
+                position = offset
+            fresh = data[position - offset :]
+            if fresh:
+                yield fresh
+                position += len(fresh)
+        if not follow or current is None:
+            return
+        if current.state in MEMBER_FINAL:
+            follow = False  # one more read for pieces stored just before the end
         await asyncio.sleep(poll)

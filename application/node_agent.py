@@ -68,6 +68,8 @@ class NodeAgent:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.refused = 0  # commands refused as stale or misrouted
         self.orphans: dict[str, str] = {}  # containers of this node the journal does not hold
+        self._followers: dict[str, asyncio.Task[None]] = {}  # live output, per member
+        self.flush_seconds = 0.5
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -129,6 +131,8 @@ class NodeAgent:
         for e in await asyncio.to_thread(self.journal.entries):
             if e.phase is Phase.EXITED and e.container_id:
                 await self._send_log(e, e.container_id)
+            elif e.phase in LIVE_PHASES:
+                self._follow(e, restart=True)  # pieces lost while disconnected: send again
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -257,6 +261,8 @@ class NodeAgent:
             await self.runtime.start(cid)
         except Unavailable as exc:
             log.warning("start of %s deferred: %s", entry.member_id, exc)
+            return
+        self._follow(entry)
 
     async def _abort(self, entry: JournalEntry, reason: str) -> None:
         if entry.phase in LIVE_PHASES:
@@ -276,6 +282,9 @@ class NodeAgent:
         if entry is not None:
             await asyncio.to_thread(self.journal.delete, member_id)
         self._locks.pop(member_id, None)
+        follower = self._followers.pop(member_id, None)
+        if follower is not None:
+            follower.cancel()
 
     async def _epoch(self) -> int:
         return await asyncio.to_thread(self.journal.epoch)
@@ -297,6 +306,7 @@ class NodeAgent:
                     current = await self._get(entry.member_id)
                     if current is not None and current.phase in LIVE_PHASES:
                         await self._observe(current, current.container_id, report=True)
+                        self._follow(current)
 
     async def _observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
         obs = await self.runtime.observe(cid) if cid else None
@@ -312,10 +322,62 @@ class NodeAgent:
         if new == e:
             return
         if new.phase is Phase.EXITED and report and cid:
+            follower = self._followers.pop(e.member_id, None)
+            if follower is not None:  # its last live pieces go before the exit
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(follower), 2)
             await self._send_log(new, cid)  # the log first: it is stored before the exit
         await self._put(new)
         if report:
             await self._say(new.report())
+
+    # -- live output ----------------------------------------------------------------------
+
+    def _follow(self, entry: JournalEntry, restart: bool = False) -> None:
+        """Make sure the member's live output is being sent (from the start if ``restart``)."""
+        current = self._followers.get(entry.member_id)
+        if current is not None and not current.done():
+            if not restart:
+                return
+            current.cancel()
+        if entry.container_id and entry.phase in LIVE_PHASES:
+            self._followers[entry.member_id] = asyncio.create_task(
+                self._send_live(entry, entry.container_id)
+            )
+
+    async def _send_live(self, entry: JournalEntry, cid: str) -> None:
+        """Send the output in pieces at byte offsets, at most every ``flush_seconds``: one
+        reader gathers, this task ships. Pieces sent while disconnected are lost and sent
+        again on the next Welcome (the store keeps the first copy of each)."""
+        buf = bytearray()
+        done = asyncio.Event()
+
+        async def read() -> None:
+            try:
+                async for chunk in self.runtime.follow_logs(cid):
+                    buf.extend(chunk)
+            except Exception as exc:  # the engine or the container went away: stop following
+                log.debug("following the output of %s ended: %s", entry.member_id, exc)
+            finally:
+                done.set()
+
+        reader = asyncio.create_task(read())
+        offset = 0
+        try:
+            while offset < self.log_limit:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(done.wait(), self.flush_seconds)
+                while buf and offset < self.log_limit:
+                    piece = bytes(buf[:LOG_CHUNK])
+                    del buf[: len(piece)]
+                    await self._say(
+                        LogChunk(entry.order.ref, piece, False, live=True, offset=offset)
+                    )
+                    offset += len(piece)
+                if done.is_set() and not buf:
+                    return
+        finally:
+            reader.cancel()
 
     async def _send_log(self, entry: JournalEntry, cid: str) -> None:
         try:

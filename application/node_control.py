@@ -192,6 +192,12 @@ class NodeControl:
             await uow.commit()
 
     async def _log(self, session: Session, chunk: LogChunk) -> None:
+        if chunk.live:
+            async with self.ctx.uow() as uow:
+                limit = self.ctx.limits.max_log_bytes
+                await uow.logs.append_live(chunk.ref.member_id, chunk.offset, chunk.data, limit)
+                await uow.commit()
+            return
         parts = session.logs.setdefault(chunk.ref.member_id, [])
         parts.append(chunk.data)
         if not chunk.last:

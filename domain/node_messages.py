@@ -43,10 +43,15 @@ class Progress:
 
 @dataclass(frozen=True, slots=True)
 class LogChunk:
+    """A piece of a member's output: of its final log (``last`` on the final piece), or with
+    ``live`` a piece at byte ``offset`` while it runs."""
+
     ref: MemberRef
     data: bytes
     last: bool
     truncated: bool = False
+    live: bool = False
+    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)

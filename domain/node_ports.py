@@ -9,7 +9,7 @@ decisions; a gateway records what nodes vote and report, and reads what it must 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -287,6 +287,10 @@ class MemberRuntime(Protocol):
 
     async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
         """The last ``limit`` bytes of its output, and whether the head was cut."""
+        ...
+
+    def follow_logs(self, container_id: str) -> AsyncIterator[bytes]:
+        """Its output from the start, as it comes, until it exits."""
         ...
 
     def port_free(self, port: int) -> bool:

@@ -137,6 +137,18 @@ class LogRepository(Protocol):
         """(data, truncated) or None if no final log was stored."""
         ...
 
+    async def append_live(self, member_id: str, offset: int, data: bytes, limit: int) -> bool:
+        """Store a piece of a running member's output at byte ``offset`` (the node backend's
+        live log). A piece already stored at that offset is kept (re-sent pieces change
+        nothing); a piece starting at or beyond ``limit`` is dropped. True when stored."""
+        ...
+
+    async def live(self, member_id: str, offset: int) -> builtins.list[tuple[int, bytes]]:
+        """Stored pieces of the member's live log ending after ``offset``, by offset. Pieces
+        may overlap (a node that restarted sends its output again): readers skip what they
+        already have."""
+        ...
+
 
 class TokenRepository(Protocol):
     async def add(self, token: ApiToken) -> None:

@@ -145,16 +145,20 @@ class CredentialAck(_message.Message):
     def __init__(self, credential_id: _Optional[str] = ...) -> None: ...
 
 class LogChunk(_message.Message):
-    __slots__ = ("ref", "data", "last", "truncated")
+    __slots__ = ("ref", "data", "last", "truncated", "live", "offset")
     REF_FIELD_NUMBER: _ClassVar[int]
     DATA_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    LIVE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     data: bytes
     last: bool
     truncated: bool
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., truncated: _Optional[bool] = ...) -> None: ...
+    live: bool
+    offset: int
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., truncated: _Optional[bool] = ..., live: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeMessage(_message.Message):
     __slots__ = ("seq", "hello", "heartbeat", "vote", "progress", "status", "credential_ack", "log")

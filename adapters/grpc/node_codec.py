@@ -141,7 +141,12 @@ def node_message_to(seq: int, body: NodeBody) -> pb.NodeMessage:
     else:
         msg.log.CopyFrom(
             pb.LogChunk(
-                ref=ref_to(body.ref), data=body.data, last=body.last, truncated=body.truncated
+                ref=ref_to(body.ref),
+                data=body.data,
+                last=body.last,
+                truncated=body.truncated,
+                live=body.live,
+                offset=body.offset,
             )
         )
     return msg
@@ -177,7 +182,7 @@ def node_message_from(m: pb.NodeMessage) -> tuple[int, NodeBody]:
         body = CredentialAck(m.credential_ack.credential_id)
     elif kind == "log":
         g = m.log
-        body = LogChunk(ref_from(g.ref), g.data, g.last, g.truncated)
+        body = LogChunk(ref_from(g.ref), g.data, g.last, g.truncated, g.live, g.offset)
     else:
         raise _bad("the message has no body")
     return m.seq, body

@@ -7,7 +7,7 @@ from collections.abc import Collection
 from typing import Any
 
 from adapters.memory.db import Tx
-from adapters.memory.store import LogRow
+from adapters.memory.store import LivePiece, LogRow
 from adapters.paging import check_limit, decode_cursor, encode_cursor
 from domain.auth import ApiToken
 from domain.errors import Conflict, NotFound
@@ -195,6 +195,23 @@ class MemoryLogRepository:
     async def get(self, attempt_id: str) -> tuple[bytes, bool] | None:
         row: LogRow | None = self._tx.get("attempt_logs", attempt_id)
         return (row.data, row.truncated) if row else None
+
+    async def append_live(self, member_id: str, offset: int, data: bytes, limit: int) -> bool:
+        if offset >= limit or not data:
+            return False
+        _require(self._tx, "members", member_id, "member")
+        await self._tx.lock(("member_logs", "pk", (member_id, offset)))
+        if self._tx.get("member_logs", (member_id, offset)) is not None:
+            return False
+        self._tx.write("member_logs", LivePiece(member_id, offset, bytes(data[: limit - offset])))
+        return True
+
+    async def live(self, member_id: str, offset: int) -> list[tuple[int, bytes]]:
+        rows: list[LivePiece] = self._tx.select(
+            "member_logs",
+            lambda r: r.member_id == member_id and r.offset + len(r.data) > offset,
+        )
+        return [(r.offset, r.data) for r in sorted(rows, key=lambda r: r.offset)]
 
 
 class MemoryTokenRepository:

@@ -16,6 +16,13 @@ class LogRow:
     truncated: bool
 
 
+@dataclass(frozen=True, slots=True)
+class LivePiece:
+    member_id: str
+    offset: int
+    data: bytes
+
+
 TABLES = [
     TableDef("previews", pk=lambda p: p.id),
     TableDef(
@@ -37,6 +44,7 @@ TABLES = [
         immutable=True,
     ),
     TableDef("attempt_logs", pk=lambda r: r.attempt_id, immutable=True),
+    TableDef("member_logs", pk=lambda r: (r.member_id, r.offset), immutable=True),
     TableDef(
         "api_tokens",
         pk=lambda t: t.id,

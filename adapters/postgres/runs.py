@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -93,6 +93,29 @@ class PostgresLogRepository:
         with translated(f"get the log of attempt {attempt_id}"):
             row = (await self._conn.execute(query)).first()
         return (bytes(row.data), bool(row.truncated)) if row else None
+
+    async def append_live(self, member_id: str, offset: int, data: bytes, limit: int) -> bool:
+        if offset >= limit or not data:
+            return False
+        params = {"member_id": member_id, "offset": offset, "data": data[: limit - offset]}
+        with translated(f"store live output of member {member_id}"):
+            return (await self._conn.execute(_APPEND_LIVE, params)).first() is not None
+
+    async def live(self, member_id: str, offset: int) -> list[tuple[int, bytes]]:
+        params = {"member_id": member_id, "offset": offset}
+        with translated(f"read live output of member {member_id}"):
+            rows = (await self._conn.execute(_LIVE, params)).all()
+        return [(int(r[0]), bytes(r[1])) for r in rows]
+
+
+_APPEND_LIVE = text(
+    'INSERT INTO member_logs (member_id, "offset", data) VALUES (:member_id, :offset, :data) '
+    "ON CONFLICT DO NOTHING RETURNING member_id"
+)
+_LIVE = text(
+    'SELECT "offset", data FROM member_logs WHERE member_id = :member_id '
+    'AND "offset" + length(data) > :offset ORDER BY "offset"'
+)
 
 
 class PostgresTokenRepository:

@@ -137,6 +137,15 @@ members = Table(
     one_of("state", MemberState),
 )
 
+member_logs = Table(
+    "member_logs",
+    metadata,
+    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), primary_key=True),
+    Column("offset", BigInteger, primary_key=True),
+    Column("data", LargeBinary, nullable=False),
+    CheckConstraint('"offset" >= 0', name="offset"),
+)
+
 attempt_logs = Table(
     "attempt_logs",
     metadata,

@@ -10,7 +10,7 @@ replaces a crashed one.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from domain.errors import InvalidInput
@@ -95,6 +95,11 @@ class SimRuntime:
         c = self.containers.get(container_id)
         data = c.log if c is not None else b""
         return data[-limit:], len(data) > limit
+
+    async def follow_logs(self, container_id: str) -> AsyncIterator[bytes]:
+        c = self.containers.get(container_id)
+        if c is not None and c.state == "exited" and c.log:
+            yield c.log
 
     def port_free(self, port: int) -> bool:
         return port not in self.busy_ports

@@ -170,8 +170,13 @@ async def test_exit_sends_the_log_before_the_status() -> None:
     h.runtime.finish("m0", 3)
     h.sent.clear()
     await h.agent.watch_once()
-    assert isinstance(h.sent[0], LogChunk) and h.sent[0].last
     assert h.sent[-1] == MemberReport(o.ref, Phase.EXITED, 3, "", None)
+    chunks = [b for b in h.sent if isinstance(b, LogChunk)]
+    assert [(c.live, c.last) for c in chunks] == [(True, False), (False, True)]
+    assert (
+        chunks[0].offset == 0
+        and chunks[0].data == chunks[1].data == b"member m0 exited with code 3\n"
+    )
 
 
 async def test_forget_removes_container_and_entry() -> None:

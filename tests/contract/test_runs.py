@@ -134,6 +134,30 @@ async def test_saving_a_log_twice_keeps_the_last(uow_factory: UnitOfWorkFactory)
         assert await uow.logs.get(attempt_id) == (b"\x00\xff binary tail", True)
 
 
+async def test_live_output_pieces_keep_the_first_copy_and_the_limit(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    async with uow_factory() as uow:
+        job = a_job()
+        attempt = an_attempt(job, 1)
+        await uow.jobs.add(job)
+        await uow.attempts.add(attempt)
+        member = a_member(attempt, 0)
+        await uow.members.add(member)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.logs.append_live(member.id, 0, b"hello ", limit=16)
+        assert await uow.logs.append_live(member.id, 6, b"world\n", limit=16)
+        assert not await uow.logs.append_live(member.id, 0, b"HELLO ", limit=16)  # re-sent
+        assert await uow.logs.append_live(member.id, 12, b"0123456789", limit=16)  # cut at 16
+        assert not await uow.logs.append_live(member.id, 16, b"beyond", limit=16)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.logs.live(member.id, 0) == [(0, b"hello "), (6, b"world\n"), (12, b"0123")]
+        assert await uow.logs.live(member.id, 7) == [(6, b"world\n"), (12, b"0123")]
+        assert await uow.logs.live("mem-other", 0) == []
+
+
 async def test_a_log_needs_its_attempt(uow_factory: UnitOfWorkFactory) -> None:
     async with uow_factory() as uow:
         with pytest.raises(NotFound):

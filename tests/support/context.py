@@ -68,9 +68,10 @@ def memory_context(
     backend: MemoryBackend | None = None,
     clock: FakeClock | None = None,
     pools: tuple[Pool, ...] = (LOCAL_POOL,),
+    nodes: int = 3,
 ) -> Context:
     store = MemoryStore()
-    seed_policy_and_fleet(store, pools)
+    seed_policy_and_fleet(store, pools, nodes)
     secrets = itertools.count(1)
     return Context(
         uow=lambda: MemoryUnitOfWork(store),

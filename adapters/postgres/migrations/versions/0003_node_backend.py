@@ -181,14 +181,28 @@ def _launches() -> None:
     )
 
 
+def _member_logs() -> None:
+    # the live output of node-backend members, in pieces at byte offsets
+    op.create_table(
+        "member_logs",
+        text("member_id"),
+        bigint("offset"),
+        sa.Column("data", sa.LargeBinary(), nullable=False),
+        pk("member_logs", "member_id", "offset"),
+        fk("member_logs", ["member_id"], "members", ["id"], cascade=True),
+        check("member_logs", "offset", '"offset" >= 0'),
+    )
+
+
 def upgrade() -> None:
     _nodes()
     _identity()
     _launches()
+    _member_logs()
 
 
 def downgrade() -> None:
-    for table in ("member_launches", "launches", "node_credentials", "join_tokens", "node_links"):
+    for table in ("member_logs", "member_launches", "launches", "node_credentials", "join_tokens", "node_links"):
         op.drop_table(table)
     op.drop_constraint(op.f("ck_nodes_epoch"), "nodes", type_="check")
     op.drop_column("nodes", "address")
