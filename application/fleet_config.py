@@ -176,17 +176,22 @@ async def _at(path: str, write: Awaitable[None]) -> None:
         raise with_field(exc, path) from None
 
 
-async def ensure_defaults(ctx: Context, cpus: float, memory_mb: int) -> list[str]:
+async def ensure_defaults(
+    ctx: Context, cpus: float, memory_mb: int, backend: str = LOCAL
+) -> list[str]:
     """Make an empty system usable: without any pool, fleet ``local`` with CPU pool ``local``
-    (backend local, this host's CPUs and memory) and node ``local``; without any queue, team
-    and queue ``default``. Returns what it created (idempotent)."""
+    (this host's CPUs and memory) of ``backend``: with the local backend also its node
+    ``local``; with the node backend the node is the local daemon, which enrolls itself.
+    Without any queue, team and queue ``default``. Returns what it created (idempotent)."""
     created: list[str] = []
     async with ctx.uow() as uow:
         if not await uow.fleet.pools():
-            pool = Pool(LOCAL, LOCAL, LOCAL, 0, float(cpus), int(memory_mb), None, "this host")
+            pool = Pool(LOCAL, LOCAL, backend, 0, float(cpus), int(memory_mb), None, "this host")
             await uow.fleet.put_pool(check_pool(pool))
-            await uow.fleet.put_node(Node(LOCAL, LOCAL))
-            created += [f"pool {LOCAL}", f"node {LOCAL}"]
+            created.append(f"pool {LOCAL}")
+            if backend == LOCAL:
+                await uow.fleet.put_node(Node(LOCAL, LOCAL))
+                created.append(f"node {LOCAL}")
         if not await uow.policy.queues():
             await _default_queue(uow)
             created.append(f"queue {DEFAULT_QUEUE}")

@@ -78,7 +78,9 @@ async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> 
                     len(summary.changed),
                     summary.unchanged,
                 )
-            created = await ensure_defaults(ctx, *fleet_config.host_resources())
+            created = await ensure_defaults(
+                ctx, *fleet_config.host_resources(), backend=settings.default_backend
+            )
         except Conflict:
             if attempt == attempts:
                 raise

@@ -61,6 +61,10 @@ class Settings:
     port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
     db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 20))
     fleet_file: Path | None = field(default_factory=_fleet_file)
+    # the backend of the pool an empty system gets (`tp up` uses its local node daemon)
+    default_backend: str = field(
+        default_factory=lambda: os.environ.get("TUNEPLANE_DEFAULT_BACKEND", "local")
+    )
     # The node control gateway (docs/node-backend.md, docs/tls.md)
     node_gateway_host: str = field(
         default_factory=lambda: os.environ.get("TUNEPLANE_NODE_GATEWAY_HOST", "127.0.0.1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import signal
 
 from rich.console import Console
@@ -14,8 +15,16 @@ from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import TunePlaneError
-from entrypoints.server import first_admin_token, run_server, saved_admin_token, serve
+from entrypoints.container import Container
+from entrypoints.server import (
+    first_admin_token,
+    prepare_fleet,
+    run_server,
+    saved_admin_token,
+    serve,
+)
 from entrypoints.settings import Settings
+from entrypoints.up_nodes import NodePath, start_node_path
 
 console = Console(stderr=True)
 
@@ -44,8 +53,20 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through `finally`, which stops PostgreSQL
 
 
+async def _defaults(settings: Settings) -> None:
+    container = Container(settings=settings)
+    await container.init_resources()  # type: ignore[misc]
+    try:
+        await prepare_fleet(await container.context(), settings)  # type: ignore[misc]
+    finally:
+        await container.shutdown_resources()  # type: ignore[misc]
+
+
 def run_up(settings: Settings) -> int:
     settings.state_dir.mkdir(parents=True, exist_ok=True)
+    if "TUNEPLANE_DEFAULT_BACKEND" not in os.environ:  # members run through the local daemon
+        settings = dataclasses.replace(settings, default_backend="node")
+    nodes: NodePath | None = None
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # uvicorn swaps in its own while serving
     pg: EmbeddedPostgres | None = None
     try:
@@ -58,7 +79,11 @@ def run_up(settings: Settings) -> int:
             migrate.upgrade(settings.database_url)
         asyncio.run(_ensure_runtime(settings))
         token = asyncio.run(first_admin_token(settings))
+        asyncio.run(_defaults(settings))
+        with console.status("starting the node gateway and the local node daemon"):
+            nodes = start_node_path(settings)
         lines = [f"TunePlane control plane: {settings.url}  (state: {settings.state_dir})"]
+        lines += nodes.lines
         if token:
             lines += [
                 f"admin token (shown once; a 0600 copy is in {settings.state_dir}/admin-token):",
@@ -83,5 +108,7 @@ def run_up(settings: Settings) -> int:
             console.print(f"fix: {exc.fix}")
         return 1
     finally:
+        if nodes is not None:
+            nodes.stop()
         if pg is not None:
             pg.stop()
