@@ -35,7 +35,7 @@ from adapters.docker.spec import (
     workspace_tar,
 )
 from domain.catalog import RuntimePin, RuntimeSpec
-from domain.errors import Conflict, InvalidInput, NotFound, Unavailable
+from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError, Unavailable
 from domain.ports import LaunchRequest, Observation
 
 _TAR = {"Content-Type": "application/x-tar"}
@@ -93,9 +93,11 @@ class DockerBackend:
             raise Unavailable(f"cannot inspect container {ref}: {exc.message}") from None
         return info
 
-    async def held(self) -> dict[str, str]:
-        """member id → container id for every TunePlane container in the engine."""
-        query = {"all": "true", "filters": json.dumps({"label": [LABEL_MEMBER]})}
+    async def held(self, *labels: str) -> dict[str, str]:
+        """member id → container id for every TunePlane container in the engine (that also
+        carries every one of ``labels``, each ``key=value``)."""
+        filters = json.dumps({"label": [LABEL_MEMBER, *labels]})
+        query = {"all": "true", "filters": filters}
         try:
             listed: list[dict[str, Any]] = await self._json("containers/json", params=query)
         except EngineError as exc:
@@ -145,19 +147,10 @@ class DockerBackend:
 
     async def launch(self, request: LaunchRequest) -> str:
         name = container_name(request.member_id)
-        lock, users = self._locks.get(name, (asyncio.Lock(), 0))
-        self._locks[name] = (lock, users + 1)
-        try:
-            async with lock:  # one launcher per member in this process
-                return await self._launch(name, request)
-        finally:
-            lock, users = self._locks[name]
-            if users == 1:
-                del self._locks[name]
-            else:
-                self._locks[name] = (lock, users - 1)
+        async with self.member_lock(name):  # one launcher per member in this process
+            return await self._launch(name, request)
 
-    async def _launch(self, name: str, request: LaunchRequest, retry: bool = True) -> str:
+    async def _launch(self, name: str, request: LaunchRequest) -> str:
         pin = request.spec.runtime
         if request.spec.resources.gpus > 0 and not self.gpus:
             raise InvalidInput(
@@ -166,28 +159,64 @@ class DockerBackend:
                 field="intent.profile",
             )
         tar = source_tar(request.source) if request.source is not None else None
-        info = await self._inspect(name)
-        if info is None:
-            config = container_config(
-                request,
-                network_mode=self.network_mode,
-                init=self.init,
-                host_cpus=await self._cpus(),
-            )
+        cpus = await self.host_cpus()
+        config = container_config(
+            request, network_mode=self.network_mode, init=self.init, host_cpus=cpus
+        )
+        missing = InvalidInput(
+            f"runtime image {pin.image} ({pin.digest}) is no longer in the engine",
+            fix=f"run `tp runtime build {pin.name}`, then preview and submit again",
+            field="spec.runtime",
+        )
+        cid, fresh = await self.ensure_container(name, request.member_id, config, missing)
+        if fresh:  # never started: (re)send the source, then start it
+            if tar is not None:
+                await self.put_source(cid, tar)
+            await self.start_container(cid)
+        return cid
+
+    # -- shared steps (the node daemon's executor uses them too) --------------------------------
+
+    @contextlib.asynccontextmanager
+    async def member_lock(self, name: str) -> AsyncIterator[None]:
+        """Serialise the callers working on one container name in this process."""
+        lock, users = self._locks.get(name, (asyncio.Lock(), 0))
+        self._locks[name] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[name]
+            if users == 1:
+                del self._locks[name]
+            else:
+                self._locks[name] = (lock, users - 1)
+
+    async def ensure_container(
+        self, name: str, member_id: str, config: dict[str, Any], missing_image: TunePlaneError
+    ) -> tuple[str, bool]:
+        """The container ``name`` of ``member_id``, created from ``config`` (not started) unless
+        it exists: ``(container id, never started)``. Raises ``missing_image`` when the engine
+        lacks the image, Conflict when the name belongs to another member."""
+        for attempt in range(2):
+            info = await self._inspect(name)
+            if info is not None:
+                if info.get("Config", {}).get("Labels", {}).get(LABEL_MEMBER) != member_id:
+                    raise Conflict(
+                        f"a container named {name} exists but does not belong to this member",
+                        fix=f"remove it (docker rm -f {name}) and retry",
+                    )
+                return str(info["Id"]), never_started(info)
             try:
                 created = await self._json(
                     "containers/create", "POST", params={"name": name}, data=config
                 )
-                cid = str(created["Id"])
+                return str(created["Id"]), True
             except EngineError as exc:
-                if exc.status == 409 and retry:  # created meanwhile by another launcher
-                    return await self._launch(name, request, retry=False)
+                if exc.status == 409 and attempt == 0:  # created meanwhile by another launcher
+                    continue
                 if exc.status == 404:
-                    raise InvalidInput(
-                        f"runtime image {pin.image} ({pin.digest}) is no longer in the engine",
-                        fix=f"run `tp runtime build {pin.name}`, then preview and submit again",
-                        field="spec.runtime",
-                    ) from None
+                    raise missing_image from None
                 if exc.status >= 500 or exc.status == 409:
                     raise Unavailable(
                         f"the engine could not create {name}: {exc.message}"
@@ -196,30 +225,20 @@ class DockerBackend:
                     f"the engine refused to create {name}: {exc.message}",
                     fix="check the profile's resources and the runtime",
                 ) from None
-        else:
-            if info.get("Config", {}).get("Labels", {}).get(LABEL_MEMBER) != request.member_id:
-                raise Conflict(
-                    f"a container named {name} exists but does not belong to this member",
-                    fix=f"remove it (docker rm -f {name}) and retry",
-                )
-            cid = str(info["Id"])
-            if not never_started(info):
-                return cid
-        await self._start(cid, tar)
-        return cid
+        raise Unavailable(f"the engine could not create {name}: it was created and removed")
 
-    async def _start(self, cid: str, tar: bytes | None) -> None:
-        if tar is not None:
-            await self._put_source(cid, tar)
+    async def start_container(self, cid: str) -> None:
+        """Start a created container. A start the engine refuses (e.g. "executable file not
+        found") leaves ``State.Error`` set, which :func:`observation` reports as an exit."""
         try:
             await self._send(f"containers/{cid}/start")
         except EngineError as exc:
             if exc.status == 404:
                 raise Conflict(f"container {cid} vanished while starting (stopped?)") from None
-            # e.g. "executable file not found": the container keeps State.Error and
-            # observe() reports it as exited with that reason.
 
-    async def _put_source(self, cid: str, tar: bytes) -> None:
+    async def put_source(self, cid: str, tar: bytes) -> None:
+        """Unpack an uncompressed tar into the working directory of a created container
+        (creating the directory if the image lacks it). On failure the container is removed."""
         for attempt in range(2):
             try:
                 await self._send(
@@ -244,7 +263,8 @@ class DockerBackend:
                     field="intent.source",
                 ) from None
 
-    async def _cpus(self) -> int | None:
+    async def host_cpus(self) -> int | None:
+        """The engine's CPU count (cached), or None if it cannot say."""
         if self._host_cpus is None:
             with contextlib.suppress(EngineError):
                 self._host_cpus = int((await self._json("info")).get("NCPU") or 0) or None

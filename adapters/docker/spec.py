@@ -1,7 +1,8 @@
 """Pure translations between TunePlane's launch model and the Engine API's JSON.
 
 No I/O here: :func:`container_config` builds the ``POST /containers/create`` body from a
-``LaunchRequest``; :func:`observation` reads ``GET /containers/{id}/json`` into an
+``LaunchRequest`` (through :func:`create_body`, which the node daemon's executor calls with
+plain values); :func:`observation` reads ``GET /containers/{id}/json`` into an
 ``Observation``; :func:`source_tar` checks and unpacks the member's source archive.
 """
 
@@ -12,6 +13,7 @@ import io
 import signal
 import tarfile
 import zlib
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from domain.errors import InvalidInput
@@ -22,6 +24,8 @@ LABEL_JOB = "tuneplane.job"
 LABEL_ATTEMPT = "tuneplane.attempt"
 LABEL_MEMBER = "tuneplane.member"
 LABEL_INDEX = "tuneplane.member-index"
+LABEL_NODE = "tuneplane.node"  # the node daemon that holds it (node backend)
+LABEL_EPOCH = "tuneplane.epoch"  # its node's fencing epoch when it was placed
 NEVER = "0001-01-01T00:00:00Z"
 _SHELL_CODES = {
     126: "exit code 126: command not executable",
@@ -48,7 +52,61 @@ def container_config(
         TUNEPLANE_ATTEMPT_ID=request.attempt_id,
         TUNEPLANE_MEMBER_INDEX=str(request.member_index),
     )
-    cpus = spec.resources.cpus
+    devices = None
+    if spec.resources.gpus > 0:
+        devices = [{"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}]
+    return create_body(
+        image=spec.runtime.digest,  # the pinned image id: exactly what was previewed
+        command=spec.command,
+        env=env,
+        labels=member_labels(
+            request.job_id, request.attempt_id, request.member_id, request.member_index
+        ),
+        cpus=spec.resources.cpus,
+        memory_mb=spec.resources.memory_mb,
+        network_mode=network_mode,
+        init=init,
+        host_cpus=host_cpus,
+        device_requests=devices,
+    )
+
+
+def member_labels(job_id: str, attempt_id: str, member_id: str, index: int) -> dict[str, str]:
+    """The ``tuneplane.*`` labels every member's container carries."""
+    return {
+        LABEL_JOB: job_id,
+        LABEL_ATTEMPT: attempt_id,
+        LABEL_MEMBER: member_id,
+        LABEL_INDEX: str(index),
+    }
+
+
+def gpus_by_index(indices: Sequence[int]) -> list[dict[str, Any]]:
+    """``DeviceRequests`` binding exactly these GPUs (by nvidia-smi index)."""
+    return [
+        {
+            "Driver": "nvidia",
+            "DeviceIDs": [str(i) for i in indices],
+            "Capabilities": [["gpu"]],
+        }
+    ]
+
+
+def create_body(
+    *,
+    image: str,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    labels: Mapping[str, str],
+    cpus: float,
+    memory_mb: int,
+    network_mode: str,
+    init: bool,
+    host_cpus: int | None,
+    device_requests: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A ``POST /containers/create`` body: runs ``command`` in :data:`WORKDIR`, never restarted,
+    no swap beyond ``memory_mb``; ``host_cpus`` caps ``cpus`` (the engine refuses more)."""
     if host_cpus:
         cpus = min(cpus, float(host_cpus))
     host: dict[str, Any] = {
@@ -58,24 +116,17 @@ def container_config(
     }
     if cpus > 0:
         host["NanoCpus"] = int(cpus * 1e9)
-    if spec.resources.memory_mb > 0:
-        host["Memory"] = spec.resources.memory_mb * 1024 * 1024
+    if memory_mb > 0:
+        host["Memory"] = memory_mb * 1024 * 1024
         host["MemorySwap"] = host["Memory"]  # no swap beyond the limit
-    if spec.resources.gpus > 0:
-        host["DeviceRequests"] = [
-            {"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}
-        ]
+    if device_requests:
+        host["DeviceRequests"] = device_requests
     return {
-        "Image": spec.runtime.digest,  # the pinned image id: exactly what was previewed
-        "Cmd": list(spec.command),
+        "Image": image,
+        "Cmd": list(command),
         "Env": [f"{k}={v}" for k, v in env.items()],
         "WorkingDir": WORKDIR,
-        "Labels": {
-            LABEL_JOB: request.job_id,
-            LABEL_ATTEMPT: request.attempt_id,
-            LABEL_MEMBER: request.member_id,
-            LABEL_INDEX: str(request.member_index),
-        },
+        "Labels": dict(labels),
         "Tty": False,
         "OpenStdin": False,
         "AttachStdin": False,
