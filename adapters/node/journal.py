@@ -1,0 +1,344 @@
+"""The node daemon's durable member journal (the ``MemberJournal`` port) on SQLite.
+
+One file in the daemon's state directory, opened in WAL mode with ``synchronous=FULL``: every
+``put``, ``delete`` and ``set_epoch`` is committed and on disk when the call returns, so a daemon
+killed at any point finds on restart everything it had acted on. A kill -9 in the middle of a
+commit leaves a torn WAL tail, which SQLite discards (the frame checksums fail): the journal
+then holds exactly the commits that had returned.
+
+Each member row carries a CRC-32 over a canonical encoding of its other columns. Rows that fail
+it (or cannot be decoded) are never returned as entries: they are moved to the ``quarantine``
+table, logged, and listed in :attr:`SqliteJournal.corrupt`, so a damaged row never silently
+becomes a member nor silently vanishes.
+
+Thread-safety: one connection (``check_same_thread=False``) behind a lock; the daemon calls
+these methods through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from domain.errors import InvalidInput
+from domain.node_messages import PrepareOrder
+from domain.node_ports import JournalEntry
+from domain.node_protocol import MemberRef, Phase
+
+__all__ = ["FORMAT", "SCHEMA_VERSION", "CorruptRow", "JournalEntry", "SqliteJournal"]
+
+log = logging.getLogger("tuneplane.node.journal")
+
+FORMAT = "tuneplane-node-journal"
+SCHEMA_VERSION = 1
+_RESERVED = frozenset({"format", "schema_version", "epoch"})
+_COLUMNS = (
+    "member_id, attempt_id, member_index, epoch, phase, container_id, exit_code, reason, spec,"
+    " updated_at"
+)
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS members (
+    member_id TEXT PRIMARY KEY,
+    attempt_id TEXT NOT NULL,
+    member_index INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    phase TEXT NOT NULL,
+    container_id TEXT,
+    exit_code INTEGER,
+    reason TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    updated_at INTEGER NOT NULL,
+    crc INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS quarantine (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    member_id TEXT,
+    row TEXT NOT NULL,
+    why TEXT NOT NULL,
+    quarantined_at INTEGER NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CorruptRow:
+    """A member row that failed its check, moved to the ``quarantine`` table."""
+
+    member_id: str
+    why: str
+
+
+def row_crc(values: tuple[Any, ...]) -> int:
+    """CRC-32 of the canonical encoding (compact JSON, in column order) of a row's values."""
+    canonical = json.dumps(list(values), separators=(",", ":"), ensure_ascii=False)
+    return zlib.crc32(canonical.encode("utf-8"))
+
+
+def _spec(order: PrepareOrder) -> str:
+    return json.dumps(
+        {
+            "node": order.node,
+            "job_id": order.job_id,
+            "image": order.image,
+            "command": list(order.command),
+            "env": order.env,
+            "cpus": order.cpus,
+            "memory_mb": order.memory_mb,
+            "gpu_indices": list(order.gpu_indices),
+            "source_digest": order.source_digest,
+            "members": order.members,
+            "process_model": order.process_model,
+            "check_port": order.check_port,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _values(entry: JournalEntry, updated_at: int) -> tuple[Any, ...]:
+    ref = entry.order.ref
+    return (
+        ref.member_id,
+        ref.attempt_id,
+        ref.index,
+        ref.epoch,
+        entry.phase.value,
+        entry.container_id,
+        entry.exit_code,
+        entry.reason,
+        _spec(entry.order),
+        updated_at,
+    )
+
+
+def _decode(row: tuple[Any, ...]) -> JournalEntry:
+    """The entry of a row ``(*_COLUMNS, crc)``; ValueError saying why it is corrupt."""
+    *values, crc = row
+    if row_crc(tuple(values)) != crc:
+        raise ValueError("its checksum does not match its contents")
+    member_id, attempt_id, index, epoch, phase, cid, code, reason, spec, _ = values
+    try:
+        s = json.loads(spec)
+        order = PrepareOrder(
+            ref=MemberRef(attempt_id, member_id, int(index), int(epoch)),
+            node=str(s["node"]),
+            job_id=str(s["job_id"]),
+            image=str(s["image"]),
+            command=tuple(str(c) for c in s["command"]),
+            env={str(k): str(v) for k, v in s["env"].items()},
+            cpus=float(s["cpus"]),
+            memory_mb=int(s["memory_mb"]),
+            gpu_indices=tuple(int(g) for g in s["gpu_indices"]),
+            source_digest=s["source_digest"],
+            members=int(s["members"]),
+            process_model=str(s["process_model"]),
+            check_port=int(s["check_port"]),
+        )
+        return JournalEntry(order, Phase(phase), cid, code, reason)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"it cannot be decoded ({type(exc).__name__}: {exc})") from None
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SqliteJournal:
+    """The member journal of one node daemon, in the SQLite file ``path`` (created 0600).
+
+    ``node_name``, when given, is recorded on first open and checked on every later one: a
+    journal of another node is refused. Raises InvalidInput for a file that is not a TunePlane
+    journal, has a newer schema, or is damaged beyond its rows.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, node_name: str | None = None) -> None:
+        self.path = Path(path)
+        self.corrupt: list[CorruptRow] = []
+        self._lock = threading.Lock()
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
+        try:
+            self._db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30
+            )
+        except sqlite3.Error as exc:
+            raise self._refusal(f"it cannot be opened ({exc})") from None
+        try:
+            self._open(node_name)
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _refusal(self, why: str) -> InvalidInput:
+        return InvalidInput(
+            f"{self.path} is not a usable TunePlane node journal: {why}",
+            fix="point the node daemon at its own state directory, or move this file away "
+            "(the daemon then starts with an empty journal and reports its containers as "
+            "orphans)",
+        )
+
+    def _open(self, node_name: str | None) -> None:
+        try:
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            self._db.execute("PRAGMA synchronous=FULL")
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master")}
+        except sqlite3.DatabaseError as exc:
+            raise self._refusal(f"SQLite says: {exc}") from None
+        if str(mode).lower() != "wal":
+            raise self._refusal(f"SQLite would not use WAL mode (it chose {mode})")
+        if check != "ok":
+            raise self._refusal(f"SQLite's integrity check failed: {check}")
+        if tables and "meta" not in tables:
+            raise self._refusal("it is an SQLite database of something else")
+        with self._write() as db:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+            if not meta:
+                db.executemany(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)",
+                    [("format", FORMAT), ("schema_version", str(SCHEMA_VERSION)), ("epoch", "0")],
+                )
+            elif meta.get("format") != FORMAT:
+                raise self._refusal("it is an SQLite database of something else")
+            elif not str(meta.get("schema_version", "")).isdigit():
+                raise self._refusal(f"its schema version {meta.get('schema_version')!r} is unknown")
+            elif int(meta["schema_version"]) > SCHEMA_VERSION:
+                raise InvalidInput(
+                    f"{self.path} has journal schema {meta['schema_version']}, newer than this "
+                    f"daemon's {SCHEMA_VERSION}",
+                    fix="run the node daemon version that wrote it (or a newer one)",
+                )
+            if node_name is not None:
+                recorded = meta.get("node_name")
+                if recorded is None:
+                    db.execute(
+                        "INSERT INTO meta (key, value) VALUES ('node_name', ?)", (node_name,)
+                    )
+                elif recorded != node_name:
+                    raise self._refusal(f"it belongs to node {recorded!r}, not {node_name!r}")
+            rows = db.execute(f"SELECT {_COLUMNS}, crc FROM members").fetchall()
+            for row in rows:
+                self._check(db, row)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction under the lock, committed (durably) on exit."""
+        with self._lock:
+            db = self._db
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def _check(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> JournalEntry | None:
+        """The row's entry, or None after quarantining it (inside a write transaction)."""
+        try:
+            return _decode(row)
+        except ValueError as exc:
+            member_id = str(row[0])
+            why = f"member {member_id}: {exc}"
+            log.error("journal %s: quarantined a corrupt row of %s", self.path, why)
+            db.execute(
+                "INSERT INTO quarantine (member_id, row, why, quarantined_at) VALUES (?,?,?,?)",
+                (member_id, json.dumps(list(row), default=repr), str(exc), _now_ms()),
+            )
+            db.execute("DELETE FROM members WHERE member_id = ? AND crc = ?", (row[0], row[-1]))
+            self.corrupt.append(CorruptRow(member_id, str(exc)))
+            return None
+
+    def _read(self, where: str = "", args: tuple[Any, ...] = ()) -> list[JournalEntry]:
+        query = f"SELECT {_COLUMNS}, crc FROM members {where}"
+        with self._lock:
+            rows = self._db.execute(query, args).fetchall()
+        try:
+            return [_decode(r) for r in rows]
+        except ValueError:  # damaged since the journal was opened: quarantine, then skip it
+            with self._write() as db:
+                checked = [self._check(db, r) for r in rows]
+            return [e for e in checked if e is not None]
+
+    # -- MemberJournal ----------------------------------------------------------------------
+
+    def get(self, member_id: str) -> JournalEntry | None:
+        found = self._read("WHERE member_id = ?", (member_id,))
+        return found[0] if found else None
+
+    def entries(self) -> list[JournalEntry]:
+        """Every (intact) entry, by attempt and then member index."""
+        return self._read("ORDER BY attempt_id, member_index, member_id")
+
+    def put(self, entry: JournalEntry) -> None:
+        """Insert or replace the member's entry; durable when this returns."""
+        values = _values(entry, _now_ms())
+        with self._write() as db:
+            db.execute(
+                f"INSERT OR REPLACE INTO members ({_COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                (*values, row_crc(values)),
+            )
+
+    def delete(self, member_id: str) -> None:
+        with self._write() as db:
+            db.execute("DELETE FROM members WHERE member_id = ?", (member_id,))
+
+    def epoch(self) -> int:
+        """The highest epoch this node was welcomed with (0: never)."""
+        return int(self.meta("epoch") or 0)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Raise the epoch; ValueError if ``epoch`` is lower than the recorded one."""
+        with self._write() as db:
+            (current,) = db.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchone()
+            if epoch < int(current):
+                raise ValueError(f"the journal's epoch {current} cannot go back to {epoch}")
+            db.execute("UPDATE meta SET value = ? WHERE key = 'epoch'", (str(epoch),))
+
+    # -- the rest -----------------------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        """A value of the meta table (``node_name``, ``epoch``, ``schema_version``, …)."""
+        with self._lock:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record a meta value (durably). ``format``, ``schema_version`` and ``epoch`` are the
+        journal's own (ValueError): use :meth:`set_epoch` for the epoch."""
+        if key in _RESERVED:
+            raise ValueError(f"meta key {key!r} is the journal's own")
+        with self._write() as db:
+            db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def quarantined(self) -> list[CorruptRow]:
+        """Every row ever quarantined in this file (this open's are also in ``corrupt``)."""
+        with self._lock:
+            rows = self._db.execute("SELECT member_id, why FROM quarantine ORDER BY id").fetchall()
+        return [CorruptRow(str(m), str(w)) for m, w in rows]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> SqliteJournal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
