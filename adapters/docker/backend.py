@@ -84,7 +84,8 @@ class DockerBackend:
             async with self._client()._query(path, method, **kw) as resp:
                 await resp.read()
 
-    async def _inspect(self, ref: str) -> dict[str, Any] | None:
+    async def inspect(self, ref: str) -> dict[str, Any] | None:
+        """The engine's inspect data of a container (by id or name), None if it has none."""
         try:
             info: dict[str, Any] = await self._json(f"containers/{ref}/json")
         except EngineError as exc:
@@ -199,7 +200,7 @@ class DockerBackend:
         it exists: ``(container id, never started)``. Raises ``missing_image`` when the engine
         lacks the image, Conflict when the name belongs to another member."""
         for attempt in range(2):
-            info = await self._inspect(name)
+            info = await self.inspect(name)
             if info is not None:
                 if info.get("Config", {}).get("Labels", {}).get(LABEL_MEMBER) != member_id:
                     raise Conflict(
@@ -271,11 +272,11 @@ class DockerBackend:
         return self._host_cpus
 
     async def observe(self, handle: str) -> Observation:
-        info = await self._inspect(handle)
+        info = await self.inspect(handle)
         return Observation("missing") if info is None else observation(info)
 
     async def stop(self, handle: str, grace_seconds: float) -> None:
-        info = await self._inspect(handle)
+        info = await self.inspect(handle)
         if info is None:
             return
         if never_started(info):  # make sure it never starts: nothing ran, nothing to keep
@@ -292,7 +293,7 @@ class DockerBackend:
                 raise Unavailable(f"cannot stop {handle}: {exc.message}") from None
 
     async def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
-        info = await self._inspect(handle)
+        info = await self.inspect(handle)
         if info is None:
             raise NotFound(f"no container {handle} in the engine", fix="it was released")
         tty = bool(info.get("Config", {}).get("Tty"))

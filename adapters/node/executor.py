@@ -1,0 +1,312 @@
+"""The node daemon's container executor (the ``MemberRuntime`` port) on the Docker Engine API.
+
+Two-phase launch: :meth:`NodeExecutor.prepare` makes a member ready to start (image present,
+pulled with progress if need be; container created with its resources, GPUs and labels; source
+archive unpacked into ``/workspace``) and never starts it; :meth:`NodeExecutor.start` is the
+commit, :meth:`NodeExecutor.remove` the abort. Every step is idempotent by the container's name
+``tp-<member id>``, so a restarted daemon re-adopts its containers (:meth:`NodeExecutor.held`
+lists only this node's, by the ``tuneplane.node`` label: daemons may share one engine).
+
+Members run with the host's network (gang members on different machines reach member 0's
+rendezvous port) and tini as PID 1. The engine plumbing is the local backend's
+(:class:`~adapters.docker.backend.DockerBackend`), shared rather than copied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import re
+import shutil
+import socket
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from adapters.docker.backend import DockerBackend
+from adapters.docker.engine import EngineError, engine_errors
+from adapters.docker.spec import (
+    LABEL_EPOCH,
+    LABEL_NODE,
+    container_name,
+    create_body,
+    gpus_by_index,
+    member_labels,
+    never_started,
+    source_tar,
+)
+from domain.errors import Conflict, InvalidInput, Unavailable
+from domain.node_messages import PrepareOrder
+from domain.node_ports import ProgressCallback
+from domain.ports import Observation
+
+log = logging.getLogger("tuneplane.node.executor")
+
+Source = bytes | str | os.PathLike[str]
+_IMAGE_ID = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
+_DONE = ("Download complete", "Pull complete", "Already exists")
+
+
+def _quiet(stage: str, fraction: float, detail: str) -> None:
+    return None
+
+
+class NodeExecutor:
+    """Runs the members of node ``node`` as containers of the engine at ``docker_host``
+    (``$DOCKER_HOST`` by default). ``network_mode`` is ``host`` unless a test says otherwise;
+    ``gpu_check`` refuses GPU members up front when the engine offers no NVIDIA runtime."""
+
+    def __init__(
+        self,
+        node: str,
+        docker_host: str | None = None,
+        *,
+        network_mode: str = "host",
+        gpu_check: bool = True,
+    ) -> None:
+        self.node = node
+        self.engine = DockerBackend(docker_host, network_mode=network_mode, init=True, gpus=True)
+        self.host = self.engine.host
+        self.gpu_check = gpu_check
+        self._info: dict[str, Any] | None = None
+
+    async def close(self) -> None:
+        await self.engine.close()
+
+    async def __aenter__(self) -> NodeExecutor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def ping(self) -> None:
+        """Raise Unavailable unless the engine answers."""
+        await self.engine.ping()
+
+    # -- prepare (phase one) ------------------------------------------------------------------
+
+    async def prepare(
+        self,
+        order: PrepareOrder,
+        source: Source | None,
+        on_progress: ProgressCallback = _quiet,
+    ) -> str:
+        """Make the member ready to start; return its container id. Idempotent: a container
+        of this member that exists is returned as it is (its source sent again if it never
+        started). Raises InvalidInput (a reason to vote no) when it cannot, leaving nothing
+        behind; Unavailable when the engine is unreachable; Conflict when the container name
+        is taken by another member or node."""
+        tar = await asyncio.to_thread(_read_source, source) if source is not None else None
+        name = container_name(order.ref.member_id)
+        async with self.engine.member_lock(name):
+            info = await self.engine.inspect(name)
+            if info is not None:
+                self._check_owner(name, info)
+                if not never_started(info):
+                    return str(info["Id"])  # committed already: never touched again
+            else:
+                if order.gpu_indices:
+                    await self._check_gpus(order)
+                await self._ensure_image(order.image, on_progress)
+            on_progress("creating the container", 1.0, name)
+            config = await self._config(order)
+            missing = InvalidInput(
+                f"image {order.image} vanished from the engine while preparing {name}",
+                fix="keep runtime images on the node while jobs use them",
+            )
+            try:
+                cid, fresh = await self.engine.ensure_container(
+                    name, order.ref.member_id, config, missing
+                )
+                if fresh and tar is not None:
+                    on_progress("unpacking the source", 1.0, f"{len(tar)} bytes")
+                    await self.engine.put_source(cid, tar)  # removes the container if it fails
+            except asyncio.CancelledError:  # aborted while preparing: leave nothing behind
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self.engine.release(name))
+                raise
+            return cid
+
+    def _check_owner(self, name: str, info: dict[str, Any]) -> None:
+        node = (info.get("Config", {}).get("Labels") or {}).get(LABEL_NODE)
+        if node != self.node:
+            raise Conflict(
+                f"container {name} exists but belongs to node {node!r}, not {self.node!r}",
+                fix=f"remove it (docker rm -f {name}) if no daemon of {node!r} uses it",
+            )
+
+    async def _config(self, order: PrepareOrder) -> dict[str, Any]:
+        ref = order.ref
+        env = dict(order.env)
+        env.setdefault("TUNEPLANE_JOB_ID", order.job_id)
+        env.setdefault("TUNEPLANE_ATTEMPT_ID", ref.attempt_id)
+        env.setdefault("TUNEPLANE_MEMBER_INDEX", str(ref.index))
+        labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
+        labels.update({LABEL_NODE: self.node, LABEL_EPOCH: str(ref.epoch)})
+        return create_body(
+            image=order.image,
+            command=order.command,
+            env=env,
+            labels=labels,
+            cpus=order.cpus,
+            memory_mb=order.memory_mb,
+            network_mode=self.engine.network_mode,
+            init=self.engine.init,
+            host_cpus=await self.engine.host_cpus(),
+            device_requests=gpus_by_index(order.gpu_indices) if order.gpu_indices else None,
+        )
+
+    async def _engine_info(self) -> dict[str, Any]:
+        if self._info is None:
+            try:
+                self._info = dict(await self.engine._json("info"))
+            except EngineError as exc:
+                raise Unavailable(f"the engine at {self.host} says: {exc.message}") from None
+        return self._info
+
+    async def _check_gpus(self, order: PrepareOrder) -> None:
+        """The engine binds GPUs through NVIDIA's container runtime; without it the container
+        would be created, and fail only when it is started."""
+        if not self.gpu_check:
+            return
+        runtimes = (await self._engine_info()).get("Runtimes") or {}
+        if "nvidia" in runtimes or shutil.which("nvidia-container-runtime-hook"):
+            return
+        gpus = ", ".join(str(g) for g in order.gpu_indices)
+        raise InvalidInput(
+            f"GPUs {gpus} cannot be bound on node {self.node}: the container engine at "
+            f"{self.host} has no NVIDIA runtime (it offers {', '.join(runtimes) or 'none'})",
+            fix="install the NVIDIA Container Toolkit, run `nvidia-ctk runtime configure "
+            "--runtime=docker` and restart the engine; or run CPU profiles on this node",
+        )
+
+    async def _ensure_image(self, image: str, on_progress: ProgressCallback) -> None:
+        try:
+            await self.engine._json(f"images/{image}/json")
+            return
+        except EngineError as exc:
+            if exc.status != 404:
+                raise Unavailable(f"cannot inspect image {image}: {exc.message}") from None
+        if _IMAGE_ID.match(image):
+            raise InvalidInput(
+                f"image {image} is not on node {self.node}, and an image id cannot be pulled",
+                fix="load the runtime image on this node (docker save | docker load), or push "
+                "it to a registry so runtimes are pinned as name@sha256:…",
+            )
+        await self._pull(image, on_progress)
+
+    async def _pull(self, image: str, on_progress: ProgressCallback) -> None:
+        """Pull ``image``, reporting the share of bytes downloaded (−1 while unknown)."""
+        layers: dict[str, tuple[int, int]] = {}  # layer id → (current, total)
+        on_progress("pulling image", 0.0, image)
+        last = (0.0, time.monotonic())
+        try:
+            with engine_errors(self.host):
+                async for event in self.engine._client().images.pull(image, stream=True):
+                    if event.get("error"):
+                        raise EngineError(500, str(event["error"]))
+                    layer, status = str(event.get("id", "")), str(event.get("status", ""))
+                    detail = event.get("progressDetail") or {}
+                    if status == "Downloading" and detail.get("total"):
+                        layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
+                    elif status in _DONE and layer in layers:
+                        layers[layer] = (layers[layer][1], layers[layer][1])
+                    total = sum(t for _, t in layers.values())
+                    share = sum(c for c, _ in layers.values()) / total if total else -1.0
+                    now = time.monotonic()
+                    if abs(share - last[0]) >= 0.05 or now - last[1] >= 2:
+                        on_progress("pulling image", share, f"{image}: {status}")
+                        last = (share, now)
+        except EngineError as exc:
+            raise InvalidInput(
+                f"node {self.node} could not pull image {image}: {exc.message}",
+                fix="check the image name and that this node can reach its registry "
+                "(and is logged in to it)",
+            ) from None
+        on_progress("pulling image", 1.0, f"{image}: pulled")
+
+    # -- commit, watch, stop, abort -----------------------------------------------------------
+
+    async def start(self, container_id: str) -> None:
+        """Start a prepared container (the commit). Idempotent: a container that started
+        before (running or exited) is left alone; a missing one is left for :meth:`observe`
+        to report ``missing``. A start the engine refuses (e.g. command not found) shows as
+        an exit with that reason."""
+        info = await self.engine.inspect(container_id)
+        if info is None:
+            log.warning("container %s is gone: nothing to start", container_id)
+        elif never_started(info):
+            try:
+                await self.engine.start_container(container_id)
+            except Conflict as exc:  # removed between the inspect and the start
+                log.warning("%s", exc)
+
+    async def observe(self, container_id: str) -> Observation:
+        """starting (created), running, exited (code, reason) or missing."""
+        return await self.engine.observe(container_id)
+
+    inspect = observe
+
+    async def stop(self, container_id: str, grace_seconds: float) -> None:
+        """SIGTERM, SIGKILL after the grace; a never-started container is removed instead."""
+        await self.engine.stop(container_id, grace_seconds)
+
+    async def remove(self, container_id: str) -> None:
+        """Remove the container (abort or forget), killing it if it runs. Missing is fine."""
+        await self.engine.release(container_id)
+
+    async def held(self) -> dict[str, str]:
+        """member id → container id for every container of this node in the engine."""
+        return await self.engine.held(f"{LABEL_NODE}={self.node}")
+
+    async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
+        """The last ``limit`` bytes of its output (stdout and stderr), and whether the head
+        was cut. NotFound if the container is gone."""
+        tail = bytearray()
+        total = 0
+        async for chunk in self.engine.logs(container_id, follow=False):
+            total += len(chunk)
+            tail.extend(chunk)
+            if len(tail) > 2 * limit:
+                del tail[: len(tail) - limit]
+        if len(tail) > limit:
+            del tail[: len(tail) - limit]
+        return bytes(tail), total > limit
+
+    def follow_logs(self, container_id: str) -> AsyncIterator[bytes]:
+        """Its output from the start, as it comes, until it exits."""
+        return self.engine.logs(container_id, follow=True)
+
+    # -- the host -----------------------------------------------------------------------------
+
+    def port_free(self, port: int) -> bool:
+        """Can a TCP port be bound on this host (all addresses)? Ports in TIME_WAIT count as
+        free, as they do for a listener that sets SO_REUSEADDR (torch's TCPStore does)."""
+        for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError:
+                continue  # no IPv6 on this host
+            with sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    with contextlib.suppress(OSError):
+                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind((addr, port))
+                except OSError as exc:
+                    if family == socket.AF_INET6 and exc.errno == errno.EADDRNOTAVAIL:
+                        continue
+                    return False
+        return True
+
+    check_port_free = port_free
+
+
+def _read_source(source: Source) -> bytes:
+    data = source if isinstance(source, bytes) else Path(source).read_bytes()
+    return source_tar(data)
