@@ -201,7 +201,7 @@ class NodeExecutor:
 
     async def _pull(self, image: str, on_progress: ProgressCallback) -> None:
         """Pull ``image``, reporting the share of bytes downloaded (−1 while unknown)."""
-        layers: dict[str, tuple[int, int]] = {}  # layer id → (current, total)
+        progress = PullProgress()
         on_progress("pulling image", 0.0, image)
         last = (0.0, time.monotonic())
         try:
@@ -209,17 +209,9 @@ class NodeExecutor:
                 async for event in self.engine._client().images.pull(image, stream=True):
                     if event.get("error"):
                         raise EngineError(500, str(event["error"]))
-                    layer, status = str(event.get("id", "")), str(event.get("status", ""))
-                    detail = event.get("progressDetail") or {}
-                    if status == "Downloading" and detail.get("total"):
-                        layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
-                    elif status in _DONE and layer in layers:
-                        layers[layer] = (layers[layer][1], layers[layer][1])
-                    total = sum(t for _, t in layers.values())
-                    share = sum(c for c, _ in layers.values()) / total if total else -1.0
-                    now = time.monotonic()
+                    share, now = progress.update(event), time.monotonic()
                     if abs(share - last[0]) >= 0.05 or now - last[1] >= 2:
-                        on_progress("pulling image", share, f"{image}: {status}")
+                        on_progress("pulling image", share, f"{image}: {event.get('status', '')}")
                         last = (share, now)
         except EngineError as exc:
             raise InvalidInput(
@@ -305,6 +297,24 @@ class NodeExecutor:
         return True
 
     check_port_free = port_free
+
+
+class PullProgress:
+    """The share of an image pull's bytes downloaded, from the engine's progress events
+    (−1 while no layer has said its size)."""
+
+    def __init__(self) -> None:
+        self.layers: dict[str, tuple[int, int]] = {}  # layer id → (current, total)
+
+    def update(self, event: dict[str, Any]) -> float:
+        layer, status = str(event.get("id", "")), str(event.get("status", ""))
+        detail = event.get("progressDetail") or {}
+        if status == "Downloading" and detail.get("total"):
+            self.layers[layer] = (int(detail.get("current", 0)), int(detail["total"]))
+        elif status in _DONE and layer in self.layers:
+            self.layers[layer] = (self.layers[layer][1], self.layers[layer][1])
+        total = sum(t for _, t in self.layers.values())
+        return sum(c for c, _ in self.layers.values()) / total if total else -1.0
 
 
 def _read_source(source: Source) -> bytes:

@@ -5,7 +5,11 @@ node's containers; a restarted daemon re-adopts instead of creating again."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gzip
+import hashlib
 import io
+import json
 import socket
 import tarfile
 import time
@@ -13,10 +17,12 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiodocker
 import pytest
 import pytest_asyncio
+from aiohttp import web
 
-from adapters.node.executor import NodeExecutor
+from adapters.node.executor import NodeExecutor, PullProgress
 from domain.catalog import RuntimePin
 from domain.errors import Conflict, InvalidInput
 from domain.node_messages import PrepareOrder
@@ -309,3 +315,110 @@ async def test_an_image_that_cannot_be_had_is_a_clear_no(
     assert "registry" in err.value.fix
     assert stages == [("pulling image", 0.0)]
     assert await containers_of(executor.host, docker_job_id) == []
+
+
+async def _registry(image_tar: bytes) -> tuple[web.AppRunner, int, str]:
+    """A minimal registry (HTTP API v2, read-only) serving the one image of a `docker save`
+    archive as ``tuneplane/pulled:1``; the engine trusts plain HTTP on 127.0.0.1."""
+    blobs: dict[str, bytes] = {}
+
+    def add(data: bytes) -> str:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        blobs[digest] = data
+        return digest
+
+    with tarfile.open(fileobj=io.BytesIO(image_tar)) as tar:
+        (saved,) = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = tar.extractfile(saved["Config"]).read()  # type: ignore[union-attr]
+        layers = [gzip.compress(tar.extractfile(p).read(), 1) for p in saved["Layers"]]  # type: ignore[union-attr]
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": len(config),
+                "digest": add(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                    "size": len(layer),
+                    "digest": add(layer),
+                }
+                for layer in layers
+            ],
+        }
+    ).encode()
+    mtype = "application/vnd.docker.distribution.manifest.v2+json"
+    mdigest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        path = request.path
+        if path == "/v2/":
+            return web.json_response({})
+        if path.startswith("/v2/tuneplane/pulled/manifests/"):
+            headers = {"Docker-Content-Digest": mdigest, "Content-Type": mtype}
+            return web.Response(body=manifest, headers=headers)
+        if path.startswith("/v2/tuneplane/pulled/blobs/"):
+            data = blobs.get(path.rsplit("/", 1)[1])
+            if data is not None:
+                return web.Response(body=data, content_type="application/octet-stream")
+        return web.Response(status=404)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, port, mdigest
+
+
+async def test_a_missing_image_is_pulled_with_progress(
+    executor: NodeExecutor, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
+    async with (
+        aiodocker.Docker(url=executor.host) as docker,
+        docker.images.export_image(busybox_pin.digest) as saved,
+    ):
+        image_tar = await saved.read()  # its layers are here: the pull reuses them
+    runner, port, digest = await _registry(image_tar)
+    image = f"127.0.0.1:{port}/tuneplane/pulled@{digest}"
+    stages: list[tuple[str, float]] = []
+    try:
+        o = order(docker_job_id, image, ("echo", "pulled-and-ran"))
+        cid = await executor.prepare(o, None, lambda s, f, d: stages.append((s, f)))
+        pulls = [f for s, f in stages if s == "pulling image"]
+        assert pulls[0] == 0.0 and pulls[-1] == 1.0 and len(pulls) >= 2
+        assert stages[-1][0] == "creating the container"
+        await executor.start(cid)
+        assert (await wait_for(executor, cid, "exited")).exit_code == 0
+        assert await executor.final_log(cid, 100) == (b"pulled-and-ran\n", False)
+    finally:
+        await remove_labelled(executor.host, docker_job_id)
+        async with aiodocker.Docker(url=executor.host) as docker:
+            with contextlib.suppress(aiodocker.DockerError):
+                await docker.images.delete(image, force=True)
+        await runner.cleanup()
+
+
+def test_pull_progress_is_the_share_of_bytes_downloaded() -> None:
+    p = PullProgress()
+    assert p.update({"status": "Pulling fs layer", "id": "a"}) == -1.0  # sizes not known yet
+    assert (
+        p.update(
+            {"status": "Downloading", "id": "a", "progressDetail": {"current": 10, "total": 100}}
+        )
+        == 0.1
+    )
+    assert (
+        p.update(
+            {"status": "Downloading", "id": "b", "progressDetail": {"current": 50, "total": 300}}
+        )
+        == 0.15
+    )
+    assert p.update({"status": "Download complete", "id": "a"}) == 0.375
+    assert p.update({"status": "Pull complete", "id": "b"}) == 1.0
+    assert p.update({"status": "Digest: sha256:…"}) == 1.0
