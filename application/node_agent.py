@@ -286,6 +286,16 @@ class NodeAgent:
         if follower is not None:
             follower.cancel()
 
+    async def close(self) -> None:
+        """Stop this process's own tasks (never a member): a prepare cut short stays PREPARING in
+        the journal and is refused by ``recover`` at the next start."""
+        tasks = [*self._tasks.values(), *self._followers.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._followers.clear()
+
     async def _epoch(self) -> int:
         return await asyncio.to_thread(self.journal.epoch)
 

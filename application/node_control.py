@@ -15,8 +15,6 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from domain.rendezvous import ray_wrap, rendezvous_env
-
 from application.context import Context
 from application.enrollment import (
     NodeIdentity,
@@ -46,6 +44,7 @@ from domain.node_protocol import (
     command_for,
     refusal,
 )
+from domain.rendezvous import ray_wrap, rendezvous_env
 
 log = logging.getLogger("tuneplane.gateway")
 

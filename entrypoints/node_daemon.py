@@ -1,0 +1,168 @@
+"""`tp node run`: the node daemon process.
+
+It wires the pieces a node needs: the journal (SQLite in the state directory), the container
+runtime (Docker Engine API), the agent that obeys the protocol, and the outbound TLS link to the
+node control gateway. The first start enrolls with a one-time join token; later starts use the
+stored credential. Before connecting, the agent reconciles its journal with the engine, so a
+restarted daemon re-adopts running containers instead of starting new ones.
+
+SIGTERM and SIGINT stop the daemon, never its members: they keep running and are re-adopted
+at the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from adapters.grpc.node_client import CREDENTIAL_FILE, NodeLink, load_credential
+from adapters.node.capacity import detect
+from adapters.node.executor import NodeExecutor
+from adapters.node.journal import SqliteJournal
+from adapters.tls import client_context
+from application.node_agent import NodeAgent
+from domain.errors import InvalidInput, TunePlaneError
+from entrypoints.server import run_server
+
+log = logging.getLogger("tuneplane.node")
+
+JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
+JOURNAL_FILE = "journal.sqlite"
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonOptions:
+    server: str
+    ca: Path
+    state_dir: Path | None = None
+    name: str | None = None
+    join_token: str | None = None
+    advertise_address: str | None = None
+    gpus: int | None = None
+    gpu_model: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    docker_host: str | None = None
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "tuneplane-node"
+
+
+def split_server(server: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[v6]:PORT``) → (host, port), with an error that shows the form."""
+    host, sep, port = server.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput(
+            f"--server {server!r} is not HOST:PORT",
+            fix="pass the node gateway's address, e.g. --server gateway.example.org:8471",
+            field="server",
+        )
+    return host, int(port)
+
+
+def _version() -> str:
+    try:
+        return version("tuneplane")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+        return "0+unknown"
+
+
+async def serve_daemon(options: DaemonOptions) -> None:
+    host, port = split_server(options.server)
+    tls = client_context(options.ca)
+    state_dir = (options.state_dir or default_state_dir()).expanduser()
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(state_dir, 0o700)
+    stored = load_credential(state_dir)
+    token = options.join_token or os.environ.get(JOIN_TOKEN_ENV) or None
+    if stored is None and token is None:
+        raise InvalidInput(
+            f"this node is not enrolled yet (no {state_dir / CREDENTIAL_FILE})",
+            fix="create a join token on the control plane (`tp node token create --pool POOL`) "
+            "and pass it once with --join-token (or TUNEPLANE_JOIN_TOKEN)",
+            field="join_token",
+        )
+    name = stored.node if stored else (options.name or socket.gethostname())
+    if stored and options.name and options.name != stored.node:
+        raise InvalidInput(
+            f"{state_dir} holds the credential of node {stored.node!r}, not {options.name!r}",
+            fix=f"use another --state-dir for {options.name!r}, or drop --name",
+            field="name",
+        )
+    capacity = detect(
+        gpus=options.gpus,
+        gpu_model=options.gpu_model,
+        cpus=options.cpus,
+        memory_mb=options.memory_mb,
+    )
+    journal = SqliteJournal(state_dir / JOURNAL_FILE, node_name=name)
+    runtime = NodeExecutor(name, options.docker_host, gpu_check=capacity.gpus > 0)
+    link: NodeLink | None = None
+
+    async def send(body: object) -> None:
+        if link is None:
+            raise ConnectionError("not connected")
+        await link.send(body)
+
+    agent = NodeAgent(name, journal, runtime, send)
+    address = options.advertise_address or socket.gethostname()
+    link = NodeLink(
+        host=host,
+        port=port,
+        tls=tls,
+        state_dir=state_dir,
+        agent=agent,
+        capacity=capacity,
+        address=address,
+        version=_version(),
+    )
+    try:
+        if stored is None:
+            assert token is not None
+            stored = await link.enroll(token, name)
+            print(f"enrolled as node {stored.node} in pool {stored.pool}", flush=True)
+        if stored.node != name:  # the gateway may normalise the name
+            raise InvalidInput(f"the gateway enrolled this node as {stored.node!r}, not {name!r}")
+        await agent.recover()
+        print(
+            f"node {name} connecting to {host}:{port} (TLS; state {state_dir}; "
+            f"{capacity.gpus} GPUs, {capacity.cpus:g} CPUs, {capacity.memory_mb} MiB)",
+            flush=True,
+        )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        runner = asyncio.create_task(link.run())
+        stopper = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        for task in (runner, stopper):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if runner in done:
+            runner.result()  # an unrecoverable error (e.g. the credential was refused)
+    finally:
+        await agent.close()
+        await runtime.close()
+        journal.close()
+
+
+def run_daemon(options: DaemonOptions) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        run_server(serve_daemon(options))
+    except TunePlaneError as exc:
+        print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
+        return 1
+    return 0

@@ -1,0 +1,208 @@
+"""Two-phase gang launch on the node backend, simulated: the real coordinator, gateway and
+daemon use cases over in-memory adapters, with coordinator and daemon crashes at random points.
+
+What must hold whatever happens: nothing starts without a recorded commit; every member of a
+committed attempt starts exactly once; an attempt undecided when its coordinator died starts
+nothing and leaves no prepared container behind; a running workload is never killed or
+started twice by a lost connection or a daemon restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from adapters.sim.nodes import SimNodeBackend, SimNodeFleet
+from application import jobs, submissions
+from application.context import Context
+from application.gang import GangCoordinator, GangSettings
+from application.supervisor import Supervisor
+from domain.fleet import Pool
+from domain.lifecycle import JobState, MemberState
+from domain.node_protocol import Decision
+from tests.support.context import ALICE, FakeClock, memory_context
+from tests.unit.builders import an_intent
+
+pytestmark = pytest.mark.sim
+
+POOL = Pool("nodes", "main", "node", 0, 1.0, 1024)
+NODES = [f"nodes-{i}" for i in range(4)]
+
+
+class World:
+    def __init__(self, tmp_path: Path, seed: int = 0) -> None:
+        self.clock = FakeClock()
+        ctx = memory_context(tmp_path, clock=self.clock, pools=(POOL,), nodes=4)
+        self.ctx: Context = dataclasses.replace(
+            ctx, backends={**ctx.backends, "node": SimNodeBackend()}
+        )
+        self.fleet = SimNodeFleet(self.ctx, NODES)
+        self.rng = random.Random(seed)
+        self.supervisor = self._supervisor()
+
+    def _supervisor(self) -> Supervisor:
+        gangs = GangCoordinator(self.ctx, GangSettings(prepare_timeout=timedelta(seconds=60)))
+        return Supervisor(self.ctx, gangs=gangs)
+
+    def restart_coordinator(self) -> None:
+        """The control plane dies; another takes over (a new coordinator incarnation)."""
+        self.supervisor = self._supervisor()
+
+    async def submit(self, profile: str = "nodes/cpu:4", command: str = "train") -> str:
+        intent = an_intent(profiles=(profile,), params={"command": command})
+        preview = await submissions.create_preview(self.ctx, ALICE, intent)
+        receipt = await submissions.commit(
+            self.ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4())
+        )
+        return receipt.job_id
+
+    async def step(self) -> None:
+        await self.supervisor.tick()
+        await self.fleet.pump()
+        self.clock.advance(seconds=1)
+
+    async def job(self, job_id: str) -> jobs.JobDetails:
+        return await jobs.get_job(self.ctx, ALICE, job_id)
+
+    async def until(self, job_id: str, states: set[JobState], steps: int = 60) -> jobs.JobDetails:
+        for _ in range(steps):
+            d = await self.job(job_id)
+            if d.job.state in states:
+                return d
+            await self.step()
+        raise AssertionError(f"job {job_id} still {d.job.state} after {steps} steps")
+
+    async def all_running(self, job_id: str, steps: int = 60) -> jobs.JobDetails:
+        """The job runs once one member does; this waits until every member of the last attempt
+        does (a member whose node was away gets its Commit when the node is back)."""
+        for _ in range(steps):
+            d = await self.job(job_id)
+            members = d.attempts[-1].members if d.attempts else []
+            if members and all(m.state is MemberState.RUNNING for m in members):
+                return d
+            await self.step()
+        raise AssertionError(f"job {job_id}: members not all running after {steps} steps")
+
+    async def finish_all(self, job_id: str, code: int = 0) -> None:
+        d = await self.job(job_id)
+        for m in d.attempts[-1].members:
+            self.fleet.finish(m.id, code)
+
+    async def decision(self, attempt_id: str) -> Decision | None:
+        async with self.ctx.uow() as uow:
+            plan = await uow.launches.plan(attempt_id)
+        return plan.decision if plan else None
+
+    async def live_reservations(self) -> int:
+        async with self.ctx.uow() as uow:
+            return len(await uow.reservations.live())
+
+
+@pytest.fixture
+async def world(tmp_path: Path) -> World:
+    w = World(tmp_path)
+    await w.fleet.connect_all()
+    return w
+
+
+async def test_a_four_member_gang_runs_once_and_completes(world: World) -> None:
+    job_id = await world.submit()
+    d = await world.until(job_id, {JobState.RUNNING})
+    members = d.attempts[-1].members
+    assert len({m.node for m in members}) == 4
+    assert world.fleet.starts() == {m.id: 1 for m in members}
+    await world.finish_all(job_id)
+    d = await world.until(job_id, {JobState.SUCCEEDED})
+    await world.fleet.pump()
+    assert world.fleet.containers() == {}  # forgotten once recorded final
+    assert await world.live_reservations() == 0
+
+
+async def test_a_no_vote_aborts_the_gang_and_nothing_starts(tmp_path: Path) -> None:
+    w = World(tmp_path)
+    w.fleet = SimNodeFleet(
+        w.ctx, NODES, refusal=lambda o: "image missing" if o.ref.index == 2 else None
+    )
+    await w.fleet.connect_all()
+    job_id = await w.submit()
+    d = await w.until(job_id, {JobState.FAILED})
+    assert "member 2 on node" in d.job.reason and "refused: image missing" in d.job.reason
+    await w.fleet.pump()
+    assert w.fleet.starts() == {} and w.fleet.containers() == {}
+    assert await w.live_reservations() == 0
+
+
+@pytest.mark.parametrize("seed", range(120))
+async def test_coordinator_killed_at_a_random_point(tmp_path: Path, seed: int) -> None:
+    w = World(tmp_path, seed)
+    await w.fleet.connect_all()
+    job_id = await w.submit()
+    for _ in range(w.rng.randint(1, 4)):  # the first coordinator gets this far
+        await w.supervisor.tick()
+        for _ in range(w.rng.randint(0, 2)):
+            await w.fleet._round()
+        if w.rng.random() < 0.2:
+            await w.fleet.crash_daemon(w.rng.choice(NODES))
+            await w.fleet.connect(w.rng.choice(NODES))
+    first = (await w.job(job_id)).attempts
+    decided = await w.decision(first[0].attempt.id) if first else None
+    w.restart_coordinator()
+    for name in NODES:  # every daemon that crashed comes back
+        if w.fleet.nodes[name].session is None:
+            await w.fleet.connect(name)
+    d = await w.all_running(job_id)
+    starts = w.fleet.starts()
+    if first and decided is None:  # undecided when it died: presumed abort, queued again
+        assert [a.attempt.number for a in d.attempts] == [1, 2]
+        assert not any(m.id in starts for m in d.attempts[0].members)
+        assert await w.decision(d.attempts[0].attempt.id) is Decision.ABORT
+        assert not any(m.id in w.fleet.containers() for m in d.attempts[0].members)
+    else:  # committed (or not begun): exactly one attempt
+        assert len(d.attempts) == 1
+    assert {m.id: starts.get(m.id) for m in d.attempts[-1].members} == {
+        m.id: 1 for m in d.attempts[-1].members
+    }
+    await w.finish_all(job_id)
+    await w.until(job_id, {JobState.SUCCEEDED})
+    assert sum(w.fleet.kills().values()) == 0
+    assert await w.live_reservations() == 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+async def test_daemon_crashes_and_disconnects_never_kill_or_restart_a_workload(
+    tmp_path: Path, seed: int
+) -> None:
+    w = World(tmp_path, seed)
+    await w.fleet.connect_all()
+    job_id = await w.submit()
+    d = await w.until(job_id, {JobState.RUNNING})
+    members = d.attempts[-1].members
+    for _ in range(8):
+        name = w.rng.choice(NODES)
+        fault = w.rng.choice(["crash", "disconnect", "partition"])
+        if fault == "crash":
+            await w.fleet.crash_daemon(name)
+        elif fault == "disconnect":
+            await w.fleet.disconnect(name)
+        else:
+            w.fleet.partition(name)
+        await w.step()
+        if w.rng.random() < 0.3:  # a member ends while its node may be out of contact
+            w.fleet.finish(w.rng.choice(members).id, 0)
+        await w.step()
+        if w.fleet.nodes[name].session is None or w.fleet.nodes[name].partitioned:
+            await w.fleet.connect(name)
+        await w.step()
+    assert await w.live_reservations() == 1  # held throughout: nothing was known stopped
+    await w.finish_all(job_id)
+    for name in NODES:
+        await w.fleet.connect(name)
+    d = await w.until(job_id, {JobState.SUCCEEDED})
+    assert w.fleet.starts() == {m.id: 1 for m in members}
+    assert sum(w.fleet.kills().values()) == 0
+    assert await w.live_reservations() == 0
