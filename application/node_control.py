@@ -256,7 +256,7 @@ class NodeControl:
         works = await self._refresh(sessions)
         now = self.ctx.clock.now()
         out: dict[str, list[Outgoing]] = {}
-        released: list[str] = []
+        released: dict[str, list[str]] = {}
         for session in sessions:
             todo: list[Outgoing] = []
             known = set()
@@ -277,13 +277,14 @@ class NodeControl:
             for item in todo:
                 if item.command.kind is CommandKind.FORGET:
                     session.held.pop(item.command.ref.member_id, None)
-                    released.append(item.command.ref.member_id)
+                    released.setdefault(session.node, []).append(item.command.ref.member_id)
             todo.sort(key=lambda o: _ORDER[o.command.kind])  # stops before starts
             if todo:
                 out[session.node] = todo
         if released:
             async with self.ctx.uow() as uow:
-                await uow.launches.release(released, now)
+                for node, member_ids in released.items():
+                    await uow.launches.release(node, member_ids, now)
                 await uow.commit()
         return out
 

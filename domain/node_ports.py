@@ -199,8 +199,9 @@ class LaunchLedger(Protocol):
         """Ask for these members to be stopped (kept if already asked)."""
         ...
 
-    async def release(self, member_ids: Collection[str], now: datetime) -> None:
-        """The node was told to forget these members."""
+    async def release(self, node: str, member_ids: Collection[str], now: datetime) -> None:
+        """``node`` was told to forget these members; only those placed on it are released
+        (a node forgetting a member it never held must not release another node's)."""
         ...
 
     async def on_nodes(self, nodes: Collection[str]) -> builtins.list[NodeWork]:

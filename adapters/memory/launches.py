@@ -143,10 +143,10 @@ class MemoryLaunchLedger:
             if m is not None and m.stop_requested_at is None:
                 self._tx.write("member_launches", replace(m, stop_requested_at=now))
 
-    async def release(self, member_ids: Collection[str], now: datetime) -> None:
+    async def release(self, node: str, member_ids: Collection[str], now: datetime) -> None:
         for member_id in sorted(set(member_ids)):
             m = await self._locked(member_id)
-            if m is not None and m.released_at is None:
+            if m is not None and m.node == node and m.released_at is None:
                 self._tx.write("member_launches", replace(m, released_at=now))
 
     async def on_nodes(self, nodes: Collection[str]) -> builtins.list[NodeWork]:

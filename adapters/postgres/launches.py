@@ -86,7 +86,7 @@ _REQUEST_STOP = text(
 )
 _RELEASE = text(
     "UPDATE member_launches SET released_at = :now "
-    "WHERE member_id = ANY(CAST(:ids AS text[])) AND released_at IS NULL"
+    "WHERE member_id = ANY(CAST(:ids AS text[])) AND node = :node AND released_at IS NULL"
 )
 _ON_NODES = text(
     "SELECT ml.*, l.job_id, l.master_port, l.decision, m.state AS member_state, m.role, "
@@ -290,10 +290,11 @@ class PostgresLaunchLedger:
             with translated("request members to stop"):
                 await self._conn.execute(_REQUEST_STOP, {"ids": sorted(member_ids), "now": now})
 
-    async def release(self, member_ids: Collection[str], now: datetime) -> None:
+    async def release(self, node: str, member_ids: Collection[str], now: datetime) -> None:
         if member_ids:
+            params = {"ids": sorted(member_ids), "node": node, "now": now}
             with translated("release member launches"):
-                await self._conn.execute(_RELEASE, {"ids": sorted(member_ids), "now": now})
+                await self._conn.execute(_RELEASE, params)
 
     async def on_nodes(self, nodes: Collection[str]) -> builtins.list[NodeWork]:
         if not nodes:

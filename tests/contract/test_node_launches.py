@@ -261,9 +261,10 @@ async def test_stop_requests_and_releases_are_idempotent(uow_factory: UnitOfWork
         await uow.launches.request_stop([m0], at(2))
         await uow.launches.request_stop([m0, m1, "mem-missing"], at(3))
         await uow.launches.request_stop([], at(3))
-        await uow.launches.release([m0], at(4))
-        await uow.launches.release({m0}, at(5))
-        await uow.launches.release([], at(5))
+        await uow.launches.release("n-1", [m0], at(4))  # not on n-1: not n-1's to release
+        await uow.launches.release("n-0", [m0], at(4))
+        await uow.launches.release("n-0", {m0}, at(5))
+        await uow.launches.release("n-0", [], at(5))
         await uow.commit()
     first, second = await member_launches(uow_factory, g.attempt.id)
     assert (first.stop_requested_at, first.released_at) == (at(2), at(4))

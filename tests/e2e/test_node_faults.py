@@ -1,0 +1,267 @@
+"""Faults on the node backend, with real processes: daemons killed with SIGKILL while members
+run, a daemon partitioned from its gateway for a minute, replayed and stale messages from a
+node's own credential, and what a workload can see of its node's control credential.
+
+What must hold: a lost connection or a dead daemon never kills, restarts or duplicates a
+workload; the reservation stays held while a member's fate is unknown; nothing a node says out of
+turn changes the control plane's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from grpclib.client import Channel
+
+from adapters.grpc import node_codec as codec
+from adapters.grpc.node_client import load_credential
+from adapters.node.journal import SqliteJournal
+from adapters.tls import client_context
+from domain.node_messages import Heartbeat, Hello, Refused, Vote, Welcome
+from domain.node_protocol import MemberRef, MemberReport, NodeCapacity, Phase
+from proto.node_control_grpc import NodeControlStub
+from tests.e2e.test_node_backend import Factory, cli_for, docker_events, starts, submit
+from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
+from tests.support.db import plain_dsn
+from tests.support.tcp_proxy import TcpProxy
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PAIR = "nodes/cpu:1"  # above one node's 0.5 CPUs: a gang of two whole nodes
+STATE_TABLES = (
+    "jobs",
+    "attempts",
+    "members",
+    "reservations",
+    "launches",
+    "member_launches",
+    "member_logs",
+    "nodes",
+)
+
+
+def events(docker_host: str, attempt_id: str, since: float, action: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for e in docker_events(docker_host, f"tuneplane.attempt={attempt_id}", since):
+        if e.get("Action") == action:
+            member = e["Actor"]["Attributes"]["tuneplane.member"]
+            counts[member] = counts.get(member, 0) + 1
+    return counts
+
+
+async def live_reservations(cluster: NodeCluster) -> int:
+    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
+    try:
+        return int(await conn.fetchval("SELECT count(*) FROM reservations"))
+    finally:
+        await conn.close()
+
+
+async def snapshot(cluster: NodeCluster) -> dict[str, list[Any]]:
+    """Every row of the tables a node's messages could change."""
+    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
+    try:
+        return {
+            t: [dict(r) for r in await conn.fetch(f"SELECT * FROM {t} ORDER BY 1")]
+            for t in STATE_TABLES
+        }
+    finally:
+        await conn.close()
+
+
+async def wait_members(
+    cluster: NodeCluster, job_id: str, want: dict[str, str] | str, within: float = 60
+) -> dict[str, Any]:
+    """Until the job's members (by node) are in the given states."""
+    deadline = time.monotonic() + within
+    while True:
+        job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
+        members = job["attempts"][-1]["members"] if job["attempts"] else []
+        by_node = {m["node"]: m["state"] for m in members}
+        expected = want if isinstance(want, dict) else dict.fromkeys(by_node, want)
+        if members and all(by_node.get(n) == s for n, s in expected.items()):
+            return job  # type: ignore[no-any-return]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"members of {job_id} are {by_node}, not {expected}: {job}")
+        await asyncio.sleep(0.3)
+
+
+async def test_killing_a_daemon_repeatedly_never_kills_or_restarts_its_workload(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(2)
+    cli = await cli_for(cluster, tmp_path)
+    since = time.time() - 1
+    job_id = submit(cli, "sleep 25; echo rank $RANK done", PAIR)
+    job = await wait_members(cluster, job_id, "running")
+    for _ in range(5):  # SIGKILL n1's daemon, restart it a moment later, again and again
+        cluster.kill_daemon("n1", signal.SIGKILL)
+        await asyncio.sleep(1)
+        cluster.start_daemon("n1")
+        await asyncio.to_thread(cluster.wait_connected, ["n1"])
+        await asyncio.sleep(2)
+    job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
+    assert job["state"] == "succeeded", job
+    [attempt] = job["attempts"]
+    ids = {m["id"]: 1 for m in attempt["members"]}
+    assert starts(docker_host, attempt["id"], since) == ids  # never started twice
+    assert events(docker_host, attempt["id"], since, "kill") == {}  # never killed
+    assert events(docker_host, attempt["id"], since, "die") == ids  # each ended once, by itself
+    assert "rank 0 done" in cli("job", "logs", job_id).stdout
+    recovered = cluster.daemons["n1"].log.read_text()
+    assert recovered.count("connecting to") == 6  # the first start and five restarts
+
+
+async def test_a_minute_long_partition_keeps_the_workload_and_its_reservation(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(1)
+    proxy = TcpProxy("127.0.0.1", cluster.gateway_port)
+    await proxy.start()
+    try:
+        cluster.start_daemon("n2", port=proxy.port)
+        await asyncio.to_thread(cluster.wait_connected, ["n2"])
+        cli = await cli_for(cluster, tmp_path)
+        since = time.time() - 1
+        job_id = await asyncio.to_thread(submit, cli, "sleep 80; echo rank $RANK done", PAIR)
+        await wait_members(cluster, job_id, "running")
+        proxy.partition()
+        job = await wait_members(cluster, job_id, {"n1": "running", "n2": "unknown"}, 30)
+        assert job["state"] == "running"
+        nodes = await asyncio.to_thread(cluster.nodes)
+        assert nodes["n2"]["connectivity"] == "disconnected"
+        await asyncio.sleep(60)
+        job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
+        assert job["state"] == "running" and len(job["attempts"]) == 1, job
+        assert await live_reservations(cluster) == 1  # unknown is not stopped: still held
+        proxy.heal()
+        await wait_members(cluster, job_id, {"n1": "running", "n2": "running"}, 60)
+        job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
+    finally:
+        await proxy.close()
+    assert job["state"] == "succeeded", job
+    [attempt] = job["attempts"]
+    ids = {m["id"]: 1 for m in attempt["members"]}
+    assert starts(docker_host, attempt["id"], since) == ids
+    assert events(docker_host, attempt["id"], since, "kill") == {}
+    assert await live_reservations(cluster) == 0
+
+
+async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    """A stream opened with n1's own credential (as a replaying or confused peer would) sends
+    10,000 messages that must all be refused: replayed sequence numbers, stale epochs, members of
+    another node or attempt. The database is the same before and after, row for row."""
+    cluster = await node_cluster_factory(2)
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, "sleep 600", PAIR)
+    job = await wait_members(cluster, job_id, "running")
+    cluster.kill_daemon("n1", signal.SIGTERM)  # its member keeps running; the test speaks for it
+    state_dir = cluster.daemons["n1"].state_dir
+    stored = load_credential(state_dir)
+    assert stored is not None
+    journal = SqliteJournal(state_dir / "journal.sqlite")
+    try:
+        [mine] = journal.entries()
+        hello = Hello(
+            "n1",
+            NodeCapacity(0, None, NODE_CPUS, NODE_MEMORY_MB),
+            "127.0.0.1",
+            "test",
+            journal.epoch(),
+            (mine.report(),),
+        )
+    finally:
+        journal.close()
+    [theirs] = [m for m in job["attempts"][-1]["members"] if m["node"] == "n2"]
+    ref = mine.order.ref
+    other = MemberRef(ref.attempt_id, theirs["id"], 1 - ref.index, ref.epoch)
+    bad = [
+        MemberReport(ref, Phase.EXITED, 1, "replayed"),  # sent with an old sequence number
+        MemberReport(
+            MemberRef(ref.attempt_id, ref.member_id, ref.index, ref.epoch - 1),
+            Phase.EXITED,
+            1,
+            "stale epoch",
+        ),
+        MemberReport(other, Phase.EXITED, 1, "another node's member"),
+        Vote(MemberRef("att-nope", ref.member_id, ref.index, ref.epoch), False, "other attempt"),
+    ]
+    channel = Channel("127.0.0.1", cluster.gateway_port, ssl=client_context(cluster.ca))
+    refused = 0
+    try:
+        stub = NodeControlStub(channel)
+        async with stub.Connect.open(
+            metadata={"authorization": f"Bearer {stored.credential}"}
+        ) as stream:
+            await stream.send_message(codec.node_message_to(1, hello))
+            _, welcome, _ = codec.gateway_message_from(await stream.recv_message())
+            assert isinstance(welcome, Welcome)
+            await stream.send_message(codec.node_message_to(2, Heartbeat(0)))
+            await asyncio.sleep(1)  # the Hello's reconciliation is done
+            before = await snapshot(cluster)
+            seq = 2
+            for i in range(10_000):
+                body = bad[i % len(bad)]
+                if i % len(bad) == 0:
+                    await stream.send_message(codec.node_message_to(seq - i % 3, body))
+                else:
+                    seq += 1
+                    await stream.send_message(codec.node_message_to(seq, body))
+                if i % 500 == 0:  # stay alive: the gateway drops silent streams
+                    seq += 1
+                    await stream.send_message(codec.node_message_to(seq, Heartbeat(0)))
+            while refused < 10_000:
+                message = await asyncio.wait_for(stream.recv_message(), 30)
+                assert message is not None
+                _, body, _ = codec.gateway_message_from(message)
+                refused += isinstance(body, Refused)
+            after = await snapshot(cluster)
+            await stream.cancel()
+    finally:
+        channel.close()
+    assert refused == 10_000
+    changed = {
+        t: [
+            {k: (v, a.get(k)) for k, v in b.items() if a.get(k) != v}
+            for b, a in zip(before[t], after[t], strict=False)
+            if b != a
+        ]
+        for t in STATE_TABLES
+        if before[t] != after[t]
+    }
+    assert changed == {}
+    cluster.start_daemon("n1")
+    await asyncio.to_thread(cluster.wait_connected, ["n1"])
+    cli("job", "stop", job_id)
+    job = await asyncio.to_thread(cli.wait_state, job_id, {"cancelled", "failed"}, 60)
+    assert job["state"] == "cancelled", job
+
+
+async def test_a_workload_cannot_read_its_nodes_credential(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(1)
+    cli = await cli_for(cluster, tmp_path)
+    scan = (
+        "env; cat /proc/self/mountinfo; "
+        "for d in /*; do case $d in /proc|/sys|/dev) ;; *) grep -rlsF tpn_ $d ;; esac; done; "
+        "grep -lsF tpn_ /proc/1/environ /proc/self/environ; echo scan-done"
+    )
+    job_id = submit(cli, scan, "nodes/cpu:0.5")
+    job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 60)
+    out = cli("job", "logs", job_id).stdout
+    assert "scan-done" in out, (job, out)
+    stored = load_credential(cluster.daemons["n1"].state_dir)
+    assert stored is not None and stored.credential.startswith("tpn_")
+    assert stored.credential not in out
+    assert "tpn_" not in out  # no file, variable or mount holds any node credential
+    assert str(cluster.daemons["n1"].state_dir) not in out  # the state dir is never mounted
+    assert "TUNEPLANE_JOIN_TOKEN" not in out
