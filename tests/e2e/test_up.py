@@ -1,0 +1,134 @@
+"""`tp up` end to end: the first README command's system (control plane, private PostgreSQL,
+node control gateway, a local node daemon) runs a job through the node path; stopping `tp up`
+leaves a running member alone and the next `tp up` re-adopts it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_node_backend import docker_events, starts
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.server import TP, free_port
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+TOKEN = re.compile(r"--token (tp_\S+)")
+
+
+class Up:
+    def __init__(self, tmp_path: Path, docker_host: str) -> None:
+        self.state = tmp_path / "state"
+        self.port, self.gateway_port = free_port(), free_port()
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+        self.env.update(
+            DOCKER_HOST=docker_host,
+            TUNEPLANE_NODE_GATEWAY_PORT=str(self.gateway_port),
+            TUNEPLANE_HEARTBEAT_SECONDS="1",
+            PYTHONUNBUFFERED="1",
+        )
+        self.log = tmp_path / "up.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 180) -> str:
+        """Start `tp up`; returns what it printed once ready."""
+        self.proc = subprocess.Popen(
+            [TP, "up", "--state-dir", str(self.state), "--port", str(self.port)],
+            env=self.env,
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log.read_text()
+            if text.count("Ctrl-C stops it.") > self.starts:
+                self.starts += 1
+                return text
+            if self.proc.poll() is not None:
+                raise AssertionError(f"tp up exited {self.proc.returncode}:\n{text[-3000:]}")
+            time.sleep(0.3)
+        raise AssertionError(f"tp up not ready in {timeout} s:\n{self.log.read_text()[-3000:]}")
+
+    starts = 0
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(60)
+        self.proc = None
+
+    def children(self) -> list[str]:
+        """Command lines of live processes that use this state directory."""
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                env = Path(f"/proc/{pid}/environ").read_bytes()
+            except OSError:
+                continue
+            if str(self.state).encode() in env and ("gateway" in cmd or "node run" in cmd):
+                found.append(cmd)
+        return found
+
+
+@pytest.fixture
+def up(tmp_path: Path, docker_host: str) -> object:
+    u = Up(tmp_path, docker_host)
+    yield u
+    u.stop()
+
+
+def test_tp_up_runs_jobs_through_a_local_node_daemon(
+    up: Up, docker_host: str, tmp_path: Path
+) -> None:
+    printed = up.start()
+    assert f"node gateway: 127.0.0.1:{up.gateway_port} (TLS" in printed
+    assert "local node daemon: node local" in printed
+    match = TOKEN.search(printed)
+    assert match, printed
+    cli = Cli(tmp_path, tmp_path)
+    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", match.group(1))
+    cli("init", str(tmp_path / "ws"))
+    cli.cwd = tmp_path / "ws"
+    cli("new", "hello", "--method", "custom/custom")
+
+    since = time.time() - 1
+    out = cli("submit", "hello", "--profile", "cpu:1", "--set", "command=echo via node", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed"}, 120)
+    assert job["state"] == "succeeded", job
+    [attempt] = job["attempts"]
+    [member] = attempt["members"]
+    assert member["node"] == "local"
+    [start] = [
+        e
+        for e in docker_events(docker_host, f"tuneplane.attempt={attempt['id']}", since)
+        if e["Action"] == "start"
+    ]
+    assert start["Actor"]["Attributes"]["tuneplane.node"] == "local"
+    assert "tuneplane.epoch" in start["Actor"]["Attributes"]  # the node daemon's container
+    assert "via node" in cli("job", "logs", job_id).stdout
+
+    # stopping `tp up` stops its gateway and daemon, never a running member
+    since = time.time() - 1
+    out = cli(
+        "submit", "hello", "--profile", "cpu:1", "--set", "command=sleep 15; echo kept", "--yes"
+    )
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"running"}, 60)
+    assert len(up.children()) == 2
+    up.stop()
+    assert up.children() == []
+    printed = up.start()  # the daemon reuses its credential; the member is re-adopted
+    assert "admin token (shown once" not in printed.split("Ctrl-C stops it.")[1]
+    job = cli.wait_state(job_id, {"succeeded", "failed"}, 120)
+    assert job["state"] == "succeeded", job
+    [attempt] = job["attempts"]
+    assert starts(docker_host, attempt["id"], since) == {attempt["members"][0]["id"]: 1}
+    assert "kept" in cli("job", "logs", job_id).stdout
