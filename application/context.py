@@ -8,7 +8,15 @@ from datetime import timedelta
 
 from domain.catalog import Catalog
 from domain.errors import InvalidInput
-from domain.ports import BlobStore, Clock, ExecutionBackend, Ids, UnitOfWorkFactory
+from domain.ports import (
+    NO_SIGNALS,
+    BlobStore,
+    Clock,
+    ExecutionBackend,
+    Ids,
+    Signals,
+    UnitOfWorkFactory,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +38,7 @@ class Context:
     blobs: BlobStore
     new_secret: Callable[[], str]
     limits: Limits = Limits()
+    signals: Signals = NO_SIGNALS
 
     def backend(self, name: str) -> ExecutionBackend:
         try:

@@ -28,7 +28,7 @@ from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, Phase
-from domain.ports import Observation, UnitOfWork
+from domain.ports import NODE_WORK, Observation, UnitOfWork
 
 log = logging.getLogger("tuneplane.gang")
 
@@ -129,6 +129,7 @@ class GangCoordinator:
             except Conflict:
                 return  # another coordinator began it
             await uow.commit()
+        await self.ctx.signals.notify(NODE_WORK)  # the gateways send Prepare now
         log.info(
             "launch of %s began: %d members, rendezvous %s:%d", job.id, len(members), master, port
         )
@@ -144,6 +145,7 @@ class GangCoordinator:
                 return plan
             if await uow.launches.decide(plan.attempt_id, decision, reason, now, retry):
                 await uow.commit()
+                await self.ctx.signals.notify(NODE_WORK)  # Commit or Abort goes out now
                 log.info("launch of %s: %s (%s)", job.id, decision, reason)
             current = await uow.launches.plan(plan.attempt_id)
         return current or plan
@@ -262,6 +264,8 @@ class GangCoordinator:
             if stop:
                 await uow.launches.request_stop(stop, now)
             await uow.commit()
+        if stop:
+            await self.ctx.signals.notify(NODE_WORK)
         seen: dict[str, Observation] = {}
         for m in members:
             found = launches.get(m.id)

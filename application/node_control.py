@@ -44,6 +44,7 @@ from domain.node_protocol import (
     command_for,
     refusal,
 )
+from domain.ports import LAUNCH_NEWS
 from domain.rendezvous import ray_wrap, rendezvous_env
 
 log = logging.getLogger("tuneplane.gateway")
@@ -113,6 +114,8 @@ class NodeControl:
                     await self.vote_for(report.ref, report.phase is Phase.PREPARED, report.reason)
                 await self._report(report)
         await self._missing(session)
+        if hello.journal:
+            await self.ctx.signals.notify(LAUNCH_NEWS)
         session.rotation = await self._maybe_rotate(identity)
         log.info("node %s connected (session %d, epoch %d)", hello.node, link.session, link.epoch)
         return session
@@ -163,6 +166,7 @@ class NodeControl:
                     ref.member_id, MemberReport(ref, phase, None, message.reason), now
                 )
                 await uow.commit()
+            await self.ctx.signals.notify(LAUNCH_NEWS)  # the coordinator may decide now
         elif isinstance(message, Progress):
             async with self.ctx.uow() as uow:
                 await uow.launches.progress(ref.member_id, ref.epoch, message.text(), now)
@@ -170,6 +174,7 @@ class NodeControl:
         elif isinstance(message, MemberReport):
             session.held[ref.member_id] = (ref, message.phase)
             await self._report(message)
+            await self.ctx.signals.notify(LAUNCH_NEWS)
         else:
             await self._log(session, message)
         return None

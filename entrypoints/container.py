@@ -17,6 +17,7 @@ from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.node.backend import NodeBackend
 from adapters.postgres.engine import create_engine
+from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context
@@ -38,6 +39,15 @@ async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
+async def _signals(settings: Settings) -> AsyncIterator[PostgresSignals]:
+    signals = PostgresSignals(settings.database_url or "")
+    await signals.start()
+    try:
+        yield signals
+    finally:
+        await signals.close()
+
+
 async def _docker(settings: Settings) -> AsyncIterator[DockerBackend]:
     backend = DockerBackend(settings.docker_host)
     try:
@@ -51,6 +61,7 @@ def _context(
     engine: AsyncEngine,
     docker: DockerBackend,
     blobs: FilesystemBlobStore,
+    signals: PostgresSignals,
 ) -> Context:
     return Context(
         uow=lambda: PostgresUnitOfWork(engine),
@@ -61,6 +72,7 @@ def _context(
         blobs=blobs,
         new_secret=new_secret,
         limits=settings.limits,
+        signals=signals,
     )
 
 
@@ -68,7 +80,8 @@ class Container(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
     engine = providers.Resource(_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
+    signals = providers.Resource(_signals, settings=settings)
     blobs = providers.Singleton(FilesystemBlobStore, root=settings.provided.blob_dir)
     context = providers.Singleton(
-        _context, settings=settings, engine=engine, docker=docker, blobs=blobs
+        _context, settings=settings, engine=engine, docker=docker, blobs=blobs, signals=signals
     )

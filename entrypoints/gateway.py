@@ -19,6 +19,7 @@ from adapters.tls import ensure_dev_pki, server_context
 from application.context import Context
 from application.node_control import ControlSettings, NodeControl
 from domain.errors import TunePlaneError
+from domain.ports import NODE_WORK
 from entrypoints.container import Container
 from entrypoints.server import run_server
 from entrypoints.settings import Settings
@@ -62,6 +63,7 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         ctx: Context = await container.context()  # type: ignore[misc]
         name = f"{socket.gethostname()}:{os.getpid()}"
         gateway = NodeGateway(NodeControl(ctx, name, control_settings(settings)))
+        ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
         server = Server([gateway])
         await server.start(settings.node_gateway_host, settings.node_gateway_port, ssl=tls)
         print(

@@ -185,6 +185,10 @@ class NodeGateway(NodeControlBase):
 
     # -- the command loop -------------------------------------------------------------------
 
+    def wake(self) -> None:
+        """Dispatch now instead of at the next poll (another process changed the ledger)."""
+        self._wake.set()
+
     async def run(self) -> None:
         """Deliver commands to connected nodes and flush heartbeats, until cancelled."""
         while True:

@@ -16,7 +16,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
-from domain.ports import LeaderLease
+from domain.ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
@@ -59,6 +59,8 @@ def create_app(
     pass + supervisor); with a ``lease`` it ticks only while it leads."""
     coordinator = GangCoordinator(ctx, gangs)
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
+    if supervisor is not None:  # a node voted or reported: decide and record at once
+        ctx.signals.subscribe(LAUNCH_NEWS, supervisor.wake)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
