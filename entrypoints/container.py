@@ -21,6 +21,7 @@ from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context
+from domain.ports import NO_SIGNALS, Signals
 from entrypoints.settings import Settings
 
 
@@ -39,7 +40,10 @@ async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
-async def _signals(settings: Settings) -> AsyncIterator[PostgresSignals]:
+async def _signals(settings: Settings) -> AsyncIterator[Signals]:
+    if not settings.signals:
+        yield NO_SIGNALS
+        return
     signals = PostgresSignals(settings.database_url or "")
     await signals.start()
     try:
@@ -61,7 +65,7 @@ def _context(
     engine: AsyncEngine,
     docker: DockerBackend,
     blobs: FilesystemBlobStore,
-    signals: PostgresSignals,
+    signals: Signals,
 ) -> Context:
     return Context(
         uow=lambda: PostgresUnitOfWork(engine),

@@ -45,6 +45,16 @@ def _int(name: str, default: int) -> int:
         ) from None
 
 
+def _signals() -> bool:
+    raw = os.environ.get("TUNEPLANE_SIGNALS", "on")
+    if raw not in ("on", "off"):
+        raise SystemExit(
+            f"error: TUNEPLANE_SIGNALS={raw!r} is neither on nor off (fix: set on, or off "
+            "where LISTEN/NOTIFY does not work, e.g. behind PgBouncer in transaction mode)"
+        )
+    return raw == "on"
+
+
 def _path(name: str) -> Path | None:
     raw = os.environ.get(name)
     return Path(raw).expanduser() if raw else None
@@ -61,6 +71,8 @@ class Settings:
     port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
     db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 20))
     fleet_file: Path | None = field(default_factory=_fleet_file)
+    # wake-up hints between processes over LISTEN/NOTIFY (off: every loop only polls)
+    signals: bool = field(default_factory=_signals)
     # the backend of the pool an empty system gets (`tp up` uses its local node daemon)
     default_backend: str = field(
         default_factory=lambda: os.environ.get("TUNEPLANE_DEFAULT_BACKEND", "local")

@@ -4,8 +4,10 @@ A real cluster on loopback (`tp serve`, `tp gateway node` over TLS, four `tp nod
 one engine, 1 s heartbeats) launches 4-member gangs of `true` one after the other. For each:
 from the moment `POST /v1/jobs` is sent to the engine's `start` event of the last member, split
 into phases read from the database (reserved and launch begun, all votes in, Commit decided,
-last member started). Baseline in the same run: creating and starting one container of the same
-image straight through the Docker Engine API, which every member pays at least once anyway.
+last member started). Baselines in the same run: creating and starting one container of the same
+image straight through the Docker Engine API, which every member pays at least once anyway; and
+the same gangs with wake-up hints off (``TUNEPLANE_SIGNALS=off``: the coordinator and the
+gateway find each other's writes only by polling, every 1 s and 0.5 s).
 
 Run: ``.venv/bin/pytest tests/bench/bench_gang_launch.py -m bench -s`` (``BENCH_GANGS=N`` for
 another count than 10) (the engine
@@ -35,6 +37,7 @@ from tests.support.db import plain_dsn
 pytestmark = pytest.mark.bench
 
 GANGS = 10
+MEDIANS: dict[str, float] = {}  # signals setting → median total, across the parametrized runs
 
 
 def engine(docker_host: str) -> httpx.Client:
@@ -80,13 +83,15 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+@pytest.mark.parametrize("signals", ["on", "off"])
 async def test_gang_launch_latency(
+    signals: str,
     node_cluster_factory: Callable[..., Awaitable[NodeCluster]],
     docker_host: str,
     tmp_path: Path,
 ) -> None:
     gangs = int(os.environ.get("BENCH_GANGS", GANGS))
-    cluster = await node_cluster_factory(4)
+    cluster = await node_cluster_factory(4, TUNEPLANE_SIGNALS=signals)
     await cli_for(cluster, tmp_path)  # the experiment `hello` exists in a workspace
     rows: list[dict[str, float]] = []
     image = ""
@@ -134,7 +139,7 @@ async def test_gang_launch_latency(
             assert job["state"] == "succeeded", job
     base = await asyncio.to_thread(baseline, docker_host, image, 10)
     b = statistics.median(base)
-    print(f"\n4-member gangs: {gangs}; baseline rounds: {len(base)}; image {image}")
+    print(f"\nsignals {signals}; 4-member gangs: {gangs}; baseline rounds: {len(base)}; {image}")
     print(f"{'phase':<16}{'median s':>10}{'p90 s':>10}")
     for key in rows[0]:
         values = [r[key] for r in rows]
@@ -142,4 +147,7 @@ async def test_gang_launch_latency(
     total = statistics.median(r["total"] for r in rows)
     print(f"{'baseline (1 container create+start)':<36}{b:>8.3f} s")
     print(f"beyond container start: {total - b:.3f} s; ratio total/baseline: {total / b:.1f}")
+    MEDIANS[signals] = total
+    if len(MEDIANS) == 2:
+        print(f"ratio total with signals on / off: {MEDIANS['on'] / MEDIANS['off']:.2f}")
     print(json.dumps({"rows": rows, "baseline": base}))
