@@ -19,7 +19,6 @@ from application.context import Context
 from application.enrollment import (
     NodeIdentity,
     confirm_rotation,
-    current_credential,
     rotate_credential,
 )
 from domain.errors import Unauthenticated
@@ -80,7 +79,8 @@ class Session:
     logs: dict[str, list[bytes]] = field(default_factory=dict)
     last_seq: int = 0
     refused: int = 0
-    rotation: Rotation | None = None
+    rotation: Rotation | None = None  # sent, not yet acknowledged
+    credential_at: datetime | None = None  # when the credential in use was made
 
 
 class NodeControl:
@@ -116,7 +116,8 @@ class NodeControl:
         await self._missing(session)
         if hello.journal:
             await self.ctx.signals.notify(LAUNCH_NEWS)
-        session.rotation = await self._maybe_rotate(identity)
+        await self._check_credential(session)
+        await self.rotations([session])
         log.info("node %s connected (session %d, epoch %d)", hello.node, link.session, link.epoch)
         return session
 
@@ -232,16 +233,37 @@ class NodeControl:
 
     # -- credentials ------------------------------------------------------------------------
 
-    async def _maybe_rotate(self, identity: NodeIdentity) -> Rotation | None:
-        current = await current_credential(self.ctx, identity)
-        if (
-            current is None
-            or self.ctx.clock.now() - current.created_at < self.settings.rotate_every
-        ):
-            return None
-        secret, stored = await rotate_credential(self.ctx, identity.node)
-        until = self.ctx.clock.now() + self.settings.rotation_grace
-        return Rotation(secret, stored.id, until)
+    async def _check_credential(self, session: Session) -> None:
+        """At connect. A node that uses its newest credential has stored it, so the older ones
+        end after the grace period even if its acknowledgement was lost with a stream."""
+        async with self.ctx.uow() as uow:
+            credentials = await uow.enrollment.credentials(session.node)
+        current = next((c for c in credentials if c.id == session.identity.credential_id), None)
+        if current is None:
+            return
+        session.credential_at = current.created_at
+        newest = max(credentials, key=lambda c: c.created_at)
+        older_valid = any(c.id != current.id and c.valid_until is None for c in credentials)
+        if newest.id == current.id and older_valid:
+            await confirm_rotation(
+                self.ctx, session.node, current.id, self.settings.rotation_grace
+            )
+
+    async def rotations(self, sessions: list[Session]) -> list[tuple[Session, Rotation]]:
+        """New credentials for the nodes whose credential is older than ``rotate_every`` (one
+        rotation in flight per node); the caller sends each over its node's stream."""
+        now = self.ctx.clock.now()
+        due: list[tuple[Session, Rotation]] = []
+        for s in sessions:
+            if (
+                s.rotation is None
+                and s.credential_at is not None
+                and now - s.credential_at >= self.settings.rotate_every
+            ):
+                secret, stored = await rotate_credential(self.ctx, s.node)
+                s.rotation = Rotation(secret, stored.id, now + self.settings.rotation_grace)
+                due.append((s, s.rotation))
+        return due
 
     async def _rotated(self, session: Session, ack: CredentialAck) -> str | None:
         rotation = session.rotation
@@ -251,6 +273,8 @@ class NodeControl:
             self.ctx, session.node, ack.credential_id, self.settings.rotation_grace
         )
         session.rotation = None
+        session.identity = NodeIdentity(session.node, ack.credential_id)
+        session.credential_at = self.ctx.clock.now()
         log.info("node %s stored its new credential %s", session.node, ack.credential_id)
         return None
 

@@ -194,12 +194,22 @@ class NodeGateway(NodeControlBase):
         while True:
             try:
                 await self.dispatch()
+                await self.rotate()
                 await self.control.flush()
             except Exception:
                 log.exception("node gateway: dispatch failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll)
             self._wake.clear()
+
+    async def rotate(self) -> int:
+        """Send new credentials to nodes whose credential is due (checked in memory)."""
+        due = await self.control.rotations([link.session for link in self.links.values()])
+        for session, rotation in due:
+            link = self.links.get(session.node)
+            if link is not None and link.session is session:
+                link.outbox.put_nowait(rotation)
+        return len(due)
 
     async def dispatch(self) -> int:
         links = list(self.links.values())
