@@ -245,9 +245,7 @@ class NodeControl:
         newest = max(credentials, key=lambda c: c.created_at)
         older_valid = any(c.id != current.id and c.valid_until is None for c in credentials)
         if newest.id == current.id and older_valid:
-            await confirm_rotation(
-                self.ctx, session.node, current.id, self.settings.rotation_grace
-            )
+            await confirm_rotation(self.ctx, session.node, current.id, self.settings.rotation_grace)
 
     async def rotations(self, sessions: list[Session]) -> list[tuple[Session, Rotation]]:
         """New credentials for the nodes whose credential is older than ``rotate_every`` (one
