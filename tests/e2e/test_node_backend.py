@@ -34,14 +34,24 @@ def docker_events(docker_host: str, label: str, since: float) -> list[dict[str, 
     return [json.loads(line) for line in resp.text.splitlines() if line.strip()]
 
 
+def actions(docker_host: str, attempt_id: str, since: float) -> dict[str, list[str]]:
+    """member id → what the engine did to its containers since ``since``, in order."""
+    found: dict[str, list[str]] = {}
+    for e in docker_events(docker_host, f"tuneplane.attempt={attempt_id}", since):
+        found.setdefault(e["Actor"]["Attributes"]["tuneplane.member"], []).append(e["Action"])
+    return found
+
+
+def events(docker_host: str, attempt_id: str, since: float, action: str) -> dict[str, int]:
+    """member id → how many times ``action`` happened to its container (members it never
+    happened to are left out)."""
+    counts = {m: a.count(action) for m, a in actions(docker_host, attempt_id, since).items()}
+    return {m: n for m, n in counts.items() if n}
+
+
 def starts(docker_host: str, attempt_id: str, since: float) -> dict[str, int]:
     """member id → how many times its container started."""
-    counts: dict[str, int] = {}
-    for e in docker_events(docker_host, f"tuneplane.attempt={attempt_id}", since):
-        if e.get("Action") == "start":
-            member = e["Actor"]["Attributes"]["tuneplane.member"]
-            counts[member] = counts.get(member, 0) + 1
-    return counts
+    return events(docker_host, attempt_id, since, "start")
 
 
 async def cli_for(cluster: NodeCluster, tmp_path: Path) -> Cli:

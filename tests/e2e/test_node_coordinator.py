@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import asyncpg
 import pytest
 
-from tests.e2e.test_node_backend import Factory, cli_for, docker_events, starts, submit
+from tests.e2e.test_node_backend import Factory, actions, cli_for, starts, submit
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.server import TP, _wait_ready
 from tests.support.db import plain_dsn
@@ -67,15 +67,6 @@ def start_server(cluster: NodeCluster) -> None:
     _wait_ready(url, proc, log)
 
 
-def containers_of(docker_host: str, attempt_id: str, since: float) -> dict[str, list[str]]:
-    """member id → the actions the engine recorded for its containers, in order."""
-    actions: dict[str, list[str]] = {}
-    for e in docker_events(docker_host, f"tuneplane.attempt={attempt_id}", since):
-        member = e["Actor"]["Attributes"]["tuneplane.member"]
-        actions.setdefault(member, []).append(e["Action"])
-    return actions
-
-
 async def test_coordinator_killed_before_the_decision_presumes_abort(
     node_cluster_factory: Factory, docker_host: str, tmp_path: Path
 ) -> None:
@@ -109,8 +100,8 @@ async def test_coordinator_killed_before_the_decision_presumes_abort(
     [plan] = await query(cluster, "SELECT decision FROM launches WHERE attempt_id = $1", first)
     assert plan["decision"] == "abort"  # presumed abort, recorded
     assert starts(docker_host, first, since) == {}  # nothing of it ever started
-    actions = containers_of(docker_host, first, since)
-    assert actions and all("destroy" in a for a in actions.values()), actions  # none left
+    done = actions(docker_host, first, since)
+    assert done and all("destroy" in a for a in done.values()), done  # none left behind
     assert starts(docker_host, ran["id"], since) == {m["id"]: 1 for m in ran["members"]}
 
 

@@ -22,13 +22,13 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from adapters.grpc import node_codec as codec
-from adapters.grpc.node_client import load_credential
+from adapters.grpc.node_client import StoredCredential, load_credential
 from adapters.node.journal import SqliteJournal
 from adapters.tls import client_context
 from domain.node_messages import Heartbeat, Hello, Refused, Vote, Welcome
 from domain.node_protocol import MemberRef, MemberReport, NodeCapacity, Phase
 from proto.node_control_grpc import NodeControlStub
-from tests.e2e.test_node_backend import Factory, cli_for, docker_events, starts, submit
+from tests.e2e.test_node_backend import Factory, actions, cli_for, events, starts, submit
 from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
 from tests.support.db import plain_dsn
 from tests.support.tcp_proxy import TcpProxy
@@ -46,15 +46,6 @@ STATE_TABLES = (
     "member_logs",
     "nodes",
 )
-
-
-def events(docker_host: str, attempt_id: str, since: float, action: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for e in docker_events(docker_host, f"tuneplane.attempt={attempt_id}", since):
-        if e.get("Action") == action:
-            member = e["Actor"]["Attributes"]["tuneplane.member"]
-            counts[member] = counts.get(member, 0) + 1
-    return counts
 
 
 async def live_reservations(cluster: NodeCluster) -> int:
@@ -185,7 +176,7 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
     [theirs] = [m for m in job["attempts"][-1]["members"] if m["node"] == "n2"]
     ref = mine.order.ref
     other = MemberRef(ref.attempt_id, theirs["id"], 1 - ref.index, ref.epoch)
-    bad = [
+    bad: list[MemberReport | Vote] = [
         MemberReport(ref, Phase.EXITED, 1, "replayed"),  # sent with an old sequence number
         MemberReport(
             MemberRef(ref.attempt_id, ref.member_id, ref.index, ref.epoch - 1),
@@ -279,7 +270,7 @@ async def test_credentials_rotate_over_the_stream_and_the_old_one_is_refused(
     first = load_credential(state_dir)
     assert first is not None
     deadline = time.monotonic() + 30
-    now = first
+    now: StoredCredential | None = first
     while now == first and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
         now = load_credential(state_dir)
@@ -305,3 +296,43 @@ async def hello_with(cluster: NodeCluster, credential: str) -> None:
             await s.recv_message()
     finally:
         channel.close()
+
+
+async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    """The machine of n2 hangs (SIGSTOP); the operator fences it: its member fails, the gang
+    ends, the envelope is released. When n2 wakes up, what it says about the old member
+    changes nothing, and it is told to remove the member's container."""
+    cluster = await node_cluster_factory(2)
+    cli = await cli_for(cluster, tmp_path)
+    since = time.time() - 1
+    job_id = submit(cli, "sleep 600", PAIR)
+    job = await wait_members(cluster, job_id, "running")
+    [attempt] = job["attempts"]
+    [lost] = [m for m in attempt["members"] if m["node"] == "n2"]
+    daemon = cluster.daemons["n2"].proc
+    assert daemon is not None
+    daemon.send_signal(signal.SIGSTOP)
+    try:
+        out = cli("node", "fence", "n2", "--reason", "machine hung").stdout
+        assert "node n2 fenced; 1 member(s) recorded failed" in out
+        job = await asyncio.to_thread(cli.wait_state, job_id, {"failed"}, 60)
+        assert await live_reservations(cluster) == 0
+    finally:
+        daemon.send_signal(signal.SIGCONT)
+
+    def removed() -> bool:
+        return "destroy" in actions(docker_host, attempt["id"], since).get(lost["id"], [])
+
+    deadline = time.monotonic() + 60
+    while not removed():
+        assert time.monotonic() < deadline, "the fenced member's container was never removed"
+        await asyncio.sleep(0.5)
+    job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
+    assert job["state"] == "failed"
+    [member] = [m for m in job["attempts"][0]["members"] if m["id"] == lost["id"]]
+    assert member["state"] == "failed" and "machine hung" in member["reason"]
+    nodes = await asyncio.to_thread(cluster.nodes)
+    assert nodes["n2"]["connectivity"] == "lost"  # reconnecting does not undo a fence
+    assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
