@@ -11,6 +11,7 @@ Heartbeats are answered at once and written to the database in batches (``flush`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -89,6 +90,7 @@ class NodeControl:
         self.gateway = gateway
         self.settings = settings or ControlSettings()
         self._beats: dict[str, tuple[int, datetime]] = {}
+        self._writing = asyncio.Lock()  # a flush never lands after its node's close
 
     # -- stream lifecycle -------------------------------------------------------------------
 
@@ -122,22 +124,34 @@ class NodeControl:
         return session
 
     async def close(self, session: Session) -> None:
-        self._beats.pop(session.node, None)
-        async with self.ctx.uow() as uow:
-            if await uow.links.close(session.node, session.number, self.ctx.clock.now()):
-                log.info("node %s disconnected", session.node)
-            await uow.commit()
+        async with self._writing:
+            self._beats.pop(session.node, None)
+            async with self.ctx.uow() as uow:
+                if await uow.links.close(session.node, session.number, self.ctx.clock.now()):
+                    log.info("node %s disconnected", session.node)
+                await uow.commit()
 
     def heartbeat(self, session: Session) -> None:
         self._beats[session.node] = (session.number, self.ctx.clock.now())
 
     async def flush(self) -> int:
-        """Write the heartbeats received since the last flush (one round trip)."""
-        beats, self._beats = self._beats, {}
-        if beats:
+        """Write the heartbeats received since the last flush (one round trip), then connect
+        again any of those nodes that were marked disconnected while their stream was alive
+        (their heartbeats could not be written for a while)."""
+        async with self._writing:
+            beats, self._beats = self._beats, {}
+            if not beats:
+                return 0
             async with self.ctx.uow() as uow:
                 await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
                 await uow.commit()
+            async with self.ctx.uow() as uow:
+                revived = await uow.links.revive(
+                    [(n, s) for n, (s, _) in beats.items()], self.ctx.clock.now()
+                )
+                await uow.commit()
+        if revived:
+            log.warning("heartbeats of %s recorded again: connected", ", ".join(revived))
         return len(beats)
 
     # -- node messages ----------------------------------------------------------------------

@@ -91,6 +91,15 @@ class NodeLinkRepository(Protocol):
         """Record heartbeats (node, session, time) in one round trip; stale sessions ignored."""
         ...
 
+    async def revive(
+        self, sessions: Sequence[tuple[str, int]], now: datetime
+    ) -> builtins.list[str]:
+        """Nodes marked disconnected (by ``expire``: no heartbeat recorded, e.g. while the
+        gateway could not write) whose stream (node, session) is still their latest are
+        connected again; returns their names. A lost (fenced) node is never revived. Its own
+        transaction: it locks node rows, which ``beat`` must not do."""
+        ...
+
     async def get(self, node: str) -> NodeLink | None: ...
 
     async def all(self) -> builtins.list[NodeLink]:

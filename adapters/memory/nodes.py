@@ -165,6 +165,25 @@ class MemoryNodeLinkRepository:
         rows: list[NodeLink] = self._tx.select("node_links", lambda link: True)
         return [self._with_epoch(link) for link in sorted(rows, key=lambda link: link.node)]
 
+    async def revive(
+        self, sessions: Sequence[tuple[str, int]], now: datetime
+    ) -> builtins.list[str]:
+        tx = self._tx
+        revived = []
+        for name, session in sorted(sessions):
+            await tx.lock(("nodes", "pk", name))
+            node: Node | None = tx.get("nodes", name)
+            link: NodeLink | None = tx.get("node_links", name)
+            if (
+                node is not None
+                and link is not None
+                and link.session == session
+                and node.connectivity is Connectivity.DISCONNECTED
+            ):
+                tx.write("nodes", replace(node, connectivity=Connectivity.CONNECTED))
+                revived.append(name)
+        return revived
+
     async def expire(self, older_than: datetime, now: datetime) -> builtins.list[str]:
         tx = self._tx
         silent: list[str] = tx.project(

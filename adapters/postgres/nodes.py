@@ -177,6 +177,13 @@ _BEAT = text(
     "            CAST(:ats AS timestamptz[])) AS b(node, session, at) "
     "WHERE l.node = b.node AND l.session = b.session"
 )
+_REVIVE = text(
+    "UPDATE nodes n SET connectivity = 'connected', updated_at = :now "
+    "FROM node_links l, "
+    "     unnest(CAST(:nodes AS text[]), CAST(:sessions AS bigint[])) AS s(node, session) "
+    "WHERE n.name = s.node AND l.node = s.node AND l.session = s.session "
+    "AND n.connectivity = 'disconnected' RETURNING n.name"
+)
 _GET = text(
     f"SELECT {_LINK_COLUMNS} FROM node_links l JOIN nodes n ON n.name = l.node WHERE l.node = :node"
 )
@@ -263,6 +270,16 @@ class PostgresNodeLinkRepository:
         }
         with translated(f"record {len(beats)} heartbeats"):
             await self._conn.execute(_BEAT, params)
+
+    async def revive(
+        self, sessions: Sequence[tuple[str, int]], now: datetime
+    ) -> builtins.list[str]:
+        if not sessions:
+            return []
+        params = {"nodes": [s[0] for s in sessions], "sessions": [s[1] for s in sessions]}
+        with translated(f"reconnect {len(sessions)} nodes"):
+            names = (await self._conn.execute(_REVIVE, {**params, "now": now})).scalars().all()
+        return sorted(names)
 
     async def get(self, node: str) -> NodeLink | None:
         with translated(f"get the control link of node {node}"):

@@ -362,3 +362,30 @@ async def test_expiry_during_a_reconnect_leaves_the_node_connected(
     )
     assert expired == []
     assert await node_state(uow_factory, "n-0") == Node("n-0", "n")
+
+
+async def test_revive_reconnects_expired_nodes_whose_stream_is_still_current(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    await open_link(uow_factory, "n-0", 1)
+    await open_link(uow_factory, "n-1", 1)
+    await open_link(uow_factory, "n-1", 2)  # n-1 reconnected: session 2
+    await open_link(uow_factory, "n-2", 1)
+    async with uow_factory() as uow:
+        assert await uow.links.expire(at(5), at(11)) == ["n-0", "n-1", "n-2"]
+        await uow.fleet.put_node(Node("n-2", "n", SchedState.CORDONED, Connectivity.LOST))
+        await uow.commit()
+    async with uow_factory() as uow:  # n-1's session 1 is stale; n-2 was fenced
+        revived = await uow.links.revive([("n-0", 1), ("n-1", 1), ("n-2", 1)], at(12))
+        assert await uow.links.revive([], at(12)) == []
+        await uow.commit()
+    assert revived == ["n-0"]
+    async with uow_factory() as uow:
+        states = {n.name: n.connectivity for n in await uow.fleet.nodes()}
+        assert await uow.links.revive([("n-0", 1)], at(13)) == []  # already connected
+    assert states == {
+        "n-0": Connectivity.CONNECTED,
+        "n-1": Connectivity.DISCONNECTED,
+        "n-2": Connectivity.LOST,
+    }

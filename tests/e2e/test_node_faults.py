@@ -302,8 +302,9 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     node_cluster_factory: Factory, docker_host: str, tmp_path: Path
 ) -> None:
     """The machine of n2 hangs (SIGSTOP); the operator fences it: its member fails, the gang
-    ends, the envelope is released. When n2 wakes up, what it says about the old member
-    changes nothing, and it is told to remove the member's container."""
+    ends, the envelope is released. When n2 wakes up and reconnects (welcomed with the raised
+    epoch), what it says about the old member changes nothing, it is told to remove the
+    member's container, and it stays cordoned."""
     cluster = await node_cluster_factory(2)
     cli = await cli_for(cluster, tmp_path)
     since = time.time() - 1
@@ -319,8 +320,10 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
         assert "node n2 fenced; 1 member(s) recorded failed" in out
         job = await asyncio.to_thread(cli.wait_state, job_id, {"failed"}, 60)
         assert await live_reservations(cluster) == 0
+        await asyncio.sleep(4)  # silent for 3 heartbeats: the gateway drops its stream
     finally:
         daemon.send_signal(signal.SIGCONT)
+    await asyncio.to_thread(cluster.wait_connected, ["n2"])  # it comes back: a new stream
 
     def removed() -> bool:
         return "destroy" in actions(docker_host, attempt["id"], since).get(lost["id"], [])
@@ -334,5 +337,6 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     [member] = [m for m in job["attempts"][0]["members"] if m["id"] == lost["id"]]
     assert member["state"] == "failed" and "machine hung" in member["reason"]
     nodes = await asyncio.to_thread(cluster.nodes)
-    assert nodes["n2"]["connectivity"] == "lost"  # reconnecting does not undo a fence
+    assert nodes["n2"]["sched"] == "cordoned"  # back in contact, but no new work until uncordoned
+    assert not nodes["n2"]["eligible"]
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
