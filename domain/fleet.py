@@ -79,17 +79,28 @@ class Pool:
         return self.gpus_per_node > 0
 
 
+class Validation(StrEnum):
+    """The node's result in its pool's last check (`tp fleet check`): peers reachable on the
+    rendezvous ports, shared storage the same. Separate from control connectivity."""
+
+    UNCHECKED = "unchecked"
+    PASSED = "passed"
+    FAILED = "failed"  # takes no new work until a check passes
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
     pool: str
     sched: SchedState = SchedState.SCHEDULABLE
     connectivity: Connectivity = Connectivity.CONNECTED
+    validation: Validation = Validation.UNCHECKED
+    validation_reason: str = ""  # why it failed
 
     @property
     def eligible(self) -> bool:
         """May the scheduler place new members here?"""
-        return self.sched is SchedState.SCHEDULABLE and self.connectivity is Connectivity.CONNECTED
+        return not self.why_not
 
     @property
     def why_not(self) -> str:
@@ -98,6 +109,8 @@ class Node:
             return str(self.connectivity)
         if self.sched is not SchedState.SCHEDULABLE:
             return str(self.sched)
+        if self.validation is Validation.FAILED:
+            return "failed its pool check"
         return ""
 
 

@@ -18,7 +18,8 @@ from typing import Literal, Protocol, Self
 from domain.admission import Assignment, Reservation, Snapshot
 from domain.auth import ApiToken, User
 from domain.catalog import RuntimePin, RuntimeSpec
-from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
+from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
+from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
@@ -193,12 +194,35 @@ class FleetRepository(Protocol):
         """Change a node's scheduling state and/or connectivity. NotFound if absent."""
         ...
 
+    async def set_validation(self, name: str, validation: Validation, reason: str = "") -> None:
+        """Record a node's result in its pool's check (nothing if the node is gone). Creating
+        or moving a node (``put_node``) keeps it."""
+        ...
+
     async def put_profile(self, profile: Profile) -> None:
         """Create or replace a named profile."""
         ...
 
     async def profiles(self) -> builtins.list[Profile]:
         """All named profiles, by name."""
+        ...
+
+
+class CheckRepository(Protocol):
+    """Pool checks (`tp fleet check`): one row each, finished once."""
+
+    async def add(self, check: PoolCheck) -> None: ...
+
+    async def latest(self, pool: str) -> PoolCheck | None:
+        """The pool's most recent check, finished or not."""
+        ...
+
+    async def unfinished(self) -> builtins.list[PoolCheck]: ...
+
+    async def finish(
+        self, check_id: str, results: Sequence[NodeResult], note: str, at: datetime
+    ) -> bool:
+        """Record the results once; False if it was finished already (by another process)."""
         ...
 
 
@@ -346,6 +370,7 @@ class UnitOfWork(Protocol):
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
     launches: LaunchLedger
+    checks: CheckRepository
 
     async def __aenter__(self) -> Self: ...
 

@@ -24,7 +24,7 @@ from domain.admission import (
 )
 from domain.auth import User
 from domain.errors import Conflict, NotFound
-from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
+from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
 from domain.lifecycle import JobState
 from domain.ports import Start
 from domain.requests import Profile
@@ -86,7 +86,17 @@ class MemoryFleetRepository:
                 f"node {node.name} has live reservations; it cannot move to pool {node.pool}",
                 fix="drain it and wait for its jobs to end first",
             )
+        if old is not None:  # its check result stays with it
+            node = replace(node, validation=old.validation, validation_reason=old.validation_reason)
+        else:
+            node = replace(node, validation=Validation.UNCHECKED, validation_reason="")
         self._tx.write("nodes", node)
+
+    async def set_validation(self, name: str, validation: Validation, reason: str = "") -> None:
+        await self._tx.lock(("nodes", "pk", name))
+        node: Node | None = self._tx.get("nodes", name)
+        if node is not None:
+            self._tx.write("nodes", replace(node, validation=validation, validation_reason=reason))
 
     async def node(self, name: str) -> Node | None:
         found: Node | None = self._tx.get("nodes", name)

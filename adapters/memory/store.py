@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
 from adapters.memory.nodes import NODE_TABLES
@@ -61,6 +62,7 @@ TABLES = [
     TableDef("reserved_gpus", pk=lambda g: (g.node, g.index), immutable=True),
     TableDef("node_usage", pk=lambda u: u.node, immutable=True),
     *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
+    *CHECK_TABLES,
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
 from adapters.memory.fleet import (
     MemoryFleetRepository,
@@ -27,6 +28,7 @@ from adapters.memory.store import MemoryStore
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
     AttemptRepository,
+    CheckRepository,
     FleetRepository,
     JobRepository,
     LogRepository,
@@ -63,6 +65,7 @@ class MemoryUnitOfWork:
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
     launches: LaunchLedger
+    checks: CheckRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -86,6 +89,7 @@ class MemoryUnitOfWork:
         self.enrollment = MemoryEnrollmentRepository(tx)
         self.links = MemoryNodeLinkRepository(tx)
         self.launches = MemoryLaunchLedger(tx)
+        self.checks = MemoryCheckRepository(tx)
         return self
 
     async def __aexit__(

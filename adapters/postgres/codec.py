@@ -7,7 +7,7 @@ from typing import Any
 
 from domain.admission import mcpu
 from domain.auth import ApiToken, Role, User
-from domain.fleet import Connectivity, Node, Pool, Queue, SchedState
+from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Validation
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.requests import Profile
@@ -204,6 +204,8 @@ def node_from_row(r: Row) -> Node:
         pool=r["pool"],
         sched=SchedState(r["sched"]),
         connectivity=Connectivity(r["connectivity"]),
+        validation=Validation(r["validation"]),
+        validation_reason=r["validation_reason"],
     )
 
 

@@ -21,7 +21,7 @@ from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.tables import nodes, pools, profiles
 from domain.errors import Conflict, NotFound
-from domain.fleet import Connectivity, Node, Pool, SchedState
+from domain.fleet import Connectivity, Node, Pool, SchedState, Validation
 from domain.requests import Profile
 
 _SHAPE = ("backend", "gpus_per_node", "mcpu_per_node", "memory_mb_per_node")
@@ -68,16 +68,24 @@ _PUT_NODE = text(
 _SET_NODE_STATE = text(
     "UPDATE nodes SET sched = coalesce(CAST(:sched AS text), sched), "
     "connectivity = coalesce(CAST(:connectivity AS text), connectivity), updated_at = now() "
-    "WHERE name = :name RETURNING name, pool, sched, connectivity"
+    "WHERE name = :name RETURNING name, pool, sched, connectivity, validation, validation_reason"
 )
 
 _ALL_POOLS = select(pools).order_by(pools.c.name.collate("C"))
-_NODE = select(nodes.c.name, nodes.c.pool, nodes.c.sched, nodes.c.connectivity).where(
-    nodes.c.name == bindparam("name")
+_NODE_COLUMNS = (
+    nodes.c.name,
+    nodes.c.pool,
+    nodes.c.sched,
+    nodes.c.connectivity,
+    nodes.c.validation,
+    nodes.c.validation_reason,
 )
-_ALL_NODES = select(nodes.c.name, nodes.c.pool, nodes.c.sched, nodes.c.connectivity).order_by(
-    nodes.c.pool.collate("C"), nodes.c.name.collate("C")
+_SET_VALIDATION = text(
+    "UPDATE nodes SET validation = :validation, validation_reason = :reason, "
+    "updated_at = now() WHERE name = :name"
 )
+_NODE = select(*_NODE_COLUMNS).where(nodes.c.name == bindparam("name"))
+_ALL_NODES = select(*_NODE_COLUMNS).order_by(nodes.c.pool.collate("C"), nodes.c.name.collate("C"))
 
 _p = pg_insert(profiles)
 _PUT_PROFILE = _p.on_conflict_do_update(
@@ -155,6 +163,11 @@ class PostgresFleetRepository:
                     "gpus": pool["gpus_per_node"],
                 },
             )
+
+    async def set_validation(self, name: str, validation: Validation, reason: str = "") -> None:
+        params = {"name": name, "validation": validation.value, "reason": reason}
+        with translated(f"record the check result of node {name}"):
+            await self._conn.execute(_SET_VALIDATION, params)
 
     async def node(self, name: str) -> Node | None:
         with translated(f"get node {name}"):

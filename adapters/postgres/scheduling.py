@@ -25,7 +25,7 @@ from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.tables import attempts, members
 from domain.admission import NodeView, PendingJob, QueueView, Snapshot
 from domain.errors import InvalidInput
-from domain.fleet import Connectivity, Node, Queue, SchedState
+from domain.fleet import Connectivity, Node, Queue, SchedState, Validation
 from domain.lifecycle import JobState
 from domain.ports import Start
 from domain.requests import RoleSpec
@@ -37,7 +37,7 @@ _START = text(
 )
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
-    "SELECT n.name, n.pool, n.sched, n.connectivity, "
+    "SELECT n.name, n.pool, n.sched, n.connectivity, n.validation, "
     "n.mcpu - n.used_mcpu AS free_mcpu, n.memory_mb - n.used_memory_mb AS free_memory_mb, "
     "ARRAY(SELECT g.gpu_index FROM node_gpus g WHERE g.node = n.name AND NOT EXISTS "
     "        (SELECT 1 FROM reserved_gpus r WHERE r.node = g.node AND r.gpu_index = g.gpu_index)"
@@ -93,7 +93,11 @@ class PostgresSchedulingRepository:
                 free_mcpu=r.free_mcpu,
                 free_memory_mb=r.free_memory_mb,
                 why_not=Node(
-                    r.name, r.pool, SchedState(r.sched), Connectivity(r.connectivity)
+                    r.name,
+                    r.pool,
+                    SchedState(r.sched),
+                    Connectivity(r.connectivity),
+                    Validation(r.validation),
                 ).why_not,
             )
             for r in node_rows

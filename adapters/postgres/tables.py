@@ -36,7 +36,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB
 
 from domain.auth import Role
-from domain.fleet import MAX_GPUS_PER_NODE, Connectivity, SchedState
+from domain.fleet import MAX_GPUS_PER_NODE, Connectivity, SchedState, Validation
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_protocol import Decision, Phase
 
@@ -237,7 +237,11 @@ nodes = Table(
     # the node backend: its fencing epoch, and how peers reach it (what its daemon reported)
     Column("epoch", BigInteger, nullable=False, server_default="1"),
     Column("address", Text, nullable=False, server_default=""),
+    # its result in its pool's last check (`tp fleet check`)
+    Column("validation", Text, nullable=False, server_default="unchecked"),
+    Column("validation_reason", Text, nullable=False, server_default=""),
     one_of("sched", SchedState),
+    one_of("validation", Validation),
     one_of("connectivity", Connectivity),
     CheckConstraint("used_mcpu BETWEEN 0 AND mcpu", name="used_mcpu"),
     CheckConstraint("used_memory_mb BETWEEN 0 AND memory_mb", name="used_memory_mb"),
@@ -303,6 +307,20 @@ profiles = Table(
 )
 
 # -- the node backend (see adapters/postgres/nodes.py and launches.py) -------------------------
+
+pool_checks = Table(  # `tp fleet check`: one row per check, results once it ended
+    "pool_checks",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("pool", Text, ForeignKey("pools.name", ondelete="CASCADE"), nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("nodes", JSONB, nullable=False),  # node names by member index
+    ts("started_at"),
+    ts("finished_at", nullable=True),
+    Column("results", JSONB, nullable=True),  # [{"node", "ok", "detail"}]
+    Column("note", Text, nullable=False, server_default=""),
+    Index("ix_pool_checks_pool_started_at", "pool", "started_at"),
+)
 
 node_links = Table(  # one row per node: its latest control stream
     "node_links",

@@ -7,6 +7,7 @@ from typing import Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from adapters.postgres.checks import PostgresCheckRepository
 from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
@@ -25,6 +26,7 @@ from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSub
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
     AttemptRepository,
+    CheckRepository,
     FleetRepository,
     JobRepository,
     LogRepository,
@@ -60,6 +62,7 @@ class PostgresUnitOfWork:
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
     launches: LaunchLedger
+    checks: CheckRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -90,6 +93,7 @@ class PostgresUnitOfWork:
         self.enrollment = PostgresEnrollmentRepository(conn)
         self.links = PostgresNodeLinkRepository(conn)
         self.launches = PostgresLaunchLedger(conn)
+        self.checks = PostgresCheckRepository(conn)
         return self
 
     async def __aexit__(

@@ -19,6 +19,7 @@ from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
     AttemptRepository,
+    CheckRepository,
     ExecutionBackend,
     FleetRepository,
     JobRepository,
@@ -112,6 +113,7 @@ class CrashingUnitOfWork:
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
     launches: LaunchLedger
+    checks: CheckRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -133,6 +135,7 @@ class CrashingUnitOfWork:
         self.enrollment = inner.enrollment
         self.links = inner.links
         self.launches = inner.launches
+        self.checks = inner.checks
         return self
 
     async def __aexit__(
