@@ -373,6 +373,7 @@ def _order(work: NodeWork) -> PrepareOrder:
                 master_port=work.master_port,
                 gpus_per_member=len(a.gpus),
                 process_model=spec.runtime.process_model,
+                peers=work.peers,
             )
         )
     command = spec.command

@@ -169,6 +169,7 @@ class NodeWork:
     members: int  # gang size
     master_addr: str
     master_port: int
+    peers: tuple[str, ...] = ()  # every member's node address, by member index
 
 
 class LaunchLedger(Protocol):

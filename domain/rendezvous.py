@@ -32,6 +32,7 @@ def rendezvous_env(
     master_port: int,
     gpus_per_member: int,
     process_model: str,
+    peers: tuple[str, ...] = (),
 ) -> dict[str, str]:
     """The rendezvous variables of member ``index`` of a gang of ``members`` whose member 0
     listens on ``master_addr:master_port``. Ray gangs also get ``RAY_ADDRESS`` (workers) or
@@ -48,6 +49,8 @@ def rendezvous_env(
         "NPROC_PER_NODE": str(max(gpus_per_member, 1)),
         "TUNEPLANE_RENDEZVOUS": f"{master_addr}:{master_port}",
     }
+    if peers:  # every member's node address by rank (hostfiles, all-to-all checks)
+        env["TUNEPLANE_PEERS"] = ",".join(peers)
     if process_model == RAY:
         if index == 0:
             env["TUNEPLANE_RAY_HEAD"] = "1"

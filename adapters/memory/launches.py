@@ -156,6 +156,7 @@ class MemoryLaunchLedger:
             "member_launches", lambda m: m.node in wanted and m.released_at is None
         )
         gangs: dict[str, int] = {}
+        peers: dict[str, tuple[str, ...]] = {}
         works = []
         for launch in sorted(found, key=lambda m: (m.node, m.attempt_id, m.index)):
             plan: LaunchPlan | None = tx.get("launches", launch.attempt_id)
@@ -165,7 +166,11 @@ class MemoryLaunchLedger:
             if plan is None or member is None or job is None or node is None:
                 continue  # as the inner joins of the PostgreSQL query
             if launch.attempt_id not in gangs:
-                gangs[launch.attempt_id] = len(await self.members(launch.attempt_id))
+                gang = await self.members(launch.attempt_id)
+                gangs[launch.attempt_id] = len(gang)
+                peers[launch.attempt_id] = tuple(
+                    node_extra(tx, m.node).address for m in sorted(gang, key=lambda m: m.index)
+                )
             placed = Placed(
                 ref=MemberRef(launch.attempt_id, launch.member_id, launch.index, launch.epoch),
                 job_id=plan.job_id,
@@ -186,6 +191,7 @@ class MemoryLaunchLedger:
                     members=gangs[launch.attempt_id],
                     master_addr=master,
                     master_port=plan.master_port,
+                    peers=peers[launch.attempt_id],
                 )
             )
         return works

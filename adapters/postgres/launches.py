@@ -92,6 +92,9 @@ _ON_NODES = text(
     "SELECT ml.*, l.job_id, l.master_port, l.decision, m.state AS member_state, m.role, "
     "j.spec, n.epoch AS node_epoch, coalesce(mn.address, '') AS master_addr, "
     "(SELECT count(*) FROM member_launches g WHERE g.attempt_id = ml.attempt_id) AS gang, "
+    "ARRAY(SELECT coalesce(pn.address, '') FROM member_launches p "
+    "      LEFT JOIN nodes pn ON pn.name = p.node "
+    "      WHERE p.attempt_id = ml.attempt_id ORDER BY p.idx) AS peers, "
     "rm.node AS r_node, rm.role AS r_role, rm.mcpu AS r_mcpu, rm.memory_mb AS r_memory_mb, "
     "ARRAY(SELECT rg.gpu_index FROM reserved_gpus rg "
     "      WHERE rg.attempt_id = ml.attempt_id AND rg.member = ml.idx "
@@ -185,6 +188,7 @@ def _work(r: Any) -> NodeWork:
         members=r["gang"],
         master_addr=r["master_addr"],
         master_port=r["master_port"],
+        peers=tuple(r["peers"]),
     )
 
 

@@ -309,6 +309,7 @@ async def test_on_nodes_tells_a_gateway_everything_about_its_members(
         assert w.spec == g.job.spec
         assert w.assignment == Assignment(i, "main", node, (2 * i, 2 * i + 1), 12_000, 131_072)
         assert (w.members, w.master_addr, w.master_port) == (2, "10.0.0.7", 29501)
+        assert len(w.peers) == 2 and w.peers[0] == "10.0.0.7"  # by member index
     async with uow_factory() as uow:
         assert await uow.reservations.release(g.attempt.id)
         (after,) = await uow.launches.on_nodes(["n-0"])
@@ -316,6 +317,7 @@ async def test_on_nodes_tells_a_gateway_everything_about_its_members(
     # after the release only a Forget can be due: no GPUs, no CPUs, no memory
     assert after.assignment == Assignment(0, "main", "n-0", (), 0, 0)
     assert (alone.members, alone.master_addr, alone.placed.decision) == (1, "", None)
+    assert alone.peers == ("",)
     assert alone.placed.ref.attempt_id == other.attempt.id
 
 

@@ -38,6 +38,12 @@ def test_torch_member_gets_the_whole_rendezvous() -> None:
     }
 
 
+def test_peers_are_listed_by_rank_when_known() -> None:
+    peers = ("10.0.0.7", "10.0.0.8", "10.0.0.9", "10.0.0.10")
+    assert env(peers=peers)["TUNEPLANE_PEERS"] == "10.0.0.7,10.0.0.8,10.0.0.9,10.0.0.10"
+    assert "TUNEPLANE_PEERS" not in env()
+
+
 def test_cpu_members_run_one_process() -> None:
     assert env(gpus_per_member=0)["NPROC_PER_NODE"] == "1"
 
