@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from application.context import Context
+from application.fleet_check import settle as settle_checks
 from application.reconcile import fence_node
 from domain.errors import Conflict
 from domain.fleet import Connectivity
@@ -58,7 +59,9 @@ class GangCoordinator:
         self.incarnation = ctx.ids.new("coord")
 
     async def housekeeping(self) -> None:
-        """Mark nodes whose heartbeats stopped disconnected; apply the lost-node policy."""
+        """Mark nodes whose heartbeats stopped disconnected; apply the lost-node policy; record
+        the results of pool checks that ended."""
+        await settle_checks(self.ctx)
         now = self.ctx.clock.now()
         async with self.ctx.uow() as uow:
             expired = await uow.links.expire(now - self.settings.link_timeout, now)

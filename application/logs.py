@@ -74,6 +74,20 @@ async def _stream(
         await asyncio.sleep(poll)
 
 
+def stitch(pieces: list[tuple[int, bytes]], position: int = 0) -> tuple[bytes, int]:
+    """Live pieces (offset, bytes) in offset order, which may overlap or leave gaps, as one
+    text from ``position`` on; returns it and the position after it."""
+    out = bytearray()
+    for offset, data in pieces:
+        if offset > position:
+            out += f"\n[tuneplane: {offset - position} bytes of output missing]\n".encode()
+            position = offset
+        fresh = data[position - offset :]
+        out += fresh
+        position += len(fresh)
+    return bytes(out), position
+
+
 async def _live(ctx: Context, member_id: str, follow: bool, poll: float) -> AsyncIterator[bytes]:
     """A node-backend member's output from its live log (pieces at offsets, stored by the
     gateway), until the member is final (with ``follow``)."""
@@ -82,14 +96,9 @@ async def _live(ctx: Context, member_id: str, follow: bool, poll: float) -> Asyn
         async with ctx.uow() as uow:
             pieces = await uow.logs.live(member_id, position)
             current = await uow.members.get(member_id)
-        for offset, data in pieces:
-            if offset > position:
-                yield f"\n[tuneplane: {offset - position} bytes of output missing]\n".encode()
-                position = offset
-            fresh = data[position - offset :]
-            if fresh:
-                yield fresh
-                position += len(fresh)
+        text, position = stitch(pieces, position)
+        if text:
+            yield text
         if not follow or current is None:
             return
         if current.state in MEMBER_FINAL:

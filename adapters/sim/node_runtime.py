@@ -9,9 +9,10 @@ replaces a crashed one.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from domain.errors import InvalidInput
 from domain.node_messages import PrepareOrder
@@ -28,6 +29,7 @@ class SimContainer:
     state: str = "created"  # created, running, exited
     exit_code: int | None = None
     log: bytes = b""
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # exited or removed
 
 
 class SimRuntime:
@@ -67,24 +69,32 @@ class SimRuntime:
             return Observation("exited", c.exit_code)
         return Observation("starting")
 
-    def finish(self, member_id: str, code: int) -> bool:
-        """The member's process exits by itself (if it runs)."""
+    def finish(self, member_id: str, code: int, output: bytes | None = None) -> bool:
+        """The member's process exits by itself (if it runs), having printed ``output``."""
         c = self.containers.get(f"c-{member_id}")
         if c is None or c.state != "running":
             return False
         c.state, c.exit_code = "exited", code
-        c.log = f"member {member_id} exited with code {code}\n".encode()
+        c.ended.set()
+        c.log = (
+            output
+            if output is not None
+            else f"member {member_id} exited with code {code}\n".encode()
+        )
         return True
 
     async def stop(self, container_id: str, grace_seconds: float) -> None:
         c = self.containers.get(container_id)
         if c is not None and c.state == "running":
             c.state, c.exit_code = "exited", 143
+            c.ended.set()
         elif c is not None and c.state == "created":
             del self.containers[container_id]
 
     async def remove(self, container_id: str) -> None:
         c = self.containers.pop(container_id, None)
+        if c is not None:
+            c.ended.set()
         if c is not None and c.state == "running":
             self.kills[c.order.ref.member_id] += 1
 
@@ -97,8 +107,12 @@ class SimRuntime:
         return data[-limit:], len(data) > limit
 
     async def follow_logs(self, container_id: str) -> AsyncIterator[bytes]:
+        """Its whole output once it has exited (as if it printed everything at the end)."""
         c = self.containers.get(container_id)
-        if c is not None and c.state == "exited" and c.log:
+        if c is None:
+            return
+        await c.ended.wait()
+        if c.state == "exited" and c.log:
             yield c.log
 
     def port_free(self, port: int) -> bool:

@@ -126,7 +126,12 @@ class SimNodeFleet:
     # -- moving messages --------------------------------------------------------------------
 
     async def pump(self, rounds: int = 20) -> int:
-        """Deliver node → gateway and gateway → node messages until nothing moves."""
+        """Deliver node → gateway and gateway → node messages until nothing moves; each
+        connected, unpartitioned node's heartbeat is recorded once."""
+        for node in self.nodes.values():
+            if node.session is not None and node.agent is not None and not node.partitioned:
+                self.control.heartbeat(node.session)
+        await self.control.flush()
         moved = 0
         for _ in range(rounds):
             n = await self._round()
@@ -207,8 +212,8 @@ class SimNodeFleet:
             for c in n.runtime.containers.values()
         }
 
-    def finish(self, member_id: str, code: int = 0) -> bool:
-        return any(n.runtime.finish(member_id, code) for n in self.nodes.values())
+    def finish(self, member_id: str, code: int = 0, output: bytes | None = None) -> bool:
+        return any(n.runtime.finish(member_id, code, output) for n in self.nodes.values())
 
     def running(self) -> list[str]:
         return sorted(

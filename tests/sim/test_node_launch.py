@@ -25,7 +25,7 @@ from application.supervisor import Supervisor
 from domain.fleet import Pool
 from domain.lifecycle import JobState, MemberState
 from domain.node_protocol import Decision
-from tests.support.context import ALICE, FakeClock, memory_context
+from tests.support.context import ADMIN, ALICE, FakeClock, memory_context
 from tests.unit.builders import an_intent
 
 pytestmark = pytest.mark.sim
@@ -67,7 +67,7 @@ class World:
         self.clock.advance(seconds=1)
 
     async def job(self, job_id: str) -> jobs.JobDetails:
-        return await jobs.get_job(self.ctx, ALICE, job_id)
+        return await jobs.get_job(self.ctx, ADMIN, job_id)  # sees every job
 
     async def until(self, job_id: str, states: set[JobState], steps: int = 60) -> jobs.JobDetails:
         for _ in range(steps):
