@@ -4,8 +4,9 @@ A check is a small gang, one member on each connected, schedulable node of the p
 ``CHECK_SCRIPT`` (POSIX sh with busybox tools, so it runs in the smallest runtime image):
 
 - **network**: every member listens on its rendezvous port (``MASTER_PORT + RANK``) and connects
-  to every other member at its node's address (``TUNEPLANE_PEERS``), in both directions, so
-  each pair is tried from each side;
+  to every other member at its node's address (``TUNEPLANE_PEERS``), so each pair is tried
+  from each side; a message counts only when the listener answers it (``ack``), since a
+  connection the kernel accepted may still be dropped unread;
 - **shared storage**: member 0 writes 256 KiB of random bytes into the shared directory
   (``/shared``, the daemon's ``--shared-dir``) and tells everyone its sha256 over the network;
   the others wait for the file and compare.
@@ -31,6 +32,8 @@ R=$RANK; W=$WORLD_SIZE; P=$MASTER_PORT; ID=${TUNEPLANE_ATTEMPT_ID:-check}
 PEERS=$(echo "${TUNEPLANE_PEERS:-}" | tr ',' ' ')
 T=__TIMEOUT__
 HEARD=/tmp/tpcheck-heard; : > $HEARD
+ACK=/tmp/tpcheck-ack
+printf '#!/bin/sh\nread line\necho "$line" >> %s\necho ack\n' "$HEARD" > $ACK; chmod +x $ACK
 SUM=none
 if [ "$R" = 0 ]; then
   if [ -d /shared ] && dd if=/dev/urandom of=/shared/.tpcheck-$ID bs=1024 count=256 2>/dev/null
@@ -38,16 +41,15 @@ if [ "$R" = 0 ]; then
   elif [ -d /shared ]; then echo "TPCHECK fail storage: cannot write to the shared directory"
   fi
 fi
-LISTEN="i=1; while [ \$i -lt $W ]; do nc -l -p $((P + R)) >> $HEARD; i=\$((i + 1)); done"
-timeout $((T + 5)) sh -c "$LISTEN" &
+timeout $((T + 5)) nc -ll -p $((P + R)) -e $ACK &
 LISTENER=$!
-sleep 1
 k=0
 for addr in $PEERS; do
   if [ $k -ne "$R" ]; then
     ok=0; t=0
     while [ $t -lt $T ]; do
-      if echo "from $R sum=$SUM" | nc -w 2 "$addr" $((P + k)) 2>/dev/null; then ok=1; break; fi
+      reply=$(echo "from $R sum=$SUM" | nc -w 2 "$addr" $((P + k)) 2>/dev/null)
+      if [ "$reply" = ack ]; then ok=1; break; fi
       sleep 1; t=$((t + 1))
     done
     if [ $ok = 1 ]; then echo "TPCHECK ok tcp to member $k"
@@ -55,7 +57,10 @@ for addr in $PEERS; do
   fi
   k=$((k + 1))
 done
-wait $LISTENER
+heard() { sed -n 's/^from \([0-9]*\) .*/\1/p' $HEARD | sort -u | wc -l; }
+t=0
+while [ "$(heard)" -lt $((W - 1)) ] && [ $t -lt $T ]; do sleep 1; t=$((t + 1)); done
+kill $LISTENER 2>/dev/null
 if [ "$R" = 0 ]; then
   if [ "$SUM" = none ] && [ ! -d /shared ]; then echo "TPCHECK storage none"; fi
 else

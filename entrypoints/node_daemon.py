@@ -50,6 +50,7 @@ class DaemonOptions:
     cpus: float | None = None
     memory_mb: int | None = None
     docker_host: str | None = None
+    shared_dir: Path | None = None
 
 
 def default_state_dir() -> Path:
@@ -106,7 +107,23 @@ async def serve_daemon(options: DaemonOptions) -> None:
         memory_mb=options.memory_mb,
     )
     journal = SqliteJournal(state_dir / JOURNAL_FILE, node_name=name)
-    runtime = NodeExecutor(name, options.docker_host, gpu_check=capacity.gpus > 0)
+    shared = options.shared_dir.expanduser().resolve() if options.shared_dir else None
+    if shared is not None and not shared.is_dir():
+        raise InvalidInput(
+            f"--shared-dir {shared} is not a directory",
+            fix="pass the directory where this host mounts the site's shared storage",
+            field="shared_dir",
+        )
+    if shared is not None and (shared == state_dir or state_dir.is_relative_to(shared)):
+        raise InvalidInput(
+            f"the state directory {state_dir} is inside --shared-dir {shared}: workloads would "
+            "see the node's credential",
+            fix="keep --state-dir outside the shared directory",
+            field="shared_dir",
+        )
+    runtime = NodeExecutor(
+        name, options.docker_host, gpu_check=capacity.gpus > 0, shared_dir=shared
+    )
     link: NodeLink | None = None
 
     async def send(body: object) -> None:

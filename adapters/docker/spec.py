@@ -104,6 +104,7 @@ def create_body(
     init: bool,
     host_cpus: int | None,
     device_requests: list[dict[str, Any]] | None = None,
+    binds: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A ``POST /containers/create`` body: runs ``command`` in :data:`WORKDIR`, never restarted,
     no swap beyond ``memory_mb``; ``host_cpus`` caps ``cpus`` (the engine refuses more)."""
@@ -121,6 +122,8 @@ def create_body(
         host["MemorySwap"] = host["Memory"]  # no swap beyond the limit
     if device_requests:
         host["DeviceRequests"] = device_requests
+    if binds:
+        host["Binds"] = list(binds)
     return {
         "Image": image,
         "Cmd": list(command),

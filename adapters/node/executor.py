@@ -49,6 +49,7 @@ log = logging.getLogger("tuneplane.node.executor")
 Source = bytes | str | os.PathLike[str]
 _IMAGE_ID = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 _DONE = ("Download complete", "Pull complete", "Already exists")
+SHARED_MOUNT = "/shared"  # where a node's --shared-dir appears in every member
 
 
 def _quiet(stage: str, fraction: float, detail: str) -> None:
@@ -67,8 +68,10 @@ class NodeExecutor:
         *,
         network_mode: str = "host",
         gpu_check: bool = True,
+        shared_dir: Path | None = None,
     ) -> None:
         self.node = node
+        self.shared_dir = shared_dir  # the site's shared storage on this host, for every member
         self.engine = DockerBackend(docker_host, network_mode=network_mode, init=True, gpus=True)
         self.host = self.engine.host
         self.gpu_check = gpu_check
@@ -145,6 +148,8 @@ class NodeExecutor:
         env.setdefault("TUNEPLANE_JOB_ID", order.job_id)
         env.setdefault("TUNEPLANE_ATTEMPT_ID", ref.attempt_id)
         env.setdefault("TUNEPLANE_MEMBER_INDEX", str(ref.index))
+        if self.shared_dir:
+            env["TUNEPLANE_SHARED_DIR"] = SHARED_MOUNT
         labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
         labels.update({LABEL_NODE: self.node, LABEL_EPOCH: str(ref.epoch)})
         return create_body(
@@ -158,6 +163,7 @@ class NodeExecutor:
             init=self.engine.init,
             host_cpus=await self.engine.host_cpus(),
             device_requests=gpus_by_index(order.gpu_indices) if order.gpu_indices else None,
+            binds=[f"{self.shared_dir}:{SHARED_MOUNT}"] if self.shared_dir else [],
         )
 
     async def _engine_info(self) -> dict[str, Any]:

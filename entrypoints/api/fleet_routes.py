@@ -96,6 +96,8 @@ class NodeOut(Struct):
     sched: str  # schedulable, cordoned, draining
     connectivity: str  # connected, disconnected, lost
     eligible: bool  # takes new work now
+    validation: str  # unchecked, passed, failed: its result in its pool's last check
+    validation_reason: str
 
 
 class NodeStatusOut(Struct):
@@ -111,6 +113,8 @@ class NodeStatusOut(Struct):
     memory_mb_total: int
     memory_mb_used: int
     members: int
+    validation: str
+    validation_reason: str
 
 
 class PoolStatusOut(Struct):
@@ -194,7 +198,15 @@ def pool_out(p: Pool) -> PoolOut:
 
 
 def node_out(n: Node) -> NodeOut:
-    return NodeOut(n.name, n.pool, str(n.sched), str(n.connectivity), n.eligible)
+    return NodeOut(
+        n.name,
+        n.pool,
+        str(n.sched),
+        str(n.connectivity),
+        n.eligible,
+        str(n.validation),
+        n.validation_reason,
+    )
 
 
 def resources_out(r: Resources) -> ResourcesOut:
@@ -210,7 +222,8 @@ async def read_fleet(state: State, principal: Principal) -> FleetOut:
             NodeStatusOut(
                 n.node.name, n.node.pool, str(n.node.sched), str(n.node.connectivity),
                 n.node.eligible, p.gpus_per_node, n.gpus_used, p.cpus_per_node, n.cpus_used,
-                p.memory_mb_per_node, n.memory_mb_used, n.members,
+                p.memory_mb_per_node, n.memory_mb_used, n.members, str(n.node.validation),
+                n.node.validation_reason,
             )
             for n in ps.nodes
         ]  # fmt: skip

@@ -9,9 +9,11 @@ from litestar import get, post
 from litestar.datastructures import State
 from msgspec import Meta, Struct
 
-from application import enrollment
+from application import enrollment, fleet_check
 from application.context import Context
 from domain.auth import Principal
+from domain.errors import NotFound
+from domain.fleet_check import PoolCheck
 from entrypoints.api.problems import responses
 
 Name = Annotated[str, Meta(min_length=1, max_length=63)]
@@ -43,6 +45,42 @@ class LinkOut(Struct):
     memory_mb: int
     daemon_version: str
     epoch: int
+
+
+class CheckIn(Struct, forbid_unknown_fields=True):
+    timeout_seconds: Annotated[int, Meta(ge=5, le=600)] = 40
+
+
+class NodeResultOut(Struct):
+    node: str
+    ok: bool
+    detail: str
+
+
+class CheckOut(Struct):
+    id: str
+    pool: str
+    job_id: str
+    nodes: list[str]
+    started_at: datetime
+    finished_at: datetime | None
+    ok: bool | None  # None while it runs
+    note: str
+    results: list[NodeResultOut]
+
+
+def check_out(c: PoolCheck) -> CheckOut:
+    return CheckOut(
+        c.id,
+        c.pool,
+        c.job_id,
+        list(c.nodes),
+        c.started_at,
+        c.finished_at,
+        c.ok,
+        c.note,
+        [NodeResultOut(r.node, r.ok, r.detail) for r in c.results],
+    )
 
 
 def _ctx(state: State) -> Context:
@@ -89,4 +127,30 @@ async def node_links(state: State, principal: Principal) -> list[LinkOut]:
     ]
 
 
-NODE_ROUTES = [create_join_token, node_links]
+@post(
+    "/v1/pools/{pool:str}/checks",
+    status_code=201,
+    responses=responses(400, 401, 403, 404, 409, 422),
+    summary="Check a node pool: peers reachable on the rendezvous ports, shared storage (operator)",
+)
+async def start_check(pool: str, data: CheckIn, state: State, principal: Principal) -> CheckOut:
+    check = await fleet_check.start_check(_ctx(state), principal, pool, data.timeout_seconds)
+    supervisor = state.supervisor
+    if supervisor is not None:
+        supervisor.wake()  # launch it now rather than at the next poll
+    return check_out(check)
+
+
+@get(
+    "/v1/pools/{pool:str}/checks/latest",
+    responses=responses(401, 404),
+    summary="The pool's last check: running, or its result per node and when",
+)
+async def latest_check(pool: str, state: State, principal: Principal) -> CheckOut:
+    check = await fleet_check.latest(_ctx(state), pool)
+    if check is None:
+        raise NotFound(f"pool {pool} was never checked", fix=f"run `tp fleet check {pool}`")
+    return check_out(check)
+
+
+NODE_ROUTES = [create_join_token, node_links, start_check, latest_check]

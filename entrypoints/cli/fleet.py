@@ -38,6 +38,7 @@ def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
         n.get("name"),
         n.get("sched"),
         n.get("connectivity"),
+        n.get("validation", "unchecked"),
         gpus + (f" {p['gpu_model']}" if p.get("gpu_model") else ""),
         f"{_num(n.get('cpus_used'))}/{_num(n.get('cpus_total'))}",
         f"{_gib(n.get('memory_mb_used'))}/{_gib(n.get('memory_mb_total'))} GiB",
@@ -46,9 +47,9 @@ def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
 
 @fleet_app.command(name="ls")
 def ls(*, json: JsonFlag = False) -> int:
-    """List pools and nodes: scheduling state (schedulable, cordoned, draining) and control
-    connectivity (connected, disconnected, lost) apart, and GPUs, CPUs and memory reserved
-    out of each node's capacity."""
+    """List pools and nodes: scheduling state (schedulable, cordoned, draining), control
+    connectivity (connected, disconnected, lost) and the last pool check (unchecked, passed,
+    failed) apart, and GPUs, CPUs and memory reserved out of each node's capacity."""
     with connect() as api:
         data = api.get("/v1/fleet")
     if json:
@@ -58,10 +59,20 @@ def ls(*, json: JsonFlag = False) -> int:
     for p in data.get("pools") or []:
         nodes = p.get("nodes") or []
         if not nodes:
-            rows.append((p.get("fleet"), p.get("name"), "(no nodes)", "", "", "", "", ""))
+            rows.append((p.get("fleet"), p.get("name"), "(no nodes)", "", "", "", "", "", ""))
         rows.extend(_node_row(p, n) for n in nodes)
     output.table(
-        ["FLEET", "POOL", "NODE", "SCHED", "CONNECTIVITY", "GPUS USED", "CPUS USED", "MEMORY USED"],
+        [
+            "FLEET",
+            "POOL",
+            "NODE",
+            "SCHED",
+            "CONNECTIVITY",
+            "CHECK",
+            "GPUS USED",
+            "CPUS USED",
+            "MEMORY USED",
+        ],
         rows,
     )
     return 0

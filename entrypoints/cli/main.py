@@ -19,6 +19,7 @@ from entrypoints.cli import (
     errors,
     experiments,
     fleet,
+    fleet_check,  # noqa: F401  (registers `tp fleet check` on the fleet app)
     jobs,
     nodes,
     output,
@@ -41,7 +42,7 @@ def build_app() -> App:
     catalog.register(app)
     submit.register(app)
     jobs.register(app)
-    fleet.register(app)
+    fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
     nodes.register(app)
     queues.register(app)
     admin.register(app)

@@ -130,6 +130,9 @@ def run(
     cpus: Annotated[float | None, Parameter(help="CPUs offered (default: all)")] = None,
     memory_mb: Annotated[int | None, Parameter(help="memory offered in MiB")] = None,
     docker_host: Annotated[str | None, Parameter(help="container engine (DOCKER_HOST)")] = None,
+    shared_dir: Annotated[
+        Path | None, Parameter(help="shared storage on this host, mounted at /shared in members")
+    ] = None,
 ) -> int:
     """Run a node daemon: connects outbound to the gateway over TLS, runs members as
     containers, keeps a journal. The first start needs --join-token (`tp node token create`)."""
@@ -147,6 +150,7 @@ def run(
         cpus=cpus,
         memory_mb=memory_mb,
         docker_host=docker_host,
+        shared_dir=shared_dir,
     )
     return run_daemon(options)
 

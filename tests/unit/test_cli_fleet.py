@@ -19,7 +19,9 @@ def _node(name: str, pool: str, gpus: int, used: int, sched: str = "schedulable"
     return {"name": name, "pool": pool, "sched": sched, "connectivity": "connected",
             "eligible": sched == "schedulable", "gpus_total": gpus, "gpus_used": used,
             "cpus_total": 96.0, "cpus_used": 12 * used, "memory_mb_total": 1048576,
-            "memory_mb_used": 131072 * used, "members": 1 if used else 0}  # fmt: skip
+            "memory_mb_used": 131072 * used, "members": 1 if used else 0,
+            "validation": "unchecked" if sched == "schedulable" else "failed",
+            "validation_reason": ""}  # fmt: skip
 
 
 FLEET = {"pools": [
@@ -42,11 +44,11 @@ def test_fleet_ls_shows_states_apart_and_usage(
     stub.answers[("GET", "/v1/fleet")] = (200, FLEET)
     assert run(["fleet", "ls"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["FLEET", "POOL", "NODE", "SCHED", "CONNECTIVITY", "GPUS", "USED",
-                                "CPUS", "USED", "MEMORY", "USED"]  # fmt: skip
-    assert lines[1].split() == ["dc1", "a", "a-0", "schedulable", "connected", "8/8", "h200",
-                                "96/96", "1024.0/1024.0", "GiB"]  # fmt: skip
-    assert lines[2].split()[2:6] == ["a-1", "cordoned", "connected", "0/8"]
+    assert lines[0].split() == ["FLEET", "POOL", "NODE", "SCHED", "CONNECTIVITY", "CHECK", "GPUS",
+                                "USED", "CPUS", "USED", "MEMORY", "USED"]  # fmt: skip
+    assert lines[1].split() == ["dc1", "a", "a-0", "schedulable", "connected", "unchecked", "8/8",
+                                "h200", "96/96", "1024.0/1024.0", "GiB"]  # fmt: skip
+    assert lines[2].split()[2:7] == ["a-1", "cordoned", "connected", "failed", "0/8"]
     assert "(no nodes)" in lines[3]
     assert run(["fleet", "ls", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == FLEET
