@@ -17,11 +17,11 @@ from application import fleet
 from application.context import Context
 from application.fleet_config import apply_fleet_config
 from application.policy import KEEP, Keep
+from domain.auth import Principal
 from domain.catalog import Resources
 from domain.fleet import Node, Pool, SchedState
 from domain.requests import Profile
 from entrypoints.api.problems import responses
-from entrypoints.api.security import Caller
 from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Name, Text
 
 T = TypeVar("T")
@@ -214,7 +214,7 @@ def resources_out(r: Resources) -> ResourcesOut:
 
 
 @get("/v1/fleet", responses=responses(400, 401), summary="Pools with their nodes, states and usage")
-async def read_fleet(state: State, principal: Caller) -> FleetOut:
+async def read_fleet(state: State, principal: Principal) -> FleetOut:
     out = []
     for ps in await fleet.list_fleet(_ctx(state)):
         p = ps.pool
@@ -243,7 +243,7 @@ async def read_fleet(state: State, principal: Caller) -> FleetOut:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Apply a whole fleet file (docs/fleet.md) in one transaction (admin, operator)",
 )
-async def apply(data: FleetFile, state: State, principal: Caller) -> ApplyOut:
+async def apply(data: FleetFile, state: State, principal: Principal) -> ApplyOut:
     summary = await apply_fleet_config(_ctx(state), data.to_config(), principal)
     _wake(state)
     return ApplyOut(list(summary.created), list(summary.changed), summary.unchanged)
@@ -255,7 +255,7 @@ async def apply(data: FleetFile, state: State, principal: Caller) -> ApplyOut:
     responses=responses(400, 401, 403, 409, 422),
     summary="Create a pool (admin, operator)",
 )
-async def create_pool(data: PoolIn, state: State, principal: Caller) -> PoolOut:
+async def create_pool(data: PoolIn, state: State, principal: Principal) -> PoolOut:
     return pool_out(await fleet.add_pool(_ctx(state), principal, data.to_pool()))
 
 
@@ -269,7 +269,7 @@ async def create_pool(data: PoolIn, state: State, principal: Caller) -> PoolOut:
     summary="Create or replace a pool (admin, operator)",
 )
 async def replace_pool(
-    name: str, data: PoolPutIn, state: State, principal: Caller
+    name: str, data: PoolPutIn, state: State, principal: Principal
 ) -> Response[PoolOut]:
     pool = Pool(
         name, data.fleet, data.backend, data.gpus_per_node, data.cpus_per_node,
@@ -290,7 +290,7 @@ def _keep(value: T | UnsetType) -> T | Keep:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Change some fields of a pool (admin, operator)",
 )
-async def update_pool(name: str, data: PoolPatchIn, state: State, principal: Caller) -> PoolOut:
+async def update_pool(name: str, data: PoolPatchIn, state: State, principal: Principal) -> PoolOut:
     pool = await fleet.update_pool(
         _ctx(state),
         principal,
@@ -313,7 +313,7 @@ async def update_pool(name: str, data: PoolPatchIn, state: State, principal: Cal
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Add a node to a pool (admin, operator)",
 )
-async def create_node(data: NodeIn, state: State, principal: Caller) -> NodeOut:
+async def create_node(data: NodeIn, state: State, principal: Principal) -> NodeOut:
     node = await fleet.add_node(_ctx(state), principal, data.name, data.pool)
     _wake(state)
     return node_out(node)
@@ -325,13 +325,13 @@ async def create_node(data: NodeIn, state: State, principal: Caller) -> NodeOut:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Create a node or move it to another pool; its states are kept (admin, operator)",
 )
-async def replace_node(name: str, data: NodePutIn, state: State, principal: Caller) -> NodeOut:
+async def replace_node(name: str, data: NodePutIn, state: State, principal: Principal) -> NodeOut:
     node = await fleet.put_node(_ctx(state), principal, name, data.pool)
     _wake(state)
     return node_out(node)
 
 
-async def _set_state(state: State, principal: Caller, name: str, sched: SchedState) -> NodeOut:
+async def _set_state(state: State, principal: Principal, name: str, sched: SchedState) -> NodeOut:
     node = await fleet.set_node_state(_ctx(state), principal, name, sched)
     _wake(state)
     return node_out(node)
@@ -342,19 +342,19 @@ _STATE_RESPONSES = responses(400, 401, 403, 404)
 
 @post("/v1/nodes/{name:str}/cordon", status_code=200, responses=_STATE_RESPONSES,
       summary="Cordon a node: no new work; running work stays (admin, operator)")  # fmt: skip
-async def cordon(name: str, state: State, principal: Caller) -> NodeOut:
+async def cordon(name: str, state: State, principal: Principal) -> NodeOut:
     return await _set_state(state, principal, name, SchedState.CORDONED)
 
 
 @post("/v1/nodes/{name:str}/drain", status_code=200, responses=_STATE_RESPONSES,
       summary="Drain a node: no new work, to be emptied (admin, operator)")  # fmt: skip
-async def drain(name: str, state: State, principal: Caller) -> NodeOut:
+async def drain(name: str, state: State, principal: Principal) -> NodeOut:
     return await _set_state(state, principal, name, SchedState.DRAINING)
 
 
 @post("/v1/nodes/{name:str}/uncordon", status_code=200, responses=_STATE_RESPONSES,
       summary="Make a node schedulable again (admin, operator)")  # fmt: skip
-async def uncordon(name: str, state: State, principal: Caller) -> NodeOut:
+async def uncordon(name: str, state: State, principal: Principal) -> NodeOut:
     return await _set_state(state, principal, name, SchedState.SCHEDULABLE)
 
 
@@ -363,7 +363,7 @@ async def uncordon(name: str, state: State, principal: Caller) -> NodeOut:
     responses=responses(400, 401),
     summary="Profiles: the operator's named ones, then each pool's implicit request forms",
 )
-async def list_profiles(state: State, principal: Caller) -> list[ProfileOut]:
+async def list_profiles(state: State, principal: Principal) -> list[ProfileOut]:
     return [
         ProfileOut(
             e.name, e.kind, e.request, e.pool, e.backend, e.description, e.members,
@@ -380,7 +380,7 @@ async def list_profiles(state: State, principal: Caller) -> list[ProfileOut]:
     responses=responses(400, 401, 403, 422),
     summary="Create or replace a named profile (admin, operator)",
 )
-async def put_profile(data: ProfileIn, state: State, principal: Caller) -> ProfileOut:
+async def put_profile(data: ProfileIn, state: State, principal: Principal) -> ProfileOut:
     profile = Profile(data.name, data.request, data.description)
     await fleet.put_profile(_ctx(state), principal, profile)
     entry = next(e for e in await fleet.list_profiles(_ctx(state)) if e.name == data.name)
@@ -397,7 +397,7 @@ async def put_profile(data: ProfileIn, state: State, principal: Caller) -> Profi
 )
 async def resolve_profiles(
     state: State,
-    principal: Caller,
+    principal: Principal,
     profile: Annotated[
         list[Annotated[str, Meta(min_length=1, max_length=128)]],
         Parameter(query="profile", min_items=1, max_items=16),

@@ -11,10 +11,10 @@ from msgspec import Meta, Struct
 
 from application import enrollment, fleet_check
 from application.context import Context
+from domain.auth import Principal
 from domain.errors import NotFound
 from domain.fleet_check import PoolCheck
 from entrypoints.api.problems import responses
-from entrypoints.api.security import Caller
 
 Name = Annotated[str, Meta(min_length=1, max_length=63)]
 Ttl = Annotated[int, Meta(ge=60, le=7 * 24 * 3600)]
@@ -94,7 +94,7 @@ def _ctx(state: State) -> Context:
     responses=responses(400, 401, 403, 404, 422),
     summary="Create a one-time join token for a node daemon (operator); shown once",
 )
-async def create_join_token(data: JoinTokenIn, state: State, principal: Caller) -> JoinTokenOut:
+async def create_join_token(data: JoinTokenIn, state: State, principal: Principal) -> JoinTokenOut:
     secret, token = await enrollment.create_join_token(
         _ctx(state), principal, data.pool, data.node, timedelta(seconds=data.ttl_seconds)
     )
@@ -106,7 +106,7 @@ async def create_join_token(data: JoinTokenIn, state: State, principal: Caller) 
     responses=responses(401),
     summary="The control link of every node daemon: heartbeat, reported capacity, epoch",
 )
-async def node_links(state: State, principal: Caller) -> list[LinkOut]:
+async def node_links(state: State, principal: Principal) -> list[LinkOut]:
     async with _ctx(state).uow() as uow:
         links = await uow.links.all()
     return [
@@ -133,7 +133,7 @@ async def node_links(state: State, principal: Caller) -> list[LinkOut]:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Check a node pool: peers reachable on the rendezvous ports, shared storage (operator)",
 )
-async def start_check(pool: str, data: CheckIn, state: State, principal: Caller) -> CheckOut:
+async def start_check(pool: str, data: CheckIn, state: State, principal: Principal) -> CheckOut:
     check = await fleet_check.start_check(_ctx(state), principal, pool, data.timeout_seconds)
     supervisor = state.supervisor
     if supervisor is not None:
@@ -146,7 +146,7 @@ async def start_check(pool: str, data: CheckIn, state: State, principal: Caller)
     responses=responses(401, 404),
     summary="The pool's last check: running, or its result per node and when",
 )
-async def latest_check(pool: str, state: State, principal: Caller) -> CheckOut:
+async def latest_check(pool: str, state: State, principal: Principal) -> CheckOut:
     check = await fleet_check.latest(_ctx(state), pool)
     if check is None:
         raise NotFound(f"pool {pool} was never checked", fix=f"run `tp fleet check {pool}`")

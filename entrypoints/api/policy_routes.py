@@ -15,10 +15,9 @@ from msgspec import UNSET, Meta, Struct, UnsetType
 
 from application import policy
 from application.context import Context
-from domain.auth import Role, User
+from domain.auth import Principal, Role, User
 from domain.fleet import Queue
 from entrypoints.api.problems import responses
-from entrypoints.api.security import Caller
 from entrypoints.fleet_config import Name, Quota
 
 JSON_LIMIT = 64 * 1024
@@ -110,7 +109,7 @@ def queue_out(q: Queue, gpus: int = 0, jobs: int = 0) -> QueueOut:
 
 
 @get("/v1/users", responses=responses(400, 401, 403), summary="Users (admin, operator)")
-async def list_users(state: State, principal: Caller) -> list[UserOut]:
+async def list_users(state: State, principal: Principal) -> list[UserOut]:
     return [user_out(u) for u in await policy.list_users(_ctx(state), principal)]
 
 
@@ -120,7 +119,7 @@ async def list_users(state: State, principal: Caller) -> list[UserOut]:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Create a user with a role and teams (admin)",
 )
-async def create_user(data: UserIn, state: State, principal: Caller) -> UserOut:
+async def create_user(data: UserIn, state: State, principal: Principal) -> UserOut:
     user = await policy.add_user(_ctx(state), principal, data.name, data.role, data.teams)
     return user_out(user)
 
@@ -131,7 +130,7 @@ async def create_user(data: UserIn, state: State, principal: Caller) -> UserOut:
     responses=responses(400, 401, 403, 404, 422),
     summary="Change a user's role or teams, or disable or enable it (admin)",
 )
-async def update_user(name: str, data: UserPatchIn, state: State, principal: Caller) -> UserOut:
+async def update_user(name: str, data: UserPatchIn, state: State, principal: Principal) -> UserOut:
     user = await policy.update_user(
         _ctx(state),
         principal,
@@ -150,12 +149,12 @@ async def update_user(name: str, data: UserPatchIn, state: State, principal: Cal
     responses=responses(400, 401, 403, 404, 422),
     summary="Create an API token for a user (admin; or a user for themselves). Shown once.",
 )
-async def create_token(name: str, state: State, principal: Caller) -> TokenOut:
+async def create_token(name: str, state: State, principal: Principal) -> TokenOut:
     return TokenOut(name, await policy.create_token_for(_ctx(state), principal, name))
 
 
 @get("/v1/teams", responses=responses(400, 401), summary="Teams")
-async def list_teams(state: State, principal: Caller) -> list[TeamOut]:
+async def list_teams(state: State, principal: Principal) -> list[TeamOut]:
     return [TeamOut(t.name) for t in await policy.list_teams(_ctx(state))]
 
 
@@ -165,7 +164,7 @@ async def list_teams(state: State, principal: Caller) -> list[TeamOut]:
     responses=responses(400, 401, 403, 409, 422),
     summary="Create a team (admin, operator)",
 )
-async def create_team(data: TeamIn, state: State, principal: Caller) -> TeamOut:
+async def create_team(data: TeamIn, state: State, principal: Principal) -> TeamOut:
     return TeamOut((await policy.add_team(_ctx(state), principal, data.name)).name)
 
 
@@ -174,7 +173,7 @@ async def create_team(data: TeamIn, state: State, principal: Caller) -> TeamOut:
     responses=responses(400, 401),
     summary="Queues with their quotas and what their live reservations hold",
 )
-async def list_queues(state: State, principal: Caller) -> list[QueueOut]:
+async def list_queues(state: State, principal: Principal) -> list[QueueOut]:
     return [
         queue_out(u.queue, u.gpus_in_use, u.jobs_in_use)
         for u in await policy.list_queues(_ctx(state))
@@ -187,7 +186,7 @@ async def list_queues(state: State, principal: Caller) -> list[QueueOut]:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Create a queue of a team (admin, operator)",
 )
-async def create_queue(data: QueueIn, state: State, principal: Caller) -> QueueOut:
+async def create_queue(data: QueueIn, state: State, principal: Principal) -> QueueOut:
     queue = Queue(data.name, data.team, data.priority, data.gpu_quota, data.job_quota)
     return queue_out(await policy.add_queue(_ctx(state), principal, queue))
 
@@ -198,7 +197,9 @@ async def create_queue(data: QueueIn, state: State, principal: Caller) -> QueueO
     responses=responses(400, 401, 403, 404, 422),
     summary="Change a queue's team, priority or quotas (admin, operator)",
 )
-async def update_queue(name: str, data: QueuePatchIn, state: State, principal: Caller) -> QueueOut:
+async def update_queue(
+    name: str, data: QueuePatchIn, state: State, principal: Principal
+) -> QueueOut:
     queue = await policy.update_queue(
         _ctx(state),
         principal,

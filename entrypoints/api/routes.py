@@ -14,11 +14,11 @@ from application import archives, jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
+from domain.auth import Principal
 from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JobState
 from entrypoints.api import schemas as s
 from entrypoints.api.problems import responses
-from entrypoints.api.security import Caller
 
 JSON_LIMIT = 1024 * 1024
 
@@ -44,7 +44,7 @@ def _wake(state: State) -> None:
 async def upload_archive(
     request: Request[Any, Any, Any],
     state: State,
-    principal: Caller,
+    principal: Principal,
     content_digest: Annotated[str | None, Parameter(header="X-Content-Digest")] = None,
 ) -> s.ArchiveOut:
     declared = request.headers.get("content-length")
@@ -65,13 +65,13 @@ async def upload_archive(
     responses=responses(400, 401, 403, 404, 422, 503),
     summary="Resolve a submission into an immutable preview (creates no job)",
 )
-async def create_preview(data: s.PreviewIn, state: State, principal: Caller) -> s.PreviewOut:
+async def create_preview(data: s.PreviewIn, state: State, principal: Principal) -> s.PreviewOut:
     preview = await submissions.create_preview(_ctx(state), principal, data.to_intent())
     return s.preview_out(preview)
 
 
 @get("/v1/previews/{preview_id:str}", responses=responses(400, 401, 404), summary="Read a preview")
-async def read_preview(preview_id: str, state: State, principal: Caller) -> s.PreviewOut:
+async def read_preview(preview_id: str, state: State, principal: Principal) -> s.PreviewOut:
     return s.preview_out(await submissions.get_preview(_ctx(state), principal, preview_id))
 
 
@@ -85,7 +85,7 @@ async def read_preview(preview_id: str, state: State, principal: Caller) -> s.Pr
     status_code=200,
     summary="Commit a preview: 201 with a new job, or 200 with the job an identical commit made",
 )
-async def commit(data: s.CommitIn, state: State, principal: Caller) -> Response[s.ReceiptOut]:
+async def commit(data: s.CommitIn, state: State, principal: Principal) -> Response[s.ReceiptOut]:
     ctx = _ctx(state)
     receipt = await submissions.commit(ctx, principal, data.preview_id, data.digest, data.retry_key)
     if receipt.created:
@@ -96,7 +96,7 @@ async def commit(data: s.CommitIn, state: State, principal: Caller) -> Response[
 @get("/v1/jobs", responses=responses(400, 401, 422), summary="List jobs, newest first")
 async def list_jobs(
     state: State,
-    principal: Caller,
+    principal: Principal,
     job_state: Annotated[list[JobState] | None, Parameter(query="state")] = None,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
     cursor: Annotated[str | None, Parameter(max_length=200)] = None,
@@ -111,7 +111,7 @@ async def list_jobs(
 
 
 @get("/v1/jobs/{job_id:str}", responses=responses(400, 401, 404), summary="A job with its attempts")
-async def read_job(job_id: str, state: State, principal: Caller) -> s.JobOut:
+async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
     details = await jobs.get_job(_ctx(state), principal, job_id)
     return s.job_out(details.job, details)
 
@@ -122,7 +122,7 @@ async def read_job(job_id: str, state: State, principal: Caller) -> s.JobOut:
     responses=responses(400, 401, 403, 404, 409),
     summary="Stop a job (idempotent)",
 )
-async def cancel(job_id: str, state: State, principal: Caller) -> s.JobOut:
+async def cancel(job_id: str, state: State, principal: Principal) -> s.JobOut:
     details = await jobs.cancel_job(_ctx(state), principal, job_id)
     _wake(state)
     return s.job_out(details.job, details)
@@ -137,7 +137,7 @@ async def cancel(job_id: str, state: State, principal: Caller) -> s.JobOut:
 async def logs(
     job_id: str,
     state: State,
-    principal: Caller,
+    principal: Principal,
     follow: bool = False,
     member: Annotated[int, Parameter(ge=0, le=1024)] = 0,
 ) -> Stream:
@@ -146,7 +146,7 @@ async def logs(
 
 
 @get("/v1/methods", responses=responses(400, 401), summary="Methods (recipes) and their parameters")
-async def list_methods(state: State, principal: Caller) -> list[s.MethodOut]:
+async def list_methods(state: State, principal: Principal) -> list[s.MethodOut]:
     return [s.method_out(m) for m in _ctx(state).catalog.methods]
 
 
@@ -155,7 +155,9 @@ async def list_methods(state: State, principal: Caller) -> list[s.MethodOut]:
     responses=responses(400, 401, 404),
     summary="One method, by its name <framework>/<method>",
 )
-async def read_method(framework: str, method: str, state: State, principal: Caller) -> s.MethodOut:
+async def read_method(
+    framework: str, method: str, state: State, principal: Principal
+) -> s.MethodOut:
     try:
         return s.method_out(_ctx(state).catalog.method(f"{framework}/{method}"))
     except InvalidInput as exc:
@@ -163,12 +165,12 @@ async def read_method(framework: str, method: str, state: State, principal: Call
 
 
 @get("/v1/runtimes", responses=responses(400, 401), summary="Runtimes (images and their contract)")
-async def list_runtimes(state: State, principal: Caller) -> list[s.RuntimeOut]:
+async def list_runtimes(state: State, principal: Principal) -> list[s.RuntimeOut]:
     return [s.runtime_out(r) for r in _ctx(state).catalog.runtimes]
 
 
 @get("/v1/whoami", responses=responses(400, 401), summary="The caller's identity")
-async def whoami(principal: Caller) -> s.WhoAmI:
+async def whoami(principal: Principal) -> s.WhoAmI:
     return s.WhoAmI(principal.name, str(principal.role), list(principal.teams))
 
 

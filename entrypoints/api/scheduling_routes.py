@@ -10,8 +10,8 @@ from msgspec import Meta, Struct
 
 from application import explain, reconcile
 from application.context import Context
+from domain.auth import Principal
 from entrypoints.api.problems import responses
-from entrypoints.api.security import Caller
 
 Reason = Annotated[str, Meta(min_length=1, max_length=500)]
 
@@ -49,7 +49,7 @@ def _ctx(state: State) -> Context:
     responses=responses(400, 401, 404),
     summary="Why a job waits, or what it holds",
 )
-async def why(job_id: str, state: State, principal: Caller) -> WhyOut:
+async def why(job_id: str, state: State, principal: Principal) -> WhyOut:
     e = await explain.explain_job(_ctx(state), principal, job_id)
     return WhyOut(e.job_id, e.state, e.kind, e.text, e.position, e.pending_total)
 
@@ -60,7 +60,7 @@ async def why(job_id: str, state: State, principal: Caller) -> WhyOut:
     responses=responses(400, 401, 403, 404, 422),
     summary="Declare a node lost: fence it and fail its unfinished members (operator)",
 )
-async def node_lost(name: str, data: ReasonIn, state: State, principal: Caller) -> NodeLostOut:
+async def node_lost(name: str, data: ReasonIn, state: State, principal: Principal) -> NodeLostOut:
     failed = await reconcile.declare_node_lost(_ctx(state), principal, name, data.reason)
     _wake(state)
     return NodeLostOut(name, failed)
@@ -72,7 +72,9 @@ async def node_lost(name: str, data: ReasonIn, state: State, principal: Caller) 
     responses=responses(400, 401, 403, 404, 422),
     summary="Release an attempt's reservation after confirming its members stopped (operator)",
 )
-async def release(attempt_id: str, data: ReasonIn, state: State, principal: Caller) -> ReleaseOut:
+async def release(
+    attempt_id: str, data: ReasonIn, state: State, principal: Principal
+) -> ReleaseOut:
     done = await reconcile.release_reservation(_ctx(state), principal, attempt_id, data.reason)
     _wake(state)
     return ReleaseOut(attempt_id, done)

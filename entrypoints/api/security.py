@@ -10,15 +10,11 @@ import time
 from typing import Any
 
 from litestar import Request
-from litestar.di import NamedDependency
 from litestar.openapi.spec import Components, SecurityScheme
 
 from application.auth import authenticate
 from application.context import Context
 from domain.auth import Principal
-
-# the caller, injected by name from `provide_principal` (routes declare `principal: Caller`)
-Caller = NamedDependency[Principal]
 
 SECURITY_COMPONENTS = Components(
     security_schemes={
