@@ -214,8 +214,11 @@ async def _settle(ctx: Context, check: PoolCheck) -> int:
         if not await uow.checks.finish(check.id, results, note, now):
             return 0
         for r in results:
+            node = await uow.fleet.node(r.node)
+            if node is None or node.pool != check.pool:
+                continue  # gone, or moved to another pool meanwhile: the result is not its own
             validation = Validation.PASSED if r.ok else Validation.FAILED
-            await uow.fleet.set_validation(r.node, validation, "" if r.ok else r.detail)
+            await uow.fleet.set_validation(r.node, validation, "" if r.ok else r.detail, now)
         await uow.commit()
     failed = [r.node for r in results if not r.ok]
     log.info("check %s of pool %s ended; failed: %s", check.id, check.pool, failed or "none")

@@ -9,6 +9,7 @@ and its reservations stay held, and a cordoned node is still connected.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 
 from domain.catalog import check_name
@@ -96,6 +97,7 @@ class Node:
     connectivity: Connectivity = Connectivity.CONNECTED
     validation: Validation = Validation.UNCHECKED
     validation_reason: str = ""  # why it failed
+    validated_at: datetime | None = None  # when the check that set ``validation`` ended
 
     @property
     def eligible(self) -> bool:

@@ -194,9 +194,12 @@ class FleetRepository(Protocol):
         """Change a node's scheduling state and/or connectivity. NotFound if absent."""
         ...
 
-    async def set_validation(self, name: str, validation: Validation, reason: str = "") -> None:
-        """Record a node's result in its pool's check (nothing if the node is gone). Creating
-        or moving a node (``put_node``) keeps it."""
+    async def set_validation(
+        self, name: str, validation: Validation, reason: str, at: datetime
+    ) -> None:
+        """Record a node's result in its pool's check, ended at ``at`` (nothing if the node is
+        gone). ``put_node`` keeps it while the node stays in its pool; a new node, or one moved
+        to another pool, is ``unchecked`` (the result was about its old peers)."""
         ...
 
     async def put_profile(self, profile: Profile) -> None:

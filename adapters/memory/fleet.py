@@ -86,17 +86,27 @@ class MemoryFleetRepository:
                 f"node {node.name} has live reservations; it cannot move to pool {node.pool}",
                 fix="drain it and wait for its jobs to end first",
             )
-        if old is not None:  # its check result stays with it
-            node = replace(node, validation=old.validation, validation_reason=old.validation_reason)
-        else:
-            node = replace(node, validation=Validation.UNCHECKED, validation_reason="")
+        if old is not None and old.pool == node.pool:  # its check result stays with it
+            node = replace(
+                node,
+                validation=old.validation,
+                validation_reason=old.validation_reason,
+                validated_at=old.validated_at,
+            )
+        else:  # new, or moved: its result was about other peers
+            node = replace(
+                node, validation=Validation.UNCHECKED, validation_reason="", validated_at=None
+            )
         self._tx.write("nodes", node)
 
-    async def set_validation(self, name: str, validation: Validation, reason: str = "") -> None:
+    async def set_validation(
+        self, name: str, validation: Validation, reason: str, at: datetime
+    ) -> None:
         await self._tx.lock(("nodes", "pk", name))
         node: Node | None = self._tx.get("nodes", name)
         if node is not None:
-            self._tx.write("nodes", replace(node, validation=validation, validation_reason=reason))
+            node = replace(node, validation=validation, validation_reason=reason, validated_at=at)
+            self._tx.write("nodes", node)
 
     async def node(self, name: str) -> Node | None:
         found: Node | None = self._tx.get("nodes", name)

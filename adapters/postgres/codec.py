@@ -206,6 +206,7 @@ def node_from_row(r: Row) -> Node:
         connectivity=Connectivity(r["connectivity"]),
         validation=Validation(r["validation"]),
         validation_reason=r["validation_reason"],
+        validated_at=r["validated_at"],
     )
 
 

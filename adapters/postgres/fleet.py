@@ -12,6 +12,7 @@ them, whatever the database's locale.
 from __future__ import annotations
 
 import builtins
+from datetime import datetime
 
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -58,7 +59,13 @@ _PUT_NODE = text(
     "  VALUES (:name, :pool, :sched, :connectivity, :mcpu, :memory_mb) "
     "  ON CONFLICT (name) DO UPDATE SET pool = excluded.pool, sched = excluded.sched, "
     "    connectivity = excluded.connectivity, mcpu = excluded.mcpu, "
-    "    memory_mb = excluded.memory_mb, updated_at = now() "
+    "    memory_mb = excluded.memory_mb, updated_at = now(), "
+    # a node moved to another pool is unchecked again: its result was about other peers
+    "    validation = CASE WHEN nodes.pool = excluded.pool THEN nodes.validation "
+    "                 ELSE 'unchecked' END, "
+    "    validation_reason = CASE WHEN nodes.pool = excluded.pool "
+    "                        THEN nodes.validation_reason ELSE '' END, "
+    "    validated_at = CASE WHEN nodes.pool = excluded.pool THEN nodes.validated_at END "
     "  RETURNING name), "
     "gone AS (DELETE FROM node_gpus WHERE node = :name AND gpu_index >= :gpus) "
     "INSERT INTO node_gpus (node, gpu_index) "
@@ -68,7 +75,8 @@ _PUT_NODE = text(
 _SET_NODE_STATE = text(
     "UPDATE nodes SET sched = coalesce(CAST(:sched AS text), sched), "
     "connectivity = coalesce(CAST(:connectivity AS text), connectivity), updated_at = now() "
-    "WHERE name = :name RETURNING name, pool, sched, connectivity, validation, validation_reason"
+    "WHERE name = :name "
+    "RETURNING name, pool, sched, connectivity, validation, validation_reason, validated_at"
 )
 
 _ALL_POOLS = select(pools).order_by(pools.c.name.collate("C"))
@@ -79,10 +87,11 @@ _NODE_COLUMNS = (
     nodes.c.connectivity,
     nodes.c.validation,
     nodes.c.validation_reason,
+    nodes.c.validated_at,
 )
 _SET_VALIDATION = text(
     "UPDATE nodes SET validation = :validation, validation_reason = :reason, "
-    "updated_at = now() WHERE name = :name"
+    "validated_at = :at, updated_at = now() WHERE name = :name"
 )
 _NODE = select(*_NODE_COLUMNS).where(nodes.c.name == bindparam("name"))
 _ALL_NODES = select(*_NODE_COLUMNS).order_by(nodes.c.pool.collate("C"), nodes.c.name.collate("C"))
@@ -164,8 +173,10 @@ class PostgresFleetRepository:
                 },
             )
 
-    async def set_validation(self, name: str, validation: Validation, reason: str = "") -> None:
-        params = {"name": name, "validation": validation.value, "reason": reason}
+    async def set_validation(
+        self, name: str, validation: Validation, reason: str, at: datetime
+    ) -> None:
+        params = {"name": name, "validation": validation.value, "reason": reason, "at": at}
         with translated(f"record the check result of node {name}"):
             await self._conn.execute(_SET_VALIDATION, params)
 

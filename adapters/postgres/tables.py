@@ -240,6 +240,7 @@ nodes = Table(
     # its result in its pool's last check (`tp fleet check`)
     Column("validation", Text, nullable=False, server_default="unchecked"),
     Column("validation_reason", Text, nullable=False, server_default=""),
+    ts("validated_at", nullable=True),  # when that check ended (migration 0005)
     one_of("sched", SchedState),
     one_of("validation", Validation),
     one_of("connectivity", Connectivity),
