@@ -17,6 +17,7 @@ from domain.auth import Principal
 from domain.catalog import Resources, check_name
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError
 from domain.fleet import Node, Pool, SchedState
+from domain.fleet_check import PoolCheck
 from domain.ports import UnitOfWork
 from domain.requests import MAX_MEMBERS, Profile, RoleSpec, resolve_request, resolve_roles
 
@@ -202,6 +203,7 @@ class NodeStatus:
 class PoolStatus:
     pool: Pool
     nodes: tuple[NodeStatus, ...]
+    last_check: PoolCheck | None = None  # node pools: its last `tp fleet check`
 
     @property
     def gpus_total(self) -> int:
@@ -214,11 +216,12 @@ class PoolStatus:
 
 async def list_fleet(ctx: Context) -> list[PoolStatus]:
     """Every pool (by fleet, then name) with its nodes, their states and what live
-    reservations hold on each."""
+    reservations hold on each, and a node pool's last check."""
     async with ctx.uow() as uow:
         pools = await uow.fleet.pools()
         nodes = await uow.fleet.nodes()
         live = await uow.reservations.live()
+        checks = {p.name: await uow.checks.latest(p.name) for p in pools if p.backend == "node"}
     used: dict[str, list[int]] = {}
     for r in live:
         for a in r.assignments:
@@ -234,7 +237,7 @@ async def list_fleet(ctx: Context) -> list[PoolStatus]:
             if n.pool == pool.name:
                 g, m, mem, k = used.get(n.name, [0, 0, 0, 0])
                 statuses.append(NodeStatus(n, g, m / 1000, mem, k))
-        out.append(PoolStatus(pool, tuple(statuses)))
+        out.append(PoolStatus(pool, tuple(statuses), checks.get(pool.name)))
     return out
 
 

@@ -5,6 +5,7 @@ Reading is for every user; changing is for admins and operators (the use cases c
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, TypeVar
 
 from litestar import Response, get, patch, post, put
@@ -21,6 +22,7 @@ from domain.auth import Principal
 from domain.catalog import Resources
 from domain.fleet import Node, Pool, SchedState
 from domain.requests import Profile
+from entrypoints.api.node_routes import CheckOut, check_out
 from entrypoints.api.problems import responses
 from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Name, Text
 
@@ -98,6 +100,7 @@ class NodeOut(Struct):
     eligible: bool  # takes new work now
     validation: str  # unchecked, passed, failed: its result in its pool's last check
     validation_reason: str
+    validated_at: datetime | None  # when that check ended
 
 
 class NodeStatusOut(Struct):
@@ -115,6 +118,7 @@ class NodeStatusOut(Struct):
     members: int
     validation: str
     validation_reason: str
+    validated_at: datetime | None
 
 
 class PoolStatusOut(Struct):
@@ -129,6 +133,7 @@ class PoolStatusOut(Struct):
     gpus_total: int
     gpus_used: int
     nodes: list[NodeStatusOut]
+    last_check: CheckOut | None  # node pools: the last `tp fleet check`, with its per-node results
 
 
 class FleetOut(Struct):
@@ -206,6 +211,7 @@ def node_out(n: Node) -> NodeOut:
         n.eligible,
         str(n.validation),
         n.validation_reason,
+        n.validated_at,
     )
 
 
@@ -223,7 +229,7 @@ async def read_fleet(state: State, principal: Principal) -> FleetOut:
                 n.node.name, n.node.pool, str(n.node.sched), str(n.node.connectivity),
                 n.node.eligible, p.gpus_per_node, n.gpus_used, p.cpus_per_node, n.cpus_used,
                 p.memory_mb_per_node, n.memory_mb_used, n.members, str(n.node.validation),
-                n.node.validation_reason,
+                n.node.validation_reason, n.node.validated_at,
             )
             for n in ps.nodes
         ]  # fmt: skip
@@ -231,6 +237,7 @@ async def read_fleet(state: State, principal: Principal) -> FleetOut:
             PoolStatusOut(
                 p.name, p.fleet, p.backend, p.gpu_model, p.gpus_per_node, p.cpus_per_node,
                 p.memory_mb_per_node, p.description, ps.gpus_total, ps.gpus_used, nodes,
+                check_out(ps.last_check) if ps.last_check else None,
             )
         )  # fmt: skip
     return FleetOut(out)

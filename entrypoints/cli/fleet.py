@@ -49,7 +49,8 @@ def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
 def ls(*, json: JsonFlag = False) -> int:
     """List pools and nodes: scheduling state (schedulable, cordoned, draining), control
     connectivity (connected, disconnected, lost) and the last pool check (unchecked, passed,
-    failed) apart, and GPUs, CPUs and memory reserved out of each node's capacity."""
+    failed) apart, and GPUs, CPUs and memory reserved out of each node's capacity; then each
+    node pool's last check (`tp fleet check POOL --last` shows it whole)."""
     with connect() as api:
         data = api.get("/v1/fleet")
     if json:
@@ -75,7 +76,22 @@ def ls(*, json: JsonFlag = False) -> int:
         ],
         rows,
     )
+    for p in data.get("pools") or []:
+        if p.get("last_check"):
+            output.out.print(f"pool {p['name']}: {check_summary(p['last_check'])}", markup=False)
     return 0
+
+
+def check_summary(c: dict[str, Any]) -> str:
+    """One line about a pool check: running, or its verdict, time and failed nodes."""
+    if c.get("finished_at") is None:
+        return f"check {c['id']} running since {c['started_at']}"
+    if c.get("ok"):
+        return f"check {c['id']} passed at {c['finished_at']}"
+    failed = [r["node"] for r in c.get("results") or [] if not r["ok"]]
+    if not failed:  # stopped, or never ran: it marked nothing
+        return f"check {c['id']} ended at {c['finished_at']}: {c.get('note', '')}"
+    return f"check {c['id']} FAILED at {c['finished_at']}: {', '.join(failed)}"
 
 
 @fleet_app.command(name="apply")

@@ -55,10 +55,16 @@ async def test_a_pool_check_marks_the_nodes_that_fail_it(
         "n4": "failed",
     }
     assert not nodes["n3"]["eligible"] and not nodes["n4"]["eligible"]
+    assert "storage" in nodes["n3"]["validation_reason"], nodes["n3"]
+    assert "unreachable from" in nodes["n4"]["validation_reason"], nodes["n4"]
+    assert nodes["n1"]["validation_reason"] == "" and nodes["n1"]["validated_at"]
+    assert nodes["n3"]["validated_at"] == nodes["n4"]["validated_at"]  # the check's end
     last = cli("fleet", "check", "nodes", "--last", ok=False)  # shows it again, same verdict
     assert last.returncode == 1 and "pool nodes: FAILED at" in last.stdout
     listing = cli("fleet", "ls").stdout
     assert "failed" in listing and "passed" in listing
+    assert "pool nodes: check chk-" in listing and "FAILED at" in listing, listing
+    assert listing.rstrip().endswith("n3, n4"), listing  # the nodes that failed it
 
     job_id = submit(cli, "echo on $TUNEPLANE_PEERS", "nodes/cpu:1")  # a gang of two nodes
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 90)

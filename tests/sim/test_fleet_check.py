@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from adapters.sim.nodes import SimNodeFleet
-from application import fleet_check, jobs
+from application import fleet, fleet_check, jobs
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from domain.fleet import SchedState, Validation
 from domain.fleet_check import PoolCheck
@@ -81,6 +81,9 @@ async def test_a_check_marks_the_node_its_peers_cannot_reach(tmp_path: Path) -> 
         failed = await uow.fleet.node(NODES[2])
     assert failed is not None and not failed.eligible
     assert failed.why_not == "failed its pool check"
+    assert failed.validated_at == check.finished_at and "unreachable" in failed.validation_reason
+    (pool,) = [p for p in await fleet.list_fleet(w.ctx) if p.pool.name == "nodes"]
+    assert pool.last_check == check  # the fleet listing shows it per pool
 
     # a gang that needs all four nodes now waits
     job_id = await w.submit("nodes/cpu:4")

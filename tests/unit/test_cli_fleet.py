@@ -21,20 +21,36 @@ def _node(name: str, pool: str, gpus: int, used: int, sched: str = "schedulable"
             "cpus_total": 96.0, "cpus_used": 12 * used, "memory_mb_total": 1048576,
             "memory_mb_used": 131072 * used, "members": 1 if used else 0,
             "validation": "unchecked" if sched == "schedulable" else "failed",
-            "validation_reason": ""}  # fmt: skip
+            "validation_reason": "", "validated_at": None}  # fmt: skip
+
+
+CHECK = {
+    "id": "chk-1",
+    "pool": "a",
+    "job_id": "job-1",
+    "nodes": ["a-0", "a-1"],
+    "started_at": "2026-12-03T18:34:00Z",
+    "finished_at": "2026-12-03T18:34:29Z",
+    "ok": False,
+    "note": "",
+    "results": [
+        {"node": "a-0", "ok": True, "detail": "1 of 1 peers reached"},
+        {"node": "a-1", "ok": False, "detail": "unreachable from a-0 on 10.0.0.2:29501"},
+    ],
+}
 
 
 FLEET = {"pools": [
     {"name": "a", "fleet": "dc1", "backend": "node", "gpu_model": "h200", "gpus_per_node": 8,
      "cpus_per_node": 96.0, "memory_mb_per_node": 1048576, "description": "",
-     "gpus_total": 16, "gpus_used": 8,
+     "gpus_total": 16, "gpus_used": 8, "last_check": CHECK,
      "nodes": [_node("a-0", "a", 8, 8), _node("a-1", "a", 8, 0, "cordoned")]},
     {"name": "b", "fleet": "dc1", "backend": "node", "gpu_model": "h100", "gpus_per_node": 8,
      "cpus_per_node": 64.0, "memory_mb_per_node": 524288, "description": "",
-     "gpus_total": 0, "gpus_used": 0, "nodes": []},
+     "gpus_total": 0, "gpus_used": 0, "nodes": [], "last_check": None},
 ]}  # fmt: skip
 POOL_B = {k: v for k, v in FLEET["pools"][1].items()
-          if k not in ("nodes", "gpus_total", "gpus_used")}  # fmt: skip
+          if k not in ("nodes", "gpus_total", "gpus_used", "last_check")}  # fmt: skip
 
 
 def test_fleet_ls_shows_states_apart_and_usage(
@@ -50,6 +66,8 @@ def test_fleet_ls_shows_states_apart_and_usage(
                                 "h200", "96/96", "1024.0/1024.0", "GiB"]  # fmt: skip
     assert lines[2].split()[2:7] == ["a-1", "cordoned", "connected", "failed", "0/8"]
     assert "(no nodes)" in lines[3]
+    assert lines[4] == "pool a: check chk-1 FAILED at 2026-12-03T18:34:29Z: a-1"  # pool b: none
+    assert len(lines) == 5
     assert run(["fleet", "ls", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == FLEET
 
