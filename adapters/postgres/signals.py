@@ -20,7 +20,15 @@ from adapters.postgres.engine import plain_url
 
 log = logging.getLogger("tuneplane.signals")
 
-_ERRORS = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
+# asyncpg also raises InternalClientError (not an InterfaceError) for a connection the server
+# ended in the middle of an operation
+_ERRORS = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+)
 
 
 def channel(topic: str) -> str:
