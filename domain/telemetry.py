@@ -1,0 +1,318 @@
+"""Training metrics: what the collector reads from a member's files and how queries stay bounded.
+
+A *source* is one file a member writes (a TensorBoard event file or a JSONL file), named by the
+collector (its path below the member's metrics directory and a generation that grows when the
+file is truncated or replaced). A *record* is one TFRecord or one JSONL line; its byte offset in
+the source is the unit of deduplication: the telemetry gateway stores a record at most once per
+(member, source, offset), so a collector may resend after any crash.
+
+Queries never scan a series: the store keeps rollup tiers (buckets of ``TIER_FACTOR ** k``
+steps with min, max, sum, count and last) maintained at ingest, and ``plan_view`` picks the
+finest tier whose buckets in the asked range number at most ``points``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from domain.errors import InvalidInput
+
+SourceKind = Literal["tfevents", "jsonl"]
+SOURCE_KINDS: tuple[SourceKind, ...] = ("tfevents", "jsonl")
+
+TIER_FACTOR = 8
+TIERS: tuple[int, ...] = tuple(TIER_FACTOR**k for k in range(1, 11))  # 8 … 8**10 (≈ 1.07e9)
+DEFAULT_POINTS = 1000
+MAX_POINTS = 10_000
+MAX_TAG = 256
+MAX_SOURCE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Scalar:
+    tag: str
+    step: int
+    wall_time: float
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a source: its byte offset (the deduplication key) and its scalars.
+
+    A record may hold no scalar (a TensorBoard file-version event, a histogram): it still
+    advances the source, and is simply not stored.
+    """
+
+    offset: int
+    scalars: tuple[Scalar, ...]
+
+
+@dataclass(slots=True)
+class Parsed:
+    """What a parser made of a chunk of a source.
+
+    ``consumed``: bytes from the chunk's start that need not be read again (complete records
+    and skipped corrupt bytes); a truncated last record is not consumed, so it is read again
+    once the writer has finished it. ``corrupt``: records counted and skipped.
+    """
+
+    records: list[Record] = field(default_factory=list)
+    consumed: int = 0
+    corrupt: int = 0
+
+
+class SourceParser(Protocol):
+    """Reads one source incrementally. Stateful (TensorBoard names a tag's plugin only once)."""
+
+    kind: SourceKind
+
+    def feed(self, data: bytes, offset: int, *, final: bool = False) -> Parsed:
+        """Parse ``data``, read from the source at ``offset``.
+
+        ``final``: the source will not grow (it was replaced or the member ended), so a
+        truncated tail is counted as corrupt and consumed instead of waited for.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MemberScope:
+    """Whom a collector token speaks for: one member of one attempt of one job."""
+
+    job_id: str
+    attempt_id: str
+    member_id: str
+    member_index: int
+
+
+@dataclass(slots=True)
+class SourceBatch:
+    """Points of one source, in record order (offsets non-decreasing), columnar."""
+
+    source: str
+    kind: SourceKind
+    tags: list[str]
+    offsets: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def check(self) -> None:
+        """Refuse a malformed batch before anything is written."""
+        if not self.source or len(self.source) > MAX_SOURCE:
+            raise InvalidInput(
+                f"a source name must have 1 to {MAX_SOURCE} characters", fix="shorten the path"
+            )
+        if self.kind not in SOURCE_KINDS:
+            raise InvalidInput(
+                f"unknown source kind {self.kind!r}", fix=f"use one of {', '.join(SOURCE_KINDS)}"
+            )
+        n = len(self.steps)
+        if not (len(self.offsets) == len(self.walls) == len(self.values) == len(self.tags) == n):
+            raise InvalidInput(
+                f"source {self.source!r}: columns of different lengths",
+                fix="send one tag, offset, step, wall time and value per point",
+            )
+        if any(b < a for a, b in zip(self.offsets, self.offsets[1:], strict=False)):
+            raise InvalidInput(
+                f"source {self.source!r}: record offsets go backwards",
+                fix="send each source's records in file order",
+            )
+        if any(o < 0 for o in self.offsets) or any(s < 0 for s in self.steps):
+            raise InvalidInput(
+                f"source {self.source!r}: negative step or offset",
+                fix="steps and offsets start at 0",
+            )
+        for tag in set(self.tags):
+            if not tag or len(tag) > MAX_TAG:
+                raise InvalidInput(
+                    f"a metric name must have 1 to {MAX_TAG} characters: {tag[:40]!r}",
+                    fix="shorten the tag",
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    accepted: int  # points stored now
+    duplicates: int  # points of records stored before (a resend)
+
+
+@dataclass(slots=True)
+class Bucket:
+    """Aggregate of a series over ``[bucket * width, (bucket + 1) * width)`` steps.
+
+    ``minimum``/``maximum``/``total``/``count`` cover the finite values only; ``last`` is the
+    value at the highest step (NaN included: a diverged loss shows).
+    """
+
+    bucket: int
+    first_step: int
+    last_step: int
+    minimum: float | None
+    maximum: float | None
+    total: float
+    count: int
+    last: float
+    min_wall: float
+    max_wall: float
+
+    def merge(self, other: Bucket) -> None:
+        self.first_step = min(self.first_step, other.first_step)
+        if other.last_step >= self.last_step:
+            self.last_step, self.last = other.last_step, other.last
+        self.minimum = _pick(min, self.minimum, other.minimum)
+        self.maximum = _pick(max, self.maximum, other.maximum)
+        self.total += other.total
+        self.count += other.count
+        self.min_wall = min(self.min_wall, other.min_wall)
+        self.max_wall = max(self.max_wall, other.max_wall)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _pick(f: type[min] | type[max], a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f(a, b)  # type: ignore[operator]
+
+
+def point_bucket(step: int, wall: float, value: float, width: int) -> Bucket:
+    finite = math.isfinite(value)
+    return Bucket(
+        bucket=step // width,
+        first_step=step,
+        last_step=step,
+        minimum=value if finite else None,
+        maximum=value if finite else None,
+        total=value if finite else 0.0,
+        count=1 if finite else 0,
+        last=value,
+        min_wall=wall,
+        max_wall=wall,
+    )
+
+
+def rollup(
+    points: Iterable[tuple[int, int, float, float]],
+) -> dict[int, dict[tuple[int, int], Bucket]]:
+    """Aggregate ``(series, step, wall, value)`` points into every tier.
+
+    Returns ``{width: {(series, bucket): Bucket}}``. The finest tier is built from the points,
+    each coarser one from the tier below it, so the work is about ``len(points) * 8/7``.
+    """
+    tiers: dict[int, dict[tuple[int, int], Bucket]] = {}
+    finest: dict[tuple[int, int], Bucket] = {}
+    width = TIERS[0]
+    for series, step, wall, value in points:
+        key = (series, step // width)
+        new = point_bucket(step, wall, value, width)
+        old = finest.get(key)
+        if old is None:
+            finest[key] = new
+        else:
+            old.merge(new)
+    tiers[width] = finest
+    below = finest
+    for width in TIERS[1:]:
+        level: dict[tuple[int, int], Bucket] = {}
+        for (series, _), b in below.items():
+            key = (series, b.first_step // width)
+            old = level.get(key)
+            if old is None:
+                level[key] = Bucket(
+                    key[1], b.first_step, b.last_step, b.minimum, b.maximum, b.total,
+                    b.count, b.last, b.min_wall, b.max_wall,
+                )  # fmt: skip
+            else:
+                old.merge(b)
+        tiers[width] = level
+        below = level
+    return tiers
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """How to answer a query over ``[start, end]`` steps: raw points (width 1) or one tier."""
+
+    start: int
+    end: int
+    width: int
+
+    @property
+    def raw(self) -> bool:
+        return self.width == 1
+
+
+def plan_view(start: int, end: int, points: int = DEFAULT_POINTS) -> View:
+    """The finest resolution at which ``[start, end]`` holds at most ``points`` buckets."""
+    if not 1 <= points <= MAX_POINTS:
+        raise InvalidInput(
+            f"points must be between 1 and {MAX_POINTS}, not {points}",
+            fix=f"ask for at most {MAX_POINTS} points (the default is {DEFAULT_POINTS})",
+        )
+    if start < 0 or end < start:
+        raise InvalidInput(
+            f"the step range {start}..{end} is empty or negative",
+            fix="give 0 <= start <= end",
+        )
+    for width in (1, *TIERS):
+        if end // width - start // width + 1 <= points:
+            return View(start, end, width)
+    return View(start, end, TIERS[-1])  # beyond 8**10 × points steps: the coarsest tier
+
+
+def later_attempts_win(
+    ranges: Sequence[tuple[int, int, int]],
+) -> dict[int, list[tuple[int, int]]]:
+    """Which step ranges of each attempt a canonical curve shows.
+
+    ``ranges``: ``(attempt number, first step, last step)`` per attempt that has points. An
+    attempt is shown where no later attempt has points, judged by each later attempt's
+    ``[first step, last step]`` span (a resumed attempt that starts again at step 5,000 hides
+    the earlier attempt from 5,000 up to where it has reached). Returns the visible inclusive
+    ranges per attempt number.
+    """
+    shown: dict[int, list[tuple[int, int]]] = {}
+    ordered = sorted(ranges)
+    for i, (number, first, last) in enumerate(ordered):
+        visible = [(first, last)]
+        for _, later_first, later_last in ordered[i + 1 :]:
+            visible = _subtract(visible, later_first, later_last)
+        shown[number] = visible
+    return shown
+
+
+def _subtract(spans: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if hi < a or lo > b:
+            out.append((a, b))
+            continue
+        if a < lo:
+            out.append((a, lo - 1))
+        if hi < b:
+            out.append((hi + 1, b))
+    return out
+
+
+def sparkline(values: Sequence[float], width: int = 24) -> str:
+    """A text sparkline of the last ``width`` finite values (``tp job metrics``)."""
+    ticks = "▁▂▃▄▅▆▇█"
+    finite = [v for v in values if math.isfinite(v)][-width:]
+    if not finite:
+        return ""
+    lo, hi = min(finite), max(finite)
+    if hi == lo:
+        return ticks[3] * len(finite)
+    return "".join(ticks[round((v - lo) / (hi - lo) * (len(ticks) - 1))] for v in finite)
