@@ -14,7 +14,7 @@ finest tier whose buckets in the asked range number at most ``points``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -179,12 +179,12 @@ class Bucket:
         return self.total / self.count if self.count else None
 
 
-def _pick(f: type[min] | type[max], a: float | None, b: float | None) -> float | None:
+def _pick(f: Callable[[float, float], float], a: float | None, b: float | None) -> float | None:
     if a is None:
         return b
     if b is None:
         return a
-    return f(a, b)  # type: ignore[operator]
+    return f(a, b)
 
 
 def point_bucket(step: int, wall: float, value: float, width: int) -> Bucket:
