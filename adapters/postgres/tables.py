@@ -416,3 +416,6 @@ member_launches = Table(
     # the gateways poll the unreleased members of their nodes
     Index("ix_member_launches_node", "node", postgresql_where=text("released_at IS NULL")),
 )
+
+# The telemetry tables live in their own module, on this metadata.
+from adapters.postgres import telemetry_tables  # noqa: E402, F401

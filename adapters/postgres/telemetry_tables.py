@@ -1,0 +1,108 @@
+"""The telemetry schema (part of ``tables.metadata``; migration 0006).
+
+``metric_points`` holds raw scalars with no primary key and no foreign key, so that the gateway
+can load it with COPY; exactly-once lives in ``telemetry_sources.watermark``: the highest record
+offset of each (member, source) already stored, read FOR UPDATE and raised in the transaction
+that stores the records above it. ``metric_rollups`` has one row per (series, tier width,
+bucket), merged at ingest; bounded queries read it instead of the raw points.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
+
+from adapters.postgres.tables import metadata, ts
+
+signing_keys = Table(  # collector tokens are signed by the newest key of their purpose
+    "signing_keys",
+    metadata,
+    Column("kid", Text, primary_key=True),
+    Column("purpose", Text, nullable=False),
+    Column("private_pem", Text, nullable=False),
+    Column("public_pem", Text, nullable=False),
+    ts("created_at"),
+    Index("ix_signing_keys_purpose_created_at", "purpose", "created_at"),
+)
+
+telemetry_sources = Table(
+    "telemetry_sources",
+    metadata,
+    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("watermark", BigInteger, nullable=False),
+    ts("updated_at"),
+    PrimaryKeyConstraint("member_id", "source"),
+    CheckConstraint("kind IN ('tfevents', 'jsonl')", name="kind"),
+)
+
+telemetry_members = Table(  # what each member's collector reported and what was stored
+    "telemetry_members",
+    metadata,
+    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), primary_key=True),
+    Column("points", BigInteger, nullable=False, server_default="0"),
+    Column("duplicates", BigInteger, nullable=False, server_default="0"),
+    Column("corrupt_records", BigInteger, nullable=False, server_default="0"),
+    Column("dropped_records", BigInteger, nullable=False, server_default="0"),
+    Column("dropped_bytes", BigInteger, nullable=False, server_default="0"),
+    ts("last_batch_at"),
+)
+
+metric_series = Table(
+    "metric_series",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("job_id", Text, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt_id", Text, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
+    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), nullable=False),
+    Column("source", Text, nullable=False),
+    Column("tag", Text, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("last_value", DOUBLE_PRECISION, nullable=False),
+    Column("last_wall", DOUBLE_PRECISION, nullable=False),
+    UniqueConstraint("member_id", "source", "tag"),
+    Index("ix_metric_series_job_id_tag", "job_id", "tag"),
+)
+
+metric_points = Table(  # raw scalars; see the module docstring for why no key
+    "metric_points",
+    metadata,
+    Column("series_id", BigInteger, nullable=False),
+    Column("step", BigInteger, nullable=False),
+    Column("wall_time", DOUBLE_PRECISION, nullable=False),
+    Column("value", DOUBLE_PRECISION, nullable=False),
+    Column("record_offset", BigInteger, nullable=False),
+    Index("ix_metric_points_series_id_step", "series_id", "step"),
+)
+
+metric_rollups = Table(
+    "metric_rollups",
+    metadata,
+    Column("series_id", BigInteger, nullable=False),
+    Column("width", Integer, nullable=False),
+    Column("bucket", BigInteger, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("minimum", DOUBLE_PRECISION, nullable=True),
+    Column("maximum", DOUBLE_PRECISION, nullable=True),
+    Column("total", DOUBLE_PRECISION, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("last", DOUBLE_PRECISION, nullable=False),
+    Column("min_wall", DOUBLE_PRECISION, nullable=False),
+    Column("max_wall", DOUBLE_PRECISION, nullable=False),
+    PrimaryKeyConstraint("series_id", "width", "bucket"),
+)
