@@ -1,0 +1,328 @@
+"""The metrics store on PostgreSQL (``domain.telemetry_ports.MetricsStore``), on asyncpg directly.
+
+Ingest is one transaction per collector batch: lock each source's watermark row, keep only the
+records above it, create missing series, COPY the raw points (sorted by series and step: the
+B-tree index grows at its right edge, see shared perf notes), merge the batch's rollups into
+``metric_rollups`` with one ``INSERT … ON CONFLICT DO UPDATE`` over arrays, update the series'
+latest values and raise the watermarks. A resent batch therefore stores nothing twice.
+
+Queries read at most one row per bucket. asyncpg prepares statements; after five executions
+PostgreSQL may switch a prepared statement to a generic plan, which is much slower for these
+range queries, so the pool sets ``plan_cache_mode = force_custom_plan``.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from adapters.postgres.engine import plain_url
+from domain.lifecycle import AttemptState
+from domain.telemetry import (
+    Appended,
+    Bucket,
+    MemberScope,
+    SourceBatch,
+    View,
+    point_bucket,
+    rollup,
+)
+from domain.telemetry_ports import (
+    CollectorCounters,
+    MemberStatus,
+    RawPoint,
+    SeriesInfo,
+    TelemetryCounts,
+)
+
+ENDED = {AttemptState.SUCCEEDED.value, AttemptState.FAILED.value, AttemptState.CANCELLED.value}
+_NO_STEP = 2**63 - 1
+
+_MERGE_ROLLUPS = """
+INSERT INTO metric_rollups AS r (series_id, width, bucket, first_step, last_step, minimum,
+    maximum, total, count, last, min_wall, max_wall)
+SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[],
+    $6::float8[], $7::float8[], $8::float8[], $9::bigint[], $10::float8[], $11::float8[],
+    $12::float8[])
+ON CONFLICT (series_id, width, bucket) DO UPDATE SET
+    first_step = LEAST(r.first_step, EXCLUDED.first_step),
+    last = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last ELSE r.last END,
+    last_step = GREATEST(r.last_step, EXCLUDED.last_step),
+    minimum = LEAST(r.minimum, EXCLUDED.minimum),
+    maximum = GREATEST(r.maximum, EXCLUDED.maximum),
+    total = r.total + EXCLUDED.total,
+    count = r.count + EXCLUDED.count,
+    min_wall = LEAST(r.min_wall, EXCLUDED.min_wall),
+    max_wall = GREATEST(r.max_wall, EXCLUDED.max_wall)
+"""
+
+_UPDATE_SERIES = """
+UPDATE metric_series s SET
+    first_step = LEAST(s.first_step, u.first_step),
+    last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
+    last_wall = CASE WHEN u.last_step >= s.last_step THEN u.last_wall ELSE s.last_wall END,
+    last_step = GREATEST(s.last_step, u.last_step),
+    count = s.count + u.n
+FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[], $6::bigint[])
+    AS u(id, first_step, last_step, last_value, last_wall, n)
+WHERE s.id = u.id
+"""
+
+_COUNTERS = """
+INSERT INTO telemetry_members AS t (member_id, points, duplicates, corrupt_records,
+    dropped_records, dropped_bytes, last_batch_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (member_id) DO UPDATE SET
+    points = t.points + EXCLUDED.points,
+    duplicates = t.duplicates + EXCLUDED.duplicates,
+    corrupt_records = GREATEST(t.corrupt_records, EXCLUDED.corrupt_records),
+    dropped_records = GREATEST(t.dropped_records, EXCLUDED.dropped_records),
+    dropped_bytes = GREATEST(t.dropped_bytes, EXCLUDED.dropped_bytes),
+    last_batch_at = EXCLUDED.last_batch_at
+"""
+
+
+async def create_pool(url: str, *, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
+    pool = await asyncpg.create_pool(
+        plain_url(url),
+        min_size=min_size,
+        max_size=max_size,
+        server_settings={
+            "application_name": "tuneplane-metrics",
+            "plan_cache_mode": "force_custom_plan",
+        },
+    )
+    assert pool is not None
+    return pool
+
+
+class PostgresMetrics:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._series: dict[tuple[str, str, str], int] = {}  # (member, source, tag) -> id
+
+    async def member_status(self, member_id: str) -> MemberStatus | None:
+        row = await self.pool.fetchrow(
+            "SELECT a.job_id, m.attempt_id, m.index, a.state, a.updated_at FROM members m"
+            " JOIN attempts a ON a.id = m.attempt_id WHERE m.id = $1",
+            member_id,
+        )
+        if row is None:
+            return None
+        ended = row["updated_at"] if row["state"] in ENDED else None
+        return MemberStatus(row["job_id"], row["attempt_id"], row["index"], row["state"], ended)
+
+    async def append(
+        self,
+        scope: MemberScope,
+        batches: Sequence[SourceBatch],
+        counters: CollectorCounters,
+        now: datetime,
+    ) -> Appended:
+        accepted = duplicates = 0
+        async with self.pool.acquire() as conn, conn.transaction():
+            kept: list[tuple[SourceBatch, int]] = []
+            marks: list[tuple[str, int]] = []
+            for batch in sorted(batches, key=lambda b: b.source):  # one lock order everywhere
+                mark = await self._watermark(conn, scope.member_id, batch)
+                cut = bisect.bisect_right(batch.offsets, mark)
+                duplicates += cut
+                if cut < len(batch):
+                    kept.append((batch, cut))
+                    marks.append((batch.source, batch.offsets[-1]))
+            if kept:
+                accepted = await self._store(conn, scope, kept)
+                await conn.execute(
+                    "UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $2"
+                    " FROM unnest($3::text[], $4::bigint[]) AS u(source, mark)"
+                    " WHERE t.member_id = $1 AND t.source = u.source",
+                    scope.member_id,
+                    now,
+                    [s for s, _ in marks],
+                    [m for _, m in marks],
+                )
+            await conn.execute(
+                _COUNTERS,
+                scope.member_id,
+                accepted,
+                duplicates,
+                counters.corrupt_records,
+                counters.dropped_records,
+                counters.dropped_bytes,
+                now,
+            )
+        return Appended(accepted, duplicates)
+
+    async def _watermark(self, conn: Any, member_id: str, batch: SourceBatch) -> int:
+        await conn.execute(
+            "INSERT INTO telemetry_sources (member_id, source, kind, watermark, updated_at)"
+            " VALUES ($1, $2, $3, -1, now()) ON CONFLICT DO NOTHING",
+            member_id,
+            batch.source,
+            batch.kind,
+        )
+        mark: int = await conn.fetchval(
+            "SELECT watermark FROM telemetry_sources WHERE member_id = $1 AND source = $2"
+            " FOR UPDATE",
+            member_id,
+            batch.source,
+        )
+        return mark
+
+    async def _store(
+        self, conn: Any, scope: MemberScope, kept: list[tuple[SourceBatch, int]]
+    ) -> int:
+        ids = await self._series_ids(conn, scope, kept)
+        rows: list[tuple[int, int, float, float, int]] = []
+        for batch, cut in kept:
+            source = batch.source
+            for i in range(cut, len(batch)):
+                rows.append(
+                    (
+                        ids[(source, batch.tags[i])],
+                        batch.steps[i],
+                        batch.walls[i],
+                        batch.values[i],
+                        batch.offsets[i],
+                    )
+                )
+        rows.sort(key=lambda r: (r[0], r[1]))
+        await conn.copy_records_to_table(
+            "metric_points",
+            records=rows,
+            columns=["series_id", "step", "wall_time", "value", "record_offset"],
+        )
+        tiers = rollup((r[0], r[1], r[2], r[3]) for r in rows)
+        columns: list[list[Any]] = [[] for _ in range(12)]
+        for width, buckets in tiers.items():
+            for (series, bucket), b in buckets.items():
+                for column, value in zip(
+                    columns,
+                    (series, width, bucket, b.first_step, b.last_step, b.minimum, b.maximum,
+                     b.total, b.count, b.last, b.min_wall, b.max_wall),
+                    strict=True,
+                ):  # fmt: skip
+                    column.append(value)
+        await conn.execute(_MERGE_ROLLUPS, *columns)
+        await conn.execute(_UPDATE_SERIES, *_latest(rows))
+        return len(rows)
+
+    async def _series_ids(
+        self, conn: Any, scope: MemberScope, kept: list[tuple[SourceBatch, int]]
+    ) -> dict[tuple[str, str], int]:
+        wanted = {(b.source, b.tags[i]) for b, cut in kept for i in range(cut, len(b))}
+        member = scope.member_id
+        missing = [k for k in wanted if (member, *k) not in self._series]
+        if missing:
+            await conn.execute(
+                "INSERT INTO metric_series (job_id, attempt_id, member_id, source, tag,"
+                " first_step, last_step, count, last_value, last_wall)"
+                " SELECT $1, $2, $3, u.source, u.tag, $6, -1, 0, 'NaN', 0"
+                " FROM unnest($4::text[], $5::text[]) AS u(source, tag)"
+                " ON CONFLICT (member_id, source, tag) DO NOTHING",
+                scope.job_id,
+                scope.attempt_id,
+                member,
+                [s for s, _ in missing],
+                [t for _, t in missing],
+                _NO_STEP,
+            )
+            found = await conn.fetch(
+                "SELECT s.id, s.source, s.tag FROM metric_series s"
+                " JOIN unnest($2::text[], $3::text[]) AS u(source, tag)"
+                " ON s.source = u.source AND s.tag = u.tag WHERE s.member_id = $1",
+                member,
+                [s for s, _ in missing],
+                [t for _, t in missing],
+            )
+            for row in found:
+                self._series[(member, row["source"], row["tag"])] = row["id"]
+        return {k: self._series[(member, *k)] for k in wanted}
+
+    async def series(self, job_id: str, tags: Sequence[str] | None = None) -> list[SeriesInfo]:
+        rows = await self.pool.fetch(
+            "SELECT s.id, s.attempt_id, a.number, s.member_id, m.index, s.source, s.tag,"
+            " s.first_step, s.last_step, s.count, s.last_value, s.last_wall"
+            " FROM metric_series s JOIN attempts a ON a.id = s.attempt_id"
+            " JOIN members m ON m.id = s.member_id"
+            " WHERE s.job_id = $1 AND s.count > 0 AND ($2::text[] IS NULL OR s.tag = ANY($2))"
+            " ORDER BY s.tag, a.number, m.index, s.source",
+            job_id,
+            list(tags) if tags is not None else None,
+        )
+        return [SeriesInfo(*row.values()) for row in rows]
+
+    async def view(self, series_id: int, view: View) -> list[Bucket]:
+        if view.raw:
+            rows = await self.pool.fetch(
+                "SELECT DISTINCT ON (step) step, wall_time, value FROM metric_points"
+                " WHERE series_id = $1 AND step BETWEEN $2 AND $3"
+                " ORDER BY step, record_offset DESC",
+                series_id,
+                view.start,
+                view.end,
+            )
+            return [point_bucket(r["step"], r["wall_time"], r["value"], 1) for r in rows]
+        rows = await self.pool.fetch(
+            "SELECT bucket, first_step, last_step, minimum, maximum, total, count, last,"
+            " min_wall, max_wall FROM metric_rollups"
+            " WHERE series_id = $1 AND width = $2 AND bucket BETWEEN $3 AND $4 ORDER BY bucket",
+            series_id,
+            view.width,
+            view.start // view.width,
+            view.end // view.width,
+        )
+        return [Bucket(*row.values()) for row in rows]
+
+    async def raw(
+        self, series_id: int, start: int, end: int, after_offset: int, limit: int
+    ) -> list[RawPoint]:
+        rows = await self.pool.fetch(
+            "SELECT step, wall_time, value, record_offset FROM metric_points"
+            " WHERE series_id = $1 AND step BETWEEN $2 AND $3"
+            " AND (step > $2 OR record_offset > $4)"
+            " ORDER BY step, record_offset LIMIT $5",
+            series_id,
+            start,
+            end,
+            after_offset,
+            limit,
+        )
+        return [RawPoint(*row.values()) for row in rows]
+
+    async def counts(self, job_id: str) -> list[TelemetryCounts]:
+        rows = await self.pool.fetch(
+            "SELECT t.member_id, t.points, t.duplicates, t.corrupt_records, t.dropped_records,"
+            " t.dropped_bytes FROM telemetry_members t JOIN members m ON m.id = t.member_id"
+            " JOIN attempts a ON a.id = m.attempt_id WHERE a.job_id = $1"
+            " ORDER BY a.number, m.index",
+            job_id,
+        )
+        return [TelemetryCounts(*row.values()) for row in rows]
+
+
+def _latest(rows: list[tuple[int, int, float, float, int]]) -> list[list[Any]]:
+    """Per series of a batch (``rows`` sorted by series and step, record order within a step):
+    first step, last step with its value and time, number of points."""
+    ids: list[int] = []
+    first: list[int] = []
+    last: list[int] = []
+    values: list[float] = []
+    walls: list[float] = []
+    counts: list[int] = []
+    for series, step, wall, value, _ in rows:
+        if not ids or ids[-1] != series:
+            ids.append(series)
+            first.append(step)
+            last.append(step)
+            values.append(value)
+            walls.append(wall)
+            counts.append(1)
+            continue
+        last[-1], values[-1], walls[-1] = step, value, wall
+        counts[-1] += 1
+    return [ids, first, last, values, walls, counts]

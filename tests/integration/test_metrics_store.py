@@ -1,0 +1,184 @@
+"""The PostgreSQL metrics store: exactly-once ingest by watermark, rollups equal to a brute-force
+aggregation, bounded views that keep every bucket's extremes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.uow import PostgresUnitOfWork
+from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
+from domain.telemetry_ports import CollectorCounters
+from tests.contract.builders import a_job, a_member, an_attempt
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+NONE = CollectorCounters()
+
+
+@pytest.fixture
+async def store(pg_url: str) -> AsyncIterator[PostgresMetrics]:
+    pool = await create_pool(pg_url)
+    try:
+        yield PostgresMetrics(pool)
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def scopes(pg_engine: AsyncEngine) -> list[MemberScope]:
+    """Two attempts of one job with two members each."""
+    job = a_job()
+    out: list[MemberScope] = []
+    async with PostgresUnitOfWork(pg_engine) as uow:
+        await uow.jobs.add(job)
+        for number in (1, 2):
+            attempt = an_attempt(job, number)
+            await uow.attempts.add(attempt)
+            for index in (0, 1):
+                member = a_member(attempt, index)
+                await uow.members.add(member)
+                out.append(MemberScope(job.id, attempt.id, member.id, index))
+        await uow.commit()
+    return out
+
+
+def batch(source: str, records: list[tuple[int, list[tuple[str, int, float]]]]) -> SourceBatch:
+    """``records``: (offset, [(tag, step, value), ...])."""
+    b = SourceBatch(source, "jsonl", [])
+    for offset, scalars in records:
+        for tag, step, value in scalars:
+            b.tags.append(tag)
+            b.offsets.append(offset)
+            b.steps.append(step)
+            b.walls.append(1000.0 + step)
+            b.values.append(value)
+    return b
+
+
+def loss(offsets: range, source: str = "m.jsonl#0") -> SourceBatch:
+    return batch(source, [(o, [("loss", o, 1.0 / (o + 1)), ("lr", o, 0.1)]) for o in offsets])
+
+
+async def points(store: PostgresMetrics) -> int:
+    return int(await store.pool.fetchval("SELECT count(*) FROM metric_points"))
+
+
+async def test_a_resent_batch_stores_nothing_twice(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    scope = scopes[0]
+    first = await store.append(scope, [loss(range(0, 10))], NONE, NOW)
+    assert (first.accepted, first.duplicates) == (20, 0)
+    again = await store.append(scope, [loss(range(0, 10))], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (0, 20)
+    overlap = await store.append(scope, [loss(range(5, 15))], NONE, NOW)
+    assert (overlap.accepted, overlap.duplicates) == (10, 10)
+    assert await points(store) == 30
+    # the same offsets of another source or member are other records
+    await store.append(scope, [loss(range(0, 10), "other.jsonl#0")], NONE, NOW)
+    await store.append(scopes[1], [loss(range(0, 10))], NONE, NOW)
+    assert await points(store) == 70
+    series = {(s.member_id, s.source, s.tag): s for s in await store.series(scope.job_id)}
+    main = series[(scope.member_id, "m.jsonl#0", "loss")]
+    assert (main.first_step, main.last_step, main.count) == (0, 14, 15)
+    assert main.last_value == pytest.approx(1 / 15)
+    counts = {c.member_id: c for c in await store.counts(scope.job_id)}
+    assert (counts[scope.member_id].points, counts[scope.member_id].duplicates) == (50, 30)
+
+
+async def test_concurrent_resends_store_once(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    results = await asyncio.gather(
+        *(store.append(scopes[0], [loss(range(0, 500))], NONE, NOW) for _ in range(4))
+    )
+    assert sorted(r.accepted for r in results) == [0, 0, 0, 1000]
+    assert await points(store) == 1000
+
+
+async def test_rollups_equal_a_brute_force_aggregation(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    rng = random.Random(7)
+    steps = sorted(rng.sample(range(0, 200_000), 3000))
+    values = [rng.gauss(0, 1) for _ in steps]
+    values[17] = math.nan  # a diverged value is the last of its bucket, never a min or max
+    records = [(i, [("x", s, v)]) for i, (s, v) in enumerate(zip(steps, values, strict=True))]
+    for chunk in range(0, len(records), 700):  # several batches merge into the same buckets
+        part = batch("x.jsonl#0", records[chunk : chunk + 700])
+        await store.append(scopes[0], [part], NONE, NOW)
+    (series,) = await store.series(scopes[0].job_id)
+    for width in TIERS[:5]:
+        expected: dict[int, list[tuple[int, float]]] = {}
+        for s, v in zip(steps, values, strict=True):
+            expected.setdefault(s // width, []).append((s, v))
+        got = await store.view(series.id, View(0, 199_999, width))
+        assert [b.bucket for b in got] == sorted(expected)
+        for b in got:
+            pts = expected[b.bucket]
+            finite = [v for _, v in pts if math.isfinite(v)]
+            assert (b.first_step, b.last_step) == (pts[0][0], pts[-1][0])
+            assert b.count == len(finite)
+            assert b.minimum == (min(finite) if finite else None)
+            assert b.maximum == (max(finite) if finite else None)
+            assert b.total == pytest.approx(sum(finite))
+            assert b.last == pts[-1][1] or (math.isnan(b.last) and math.isnan(pts[-1][1]))
+
+
+async def test_a_bounded_view_keeps_a_single_spike(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    n = 100_000
+    b = SourceBatch("spike.jsonl#0", "jsonl", ["x"] * n)
+    b.offsets, b.steps = list(range(n)), list(range(n))
+    b.walls, b.values = [float(i) for i in range(n)], [0.0] * n
+    b.values[54_321] = 1e6
+    for i in range(0, n, 20_000):
+        part = SourceBatch(b.source, "jsonl", b.tags[i : i + 20_000])
+        part.offsets, part.steps = b.offsets[i : i + 20_000], b.steps[i : i + 20_000]
+        part.walls, part.values = b.walls[i : i + 20_000], b.values[i : i + 20_000]
+        await store.append(scopes[0], [part], NONE, NOW)
+    (series,) = await store.series(scopes[0].job_id)
+    for start, end, n_points in ((0, n - 1, 1000), (50_000, 60_000, 1000), (0, n - 1, 7)):
+        got = await store.view(series.id, plan_view(start, end, n_points))
+        assert 0 < len(got) <= n_points
+        assert max(x.maximum or 0 for x in got) == 1e6
+        assert sum(x.count for x in got) >= end - start + 1
+    window = await store.view(series.id, plan_view(54_000, 54_999, 1000))
+    assert len(window) == 1000 and window[321].last == 1e6  # raw points in a small window
+
+
+async def test_the_raw_inspector_pages_in_step_order(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    await store.append(scopes[0], [loss(range(0, 50))], NONE, NOW)
+    series = {s.tag: s for s in await store.series(scopes[0].job_id)}
+    page = await store.raw(series["loss"].id, 10, 40, -1, 20)
+    assert [p.step for p in page] == list(range(10, 30))
+    rest = await store.raw(series["loss"].id, page[-1].step, 40, page[-1].offset, 20)
+    assert [p.step for p in rest] == list(range(30, 41))
+
+
+async def test_member_status_says_when_the_attempt_ended(
+    store: PostgresMetrics, scopes: list[MemberScope], pg_engine: AsyncEngine
+) -> None:
+    status = await store.member_status(scopes[0].member_id)
+    assert status is not None and status.attempt_ended_at is None
+    assert status.attempt_id == scopes[0].attempt_id and status.member_index == 0
+    await store.pool.execute(
+        "UPDATE attempts SET state = 'failed', updated_at = $2 WHERE id = $1",
+        scopes[0].attempt_id,
+        NOW,
+    )
+    ended = await store.member_status(scopes[0].member_id)
+    assert ended is not None and ended.attempt_ended_at == NOW
+    assert await store.member_status("mem-unknown") is None
