@@ -17,6 +17,7 @@ from domain.ports import (
     Signals,
     UnitOfWorkFactory,
 )
+from domain.telemetry_ports import MetricsStore, TokenSigner
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,12 @@ class Limits:
     max_log_bytes: int = 16 * 1024 * 1024
     stop_grace_seconds: float = 10.0
     list_limit_max: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySettings:
+    token_lifetime: timedelta = timedelta(days=30)
+    grace: timedelta = timedelta(minutes=10)  # after an attempt ended, its tokens still ship
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,9 @@ class Context:
     new_secret: Callable[[], str]
     limits: Limits = Limits()
     signals: Signals = NO_SIGNALS
+    metrics: MetricsStore | None = None  # None: this process serves no metrics
+    tokens: TokenSigner | None = None  # None: members get no collector token
+    telemetry: TelemetrySettings = TelemetrySettings()
 
     def backend(self, name: str) -> ExecutionBackend:
         try:

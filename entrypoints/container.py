@@ -7,20 +7,25 @@ and in-memory adapters. Only entrypoints (the API server, ``tp up``) wire real a
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
+import asyncpg
 from dependency_injector import containers, providers
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.blobs import FilesystemBlobStore
 from adapters.catalog import default_catalog
+from adapters.collector_tokens import CollectorTokens
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.node.backend import NodeBackend
 from adapters.postgres.engine import create_engine
+from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signals import PostgresSignals
+from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
-from application.context import Context
+from application.context import Context, TelemetrySettings
 from domain.ports import NO_SIGNALS, Signals
 from entrypoints.settings import Settings
 
@@ -52,6 +57,20 @@ async def _signals(settings: Settings) -> AsyncIterator[Signals]:
         await signals.close()
 
 
+async def _metrics_pool(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(settings.database_url or "")
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+def _signing_keys(settings: Settings, pool: asyncpg.Pool) -> PostgresSigningKeys:
+    rotate = timedelta(seconds=settings.signing_key_rotate_seconds)
+    lifetime = timedelta(seconds=settings.collector_token_seconds)
+    return PostgresSigningKeys(pool, rotate_after=rotate, keep_for=rotate + lifetime)
+
+
 async def _docker(settings: Settings) -> AsyncIterator[DockerBackend]:
     backend = DockerBackend(settings.docker_host)
     try:
@@ -66,6 +85,8 @@ def _context(
     docker: DockerBackend,
     blobs: FilesystemBlobStore,
     signals: Signals,
+    metrics: PostgresMetrics,
+    tokens: CollectorTokens,
 ) -> Context:
     return Context(
         uow=lambda: PostgresUnitOfWork(engine),
@@ -77,6 +98,12 @@ def _context(
         new_secret=new_secret,
         limits=settings.limits,
         signals=signals,
+        metrics=metrics,
+        tokens=tokens,
+        telemetry=TelemetrySettings(
+            token_lifetime=timedelta(seconds=settings.collector_token_seconds),
+            grace=timedelta(seconds=settings.telemetry_grace_seconds),
+        ),
     )
 
 
@@ -86,6 +113,17 @@ class Container(containers.DeclarativeContainer):
     docker = providers.Resource(_docker, settings=settings)
     signals = providers.Resource(_signals, settings=settings)
     blobs = providers.Singleton(FilesystemBlobStore, root=settings.provided.blob_dir)
+    metrics_pool = providers.Resource(_metrics_pool, settings=settings)
+    metrics = providers.Singleton(PostgresMetrics, pool=metrics_pool)
+    signing_keys = providers.Singleton(_signing_keys, settings=settings, pool=metrics_pool)
+    tokens = providers.Singleton(CollectorTokens, keys=signing_keys)
     context = providers.Singleton(
-        _context, settings=settings, engine=engine, docker=docker, blobs=blobs, signals=signals
+        _context,
+        settings=settings,
+        engine=engine,
+        docker=docker,
+        blobs=blobs,
+        signals=signals,
+        metrics=metrics,
+        tokens=tokens,
     )

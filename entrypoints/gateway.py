@@ -1,12 +1,10 @@
-"""`tp gateway node`: the node control gateway process (gRPC over TLS, writing to PostgreSQL)."""
+"""The gateway processes, gRPC over TLS writing to PostgreSQL: `tp gateway node` (node control)
+and `tp gateway telemetry` (metrics from collectors). Separate processes, ports, credentials."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 import ssl
 from datetime import timedelta
@@ -14,14 +12,20 @@ from pathlib import Path
 
 from grpclib.server import Server
 
+from adapters.collector_tokens import CollectorTokens
 from adapters.grpc.node_gateway import NodeGateway
+from adapters.grpc.telemetry_gateway import TelemetryGateway
+from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.signing_keys import PostgresSigningKeys
+from adapters.system import SystemClock
 from adapters.tls import ensure_dev_pki, server_context
 from application.context import Context
 from application.node_control import ControlSettings, NodeControl
+from application.telemetry import TelemetryIngest
 from domain.errors import TunePlaneError
 from domain.ports import NODE_WORK
 from entrypoints.container import Container
-from entrypoints.server import run_server
+from entrypoints.server import run_server, until_signalled
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane.gateway")
@@ -72,15 +76,7 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             f"(TLS; nodes trust {ca})",
             flush=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        loop_task = asyncio.create_task(gateway.run())
-        await stop.wait()
-        loop_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await loop_task
+        await until_signalled(gateway.run())
     finally:
         if server is not None:
             server.close()
@@ -101,6 +97,57 @@ def run_node_gateway(host: str | None, port: int | None) -> int:
     settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
     try:
         run_server(serve_node_gateway(settings))
+    except TunePlaneError as exc:
+        print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
+        return 1
+    return 0
+
+
+async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
+    """`tp gateway telemetry`: its own process, port and credentials; PostgreSQL only."""
+    if not settings.database_url:
+        raise TunePlaneError(
+            "no database configured", fix="set TUNEPLANE_DATABASE_URL (`tp up` starts one)"
+        )
+    tls, ca = gateway_tls(settings)
+    pool = await create_pool(settings.database_url, max_size=8)
+    server: Server | None = None
+    try:
+        keys = PostgresSigningKeys(pool)
+        ingest = TelemetryIngest(
+            PostgresMetrics(pool),
+            CollectorTokens(keys),
+            SystemClock(),
+            grace=timedelta(seconds=settings.telemetry_grace_seconds),
+        )
+        server = Server([TelemetryGateway(ingest)])
+        host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
+        await server.start(host, port, ssl=tls)
+        print(
+            announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
+            flush=True,
+        )
+        await until_signalled(asyncio.Event().wait())  # serve until told to stop
+    finally:
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+        await pool.close()
+
+
+def run_telemetry_gateway(host: str | None, port: int | None) -> int:
+    import dataclasses
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    settings = Settings()
+    changes: dict[str, object] = {}
+    if host is not None:
+        changes["telemetry_gateway_host"] = host
+    if port is not None:
+        changes["telemetry_gateway_port"] = port
+    settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+    try:
+        run_server(serve_telemetry_gateway(settings))
     except TunePlaneError as exc:
         print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
         return 1

@@ -12,11 +12,8 @@ at the next start.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import signal
 import socket
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -29,7 +26,7 @@ from adapters.node.journal import SqliteJournal
 from adapters.tls import client_context
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError
-from entrypoints.server import run_server
+from entrypoints.server import run_server, until_signalled
 
 log = logging.getLogger("tuneplane.node")
 
@@ -156,19 +153,7 @@ async def serve_daemon(options: DaemonOptions) -> None:
             f"{capacity.gpus} GPUs, {capacity.cpus:g} CPUs, {capacity.memory_mb} MiB)",
             flush=True,
         )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        runner = asyncio.create_task(link.run())
-        stopper = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        for task in (runner, stopper):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        if runner in done:
-            runner.result()  # an unrecoverable error (e.g. the credential was refused)
+        await until_signalled(link.run())  # raises an unrecoverable error (credential refused)
     finally:
         await agent.close()
         await runtime.close()

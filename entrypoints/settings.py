@@ -100,6 +100,23 @@ class Settings:
     credential_grace_seconds: int = field(
         default_factory=lambda: _int("TUNEPLANE_CREDENTIAL_GRACE_SECONDS", 600)
     )
+    # The telemetry gateway and collector tokens (docs/telemetry.md)
+    telemetry_gateway_host: str = field(
+        default_factory=lambda: os.environ.get("TUNEPLANE_TELEMETRY_GATEWAY_HOST", "127.0.0.1")
+    )
+    telemetry_gateway_port: int = field(
+        default_factory=lambda: _int("TUNEPLANE_TELEMETRY_GATEWAY_PORT", 8472)
+    )
+    # how long after its attempt ended a member's collector may still ship what it read
+    telemetry_grace_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_TELEMETRY_GRACE_SECONDS", 600)
+    )
+    collector_token_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_COLLECTOR_TOKEN_SECONDS", 30 * 86400)
+    )
+    signing_key_rotate_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_SIGNING_KEY_ROTATE_SECONDS", 7 * 86400)
+    )
     limits: Limits = field(
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),

@@ -15,14 +15,14 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from grpclib import GRPCError, Status
 from grpclib.server import Stream
 
 from adapters.grpc import node_codec as codec
+from adapters.grpc.errors import bearer, grpc_error
 from adapters.grpc.node_codec import GatewayBody
 from application.enrollment import authenticate_node, enroll
 from application.node_control import NodeControl, Outgoing, Session
-from domain.errors import InvalidInput, NotFound, TunePlaneError, Unauthenticated
+from domain.errors import InvalidInput, NotFound, TunePlaneError
 from domain.node_messages import (
     Heartbeat,
     HeartbeatAck,
@@ -48,21 +48,6 @@ class _Link:
     sources: set[str] = field(default_factory=set)
 
 
-def _status(exc: TunePlaneError) -> Status:
-    if isinstance(exc, Unauthenticated):
-        return Status.UNAUTHENTICATED
-    if isinstance(exc, InvalidInput):
-        return Status.INVALID_ARGUMENT
-    if isinstance(exc, NotFound):
-        return Status.NOT_FOUND
-    return Status.FAILED_PRECONDITION
-
-
-def _error(exc: TunePlaneError) -> GRPCError:
-    text = str(exc) + (f" (fix: {exc.fix})" if exc.fix else "")
-    return GRPCError(_status(exc), text)
-
-
 class NodeGateway(NodeControlBase):
     def __init__(self, control: NodeControl, *, poll: float = 0.5, stop_grace: float = 10.0):
         self.control = control
@@ -86,7 +71,7 @@ class NodeGateway(NodeControlBase):
                 request.address,
             )
         except TunePlaneError as exc:
-            raise _error(exc) from None
+            raise grpc_error(exc) from None
         log.info("node %s enrolled into pool %s", done.node, done.pool)
         await stream.send_message(
             pb.EnrollReply(
@@ -100,10 +85,8 @@ class NodeGateway(NodeControlBase):
     # -- Connect ----------------------------------------------------------------------------
 
     async def Connect(self, stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> None:
-        metadata = dict(stream.metadata or {})
-        auth = str(metadata.get("authorization", ""))
         try:
-            identity = await authenticate_node(self.ctx, auth.removeprefix("Bearer ").strip())
+            identity = await authenticate_node(self.ctx, bearer(stream.metadata))
             first = await stream.recv_message()
             if first is None:
                 return
@@ -112,7 +95,7 @@ class NodeGateway(NodeControlBase):
                 raise InvalidInput("the first message must be Hello", fix="upgrade the daemon")
             session = await self.control.open(identity, hello)
         except TunePlaneError as exc:
-            raise _error(exc) from None
+            raise grpc_error(exc) from None
         session.last_seq = seq
         previous = self.links.pop(session.node, None)
         if previous is not None:  # the node reconnected before we noticed the old stream end

@@ -17,7 +17,7 @@ from entrypoints.cli.client import connect
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 node_app = App(name="node", help="Node daemons: join tokens, running a daemon, fencing.")
 token_app = App(name="token", help="One-time join tokens for new node daemons.")
-gateway_app = App(name="gateway", help="The gateway processes (node control).")
+gateway_app = App(name="gateway", help="The gateway processes (node control, telemetry).")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -167,6 +167,20 @@ def gateway_node(
     from entrypoints.gateway import run_node_gateway
 
     return run_node_gateway(host, port)
+
+
+@gateway_app.command(name="telemetry")
+def gateway_telemetry(
+    *,
+    host: Annotated[str | None, Parameter(help="listen address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, Parameter(help="listen port (default 8472)")] = None,
+) -> int:
+    """Run the telemetry gateway (gRPC over TLS only) against TUNEPLANE_DATABASE_URL: collectors
+    ship members' metrics to it with collector tokens. Its own process, independent of node
+    control; certificates as for `tp gateway node` (docs/telemetry.md)."""
+    from entrypoints.gateway import run_telemetry_gateway
+
+    return run_telemetry_gateway(host, port)
 
 
 def register(app: App) -> None:

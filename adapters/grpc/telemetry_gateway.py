@@ -1,0 +1,77 @@
+"""The telemetry gateway's gRPC service (grpclib, served over TLS only; proto/telemetry.proto).
+
+One ``Append`` stream per member: the token is checked when the stream opens, each batch is
+checked against the token's scope and committed in one transaction, then acknowledged with its
+seq. A refused batch ends the stream with its status (UNAUTHENTICATED, PERMISSION_DENIED,
+INVALID_ARGUMENT) and nothing of it is written.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from grpclib import GRPCError, Status
+from grpclib.server import Stream
+
+from adapters.grpc.errors import bearer, grpc_error
+from application.telemetry import TelemetryIngest
+from domain.errors import InvalidInput, TunePlaneError
+from domain.telemetry import SourceBatch
+from domain.telemetry_ports import CollectorCounters
+from proto import telemetry_pb2 as pb
+from proto.telemetry_grpc import TelemetryBase
+
+log = logging.getLogger("tuneplane.telemetry")
+
+
+def source_batch(message: pb.SourceBatch) -> SourceBatch:
+    names = list(message.tag_names)
+    try:
+        tags = [names[i] for i in message.tag]
+    except IndexError:
+        raise InvalidInput(
+            f"source {message.source!r}: a tag index is outside tag_names",
+            fix="send every tag name a point refers to",
+        ) from None
+    batch = SourceBatch(message.source, message.kind, tags)  # type: ignore[arg-type]
+    batch.offsets = list(message.offset)
+    batch.steps = list(message.step)
+    batch.walls = list(message.wall_time)
+    batch.values = list(message.value)
+    return batch
+
+
+class TelemetryGateway(TelemetryBase):
+    def __init__(self, ingest: TelemetryIngest) -> None:
+        self.ingest = ingest
+        self.batches = 0
+        self.points = 0
+
+    async def Append(self, stream: Stream[pb.Batch, pb.Ack]) -> None:
+        try:
+            claims = await self.ingest.authenticate(bearer(stream.metadata))
+        except TunePlaneError as exc:
+            raise grpc_error(exc) from None
+        last = 0
+        async for message in stream:
+            if message.seq <= last:
+                raise GRPCError(
+                    Status.INVALID_ARGUMENT,
+                    f"batch seq {message.seq} is not above {last} (fix: number batches from 1)",
+                )
+            last = message.seq
+            c = message.counters
+            counters = CollectorCounters(c.corrupt_records, c.dropped_records, c.dropped_bytes)
+            try:
+                batches = [source_batch(s) for s in message.sources]
+                result = await self.ingest.append(
+                    claims, message.attempt, message.member, batches, counters
+                )
+            except TunePlaneError as exc:
+                log.warning("refused a batch for member %s: %s", message.member, exc)
+                raise grpc_error(exc) from None
+            self.batches += 1
+            self.points += result.accepted
+            await stream.send_message(
+                pb.Ack(seq=message.seq, accepted=result.accepted, duplicates=result.duplicates)
+            )
