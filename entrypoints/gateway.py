@@ -3,6 +3,7 @@ and `tp gateway telemetry` (metrics from collectors). Separate processes, ports,
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
