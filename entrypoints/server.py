@@ -116,7 +116,7 @@ def saved_admin_token(state_dir: Path) -> str | None:
     return None
 
 
-async def until_signalled(work: Coroutine[Any, Any, None]) -> None:
+async def until_signalled(work: Coroutine[Any, Any, object]) -> None:
     """Run ``work`` until SIGTERM or SIGINT, then cancel it; an error of ``work`` is raised."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
