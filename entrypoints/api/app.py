@@ -19,6 +19,7 @@ from application.supervisor import Supervisor
 from domain.ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.fleet_routes import FLEET_ROUTES
+from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
@@ -75,7 +76,14 @@ def create_app(
                 await supervisor.close()
                 await supervisor.close_lease()
 
-    protected = [*PROTECTED, *SCHEDULING_ROUTES, *FLEET_ROUTES, *POLICY_ROUTES, *NODE_ROUTES]
+    protected = [
+        *PROTECTED,
+        *SCHEDULING_ROUTES,
+        *FLEET_ROUTES,
+        *POLICY_ROUTES,
+        *NODE_ROUTES,
+        *METRICS_ROUTES,
+    ]
     for handler in protected:
         handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}

@@ -20,6 +20,7 @@ from entrypoints.cli import (
     experiments,
     fleet,
     fleet_check,  # noqa: F401  (registers `tp fleet check` on the fleet app)
+    job_metrics,  # noqa: F401  (registers `tp job metrics` on the job app)
     jobs,
     nodes,
     output,

@@ -1,0 +1,160 @@
+"""Reading a job's metrics: canonical curves, the raw scalar inspector, the latest values.
+
+*Canonical* metrics are the recipe's primary metrics (every metric when it declares none) as
+reported by member 0 of each attempt: training code logs on rank 0. A curve overlays the
+attempts and also merges them, a later attempt winning over the steps it covers
+(``domain.telemetry.later_attempts_win``). Every read is bounded: at most ``points`` buckets
+per attempt, each read from one rollup row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from application.context import Context
+from application.jobs import get_job
+from domain.auth import Principal
+from domain.errors import InvalidInput, NotFound
+from domain.telemetry import (
+    DEFAULT_POINTS,
+    Bucket,
+    later_attempts_win,
+    plan_view,
+)
+from domain.telemetry_ports import MetricsStore, RawPoint, SeriesInfo, TelemetryCounts
+
+MAX_RAW = 5000
+CANONICAL_MEMBER = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptCurve:
+    attempt: int
+    series: SeriesInfo
+    buckets: list[Bucket]
+    shown: list[tuple[int, int]]  # the step ranges where this attempt is the canonical one
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    tag: str
+    start: int
+    end: int
+    width: int  # steps per bucket (1: raw points)
+    attempts: list[AttemptCurve]
+
+    @property
+    def merged(self) -> list[tuple[int, Bucket]]:
+        """(attempt number, bucket) in step order: per bucket, the latest attempt shown there."""
+        chosen: dict[int, tuple[int, Bucket]] = {}
+        for curve in sorted(self.attempts, key=lambda c: c.attempt):
+            for b in curve.buckets:
+                if any(lo <= b.last_step and b.first_step <= hi for lo, hi in curve.shown):
+                    chosen[b.bucket] = (curve.attempt, b)
+        return [chosen[k] for k in sorted(chosen)]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSummary:
+    primary: tuple[str, ...]
+    series: list[SeriesInfo]  # every series of the job
+    counts: list[TelemetryCounts]
+
+
+def _store(ctx: Context) -> MetricsStore:
+    if ctx.metrics is None:
+        raise NotFound(
+            "this server keeps no metrics", fix="ask the control plane (tp serve / tp up)"
+        )
+    return ctx.metrics
+
+
+async def _primary(ctx: Context, principal: Principal, job_id: str) -> tuple[str, ...]:
+    details = await get_job(ctx, principal, job_id)  # NotFound unless the caller may see it
+    try:
+        return ctx.catalog.method(details.job.spec.method).primary_metrics
+    except InvalidInput:  # a method removed from the catalog since
+        return ()
+
+
+async def summary(ctx: Context, principal: Principal, job_id: str) -> MetricsSummary:
+    primary = await _primary(ctx, principal, job_id)
+    store = _store(ctx)
+    return MetricsSummary(primary, await store.series(job_id), await store.counts(job_id))
+
+
+def canonical_tags(summary: MetricsSummary) -> list[str]:
+    """The recipe's primary metrics that have points, else every tag member 0 reported."""
+    reported = sorted({s.tag for s in summary.series if s.member == CANONICAL_MEMBER})
+    primary = [t for t in summary.primary if t in reported]
+    return primary or reported
+
+
+async def curve(
+    ctx: Context,
+    principal: Principal,
+    job_id: str,
+    tag: str,
+    *,
+    start: int | None = None,
+    end: int | None = None,
+    points: int = DEFAULT_POINTS,
+) -> Curve:
+    await _primary(ctx, principal, job_id)
+    store = _store(ctx)
+    per_attempt: dict[int, SeriesInfo] = {}
+    for s in await store.series(job_id, [tag]):
+        if s.member != CANONICAL_MEMBER:
+            continue
+        best = per_attempt.get(s.attempt)
+        if best is None or s.count > best.count:  # several files of one tag: the fullest
+            per_attempt[s.attempt] = s
+    if not per_attempt:
+        raise NotFound(
+            f"job {job_id} has no metric {tag!r}",
+            fix=f"list its metrics with `tp job metrics {job_id}`",
+            field="tag",
+        )
+    lo = min(s.first_step for s in per_attempt.values()) if start is None else start
+    hi = max(s.last_step for s in per_attempt.values()) if end is None else end
+    view = plan_view(lo, hi, points)
+    shown = later_attempts_win([(n, s.first_step, s.last_step) for n, s in per_attempt.items()])
+    curves = [
+        AttemptCurve(n, s, await store.view(s.id, view), shown[n])
+        for n, s in sorted(per_attempt.items())
+    ]
+    return Curve(tag, view.start, view.end, view.width, curves)
+
+
+async def raw_points(
+    ctx: Context,
+    principal: Principal,
+    job_id: str,
+    *,
+    attempt: int,
+    member: int,
+    source: str,
+    tag: str,
+    start: int = 0,
+    end: int = 2**63 - 1,
+    after_offset: int = -1,
+    limit: int = 1000,
+) -> tuple[SeriesInfo, list[RawPoint]]:
+    """The raw inspector: one series' points in step order, a page at a time."""
+    if not 1 <= limit <= MAX_RAW:
+        raise InvalidInput(
+            f"limit {limit} is out of range",
+            fix=f"ask for 1 to {MAX_RAW} points and page with the last step and offset",
+            field="limit",
+        )
+    await _primary(ctx, principal, job_id)
+    store = _store(ctx)
+    for s in await store.series(job_id, [tag]):
+        if (s.attempt, s.member, s.source) == (attempt, member, source):
+            return s, await store.raw(s.id, start, end, after_offset, limit)
+    raise NotFound(
+        f"job {job_id} has no series {tag!r} from member {member} of attempt {attempt}"
+        f" in {source!r}",
+        fix=f"list its series with GET /v1/jobs/{job_id}/metrics",
+        field="source",
+    )

@@ -1,0 +1,225 @@
+"""HTTP routes of training metrics: a job's series, bounded curves and the raw inspector.
+
+Values that are not finite (a diverged loss) are JSON ``null``: JSON has no NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import get
+from litestar.datastructures import State
+from litestar.params import Parameter
+from msgspec import Struct
+
+from application import metrics
+from application.context import Context
+from domain.auth import Principal
+from domain.telemetry import DEFAULT_POINTS, MAX_POINTS, Bucket
+from domain.telemetry_ports import SeriesInfo, TelemetryCounts
+from entrypoints.api.problems import responses
+
+Step = Annotated[int | None, Parameter(ge=0, le=2**63 - 1)]
+
+
+class SeriesOut(Struct):
+    attempt: int
+    attempt_id: str
+    member: int
+    member_id: str
+    source: str
+    tag: str
+    first_step: int
+    last_step: int
+    count: int
+    last_value: float
+    last_wall_time: float
+
+
+class CollectorOut(Struct):
+    member_id: str
+    points: int
+    duplicates: int
+    corrupt_records: int
+    dropped_records: int
+    dropped_bytes: int
+
+
+class MetricsOut(Struct):
+    primary: list[str]
+    canonical: list[str]
+    series: list[SeriesOut]
+    collectors: list[CollectorOut]
+
+
+class PointOut(Struct):
+    first_step: int
+    last_step: int
+    min: float | None
+    max: float | None
+    mean: float | None
+    last: float
+    count: int
+    first_wall_time: float
+    last_wall_time: float
+
+
+class MergedPointOut(PointOut):
+    attempt: int
+
+
+class AttemptCurveOut(Struct):
+    attempt: int
+    member_id: str
+    source: str
+    shown: list[tuple[int, int]]
+    points: list[PointOut]
+
+
+class CurveOut(Struct):
+    tag: str
+    start: int
+    end: int
+    width: int
+    attempts: list[AttemptCurveOut]
+    merged: list[MergedPointOut]
+
+
+class RawPointOut(Struct):
+    step: int
+    wall_time: float
+    value: float
+    offset: int
+
+
+class RawOut(Struct):
+    series: SeriesOut
+    points: list[RawPointOut]
+    next_start: int | None
+    next_after_offset: int | None
+
+
+def _series_out(s: SeriesInfo) -> SeriesOut:
+    return SeriesOut(
+        s.attempt, s.attempt_id, s.member, s.member_id, s.source, s.tag, s.first_step,
+        s.last_step, s.count, s.last_value, s.last_wall,
+    )  # fmt: skip
+
+
+def _point(b: Bucket) -> PointOut:
+    return PointOut(
+        b.first_step, b.last_step, b.minimum, b.maximum, b.mean, b.last, b.count, b.min_wall,
+        b.max_wall,
+    )  # fmt: skip
+
+
+def _collector_out(c: TelemetryCounts) -> CollectorOut:
+    return CollectorOut(
+        c.member_id, c.points, c.duplicates, c.corrupt_records, c.dropped_records, c.dropped_bytes
+    )
+
+
+def _merged(attempt: int, b: Bucket) -> MergedPointOut:
+    return MergedPointOut(
+        b.first_step, b.last_step, b.minimum, b.maximum, b.mean, b.last, b.count, b.min_wall,
+        b.max_wall, attempt,
+    )  # fmt: skip
+
+
+def _ctx(state: State) -> Context:
+    ctx: Context = state.ctx
+    return ctx
+
+
+@get(
+    "/v1/jobs/{job_id:str}/metrics",
+    responses=responses(400, 401, 404),
+    summary="A job's metric series, its canonical metrics and its collectors' counters",
+)
+async def job_metrics(job_id: str, state: State, principal: Principal) -> MetricsOut:
+    found = await metrics.summary(_ctx(state), principal, job_id)
+    return MetricsOut(
+        list(found.primary),
+        metrics.canonical_tags(found),
+        [_series_out(s) for s in found.series],
+        [_collector_out(c) for c in found.counts],
+    )
+
+
+@get(
+    "/v1/jobs/{job_id:str}/metrics/curve",
+    responses=responses(400, 401, 404),
+    summary="One canonical metric over a step range, at most `points` buckets per attempt",
+)
+async def job_curve(
+    job_id: str,
+    state: State,
+    principal: Principal,
+    tag: Annotated[str, Parameter(min_length=1, max_length=256)],
+    start: Step = None,
+    end: Step = None,
+    points: Annotated[int, Parameter(ge=1, le=MAX_POINTS)] = DEFAULT_POINTS,
+) -> CurveOut:
+    c = await metrics.curve(
+        _ctx(state), principal, job_id, tag, start=start, end=end, points=points
+    )
+    return CurveOut(
+        c.tag,
+        c.start,
+        c.end,
+        c.width,
+        [
+            AttemptCurveOut(
+                a.attempt,
+                a.series.member_id,
+                a.series.source,
+                a.shown,
+                [_point(b) for b in a.buckets],
+            )
+            for a in c.attempts
+        ],
+        [_merged(n, b) for n, b in c.merged],
+    )
+
+
+@get(
+    "/v1/jobs/{job_id:str}/metrics/raw",
+    responses=responses(400, 401, 404),
+    summary="Raw scalars of one series (attempt, member, source, tag), a page at a time",
+)
+async def job_raw_metrics(
+    job_id: str,
+    state: State,
+    principal: Principal,
+    attempt: Annotated[int, Parameter(ge=1)],
+    source: Annotated[str, Parameter(min_length=1, max_length=512)],
+    tag: Annotated[str, Parameter(min_length=1, max_length=256)],
+    member: Annotated[int, Parameter(ge=0)] = 0,
+    start: Annotated[int, Parameter(ge=0)] = 0,
+    end: Annotated[int, Parameter(ge=0)] = 2**63 - 1,
+    after_offset: Annotated[int, Parameter(ge=-1)] = -1,
+    limit: Annotated[int, Parameter(ge=1, le=metrics.MAX_RAW)] = 1000,
+) -> RawOut:
+    series, points = await metrics.raw_points(
+        _ctx(state),
+        principal,
+        job_id,
+        attempt=attempt,
+        member=member,
+        source=source,
+        tag=tag,
+        start=start,
+        end=end,
+        after_offset=after_offset,
+        limit=limit,
+    )
+    full = len(points) == limit
+    return RawOut(
+        _series_out(series),
+        [RawPointOut(p.step, p.wall_time, p.value, p.offset) for p in points],
+        points[-1].step if full else None,
+        points[-1].offset if full else None,
+    )
+
+
+METRICS_ROUTES = [job_metrics, job_curve, job_raw_metrics]
