@@ -1,0 +1,155 @@
+"""The metrics routes in-process (an ASGI client) over PostgreSQL: canonical curves
+across attempts, bounded answers, the raw inspector's pages, visibility and bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.uow import PostgresUnitOfWork
+from application.auth import bootstrap_admin, create_token
+from application.context import Context
+from domain.auth import Role, User
+from domain.telemetry import MemberScope, SourceBatch
+from domain.telemetry_ports import CollectorCounters
+from entrypoints.api.app import create_app
+from tests.contract.builders import a_job, a_member, an_attempt
+from tests.support.context import memory_context
+
+pytestmark = pytest.mark.integration
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def points(source: str, tag: str, steps: range, value: float) -> SourceBatch:
+    b = SourceBatch(source, "tfevents", [tag] * len(steps))
+    b.offsets = [s * 50 for s in steps]
+    b.steps = list(steps)
+    b.walls = [1.7e9 + s for s in steps]
+    b.values = [value] * len(steps)
+    return b
+
+
+@pytest.fixture
+async def setup(tmp_path: Path, pg_url: str, pg_engine: AsyncEngine) -> AsyncIterator[Any]:
+    pool = await create_pool(pg_url)
+    store = PostgresMetrics(pool)
+    ctx = dataclasses.replace(
+        memory_context(tmp_path), uow=lambda: PostgresUnitOfWork(pg_engine), metrics=store
+    )
+    admin = await bootstrap_admin(ctx)
+    job = a_job(owner="alice")
+    async with ctx.uow() as uow:
+        for name in ("alice", "bob"):
+            await uow.policy.put_user(User(name, Role.MEMBER, ("default",), created_at=NOW))
+        await uow.jobs.add(job)
+        scopes = []
+        for number in (1, 2):
+            attempt = an_attempt(job, number)
+            await uow.attempts.add(attempt)
+            for index in (0, 1):
+                member = a_member(attempt, index)
+                await uow.members.add(member)
+                scopes.append(MemberScope(job.id, attempt.id, member.id, index))
+        await uow.commit()
+    none = CollectorCounters()
+    await store.append(scopes[0], [points("ev#0", "loss", range(0, 1000), 1.0)], none, NOW)
+    await store.append(scopes[1], [points("ev#0", "other", range(0, 10), 5.0)], none, NOW)
+    resumed = points("ev#0", "loss", range(500, 800), 2.0)
+    resumed.values[-1] = float("nan")
+    await store.append(scopes[2], [resumed], CollectorCounters(3, 0, 17), NOW)
+    app = create_app(ctx, supervise=False)
+    # httpx's ASGI transport runs the app on this test's event loop (the database pools are
+    # bound to it); litestar's test client would run it on a loop of its own
+    transport = httpx.ASGITransport(app=app)
+    headers = {"Authorization": f"Bearer {admin}"}
+    async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
+        yield c, ctx, job.id
+    await pool.close()
+
+
+async def test_the_summary_names_canonical_metrics_and_counters(setup: Any) -> None:
+    client, _, job_id = setup
+    r = await client.get(f"/v1/jobs/{job_id}/metrics")
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["canonical"] == ["loss"]  # member 1's metric is not canonical
+    assert {(s["attempt"], s["member"], s["tag"]) for s in body["series"]} == {
+        (1, 0, "loss"),
+        (1, 1, "other"),
+        (2, 0, "loss"),
+    }
+    resumed = next(s for s in body["series"] if s["attempt"] == 2)
+    assert (resumed["first_step"], resumed["last_step"], resumed["count"]) == (500, 799, 300)
+    assert resumed["last_value"] is None  # NaN is JSON null
+    counters = {c["member_id"]: c for c in body["collectors"]}
+    assert sorted((c["corrupt_records"], c["dropped_bytes"]) for c in counters.values()) == [
+        (0, 0),
+        (0, 0),
+        (3, 17),
+    ]
+
+
+async def test_a_curve_is_bounded_and_a_later_attempt_wins_its_steps(setup: Any) -> None:
+    client, _, job_id = setup
+    r = await client.get(f"/v1/jobs/{job_id}/metrics/curve", params={"tag": "loss", "points": 100})
+    assert r.status_code == 200, r.text
+    curve = r.json()
+    assert (curve["start"], curve["end"]) == (0, 999)
+    assert curve["width"] == 64 and len(curve["merged"]) <= 100
+    assert [a["attempt"] for a in curve["attempts"]] == [1, 2]
+    assert curve["attempts"][0]["shown"] == [[0, 499], [800, 999]]
+    by_step = {p["first_step"]: p for p in curve["merged"]}
+    assert by_step[0]["attempt"] == 1 and by_step[0]["max"] == 1.0
+    assert by_step[576]["attempt"] == 2 and by_step[576]["max"] == 2.0
+    assert by_step[960]["attempt"] == 1
+    assert sum(p["count"] for p in curve["attempts"][0]["points"]) == 1000
+    # a zoom window small enough for raw points
+    r = await client.get(
+        f"/v1/jobs/{job_id}/metrics/curve", params={"tag": "loss", "start": 490, "end": 509}
+    )
+    zoom = r.json()
+    assert zoom["width"] == 1
+    assert [(p["first_step"], p["attempt"], p["last"]) for p in zoom["merged"]][9:11] == [
+        (499, 1, 1.0),
+        (500, 2, 2.0),
+    ]
+
+
+async def test_the_raw_inspector_pages_through_one_series(setup: Any) -> None:
+    client, _, job_id = setup
+    params: dict[str, Any] = {"attempt": 2, "member": 0, "source": "ev#0", "tag": "loss"}
+    seen: list[int] = []
+    while True:
+        r = await client.get(f"/v1/jobs/{job_id}/metrics/raw", params={**params, "limit": 128})
+        assert r.status_code == 200, r.text
+        page = r.json()
+        seen += [p["step"] for p in page["points"]]
+        if page["next_start"] is None:
+            break
+        params.update(start=page["next_start"], after_offset=page["next_after_offset"])
+    assert seen == list(range(500, 800))
+
+
+async def test_bad_input_and_other_users_get_clear_answers(setup: Any) -> None:
+    client, ctx, job_id = setup
+    base = f"/v1/jobs/{job_id}/metrics"
+    for params in ({"tag": "loss", "points": 0}, {"tag": "loss", "points": 10_001}, {}):
+        assert (await client.get(base + "/curve", params=params)).status_code == 400
+    r = await client.get(base + "/curve", params={"tag": "nope"})
+    assert r.status_code == 404 and "tp job metrics" in r.json()["fix"]
+    r = await client.get(base + "/curve", params={"tag": "loss", "start": 10, "end": 5})
+    assert r.status_code == 422 and "start <= end" in r.json()["fix"]
+    r = await client.get(base + "/raw", params={"attempt": 1, "source": "x", "tag": "loss"})
+    assert r.status_code == 404 and r.json()["field"] == "source"
+    bob = {"Authorization": f"Bearer {await create_token(ctx, 'bob')}"}
+    assert (await client.get(base, headers=bob)).status_code == 404
+    alice = {"Authorization": f"Bearer {await create_token(ctx, 'alice')}"}
+    assert (await client.get(base, headers=alice)).status_code == 200
