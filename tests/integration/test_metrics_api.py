@@ -16,7 +16,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from application.auth import bootstrap_admin, create_token
-from application.context import Context
 from domain.auth import Role, User
 from domain.telemetry import MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
