@@ -27,7 +27,7 @@ from domain.node_messages import (
     SourceChunk,
     Vote,
 )
-from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime
+from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
 from domain.node_protocol import (
     LIVE_PHASES,
     Command,
@@ -55,6 +55,7 @@ class NodeAgent:
         *,
         log_limit: int = 16 * 1024 * 1024,
         sources_kept: int = 4,
+        feed: MetricsFeed | None = None,
     ) -> None:
         self.node = node
         self.journal = journal
@@ -70,6 +71,7 @@ class NodeAgent:
         self.orphans: dict[str, str] = {}  # containers of this node the journal does not hold
         self._followers: dict[str, asyncio.Task[None]] = {}  # live output, per member
         self.flush_seconds = 0.5
+        self.feed = feed  # tells the host's collector which members to collect
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -112,6 +114,7 @@ class NodeAgent:
         self.orphans = {m: c for m, c in held.items() if m not in known}
         for member_id, cid in self.orphans.items():
             log.warning("container %s of member %s is not in the journal", cid, member_id)
+        await self._feed()
 
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
         entries = await asyncio.to_thread(self.journal.entries)
@@ -282,6 +285,8 @@ class NodeAgent:
         if entry is not None:
             await asyncio.to_thread(self.journal.delete, member_id)
         self._locks.pop(member_id, None)
+        if self.feed is not None:
+            await asyncio.to_thread(self.feed.forgotten, member_id)
         follower = self._followers.pop(member_id, None)
         if follower is not None:
             follower.cancel()
@@ -317,6 +322,12 @@ class NodeAgent:
                     if current is not None and current.phase in LIVE_PHASES:
                         await self._observe(current, current.container_id, report=True)
                         self._follow(current)
+        await self._feed()
+
+    async def _feed(self) -> None:
+        if self.feed is not None:
+            entries = await asyncio.to_thread(self.journal.entries)
+            await asyncio.to_thread(self.feed.sync, entries)
 
     async def _observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
         obs = await self.runtime.observe(cid) if cid else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from application.context import Context
@@ -22,6 +22,7 @@ from application.enrollment import (
     confirm_rotation,
     rotate_credential,
 )
+from application.telemetry import collector_token
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
@@ -46,6 +47,7 @@ from domain.node_protocol import (
 )
 from domain.ports import LAUNCH_NEWS
 from domain.rendezvous import ray_wrap, rendezvous_env
+from domain.telemetry import MemberScope
 
 log = logging.getLogger("tuneplane.gateway")
 
@@ -292,6 +294,18 @@ class NodeControl:
 
     # -- commands ---------------------------------------------------------------------------
 
+    async def _with_token(self, order: PrepareOrder, now: datetime) -> PrepareOrder:
+        """The order with a collector token for its member, when this control plane issues
+        them (the node hands it to its collector, never to the workload)."""
+        if self.ctx.tokens is None:
+            return order
+        ref = order.ref
+        scope = MemberScope(order.job_id, ref.attempt_id, ref.member_id, ref.index)
+        lifetime = self.ctx.telemetry.token_lifetime
+        return replace(
+            order, collector_token=await collector_token(self.ctx.tokens, scope, now, lifetime)
+        )
+
     async def commands(self, sessions: list[Session]) -> dict[str, list[Outgoing]]:
         """What each node must be told now, by node name. One database round trip."""
         works = await self._refresh(sessions)
@@ -307,7 +321,9 @@ class NodeControl:
                 held = session.held.get(mid)
                 cmd = command_for(work.placed, held[1] if held else None, work.placed.ref)
                 if cmd is not None and self._due(session, mid, cmd.kind, now):
-                    order = _order(work) if cmd.kind is CommandKind.PREPARE else None
+                    order = None
+                    if cmd.kind is CommandKind.PREPARE:
+                        order = await self._with_token(_order(work), now)
                     todo.append(Outgoing(cmd, order))
             for mid, (ref, phase) in list(session.held.items()):
                 if mid in known:

@@ -76,6 +76,8 @@ class PrepareOrder:
     members: int
     process_model: str
     check_port: int  # member 0 of a gang: the rendezvous port that must be free; else 0
+    # for the node's collector only, never the workload (docs/telemetry.md); "": no metrics
+    collector_token: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -307,3 +307,16 @@ class MemberRuntime(Protocol):
     def port_free(self, port: int) -> bool:
         """Can a TCP port be bound on this host (a gang's rendezvous port)?"""
         ...
+
+
+class MetricsFeed(Protocol):
+    """Tells the host's collector which members to collect (adapters/node/collector_feed.py).
+
+    ``sync`` is given the journal's entries: members with a collector token that are (or were)
+    started are collected; those that ended are read to their end and then let go.
+    ``forgotten``: a member left the journal (its last lines are still collected).
+    """
+
+    def sync(self, entries: Sequence[JournalEntry]) -> None: ...
+
+    def forgotten(self, member_id: str) -> None: ...

@@ -209,7 +209,7 @@ class SourceChunk(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Prepare(_message.Message):
-    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name")
+    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -230,6 +230,7 @@ class Prepare(_message.Message):
     PROCESS_MODEL_FIELD_NUMBER: _ClassVar[int]
     CHECK_PORT_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    COLLECTOR_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     job_id: str
     image: str
@@ -243,7 +244,8 @@ class Prepare(_message.Message):
     process_model: str
     check_port: int
     node_name: str
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ...) -> None: ...
+    collector_token: str
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ...) -> None: ...
 
 class Commit(_message.Message):
     __slots__ = ("ref",)

@@ -231,6 +231,7 @@ def gateway_message_to(
                 members=body.members,
                 process_model=body.process_model,
                 check_port=body.check_port,
+                collector_token=body.collector_token,
                 node_name=body.node,
             )
         )
@@ -288,6 +289,7 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
             members=p.members,
             process_model=p.process_model,
             check_port=p.check_port,
+            collector_token=p.collector_token,
         )
     elif kind == "commit":
         body = Command(CommandKind.COMMIT, ref_from(m.commit.ref))

@@ -23,7 +23,7 @@ import re
 import shutil
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from adapters.docker.spec import (
     never_started,
     source_tar,
 )
+from adapters.node.collector_feed import METRICS_MOUNT
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
 from domain.node_ports import ProgressCallback
@@ -69,8 +70,10 @@ class NodeExecutor:
         network_mode: str = "host",
         gpu_check: bool = True,
         shared_dir: Path | None = None,
+        metrics_dir: Callable[[str], Path] | None = None,
     ) -> None:
         self.node = node
+        self.metrics_dir = metrics_dir  # a member's metrics directory on this host (collected)
         self.shared_dir = shared_dir  # the site's shared storage on this host, for every member
         self.engine = DockerBackend(docker_host, network_mode=network_mode, init=True, gpus=True)
         self.host = self.engine.host
@@ -148,8 +151,12 @@ class NodeExecutor:
         env.setdefault("TUNEPLANE_JOB_ID", order.job_id)
         env.setdefault("TUNEPLANE_ATTEMPT_ID", ref.attempt_id)
         env.setdefault("TUNEPLANE_MEMBER_INDEX", str(ref.index))
+        binds = [f"{self.shared_dir}:{SHARED_MOUNT}"] if self.shared_dir else []
         if self.shared_dir:
             env["TUNEPLANE_SHARED_DIR"] = SHARED_MOUNT
+        if self.metrics_dir is not None and order.collector_token:
+            binds.append(f"{self.metrics_dir(ref.member_id)}:{METRICS_MOUNT}")
+            env["TUNEPLANE_METRICS_DIR"] = METRICS_MOUNT
         labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
         labels.update({LABEL_NODE: self.node, LABEL_EPOCH: str(ref.epoch)})
         return create_body(
@@ -163,7 +170,7 @@ class NodeExecutor:
             init=self.engine.init,
             host_cpus=await self.engine.host_cpus(),
             device_requests=gpus_by_index(order.gpu_indices) if order.gpu_indices else None,
-            binds=[f"{self.shared_dir}:{SHARED_MOUNT}"] if self.shared_dir else [],
+            binds=binds,
         )
 
     async def _engine_info(self) -> dict[str, Any]:

@@ -100,6 +100,7 @@ def _spec(order: PrepareOrder) -> str:
             "members": order.members,
             "process_model": order.process_model,
             "check_port": order.check_port,
+            "collector_token": order.collector_token,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -145,6 +146,7 @@ def _decode(row: tuple[Any, ...]) -> JournalEntry:
             members=int(s["members"]),
             process_model=str(s["process_model"]),
             check_port=int(s["check_port"]),
+            collector_token=str(s.get("collector_token", "")),  # journals before telemetry
         )
         return JournalEntry(order, Phase(phase), cid, code, reason)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
