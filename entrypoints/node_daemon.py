@@ -12,6 +12,8 @@ at the next start.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -21,17 +23,20 @@ from pathlib import Path
 
 from adapters.grpc.node_client import CREDENTIAL_FILE, NodeLink, load_credential
 from adapters.node.capacity import detect
+from adapters.node.collector_feed import CollectorFeed
 from adapters.node.executor import NodeExecutor
 from adapters.node.journal import SqliteJournal
 from adapters.tls import client_context
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError
+from entrypoints.node_collector import CollectorProcess
 from entrypoints.server import run_server, until_signalled
 
 log = logging.getLogger("tuneplane.node")
 
 JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
 JOURNAL_FILE = "journal.sqlite"
+TELEMETRY_PORT = 8472  # the telemetry gateway's default port
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +53,9 @@ class DaemonOptions:
     memory_mb: int | None = None
     docker_host: str | None = None
     shared_dir: Path | None = None
+    # the telemetry gateway the node's collector ships to, HOST:PORT; None: the --server host
+    # on port 8472; "off": no collector (members get no metrics directory)
+    telemetry_gateway: str | None = None
 
 
 def default_state_dir() -> Path:
@@ -118,8 +126,14 @@ async def serve_daemon(options: DaemonOptions) -> None:
             fix="keep --state-dir outside the shared directory",
             field="shared_dir",
         )
+    telemetry = options.telemetry_gateway or f"{host}:{TELEMETRY_PORT}"
+    feed = CollectorFeed(state_dir / "collector") if telemetry != "off" else None
     runtime = NodeExecutor(
-        name, options.docker_host, gpu_check=capacity.gpus > 0, shared_dir=shared
+        name,
+        options.docker_host,
+        gpu_check=capacity.gpus > 0,
+        shared_dir=shared,
+        metrics_dir=feed.metrics_dir if feed else None,
     )
     link: NodeLink | None = None
 
@@ -128,7 +142,7 @@ async def serve_daemon(options: DaemonOptions) -> None:
             raise ConnectionError("not connected")
         await link.send(body)
 
-    agent = NodeAgent(name, journal, runtime, send)
+    agent = NodeAgent(name, journal, runtime, send, feed=feed)
     address = options.advertise_address or socket.gethostname()
     link = NodeLink(
         host=host,
@@ -153,7 +167,18 @@ async def serve_daemon(options: DaemonOptions) -> None:
             f"{capacity.gpus} GPUs, {capacity.cpus:g} CPUs, {capacity.memory_mb} MiB)",
             flush=True,
         )
-        await until_signalled(link.run())  # raises an unrecoverable error (credential refused)
+        collector = None
+        if feed is not None:
+            split_server(telemetry)  # a clear error now rather than a collector crash loop
+            process = CollectorProcess(state_dir / "collector", telemetry, options.ca)
+            collector = asyncio.create_task(process.run())
+        try:
+            await until_signalled(link.run())
+        finally:
+            if collector is not None:
+                collector.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await collector  # raises an unrecoverable error (credential refused)
     finally:
         await agent.close()
         await runtime.close()

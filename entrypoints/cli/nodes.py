@@ -133,6 +133,13 @@ def run(
     shared_dir: Annotated[
         Path | None, Parameter(help="shared storage on this host, mounted at /shared in members")
     ] = None,
+    telemetry_gateway: Annotated[
+        str | None,
+        Parameter(
+            help="telemetry gateway HOST:PORT for this node's collector (default: the --server "
+            "host, port 8472; off: collect no metrics)"
+        ),
+    ] = None,
 ) -> int:
     """Run a node daemon: connects outbound to the gateway over TLS, runs members as
     containers, keeps a journal. The first start needs --join-token (`tp node token create`)."""
@@ -151,6 +158,7 @@ def run(
         memory_mb=memory_mb,
         docker_host=docker_host,
         shared_dir=shared_dir,
+        telemetry_gateway=telemetry_gateway,
     )
     return run_daemon(options)
 
