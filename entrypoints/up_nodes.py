@@ -1,5 +1,6 @@
-"""`tp up`'s node path: the node control gateway and a node daemon for this machine, each its
-own process, started the way an operator would start them (`tp gateway node`, `tp node run`).
+"""`tp up`'s node path: the node control gateway, the telemetry gateway and a node daemon for
+this machine (with its collector), each its own process, started the way an operator would start
+them (`tp gateway node`, `tp gateway telemetry`, `tp node run`).
 
 The local daemon enrolls once into pool ``local`` (a join token is made for it directly) and
 keeps its journal and credential in ``<state dir>/node``. Stopping `tp up` stops both
@@ -71,12 +72,14 @@ async def _join_token(settings: Settings) -> str:
         await container.shutdown_resources()  # type: ignore[misc]
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 30) -> None:
+def _wait_port(
+    port: int, proc: subprocess.Popen[bytes], log: Path, what: str, timeout: float = 30
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise Unavailable(
-                f"the node gateway exited with {proc.returncode}: "
+                f"the {what} exited with {proc.returncode}: "
                 + log.read_text(errors="replace")[-1500:],
                 fix=f"see {log}",
             )
@@ -84,7 +87,7 @@ def _wait_port(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: flo
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.1)
-    raise Unavailable(f"the node gateway did not listen on {port} in {timeout:.0f} s")
+    raise Unavailable(f"the {what} did not listen on {port} in {timeout:.0f} s")
 
 
 def start_node_path(settings: Settings) -> NodePath:
@@ -95,6 +98,7 @@ def start_node_path(settings: Settings) -> NodePath:
         TUNEPLANE_DATABASE_URL=settings.database_url or "",
         TUNEPLANE_STATE_DIR=str(settings.state_dir),
         TUNEPLANE_NODE_GATEWAY_PORT=str(settings.node_gateway_port),
+        TUNEPLANE_TELEMETRY_GATEWAY_PORT=str(settings.telemetry_gateway_port),
     )
     if settings.docker_host:
         env["DOCKER_HOST"] = settings.docker_host
@@ -104,9 +108,20 @@ def start_node_path(settings: Settings) -> NodePath:
         [*_TP, "gateway", "node"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
     )
     path.procs.append(gateway)
-    _wait_port(settings.node_gateway_port, gateway, log)
+    _wait_port(settings.node_gateway_port, gateway, log, "node gateway")
     where = f"127.0.0.1:{settings.node_gateway_port}"
     path.lines.append(f"node gateway: {where} (TLS; nodes trust {pki.ca.cert}; log {log})")
+    telemetry_log = settings.state_dir / "telemetry-gateway.log"
+    telemetry = subprocess.Popen(
+        [*_TP, "gateway", "telemetry"],
+        env=env,
+        stdout=telemetry_log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    path.procs.append(telemetry)
+    _wait_port(settings.telemetry_gateway_port, telemetry, telemetry_log, "telemetry gateway")
+    metrics_at = f"127.0.0.1:{settings.telemetry_gateway_port}"
+    path.lines.append(f"telemetry gateway: {metrics_at} (TLS; log {telemetry_log})")
     if not asyncio.run(_local_pool_is_node_pool(settings)):
         path.lines.append("no local node daemon: pool local is not a node pool")
         return path
@@ -121,6 +136,7 @@ def start_node_path(settings: Settings) -> NodePath:
         "--advertise-address", "127.0.0.1",
         "--cpus", f"{cpus:g}",
         "--memory-mb", str(memory),
+        "--telemetry-gateway", metrics_at,
     ]  # fmt: skip
     daemon_env = dict(env)
     if not (node_dir / "credential").exists():  # by environment: never on a command line
