@@ -25,11 +25,12 @@ TOKEN = re.compile(r"--token (tp_\S+)")
 class Up:
     def __init__(self, tmp_path: Path, docker_host: str) -> None:
         self.state = tmp_path / "state"
-        self.port, self.gateway_port = free_port(), free_port()
+        self.port, self.gateway_port, self.telemetry_port = free_port(), free_port(), free_port()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
         self.env.update(
             DOCKER_HOST=docker_host,
             TUNEPLANE_NODE_GATEWAY_PORT=str(self.gateway_port),
+            TUNEPLANE_TELEMETRY_GATEWAY_PORT=str(self.telemetry_port),
             TUNEPLANE_HEARTBEAT_SECONDS="1",
             PYTHONUNBUFFERED="1",
         )
