@@ -14,6 +14,7 @@ range queries, so the pool sets ``plan_cache_mode = force_custom_plan``.
 from __future__ import annotations
 
 import bisect
+import io
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -21,16 +22,9 @@ from typing import Any
 import asyncpg
 
 from adapters.postgres.engine import plain_url
+from adapters.postgres.ingest_arrays import COPY_COLUMNS, Points
 from domain.lifecycle import AttemptState
-from domain.telemetry import (
-    Appended,
-    Bucket,
-    MemberScope,
-    SourceBatch,
-    View,
-    point_bucket,
-    rollup,
-)
+from domain.telemetry import Appended, Bucket, MemberScope, SourceBatch, View, point_bucket
 from domain.telemetry_ports import (
     CollectorCounters,
     MemberStatus,
@@ -70,6 +64,18 @@ UPDATE metric_series s SET
 FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[], $6::bigint[])
     AS u(id, first_step, last_step, last_value, last_wall, n)
 WHERE s.id = u.id
+"""
+
+_AGGREGATE_RAW = """
+SELECT step / $4 AS bucket, min(step), max(step),
+    min(value) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')),
+    max(value) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')),
+    coalesce(sum(value) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')), 0),
+    count(*) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')),
+    (array_agg(value ORDER BY step DESC, record_offset DESC))[1],
+    min(wall_time), max(wall_time)
+FROM metric_points WHERE series_id = $1 AND step BETWEEN $2 AND $3
+GROUP BY step / $4 ORDER BY 1
 """
 
 _COUNTERS = """
@@ -177,39 +183,28 @@ class PostgresMetrics:
         self, conn: Any, scope: MemberScope, kept: list[tuple[SourceBatch, int]]
     ) -> int:
         ids = await self._series_ids(conn, scope, kept)
-        rows: list[tuple[int, int, float, float, int]] = []
+        series: list[int] = []
+        steps: list[int] = []
+        walls: list[float] = []
+        values: list[float] = []
+        offsets: list[int] = []
         for batch, cut in kept:
             source = batch.source
-            for i in range(cut, len(batch)):
-                rows.append(
-                    (
-                        ids[(source, batch.tags[i])],
-                        batch.steps[i],
-                        batch.walls[i],
-                        batch.values[i],
-                        batch.offsets[i],
-                    )
-                )
-        rows.sort(key=lambda r: (r[0], r[1]))
-        await conn.copy_records_to_table(
+            series += [ids[(source, tag)] for tag in batch.tags[cut:]]
+            steps += batch.steps[cut:]
+            walls += batch.walls[cut:]
+            values += batch.values[cut:]
+            offsets += batch.offsets[cut:]
+        points = Points.of(series, steps, walls, values, offsets)
+        await conn.copy_to_table(
             "metric_points",
-            records=rows,
-            columns=["series_id", "step", "wall_time", "value", "record_offset"],
+            source=io.BytesIO(points.copy_payload()),
+            columns=COPY_COLUMNS,
+            format="binary",
         )
-        tiers = rollup((r[0], r[1], r[2], r[3]) for r in rows)
-        columns: list[list[Any]] = [[] for _ in range(12)]
-        for width, buckets in tiers.items():
-            for (series, bucket), b in buckets.items():
-                for column, value in zip(
-                    columns,
-                    (series, width, bucket, b.first_step, b.last_step, b.minimum, b.maximum,
-                     b.total, b.count, b.last, b.min_wall, b.max_wall),
-                    strict=True,
-                ):  # fmt: skip
-                    column.append(value)
-        await conn.execute(_MERGE_ROLLUPS, *columns)
-        await conn.execute(_UPDATE_SERIES, *_latest(rows))
-        return len(rows)
+        await conn.execute(_MERGE_ROLLUPS, *points.rollups())
+        await conn.execute(_UPDATE_SERIES, *points.latest())
+        return len(points)
 
     async def _series_ids(
         self, conn: Any, scope: MemberScope, kept: list[tuple[SourceBatch, int]]
@@ -257,6 +252,11 @@ class PostgresMetrics:
         return [SeriesInfo(*row.values()) for row in rows]
 
     async def view(self, series_id: int, view: View) -> list[Bucket]:
+        if not view.raw and not view.stored:  # at most 8 × points raw rows, aggregated
+            rows = await self.pool.fetch(
+                _AGGREGATE_RAW, series_id, view.start, view.end, view.width
+            )
+            return [Bucket(*row.values()) for row in rows]
         if view.raw:
             rows = await self.pool.fetch(
                 "SELECT DISTINCT ON (step) step, wall_time, value FROM metric_points"
@@ -303,26 +303,3 @@ class PostgresMetrics:
             job_id,
         )
         return [TelemetryCounts(*row.values()) for row in rows]
-
-
-def _latest(rows: list[tuple[int, int, float, float, int]]) -> list[list[Any]]:
-    """Per series of a batch (``rows`` sorted by series and step, record order within a step):
-    first step, last step with its value and time, number of points."""
-    ids: list[int] = []
-    first: list[int] = []
-    last: list[int] = []
-    values: list[float] = []
-    walls: list[float] = []
-    counts: list[int] = []
-    for series, step, wall, value, _ in rows:
-        if not ids or ids[-1] != series:
-            ids.append(series)
-            first.append(step)
-            last.append(step)
-            values.append(value)
-            walls.append(wall)
-            counts.append(1)
-            continue
-        last[-1], values[-1], walls[-1] = step, value, wall
-        counts[-1] += 1
-    return [ids, first, last, values, walls, counts]
