@@ -9,6 +9,7 @@ per attempt, each read from one rollup row.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from application.context import Context
@@ -18,6 +19,7 @@ from domain.errors import InvalidInput, NotFound
 from domain.telemetry import (
     DEFAULT_POINTS,
     Bucket,
+    View,
     later_attempts_win,
     plan_view,
 )
@@ -98,8 +100,19 @@ async def curve(
     *,
     start: int | None = None,
     end: int | None = None,
+    start_time: float | None = None,
+    end_time: float | None = None,
     points: int = DEFAULT_POINTS,
 ) -> Curve:
+    """Member 0's series of ``tag`` in each attempt over a step range, or over a wall-time
+    range (each attempt's steps logged in it), at most ``points`` buckets per attempt."""
+    by_time = start_time is not None or end_time is not None
+    if by_time and (start is not None or end is not None):
+        raise InvalidInput(
+            "a curve is asked for by steps or by time, not both",
+            fix="give start/end (steps) or start_time/end_time (seconds since the epoch)",
+            field="start_time",
+        )
     await _primary(ctx, principal, job_id)
     store = _store(ctx)
     per_attempt: dict[int, SeriesInfo] = {}
@@ -115,14 +128,32 @@ async def curve(
             fix=f"list its metrics with `tp job metrics {job_id}`",
             field="tag",
         )
-    lo = min(s.first_step for s in per_attempt.values()) if start is None else start
-    hi = max(s.last_step for s in per_attempt.values()) if end is None else end
+    spans = {n: (s.first_step, s.last_step) for n, s in per_attempt.items()}
+    if by_time:
+        t0 = -math.inf if start_time is None else start_time
+        t1 = math.inf if end_time is None else end_time
+        for n, s in per_attempt.items():
+            found = await store.steps_between(s.id, t0, t1)
+            if found is None:
+                del spans[n]
+            else:
+                spans[n] = found
+        if not spans:
+            return Curve(tag, 0, 0, 1, [])
+        lo, hi = min(a for a, _ in spans.values()), max(b for _, b in spans.values())
+    else:
+        lo = min(a for a, _ in spans.values()) if start is None else start
+        hi = max(b for _, b in spans.values()) if end is None else end
     view = plan_view(lo, hi, points)
     shown = later_attempts_win([(n, s.first_step, s.last_step) for n, s in per_attempt.items()])
-    curves = [
-        AttemptCurve(n, s, await store.view(s.id, view), shown[n])
-        for n, s in sorted(per_attempt.items())
-    ]
+    curves = []
+    for n in sorted(spans):
+        own = view
+        if by_time:  # the same bucket grid, this attempt's steps in the time range only
+            own = View(spans[n][0], spans[n][1], view.width)
+        curves.append(
+            AttemptCurve(n, per_attempt[n], await store.view(per_attempt[n].id, own), shown[n])
+        )
     return Curve(tag, view.start, view.end, view.width, curves)
 
 

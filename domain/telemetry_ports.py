@@ -91,6 +91,13 @@ class MetricsStore(Protocol):
         """At most ``end // width - start // width + 1`` buckets (raw points as 1-step ones)."""
         ...
 
+    async def steps_between(
+        self, series_id: int, start_time: float, end_time: float
+    ) -> tuple[int, int] | None:
+        """The first step logged at or after ``start_time`` and the last at or before
+        ``end_time`` (seconds since the epoch); None when no point falls between."""
+        ...
+
     async def raw(
         self, series_id: int, start: int, end: int, after_offset: int, limit: int
     ) -> list[RawPoint]:

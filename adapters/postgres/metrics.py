@@ -24,7 +24,15 @@ import asyncpg
 from adapters.postgres.engine import plain_url
 from adapters.postgres.ingest_arrays import COPY_COLUMNS, Points
 from domain.lifecycle import AttemptState
-from domain.telemetry import Appended, Bucket, MemberScope, SourceBatch, View, point_bucket
+from domain.telemetry import (
+    STORED_TIERS,
+    Appended,
+    Bucket,
+    MemberScope,
+    SourceBatch,
+    View,
+    point_bucket,
+)
 from domain.telemetry_ports import (
     CollectorCounters,
     MemberStatus,
@@ -76,6 +84,21 @@ SELECT step / $4 AS bucket, min(step), max(step),
     min(wall_time), max(wall_time)
 FROM metric_points WHERE series_id = $1 AND step BETWEEN $2 AND $3
 GROUP BY step / $4 ORDER BY 1
+"""
+
+# A time range → steps, by the finest stored tier's wall-time indexes and at most one bucket's
+# raw points at each end (wall time grows with the step within a series, as writers log).
+_FIRST_STEP_AT = """
+WITH b AS (SELECT first_step, last_step FROM metric_rollups
+    WHERE series_id = $1 AND width = $2 AND max_wall >= $3 ORDER BY max_wall LIMIT 1)
+SELECT min(p.step) FROM metric_points p, b WHERE p.series_id = $1
+    AND p.step BETWEEN b.first_step AND b.last_step AND p.wall_time >= $3
+"""
+_LAST_STEP_AT = """
+WITH b AS (SELECT first_step, last_step FROM metric_rollups
+    WHERE series_id = $1 AND width = $2 AND min_wall <= $3 ORDER BY min_wall DESC LIMIT 1)
+SELECT max(p.step) FROM metric_points p, b WHERE p.series_id = $1
+    AND p.step BETWEEN b.first_step AND b.last_step AND p.wall_time <= $3
 """
 
 _COUNTERS = """
@@ -277,6 +300,16 @@ class PostgresMetrics:
             view.end // view.width,
         )
         return [Bucket(*row.values()) for row in rows]
+
+    async def steps_between(
+        self, series_id: int, start_time: float, end_time: float
+    ) -> tuple[int, int] | None:
+        width = STORED_TIERS[0]
+        lo = await self.pool.fetchval(_FIRST_STEP_AT, series_id, width, start_time)
+        hi = await self.pool.fetchval(_LAST_STEP_AT, series_id, width, end_time)
+        if lo is None or hi is None or lo > hi:
+            return None
+        return int(lo), int(hi)
 
     async def raw(
         self, series_id: int, start: int, end: int, after_offset: int, limit: int

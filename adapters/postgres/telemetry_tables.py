@@ -105,4 +105,7 @@ metric_rollups = Table(
     Column("min_wall", DOUBLE_PRECISION, nullable=False),
     Column("max_wall", DOUBLE_PRECISION, nullable=False),
     PrimaryKeyConstraint("series_id", "width", "bucket"),
+    # a time range → the steps it covers (queries by wall time; rollup rows are few)
+    Index("ix_metric_rollups_series_id_width_max_wall", "series_id", "width", "max_wall"),
+    Index("ix_metric_rollups_series_id_width_min_wall", "series_id", "width", "min_wall"),
 )

@@ -149,7 +149,7 @@ async def job_metrics(job_id: str, state: State, principal: Principal) -> Metric
 @get(
     "/v1/jobs/{job_id:str}/metrics/curve",
     responses=responses(400, 401, 404),
-    summary="One canonical metric over a step range, at most `points` buckets per attempt",
+    summary="One canonical metric over a step or time range, at most `points` buckets per attempt",
 )
 async def job_curve(
     job_id: str,
@@ -158,10 +158,20 @@ async def job_curve(
     tag: Annotated[str, Parameter(min_length=1, max_length=256)],
     start: Step = None,
     end: Step = None,
+    start_time: Annotated[float | None, Parameter(ge=0)] = None,
+    end_time: Annotated[float | None, Parameter(ge=0)] = None,
     points: Annotated[int, Parameter(ge=1, le=MAX_POINTS)] = DEFAULT_POINTS,
 ) -> CurveOut:
     c = await metrics.curve(
-        _ctx(state), principal, job_id, tag, start=start, end=end, points=points
+        _ctx(state),
+        principal,
+        job_id,
+        tag,
+        start=start,
+        end=end,
+        start_time=start_time,
+        end_time=end_time,
+        points=points,
     )
     return CurveOut(
         c.tag,

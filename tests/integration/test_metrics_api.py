@@ -152,3 +152,23 @@ async def test_bad_input_and_other_users_get_clear_answers(setup: Any) -> None:
     assert (await client.get(base, headers=bob)).status_code == 404
     alice = {"Authorization": f"Bearer {await create_token(ctx, 'alice')}"}
     assert (await client.get(base, headers=alice)).status_code == 200
+
+
+async def test_a_curve_over_a_time_range(setup: Any) -> None:
+    client, _, job_id = setup
+    base = f"/v1/jobs/{job_id}/metrics/curve"
+    t = 1.7e9  # each point's wall time is t + its step
+    r = await client.get(base, params={"tag": "loss", "start_time": t + 100, "end_time": t + 199.5})
+    curve = r.json()
+    assert r.status_code == 200, r.text
+    assert [a["attempt"] for a in curve["attempts"]] == [1]  # attempt 2 logged later steps
+    assert [p["first_step"] for p in curve["merged"]] == list(range(100, 200))
+    r = await client.get(base, params={"tag": "loss", "start_time": t + 600, "end_time": t + 650})
+    curve = r.json()
+    assert [a["attempt"] for a in curve["attempts"]] == [1, 2]
+    assert {p["attempt"] for p in curve["merged"]} == {2}
+    assert [p["first_step"] for p in curve["merged"]] == list(range(600, 651))
+    r = await client.get(base, params={"tag": "loss", "start_time": t + 5000})
+    assert r.status_code == 200 and r.json()["attempts"] == []
+    r = await client.get(base, params={"tag": "loss", "start": 1, "start_time": t})
+    assert r.status_code == 422 and r.json()["field"] == "start_time"

@@ -116,6 +116,12 @@ def upgrade() -> None:
         sa.Column("max_wall", DOUBLE_PRECISION(), nullable=False),
         sa.PrimaryKeyConstraint("series_id", "width", "bucket", name=op.f("pk_metric_rollups")),
     )
+    for wall in ("max_wall", "min_wall"):
+        op.create_index(
+            op.f(f"ix_metric_rollups_series_id_width_{wall}"),
+            "metric_rollups",
+            ["series_id", "width", wall],
+        )
 
 
 def downgrade() -> None:
