@@ -33,11 +33,11 @@ log = logging.getLogger("tuneplane.gateway")
 
 
 def gateway_names(settings: Settings) -> list[str]:
-    """Names the dev certificate covers: loopback, this host, and the listen address."""
+    """Names the dev certificate covers: loopback, this host, and both gateways' addresses."""
     names = ["localhost", "127.0.0.1", socket.gethostname()]
-    host = settings.node_gateway_host
-    if host not in ("0.0.0.0", "::", "") and host not in names:
-        names.append(host)
+    for host in (settings.node_gateway_host, settings.telemetry_gateway_host):
+        if host not in ("0.0.0.0", "::", "") and host not in names:
+            names.append(host)
     return names
 
 
