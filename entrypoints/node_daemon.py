@@ -63,15 +63,17 @@ def default_state_dir() -> Path:
     return Path(base) / "tuneplane-node"
 
 
-def split_server(server: str) -> tuple[str, int]:
+def split_server(
+    server: str, flag: str = "--server", what: str = "the node gateway", example: int = 8471
+) -> tuple[str, int]:
     """``HOST:PORT`` (or ``[v6]:PORT``) → (host, port), with an error that shows the form."""
     host, sep, port = server.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise InvalidInput(
-            f"--server {server!r} is not HOST:PORT",
-            fix="pass the node gateway's address, e.g. --server gateway.example.org:8471",
-            field="server",
+            f"{flag} {server!r} is not HOST:PORT",
+            fix=f"pass {what}'s address, e.g. {flag} gateway.example.org:{example}",
+            field=flag.removeprefix("--").replace("-", "_"),
         )
     return host, int(port)
 
@@ -169,7 +171,8 @@ async def serve_daemon(options: DaemonOptions) -> None:
         )
         collector = None
         if feed is not None:
-            split_server(telemetry)  # a clear error now rather than a collector crash loop
+            # a clear error now rather than a collector crash loop
+            split_server(telemetry, "--telemetry-gateway", "the telemetry gateway", TELEMETRY_PORT)
             process = CollectorProcess(state_dir / "collector", telemetry, options.ca)
             collector = asyncio.create_task(process.run())
         try:

@@ -16,6 +16,7 @@ from entrypoints.cli import (
     account,
     admin,
     catalog,
+    collector,
     errors,
     experiments,
     fleet,
@@ -41,6 +42,7 @@ def build_app() -> App:
     account.register(app)
     experiments.register(app)
     catalog.register(app)
+    collector.register(app)
     submit.register(app)
     jobs.register(app)
     fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
