@@ -73,7 +73,7 @@ class Rig:
 
     @property
     def ca(self) -> Path:
-        return self.root / "state" / "pki" / "ca.crt"
+        return ensure_dev_pki(self.root / "state", ["localhost", "127.0.0.1"]).ca.cert
 
     # -- set-up -----------------------------------------------------------------------------
 
