@@ -1,0 +1,84 @@
+"""A job submitted with `tp submit` writes TensorBoard events and JSONL; its curves come back
+through the API and `tp job metrics`, with the values written. The workload never sees the
+collector token."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tensorboardX import SummaryWriter
+
+from tests.e2e.test_node_backend import Factory, cli_for, submit
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+STEPS = 300
+
+
+def loss(step: int) -> float:
+    return 2.0 / (1 + step / 50)
+
+
+def wait_for(ok: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = ok()
+        if last:
+            return last
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}: {last!r}")
+
+
+async def test_a_submitted_job_shows_its_curves(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(1)
+    cli = await cli_for(cluster, tmp_path)
+    exp = cli.cwd / "hello"
+    runs = tmp_path / "runs"
+    with SummaryWriter(str(runs)) as writer:  # the real writer PyTorch users use
+        for step in range(STEPS):
+            writer.add_scalar("train/loss", loss(step), step)
+            writer.add_scalar("train/reward", step * 0.01, step)
+    (event_file,) = runs.glob("*tfevents*")
+    (exp / "events.bin").write_bytes(event_file.read_bytes())
+    lines = [json.dumps({"step": s, "metrics": {"eval/acc": s / 10}}) for s in range(10)]
+    (exp / "eval.jsonl").write_text("\n".join(lines) + "\n")
+    # the job writes its event file in two halves, a second apart, then its JSONL
+    size = len(event_file.read_bytes())
+    command = (
+        'd="$TUNEPLANE_METRICS_DIR"; test -d "$d" || exit 3; '
+        "env | grep -c eyJ; "  # a JWT in the environment would start so
+        f'head -c {size // 2} events.bin > "$d/events.out.tfevents.1.job"; sleep 1; '
+        f'tail -c +{size // 2 + 1} events.bin >> "$d/events.out.tfevents.1.job"; '
+        'cp eval.jsonl "$d/"; sleep 1; echo wrote'
+    )
+    job_id = submit(cli, command, profile="nodes/cpu:0.5")
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert job["state"] == "succeeded", (job, cli("job", "logs", job_id).stdout)
+    log = cli("job", "logs", job_id).stdout
+    assert log.splitlines()[0] == "0" and "wrote" in log  # no token in the workload's env
+
+    def summary() -> dict[str, Any] | None:
+        s = cluster.api("GET", f"/v1/jobs/{job_id}/metrics")
+        counts = {x["tag"]: x["count"] for x in s["series"]}
+        want = {"train/loss": STEPS, "train/reward": STEPS, "eval/acc": 10}
+        return s if counts == want else None
+
+    found = wait_for(summary, 60, "every point of the job's metrics")
+    assert found["canonical"] == ["eval/acc", "train/loss", "train/reward"]
+    assert found["collectors"][0]["corrupt_records"] == 0
+    curve = cluster.api("GET", f"/v1/jobs/{job_id}/metrics/curve?tag=train/loss")
+    assert curve["width"] == 1 and len(curve["merged"]) == STEPS
+    float32 = [p["last"] for p in curve["merged"]]
+    assert float32 == pytest.approx([loss(s) for s in range(STEPS)], rel=1e-6)
+    out = cli("job", "metrics", job_id).stdout
+    row = next(line for line in out.splitlines() if "train/loss" in line)
+    assert str(STEPS - 1) in row and f"{loss(STEPS - 1):.6g}"[:5] in row
+    as_json = json.loads(cli("job", "metrics", job_id, "--json").stdout)
+    assert set(as_json["curves"]) == {"eval/acc", "train/loss", "train/reward"}
