@@ -2,8 +2,12 @@
 
 Reads the members directory (one 0600 JSON file per member, written by the node daemon), tails
 each member's metrics directory into the durable spool and ships it to the telemetry gateway
-with the member's token. A member whose file says ``"ended": true`` is read to its end and
-shipped; then ``<member>.drained`` is written beside its file and the member is let go.
+with the member's token. The directory is read again every poll: a new file starts a member, a
+changed token is used for the next stream, a file that is gone stops the member (its spooled
+records stay). A member whose file says ``"ended": true`` is read to its end and shipped; then
+``<member>.drained`` is written beside its file and the member is let go. A malformed member
+file is reported (once per version of the file) and skipped. Nothing the files or the gateway do
+stops the collector; SIGTERM and SIGINT stop it cleanly (the spool is durable anyway).
 """
 
 from __future__ import annotations
@@ -12,21 +16,26 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import resource
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpclib.client import Channel
 
-from adapters.grpc.telemetry_client import Shipper, Ticket
+from adapters.grpc.telemetry_client import Shipper, Ticket, open_channel
 from adapters.telemetry.spool import Spool
-from adapters.telemetry.tailer import MemberTail
-from adapters.tls import client_context
+from adapters.telemetry.tailer import MemberTail, Progress
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.node_daemon import split_server
 from entrypoints.server import run_server, until_signalled
 
 log = logging.getLogger("tuneplane.collector")
+
+TELEMETRY_PORT = 8472
+DEFAULT_SPOOL_MB = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +44,8 @@ class CollectorOptions:
     members: Path
     gateway: str
     ca: Path
-    max_spool_mb: int = 1024
+    server_name: str | None = None
+    max_spool_mb: int = DEFAULT_SPOOL_MB
     poll: float = 0.5
 
 
@@ -50,25 +60,43 @@ class MemberFile:
     ended: bool
 
 
+_FIELDS = "job, attempt, member (the file's name), index, token, metrics_dir and ended"
+
+
 def read_member_file(path: Path) -> MemberFile:
-    """The member file at ``path``; InvalidInput naming what is wrong with it."""
-    try:
-        body: Any = json.loads(path.read_text())
-        return MemberFile(
-            job=str(body["job"]),
-            attempt=str(body["attempt"]),
-            member=str(body["member"]),
-            index=int(body["index"]),
-            token=str(body["token"]),
-            metrics_dir=Path(str(body["metrics_dir"])),
-            ended=bool(body.get("ended", False)),
+    """The member file at ``path``; InvalidInput naming the file and what is wrong with it."""
+
+    def bad(what: str) -> InvalidInput:
+        return InvalidInput(
+            f"member file {path}: {what}",
+            fix=f"the node daemon writes these files: a JSON object with {_FIELDS}; remove a "
+            "file written by anything else",
         )
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(
-            f"member file {path} is unreadable or malformed ({exc!r})",
-            fix="the node daemon writes these files: a JSON object with job, attempt, member, "
-            "index, token, metrics_dir and ended",
-        ) from None
+
+    try:
+        body: Any = json.loads(path.read_bytes())
+    except OSError as exc:
+        raise bad(f"cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise bad(f"is not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise bad("is not a JSON object")
+    for key in ("job", "attempt", "member", "token", "metrics_dir"):
+        if not isinstance(body.get(key), str) or not body[key]:
+            raise bad(f'"{key}" must be a non-empty string')
+    index, ended = body.get("index"), body.get("ended", False)
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise bad('"index" must be an integer >= 0')
+    if not isinstance(ended, bool):
+        raise bad('"ended" must be true or false')
+    if body["member"] != path.stem:
+        raise bad(f'"member" is {body["member"]!r}, but the file is named {path.name}')
+    if not os.path.isabs(body["metrics_dir"]):
+        raise bad(f'"metrics_dir" {body["metrics_dir"]!r} is not an absolute path')
+    return MemberFile(
+        body["job"], body["attempt"], body["member"], index, body["token"],
+        Path(body["metrics_dir"]), ended,
+    )  # fmt: skip
 
 
 @dataclass
@@ -77,7 +105,7 @@ class _Run:
     tail: MemberTail
     shipper: Shipper
     task: asyncio.Task[None]
-    finished: bool = False  # read to its end after the member ended
+    caught_up: bool = False  # ended, and every source was read to its end
 
 
 @dataclass
@@ -86,23 +114,27 @@ class Collector:
     spool: Spool
     channel: Channel
     runs: dict[str, _Run] = field(default_factory=dict)
-    _complained: dict[Path, float] = field(default_factory=dict)
+    _complained: dict[Path, tuple[float, int]] = field(default_factory=dict)
+    _polling: asyncio.Future[dict[str, Progress]] | None = None
 
     def scan(self) -> dict[str, MemberFile]:
         found: dict[str, MemberFile] = {}
         for path in sorted(self.options.members.glob("*.json")):
             try:
-                mtime = path.stat().st_mtime
-            except OSError:
-                continue
-            try:
+                st = path.stat()
                 f = read_member_file(path)
+            except OSError:
+                continue  # removed while listed
             except TunePlaneError as exc:
-                if self._complained.get(path) != mtime:  # once per version of the file
+                version = (st.st_mtime, st.st_size)
+                if self._complained.get(path) != version:  # once per version of the file
                     log.error("%s (fix: %s)", exc.message, exc.fix)
-                    self._complained[path] = mtime
+                    self._complained[path] = version
                 continue
+            self._complained.pop(path, None)
             if (self.options.members / f"{f.member}.drained").exists():
+                if f.member not in self.runs:
+                    self.spool.forget(f.member)  # a restart between the marker and forgetting
                 continue
             found[f.member] = f
         return found
@@ -117,35 +149,56 @@ class Collector:
                 run.shipper.new_token(f.token)
                 run.file = f
         for member in [m for m in self.runs if m not in files]:
-            await self._stop(member)  # its file is gone: the daemon let it go
+            log.info("member %s: its member file is gone; collecting it stops", member)
+            await self._stop(member)
+        runs = {m: r for m, r in self.runs.items() if not r.caught_up}
+        self._polling = asyncio.ensure_future(asyncio.to_thread(self._poll, runs))
+        progress = await asyncio.shield(self._polling)
+        for member, p in progress.items():
+            run = runs[member]
+            if p.read:
+                run.shipper.wake()
+            run.caught_up = run.file.ended and not p.behind
         for member, run in list(self.runs.items()):
-            if run.finished:
+            if run.file.ended and (run.caught_up or run.shipper.refused):
                 await self._maybe_drained(member, run)
-                continue
-            read = await asyncio.to_thread(run.tail.poll, final=run.file.ended)
-            if run.file.ended and read == 0:
-                run.finished = True
+
+    def _poll(self, runs: dict[str, _Run]) -> dict[str, Progress]:
+        """Every member's new bytes into the spool (in a worker thread)."""
+        out = {}
+        for member, run in runs.items():
+            try:
+                out[member] = run.tail.poll(final=run.file.ended)
+            except Exception:  # the spool's disk full, a bug: log, keep going, try again
+                log.exception("member %s: reading its metrics failed", member)
+                out[member] = Progress(behind=True)
+        return out
 
     def _start(self, f: MemberFile) -> None:
         tail = MemberTail(f.member, f.metrics_dir, self.spool)
         shipper = Shipper(self.channel, self.spool, Ticket(f.attempt, f.member, f.token))
         task = asyncio.create_task(shipper.run())
         self.runs[f.member] = _Run(f, tail, shipper, task)
-        log.info("collecting member %s from %s", f.member, f.metrics_dir)
+        log.info("member %s: collecting %s", f.member, f.metrics_dir)
 
     async def _maybe_drained(self, member: str, run: _Run) -> None:
         pending = await asyncio.to_thread(self.spool.pending, member)
         if pending and run.shipper.refused is None:
-            return
-        if pending:  # refused for good: its attempt ended too long ago
-            self.spool.count(member, "dropped_records", pending)
-            log.error("member %s: %d records not shipped (%s)", member, pending,
-                      run.shipper.refused)  # fmt: skip
+            return  # still shipping
+        if pending:  # the member ended and its token is refused: nothing can ship these
+            log.error(
+                "member %s ended and the gateway refuses its token (%s): %d spooled records "
+                "are given up",
+                member,
+                run.shipper.refused,
+                pending,
+            )
         await self._stop(member)
-        await asyncio.to_thread(self.spool.forget, member)
         marker = self.options.members / f"{member}.drained"
-        marker.write_text("")
-        log.info("member %s collected to its end", member)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.close(fd)
+        await asyncio.to_thread(self.spool.forget, member)
+        log.info("member %s: collected to its end", member)
 
     async def _stop(self, member: str) -> None:
         run = self.runs.pop(member)
@@ -160,36 +213,61 @@ class Collector:
             await asyncio.sleep(self.options.poll)
 
     async def close(self) -> None:
+        if self._polling is not None:  # let a poll in its thread finish its transaction
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._polling
         for member in list(self.runs):
             await self._stop(member)
 
 
+def _more_descriptors() -> None:
+    """One descriptor per source is kept open: raise the soft limit to the hard one."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
+
+
 async def serve_collector(options: CollectorOptions) -> None:
-    host, port = split_server(options.gateway, "--gateway", "the telemetry gateway", 8472)
+    host, port = split_server(options.gateway, "--gateway", "the telemetry gateway", TELEMETRY_PORT)
     if not options.members.is_dir():
         raise InvalidInput(
             f"--members {options.members} is not a directory",
             fix="pass the directory where the node daemon writes member files",
             field="members",
         )
+    if not options.ca.is_file():
+        raise InvalidInput(
+            f"--ca {options.ca} is not a file",
+            fix="pass the CA certificate (PEM) that signed the telemetry gateway's certificate",
+            field="ca",
+        )
+    _more_descriptors()
     spool = Spool(options.spool, max_bytes=options.max_spool_mb * 1024 * 1024)
-    channel = Channel(host, port, ssl=client_context(options.ca))
-    collector = Collector(options, spool, channel)
-    print(f"collector: members {options.members}, spool {options.spool}, gateway {host}:{port}",
-          flush=True)  # fmt: skip
     try:
-        await until_signalled(collector.run())
+        channel = open_channel(host, port, options.ca, options.server_name)
+        collector = Collector(options, spool, channel)
+        log.info(
+            "collecting members of %s into %s, shipping to %s:%d",
+            options.members,
+            options.spool,
+            host,
+            port,
+        )
+        try:
+            await until_signalled(collector.run())
+        finally:
+            await collector.close()
+            channel.close()
     finally:
-        await collector.close()
-        channel.close()
         spool.close()
 
 
 def run_collector(options: CollectorOptions) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
         run_server(serve_collector(options))
     except TunePlaneError as exc:
-        print(f"error: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
-        return 1
+        print(f"error: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
+        return 2
     return 0

@@ -1,33 +1,52 @@
 """The collector's shipping side: one ``Append`` stream per member (proto/telemetry.proto).
 
-A batch leaves the spool only when its ``Ack`` came back; on any failure the stream is opened
-again after a pause (doubling from 0.2 s to 5 s, with jitter so that collectors restarted
-together do not knock together) and the same records are sent again: the gateway stores each
-record once. A token the gateway refuses (expired, or its attempt ended long ago) stops the
-member's shipping until its member file carries another token; nothing spins.
+Batches of about ``BATCH_POINTS`` points are taken from the spool in record order; up to
+``WINDOW`` of them are in flight on a stream, and acks come back in order. A batch's records
+leave the spool only when its ``Ack`` came back. On any failure (connection refused, stream
+reset, UNAVAILABLE, no ack within ``timeout``) the stream is opened again after a pause
+(exponential with full jitter, 0.2 s doubling up to 5 s, so collectors restarted together do
+not knock together; the first retry after a stream that made progress is immediate) and every
+unacknowledged record is sent again: the gateway stores each (member, source, offset) once.
+
+A token the gateway refuses (UNAUTHENTICATED, PERMISSION_DENIED: expired, or its attempt ended
+too long ago) stops the member's shipping, logged once; its records stay in the spool until
+the member file carries another token (``new_token``). Nothing spins.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import random
 import ssl
+from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
+from grpclib.config import Configuration
 from grpclib.exceptions import ProtocolError, StreamTerminatedError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
 from adapters.telemetry.spool import Spool, SpoolBatch
+from adapters.tls import client_context
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryStub
 
 log = logging.getLogger("tuneplane.collector")
 
 BATCH_POINTS = 10_000
+WINDOW = 4  # batches in flight on one stream
+PAUSE, MAX_PAUSE = 0.2, 5.0
 REFUSED = frozenset({Status.UNAUTHENTICATED, Status.PERMISSION_DENIED})
-_NETWORK = (OSError, ssl.SSLError, StreamTerminatedError, ProtocolError, TimeoutError)
+
+
+def open_channel(host: str, port: int, ca_file: Path, server_name: str | None = None) -> Channel:
+    """A TLS channel to the telemetry gateway, verified against ``ca_file`` (its certificate
+    must name ``server_name``, by default ``host``)."""
+    config = Configuration(ssl_target_name_override=server_name) if server_name else None
+    return Channel(host, port, ssl=client_context(ca_file), config=config)
 
 
 @dataclass
@@ -69,6 +88,16 @@ def to_message(seq: int, ticket: Ticket, batch: SpoolBatch, spool: Spool) -> pb.
     return message
 
 
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, GRPCError):
+        return exc.status not in REFUSED
+    return isinstance(exc, OSError | ssl.SSLError | StreamTerminatedError | ProtocolError)
+
+
+class _Progressed(Exception):
+    """A stream that had carried batches failed: open the next one at once."""
+
+
 class Shipper:
     def __init__(
         self,
@@ -77,76 +106,127 @@ class Shipper:
         ticket: Ticket,
         *,
         batch_points: int = BATCH_POINTS,
-        idle: float = 0.2,
+        window: int = WINDOW,
+        idle: float = 1.0,
         timeout: float = 60.0,
+        max_pause: float = MAX_PAUSE,
     ) -> None:
         self.channel = channel
         self.spool = spool
         self.ticket = ticket
         self.batch_points = batch_points
+        self.window = window
         self.idle = idle
         self.timeout = timeout
+        self.max_pause = max_pause
         self.refused: str | None = None  # why the gateway refused the current token
         self.shipped = 0  # points acknowledged
-        self.failures = 0
+        self.failures = 0  # streams that failed
+        self.streams = 0  # streams opened
         self._token_changed = asyncio.Event()
+        self._wake = asyncio.Event()
 
     def new_token(self, token: str) -> None:
+        """The member file carries ``token`` (maybe the same): use it from the next stream."""
         if token != self.ticket.token:
             self.ticket.token = token
             self.refused = None
             self._token_changed.set()
+            self._wake.set()
+
+    def wake(self) -> None:
+        """New records were spooled: look at once instead of after ``idle``."""
+        self._wake.set()
 
     async def run(self) -> None:
         """Ship until cancelled."""
-        pause = 0.2
         while True:
             if self.refused is not None:
                 await self._token_changed.wait()
-                self._token_changed.clear()
                 continue
+            self._token_changed.clear()
             try:
-                await self._stream()
-                pause = 0.2
-            except GRPCError as exc:
-                if exc.status in REFUSED:
-                    self.refused = f"{exc.status.name}: {exc.message}"
-                    log.error(
-                        "the gateway refused member %s's token (%s); waiting for a new one",
-                        self.ticket.member,
-                        self.refused,
-                    )
-                    continue
-                self._failed(f"{exc.status.name}: {exc.message}")
-            except _NETWORK as exc:
-                self._failed(repr(exc))
-            await asyncio.sleep(pause * random.uniform(0.5, 1.0))
-            pause = min(pause * 2, 5.0)
+                async for attempt in AsyncRetrying(
+                    retry=retry_if_exception(_transient),
+                    wait=wait_random_exponential(multiplier=PAUSE, max=self.max_pause),
+                    before_sleep=self._failed,
+                    reraise=True,
+                ):
+                    with attempt:
+                        await self._stream()
+            except _Progressed as exc:
+                log.info("member %s's stream ended (%r); opening another", self.ticket.member,
+                         exc.__cause__)  # fmt: skip
+                continue
+            except GRPCError as exc:  # refused: not retried
+                self.refused = f"{exc.status.name}: {exc.message}"
+                log.error(
+                    "the telemetry gateway refused the token of member %s (%s): its shipping "
+                    "stops, its metrics stay in the spool until the node daemon gives it a new "
+                    "token",
+                    self.ticket.member,
+                    self.refused,
+                )
 
-    def _failed(self, why: str) -> None:
+    def _failed(self, state: RetryCallState) -> None:
         self.failures += 1
-        log.warning("shipping member %s: %s; sending again", self.ticket.member, why)
+        exc = state.outcome.exception() if state.outcome else None
+        why = f"{exc.status.name}: {exc.message}" if isinstance(exc, GRPCError) else repr(exc)
+        if state.attempt_number in (1, 10) or state.attempt_number % 100 == 0:
+            log.warning(
+                "shipping member %s: %s; sending again (attempt %d)",
+                self.ticket.member,
+                why,
+                state.attempt_number,
+            )
 
     async def _stream(self) -> None:
-        stub = TelemetryStub(self.channel)
+        """One stream: send every unacknowledged batch, in order, then what gets spooled.
+        Returns when the token changed (after every batch in flight was acknowledged)."""
+        member = self.ticket.member
         metadata = {"authorization": f"Bearer {self.ticket.token}"}
-        async with stub.Append.open(metadata=metadata, timeout=None) as stream:
-            seq = 0
-            while True:
-                batch = await asyncio.to_thread(
-                    self.spool.batch, self.ticket.member, self.batch_points
-                )
-                if batch is None:
-                    if self._token_changed.is_set():
-                        self._token_changed.clear()
-                        return  # open a stream with the new token
-                    await asyncio.sleep(self.idle)
-                    continue
-                seq += 1
-                message = to_message(seq, self.ticket, batch, self.spool)
-                await asyncio.wait_for(stream.send_message(message), self.timeout)
-                ack = await asyncio.wait_for(stream.recv_message(), self.timeout)
-                if ack is None or ack.seq != seq:
-                    raise StreamTerminatedError(f"no acknowledgement for batch {seq}")
-                await asyncio.to_thread(self.spool.ack, self.ticket.member, batch.up_to)
-                self.shipped += batch.points
+        stub = TelemetryStub(self.channel)
+        self.streams += 1
+        inflight: deque[tuple[int, SpoolBatch]] = deque()
+        seq, after = 0, 0
+        try:
+            async with stub.Append.open(metadata=metadata) as stream:
+                while True:
+                    while len(inflight) < self.window and not self._token_changed.is_set():
+                        batch = await asyncio.to_thread(
+                            self.spool.batch, member, self.batch_points, after
+                        )
+                        if batch is None:
+                            break
+                        seq += 1
+                        message = to_message(seq, self.ticket, batch, self.spool)
+                        await asyncio.wait_for(stream.send_message(message), self.timeout)
+                        inflight.append((seq, batch))
+                        after = batch.up_to
+                    if not inflight:
+                        if self._token_changed.is_set():
+                            await stream.end()
+                            return  # the next stream carries the new token
+                        self._wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), self.idle)
+                        continue
+                    ack = await asyncio.wait_for(stream.recv_message(), self.timeout)
+                    expected, batch = inflight[0]
+                    if ack is None or ack.seq != expected:
+                        got = "the end of the stream" if ack is None else f"ack {ack.seq}"
+                        raise StreamTerminatedError(f"expected ack {expected}, got {got}")
+                    await asyncio.to_thread(self.spool.ack, member, batch.up_to)
+                    inflight.popleft()
+                    self.shipped += batch.points
+                    if self.failures:
+                        log.info("shipping member %s again", member)
+                        self.failures = 0
+        except (TimeoutError, StreamTerminatedError, ProtocolError, OSError, ssl.SSLError) as exc:
+            if seq > len(inflight):  # some batch of this stream was acknowledged
+                raise _Progressed() from exc
+            raise StreamTerminatedError(repr(exc)) from exc
+        except GRPCError as exc:
+            if exc.status not in REFUSED and seq > len(inflight):
+                raise _Progressed() from exc
+            raise

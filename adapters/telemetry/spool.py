@@ -1,49 +1,75 @@
-"""The collector's durable spool: SQLite in WAL mode on host-local storage.
+"""The collector's durable spool: SQLite in WAL mode on host-local storage (docs/telemetry.md).
 
-What is parsed from a source and how far the source was read are written in one transaction,
-so a collector killed at any point reads again exactly what it had not spooled. A record leaves
-the spool only when the gateway acknowledged the batch that carried it (``ack``); until then
-every ``batch`` returns it again, in order. ``synchronous=FULL``: a commit is on disk before
-the collector goes on, so a power loss loses nothing the files would not also lose.
+Tables: ``members`` (a member's id and its counters), ``sources`` (one row per file and
+generation: the file's device and inode, how far it was parsed, ``current`` while its path still
+names it), ``records`` (one row per record that holds scalars: its source, byte offset and its
+scalars packed together with msgpack).
 
-Capacity and the full-spool policy: the spool holds at most ``max_bytes`` of records. When
-full, the collector stops reading (``full``): the files themselves are the buffer, nothing is
-dropped and the training job never waits on telemetry. Bytes lost that way are counted exactly,
-in ``dropped_bytes``, only when a file is truncated or replaced before it was read to its end.
-``dropped_records`` counts records parsed but not kept (none under this policy; the counter
-exists so that a future policy stays honest). ``corrupt_records``: failed a CRC or did not
-parse. The counters are cumulative per member and travel with every batch.
+Atomicity: the records parsed from a chunk of a source and the source's new read position are
+written in one transaction, so a collector killed at any point reads again exactly what it had
+not spooled. A record leaves the spool only when ``ack`` is called for it, after the gateway
+acknowledged the batch that carried it; until then ``batch`` returns it again, oldest first.
+
+Durability: ``journal_mode=WAL`` with ``synchronous=FULL``: every commit is fsynced before the
+collector goes on, so not even a power loss loses what was spooled. (With ``NORMAL`` a power loss
+could roll back the last commits; records and position would roll back together, so only data
+whose file was also gone after the reboot would be lost. FULL costs one fsync per transaction,
+a few milliseconds per chunk of up to 1 MiB: cheap enough to keep.)
+
+Capacity and the full-spool policy: the spool holds at most ``max_bytes`` (records' packed
+scalars plus a fixed overhead per row; the database file keeps its high-water size, its free
+pages are reused). When it is full the tailer stops reading (``full``): the metric files are the
+buffer, nothing is dropped, and the training job never waits on telemetry. Counters, per member,
+cumulative since the spool was made, shipped with every batch:
+
+* ``corrupt_records``: records that failed a CRC or did not parse, and records with a scalar the
+  gateway would refuse (empty or over-long tag, step beyond int64), which is left out;
+* ``dropped_bytes``: bytes of a file never read because it was truncated, rewritten, replaced or
+  deleted first (exact where the collector saw the file's size before; a file that grew and
+  vanished between two polls counts what was seen);
+* ``dropped_records``: records parsed but not shipped: none while the spool pauses when full;
+  only a member whose token the gateway refused after it ended gives up its spooled records.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import msgspec
 
 from adapters.telemetry.localfs import check_local
+from domain.errors import InvalidInput
 from domain.telemetry import Record, SourceBatch, SourceKind
 
 SPOOL_FILE = "spool.sqlite"
-DEFAULT_MAX_BYTES = 1024 * 1024 * 1024
+LOCK_FILE = "spool.lock"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+ROW_OVERHEAD = 24  # bytes a record row costs besides its payload (ids, offset, b-tree cell)
+Counter = Literal["corrupt_records", "dropped_records", "dropped_bytes"]
 
 _SCHEMA = """
+CREATE TABLE IF NOT EXISTS members (
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    corrupt_records INTEGER NOT NULL DEFAULT 0, dropped_records INTEGER NOT NULL DEFAULT 0,
+    dropped_bytes INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS sources (
-    member TEXT NOT NULL, path TEXT NOT NULL, kind TEXT NOT NULL, generation INTEGER NOT NULL,
-    device INTEGER NOT NULL, inode INTEGER NOT NULL, position INTEGER NOT NULL,
-    size_seen INTEGER NOT NULL, PRIMARY KEY (member, path));
+    id INTEGER PRIMARY KEY, member INTEGER NOT NULL, path TEXT NOT NULL,
+    generation INTEGER NOT NULL, kind TEXT NOT NULL, device INTEGER NOT NULL,
+    inode INTEGER NOT NULL, position INTEGER NOT NULL, size_seen INTEGER NOT NULL,
+    mark BLOB NOT NULL, current INTEGER NOT NULL, UNIQUE (member, path, generation));
 CREATE TABLE IF NOT EXISTS records (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, member TEXT NOT NULL, source TEXT NOT NULL,
-    kind TEXT NOT NULL, offset INTEGER NOT NULL, points INTEGER NOT NULL, payload BLOB NOT NULL);
+    id INTEGER PRIMARY KEY AUTOINCREMENT, member INTEGER NOT NULL, source INTEGER NOT NULL,
+    offset INTEGER NOT NULL, points INTEGER NOT NULL, payload BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS records_member ON records (member, id);
-CREATE TABLE IF NOT EXISTS counters (
-    member TEXT PRIMARY KEY, corrupt_records INTEGER NOT NULL DEFAULT 0,
-    dropped_records INTEGER NOT NULL DEFAULT 0, dropped_bytes INTEGER NOT NULL DEFAULT 0);
 """
+_COLUMNS = "id, path, generation, kind, device, inode, position, size_seen, mark"
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder(list[tuple[str, int, float, float]]).decode
@@ -51,15 +77,19 @@ _decode = msgspec.msgpack.Decoder(list[tuple[str, int, float, float]]).decode
 
 @dataclass(slots=True)
 class SourceState:
-    """How far one file of a member was read, and which file (inode) that was."""
+    """One generation of one file of a member: which file (device, inode) and how far it was
+    parsed (``position``); ``size_seen``: its size when last looked at; ``mark``: the bytes just
+    before ``position``, to notice a file rewritten in place."""
 
+    id: int
     path: str  # relative to the member's metrics directory
-    kind: SourceKind
     generation: int
+    kind: SourceKind
     device: int
     inode: int
-    position: int
-    size_seen: int
+    position: int = 0
+    size_seen: int = 0
+    mark: bytes = b""
 
     @property
     def name(self) -> str:
@@ -75,9 +105,10 @@ class Counters:
 
 @dataclass(slots=True)
 class SpoolBatch:
-    up_to: int  # the last record id in it: ``ack(member, up_to)`` removes them all
+    up_to: int  # the last record id in it: ``ack(member, up_to)`` removes it and all before
     sources: list[SourceBatch] = field(default_factory=list)
     points: int = 0
+    records: int = 0
 
 
 class Spool:
@@ -86,118 +117,161 @@ class Spool:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = directory / SPOOL_FILE
         self.max_bytes = max_bytes
+        self._lock_fd = _exclusive(directory / LOCK_FILE)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        self.bytes = int(
-            self._db.execute("SELECT coalesce(sum(length(payload)), 0) FROM records").fetchone()[0]
-        )
+        self._members: dict[str, int] = {}
+        self._names: dict[int, tuple[str, SourceKind]] = {}
+        try:
+            self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA journal_size_limit=67108864")
+            self._db.executescript(_SCHEMA)
+            used = self._db.execute(
+                "SELECT coalesce(sum(length(payload)), 0) + ? * count(*) FROM records",
+                (ROW_OVERHEAD,),
+            ).fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            os.close(self._lock_fd)
+            raise InvalidInput(
+                f"the spool {self.path} cannot be opened: {exc}",
+                fix="move the spool directory aside (its unshipped metrics are lost) and start "
+                "the collector again",
+                field="spool",
+            ) from None
+        self.bytes = int(used)
 
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            os.close(self._lock_fd)
 
     @property
     def full(self) -> bool:
         return self.bytes >= self.max_bytes
 
-    # -- sources ------------------------------------------------------------------------------
+    # -- sources (written by the member's tailer only) ----------------------------------------
 
     def sources(self, member: str) -> dict[str, SourceState]:
+        """The member's current sources by path."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT path, kind, generation, device, inode, position, size_seen FROM sources"
-                " WHERE member = ?",
-                (member,),
+                f"SELECT {_COLUMNS} FROM sources WHERE member = ? AND current",
+                (self._member(member),),
             ).fetchall()
-        return {r[0]: SourceState(*r) for r in rows}
+        return {r[1]: SourceState(*r) for r in rows}
 
-    def put_source(self, member: str, state: SourceState) -> None:
-        with self._lock:
+    def new_source(
+        self, member: str, path: str, kind: SourceKind, device: int, inode: int, size: int
+    ) -> SourceState:
+        """The next generation of ``path`` (0 for a path never seen), read from offset 0."""
+        with self._lock, self._transaction():
+            m = self._member(member)
+            top = self._db.execute(
+                "SELECT max(generation) FROM sources WHERE member = ? AND path = ?", (m, path)
+            ).fetchone()[0]
+            state = SourceState(0, path, 0 if top is None else top + 1, kind, device, inode)
+            state.size_seen = size
+            cur = self._db.execute(
+                "INSERT INTO sources (member, path, generation, kind, device, inode, position,"
+                " size_seen, mark, current) VALUES (?, ?, ?, ?, ?, ?, 0, ?, x'', 1)",
+                (m, path, state.generation, kind, device, inode, size),
+            )
+            state.id = int(cur.lastrowid or 0)
+        return state
+
+    def retire(self, member: str, state: SourceState, dropped_bytes: int = 0) -> None:
+        """``state``'s path no longer names its file; ``dropped_bytes`` of it will never be read
+        (they are counted)."""
+        with self._lock, self._transaction():
+            self._save(state, current=False)
+            self._count(member, "dropped_bytes", dropped_bytes)
+
+    def settle_retired(self, member: str) -> int:
+        """Retired sources left unfinished by an earlier run (no descriptor reaches them now):
+        count their unread bytes as dropped. Returns the bytes counted."""
+        with self._lock, self._transaction():
+            m = self._member(member)
+            lost = self._db.execute(
+                "SELECT coalesce(sum(size_seen - position), 0) FROM sources"
+                " WHERE member = ? AND NOT current AND size_seen > position",
+                (m,),
+            ).fetchone()[0]
             self._db.execute(
-                "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (member, state.path, state.kind, state.generation, state.device, state.inode,
-                 state.position, state.size_seen),
-            )  # fmt: skip
+                "UPDATE sources SET size_seen = position"
+                " WHERE member = ? AND NOT current AND size_seen > position",
+                (m,),
+            )
+            self._count(member, "dropped_bytes", int(lost))
+        return int(lost)
+
+    def save(self, member: str, state: SourceState) -> None:
+        """Record what changed about ``state`` with no record to spool (size seen, position)."""
+        with self._lock, self._transaction():
+            self._save(state)
 
     def append(
-        self, member: str, state: SourceState, records: Sequence[Record], corrupt: int
+        self, member: str, state: SourceState, records: Sequence[Record], corrupt: int = 0
     ) -> None:
-        """Spool ``records`` of ``state``'s source and record its new position, atomically."""
+        """Spool the ``records`` of ``state``'s source and its new position, atomically.
+        Records without a scalar are not stored (they only advance the position)."""
         rows = []
-        added = 0
+        m = self._member_locked(member)
         for r in records:
-            if not r.scalars:
-                continue
-            payload = _encode([(s.tag, s.step, s.wall_time, s.value) for s in r.scalars])
-            added += len(payload)
-            rows.append((member, state.name, state.kind, r.offset, len(r.scalars), payload))
-        with self._lock:
-            db = self._db
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.executemany(
-                    "INSERT INTO records (member, source, kind, offset, points, payload)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                db.execute(
-                    "INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (member, state.path, state.kind, state.generation, state.device,
-                     state.inode, state.position, state.size_seen),
-                )  # fmt: skip
-                if corrupt:
-                    self._count(member, "corrupt_records", corrupt)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            self.bytes += added
+            if r.scalars:
+                payload = _encode([(s.tag, s.step, s.wall_time, s.value) for s in r.scalars])
+                rows.append((m, state.id, r.offset, len(r.scalars), payload))
+        added = sum(len(r[4]) + ROW_OVERHEAD for r in rows)
+        with self._lock, self._transaction():
+            self._db.executemany(
+                "INSERT INTO records (member, source, offset, points, payload)"
+                " VALUES (?, ?, ?, ?, ?)",
+                rows,
+            )
+            self._save(state)
+            self._count(member, "corrupt_records", corrupt)
+        self.bytes += added
 
-    def count(self, member: str, counter: str, n: int) -> None:
+    # -- counters -----------------------------------------------------------------------------
+
+    def count(self, member: str, counter: Counter, n: int) -> None:
         if n:
-            with self._lock:
+            with self._lock, self._transaction():
                 self._count(member, counter, n)
-
-    def _count(self, member: str, counter: str, n: int) -> None:
-        assert counter in ("corrupt_records", "dropped_records", "dropped_bytes")
-        self._db.execute("INSERT OR IGNORE INTO counters (member) VALUES (?)", (member,))
-        self._db.execute(
-            f"UPDATE counters SET {counter} = {counter} + ? WHERE member = ?", (n, member)
-        )
 
     def counters(self, member: str) -> Counters:
         with self._lock:
             row = self._db.execute(
-                "SELECT corrupt_records, dropped_records, dropped_bytes FROM counters"
-                " WHERE member = ?",
+                "SELECT corrupt_records, dropped_records, dropped_bytes FROM members"
+                " WHERE name = ?",
                 (member,),
             ).fetchone()
         return Counters(*row) if row else Counters()
 
     # -- shipping -----------------------------------------------------------------------------
 
-    def batch(self, member: str, max_points: int) -> SpoolBatch | None:
-        """The member's oldest records, at least one, up to ``max_points`` points; per source
-        in record order. None when the member has nothing spooled."""
+    def batch(self, member: str, max_points: int, after: int = 0) -> SpoolBatch | None:
+        """The member's oldest records after record id ``after``: at least one whole record, and
+        more while the points stay within ``max_points``; per source, in record order. None when
+        there is nothing after ``after``."""
         with self._lock:
             rows = self._db.execute(
-                "SELECT id, source, kind, offset, points, payload FROM records"
-                " WHERE member = ? ORDER BY id LIMIT ?",
-                (member, max(1, max_points)),
+                "SELECT id, source, offset, points, payload FROM records"
+                " WHERE member = ? AND id > ? ORDER BY id LIMIT ?",
+                (self._member(member), after, max(1, max_points)),
             ).fetchall()
+            names = {source: self._source_name(source) for source in {r[1] for r in rows}}
         if not rows:
             return None
         out = SpoolBatch(up_to=rows[0][0])
-        by_source: dict[str, SourceBatch] = {}
-        for rid, source, kind, offset, points, payload in rows:
+        by_source: dict[int, SourceBatch] = {}
+        for rid, source, offset, points, payload in rows:
             if out.points and out.points + points > max_points:
                 break
             b = by_source.get(source)
             if b is None:
-                b = by_source[source] = SourceBatch(source, kind, [])
+                name, kind = names[source]
+                b = by_source[source] = SourceBatch(name, kind, [])
             for tag, step, wall, value in _decode(payload):
                 b.tags.append(tag)
                 b.offsets.append(offset)
@@ -205,29 +279,117 @@ class Spool:
                 b.walls.append(wall)
                 b.values.append(value)
             out.points += points
+            out.records += 1
             out.up_to = rid
         out.sources = list(by_source.values())
         return out
 
     def ack(self, member: str, up_to: int) -> None:
-        with self._lock:
+        """The gateway committed the member's records up to id ``up_to``: remove them."""
+        with self._lock, self._transaction():
+            m = self._member(member)
             freed = self._db.execute(
-                "SELECT coalesce(sum(length(payload)), 0) FROM records"
+                "SELECT coalesce(sum(length(payload)), 0) + ? * count(*) FROM records"
                 " WHERE member = ? AND id <= ?",
-                (member, up_to),
+                (ROW_OVERHEAD, m, up_to),
             ).fetchone()[0]
-            self._db.execute("DELETE FROM records WHERE member = ? AND id <= ?", (member, up_to))
-            self.bytes -= int(freed)
+            self._db.execute("DELETE FROM records WHERE member = ? AND id <= ?", (m, up_to))
+        self.bytes -= int(freed)
 
     def pending(self, member: str) -> int:
+        """Records of the member not acknowledged yet."""
         with self._lock:
             row = self._db.execute(
-                "SELECT count(*) FROM records WHERE member = ?", (member,)
+                "SELECT count(*) FROM records WHERE member = ?", (self._member(member),)
             ).fetchone()
         return int(row[0])
 
-    def forget(self, member: str) -> None:
-        """A member collected to its end: drop its sources (its counters were shipped)."""
-        with self._lock:
-            self._db.execute("DELETE FROM sources WHERE member = ?", (member,))
-            self._db.execute("DELETE FROM counters WHERE member = ?", (member,))
+    def forget(self, member: str) -> int:
+        """Remove everything of a member (collected to its end, or given up): its sources,
+        counters and any record still spooled. Returns the records removed."""
+        with self._lock, self._transaction():
+            m = self._member(member)
+            freed, n = self._db.execute(
+                "SELECT coalesce(sum(length(payload)), 0) + ? * count(*), count(*) FROM records"
+                " WHERE member = ?",
+                (ROW_OVERHEAD, m),
+            ).fetchone()
+            for table, column in (("records", "member"), ("sources", "member"), ("members", "id")):
+                self._db.execute(f"DELETE FROM {table} WHERE {column} = ?", (m,))
+            self._members.pop(member, None)
+            self._names.clear()  # source ids may be used again
+        self.bytes -= int(freed)
+        return int(n)
+
+    # -- internals (called with the lock held) ------------------------------------------------
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._db)
+
+    def _member_locked(self, member: str) -> int:
+        m = self._members.get(member)
+        if m is None:
+            with self._lock:
+                m = self._member(member)
+        return m
+
+    def _member(self, member: str) -> int:
+        m = self._members.get(member)
+        if m is None:
+            self._db.execute("INSERT OR IGNORE INTO members (name) VALUES (?)", (member,))
+            row = self._db.execute("SELECT id FROM members WHERE name = ?", (member,)).fetchone()
+            m = self._members[member] = int(row[0])
+        return m
+
+    def _source_name(self, source: int) -> tuple[str, SourceKind]:
+        got = self._names.get(source)
+        if got is None:
+            path, generation, kind = self._db.execute(
+                "SELECT path, generation, kind FROM sources WHERE id = ?", (source,)
+            ).fetchone()
+            got = self._names[source] = (f"{path}#{generation}", kind)
+        return got
+
+    def _save(self, state: SourceState, *, current: bool = True) -> None:
+        self._db.execute(
+            "UPDATE sources SET device = ?, inode = ?, position = ?, size_seen = ?, mark = ?,"
+            " current = ? WHERE id = ?",
+            (state.device, state.inode, state.position, state.size_seen, state.mark,
+             int(current), state.id),
+        )  # fmt: skip
+
+    def _count(self, member: str, counter: Counter, n: int) -> None:
+        if n:
+            self._db.execute(
+                f"UPDATE members SET {counter} = {counter} + ? WHERE id = ?",
+                (n, self._member(member)),
+            )
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, or ``ROLLBACK`` on any error."""
+
+    def __init__(self, db: sqlite3.Connection) -> None:
+        self.db = db
+
+    def __enter__(self) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        self.db.execute("COMMIT" if kind is None else "ROLLBACK")
+
+
+def _exclusive(path: Path) -> int:
+    """A lock held while the spool is open: two collectors on one spool would ship twice."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise InvalidInput(
+            f"another collector uses the spool {path.parent}",
+            fix="run one collector per spool directory (stop the other one, or pass another "
+            "--spool)",
+            field="spool",
+        ) from None
+    return fd

@@ -1,20 +1,26 @@
-"""Tailing one member's metrics directory into the spool.
+"""Tailing one member's metrics directory into the spool (docs/telemetry.md, "Sources").
 
-Every file below the directory that a parser claims (``parsers.parser_for``) is a source named
-``<relative path>#<generation>``. Each poll reads what was appended since the last one, in
-chunks of at most ``CHUNK`` bytes, and spools the records with the new position in one
-transaction. An open file descriptor is kept per source, so a file renamed away or deleted
-(log rotation) is still read to its end through it:
+Every regular file below the directory that a parser claims (``parsers.parser_for``) is a
+source named ``<relative path>#<generation>``. Each poll reads what was appended since the last
+one, in chunks of ``CHUNK`` bytes (at most ``PER_POLL`` per file), and spools the records with
+the file's new read position in one transaction. One parser object per source stays in memory;
+after a restart a fresh parser starts at the spooled position (a TensorBoard tag's plugin, named
+only with its first value, is then unknown: rank-0 numeric tensors of such tags are still taken
+as scalars). A file descriptor is kept per source, so a file renamed away or deleted is still
+read to its end through it:
 
-* the path now names another file (another inode): the old one is finished from its
-  descriptor, then the new one starts at offset 0 as the next generation;
-* the file shrank below the read position (truncated in place): the next generation starts at
-  offset 0; bytes written before the truncation and never read are counted as dropped;
-* a source vanished and no descriptor reaches it (the collector restarted in between): the
-  bytes it was last seen to have beyond the read position are counted as dropped.
+* the path names another file now (another inode): the old file is finished through its
+  descriptor (once it stopped growing; then a cut-short last record counts as corrupt) and the
+  new one is read from offset 0 as the path's next generation;
+* the file shrank below the read position, or the bytes just before the read position changed
+  (truncated, or rewritten in place): the next generation starts at offset 0, and the bytes seen
+  but never read are counted as dropped;
+* the file vanished: finished through its descriptor, or, with none (the collector restarted in
+  between), the bytes it was last seen to have beyond the read position count as dropped.
 
-After a restart parsers start afresh at the spooled position (a TensorBoard tag's plugin, named
-only by its first value, is then unknown: rank-0 numeric tensors are still taken as scalars).
+When the spool is full nothing is read (the files are the buffer). Symbolic links, FIFOs and
+devices are never opened: the directory is written by the workload, the collector reads it with
+more privileges. A file renamed to another name the parsers claim is read again as a new source.
 """
 
 from __future__ import annotations
@@ -22,160 +28,305 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from adapters.telemetry.parsers import parser_for
 from adapters.telemetry.spool import SourceState, Spool
-from domain.telemetry import SourceParser
+from adapters.telemetry.tfrecord import MAX_RECORD as MAX_TFRECORD
+from domain.telemetry import MAX_SOURCE, MAX_TAG, Parsed, Record, SourceKind, SourceParser
 
 log = logging.getLogger("tuneplane.collector")
 
 CHUNK = 1024 * 1024
-MAX_READ = 512 * CHUNK  # the longest record read whole (TFRecord allows 256 MiB)
+PER_POLL = 8 * CHUNK  # per file and poll: one busy file does not hold up the others
+LONGEST = {"jsonl": 16 * CHUNK, "tfevents": MAX_TFRECORD + 16}  # a longer JSONL line is corrupt
+MARK = 32  # bytes before the read position remembered to notice a rewritten file
+MAX_STEP = 2**63 - 1
+_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass
-class _Open:
-    fd: int
-    inode: tuple[int, int]
+class Progress:
+    read: int = 0  # bytes parsed by this poll
+    behind: bool = False  # something is left to read (the spool is full, a file grows, …)
+
+
+@dataclass
+class _Source:
+    state: SourceState
     parser: SourceParser
+    fd: int | None = None
+    stalled: int = -1  # file size at which the last read found no complete record
+    retired_size: int = -1  # a retired file's size at the last poll (it stopped growing?)
 
 
 class MemberTail:
-    def __init__(self, member: str, metrics_dir: Path, spool: Spool) -> None:
+    def __init__(self, member: str, metrics_dir: Path, spool: Spool, *, chunk: int = CHUNK):
         self.member = member
         self.root = metrics_dir
         self.spool = spool
-        self._open: dict[str, _Open] = {}
+        self.chunk = chunk
+        self._kinds: dict[str, SourceKind | None] = {}
+        self._good_tags: set[str] = set()
+        self._warned: set[str] = set()
+        self._given_up: set[str] = set()  # paths not to read again (final and unreadable)
+        self._retiring: list[_Source] = []
+        self._current: dict[str, _Source] = {}
+        spool.settle_retired(member)
+        for path, state in spool.sources(member).items():
+            parser = parser_for(Path(path))
+            if parser is not None:
+                self._current[path] = _Source(state, parser)
 
     def close(self) -> None:
-        for o in self._open.values():
-            with contextlib.suppress(OSError):
-                os.close(o.fd)
-        self._open.clear()
+        for src in [*self._current.values(), *self._retiring]:
+            _close(src)
 
-    def poll(self, *, final: bool = False, budget: int = 16 * CHUNK) -> int:
-        """Read what is new in every source (up to ``budget`` bytes); with ``final`` read every
-        source to its end and take a cut-short last record as corrupt. Returns bytes read."""
-        states = self.spool.sources(self.member)
-        seen = set()
-        read = 0
-        for path in self._files():
-            rel = str(path.relative_to(self.root))
-            seen.add(rel)
-            if self.spool.full or read >= budget:
-                break
-            read += self._poll_file(path, rel, states.get(rel), final, budget - read)
-        for rel, state in states.items():
-            if rel not in seen:
-                read += self._vanished(rel, state, final)
-        return read
+    def poll(self, *, final: bool = False) -> Progress:
+        """Read what is new in every source; ``final``: the member ended, so read every source
+        to its end and take a cut-short last record as corrupt."""
+        progress = Progress()
+        found = self._scan()
+        if found is None:  # no metrics directory (yet): nothing vanished
+            return progress
+        for src in list(self._retiring):
+            self._finish(src, final, progress)
+        for rel, st in sorted(found.items()):
+            self._poll_path(rel, st, final, progress)
+        for rel in [r for r in self._current if r not in found]:
+            self._retire(self._current.pop(rel), final, progress)
+        return progress
 
-    def _files(self) -> list[Path]:
-        try:
-            found = [p for p in self.root.rglob("*") if p.is_file() and parser_for(p)]
-        except OSError:
-            return []
-        return sorted(found)
+    # -- finding files ------------------------------------------------------------------------
 
-    def _poll_file(
-        self, path: Path, rel: str, state: SourceState | None, final: bool, budget: int
-    ) -> int:
-        try:
-            st = os.stat(path)
-        except OSError:
-            return 0
+    def _scan(self) -> dict[str, os.stat_result] | None:
+        if not self.root.is_dir():
+            return None
+        found: dict[str, os.stat_result] = {}
+        for top, _, names in os.walk(self.root):  # symlinked directories are not followed
+            for name in names:
+                full = os.path.join(top, name)
+                rel = os.path.relpath(full, self.root)
+                if self._kind(rel) is None or rel in self._given_up:
+                    continue
+                with contextlib.suppress(OSError):
+                    st = os.lstat(full)
+                    if stat.S_ISREG(st.st_mode):
+                        found[rel] = st
+        return found
+
+    def _kind(self, rel: str) -> SourceKind | None:
+        if rel not in self._kinds:
+            parser = parser_for(Path(rel))
+            kind = parser.kind if parser is not None else None
+            if kind is not None and len(rel) > MAX_SOURCE - 8:
+                self._warn(rel, f"{rel[:80]}…: the path is too long for a source name; skipped")
+                kind = None
+            self._kinds[rel] = kind
+        return self._kinds[rel]
+
+    # -- one path -----------------------------------------------------------------------------
+
+    def _poll_path(self, rel: str, st: os.stat_result, final: bool, progress: Progress) -> None:
+        src = self._current.get(rel)
         inode = (st.st_dev, st.st_ino)
-        parser = parser_for(path)
-        assert parser is not None
-        if state is None:
-            state = SourceState(rel, parser.kind, 0, *inode, 0, st.st_size)
-            self.spool.put_source(self.member, state)
-        elif (state.device, state.inode) != inode:  # replaced: finish the old file, then next
-            read = self._finish_old(rel, state)
-            state = SourceState(rel, parser.kind, state.generation + 1, *inode, 0, st.st_size)
-            self.spool.put_source(self.member, state)
-            return read
-        elif st.st_size < state.position:  # truncated in place
-            self._drop(state.size_seen - state.position)
-            self._forget_open(rel)
-            state = SourceState(rel, parser.kind, state.generation + 1, *inode, 0, st.st_size)
-            self.spool.put_source(self.member, state)
-        opened = self._opened(rel, path, inode)
-        if opened is None:
-            return 0
-        state.size_seen = st.st_size
-        return self._read(opened, state, final, budget)
+        if src is not None and (src.state.device, src.state.inode) != inode:  # replaced
+            self._retire(self._current.pop(rel), final, progress)
+            src = None
+        if src is None:
+            src = self._current[rel] = self._new(rel, inode, st.st_size)
+        if src.fd is None and not self._open(src, rel):
+            if final:  # the member ended and this file cannot be read: give it up
+                src.state.size_seen = max(src.state.size_seen, st.st_size)
+                self.spool.retire(self.member, src.state, _unread(src.state))
+                del self._current[rel]
+                self._given_up.add(rel)
+            else:
+                progress.behind |= st.st_size > src.state.position
+            return
+        assert src.fd is not None
+        if st.st_size < src.state.position or not self._mark_holds(src, st.st_size):
+            self.spool.retire(self.member, src.state, _unread(src.state))  # truncated/rewritten
+            fd, src.fd = src.fd, None
+            src = self._current[rel] = self._new(rel, inode, st.st_size)
+            src.fd = fd
+        self._read(src, st.st_size, final, progress)
 
-    def _opened(self, rel: str, path: Path, inode: tuple[int, int]) -> _Open | None:
-        o = self._open.get(rel)
-        if o is not None and o.inode == inode:
-            return o
+    def _new(self, rel: str, inode: tuple[int, int], size: int) -> _Source:
+        parser = parser_for(Path(rel))
+        assert parser is not None
+        state = self.spool.new_source(self.member, rel, parser.kind, *inode, size)
+        return _Source(state, parser)
+
+    def _open(self, src: _Source, rel: str) -> bool:
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            return None
+            fd = os.open(self.root / rel, _OPEN)
+        except OSError as exc:
+            self._warn(rel, f"cannot open {rel}: {exc.strerror}")
+            return False
         st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != inode:  # replaced between stat and open: next poll
-            os.close(fd)
-            return None
-        parser = parser_for(path)
-        assert parser is not None
-        self._forget_open(rel)
-        o = self._open[rel] = _Open(fd, inode, parser)
-        return o
+        inside = _inside(fd, self.root)
+        if (st.st_dev, st.st_ino) != (src.state.device, src.state.inode) or not inside:
+            os.close(fd)  # replaced since it was listed (seen at the next poll), or moved out
+            return False
+        os.set_blocking(fd, True)
+        src.fd = fd
+        return True
 
-    def _read(self, o: _Open, state: SourceState, final: bool, budget: int) -> int:
-        read = 0
-        size = CHUNK
-        while read < budget and not self.spool.full:
-            try:
-                data = os.pread(o.fd, size, state.position)
-            except OSError as exc:
-                log.warning("cannot read %s of member %s: %s", state.path, self.member, exc)
+    def _mark_holds(self, src: _Source, size: int) -> bool:
+        s = src.state
+        if not s.mark or size <= s.position or src.fd is None:
+            return True
+        with contextlib.suppress(OSError):
+            return os.pread(src.fd, len(s.mark), s.position - len(s.mark)) == s.mark
+        return True
+
+    def _retire(self, src: _Source, final: bool, progress: Progress) -> None:
+        """The source's path no longer names its file: finish it through its descriptor, or
+        count what was never read."""
+        if src.fd is None:
+            self.spool.retire(self.member, src.state, _unread(src.state))
+            return
+        with contextlib.suppress(OSError):
+            src.state.size_seen = max(src.state.size_seen, os.fstat(src.fd).st_size)
+        self.spool.retire(self.member, src.state)  # a restart now counts the rest as dropped
+        self._retiring.append(src)
+        self._finish(src, final, progress)
+
+    def _finish(self, src: _Source, final: bool, progress: Progress) -> None:
+        """Read a retired file on; once it stopped growing, to its very end."""
+        assert src.fd is not None
+        try:
+            size = os.fstat(src.fd).st_size
+        except OSError:
+            size = src.state.size_seen
+        final = final or size == src.retired_size
+        src.retired_size = size
+        self._read(src, size, final, progress)
+        if final and src.state.position >= size and not self.spool.full:
+            _close(src)
+            self._retiring.remove(src)
+            self.spool.retire(self.member, src.state)
+        else:
+            progress.behind = True
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _read(self, src: _Source, size: int, final: bool, progress: Progress) -> None:
+        s = src.state
+        assert src.fd is not None
+        grew = size > s.size_seen
+        s.size_seen = max(size, s.size_seen, s.position)
+        want, read, saved = self.chunk, 0, False
+        while read < PER_POLL and size > s.position and (size != src.stalled or final):
+            if self.spool.full:
+                progress.behind = True
                 break
-            at_end = len(data) < size
-            parsed = o.parser.feed(data, state.position, final=final and at_end)
+            try:
+                data = os.pread(src.fd, want, s.position)
+            except OSError as exc:
+                self._warn(s.path, f"cannot read {s.path}: {exc.strerror}")
+                break
+            at_end = len(data) < want
+            parsed = self._feed(src, data, final and at_end)
             if parsed.consumed == 0:
-                if at_end or size >= MAX_READ:
-                    break  # nothing complete yet
-                size *= 8  # a record longer than the chunk
-                continue
-            size = CHUNK
-            state.position += parsed.consumed
-            state.size_seen = max(state.size_seen, state.position)
-            self.spool.append(self.member, state, parsed.records, parsed.corrupt)
-            read += parsed.consumed
+                if at_end:
+                    src.stalled = size
+                    break
+                if want >= LONGEST[s.kind]:  # a record longer than any we take: skip it
+                    parsed = self._feed(src, data, True)
+                else:
+                    want = min(want * 8, LONGEST[s.kind])
+                    continue
+            want = self.chunk
+            records, bad = self._clean(parsed.records)
+            s.mark = (s.mark + data[: parsed.consumed])[-MARK:]
+            s.position += parsed.consumed
+            s.size_seen = max(s.size_seen, s.position)
+            self.spool.append(self.member, s, records, parsed.corrupt + bad)
+            read, saved = read + parsed.consumed, True
             if at_end:
                 break
-        return read
+        if grew and not saved:
+            self.spool.save(self.member, s)  # what was seen counts if the file vanishes
+        progress.read += read
+        progress.behind |= s.size_seen > s.position
 
-    def _finish_old(self, rel: str, state: SourceState) -> int:
-        o = self._open.get(rel)
-        if o is None or o.inode != (state.device, state.inode):
-            self._drop(state.size_seen - state.position)
-            return 0
+    def _feed(self, src: _Source, data: bytes, final: bool) -> Parsed:
+        offset = src.state.position
+        try:
+            return src.parser.feed(data, offset, final=final)
+        except Exception:  # a parser must not raise; if one does, the collector goes on
+            log.exception("the %s parser failed on %s", src.state.kind, src.state.name)
+        if src.state.kind != "jsonl":
+            return Parsed([], 1, 1)  # skip a byte: the TFRecord framing resynchronises
+        parsed = Parsed()  # line by line: only the line that fails is lost
+        lines = data.split(b"\n")
+        for i, text in enumerate(lines):
+            line = text + b"\n" if i < len(lines) - 1 else text
+            if not line or (not line.endswith(b"\n") and not final):
+                break
+            try:
+                one = src.parser.feed(line, offset + parsed.consumed, final=final)
+            except Exception:
+                one = Parsed([], len(line), 1)
+            parsed.records += one.records
+            parsed.corrupt += one.corrupt
+            parsed.consumed += len(line)
+        return parsed
+
+    def _clean(self, records: list[Record]) -> tuple[list[Record], int]:
+        """Leave out scalars the gateway would refuse; a record that lost one counts corrupt."""
+        out, bad = [], 0
+        for r in records:
+            kept = tuple(s for s in r.scalars if 0 <= s.step <= MAX_STEP and self._tag_ok(s.tag))
+            if len(kept) != len(r.scalars):
+                bad += 1
+                r = Record(r.offset, kept)
+            out.append(r)
+        return out, bad
+
+    def _tag_ok(self, tag: str) -> bool:
+        if tag in self._good_tags:
+            return True
+        try:
+            tag.encode()
+        except UnicodeEncodeError:
+            return False
+        if not 0 < len(tag) <= MAX_TAG:
+            return False
+        if len(self._good_tags) < 100_000:
+            self._good_tags.add(tag)
+        return True
+
+    def _warn(self, key: str, text: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("member %s: %s", self.member, text)
+
+
+def _unread(state: SourceState) -> int:
+    """Bytes seen in the file beyond its read position, now lost: counted once (the state then
+    claims nothing more)."""
+    lost = max(0, state.size_seen - state.position)
+    state.size_seen = state.position
+    return lost
+
+
+def _inside(fd: int, root: Path) -> bool:
+    """Whether the opened file lies below ``root`` (no directory symlink led elsewhere)."""
+    try:
+        where = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return True  # no /proc: nothing to check against
+    top = os.path.realpath(root)
+    return where.startswith(top.rstrip("/") + "/")
+
+
+def _close(src: _Source) -> None:
+    if src.fd is not None:
         with contextlib.suppress(OSError):
-            state.size_seen = os.fstat(o.fd).st_size
-        read = self._read(o, state, True, 1 << 62)
-        self._forget_open(rel)
-        return read
-
-    def _vanished(self, rel: str, state: SourceState, final: bool) -> int:
-        if state.position >= state.size_seen and rel not in self._open:
-            return 0
-        read = self._finish_old(rel, state)
-        state.size_seen = state.position
-        self.spool.put_source(self.member, state)
-        return read
-
-    def _forget_open(self, rel: str) -> None:
-        o = self._open.pop(rel, None)
-        if o is not None:
-            with contextlib.suppress(OSError):
-                os.close(o.fd)
-
-    def _drop(self, n: int) -> None:
-        if n > 0:
-            self.spool.count(self.member, "dropped_bytes", n)
+            os.close(src.fd)
+        src.fd = None

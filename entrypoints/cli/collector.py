@@ -7,28 +7,43 @@ from typing import Annotated
 
 from cyclopts import App, Parameter
 
+DEFAULT_SPOOL_MB = 2048  # entrypoints.collector.DEFAULT_SPOOL_MB (not imported: keep `tp` light)
+
 
 def collector(
     *,
-    spool: Annotated[Path, Parameter(help="spool directory on a local disk of this host")],
+    spool: Annotated[Path, Parameter(help="spool directory, on a local disk of this host")],
     members: Annotated[Path, Parameter(help="directory of member files (the node daemon's)")],
     gateway: Annotated[str, Parameter(help="the telemetry gateway, HOST:PORT")],
     ca: Annotated[Path, Parameter(help="CA certificate that signed the gateway's certificate")],
+    server_name: Annotated[
+        str | None, Parameter(help="name the gateway's certificate must carry (default: HOST)")
+    ] = None,
     max_spool_mb: Annotated[
         int, Parameter(help="spool capacity; when full, reading pauses (the files wait)")
-    ] = 1024,
+    ] = DEFAULT_SPOOL_MB,
     poll: Annotated[float, Parameter(help="seconds between looks at the files")] = 0.5,
 ) -> int:
     """Collect members' metrics (TensorBoard event files, JSONL) into a durable spool and ship
     them to the telemetry gateway with each member's collector token (docs/telemetry.md)."""
+    from entrypoints.cli import output
+
+    if max_spool_mb < 1:
+        output.err.print(
+            f"error: --max-spool-mb {max_spool_mb} is too small\nfix: give at least 1 (MiB)",
+            markup=False,
+        )
+        return 2
+    if not 0 < poll <= 60:
+        output.err.print(
+            f"error: --poll {poll} is out of range\nfix: give seconds between 0 and 60, e.g. 0.5",
+            markup=False,
+        )
+        return 2
     from entrypoints.collector import CollectorOptions, run_collector
 
-    if max_spool_mb < 1 or poll <= 0:
-        from entrypoints.cli import output
-
-        output.err.print("error: --max-spool-mb must be >= 1 and --poll > 0", markup=False)
-        return 2
-    return run_collector(CollectorOptions(spool, members, gateway, ca, max_spool_mb, poll))
+    options = CollectorOptions(spool, members, gateway, ca, server_name, max_spool_mb, poll)
+    return run_collector(options)
 
 
 def register(app: App) -> None:
