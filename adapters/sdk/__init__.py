@@ -1,0 +1,1 @@
+"""Workload-side helpers, importable inside training containers (standard library only)."""

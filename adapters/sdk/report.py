@@ -1,0 +1,135 @@
+"""Report training metrics from inside a job, for the node's collector: ``report.log``.
+
+    from adapters.sdk import report        # or copy this one file next to your training code
+
+    report.log({"train/loss": loss, "train/reward": reward}, step=step)
+
+Each call appends one JSONL line ``{"step", "wall_time", "metrics"}`` to
+``$TUNEPLANE_METRICS_DIR/report-rank<RANK>.jsonl`` (``./tuneplane-metrics`` when the variable is
+unset, e.g. outside TunePlane). Only rank 0 (``RANK``, default 0) writes, unless
+``configure(all_ranks=True)``: most training code reports the same values on every rank.
+
+A line is written with one ``write`` on a file opened with ``O_APPEND``, so the collector never
+sees half a line from this process. Non-numeric values are left out; NaN and infinities are
+written as JSON's non-standard ``NaN``/``Infinity``, which the collector reads.
+
+This module never raises into training: a full disk, an unwritable directory or a value that
+cannot be written is counted (``errors()``) and reported once on stderr, and the call returns.
+It uses the standard library only, so that it can be copied into any image.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"all_ranks": False, "directory": None, "fd": None, "path": None}
+_errors = 0
+_warned = False
+
+
+def configure(
+    *, all_ranks: bool | None = None, directory: str | os.PathLike[str] | None = None
+) -> None:
+    """Write from every rank (``all_ranks``), or to another ``directory``."""
+    with _lock:
+        if all_ranks is not None:
+            _state["all_ranks"] = all_ranks
+        if directory is not None:
+            _state["directory"] = Path(directory)
+        _close_locked()
+
+
+def errors() -> int:
+    """How many calls failed to write (and returned quietly)."""
+    return _errors
+
+
+def _rank() -> int:
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def _directory() -> Path:
+    chosen = _state["directory"]
+    if isinstance(chosen, Path):
+        return chosen
+    return Path(os.environ.get("TUNEPLANE_METRICS_DIR") or "tuneplane-metrics")
+
+
+def _fd_locked() -> int:
+    fd = _state["fd"]
+    if isinstance(fd, int):
+        return fd
+    directory = _directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"report-rank{_rank()}.jsonl"
+    new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    _state["fd"], _state["path"] = new, path
+    return new
+
+
+def _close_locked() -> None:
+    fd = _state["fd"]
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _state["fd"] = None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]  # ints, floats, numpy and torch scalars
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if isinstance(number, float) else None
+
+
+def log(metrics: Mapping[str, object], step: int, *, wall_time: float | None = None) -> None:
+    """Record ``metrics`` (name → number) at ``step``. Never raises."""
+    global _errors, _warned
+    try:
+        if not _state["all_ranks"] and _rank() != 0:
+            return
+        values = {}
+        for name, value in metrics.items():
+            number = _number(value)
+            if number is not None and isinstance(name, str) and name:
+                values[name] = number
+        line = {
+            "step": int(step),
+            "wall_time": time.time() if wall_time is None else float(wall_time),
+            "metrics": values,
+        }
+        data = (json.dumps(line, allow_nan=True) + "\n").encode()
+        with _lock:
+            fd = _fd_locked()
+            written = os.write(fd, data)
+            if written != len(data):
+                raise OSError(f"wrote {written} of {len(data)} bytes")
+    except Exception as exc:  # never into training
+        _errors += 1
+        if not _warned:
+            _warned = True
+            print(f"tuneplane report: metrics not written ({exc!r}); training goes on",
+                  file=sys.stderr)  # fmt: skip
+
+
+def flush() -> None:
+    """Nothing is buffered: every ``log`` is one write. Kept for symmetry with other loggers."""
+
+
+def close() -> None:
+    with _lock:
+        _close_locked()
