@@ -182,9 +182,12 @@ class Collector:
         log.info("member %s: collecting %s", f.member, f.metrics_dir)
 
     async def _maybe_drained(self, member: str, run: _Run) -> None:
-        pending = await asyncio.to_thread(self.spool.pending, member)
-        if pending and run.shipper.refused is None:
+        if await asyncio.to_thread(run.shipper.settled):
+            pending = 0
+        elif run.shipper.refused is None:
             return  # still shipping
+        else:
+            pending = await asyncio.to_thread(self.spool.pending, member)
         if pending:  # the member ended and its token is refused: nothing can ship these
             log.error(
                 "member %s ended and the gateway refuses its token (%s): %d spooled records "

@@ -29,7 +29,7 @@ from grpclib.config import Configuration
 from grpclib.exceptions import ProtocolError, StreamTerminatedError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_random_exponential
 
-from adapters.telemetry.spool import Spool, SpoolBatch
+from adapters.telemetry.spool import Counters, Spool, SpoolBatch
 from adapters.tls import client_context
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryStub
@@ -58,8 +58,7 @@ class Ticket:
     token: str
 
 
-def to_message(seq: int, ticket: Ticket, batch: SpoolBatch, spool: Spool) -> pb.Batch:
-    c = spool.counters(ticket.member)
+def to_message(seq: int, ticket: Ticket, batch: SpoolBatch, c: Counters) -> pb.Batch:
     message = pb.Batch(
         seq=seq,
         attempt=ticket.attempt,
@@ -122,6 +121,7 @@ class Shipper:
         self.refused: str | None = None  # why the gateway refused the current token
         self.shipped = 0  # points acknowledged
         self.failures = 0  # streams that failed
+        self.acked_counters = Counters(-1, -1, -1)  # the counters the gateway last acknowledged
         self.streams = 0  # streams opened
         self._token_changed = asyncio.Event()
         self._wake = asyncio.Event()
@@ -137,6 +137,16 @@ class Shipper:
     def wake(self) -> None:
         """New records were spooled: look at once instead of after ``idle``."""
         self._wake.set()
+
+    def settled(self) -> bool:
+        """Everything spooled for the member, counters included, was acknowledged (blocking:
+        reads the spool)."""
+        member = self.ticket.member
+        return not self.spool.pending(member) and self.spool.counters(member) == self.acked_counters
+
+    def _take(self, after: int) -> tuple[SpoolBatch | None, Counters]:
+        member = self.ticket.member
+        return self.spool.batch(member, self.batch_points, after), self.spool.counters(member)
 
     async def run(self) -> None:
         """Ship until cancelled."""
@@ -187,22 +197,22 @@ class Shipper:
         metadata = {"authorization": f"Bearer {self.ticket.token}"}
         stub = TelemetryStub(self.channel)
         self.streams += 1
-        inflight: deque[tuple[int, SpoolBatch]] = deque()
-        seq, after = 0, 0
+        inflight: deque[tuple[int, SpoolBatch, Counters]] = deque()
+        seq, after, acked, sent = 0, 0, 0, self.acked_counters
         try:
             async with stub.Append.open(metadata=metadata) as stream:
                 while True:
                     while len(inflight) < self.window and not self._token_changed.is_set():
-                        batch = await asyncio.to_thread(
-                            self.spool.batch, member, self.batch_points, after
-                        )
+                        batch, counters = await asyncio.to_thread(self._take, after)
                         if batch is None:
-                            break
+                            if counters == sent:
+                                break
+                            batch = SpoolBatch(up_to=0)  # no point: the counters changed
                         seq += 1
-                        message = to_message(seq, self.ticket, batch, self.spool)
+                        message = to_message(seq, self.ticket, batch, counters)
                         await asyncio.wait_for(stream.send_message(message), self.timeout)
-                        inflight.append((seq, batch))
-                        after = batch.up_to
+                        inflight.append((seq, batch, counters))
+                        after, sent = max(after, batch.up_to), counters
                     if not inflight:
                         if self._token_changed.is_set():
                             await stream.end()
@@ -212,21 +222,24 @@ class Shipper:
                             await asyncio.wait_for(self._wake.wait(), self.idle)
                         continue
                     ack = await asyncio.wait_for(stream.recv_message(), self.timeout)
-                    expected, batch = inflight[0]
+                    expected, batch, counters = inflight[0]
                     if ack is None or ack.seq != expected:
                         got = "the end of the stream" if ack is None else f"ack {ack.seq}"
                         raise StreamTerminatedError(f"expected ack {expected}, got {got}")
-                    await asyncio.to_thread(self.spool.ack, member, batch.up_to)
+                    if batch.up_to:
+                        await asyncio.to_thread(self.spool.ack, member, batch.up_to)
+                    self.acked_counters = counters
                     inflight.popleft()
+                    acked += 1
                     self.shipped += batch.points
                     if self.failures:
                         log.info("shipping member %s again", member)
                         self.failures = 0
         except (TimeoutError, StreamTerminatedError, ProtocolError, OSError, ssl.SSLError) as exc:
-            if seq > len(inflight):  # some batch of this stream was acknowledged
+            if acked:  # this stream carried batches: the next one is opened at once
                 raise _Progressed() from exc
             raise StreamTerminatedError(repr(exc)) from exc
         except GRPCError as exc:
-            if exc.status not in REFUSED and seq > len(inflight):
+            if exc.status not in REFUSED and acked:
                 raise _Progressed() from exc
             raise
