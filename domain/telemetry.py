@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from domain.errors import InvalidInput
 
@@ -36,16 +36,14 @@ MAX_TAG = 256
 MAX_SOURCE = 512
 
 
-@dataclass(frozen=True, slots=True)
-class Scalar:
+class Scalar(NamedTuple):  # a tuple: made millions of times a second by the parsers
     tag: str
     step: int
     wall_time: float
     value: float
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
     """One record of a source: its byte offset (the deduplication key) and its scalars.
 
     A record may hold no scalar (a TensorBoard file-version event, a histogram): it still
