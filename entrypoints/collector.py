@@ -115,6 +115,7 @@ class Collector:
     channel: Channel
     runs: dict[str, _Run] = field(default_factory=dict)
     _complained: dict[Path, tuple[float, int]] = field(default_factory=dict)
+    _drained: set[str] = field(default_factory=set)  # marker written, spool forgotten
     _polling: asyncio.Future[dict[str, Progress]] | None = None
 
     def scan(self) -> dict[str, MemberFile]:
@@ -133,8 +134,9 @@ class Collector:
                 continue
             self._complained.pop(path, None)
             if (self.options.members / f"{f.member}.drained").exists():
-                if f.member not in self.runs:
+                if f.member not in self.runs and f.member not in self._drained:
                     self.spool.forget(f.member)  # a restart between the marker and forgetting
+                    self._drained.add(f.member)
                 continue
             found[f.member] = f
         return found
@@ -201,6 +203,7 @@ class Collector:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.close(fd)
         await asyncio.to_thread(self.spool.forget, member)
+        self._drained.add(member)
         log.info("member %s: collected to its end", member)
 
     async def _stop(self, member: str) -> None:

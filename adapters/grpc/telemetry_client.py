@@ -165,8 +165,9 @@ class Shipper:
                     with attempt:
                         await self._stream()
             except _Progressed as exc:
-                log.info("member %s's stream ended (%r); opening another", self.ticket.member,
-                         exc.__cause__)  # fmt: skip
+                why = exc.__cause__
+                log.info("member %s's stream ended (%s: %s); opening another", self.ticket.member,
+                         type(why).__name__, why)  # fmt: skip
                 continue
             except GRPCError as exc:  # refused: not retried
                 self.refused = f"{exc.status.name}: {exc.message}"
@@ -181,7 +182,7 @@ class Shipper:
     def _failed(self, state: RetryCallState) -> None:
         self.failures += 1
         exc = state.outcome.exception() if state.outcome else None
-        why = f"{exc.status.name}: {exc.message}" if isinstance(exc, GRPCError) else repr(exc)
+        why = f"{exc.status.name}: {exc.message}" if isinstance(exc, GRPCError) else str(exc)
         if state.attempt_number in (1, 10) or state.attempt_number % 100 == 0:
             log.warning(
                 "shipping member %s: %s; sending again (attempt %d)",
@@ -238,7 +239,7 @@ class Shipper:
         except (TimeoutError, StreamTerminatedError, ProtocolError, OSError, ssl.SSLError) as exc:
             if acked:  # this stream carried batches: the next one is opened at once
                 raise _Progressed() from exc
-            raise StreamTerminatedError(repr(exc)) from exc
+            raise StreamTerminatedError(f"{type(exc).__name__}: {exc}") from exc
         except GRPCError as exc:
             if exc.status not in REFUSED and acked:
                 raise _Progressed() from exc

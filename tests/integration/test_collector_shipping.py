@@ -28,7 +28,8 @@ from adapters.grpc.telemetry_client import Shipper, Ticket, open_channel
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.tailer import MemberTail
 from adapters.tls import DevPki, ensure_dev_pki, server_context
-from entrypoints.collector import Collector, CollectorOptions
+from domain.errors import InvalidInput
+from entrypoints.collector import Collector, CollectorOptions, read_member_file
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryBase, TelemetryStub
 from tests.fixtures.server import free_port
@@ -440,3 +441,41 @@ async def test_an_ended_member_whose_token_is_refused_is_given_up(tmp_path: Path
         await collector.close()
         channel.close()
         spool.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        ("[1, 2]", "is not a JSON object"),
+        ('{"job": "j"}', '"attempt" must be a non-empty string'),
+        (
+            '{"job": "j", "attempt": "a", "member": "m1", "token": "t", "metrics_dir": "rel",'
+            ' "index": 0}',
+            "is not an absolute path",
+        ),
+        (
+            '{"job": "j", "attempt": "a", "member": "m1", "token": "t", "metrics_dir": "/m",'
+            ' "index": -1}',
+            '"index" must be an integer >= 0',
+        ),
+        (
+            '{"job": "j", "attempt": "a", "member": "m1", "token": "t", "metrics_dir": "/m",'
+            ' "index": 0, "ended": "yes"}',
+            '"ended" must be true or false',
+        ),
+        (
+            '{"job": "j", "attempt": "a", "member": "../x", "token": "t", "metrics_dir": "/m",'
+            ' "index": 0}',
+            "but the file is named m1.json",
+        ),
+    ],
+)
+def test_a_malformed_member_file_is_named_with_what_is_wrong(
+    tmp_path: Path, body: str, complaint: str
+) -> None:
+    path = tmp_path / "m1.json"
+    path.write_text(body)
+    with pytest.raises(InvalidInput) as caught:
+        read_member_file(path)
+    assert str(path) in caught.value.message and complaint in caught.value.message
+    assert "node daemon" in caught.value.fix
