@@ -4,12 +4,15 @@ and `tp gateway telemetry` (metrics from collectors). Separate processes, ports,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
 import ssl
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from grpclib.server import Server
 
@@ -85,23 +88,28 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         await container.shutdown_resources()  # type: ignore[misc]
 
 
-def run_node_gateway(host: str | None, port: int | None) -> int:
-    import dataclasses
-
+def _run(
+    which: str, serve: Callable[[Settings], Coroutine[Any, Any, None]], host: str | None,
+    port: int | None,
+) -> int:  # fmt: skip
+    """Run a gateway process with ``which``'s listen address overridden; the exit code."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    settings = Settings()
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}
     if host is not None:
-        changes["node_gateway_host"] = host
+        changes[f"{which}_gateway_host"] = host
     if port is not None:
-        changes["node_gateway_port"] = port
-    settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
+        changes[f"{which}_gateway_port"] = port
+    settings = dataclasses.replace(Settings(), **changes)
     try:
-        run_server(serve_node_gateway(settings))
+        run_server(serve(settings))
     except TunePlaneError as exc:
         print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
         return 1
     return 0
+
+
+def run_node_gateway(host: str | None, port: int | None) -> int:
+    return _run("node", serve_node_gateway, host, port)
 
 
 async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
@@ -137,19 +145,4 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
 
 
 def run_telemetry_gateway(host: str | None, port: int | None) -> int:
-    import dataclasses
-
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    settings = Settings()
-    changes: dict[str, object] = {}
-    if host is not None:
-        changes["telemetry_gateway_host"] = host
-    if port is not None:
-        changes["telemetry_gateway_port"] = port
-    settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
-    try:
-        run_server(serve_telemetry_gateway(settings))
-    except TunePlaneError as exc:
-        print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
-        return 1
-    return 0
+    return _run("telemetry", serve_telemetry_gateway, host, port)

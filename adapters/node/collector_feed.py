@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from adapters.grpc.node_client import write_private
 from domain.node_ports import JournalEntry
 from domain.node_protocol import LIVE_PHASES, Phase
 
@@ -24,16 +25,6 @@ log = logging.getLogger("tuneplane.node")
 
 METRICS_MOUNT = "/tuneplane/metrics"
 _ENDED = frozenset({Phase.EXITED, Phase.MISSING})
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class CollectorFeed:
@@ -70,7 +61,7 @@ class CollectorFeed:
         if not body.get("ended"):
             body["ended"] = True
             text = json.dumps(body)
-            _write_private(path, text)
+            write_private(path, text)
             self._written[member_id] = text
 
     def _put(self, e: JournalEntry, *, ended: bool) -> None:
@@ -90,7 +81,7 @@ class CollectorFeed:
         path = self.members_dir / f"{e.member_id}.json"
         if (self.members_dir / f"{e.member_id}.drained").exists():
             return  # collected to its end already
-        _write_private(path, text)
+        write_private(path, text)
         self._written[e.member_id] = text
 
     def _sweep(self) -> None:
