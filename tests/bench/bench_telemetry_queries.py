@@ -150,4 +150,3 @@ async def test_bounded_queries(tmp_path: Path, pg_url: str, pg_engine: AsyncEngi
         f"\nbaseline, 1,000 buckets from the window's raw points: {ms(raw_t)}"
         f" (ratio to the store call p50: {pct(raw_t, 0.5) / pct(zoom_t, 0.5):.0f}x)"
     )
-
