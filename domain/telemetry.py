@@ -34,6 +34,7 @@ DEFAULT_POINTS = 1000
 MAX_POINTS = 10_000
 MAX_TAG = 256
 MAX_SOURCE = 512
+MAX_STEP = 2**63 - 1  # steps are int64 on the wire and in the database
 
 
 class Scalar(NamedTuple):  # a tuple: made millions of times a second by the parsers
@@ -128,10 +129,10 @@ class SourceBatch:
                 f"source {self.source!r}: record offsets go backwards",
                 fix="send each source's records in file order",
             )
-        if any(o < 0 for o in self.offsets) or any(s < 0 for s in self.steps):
+        if any(o < 0 for o in self.offsets) or any(not 0 <= s <= MAX_STEP for s in self.steps):
             raise InvalidInput(
-                f"source {self.source!r}: negative step or offset",
-                fix="steps and offsets start at 0",
+                f"source {self.source!r}: a step or offset out of range",
+                fix=f"steps and offsets start at 0; steps end at {MAX_STEP}",
             )
         for tag in set(self.tags):
             if not tag or len(tag) > MAX_TAG:

@@ -19,7 +19,7 @@ from typing import Any
 
 import msgspec
 
-from domain.telemetry import Parsed, Record, Scalar, SourceKind
+from domain.telemetry import MAX_STEP, Parsed, Record, Scalar, SourceKind
 
 _TIME_KEYS = ("wall_time", "time", "timestamp")
 _decode = msgspec.json.Decoder().decode
@@ -28,7 +28,10 @@ _decode = msgspec.json.Decoder().decode
 def _number(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond float's range: not a metric
+        return None
 
 
 def scalars_of(line: bytes) -> tuple[Scalar, ...] | None:
@@ -45,7 +48,7 @@ def scalars_of(line: bytes) -> tuple[Scalar, ...] | None:
     if not isinstance(obj, dict):
         return None
     step = obj.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
         return None
     wall = next((_number(obj[k]) for k in _TIME_KEYS if k in obj), None)
     if wall is None or not math.isfinite(wall):

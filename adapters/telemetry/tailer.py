@@ -35,7 +35,15 @@ from pathlib import Path
 from adapters.telemetry.parsers import parser_for
 from adapters.telemetry.spool import SourceState, Spool
 from adapters.telemetry.tfrecord import MAX_RECORD as MAX_TFRECORD
-from domain.telemetry import MAX_SOURCE, MAX_TAG, Parsed, Record, SourceKind, SourceParser
+from domain.telemetry import (
+    MAX_SOURCE,
+    MAX_STEP,
+    MAX_TAG,
+    Parsed,
+    Record,
+    SourceKind,
+    SourceParser,
+)
 
 log = logging.getLogger("tuneplane.collector")
 
@@ -43,7 +51,6 @@ CHUNK = 1024 * 1024
 PER_POLL = 8 * CHUNK  # per file and poll: one busy file does not hold up the others
 LONGEST = {"jsonl": 16 * CHUNK, "tfevents": MAX_TFRECORD + 16}  # a longer JSONL line is corrupt
 MARK = 32  # bytes before the read position remembered to notice a rewritten file
-MAX_STEP = 2**63 - 1
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
