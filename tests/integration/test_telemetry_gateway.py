@@ -220,3 +220,40 @@ async def test_the_node_gateway_refuses_a_collector_token(
         channel.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Telemetry) -> None:
+    scope = telemetry.scopes[0]
+    token = await telemetry.tokens.issue(scope, T0, DAY)
+    stub = TelemetryStub(telemetry.channel)
+    bad_batches = []
+    for mutate in ("columns", "backwards", "tag index", "kind", "step"):
+        b = batch(scope, range(3))
+        source = b.sources[0]
+        if mutate == "columns":
+            source.value.append(1.0)
+        elif mutate == "backwards":
+            source.offset[2] = 0
+        elif mutate == "tag index":
+            source.tag[1] = 7
+        elif mutate == "kind":
+            source.kind = "csv"
+        else:
+            source.step[0] = -1
+        bad_batches.append(b)
+    for b in bad_batches:
+        async with stub.Append.open(metadata={"authorization": f"Bearer {token}"}) as stream:
+            await stream.send_message(b, end=True)
+            assert await refused(stream.recv_message()) == Status.INVALID_ARGUMENT
+    assert await telemetry.written() == (0, 0, 0, 0)
+    # and a stream whose seq does not increase is cut off after its first batch (the status
+    # comes in the trailers, after the first batch's ack)
+    with pytest.raises(GRPCError) as info:
+        async with stub.Append.open(metadata={"authorization": f"Bearer {token}"}) as stream:
+            await stream.send_message(batch(scope, range(3)))
+            ack = await stream.recv_message()
+            assert ack is not None and ack.accepted == 3
+            await stream.send_message(batch(scope, range(3, 6)), end=True)  # seq 1 again
+            assert await stream.recv_message() is None
+    assert info.value.status == Status.INVALID_ARGUMENT
+    assert (await telemetry.written())[0] == 3
