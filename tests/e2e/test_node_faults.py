@@ -243,10 +243,13 @@ async def test_a_workload_cannot_read_its_nodes_credential(
 ) -> None:
     cluster = await node_cluster_factory(1)
     cli = await cli_for(cluster, tmp_path)
+    jwt = "eyJhbGciOiJFZERTQSIsImtpZCI6"  # how every collector token begins
     scan = (
         "env; cat /proc/self/mountinfo; "
-        "for d in /*; do case $d in /proc|/sys|/dev) ;; *) grep -rlsF tpn_ $d ;; esac; done; "
-        "grep -lsF tpn_ /proc/1/environ /proc/self/environ; echo scan-done"
+        "for d in /*; do case $d in /proc|/sys|/dev) ;; *) grep -rlsF -e tpn_ -e "
+        f"{jwt} $d | sed 's/^/holds a secret: /' ;; esac; done; "
+        f"grep -lsF -e tpn_ -e {jwt} /proc/1/environ /proc/self/environ"
+        " | sed 's/^/holds a secret: /'; echo scan-done"
     )
     job_id = submit(cli, scan, "nodes/cpu:0.5")
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 60)
@@ -256,7 +259,12 @@ async def test_a_workload_cannot_read_its_nodes_credential(
     assert stored is not None and stored.credential.startswith("tpn_")
     assert stored.credential not in out
     assert "tpn_" not in out  # no file, variable or mount holds any node credential
-    assert str(cluster.daemons["n1"].state_dir) not in out  # the state dir is never mounted
+    assert jwt not in out  # nor the member's collector token
+    assert "holds a secret: " not in out  # no file the workload can read holds either
+    # of the node's state directory only the member's own metrics directory is mounted
+    state = str(cluster.daemons["n1"].state_dir)
+    mounts = [line for line in out.splitlines() if state in line]
+    assert len(mounts) == 1 and f"{state}/collector/metrics/mem" in mounts[0], mounts
     assert "TUNEPLANE_JOIN_TOKEN" not in out
 
 
