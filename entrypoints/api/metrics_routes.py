@@ -148,7 +148,7 @@ async def job_metrics(job_id: str, state: State, principal: Principal) -> Metric
 
 @get(
     "/v1/jobs/{job_id:str}/metrics/curve",
-    responses=responses(400, 401, 404),
+    responses=responses(400, 401, 404, 422),
     summary="One canonical metric over a step or time range, at most `points` buckets per attempt",
 )
 async def job_curve(
@@ -194,7 +194,7 @@ async def job_curve(
 
 @get(
     "/v1/jobs/{job_id:str}/metrics/raw",
-    responses=responses(400, 401, 404),
+    responses=responses(400, 401, 404, 422),
     summary="Raw scalars of one series (attempt, member, source, tag), a page at a time",
 )
 async def job_raw_metrics(
