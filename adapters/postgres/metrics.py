@@ -153,6 +153,7 @@ class PostgresMetrics:
         now: datetime,
     ) -> Appended:
         accepted = duplicates = 0
+        fresh: dict[tuple[str, str, str], int] = {}  # series made by this transaction
         async with self.pool.acquire() as conn, conn.transaction():
             kept: list[tuple[SourceBatch, int]] = []
             marks: list[tuple[str, int]] = []
@@ -164,7 +165,7 @@ class PostgresMetrics:
                     kept.append((batch, cut))
                     marks.append((batch.source, batch.offsets[-1]))
             if kept:
-                accepted = await self._store(conn, scope, kept)
+                accepted = await self._store(conn, scope, kept, fresh)
                 await conn.execute(
                     "UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $2"
                     " FROM unnest($3::text[], $4::bigint[]) AS u(source, mark)"
@@ -184,6 +185,9 @@ class PostgresMetrics:
                 counters.dropped_bytes,
                 now,
             )
+        # only now: a series id cached from a transaction that rolled back (a stream cancelled
+        # mid-batch) would file every later point of that series under a row that is not there
+        self._series.update(fresh)
         return Appended(accepted, duplicates)
 
     async def _watermark(self, conn: Any, member_id: str, batch: SourceBatch) -> int:
@@ -203,9 +207,13 @@ class PostgresMetrics:
         return mark
 
     async def _store(
-        self, conn: Any, scope: MemberScope, kept: list[tuple[SourceBatch, int]]
+        self,
+        conn: Any,
+        scope: MemberScope,
+        kept: list[tuple[SourceBatch, int]],
+        fresh: dict[tuple[str, str, str], int],
     ) -> int:
-        ids = await self._series_ids(conn, scope, kept)
+        ids = await self._series_ids(conn, scope, kept, fresh)
         series: list[int] = []
         steps: list[int] = []
         walls: list[float] = []
@@ -230,8 +238,14 @@ class PostgresMetrics:
         return len(points)
 
     async def _series_ids(
-        self, conn: Any, scope: MemberScope, kept: list[tuple[SourceBatch, int]]
+        self,
+        conn: Any,
+        scope: MemberScope,
+        kept: list[tuple[SourceBatch, int]],
+        fresh: dict[tuple[str, str, str], int],
     ) -> dict[tuple[str, str], int]:
+        """Ids of the batch's series, made where missing; ``fresh`` gets the ones looked up
+        in this transaction (cached by the caller once it committed)."""
         wanted = {(b.source, b.tags[i]) for b, cut in kept for i in range(cut, len(b))}
         member = scope.member_id
         missing = [k for k in wanted if (member, *k) not in self._series]
@@ -258,8 +272,8 @@ class PostgresMetrics:
                 [t for _, t in missing],
             )
             for row in found:
-                self._series[(member, row["source"], row["tag"])] = row["id"]
-        return {k: self._series[(member, *k)] for k in wanted}
+                fresh[(member, row["source"], row["tag"])] = row["id"]
+        return {k: self._series.get((member, *k)) or fresh[(member, *k)] for k in wanted}
 
     async def series(self, job_id: str, tags: Sequence[str] | None = None) -> list[SeriesInfo]:
         rows = await self.pool.fetch(

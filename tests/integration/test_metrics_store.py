@@ -182,3 +182,28 @@ async def test_member_status_says_when_the_attempt_ended(
     ended = await store.member_status(scopes[0].member_id)
     assert ended is not None and ended.attempt_ended_at == NOW
     assert await store.member_status("mem-unknown") is None
+
+
+async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
+    store: PostgresMetrics, scopes: list[MemberScope], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream cancelled in the middle of its transaction (a collector killed) rolls back the
+    series it made; the next batch must not file its points under their ids (seen in CI)."""
+    from adapters.postgres import ingest_arrays
+
+    real = ingest_arrays.Points.rollups
+
+    def fail_once(self: ingest_arrays.Points) -> list[list[object]]:
+        monkeypatch.setattr(ingest_arrays.Points, "rollups", real)
+        raise ConnectionResetError("the stream went away mid-batch")
+
+    monkeypatch.setattr(ingest_arrays.Points, "rollups", fail_once)
+    with pytest.raises(ConnectionResetError):
+        await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
+    assert await points(store) == 0
+    again = await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
+    assert again.accepted == 20
+    visible = await store.pool.fetchval(
+        "SELECT count(*) FROM metric_points p JOIN metric_series s ON s.id = p.series_id"
+    )
+    assert visible == 20
