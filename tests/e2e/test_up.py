@@ -73,7 +73,9 @@ class Up:
                 env = Path(f"/proc/{pid}/environ").read_bytes()
             except OSError:
                 continue
-            if str(self.state).encode() in env and ("gateway" in cmd or "node run" in cmd):
+            if str(self.state).encode() in env and (
+                "gateway" in cmd or "node run" in cmd or "collector" in cmd
+            ):
                 found.append(cmd)
         return found
 
@@ -116,14 +118,18 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     assert "tuneplane.epoch" in start["Actor"]["Attributes"]  # the node daemon's container
     assert "via node" in cli("job", "logs", job_id).stdout
 
-    # stopping `tp up` stops its gateway and daemon, never a running member
+    # stopping `tp up` stops its gateways, daemon and collector, never a running member
     since = time.time() - 1
     out = cli(
         "submit", "hello", "--profile", "cpu:1", "--set", "command=sleep 15; echo kept", "--yes"
     )
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     job = cli.wait_state(job_id, {"running"}, 60)
-    assert len(up.children()) == 2
+    kinds = sorted(
+        next(k for k in ("gateway node", "gateway telemetry", "node run", "collector") if k in c)
+        for c in up.children()
+    )
+    assert kinds == ["collector", "gateway node", "gateway telemetry", "node run"]
     up.stop()
     assert up.children() == []
     printed = up.start()  # the daemon reuses its credential; the member is re-adopted
