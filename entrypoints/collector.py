@@ -29,12 +29,10 @@ from adapters.grpc.telemetry_client import Shipper, Ticket, open_channel
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.tailer import MemberTail, Progress
 from domain.errors import InvalidInput, TunePlaneError
-from entrypoints.node_daemon import split_server
-from entrypoints.server import run_server, until_signalled
+from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.collector")
 
-TELEMETRY_PORT = 8472
 DEFAULT_SPOOL_MB = 2048
 
 

@@ -29,7 +29,7 @@ from application.telemetry import TelemetryIngest
 from domain.errors import TunePlaneError
 from domain.ports import NODE_WORK
 from entrypoints.container import Container
-from entrypoints.server import run_server, until_signalled
+from entrypoints.process import run_server, until_signalled
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane.gateway")

@@ -30,13 +30,12 @@ from adapters.tls import client_context
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.node_collector import CollectorProcess
-from entrypoints.server import run_server, until_signalled
+from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.node")
 
 JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
 JOURNAL_FILE = "journal.sqlite"
-TELEMETRY_PORT = 8472  # the telemetry gateway's default port
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,21 +60,6 @@ class DaemonOptions:
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "tuneplane-node"
-
-
-def split_server(
-    server: str, flag: str = "--server", what: str = "the node gateway", example: int = 8471
-) -> tuple[str, int]:
-    """``HOST:PORT`` (or ``[v6]:PORT``) → (host, port), with an error that shows the form."""
-    host, sep, port = server.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidInput(
-            f"{flag} {server!r} is not HOST:PORT",
-            fix=f"pass {what}'s address, e.g. {flag} gateway.example.org:{example}",
-            field=flag.removeprefix("--").replace("-", "_"),
-        )
-    return host, int(port)
 
 
 def _version() -> str:

@@ -6,11 +6,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
-from collections.abc import Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 
@@ -114,30 +111,3 @@ def saved_admin_token(state_dir: Path) -> str | None:
     with contextlib.suppress(OSError):
         return (state_dir / "admin-token").read_text().strip() or None
     return None
-
-
-async def until_signalled(work: Coroutine[Any, Any, object]) -> None:
-    """Run ``work`` until SIGTERM or SIGINT, then cancel it; an error of ``work`` is raised."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    runner = asyncio.create_task(work)
-    stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (runner, stopper):
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    if runner in done:
-        runner.result()
-
-
-def run_server(coro: Coroutine[Any, Any, None]) -> None:
-    """Run a server coroutine on uvloop where installed (a faster event loop), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvicorn[standard] brings it
-        asyncio.run(coro)
-    else:
-        uvloop.run(coro)

@@ -16,10 +16,10 @@ from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import TunePlaneError
 from entrypoints.container import Container
+from entrypoints.process import run_server
 from entrypoints.server import (
     first_admin_token,
     prepare_fleet,
-    run_server,
     saved_admin_token,
     serve,
 )

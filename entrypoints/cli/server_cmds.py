@@ -54,7 +54,7 @@ def serve(
 ) -> None:
     """Serve one API process against TUNEPLANE_DATABASE_URL (already migrated). Run several
     behind a load balancer for more throughput; each also supervises jobs unless told not to."""
-    from entrypoints.server import run_server
+    from entrypoints.process import run_server
     from entrypoints.server import serve as serve_async
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

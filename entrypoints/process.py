@@ -1,0 +1,59 @@
+"""What every long-running `tp` process needs, and nothing heavier (the collector starts fast).
+
+``run_server`` runs a server coroutine, ``until_signalled`` until SIGTERM or SIGINT,
+``split_server`` reads a ``HOST:PORT`` flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Coroutine
+from typing import Any
+
+from domain.errors import InvalidInput
+
+TELEMETRY_PORT = 8472  # the telemetry gateway's default port
+
+
+async def until_signalled(work: Coroutine[Any, Any, object]) -> None:
+    """Run ``work`` until SIGTERM or SIGINT, then cancel it; an error of ``work`` is raised."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = asyncio.create_task(work)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (runner, stopper):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if runner in done:
+        runner.result()
+
+
+def run_server(coro: Coroutine[Any, Any, None]) -> None:
+    """Run a server coroutine on uvloop where installed (a faster event loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvicorn[standard] brings it
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)
+
+
+def split_server(
+    server: str, flag: str = "--server", what: str = "the node gateway", example: int = 8471
+) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``[v6]:PORT``) → (host, port), with an error that shows the form."""
+    host, sep, port = server.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput(
+            f"{flag} {server!r} is not HOST:PORT",
+            fix=f"pass {what}'s address, e.g. {flag} gateway.example.org:{example}",
+            field=flag.removeprefix("--").replace("-", "_"),
+        )
+    return host, int(port)
