@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
 from domain.errors import InvalidInput
@@ -55,34 +55,6 @@ class Record(NamedTuple):
     scalars: tuple[Scalar, ...]
 
 
-@dataclass(slots=True)
-class Parsed:
-    """What a parser made of a chunk of a source.
-
-    ``consumed``: bytes from the chunk's start that need not be read again (complete records
-    and skipped corrupt bytes); a truncated last record is not consumed, so it is read again
-    once the writer has finished it. ``corrupt``: records counted and skipped.
-    """
-
-    records: list[Record] = field(default_factory=list)
-    consumed: int = 0
-    corrupt: int = 0
-
-
-class SourceParser(Protocol):
-    """Reads one source incrementally. Stateful (TensorBoard names a tag's plugin only once)."""
-
-    kind: SourceKind
-
-    def feed(self, data: bytes, offset: int, *, final: bool = False) -> Parsed:
-        """Parse ``data``, read from the source at ``offset``.
-
-        ``final``: the source will not grow (it was replaced or the member ended), so a
-        truncated tail is counted as corrupt and consumed instead of waited for.
-        """
-        ...
-
-
 @dataclass(frozen=True, slots=True)
 class MemberScope:
     """Whom a collector token speaks for: one member of one attempt of one job."""
@@ -93,20 +65,27 @@ class MemberScope:
     member_index: int
 
 
+class PointColumns(Protocol):
+    """A source's points as columns (per point: record offset, tag, step, wall time, value;
+    adapters keep them in arrays). The adapter that decodes them checks the columns agree,
+    offsets never go backwards and steps and offsets lie in range
+    (``adapters.telemetry.columns.Points.check``)."""
+
+    tags: list[str]
+
+    def __len__(self) -> int: ...
+
+
 @dataclass(slots=True)
 class SourceBatch:
-    """Points of one source, in record order (offsets non-decreasing), columnar."""
+    """Points of one source, in record order."""
 
     source: str
     kind: SourceKind
-    tags: list[str]
-    offsets: list[int] = field(default_factory=list)
-    steps: list[int] = field(default_factory=list)
-    walls: list[float] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
+    points: PointColumns
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return len(self.points)
 
     def check(self) -> None:
         """Refuse a malformed batch before anything is written."""
@@ -118,23 +97,7 @@ class SourceBatch:
             raise InvalidInput(
                 f"unknown source kind {self.kind!r}", fix=f"use one of {', '.join(SOURCE_KINDS)}"
             )
-        n = len(self.steps)
-        if not (len(self.offsets) == len(self.walls) == len(self.values) == len(self.tags) == n):
-            raise InvalidInput(
-                f"source {self.source!r}: columns of different lengths",
-                fix="send one tag, offset, step, wall time and value per point",
-            )
-        if any(b < a for a, b in zip(self.offsets, self.offsets[1:], strict=False)):
-            raise InvalidInput(
-                f"source {self.source!r}: record offsets go backwards",
-                fix="send each source's records in file order",
-            )
-        if any(o < 0 for o in self.offsets) or any(not 0 <= s <= MAX_STEP for s in self.steps):
-            raise InvalidInput(
-                f"source {self.source!r}: a step or offset out of range",
-                fix=f"steps and offsets start at 0; steps end at {MAX_STEP}",
-            )
-        for tag in set(self.tags):
+        for tag in self.points.tags:
             if not tag or len(tag) > MAX_TAG:
                 raise InvalidInput(
                     f"a metric name must have 1 to {MAX_TAG} characters: {tag[:40]!r}",

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15proto/telemetry.proto\x12\x16tuneplane.telemetry.v1\"\x8b\x01\n\x0bSourceBatch\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\ttag_names\x18\x03 \x03(\t\x12\x0b\n\x03tag\x18\x04 \x03(\r\x12\x0c\n\x04step\x18\x05 \x03(\x03\x12\x11\n\twall_time\x18\x06 \x03(\x01\x12\r\n\x05value\x18\x07 \x03(\x01\x12\x0e\n\x06offset\x18\x08 \x03(\x03\"S\n\x08\x43ounters\x12\x17\n\x0f\x63orrupt_records\x18\x01 \x01(\x04\x12\x17\n\x0f\x64ropped_records\x18\x02 \x01(\x04\x12\x15\n\rdropped_bytes\x18\x03 \x01(\x04\"\x9f\x01\n\x05\x42\x61tch\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\t\x12\x0e\n\x06member\x18\x03 \x01(\t\x12\x34\n\x07sources\x18\x04 \x03(\x0b\x32#.tuneplane.telemetry.v1.SourceBatch\x12\x32\n\x08\x63ounters\x18\x05 \x01(\x0b\x32 .tuneplane.telemetry.v1.Counters\"8\n\x03\x41\x63k\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\x04\x32U\n\tTelemetry\x12H\n\x06\x41ppend\x12\x1d.tuneplane.telemetry.v1.Batch\x1a\x1b.tuneplane.telemetry.v1.Ack(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15proto/telemetry.proto\x12\x16tuneplane.telemetry.v1\"\x91\x01\n\x0bSourceBatch\x12\x0e\n\x06source\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\ttag_names\x18\x03 \x03(\t\x12\x0e\n\x06offset\x18\t \x01(\x0c\x12\x0b\n\x03tag\x18\n \x01(\x0c\x12\x0c\n\x04step\x18\x0b \x01(\x0c\x12\x11\n\twall_time\x18\x0c \x01(\x0c\x12\r\n\x05value\x18\r \x01(\x0cJ\x04\x08\x04\x10\t\"S\n\x08\x43ounters\x12\x17\n\x0f\x63orrupt_records\x18\x01 \x01(\x04\x12\x17\n\x0f\x64ropped_records\x18\x02 \x01(\x04\x12\x15\n\rdropped_bytes\x18\x03 \x01(\x04\"\x9f\x01\n\x05\x42\x61tch\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\t\x12\x0e\n\x06member\x18\x03 \x01(\t\x12\x34\n\x07sources\x18\x04 \x03(\x0b\x32#.tuneplane.telemetry.v1.SourceBatch\x12\x32\n\x08\x63ounters\x18\x05 \x01(\x0b\x32 .tuneplane.telemetry.v1.Counters\"8\n\x03\x41\x63k\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x04\x12\x12\n\nduplicates\x18\x03 \x01(\x04\x32U\n\tTelemetry\x12H\n\x06\x41ppend\x12\x1d.tuneplane.telemetry.v1.Batch\x1a\x1b.tuneplane.telemetry.v1.Ack(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,13 +32,13 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.telemetry_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_SOURCEBATCH']._serialized_start=50
-  _globals['_SOURCEBATCH']._serialized_end=189
-  _globals['_COUNTERS']._serialized_start=191
-  _globals['_COUNTERS']._serialized_end=274
-  _globals['_BATCH']._serialized_start=277
-  _globals['_BATCH']._serialized_end=436
-  _globals['_ACK']._serialized_start=438
-  _globals['_ACK']._serialized_end=494
-  _globals['_TELEMETRY']._serialized_start=496
-  _globals['_TELEMETRY']._serialized_end=581
+  _globals['_SOURCEBATCH']._serialized_end=195
+  _globals['_COUNTERS']._serialized_start=197
+  _globals['_COUNTERS']._serialized_end=280
+  _globals['_BATCH']._serialized_start=283
+  _globals['_BATCH']._serialized_end=442
+  _globals['_ACK']._serialized_start=444
+  _globals['_ACK']._serialized_end=500
+  _globals['_TELEMETRY']._serialized_start=502
+  _globals['_TELEMETRY']._serialized_end=587
 # @@protoc_insertion_point(module_scope)

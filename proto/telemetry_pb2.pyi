@@ -7,24 +7,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SourceBatch(_message.Message):
-    __slots__ = ("source", "kind", "tag_names", "tag", "step", "wall_time", "value", "offset")
+    __slots__ = ("source", "kind", "tag_names", "offset", "tag", "step", "wall_time", "value")
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     TAG_NAMES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     TAG_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     WALL_TIME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
-    OFFSET_FIELD_NUMBER: _ClassVar[int]
     source: str
     kind: str
     tag_names: _containers.RepeatedScalarFieldContainer[str]
-    tag: _containers.RepeatedScalarFieldContainer[int]
-    step: _containers.RepeatedScalarFieldContainer[int]
-    wall_time: _containers.RepeatedScalarFieldContainer[float]
-    value: _containers.RepeatedScalarFieldContainer[float]
-    offset: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, source: _Optional[str] = ..., kind: _Optional[str] = ..., tag_names: _Optional[_Iterable[str]] = ..., tag: _Optional[_Iterable[int]] = ..., step: _Optional[_Iterable[int]] = ..., wall_time: _Optional[_Iterable[float]] = ..., value: _Optional[_Iterable[float]] = ..., offset: _Optional[_Iterable[int]] = ...) -> None: ...
+    offset: bytes
+    tag: bytes
+    step: bytes
+    wall_time: bytes
+    value: bytes
+    def __init__(self, source: _Optional[str] = ..., kind: _Optional[str] = ..., tag_names: _Optional[_Iterable[str]] = ..., offset: _Optional[bytes] = ..., tag: _Optional[bytes] = ..., step: _Optional[bytes] = ..., wall_time: _Optional[bytes] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class Counters(_message.Message):
     __slots__ = ("corrupt_records", "dropped_records", "dropped_bytes")

@@ -70,18 +70,17 @@ def to_message(seq: int, ticket: Ticket, batch: SpoolBatch, c: Counters) -> pb.B
         ),
     )
     for b in batch.sources:
-        names: dict[str, int] = {}
-        index = [names.setdefault(t, len(names)) for t in b.tags]
+        offset, tag, step, wall, value = b.points.column_bytes()
         message.sources.append(
             pb.SourceBatch(
-                source=b.source,
+                source=b.name,
                 kind=b.kind,
-                tag_names=list(names),
-                tag=index,
-                step=b.steps,
-                wall_time=b.walls,
-                value=b.values,
-                offset=b.offsets,
+                tag_names=b.points.tags,
+                offset=offset,
+                tag=tag,
+                step=step,
+                wall_time=wall,
+                value=value,
             )
         )
     return message

@@ -14,6 +14,7 @@ from grpclib import GRPCError, Status
 from grpclib.server import Stream
 
 from adapters.grpc.errors import bearer, grpc_error
+from adapters.telemetry.columns import BadColumns, Points
 from application.telemetry import TelemetryIngest
 from domain.errors import InvalidInput, TunePlaneError
 from domain.telemetry import SourceBatch
@@ -25,20 +26,20 @@ log = logging.getLogger("tuneplane.telemetry")
 
 
 def source_batch(message: pb.SourceBatch) -> SourceBatch:
-    names = list(message.tag_names)
+    """The message's points as arrays (no Python object per point), checked."""
     try:
-        tags = [names[i] for i in message.tag]
-    except IndexError:
+        points = Points.from_columns(
+            message.tag_names, message.offset, message.tag, message.step, message.wall_time,
+            message.value,
+        )  # fmt: skip
+    except BadColumns as exc:
         raise InvalidInput(
-            f"source {message.source!r}: a tag index is outside tag_names",
-            fix="send every tag name a point refers to",
+            f"source {message.source!r}: {exc}",
+            fix="send one offset, tag index, step, wall time and value per point, each tag"
+            " index naming one of tag_names",
         ) from None
-    batch = SourceBatch(message.source, message.kind, tags)  # type: ignore[arg-type]
-    batch.offsets = list(message.offset)
-    batch.steps = list(message.step)
-    batch.walls = list(message.wall_time)
-    batch.values = list(message.value)
-    return batch
+    points.check(message.source)
+    return SourceBatch(message.source, message.kind, points)  # type: ignore[arg-type]
 
 
 class TelemetryGateway(TelemetryBase):

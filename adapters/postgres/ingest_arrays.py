@@ -9,6 +9,7 @@ COPY time, or it, not the database, would bound ingest. Also the points' binary 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +33,7 @@ COPY_COLUMNS = ["series_id", "step", "wall_time", "value", "record_offset"]
 
 
 @dataclass(slots=True)
-class Points:
+class Rows:
     """A batch's points, sorted by (series, step), record order kept within a step."""
 
     series: np.ndarray
@@ -44,12 +45,12 @@ class Points:
     @classmethod
     def of(
         cls,
-        series: list[int],
-        step: list[int],
-        wall: list[float],
-        value: list[float],
-        offset: list[int],
-    ) -> Points:
+        series: Sequence[int] | np.ndarray,
+        step: Sequence[int] | np.ndarray,
+        wall: Sequence[float] | np.ndarray,
+        value: Sequence[float] | np.ndarray,
+        offset: Sequence[int] | np.ndarray,
+    ) -> Rows:
         s = np.asarray(series, dtype=np.int64)
         st = np.asarray(step, dtype=np.int64)
         order = np.lexsort((st, s))  # stable: equal (series, step) keep their record order

@@ -13,16 +13,17 @@ range queries, so the pool sets ``plan_cache_mode = force_custom_plan``.
 
 from __future__ import annotations
 
-import bisect
 import io
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
+import numpy as np
 
 from adapters.postgres.engine import plain_url
-from adapters.postgres.ingest_arrays import COPY_COLUMNS, Points
+from adapters.postgres.ingest_arrays import COPY_COLUMNS, Rows
+from adapters.telemetry.columns import Points
 from domain.lifecycle import AttemptState
 from domain.telemetry import (
     STORED_TIERS,
@@ -155,15 +156,18 @@ class PostgresMetrics:
         accepted = duplicates = 0
         fresh: dict[tuple[str, str, str], int] = {}  # series made by this transaction
         async with self.pool.acquire() as conn, conn.transaction():
-            kept: list[tuple[SourceBatch, int]] = []
+            kept: list[tuple[str, Points]] = []
             marks: list[tuple[str, int]] = []
             for batch in sorted(batches, key=lambda b: b.source):  # one lock order everywhere
+                points = cast(Points, batch.points)
+                if not len(points):
+                    continue
                 mark = await self._watermark(conn, scope.member_id, batch)
-                cut = bisect.bisect_right(batch.offsets, mark)
+                cut = int(np.searchsorted(points.offset, mark, side="right"))
                 duplicates += cut
-                if cut < len(batch):
-                    kept.append((batch, cut))
-                    marks.append((batch.source, batch.offsets[-1]))
+                if cut < len(points):
+                    kept.append((batch.source, points.take(slice(cut, None))))
+                    marks.append((batch.source, int(points.offset[-1])))
             if kept:
                 accepted = await self._store(conn, scope, kept, fresh)
                 await conn.execute(
@@ -191,18 +195,15 @@ class PostgresMetrics:
         return Appended(accepted, duplicates)
 
     async def _watermark(self, conn: Any, member_id: str, batch: SourceBatch) -> int:
-        await conn.execute(
-            "INSERT INTO telemetry_sources (member_id, source, kind, watermark, updated_at)"
-            " VALUES ($1, $2, $3, -1, now()) ON CONFLICT DO NOTHING",
+        """The source's watermark, its row made where missing and locked for the transaction
+        (one round trip: an upsert that changes nothing locks the row it returns)."""
+        mark: int = await conn.fetchval(
+            "INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)"
+            " VALUES ($1, $2, $3, -1, now()) ON CONFLICT (member_id, source)"
+            " DO UPDATE SET kind = t.kind RETURNING t.watermark",
             member_id,
             batch.source,
             batch.kind,
-        )
-        mark: int = await conn.fetchval(
-            "SELECT watermark FROM telemetry_sources WHERE member_id = $1 AND source = $2"
-            " FOR UPDATE",
-            member_id,
-            batch.source,
         )
         return mark
 
@@ -210,23 +211,21 @@ class PostgresMetrics:
         self,
         conn: Any,
         scope: MemberScope,
-        kept: list[tuple[SourceBatch, int]],
+        kept: list[tuple[str, Points]],
         fresh: dict[tuple[str, str, str], int],
     ) -> int:
         ids = await self._series_ids(conn, scope, kept, fresh)
-        series: list[int] = []
-        steps: list[int] = []
-        walls: list[float] = []
-        values: list[float] = []
-        offsets: list[int] = []
-        for batch, cut in kept:
-            source = batch.source
-            series += [ids[(source, tag)] for tag in batch.tags[cut:]]
-            steps += batch.steps[cut:]
-            walls += batch.walls[cut:]
-            values += batch.values[cut:]
-            offsets += batch.offsets[cut:]
-        points = Points.of(series, steps, walls, values, offsets)
+        series = [
+            np.array([ids.get((source, t), -1) for t in p.tags], dtype=np.int64)[p.tag]
+            for source, p in kept
+        ]
+        points = Rows.of(
+            np.concatenate(series),
+            np.concatenate([p.step for _, p in kept]),
+            np.concatenate([p.wall for _, p in kept]),
+            np.concatenate([p.value for _, p in kept]),
+            np.concatenate([p.offset for _, p in kept]),
+        )
         await conn.copy_to_table(
             "metric_points",
             source=io.BytesIO(points.copy_payload()),
@@ -241,12 +240,12 @@ class PostgresMetrics:
         self,
         conn: Any,
         scope: MemberScope,
-        kept: list[tuple[SourceBatch, int]],
+        kept: list[tuple[str, Points]],
         fresh: dict[tuple[str, str, str], int],
     ) -> dict[tuple[str, str], int]:
         """Ids of the batch's series, made where missing; ``fresh`` gets the ones looked up
         in this transaction (cached by the caller once it committed)."""
-        wanted = {(b.source, b.tags[i]) for b, cut in kept for i in range(cut, len(b))}
+        wanted = {(source, p.tags[i]) for source, p in kept for i in np.unique(p.tag).tolist()}
         member = scope.member_id
         missing = [k for k in wanted if (member, *k) not in self._series]
         if missing:

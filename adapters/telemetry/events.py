@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
 from google.protobuf.message import DecodeError
 
-from adapters.telemetry.tfrecord import Walk, frames
-from domain.telemetry import Parsed, Record, Scalar, SourceKind
+from adapters.telemetry.columns import Parsed, Points
+from adapters.telemetry.event_layouts import Decoded, learn, match
+from adapters.telemetry.tfrecord import Walk, spans
+from domain.telemetry import SourceKind
 from proto import tb_event_pb2 as pb
 
 DT_FLOAT, DT_DOUBLE, DT_INT32, DT_INT64, DT_BFLOAT16, DT_HALF = 1, 2, 3, 9, 14, 19
@@ -98,6 +101,9 @@ def _key(b: bytes, i: int) -> tuple[int, int]:
     return (k, i + 1) if k < 128 else _varint(b, i)
 
 
+MAX_LAYOUTS = 16  # layouts tried per chunk that matched almost nothing: then one by one
+
+
 class TfEventsParser:
     kind: SourceKind = "tfevents"
 
@@ -107,18 +113,39 @@ class TfEventsParser:
 
     def feed(self, data: bytes, offset: int, *, final: bool = False) -> Parsed:
         walk = Walk()
-        records: list[Record] = []
+        positions, lengths = spans(data, walk, final=final)
+        out = _Columns()
         corrupt = 0
-        for pos, body in frames(data, walk, final=final):
+        buf = np.frombuffer(data, dtype=np.uint8)
+        starts = np.asarray(positions, dtype=np.int64) + 12
+        lens = np.asarray(lengths, dtype=np.int64)
+        done = bytearray(len(positions))
+        flags = np.frombuffer(done, dtype=np.uint8)
+        misses = 0
+        for r, (pos, length) in enumerate(zip(positions, lengths, strict=True)):
+            if done[r]:
+                continue
+            body = data[pos + 12 : pos + 12 + length]
+            layout = learn(body) if misses < MAX_LAYOUTS else None
+            if layout is not None:
+                alike = np.flatnonzero(lens[r:] == length) + r
+                alike = alike[flags[alike] == 0]
+                got = match(layout, buf, starts[alike])
+                got.events = alike[got.events]
+                flags[got.events] = 1
+                out.add_layout(got, layout.tags)
+                misses += len(got.events) < 8
+                continue
             try:
-                scalars = self._event(bytes(body))
+                step, wall, values = self._event(body)
             except _BAD:
                 corrupt += 1
                 continue
-            records.append(Record(offset + pos, scalars))
-        return Parsed(records, walk.consumed, walk.corrupt + corrupt)
+            out.add_event(r, step, wall, values)
+        points = out.points(offset + np.asarray(positions, dtype=np.int64))
+        return Parsed(points, walk.consumed, walk.corrupt + corrupt)
 
-    def _event(self, b: bytes) -> tuple[Scalar, ...]:
+    def _event(self, b: bytes) -> tuple[int, float, list[tuple[str, float]]]:
         i, n = 0, len(b)
         step, wall = 0, 0.0
         values: list[tuple[str, float]] = []
@@ -142,7 +169,7 @@ class TfEventsParser:
                 i = _skip(b, i, key & 7)
         if i != n:
             raise ValueError("a field runs past the record")
-        return tuple(Scalar(tag, step, wall, value) for tag, value in values if step >= 0)
+        return step, wall, values if step >= 0 else []
 
     def _summary(self, b: bytes, i: int, end: int, out: list[tuple[str, float]]) -> None:
         while i < end:
@@ -203,3 +230,43 @@ class TfEventsParser:
                 value = tensor_scalar(pb.TensorProto.FromString(tensor))
                 if value is not None:
                     out.append((tag, value))
+
+
+class _Columns:
+    """Scalars of a chunk as they are decoded (by layout, or event by event), put back in
+    record order at the end."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.parts: list[
+            tuple[np.ndarray, ...]
+        ] = []  # event, position in it, tag, step, wall, value
+        self.rows: list[tuple[int, int, int, int, float, float]] = []
+
+    def add_layout(self, got: Decoded, tags: tuple[str, ...]) -> None:
+        n = len(got.events)
+        for j, (tag, values) in enumerate(zip(tags, got.values, strict=True)):
+            t = self.index.setdefault(tag, len(self.index))
+            self.parts.append(
+                (got.events, np.full(n, j), np.full(n, t), got.step, got.wall, values)
+            )
+
+    def add_event(
+        self, event: int, step: int, wall: float, values: list[tuple[str, float]]
+    ) -> None:
+        for j, (tag, value) in enumerate(values):
+            t = self.index.setdefault(tag, len(self.index))
+            self.rows.append((event, j, t, step, wall, value))
+
+    def points(self, record_offsets: np.ndarray) -> Points:
+        parts = list(self.parts)
+        if self.rows:
+            parts.append(tuple(np.asarray(c) for c in zip(*self.rows, strict=True)))
+        if not parts:
+            return Points.empty()
+        event, position, tag, step, wall, value = (
+            np.concatenate(c) for c in zip(*parts, strict=True)
+        )
+        order = np.lexsort((position, event))
+        return Points.of(list(self.index), record_offsets[event[order]], tag[order], step[order],
+                         wall[order], value[order])  # fmt: skip

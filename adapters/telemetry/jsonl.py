@@ -19,14 +19,32 @@ from typing import Any
 
 import msgspec
 
-from domain.telemetry import MAX_STEP, Parsed, Record, Scalar, SourceKind
+from adapters.telemetry.columns import Parsed, Points
+from domain.telemetry import MAX_STEP, SourceKind
 
 _TIME_KEYS = ("wall_time", "time", "timestamp")
 _decode = msgspec.json.Decoder().decode
+_NOT_METRICS = frozenset(("step", *_TIME_KEYS))
+
+
+def _object(line: bytes) -> Any:
+    """The JSON value of ``line``, or None when it is not JSON."""
+    try:
+        return _decode(line)
+    except msgspec.DecodeError:
+        try:  # Python's json writes NaN and Infinity, which strict JSON (msgspec) refuses
+            return json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+    except (ValueError, RecursionError):
+        return None
 
 
 def _number(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
+    t = type(v)
+    if t is float:
+        return v  # type: ignore[no-any-return]
+    if t is not int and (isinstance(v, bool) or not isinstance(v, int | float)):
         return None
     try:
         return float(v)
@@ -34,59 +52,71 @@ def _number(v: Any) -> float | None:
         return None
 
 
-def scalars_of(line: bytes) -> tuple[Scalar, ...] | None:
-    """The scalars of one line, or None if the line is corrupt."""
-    try:
-        obj = _decode(line)
-    except msgspec.DecodeError:
-        try:  # Python's json writes NaN and Infinity, which strict JSON (msgspec) refuses
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            return None
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    step = obj.get("step")
-    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP:
-        return None
-    wall = next((_number(obj[k]) for k in _TIME_KEYS if k in obj), None)
-    if wall is None or not math.isfinite(wall):
-        wall = time.time()
-    metrics = obj.get("metrics")
-    items: Iterable[tuple[Any, Any]]
-    if isinstance(metrics, dict):
-        items = metrics.items()
-    else:
-        items = ((k, v) for k, v in obj.items() if k != "step" and k not in _TIME_KEYS)
-    out = []
-    for tag, v in items:
-        value = _number(v)
-        if value is not None and isinstance(tag, str) and tag:
-            out.append(Scalar(tag, step, wall, value))
-    return tuple(out)
+class _Columns:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.offset: list[int] = []
+        self.tag: list[int] = []
+        self.step: list[int] = []
+        self.wall: list[float] = []
+        self.value: list[float] = []
+
+    def add(self, obj: Any, offset: int) -> bool:
+        """Add the scalars of one line's object; False when the line is corrupt."""
+        if type(obj) is not dict:
+            return False
+        step = obj.get("step")
+        if type(step) is not int or not 0 <= step <= MAX_STEP:
+            return False
+        wall = None
+        for key in _TIME_KEYS:
+            if key in obj:
+                wall = _number(obj[key])
+                break
+        if wall is None or not math.isfinite(wall):
+            wall = time.time()
+        metrics = obj.get("metrics")
+        items: Iterable[tuple[Any, Any]]
+        if type(metrics) is dict:
+            items = metrics.items()
+        else:
+            items = ((k, v) for k, v in obj.items() if k not in _NOT_METRICS)
+        index = self.index
+        for tag, v in items:
+            value = _number(v)
+            if value is None or type(tag) is not str or not tag:
+                continue
+            t = index.get(tag)
+            if t is None:
+                t = index[tag] = len(index)
+            self.offset.append(offset)
+            self.tag.append(t)
+            self.step.append(step)
+            self.wall.append(wall)
+            self.value.append(value)
+        return True
+
+    def points(self) -> Points:
+        return Points.of(list(self.index), self.offset, self.tag, self.step, self.wall, self.value)
 
 
 class JsonlParser:
     kind: SourceKind = "jsonl"
 
     def feed(self, data: bytes, offset: int, *, final: bool = False) -> Parsed:
-        parsed = Parsed()
-        pos = 0
-        n = len(data)
-        while pos < n:
-            end = data.find(b"\n", pos)
-            if end < 0:
-                if not final:
-                    break
-                end = n
-            line = data[pos:end].strip()
-            if line:
-                scalars = scalars_of(line)
-                if scalars is None:
-                    parsed.corrupt += 1
-                else:
-                    parsed.records.append(Record(offset + pos, scalars))
-            pos = min(end + 1, n)
-        parsed.consumed = pos
-        return parsed
+        end = len(data) if final else data.rfind(b"\n") + 1
+        if end <= 0:
+            return Parsed()
+        lines: list[bytes] = []
+        offsets: list[int] = []
+        pos = offset
+        for text in data[:end].split(b"\n"):
+            if text and not text.isspace():
+                lines.append(text)
+                offsets.append(pos)
+            pos += len(text) + 1
+        cols, corrupt = _Columns(), 0
+        for line, at in zip(lines, offsets, strict=True):
+            if not cols.add(_object(line), at):
+                corrupt += 1
+        return Parsed(cols.points(), end, corrupt)

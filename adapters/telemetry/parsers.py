@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from adapters.telemetry.columns import SourceParser
 from adapters.telemetry.events import TfEventsParser
 from adapters.telemetry.jsonl import JsonlParser
-from domain.telemetry import SourceParser
 
 
 def parser_for(path: Path) -> SourceParser | None:

@@ -1,11 +1,12 @@
 """The collector's durable spool: SQLite in WAL mode on host-local storage (docs/telemetry.md).
 
 Tables: ``members`` (id, counters), ``sources`` (one row per file and generation: device, inode,
-read position, size last seen, ``current`` while its path still names it), ``records`` (one row
-per record with scalars: source, byte offset, its scalars packed together with msgpack).
+read position, size last seen, ``current`` while its path still names it), ``chunks`` (the
+scalars of up to ``ROW_POINTS`` points of consecutive records of one source, as packed columns:
+``columns.Points``; a record is never split between rows).
 
-Atomicity: a chunk's records and its source's new read position are written in one transaction,
-so a collector killed anywhere reads again exactly what it had not spooled. A record leaves only
+Atomicity: a chunk's rows and its source's new read position are written in one transaction,
+so a collector killed anywhere reads again exactly what it had not spooled. A row leaves only
 through ``ack``, after the gateway acknowledged it; until then ``batch`` returns it again.
 
 Durability: ``synchronous=FULL``: every commit is fsynced before the collector goes on, so not
@@ -13,7 +14,7 @@ even a power loss loses what was spooled. (``NORMAL`` could roll back the last c
 loss, records and position together, losing only data whose file was gone after the reboot.)
 FULL was measured at about 0.3 ms more per transaction, one transaction per chunk of up to 1 MiB.
 
-Capacity and the full-spool policy: at most ``max_bytes`` of records (packed size plus
+Capacity and the full-spool policy: at most ``max_bytes`` of rows (packed size plus
 ``ROW_OVERHEAD`` a row; the file keeps its high-water size, free pages are reused). When full,
 the tailer stops reading (``full``): the metric files are the buffer, nothing is dropped, and the
 training job never waits. Counters per member, cumulative, shipped with every batch:
@@ -30,21 +31,23 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import msgspec
 
+from adapters.telemetry.columns import Points
 from adapters.telemetry.localfs import check_local
 from domain.errors import InvalidInput
-from domain.telemetry import Record, SourceBatch, SourceKind
+from domain.telemetry import Record, Scalar, SourceKind
 
 SPOOL_FILE = "spool.sqlite"
 LOCK_FILE = "spool.lock"
 DEFAULT_MAX_BYTES = 2 * 1024**3
-ROW_OVERHEAD = 24  # bytes a record row costs besides its payload (ids, offset, b-tree cell)
+ROW_OVERHEAD = 48  # bytes a row costs besides its payload (ids, offsets, counts, b-tree cell)
+ROW_POINTS = 4096  # points a row holds at most (more only for one record that has more)
 Counter = Literal["corrupt_records", "dropped_records", "dropped_bytes"]
 
 _SCHEMA = """
@@ -57,15 +60,14 @@ CREATE TABLE IF NOT EXISTS sources (
     generation INTEGER NOT NULL, kind TEXT NOT NULL, device INTEGER NOT NULL,
     inode INTEGER NOT NULL, position INTEGER NOT NULL, size_seen INTEGER NOT NULL,
     mark BLOB NOT NULL, current INTEGER NOT NULL, UNIQUE (member, path, generation));
-CREATE TABLE IF NOT EXISTS records (
+CREATE TABLE IF NOT EXISTS chunks (
     id INTEGER PRIMARY KEY AUTOINCREMENT, member INTEGER NOT NULL, source INTEGER NOT NULL,
-    offset INTEGER NOT NULL, points INTEGER NOT NULL, payload BLOB NOT NULL);
-CREATE INDEX IF NOT EXISTS records_member ON records (member, id);
+    records INTEGER NOT NULL, points INTEGER NOT NULL, payload BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS chunks_member ON chunks (member, id);
 """
 _COLUMNS = "id, path, generation, kind, device, inode, position, size_seen, mark"
 
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(list[tuple[str, int, float, float]]).decode
+_decode_v1 = msgspec.msgpack.Decoder(list[tuple[str, int, float, float]]).decode
 
 
 @dataclass(slots=True)
@@ -97,9 +99,16 @@ class Counters:
 
 
 @dataclass(slots=True)
+class SpooledSource:
+    name: str  # the source's name: path + "#" + generation
+    kind: SourceKind
+    points: Points
+
+
+@dataclass(slots=True)
 class SpoolBatch:
-    up_to: int  # the last record id in it: ``ack(member, up_to)`` removes it and all before
-    sources: list[SourceBatch] = field(default_factory=list)
+    up_to: int  # the last row id in it: ``ack(member, up_to)`` removes it and all before
+    sources: list[SpooledSource] = field(default_factory=list)
     points: int = 0
     records: int = 0
 
@@ -120,6 +129,7 @@ class Spool:
             self._db.execute("PRAGMA synchronous=FULL")
             self._db.execute("PRAGMA journal_size_limit=67108864")
             self._db.executescript(_SCHEMA)
+            self._upgrade()
             self.bytes = self._used("1")[0]
         except sqlite3.DatabaseError as exc:
             self._db.close()
@@ -200,21 +210,18 @@ class Spool:
         with self._lock, self._transaction():
             self._save(state)
 
-    def append(
-        self, member: str, state: SourceState, records: Sequence[Record], corrupt: int = 0
-    ) -> None:
-        """Spool the ``records`` of ``state``'s source and its new position, atomically.
-        Records without a scalar are not stored (they only advance the position)."""
-        rows = []
+    def append(self, member: str, state: SourceState, points: Points, corrupt: int = 0) -> None:
+        """Spool the ``points`` of ``state``'s source and its new position, atomically (records
+        without a scalar leave nothing but the position)."""
         m = self._member_locked(member)
-        for r in records:
-            if r.scalars:
-                payload = _encode([(s.tag, s.step, s.wall_time, s.value) for s in r.scalars])
-                rows.append((m, state.id, r.offset, len(r.scalars), payload))
+        rows = [
+            (m, state.id, piece.record_count(), len(piece), piece.pack())
+            for piece in points.split(ROW_POINTS)
+        ]
         added = sum(len(r[4]) + ROW_OVERHEAD for r in rows)
         with self._lock, self._transaction():
             self._db.executemany(
-                "INSERT INTO records (member, source, offset, points, payload)"
+                "INSERT INTO chunks (member, source, records, points, payload)"
                 " VALUES (?, ?, ?, ?, ?)",
                 rows,
             )
@@ -241,45 +248,37 @@ class Spool:
     # -- shipping -----------------------------------------------------------------------------
 
     def batch(self, member: str, max_points: int, after: int = 0) -> SpoolBatch | None:
-        """The member's oldest records after record id ``after``: at least one whole record, and
-        more while the points stay within ``max_points``; per source, in record order. None when
-        there is nothing after ``after``."""
+        """The member's oldest rows after row id ``after``: at least one, and more while the
+        points stay within ``max_points``; per source, in record order. None when there is
+        nothing after ``after``."""
+        out = SpoolBatch(up_to=0)
+        parts: dict[int, list[Points]] = {}
         with self._lock:
-            rows = self._db.execute(
-                "SELECT id, source, offset, points, payload FROM records"
-                " WHERE member = ? AND id > ? ORDER BY id LIMIT ?",
-                (self._member(member), after, max(1, max_points)),
-            ).fetchall()
-            names = {source: self._source_name(source) for source in {r[1] for r in rows}}
-        if not rows:
+            cursor = self._db.execute(
+                "SELECT id, source, records, points, payload FROM chunks"
+                " WHERE member = ? AND id > ? ORDER BY id",
+                (self._member(member), after),
+            )
+            for rid, source, records, points, payload in cursor:  # read lazily: stops early
+                if out.points and out.points + points > max_points:
+                    break
+                parts.setdefault(source, []).append(Points.unpack(payload))
+                out.points += points
+                out.records += records
+                out.up_to = rid
+            cursor.close()
+            names = {source: self._source_name(source) for source in parts}
+        if not out.up_to:
             return None
-        out = SpoolBatch(up_to=rows[0][0])
-        by_source: dict[int, SourceBatch] = {}
-        for rid, source, offset, points, payload in rows:
-            if out.points and out.points + points > max_points:
-                break
-            b = by_source.get(source)
-            if b is None:
-                name, kind = names[source]
-                b = by_source[source] = SourceBatch(name, kind, [])
-            for tag, step, wall, value in _decode(payload):
-                b.tags.append(tag)
-                b.offsets.append(offset)
-                b.steps.append(step)
-                b.walls.append(wall)
-                b.values.append(value)
-            out.points += points
-            out.records += 1
-            out.up_to = rid
-        out.sources = list(by_source.values())
+        out.sources = [SpooledSource(*names[s], Points.concat(p)) for s, p in parts.items()]
         return out
 
     def ack(self, member: str, up_to: int) -> None:
-        """The gateway committed the member's records up to id ``up_to``: remove them."""
+        """The gateway committed the member's rows up to id ``up_to``: remove them."""
         with self._lock, self._transaction():
             m = self._member(member)
             freed = self._used("member = ? AND id <= ?", (m, up_to))[0]
-            self._db.execute("DELETE FROM records WHERE member = ? AND id <= ?", (m, up_to))
+            self._db.execute("DELETE FROM chunks WHERE member = ? AND id <= ?", (m, up_to))
         self.bytes -= freed
 
     def pending(self, member: str) -> int:
@@ -293,7 +292,7 @@ class Spool:
         with self._lock, self._transaction():
             m = self._member(member)
             freed, n = self._used("member = ?", (m,))
-            for table, column in (("records", "member"), ("sources", "member"), ("members", "id")):
+            for table, column in (("chunks", "member"), ("sources", "member"), ("members", "id")):
                 self._db.execute(f"DELETE FROM {table} WHERE {column} = ?", (m,))
             self._members.pop(member, None)
             self._names.clear()  # source ids may be used again
@@ -313,13 +312,35 @@ class Spool:
         self._db.execute("COMMIT")
 
     def _used(self, where: str, args: tuple[object, ...] = ()) -> tuple[int, int]:
-        """(bytes counted against the capacity, rows) of the records ``where`` selects."""
-        used, rows = self._db.execute(
-            f"SELECT coalesce(sum(length(payload)), 0) + {ROW_OVERHEAD} * count(*), count(*)"
-            f" FROM records WHERE {where}",
+        """(bytes counted against the capacity, records) of the rows ``where`` selects."""
+        used, records = self._db.execute(
+            f"SELECT coalesce(sum(length(payload)), 0) + {ROW_OVERHEAD} * count(*),"
+            f" coalesce(sum(records), 0) FROM chunks WHERE {where}",
             args,
         ).fetchone()
-        return int(used), int(rows)
+        return int(used), int(records)
+
+    def _upgrade(self) -> None:
+        """A spool of an earlier collector (one row per record in ``records``): move its rows
+        into ``chunks``, in order, so nothing spooled is lost."""
+        old = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'"
+        ).fetchone()
+        if old is None:
+            return
+        with self._transaction():
+            rows = self._db.execute(
+                "SELECT member, source, offset, payload FROM records ORDER BY id"
+            ).fetchall()
+            for member, source, offset, payload in rows:
+                record = Record(offset, tuple(Scalar(*s) for s in _decode_v1(payload)))
+                points = Points.from_records([record])
+                self._db.execute(
+                    "INSERT INTO chunks (member, source, records, points, payload)"
+                    " VALUES (?, ?, 1, ?, ?)",
+                    (member, source, len(points), points.pack()),
+                )
+            self._db.execute("DROP TABLE records")
 
     def _member_locked(self, member: str) -> int:
         m = self._members.get(member)

@@ -32,18 +32,13 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from adapters.telemetry.columns import Parsed, Points, SourceParser
 from adapters.telemetry.parsers import parser_for
 from adapters.telemetry.spool import SourceState, Spool
 from adapters.telemetry.tfrecord import MAX_RECORD as MAX_TFRECORD
-from domain.telemetry import (
-    MAX_SOURCE,
-    MAX_STEP,
-    MAX_TAG,
-    Parsed,
-    Record,
-    SourceKind,
-    SourceParser,
-)
+from domain.telemetry import MAX_SOURCE, MAX_TAG, SourceKind
 
 log = logging.getLogger("tuneplane.collector")
 
@@ -248,11 +243,11 @@ class MemberTail:
                     want = min(want * 8, LONGEST[s.kind])
                     continue
             want = self.chunk
-            records, bad = self._clean(parsed.records)
+            points, bad = self._clean(parsed.points)
             s.mark = (s.mark + data[: parsed.consumed])[-MARK:]
             s.position += parsed.consumed
             s.size_seen = max(s.size_seen, s.position)
-            self.spool.append(self.member, s, records, parsed.corrupt + bad)
+            self.spool.append(self.member, s, points, parsed.corrupt + bad)
             read, saved = read + parsed.consumed, True
             if at_end:
                 break
@@ -268,8 +263,8 @@ class MemberTail:
         except Exception:  # a parser must not raise; if one does, the collector goes on
             log.exception("the %s parser failed on %s", src.state.kind, src.state.name)
         if src.state.kind != "jsonl":
-            return Parsed([], 1, 1)  # skip a byte: the TFRecord framing resynchronises
-        parsed = Parsed()  # line by line: only the line that fails is lost
+            return Parsed(Points.empty(), 1, 1)  # skip a byte: the TFRecord framing resynchronises
+        parsed, parts = Parsed(), []  # line by line: only the line that fails is lost
         lines = data.split(b"\n")
         for i, text in enumerate(lines):
             line = text + b"\n" if i < len(lines) - 1 else text
@@ -278,22 +273,22 @@ class MemberTail:
             try:
                 one = src.parser.feed(line, offset + parsed.consumed, final=final)
             except Exception:
-                one = Parsed([], len(line), 1)
-            parsed.records += one.records
+                one = Parsed(Points.empty(), len(line), 1)
+            parts.append(one.points)
             parsed.corrupt += one.corrupt
             parsed.consumed += len(line)
+        parsed.points = Points.concat(parts)
         return parsed
 
-    def _clean(self, records: list[Record]) -> tuple[list[Record], int]:
+    def _clean(self, points: Points) -> tuple[Points, int]:
         """Leave out scalars the gateway would refuse; a record that lost one counts corrupt."""
-        out, bad = [], 0
-        for r in records:
-            kept = tuple(s for s in r.scalars if 0 <= s.step <= MAX_STEP and self._tag_ok(s.tag))
-            if len(kept) != len(r.scalars):
-                bad += 1
-                r = Record(r.offset, kept)
-            out.append(r)
-        return out, bad
+        if not len(points):
+            return points, 0
+        good = np.array([self._tag_ok(t) for t in points.tags], dtype=bool)
+        keep = good[points.tag] & (points.step >= 0)
+        if keep.all():
+            return points, 0
+        return points.take(keep).compact(), len(np.unique(points.offset[~keep]))
 
     def _tag_ok(self, tag: str) -> bool:
         if tag in self._good_tags:

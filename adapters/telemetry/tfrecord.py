@@ -1,8 +1,8 @@
 """TFRecord framing, as TensorBoard event files use it.
 
 Each record: ``uint64 length`` (little-endian), ``uint32`` masked CRC-32C of those 8 bytes, the
-data, ``uint32`` masked CRC-32C of the data. ``frames`` walks a chunk of a file and yields each
-record's data with its position, counting what it must skip:
+data, ``uint32`` masked CRC-32C of the data. ``spans`` walks a chunk of a file and returns the
+position and data length of each sound record, counting what it must skip:
 
 * a data CRC that does not match: that record is skipped (its length is trusted: its own CRC
   matched);
@@ -15,7 +15,6 @@ record's data with its position, counting what it must skip:
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import crc32c
@@ -47,19 +46,24 @@ def _header_ok(data: bytes, pos: int) -> bool:
     return bool(length <= MAX_RECORD and masked_crc(data[pos : pos + 8]) == crc)
 
 
-def frames(data: bytes, walk: Walk, *, final: bool = False) -> Iterator[tuple[int, memoryview]]:
-    """Yield ``(position, record data)`` of each sound record in ``data``; ``walk`` says how far
-    it got (``consumed``) and what it skipped (``corrupt``) once the iterator is exhausted."""
+def spans(data: bytes, walk: Walk, *, final: bool = False) -> tuple[list[int], list[int]]:
+    """The position and data length of each sound record in ``data``; ``walk`` says how far it
+    got (``consumed``) and what it skipped (``corrupt``)."""
     view = memoryview(data)
+    unpack, crc = _LEN.unpack_from, crc32c.crc32c
     n = len(data)
     pos = 0
+    positions: list[int] = []
+    lengths: list[int] = []
     while True:
         if n - pos < 12:
             if final and pos < n:
                 walk.corrupt += 1
                 pos = n
             break
-        if not _header_ok(data, pos):
+        length, header_crc = unpack(data, pos)
+        c = crc(view[pos : pos + 8])
+        if length > MAX_RECORD or (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != header_crc:
             walk.corrupt += 1
             nxt = next((p for p in range(pos + 1, n - 11) if _header_ok(data, p)), None)
             if nxt is None:  # the next header may start in bytes not written yet
@@ -67,17 +71,20 @@ def frames(data: bytes, walk: Walk, *, final: bool = False) -> Iterator[tuple[in
                 break
             pos = nxt
             continue
-        length = _LEN.unpack_from(data, pos)[0]
         end = pos + 16 + length
         if end > n:
             if final:
                 walk.corrupt += 1
                 pos = n
             break
-        body = view[pos + 12 : pos + 12 + length]
-        if masked_crc(body) != _CRC.unpack_from(data, pos + 12 + length)[0]:
+        c = crc(view[pos + 12 : end - 4])
+        if (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != _CRC.unpack_from(data, end - 4)[
+            0
+        ]:
             walk.corrupt += 1
         else:
-            yield pos, body
+            positions.append(pos)
+            lengths.append(length)
         pos = end
     walk.consumed = pos
+    return positions, lengths

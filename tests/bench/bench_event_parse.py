@@ -6,7 +6,8 @@ million scalars through tensorboardX takes minutes), read twice in the same run:
 ``EventFileLoader`` (no TensorFlow installed: its pure-Python TFRecord reader with CRC checks
 and the protobuf classes; it turns each ``simple_value`` into a tensor, as TensorBoard reads
 them); (b) the collector's ``TfEventsParser``
-fed 1 MiB chunks as the tailer does, CRC-32C checks on. Both must find the same scalars.
+fed 1 MiB chunks as the tailer does, CRC-32C checks on, to the columns it hands the spool (the
+check that both found the same scalars runs after the clock stopped).
 
 Run: ``.venv/bin/pytest tests/bench/bench_event_parse.py -m bench -s``
 """
@@ -21,6 +22,7 @@ import pytest
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from adapters.telemetry.columns import Points
 from adapters.telemetry.events import TfEventsParser
 from tests.support.telemetry_rig import tfrecord
 
@@ -56,12 +58,13 @@ def test_parse_rate(tmp_path: Path) -> None:
     a = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    parser, got, pos = TfEventsParser(), [], 0
+    parser, parts, pos = TfEventsParser(), [], 0
     while pos < len(data):
         parsed = parser.feed(data[pos : pos + CHUNK], pos, final=pos + CHUNK >= len(data))
-        got += [(s.tag, s.step, s.value) for r in parsed.records for s in r.scalars]
+        parts.append(parsed.points)  # columns, as the tailer spools them
         pos += parsed.consumed
     b = time.perf_counter() - t0
+    got = [(s.tag, s.step, s.value) for r in Points.concat(parts).records() for s in r.scalars]
     assert got == loader and len(got) == SCALARS
     print(
         f"\n{SCALARS:,} scalars, {len(data) / 1e6:.1f} MB"

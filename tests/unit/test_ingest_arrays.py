@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.postgres.ingest_arrays import Points
+from adapters.postgres.ingest_arrays import Rows as Points
 from domain.telemetry import STORED_TIERS, rollup
 
 pytestmark = pytest.mark.unit

@@ -14,6 +14,7 @@ from adapters.telemetry import tailer
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.tailer import MemberTail, Progress
 from adapters.telemetry.tfrecord import frame
+from domain.telemetry import SourceBatch
 from proto import tb_event_pb2 as tb
 
 pytestmark = pytest.mark.unit
@@ -58,7 +59,9 @@ class Rig:
         if batch is None:
             return []
         return [
-            (b.source, o, s) for b in batch.sources for o, s in zip(b.offsets, b.steps, strict=True)
+            (b.name, o, s)
+            for b in batch.sources
+            for o, s in zip(b.points.offset.tolist(), b.points.step.tolist(), strict=True)
         ]
 
     def counters(self) -> tuple[int, int, int]:
@@ -227,15 +230,17 @@ def test_scalars_the_gateway_would_refuse_are_left_out_and_counted(rig: Rig) -> 
     batch = rig.spool.batch(M, 100)
     assert batch is not None
     (b,) = batch.sources
-    assert list(zip(b.tags, b.steps, b.values, strict=True)) == [
+    got = [(s.tag, s.step, s.value) for r in b.points.records() for s in r.scalars]
+    assert got == [
         ("ok", 0, 1.0),
         ("ok", 1, 3.0),
         ("ok", 2, 4.0),
         ("ok", 3, 6.0),
     ]
     assert rig.counters()[0] == 2  # the line with a 300-character tag, the step beyond int64
-    for s in batch.sources:
-        s.check()
+    for s in batch.sources:  # what the gateway checks
+        SourceBatch(s.name, s.kind, s.points).check()
+        s.points.check(s.name)
 
 
 def test_a_restart_reads_nothing_twice(rig: Rig) -> None:
@@ -277,7 +282,7 @@ def test_a_full_spool_pauses_reading_and_drops_nothing(tmp_path: Path) -> None:
             p = rig.poll()
             batch = rig.spool.batch(M, 1000)
             if batch is not None:
-                steps += batch.sources[0].steps
+                steps += batch.sources[0].points.step.tolist()
                 rig.spool.ack(M, batch.up_to)
             if not p.behind and batch is None:
                 break

@@ -17,11 +17,11 @@ from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, tensor_
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboardX import SummaryWriter
 
+from adapters.telemetry.columns import Parsed, Points, SourceParser
 from adapters.telemetry.events import TfEventsParser
 from adapters.telemetry.jsonl import JsonlParser
 from adapters.telemetry.parsers import parser_for
 from adapters.telemetry.tfrecord import frame
-from domain.telemetry import Parsed, SourceParser
 
 pytestmark = pytest.mark.unit
 
@@ -36,13 +36,13 @@ def points(parsed: Parsed) -> list[tuple[str, int, float]]:
 
 def feed_in_chunks(parser: SourceParser, data: bytes, sizes: list[int]) -> Parsed:
     """Feed as the tailer does: what a chunk did not consume is read again with the next."""
-    out, pos, i = Parsed(), 0, 0
+    out, pos, i, parts = Parsed(), 0, 0, []
     while pos < len(data):
         size = sizes[i % len(sizes)]
         i += 1
         end = min(len(data), pos + size)
         got = parser.feed(data[pos:end], pos, final=end == len(data))
-        out.records += got.records
+        parts.append(got.points)
         out.corrupt += got.corrupt
         if got.consumed == 0 and end < len(data):
             sizes = [s * 2 for s in sizes]  # a record longer than the chunk: read more
@@ -51,6 +51,7 @@ def feed_in_chunks(parser: SourceParser, data: bytes, sizes: list[int]) -> Parse
         if end == len(data) and got.consumed == 0:
             break
     out.consumed = pos
+    out.points = Points.concat(parts)
     return out
 
 
