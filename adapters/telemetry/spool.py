@@ -114,11 +114,14 @@ class SpoolBatch:
 
 
 class Spool:
-    def __init__(self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(
+        self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, row_points: int = ROW_POINTS
+    ) -> None:
         check_local(directory)
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = directory / SPOOL_FILE
         self.max_bytes = max_bytes
+        self.row_points = row_points
         self._lock_fd = _exclusive(directory / LOCK_FILE)
         self._lock = threading.Lock()
         self._members: dict[str, int] = {}
@@ -216,7 +219,7 @@ class Spool:
         m = self._member_locked(member)
         rows = [
             (m, state.id, piece.record_count(), len(piece), piece.pack())
-            for piece in points.split(ROW_POINTS)
+            for piece in points.split(self.row_points)
         ]
         added = sum(len(r[4]) + ROW_OVERHEAD for r in rows)
         with self._lock, self._transaction():

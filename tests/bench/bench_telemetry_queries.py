@@ -30,11 +30,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from application.auth import bootstrap_admin
-from domain.telemetry import MemberScope, SourceBatch, View, plan_view
+from domain.telemetry import MemberScope, View, plan_view
 from domain.telemetry_ports import CollectorCounters
 from entrypoints.api.app import create_app
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.support.context import memory_context
+from tests.support.points import source_batch
 
 pytestmark = pytest.mark.bench
 
@@ -70,11 +71,11 @@ async def test_bounded_queries(tmp_path: Path, pg_url: str, pg_engine: AsyncEngi
     t0 = time.perf_counter()
     for start in range(0, POINTS, BATCH):
         steps = list(range(start, min(POINTS, start + BATCH)))
-        b = SourceBatch("events#0", "tfevents", ["train/loss"] * len(steps))
-        b.offsets = [s * 40 for s in steps]
-        b.steps = steps
-        b.walls = [1.7e9 + s * 0.01 for s in steps]
-        b.values = [1.0 / (1 + s / 1000) + rng.random() * 0.01 for s in steps]
+        b = source_batch(
+            "events#0", "tfevents", ["train/loss"] * len(steps), [s * 40 for s in steps], steps,
+            [1.7e9 + s * 0.01 for s in steps],
+            [1.0 / (1 + s / 1000) + rng.random() * 0.01 for s in steps],
+        )  # fmt: skip
         await store.append(scope, [b], CollectorCounters(), NOW)
     load = time.perf_counter() - t0
     await pool.execute("VACUUM ANALYZE metric_points")

@@ -22,18 +22,16 @@ from domain.telemetry_ports import CollectorCounters
 from entrypoints.api.app import create_app
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.support.context import memory_context
+from tests.support.points import source_batch
 
 pytestmark = pytest.mark.integration
 NOW = datetime(2026, 12, 3, tzinfo=UTC)
 
 
 def points(source: str, tag: str, steps: range, value: float) -> SourceBatch:
-    b = SourceBatch(source, "tfevents", [tag] * len(steps))
-    b.offsets = [s * 50 for s in steps]
-    b.steps = list(steps)
-    b.walls = [1.7e9 + s for s in steps]
-    b.values = [value] * len(steps)
-    return b
+    n = len(steps)
+    offsets, walls = [s * 50 for s in steps], [1.7e9 + s for s in steps]
+    return source_batch(source, "tfevents", [tag] * n, offsets, steps, walls, [value] * n)
 
 
 @pytest.fixture
@@ -62,7 +60,7 @@ async def setup(tmp_path: Path, pg_url: str, pg_engine: AsyncEngine) -> AsyncIte
     await store.append(scopes[0], [points("ev#0", "loss", range(0, 1000), 1.0)], none, NOW)
     await store.append(scopes[1], [points("ev#0", "other", range(0, 10), 5.0)], none, NOW)
     resumed = points("ev#0", "loss", range(500, 800), 2.0)
-    resumed.values[-1] = float("nan")
+    resumed.points.value[-1] = float("nan")  # type: ignore[attr-defined]
     await store.append(scopes[2], [resumed], CollectorCounters(3, 0, 17), NOW)
     app = create_app(ctx, supervise=False)
     # httpx's ASGI transport runs the app on this test's event loop (the database pools are

@@ -17,6 +17,7 @@ from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
 from domain.telemetry_ports import CollectorCounters
 from tests.contract.builders import a_job, a_member, an_attempt
+from tests.support.points import source_batch
 
 pytestmark = pytest.mark.integration
 
@@ -53,15 +54,8 @@ async def scopes(pg_engine: AsyncEngine) -> list[MemberScope]:
 
 def batch(source: str, records: list[tuple[int, list[tuple[str, int, float]]]]) -> SourceBatch:
     """``records``: (offset, [(tag, step, value), ...])."""
-    b = SourceBatch(source, "jsonl", [])
-    for offset, scalars in records:
-        for tag, step, value in scalars:
-            b.tags.append(tag)
-            b.offsets.append(offset)
-            b.steps.append(step)
-            b.walls.append(1000.0 + step)
-            b.values.append(value)
-    return b
+    rows = [(tag, o, step, 1000.0 + step, v) for o, scalars in records for tag, step, v in scalars]
+    return source_batch(source, "jsonl", *(list(c) for c in zip(*rows, strict=True)))
 
 
 def loss(offsets: range, source: str = "m.jsonl#0") -> SourceBatch:
@@ -138,15 +132,14 @@ async def test_a_bounded_view_keeps_a_single_spike(
     store: PostgresMetrics, scopes: list[MemberScope]
 ) -> None:
     n = 100_000
-    b = SourceBatch("spike.jsonl#0", "jsonl", ["x"] * n)
-    b.offsets, b.steps = list(range(n)), list(range(n))
-    b.walls, b.values = [float(i) for i in range(n)], [0.0] * n
-    b.values[54_321] = 1e6
+    values = [0.0] * n
+    values[54_321] = 1e6
     for i in range(0, n, 20_000):
-        part = SourceBatch(b.source, "jsonl", b.tags[i : i + 20_000])
-        part.offsets, part.steps = b.offsets[i : i + 20_000], b.steps[i : i + 20_000]
-        part.walls, part.values = b.walls[i : i + 20_000], b.values[i : i + 20_000]
-        await store.append(scopes[0], [part], NONE, NOW)
+        part = range(i, i + 20_000)
+        walls = [float(s) for s in part]
+        b = source_batch("spike.jsonl#0", "jsonl", ["x"] * len(part), part, part, walls,
+                         values[i : i + 20_000])  # fmt: skip
+        await store.append(scopes[0], [b], NONE, NOW)
     (series,) = await store.series(scopes[0].job_id)
     for start, end, n_points in ((0, n - 1, 1000), (50_000, 60_000, 1000), (0, n - 1, 7)):
         got = await store.view(series.id, plan_view(start, end, n_points))
@@ -191,13 +184,13 @@ async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
     series it made; the next batch must not file its points under their ids (seen in CI)."""
     from adapters.postgres import ingest_arrays
 
-    real = ingest_arrays.Points.rollups
+    real = ingest_arrays.Rows.rollups
 
-    def fail_once(self: ingest_arrays.Points) -> list[list[object]]:
-        monkeypatch.setattr(ingest_arrays.Points, "rollups", real)
+    def fail_once(self: ingest_arrays.Rows) -> list[list[object]]:
+        monkeypatch.setattr(ingest_arrays.Rows, "rollups", real)
         raise ConnectionResetError("the stream went away mid-batch")
 
-    monkeypatch.setattr(ingest_arrays.Points, "rollups", fail_once)
+    monkeypatch.setattr(ingest_arrays.Rows, "rollups", fail_once)
     with pytest.raises(ConnectionResetError):
         await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
     assert await points(store) == 0

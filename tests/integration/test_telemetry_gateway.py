@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 from grpclib import GRPCError, Status
 from grpclib.client import Channel
@@ -70,13 +71,35 @@ class Telemetry:
 
 
 def batch(scope: MemberScope, offsets: range) -> pb.Batch:
-    source = pb.SourceBatch(source="train.jsonl#0", kind="jsonl", tag_names=["train/loss"])
-    for o in offsets:
-        source.tag.append(0)
-        source.step.append(o)
-        source.wall_time.append(1.7e9 + o)
-        source.value.append(1.0 / (o + 1))
-        source.offset.append(o * 40)
+    return with_columns(
+        scope,
+        [0] * len(offsets),
+        [o * 40 for o in offsets],
+        list(offsets),
+        [1.7e9 + o for o in offsets],
+        [1.0 / (o + 1) for o in offsets],
+    )
+
+
+def with_columns(
+    scope: MemberScope,
+    tags: list[int],
+    offsets: list[int],
+    steps: list[int],
+    walls: list[float],
+    values: list[float],
+) -> pb.Batch:
+    """A batch of one source whose columns may disagree (for the malformed cases)."""
+    source = pb.SourceBatch(
+        source="train.jsonl#0",
+        kind="jsonl",
+        tag_names=["train/loss"],
+        tag=np.array(tags, "<u4").tobytes(),
+        offset=np.array(offsets, "<i8").tobytes(),
+        step=np.array(steps, "<i8").tobytes(),
+        wall_time=np.array(walls, "<f8").tobytes(),
+        value=np.array(values, "<f8").tobytes(),
+    )
     return pb.Batch(seq=1, attempt=scope.attempt_id, member=scope.member_id, sources=[source])
 
 
@@ -227,19 +250,24 @@ async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Teleme
     token = await telemetry.tokens.issue(scope, T0, DAY)
     stub = TelemetryStub(telemetry.channel)
     bad_batches = []
-    for mutate in ("columns", "backwards", "tag index", "kind", "step"):
-        b = batch(scope, range(3))
-        source = b.sources[0]
+    good = ([0, 0, 0], [0, 40, 80], [0, 1, 2], [1.0, 2.0, 3.0], [0.5, 0.25, 0.125])
+    for mutate in ("columns", "ragged", "backwards", "tag index", "kind", "step", "offset"):
+        tags, offsets, steps, walls, values = (list(c) for c in good)
         if mutate == "columns":
-            source.value.append(1.0)
+            values.append(1.0)
         elif mutate == "backwards":
-            source.offset[2] = 0
+            offsets[2] = 0
         elif mutate == "tag index":
-            source.tag[1] = 7
-        elif mutate == "kind":
-            source.kind = "csv"
-        else:
-            source.step[0] = -1
+            tags[1] = 7
+        elif mutate == "step":
+            steps[0] = -1
+        elif mutate == "offset":
+            offsets[0] = -40
+        b = with_columns(scope, tags, offsets, steps, walls, values)
+        if mutate == "kind":
+            b.sources[0].kind = "csv"
+        elif mutate == "ragged":
+            b.sources[0].step = b.sources[0].step[:-3]  # not a whole number of int64
         bad_batches.append(b)
     for b in bad_batches:
         async with stub.Append.open(metadata={"authorization": f"Bearer {token}"}) as stream:

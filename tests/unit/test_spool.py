@@ -8,13 +8,11 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import pytest
 
-import msgspec
-
-from adapters.telemetry import spool as spool_module
 from adapters.telemetry.columns import Points
-from adapters.telemetry.spool import SourceState, SpooledSource, Spool
+from adapters.telemetry.spool import SourceState, Spool, SpooledSource
 from domain.errors import InvalidInput
 from domain.telemetry import Record, Scalar
 
@@ -124,7 +122,7 @@ def test_a_batch_is_columnar_per_source_in_record_order(spool: Spool) -> None:
 def test_rows_never_split_a_record_and_batches_take_whole_rows(
     spool: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spool_module, "ROW_POINTS", 4)
+    monkeypatch.setattr(spool, "row_points", 4)
     s = source(spool)
     put(spool, M, s, [rec(i * 10, i, "a", "b", "c") for i in range(5)])
     assert spool.pending(M) == 5
@@ -136,7 +134,7 @@ def test_rows_never_split_a_record_and_batches_take_whole_rows(
     assert cols(batch.sources[0])["offsets"] == [0, 0, 0, 10, 10, 10]
     small = spool.batch(M, 2)  # fewer points than one row: that row, whole
     assert small is not None and (small.points, small.records) == (3, 1)
-    monkeypatch.setattr(spool_module, "ROW_POINTS", 1)  # a record larger than a row: whole
+    monkeypatch.setattr(spool, "row_points", 1)  # a record larger than a row: whole
     put(spool, M, s, [rec(50, 5, "a", "b")])
     assert spool._db.execute("SELECT max(points) FROM chunks").fetchone()[0] == 3
 
@@ -144,7 +142,7 @@ def test_rows_never_split_a_record_and_batches_take_whole_rows(
 def test_batches_after_a_row_id_and_ack_removes_them(
     spool: Spool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(spool_module, "ROW_POINTS", 2)
+    monkeypatch.setattr(spool, "row_points", 2)
     s = source(spool)
     put(spool, M, s, [rec(i * 10, i) for i in range(10)])
     first = spool.batch(M, 4)
