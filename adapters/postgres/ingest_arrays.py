@@ -3,7 +3,8 @@
 What ``domain.telemetry.rollup`` says point by point (the specification, and the oracle of the
 tests), done on arrays: the gateway's Python time per point must stay well below PostgreSQL's
 COPY time, or it, not the database, would bound ingest. Also the points' binary COPY payload
-(PostgreSQL's PGCOPY format), built in one ``tobytes`` call.
+(PostgreSQL's PGCOPY format): one ``metric_blocks`` row per series and ``BLOCK_STEPS``-step
+bucket, its points as arrays, each column's elements made by one ``tobytes`` call.
 """
 
 from __future__ import annotations
@@ -15,21 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from domain.telemetry import STORED_TIERS, TIERS
+from domain.telemetry import STORED_TIERS, TIER_FACTOR, TIERS
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
 _TRAILER = struct.pack("!h", -1)
-_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l0", ">i4"), ("series", ">i8"),
-        ("l1", ">i4"), ("step", ">i8"),
-        ("l2", ">i4"), ("wall", ">f8"),
-        ("l3", ">i4"), ("value", ">f8"),
-        ("l4", ">i4"), ("offset", ">i8"),
-    ]
-)  # fmt: skip
-COPY_COLUMNS = ["series_id", "step", "wall_time", "value", "record_offset"]
+BLOCK_STEPS = TIER_FACTOR**4  # steps of a raw block's bucket (metric_blocks, migration 0007)
+BLOCK_COLUMNS = ["series_id", "bucket", "steps", "walls", "vals", "offsets"]
+_INT8, _FLOAT8 = 20, 701  # PostgreSQL type oids of the array elements
+_BLOCK = struct.Struct("!hiqiq")  # 6 fields; series_id, bucket (int8)
+_ARRAY = struct.Struct("!iiiiii")  # byte length; 1 dimension, no NULL, element oid, n, from 1
+_ELEMENT = {dt: np.dtype([("length", ">i4"), ("value", dt)]) for dt in (">i8", ">f8")}
 
 
 @dataclass(slots=True)
@@ -66,12 +62,30 @@ class Rows:
         return len(self.step)
 
     def copy_payload(self) -> bytes:
-        rows = np.empty(len(self), dtype=_ROW)
-        rows["n"] = 5
-        rows["l0"] = rows["l1"] = rows["l2"] = rows["l3"] = rows["l4"] = 8
-        rows["series"], rows["step"] = self.series, self.step
-        rows["wall"], rows["value"], rows["offset"] = self.wall, self.value, self.offset
-        return _HEADER + rows.tobytes() + _TRAILER
+        """The ``metric_blocks`` rows of these points (columns ``BLOCK_COLUMNS``), binary."""
+        bucket = self.step // BLOCK_STEPS
+        starts, ends = _groups(self.series, bucket)
+        columns = []
+        for values, dtype, oid in (
+            (self.step, ">i8", _INT8),
+            (self.wall, ">f8", _FLOAT8),
+            (self.value, ">f8", _FLOAT8),
+            (self.offset, ">i8", _INT8),
+        ):
+            elements = np.empty(len(values), dtype=_ELEMENT[dtype])
+            elements["length"] = 8
+            elements["value"] = values
+            columns.append((elements.tobytes(), oid))
+        parts = [_HEADER]
+        series, buckets = self.series[starts].tolist(), bucket[starts].tolist()
+        for s, e, sid, b in zip(starts.tolist(), ends.tolist(), series, buckets, strict=True):
+            n = e - s
+            parts.append(_BLOCK.pack(6, 8, sid, 8, b))
+            for data, oid in columns:
+                parts.append(_ARRAY.pack(20 + 12 * n, 1, 0, oid, n, 1))
+                parts.append(data[12 * s : 12 * e])
+        parts.append(_TRAILER)
+        return b"".join(parts)
 
     def latest(self) -> list[list[Any]]:
         """Per series: id, first step, last step, last value, last wall time, points."""

@@ -22,7 +22,7 @@ import asyncpg
 import numpy as np
 
 from adapters.postgres.engine import plain_url
-from adapters.postgres.ingest_arrays import COPY_COLUMNS, Rows
+from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, BLOCK_STEPS, Rows
 from adapters.telemetry.columns import Points
 from domain.lifecycle import AttemptState
 from domain.telemetry import (
@@ -75,7 +75,17 @@ FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[]
 WHERE s.id = u.id
 """
 
-_AGGREGATE_RAW = """
+# The raw points of series $1 with steps $2 … $3: the blocks of those buckets, unnested.
+_POINTS = f"""
+SELECT u.step, u.wall_time, u.value, u.record_offset
+FROM metric_blocks b, unnest(b.steps, b.walls, b.vals, b.offsets)
+    AS u(step, wall_time, value, record_offset)
+WHERE b.series_id = $1
+    AND b.bucket BETWEEN $2::bigint / {BLOCK_STEPS} AND $3::bigint / {BLOCK_STEPS}
+    AND u.step BETWEEN $2 AND $3
+"""
+
+_AGGREGATE_RAW = f"""
 SELECT step / $4 AS bucket, min(step), max(step),
     min(value) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')),
     max(value) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')),
@@ -83,24 +93,40 @@ SELECT step / $4 AS bucket, min(step), max(step),
     count(*) FILTER (WHERE value NOT IN ('NaN', 'Infinity', '-Infinity')),
     (array_agg(value ORDER BY step DESC, record_offset DESC))[1],
     min(wall_time), max(wall_time)
-FROM metric_points WHERE series_id = $1 AND step BETWEEN $2 AND $3
+FROM ({_POINTS}) p
 GROUP BY step / $4 ORDER BY 1
+"""
+
+_LATEST_RAW = f"""
+SELECT DISTINCT ON (step) step, wall_time, value FROM ({_POINTS}) p
+ORDER BY step, record_offset DESC
 """
 
 # A time range → steps, by the finest stored tier's wall-time indexes and at most one bucket's
 # raw points at each end (wall time grows with the step within a series, as writers log).
-_FIRST_STEP_AT = """
-WITH b AS (SELECT first_step, last_step FROM metric_rollups
+_FIRST_STEP_AT = f"""
+WITH r AS (SELECT first_step, last_step FROM metric_rollups
     WHERE series_id = $1 AND width = $2 AND max_wall >= $3 ORDER BY max_wall LIMIT 1)
-SELECT min(p.step) FROM metric_points p, b WHERE p.series_id = $1
-    AND p.step BETWEEN b.first_step AND b.last_step AND p.wall_time >= $3
+SELECT min(u.step) FROM r, metric_blocks b, unnest(b.steps, b.walls) AS u(step, wall_time)
+WHERE b.series_id = $1
+    AND b.bucket BETWEEN r.first_step / {BLOCK_STEPS} AND r.last_step / {BLOCK_STEPS}
+    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time >= $3
 """
-_LAST_STEP_AT = """
-WITH b AS (SELECT first_step, last_step FROM metric_rollups
+_LAST_STEP_AT = f"""
+WITH r AS (SELECT first_step, last_step FROM metric_rollups
     WHERE series_id = $1 AND width = $2 AND min_wall <= $3 ORDER BY min_wall DESC LIMIT 1)
-SELECT max(p.step) FROM metric_points p, b WHERE p.series_id = $1
-    AND p.step BETWEEN b.first_step AND b.last_step AND p.wall_time <= $3
+SELECT max(u.step) FROM r, metric_blocks b, unnest(b.steps, b.walls) AS u(step, wall_time)
+WHERE b.series_id = $1
+    AND b.bucket BETWEEN r.first_step / {BLOCK_STEPS} AND r.last_step / {BLOCK_STEPS}
+    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time <= $3
 """
+
+_RAW_PAGE = f"""
+SELECT step, wall_time, value, record_offset FROM ({_POINTS}) p
+WHERE step > $2 OR record_offset > $4 ORDER BY step, record_offset LIMIT $5
+"""
+_NEXT_BLOCK = "SELECT min(bucket) FROM metric_blocks WHERE series_id = $1 AND bucket >= $2"
+RAW_WINDOW = 8 * BLOCK_STEPS  # steps the raw inspector reads a page from at a time
 
 _COUNTERS = """
 INSERT INTO telemetry_members AS t (member_id, points, duplicates, corrupt_records,
@@ -227,9 +253,9 @@ class PostgresMetrics:
             np.concatenate([p.offset for _, p in kept]),
         )
         await conn.copy_to_table(
-            "metric_points",
+            "metric_blocks",
             source=io.BytesIO(points.copy_payload()),
-            columns=COPY_COLUMNS,
+            columns=BLOCK_COLUMNS,
             format="binary",
         )
         await conn.execute(_MERGE_ROLLUPS, *points.rollups())
@@ -294,14 +320,7 @@ class PostgresMetrics:
             )
             return [Bucket(*row.values()) for row in rows]
         if view.raw:
-            rows = await self.pool.fetch(
-                "SELECT DISTINCT ON (step) step, wall_time, value FROM metric_points"
-                " WHERE series_id = $1 AND step BETWEEN $2 AND $3"
-                " ORDER BY step, record_offset DESC",
-                series_id,
-                view.start,
-                view.end,
-            )
+            rows = await self.pool.fetch(_LATEST_RAW, series_id, view.start, view.end)
             return [point_bucket(r["step"], r["wall_time"], r["value"], 1) for r in rows]
         rows = await self.pool.fetch(
             "SELECT bucket, first_step, last_step, minimum, maximum, total, count, last,"
@@ -327,18 +346,24 @@ class PostgresMetrics:
     async def raw(
         self, series_id: int, start: int, end: int, after_offset: int, limit: int
     ) -> list[RawPoint]:
-        rows = await self.pool.fetch(
-            "SELECT step, wall_time, value, record_offset FROM metric_points"
-            " WHERE series_id = $1 AND step BETWEEN $2 AND $3"
-            " AND (step > $2 OR record_offset > $4)"
-            " ORDER BY step, record_offset LIMIT $5",
-            series_id,
-            start,
-            end,
-            after_offset,
-            limit,
-        )
-        return [RawPoint(*row.values()) for row in rows]
+        """A page of raw points from ``start`` (past ``after_offset`` at that step), read a
+        window of ``RAW_WINDOW`` steps at a time: a wide range never unnests all its blocks."""
+        out: list[RawPoint] = []
+        lo = start
+        async with self.pool.acquire() as conn:
+            while lo <= end and len(out) < limit:
+                hi = min(end, lo + RAW_WINDOW - 1)
+                after = after_offset if lo == start else -1
+                rows = await conn.fetch(_RAW_PAGE, series_id, lo, hi, after, limit - len(out))
+                out += [RawPoint(*row.values()) for row in rows]
+                if rows or hi >= end:
+                    lo = hi + 1
+                    continue
+                nxt = await conn.fetchval(_NEXT_BLOCK, series_id, (hi + 1) // BLOCK_STEPS)
+                if nxt is None:
+                    break
+                lo = max(hi + 1, nxt * BLOCK_STEPS)
+        return out
 
     async def counts(self, job_id: str) -> list[TelemetryCounts]:
         rows = await self.pool.fetch(

@@ -15,11 +15,12 @@ import json
 import math
 import time
 from collections.abc import Iterable
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+import numpy as np
 
-from adapters.telemetry.columns import Parsed, Points
+from adapters.telemetry.columns import OFFSET, STEP, WALL, Parsed, Points
 from domain.telemetry import MAX_STEP, SourceKind
 
 _TIME_KEYS = ("wall_time", "time", "timestamp")
@@ -52,14 +53,51 @@ def _number(v: Any) -> float | None:
         return None
 
 
+class _Line(msgspec.Struct):
+    """The SDK's form, decoded and checked in one call (anything else: the general path)."""
+
+    step: Annotated[int, msgspec.Meta(ge=0, le=MAX_STEP)]
+    wall_time: float
+    metrics: dict[str, float]
+
+
+_decode_line = msgspec.json.Decoder(_Line).decode
+
+
 class _Columns:
+    """Per line its offset, step, wall time and number of scalars; per scalar its tag and
+    value (the per-line columns are repeated once at the end)."""
+
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.offset: list[int] = []
-        self.tag: list[int] = []
         self.step: list[int] = []
         self.wall: list[float] = []
+        self.count: list[int] = []
+        self.tag: list[int] = []
         self.value: list[float] = []
+        self._keys: tuple[str, ...] = ()  # the tags of the last SDK-form line, and their indices
+        self._indices: list[int] = []
+
+    def add_line(self, line: bytes, offset: int) -> bool:
+        """Add the scalars of one line; False when the line is corrupt."""
+        try:
+            got = _decode_line(line)
+        except msgspec.DecodeError:  # not the SDK's form (or not JSON): the general path
+            return self.add(_object(line), offset)
+        metrics = got.metrics
+        if "" in metrics:
+            return self.add(_object(line), offset)
+        keys = tuple(metrics)
+        if keys != self._keys:
+            index = self.index
+            self._keys = keys
+            self._indices = [index.setdefault(k, len(index)) for k in keys]
+        wall = got.wall_time
+        self._line(offset, got.step, wall if math.isfinite(wall) else time.time(), len(keys))
+        self.tag += self._indices
+        self.value += metrics.values()
+        return True
 
     def add(self, obj: Any, offset: int) -> bool:
         """Add the scalars of one line's object; False when the line is corrupt."""
@@ -82,22 +120,30 @@ class _Columns:
         else:
             items = ((k, v) for k, v in obj.items() if k not in _NOT_METRICS)
         index = self.index
+        n = 0
         for tag, v in items:
             value = _number(v)
             if value is None or type(tag) is not str or not tag:
                 continue
-            t = index.get(tag)
-            if t is None:
-                t = index[tag] = len(index)
-            self.offset.append(offset)
-            self.tag.append(t)
-            self.step.append(step)
-            self.wall.append(wall)
+            self.tag.append(index.setdefault(tag, len(index)))
             self.value.append(value)
+            n += 1
+        self._line(offset, step, wall, n)
         return True
 
+    def _line(self, offset: int, step: int, wall: float, n: int) -> None:
+        self.offset.append(offset)
+        self.step.append(step)
+        self.wall.append(wall)
+        self.count.append(n)
+
     def points(self) -> Points:
-        return Points.of(list(self.index), self.offset, self.tag, self.step, self.wall, self.value)
+        count = np.asarray(self.count, dtype=np.int64)
+        offset, step, wall = (
+            np.repeat(np.asarray(c, dtype=d), count)
+            for c, d in ((self.offset, OFFSET), (self.step, STEP), (self.wall, WALL))
+        )
+        return Points.of(list(self.index), offset, self.tag, step, wall, self.value)
 
 
 class JsonlParser:
@@ -107,16 +153,10 @@ class JsonlParser:
         end = len(data) if final else data.rfind(b"\n") + 1
         if end <= 0:
             return Parsed()
-        lines: list[bytes] = []
-        offsets: list[int] = []
+        cols, corrupt = _Columns(), 0
         pos = offset
         for text in data[:end].split(b"\n"):
-            if text and not text.isspace():
-                lines.append(text)
-                offsets.append(pos)
-            pos += len(text) + 1
-        cols, corrupt = _Columns(), 0
-        for line, at in zip(lines, offsets, strict=True):
-            if not cols.add(_object(line), at):
+            if text and not text.isspace() and not cols.add_line(text, pos):
                 corrupt += 1
+            pos += len(text) + 1
         return Parsed(cols.points(), end, corrupt)

@@ -43,7 +43,8 @@ from domain.telemetry import MAX_SOURCE, MAX_TAG, SourceKind
 log = logging.getLogger("tuneplane.collector")
 
 CHUNK = 1024 * 1024
-PER_POLL = 8 * CHUNK  # per file and poll: one busy file does not hold up the others
+PER_POLL = 2 * CHUNK  # per file and poll: one busy file does not hold up the others, and
+# what was read ships while the next poll reads on (the collector polls again at once)
 LONGEST = {"jsonl": 16 * CHUNK, "tfevents": MAX_TFRECORD + 16}  # a longer JSONL line is corrupt
 MARK = 32  # bytes before the read position remembered to notice a rewritten file
 _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC

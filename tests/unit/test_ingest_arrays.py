@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import struct
 
 import pytest
 from hypothesis import given, settings
@@ -59,8 +60,32 @@ def test_latest_values_per_series() -> None:
     assert walls == [2.0, 4.0] and counts == [2, 2]
 
 
-def test_the_copy_payload_is_pgcopy_binary() -> None:
-    p = Points.of([1], [7], [1.5], [2.5], [40])
-    payload = p.copy_payload()
+def blocks(payload: bytes) -> list[tuple[int, int, list[list[float]]]]:
+    """Read a PGCOPY payload of metric_blocks rows: (series, bucket, its four arrays)."""
     assert payload.startswith(b"PGCOPY\n\xff\r\n\x00") and payload.endswith(b"\xff\xff")
-    assert len(payload) == 19 + 2 + 5 * (4 + 8) + 2
+    out, i = [], 19
+    while payload[i : i + 2] != b"\xff\xff":
+        fields, _, series, _, bucket = struct.unpack_from("!hiqiq", payload, i)
+        assert fields == 6
+        i += 26
+        arrays = []
+        for _ in range(4):
+            size, ndim, flags, oid, n, lower = struct.unpack_from("!iiiiii", payload, i)
+            assert (ndim, flags, lower, size) == (1, 0, 1, 20 + 12 * n)
+            kind = ">q" if oid == 20 else ">d"
+            arrays.append([struct.unpack_from(kind, payload, i + 24 + 12 * k + 4)[0]
+                           for k in range(n)])  # fmt: skip
+            i += 4 + size
+        out.append((series, bucket, arrays))
+    assert i + 2 == len(payload)
+    return out
+
+
+def test_the_copy_payload_is_pgcopy_binary_blocks_per_series_and_bucket() -> None:
+    p = Points.of([1, 1, 1, 2], [7, 4095, 4096, 3], [1.5, 2.5, 3.5, 4.5], [0.5, 0.25, 1.0, 2.0],
+                  [40, 80, 120, 10])  # fmt: skip
+    assert blocks(p.copy_payload()) == [
+        (1, 0, [[7, 4095], [1.5, 2.5], [0.5, 0.25], [40, 80]]),
+        (1, 1, [[4096], [3.5], [1.0], [120]]),
+        (2, 0, [[3], [4.5], [2.0], [10]]),
+    ]
