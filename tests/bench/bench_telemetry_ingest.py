@@ -78,7 +78,7 @@ async def test_ingest_against_raw_copy(tmp_path: Path, pg_url: str, pg_engine: A
         t0 = time.perf_counter()
         for m, path in zip(rig.members, staged, strict=True):
             path.rename(m.path)  # the files appear at once, as if written in a burst
-        await rig.wait_stored(within=600)
+        await rig.wait_stored(within=600, every=0.02)
         b = time.perf_counter() - t0
     finally:
         rig.stop()
