@@ -107,9 +107,10 @@ MAX_LAYOUTS = 16  # layouts tried per chunk that matched almost nothing: then on
 class TfEventsParser:
     kind: SourceKind = "tfevents"
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_layouts: int = MAX_LAYOUTS) -> None:
         self.plugins: dict[str, str] = {}  # tag → plugin, from the first value that named it
         self._tags: dict[bytes, str] = {}
+        self.max_layouts = max_layouts  # 0: every event decoded on its own (the reference)
 
     def feed(self, data: bytes, offset: int, *, final: bool = False) -> Parsed:
         walk = Walk()
@@ -126,7 +127,7 @@ class TfEventsParser:
             if done[r]:
                 continue
             body = data[pos + 12 : pos + 12 + length]
-            layout = learn(body) if misses < MAX_LAYOUTS else None
+            layout = learn(body) if misses < self.max_layouts else None
             if layout is not None:
                 alike = np.flatnonzero(lens[r:] == length) + r
                 alike = alike[flags[alike] == 0]

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 MEMBERS = 8
 RECORDS = 31_250  # records per member, 4 scalars each: 1,000,000 points in all
-CHUNKS = 10
+CHUNKS = 25  # one a second: the stream lasts longer than ten kills, however fast ingest is
 
 
 @pytest.fixture

@@ -231,3 +231,42 @@ def test_files_are_claimed_by_name() -> None:
     assert parser_for(Path("runs/events.out.tfevents.1700000000.host.1")).kind == "tfevents"
     assert parser_for(Path("metrics/report-rank0.jsonl")).kind == "jsonl"
     assert parser_for(Path("checkpoint.pt")) is None
+
+
+metric_values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(2**70), 2**70),
+    st.booleans(),
+    st.text(max_size=3),
+    st.none(),
+)
+sdk_lines = st.fixed_dictionaries(
+    {
+        "step": st.one_of(st.integers(-3, 2**64), st.booleans(), st.floats(0, 10)),
+        "wall_time": st.one_of(st.floats(allow_nan=True), st.integers(0, 10**12), st.none()),
+        "metrics": st.dictionaries(st.sampled_from(["loss", "lr", "", "é"]), metric_values),
+    }
+)
+
+
+@given(st.lists(sdk_lines, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_the_sdk_form_fast_path_reads_what_the_general_path_reads(lines: list[dict]) -> None:
+    from adapters.telemetry import jsonl
+
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    fast = JsonlParser().feed(data, 0)
+    reference, corrupt, pos, at = jsonl._Columns(), 0, 0, {}
+    for text, line in zip(data.split(b"\n")[:-1], lines, strict=True):
+        corrupt += not reference.add(jsonl._object(text), pos)
+        at[pos] = line
+        pos += len(text) + 1
+    want = reference.points()
+    assert fast.corrupt == corrupt and fast.consumed == len(data)
+    for column in ("offset", "step", "value"):
+        assert np.array_equal(getattr(fast.points, column), getattr(want, column), equal_nan=True)
+    assert [fast.points.tags[i] for i in fast.points.tag] == [want.tags[i] for i in want.tag]
+    for offset, wall in zip(fast.points.offset.tolist(), fast.points.wall.tolist(), strict=True):
+        given_wall = at[offset]["wall_time"]  # without a finite one: the time it was read
+        if isinstance(given_wall, int | float) and math.isfinite(given_wall):
+            assert wall == float(given_wall)
