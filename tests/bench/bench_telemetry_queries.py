@@ -78,7 +78,7 @@ async def test_bounded_queries(tmp_path: Path, pg_url: str, pg_engine: AsyncEngi
         )  # fmt: skip
         await store.append(scope, [b], CollectorCounters(), NOW)
     load = time.perf_counter() - t0
-    await pool.execute("VACUUM ANALYZE metric_points")
+    await pool.execute("VACUUM ANALYZE metric_blocks")
     await pool.execute("VACUUM ANALYZE metric_rollups")
     (series,) = await store.series(job.id)
 
@@ -110,12 +110,18 @@ async def test_bounded_queries(tmp_path: Path, pg_url: str, pg_engine: AsyncEngi
         zoom_n.append(n)
         full_s.append(await server_ms(full))
         zoom_s.append(await server_ms(zoom))
+    narrow_t, raw_view_t = [], []  # views read from raw blocks: 8,000 steps (width 8), 1,000 (raw)
+    for w in windows[:50]:
+        narrow_t.append((await timed(plan_view(w, w + 7_999, 1000)))[0])
+        raw_view_t.append((await timed(plan_view(w, w + 999, 1000)))[0])
     raw_t = []
     for w in windows[:10]:  # the baseline: 1,000 buckets from the raw points of the window
         t = time.perf_counter()
-        await pool.fetch(
-            "SELECT step / 1000, min(value), max(value), avg(value) FROM metric_points"
-            " WHERE series_id = $1 AND step BETWEEN $2 AND $3 GROUP BY 1 ORDER BY 1",
+        await pool.fetch(  # the window's blocks only, as the store reads raw points
+            "SELECT u.step / 1000, min(u.value), max(u.value), avg(u.value) FROM metric_blocks b,"
+            " unnest(b.steps, b.vals) AS u(step, value) WHERE b.series_id = $1"
+            " AND b.bucket BETWEEN $2::bigint / 4096 AND $3::bigint / 4096"
+            " AND u.step BETWEEN $2 AND $3 GROUP BY 1 ORDER BY 1",
             series.id,
             w,
             w + WINDOW - 1,
@@ -147,6 +153,8 @@ async def test_bounded_queries(tmp_path: Path, pg_url: str, pg_engine: AsyncEngi
         f" store call {ms(full_t)}; server {ms(full_s)}"
         f"\n1M-step zoom: {statistics.median(zoom_n):.0f} buckets of {zooms[0].width} steps;"
         f" store call {ms(zoom_t)}; server {ms(zoom_s)}"
+        f"\n8,000-step zoom (width 8, from raw blocks): store call {ms(narrow_t)}"
+        f"\n1,000-step zoom (raw points): store call {ms(raw_view_t)}"
         f"\nGET …/metrics/curve (1M zoom, in-process ASGI): {ms(http_t)}"
         f"\nbaseline, 1,000 buckets from the window's raw points: {ms(raw_t)}"
         f" (ratio to the store call p50: {pct(raw_t, 0.5) / pct(zoom_t, 0.5):.0f}x)"
