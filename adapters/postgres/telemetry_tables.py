@@ -3,7 +3,7 @@
 ``metric_blocks`` holds the raw scalars in blocks: one row per series, ``BLOCK_STEPS``-step
 bucket and ingested batch, its points as arrays (step, wall time, value, record offset; sorted
 by step, then record offset), stored out of line without compression. A row per point cost
-PostgreSQL about five times the CPU at ingest (a heap tuple and an index entry per point), and
+PostgreSQL about six times the CPU at ingest (a heap tuple and an index entry per point), and
 bounded queries read at most a few blocks. The view ``metric_points`` unnests them (for
 inspection and tests; queries read blocks by bucket). No primary key and no foreign key, so
 that the gateway can load it with COPY; exactly-once lives in
