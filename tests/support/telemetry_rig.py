@@ -209,7 +209,8 @@ class Rig:
         own = conn is None
         conn = conn or await asyncpg.connect(plain_dsn(self.db_url))
         try:
-            return int(await conn.fetchval("SELECT coalesce(sum(points), 0) FROM telemetry_members"))
+            sql = "SELECT coalesce(sum(points), 0) FROM telemetry_members"
+            return int(await conn.fetchval(sql))
         finally:
             if own:
                 await conn.close()
