@@ -27,7 +27,7 @@ from grpclib.client import Channel
 
 from adapters.grpc.telemetry_client import Shipper, Ticket, open_channel
 from adapters.telemetry.spool import Spool
-from adapters.telemetry.tailer import MemberTail, Progress
+from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
@@ -139,7 +139,9 @@ class Collector:
             found[f.member] = f
         return found
 
-    async def step(self) -> None:
+    async def step(self) -> bool:
+        """One poll of every member; True when a member had more than a poll reads (a burst
+        of metrics, a collector catching up): then the next poll comes at once."""
         files = self.scan()
         for member, f in files.items():
             run = self.runs.get(member)
@@ -162,6 +164,7 @@ class Collector:
         for member, run in list(self.runs.items()):
             if run.file.ended and (run.caught_up or run.shipper.refused):
                 await self._maybe_drained(member, run)
+        return any(p.read >= PER_POLL and p.behind for p in progress.values())
 
     def _poll(self, runs: dict[str, _Run]) -> dict[str, Progress]:
         """Every member's new bytes into the spool (in a worker thread)."""
@@ -213,8 +216,8 @@ class Collector:
 
     async def run(self) -> None:
         while True:
-            await self.step()
-            await asyncio.sleep(self.options.poll)
+            more = await self.step()
+            await asyncio.sleep(0 if more else self.options.poll)
 
     async def close(self) -> None:
         if self._polling is not None:  # let a poll in its thread finish its transaction
