@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import AsyncIterator
+
 from application.context import Context
 from application.policy import choose_queue
+from domain import capsule
 from domain.auth import Principal
+from domain.canonical import canonical_json
+from domain.capsule import CapsuleRef
 from domain.errors import (
     Conflict,
     Forbidden,
@@ -18,7 +24,7 @@ from domain.jobs import Job, Receipt, Submission
 from domain.lifecycle import JobState
 from domain.ports import UnitOfWork
 from domain.requests import RoleSpec, envelope_gpus, fits_pool, resolve_roles
-from domain.submission import Preview, SubmissionIntent, make_preview, resolve
+from domain.submission import JobSpec, Preview, SubmissionIntent, make_preview, resolve
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
 
@@ -92,6 +98,8 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
             )
     pin = await backend.pin(runtime)  # a network call: outside any transaction
     spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name)
+    if backend.storage.capsule:
+        spec = await _with_capsule(ctx, spec)
     preview = make_preview(
         preview_id=ctx.ids.new("pv"),
         owner=principal.name,
@@ -104,6 +112,19 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
         await uow.previews.add(preview)
         await uow.commit()
     return preview
+
+
+async def _with_capsule(ctx: Context, spec: JobSpec) -> JobSpec:
+    """Build the Job Capsule of ``spec`` (docs/capsule.md), store its tar as a blob and pin
+    its digest in the spec, so that the commit fixes exactly what each member will run."""
+    source = await ctx.blobs.read(spec.source.digest) if spec.source is not None else None
+    digest, tar = capsule.build(canonical_json(spec.to_dict()), spec.command, spec.runtime, source)
+
+    async def once() -> AsyncIterator[bytes]:
+        yield tar
+
+    blob, size = await ctx.blobs.put(once(), max_size=len(tar))
+    return dataclasses.replace(spec, capsule=CapsuleRef(digest, blob, size))
 
 
 async def get_preview(ctx: Context, principal: Principal, preview_id: str) -> Preview:

@@ -151,10 +151,15 @@ class Supervisor:
     ) -> None:
         """Start every member that has no handle yet. Safe to repeat (launch is idempotent)."""
         backend = self.ctx.backend(job.spec.backend)
+        spec, source, bundle = job.spec, None, None
         try:
-            source = await self.ctx.blobs.read(job.spec.source.digest) if job.spec.source else None
+            if spec.capsule is not None:  # the capsule holds the source
+                bundle = await self.ctx.blobs.read(spec.capsule.blob)
+            elif spec.source is not None:
+                source = await self.ctx.blobs.read(spec.source.digest)
         except NotFound:
-            await self._fail(job, attempt, "its source archive is gone from the blob store")
+            what = "Job Capsule" if spec.capsule is not None else "source archive"
+            await self._fail(job, attempt, f"its {what} is gone from the blob store")
             return
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
@@ -167,6 +172,7 @@ class Supervisor:
                 job.spec,
                 source,
                 placed.get(member.index),
+                bundle,
             )
             try:
                 handle = await backend.launch(request)

@@ -17,6 +17,7 @@ from typing import Literal, Protocol, Self
 
 from domain.admission import Assignment, Reservation, Snapshot
 from domain.auth import ApiToken, User
+from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
 from domain.fleet_check import NodeResult, PoolCheck
@@ -421,6 +422,7 @@ class LaunchRequest:
     spec: JobSpec
     source: bytes | None  # gzip-compressed tar, unpacked into the member's working directory
     assignment: Assignment | None = None  # node, GPU indices, CPUs and memory reserved for it
+    capsule: bytes | None = None  # the Job Capsule's tar (spec.capsule): then ``source`` is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,6 +439,7 @@ class ExecutionBackend(Protocol):
     """Runs members. Every method may raise Unavailable ("retry later")."""
 
     name: str
+    storage: StorageCapabilities  # what it offers members (Job Capsule delivery, mounts)
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
         """Resolve a runtime's image to a content digest. Raises InvalidInput if absent."""

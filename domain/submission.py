@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from domain.canonical import digest as content_digest
+from domain.capsule import CapsuleRef
 from domain.catalog import Catalog, ParamValue, Resources, RuntimePin, check_name, resolve_params
 from domain.errors import Conflict, Expired, InvalidInput
 from domain.requests import DEFAULT_ROLE, RoleSpec
@@ -88,6 +89,7 @@ class JobSpec:
     roles: tuple[RoleSpec, ...]
     source: SourceRef | None
     env: dict[str, str]
+    capsule: CapsuleRef | None = None  # None: the backend runs the command as it is
 
     @property
     def members(self) -> int:
@@ -125,11 +127,13 @@ class JobSpec:
             "roles": [r.to_dict() for r in self.roles],
             "source": self.source.to_dict() if self.source else None,
             "env": dict(self.env),
+            "capsule": self.capsule.to_dict() if self.capsule else None,
         }
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> JobSpec:
         src = d.get("source")
+        capsule = d.get("capsule")
         return JobSpec(
             experiment=d["experiment"],
             method=d["method"],
@@ -141,6 +145,7 @@ class JobSpec:
             roles=_roles_from(d),
             source=SourceRef(**src) if src else None,
             env=dict(d["env"]),
+            capsule=CapsuleRef(**capsule) if capsule else None,
         )
 
 

@@ -34,6 +34,7 @@ from adapters.docker.spec import (
     source_tar,
     workspace_tar,
 )
+from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError, Unavailable
 from domain.ports import LaunchRequest, Observation
@@ -51,6 +52,8 @@ class DockerBackend:
     """
 
     name = "local"
+    # one host: the Job Capsule is put into each container; host directories can be mounted
+    storage = StorageCapabilities(capsule=True, shared_mounts=True, shared_outputs=True)
 
     def __init__(
         self,
@@ -170,8 +173,10 @@ class DockerBackend:
             field="spec.runtime",
         )
         cid, fresh = await self.ensure_container(name, request.member_id, config, missing)
-        if fresh:  # never started: (re)send the source, then start it
-            if tar is not None:
+        if fresh:  # never started: (re)send the capsule or the source, then start it
+            if request.capsule is not None:
+                await self.put_source(cid, request.capsule, path="/")
+            elif tar is not None:
                 await self.put_source(cid, tar)
             await self.start_container(cid)
         return cid
@@ -237,14 +242,14 @@ class DockerBackend:
             if exc.status == 404:
                 raise Conflict(f"container {cid} vanished while starting (stopped?)") from None
 
-    async def put_source(self, cid: str, tar: bytes) -> None:
-        """Unpack an uncompressed tar into the working directory of a created container
-        (creating the directory if the image lacks it). On failure the container is removed."""
+    async def put_source(self, cid: str, tar: bytes, path: str = WORKDIR) -> None:
+        """Unpack an uncompressed tar at ``path`` (the working directory by default, made if the
+        image lacks it) in a created container. On failure the container is removed."""
         for attempt in range(2):
             try:
                 await self._send(
                     f"containers/{cid}/archive", "PUT",
-                    params={"path": WORKDIR}, data=tar, headers=_TAR,
+                    params={"path": path}, data=tar, headers=_TAR,
                 )  # fmt: skip
                 return
             except EngineError as exc:

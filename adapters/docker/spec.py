@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from domain.capsule import DIGEST_ENV, RUNNER, runner_failure
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
 
@@ -52,12 +53,16 @@ def container_config(
         TUNEPLANE_ATTEMPT_ID=request.attempt_id,
         TUNEPLANE_MEMBER_INDEX=str(request.member_index),
     )
+    command = spec.command
+    if spec.capsule is not None:  # the runner checks the capsule, then runs the command
+        command = ("/bin/sh", RUNNER)
+        env[DIGEST_ENV] = spec.capsule.digest
     devices = None
     if spec.resources.gpus > 0:
         devices = [{"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}]
     return create_body(
         image=spec.runtime.digest,  # the pinned image id: exactly what was previewed
-        command=spec.command,
+        command=command,
         env=env,
         labels=member_labels(
             request.job_id, request.attempt_id, request.member_id, request.member_index
@@ -154,6 +159,9 @@ def _reason(state: dict[str, Any], code: int | None) -> str:
         return str(state["Error"])
     if code in _SHELL_CODES:
         return _SHELL_CODES[code]
+    runner = runner_failure(code)
+    if runner is not None:
+        return runner
     if code is not None and code > 128:
         try:
             return f"killed by {signal.Signals(code - 128).name}"

@@ -18,6 +18,7 @@ import hashlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.ports import LaunchRequest, Observation
@@ -45,8 +46,10 @@ class MemoryBackend:
         *,
         images: dict[str, str] | None = None,
         behaviour: Behaviour | None = None,
+        storage: StorageCapabilities = StorageCapabilities(),
     ) -> None:
         self.name = name
+        self.storage = storage  # what it claims to offer (launch ignores the capsule)
         self.images = images  # image → digest; None accepts every image
         self.behaviour = behaviour or (lambda request: None)
         self.available = True

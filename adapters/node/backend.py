@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from adapters.docker.backend import DockerBackend
+from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.ports import LaunchRequest, Observation
@@ -26,6 +27,8 @@ _NOT_HERE = "node-backend members are launched by the coordinator through the no
 
 class NodeBackend:
     name = "node"
+    # the node daemon delivers the source archive, not yet the Job Capsule (docs/capsule.md)
+    storage = StorageCapabilities(capsule=False, shared_mounts=False, shared_outputs=False)
     coordinated = True
 
     def __init__(self, images: DockerBackend | None) -> None:

@@ -158,6 +158,7 @@ class CrashingBackend:
     def __init__(self, inner: ExecutionBackend, plan: CrashPlan) -> None:
         self.inner = inner
         self.name = inner.name
+        self.storage = inner.storage
         self._plan = plan
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:

@@ -1,0 +1,153 @@
+"""The Job Capsule: exactly what a member runs, content-addressed, checked inside the workload.
+
+A capsule is a set of files delivered to ``/tuneplane/capsule`` in the member's container:
+
+* ``spec.json``: the resolved JobSpec (canonical JSON, without the capsule reference itself);
+* ``source.tar.gz``: the experiment's source archive, byte for byte as uploaded (if any);
+* ``entry.sh``: the job's command, quoted for POSIX sh;
+* ``runtime.contract``: what the pinned runtime promises (``python=3.11``, …);
+* ``runner.sh``: the runner (below);
+* ``SHA256SUMS``: the sha256 of every file above, in ``sha256sum -c`` format: the *manifest*.
+
+(The runner is shipped in the capsule, next to what it checks, so that any image with a POSIX
+shell can run it; the manifest it checks first is pinned by the digest the platform passes in
+``TUNEPLANE_CAPSULE_DIGEST``, and the runner itself is one of the files that manifest lists.)
+
+The capsule's digest is the sha256 of ``SHA256SUMS``; it is recorded in the JobSpec at preview
+and so fixed by the commit. The runner, started instead of the command, checks — with nothing
+but POSIX sh, ``sha256sum``, ``cut``, ``grep`` and ``tar`` (BusyBox has them) — that the
+manifest is the committed one, that every file matches it, and that the runtime satisfies the
+contract; only then does it unpack the source into ``/workspace`` and run the command. A
+failed check exits with one of ``RUNNER_EXITS`` before any user code ran, and says why on
+stderr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shlex
+import tarfile
+from dataclasses import dataclass
+
+from domain.catalog import RuntimePin
+
+CAPSULE_DIR = "/tuneplane/capsule"
+RUNNER = f"{CAPSULE_DIR}/runner.sh"
+MANIFEST = "SHA256SUMS"
+DIGEST_ENV = "TUNEPLANE_CAPSULE_DIGEST"
+
+RUNNER_EXITS = {
+    90: "the runtime cannot verify the Job Capsule (no sha256sum, cut, grep, tr or tar)",
+    91: "the Job Capsule's manifest is not the one committed",
+    92: "a file of the Job Capsule changed since the commit",
+    93: "the runtime does not satisfy the Job Capsule's runtime contract",
+    94: "the source archive in the Job Capsule cannot be unpacked",
+}
+
+RUNNER_SCRIPT = r"""#!/bin/sh
+# TunePlane runner: verify the Job Capsule, then run the job's command (docs/capsule.md).
+C=/tuneplane/capsule
+fail() { code=$1; shift; echo "tuneplane-runner: $*" >&2; exit "$code"; }
+for tool in sha256sum cut grep tr tar; do
+    command -v "$tool" >/dev/null 2>&1 ||
+        fail 90 "the runtime has no $tool: the Job Capsule cannot be verified"
+done
+cd "$C" 2>/dev/null || fail 91 "no Job Capsule in $C"
+got="sha256:$(sha256sum SHA256SUMS 2>/dev/null | cut -d' ' -f1)"
+want=${TUNEPLANE_CAPSULE_DIGEST:-(none given)}
+[ "$got" = "$want" ] || fail 91 "the capsule manifest is $got, not the committed $want"
+bad=$(sha256sum -c SHA256SUMS 2>/dev/null | grep -v ': OK$' | cut -d: -f1 | tr '\n' ' ')
+[ -z "$bad" ] || fail 92 "changed since the commit: $bad"
+want=$(grep '^python=' runtime.contract | cut -d= -f2)
+if [ -n "$want" ]; then
+    have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+    [ "$have" = "$want" ] ||
+        fail 93 "the runtime contract asks for Python $want; this runtime has ${have:-no python3}"
+fi
+mkdir -p /workspace || fail 94 "cannot make /workspace"
+if [ -f source.tar.gz ]; then  # gzip-compressed as uploaded, or a plain tar
+    tar -xzf source.tar.gz -C /workspace 2>/dev/null || tar -xf source.tar.gz -C /workspace ||
+        fail 94 "the source archive cannot be unpacked"
+fi
+cd /workspace || fail 94 "cannot enter /workspace"
+exec /bin/sh "$C/entry.sh"
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CapsuleRef:
+    """A built capsule: its digest (sha256 of the manifest) and the blob holding its tar."""
+
+    digest: str
+    blob: str
+    size: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {"digest": self.digest, "blob": self.blob, "size": self.size}
+
+
+@dataclass(frozen=True, slots=True)
+class StorageCapabilities:
+    """What a backend offers, declared as data (docs/capsule.md): the Job Capsule delivered
+    into each member (``capsule``), host directories mounted into members (``shared_mounts``),
+    and output storage that other members and later attempts can read (``shared_outputs``)."""
+
+    capsule: bool = False
+    shared_mounts: bool = False
+    shared_outputs: bool = False
+
+
+def runner_failure(exit_code: int | None) -> str | None:
+    """Why a member failed if ``exit_code`` is the runner's, else None."""
+    if exit_code is None or exit_code not in RUNNER_EXITS:
+        return None
+    return f"{RUNNER_EXITS[exit_code]} (runner exit {exit_code}; the member's log says which)"
+
+
+def entry_script(command: tuple[str, ...]) -> bytes:
+    return ("exec " + " ".join(shlex.quote(arg) for arg in command) + "\n").encode()
+
+
+def contract(runtime: RuntimePin) -> bytes:
+    lines = [
+        f"name={runtime.name}",
+        f"image={runtime.digest}",
+        f"python={runtime.python or ''}",
+        f"process_model={runtime.process_model}",
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def build(
+    spec_json: bytes, command: tuple[str, ...], runtime: RuntimePin, source: bytes | None
+) -> tuple[str, bytes]:
+    """The capsule of a job: ``(digest, tar)``. The tar holds ``tuneplane/capsule/<file>``
+    entries (deterministic: same input, same bytes) to unpack at the container's root."""
+    files = {
+        "spec.json": spec_json,
+        "entry.sh": entry_script(command),
+        "runtime.contract": contract(runtime),
+        "runner.sh": RUNNER_SCRIPT.encode(),
+    }
+    if source is not None:
+        files["source.tar.gz"] = source
+    manifest = "".join(
+        f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in sorted(files.items())
+    ).encode()
+    files[MANIFEST] = manifest
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in ("tuneplane", "tuneplane/capsule"):
+            tar.addfile(_info(name, 0, tarfile.DIRTYPE, 0o755))
+        for name, data in sorted(files.items()):
+            mode = 0o755 if name.endswith(".sh") else 0o644
+            tar.addfile(_info(f"tuneplane/capsule/{name}", len(data), tarfile.REGTYPE, mode),
+                        io.BytesIO(data))  # fmt: skip
+    return "sha256:" + hashlib.sha256(manifest).hexdigest(), out.getvalue()
+
+
+def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.type, info.mode, info.mtime = size, kind, mode, 0
+    return info

@@ -1,0 +1,104 @@
+"""The Job Capsule's runner in real containers (BusyBox runtime): a sound capsule runs its
+command on its source; a changed file, a manifest other than the committed one, or a runtime
+that does not satisfy the contract stop the member before the command runs, with the reason
+in its observation and its log."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import tarfile
+
+import pytest
+
+from adapters.docker.backend import DockerBackend
+from domain import capsule
+from domain.capsule import CapsuleRef
+from domain.catalog import RuntimePin
+from domain.ports import LaunchRequest
+from tests.fixtures.docker import make_request, wait_for_status
+from tests.integration.test_docker_backend import read_logs, targz
+
+pytestmark = pytest.mark.integration
+
+SOURCE = targz({"data/hello.txt": b"from-the-archive\n"})
+COMMAND = ("/bin/sh", "-c", "cat data/hello.txt; echo user-code-ran; pwd")
+
+
+def with_capsule(
+    request: LaunchRequest, *, source: bytes | None = SOURCE, pin: RuntimePin | None = None
+) -> tuple[LaunchRequest, bytes]:
+    spec = request.spec
+    digest, tar = capsule.build(b"{}", spec.command, pin or spec.runtime, source)
+    spec = dataclasses.replace(spec, capsule=CapsuleRef(digest, "sha256:" + "0" * 64, len(tar)))
+    return dataclasses.replace(request, spec=spec, capsule=tar), tar
+
+
+def replaced(tar: bytes, name: str, data: bytes) -> bytes:
+    """The capsule tar with one file's bytes changed (its manifest left as it was)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(tar)) as src, tarfile.open(fileobj=out, mode="w") as dst:
+        for member in src:
+            content = src.extractfile(member) if member.isfile() else None
+            if member.name == f"tuneplane/capsule/{name}":
+                member.size = len(data)
+                content = io.BytesIO(data)
+            dst.addfile(member, content)
+    return out.getvalue()
+
+
+async def run(backend: DockerBackend, request: LaunchRequest) -> tuple[int | None, str, bytes]:
+    handle = await backend.launch(request)
+    obs = await wait_for_status(backend, handle, "exited", within=60)
+    return obs.exit_code, obs.reason, await read_logs(backend, handle)
+
+
+async def test_a_sound_capsule_runs_its_command_on_its_source(
+    docker_backend, busybox_pin, docker_job_id
+):
+    request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
+    code, _, logs = await run(docker_backend, request)
+    assert code == 0
+    assert logs == b"from-the-archive\nuser-code-ran\n/workspace\n"
+
+
+async def test_a_changed_source_byte_stops_the_member_before_its_command(
+    docker_backend, busybox_pin, docker_job_id
+):
+    request, tar = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
+    changed = bytearray(SOURCE)
+    changed[-20] ^= 1
+    request = dataclasses.replace(request, capsule=replaced(tar, "source.tar.gz", bytes(changed)))
+    code, reason, logs = await run(docker_backend, request)
+    assert code == 92 and "changed since the commit" in reason
+    assert b"changed since the commit: source.tar.gz" in logs
+    assert b"user-code-ran" not in logs
+
+
+async def test_a_manifest_other_than_the_committed_one_is_refused(
+    docker_backend, busybox_pin, docker_job_id
+):
+    request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
+    ref = dataclasses.replace(request.spec.capsule, digest="sha256:" + "1" * 64)
+    request = dataclasses.replace(request, spec=dataclasses.replace(request.spec, capsule=ref))
+    code, reason, logs = await run(docker_backend, request)
+    assert code == 91 and "not the one committed" in reason
+    assert b"not the committed sha256:1111" in logs and b"user-code-ran" not in logs
+
+
+async def test_a_changed_command_is_caught_too(docker_backend, busybox_pin, docker_job_id):
+    request, tar = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
+    request = dataclasses.replace(request, capsule=replaced(tar, "entry.sh", b"echo other\n"))
+    code, _, logs = await run(docker_backend, request)
+    assert code == 92 and b"changed since the commit: entry.sh" in logs and b"other\n" not in logs
+
+
+async def test_a_runtime_without_the_contract_s_python_is_refused(
+    docker_backend, busybox_pin, docker_job_id
+):
+    python = dataclasses.replace(busybox_pin, name="python", python="3.11")
+    request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND), pin=python)
+    code, reason, logs = await run(docker_backend, request)  # the BusyBox image runs instead
+    assert code == 93 and "runtime contract" in reason
+    assert b"asks for Python 3.11; this runtime has no python3" in logs
+    assert b"user-code-ran" not in logs
