@@ -134,3 +134,32 @@ async def test_stop_a_long_job(cli: Cli, docker_host: str) -> None:
         assert (await backend.observe(handle)).status == "missing"  # released
     again = cli("job", "stop", job_id)  # idempotent
     assert again.returncode == 0
+
+
+def test_a_capsule_changed_after_preview_fails_before_user_code(cli: Cli, tmp_path: Path) -> None:
+    cli("new", "tampered", "--method", "custom/custom")
+    exp = cli.cwd / "tampered"
+    (exp / "train.sh").write_text("echo 'user code ran'\n")
+    cli("submit", "tampered", "--profile", "cpu:1", "--preview")
+    (saved,) = (cli.cwd / ".tuneplane-data" / "submissions").glob("pv-*.json")
+    spec = json.loads(saved.read_text())["preview"]["spec"]
+    assert spec["capsule"]["digest"].startswith("sha256:")
+
+    def blob(digest: str) -> Path:
+        (path,) = (tmp_path / "state").rglob(digest.removeprefix("sha256:"))
+        return path
+
+    capsule, source = blob(spec["capsule"]["blob"]), blob(spec["source"]["digest"])
+    data, at = bytearray(capsule.read_bytes()), capsule.read_bytes().find(source.read_bytes())
+    assert at > 0
+    data[at + source.stat().st_size // 2] ^= 0x01  # one bit of the source, inside the capsule
+    capsule.write_bytes(bytes(data))
+
+    out = cli("submit", "--commit", str(saved))
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed"})
+    assert job["state"] == "failed", job
+    status = cli("job", "status", job_id).stdout
+    assert "a file of the Job Capsule changed since the commit" in status, status
+    logs = cli("job", "logs", job_id).stdout
+    assert "changed since the commit: source.tar.gz" in logs and "user code ran" not in logs
