@@ -14,6 +14,7 @@ from domain.ports import (
     Clock,
     ExecutionBackend,
     Ids,
+    OutputStorage,
     Signals,
     UnitOfWorkFactory,
 )
@@ -49,6 +50,7 @@ class Context:
     metrics: MetricsStore | None = None  # None: this process serves no metrics
     tokens: TokenSigner | None = None  # None: members get no collector token
     telemetry: TelemetrySettings = TelemetrySettings()
+    outputs: OutputStorage | None = None  # None: members' outputs are not kept here
 
     def backend(self, name: str) -> ExecutionBackend:
         try:

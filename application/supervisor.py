@@ -22,6 +22,7 @@ from application.context import Context
 from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from domain.admission import Assignment
+from domain.artifacts import ArtifactRecord, Manifest
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
 from domain.jobs import Attempt, Job, Member, attempt_outcome
 from domain.lifecycle import (
@@ -161,9 +162,14 @@ class Supervisor:
             what = "Job Capsule" if spec.capsule is not None else "source archive"
             await self._fail(job, attempt, f"its {what} is gone from the blob store")
             return
+        keeps_outputs = backend.storage.shared_outputs and self.ctx.outputs is not None
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue
+            outputs = None
+            if keeps_outputs:
+                assert self.ctx.outputs is not None
+                outputs = await self.ctx.outputs.prepare(job.id, attempt.id, member.index)
             request = LaunchRequest(
                 job.id,
                 attempt.id,
@@ -173,6 +179,7 @@ class Supervisor:
                 source,
                 placed.get(member.index),
                 bundle,
+                outputs,
             )
             try:
                 handle = await backend.launch(request)
@@ -270,11 +277,33 @@ class Supervisor:
                 continue
             logs = await self._collect_logs(backend, m.handle) if obs.status == "exited" else None
             seen[m.id] = (obs, logs)
-        released = await self._record(job, attempt, members, seen)
+        manifests = await self._manifests(backend, job, attempt, members, seen)
+        released = await self._record(job, attempt, members, seen, manifests)
         for handle in released:
             self._stops.pop(handle, None)  # its member is final: no stop to remember
             with contextlib.suppress(TunePlaneError):
                 await backend.release(handle)
+
+    async def _manifests(
+        self,
+        backend: ExecutionBackend,
+        job: Job,
+        attempt: Attempt,
+        members: list[Member],
+        seen: dict[str, tuple[Observation, bytes | None]],
+    ) -> dict[str, Manifest]:
+        """The output manifests of members seen completing (exit 0), read before the
+        transaction that records them (hashing files takes a while)."""
+        out: dict[str, Manifest] = {}
+        if not backend.storage.shared_outputs or self.ctx.outputs is None:
+            return out
+        for m in members:
+            obs = seen.get(m.id, (None, None))[0]
+            if obs is not None and obs.status == "exited" and obs.exit_code == 0:
+                manifest = await self.ctx.outputs.scan(job.id, attempt.id, m.index)
+                if manifest is not None:
+                    out[m.id] = manifest
+        return out
 
     async def _advance_gang(self, job: Job, attempt: Attempt, members: list[Member]) -> None:
         """A two-phase launch (node backend): the coordinator begins, decides and reads what
@@ -296,8 +325,10 @@ class Supervisor:
         attempt: Attempt,
         members: list[Member],
         seen: dict[str, tuple[Observation, bytes | None]],
+        manifests: dict[str, Manifest] | None = None,
     ) -> list[str]:
-        """Write what was observed; return the handles that may now be released."""
+        """Write what was observed (and the manifests of members that completed); return the
+        handles that may now be released."""
         now = self.ctx.clock.now()
         stopping = job.state is JobState.STOPPING
         failing = _first_failure(members)
@@ -318,6 +349,13 @@ class Supervisor:
                         await uow.logs.save(attempt.id, logs[-limit:], len(logs) > limit)
                     if new.state in MEMBER_FINAL and m.handle:
                         released.append(m.handle)
+                    manifest = (manifests or {}).get(m.id)
+                    if manifest is not None and new.state is MemberState.SUCCEEDED:
+                        await uow.artifacts.record(
+                            ArtifactRecord(
+                                m.id, job.id, attempt.id, attempt.number, m.index, manifest, now
+                            )
+                        )
                 if new is not m:
                     await uow.members.update(new, m.state)
                 updated.append(new)

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Literal, Protocol, Self
 
 from domain.admission import Assignment, Reservation, Snapshot
+from domain.artifacts import ArtifactRecord, Manifest
 from domain.auth import ApiToken, User
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
@@ -357,6 +358,31 @@ class LeaderLease(Protocol):
         ...
 
 
+class ArtifactRepository(Protocol):
+    async def record(self, record: ArtifactRecord) -> bool:
+        """Record a member's manifest unless one is recorded already (the first one stays:
+        a repeated observation of the same exit records nothing). True when this call did."""
+        ...
+
+    async def for_job(self, job_id: str) -> builtins.list[ArtifactRecord]:
+        """The job's manifests, by attempt number, then member index."""
+        ...
+
+
+class OutputStorage(Protocol):
+    """Host directories for members' outputs (backends with shared outputs mount them at
+    ``domain.artifacts.OUTPUT_DIR``). Reading and hashing files may take a while: callers
+    never hold a transaction open around these calls."""
+
+    async def prepare(self, job_id: str, attempt_id: str, member_index: int) -> str:
+        """The member's output directory on the host, made if missing."""
+        ...
+
+    async def scan(self, job_id: str, attempt_id: str, member_index: int) -> Manifest | None:
+        """The manifest of what the member's directory holds now; None if it has none."""
+        ...
+
+
 class UnitOfWork(Protocol):
     """One transaction. Leaving the ``async with`` block without ``commit()`` rolls back."""
 
@@ -375,6 +401,7 @@ class UnitOfWork(Protocol):
     links: NodeLinkRepository
     launches: LaunchLedger
     checks: CheckRepository
+    artifacts: ArtifactRepository
 
     async def __aenter__(self) -> Self: ...
 
@@ -423,6 +450,7 @@ class LaunchRequest:
     source: bytes | None  # gzip-compressed tar, unpacked into the member's working directory
     assignment: Assignment | None = None  # node, GPU indices, CPUs and memory reserved for it
     capsule: bytes | None = None  # the Job Capsule's tar (spec.capsule): then ``source`` is None
+    outputs: str | None = None  # the host directory to mount at OUTPUT_DIR (shared outputs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from adapters.collector_tokens import CollectorTokens
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.node.backend import NodeBackend
+from adapters.outputs import FilesystemOutputs
 from adapters.postgres.engine import create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signals import PostgresSignals
@@ -104,6 +105,7 @@ def _context(
             token_lifetime=timedelta(seconds=settings.collector_token_seconds),
             grace=timedelta(seconds=settings.telemetry_grace_seconds),
         ),
+        outputs=FilesystemOutputs(settings.output_dir),
     )
 
 

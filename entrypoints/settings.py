@@ -129,6 +129,11 @@ class Settings:
         return self.state_dir / "blobs"
 
     @property
+    def output_dir(self) -> Path:
+        """Members' output directories (local backend), manifested when they complete."""
+        return self.state_dir / "outputs"
+
+    @property
     def pki_dir(self) -> Path:
         return self.state_dir / "pki"
 

@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.capsule import DIGEST_ENV, RUNNER, runner_failure
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
@@ -57,6 +58,10 @@ def container_config(
     if spec.capsule is not None:  # the runner checks the capsule, then runs the command
         command = ("/bin/sh", RUNNER)
         env[DIGEST_ENV] = spec.capsule.digest
+    binds = []
+    if request.outputs is not None:  # the member's output directory on this host
+        binds.append(f"{request.outputs}:{OUTPUT_DIR}")
+        env[OUTPUT_ENV] = OUTPUT_DIR
     devices = None
     if spec.resources.gpus > 0:
         devices = [{"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}]
@@ -73,6 +78,7 @@ def container_config(
         init=init,
         host_cpus=host_cpus,
         device_requests=devices,
+        binds=binds,
     )
 
 

@@ -46,10 +46,12 @@ class MemoryBackend:
         *,
         images: dict[str, str] | None = None,
         behaviour: Behaviour | None = None,
-        storage: StorageCapabilities = StorageCapabilities(),
+        storage: StorageCapabilities | None = None,
     ) -> None:
         self.name = name
-        self.storage = storage  # what it claims to offer (launch ignores the capsule)
+        self.storage = (
+            storage or StorageCapabilities()
+        )  # what it claims to offer (launch ignores the capsule)
         self.images = images  # image → digest; None accepts every image
         self.behaviour = behaviour or (lambda request: None)
         self.available = True

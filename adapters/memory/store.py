@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.memory.artifacts import ARTIFACT_TABLES
 from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
@@ -63,6 +64,7 @@ TABLES = [
     TableDef("node_usage", pk=lambda u: u.node, immutable=True),
     *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
     *CHECK_TABLES,
+    *ARTIFACT_TABLES,
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
+from adapters.memory.artifacts import MemoryArtifactRepository
 from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
 from adapters.memory.fleet import (
@@ -27,6 +28,7 @@ from adapters.memory.repositories import (
 from adapters.memory.store import MemoryStore
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
+    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     FleetRepository,
@@ -66,6 +68,7 @@ class MemoryUnitOfWork:
     links: NodeLinkRepository
     launches: LaunchLedger
     checks: CheckRepository
+    artifacts: ArtifactRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -90,6 +93,7 @@ class MemoryUnitOfWork:
         self.links = MemoryNodeLinkRepository(tx)
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
+        self.artifacts = MemoryArtifactRepository(tx)
         return self
 
     async def __aexit__(

@@ -417,5 +417,19 @@ member_launches = Table(
     Index("ix_member_launches_node", "node", postgresql_where=text("released_at IS NULL")),
 )
 
+artifacts = Table(  # a member's output manifest, recorded when it completed
+    "artifacts",
+    metadata,
+    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), primary_key=True),
+    Column("job_id", Text, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("attempt_id", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("member_index", Integer, nullable=False),
+    Column("digest", Text, nullable=False),
+    Column("manifest", Text, nullable=False),  # canonical JSON of domain.artifacts.Manifest
+    ts("recorded_at"),
+    Index("ix_artifacts_job_id", "job_id"),
+)
+
 # The telemetry tables live in their own module, on this metadata.
 from adapters.postgres import telemetry_tables  # noqa: E402, F401

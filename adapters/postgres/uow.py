@@ -7,6 +7,7 @@ from typing import Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from adapters.postgres.artifacts import PostgresArtifactRepository
 from adapters.postgres.checks import PostgresCheckRepository
 from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
@@ -25,6 +26,7 @@ from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
+    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     FleetRepository,
@@ -63,6 +65,7 @@ class PostgresUnitOfWork:
     links: NodeLinkRepository
     launches: LaunchLedger
     checks: CheckRepository
+    artifacts: ArtifactRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -94,6 +97,7 @@ class PostgresUnitOfWork:
         self.links = PostgresNodeLinkRepository(conn)
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
+        self.artifacts = PostgresArtifactRepository(conn)
         return self
 
     async def __aexit__(

@@ -18,6 +18,7 @@ from typing import Literal, Self
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
+    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     ExecutionBackend,
@@ -114,6 +115,7 @@ class CrashingUnitOfWork:
     links: NodeLinkRepository
     launches: LaunchLedger
     checks: CheckRepository
+    artifacts: ArtifactRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -136,6 +138,7 @@ class CrashingUnitOfWork:
         self.links = inner.links
         self.launches = inner.launches
         self.checks = inner.checks
+        self.artifacts = inner.artifacts
         return self
 
     async def __aexit__(

@@ -18,6 +18,7 @@ from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
 from domain.ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
+from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
@@ -83,6 +84,7 @@ def create_app(
         *POLICY_ROUTES,
         *NODE_ROUTES,
         *METRICS_ROUTES,
+        *ARTIFACT_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY

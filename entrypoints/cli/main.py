@@ -15,6 +15,7 @@ from domain.errors import TunePlaneError
 from entrypoints.cli import (
     account,
     admin,
+    artifacts,
     catalog,
     collector,
     errors,
@@ -45,6 +46,7 @@ def build_app() -> App:
     collector.register(app)
     submit.register(app)
     jobs.register(app)
+    artifacts.register(app)
     fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
     nodes.register(app)
     queues.register(app)

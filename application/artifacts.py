@@ -1,0 +1,39 @@
+"""A job's artifacts: the manifests recorded when its members completed, and checking the
+files against them (``tp artifacts ls|verify``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from application.context import Context
+from application.jobs import get_job
+from domain.artifacts import ArtifactRecord, Difference, Manifest, compare
+from domain.auth import Principal
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    record: ArtifactRecord
+    differences: list[Difference]
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+
+async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[ArtifactRecord]:
+    job = (await get_job(ctx, principal, job_id)).job  # NotFound unless the caller may see it
+    async with ctx.uow() as uow:
+        return await uow.artifacts.for_job(job.id)
+
+
+async def verify_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[Verified]:
+    """Hash every recorded member's files again and compare, file by file. A directory that
+    is gone shows every recorded file missing."""
+    out = []
+    for record in await list_artifacts(ctx, principal, job_id):
+        found = None
+        if ctx.outputs is not None:
+            found = await ctx.outputs.scan(record.job_id, record.attempt_id, record.member_index)
+        out.append(Verified(record, compare(record.manifest, found or Manifest(()))))
+    return out

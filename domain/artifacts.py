@@ -1,0 +1,99 @@
+"""Artifacts: what a member left in its output directory, recorded with a manifest when it
+completes, and checked against it later (``tp artifacts verify``).
+
+A manifest lists every file (path relative to the member's output directory, size, sha256),
+sorted by path; its digest is the sha256 of its canonical JSON. Verifying scans the directory
+again and reports, file by file, what changed, what is missing and what was added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from domain.canonical import digest as content_digest
+
+OUTPUT_DIR = "/tuneplane/outputs"  # where a member writes its outputs, in its container
+OUTPUT_ENV = "TUNEPLANE_OUTPUT_DIR"
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactFile:
+    path: str  # relative to the member's output directory, "/"-separated
+    size: int
+    sha256: str  # hex
+
+    def to_dict(self) -> dict[str, object]:
+        return {"path": self.path, "size": self.size, "sha256": self.sha256}
+
+
+@dataclass(frozen=True, slots=True)
+class Manifest:
+    files: tuple[ArtifactFile, ...]
+
+    @staticmethod
+    def of(files: list[ArtifactFile]) -> Manifest:
+        return Manifest(tuple(sorted(files, key=lambda f: f.path)))
+
+    @property
+    def digest(self) -> str:
+        return content_digest(self.to_dict())
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"files": [f.to_dict() for f in self.files]}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Manifest:
+        return Manifest.of(
+            [ArtifactFile(f["path"], int(f["size"]), f["sha256"]) for f in d["files"]]
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRecord:
+    """The manifest recorded for one member when it completed."""
+
+    member_id: str
+    job_id: str
+    attempt_id: str
+    attempt: int  # the attempt's number
+    member_index: int
+    manifest: Manifest
+    recorded_at: datetime
+
+
+Problem = Literal["changed", "missing", "added"]
+
+
+@dataclass(frozen=True, slots=True)
+class Difference:
+    path: str
+    problem: Problem
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"path": self.path, "problem": self.problem, "detail": self.detail}
+
+
+def compare(recorded: Manifest, found: Manifest) -> list[Difference]:
+    """Every difference between what was recorded and what is there now, by path."""
+    now = {f.path: f for f in found.files}
+    then = {f.path: f for f in recorded.files}
+    out: list[Difference] = []
+    for path in sorted(now.keys() | then.keys()):
+        a, b = then.get(path), now.get(path)
+        if b is None:
+            out.append(Difference(path, "missing", "recorded but no longer there"))
+        elif a is None:
+            out.append(Difference(path, "added", f"not recorded ({b.size} bytes)"))
+        elif (a.size, a.sha256) != (b.size, b.sha256):
+            detail = f"sha256 {a.sha256[:12]}… → {b.sha256[:12]}…"
+            if a.size != b.size:
+                detail += f", {a.size} → {b.size} bytes"
+            out.append(Difference(path, "changed", detail))
+    return out

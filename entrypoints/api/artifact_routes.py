@@ -1,0 +1,104 @@
+"""HTTP routes of a job's artifacts: the recorded manifests, and verifying the files."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from litestar import get, post
+from litestar.datastructures import State
+from msgspec import Struct
+
+from application import artifacts
+from application.context import Context
+from domain.artifacts import ArtifactRecord
+from domain.auth import Principal
+from entrypoints.api.problems import responses
+
+
+class FileOut(Struct):
+    path: str
+    size: int
+    sha256: str
+
+
+class MemberArtifactsOut(Struct):
+    attempt: int
+    attempt_id: str
+    member: int
+    member_id: str
+    digest: str
+    size: int
+    recorded_at: datetime
+    files: list[FileOut]
+
+
+class ArtifactsOut(Struct):
+    members: list[MemberArtifactsOut]
+
+
+class DifferenceOut(Struct):
+    path: str
+    problem: str  # "changed", "missing" or "added"
+    detail: str
+
+
+class MemberVerifiedOut(Struct):
+    attempt: int
+    member: int
+    member_id: str
+    digest: str
+    ok: bool
+    files: int
+    differences: list[DifferenceOut]
+
+
+class VerifiedOut(Struct):
+    ok: bool
+    members: list[MemberVerifiedOut]
+
+
+def _ctx(state: State) -> Context:
+    ctx: Context = state.ctx
+    return ctx
+
+
+def _member(r: ArtifactRecord) -> MemberArtifactsOut:
+    files = [FileOut(f.path, f.size, f.sha256) for f in r.manifest.files]
+    return MemberArtifactsOut(r.attempt, r.attempt_id, r.member_index, r.member_id,
+                              r.manifest.digest, r.manifest.size, r.recorded_at, files)  # fmt: skip
+
+
+@get(
+    "/v1/jobs/{job_id:str}/artifacts",
+    responses=responses(400, 401, 404),
+    summary="The output manifests recorded when the job's members completed",
+)
+async def job_artifacts(job_id: str, state: State, principal: Principal) -> ArtifactsOut:
+    records = await artifacts.list_artifacts(_ctx(state), principal, job_id)
+    return ArtifactsOut([_member(r) for r in records])
+
+
+@post(
+    "/v1/jobs/{job_id:str}/artifacts/verify",
+    status_code=200,
+    responses=responses(400, 401, 404),
+    summary="Hash the job's output files again and compare them with their manifests",
+)
+async def verify_job_artifacts(job_id: str, state: State, principal: Principal) -> VerifiedOut:
+    checked = await artifacts.verify_artifacts(_ctx(state), principal, job_id)
+    members = [
+        MemberVerifiedOut(
+            v.record.attempt,
+            v.record.member_index,
+            v.record.member_id,
+            v.record.manifest.digest,
+            v.ok,
+            len(v.record.manifest.files),
+            [DifferenceOut(d.path, d.problem, d.detail) for d in v.differences],
+        )
+        for v in checked
+    ]
+    return VerifiedOut(all(m.ok for m in members), members)
+
+
+ARTIFACT_ROUTES = [job_artifacts, verify_job_artifacts]
