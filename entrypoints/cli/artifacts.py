@@ -59,7 +59,7 @@ def verify(job_id: str, /, *, json: JsonFlag = False) -> int:
         for m in checked["members"]:
             where = f"attempt {m['attempt']} member {m['member']}"
             if m["ok"]:
-                output.info(f"{where}: {m['files']} files match manifest {m['digest']}")
+                print(f"{where}: {m['files']} files match manifest {m['digest']}")
                 continue
             rows = [(d["path"], d["problem"], d["detail"]) for d in m["differences"]]
             output.table(["PATH", "PROBLEM", "DETAIL"], rows, title=f"{where}: DIFFERS")

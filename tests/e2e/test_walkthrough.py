@@ -163,3 +163,35 @@ def test_a_capsule_changed_after_preview_fails_before_user_code(cli: Cli, tmp_pa
     assert "a file of the Job Capsule changed since the commit" in status, status
     logs = cli("job", "logs", job_id).stdout
     assert "changed since the commit: source.tar.gz" in logs and "user code ran" not in logs
+
+
+def test_outputs_are_recorded_and_verified_and_tampering_is_reported(
+    cli: Cli, tmp_path: Path
+) -> None:
+    cli("new", "writer", "--method", "custom/custom")
+    (cli.cwd / "writer" / "train.sh").write_text(
+        'mkdir -p "$TUNEPLANE_OUTPUT_DIR/ckpt"\n'
+        'printf "weights-%s" 1 2 3 > "$TUNEPLANE_OUTPUT_DIR/ckpt/model.bin"\n'
+        'echo \'{"accuracy": 0.9}\' > "$TUNEPLANE_OUTPUT_DIR/report.json"\n'
+    )
+    out = cli("submit", "writer", "--profile", "cpu:1", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    assert cli.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
+
+    listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
+    (member,) = listed["members"]
+    files = {f["path"]: f for f in member["files"]}
+    assert set(files) == {"ckpt/model.bin", "report.json"}
+    assert files["ckpt/model.bin"]["size"] == len("weights-1weights-2weights-3")
+    assert member["digest"].startswith("sha256:")
+    assert "ckpt/model.bin" in cli("artifacts", "ls", job_id).stdout
+    assert "2 files match manifest" in cli("artifacts", "verify", job_id).stdout
+
+    (outputs,) = (tmp_path / "state" / "outputs" / job_id).glob("*/0")
+    (outputs / "ckpt" / "model.bin").write_bytes(b"weights-X" * 3)
+    (outputs / "report.json").unlink()
+    (outputs / "extra.txt").write_text("planted")
+    verdict = cli("artifacts", "verify", job_id, ok=False)
+    assert verdict.returncode == 1
+    for line in ("ckpt/model.bin", "changed", "report.json", "missing", "extra.txt", "added"):
+        assert line in verdict.stdout, verdict.stdout
