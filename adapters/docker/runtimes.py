@@ -25,7 +25,15 @@ PYTHON = RuntimeSpec(
     description="Debian 12 minbase with python3-minimal (Python 3.11, `python` and `python3`)",
 )
 
-LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON)
+PYTHON_NUMPY = RuntimeSpec(
+    name="python-numpy",
+    image="localhost/tuneplane/runtime-python-numpy:3.11",
+    python="3.11",
+    process_model="single-process",
+    description="Debian 12 minbase with Python 3.11 and NumPy (Debian's python3-numpy)",
+)
+
+LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON, PYTHON_NUMPY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,4 +52,8 @@ RECIPES: dict[str, Recipe] = {
     "python": Recipe(
         kind="debootstrap", version="1", suite="bookworm", include=("python3-minimal",)
     ),
+    "python-numpy": Recipe(
+        kind="debootstrap", version="1", suite="bookworm",
+        include=("python3-minimal", "python3-numpy"),
+    ),  # fmt: skip
 }

@@ -1,0 +1,160 @@
+"""A small but real training job: a two-layer MLP learns two interleaved spirals with Adam.
+
+NumPy only (the `python-numpy` runtime). Writes, per step, `train/loss` and `train/accuracy` as
+TensorBoard scalars (an event file in $TUNEPLANE_METRICS_DIR, or under the outputs), and at the
+end a checkpoint (`checkpoint.npz`) and `report.json` in $TUNEPLANE_OUTPUT_DIR, which TunePlane
+records with a manifest (`tp artifacts ls|verify`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+
+STEPS = int(os.environ.get("STEPS", "400"))
+SEED = int(os.environ.get("SEED", "7"))
+OUT = Path(os.environ.get("TUNEPLANE_OUTPUT_DIR", "outputs"))
+METRICS = Path(os.environ.get("TUNEPLANE_METRICS_DIR", OUT / "tensorboard"))
+
+
+# -- TensorBoard's event file format: TFRecords of Event protobufs, CRC-32C checked --------
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc32c_table()
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:  # a length-delimited field
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+class EventWriter:
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}"
+        self.file = (directory / name).open("ab")
+        self._write(struct.pack("<d", time.time()), b"", _field(3, b"brain.Event:2"))
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        summary = b"".join(
+            _field(1, _field(1, tag.encode()) + b"\x15" + struct.pack("<f", value))
+            for tag, value in values.items()
+        )
+        self._write(struct.pack("<d", time.time()), b"\x10" + _varint(step), _field(5, summary))
+
+    def _write(self, wall: bytes, step: bytes, rest: bytes) -> None:
+        event = b"\x09" + wall + step + rest
+        header = struct.pack("<Q", len(event))
+        record = header + struct.pack("<I", _masked_crc(header)) + event
+        self.file.write(record + struct.pack("<I", _masked_crc(event)))
+        self.file.flush()
+
+
+# -- the model -------------------------------------------------------------------------------
+
+
+def spirals(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    t = np.sqrt(rng.uniform(0, 1, n)) * 3 * np.pi
+    label = rng.integers(0, 2, n)
+    sign = np.where(label == 0, 1.0, -1.0)
+    x = np.stack([sign * t * np.cos(t), sign * t * np.sin(t)], axis=1) / (3 * np.pi)
+    return x + rng.normal(0, 0.03, x.shape), label
+
+
+def init(rng: np.random.Generator, hidden: int = 64) -> dict[str, np.ndarray]:
+    return {
+        "w1": rng.normal(0, np.sqrt(2 / 2), (2, hidden)), "b1": np.zeros(hidden),
+        "w2": rng.normal(0, np.sqrt(2 / hidden), (hidden, hidden)), "b2": np.zeros(hidden),
+        "w3": rng.normal(0, np.sqrt(1 / hidden), (hidden, 2)), "b3": np.zeros(2),
+    }  # fmt: skip
+
+
+def forward_backward(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
+    h1 = np.maximum(0, x @ p["w1"] + p["b1"])
+    h2 = np.maximum(0, h1 @ p["w2"] + p["b2"])
+    logits = h2 @ p["w3"] + p["b3"]
+    z = logits - logits.max(axis=1, keepdims=True)
+    prob = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+    loss = -np.log(prob[np.arange(len(y)), y] + 1e-12).mean()
+    accuracy = (prob.argmax(axis=1) == y).mean()
+    d = prob.copy()
+    d[np.arange(len(y)), y] -= 1
+    d /= len(y)
+    grads = {"w3": h2.T @ d, "b3": d.sum(0)}
+    d2 = (d @ p["w3"].T) * (h2 > 0)
+    grads |= {"w2": h1.T @ d2, "b2": d2.sum(0)}
+    d1 = (d2 @ p["w2"].T) * (h1 > 0)
+    grads |= {"w1": x.T @ d1, "b1": d1.sum(0)}
+    return loss, accuracy, grads
+
+
+class Adam:
+    def __init__(self, params: dict[str, np.ndarray], lr: float = 0.01) -> None:
+        self.lr, self.t = lr, 0
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+
+    def step(self, params: dict[str, np.ndarray], grads: dict[str, np.ndarray]) -> None:
+        self.t += 1
+        for k, g in grads.items():
+            self.m[k] = 0.9 * self.m[k] + 0.1 * g
+            self.v[k] = 0.999 * self.v[k] + 0.001 * g * g
+            m_hat, v_hat = self.m[k] / (1 - 0.9**self.t), self.v[k] / (1 - 0.999**self.t)
+            params[k] -= self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+
+
+def main() -> None:
+    rng = np.random.default_rng(SEED)
+    x, y = spirals(2048, rng)
+    params, opt = init(rng), None
+    opt = Adam(params)
+    events = EventWriter(METRICS)
+    for step in range(1, STEPS + 1):
+        batch = rng.choice(len(x), 256, replace=False)
+        loss, accuracy, grads = forward_backward(params, x[batch], y[batch])
+        opt.step(params, grads)
+        events.scalars(step, {"train/loss": float(loss), "train/accuracy": float(accuracy)})
+        if step % 100 == 0 or step == STEPS:
+            print(f"step {step}: loss {loss:.4f} accuracy {accuracy:.3f}", flush=True)
+    loss, accuracy, _ = forward_backward(params, x, y)
+    OUT.mkdir(parents=True, exist_ok=True)
+    np.savez(OUT / "checkpoint.npz", step=STEPS, **params)
+    report = {"steps": STEPS, "seed": SEED, "loss": float(loss), "accuracy": float(accuracy)}
+    (OUT / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(f"final: loss {loss:.4f} accuracy {accuracy:.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
