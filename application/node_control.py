@@ -23,6 +23,7 @@ from application.enrollment import (
     rotate_credential,
 )
 from application.telemetry import collector_token
+from domain.capsule import DIGEST_ENV, RUNNER
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
@@ -393,6 +394,12 @@ def _order(work: NodeWork) -> PrepareOrder:
             )
         )
     command = spec.command
+    source = spec.source.digest if spec.source else None
+    # a Ray member's command is wrapped per member: it runs without the capsule (not yet)
+    capsule = spec.capsule is not None and spec.runtime.process_model != "ray"
+    if spec.capsule is not None and capsule:
+        command, source = ("/bin/sh", RUNNER), spec.capsule.blob
+        env[DIGEST_ENV] = spec.capsule.digest
     if spec.runtime.process_model == "ray":
         command = tuple(ray_wrap(list(command), ref.index, work.master_addr, work.master_port))
     return PrepareOrder(
@@ -405,8 +412,9 @@ def _order(work: NodeWork) -> PrepareOrder:
         cpus=a.mcpu / 1000,
         memory_mb=a.memory_mb,
         gpu_indices=a.gpus,
-        source_digest=spec.source.digest if spec.source else None,
+        source_digest=source,
         members=work.members,
         process_model=spec.runtime.process_model,
         check_port=work.master_port if ref.index == 0 and work.members > 1 else 0,
+        capsule=capsule,
     )

@@ -78,6 +78,9 @@ class PrepareOrder:
     check_port: int  # member 0 of a gang: the rendezvous port that must be free; else 0
     # for the node's collector only, never the workload (docs/telemetry.md); "": no metrics
     collector_token: str = ""
+    # the blob under source_digest is the Job Capsule's tar (unpacked at "/"; the command runs
+    # its runner), not a source archive (unpacked into the working directory)
+    capsule: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -209,7 +209,7 @@ class SourceChunk(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Prepare(_message.Message):
-    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token")
+    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token", "capsule")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -231,6 +231,7 @@ class Prepare(_message.Message):
     CHECK_PORT_FIELD_NUMBER: _ClassVar[int]
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     COLLECTOR_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CAPSULE_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     job_id: str
     image: str
@@ -245,7 +246,8 @@ class Prepare(_message.Message):
     check_port: int
     node_name: str
     collector_token: str
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ...) -> None: ...
+    capsule: bool
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ..., capsule: _Optional[bool] = ...) -> None: ...
 
 class Commit(_message.Message):
     __slots__ = ("ref",)

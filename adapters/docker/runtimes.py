@@ -53,7 +53,9 @@ RECIPES: dict[str, Recipe] = {
         kind="debootstrap", version="1", suite="bookworm", include=("python3-minimal",)
     ),
     "python-numpy": Recipe(
-        kind="debootstrap", version="1", suite="bookworm",
+        kind="debootstrap",
+        version="1",
+        suite="bookworm",
         include=("python3-minimal", "python3-numpy"),
-    ),  # fmt: skip
+    ),
 }

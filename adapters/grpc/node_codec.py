@@ -232,6 +232,7 @@ def gateway_message_to(
                 process_model=body.process_model,
                 check_port=body.check_port,
                 collector_token=body.collector_token,
+                capsule=body.capsule,
                 node_name=body.node,
             )
         )
@@ -290,6 +291,7 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
             process_model=p.process_model,
             check_port=p.check_port,
             collector_token=p.collector_token,
+            capsule=p.capsule,
         )
     elif kind == "commit":
         body = Command(CommandKind.COMMIT, ref_from(m.commit.ref))

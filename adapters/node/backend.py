@@ -27,8 +27,9 @@ _NOT_HERE = "node-backend members are launched by the coordinator through the no
 
 class NodeBackend:
     name = "node"
-    # the node daemon delivers the source archive, not yet the Job Capsule (docs/capsule.md)
-    storage = StorageCapabilities(capsule=False, shared_mounts=False, shared_outputs=False)
+    # the node daemon puts the Job Capsule into each container (docs/capsule.md); outputs stay
+    # on the nodes (not yet recorded as artifacts)
+    storage = StorageCapabilities(capsule=True, shared_mounts=False, shared_outputs=False)
     coordinated = True
 
     def __init__(self, images: DockerBackend | None) -> None:

@@ -32,6 +32,7 @@ from adapters.docker.engine import EngineError, engine_errors
 from adapters.docker.spec import (
     LABEL_EPOCH,
     LABEL_NODE,
+    WORKDIR,
     container_name,
     create_body,
     gpus_by_index,
@@ -129,8 +130,10 @@ class NodeExecutor:
                     name, order.ref.member_id, config, missing
                 )
                 if fresh and tar is not None:
-                    on_progress("unpacking the source", 1.0, f"{len(tar)} bytes")
-                    await self.engine.put_source(cid, tar)  # removes the container if it fails
+                    what = "the Job Capsule" if order.capsule else "the source"
+                    on_progress(f"unpacking {what}", 1.0, f"{len(tar)} bytes")
+                    where = "/" if order.capsule else WORKDIR  # the capsule: /tuneplane/capsule
+                    await self.engine.put_source(cid, tar, path=where)  # removed if it fails
             except asyncio.CancelledError:  # aborted while preparing: leave nothing behind
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self.engine.release(name))

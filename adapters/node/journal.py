@@ -101,6 +101,7 @@ def _spec(order: PrepareOrder) -> str:
             "process_model": order.process_model,
             "check_port": order.check_port,
             "collector_token": order.collector_token,
+            "capsule": order.capsule,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -147,6 +148,7 @@ def _decode(row: tuple[Any, ...]) -> JournalEntry:
             process_model=str(s["process_model"]),
             check_port=int(s["check_port"]),
             collector_token=str(s.get("collector_token", "")),  # journals before telemetry
+            capsule=bool(s.get("capsule", False)),  # journals before the Job Capsule
         )
         return JournalEntry(order, Phase(phase), cid, code, reason)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
