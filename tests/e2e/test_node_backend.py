@@ -74,7 +74,7 @@ async def test_a_four_member_gang_runs_to_completion(
     cluster = await node_cluster_factory(4)
     cli = await cli_for(cluster, tmp_path)
     since = time.time() - 1
-    job_id = submit(cli, RANKS)
+    job_id = submit(cli, RANKS + "; cat /tuneplane/capsule/SHA256SUMS | grep -c ' source.tar.gz$'")
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
     assert job["state"] == "succeeded", job
     [attempt] = job["attempts"]
@@ -83,6 +83,7 @@ async def test_a_four_member_gang_runs_to_completion(
     assert all(m["state"] == "succeeded" for m in members)
     log = cli("job", "logs", job_id).stdout
     assert "rank=0 world=4 node_rank=0 master=127.0.0.1:295" in log
+    assert "\n1\n" in log  # the runner checked the Job Capsule the node put in (source listed)
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in members}
 
 
