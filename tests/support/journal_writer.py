@@ -36,6 +36,7 @@ def entry(prefix: str, i: int) -> JournalEntry:
         members=4,
         process_model="torch-process-group",
         check_port=29500 if i % 4 == 0 else 0,
+        capsule=i % 3 == 0,  # the blob under source_digest is a Job Capsule
     )
     phase = (Phase.PREPARING, Phase.PREPARED, Phase.RUNNING, Phase.EXITED)[i % 4]
     return JournalEntry(
