@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from adapters.recipes import load_recipes
 from domain.catalog import Catalog, Method, ParamSpec, RuntimeSpec
 
 CUSTOM = Method(
@@ -26,4 +27,4 @@ CUSTOM = Method(
 
 
 def default_catalog(runtimes: Iterable[RuntimeSpec]) -> Catalog:
-    return Catalog(methods=(CUSTOM,), runtimes=tuple(runtimes))
+    return Catalog(methods=(CUSTOM, *load_recipes()), runtimes=tuple(runtimes))

@@ -117,7 +117,7 @@ async def _launch(
         experiment=intent.experiment,
         method=method.name,
         params=dict(params),
-        command=render_command(method.name, dict(params)),
+        command=render_command(method, dict(params)),
         runtime=pin,
         backend=backend.name,
         queue=queue,

@@ -10,7 +10,8 @@ from application.policy import choose_queue
 from domain import capsule
 from domain.auth import Principal
 from domain.canonical import canonical_json
-from domain.capsule import CapsuleRef
+from domain.capsule import CapsuleRef, StorageCapabilities
+from domain.catalog import Method
 from domain.errors import (
     Conflict,
     Forbidden,
@@ -98,8 +99,9 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
             )
     pin = await backend.pin(runtime)  # a network call: outside any transaction
     spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name)
+    _check_needs(method, backend.name, backend.storage)
     if backend.storage.capsule:
-        spec = await _with_capsule(ctx, spec)
+        spec = await _with_capsule(ctx, spec, method)
     preview = make_preview(
         preview_id=ctx.ids.new("pv"),
         owner=principal.name,
@@ -114,11 +116,29 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     return preview
 
 
-async def _with_capsule(ctx: Context, spec: JobSpec) -> JobSpec:
+def _check_needs(method: Method, backend: str, offers: StorageCapabilities) -> None:
+    """Refuse a recipe whose needs the backend does not meet, naming what is missing."""
+    needs = set(method.needs) | ({"capsule"} if method.artifact else set())
+    missing = sorted(n for n in needs if not getattr(offers, n, False))
+    if missing:
+        raise InvalidInput(
+            f"method {method.name} needs {', '.join(missing)}; backend {backend} does not offer"
+            " it (docs/capsule.md, storage capabilities)",
+            fix="choose a profile on a backend that offers it (`tp profiles`)",
+            field="intent.profiles",
+        )
+
+
+async def _with_capsule(ctx: Context, spec: JobSpec, method: Method) -> JobSpec:
     """Build the Job Capsule of ``spec`` (docs/capsule.md), store its tar as a blob and pin
     its digest in the spec, so that the commit fixes exactly what each member will run."""
     source = await ctx.blobs.read(spec.source.digest) if spec.source is not None else None
-    digest, tar = capsule.build(canonical_json(spec.to_dict()), spec.command, spec.runtime, source)
+    extra = {f"artifact/{name}": data for name, data in method.artifact}
+    if method.artifact:
+        extra["config.json"] = canonical_json(method.config(spec.params))
+    digest, tar = capsule.build(
+        canonical_json(spec.to_dict()), spec.command, spec.runtime, source, extra
+    )
 
     async def once() -> AsyncIterator[bytes]:
         yield tar

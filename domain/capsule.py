@@ -7,6 +7,8 @@ A capsule is a set of files delivered to ``/tuneplane/capsule`` in the member's 
 * ``entry.sh``: the job's command, quoted for POSIX sh;
 * ``runtime.contract``: what the pinned runtime promises (``python=3.11``, …);
 * ``runner.sh``: the runner (below);
+* for a recipe with an integration artifact: ``artifact/…`` (its files) and ``config.json``
+  (the parameters at their config paths);
 * ``SHA256SUMS``: the sha256 of every file above, in ``sha256sum -c`` format: the *manifest*.
 
 (The runner is shipped in the capsule, next to what it checks, so that any image with a POSIX
@@ -120,11 +122,17 @@ def contract(runtime: RuntimePin) -> bytes:
 
 
 def build(
-    spec_json: bytes, command: tuple[str, ...], runtime: RuntimePin, source: bytes | None
+    spec_json: bytes,
+    command: tuple[str, ...],
+    runtime: RuntimePin,
+    source: bytes | None,
+    extra: dict[str, bytes] | None = None,
 ) -> tuple[str, bytes]:
     """The capsule of a job: ``(digest, tar)``. The tar holds ``tuneplane/capsule/<file>``
-    entries (deterministic: same input, same bytes) to unpack at the container's root."""
-    files = {
+    entries (deterministic: same input, same bytes) to unpack at the container's root.
+    ``extra``: more files by relative path (a recipe's ``artifact/…`` and ``config.json``)."""
+    files = dict(extra or {})
+    files |= {
         "spec.json": spec_json,
         "entry.sh": entry_script(command),
         "runtime.contract": contract(runtime),
@@ -138,7 +146,11 @@ def build(
     files[MANIFEST] = manifest
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in ("tuneplane", "tuneplane/capsule"):
+        dirs = {"tuneplane", "tuneplane/capsule"}
+        for name in files:
+            parts = name.split("/")[:-1]
+            dirs |= {"tuneplane/capsule/" + "/".join(parts[: i + 1]) for i in range(len(parts))}
+        for name in sorted(dirs):
             tar.addfile(_info(name, 0, tarfile.DIRTYPE, 0o755))
         for name, data in sorted(files.items()):
             mode = 0o755 if name.endswith(".sh") else 0o644

@@ -27,20 +27,47 @@ class ParamSpec:
     choices: tuple[ParamValue, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    config: str = ""  # the dotted path it sets in the recipe's config.json ("": its name)
 
 
 @dataclass(frozen=True, slots=True)
 class Method:
-    """A recipe: ``<framework>/<method>`` with declared parameters and a default runtime."""
+    """A recipe: ``<framework>/<method>`` with declared parameters and a default runtime.
+
+    A recipe with an integration artifact (``artifact``: its files, by relative path) runs
+    ``entry`` instead of a user's command: the artifact and ``config.json`` (the parameters
+    placed at their config paths) travel in the Job Capsule (docs/capsule.md). ``needs``: the
+    storage capabilities its backend must offer (``capsule``, ``shared_outputs``, …).
+    """
 
     name: str
     description: str
     params: tuple[ParamSpec, ...]
     default_runtime: str
     primary_metrics: tuple[str, ...] = ()
+    version: str = "1"
+    roles: tuple[str, ...] = ("main",)
+    entry: tuple[str, ...] = ()
+    artifact: tuple[tuple[str, bytes], ...] = ()
+    needs: tuple[str, ...] = ()
 
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)
+
+    def config(self, params: dict[str, ParamValue]) -> dict[str, object]:
+        """The parameters as the artifact reads them: each at its config path, nested."""
+        out: dict[str, object] = {}
+        for spec in self.params:
+            if spec.name not in params:
+                continue
+            *parents, leaf = (spec.config or spec.name).split(".")
+            node = out
+            for key in parents:
+                child = node.setdefault(key, {})
+                assert isinstance(child, dict), f"config path {spec.config} crosses a value"
+                node = child
+            node[leaf] = params[spec.name]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

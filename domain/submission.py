@@ -13,7 +13,15 @@ from typing import Any
 
 from domain.canonical import digest as content_digest
 from domain.capsule import CapsuleRef
-from domain.catalog import Catalog, ParamValue, Resources, RuntimePin, check_name, resolve_params
+from domain.catalog import (
+    Catalog,
+    Method,
+    ParamValue,
+    Resources,
+    RuntimePin,
+    check_name,
+    resolve_params,
+)
 from domain.errors import Conflict, Expired, InvalidInput
 from domain.requests import DEFAULT_ROLE, RoleSpec
 
@@ -192,12 +200,17 @@ def preview_content(intent: SubmissionIntent, spec: JobSpec) -> dict[str, Any]:
     return {"intent": intent.to_dict(), "spec": spec.to_dict()}
 
 
-def render_command(method: str, params: dict[str, ParamValue]) -> tuple[str, ...]:
-    """The argv a member runs. ``custom/custom`` runs the user's command under /bin/sh."""
-    if method == "custom/custom":
+def render_command(method: Method, params: dict[str, ParamValue]) -> tuple[str, ...]:
+    """The argv a member runs: a recipe's entry (its integration artifact), or the user's
+    command under /bin/sh for ``custom/custom``."""
+    if method.entry:
+        return method.entry
+    if method.name == "custom/custom":
         return ("/bin/sh", "-c", str(params["command"]))
     raise InvalidInput(  # pragma: no cover - the catalog only offers renderable methods
-        f"method {method} has no command renderer", fix="use custom/custom", field="intent.method"
+        f"method {method.name} has no command renderer",
+        fix="use custom/custom",
+        field="intent.method",
     )
 
 
@@ -250,7 +263,7 @@ def resolve(
         experiment=intent.experiment,
         method=method.name,
         params=params,
-        command=render_command(method.name, params),
+        command=render_command(method, params),
         runtime=runtime,
         backend=backend,
         queue=queue,

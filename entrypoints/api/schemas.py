@@ -158,6 +158,7 @@ class ParamOut(Struct):
     choices: list[ParamValue]
     minimum: float | None
     maximum: float | None
+    config: str = ""  # the dotted path it sets in the recipe's config.json
 
 
 class MethodOut(Struct):
@@ -166,6 +167,11 @@ class MethodOut(Struct):
     default_runtime: str
     primary_metrics: list[str]
     params: list[ParamOut]
+    version: str = "1"
+    roles: list[str] = []
+    entry: list[str] = []  # what runs instead of a command (the integration artifact)
+    artifact: list[str] = []  # the artifact's files
+    needs: list[str] = []
 
 
 class RuntimeOut(Struct):
@@ -243,10 +249,23 @@ def method_out(m: Method) -> MethodOut:
         list(m.primary_metrics),
         [
             ParamOut(
-                p.name, p.type, p.help, p.required, p.default, list(p.choices), p.minimum, p.maximum
+                p.name,
+                p.type,
+                p.help,
+                p.required,
+                p.default,
+                list(p.choices),
+                p.minimum,
+                p.maximum,
+                p.config,
             )
             for p in m.params
         ],
+        m.version,
+        list(m.roles),
+        list(m.entry),
+        [name for name, _ in m.artifact],
+        list(m.needs),
     )
 
 

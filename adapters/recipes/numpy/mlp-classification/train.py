@@ -1,8 +1,10 @@
-"""A small but real training job: a two-layer MLP learns two interleaved spirals with Adam.
+"""The integration artifact of `numpy/mlp-classification`: a two-layer MLP learns two
+interleaved spirals with Adam.
 
-NumPy only (the `python-numpy` runtime). Writes, per step, `train/loss` and `train/accuracy` as
-TensorBoard scalars (an event file in $TUNEPLANE_METRICS_DIR, or under the outputs), and at the
-end a checkpoint (`checkpoint.npz`) and `report.json` in $TUNEPLANE_OUTPUT_DIR, which TunePlane
+NumPy only (the `python-numpy` runtime). Reads its parameters from the Job Capsule's
+`config.json` (or $CONFIG). Writes, per step, `train/loss` and `train/accuracy` as TensorBoard
+scalars (an event file in $TUNEPLANE_METRICS_DIR, or under the outputs), and at the end a
+checkpoint (`checkpoint.npz`) and `report.json` in $TUNEPLANE_OUTPUT_DIR, which TunePlane
 records with a manifest (`tp artifacts ls|verify`).
 """
 
@@ -17,8 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-STEPS = int(os.environ.get("STEPS", "400"))
-SEED = int(os.environ.get("SEED", "7"))
+CONFIG = json.loads(Path(os.environ.get("CONFIG", "/tuneplane/capsule/config.json")).read_text())
 OUT = Path(os.environ.get("TUNEPLANE_OUTPUT_DIR", "outputs"))
 METRICS = Path(os.environ.get("TUNEPLANE_METRICS_DIR", OUT / "tensorboard"))
 
@@ -93,7 +94,7 @@ def spirals(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     return x + rng.normal(0, 0.03, x.shape), label
 
 
-def init(rng: np.random.Generator, hidden: int = 64) -> dict[str, np.ndarray]:
+def init(rng: np.random.Generator, hidden: int) -> dict[str, np.ndarray]:
     return {
         "w1": rng.normal(0, np.sqrt(2 / 2), (2, hidden)), "b1": np.zeros(hidden),
         "w2": rng.normal(0, np.sqrt(2 / hidden), (hidden, hidden)), "b2": np.zeros(hidden),
@@ -101,9 +102,19 @@ def init(rng: np.random.Generator, hidden: int = 64) -> dict[str, np.ndarray]:
     }  # fmt: skip
 
 
-def forward_backward(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
-    h1 = np.maximum(0, x @ p["w1"] + p["b1"])
-    h2 = np.maximum(0, h1 @ p["w2"] + p["b2"])
+def activation(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The activation and its derivative."""
+    if CONFIG["model"]["activation"] == "tanh":
+        a = np.tanh(z)
+        return a, 1 - a * a
+    return np.maximum(0, z), (z > 0).astype(z.dtype)
+
+
+def forward_backward(
+    p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray
+) -> tuple[float, float, dict[str, np.ndarray]]:
+    h1, g1 = activation(x @ p["w1"] + p["b1"])
+    h2, g2 = activation(h1 @ p["w2"] + p["b2"])
     logits = h2 @ p["w3"] + p["b3"]
     z = logits - logits.max(axis=1, keepdims=True)
     prob = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
@@ -113,11 +124,11 @@ def forward_backward(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray):
     d[np.arange(len(y)), y] -= 1
     d /= len(y)
     grads = {"w3": h2.T @ d, "b3": d.sum(0)}
-    d2 = (d @ p["w3"].T) * (h2 > 0)
+    d2 = (d @ p["w3"].T) * g2
     grads |= {"w2": h1.T @ d2, "b2": d2.sum(0)}
-    d1 = (d2 @ p["w2"].T) * (h1 > 0)
+    d1 = (d2 @ p["w2"].T) * g1
     grads |= {"w1": x.T @ d1, "b1": d1.sum(0)}
-    return loss, accuracy, grads
+    return float(loss), float(accuracy), grads
 
 
 class Adam:
@@ -136,22 +147,26 @@ class Adam:
 
 
 def main() -> None:
-    rng = np.random.default_rng(SEED)
-    x, y = spirals(2048, rng)
-    params, opt = init(rng), None
-    opt = Adam(params)
+    train = CONFIG["train"]
+    steps, seed = int(train["steps"]), int(train["seed"])
+    rng = np.random.default_rng(seed)
+    x, y = spirals(int(CONFIG["data"]["samples"]), rng)
+    params = init(rng, int(CONFIG["model"]["hidden"]))
+    opt = Adam(params, lr=float(CONFIG["optimizer"]["lr"]))
     events = EventWriter(METRICS)
-    for step in range(1, STEPS + 1):
-        batch = rng.choice(len(x), 256, replace=False)
+    batch_size = min(int(train["batch_size"]), len(x))
+    for step in range(1, steps + 1):
+        batch = rng.choice(len(x), batch_size, replace=False)
         loss, accuracy, grads = forward_backward(params, x[batch], y[batch])
         opt.step(params, grads)
         events.scalars(step, {"train/loss": float(loss), "train/accuracy": float(accuracy)})
-        if step % 100 == 0 or step == STEPS:
+        if step % 100 == 0 or step == steps:
             print(f"step {step}: loss {loss:.4f} accuracy {accuracy:.3f}", flush=True)
     loss, accuracy, _ = forward_backward(params, x, y)
     OUT.mkdir(parents=True, exist_ok=True)
-    np.savez(OUT / "checkpoint.npz", step=STEPS, **params)
-    report = {"steps": STEPS, "seed": SEED, "loss": float(loss), "accuracy": float(accuracy)}
+    arrays: dict[str, np.ndarray] = {"step": np.array(steps), **params}
+    np.savez(OUT / "checkpoint.npz", **arrays)  # type: ignore[arg-type]
+    report = {"steps": steps, "seed": seed, "loss": float(loss), "accuracy": float(accuracy)}
     (OUT / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(f"final: loss {loss:.4f} accuracy {accuracy:.3f}", flush=True)
 
