@@ -34,16 +34,6 @@ def numpy_runtime(docker_host: str) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.fixture
-async def cli(api_server, tmp_path: Path) -> Cli:  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    c = Cli(tmp_path, tmp_path)
-    c("login", "--server", api_server.url, "--token", api_server.token)
-    c("init", str(ws))
-    c.cwd = ws
-    return c
-
-
 @pytest.mark.timeout(1200)
 def test_the_example_trains_and_its_artifacts_verify(
     numpy_runtime: None, cli: Cli, tmp_path: Path

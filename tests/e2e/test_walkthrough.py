@@ -53,16 +53,6 @@ class Cli:
         raise AssertionError(f"job {job_id} still {job['state']} after {timeout}s: {job}")
 
 
-@pytest.fixture
-async def cli(api_server, tmp_path: Path) -> Cli:  # type: ignore[no-untyped-def]
-    ws = tmp_path / "ws"
-    c = Cli(tmp_path, tmp_path)
-    c("login", "--server", api_server.url, "--token", api_server.token)
-    c("init", str(ws))
-    c.cwd = ws
-    return c
-
-
 def test_submit_run_and_read_logs(cli: Cli) -> None:
     cli("new", "hello", "--method", "custom/custom")
     exp = cli.cwd / "hello"
