@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli, cli  # noqa: F401  (the fixture)
+from tests.e2e.test_walkthrough import JOB_ID, Cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
-def test_admin_makes_a_team_queue_and_user_who_submits(cli: Cli) -> None:  # noqa: F811
+def test_admin_makes_a_team_queue_and_user_who_submits(cli: Cli) -> None:
     fleet = json.loads(cli("fleet", "ls", "--json").stdout)
     [local] = fleet["pools"]
     assert (local["name"], local["backend"], local["gpus_per_node"]) == ("local", "local", 0)
