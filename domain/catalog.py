@@ -5,11 +5,13 @@ The catalog is data, configured by the operator; here are the shapes and the val
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from domain.errors import InvalidInput
+from domain.canonical import digest as content_digest
+from domain.errors import Conflict, InvalidInput
 
 ParamType = Literal["str", "int", "float", "bool"]
 ParamValue = str | int | float | bool
@@ -127,6 +129,60 @@ class Catalog:
 
     def method(self, name: str) -> Method:
         return _lookup(self.methods, name, "method", "tp methods")
+
+
+def method_digest(m: Method) -> str:
+    """The digest of a recipe: its declaration and every artifact file's sha256."""
+    return content_digest(
+        {
+            "name": m.name,
+            "version": m.version,
+            "default_runtime": m.default_runtime,
+            "primary_metrics": list(m.primary_metrics),
+            "roles": list(m.roles),
+            "entry": list(m.entry),
+            "needs": list(m.needs),
+            "params": [
+                [
+                    p.name,
+                    p.type,
+                    p.required,
+                    p.default,
+                    list(p.choices),
+                    p.minimum,
+                    p.maximum,
+                    p.config,
+                ]
+                for p in m.params
+            ],
+            "artifact": {name: hashlib.sha256(data).hexdigest() for name, data in m.artifact},
+        }
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeLock:
+    """What an experiment's ``recipe.lock.json`` pins: the recipe's name, version and digest."""
+
+    method: str
+    version: str
+    digest: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"method": self.method, "version": self.version, "digest": self.digest}
+
+    def check(self, method: Method) -> None:
+        """Refuse a lock that no longer matches the recipe the server offers."""
+        digest = method_digest(method)
+        if (self.method, self.version, self.digest) != (method.name, method.version, digest):
+            raise Conflict(
+                f"recipe.lock.json is stale: it pins {self.method} version {self.version}"
+                f" ({self.digest[:19]}…), the server offers {method.name} version"
+                f" {method.version} ({digest[:19]}…)",
+                fix="review the recipe's changes (`tp methods NAME`), then `tp recipe upgrade"
+                " EXPERIMENT` and validate again",
+                field="intent.recipe_lock",
+            )
 
 
 N = TypeVar("N", Method, RuntimeSpec)

@@ -17,6 +17,7 @@ from domain.catalog import (
     Catalog,
     Method,
     ParamValue,
+    RecipeLock,
     Resources,
     RuntimePin,
     check_name,
@@ -54,6 +55,7 @@ class SubmissionIntent:
     source: SourceRef | None = None
     env: dict[str, str] = field(default_factory=dict)
     queue: str | None = None  # None: the user's default queue
+    recipe_lock: RecipeLock | None = None  # the experiment's recipe.lock.json, if it has one
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +67,7 @@ class SubmissionIntent:
             "runtime": self.runtime,
             "source": self.source.to_dict() if self.source else None,
             "env": dict(self.env),
+            "recipe_lock": self.recipe_lock.to_dict() if self.recipe_lock else None,
         }
 
     @staticmethod
@@ -80,6 +83,7 @@ class SubmissionIntent:
             runtime=d.get("runtime"),
             source=SourceRef(digest=src["digest"], size=int(src["size"])) if src else None,
             env=dict(d.get("env") or {}),
+            recipe_lock=RecipeLock(**d["recipe_lock"]) if d.get("recipe_lock") else None,
         )
 
 
@@ -258,6 +262,8 @@ def resolve(
     """
     check_intent(intent)
     method = catalog.method(intent.method)
+    if intent.recipe_lock is not None:
+        intent.recipe_lock.check(method)
     params = resolve_params(method, intent.params)
     return JobSpec(
         experiment=intent.experiment,

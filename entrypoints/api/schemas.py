@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from application.jobs import JobDetails
-from domain.catalog import Method, RuntimeSpec
+from domain.catalog import Method, RecipeLock, RuntimeSpec, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
 from domain.submission import Preview, SourceRef, SubmissionIntent
@@ -40,6 +40,14 @@ class SourceIn(Struct, forbid_unknown_fields=True):
 ProfileText = Annotated[str, Meta(min_length=1, max_length=128)]
 
 
+class RecipeLockIn(Struct, forbid_unknown_fields=True):
+    """The experiment's recipe.lock.json: the preview is refused (409) when it is stale."""
+
+    method: Annotated[str, Meta(min_length=1, max_length=128)]
+    version: Annotated[str, Meta(min_length=1, max_length=64)]
+    digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+
+
 class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     experiment: Name
     method: Annotated[str, Meta(min_length=1, max_length=128)]
@@ -55,6 +63,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     runtime: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
     source: SourceIn | None = None
     env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
+    recipe_lock: RecipeLockIn | None = None
 
     def to_intent(self) -> SubmissionIntent:
         if self.profile is not None and self.profiles:
@@ -72,6 +81,9 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
             runtime=self.runtime,
             source=SourceRef(self.source.digest, self.source.size) if self.source else None,
             env=dict(self.env),
+            recipe_lock=RecipeLock(**msgspec.structs.asdict(self.recipe_lock))
+            if self.recipe_lock
+            else None,
         )
 
 
@@ -168,6 +180,7 @@ class MethodOut(Struct):
     primary_metrics: list[str]
     params: list[ParamOut]
     version: str = "1"
+    digest: str = ""  # what a recipe.lock.json pins
     roles: list[str] = []
     entry: list[str] = []  # what runs instead of a command (the integration artifact)
     artifact: list[str] = []  # the artifact's files
@@ -262,6 +275,7 @@ def method_out(m: Method) -> MethodOut:
             for p in m.params
         ],
         m.version,
+        method_digest(m),
         list(m.roles),
         list(m.entry),
         [name for name, _ in m.artifact],

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 
 from domain.catalog import NAME_RE, Method
 from domain.errors import InvalidInput, Unavailable
 from entrypoints.cli import errors, output
-from entrypoints.cli.catalog import check_named, fetch_method
+from entrypoints.cli.catalog import check_named, fetch_method_json
 from entrypoints.cli.client import connect
 from entrypoints.cli.config import is_logged_in
-from entrypoints.cli.validation import check_params, params_template
+from entrypoints.cli.recipe_lock import LOCK_FILE, stale, write_lock
+from entrypoints.cli.validation import check_params, method_from_json, params_template
 from entrypoints.cli.workspace import (
     EXPERIMENT_FILE,
     find_workspace,
@@ -106,10 +107,12 @@ def new(
             f"{target} already exists", fix="pick another NAME or remove it", field="NAME"
         )
     decl: Method | None = None
+    decl_json: dict[str, Any] | None = None
     if is_logged_in():
         try:
             with connect() as api:
-                decl = fetch_method(api, method)
+                decl_json = fetch_method_json(api, method)
+                decl = method_from_json(decl_json)
                 if runtime:
                     check_named(api, "/v1/runtimes", runtime, "runtime", "tp runtime ls")
         except Unavailable as exc:
@@ -129,7 +132,11 @@ def new(
     script = target / "train.sh"
     script.write_text(TRAIN_SH.format(name=name))
     script.chmod(0o755)
-    output.out.print(f"created {target}/ ({EXPERIMENT_FILE}, train.sh)", markup=False)
+    made = [EXPERIMENT_FILE, "train.sh"]
+    if decl_json is not None:
+        write_lock(target, decl_json)
+        made.append(LOCK_FILE)
+    output.out.print(f"created {target}/ ({', '.join(made)})", markup=False)
     output.out.print(f"next: tp validate {name}", markup=False)
     return 0
 
@@ -154,8 +161,12 @@ def validate(
         output.out.print(f"ok: {exp.file} (offline checks only)", markup=False)
         return 0
     with connect() as api:
-        method = fetch_method(api, exp.method)
+        method_json = fetch_method_json(api, exp.method)
+        method = method_from_json(method_json)
         problems = check_params(exp, method)
+        lock_problem = stale(exp.path, method_json)
+        if lock_problem is not None:
+            problems.append(lock_problem)
         for path, value, what, command in (
             ("/v1/runtimes", exp.runtime, "runtime", "tp runtime ls"),
             ("/v1/profiles", exp.profile, "profile", "tp profiles"),

@@ -27,6 +27,7 @@ from entrypoints.cli import (
     nodes,
     output,
     queues,
+    recipe_lock,
     server_cmds,
     sim,
     submit,
@@ -47,6 +48,7 @@ def build_app() -> App:
     submit.register(app)
     jobs.register(app)
     artifacts.register(app)
+    recipe_lock.register(app)
     fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
     nodes.register(app)
     queues.register(app)

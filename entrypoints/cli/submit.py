@@ -20,6 +20,7 @@ from entrypoints.cli.archive import pack
 from entrypoints.cli.catalog import fetch_method
 from entrypoints.cli.client import Api, connect, with_retries
 from entrypoints.cli.jobs import NOT_STARTED, describe_end, end_code, follow_job, wait_while
+from entrypoints.cli.recipe_lock import read_lock
 from entrypoints.cli.submissions import (
     parse_sets,
     print_summary,
@@ -71,6 +72,9 @@ def make_preview(
         "source": {"digest": uploaded.get("digest", archive.digest), "size": archive.size},
         "env": exp.env,
     }
+    lock = read_lock(exp.path)
+    if lock is not None:  # the server refuses a stale one (409)
+        body["recipe_lock"] = lock
     _, preview = with_retries(lambda: api.post("/v1/previews", body), "preview")
     return dict(preview), len(archive.files)
 

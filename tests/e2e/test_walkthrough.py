@@ -185,3 +185,23 @@ def test_outputs_are_recorded_and_verified_and_tampering_is_reported(
     assert verdict.returncode == 1
     for line in ("ckpt/model.bin", "changed", "report.json", "missing", "extra.txt", "added"):
         assert line in verdict.stdout, verdict.stdout
+
+
+def test_a_stale_recipe_lock_is_refused_until_upgraded(cli: Cli) -> None:
+    cli("new", "locked", "--method", "custom/custom")
+    lock_file = cli.cwd / "locked" / "recipe.lock.json"
+    lock = json.loads(lock_file.read_text())
+    assert lock["method"] == "custom/custom" and lock["digest"].startswith("sha256:")
+    cli("validate", "locked")
+    lock_file.write_text(json.dumps({**lock, "digest": "sha256:" + "0" * 64}))  # an older recipe
+
+    checked = cli("validate", "locked", ok=False)
+    assert checked.returncode != 0 and "recipe.lock.json is stale" in checked.stderr
+    assert "tp recipe upgrade locked" in checked.stderr
+    preview = cli("submit", "locked", "--profile", "cpu:1", "--preview", ok=False)
+    assert preview.returncode != 0 and "recipe.lock.json is stale" in preview.stderr
+
+    cli("recipe", "upgrade", "locked")
+    assert json.loads(lock_file.read_text())["digest"] == lock["digest"]
+    cli("validate", "locked")
+    cli("submit", "locked", "--profile", "cpu:1", "--preview")

@@ -99,3 +99,33 @@ async def test_the_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -
         sums = t.extractfile("tuneplane/capsule/SHA256SUMS").read().decode()  # type: ignore[union-attr]
     assert "tuneplane/capsule/artifact/train.py" in names and config["train"]["steps"] == 12
     assert "  artifact/train.py\n" in sums and "  config.json\n" in sums
+
+
+def test_the_recipe_digest_covers_its_declaration_and_its_artifact() -> None:
+    import dataclasses
+
+    from domain.catalog import method_digest
+
+    m = mlp()
+    assert method_digest(m) == method_digest(mlp())
+    touched = dataclasses.replace(m, artifact=(("train.py", m.artifact[0][1] + b"\n"),))
+    wider = dataclasses.replace(m, params=(dataclasses.replace(m.params[0], maximum=10**6),
+                                           *m.params[1:]))  # fmt: skip
+    assert len({method_digest(x) for x in (m, touched, wider)}) == 3
+
+
+def test_a_stale_lock_is_refused_with_the_fix() -> None:
+    from domain.catalog import Catalog, RecipeLock, method_digest
+    from domain.errors import Conflict
+    from domain.submission import resolve
+
+    m = mlp()
+    RecipeLock(m.name, m.version, method_digest(m)).check(m)  # current: fine
+    old = RecipeLock(m.name, m.version, "sha256:" + "0" * 64)
+    with pytest.raises(Conflict) as caught:
+        old.check(m)
+    assert "recipe.lock.json is stale" in caught.value.message
+    assert "tp recipe upgrade" in caught.value.fix
+    intent = an_intent(method=MLP, params={}, recipe_lock=old)
+    with pytest.raises(Conflict):
+        resolve(intent, Catalog((m,)), None, (), "local", "default")  # type: ignore[arg-type]
