@@ -166,8 +166,9 @@ class ParamOut(Struct):
     type: str
     help: str
     required: bool
-    default: ParamValue | None
-    choices: list[ParamValue]
+    # JSON numbers: an integer is also a "number", so the schema names number, not both
+    default: float | str | bool | None
+    choices: list[float | str | bool]
     minimum: float | None
     maximum: float | None
     config: str = ""  # the dotted path it sets in the recipe's config.json
