@@ -11,7 +11,7 @@ from domain import capsule
 from domain.auth import Principal
 from domain.canonical import canonical_json
 from domain.capsule import CapsuleRef, StorageCapabilities
-from domain.catalog import Method
+from domain.catalog import Method, resolve_params
 from domain.errors import (
     Conflict,
     Forbidden,
@@ -80,7 +80,8 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     """Resolve ``intent`` and store an immutable preview. Creates no job."""
     _require_submitter(principal)
     method = ctx.catalog.method(intent.method)
-    runtime = ctx.catalog.runtime(intent.runtime or method.default_runtime)
+    resolve_params(method, intent.params)  # a wrong parameter is named first, whatever else is
+    runtime = ctx.catalog.runtime_for(method, intent.runtime)
     roles, backend_name, queue = await _requests(ctx, principal, intent)
     backend = ctx.backend(backend_name)
     if intent.source is not None:

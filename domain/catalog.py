@@ -40,6 +40,8 @@ class Method:
     ``entry`` instead of a user's command: the artifact and ``config.json`` (the parameters
     placed at their config paths) travel in the Job Capsule (docs/capsule.md). ``needs``: the
     storage capabilities its backend must offer (``capsule``, ``shared_outputs``, …).
+    ``framework``/``framework_requires``: the framework its artifact is written against and the
+    versions it supports (a PEP 440 specifier, e.g. ``>=1.16,<2``), which the runtime must have.
     """
 
     name: str
@@ -52,6 +54,8 @@ class Method:
     entry: tuple[str, ...] = ()
     artifact: tuple[tuple[str, bytes], ...] = ()
     needs: tuple[str, ...] = ()
+    framework: str | None = None
+    framework_requires: str = ""
 
     def param(self, name: str) -> ParamSpec | None:
         return next((p for p in self.params if p.name == name), None)
@@ -130,6 +134,27 @@ class Catalog:
     def method(self, name: str) -> Method:
         return _lookup(self.methods, name, "method", "tp methods")
 
+    def runtime_for(self, method: Method, requested: str | None) -> RuntimeSpec:
+        """The runtime a job of ``method`` runs on: ``requested``, else the method's default,
+        which the operator may not have registered (the post-training recipes' runtimes are
+        not built here): then say so, and how to get one, rather than "unknown runtime"."""
+        if requested:
+            return self.runtime(requested)
+        for runtime in self.runtimes:
+            if runtime.name == method.default_runtime:
+                return runtime
+        known = ", ".join(r.name for r in self.runtimes) or "none configured"
+        needs = f" with {method.framework}" if method.framework else ""
+        if method.framework and method.framework_requires:
+            needs += f" {method.framework_requires}"
+        raise InvalidInput(
+            f"method {method.name} runs on runtime {method.default_runtime!r} by default, and"
+            " this server has no runtime of that name",
+            fix=f"pass a runtime{needs} (`--runtime NAME`; offered: {known}), or ask an operator"
+            f" to register {method.default_runtime!r} (`tp runtime add`, docs/recipes.md)",
+            field="intent.runtime",
+        )
+
 
 def method_digest(m: Method) -> str:
     """The digest of a recipe: its declaration and every artifact file's sha256."""
@@ -142,6 +167,12 @@ def method_digest(m: Method) -> str:
             "roles": list(m.roles),
             "entry": list(m.entry),
             "needs": list(m.needs),
+            # only when declared, so that a method without one keeps the digest its locks pin
+            **(
+                {"framework": m.framework, "framework_requires": m.framework_requires}
+                if m.framework
+                else {}
+            ),
             "params": [
                 [
                     p.name,

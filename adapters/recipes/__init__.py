@@ -1,19 +1,26 @@
 """Built-in recipes read from this directory: ``<framework>/<method>/recipe.toml`` declares a
 method (parameters with type, range, choices, default and config path; roles; primary metrics;
-entry; needs) and every other file beside it is its integration artifact (docs/recipes.md)."""
+entry; needs; the framework it is written against) and every other file beside it, plus the
+shared files it ``include``s from ``_lib/``, is its integration artifact (docs/recipes.md)."""
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from domain.catalog import Method, ParamSpec
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+from domain.catalog import Method, ParamSpec, coerce_param
 from domain.errors import InvalidInput
 
 ROOT = Path(__file__).resolve().parent
+_KEYS = {"name", "version", "description", "default_runtime", "primary_metrics", "roles", "entry",
+         "needs", "include", "framework", "params"}  # fmt: skip
 _PARAM_KEYS = {"name", "type", "help", "required", "default", "choices", "minimum", "maximum",
                "config"}  # fmt: skip
+_FRAMEWORK_KEYS = {"name", "requires"}
 
 
 def load_recipes(root: Path = ROOT) -> list[Method]:
@@ -26,6 +33,10 @@ def load_recipe(directory: Path) -> Method:
     where = directory / "recipe.toml"
     try:
         d = tomllib.loads(where.read_text())
+        unknown = set(d) - _KEYS
+        if unknown:
+            raise ValueError(f"unknown keys {sorted(unknown)}")
+        framework, requires = _framework(d.get("framework"))
         method = Method(
             name=str(d["name"]),
             description=str(d["description"]),
@@ -35,17 +46,16 @@ def load_recipe(directory: Path) -> Method:
             version=str(d.get("version", "1")),
             roles=tuple(d.get("roles", ("main",))),
             entry=tuple(str(a) for a in d.get("entry", ())),
-            artifact=tuple(
-                (p.relative_to(directory).as_posix(), p.read_bytes())
-                for p in sorted(directory.rglob("*"))
-                if p.is_file() and p.name != "recipe.toml" and "__pycache__" not in p.parts
-            ),
+            artifact=_artifact(directory, d.get("include", [])),
             needs=tuple(d.get("needs", ())),
+            framework=framework,
+            framework_requires=requires,
         )
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
         raise InvalidInput(
             f"recipe {where} is not valid: {exc!r}", fix="see docs/recipes.md for its keys"
         ) from None
+    _check_config_paths(method, where)
     expected = "/".join(directory.parts[-2:])
     if method.name != expected:
         raise InvalidInput(f"recipe {where} is named {method.name!r}, not {expected!r}",
@@ -53,11 +63,43 @@ def load_recipe(directory: Path) -> Method:
     return method
 
 
+def _artifact(directory: Path, include: list[str]) -> tuple[tuple[str, bytes], ...]:
+    """The recipe's own files (by path relative to its directory) and the shared files it
+    includes (paths relative to the recipes' root, placed beside its own by file name)."""
+    files = {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file() and p.name != "recipe.toml" and "__pycache__" not in p.parts
+    }
+    root = directory.parent.parent.resolve()
+    for name in include:
+        path = (root / str(name)).resolve()
+        if not path.is_relative_to(root) or not path.is_file():
+            raise ValueError(f"include {name!r} is not a file below {root}")
+        if path.name in files:
+            raise ValueError(f"include {name!r} clashes with the recipe's own {path.name}")
+        files[path.name] = path.read_bytes()
+    return tuple(sorted(files.items()))
+
+
+def _framework(table: Any) -> tuple[str | None, str]:
+    if table is None:
+        return None, ""
+    if not isinstance(table, dict) or set(table) - _FRAMEWORK_KEYS or "name" not in table:
+        raise ValueError(f"[framework] must have name and optionally requires, not {table!r}")
+    requires = str(table.get("requires", ""))
+    try:
+        SpecifierSet(requires)
+    except InvalidSpecifier:
+        raise ValueError(f"[framework] requires {requires!r} is not a PEP 440 specifier") from None
+    return str(table["name"]), requires
+
+
 def _param(p: dict[str, Any]) -> ParamSpec:
     unknown = set(p) - _PARAM_KEYS
     if unknown:
         raise ValueError(f"parameter {p.get('name')!r} has unknown keys {sorted(unknown)}")
-    return ParamSpec(
+    spec = ParamSpec(
         name=str(p["name"]),
         type=p["type"],
         help=str(p.get("help", "")),
@@ -68,3 +110,22 @@ def _param(p: dict[str, Any]) -> ParamSpec:
         maximum=p.get("maximum"),
         config=str(p.get("config", "")),
     )
+    if spec.type not in ("str", "int", "float", "bool"):
+        raise ValueError(f"parameter {spec.name!r} has type {spec.type!r}")
+    for value in (*spec.choices, *(() if spec.default is None else (spec.default,))):
+        try:  # a declared default or choice must itself be a valid value
+            coerce_param(spec, value, spec.name)
+        except InvalidInput as exc:
+            raise ValueError(f"its own default or choice: {exc.message}") from None
+    return spec
+
+
+def _check_config_paths(method: Method, where: Path) -> None:
+    """Two parameters may not set one config path, nor one a path inside another's value."""
+    paths = sorted((p.config or p.name) + "." for p in method.params)
+    for a, b in itertools.pairwise(paths):
+        if b.startswith(a):
+            raise InvalidInput(
+                f"recipe {where}: config paths {a[:-1]!r} and {b[:-1]!r} overlap",
+                fix="give each parameter its own config path",
+            )
