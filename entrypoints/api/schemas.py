@@ -186,6 +186,8 @@ class MethodOut(Struct):
     entry: list[str] = []  # what runs instead of a command (the integration artifact)
     artifact: list[str] = []  # the artifact's files
     needs: list[str] = []
+    framework: str | None = None  # what the artifact is written against
+    framework_requires: str = ""  # its versions (PEP 440), which the runtime must have
 
 
 class RuntimeOut(Struct):
@@ -281,6 +283,8 @@ def method_out(m: Method) -> MethodOut:
         list(m.entry),
         [name for name, _ in m.artifact],
         list(m.needs),
+        m.framework,
+        m.framework_requires,
     )
 
 

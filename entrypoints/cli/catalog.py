@@ -66,17 +66,33 @@ def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
     """
     with connect() as api:
         data: Any = fetch_method_json(api, name) if name else api.get("/v1/methods")
+        runtimes = set() if json else {r.get("name") for r in api.get("/v1/runtimes")}
     if json:
         output.print_json(data)
         return 0
+
+    def runtime(m: dict[str, Any]) -> str:
+        named = str(m.get("default_runtime"))
+        return named if named in runtimes else f"{named} (not registered: `tp runtime ls`)"
+
     if name is None:
         output.table(
-            ["METHOD", "DESCRIPTION", "DEFAULT RUNTIME"],
-            [(m.get("name"), m.get("description"), m.get("default_runtime")) for m in data],
+            ["METHOD", "FRAMEWORK", "DESCRIPTION", "DEFAULT RUNTIME"],
+            [(m.get("name"), _framework(m), m.get("description"), runtime(m)) for m in data],
         )
         return 0
     output.out.print(f"{data['name']}: {data.get('description', '')}", markup=False)
-    output.out.print(f"default runtime: {data.get('default_runtime')}", markup=False)
+    output.out.print(f"default runtime: {runtime(data)}", markup=False)
+    for label, value in (
+        ("framework", _framework(data)),
+        ("roles", ", ".join(data.get("roles") or [])),
+        ("primary metrics", ", ".join(data.get("primary_metrics") or [])),
+        ("entry", " ".join(data.get("entry") or [])),
+        ("artifact", ", ".join(data.get("artifact") or [])),
+        ("needs", ", ".join(data.get("needs") or [])),
+    ):
+        if value:
+            output.out.print(f"{label}: {value}", markup=False)
     rows = []
     for p in data.get("params") or []:
         limits = []
@@ -91,6 +107,10 @@ def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
         rows.append((p["name"], p.get("type"), required, default, "; ".join(limits), p.get("help")))
     output.table(["PARAM", "TYPE", "REQUIRED", "DEFAULT", "ALLOWED", "HELP"], rows)
     return 0
+
+
+def _framework(m: dict[str, Any]) -> str:
+    return " ".join(str(v) for v in (m.get("framework"), m.get("framework_requires")) if v)
 
 
 def _per_member(p: dict[str, Any]) -> str:

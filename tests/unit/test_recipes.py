@@ -129,3 +129,171 @@ def test_a_stale_lock_is_refused_with_the_fix() -> None:
     intent = an_intent(method=MLP, params={}, recipe_lock=old)
     with pytest.raises(Conflict):
         resolve(intent, Catalog((m,)), None, (), "local", "default")  # type: ignore[arg-type]
+
+
+# -- the post-training recipes (trl/*, verl/*) -------------------------------------------------
+
+POST_TRAINING = ("trl/dpo", "trl/grpo", "trl/sft", "verl/grpo")
+
+
+def recipe(name: str):  # type: ignore[no-untyped-def]
+    (method,) = [m for m in load_recipes() if m.name == name]
+    return method
+
+
+def test_every_recipe_loads_with_its_framework_and_shared_files() -> None:
+    by_name = {m.name: m for m in load_recipes()}
+    assert set(by_name) == {MLP, *POST_TRAINING}
+    assert (by_name[MLP].framework, by_name[MLP].framework_requires) == ("numpy", ">=1.24")
+    for name in POST_TRAINING:
+        m = by_name[name]
+        files = [file for file, _ in m.artifact]
+        assert m.framework == name.split("/")[0] and m.framework_requires.startswith(">=")
+        assert {"tuneplane_recipe.py", "tiny_lm.py"} <= set(files), files
+        assert m.entry[1] == f"/tuneplane/capsule/artifact/{m.entry[1].rsplit('/', 1)[1]}"
+        assert m.entry[1].rsplit("/", 1)[1] in files and m.primary_metrics and m.params
+        assert "capsule" in m.needs and m.default_runtime in ("pytorch-trl", "verl")
+    assert by_name["verl/grpo"].needs == ("capsule", "shared_outputs")
+    assert "train/reward" in by_name["trl/grpo"].primary_metrics
+    assert "critic/score/mean" in by_name["verl/grpo"].primary_metrics
+
+
+def _write_recipe(root: Path, body: str, files: dict[str, str] | None = None) -> Path:
+    directory = root / "fw" / "m"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "recipe.toml").write_text(
+        'name = "fw/m"\ndescription = "d"\ndefault_runtime = "r"\n' + body
+    )
+    for name, text in (files or {}).items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return directory
+
+
+@pytest.mark.parametrize(
+    ("body", "files", "message"),
+    [
+        ('colour = "red"\n', {}, "unknown keys ['colour']"),
+        ('include = ["../outside.py"]\n', {}, "include '../outside.py' is not a file below"),
+        ('include = ["_lib/x.py"]\n', {"_lib/x.py": "", "fw/m/x.py": ""}, "clashes with"),
+        ('[framework]\nrequires = ">=1"\n', {}, "[framework] must have name"),
+        ('[framework]\nname = "f"\nrequires = "1.x"\n', {}, "is not a PEP 440 specifier"),
+        ('[[params]]\nname = "n"\ntype = "int"\ndefault = 0\nminimum = 1\n', {},
+         "'n' is 0, below its minimum 1"),
+        ('[[params]]\nname = "c"\ntype = "str"\ndefault = "z"\nchoices = ["a"]\n', {},
+         "'c' is 'z', not one of its choices"),
+        ('[[params]]\nname = "t"\ntype = "list"\n', {}, "has type 'list'"),
+    ],
+)  # fmt: skip
+def test_a_recipe_declaration_is_checked_at_load(
+    tmp_path: Path, body: str, files: dict[str, str], message: str
+) -> None:
+    directory = _write_recipe(tmp_path, body, files)
+    with pytest.raises(InvalidInput) as caught:
+        load_recipe(directory)
+    assert message in caught.value.message and "fw/m/recipe.toml" in caught.value.message
+
+
+def test_overlapping_config_paths_are_refused(tmp_path: Path) -> None:
+    body = ('[[params]]\nname = "a"\ntype = "int"\nconfig = "x.y"\n'
+            '[[params]]\nname = "b"\ntype = "int"\nconfig = "x.y.z"\n')  # fmt: skip
+    with pytest.raises(InvalidInput, match=r"config paths 'x\.y' and 'x\.y\.z' overlap"):
+        load_recipe(_write_recipe(tmp_path, body))
+
+
+def test_an_included_file_is_part_of_the_artifact_and_of_the_digest(tmp_path: Path) -> None:
+    from domain.catalog import method_digest
+
+    directory = _write_recipe(
+        tmp_path, 'include = ["_lib/shared.py"]\n', {"_lib/shared.py": "A = 1\n", "fw/m/run.py": ""}
+    )
+    first = load_recipe(directory)
+    assert [name for name, _ in first.artifact] == ["run.py", "shared.py"]
+    (tmp_path / "_lib" / "shared.py").write_text("A = 2\n")
+    assert method_digest(load_recipe(directory)) != method_digest(first)
+
+
+def test_the_framework_is_in_the_digest_only_where_declared() -> None:
+    import dataclasses
+
+    from domain.catalog import method_digest
+
+    m = mlp()
+    newer = dataclasses.replace(m, framework_requires=">=2")
+    assert method_digest(newer) != method_digest(m)
+    bare = dataclasses.replace(m, framework=None, framework_requires="")
+    assert method_digest(bare) != method_digest(m)
+
+
+async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -> None:
+    backend = MemoryBackend(storage=StorageCapabilities(capsule=True))
+    ctx = memory_context(tmp_path, backend)
+    params = {"num_generations": "4", "reward_funcs": "length"}
+    intent = an_intent(method="trl/grpo", params=params, runtime="python")
+    preview = await submissions.create_preview(ctx, ALICE, intent)
+    assert preview.spec.command == ("python3", "/tuneplane/capsule/artifact/grpo.py")
+    assert preview.spec.capsule is not None
+    with tarfile.open(fileobj=io.BytesIO(await ctx.blobs.read(preview.spec.capsule.blob))) as t:
+        names = {m.name for m in t}
+        config = json.loads(t.extractfile("tuneplane/capsule/config.json").read())  # type: ignore[union-attr]
+        shipped = t.extractfile("tuneplane/capsule/artifact/tiny_lm.py").read()  # type: ignore[union-attr]
+    for file in ("grpo.py", "rewards.py", "tiny_lm.py", "trl_common.py", "tuneplane_recipe.py"):
+        assert f"tuneplane/capsule/artifact/{file}" in names
+    assert shipped == dict(recipe("trl/grpo").artifact)["tiny_lm.py"]
+    assert config["args"]["num_generations"] == 4 and config["reward"] == {"funcs": "length"}
+    assert config["model"] == {"name": "tiny-llama", "dtype": "auto"}
+
+
+async def test_a_default_runtime_the_server_lacks_is_named_with_the_fix(tmp_path: Path) -> None:
+    backend = MemoryBackend(storage=StorageCapabilities(capsule=True, shared_outputs=True))
+    ctx = memory_context(tmp_path, backend)  # runtimes: busybox, python, python-numpy
+    with pytest.raises(InvalidInput) as caught:
+        await submissions.create_preview(ctx, ALICE, an_intent(method="verl/grpo", params={}))
+    assert caught.value.message == (
+        "method verl/grpo runs on runtime 'verl' by default, and this server has no runtime of"
+        " that name"
+    )
+    assert caught.value.field == "intent.runtime"
+    assert "with verl >=0.9.1,<0.10" in caught.value.fix
+    assert (
+        "busybox, python, python-numpy" in caught.value.fix and "tp runtime add" in caught.value.fix
+    )
+    # a wrong parameter is still named first: a typo never waits for the runtime
+    typo = an_intent(method="verl/grpo", params={"rollout_m": "4"})
+    with pytest.raises(InvalidInput, match="method verl/grpo has no parameter 'rollout_m'"):
+        await submissions.create_preview(ctx, ALICE, typo)
+
+
+def _violations() -> list[tuple[str, str, str, str]]:
+    """(recipe, parameter, --set value, what the refusal says) for every declared type, range
+    and choice of the post-training recipes."""
+    cases = []
+    for m in load_recipes():
+        if m.name not in POST_TRAINING:
+            continue
+        for p in m.params:
+            if p.type in ("int", "float", "bool"):
+                cases.append((m.name, p.name, "x1", f"parameter {p.name!r} must be a {p.type}"))
+            if p.type == "int":
+                cases.append((m.name, p.name, "1.5", f"parameter {p.name!r} must be a int"))
+            if p.minimum is not None:
+                low = str(p.minimum - (1 if p.type == "int" else 1e-3 * max(1, abs(p.minimum))))
+                cases.append((m.name, p.name, low, "below its minimum"))
+            if p.maximum is not None:
+                cases.append((m.name, p.name, str(p.maximum * 2 + 1), "above its maximum"))
+            if p.choices:
+                cases.append((m.name, p.name, "no-such-choice", "not one of its choices"))
+    return cases
+
+
+@pytest.mark.parametrize(("name", "param", "value", "message"), _violations())
+async def test_every_declared_limit_of_the_post_training_recipes_is_enforced_at_preview(
+    tmp_path: Path, name: str, param: str, value: str, message: str
+) -> None:
+    ctx = memory_context(tmp_path, MemoryBackend(storage=StorageCapabilities(capsule=True)))
+    intent = an_intent(method=name, params={param: value}, runtime="python")
+    with pytest.raises(InvalidInput) as caught:
+        await submissions.create_preview(ctx, ALICE, intent)
+    assert message in caught.value.message and repr(param) in caught.value.message
+    assert caught.value.field == f"intent.params.{param}"
+    assert param in caught.value.fix or caught.value.fix.startswith("choose one of: ")

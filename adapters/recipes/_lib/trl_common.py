@@ -4,7 +4,7 @@ tokenizer, data set and LoRA config built with the frameworks (``prepare``), and
 (``finish``). Shipped beside each TRL artifact by its recipe's `include`.
 
 config.json (docs/recipes.md): ``model`` (``name``, ``dtype``), ``data`` (``dataset``,
-``split``, ``samples``, ``seed``), ``args`` (keyword arguments of the trainer's config class,
+``split``, ``samples``), ``args`` (keyword arguments of the trainer's config class,
 named as TRL names them), ``peft`` (LoRA; ``r`` = 0 trains every weight).
 """
 
@@ -48,8 +48,7 @@ def dataset_plan(config: Mapping[str, Any], workspace: Path) -> dict[str, Any]:
     data = section(config, "data")
     name = str(data.get("dataset", "synthetic"))
     if name == "synthetic":
-        return {"kind": "synthetic", "samples": int(data.get("samples", 256)),
-                "seed": int(data.get("seed", 0))}  # fmt: skip
+        return {"kind": "synthetic", "samples": int(data.get("samples", 256))}
     found = local_path(name, workspace)
     if found is not None:
         fmt = FORMATS.get(found.suffix) if found.is_file() else None
@@ -153,7 +152,7 @@ def prepare(
         out["model"] = model["name"]  # TRL loads it (and its tokenizer) with model_init_kwargs
     data = plan["dataset"]
     if data["kind"] == "synthetic":
-        dataset = Dataset.from_list(rows(data["samples"], data["seed"]))
+        dataset = Dataset.from_list(rows(data["samples"], 0))
     elif data["kind"] == "file" and data["format"]:
         dataset = load_dataset(data["format"], data_files=data["path"], split=data["split"])
     else:
