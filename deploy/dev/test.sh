@@ -8,6 +8,9 @@ cd "$ROOT"
 source deploy/dev/setup.sh
 eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
 export DOCKER_HOST
+# TRL on the CPU, for the real runs of the TRL recipes on a tiny model (~1 min the first time)
+TUNEPLANE_TRL_PYTHON="${TUNEPLANE_TRL_PYTHON:-$(bash deploy/dev/trl-env.sh)}"
+export TUNEPLANE_TRL_PYTHON
 
 echo "==> generated code is current"
 bash proto/generate.sh --check

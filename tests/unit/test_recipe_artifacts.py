@@ -365,6 +365,7 @@ def test_verl_grpo_with_a_hub_model_its_own_data_and_verl_rewards(
         ({"tensor_model_parallel_size": "4"}, {"NPROC_PER_NODE": "2"},
          "rollout tensor_model_parallel_size 4 does not divide the job's 2 GPUs"),
         ({}, {"NNODES": "2"}, "model, train_files, val_files would be made on member 0 only"),
+        ({"max_prompt_length": "16"}, {}, "max_prompt_length 16 is shorter than the synthetic"),
     ],
 )  # fmt: skip
 def test_verl_grpo_refuses_what_verl_would_refuse(

@@ -26,6 +26,7 @@ from tuneplane_recipe import ConfigError, Gang, fail, gang, load_config, local_p
 
 HERE = Path(__file__).resolve().parent
 SYNTHETIC_SOURCE = "tuneplane/arithmetic"
+SYNTHETIC_PROMPT_TOKENS = 32  # "user: 49+49=\nassistant: " is 24 byte tokens
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -125,6 +126,12 @@ def render(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
                               "put the parquet file in the experiment and name it relative"
                               " to it")  # fmt: skip
         fixed[f"data.{key}"] = str(found) if found else name
+    if plan["tiny_model"] and plan["synthetic"] and prompt < SYNTHETIC_PROMPT_TOKENS:
+        raise ConfigError(  # else verl filters every prompt out, and fails later on an empty set
+            f"max_prompt_length {prompt} is shorter than the synthetic prompts in the chat"
+            f" template of tiny-llama (up to {SYNTHETIC_PROMPT_TOKENS} tokens)",
+            f"set max_prompt_length to at least {SYNTHETIC_PROMPT_TOKENS}",
+        )
     if run.get("reward", "arithmetic") == "arithmetic":
         fixed["reward.custom_reward_function.path"] = str(HERE / "reward.py")
         fixed["reward.custom_reward_function.name"] = "compute_score"

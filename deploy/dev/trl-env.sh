@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# A Python environment with TRL on the CPU, to run the TRL recipes' artifacts for real on the
+# tiny model they build from a config (tests/integration/test_trl_recipes.py; docs/recipes.md).
+#
+#   export TUNEPLANE_TRL_PYTHON="$(bash deploy/dev/trl-env.sh)"
+#
+# Idempotent: a virtualenv keyed by the pins below, under ${XDG_CACHE_HOME:-~/.cache}/tuneplane
+# (shared by every checkout on the machine). torch 2.13.0 is the CPU build this kind of
+# machine keeps on disk; with it installed first, nothing asks for a CUDA build. ~1.6 GB,
+# about a minute. Progress goes to stderr; the only stdout line is the environment's python.
+set -euo pipefail
+
+PINS=(torch==2.13.0 trl==1.16.0 transformers==5.25.0 peft==0.21.2 datasets==5.2.0
+      accelerate==1.16.0 tensorboard==2.21.0)
+PY=${PYTHON:-python3}
+key=$(printf '%s\n' "${PINS[@]}" | sha256sum | cut -c1-12)
+ENV_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/tuneplane/trl-$key"
+if [ ! -f "$ENV_DIR/.installed" ]; then
+  echo "==> installing TRL on the CPU into $ENV_DIR" >&2
+  rm -rf "$ENV_DIR"
+  "$PY" -m venv "$ENV_DIR"
+  "$ENV_DIR/bin/python" -m pip install -q torch==2.13.0 2>&1 | grep -v "WARNING: Location" >&2 || true
+  "$ENV_DIR/bin/python" -m pip install -q "${PINS[@]}" 2>&1 | grep -v "WARNING: Location" >&2 || true
+  "$ENV_DIR/bin/python" -c "import trl, peft, tensorboard, torch" >&2
+  touch "$ENV_DIR/.installed"
+fi
+echo "$ENV_DIR/bin/python"
