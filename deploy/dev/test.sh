@@ -8,9 +8,9 @@ cd "$ROOT"
 source deploy/dev/setup.sh
 eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
 export DOCKER_HOST
-# TRL on the CPU, for the real runs of the TRL recipes on a tiny model (~1 min the first time)
-TUNEPLANE_TRL_PYTHON="${TUNEPLANE_TRL_PYTHON:-$(bash deploy/dev/trl-env.sh)}"
-export TUNEPLANE_TRL_PYTHON
+# TRL and verl on the CPU, for the post-training recipes (~2 min the first time)
+TUNEPLANE_POST_TRAINING_PYTHON="${TUNEPLANE_POST_TRAINING_PYTHON:-$(bash deploy/dev/post-training-env.sh)}"
+export TUNEPLANE_POST_TRAINING_PYTHON
 
 echo "==> generated code is current"
 bash proto/generate.sh --check

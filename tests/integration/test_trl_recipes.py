@@ -3,8 +3,8 @@ and the config.json rendered from `--set` values), trains the tiny Llama it buil
 config on generated data, on the CPU, with nothing downloaded; it logs every primary metric
 its recipe declares to TensorBoard and saves the model and report.json in the outputs.
 
-Needs a Python with TRL: `deploy/dev/test.sh` makes one (`deploy/dev/trl-env.sh`) and sets
-TUNEPLANE_TRL_PYTHON; elsewhere these tests are skipped, saying so."""
+Needs a Python with TRL: `deploy/dev/test.sh` makes one (`deploy/dev/post-training-env.sh`) and
+sets TUNEPLANE_POST_TRAINING_PYTHON; elsewhere these tests are skipped, saying so."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from adapters.recipes import load_recipes
 from domain.catalog import Method, resolve_params
 
-TRL_PYTHON = os.environ.get("TUNEPLANE_TRL_PYTHON", "")
+TRL_PYTHON = os.environ.get("TUNEPLANE_POST_TRAINING_PYTHON", "")
 pytestmark = [
     pytest.mark.integration,
     pytest.mark.slow,
     pytest.mark.skipif(
-        not TRL_PYTHON, reason="no TRL: `export TUNEPLANE_TRL_PYTHON=$(bash deploy/dev/trl-env.sh)`"
+        not TRL_PYTHON,
+        reason="no TRL: `export TUNEPLANE_POST_TRAINING_PYTHON="
+        "$(bash deploy/dev/post-training-env.sh)`",
     ),
 ]
 TINY = {"max_steps": "4", "logging_steps": "1", "bf16": "false", "synthetic_samples": "32",

@@ -1,0 +1,115 @@
+"""`verl/grpo` against verl itself (0.9.1, CPU): the artifact, exactly as the Job Capsule ships
+it, makes the tiny model and the synthetic data, and its Hydra overrides compose with verl's own
+`ppo_trainer` config into one that verl's `validate_config` accepts (GRPO: a reference policy,
+no critic), whose custom reward verl loads and whose training set verl's RLHFDataset reads with
+the tiny model's tokenizer. (Training itself needs GPUs and a rollout engine: not here.)
+
+Needs a Python with verl: `deploy/dev/test.sh` makes one (`deploy/dev/post-training-env.sh`)
+and sets TUNEPLANE_POST_TRAINING_PYTHON; elsewhere this test is skipped, saying so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from adapters.recipes import load_recipes
+from domain.catalog import resolve_params
+
+PYTHON = os.environ.get("TUNEPLANE_POST_TRAINING_PYTHON", "")
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not PYTHON,
+        reason="no verl: `export TUNEPLANE_POST_TRAINING_PYTHON="
+        "$(bash deploy/dev/post-training-env.sh)`",
+    ),
+]
+
+CHECK = """
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.environ["ENTRY"]))
+import grpo, tuneplane_recipe
+plan = grpo.render(tuneplane_recipe.load_config(), os.environ)
+grpo.make_files(plan)
+
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+import verl.trainer.main_ppo as main_ppo
+from verl.trainer.ppo.reward import get_custom_reward_fn
+from verl.trainer.ppo.utils import need_critic, need_reference_policy
+from verl.utils import hf_tokenizer
+from verl.utils.config import validate_config
+from verl.utils.dataset.rl_dataset import RLHFDataset
+
+config_dir = os.path.join(os.path.dirname(main_ppo.__file__), "config")
+with initialize_config_dir(config_dir=config_dir, version_base=None):
+    cfg = compose(config_name="ppo_trainer", overrides=plan["overrides"])
+OmegaConf.resolve(cfg)
+critic, reference = need_critic(cfg), need_reference_policy(cfg)
+validate_config(cfg, use_reference_policy=reference, use_critic=critic)
+reward = get_custom_reward_fn(cfg)
+tokenizer = hf_tokenizer(cfg.actor_rollout_ref.model.path)
+data = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
+row = data[0]
+truth = row["reward_model"]["ground_truth"]
+print("RESULT " + json.dumps({
+    "critic": critic, "reference": reference,
+    "adv_estimator": cfg.algorithm.adv_estimator, "rollout_n": cfg.actor_rollout_ref.rollout.n,
+    "actor_rollout_n": cfg.actor_rollout_ref.actor.rollout_n,
+    "lr": cfg.actor_rollout_ref.actor.optim.lr, "logger": list(cfg.trainer.logger),
+    "tensorboard": cfg.ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR,
+    "rows": len(data), "data_source": row["data_source"],
+    "right": reward(data_source=row["data_source"], solution_str=truth, ground_truth=truth),
+    "wrong": reward(data_source=row["data_source"], solution_str="x", ground_truth=truth),
+}))
+"""
+
+
+def test_the_rendered_overrides_are_a_config_verl_accepts(tmp_path: Path) -> None:
+    (m,) = [m for m in load_recipes() if m.name == "verl/grpo"]
+    artifact = tmp_path / "capsule" / "artifact"
+    artifact.mkdir(parents=True)
+    for file, data in m.artifact:
+        (artifact / file).write_bytes(data)
+    given = {"train_batch_size": "8", "ppo_mini_batch_size": "4", "rollout_n": "4",
+             "learning_rate": "2e-6", "synthetic_samples": "16", "max_response_length": "16",
+             "max_prompt_length": "32"}  # fmt: skip
+    config = tmp_path / "capsule" / "config.json"
+    config.write_text(json.dumps(m.config(resolve_params(m, dict(given)))))
+    (tmp_path / "workspace").mkdir()
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "ENTRY": str(artifact / "grpo.py"),
+        "CONFIG": str(config),
+        "TUNEPLANE_OUTPUT_DIR": str(tmp_path / "outputs"),
+        "TUNEPLANE_METRICS_DIR": str(tmp_path / "metrics"),
+        "TUNEPLANE_WORKSPACE": str(tmp_path / "workspace"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    done = subprocess.run([PYTHON, "-c", CHECK], cwd=tmp_path / "workspace", env=env,
+                          capture_output=True, text=True, timeout=280)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    assert json.loads(line.removeprefix("RESULT ")) == {
+        "critic": False,
+        "reference": True,
+        "adv_estimator": "grpo",
+        "rollout_n": 4,
+        "actor_rollout_n": 4,
+        "lr": 2e-6,
+        "logger": ["console", "tensorboard"],
+        "tensorboard": str(tmp_path / "metrics"),
+        "rows": 16,
+        "data_source": "tuneplane/arithmetic",
+        "right": 1.0,
+        "wrong": 0.0,
+    }
+    assert (tmp_path / "outputs" / "tiny-llama" / "config.json").is_file()
+    assert (tmp_path / "outputs" / "data" / "test.parquet").is_file()
