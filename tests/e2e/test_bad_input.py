@@ -88,6 +88,18 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
         ({"runtime": "cobol"}, "intent.runtime", "busybox"),
         ({"params": {}}, "intent.params.command", "--set command"),
         ({"params": {"command": "x", "epochs": 3}}, "intent.params.epochs", "tp methods"),
+        # a post-training recipe: its declared limits, before its unregistered default runtime
+        (
+            {"method": "trl/grpo", "params": {"num_generations": "1"}},
+            "intent.params.num_generations",
+            "at least 2",
+        ),
+        (
+            {"method": "verl/grpo", "params": {"rollout_name": "hf"}},
+            "intent.params.rollout_name",
+            "vllm, sglang, trtllm",
+        ),
+        ({"method": "verl/grpo", "params": {}}, "intent.runtime", "tp runtime add"),
         (
             {"source": {"digest": "sha256:" + "1" * 64, "size": 10}},
             "intent.source.digest",
