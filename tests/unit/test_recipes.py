@@ -297,3 +297,12 @@ async def test_every_declared_limit_of_the_post_training_recipes_is_enforced_at_
     assert message in caught.value.message and repr(param) in caught.value.message
     assert caught.value.field == f"intent.params.{param}"
     assert param in caught.value.fix or caught.value.fix.startswith("choose one of: ")
+
+
+def test_docs_list_every_post_training_parameter_at_its_config_path() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "recipes.md").read_text()
+    for name in POST_TRAINING:
+        for p in recipe(name).params:
+            assert f"| `{p.name}` | {p.type} |" in doc and f"| `{p.config}` |" in doc, p.name
+        for metric in recipe(name).primary_metrics:
+            assert f"`{metric}`" in doc, metric
