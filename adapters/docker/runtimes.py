@@ -33,7 +33,15 @@ PYTHON_NUMPY = RuntimeSpec(
     description="Debian 12 minbase with Python 3.11 and NumPy (Debian's python3-numpy)",
 )
 
-LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON, PYTHON_NUMPY)
+PYTHON_TORCH = RuntimeSpec(
+    name="python-torch",
+    image="localhost/tuneplane/runtime-python-torch:3.11",
+    python="3.11",
+    process_model="single-process",
+    description="Debian 12 minbase with Python 3.11 and PyTorch 1.13 (Debian's python3-torch, CPU)",
+)
+
+LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON, PYTHON_NUMPY, PYTHON_TORCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,5 +65,11 @@ RECIPES: dict[str, Recipe] = {
         version="1",
         suite="bookworm",
         include=("python3-minimal", "python3-numpy"),
+    ),
+    "python-torch": Recipe(
+        kind="debootstrap",
+        version="1",
+        suite="bookworm",
+        include=("python3-minimal", "python3-torch"),
     ),
 }

@@ -36,7 +36,8 @@ async def run_to_exit(
 
 
 def test_local_runtimes_are_catalog_entries():
-    assert [r.name for r in LOCAL_RUNTIMES] == ["busybox", "python", "python-numpy"]
+    names = [r.name for r in LOCAL_RUNTIMES]
+    assert names == ["busybox", "python", "python-numpy", "python-torch"]
     assert BUSYBOX.image == "localhost/tuneplane/runtime-busybox:1" and BUSYBOX.python is None
     assert PYTHON.image == "localhost/tuneplane/runtime-python:3.11" and PYTHON.python == "3.11"
     assert {r.process_model for r in LOCAL_RUNTIMES} == {"single-process"}

@@ -37,7 +37,8 @@ def test_the_mlp_recipe_is_declared_with_its_artifact() -> None:
         "train/accuracy",
     )
     assert m.entry == ("python3", "/tuneplane/capsule/artifact/train.py")
-    assert [name for name, _ in m.artifact] == ["train.py"] and m.needs == ("capsule",)
+    assert [name for name, _ in m.artifact] == ["tb_events.py", "train.py"]
+    assert m.needs == ("capsule",)
     params = resolve_params(m, {"steps": "50", "activation": "tanh"})
     assert m.config(params) == {
         "train": {"steps": 50, "batch_size": 256, "seed": 7},
@@ -143,8 +144,15 @@ def recipe(name: str):  # type: ignore[no-untyped-def]
 
 def test_every_recipe_loads_with_its_framework_and_shared_files() -> None:
     by_name = {m.name: m for m in load_recipes()}
-    assert set(by_name) == {MLP, *POST_TRAINING}
+    assert set(by_name) == {MLP, "pytorch/image-classification", *POST_TRAINING}
     assert (by_name[MLP].framework, by_name[MLP].framework_requires) == ("numpy", ">=1.24")
+    cnn = by_name["pytorch/image-classification"]
+    assert (cnn.framework, cnn.framework_requires, cnn.default_runtime) == (
+        "torch",
+        ">=1.13",
+        "python-torch",
+    )
+    assert [name for name, _ in cnn.artifact] == ["tb_events.py", "train.py"]
     for name in POST_TRAINING:
         m = by_name[name]
         files = [file for file, _ in m.artifact]

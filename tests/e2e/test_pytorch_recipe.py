@@ -1,0 +1,64 @@
+"""`pytorch/image-classification` end to end on the local backend: the `python-torch` runtime
+built by the project (Debian's PyTorch 1.13, CPU), `tp new` and `tp submit` of the recipe, a
+real training run (a small CNN learns the orientation of bars in generated images), its
+TensorBoard file read by TensorBoard's own loader, its checkpoint and report recorded and
+verified (`tp artifacts verify`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def torch_runtime(docker_host: str) -> None:
+    """The runtime image, built as docs/local-backend.md says (cached by its recipe)."""
+    build = ROOT / "deploy/images/build.sh"
+    proc = subprocess.run(
+        ["bash", str(build), "python-torch", "--docker-host", docker_host],
+        capture_output=True, text=True, timeout=1200,
+        env={**os.environ, "PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.timeout(1500)
+def test_the_cnn_trains_and_its_artifacts_verify(
+    torch_runtime: None, cli: Cli, tmp_path: Path
+) -> None:
+    cli("new", "cnn", "--method", "pytorch/image-classification")
+    cli("validate", "cnn")
+    out = cli("submit", "cnn", "--profile", "cpu:1", "--set", "steps=150", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=300)
+    logs = cli("job", "logs", job_id).stdout
+    assert job["state"] == "succeeded", logs
+    assert job["spec"]["runtime"]["name"] == "python-torch"
+
+    listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
+    files = {f["path"] for f in listed["members"][0]["files"]}
+    assert {"checkpoint.pt", "report.json"} <= files
+    (events,) = [f for f in files if f.startswith("tensorboard/events.out.tfevents.")]
+    assert "3 files match manifest" in cli("artifacts", "verify", job_id).stdout
+
+    (outputs,) = (tmp_path / "state" / "outputs" / job_id).glob("*/0")
+    report = json.loads((outputs / "report.json").read_text())
+    assert report["steps"] == 150 and report["torch"].startswith("1.13"), report
+    assert report["test_accuracy"] > 0.9, report
+    assert f"test accuracy {report['test_accuracy']:.3f}" in logs
+
+    loaded = list(EventFileLoader(str(outputs / events)).Load())  # TensorBoard's own reader
+    loss = [v.tensor.float_val[0] for e in loaded[1:] for v in e.summary.value
+            if v.tag == "train/loss"]  # fmt: skip
+    assert len(loss) == 150 and sum(loss[-20:]) < sum(loss[:20]) / 5
