@@ -152,7 +152,7 @@ def test_every_recipe_loads_with_its_framework_and_shared_files() -> None:
         ">=1.13",
         "python-torch",
     )
-    assert [name for name, _ in cnn.artifact] == ["tb_events.py", "train.py"]
+    assert [name for name, _ in cnn.artifact] == ["cnn.py", "tb_events.py"]
     for name in POST_TRAINING:
         m = by_name[name]
         files = [file for file, _ in m.artifact]
