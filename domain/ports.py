@@ -24,7 +24,12 @@ from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Vali
 from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
 from domain.requests import Profile
 from domain.submission import JobSpec, Preview
 
@@ -402,6 +407,7 @@ class UnitOfWork(Protocol):
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
 
     async def __aenter__(self) -> Self: ...
 

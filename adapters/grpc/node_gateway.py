@@ -178,6 +178,7 @@ class NodeGateway(NodeControlBase):
             try:
                 await self.dispatch()
                 await self.rotate()
+                await self.scan()
                 await self.control.flush()
             except Exception:
                 log.exception("node gateway: dispatch failed")
@@ -192,6 +193,15 @@ class NodeGateway(NodeControlBase):
             link = self.links.get(session.node)
             if link is not None and link.session is session:
                 link.outbox.put_nowait(rotation)
+        return len(due)
+
+    async def scan(self) -> int:
+        """Send the output scan requests due for connected nodes."""
+        due = await self.control.scans([link.session for link in self.links.values()])
+        for session, message in due:
+            link = self.links.get(session.node)
+            if link is not None and link.session is session:
+                link.outbox.put_nowait(message)
         return len(due)
 
     async def dispatch(self) -> int:

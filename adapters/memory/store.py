@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adapters.memory.artifacts import ARTIFACT_TABLES
+from adapters.memory.artifacts import ARTIFACT_TABLES, SCAN_TABLES
 from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
@@ -65,6 +65,7 @@ TABLES = [
     *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
     *CHECK_TABLES,
     *ARTIFACT_TABLES,
+    *SCAN_TABLES,
 ]
 
 

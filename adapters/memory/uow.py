@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
-from adapters.memory.artifacts import MemoryArtifactRepository
+from adapters.memory.artifacts import MemoryArtifactRepository, MemoryOutputScanRepository
 from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
 from adapters.memory.fleet import (
@@ -26,7 +26,12 @@ from adapters.memory.repositories import (
     MemoryTokenRepository,
 )
 from adapters.memory.store import MemoryStore
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -69,6 +74,7 @@ class MemoryUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -94,6 +100,7 @@ class MemoryUnitOfWork:
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)
+        self.output_scans = MemoryOutputScanRepository(tx)
         return self
 
     async def __aexit__(

@@ -428,7 +428,26 @@ artifacts = Table(  # a member's output manifest, recorded when it completed
     Column("digest", Text, nullable=False),
     Column("manifest", Text, nullable=False),  # canonical JSON of domain.artifacts.Manifest
     ts("recorded_at"),
+    Column("node", Text),  # where the files live (a node's disk); NULL: the control plane's
     Index("ix_artifacts_job_id", "job_id"),
+)
+
+output_scans = Table(  # tp artifacts verify of outputs kept on a node: the request, the answer
+    "output_scans",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("node", Text, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("attempt_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("member_index", Integer, nullable=False),
+    ts("requested_at"),
+    ts("done_at", nullable=True),
+    Column("manifest", Text),  # canonical JSON of domain.artifacts.Manifest; NULL: none found
+    Column("error", Text, nullable=False, server_default=""),
+    Index(
+        "ix_output_scans_pending", "node", "requested_at", postgresql_where=text("done_at IS NULL")
+    ),
 )
 
 # The telemetry tables live in their own module, on this metadata.

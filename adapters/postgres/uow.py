@@ -7,7 +7,7 @@ from typing import Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from adapters.postgres.artifacts import PostgresArtifactRepository
+from adapters.postgres.artifacts import PostgresArtifactRepository, PostgresOutputScanRepository
 from adapters.postgres.checks import PostgresCheckRepository
 from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
@@ -24,7 +24,12 @@ from adapters.postgres.runs import (
 )
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -66,6 +71,7 @@ class PostgresUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -98,6 +104,7 @@ class PostgresUnitOfWork:
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)
+        self.output_scans = PostgresOutputScanRepository(conn)
         return self
 
     async def __aexit__(

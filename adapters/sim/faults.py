@@ -16,7 +16,12 @@ from types import TracebackType
 from typing import Literal, Self
 
 from domain.catalog import RuntimePin, RuntimeSpec
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -116,6 +121,7 @@ class CrashingUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -139,6 +145,7 @@ class CrashingUnitOfWork:
         self.launches = inner.launches
         self.checks = inner.checks
         self.artifacts = inner.artifacts
+        self.output_scans = inner.output_scans
         return self
 
     async def __aexit__(

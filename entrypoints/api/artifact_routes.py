@@ -29,6 +29,7 @@ class MemberArtifactsOut(Struct):
     digest: str
     size: int
     recorded_at: datetime
+    node: str | None  # where the files live: a node's disk; null: the control plane's storage
     files: list[FileOut]
 
 
@@ -50,6 +51,8 @@ class MemberVerifiedOut(Struct):
     ok: bool
     files: int
     differences: list[DifferenceOut]
+    node: str | None
+    unchecked: str  # why the files could not be hashed again now ("" when they were)
 
 
 class VerifiedOut(Struct):
@@ -65,7 +68,8 @@ def _ctx(state: State) -> Context:
 def _member(r: ArtifactRecord) -> MemberArtifactsOut:
     files = [FileOut(f.path, f.size, f.sha256) for f in r.manifest.files]
     return MemberArtifactsOut(r.attempt, r.attempt_id, r.member_index, r.member_id,
-                              r.manifest.digest, r.manifest.size, r.recorded_at, files)  # fmt: skip
+                              r.manifest.digest, r.manifest.size, r.recorded_at, r.node,
+                              files)  # fmt: skip
 
 
 @get(
@@ -82,7 +86,8 @@ async def job_artifacts(job_id: str, state: State, principal: Principal) -> Arti
     "/v1/jobs/{job_id:str}/artifacts/verify",
     status_code=200,
     responses=responses(400, 401, 404),
-    summary="Hash the job's output files again and compare them with their manifests",
+    summary="Hash the job's output files again (on their node, where they live there) and"
+    " compare them with their manifests",
 )
 async def verify_job_artifacts(job_id: str, state: State, principal: Principal) -> VerifiedOut:
     checked = await artifacts.verify_artifacts(_ctx(state), principal, job_id)
@@ -95,6 +100,8 @@ async def verify_job_artifacts(job_id: str, state: State, principal: Principal) 
             v.ok,
             len(v.record.manifest.files),
             [DifferenceOut(d.path, d.problem, d.detail) for d in v.differences],
+            v.record.node,
+            v.unchecked,
         )
         for v in checked
     ]
