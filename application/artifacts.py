@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from application.context import Context
 from application.jobs import get_job
-from application.node_outputs import scan_on_nodes
+from application.node_outputs import SCAN_WAIT, scan_on_nodes
 from domain.artifacts import ArtifactRecord, Difference, Manifest, ScanResult, compare
 from domain.auth import Principal
 
@@ -29,12 +29,15 @@ async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> lis
         return await uow.artifacts.for_job(job.id)
 
 
-async def verify_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[Verified]:
+async def verify_artifacts(
+    ctx: Context, principal: Principal, job_id: str, wait: float = SCAN_WAIT
+) -> list[Verified]:
     """Hash every recorded member's files again where they live (the control plane's output
     storage, or their node: ``application.node_outputs``) and compare, file by file. A
-    directory that is gone shows every recorded file missing."""
+    directory that is gone shows every recorded file missing. ``wait``: how long nodes may
+    take to answer, seconds."""
     records = await list_artifacts(ctx, principal, job_id)
-    on_nodes = await scan_on_nodes(ctx, records)
+    on_nodes = await scan_on_nodes(ctx, records, wait)
     out = []
     for record in records:
         found = None

@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from application.context import Context
 from domain.artifacts import MAX_REPORTED_FILES, ArtifactRecord, Manifest, ScanRequest, ScanResult
 from domain.errors import TunePlaneError
+from domain.fleet import Connectivity
 from domain.node_messages import OutputsScanned, ScanOutputs
 from domain.node_protocol import MemberRef, MemberReport, Phase
 from domain.ports import NODE_WORK, OutputStorage
@@ -114,13 +115,24 @@ async def scan_on_nodes(
     requests = {r.member_id: _request(r, r.node, now) for r in records if r.node is not None}
     if not requests:
         return {}
+    answers: dict[str, ScanResult | str] = {}
     async with ctx.uow() as uow:
         await uow.output_scans.prune(now - SCAN_LIFETIME)
-        for request in requests.values():
-            await uow.output_scans.request(request)
+        for member_id, request in list(requests.items()):
+            node = await uow.fleet.node(request.node)
+            if node is None or node.connectivity is not Connectivity.CONNECTED:
+                state = "gone from the fleet" if node is None else node.connectivity.value
+                answers[member_id] = (
+                    f"node {request.node} holds these files and is {state}: they cannot be "
+                    "checked now (`tp node ls`; verify again once it is connected)"
+                )
+                del requests[member_id]
+            else:
+                await uow.output_scans.request(request)
         await uow.commit()
+    if not requests:
+        return answers
     await ctx.signals.notify(NODE_WORK)
-    answers: dict[str, ScanResult | str] = {}
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
@@ -130,13 +142,13 @@ async def scan_on_nodes(
                     result = await uow.output_scans.result(request.id)
                     if result is not None:
                         answers[member_id] = result
-        if len(answers) == len(requests) or loop.time() >= deadline:
+        if all(m in answers for m in requests) or loop.time() >= deadline:
             break
         await asyncio.sleep(_POLL)
     for member_id, request in requests.items():
         answers.setdefault(
             member_id,
-            f"node {request.node} did not answer within {wait:.0f} s: its files cannot be "
-            "checked now (is its daemon connected? `tp node ls`)",
+            f"node {request.node} did not answer within {wait:g} s: its files cannot be "
+            "checked now (is its daemon connected? `tp node ls`; or wait longer: --wait)",
         )
     return answers

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
+from litestar.params import Parameter
 from msgspec import Struct
 
 from application import artifacts
 from application.context import Context
+from application.node_outputs import SCAN_WAIT
 from domain.artifacts import ArtifactRecord
 from domain.auth import Principal
 from entrypoints.api.problems import responses
@@ -89,8 +92,16 @@ async def job_artifacts(job_id: str, state: State, principal: Principal) -> Arti
     summary="Hash the job's output files again (on their node, where they live there) and"
     " compare them with their manifests",
 )
-async def verify_job_artifacts(job_id: str, state: State, principal: Principal) -> VerifiedOut:
-    checked = await artifacts.verify_artifacts(_ctx(state), principal, job_id)
+async def verify_job_artifacts(
+    job_id: str,
+    state: State,
+    principal: Principal,
+    wait_seconds: Annotated[
+        float,
+        Parameter(ge=0.5, le=300, description="how long nodes holding files may take to answer"),
+    ] = SCAN_WAIT,
+) -> VerifiedOut:
+    checked = await artifacts.verify_artifacts(_ctx(state), principal, job_id, wait_seconds)
     members = [
         MemberVerifiedOut(
             v.record.attempt,

@@ -43,7 +43,7 @@ def ls(job_id: str, /, *, json: JsonFlag = False) -> int:
 
 
 @artifacts_app.command(name="verify")
-def verify(job_id: str, /, *, json: JsonFlag = False) -> int:
+def verify(job_id: str, /, *, wait: float = 30.0, json: JsonFlag = False) -> int:
     """Hash a job's output files again and compare them with the recorded manifests; report
     every changed, missing or added file. Files kept on a node are hashed there (its daemon
     must be connected). Exits 1 when anything differs, 6 when some files could not be
@@ -53,9 +53,12 @@ def verify(job_id: str, /, *, json: JsonFlag = False) -> int:
     ----------
     job_id
         The job id (`tp job ls`).
+    wait
+        How long nodes holding files may take to answer, seconds (0.5 to 300).
     """
     with connect() as api:
-        _, checked = api.post(job_path(job_id, "/artifacts/verify"))
+        path = job_path(job_id, "/artifacts/verify")
+        checked = api.request("POST", path, params={"wait_seconds": wait}).json()
     if json:
         output.print_json(checked)
     else:
