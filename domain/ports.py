@@ -25,6 +25,7 @@ from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.plugins import Disabled, PluginRecord
 from domain.requests import Profile
 from domain.submission import JobSpec, Preview
 
@@ -369,6 +370,34 @@ class ArtifactRepository(Protocol):
         ...
 
 
+class PluginRepository(Protocol):
+    """Published plugin versions, keyed by (name, version); immutable but for ``disabled``."""
+
+    async def add(self, record: PluginRecord) -> PluginRecord | None:
+        """Store a new version. None when this call stored it; otherwise the stored row of the
+        same (name, version), whatever its digest, and nothing is written. Concurrent adds of
+        one (name, version) store exactly one row; the others wait, then see it."""
+        ...
+
+    async def get(self, name: str, version: str) -> PluginRecord | None: ...
+
+    async def versions(self, name: str) -> builtins.list[PluginRecord]:
+        """Every version of ``name``, newest first (semantic-version precedence)."""
+        ...
+
+    async def list(self, group: str | None = None) -> builtins.list[PluginRecord]:
+        """Every version of every plugin (of ``group`` if given), by group in
+        ``domain.plugins.GROUPS`` order, then name, then newest version first."""
+        ...
+
+    async def set_disabled(
+        self, name: str, version: str, disabled: Disabled | None
+    ) -> PluginRecord | None:
+        """Disable (``disabled``) or enable (None) a version; the updated row, or None when
+        there is no such version."""
+        ...
+
+
 class OutputStorage(Protocol):
     """Host directories for members' outputs (backends with shared outputs mount them at
     ``domain.artifacts.OUTPUT_DIR``). Reading and hashing files may take a while: callers
@@ -402,6 +431,7 @@ class UnitOfWork(Protocol):
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    plugins: PluginRepository
 
     async def __aenter__(self) -> Self: ...
 

@@ -16,6 +16,7 @@ from adapters.memory.fleet import (
 )
 from adapters.memory.launches import MemoryLaunchLedger
 from adapters.memory.nodes import MemoryEnrollmentRepository, MemoryNodeLinkRepository
+from adapters.memory.plugins import MemoryPluginRepository
 from adapters.memory.repositories import (
     MemoryAttemptRepository,
     MemoryJobRepository,
@@ -35,6 +36,7 @@ from domain.ports import (
     JobRepository,
     LogRepository,
     MemberRepository,
+    PluginRepository,
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
@@ -69,6 +71,7 @@ class MemoryUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    plugins: PluginRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -94,6 +97,7 @@ class MemoryUnitOfWork:
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)
+        self.plugins = MemoryPluginRepository(tx)
         return self
 
     async def __aexit__(

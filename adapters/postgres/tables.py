@@ -431,5 +431,5 @@ artifacts = Table(  # a member's output manifest, recorded when it completed
     Index("ix_artifacts_job_id", "job_id"),
 )
 
-# The telemetry tables live in their own module, on this metadata.
-from adapters.postgres import telemetry_tables  # noqa: E402, F401
+# The telemetry and plugin tables live in their own modules, on this metadata.
+from adapters.postgres import plugin_tables, telemetry_tables  # noqa: E402, F401

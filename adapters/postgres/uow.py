@@ -14,6 +14,7 @@ from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
 from adapters.postgres.launches import PostgresLaunchLedger
 from adapters.postgres.nodes import PostgresEnrollmentRepository, PostgresNodeLinkRepository
+from adapters.postgres.plugins import PostgresPluginRepository
 from adapters.postgres.policy import PostgresPolicyRepository
 from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.runs import (
@@ -33,6 +34,7 @@ from domain.ports import (
     JobRepository,
     LogRepository,
     MemberRepository,
+    PluginRepository,
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
@@ -66,6 +68,7 @@ class PostgresUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    plugins: PluginRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -98,6 +101,7 @@ class PostgresUnitOfWork:
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)
+        self.plugins = PostgresPluginRepository(conn)
         return self
 
     async def __aexit__(

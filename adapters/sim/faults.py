@@ -28,6 +28,7 @@ from domain.ports import (
     LogRepository,
     MemberRepository,
     Observation,
+    PluginRepository,
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
@@ -116,6 +117,7 @@ class CrashingUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    plugins: PluginRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -139,6 +141,7 @@ class CrashingUnitOfWork:
         self.launches = inner.launches
         self.checks = inner.checks
         self.artifacts = inner.artifacts
+        self.plugins = inner.plugins
         return self
 
     async def __aexit__(
