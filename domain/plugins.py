@@ -350,17 +350,23 @@ def check_usable(record: PluginRecord, pin: PluginPin, field: str) -> None:
         )
 
 
+def integrity_failure(record: PluginRecord, detail: str) -> Conflict:
+    return Conflict(
+        f"plugin {record.declaration.ref} failed its integrity check: {detail}",
+        fix="an admin can restore it by publishing the same directory again (`tp plugin "
+        f"publish DIR`), or disable it (`tp plugin disable {record.declaration.ref}`)",
+        field="plugin",
+    )
+
+
 def check_loaded(record: PluginRecord, files: dict[str, bytes]) -> None:
     """Refuse files read back from storage that are not the published package."""
     found = manifest_of(files).digest
     if found != record.digest:
-        raise Conflict(
-            f"plugin {record.declaration.ref} failed its integrity check: its stored files "
-            f"have digest {found}, not the published {record.digest} (the blob store was "
-            "changed)",
-            fix="an admin can restore it by publishing the same directory again (`tp plugin "
-            "publish DIR`), or disable it (`tp plugin disable`)",
-            field="plugin",
+        raise integrity_failure(
+            record,
+            f"its stored files have digest {found}, not the published {record.digest} (the "
+            "blob store was changed)",
         )
 
 

@@ -25,7 +25,7 @@ from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
-from domain.plugins import Disabled, PluginRecord
+from domain.plugin_ports import PluginRepository
 from domain.requests import Profile
 from domain.submission import JobSpec, Preview
 
@@ -367,34 +367,6 @@ class ArtifactRepository(Protocol):
 
     async def for_job(self, job_id: str) -> builtins.list[ArtifactRecord]:
         """The job's manifests, by attempt number, then member index."""
-        ...
-
-
-class PluginRepository(Protocol):
-    """Published plugin versions, keyed by (name, version); immutable but for ``disabled``."""
-
-    async def add(self, record: PluginRecord) -> PluginRecord | None:
-        """Store a new version. None when this call stored it; otherwise the stored row of the
-        same (name, version), whatever its digest, and nothing is written. Concurrent adds of
-        one (name, version) store exactly one row; the others wait, then see it."""
-        ...
-
-    async def get(self, name: str, version: str) -> PluginRecord | None: ...
-
-    async def versions(self, name: str) -> builtins.list[PluginRecord]:
-        """Every version of ``name``, newest first (semantic-version precedence)."""
-        ...
-
-    async def list(self, group: str | None = None) -> builtins.list[PluginRecord]:
-        """Every version of every plugin (of ``group`` if given), by group in
-        ``domain.plugins.GROUPS`` order, then name, then newest version first."""
-        ...
-
-    async def set_disabled(
-        self, name: str, version: str, disabled: Disabled | None
-    ) -> PluginRecord | None:
-        """Disable (``disabled``) or enable (None) a version; the updated row, or None when
-        there is no such version."""
         ...
 
 

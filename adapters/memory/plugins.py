@@ -1,4 +1,4 @@
-"""Published plugin versions in memory (``domain.ports.PluginRepository``)."""
+"""Published plugin versions in memory (``domain.plugin_ports.PluginRepository``)."""
 
 from __future__ import annotations
 

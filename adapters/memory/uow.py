@@ -28,6 +28,7 @@ from adapters.memory.repositories import (
 )
 from adapters.memory.store import MemoryStore
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -36,7 +37,6 @@ from domain.ports import (
     JobRepository,
     LogRepository,
     MemberRepository,
-    PluginRepository,
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,

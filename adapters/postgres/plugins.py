@@ -1,4 +1,4 @@
-"""domain.ports.PluginRepository on PostgreSQL (table ``plugins``, migration 0009)."""
+"""domain.plugin_ports.PluginRepository on PostgreSQL (table ``plugins``, migration 0009)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from adapters.postgres.runs import (
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -34,7 +35,6 @@ from domain.ports import (
     JobRepository,
     LogRepository,
     MemberRepository,
-    PluginRepository,
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,

@@ -17,6 +17,7 @@ from typing import Literal, Self
 
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -28,7 +29,6 @@ from domain.ports import (
     LogRepository,
     MemberRepository,
     Observation,
-    PluginRepository,
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
