@@ -209,7 +209,8 @@ def info(ref: str, /, *, json: JsonFlag = False) -> int:
 
 
 def _usable(api: Api, name: str, version: str | None) -> dict[str, Any]:
-    """The version to install: the one named, else the newest enabled one."""
+    """The version to install: the one named, else the newest enabled release (or
+    pre-release, when there is no release)."""
     if version is not None:
         found: dict[str, Any] = api.get(_path(name, version))
     else:
@@ -220,7 +221,8 @@ def _usable(api: Api, name: str, version: str | None) -> dict[str, Any]:
                 fix=f"see `tp plugin info {name}`",
                 field="NAME",
             )
-        found = enabled[0]
+        releases = [p for p in enabled if "-" not in p["version"]]  # not pre-releases
+        found = (releases or enabled)[0]
     if found.get("disabled"):
         d = found["disabled"]
         raise Conflict(
@@ -240,7 +242,7 @@ def install(ref: str, experiment: str = ".", /) -> int:
     Parameters
     ----------
     ref
-        NAME@VERSION, or NAME for its newest enabled version.
+        NAME@VERSION, or NAME for its newest enabled release.
     experiment
         The experiment (directory name or path); default: the current directory.
     """

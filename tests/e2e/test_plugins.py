@@ -94,3 +94,17 @@ def test_publish_install_submit_disable(cli: Cli, tmp_path: Path) -> None:
     shutil.copytree(EXAMPLE, tmp_path / "again")
     cli("plugin", "publish", str(tmp_path / "again"))  # the same files: the blob is whole again
     cli("submit", "scorer", "--profile", "cpu:1", "--preview")
+
+    rc = tmp_path / "rc"
+    shutil.copytree(EXAMPLE, rc)
+    toml_file = rc / "plugin.toml"
+    toml_file.write_text(toml_file.read_text().replace('"1.0.0"', '"1.1.0-rc.1"'))
+    cli("plugin", "publish", str(rc))
+    versions = cli("plugin", "info", "exact-match").stdout
+    assert versions.index("1.1.0-rc.1") < versions.index("1.0.0")  # newest first
+    assert "@1.0.0" in cli("plugin", "install", "exact-match", "scorer").stdout  # a release
+    cli("plugin", "disable", "exact-match@1.0.0", "--reason", reason)
+    moved = cli("plugin", "install", "exact-match", "scorer").stdout
+    assert "@1.1.0-rc.1" in moved and "(was 1.0.0)" in moved
+    refused = cli("plugin", "install", "exact-match@1.0.0", "scorer", ok=False)
+    assert refused.returncode == CONFLICT and reason in refused.stderr
