@@ -9,6 +9,8 @@ A capsule is a set of files delivered to ``/tuneplane/capsule`` in the member's 
 * ``runner.sh``: the runner (below);
 * for a recipe with an integration artifact: ``artifact/…`` (its files) and ``config.json``
   (the parameters at their config paths);
+* for each workload plugin the submission uses: ``plugins/<name>/…`` (its package's files,
+  checked against its published digest when the preview loaded them: docs/plugins.md);
 * ``SHA256SUMS``: the sha256 of every file above, in ``sha256sum -c`` format: the *manifest*.
 
 (The runner is shipped in the capsule, next to what it checks, so that any image with a POSIX
@@ -27,11 +29,10 @@ stderr.
 from __future__ import annotations
 
 import hashlib
-import io
 import shlex
-import tarfile
 from dataclasses import dataclass
 
+from domain import tarball
 from domain.catalog import RuntimePin
 
 CAPSULE_DIR = "/tuneplane/capsule"
@@ -130,7 +131,8 @@ def build(
 ) -> tuple[str, bytes]:
     """The capsule of a job: ``(digest, tar)``. The tar holds ``tuneplane/capsule/<file>``
     entries (deterministic: same input, same bytes) to unpack at the container's root.
-    ``extra``: more files by relative path (a recipe's ``artifact/…`` and ``config.json``)."""
+    ``extra``: more files by relative path (a recipe's ``artifact/…`` and ``config.json``,
+    workload plugins' ``plugins/<name>/…``)."""
     files = dict(extra or {})
     files |= {
         "spec.json": spec_json,
@@ -144,22 +146,5 @@ def build(
         f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in sorted(files.items())
     ).encode()
     files[MANIFEST] = manifest
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        dirs = {"tuneplane", "tuneplane/capsule"}
-        for name in files:
-            parts = name.split("/")[:-1]
-            dirs |= {"tuneplane/capsule/" + "/".join(parts[: i + 1]) for i in range(len(parts))}
-        for name in sorted(dirs):
-            tar.addfile(_info(name, 0, tarfile.DIRTYPE, 0o755))
-        for name, data in sorted(files.items()):
-            mode = 0o755 if name.endswith(".sh") else 0o644
-            tar.addfile(_info(f"tuneplane/capsule/{name}", len(data), tarfile.REGTYPE, mode),
-                        io.BytesIO(data))  # fmt: skip
-    return "sha256:" + hashlib.sha256(manifest).hexdigest(), out.getvalue()
-
-
-def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size, info.type, info.mode, info.mtime = size, kind, mode, 0
-    return info
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    return digest, tarball.pack(files, "tuneplane/capsule")

@@ -30,6 +30,7 @@ from domain.node_ports import (
     NodeLinkRepository,
     OutputScanRepository,
 )
+from domain.plugin_ports import PluginRepository
 from domain.requests import Profile
 from domain.submission import JobSpec, Preview
 
@@ -408,6 +409,7 @@ class UnitOfWork(Protocol):
     checks: CheckRepository
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
+    plugins: PluginRepository
 
     async def __aenter__(self) -> Self: ...
 

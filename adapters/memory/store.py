@@ -9,6 +9,7 @@ from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
 from adapters.memory.nodes import NODE_TABLES
+from adapters.memory.plugins import PLUGIN_TABLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ TABLES = [
     *CHECK_TABLES,
     *ARTIFACT_TABLES,
     *SCAN_TABLES,
+    *PLUGIN_TABLES,
 ]
 
 

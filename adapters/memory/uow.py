@@ -16,6 +16,7 @@ from adapters.memory.fleet import (
 )
 from adapters.memory.launches import MemoryLaunchLedger
 from adapters.memory.nodes import MemoryEnrollmentRepository, MemoryNodeLinkRepository
+from adapters.memory.plugins import MemoryPluginRepository
 from adapters.memory.repositories import (
     MemoryAttemptRepository,
     MemoryJobRepository,
@@ -32,6 +33,7 @@ from domain.node_ports import (
     NodeLinkRepository,
     OutputScanRepository,
 )
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -75,6 +77,7 @@ class MemoryUnitOfWork:
     checks: CheckRepository
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
+    plugins: PluginRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -101,6 +104,7 @@ class MemoryUnitOfWork:
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)
         self.output_scans = MemoryOutputScanRepository(tx)
+        self.plugins = MemoryPluginRepository(tx)
         return self
 
     async def __aexit__(

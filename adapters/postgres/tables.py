@@ -450,5 +450,5 @@ output_scans = Table(  # tp artifacts verify of outputs kept on a node: the requ
     ),
 )
 
-# The telemetry tables live in their own module, on this metadata.
-from adapters.postgres import telemetry_tables  # noqa: E402, F401
+# The telemetry and plugin tables live in their own modules, on this metadata.
+from adapters.postgres import plugin_tables, telemetry_tables  # noqa: E402, F401

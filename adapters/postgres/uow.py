@@ -14,6 +14,7 @@ from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
 from adapters.postgres.launches import PostgresLaunchLedger
 from adapters.postgres.nodes import PostgresEnrollmentRepository, PostgresNodeLinkRepository
+from adapters.postgres.plugins import PostgresPluginRepository
 from adapters.postgres.policy import PostgresPolicyRepository
 from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.runs import (
@@ -30,6 +31,7 @@ from domain.node_ports import (
     NodeLinkRepository,
     OutputScanRepository,
 )
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -72,6 +74,7 @@ class PostgresUnitOfWork:
     checks: CheckRepository
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
+    plugins: PluginRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -105,6 +108,7 @@ class PostgresUnitOfWork:
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)
         self.output_scans = PostgresOutputScanRepository(conn)
+        self.plugins = PostgresPluginRepository(conn)
         return self
 
     async def __aexit__(

@@ -22,6 +22,7 @@ from domain.node_ports import (
     NodeLinkRepository,
     OutputScanRepository,
 )
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
     ArtifactRepository,
     AttemptRepository,
@@ -122,6 +123,7 @@ class CrashingUnitOfWork:
     checks: CheckRepository
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
+    plugins: PluginRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -146,6 +148,7 @@ class CrashingUnitOfWork:
         self.checks = inner.checks
         self.artifacts = inner.artifacts
         self.output_scans = inner.output_scans
+        self.plugins = inner.plugins
         return self
 
     async def __aexit__(

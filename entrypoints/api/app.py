@@ -22,6 +22,7 @@ from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
+from entrypoints.api.plugin_routes import PLUGIN_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
 from entrypoints.api.routes import PROTECTED
@@ -85,6 +86,7 @@ def create_app(
         *NODE_ROUTES,
         *METRICS_ROUTES,
         *ARTIFACT_ROUTES,
+        *PLUGIN_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY

@@ -62,7 +62,7 @@ async def upload_archive(
     "/v1/previews",
     status_code=201,
     request_max_body_size=JSON_LIMIT,
-    responses=responses(400, 401, 403, 404, 422, 503),
+    responses=responses(400, 401, 403, 404, 409, 422, 503),
     summary="Resolve a submission into an immutable preview (creates no job)",
 )
 async def create_preview(data: s.PreviewIn, state: State, principal: Principal) -> s.PreviewOut:

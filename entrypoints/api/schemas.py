@@ -12,6 +12,7 @@ from application.jobs import JobDetails
 from domain.catalog import Method, RecipeLock, RuntimeSpec, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
+from domain.plugins import PluginPin
 from domain.submission import Preview, SourceRef, SubmissionIntent
 
 Name = Annotated[str, Meta(min_length=1, max_length=63)]
@@ -48,6 +49,14 @@ class RecipeLockIn(Struct, forbid_unknown_fields=True):
     digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
+class PluginPinIn(Struct, forbid_unknown_fields=True):
+    """A plugin the experiment uses (experiment.toml [plugins]); ``digest`` when pinned."""
+
+    name: Annotated[str, Meta(min_length=1, max_length=127)]
+    version: Annotated[str, Meta(min_length=1, max_length=64)]
+    digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
+
+
 class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     experiment: Name
     method: Annotated[str, Meta(min_length=1, max_length=128)]
@@ -64,6 +73,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     source: SourceIn | None = None
     env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
     recipe_lock: RecipeLockIn | None = None
+    plugins: Annotated[list[PluginPinIn], Meta(max_length=16)] = []
 
     def to_intent(self) -> SubmissionIntent:
         if self.profile is not None and self.profiles:
@@ -84,6 +94,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
             recipe_lock=RecipeLock(**msgspec.structs.asdict(self.recipe_lock))
             if self.recipe_lock
             else None,
+            plugins=tuple(PluginPin(p.name, p.version, p.digest) for p in self.plugins),
         )
 
 

@@ -13,6 +13,7 @@ from entrypoints.cli import errors, output
 from entrypoints.cli.catalog import check_named, fetch_method_json
 from entrypoints.cli.client import connect
 from entrypoints.cli.config import is_logged_in
+from entrypoints.cli.plugins import check_pins
 from entrypoints.cli.recipe_lock import LOCK_FILE, stale, write_lock
 from entrypoints.cli.validation import check_params, method_from_json, params_template
 from entrypoints.cli.workspace import (
@@ -167,6 +168,7 @@ def validate(
         lock_problem = stale(exp.path, method_json)
         if lock_problem is not None:
             problems.append(lock_problem)
+        problems += check_pins(api, exp)
         for path, value, what, command in (
             ("/v1/runtimes", exp.runtime, "runtime", "tp runtime ls"),
             ("/v1/profiles", exp.profile, "profile", "tp profiles"),

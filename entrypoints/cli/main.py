@@ -26,6 +26,7 @@ from entrypoints.cli import (
     jobs,
     nodes,
     output,
+    plugins,
     queues,
     recipe_lock,
     server_cmds,
@@ -48,6 +49,7 @@ def build_app() -> App:
     submit.register(app)
     jobs.register(app)
     artifacts.register(app)
+    plugins.register(app)
     recipe_lock.register(app)
     fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
     nodes.register(app)
