@@ -9,6 +9,7 @@ from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
 from adapters.memory.nodes import NODE_TABLES
+from adapters.memory.runtimes import RUNTIME_TABLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,7 @@ TABLES = [
     *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
     *CHECK_TABLES,
     *ARTIFACT_TABLES,
+    *RUNTIME_TABLES,
 ]
 
 

@@ -25,6 +25,7 @@ from adapters.memory.repositories import (
     MemorySubmissionLedger,
     MemoryTokenRepository,
 )
+from adapters.memory.runtimes import MemoryRuntimeRepository
 from adapters.memory.store import MemoryStore
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
 from domain.ports import (
@@ -38,6 +39,7 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
+    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
@@ -69,6 +71,7 @@ class MemoryUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -94,6 +97,7 @@ class MemoryUnitOfWork:
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)
+        self.runtimes = MemoryRuntimeRepository(tx)
         return self
 
     async def __aexit__(

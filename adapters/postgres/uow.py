@@ -22,6 +22,7 @@ from adapters.postgres.runs import (
     PostgresMemberRepository,
     PostgresTokenRepository,
 )
+from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
 from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
@@ -36,6 +37,7 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
+    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
@@ -66,6 +68,7 @@ class PostgresUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -98,6 +101,7 @@ class PostgresUnitOfWork:
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)
+        self.runtimes = PostgresRuntimeRepository(conn)
         return self
 
     async def __aexit__(

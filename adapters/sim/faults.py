@@ -31,6 +31,7 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
+    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
@@ -116,6 +117,7 @@ class CrashingUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -139,6 +141,7 @@ class CrashingUnitOfWork:
         self.launches = inner.launches
         self.checks = inner.checks
         self.artifacts = inner.artifacts
+        self.runtimes = inner.runtimes
         return self
 
     async def __aexit__(

@@ -25,6 +25,7 @@ from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
 from entrypoints.api.routes import PROTECTED
+from entrypoints.api.runtime_routes import RUNTIME_ROUTES
 from entrypoints.api.scheduling_routes import SCHEDULING_ROUTES
 from entrypoints.api.security import (
     SECURITY,
@@ -85,6 +86,7 @@ def create_app(
         *NODE_ROUTES,
         *METRICS_ROUTES,
         *ARTIFACT_ROUTES,
+        *RUNTIME_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY

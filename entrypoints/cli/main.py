@@ -28,6 +28,7 @@ from entrypoints.cli import (
     output,
     queues,
     recipe_lock,
+    runtimes,
     server_cmds,
     sim,
     submit,
@@ -44,6 +45,7 @@ def build_app() -> App:
     account.register(app)
     experiments.register(app)
     catalog.register(app)
+    runtimes.register(app)  # before server_cmds, which adds `tp runtime build`
     collector.register(app)
     submit.register(app)
     jobs.register(app)
