@@ -6,10 +6,7 @@ its checkpoint and report recorded and verified (`tp artifacts verify`)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,21 +19,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def numpy_runtime(docker_host: str) -> None:
-    """The runtime image, built as the README says (cached between runs by its recipe)."""
-    build = ROOT / "deploy/images/build.sh"
-    proc = subprocess.run(
-        ["bash", str(build), "python-numpy", "--docker-host", docker_host],
-        capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHON": sys.executable},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 @pytest.mark.timeout(1200)
 def test_the_example_trains_and_its_artifacts_verify(
-    numpy_runtime: None, cli: Cli, tmp_path: Path
+    numpy_runtime: str, cli: Cli, tmp_path: Path
 ) -> None:
     shutil.copytree(ROOT / "docs/examples/mlp", cli.cwd / "mlp")
     cli("validate", "mlp")
