@@ -24,7 +24,7 @@ from application.enrollment import (
 )
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.telemetry import collector_token
-from domain.capsule import DIGEST_ENV, RUNNER
+from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
@@ -417,6 +417,7 @@ def _order(work: NodeWork) -> PrepareOrder:
     if spec.capsule is not None and capsule:
         command, source = ("/bin/sh", RUNNER), spec.capsule.blob
         env[DIGEST_ENV] = spec.capsule.digest
+        env[IMAGE_ENV] = spec.runtime.digest  # the order's image, as the runner checks
     if spec.runtime.process_model == "ray":
         command = tuple(ray_wrap(list(command), ref.index, work.master_addr, work.master_port))
     return PrepareOrder(

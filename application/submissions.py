@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from application import plugins
 from application.context import Context
 from application.policy import choose_queue
+from application.runtimes import find_runtime
 from domain import capsule
 from domain.auth import Principal
 from domain.canonical import canonical_json
@@ -26,6 +27,7 @@ from domain.jobs import Job, Receipt, Submission
 from domain.lifecycle import JobState
 from domain.ports import UnitOfWork
 from domain.requests import RoleSpec, envelope_gpus, fits_pool, resolve_roles
+from domain.runtimes import require_framework
 from domain.submission import JobSpec, Preview, SubmissionIntent, make_preview, resolve
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
@@ -81,7 +83,8 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     """Resolve ``intent`` and store an immutable preview. Creates no job."""
     _require_submitter(principal)
     method = ctx.catalog.method(intent.method)
-    runtime = ctx.catalog.runtime(intent.runtime or method.default_runtime)
+    runtime = await find_runtime(ctx, intent.runtime or method.default_runtime)
+    require_framework(method, runtime)  # before anything is pinned or uploaded
     roles, backend_name, queue = await _requests(ctx, principal, intent)
     backend = ctx.backend(backend_name)
     if intent.source is not None:

@@ -375,6 +375,27 @@ class ArtifactRepository(Protocol):
         ...
 
 
+class RuntimeRepository(Protocol):
+    """The runtime registry (docs/runtimes.md): runtimes the operator added, by name. The
+    built-in runtimes are not stored here."""
+
+    async def get(self, name: str) -> RuntimeSpec | None: ...
+
+    async def list(self) -> builtins.list[RuntimeSpec]:
+        """Every stored runtime, by name."""
+        ...
+
+    async def add(self, runtime: RuntimeSpec) -> RuntimeSpec | None:
+        """Store ``runtime`` unless its name is taken; None when this call stored it, else the
+        stored one. Concurrent adds of one name store exactly one (the others wait for it)."""
+        ...
+
+    async def replace(self, runtime: RuntimeSpec, revision: int) -> bool:
+        """Overwrite the stored runtime of that name if its revision is still ``revision``;
+        False when it is not (changed or removed since it was read)."""
+        ...
+
+
 class OutputStorage(Protocol):
     """Host directories for members' outputs (backends with shared outputs mount them at
     ``domain.artifacts.OUTPUT_DIR``). Reading and hashing files may take a while: callers
@@ -410,6 +431,7 @@ class UnitOfWork(Protocol):
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     async def __aenter__(self) -> Self: ...
 

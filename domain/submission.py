@@ -295,7 +295,7 @@ def resolve(
     check_intent(intent)
     method = catalog.method(intent.method)
     if intent.recipe_lock is not None:
-        intent.recipe_lock.check(method)
+        intent.recipe_lock.check(method, runtime)
     params = resolve_params(method, intent.params)
     return JobSpec(
         experiment=intent.experiment,

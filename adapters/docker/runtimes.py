@@ -31,6 +31,7 @@ PYTHON_NUMPY = RuntimeSpec(
     python="3.11",
     process_model="single-process",
     description="Debian 12 minbase with Python 3.11 and NumPy (Debian's python3-numpy)",
+    frameworks={"numpy": "1.24.2"},  # bookworm's python3-numpy 1:1.24.2-1+deb12u1
 )
 
 LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON, PYTHON_NUMPY)

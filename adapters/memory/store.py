@@ -10,6 +10,7 @@ from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
 from adapters.memory.nodes import NODE_TABLES
 from adapters.memory.plugins import PLUGIN_TABLES
+from adapters.memory.runtimes import RUNTIME_TABLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +69,7 @@ TABLES = [
     *ARTIFACT_TABLES,
     *SCAN_TABLES,
     *PLUGIN_TABLES,
+    *RUNTIME_TABLES,
 ]
 
 

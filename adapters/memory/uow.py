@@ -26,6 +26,7 @@ from adapters.memory.repositories import (
     MemorySubmissionLedger,
     MemoryTokenRepository,
 )
+from adapters.memory.runtimes import MemoryRuntimeRepository
 from adapters.memory.store import MemoryStore
 from domain.node_ports import (
     EnrollmentRepository,
@@ -45,6 +46,7 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
+    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
@@ -78,6 +80,7 @@ class MemoryUnitOfWork:
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -105,6 +108,7 @@ class MemoryUnitOfWork:
         self.artifacts = MemoryArtifactRepository(tx)
         self.output_scans = MemoryOutputScanRepository(tx)
         self.plugins = MemoryPluginRepository(tx)
+        self.runtimes = MemoryRuntimeRepository(tx)
         return self
 
     async def __aexit__(

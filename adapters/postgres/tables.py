@@ -452,3 +452,26 @@ output_scans = Table(  # tp artifacts verify of outputs kept on a node: the requ
 
 # The telemetry and plugin tables live in their own modules, on this metadata.
 from adapters.postgres import plugin_tables, telemetry_tables  # noqa: E402, F401
+
+runtimes = Table(  # the runtime registry (docs/runtimes.md); the built-in runtimes are not here
+    "runtimes",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("image", Text, nullable=False),
+    Column("digest", Text, nullable=False),  # registered runtimes are pinned by digest
+    Column("python", Text, nullable=True),  # None: no Python promised
+    Column("frameworks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("process_model", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("added_by", Text, nullable=False),
+    ts("added_at"),
+    Column("revision", Integer, nullable=False),
+    CheckConstraint(
+        "process_model IN ('single-process', 'torch-process-group', 'ray', 'cpu')",
+        name="process_model",
+    ),
+    CheckConstraint("digest ~ '^sha256:[0-9a-f]{64}$'", name="digest"),
+    CheckConstraint("revision >= 1", name="revision"),
+)
+
+# The telemetry tables live in their own module, on this metadata.

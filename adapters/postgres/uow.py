@@ -23,6 +23,7 @@ from adapters.postgres.runs import (
     PostgresMemberRepository,
     PostgresTokenRepository,
 )
+from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
 from domain.node_ports import (
@@ -43,6 +44,7 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
+    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
@@ -75,6 +77,7 @@ class PostgresUnitOfWork:
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -109,6 +112,7 @@ class PostgresUnitOfWork:
         self.artifacts = PostgresArtifactRepository(conn)
         self.output_scans = PostgresOutputScanRepository(conn)
         self.plugins = PostgresPluginRepository(conn)
+        self.runtimes = PostgresRuntimeRepository(conn)
         return self
 
     async def __aexit__(

@@ -1,6 +1,7 @@
 """Built-in recipes read from this directory: ``<framework>/<method>/recipe.toml`` declares a
 method (parameters with type, range, choices, default and config path; roles; primary metrics;
-entry; needs) and every other file beside it is its integration artifact (docs/recipes.md)."""
+entry; needs; the framework it is written against) and every other file beside it is its
+integration artifact (docs/recipes.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from domain.catalog import Method, ParamSpec
 from domain.errors import InvalidInput
+from domain.runtimes import check_requirement
 
 ROOT = Path(__file__).resolve().parent
 _PARAM_KEYS = {"name", "type", "help", "required", "default", "choices", "minimum", "maximum",
@@ -41,7 +43,9 @@ def load_recipe(directory: Path) -> Method:
                 if p.is_file() and p.name != "recipe.toml" and "__pycache__" not in p.parts
             ),
             needs=tuple(d.get("needs", ())),
+            **_framework(d.get("framework")),
         )
+        check_requirement(method)
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
         raise InvalidInput(
             f"recipe {where} is not valid: {exc!r}", fix="see docs/recipes.md for its keys"
@@ -51,6 +55,16 @@ def load_recipe(directory: Path) -> Method:
         raise InvalidInput(f"recipe {where} is named {method.name!r}, not {expected!r}",
                            fix="name it after its directory")  # fmt: skip
     return method
+
+
+def _framework(table: dict[str, Any] | None) -> dict[str, Any]:
+    """``[framework]`` with ``name`` and ``requires`` (a PEP 440 specifier, default any)."""
+    if table is None:
+        return {}
+    unknown = set(table) - {"name", "requires"}
+    if unknown:
+        raise ValueError(f"[framework] has unknown keys {sorted(unknown)}")
+    return {"framework": str(table["name"]), "framework_requires": str(table.get("requires", ""))}
 
 
 def _param(p: dict[str, Any]) -> ParamSpec:

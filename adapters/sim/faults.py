@@ -37,6 +37,7 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
+    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
@@ -124,6 +125,7 @@ class CrashingUnitOfWork:
     artifacts: ArtifactRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -149,6 +151,7 @@ class CrashingUnitOfWork:
         self.artifacts = inner.artifacts
         self.output_scans = inner.output_scans
         self.plugins = inner.plugins
+        self.runtimes = inner.runtimes
         return self
 
     async def __aexit__(

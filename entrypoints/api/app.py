@@ -26,6 +26,7 @@ from entrypoints.api.plugin_routes import PLUGIN_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
 from entrypoints.api.routes import PROTECTED
+from entrypoints.api.runtime_routes import RUNTIME_ROUTES
 from entrypoints.api.scheduling_routes import SCHEDULING_ROUTES
 from entrypoints.api.security import (
     SECURITY,
@@ -87,6 +88,7 @@ def create_app(
         *METRICS_ROUTES,
         *ARTIFACT_ROUTES,
         *PLUGIN_ROUTES,
+        *RUNTIME_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY

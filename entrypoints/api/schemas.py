@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from application.jobs import JobDetails
-from domain.catalog import Method, RecipeLock, RuntimeSpec, method_digest
+from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
 from domain.plugins import PluginPin
@@ -47,6 +47,8 @@ class RecipeLockIn(Struct, forbid_unknown_fields=True):
     method: Annotated[str, Meta(min_length=1, max_length=128)]
     version: Annotated[str, Meta(min_length=1, max_length=64)]
     digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+    framework: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
+    framework_version: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
 
 
 class PluginPinIn(Struct, forbid_unknown_fields=True):
@@ -197,14 +199,8 @@ class MethodOut(Struct):
     entry: list[str] = []  # what runs instead of a command (the integration artifact)
     artifact: list[str] = []  # the artifact's files
     needs: list[str] = []
-
-
-class RuntimeOut(Struct):
-    name: str
-    image: str
-    python: str | None
-    process_model: str
-    description: str
+    framework: str | None = None  # the Python distribution it is written against
+    framework_requires: str = ""  # a PEP 440 specifier the runtime's version must satisfy
 
 
 class WhoAmI(Struct):
@@ -292,11 +288,9 @@ def method_out(m: Method) -> MethodOut:
         list(m.entry),
         [name for name, _ in m.artifact],
         list(m.needs),
+        m.framework,
+        m.framework_requires,
     )
-
-
-def runtime_out(r: RuntimeSpec) -> RuntimeOut:
-    return RuntimeOut(r.name, r.image, r.python, r.process_model, r.description)
 
 
 encode = msgspec.json.encode

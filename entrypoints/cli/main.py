@@ -29,6 +29,7 @@ from entrypoints.cli import (
     plugins,
     queues,
     recipe_lock,
+    runtimes,
     server_cmds,
     sim,
     submit,
@@ -45,6 +46,7 @@ def build_app() -> App:
     account.register(app)
     experiments.register(app)
     catalog.register(app)
+    runtimes.register(app)  # before server_cmds, which adds `tp runtime build`
     collector.register(app)
     submit.register(app)
     jobs.register(app)

@@ -1,5 +1,6 @@
 """The example in docs/examples/mlp, end to end on the local backend: the `python-numpy`
-runtime built by the project, `tp submit` of the example as it is, a real training run (an
+runtime built by the project, its recipe locked with the runtime's NumPy version (checked at
+preview and by the runner), `tp submit` of the example as it is, a real training run (an
 MLP learns two spirals with Adam), its TensorBoard file read by TensorBoard's own loader, and
 its checkpoint and report recorded and verified (`tp artifacts verify`)."""
 
@@ -21,9 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.timeout(1200)
 def test_the_example_trains_and_its_artifacts_verify(
-    numpy_runtime: None, cli: Cli, tmp_path: Path
+    numpy_runtime: str, cli: Cli, tmp_path: Path
 ) -> None:
     shutil.copytree(ROOT / "docs/examples/mlp", cli.cwd / "mlp")
+    cli("recipe", "upgrade", "mlp")  # as the README says: lock the recipe and its NumPy
+    lock = json.loads((cli.cwd / "mlp" / "recipe.lock.json").read_text())
+    assert (lock["framework"], lock["framework_version"]) == ("numpy", "1.24.2"), lock
     cli("validate", "mlp")
     out = cli("submit", "mlp", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]

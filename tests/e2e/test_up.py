@@ -145,7 +145,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
 
 @pytest.mark.timeout(900)
 def test_the_readme_example_runs_through_its_recipe_and_its_artifacts_verify(
-    up: Up, numpy_runtime: None, tmp_path: Path
+    up: Up, numpy_runtime: str, tmp_path: Path
 ) -> None:
     """The README walk-through's recipe part, on `tp up` (so through the local node daemon)."""
     match = TOKEN.search(up.start())
@@ -156,6 +156,9 @@ def test_the_readme_example_runs_through_its_recipe_and_its_artifacts_verify(
     cli.cwd = tmp_path / "tuning"
     shutil.copytree(ROOT / "docs/examples/mlp", cli.cwd / "mlp")
     assert "steps" in cli("methods", "numpy/mlp-classification").stdout
+    cli("recipe", "upgrade", "mlp")
+    lock = json.loads((cli.cwd / "mlp" / "recipe.lock.json").read_text())
+    assert lock["framework"] == "numpy" and lock["framework_version"], lock
     out = cli("submit", "mlp", "--yes", "--wait", "--set", "steps=600", timeout=600)
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     job = cli.status(job_id)

@@ -81,7 +81,7 @@ def test_a_broken_recipe_is_refused_with_its_file(tmp_path: Path) -> None:
 
 async def test_a_backend_without_the_capsule_is_refused_for_the_recipe(tmp_path: Path) -> None:
     ctx = memory_context(tmp_path, MemoryBackend())  # offers no capsule
-    intent = an_intent(method=MLP, params={}, runtime="python")
+    intent = an_intent(method=MLP, params={}, runtime="python-numpy")
     with pytest.raises(InvalidInput, match=f"method {MLP} needs capsule; backend local"):
         await submissions.create_preview(ctx, ALICE, intent)
 
@@ -89,7 +89,7 @@ async def test_a_backend_without_the_capsule_is_refused_for_the_recipe(tmp_path:
 async def test_the_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -> None:
     backend = MemoryBackend(storage=StorageCapabilities(capsule=True))
     ctx = memory_context(tmp_path, backend)
-    intent = an_intent(method=MLP, params={"steps": 12}, runtime="python")
+    intent = an_intent(method=MLP, params={"steps": 12}, runtime="python-numpy")
     preview = await submissions.create_preview(ctx, ALICE, intent)
     assert preview.spec.command == mlp().entry and preview.spec.capsule is not None
     tar = await ctx.blobs.read(preview.spec.capsule.blob)
