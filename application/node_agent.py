@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from application.node_outputs import scan_member
+from domain.artifact_ports import OutputStorage
 from domain.artifacts import Manifest
 from domain.errors import TunePlaneError, Unavailable
 from domain.node_messages import (
@@ -41,7 +42,6 @@ from domain.node_protocol import (
     Phase,
     stale_command,
 )
-from domain.ports import OutputStorage
 
 log = logging.getLogger("tuneplane.node")
 

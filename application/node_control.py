@@ -25,6 +25,7 @@ from application.enrollment import (
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.telemetry import collector_token
 from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER
+from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
@@ -49,7 +50,6 @@ from domain.node_protocol import (
     command_for,
     refusal,
 )
-from domain.ports import LAUNCH_NEWS
 from domain.rendezvous import ray_wrap, rendezvous_env
 from domain.telemetry import MemberScope
 

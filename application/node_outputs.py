@@ -19,12 +19,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from application.context import Context
+from domain.artifact_ports import OutputStorage
 from domain.artifacts import MAX_REPORTED_FILES, ArtifactRecord, Manifest, ScanRequest, ScanResult
+from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError
 from domain.fleet import Connectivity
 from domain.node_messages import OutputsScanned, ScanOutputs
 from domain.node_protocol import MemberRef, MemberReport, Phase
-from domain.ports import NODE_WORK, OutputStorage
 
 SCAN_LIFETIME = timedelta(minutes=2)  # an unanswered request lapses (and is pruned) after this
 SCAN_RESEND = timedelta(seconds=10)  # a gateway sends an unanswered request again after this

@@ -22,6 +22,7 @@ from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from domain.admission import Assignment
 from domain.artifacts import ArtifactRecord, Manifest
+from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
 from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import (
@@ -31,7 +32,7 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.ports import ExecutionBackend, LaunchRequest, LeaderLease, Observation, UnitOfWork
+from domain.ports import ExecutionBackend, LaunchRequest, Observation, UnitOfWork
 from domain.progress import first_failure, job_after, member_after
 
 log = logging.getLogger("tuneplane.supervisor")

@@ -1,5 +1,5 @@
-"""The artifact manifests (domain.ports.ArtifactRepository) and the requests to scan outputs on
-nodes again (domain.node_ports.OutputScanRepository), in memory."""
+"""The artifact manifests (domain.artifact_ports.ArtifactRepository) and the requests to scan
+outputs on nodes again (domain.node_ports.OutputScanRepository), in memory."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from adapters.memory.repositories import (
 )
 from adapters.memory.runtimes import MemoryRuntimeRepository
 from adapters.memory.store import MemoryStore
+from domain.artifact_ports import ArtifactRepository
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
@@ -36,7 +37,6 @@ from domain.node_ports import (
 )
 from domain.plugin_ports import PluginRepository
 from domain.ports import (
-    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     FleetRepository,
@@ -46,11 +46,11 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
-    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
 )
+from domain.runtime_ports import RuntimeRepository
 
 
 class MemoryUnitOfWork:

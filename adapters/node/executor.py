@@ -41,11 +41,12 @@ from adapters.docker.spec import (
     source_tar,
 )
 from adapters.node.collector_feed import METRICS_MOUNT
+from domain.artifact_ports import OutputStorage
 from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
 from domain.node_ports import ProgressCallback
-from domain.ports import Observation, OutputStorage
+from domain.ports import Observation
 
 log = logging.getLogger("tuneplane.node.executor")
 

@@ -1,4 +1,4 @@
-"""domain.ports.ArtifactRepository (table ``artifacts``, migration 0008) and
+"""domain.artifact_ports.ArtifactRepository (table ``artifacts``, migration 0008) and
 domain.node_ports.OutputScanRepository (table ``output_scans``, migration 0011) on PostgreSQL."""
 
 from __future__ import annotations

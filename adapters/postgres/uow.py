@@ -26,6 +26,7 @@ from adapters.postgres.runs import (
 from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
+from domain.artifact_ports import ArtifactRepository
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
@@ -34,7 +35,6 @@ from domain.node_ports import (
 )
 from domain.plugin_ports import PluginRepository
 from domain.ports import (
-    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     FleetRepository,
@@ -44,11 +44,11 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
-    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
 )
+from domain.runtime_ports import RuntimeRepository
 
 
 class PostgresUnitOfWork:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
+from domain.artifact_ports import ArtifactRepository
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import (
     EnrollmentRepository,
@@ -24,7 +25,6 @@ from domain.node_ports import (
 )
 from domain.plugin_ports import PluginRepository
 from domain.ports import (
-    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     ExecutionBackend,
@@ -37,13 +37,13 @@ from domain.ports import (
     PolicyRepository,
     PreviewRepository,
     ReservationRepository,
-    RuntimeRepository,
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
     UnitOfWork,
     UnitOfWorkFactory,
 )
+from domain.runtime_ports import RuntimeRepository
 
 CrashKind = Literal["before-commit", "after-commit", "after-launch"]
 CRASH_KINDS: tuple[CrashKind, ...] = ("before-commit", "after-commit", "after-launch")

@@ -16,7 +16,7 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
-from domain.ports import LAUNCH_NEWS, LeaderLease
+from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.fleet_routes import FLEET_ROUTES
