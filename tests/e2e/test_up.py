@@ -141,6 +141,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     assert job["state"] == "succeeded", job
     [attempt] = job["attempts"]
     assert starts(docker_host, attempt["id"], since) == {attempt["members"][0]["id"]: 1}
+    assert "kept" in cli("job", "logs", job_id).stdout
 
 
 @pytest.mark.timeout(900)
@@ -159,14 +160,17 @@ def test_the_readme_example_runs_through_its_recipe_and_its_artifacts_verify(
     cli("recipe", "upgrade", "mlp")
     lock = json.loads((cli.cwd / "mlp" / "recipe.lock.json").read_text())
     assert lock["framework"] == "numpy" and lock["framework_version"], lock
-    out = cli("submit", "mlp", "--yes", "--wait", "--set", "steps=600", timeout=600)
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
-    job = cli.status(job_id)
-    assert job["state"] == "succeeded", cli("job", "logs", job_id).stdout
-    assert "step 600" in cli("job", "logs", job_id).stdout
+    out = cli("submit", "mlp", "--yes", "--follow", "--set", "steps=600", timeout=600)
+    assert "step 600: loss" in out.stdout and "final: loss" in out.stdout, out.stdout
+    job_id = JOB_ID.search(out.stdout + out.stderr).group(0)  # type: ignore[union-attr]
+    assert cli.status(job_id)["state"] == "succeeded"
     [member] = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)["members"]
     assert member["node"] == "local"
     assert {"checkpoint.npz", "report.json"} <= {f["path"] for f in member["files"]}
     verified = cli("artifacts", "verify", job_id).stdout
-    assert "3 files match manifest" in verified and "(on node local)" in verified
-    assert "kept" in cli("job", "logs", job_id).stdout
+    assert "2 files match manifest" in verified and "(on node local)" in verified
+    # its TensorBoard scalars went to the member's metrics directory, collected by the node
+    deadline = time.monotonic() + 60
+    while "train/accuracy" not in (metrics := cli("job", "metrics", job_id).stdout):
+        assert time.monotonic() < deadline, metrics
+        time.sleep(0.5)
