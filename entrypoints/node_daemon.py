@@ -64,18 +64,25 @@ def default_state_dir() -> Path:
     return Path(base) / "tuneplane-node"
 
 
+def _keep_outside(mounted: Path, state_dir: Path, flag: str) -> None:
+    """A directory mounted into members must not hold the state directory (its credential)."""
+    state = state_dir.resolve()
+    if mounted == state or state.is_relative_to(mounted):
+        raise InvalidInput(
+            f"the state directory {state_dir} is inside {flag} {mounted}: workloads would see "
+            "the node's credential",
+            fix=f"keep --state-dir outside {flag}",
+            field=flag.removeprefix("--").replace("-", "_"),
+        )
+
+
 def _outputs_root(given: Path | None, state_dir: Path) -> Path:
     """Members' outputs: ``given`` or ``<state_dir>/outputs``; never the state directory itself
     or a directory holding it (members would see the credential)."""
     state = state_dir.resolve()
     root = given.expanduser().resolve() if given else state / "outputs"
-    if given is not None and (root == state or state.is_relative_to(root)):
-        raise InvalidInput(
-            f"--outputs-dir {root} holds the state directory {state_dir}: workloads would see "
-            "the node's credential",
-            fix="pick a directory outside the state directory (or leave --outputs-dir out)",
-            field="outputs_dir",
-        )
+    if given is not None:
+        _keep_outside(root, state, "--outputs-dir")
     root.mkdir(parents=True, exist_ok=True, mode=0o755)
     return root
 
@@ -123,13 +130,8 @@ async def serve_daemon(options: DaemonOptions) -> None:
             fix="pass the directory where this host mounts the site's shared storage",
             field="shared_dir",
         )
-    if shared is not None and (shared == state_dir or state_dir.is_relative_to(shared)):
-        raise InvalidInput(
-            f"the state directory {state_dir} is inside --shared-dir {shared}: workloads would "
-            "see the node's credential",
-            fix="keep --state-dir outside the shared directory",
-            field="shared_dir",
-        )
+    if shared is not None:
+        _keep_outside(shared, state_dir, "--shared-dir")
     outputs = FilesystemOutputs(_outputs_root(options.outputs_dir, state_dir))
     telemetry = options.telemetry_gateway or f"{host}:{TELEMETRY_PORT}"
     feed = CollectorFeed(state_dir / "collector") if telemetry != "off" else None
