@@ -1,4 +1,4 @@
-"""Members' output directories on the control plane's host (domain.ports.OutputStorage).
+"""Members' output directories on the control plane's host (domain.artifact_ports.OutputStorage).
 
 Layout: ``<root>/<job id>/<attempt id>/<member index>/``, mounted into the member's container
 at ``/tuneplane/outputs`` by backends that offer shared outputs. A scan hashes every regular

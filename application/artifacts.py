@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from application.context import Context
 from application.jobs import get_job
-from domain.artifacts import ArtifactRecord, Difference, Manifest, compare
+from application.node_outputs import SCAN_WAIT, scan_on_nodes
+from domain.artifacts import ArtifactRecord, Difference, Manifest, ScanResult, compare
 from domain.auth import Principal
 
 
@@ -15,10 +16,11 @@ from domain.auth import Principal
 class Verified:
     record: ArtifactRecord
     differences: list[Difference]
+    unchecked: str = ""  # why the files could not be hashed again now (their node is away)
 
     @property
     def ok(self) -> bool:
-        return not self.differences
+        return not self.differences and not self.unchecked
 
 
 async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[ArtifactRecord]:
@@ -27,13 +29,28 @@ async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> lis
         return await uow.artifacts.for_job(job.id)
 
 
-async def verify_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[Verified]:
-    """Hash every recorded member's files again and compare, file by file. A directory that
-    is gone shows every recorded file missing."""
+async def verify_artifacts(
+    ctx: Context, principal: Principal, job_id: str, wait: float = SCAN_WAIT
+) -> list[Verified]:
+    """Hash every recorded member's files again where they live (the control plane's output
+    storage, or their node: ``application.node_outputs``) and compare, file by file. A
+    directory that is gone shows every recorded file missing. ``wait``: how long nodes may
+    take to answer, seconds."""
+    records = await list_artifacts(ctx, principal, job_id)
+    on_nodes = await scan_on_nodes(ctx, records, wait)
     out = []
-    for record in await list_artifacts(ctx, principal, job_id):
+    for record in records:
         found = None
-        if ctx.outputs is not None:
+        answer = on_nodes.get(record.member_id)
+        if isinstance(answer, str):
+            out.append(Verified(record, [], answer))
+            continue
+        if isinstance(answer, ScanResult):
+            if answer.error:
+                out.append(Verified(record, [], answer.error))
+                continue
+            found = answer.manifest
+        elif ctx.outputs is not None:
             found = await ctx.outputs.scan(record.job_id, record.attempt_id, record.member_index)
         out.append(Verified(record, compare(record.manifest, found or Manifest(()))))
     return out

@@ -6,18 +6,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
+from domain.artifact_ports import OutputStorage
 from domain.catalog import Catalog
+from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import InvalidInput
-from domain.ports import (
-    NO_SIGNALS,
-    BlobStore,
-    Clock,
-    ExecutionBackend,
-    Ids,
-    OutputStorage,
-    Signals,
-    UnitOfWorkFactory,
-)
+from domain.ports import BlobStore, Clock, ExecutionBackend, Ids, UnitOfWorkFactory
 from domain.telemetry_ports import MetricsStore, TokenSigner
 
 

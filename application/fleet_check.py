@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from application.context import Context
 from application.logs import stitch
+from application.runtimes import find_runtime
 from domain.admission import Assignment, Reservation, mcpu
 from domain.auth import Principal, Role
 from domain.catalog import Resources
@@ -101,7 +102,7 @@ async def _launch(
     ctx: Context, principal: Principal, pool: str, nodes: list[str], timeout_seconds: int
 ) -> PoolCheck:
     method = ctx.catalog.method(CHECK_METHOD)
-    runtime = ctx.catalog.runtime(method.default_runtime)
+    runtime = await find_runtime(ctx, method.default_runtime)
     backend = ctx.backend(NODE_BACKEND)
     pin = await backend.pin(runtime)  # a network call: outside any transaction
     params = {"command": check_script(timeout_seconds)}

@@ -23,13 +23,14 @@ from datetime import datetime, timedelta
 from application.context import Context
 from application.fleet_check import settle as settle_checks
 from application.reconcile import fence_node
+from domain.coordination_ports import NODE_WORK
 from domain.errors import Conflict
 from domain.fleet import Connectivity
 from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, Phase
-from domain.ports import NODE_WORK, Observation, UnitOfWork
+from domain.ports import Observation, UnitOfWork
 
 log = logging.getLogger("tuneplane.gang")
 

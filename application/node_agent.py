@@ -18,12 +18,17 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from application.node_outputs import scan_member
+from domain.artifact_ports import OutputStorage
+from domain.artifacts import Manifest
 from domain.errors import TunePlaneError, Unavailable
 from domain.node_messages import (
     Hello,
     LogChunk,
+    OutputsScanned,
     PrepareOrder,
     Progress,
+    ScanOutputs,
     SourceChunk,
     Vote,
 )
@@ -40,7 +45,8 @@ from domain.node_protocol import (
 
 log = logging.getLogger("tuneplane.node")
 
-Send = Callable[[Vote | Progress | MemberReport | LogChunk], Awaitable[None]]
+Body = Vote | Progress | MemberReport | LogChunk | OutputsScanned
+Send = Callable[[Body], Awaitable[None]]
 LOG_CHUNK = 1024 * 1024
 _BUSY = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.STARTING, Phase.RUNNING})
 
@@ -56,6 +62,7 @@ class NodeAgent:
         log_limit: int = 16 * 1024 * 1024,
         sources_kept: int = 4,
         feed: MetricsFeed | None = None,
+        outputs: OutputStorage | None = None,
     ) -> None:
         self.node = node
         self.journal = journal
@@ -72,6 +79,8 @@ class NodeAgent:
         self._followers: dict[str, asyncio.Task[None]] = {}  # live output, per member
         self.flush_seconds = 0.5
         self.feed = feed  # tells the host's collector which members to collect
+        self.outputs = outputs  # members' output directories on this host (artifacts)
+        self._scans: set[asyncio.Task[None]] = set()
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -82,7 +91,7 @@ class NodeAgent:
         await asyncio.to_thread(self.journal.put, entry)
         return entry
 
-    async def _say(self, body: Vote | Progress | MemberReport | LogChunk) -> None:
+    async def _say(self, body: Body) -> None:
         """Send if connected; a lost message is recovered from the journal at the next Hello."""
         with contextlib.suppress(Exception):
             await self.send(body)
@@ -294,7 +303,7 @@ class NodeAgent:
     async def close(self) -> None:
         """Stop this process's own tasks (never a member): a prepare cut short stays PREPARING in
         the journal and is refused by ``recover`` at the next start."""
-        tasks = [*self._tasks.values(), *self._followers.values()]
+        tasks = [*self._tasks.values(), *self._followers.values(), *self._scans]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -342,6 +351,8 @@ class NodeAgent:
             return  # starting, or the engine cannot say now
         if new == e:
             return
+        if new.phase is Phase.EXITED and new.exit_code == 0:
+            new = replace(new, outputs=await self._scan(new.order))
         if new.phase is Phase.EXITED and report and cid:
             follower = self._followers.pop(e.member_id, None)
             if follower is not None:  # its last live pieces go before the exit
@@ -351,6 +362,25 @@ class NodeAgent:
         await self._put(new)
         if report:
             await self._say(new.report())
+
+    # -- outputs (artifacts) ----------------------------------------------------------------
+
+    async def _scan(self, order: PrepareOrder) -> Manifest | None:
+        manifest, why = await scan_member(self.outputs, self.node, order.job_id, order.ref)
+        if why:
+            log.error("outputs of member %s are not recorded: %s", order.ref.member_id, why)
+        return manifest
+
+    def start_scan(self, request: ScanOutputs) -> None:
+        """Answer ``request`` in the background (hashing may take a while)."""
+        task = asyncio.create_task(self.on_scan(request))
+        self._scans.add(task)
+        task.add_done_callback(self._scans.discard)
+
+    async def on_scan(self, request: ScanOutputs) -> None:
+        """Hash a member's output directory again and answer (``tp artifacts verify``)."""
+        found, why = await scan_member(self.outputs, self.node, request.job_id, request.ref)
+        await self._say(OutputsScanned(request.request_id, request.ref, found, why[:4000]))
 
     # -- live output ----------------------------------------------------------------------
 

@@ -22,16 +22,20 @@ from application.enrollment import (
     confirm_rotation,
     rotate_credential,
 )
+from application.node_outputs import due_scans, record_answer, record_reported
 from application.telemetry import collector_token
-from domain.capsule import DIGEST_ENV, RUNNER
+from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER
+from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
     Hello,
     LogChunk,
+    OutputsScanned,
     PrepareOrder,
     Progress,
     Rotation,
+    ScanOutputs,
     Vote,
 )
 from domain.node_ports import NodeWork
@@ -46,13 +50,12 @@ from domain.node_protocol import (
     command_for,
     refusal,
 )
-from domain.ports import LAUNCH_NEWS
 from domain.rendezvous import ray_wrap, rendezvous_env
 from domain.telemetry import MemberScope
 
 log = logging.getLogger("tuneplane.gateway")
 
-NodeMessage = Vote | Progress | MemberReport | LogChunk | CredentialAck
+NodeMessage = Vote | Progress | MemberReport | LogChunk | CredentialAck | OutputsScanned
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,7 @@ class NodeControl:
         self.settings = settings or ControlSettings()
         self._beats: dict[str, tuple[int, datetime]] = {}
         self._writing = asyncio.Lock()  # a flush never lands after its node's close
+        self._scans_sent: dict[str, datetime] = {}  # output scan requests sent, and when
 
     # -- stream lifecycle -------------------------------------------------------------------
 
@@ -117,7 +121,7 @@ class NodeControl:
             if refusal(session.placed.get(report.ref.member_id), report.ref, session.node) is None:
                 if report.phase in (Phase.PREPARED, Phase.REFUSED):  # a vote the stream lost
                     await self.vote_for(report.ref, report.phase is Phase.PREPARED, report.reason)
-                await self._report(report)
+                await self._report(session, report)
         await self._missing(session)
         if hello.journal:
             await self.ctx.signals.notify(LAUNCH_NEWS)
@@ -168,6 +172,10 @@ class NodeControl:
         session.last_seq = seq
         if isinstance(message, CredentialAck):
             return await self._rotated(session, message)
+        if isinstance(message, OutputsScanned):  # its member may be long released: no refusal
+            if not await record_answer(self.ctx, session.node, message):
+                return self._refuse(session, f"no open output scan {message.request_id} here")
+            return None
         ref = message.ref
         why = refusal(session.placed.get(ref.member_id), ref, session.node)
         if why is not None:
@@ -191,7 +199,7 @@ class NodeControl:
                 await uow.commit()
         elif isinstance(message, MemberReport):
             session.held[ref.member_id] = (ref, message.phase)
-            await self._report(message)
+            await self._report(session, message)
             await self.ctx.signals.notify(LAUNCH_NEWS)
         else:
             await self._log(session, message)
@@ -208,10 +216,19 @@ class NodeControl:
         log.debug("node %s: refused: %s", session.node, why)
         return why
 
-    async def _report(self, report: MemberReport) -> None:
+    async def _report(self, session: Session, report: MemberReport) -> None:
         async with self.ctx.uow() as uow:
             await uow.launches.report(report.ref.member_id, report, self.ctx.clock.now())
             await uow.commit()
+        placed = session.placed.get(report.ref.member_id)
+        if placed is not None and report.outputs is not None:
+            await record_reported(self.ctx, session.node, placed.job_id, report)
+
+    async def scans(self, sessions: list[Session]) -> list[tuple[Session, ScanOutputs]]:
+        """Output scan requests (``tp artifacts verify``) for these nodes, due now."""
+        by_node = {s.node: s for s in sessions}
+        due = await due_scans(self.ctx, list(by_node), self._scans_sent)
+        return [(by_node[node], message) for node, message in due]
 
     async def _log(self, session: Session, chunk: LogChunk) -> None:
         if chunk.live:
@@ -246,7 +263,7 @@ class NodeControl:
                 report = MemberReport(
                     placed.ref, Phase.MISSING, None, f"node {session.node} no longer holds it"
                 )
-                await self._report(report)
+                await self._report(session, report)
 
     # -- credentials ------------------------------------------------------------------------
 
@@ -400,6 +417,7 @@ def _order(work: NodeWork) -> PrepareOrder:
     if spec.capsule is not None and capsule:
         command, source = ("/bin/sh", RUNNER), spec.capsule.blob
         env[DIGEST_ENV] = spec.capsule.digest
+        env[IMAGE_ENV] = spec.runtime.digest  # the order's image, as the runner checks
     if spec.runtime.process_model == "ray":
         command = tuple(ray_wrap(list(command), ref.index, work.master_addr, work.master_port))
     return PrepareOrder(

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import AsyncIterator
 
+from application import plugins
 from application.context import Context
 from application.policy import choose_queue
+from application.runtimes import runtime_for
 from domain import capsule
 from domain.auth import Principal
 from domain.canonical import canonical_json
@@ -25,6 +27,7 @@ from domain.jobs import Job, Receipt, Submission
 from domain.lifecycle import JobState
 from domain.ports import UnitOfWork
 from domain.requests import RoleSpec, envelope_gpus, fits_pool, resolve_roles
+from domain.runtimes import require_framework
 from domain.submission import JobSpec, Preview, SubmissionIntent, make_preview, resolve
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
@@ -81,7 +84,8 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     _require_submitter(principal)
     method = ctx.catalog.method(intent.method)
     resolve_params(method, intent.params)  # a wrong parameter is named first, whatever else is
-    runtime = ctx.catalog.runtime_for(method, intent.runtime)
+    runtime = await runtime_for(ctx, method, intent.runtime)
+    require_framework(method, runtime)  # before anything is pinned or uploaded
     roles, backend_name, queue = await _requests(ctx, principal, intent)
     backend = ctx.backend(backend_name)
     if intent.source is not None:
@@ -101,8 +105,12 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     pin = await backend.pin(runtime)  # a network call: outside any transaction
     spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name)
     _check_needs(method, backend.name, backend.storage)
+    uses, plugin_files = await plugins.for_preview(
+        ctx, intent.plugins, backend.name, backend.storage.capsule
+    )
+    spec = dataclasses.replace(spec, plugins=uses)
     if backend.storage.capsule:
-        spec = await _with_capsule(ctx, spec, method)
+        spec = await _with_capsule(ctx, spec, method, plugin_files)
     preview = make_preview(
         preview_id=ctx.ids.new("pv"),
         owner=principal.name,
@@ -130,13 +138,16 @@ def _check_needs(method: Method, backend: str, offers: StorageCapabilities) -> N
         )
 
 
-async def _with_capsule(ctx: Context, spec: JobSpec, method: Method) -> JobSpec:
+async def _with_capsule(
+    ctx: Context, spec: JobSpec, method: Method, plugin_files: dict[str, bytes]
+) -> JobSpec:
     """Build the Job Capsule of ``spec`` (docs/capsule.md), store its tar as a blob and pin
     its digest in the spec, so that the commit fixes exactly what each member will run."""
     source = await ctx.blobs.read(spec.source.digest) if spec.source is not None else None
     extra = {f"artifact/{name}": data for name, data in method.artifact}
     if method.artifact:
         extra["config.json"] = canonical_json(method.config(spec.params))
+    extra |= plugin_files  # workload plugins' plugins/<name>/… (docs/plugins.md)
     digest, tar = capsule.build(
         canonical_json(spec.to_dict()), spec.command, spec.runtime, source, extra
     )
@@ -216,6 +227,7 @@ async def commit(
         if existing is not None:
             return await _replay(uow, existing, preview_id, digest, retry_key)
         preview.check_commit(digest, now)  # raising here rolls the claim back
+        await plugins.check_commit(uow, preview.spec.plugins)  # one disabled since: refused
         job = Job(
             id=job_id,
             preview_id=preview_id,

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
-from datetime import datetime
 from typing import Any
 
 from application.context import Context
@@ -23,8 +22,9 @@ from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from domain.admission import Assignment
 from domain.artifacts import ArtifactRecord, Manifest
+from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
-from domain.jobs import Attempt, Job, Member, attempt_outcome
+from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import (
     ATTEMPT_FINAL,
     MEMBER_FINAL,
@@ -32,16 +32,12 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.ports import ExecutionBackend, LaunchRequest, LeaderLease, Observation, UnitOfWork
+from domain.ports import ExecutionBackend, LaunchRequest, Observation, UnitOfWork
+from domain.progress import first_failure, job_after, member_after
 
 log = logging.getLogger("tuneplane.supervisor")
 
 ACTIVE = (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
-_OUTCOME = {
-    "cancelled": (JobState.CANCELLED, AttemptState.CANCELLED),
-    "failed": (JobState.FAILED, AttemptState.FAILED),
-    "succeeded": (JobState.SUCCEEDED, AttemptState.SUCCEEDED),
-}
 
 
 class Supervisor:
@@ -245,7 +241,7 @@ class Supervisor:
             await self._advance_gang(job, attempt, members)
             return
         stopping = job.state is JobState.STOPPING
-        failing = _first_failure(members)
+        failing = first_failure(members)
         if (
             not stopping
             and failing is None
@@ -331,7 +327,7 @@ class Supervisor:
         handles that may now be released."""
         now = self.ctx.clock.now()
         stopping = job.state is JobState.STOPPING
-        failing = _first_failure(members)
+        failing = first_failure(members)
         released: list[str] = []
         updated: list[Member] = []
         async with self.ctx.uow() as uow:
@@ -343,7 +339,7 @@ class Supervisor:
                     new = m.moved(MemberState.FAILED, now, f"not started: {failing}")
                 elif m.id in seen:
                     obs, logs = seen[m.id]
-                    new = _member_after(m, obs, stopping, failing, now)
+                    new = member_after(m, obs, stopping, failing, now)
                     if logs is not None and m.index == 0:
                         limit = self.ctx.limits.max_log_bytes
                         await uow.logs.save(attempt.id, logs[-limit:], len(logs) > limit)
@@ -359,7 +355,7 @@ class Supervisor:
                 if new is not m:
                     await uow.members.update(new, m.state)
                 updated.append(new)
-            job_now, attempt_now = _job_after(job, attempt, updated, now)
+            job_now, attempt_now = job_after(job, attempt, updated, now)
             if attempt_now is not attempt:
                 await uow.attempts.update(attempt_now, attempt.state)
             if job_now is not job:
@@ -428,53 +424,3 @@ async def _assignments(uow: UnitOfWork, attempt_id: str) -> dict[int, Assignment
 def _coordinated(backend: ExecutionBackend) -> bool:
     """Launched by the two-phase coordinator through the ledger (the node backend)."""
     return bool(getattr(backend, "coordinated", False))
-
-
-def _first_failure(members: list[Member]) -> str | None:
-    """ "member 2 failed" for the lowest-index failed member; None if none failed."""
-    failed = [m for m in members if m.state is MemberState.FAILED]
-    return f"member {failed[0].index} failed" if failed else None
-
-
-def _member_after(
-    m: Member, obs: Observation, stopping: bool, failing: str | None, now: datetime
-) -> Member:
-    if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
-        return m.moved(MemberState.RUNNING, now)
-    if obs.status == "unknown":
-        if m.state in (MemberState.STARTING, MemberState.RUNNING):
-            return m.moved(MemberState.UNKNOWN, now, obs.reason or "control contact lost")
-        return m
-    if obs.status == "exited":
-        code = obs.exit_code if obs.exit_code is not None else -1
-        if stopping:
-            return m.moved(MemberState.STOPPED, now, "stopped on request", exit_code=code)
-        if failing is not None and code != 0:
-            return m.moved(MemberState.FAILED, now, f"stopped: {failing}", exit_code=code)
-        if code == 0:
-            return m.moved(MemberState.SUCCEEDED, now, exit_code=0)
-        reason = obs.reason or f"exited with code {code}"
-        return m.moved(MemberState.FAILED, now, reason, exit_code=code)
-    if obs.status == "missing":
-        target = MemberState.STOPPED if stopping else MemberState.FAILED
-        return m.moved(target, now, "its container disappeared from the engine")
-    return m
-
-
-def _job_after(
-    job: Job, attempt: Attempt, members: list[Member], now: datetime
-) -> tuple[Job, Attempt]:
-    if members and all(m.state in MEMBER_FINAL for m in members):
-        outcome, reason, code = attempt_outcome(members)
-        job_state, attempt_state = _OUTCOME[outcome]
-        if attempt.state not in ATTEMPT_FINAL:
-            attempt = attempt.moved(attempt_state, now, reason, code)
-        if job.state is not job_state:
-            job = job.moved(job_state, now, reason, code)
-        return job, attempt
-    if any(m.state is MemberState.RUNNING for m in members):
-        if attempt.state is AttemptState.LAUNCHING:
-            attempt = attempt.moved(AttemptState.RUNNING, now)
-        if job.state is JobState.STARTING:
-            job = job.moved(JobState.RUNNING, now)
-    return job, attempt

@@ -16,6 +16,8 @@ from domain.canonical import digest as content_digest
 
 OUTPUT_DIR = "/tuneplane/outputs"  # where a member writes its outputs, in its container
 OUTPUT_ENV = "TUNEPLANE_OUTPUT_DIR"
+# a node reports at most this many files of one member (one gRPC message; docs/capsule.md)
+MAX_REPORTED_FILES = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,32 @@ class ArtifactRecord:
     member_index: int
     manifest: Manifest
     recorded_at: datetime
+    node: str | None = None  # where the files live: a node's disk, or None: the control plane's
+
+
+@dataclass(frozen=True, slots=True)
+class ScanRequest:
+    """Hash a member's output directory on its node again (``tp artifacts verify``): the
+    control plane asks through the ledger, the node's gateway carries it, the node answers."""
+
+    id: str
+    node: str
+    job_id: str
+    attempt_id: str
+    member_id: str
+    member_index: int
+    requested_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScanResult:
+    """A node's answer: what the directory holds now (None: it is gone), or why it could not
+    say (``error``)."""
+
+    request_id: str
+    manifest: Manifest | None
+    error: str
+    done_at: datetime
 
 
 Problem = Literal["changed", "missing", "added"]

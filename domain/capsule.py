@@ -5,10 +5,13 @@ A capsule is a set of files delivered to ``/tuneplane/capsule`` in the member's 
 * ``spec.json``: the resolved JobSpec (canonical JSON, without the capsule reference itself);
 * ``source.tar.gz``: the experiment's source archive, byte for byte as uploaded (if any);
 * ``entry.sh``: the job's command, quoted for POSIX sh;
-* ``runtime.contract``: what the pinned runtime promises (``python=3.11``, …);
+* ``runtime.contract``: what the pinned runtime promises (``python=3.11``,
+  ``framework.numpy=1.24.2``, …);
 * ``runner.sh``: the runner (below);
 * for a recipe with an integration artifact: ``artifact/…`` (its files) and ``config.json``
   (the parameters at their config paths);
+* for each workload plugin the submission uses: ``plugins/<name>/…`` (its package's files,
+  checked against its published digest when the preview loaded them: docs/plugins.md);
 * ``SHA256SUMS``: the sha256 of every file above, in ``sha256sum -c`` format: the *manifest*.
 
 (The runner is shipped in the capsule, next to what it checks, so that any image with a POSIX
@@ -19,7 +22,8 @@ The capsule's digest is the sha256 of ``SHA256SUMS``; it is recorded in the JobS
 and so fixed by the commit. The runner, started instead of the command, checks — with nothing
 but POSIX sh, ``sha256sum``, ``cut``, ``grep`` and ``tar`` (BusyBox has them) — that the
 manifest is the committed one, that every file matches it, and that the runtime satisfies the
-contract; only then does it unpack the source into ``/workspace`` and run the command. A
+contract (the image the backend started is the pinned one; Python and each framework at the
+pinned version); only then does it unpack the source into ``/workspace`` and run the command. A
 failed check exits with one of ``RUNNER_EXITS`` before any user code ran, and says why on
 stderr.
 """
@@ -27,17 +31,17 @@ stderr.
 from __future__ import annotations
 
 import hashlib
-import io
 import shlex
-import tarfile
 from dataclasses import dataclass
 
+from domain import tarball
 from domain.catalog import RuntimePin
 
 CAPSULE_DIR = "/tuneplane/capsule"
 RUNNER = f"{CAPSULE_DIR}/runner.sh"
 MANIFEST = "SHA256SUMS"
 DIGEST_ENV = "TUNEPLANE_CAPSULE_DIGEST"
+IMAGE_ENV = "TUNEPLANE_RUNTIME_IMAGE"  # the image the backend started the member from
 
 RUNNER_EXITS = {
     90: "the runtime cannot verify the Job Capsule (no sha256sum, cut, grep, tr or tar)",
@@ -45,6 +49,9 @@ RUNNER_EXITS = {
     92: "a file of the Job Capsule changed since the commit",
     93: "the runtime does not satisfy the Job Capsule's runtime contract",
     94: "the source archive in the Job Capsule cannot be unpacked",
+    95: "the runtime does not provide the framework versions the Job Capsule's runtime"
+    " contract pins",
+    96: "the member runs another image than the runtime the Job Capsule pins",
 }
 
 RUNNER_SCRIPT = r"""#!/bin/sh
@@ -61,12 +68,22 @@ want=${TUNEPLANE_CAPSULE_DIGEST:-(none given)}
 [ "$got" = "$want" ] || fail 91 "the capsule manifest is $got, not the committed $want"
 bad=$(sha256sum -c SHA256SUMS 2>/dev/null | grep -v ': OK$' | cut -d: -f1 | tr '\n' ' ')
 [ -z "$bad" ] || fail 92 "changed since the commit: $bad"
+want=$(grep '^image=' runtime.contract | cut -d= -f2-)
+[ "${TUNEPLANE_RUNTIME_IMAGE:-}" = "$want" ] ||
+    fail 96 "the member runs image ${TUNEPLANE_RUNTIME_IMAGE:-(none given)}; the capsule pins $want"
 want=$(grep '^python=' runtime.contract | cut -d= -f2)
 if [ -n "$want" ]; then
     have=$(python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
     [ "$have" = "$want" ] ||
         fail 93 "the runtime contract asks for Python $want; this runtime has ${have:-no python3}"
 fi
+for pin in $(grep '^framework\.' runtime.contract | cut -d. -f2-); do
+    name=${pin%%=*} want=${pin#*=}
+    have=$(python3 -c 'import sys, importlib.metadata as m; print(m.version(sys.argv[1]))' \
+        "$name" 2>/dev/null)
+    [ "$have" = "$want" ] ||
+        fail 95 "the runtime contract pins $name $want; this runtime has ${have:-no $name}"
+done
 mkdir -p /workspace || fail 94 "cannot make /workspace"
 if [ -f source.tar.gz ]; then  # gzip-compressed as uploaded, or a plain tar
     tar -xzf source.tar.gz -C /workspace 2>/dev/null || tar -xf source.tar.gz -C /workspace ||
@@ -112,11 +129,14 @@ def entry_script(command: tuple[str, ...]) -> bytes:
 
 
 def contract(runtime: RuntimePin) -> bytes:
+    """``key=value`` lines; one ``framework.NAME=VERSION`` per framework (names and versions
+    hold no whitespace or ``=``: domain.runtimes checks them when the runtime is added)."""
     lines = [
         f"name={runtime.name}",
         f"image={runtime.digest}",
         f"python={runtime.python or ''}",
         f"process_model={runtime.process_model}",
+        *(f"framework.{name}={version}" for name, version in sorted(runtime.frameworks.items())),
     ]
     return ("\n".join(lines) + "\n").encode()
 
@@ -130,7 +150,8 @@ def build(
 ) -> tuple[str, bytes]:
     """The capsule of a job: ``(digest, tar)``. The tar holds ``tuneplane/capsule/<file>``
     entries (deterministic: same input, same bytes) to unpack at the container's root.
-    ``extra``: more files by relative path (a recipe's ``artifact/…`` and ``config.json``)."""
+    ``extra``: more files by relative path (a recipe's ``artifact/…`` and ``config.json``,
+    workload plugins' ``plugins/<name>/…``)."""
     files = dict(extra or {})
     files |= {
         "spec.json": spec_json,
@@ -144,22 +165,5 @@ def build(
         f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, data in sorted(files.items())
     ).encode()
     files[MANIFEST] = manifest
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        dirs = {"tuneplane", "tuneplane/capsule"}
-        for name in files:
-            parts = name.split("/")[:-1]
-            dirs |= {"tuneplane/capsule/" + "/".join(parts[: i + 1]) for i in range(len(parts))}
-        for name in sorted(dirs):
-            tar.addfile(_info(name, 0, tarfile.DIRTYPE, 0o755))
-        for name, data in sorted(files.items()):
-            mode = 0o755 if name.endswith(".sh") else 0o644
-            tar.addfile(_info(f"tuneplane/capsule/{name}", len(data), tarfile.REGTYPE, mode),
-                        io.BytesIO(data))  # fmt: skip
-    return "sha256:" + hashlib.sha256(manifest).hexdigest(), out.getvalue()
-
-
-def _info(name: str, size: int, kind: bytes, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.size, info.type, info.mode, info.mtime = size, kind, mode, 0
-    return info
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    return digest, tarball.pack(files, "tuneplane/capsule")

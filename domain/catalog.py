@@ -8,7 +8,8 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from datetime import datetime
+from typing import Any, Literal, TypeVar
 
 from domain.canonical import digest as content_digest
 from domain.errors import Conflict, InvalidInput
@@ -40,8 +41,9 @@ class Method:
     ``entry`` instead of a user's command: the artifact and ``config.json`` (the parameters
     placed at their config paths) travel in the Job Capsule (docs/capsule.md). ``needs``: the
     storage capabilities its backend must offer (``capsule``, ``shared_outputs``, …).
-    ``framework``/``framework_requires``: the framework its artifact is written against and the
-    versions it supports (a PEP 440 specifier, e.g. ``>=1.16,<2``), which the runtime must have.
+    ``framework``: the Python distribution it is written against (``trl``, ``numpy``; None:
+    none), which the resolved runtime must provide at a version ``framework_requires`` (a PEP 440
+    specifier, "" for any) accepts (docs/runtimes.md).
     """
 
     name: str
@@ -94,13 +96,14 @@ class Resources:
 
 @dataclass(frozen=True, slots=True)
 class RuntimePin:
-    """A runtime image pinned by content digest, with its contract."""
+    """A runtime image pinned by content digest, with its contract (docs/runtimes.md)."""
 
     name: str
     image: str
     digest: str
     python: str | None
     process_model: str
+    frameworks: dict[str, str] = field(default_factory=dict)  # distribution -> exact version
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -109,18 +112,47 @@ class RuntimePin:
             "digest": self.digest,
             "python": self.python,
             "process_model": self.process_model,
+            "frameworks": dict(self.frameworks),
         }
 
 
 @dataclass(frozen=True, slots=True)
 class RuntimeSpec:
-    """A runtime as the operator declares it; a backend pins ``image`` to a digest."""
+    """A runtime as the operator declares it; a backend pins ``image`` to a digest.
+
+    ``digest`` (``sha256:…``): the only content the backend may pin it to (None: whatever
+    ``image`` names at preview, as for the built-in runtimes). ``frameworks``: the Python
+    distributions it provides, each at an exact version (``{"numpy": "1.24.2"}``).
+    ``added_by``/``added_at``/``revision``: the registry's record (None/None/0: built in).
+    """
 
     name: str
     image: str
     python: str | None
-    process_model: str  # "single-process", "torch-process-group", "ray", "cpu"
+    process_model: str  # domain.runtimes.PROCESS_MODELS
     description: str = ""
+    digest: str | None = None
+    frameworks: dict[str, str] = field(default_factory=dict)
+    added_by: str | None = None
+    added_at: datetime | None = None
+    revision: int = 0
+
+    @property
+    def builtin(self) -> bool:
+        return self.added_by is None
+
+    def content(self) -> dict[str, Any]:
+        """What the runtime promises (without the registry's record): equal content, same
+        runtime."""
+        return {
+            "name": self.name,
+            "image": self.image,
+            "digest": self.digest,
+            "python": self.python,
+            "process_model": self.process_model,
+            "frameworks": dict(sorted(self.frameworks.items())),
+            "description": self.description,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,27 +166,6 @@ class Catalog:
     def method(self, name: str) -> Method:
         return _lookup(self.methods, name, "method", "tp methods")
 
-    def runtime_for(self, method: Method, requested: str | None) -> RuntimeSpec:
-        """The runtime a job of ``method`` runs on: ``requested``, else the method's default,
-        which the operator may not have registered (the post-training recipes' runtimes are
-        not built here): then say so, and how to get one, rather than "unknown runtime"."""
-        if requested:
-            return self.runtime(requested)
-        for runtime in self.runtimes:
-            if runtime.name == method.default_runtime:
-                return runtime
-        known = ", ".join(r.name for r in self.runtimes) or "none configured"
-        needs = f" with {method.framework}" if method.framework else ""
-        if method.framework and method.framework_requires:
-            needs += f" {method.framework_requires}"
-        raise InvalidInput(
-            f"method {method.name} runs on runtime {method.default_runtime!r} by default, and"
-            " this server has no runtime of that name",
-            fix=f"pass a runtime{needs} (`--runtime NAME`; offered: {known}), or ask an operator"
-            f" to register {method.default_runtime!r} (`tp runtime add`, docs/recipes.md)",
-            field="intent.runtime",
-        )
-
 
 def method_digest(m: Method) -> str:
     """The digest of a recipe: its declaration and every artifact file's sha256."""
@@ -167,12 +178,6 @@ def method_digest(m: Method) -> str:
             "roles": list(m.roles),
             "entry": list(m.entry),
             "needs": list(m.needs),
-            # only when declared, so that a method without one keeps the digest its locks pin
-            **(
-                {"framework": m.framework, "framework_requires": m.framework_requires}
-                if m.framework
-                else {}
-            ),
             "params": [
                 [
                     p.name,
@@ -187,31 +192,62 @@ def method_digest(m: Method) -> str:
                 for p in m.params
             ],
             "artifact": {name: hashlib.sha256(data).hexdigest() for name, data in m.artifact},
+            # only when declared, so that recipes without a framework keep their digests
+            **({"framework": [m.framework, m.framework_requires]} if m.framework else {}),
         }
     )
 
 
 @dataclass(frozen=True, slots=True)
 class RecipeLock:
-    """What an experiment's ``recipe.lock.json`` pins: the recipe's name, version and digest."""
+    """What an experiment's ``recipe.lock.json`` pins: the recipe's name, version and digest,
+    and, for a recipe written against a framework, that framework's version as the runtime
+    provided it when the lock was written."""
 
     method: str
     version: str
     digest: str
+    framework: str | None = None
+    framework_version: str | None = None
 
     def to_dict(self) -> dict[str, str]:
-        return {"method": self.method, "version": self.version, "digest": self.digest}
+        out = {"method": self.method, "version": self.version, "digest": self.digest}
+        if self.framework is not None:
+            out["framework"] = self.framework
+        if self.framework_version is not None:
+            out["framework_version"] = self.framework_version
+        return out
 
-    def check(self, method: Method) -> None:
-        """Refuse a lock that no longer matches the recipe the server offers."""
+    def check(self, method: Method, runtime: RuntimePin | None = None) -> None:
+        """Refuse a lock that no longer matches the recipe the server offers, or (given the
+        resolved ``runtime``) whose framework version is not the one that runtime provides."""
+        fix = (
+            "review the recipe's changes (`tp methods NAME`), then `tp recipe upgrade"
+            " EXPERIMENT` and validate again"
+        )
         digest = method_digest(method)
         if (self.method, self.version, self.digest) != (method.name, method.version, digest):
             raise Conflict(
                 f"recipe.lock.json is stale: it pins {self.method} version {self.version}"
                 f" ({self.digest[:19]}…), the server offers {method.name} version"
                 f" {method.version} ({digest[:19]}…)",
-                fix="review the recipe's changes (`tp methods NAME`), then `tp recipe upgrade"
-                " EXPERIMENT` and validate again",
+                fix=fix,
+                field="intent.recipe_lock",
+            )
+        if runtime is None or method.framework is None:
+            return
+        provided = runtime.frameworks.get(method.framework)
+        if (self.framework, self.framework_version) != (method.framework, provided):
+            pinned = (
+                f"{self.framework} {self.framework_version}"
+                if self.framework and self.framework_version
+                else f"no version of {method.framework}"
+            )
+            raise Conflict(
+                f"recipe.lock.json is stale: it pins {pinned}; runtime {runtime.name} provides"
+                f" {method.framework} {provided or '(none)'}",
+                fix="`tp recipe upgrade EXPERIMENT` to lock the version the runtime provides"
+                " (or choose the runtime the lock was made with: `--runtime`)",
                 field="intent.recipe_lock",
             )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from domain.artifacts import Manifest
 from domain.node_protocol import MemberRef, MemberReport, NodeCapacity
 
 
@@ -52,6 +53,17 @@ class LogChunk:
     truncated: bool = False
     live: bool = False
     offset: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class OutputsScanned:
+    """A node's answer to :class:`ScanOutputs`: the member's output directory hashed again
+    (``manifest`` None: the directory is gone), or why the scan failed."""
+
+    request_id: str
+    ref: MemberRef
+    manifest: Manifest | None
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +125,16 @@ class Rotation:
     credential: str
     credential_id: str
     old_valid_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScanOutputs:
+    """Hash a member's output directory again (``tp artifacts verify``): its files live on the
+    node, so the node answers with :class:`OutputsScanned`."""
+
+    request_id: str
+    ref: MemberRef
+    job_id: str
 
 
 @dataclass(frozen=True, slots=True)

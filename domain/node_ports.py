@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from domain.admission import Assignment
+from domain.artifacts import Manifest, ScanRequest, ScanResult
 from domain.enrollment import JoinToken, NodeCredential
 from domain.node_messages import PrepareOrder
 from domain.node_protocol import Decision, MemberReport, NodeCapacity, Phase, Placed
@@ -236,13 +237,16 @@ class JournalEntry:
     container_id: str | None = None
     exit_code: int | None = None
     reason: str = ""
+    outputs: Manifest | None = None  # scanned when it exited with code 0 (docs/capsule.md)
 
     @property
     def member_id(self) -> str:
         return self.order.ref.member_id
 
     def report(self, at: datetime | None = None) -> MemberReport:
-        return MemberReport(self.order.ref, self.phase, self.exit_code, self.reason, at)
+        return MemberReport(
+            self.order.ref, self.phase, self.exit_code, self.reason, at, self.outputs
+        )
 
 
 class MemberJournal(Protocol):
@@ -320,3 +324,24 @@ class MetricsFeed(Protocol):
     def sync(self, entries: Sequence[JournalEntry]) -> None: ...
 
     def forgotten(self, member_id: str) -> None: ...
+
+
+class OutputScanRepository(Protocol):
+    """Requests to hash members' outputs on their nodes again, and the nodes' answers."""
+
+    async def request(self, scan: ScanRequest) -> None: ...
+
+    async def pending(self, nodes: Collection[str], since: datetime) -> builtins.list[ScanRequest]:
+        """Unanswered requests for ``nodes`` made at or after ``since`` (older ones lapsed)."""
+        ...
+
+    async def answer(self, node: str, result: ScanResult) -> bool:
+        """Record the answer of ``node``; False unless the request exists, is for that node and
+        was unanswered (a late or misrouted answer changes nothing)."""
+        ...
+
+    async def result(self, request_id: str) -> ScanResult | None: ...
+
+    async def prune(self, before: datetime) -> int:
+        """Delete requests made before ``before``; how many."""
+        ...

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from domain.artifacts import Manifest
+
 
 class Phase(StrEnum):
     """A member's phase on its node (the journal's word for it)."""
@@ -87,6 +89,8 @@ class MemberReport:
     exit_code: int | None = None
     reason: str = ""
     at: datetime | None = None
+    # EXITED with code 0: what the member's output directory held (None: not scanned)
+    outputs: Manifest | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Literal, Protocol, Self
 
 from domain.admission import Assignment, Reservation, Snapshot
-from domain.artifacts import ArtifactRecord, Manifest
+from domain.artifact_ports import ArtifactRepository
 from domain.auth import ApiToken, User
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
@@ -24,8 +24,15 @@ from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Vali
 from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
+from domain.plugin_ports import PluginRepository
 from domain.requests import Profile
+from domain.runtime_ports import RuntimeRepository
 from domain.submission import JobSpec, Preview
 
 
@@ -314,75 +321,6 @@ class SchedulingRepository(Protocol):
         ...
 
 
-NODE_WORK = "node_work"  # a launch began, was decided, or a member is to stop: gateways re-read
-LAUNCH_NEWS = "launch_news"  # a node voted or reported: the coordinator re-reads
-
-
-class Signals(Protocol):
-    """Wake-up hints between processes ("there may be news about TOPIC"). A hint carries no
-    state: whoever is woken re-reads the database, and every loop still polls, so a lost or
-    extra hint costs latency, never correctness. Send it after the commit it announces."""
-
-    async def notify(self, topic: str) -> None:
-        """Tell every subscriber of ``topic`` (in any process); never raises."""
-        ...
-
-    def subscribe(self, topic: str, wake: Callable[[], None]) -> None:
-        """Call ``wake`` (on the event loop, quickly) whenever ``topic`` is notified."""
-        ...
-
-
-class NoSignals:
-    """No hints: every loop relies on its poll (the simulator and most tests)."""
-
-    async def notify(self, topic: str) -> None:
-        return None
-
-    def subscribe(self, topic: str, wake: Callable[[], None]) -> None:
-        return None
-
-
-NO_SIGNALS = NoSignals()
-
-
-class LeaderLease(Protocol):
-    """Leadership of the scheduling loop among control-plane processes."""
-
-    async def acquire(self) -> bool:
-        """Try to become, or check that this process still is, the leader. Never blocks.
-        Exactly one holder at a time; a holder that dies loses it."""
-        ...
-
-    async def release(self) -> None:
-        """Give up leadership (idempotent)."""
-        ...
-
-
-class ArtifactRepository(Protocol):
-    async def record(self, record: ArtifactRecord) -> bool:
-        """Record a member's manifest unless one is recorded already (the first one stays:
-        a repeated observation of the same exit records nothing). True when this call did."""
-        ...
-
-    async def for_job(self, job_id: str) -> builtins.list[ArtifactRecord]:
-        """The job's manifests, by attempt number, then member index."""
-        ...
-
-
-class OutputStorage(Protocol):
-    """Host directories for members' outputs (backends with shared outputs mount them at
-    ``domain.artifacts.OUTPUT_DIR``). Reading and hashing files may take a while: callers
-    never hold a transaction open around these calls."""
-
-    async def prepare(self, job_id: str, attempt_id: str, member_index: int) -> str:
-        """The member's output directory on the host, made if missing."""
-        ...
-
-    async def scan(self, job_id: str, attempt_id: str, member_index: int) -> Manifest | None:
-        """The manifest of what the member's directory holds now; None if it has none."""
-        ...
-
-
 class UnitOfWork(Protocol):
     """One transaction. Leaving the ``async with`` block without ``commit()`` rolls back."""
 
@@ -402,6 +340,9 @@ class UnitOfWork(Protocol):
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
+    plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     async def __aenter__(self) -> Self: ...
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from domain import plugins
 from domain.canonical import digest as content_digest
 from domain.capsule import CapsuleRef
 from domain.catalog import (
@@ -24,6 +25,7 @@ from domain.catalog import (
     resolve_params,
 )
 from domain.errors import Conflict, Expired, InvalidInput
+from domain.plugins import PluginPin, PluginUse
 from domain.requests import DEFAULT_ROLE, RoleSpec
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -56,6 +58,7 @@ class SubmissionIntent:
     env: dict[str, str] = field(default_factory=dict)
     queue: str | None = None  # None: the user's default queue
     recipe_lock: RecipeLock | None = None  # the experiment's recipe.lock.json, if it has one
+    plugins: tuple[PluginPin, ...] = ()  # experiment.toml [plugins] (docs/plugins.md)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +71,7 @@ class SubmissionIntent:
             "source": self.source.to_dict() if self.source else None,
             "env": dict(self.env),
             "recipe_lock": self.recipe_lock.to_dict() if self.recipe_lock else None,
+            "plugins": [p.to_dict() for p in self.plugins],
         }
 
     @staticmethod
@@ -84,6 +88,7 @@ class SubmissionIntent:
             source=SourceRef(digest=src["digest"], size=int(src["size"])) if src else None,
             env=dict(d.get("env") or {}),
             recipe_lock=RecipeLock(**d["recipe_lock"]) if d.get("recipe_lock") else None,
+            plugins=tuple(PluginPin.from_dict(p) for p in d.get("plugins") or ()),
         )
 
 
@@ -102,6 +107,7 @@ class JobSpec:
     source: SourceRef | None
     env: dict[str, str]
     capsule: CapsuleRef | None = None  # None: the backend runs the command as it is
+    plugins: tuple[PluginUse, ...] = ()  # the plugin packages it uses, by digest
 
     @property
     def members(self) -> int:
@@ -140,6 +146,7 @@ class JobSpec:
             "source": self.source.to_dict() if self.source else None,
             "env": dict(self.env),
             "capsule": self.capsule.to_dict() if self.capsule else None,
+            "plugins": [p.to_dict() for p in self.plugins],
         }
 
     @staticmethod
@@ -158,6 +165,7 @@ class JobSpec:
             source=SourceRef(**src) if src else None,
             env=dict(d["env"]),
             capsule=CapsuleRef(**capsule) if capsule else None,
+            plugins=tuple(PluginUse.from_dict(p) for p in d.get("plugins") or ()),
         )
 
 
@@ -239,12 +247,36 @@ def check_intent(intent: SubmissionIntent) -> None:
                 fix="use letters, digits and '_', not starting with a digit or TUNEPLANE_",
                 field=f"intent.env.{name}",
             )
+    _check_pins(intent.plugins)
     if intent.source is not None and not DIGEST_RE.match(intent.source.digest):
         raise InvalidInput(
             f"source digest {intent.source.digest!r} is not a sha256 digest",
             fix="upload the archive first (POST /v1/archives) and use the digest it returns",
             field="intent.source.digest",
         )
+
+
+def _check_pins(pins: tuple[PluginPin, ...]) -> None:
+    if len(pins) > plugins.MAX_PER_SUBMISSION:
+        raise InvalidInput(
+            f"{len(pins)} plugins named; a submission uses at most {plugins.MAX_PER_SUBMISSION}",
+            fix="use fewer plugins",
+            field="intent.plugins",
+        )
+    for i, pin in enumerate(pins):
+        where = f"intent.plugins[{i}]"
+        plugins.check_name(pin.name, f"{where}.name")
+        plugins.check_version(pin.version, f"{where}.version")
+        if pin.digest is not None and not DIGEST_RE.match(pin.digest):
+            raise InvalidInput(
+                f"plugin digest {pin.digest!r} is not a sha256 digest",
+                fix="pin the digest `tp plugin install` wrote",
+                field=f"{where}.digest",
+            )
+        if any(p.name == pin.name for p in pins[:i]):
+            raise InvalidInput(
+                f"plugin {pin.name} is named twice", fix="name each plugin once", field=where
+            )
 
 
 def resolve(
@@ -263,7 +295,7 @@ def resolve(
     check_intent(intent)
     method = catalog.method(intent.method)
     if intent.recipe_lock is not None:
-        intent.recipe_lock.check(method)
+        intent.recipe_lock.check(method, runtime)
     params = resolve_params(method, intent.params)
     return JobSpec(
         experiment=intent.experiment,

@@ -27,7 +27,7 @@ from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context, TelemetrySettings
-from domain.ports import NO_SIGNALS, Signals
+from domain.coordination_ports import NO_SIGNALS, Signals
 from entrypoints.settings import Settings
 
 

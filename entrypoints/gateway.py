@@ -26,8 +26,8 @@ from adapters.tls import ensure_dev_pki, server_context
 from application.context import Context
 from application.node_control import ControlSettings, NodeControl
 from application.telemetry import TelemetryIngest
+from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError
-from domain.ports import NODE_WORK
 from entrypoints.container import Container
 from entrypoints.process import run_server, until_signalled
 from entrypoints.settings import Settings

@@ -26,6 +26,7 @@ from adapters.node.capacity import detect
 from adapters.node.collector_feed import CollectorFeed
 from adapters.node.executor import NodeExecutor
 from adapters.node.journal import SqliteJournal
+from adapters.outputs import FilesystemOutputs
 from adapters.tls import client_context
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError
@@ -52,6 +53,7 @@ class DaemonOptions:
     memory_mb: int | None = None
     docker_host: str | None = None
     shared_dir: Path | None = None
+    outputs_dir: Path | None = None  # members' outputs (default: <state_dir>/outputs)
     # the telemetry gateway the node's collector ships to, HOST:PORT; None: the --server host
     # on port 8472; "off": no collector (members get no metrics directory)
     telemetry_gateway: str | None = None
@@ -60,6 +62,29 @@ class DaemonOptions:
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "tuneplane-node"
+
+
+def _keep_outside(mounted: Path, state_dir: Path, flag: str) -> None:
+    """A directory mounted into members must not hold the state directory (its credential)."""
+    state = state_dir.resolve()
+    if mounted == state or state.is_relative_to(mounted):
+        raise InvalidInput(
+            f"the state directory {state_dir} is inside {flag} {mounted}: workloads would see "
+            "the node's credential",
+            fix=f"keep --state-dir outside {flag}",
+            field=flag.removeprefix("--").replace("-", "_"),
+        )
+
+
+def _outputs_root(given: Path | None, state_dir: Path) -> Path:
+    """Members' outputs: ``given`` or ``<state_dir>/outputs``; never the state directory itself
+    or a directory holding it (members would see the credential)."""
+    state = state_dir.resolve()
+    root = given.expanduser().resolve() if given else state / "outputs"
+    if given is not None:
+        _keep_outside(root, state, "--outputs-dir")
+    root.mkdir(parents=True, exist_ok=True, mode=0o755)
+    return root
 
 
 def _version() -> str:
@@ -105,13 +130,9 @@ async def serve_daemon(options: DaemonOptions) -> None:
             fix="pass the directory where this host mounts the site's shared storage",
             field="shared_dir",
         )
-    if shared is not None and (shared == state_dir or state_dir.is_relative_to(shared)):
-        raise InvalidInput(
-            f"the state directory {state_dir} is inside --shared-dir {shared}: workloads would "
-            "see the node's credential",
-            fix="keep --state-dir outside the shared directory",
-            field="shared_dir",
-        )
+    if shared is not None:
+        _keep_outside(shared, state_dir, "--shared-dir")
+    outputs = FilesystemOutputs(_outputs_root(options.outputs_dir, state_dir))
     telemetry = options.telemetry_gateway or f"{host}:{TELEMETRY_PORT}"
     feed = CollectorFeed(state_dir / "collector") if telemetry != "off" else None
     runtime = NodeExecutor(
@@ -120,6 +141,7 @@ async def serve_daemon(options: DaemonOptions) -> None:
         gpu_check=capacity.gpus > 0,
         shared_dir=shared,
         metrics_dir=feed.metrics_dir if feed else None,
+        outputs=outputs,
     )
     link: NodeLink | None = None
 
@@ -128,7 +150,7 @@ async def serve_daemon(options: DaemonOptions) -> None:
             raise ConnectionError("not connected")
         await link.send(body)
 
-    agent = NodeAgent(name, journal, runtime, send, feed=feed)
+    agent = NodeAgent(name, journal, runtime, send, feed=feed, outputs=outputs)
     address = options.advertise_address or socket.gethostname()
     link = NodeLink(
         host=host,

@@ -79,20 +79,34 @@ class MemberRef(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_index: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class MemberStatus(_message.Message):
-    __slots__ = ("ref", "phase", "has_exit_code", "exit_code", "reason", "at_unix_ms")
+    __slots__ = ("ref", "phase", "has_exit_code", "exit_code", "reason", "at_unix_ms", "has_outputs", "outputs")
     REF_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    HAS_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     phase: Phase
     has_exit_code: bool
     exit_code: int
     reason: str
     at_unix_ms: int
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., at_unix_ms: _Optional[int] = ...) -> None: ...
+    has_outputs: bool
+    outputs: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., at_unix_ms: _Optional[int] = ..., has_outputs: _Optional[bool] = ..., outputs: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ...) -> None: ...
+
+class OutputFile(_message.Message):
+    __slots__ = ("path", "size", "sha256")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    size: int
+    sha256: str
+    def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("node_name", "capacity", "address", "daemon_version", "epoch", "journal")
@@ -161,7 +175,7 @@ class LogChunk(_message.Message):
     def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., truncated: _Optional[bool] = ..., live: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeMessage(_message.Message):
-    __slots__ = ("seq", "hello", "heartbeat", "vote", "progress", "status", "credential_ack", "log")
+    __slots__ = ("seq", "hello", "heartbeat", "vote", "progress", "status", "credential_ack", "log", "outputs_scanned")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -170,6 +184,7 @@ class NodeMessage(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CREDENTIAL_ACK_FIELD_NUMBER: _ClassVar[int]
     LOG_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_SCANNED_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: Hello
     heartbeat: Heartbeat
@@ -178,7 +193,22 @@ class NodeMessage(_message.Message):
     status: MemberStatus
     credential_ack: CredentialAck
     log: LogChunk
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., vote: _Optional[_Union[Vote, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., status: _Optional[_Union[MemberStatus, _Mapping]] = ..., credential_ack: _Optional[_Union[CredentialAck, _Mapping]] = ..., log: _Optional[_Union[LogChunk, _Mapping]] = ...) -> None: ...
+    outputs_scanned: OutputsScanned
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., vote: _Optional[_Union[Vote, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., status: _Optional[_Union[MemberStatus, _Mapping]] = ..., credential_ack: _Optional[_Union[CredentialAck, _Mapping]] = ..., log: _Optional[_Union[LogChunk, _Mapping]] = ..., outputs_scanned: _Optional[_Union[OutputsScanned, _Mapping]] = ...) -> None: ...
+
+class OutputsScanned(_message.Message):
+    __slots__ = ("request_id", "ref", "found", "files", "error")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    ref: MemberRef
+    found: bool
+    files: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    error: str
+    def __init__(self, request_id: _Optional[str] = ..., ref: _Optional[_Union[MemberRef, _Mapping]] = ..., found: _Optional[bool] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("epoch", "heartbeat_seconds", "server_unix_ms")
@@ -298,7 +328,7 @@ class Refused(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GatewayMessage(_message.Message):
-    __slots__ = ("seq", "welcome", "heartbeat_ack", "source", "prepare", "commit", "abort", "stop", "forget", "rotate", "refused")
+    __slots__ = ("seq", "welcome", "heartbeat_ack", "source", "prepare", "commit", "abort", "stop", "forget", "rotate", "refused", "scan_outputs")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
@@ -310,6 +340,7 @@ class GatewayMessage(_message.Message):
     FORGET_FIELD_NUMBER: _ClassVar[int]
     ROTATE_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
+    SCAN_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     seq: int
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
@@ -321,4 +352,15 @@ class GatewayMessage(_message.Message):
     forget: Forget
     rotate: RotateCredential
     refused: Refused
-    def __init__(self, seq: _Optional[int] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., source: _Optional[_Union[SourceChunk, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., rotate: _Optional[_Union[RotateCredential, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ...) -> None: ...
+    scan_outputs: ScanOutputs
+    def __init__(self, seq: _Optional[int] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., source: _Optional[_Union[SourceChunk, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., rotate: _Optional[_Union[RotateCredential, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ..., scan_outputs: _Optional[_Union[ScanOutputs, _Mapping]] = ...) -> None: ...
+
+class ScanOutputs(_message.Message):
+    __slots__ = ("request_id", "ref", "job_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    ref: MemberRef
+    job_id: str
+    def __init__(self, request_id: _Optional[str] = ..., ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ...) -> None: ...

@@ -38,6 +38,7 @@ from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError, Unavailable
 from domain.ports import LaunchRequest, Observation
+from domain.runtimes import digest_mismatch, pin_of
 
 _TAR = {"Content-Type": "application/x-tar"}
 _FOREVER = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=30)
@@ -131,23 +132,37 @@ class DockerBackend:
     # -- ExecutionBackend -----------------------------------------------------------------------
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
-        try:
-            info = await self._json(f"images/{runtime.image}/json")
-        except EngineError as exc:
-            if exc.status != 404:
-                raise Unavailable(f"cannot inspect image {runtime.image}: {exc.message}") from None
+        """The image's id in this engine. A runtime pinned by digest (docs/runtimes.md) gets
+        exactly that image: found by its id, or by its reference when one of its repository
+        digests is the pinned one; any other image is refused, naming both digests."""
+        info = await self._image(runtime.digest) if runtime.digest else None
+        info = info or await self._image(runtime.image)
+        if info is None:
+            fix = (
+                f"build it with `tp runtime build {runtime.name}`"
+                if runtime.builtin
+                else f"pull or load it into the engine (docker pull {runtime.image})"
+            )
             raise InvalidInput(
                 f"runtime {runtime.name!r}: image {runtime.image} is not in the local engine",
-                fix=f"build it with `tp runtime build {runtime.name}`",
+                fix=fix,
                 field="intent.runtime",
-            ) from None
-        return RuntimePin(
-            name=runtime.name,
-            image=runtime.image,
-            digest=str(info["Id"]),
-            python=runtime.python,
-            process_model=runtime.process_model,
-        )
+            )
+        image_id = str(info["Id"])
+        if runtime.digest is not None:
+            repo = [d.split("@", 1)[1] for d in info.get("RepoDigests") or [] if "@" in d]
+            if runtime.digest != image_id and runtime.digest not in repo:
+                raise digest_mismatch(runtime, image_id, repo)
+        return pin_of(runtime, image_id)
+
+    async def _image(self, ref: str) -> dict[str, Any] | None:
+        try:
+            info: dict[str, Any] = await self._json(f"images/{ref}/json")
+        except EngineError as exc:
+            if exc.status not in (400, 404):  # 400: not a reference the engine can parse
+                raise Unavailable(f"cannot inspect image {ref}: {exc.message}") from None
+            return None
+        return info
 
     async def launch(self, request: LaunchRequest) -> str:
         name = container_name(request.member_id)

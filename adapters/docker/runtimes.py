@@ -31,6 +31,7 @@ PYTHON_NUMPY = RuntimeSpec(
     python="3.11",
     process_model="single-process",
     description="Debian 12 minbase with Python 3.11 and NumPy (Debian's python3-numpy)",
+    frameworks={"numpy": "1.24.2"},  # bookworm's python3-numpy 1:1.24.2-1+deb12u1
 )
 
 PYTHON_TORCH = RuntimeSpec(
@@ -39,6 +40,8 @@ PYTHON_TORCH = RuntimeSpec(
     python="3.11",
     process_model="single-process",
     description="Debian 12 minbase with Python 3.11 and PyTorch 1.13 (Debian's python3-torch, CPU)",
+    # bookworm's python3-torch 1.13.1+dfsg-4, as importlib.metadata reports it
+    frameworks={"torch": "1.13.0a0+gitunknown", "numpy": "1.24.2"},
 )
 
 LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON, PYTHON_NUMPY, PYTHON_TORCH)

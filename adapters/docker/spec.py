@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
-from domain.capsule import DIGEST_ENV, RUNNER, runner_failure
+from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER, runner_failure
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
 
@@ -58,6 +58,7 @@ def container_config(
     if spec.capsule is not None:  # the runner checks the capsule, then runs the command
         command = ("/bin/sh", RUNNER)
         env[DIGEST_ENV] = spec.capsule.digest
+        env[IMAGE_ENV] = spec.runtime.digest  # the image created below, as the runner checks
     binds = []
     if request.outputs is not None:  # the member's output directory on this host
         binds.append(f"{request.outputs}:{OUTPUT_DIR}")

@@ -34,6 +34,7 @@ from domain.node_messages import (
     PrepareOrder,
     Refused,
     Rotation,
+    ScanOutputs,
     SourceChunk,
     Welcome,
 )
@@ -258,6 +259,8 @@ class NodeLink:
                     await self.agent.on_command(body, grace)
                 elif isinstance(body, Rotation):
                     stored = await self._rotate(stored, body)
+                elif isinstance(body, ScanOutputs):
+                    self.agent.start_scan(body)
                 elif isinstance(body, Refused):
                     log.warning("the gateway refused message %d: %s", body.seq, body.reason)
         finally:

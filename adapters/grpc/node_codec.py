@@ -7,8 +7,10 @@ with a refusal and records nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from domain.artifacts import ArtifactFile, Manifest
 from domain.errors import InvalidInput
 from domain.node_messages import (
     CredentialAck,
@@ -16,10 +18,12 @@ from domain.node_messages import (
     HeartbeatAck,
     Hello,
     LogChunk,
+    OutputsScanned,
     PrepareOrder,
     Progress,
     Refused,
     Rotation,
+    ScanOutputs,
     SourceChunk,
     Vote,
     Welcome,
@@ -27,8 +31,12 @@ from domain.node_messages import (
 from domain.node_protocol import Command, CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
 from proto import node_control_pb2 as pb
 
-NodeBody = Hello | Heartbeat | Vote | Progress | MemberReport | CredentialAck | LogChunk
-GatewayBody = Welcome | HeartbeatAck | SourceChunk | PrepareOrder | Command | Rotation | Refused
+NodeBody = (
+    Hello | Heartbeat | Vote | Progress | MemberReport | CredentialAck | LogChunk | OutputsScanned
+)
+GatewayBody = (
+    Welcome | HeartbeatAck | SourceChunk | PrepareOrder | Command | Rotation | Refused | ScanOutputs
+)
 
 _PHASES = {
     Phase.PREPARING: pb.PREPARING,
@@ -42,6 +50,7 @@ _PHASES = {
 }
 _PHASES_BACK = {v: k for k, v in _PHASES.items()}
 _MAX_TEXT = 4096
+_HEX = frozenset("0123456789abcdef")
 
 
 def _bad(what: str) -> InvalidInput:
@@ -89,6 +98,25 @@ def ref_from(m: pb.MemberRef) -> MemberRef:
     )
 
 
+def files_to(manifest: Manifest) -> list[pb.OutputFile]:
+    return [pb.OutputFile(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files]
+
+
+def files_from(files: Sequence[pb.OutputFile]) -> Manifest:
+    """A manifest from the wire: relative paths without ``..``, hex sha256, no duplicates."""
+    out = []
+    for f in files:
+        parts = f.path.split("/")
+        if not f.path or f.path.startswith("/") or "" in parts or ".." in parts or "." in parts:
+            raise _bad(f"output path {f.path[:200]!r} is not a relative path")
+        if len(f.sha256) != 64 or not _HEX.issuperset(f.sha256):
+            raise _bad(f"output {f.path[:200]!r}: sha256 {f.sha256[:80]!r} is not 64 hex digits")
+        out.append(ArtifactFile(_text(f.path, "output path"), f.size, f.sha256))
+    if len({f.path for f in out}) != len(out):
+        raise _bad("the output files list a path twice")
+    return Manifest.of(out)
+
+
 def report_to(r: MemberReport) -> pb.MemberStatus:
     return pb.MemberStatus(
         ref=ref_to(r.ref),
@@ -97,6 +125,8 @@ def report_to(r: MemberReport) -> pb.MemberStatus:
         exit_code=r.exit_code or 0,
         reason=r.reason,
         at_unix_ms=_ms(r.at),
+        has_outputs=r.outputs is not None,
+        outputs=files_to(r.outputs) if r.outputs is not None else [],
     )
 
 
@@ -105,7 +135,10 @@ def report_from(m: pb.MemberStatus) -> MemberReport:
     if phase is None:
         raise _bad(f"unknown phase {m.phase}")
     code = m.exit_code if m.has_exit_code else None
-    return MemberReport(ref_from(m.ref), phase, code, _text(m.reason, "reason"), _at(m.at_unix_ms))
+    outputs = files_from(m.outputs) if m.has_outputs else None
+    return MemberReport(
+        ref_from(m.ref), phase, code, _text(m.reason, "reason"), _at(m.at_unix_ms), outputs
+    )
 
 
 # -- node -> gateway --------------------------------------------------------------------------
@@ -138,6 +171,16 @@ def node_message_to(seq: int, body: NodeBody) -> pb.NodeMessage:
         msg.status.CopyFrom(report_to(body))
     elif isinstance(body, CredentialAck):
         msg.credential_ack.credential_id = body.credential_id
+    elif isinstance(body, OutputsScanned):
+        msg.outputs_scanned.CopyFrom(
+            pb.OutputsScanned(
+                request_id=body.request_id,
+                ref=ref_to(body.ref),
+                found=body.manifest is not None,
+                files=files_to(body.manifest) if body.manifest is not None else [],
+                error=body.error,
+            )
+        )
     else:
         msg.log.CopyFrom(
             pb.LogChunk(
@@ -183,6 +226,14 @@ def node_message_from(m: pb.NodeMessage) -> tuple[int, NodeBody]:
     elif kind == "log":
         g = m.log
         body = LogChunk(ref_from(g.ref), g.data, g.last, g.truncated, g.live, g.offset)
+    elif kind == "outputs_scanned":
+        o = m.outputs_scanned
+        if not o.request_id:
+            raise _bad("outputs_scanned.request_id is empty")
+        found = files_from(o.files) if o.found else None
+        body = OutputsScanned(
+            _text(o.request_id, "request_id"), ref_from(o.ref), found, _text(o.error, "error")
+        )
     else:
         raise _bad("the message has no body")
     return m.seq, body
@@ -256,6 +307,10 @@ def gateway_message_to(
                 old_valid_until_unix_ms=_ms(body.old_valid_until),
             )
         )
+    elif isinstance(body, ScanOutputs):
+        msg.scan_outputs.CopyFrom(
+            pb.ScanOutputs(request_id=body.request_id, ref=ref_to(body.ref), job_id=body.job_id)
+        )
     else:
         msg.refused.CopyFrom(pb.Refused(seq=body.seq, reason=body.reason))
     return msg
@@ -308,6 +363,9 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
         body = Rotation(r.credential, r.credential_id, until)
     elif kind == "refused":
         body = Refused(m.refused.seq, m.refused.reason)
+    elif kind == "scan_outputs":
+        s = m.scan_outputs
+        body = ScanOutputs(s.request_id, ref_from(s.ref), s.job_id)
     else:
         raise _bad("the gateway message has no body")
     return m.seq, body, grace

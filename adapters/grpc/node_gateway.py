@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from grpclib.server import Stream
@@ -178,6 +178,7 @@ class NodeGateway(NodeControlBase):
             try:
                 await self.dispatch()
                 await self.rotate()
+                await self.scan()
                 await self.control.flush()
             except Exception:
                 log.exception("node gateway: dispatch failed")
@@ -187,11 +188,22 @@ class NodeGateway(NodeControlBase):
 
     async def rotate(self) -> int:
         """Send new credentials to nodes whose credential is due (checked in memory)."""
-        due = await self.control.rotations([link.session for link in self.links.values()])
-        for session, rotation in due:
+        return self._deliver(
+            await self.control.rotations([link.session for link in self.links.values()])
+        )
+
+    async def scan(self) -> int:
+        """Send the output scan requests due for connected nodes."""
+        return self._deliver(
+            await self.control.scans([link.session for link in self.links.values()])
+        )
+
+    def _deliver(self, due: Sequence[tuple[Session, GatewayBody]]) -> int:
+        """Queue each message on its session's stream (unless that stream has been replaced)."""
+        for session, message in due:
             link = self.links.get(session.node)
             if link is not None and link.session is session:
-                link.outbox.put_nowait(rotation)
+                link.outbox.put_nowait(message)
         return len(due)
 
     async def dispatch(self) -> int:

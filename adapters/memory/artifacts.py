@@ -1,9 +1,14 @@
-"""The artifact manifests of domain.ports.ArtifactRepository, in memory."""
+"""The artifact manifests (domain.artifact_ports.ArtifactRepository) and the requests to scan
+outputs on nodes again (domain.node_ports.OutputScanRepository), in memory."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from datetime import datetime
+
 from adapters.memory.db import TableDef, Tx
-from domain.artifacts import ArtifactRecord
+from domain.artifacts import ArtifactRecord, ScanRequest, ScanResult
 from domain.errors import NotFound
 
 ARTIFACT_TABLES = [TableDef("artifacts", pk=lambda r: r.member_id, immutable=True)]
@@ -25,3 +30,49 @@ class MemoryArtifactRepository:
     async def for_job(self, job_id: str) -> list[ArtifactRecord]:
         rows: list[ArtifactRecord] = self._tx.select("artifacts", lambda r: r.job_id == job_id)
         return sorted(rows, key=lambda r: (r.attempt, r.member_index))
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    request: ScanRequest
+    result: ScanResult | None = None
+
+
+SCAN_TABLES = [TableDef("output_scans", pk=lambda r: r.request.id, immutable=True)]
+
+
+class MemoryOutputScanRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def request(self, scan: ScanRequest) -> None:
+        await self._tx.insert("output_scans", _Scan(scan), f"output scan {scan.id}")
+
+    async def pending(self, nodes: Collection[str], since: datetime) -> list[ScanRequest]:
+        wanted = set(nodes)
+        rows: list[_Scan] = self._tx.select(
+            "output_scans",
+            lambda r: r.result is None and r.request.node in wanted
+            and r.request.requested_at >= since,
+        )  # fmt: skip
+        return sorted((r.request for r in rows), key=lambda s: (s.requested_at, s.id))
+
+    async def answer(self, node: str, result: ScanResult) -> bool:
+        await self._tx.lock(("output_scans", "pk", result.request_id))
+        row: _Scan | None = self._tx.get("output_scans", result.request_id)
+        if row is None or row.result is not None or row.request.node != node:
+            return False
+        self._tx.write("output_scans", replace(row, result=result))
+        return True
+
+    async def result(self, request_id: str) -> ScanResult | None:
+        row: _Scan | None = self._tx.get("output_scans", request_id)
+        return None if row is None else row.result
+
+    async def prune(self, before: datetime) -> int:
+        old: list[_Scan] = self._tx.select(
+            "output_scans", lambda r: r.request.requested_at < before
+        )
+        for row in old:
+            self._tx.delete("output_scans", row.request.id)
+        return len(old)

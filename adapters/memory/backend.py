@@ -22,6 +22,7 @@ from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.ports import LaunchRequest, Observation
+from domain.runtimes import digest_mismatch, pin_of
 
 Behaviour = Callable[[LaunchRequest], tuple[int, bytes] | None]
 SIGTERM_EXIT = 128 + 15
@@ -78,12 +79,14 @@ class MemoryBackend:
                 fix=f"build it: tp runtime build {runtime.name}",
                 field="intent.runtime",
             )
-        digest = (self.images or {}).get(runtime.image) or (
-            "sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest()
+        digest = (
+            (self.images or {}).get(runtime.image)
+            or runtime.digest
+            or ("sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest())
         )
-        return RuntimePin(
-            runtime.name, runtime.image, digest, runtime.python, runtime.process_model
-        )
+        if runtime.digest is not None and digest != runtime.digest:
+            raise digest_mismatch(runtime, digest)
+        return pin_of(runtime, digest)
 
     async def launch(self, request: LaunchRequest) -> str:
         self._check()

@@ -1,5 +1,5 @@
-"""Wake-up hints within one process (``domain.ports.Signals``): for tests that run several
-loops on one event loop and want them to wake each other as PostgreSQL's would."""
+"""Wake-up hints within one process (``domain.coordination_ports.Signals``): for tests that run
+several loops on one event loop and want them to wake each other as PostgreSQL's would."""
 
 from __future__ import annotations
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adapters.memory.artifacts import ARTIFACT_TABLES
+from adapters.memory.artifacts import ARTIFACT_TABLES, SCAN_TABLES
 from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.fleet import MemoryLeases
 from adapters.memory.nodes import NODE_TABLES
+from adapters.memory.plugins import PLUGIN_TABLES
+from adapters.memory.runtimes import RUNTIME_TABLES
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,9 @@ TABLES = [
     *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
     *CHECK_TABLES,
     *ARTIFACT_TABLES,
+    *SCAN_TABLES,
+    *PLUGIN_TABLES,
+    *RUNTIME_TABLES,
 ]
 
 

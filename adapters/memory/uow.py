@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
-from adapters.memory.artifacts import MemoryArtifactRepository
+from adapters.memory.artifacts import MemoryArtifactRepository, MemoryOutputScanRepository
 from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
 from adapters.memory.fleet import (
@@ -16,6 +16,7 @@ from adapters.memory.fleet import (
 )
 from adapters.memory.launches import MemoryLaunchLedger
 from adapters.memory.nodes import MemoryEnrollmentRepository, MemoryNodeLinkRepository
+from adapters.memory.plugins import MemoryPluginRepository
 from adapters.memory.repositories import (
     MemoryAttemptRepository,
     MemoryJobRepository,
@@ -25,10 +26,17 @@ from adapters.memory.repositories import (
     MemorySubmissionLedger,
     MemoryTokenRepository,
 )
+from adapters.memory.runtimes import MemoryRuntimeRepository
 from adapters.memory.store import MemoryStore
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.artifact_ports import ArtifactRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
-    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     FleetRepository,
@@ -42,6 +50,7 @@ from domain.ports import (
     SubmissionLedger,
     TokenRepository,
 )
+from domain.runtime_ports import RuntimeRepository
 
 
 class MemoryUnitOfWork:
@@ -69,6 +78,9 @@ class MemoryUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
+    plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -94,6 +106,9 @@ class MemoryUnitOfWork:
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)
+        self.output_scans = MemoryOutputScanRepository(tx)
+        self.plugins = MemoryPluginRepository(tx)
+        self.runtimes = MemoryRuntimeRepository(tx)
         return self
 
     async def __aexit__(

@@ -8,11 +8,13 @@ never calls its launch, observe or stop (``coordinated = True``).
 Pinning: a runtime image with a registry digest (``RepoDigests``) is pinned as
 ``name@sha256:…``, which every node can pull; an image built only in this engine is pinned by
 its image id, which nodes can run only if they hold the very same image (one machine, or the
-image loaded on each node). See docs/node-backend.md.
+image loaded on each node). A runtime registered by digest (docs/runtimes.md) is pinned to
+exactly that image, or refused. See docs/node-backend.md.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -21,6 +23,15 @@ from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.ports import LaunchRequest, Observation
+from domain.runtimes import pin_of, split_image
+
+
+def repository(image: str) -> str:
+    """``registry:5000/team/img:tag@sha256:…`` -> ``registry:5000/team/img``."""
+    ref, _ = split_image(image)
+    head, _, last = ref.rpartition("/")
+    return (head + "/" if head else "") + last.split(":", 1)[0]
+
 
 _NOT_HERE = "node-backend members are launched by the coordinator through the node gateway"
 
@@ -36,22 +47,24 @@ class NodeBackend:
         self.images = images  # the engine whose images runtimes are pinned from
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        """A repository digest (``repo@sha256:…``) that nodes can pull, else the image id.
+        Without an image engine, only a runtime registered with its manifest digest can be
+        pinned: to ``repo@digest``, as written (the nodes pull it)."""
         if self.images is None:
-            raise InvalidInput(
-                f"runtime {runtime.name!r} cannot be pinned: no image engine is configured",
-                fix="set DOCKER_HOST for the control plane, or pin runtimes by digest",
-                field="intent.runtime",
-            )
+            if runtime.digest is None:
+                raise InvalidInput(
+                    f"runtime {runtime.name!r} cannot be pinned: no image engine is configured",
+                    fix="set DOCKER_HOST for the control plane, or register the runtime by its"
+                    " registry digest (`tp runtime add NAME --image REPO@sha256:…`)",
+                    field="intent.runtime",
+                )
+            return pin_of(runtime, f"{repository(runtime.image)}@{runtime.digest}")
         pin = await self.images.pin(runtime)
         info: dict[str, Any] = await self.images._json(f"images/{pin.digest}/json")
         digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
-        return RuntimePin(
-            name=pin.name,
-            image=pin.image,
-            digest=digests[0] if digests else pin.digest,
-            python=pin.python,
-            process_model=pin.process_model,
-        )
+        pinned = [d for d in digests if runtime.digest and d.endswith("@" + runtime.digest)]
+        chosen = (pinned or digests or [pin.digest])[0]
+        return dataclasses.replace(pin, digest=chosen)
 
     async def launch(self, request: LaunchRequest) -> str:
         raise Unavailable(_NOT_HERE)

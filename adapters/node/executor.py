@@ -41,6 +41,8 @@ from adapters.docker.spec import (
     source_tar,
 )
 from adapters.node.collector_feed import METRICS_MOUNT
+from domain.artifact_ports import OutputStorage
+from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
 from domain.node_ports import ProgressCallback
@@ -72,10 +74,12 @@ class NodeExecutor:
         gpu_check: bool = True,
         shared_dir: Path | None = None,
         metrics_dir: Callable[[str], Path] | None = None,
+        outputs: OutputStorage | None = None,
     ) -> None:
         self.node = node
         self.metrics_dir = metrics_dir  # a member's metrics directory on this host (collected)
         self.shared_dir = shared_dir  # the site's shared storage on this host, for every member
+        self.outputs = outputs  # a directory per member, mounted at OUTPUT_DIR (artifacts)
         self.engine = DockerBackend(docker_host, network_mode=network_mode, init=True, gpus=True)
         self.host = self.engine.host
         self.gpu_check = gpu_check
@@ -160,6 +164,10 @@ class NodeExecutor:
         if self.metrics_dir is not None and order.collector_token:
             binds.append(f"{self.metrics_dir(ref.member_id)}:{METRICS_MOUNT}")
             env["TUNEPLANE_METRICS_DIR"] = METRICS_MOUNT
+        if self.outputs is not None:
+            host = await self.outputs.prepare(order.job_id, ref.attempt_id, ref.index)
+            binds.append(f"{host}:{OUTPUT_DIR}")
+            env[OUTPUT_ENV] = OUTPUT_DIR
         labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
         labels.update({LABEL_NODE: self.node, LABEL_EPOCH: str(ref.epoch)})
         return create_body(

@@ -11,6 +11,10 @@ it (or cannot be decoded) are never returned as entries: they are moved to the `
 table, logged, and listed in :attr:`SqliteJournal.corrupt`, so a damaged row never silently
 becomes a member nor silently vanishes.
 
+The manifest of a member's outputs (recorded when it exits 0) is kept beside its row in the
+``outputs`` table, with its digest as the check; a journal written before that table existed
+simply has none (no schema change for older daemons to refuse).
+
 Thread-safety: one connection (``check_same_thread=False``) behind a lock; the daemon calls
 these methods through ``asyncio.to_thread``.
 """
@@ -26,10 +30,11 @@ import time
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from domain.artifacts import Manifest
 from domain.errors import InvalidInput
 from domain.node_messages import PrepareOrder
 from domain.node_ports import JournalEntry
@@ -60,6 +65,11 @@ CREATE TABLE IF NOT EXISTS members (
     spec TEXT NOT NULL,
     updated_at INTEGER NOT NULL,
     crc INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS outputs (
+    member_id TEXT PRIMARY KEY,
+    manifest TEXT NOT NULL,
+    digest TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS quarantine (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -153,6 +163,20 @@ def _decode(row: tuple[Any, ...]) -> JournalEntry:
         return JournalEntry(order, Phase(phase), cid, code, reason)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"it cannot be decoded ({type(exc).__name__}: {exc})") from None
+
+
+def _outputs(member_id: str, text: str, digest: str) -> Manifest | None:
+    """A kept manifest, unless it is damaged (its digest no longer matches): then it is not
+    reported, and the member's artifacts are not recorded from it."""
+    try:
+        manifest = Manifest.from_dict(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        log.error("journal: the outputs manifest of %s cannot be read: %s", member_id, exc)
+        return None
+    if manifest.digest != digest:
+        log.error("journal: the outputs manifest of %s is damaged (digest differs)", member_id)
+        return None
+    return manifest
 
 
 def _now_ms() -> int:
@@ -273,12 +297,20 @@ class SqliteJournal:
         query = f"SELECT {_COLUMNS}, crc FROM members {where}"
         with self._lock:
             rows = self._db.execute(query, args).fetchall()
+            ids = [r[0] for r in rows]
+            kept = self._db.execute(
+                f"SELECT member_id, manifest, digest FROM outputs WHERE member_id IN "
+                f"({','.join('?' * len(ids))})",
+                ids,
+            ).fetchall()
+        outputs = {m: out for m, text, digest in kept if (out := _outputs(m, text, digest))}
         try:
-            return [_decode(r) for r in rows]
+            entries = [_decode(r) for r in rows]
         except ValueError:  # damaged since the journal was opened: quarantine, then skip it
             with self._write() as db:
                 checked = [self._check(db, r) for r in rows]
-            return [e for e in checked if e is not None]
+            entries = [e for e in checked if e is not None]
+        return [replace(e, outputs=outputs.get(e.member_id)) for e in entries]
 
     # -- MemberJournal ----------------------------------------------------------------------
 
@@ -291,17 +323,26 @@ class SqliteJournal:
         return self._read("ORDER BY attempt_id, member_index, member_id")
 
     def put(self, entry: JournalEntry) -> None:
-        """Insert or replace the member's entry; durable when this returns."""
+        """Insert or replace the member's entry (and its outputs' manifest, kept beside it);
+        durable when this returns."""
         values = _values(entry, _now_ms())
         with self._write() as db:
             db.execute(
                 f"INSERT OR REPLACE INTO members ({_COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (*values, row_crc(values)),
             )
+            if entry.outputs is None:
+                db.execute("DELETE FROM outputs WHERE member_id = ?", (entry.member_id,))
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO outputs (member_id, manifest, digest) VALUES (?,?,?)",
+                    (entry.member_id, json.dumps(entry.outputs.to_dict()), entry.outputs.digest),
+                )
 
     def delete(self, member_id: str) -> None:
         with self._write() as db:
             db.execute("DELETE FROM members WHERE member_id = ?", (member_id,))
+            db.execute("DELETE FROM outputs WHERE member_id = ?", (member_id,))
 
     def epoch(self) -> int:
         """The highest epoch this node was welcomed with (0: never)."""

@@ -1,16 +1,19 @@
-"""domain.ports.ArtifactRepository on PostgreSQL (table ``artifacts``, migration 0008)."""
+"""domain.artifact_ports.ArtifactRepository (table ``artifacts``, migration 0008) and
+domain.node_ports.OutputScanRepository (table ``output_scans``, migration 0011) on PostgreSQL."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
+from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres.errors import translated
-from adapters.postgres.tables import artifacts
-from domain.artifacts import ArtifactRecord, Manifest
+from adapters.postgres.tables import artifacts, output_scans
+from domain.artifacts import ArtifactRecord, Manifest, ScanRequest, ScanResult
 from domain.canonical import canonical_json
 
 
@@ -28,8 +31,9 @@ class PostgresArtifactRepository:
                 attempt=record.attempt,
                 member_index=record.member_index,
                 digest=record.manifest.digest,
-                manifest=canonical_json(record.manifest.to_dict()).decode(),
+                manifest=_manifest_json(record.manifest),
                 recorded_at=record.recorded_at,
+                node=record.node,
             )
             .on_conflict_do_nothing(index_elements=[artifacts.c.member_id])
             .returning(artifacts.c.member_id)
@@ -54,6 +58,72 @@ class PostgresArtifactRepository:
                 r.member_index,
                 Manifest.from_dict(json.loads(r.manifest)),
                 r.recorded_at,
+                r.node,
             )
             for r in rows
         ]
+
+
+class PostgresOutputScanRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def request(self, scan: ScanRequest) -> None:
+        stmt = output_scans.insert().values(
+            id=scan.id,
+            node=scan.node,
+            job_id=scan.job_id,
+            attempt_id=scan.attempt_id,
+            member_id=scan.member_id,
+            member_index=scan.member_index,
+            requested_at=scan.requested_at,
+        )
+        with translated(f"record output scan {scan.id}"):
+            await self._conn.execute(stmt)
+
+    async def pending(self, nodes: Collection[str], since: datetime) -> list[ScanRequest]:
+        t = output_scans.c
+        query = (
+            select(t.id, t.node, t.job_id, t.attempt_id, t.member_id, t.member_index)
+            .add_columns(t.requested_at)
+            .where(t.node.in_(list(nodes)), t.done_at.is_(None), t.requested_at >= since)
+            .order_by(t.requested_at, t.id)
+        )
+        with translated("read pending output scans"):
+            rows = (await self._conn.execute(query)).all()
+        return [ScanRequest(*r) for r in rows]
+
+    async def answer(self, node: str, result: ScanResult) -> bool:
+        t = output_scans.c
+        manifest = result.manifest
+        stmt = (
+            update(output_scans)
+            .where(t.id == result.request_id, t.node == node, t.done_at.is_(None))
+            .values(
+                done_at=result.done_at,
+                manifest=None if manifest is None else _manifest_json(manifest),
+                error=result.error,
+            )
+            .returning(t.id)
+        )
+        with translated(f"record the answer to output scan {result.request_id}"):
+            return (await self._conn.execute(stmt)).first() is not None
+
+    async def result(self, request_id: str) -> ScanResult | None:
+        t = output_scans.c
+        query = select(t.done_at, t.manifest, t.error).where(t.id == request_id)
+        with translated(f"read output scan {request_id}"):
+            row = (await self._conn.execute(query)).first()
+        if row is None or row.done_at is None:
+            return None
+        manifest = None if row.manifest is None else Manifest.from_dict(json.loads(row.manifest))
+        return ScanResult(request_id, manifest, row.error, row.done_at)
+
+    async def prune(self, before: datetime) -> int:
+        stmt = delete(output_scans).where(output_scans.c.requested_at < before)
+        with translated("prune output scans"):
+            return (await self._conn.execute(stmt)).rowcount or 0
+
+
+def _manifest_json(manifest: Manifest) -> str:
+    return canonical_json(manifest.to_dict()).decode()

@@ -42,7 +42,7 @@ def lease_key(name: str) -> int:
 
 class PostgresLeaderLease:
     """One process's claim on lease ``name`` in the database at ``url`` (any PostgreSQL URL
-    form). ``acquire`` / ``release`` as ``domain.ports.LeaderLease``."""
+    form). ``acquire`` / ``release`` as ``domain.coordination_ports.LeaderLease``."""
 
     def __init__(self, url: str, name: str = "scheduler", timeout: float = 5.0) -> None:
         self._url = plain_url(url)

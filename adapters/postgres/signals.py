@@ -1,4 +1,5 @@
-"""Wake-up hints between processes over PostgreSQL's LISTEN/NOTIFY (``domain.ports.Signals``).
+"""Wake-up hints between processes over PostgreSQL's LISTEN/NOTIFY
+(``domain.coordination_ports.Signals``).
 
 One dedicated asyncpg connection per process, outside every pool and transaction, LISTENs on
 ``tuneplane_<topic>`` for each subscribed topic and sends notifications with ``pg_notify``.

@@ -428,8 +428,50 @@ artifacts = Table(  # a member's output manifest, recorded when it completed
     Column("digest", Text, nullable=False),
     Column("manifest", Text, nullable=False),  # canonical JSON of domain.artifacts.Manifest
     ts("recorded_at"),
+    Column("node", Text),  # where the files live (a node's disk); NULL: the control plane's
     Index("ix_artifacts_job_id", "job_id"),
 )
 
+output_scans = Table(  # tp artifacts verify of outputs kept on a node: the request, the answer
+    "output_scans",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("node", Text, nullable=False),
+    Column("job_id", Text, nullable=False),
+    Column("attempt_id", Text, nullable=False),
+    Column("member_id", Text, nullable=False),
+    Column("member_index", Integer, nullable=False),
+    ts("requested_at"),
+    ts("done_at", nullable=True),
+    Column("manifest", Text),  # canonical JSON of domain.artifacts.Manifest; NULL: none found
+    Column("error", Text, nullable=False, server_default=""),
+    Index(
+        "ix_output_scans_pending", "node", "requested_at", postgresql_where=text("done_at IS NULL")
+    ),
+)
+
+# The telemetry and plugin tables live in their own modules, on this metadata.
+from adapters.postgres import plugin_tables, telemetry_tables  # noqa: E402, F401
+
+runtimes = Table(  # the runtime registry (docs/runtimes.md); the built-in runtimes are not here
+    "runtimes",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("image", Text, nullable=False),
+    Column("digest", Text, nullable=False),  # registered runtimes are pinned by digest
+    Column("python", Text, nullable=True),  # None: no Python promised
+    Column("frameworks", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("process_model", Text, nullable=False),
+    Column("description", Text, nullable=False, server_default=""),
+    Column("added_by", Text, nullable=False),
+    ts("added_at"),
+    Column("revision", Integer, nullable=False),
+    CheckConstraint(
+        "process_model IN ('single-process', 'torch-process-group', 'ray', 'cpu')",
+        name="process_model",
+    ),
+    CheckConstraint("digest ~ '^sha256:[0-9a-f]{64}$'", name="digest"),
+    CheckConstraint("revision >= 1", name="revision"),
+)
+
 # The telemetry tables live in their own module, on this metadata.
-from adapters.postgres import telemetry_tables  # noqa: E402, F401

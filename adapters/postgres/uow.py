@@ -7,13 +7,14 @@ from typing import Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from adapters.postgres.artifacts import PostgresArtifactRepository
+from adapters.postgres.artifacts import PostgresArtifactRepository, PostgresOutputScanRepository
 from adapters.postgres.checks import PostgresCheckRepository
 from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
 from adapters.postgres.launches import PostgresLaunchLedger
 from adapters.postgres.nodes import PostgresEnrollmentRepository, PostgresNodeLinkRepository
+from adapters.postgres.plugins import PostgresPluginRepository
 from adapters.postgres.policy import PostgresPolicyRepository
 from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.runs import (
@@ -22,11 +23,18 @@ from adapters.postgres.runs import (
     PostgresMemberRepository,
     PostgresTokenRepository,
 )
+from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.artifact_ports import ArtifactRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
-    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     FleetRepository,
@@ -40,6 +48,7 @@ from domain.ports import (
     SubmissionLedger,
     TokenRepository,
 )
+from domain.runtime_ports import RuntimeRepository
 
 
 class PostgresUnitOfWork:
@@ -66,6 +75,9 @@ class PostgresUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
+    plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -98,6 +110,9 @@ class PostgresUnitOfWork:
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)
+        self.output_scans = PostgresOutputScanRepository(conn)
+        self.plugins = PostgresPluginRepository(conn)
+        self.runtimes = PostgresRuntimeRepository(conn)
         return self
 
     async def __aexit__(

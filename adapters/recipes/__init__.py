@@ -10,17 +10,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-
 from domain.catalog import Method, ParamSpec, coerce_param
 from domain.errors import InvalidInput
+from domain.runtimes import check_requirement
 
 ROOT = Path(__file__).resolve().parent
 _KEYS = {"name", "version", "description", "default_runtime", "primary_metrics", "roles", "entry",
          "needs", "include", "framework", "params"}  # fmt: skip
 _PARAM_KEYS = {"name", "type", "help", "required", "default", "choices", "minimum", "maximum",
                "config"}  # fmt: skip
-_FRAMEWORK_KEYS = {"name", "requires"}
 
 
 def load_recipes(root: Path = ROOT) -> list[Method]:
@@ -36,7 +34,6 @@ def load_recipe(directory: Path) -> Method:
         unknown = set(d) - _KEYS
         if unknown:
             raise ValueError(f"unknown keys {sorted(unknown)}")
-        framework, requires = _framework(d.get("framework"))
         method = Method(
             name=str(d["name"]),
             description=str(d["description"]),
@@ -48,9 +45,9 @@ def load_recipe(directory: Path) -> Method:
             entry=tuple(str(a) for a in d.get("entry", ())),
             artifact=_artifact(directory, d.get("include", [])),
             needs=tuple(d.get("needs", ())),
-            framework=framework,
-            framework_requires=requires,
+            **_framework(d.get("framework")),
         )
+        check_requirement(method)
     except (KeyError, TypeError, ValueError, tomllib.TOMLDecodeError) as exc:
         raise InvalidInput(
             f"recipe {where} is not valid: {exc!r}", fix="see docs/recipes.md for its keys"
@@ -82,17 +79,14 @@ def _artifact(directory: Path, include: list[str]) -> tuple[tuple[str, bytes], .
     return tuple(sorted(files.items()))
 
 
-def _framework(table: Any) -> tuple[str | None, str]:
+def _framework(table: dict[str, Any] | None) -> dict[str, Any]:
+    """``[framework]`` with ``name`` and ``requires`` (a PEP 440 specifier, default any)."""
     if table is None:
-        return None, ""
-    if not isinstance(table, dict) or set(table) - _FRAMEWORK_KEYS or "name" not in table:
-        raise ValueError(f"[framework] must have name and optionally requires, not {table!r}")
-    requires = str(table.get("requires", ""))
-    try:
-        SpecifierSet(requires)
-    except InvalidSpecifier:
-        raise ValueError(f"[framework] requires {requires!r} is not a PEP 440 specifier") from None
-    return str(table["name"]), requires
+        return {}
+    unknown = set(table) - {"name", "requires"}
+    if unknown:
+        raise ValueError(f"[framework] has unknown keys {sorted(unknown)}")
+    return {"framework": str(table["name"]), "framework_requires": str(table.get("requires", ""))}
 
 
 def _param(p: dict[str, Any]) -> ParamSpec:

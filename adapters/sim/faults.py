@@ -15,10 +15,16 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
+from domain.artifact_ports import ArtifactRepository
 from domain.catalog import RuntimePin, RuntimeSpec
-from domain.node_ports import EnrollmentRepository, LaunchLedger, NodeLinkRepository
+from domain.node_ports import (
+    EnrollmentRepository,
+    LaunchLedger,
+    NodeLinkRepository,
+    OutputScanRepository,
+)
+from domain.plugin_ports import PluginRepository
 from domain.ports import (
-    ArtifactRepository,
     AttemptRepository,
     CheckRepository,
     ExecutionBackend,
@@ -37,6 +43,7 @@ from domain.ports import (
     UnitOfWork,
     UnitOfWorkFactory,
 )
+from domain.runtime_ports import RuntimeRepository
 
 CrashKind = Literal["before-commit", "after-commit", "after-launch"]
 CRASH_KINDS: tuple[CrashKind, ...] = ("before-commit", "after-commit", "after-launch")
@@ -116,6 +123,9 @@ class CrashingUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    output_scans: OutputScanRepository
+    plugins: PluginRepository
+    runtimes: RuntimeRepository
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -139,6 +149,9 @@ class CrashingUnitOfWork:
         self.launches = inner.launches
         self.checks = inner.checks
         self.artifacts = inner.artifacts
+        self.output_scans = inner.output_scans
+        self.plugins = inner.plugins
+        self.runtimes = inner.runtimes
         return self
 
     async def __aexit__(

@@ -16,15 +16,17 @@ from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
-from domain.ports import LAUNCH_NEWS, LeaderLease
+from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
+from entrypoints.api.plugin_routes import PLUGIN_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
 from entrypoints.api.routes import PROTECTED
+from entrypoints.api.runtime_routes import RUNTIME_ROUTES
 from entrypoints.api.scheduling_routes import SCHEDULING_ROUTES
 from entrypoints.api.security import (
     SECURITY,
@@ -85,6 +87,8 @@ def create_app(
         *NODE_ROUTES,
         *METRICS_ROUTES,
         *ARTIFACT_ROUTES,
+        *PLUGIN_ROUTES,
+        *RUNTIME_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY

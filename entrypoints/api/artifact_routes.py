@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
+from litestar.params import Parameter
 from msgspec import Struct
 
 from application import artifacts
 from application.context import Context
+from application.node_outputs import SCAN_WAIT
 from domain.artifacts import ArtifactRecord
 from domain.auth import Principal
 from entrypoints.api.problems import responses
@@ -29,6 +32,7 @@ class MemberArtifactsOut(Struct):
     digest: str
     size: int
     recorded_at: datetime
+    node: str | None  # where the files live: a node's disk; null: the control plane's storage
     files: list[FileOut]
 
 
@@ -50,6 +54,8 @@ class MemberVerifiedOut(Struct):
     ok: bool
     files: int
     differences: list[DifferenceOut]
+    node: str | None
+    unchecked: str  # why the files could not be hashed again now ("" when they were)
 
 
 class VerifiedOut(Struct):
@@ -65,7 +71,8 @@ def _ctx(state: State) -> Context:
 def _member(r: ArtifactRecord) -> MemberArtifactsOut:
     files = [FileOut(f.path, f.size, f.sha256) for f in r.manifest.files]
     return MemberArtifactsOut(r.attempt, r.attempt_id, r.member_index, r.member_id,
-                              r.manifest.digest, r.manifest.size, r.recorded_at, files)  # fmt: skip
+                              r.manifest.digest, r.manifest.size, r.recorded_at, r.node,
+                              files)  # fmt: skip
 
 
 @get(
@@ -82,10 +89,19 @@ async def job_artifacts(job_id: str, state: State, principal: Principal) -> Arti
     "/v1/jobs/{job_id:str}/artifacts/verify",
     status_code=200,
     responses=responses(400, 401, 404),
-    summary="Hash the job's output files again and compare them with their manifests",
+    summary="Hash the job's output files again (on their node, where they live there) and"
+    " compare them with their manifests",
 )
-async def verify_job_artifacts(job_id: str, state: State, principal: Principal) -> VerifiedOut:
-    checked = await artifacts.verify_artifacts(_ctx(state), principal, job_id)
+async def verify_job_artifacts(
+    job_id: str,
+    state: State,
+    principal: Principal,
+    wait_seconds: Annotated[
+        float,
+        Parameter(ge=0.5, le=300, description="how long nodes holding files may take to answer"),
+    ] = SCAN_WAIT,
+) -> VerifiedOut:
+    checked = await artifacts.verify_artifacts(_ctx(state), principal, job_id, wait_seconds)
     members = [
         MemberVerifiedOut(
             v.record.attempt,
@@ -95,6 +111,8 @@ async def verify_job_artifacts(job_id: str, state: State, principal: Principal) 
             v.ok,
             len(v.record.manifest.files),
             [DifferenceOut(d.path, d.problem, d.detail) for d in v.differences],
+            v.record.node,
+            v.unchecked,
         )
         for v in checked
     ]

@@ -62,7 +62,7 @@ async def upload_archive(
     "/v1/previews",
     status_code=201,
     request_max_body_size=JSON_LIMIT,
-    responses=responses(400, 401, 403, 404, 422, 503),
+    responses=responses(400, 401, 403, 404, 409, 422, 503),
     summary="Resolve a submission into an immutable preview (creates no job)",
 )
 async def create_preview(data: s.PreviewIn, state: State, principal: Principal) -> s.PreviewOut:
@@ -164,11 +164,6 @@ async def read_method(
         raise NotFound(exc.message, fix=exc.fix) from None
 
 
-@get("/v1/runtimes", responses=responses(400, 401), summary="Runtimes (images and their contract)")
-async def list_runtimes(state: State, principal: Principal) -> list[s.RuntimeOut]:
-    return [s.runtime_out(r) for r in _ctx(state).catalog.runtimes]
-
-
 @get("/v1/whoami", responses=responses(400, 401), summary="The caller's identity")
 async def whoami(principal: Principal) -> s.WhoAmI:
     return s.WhoAmI(principal.name, str(principal.role), list(principal.teams))
@@ -185,6 +180,5 @@ PROTECTED = [
     logs,
     list_methods,
     read_method,
-    list_runtimes,
     whoami,
 ]

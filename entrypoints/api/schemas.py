@@ -9,9 +9,10 @@ import msgspec
 from msgspec import Meta, Struct
 
 from application.jobs import JobDetails
-from domain.catalog import Method, RecipeLock, RuntimeSpec, method_digest
+from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
+from domain.plugins import PluginPin
 from domain.submission import Preview, SourceRef, SubmissionIntent
 
 Name = Annotated[str, Meta(min_length=1, max_length=63)]
@@ -46,6 +47,16 @@ class RecipeLockIn(Struct, forbid_unknown_fields=True):
     method: Annotated[str, Meta(min_length=1, max_length=128)]
     version: Annotated[str, Meta(min_length=1, max_length=64)]
     digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+    framework: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
+    framework_version: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+
+
+class PluginPinIn(Struct, forbid_unknown_fields=True):
+    """A plugin the experiment uses (experiment.toml [plugins]); ``digest`` when pinned."""
+
+    name: Annotated[str, Meta(min_length=1, max_length=127)]
+    version: Annotated[str, Meta(min_length=1, max_length=64)]
+    digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
 
 
 class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -64,6 +75,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     source: SourceIn | None = None
     env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
     recipe_lock: RecipeLockIn | None = None
+    plugins: Annotated[list[PluginPinIn], Meta(max_length=16)] = []
 
     def to_intent(self) -> SubmissionIntent:
         if self.profile is not None and self.profiles:
@@ -84,6 +96,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
             recipe_lock=RecipeLock(**msgspec.structs.asdict(self.recipe_lock))
             if self.recipe_lock
             else None,
+            plugins=tuple(PluginPin(p.name, p.version, p.digest) for p in self.plugins),
         )
 
 
@@ -186,16 +199,8 @@ class MethodOut(Struct):
     entry: list[str] = []  # what runs instead of a command (the integration artifact)
     artifact: list[str] = []  # the artifact's files
     needs: list[str] = []
-    framework: str | None = None  # what the artifact is written against
-    framework_requires: str = ""  # its versions (PEP 440), which the runtime must have
-
-
-class RuntimeOut(Struct):
-    name: str
-    image: str
-    python: str | None
-    process_model: str
-    description: str
+    framework: str | None = None  # the Python distribution it is written against
+    framework_requires: str = ""  # a PEP 440 specifier the runtime's version must satisfy
 
 
 class WhoAmI(Struct):
@@ -286,10 +291,6 @@ def method_out(m: Method) -> MethodOut:
         m.framework,
         m.framework_requires,
     )
-
-
-def runtime_out(r: RuntimeSpec) -> RuntimeOut:
-    return RuntimeOut(r.name, r.image, r.python, r.process_model, r.description)
 
 
 encode = msgspec.json.encode

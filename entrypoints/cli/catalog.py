@@ -1,4 +1,5 @@
-"""`tp methods [NAME]`, `tp profiles`, `tp runtime ls`: what the server offers."""
+"""`tp methods [NAME]`, `tp profiles`: what the server offers (`tp runtime ls`:
+entrypoints/cli/runtimes.py)."""
 
 from __future__ import annotations
 
@@ -156,29 +157,6 @@ def check_profile(api: Api, text: str) -> None:
     api.get("/v1/profiles/resolve", {"profile": text})
 
 
-runtime_app = App(name="runtime", help="Runtime images jobs run in.")
-
-
-@runtime_app.command(name="ls")
-def runtime_ls(*, json: JsonFlag = False) -> int:
-    """List runtimes (container images with a process model)."""
-    with connect() as api:
-        data = api.get("/v1/runtimes")
-    if json:
-        output.print_json(data)
-        return 0
-    output.table(
-        ["RUNTIME", "IMAGE", "PYTHON", "PROCESS MODEL", "DESCRIPTION"],
-        [
-            (r.get("name"), r.get("image"), r.get("python"), r.get("process_model"),
-             r.get("description"))
-            for r in data
-        ],
-    )  # fmt: skip
-    return 0
-
-
 def register(app: App) -> None:
     app.command(methods)
     app.command(profiles)
-    app.command(runtime_app)

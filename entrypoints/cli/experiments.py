@@ -9,14 +9,25 @@ from cyclopts import App, Parameter
 
 from domain.catalog import NAME_RE, Method
 from domain.errors import InvalidInput, Unavailable
+from domain.runtimes import require_framework
 from entrypoints.cli import errors, output
 from entrypoints.cli.catalog import check_named, fetch_method_json
-from entrypoints.cli.client import connect
+from entrypoints.cli.client import Api, connect
 from entrypoints.cli.config import is_logged_in
-from entrypoints.cli.recipe_lock import LOCK_FILE, stale, write_lock
+from entrypoints.cli.plugins import check_pins
+from entrypoints.cli.recipe_lock import (
+    LOCK_FILE,
+    default_runtime_missing,
+    locked_runtime,
+    runtime_of,
+    stale,
+    write_lock,
+)
+from entrypoints.cli.runtimes import runtime_from_json
 from entrypoints.cli.validation import check_params, method_from_json, params_template
 from entrypoints.cli.workspace import (
     EXPERIMENT_FILE,
+    Experiment,
     find_workspace,
     init_workspace,
     load_experiment,
@@ -108,6 +119,7 @@ def new(
         )
     decl: Method | None = None
     decl_json: dict[str, Any] | None = None
+    runtime_json: dict[str, Any] = {}
     if is_logged_in():
         try:
             with connect() as api:
@@ -115,6 +127,7 @@ def new(
                 decl = method_from_json(decl_json)
                 if runtime:
                     check_named(api, "/v1/runtimes", runtime, "runtime", "tp runtime ls")
+                runtime_json = locked_runtime(api, runtime, decl_json)  # its framework version
         except Unavailable as exc:
             output.warn(f"{exc.message}; method {method!r} not checked")
     else:
@@ -134,7 +147,7 @@ def new(
     script.chmod(0o755)
     made = [EXPERIMENT_FILE, "train.sh"]
     if decl_json is not None:
-        write_lock(target, decl_json)
+        write_lock(target, decl_json, runtime_json)
         made.append(LOCK_FILE)
     output.out.print(f"created {target}/ ({', '.join(made)})", markup=False)
     output.out.print(f"next: tp validate {name}", markup=False)
@@ -164,9 +177,8 @@ def validate(
         method_json = fetch_method_json(api, exp.method)
         method = method_from_json(method_json)
         problems = check_params(exp, method)
-        lock_problem = stale(exp.path, method_json)
-        if lock_problem is not None:
-            problems.append(lock_problem)
+        problems += _framework_problems(api, exp, method, method_json)
+        problems += check_pins(api, exp)
         for path, value, what, command in (
             ("/v1/runtimes", exp.runtime, "runtime", "tp runtime ls"),
             ("/v1/profiles", exp.profile, "profile", "tp profiles"),
@@ -190,6 +202,26 @@ def validate(
         markup=False,
     )
     return 0
+
+
+def _framework_problems(
+    api: Api, exp: Experiment, method: Method, method_json: dict[str, Any]
+) -> list[InvalidInput]:
+    """The runtime the experiment resolves to must provide the recipe's framework at a version
+    it accepts, and the lock must pin that version (docs/runtimes.md)."""
+    try:
+        runtime_json = runtime_of(api, exp.runtime, method_json)
+    except InvalidInput as exc:  # a named runtime is reported with the runtime check below
+        return [] if exp.runtime else [default_runtime_missing(method_json, exc)]
+    problems = []
+    if runtime_json:
+        try:
+            require_framework(method, runtime_from_json(runtime_json))
+        except InvalidInput as exc:
+            problems.append(InvalidInput(f"{exp.file}: {exc.message}", fix=exc.fix,
+                                         field="runtime"))  # fmt: skip
+    lock_problem = stale(exp.path, method_json, runtime_json)
+    return [*problems, lock_problem] if lock_problem is not None else problems
 
 
 def register(app: App) -> None:

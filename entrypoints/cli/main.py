@@ -26,8 +26,10 @@ from entrypoints.cli import (
     jobs,
     nodes,
     output,
+    plugins,
     queues,
     recipe_lock,
+    runtimes,
     server_cmds,
     sim,
     submit,
@@ -44,10 +46,12 @@ def build_app() -> App:
     account.register(app)
     experiments.register(app)
     catalog.register(app)
+    runtimes.register(app)  # before server_cmds, which adds `tp runtime build`
     collector.register(app)
     submit.register(app)
     jobs.register(app)
     artifacts.register(app)
+    plugins.register(app)
     recipe_lock.register(app)
     fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
     nodes.register(app)

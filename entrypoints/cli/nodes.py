@@ -133,6 +133,13 @@ def run(
     shared_dir: Annotated[
         Path | None, Parameter(help="shared storage on this host, mounted at /shared in members")
     ] = None,
+    outputs_dir: Annotated[
+        Path | None,
+        Parameter(
+            help="where members' outputs are kept on this host, one directory each mounted at "
+            "/tuneplane/outputs (default: outputs/ in the state directory)"
+        ),
+    ] = None,
     telemetry_gateway: Annotated[
         str | None,
         Parameter(
@@ -158,6 +165,7 @@ def run(
         memory_mb=memory_mb,
         docker_host=docker_host,
         shared_dir=shared_dir,
+        outputs_dir=outputs_dir,
         telemetry_gateway=telemetry_gateway,
     )
     return run_daemon(options)

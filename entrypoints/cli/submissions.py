@@ -107,6 +107,8 @@ def print_summary(preview: dict[str, Any], n_files: int) -> None:
         ("command", shlex.join(str(a) for a in spec.get("command") or [])),
         ("params", ", ".join(f"{k}={v!r}" for k, v in (spec.get("params") or {}).items())),
         ("env", ", ".join(sorted(spec.get("env") or {})) or "-"),
+        ("plugins", ", ".join(f"{p['name']}@{p['version']} ({p['executes']})"
+                              for p in spec.get("plugins") or ()) or "-"),
         ("source", f"{src['digest']} ({output.human_size(src['size'])}, {n_files} files)"
          if src else "-"),
         ("expires", _expiry(str(preview.get("expires_at")))),

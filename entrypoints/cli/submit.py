@@ -71,6 +71,7 @@ def make_preview(
         "runtime": runtime or exp.runtime,
         "source": {"digest": uploaded.get("digest", archive.digest), "size": archive.size},
         "env": exp.env,
+        "plugins": [p.to_dict() for p in exp.plugins],  # experiment.toml [plugins]
     }
     lock = read_lock(exp.path)
     if lock is not None:  # the server refuses a stale one (409)

@@ -45,6 +45,8 @@ def method_from_json(data: Any) -> Method:
         description=str(data.get("description") or ""),
         params=tuple(params),
         default_runtime=str(data.get("default_runtime") or ""),
+        framework=data.get("framework") or None,
+        framework_requires=str(data.get("framework_requires") or ""),
     )
 
 

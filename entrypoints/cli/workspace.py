@@ -10,6 +10,8 @@ directory holding ``experiment.toml``::
     [params]                   # typed values, checked against the method's declaration
     command = "sh train.sh"
     [env]                      # string values
+    [plugins]                  # plugins it uses, pinned by `tp plugin install` (docs/plugins.md)
+    "exact-match" = { version = "1.0.0", digest = "sha256:…" }
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from domain import plugins
 from domain.catalog import NAME_RE, ParamValue
 from domain.errors import InvalidInput
-from domain.submission import ENV_NAME_RE
+from domain.plugins import PluginPin
+from domain.submission import DIGEST_RE, ENV_NAME_RE
 
 WORKSPACE_FILE = "tuneplane.toml"
 EXPERIMENT_FILE = "experiment.toml"
 DATA_DIR = ".tuneplane-data"
-KEYS = ("name", "method", "runtime", "profile", "params", "env")
+KEYS = ("name", "method", "runtime", "profile", "params", "env", "plugins")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +43,7 @@ class Experiment:
     profile: str | None = None
     params: dict[str, ParamValue] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    plugins: tuple[PluginPin, ...] = ()
 
     @property
     def file(self) -> Path:
@@ -173,7 +178,37 @@ def parse_experiment(path: Path, data: dict[str, Any]) -> Experiment:
         profile=data.get("profile") or None,
         params=dict(params),
         env=dict(env),
+        plugins=_plugins(file, data.get("plugins", {})),
     )
+
+
+_PIN_FIX = (
+    'write each as "NAME" = { version = "1.0.0", digest = "sha256:…" } (or "NAME" = "1.0.0"), '
+    "the name in quotes; `tp plugin install NAME@VERSION` writes it"
+)
+
+
+def _plugins(file: Path, table: Any) -> tuple[PluginPin, ...]:
+    """experiment.toml ``[plugins]``: NAME = VERSION, or NAME = {version, digest}."""
+    if not isinstance(table, dict):
+        raise _problem(file, "plugins", "'plugins' must be a table", "write it as [plugins]")
+    pins: list[PluginPin] = []
+    for name, value in table.items():
+        key = f"plugins.{name}"
+        spec = {"version": value} if isinstance(value, str) else value
+        if not isinstance(spec, dict) or set(spec) - {"version", "digest"} or "version" not in spec:
+            raise _problem(file, key, f"plugin {name!r} is not NAME = VERSION or a table with "
+                           "version and digest", _PIN_FIX)  # fmt: skip
+        try:
+            pin = PluginPin(plugins.check_name(name, key), spec["version"], spec.get("digest"))
+            plugins.check_version(str(pin.version), key)
+        except InvalidInput as exc:
+            raise _problem(file, key, exc.message, exc.fix) from None
+        if pin.digest is not None and not DIGEST_RE.match(str(pin.digest)):
+            raise _problem(file, key, f"plugin {name!r} has digest {pin.digest!r}, not a "
+                           "sha256 digest", _PIN_FIX)  # fmt: skip
+        pins.append(pin)
+    return tuple(pins)
 
 
 def experiment_dir(name: str, cwd: Path | None = None) -> Path:

@@ -65,3 +65,21 @@ async def test_a_manifest_needs_its_member(uow_factory: UnitOfWorkFactory) -> No
             await uow.artifacts.record(
                 ArtifactRecord("mem-missing", job.id, "att-x", 1, 0, manifest("a"), at(1))
             )
+
+
+async def test_the_node_holding_the_files_is_recorded(uow_factory: UnitOfWorkFactory) -> None:
+    job = a_job()
+    attempt = an_attempt(job, 1)
+    members = [a_member(attempt, 0), a_member(attempt, 1)]
+    async with uow_factory() as uow:
+        await uow.jobs.add(job)
+        await uow.attempts.add(attempt)
+        for m in members:
+            await uow.members.add(m)
+        for m, node in zip(members, ("gpu-a-01", None), strict=True):
+            await uow.artifacts.record(
+                ArtifactRecord(m.id, job.id, attempt.id, 1, m.index, manifest("w"), at(1), node)
+            )
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert [r.node for r in await uow.artifacts.for_job(job.id)] == ["gpu-a-01", None]

@@ -13,9 +13,10 @@ from adapters.memory.fleet import MemoryLeaderLease, MemoryLeases
 from adapters.postgres.engine import plain_url
 from adapters.postgres.lease import PostgresLeaderLease, lease_key
 from domain.auth import Role, User
+from domain.coordination_ports import LeaderLease
 from domain.errors import NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
-from domain.ports import LeaderLease, UnitOfWorkFactory
+from domain.ports import UnitOfWorkFactory
 from domain.requests import Profile
 from tests.contract.builders import at
 

@@ -1,15 +1,13 @@
 """The example in docs/examples/mlp, end to end on the local backend: the `python-numpy`
-runtime built by the project, `tp submit` of the example as it is, a real training run (an
+runtime built by the project, its recipe locked with the runtime's NumPy version (checked at
+preview and by the runner), `tp submit` of the example as it is, a real training run (an
 MLP learns two spirals with Adam), its TensorBoard file read by TensorBoard's own loader, and
 its checkpoint and report recorded and verified (`tp artifacts verify`)."""
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,23 +20,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
-def numpy_runtime(docker_host: str) -> None:
-    """The runtime image, built as the README says (cached between runs by its recipe)."""
-    build = ROOT / "deploy/images/build.sh"
-    proc = subprocess.run(
-        ["bash", str(build), "python-numpy", "--docker-host", docker_host],
-        capture_output=True, text=True, timeout=900,
-        env={**os.environ, "PYTHON": sys.executable},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-
-
 @pytest.mark.timeout(1200)
 def test_the_example_trains_and_its_artifacts_verify(
-    numpy_runtime: None, cli: Cli, tmp_path: Path
+    numpy_runtime: str, cli: Cli, tmp_path: Path
 ) -> None:
     shutil.copytree(ROOT / "docs/examples/mlp", cli.cwd / "mlp")
+    cli("recipe", "upgrade", "mlp")  # as the README says: lock the recipe and its NumPy
+    lock = json.loads((cli.cwd / "mlp" / "recipe.lock.json").read_text())
+    assert (lock["framework"], lock["framework_version"]) == ("numpy", "1.24.2"), lock
     cli("validate", "mlp")
     out = cli("submit", "mlp", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]

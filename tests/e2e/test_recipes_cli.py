@@ -57,7 +57,13 @@ def test_a_bad_set_never_reaches_the_queue(cli: Cli, setting: str, says: str, fi
 
 
 def test_an_unregistered_default_runtime_is_refused_with_the_fix(cli: Cli) -> None:
-    cli("new", "sft", "--method", "trl/sft")
+    made = cli("new", "sft", "--method", "trl/sft")  # works: the lock pins no trl version yet
+    assert "runs on runtime 'pytorch-trl' by default" in made.stderr, made.stderr
+    lock = json.loads((cli.cwd / "sft" / "recipe.lock.json").read_text())
+    assert lock["framework"] == "trl" and "framework_version" not in lock
+    checked = cli("validate", "sft", ok=False)
+    assert "method trl/sft runs on runtime 'pytorch-trl' by default" in checked.stderr
+    assert "tp runtime add" in checked.stderr
     refused = cli("submit", "sft", "--profile", "cpu:1", "--preview", "--set", "max_steps=5",
                   ok=False)  # fmt: skip
     assert refused.returncode != 0

@@ -4,8 +4,10 @@ leaves a running member alone and the next `tp up` re-adopts it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -20,6 +22,7 @@ from tests.fixtures.server import TP, free_port
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TOKEN = re.compile(r"--token (tp_\S+)")
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Up:
@@ -139,3 +142,35 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     [attempt] = job["attempts"]
     assert starts(docker_host, attempt["id"], since) == {attempt["members"][0]["id"]: 1}
     assert "kept" in cli("job", "logs", job_id).stdout
+
+
+@pytest.mark.timeout(900)
+def test_the_readme_example_runs_through_its_recipe_and_its_artifacts_verify(
+    up: Up, numpy_runtime: str, tmp_path: Path
+) -> None:
+    """The README walk-through's recipe part, on `tp up` (so through the local node daemon)."""
+    match = TOKEN.search(up.start())
+    assert match
+    cli = Cli(tmp_path, tmp_path)
+    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", match.group(1))
+    cli("init", str(tmp_path / "tuning"))
+    cli.cwd = tmp_path / "tuning"
+    shutil.copytree(ROOT / "docs/examples/mlp", cli.cwd / "mlp")
+    assert "steps" in cli("methods", "numpy/mlp-classification").stdout
+    cli("recipe", "upgrade", "mlp")
+    lock = json.loads((cli.cwd / "mlp" / "recipe.lock.json").read_text())
+    assert lock["framework"] == "numpy" and lock["framework_version"], lock
+    out = cli("submit", "mlp", "--yes", "--follow", "--set", "steps=600", timeout=600)
+    assert "step 600: loss" in out.stdout and "final: loss" in out.stdout, out.stdout
+    job_id = JOB_ID.search(out.stdout + out.stderr).group(0)  # type: ignore[union-attr]
+    assert cli.status(job_id)["state"] == "succeeded"
+    [member] = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)["members"]
+    assert member["node"] == "local"
+    assert {"checkpoint.npz", "report.json"} <= {f["path"] for f in member["files"]}
+    verified = cli("artifacts", "verify", job_id).stdout
+    assert "2 files match manifest" in verified and "(on node local)" in verified
+    # its TensorBoard scalars went to the member's metrics directory, collected by the node
+    deadline = time.monotonic() + 60
+    while "train/accuracy" not in (metrics := cli("job", "metrics", job_id).stdout):
+        assert time.monotonic() < deadline, metrics
+        time.sleep(0.5)

@@ -1,7 +1,8 @@
-"""The Job Capsule's runner in real containers (BusyBox runtime): a sound capsule runs its
-command on its source; a changed file, a manifest other than the committed one, or a runtime
-that does not satisfy the contract stop the member before the command runs, with the reason
-in its observation and its log."""
+"""The Job Capsule's runner in real containers (the BusyBox and python-numpy runtimes): a sound
+capsule runs its command on its source; a changed file, a manifest other than the committed
+one, a runtime that does not satisfy the contract (Python, a framework's version) or an image
+other than the pinned one stop the member before the command runs, with the reason in its
+observation and its log."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import tarfile
 import pytest
 
 from adapters.docker.backend import DockerBackend
+from adapters.docker.runtimes import PYTHON_NUMPY
 from domain import capsule
 from domain.capsule import CapsuleRef
 from domain.catalog import RuntimePin
@@ -101,4 +103,55 @@ async def test_a_runtime_without_the_contract_s_python_is_refused(
     code, reason, logs = await run(docker_backend, request)  # the BusyBox image runs instead
     assert code == 93 and "runtime contract" in reason
     assert b"asks for Python 3.11; this runtime has no python3" in logs
+    assert b"user-code-ran" not in logs
+
+
+@pytest.fixture
+async def numpy_pin(docker_backend: DockerBackend, numpy_runtime: str) -> RuntimePin:
+    pin = await docker_backend.pin(PYTHON_NUMPY)
+    assert pin.digest == numpy_runtime and pin.frameworks == {"numpy": "1.24.2"}
+    return pin
+
+
+async def test_a_runtime_with_the_contract_s_frameworks_runs_the_command(
+    docker_backend, numpy_pin, docker_job_id
+):
+    request, _ = with_capsule(make_request(docker_job_id, numpy_pin, COMMAND))
+    code, _, logs = await run(docker_backend, request)
+    assert code == 0 and b"user-code-ran" in logs
+
+
+async def test_a_framework_at_another_version_stops_the_member_before_its_command(
+    docker_backend, numpy_pin, docker_job_id
+):
+    claims = dataclasses.replace(numpy_pin, frameworks={"numpy": "1.26.4"})  # the image: 1.24.2
+    request, _ = with_capsule(make_request(docker_job_id, numpy_pin, COMMAND), pin=claims)
+    code, reason, logs = await run(docker_backend, request)
+    assert code == 95 and "framework versions" in reason
+    assert b"the runtime contract pins numpy 1.26.4; this runtime has 1.24.2" in logs
+    assert b"user-code-ran" not in logs
+
+
+async def test_a_framework_the_runtime_lacks_stops_the_member(
+    docker_backend, numpy_pin, docker_job_id
+):
+    claims = dataclasses.replace(numpy_pin, frameworks={"numpy": "1.24.2", "torch": "2.3.1"})
+    request, _ = with_capsule(make_request(docker_job_id, numpy_pin, COMMAND), pin=claims)
+    code, _, logs = await run(docker_backend, request)
+    assert code == 95 and b"pins torch 2.3.1; this runtime has no torch" in logs
+    assert b"user-code-ran" not in logs
+
+
+async def test_an_image_other_than_the_capsule_s_is_refused(
+    docker_backend, busybox_pin, docker_job_id
+):
+    """The JobSpec's runtime digest swapped after the capsule was built: the member starts
+    from another image than the one the capsule pins, and the runner says so."""
+    pinned = dataclasses.replace(busybox_pin, digest="sha256:" + "e" * 64)
+    request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND), pin=pinned)
+    code, reason, logs = await run(docker_backend, request)
+    assert code == 96 and "another image" in reason
+    assert f"the member runs image {busybox_pin.digest}; the capsule pins sha256:eeee".encode() in (
+        logs
+    )
     assert b"user-code-ran" not in logs

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from adapters.node.journal import SCHEMA_VERSION, CorruptRow, SqliteJournal
+from domain.artifacts import ArtifactFile, Manifest
 from domain.errors import InvalidInput
 from domain.node_protocol import Phase
 from tests.support.journal_writer import entry
@@ -210,3 +211,29 @@ def test_a_torn_wal_tail_loses_only_the_last_commit(tmp_path: Path, damage: str)
             key=lambda e: (e.order.ref.attempt_id, e.order.ref.index, e.member_id),
         )
         assert j.epoch() == (2 if damage == "garbage-after" else 1)
+
+
+def test_outputs_are_kept_beside_their_entry_and_a_damaged_manifest_is_dropped(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.db"
+    files = Manifest.of(
+        [ArtifactFile("ckpt.bin", 3, "ab" * 32), ArtifactFile("r.json", 2, "cd" * 32)]
+    )
+    done = replace(entry("a", 0), phase=Phase.EXITED, exit_code=0, outputs=files)
+    other = replace(entry("a", 1), phase=Phase.EXITED, exit_code=0, outputs=Manifest(()))
+    with SqliteJournal(path, node_name="n1") as j:
+        j.put(done)
+        j.put(other)
+    with SqliteJournal(path, node_name="n1") as j:
+        assert j.get(done.member_id) == done and j.get(other.member_id) == other
+        assert j.entries()[0].report().outputs == files  # the Hello replays it
+        j.put(replace(other, outputs=None))
+        assert j.get(other.member_id).outputs is None  # type: ignore[union-attr]
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE outputs SET manifest = replace(manifest, 'ckpt.bin', 'evil.bin')")
+    with SqliteJournal(path, node_name="n1") as j:
+        assert j.get(done.member_id) == replace(done, outputs=None)
+        j.delete(done.member_id)
+    with sqlite3.connect(path) as db:
+        assert db.execute("SELECT count(*) FROM outputs").fetchone() == (0,)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -171,3 +172,23 @@ async def _image_id_or_none(backend: DockerBackend, runtime: RuntimeSpec) -> str
 async def _remove_image(docker_host: str, image_id: str) -> None:
     async with aiodocker.Docker(url=docker_host) as docker:
         await docker.images.delete(image_id)
+
+
+async def test_a_runtime_pinned_by_digest_gets_that_image_or_is_refused(
+    docker_backend, numpy_runtime
+):
+    busybox_id = (await docker_backend.pin(BUSYBOX)).digest
+    registered = dataclasses.replace(BUSYBOX, name="bb", digest=busybox_id, added_by="admin")
+    assert (await docker_backend.pin(registered)).digest == busybox_id
+    other = "sha256:" + "0" * 63 + "1"
+    with pytest.raises(InvalidInput) as caught:
+        await docker_backend.pin(dataclasses.replace(registered, digest=other))
+    assert f"pins {other}, but image {BUSYBOX.image} is {busybox_id}" in caught.value.message
+    assert f"--digest {busybox_id} --replace" in caught.value.fix
+    # the tag names another image now, but the pinned one is still here: it is what runs
+    moved = dataclasses.replace(registered, digest=numpy_runtime)
+    assert (await docker_backend.pin(moved)).digest == numpy_runtime
+    gone = dataclasses.replace(registered, image="localhost/tuneplane/nothing:1", digest=other)
+    with pytest.raises(InvalidInput, match="is not in the local engine") as missing:
+        await docker_backend.pin(gone)
+    assert "docker pull localhost/tuneplane/nothing:1" in missing.value.fix

@@ -1,12 +1,23 @@
-"""A Prepare survives the wire whole, the Job Capsule flag included."""
+"""Node control messages survive the wire whole (a Prepare with the Job Capsule flag, an exit
+with its outputs' manifest, output scans); reported outputs are checked."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 
 import pytest
 
-from adapters.grpc.node_codec import gateway_message_from, gateway_message_to
+from adapters.grpc.node_codec import (
+    gateway_message_from,
+    gateway_message_to,
+    node_message_from,
+    node_message_to,
+)
+from domain.artifacts import ArtifactFile, Manifest
+from domain.errors import InvalidInput
+from domain.node_messages import OutputsScanned, ScanOutputs
+from domain.node_protocol import MemberReport, Phase
 from proto import node_control_pb2 as pb
 from tests.support.journal_writer import entry
 
@@ -19,3 +30,52 @@ def test_a_prepare_round_trips(capsule: bool) -> None:
     wire = gateway_message_to(7, order, 30.0)
     _, body, _ = gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
     assert body == order
+
+
+def _files(*names: str) -> Manifest:
+    return Manifest.of([ArtifactFile(n, i, f"{i:064x}") for i, n in enumerate(names)])
+
+
+def test_an_exit_with_its_outputs_and_a_scan_round_trip() -> None:
+    ref = entry("w", 1).order.ref
+    report = MemberReport(ref, Phase.EXITED, 0, "", None, _files("ckpt/w.bin", "report.json"))
+    for body in (
+        report,
+        replace(report, outputs=Manifest(())),  # an empty directory is not "not scanned"
+        replace(report, outputs=None),
+        OutputsScanned("scan-1", ref, _files("a")),
+        OutputsScanned("scan-2", ref, None, "cannot read"),
+    ):
+        wire = node_message_to(3, body).SerializeToString()
+        assert node_message_from(pb.NodeMessage.FromString(wire)) == (3, body)
+    scan = ScanOutputs("scan-1", ref, "job-1")
+    wire = gateway_message_to(4, scan).SerializeToString()
+    assert gateway_message_from(pb.GatewayMessage.FromString(wire))[:2] == (4, scan)
+
+
+@pytest.mark.parametrize(
+    ("path", "sha", "why"),
+    [
+        ("../escape", "0" * 64, "not a relative path"),
+        ("/etc/passwd", "0" * 64, "not a relative path"),
+        ("a//b", "0" * 64, "not a relative path"),
+        ("", "0" * 64, "not a relative path"),
+        ("ok.txt", "XYZ", "not 64 hex digits"),
+    ],
+)
+def test_reported_outputs_with_bad_paths_or_digests_are_refused(
+    path: str, sha: str, why: str
+) -> None:
+    ref = entry("w", 1).order.ref
+    msg = node_message_to(1, MemberReport(ref, Phase.EXITED, 0, "", None, Manifest(())))
+    msg.status.outputs.append(pb.OutputFile(path=path, size=1, sha256=sha))
+    with pytest.raises(InvalidInput, match=why):
+        node_message_from(msg)
+
+
+def test_reported_outputs_listing_a_path_twice_are_refused() -> None:
+    ref = entry("w", 1).order.ref
+    msg = node_message_to(1, MemberReport(ref, Phase.EXITED, 0, "", None, _files("a")))
+    msg.status.outputs.append(pb.OutputFile(path="a", size=1, sha256="0" * 64))
+    with pytest.raises(InvalidInput, match="twice"):
+        node_message_from(msg)

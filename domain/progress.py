@@ -1,0 +1,66 @@
+"""How a job moves on from what its members are observed doing: pure rules the supervisor
+applies each tick (``application/supervisor.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from domain.jobs import Attempt, Job, Member, attempt_outcome
+from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
+from domain.ports import Observation
+
+_OUTCOME = {
+    "cancelled": (JobState.CANCELLED, AttemptState.CANCELLED),
+    "failed": (JobState.FAILED, AttemptState.FAILED),
+    "succeeded": (JobState.SUCCEEDED, AttemptState.SUCCEEDED),
+}
+
+
+def first_failure(members: list[Member]) -> str | None:
+    """ "member 2 failed" for the lowest-index failed member; None if none failed."""
+    failed = [m for m in members if m.state is MemberState.FAILED]
+    return f"member {failed[0].index} failed" if failed else None
+
+
+def member_after(
+    m: Member, obs: Observation, stopping: bool, failing: str | None, now: datetime
+) -> Member:
+    if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
+        return m.moved(MemberState.RUNNING, now)
+    if obs.status == "unknown":
+        if m.state in (MemberState.STARTING, MemberState.RUNNING):
+            return m.moved(MemberState.UNKNOWN, now, obs.reason or "control contact lost")
+        return m
+    if obs.status == "exited":
+        code = obs.exit_code if obs.exit_code is not None else -1
+        if stopping:
+            return m.moved(MemberState.STOPPED, now, "stopped on request", exit_code=code)
+        if failing is not None and code != 0:
+            return m.moved(MemberState.FAILED, now, f"stopped: {failing}", exit_code=code)
+        if code == 0:
+            return m.moved(MemberState.SUCCEEDED, now, exit_code=0)
+        reason = obs.reason or f"exited with code {code}"
+        return m.moved(MemberState.FAILED, now, reason, exit_code=code)
+    if obs.status == "missing":
+        target = MemberState.STOPPED if stopping else MemberState.FAILED
+        return m.moved(target, now, "its container disappeared from the engine")
+    return m
+
+
+def job_after(
+    job: Job, attempt: Attempt, members: list[Member], now: datetime
+) -> tuple[Job, Attempt]:
+    if members and all(m.state in MEMBER_FINAL for m in members):
+        outcome, reason, code = attempt_outcome(members)
+        job_state, attempt_state = _OUTCOME[outcome]
+        if attempt.state not in ATTEMPT_FINAL:
+            attempt = attempt.moved(attempt_state, now, reason, code)
+        if job.state is not job_state:
+            job = job.moved(job_state, now, reason, code)
+        return job, attempt
+    if any(m.state is MemberState.RUNNING for m in members):
+        if attempt.state is AttemptState.LAUNCHING:
+            attempt = attempt.moved(AttemptState.RUNNING, now)
+        if job.state is JobState.STARTING:
+            job = job.moved(JobState.RUNNING, now)
+    return job, attempt

@@ -1,0 +1,48 @@
+"""Contract: output scan requests (tp artifacts verify of files kept on nodes) are pending for
+their node until answered, answered once and only by that node, lapse, and are pruned."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.artifacts import ArtifactFile, Manifest, ScanRequest, ScanResult
+from domain.ports import UnitOfWorkFactory
+from tests.contract.builders import at
+
+pytestmark = pytest.mark.contract
+
+
+def request(rid: str, node: str, minute: int) -> ScanRequest:
+    return ScanRequest(rid, node, "job-1", "att-1", f"mem-{rid}", 0, at(minute))
+
+
+async def test_requests_are_pending_until_their_node_answers_once(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    async with uow_factory() as uow:
+        for r in (request("b", "n1", 3), request("a", "n1", 2), request("c", "n2", 2)):
+            await uow.output_scans.request(r)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert [r.id for r in await uow.output_scans.pending(["n1"], at(0))] == ["a", "b"]
+        assert [r.id for r in await uow.output_scans.pending(["n1", "n2"], at(3))] == ["b"]
+        assert await uow.output_scans.pending(["n3"], at(0)) == []
+        assert await uow.output_scans.result("a") is None
+    files = Manifest.of([ArtifactFile("ckpt.bin", 7, "ef" * 32)])
+    answer = ScanResult("a", files, "", at(5))
+    async with uow_factory() as uow:
+        assert not await uow.output_scans.answer("n2", answer)  # not the node it was meant for
+        assert not await uow.output_scans.answer("n1", ScanResult("zz", None, "", at(5)))
+        assert await uow.output_scans.answer("n1", answer)
+        assert not await uow.output_scans.answer("n1", ScanResult("a", None, "late", at(6)))
+        assert await uow.output_scans.answer("n2", ScanResult("c", None, "unreadable", at(6)))
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.output_scans.result("a") == answer
+        assert await uow.output_scans.result("c") == ScanResult("c", None, "unreadable", at(6))
+        assert [r.id for r in await uow.output_scans.pending(["n1", "n2"], at(0))] == ["b"]
+        assert await uow.output_scans.prune(at(3)) == 2  # a and c (made at minute 2)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.output_scans.result("a") is None
+        assert [r.id for r in await uow.output_scans.pending(["n1", "n2"], at(0))] == ["b"]
