@@ -71,6 +71,11 @@ _REGION = {
 _ABSENT = {"NoSuchKey", "404", "NotFound"}
 
 
+class Misconfigured(Unavailable):
+    """Unavailable until an operator acts: credentials refused or missing, no such bucket, the
+    wrong region. (Plain Unavailable: unreachable or failing; it may come back by itself.)"""
+
+
 @dataclass(frozen=True)
 class S3Location:
     bucket: str
@@ -116,7 +121,7 @@ class S3BlobStore:
         access_key: str | None = None,  # None: the AWS SDK's credential chain
         secret_key: str | None = None,
         part_size: int = PART_SIZE,
-        max_attempts: int = 3,
+        max_attempts: int | None = None,  # None: AWS_MAX_ATTEMPTS, or the SDK's 3
     ) -> AsyncIterator[S3BlobStore]:
         session = get_session()
         region = region or session.get_config_variable("region") or "us-east-1"
@@ -124,7 +129,8 @@ class S3BlobStore:
             region_name=region,
             # an S3-compatible server behind one host name wants path-style URLs; AWS decides
             s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto")},
-            retries={"mode": "standard", "max_attempts": max_attempts},
+            retries={"mode": "standard"}
+            | ({} if max_attempts is None else {"max_attempts": max_attempts}),
             connect_timeout=10,
             read_timeout=120,
             # integrity is the SHA-256 of every blob (checked here) plus Content-MD5 on each
@@ -237,23 +243,30 @@ class S3BlobStore:
                 del buffer[: self.part_size]
         yield bytes(buffer)
 
-    async def _exists(self, key: str, size: int | None) -> bool:
-        """An object at ``key`` (of ``size`` bytes when given); a different size is rewritten."""
+    async def _exists(self, key: str, size: int | None, md5: bytes | None = None) -> bool:
+        """An object at ``key``, of ``size`` bytes and with ``md5`` as its ETag when given (a
+        single-part object's ETag is the MD5 of its bytes): otherwise it is (re)written."""
         try:
             head = await self._s3.head_object(Bucket=self.location.bucket, Key=key)
         except ClientError as exc:
             if _code(exc) in _ABSENT:
                 return False
             raise
-        return size is None or int(head["ContentLength"]) == size
+        if size is not None and int(head["ContentLength"]) != size:
+            return False
+        return md5 is None or str(head.get("ETag", "")).strip('"') == md5.hex()
 
     async def _put_small(self, digest: str, data: bytes) -> None:
         key = self._key(digest)
+        md5 = hashlib.md5(data, usedforsecurity=False).digest()
         with self._errors(f"storing {digest}"):
-            if await self._exists(key, len(data)):
+            if await self._exists(key, len(data), md5):  # a damaged copy is replaced
                 return
             await self._s3.put_object(
-                Bucket=self.location.bucket, Key=key, Body=data, ContentMD5=_md5(data)
+                Bucket=self.location.bucket,
+                Key=key,
+                Body=data,
+                ContentMD5=base64.b64encode(md5).decode(),
             )
 
     async def _put_multipart(
@@ -336,7 +349,7 @@ class S3BlobStore:
     def _raise(self, exc: Exception, doing: str) -> NoReturn:
         where = f"the blob store {self.location} at {self.endpoint}"
         if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            raise Unavailable(
+            raise Misconfigured(
                 f"{where} cannot be used: the control plane has no complete S3 credentials ({exc})",
                 fix="give the control plane credentials the AWS way: AWS_ACCESS_KEY_ID and "
                 "AWS_SECRET_ACCESS_KEY, AWS_PROFILE with ~/.aws/credentials, or a role",
@@ -348,11 +361,12 @@ class S3BlobStore:
                 "(TUNEPLANE_S3_ENDPOINT_URL), then retry",
             ) from None
         code, status = _code(exc), _status(exc)
+        answer = f"{status} {code}" if code and code != str(status) else f"HTTP {status}"
         if code == "NoSuchBucket":
             self._raise_no_bucket()
         if code in _CREDENTIALS:
-            raise Unavailable(
-                f"{where} refused the control plane's credentials while {doing} ({status} {code})",
+            raise Misconfigured(
+                f"{where} refused the control plane's credentials while {doing} ({answer})",
                 fix="check the AWS credentials the control plane runs with (AWS_ACCESS_KEY_ID "
                 "/ AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and that they may s3:GetObject, "
                 f"s3:PutObject, s3:DeleteObject and s3:AbortMultipartUpload on "
@@ -360,17 +374,18 @@ class S3BlobStore:
                 "bucket (without ListBucket a missing object also reads as 403)",
             ) from None
         if code in _REGION or status == 301:
-            raise Unavailable(
-                f"{where} belongs to another region than the one signed for ({code})",
+            raise Misconfigured(
+                f"the bucket {self.location.bucket} at {self.endpoint} is not in the region the "
+                f"control plane signs for ({self._s3.meta.region_name}; {answer})",
                 fix="set TUNEPLANE_S3_REGION (or AWS_REGION) to the bucket's region",
             ) from None
         raise Unavailable(
-            f"{where} answered {status} {code} while {doing}",
+            f"{where} answered {answer} while {doing}",
             fix="retry later; if it persists, check the object store's health and logs",
         ) from None
 
     def _raise_no_bucket(self) -> NoReturn:
-        raise Unavailable(
+        raise Misconfigured(
             f"the bucket {self.location.bucket} does not exist at {self.endpoint}",
             fix="create it (e.g. `aws s3 mb s3://"
             f"{self.location.bucket}`) or correct TUNEPLANE_BLOB_STORE / "

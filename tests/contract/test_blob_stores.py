@@ -175,6 +175,13 @@ async def test_a_tampered_blob_is_refused(rig: Rig, replacement: bytes) -> None:
     assert "delete that object and upload the same content again" in refused.value.fix
 
 
+async def test_putting_the_same_content_again_repairs_a_damaged_blob(rig: Rig) -> None:
+    digest, _ = await rig.store.put(stream(SMALL), max_size=len(SMALL))
+    await rig.tamper(digest, SMALL[:-1] + b"!")  # the same size
+    assert await rig.store.put(stream(SMALL), max_size=len(SMALL)) == (digest, len(SMALL))
+    assert await rig.store.read(digest) == SMALL
+
+
 @pytest.mark.parametrize("data", [SMALL, LARGE], ids=["small", "large"])
 async def test_concurrent_puts_of_the_same_content(rig: Rig, data: bytes) -> None:
     results = await asyncio.gather(*(rig.store.put(stream(data), len(data)) for _ in range(4)))
