@@ -377,7 +377,7 @@ class S3BlobStore:
             raise Misconfigured(
                 f"the bucket {self.location.bucket} at {self.endpoint} is not in the region the "
                 f"control plane signs for ({self._s3.meta.region_name}; {answer})",
-                fix="set TUNEPLANE_S3_REGION (or AWS_REGION) to the bucket's region",
+                fix="set TUNEPLANE_S3_REGION (or AWS_DEFAULT_REGION) to the bucket's region",
             ) from None
         raise Unavailable(
             f"{where} answered {answer} while {doing}",
