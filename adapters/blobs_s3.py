@@ -229,9 +229,10 @@ class S3BlobStore:
         hasher: Any,
         counted: list[int],
     ) -> AsyncGenerator[bytes, None]:
-        """The stream cut into parts of ``part_size`` (the last one shorter, possibly empty),
-        hashed and counted on the way; TooLarge as soon as it passes ``max_size``."""
-        buffer = bytearray()
+        """The stream cut into parts of ``part_size`` (the last one may be shorter; an empty
+        stream is one empty part), hashed and counted on the way; TooLarge as soon as it passes
+        ``max_size``."""
+        buffer, sent = bytearray(), False
         async for chunk in chunks:
             counted[0] += len(chunk)
             if counted[0] > max_size:
@@ -241,7 +242,9 @@ class S3BlobStore:
             while len(buffer) >= self.part_size:
                 yield bytes(buffer[: self.part_size])
                 del buffer[: self.part_size]
-        yield bytes(buffer)
+                sent = True
+        if buffer or not sent:
+            yield bytes(buffer)
 
     async def _exists(self, key: str, size: int | None, md5: bytes | None = None) -> bool:
         """An object at ``key``, of ``size`` bytes and with ``md5`` as its ETag when given (a

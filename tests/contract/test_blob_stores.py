@@ -98,7 +98,11 @@ def digest_of(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@pytest.mark.parametrize("data", [SMALL, b"", LARGE], ids=["small", "empty", "large"])
+@pytest.mark.parametrize(
+    "data",
+    [SMALL, b"", LARGE, LARGE[:PART], LARGE[: 2 * PART]],
+    ids=["small", "empty", "large", "one-part", "two-parts"],
+)
 async def test_put_stores_the_content_under_its_digest(rig: Rig, data: bytes) -> None:
     digest, size = await rig.store.put(stream(data), max_size=len(data))
     assert (digest, size) == (digest_of(data), len(data))
