@@ -2,7 +2,11 @@
 
 Layout: ``<root>/sha256/<2 hex>/<64 hex>``. Writes go to ``<root>/tmp`` first and are renamed
 into place once the digest is known, so a reader never sees a partial blob and an interrupted
-upload leaves nothing behind but a temporary file that is deleted on the spot.
+upload leaves nothing behind but a temporary file that is deleted on the spot. A read checks
+that the bytes hash to their name: a file changed behind TunePlane's back is refused.
+
+The errors every blob store raises (this one, ``adapters/blobs_s3.py``) are made here, so that
+both say the same thing (``tests/contract/test_blob_stores.py`` runs one contract on both).
 """
 
 from __future__ import annotations
@@ -16,6 +20,33 @@ from pathlib import Path
 
 from domain.errors import InvalidInput, NotFound, TooLarge
 from domain.submission import DIGEST_RE
+
+
+def too_large(max_size: int) -> TooLarge:
+    return TooLarge(
+        f"the upload exceeds the limit of {max_size} bytes",
+        fix="make the source smaller (ignore data and checkpoints in .gitignore) or ask the "
+        "operator to raise the limit",
+    )
+
+
+def digest_mismatch(digest: str, expected: str) -> InvalidInput:
+    return InvalidInput(
+        f"the content's digest is {digest}, not the declared {expected}",
+        fix="the upload was corrupted or the declared digest is wrong: pack and upload again",
+        field="header.X-Content-Digest",
+    )
+
+
+def corrupt_blob(digest: str, found: str, where: str) -> NotFound:
+    """A stored object whose bytes are not the content its name promises: the blob asked
+    for is not there (NotFound: a job that needs it fails, a plugin fails its integrity
+    check), and the message says why."""
+    return NotFound(
+        f"blob {digest} fails its digest check: the bytes stored at {where} hash to {found} "
+        "(changed or damaged outside TunePlane)",
+        fix="delete that object and upload the same content again, or restore it from a backup",
+    )
 
 
 class FilesystemBlobStore:
@@ -45,21 +76,12 @@ class FilesystemBlobStore:
                 async for chunk in chunks:
                     size += len(chunk)
                     if size > max_size:
-                        raise TooLarge(
-                            f"the upload exceeds the limit of {max_size} bytes",
-                            fix="make the source smaller (ignore data and checkpoints in "
-                            ".gitignore) or ask the operator to raise the limit",
-                        )
+                        raise too_large(max_size)
                     hasher.update(chunk)
                     out.write(chunk)
             digest = "sha256:" + hasher.hexdigest()
             if expected is not None and expected != digest:
-                raise InvalidInput(
-                    f"the content's digest is {digest}, not the declared {expected}",
-                    fix="the upload was corrupted or the declared digest is wrong: "
-                    "pack and upload again",
-                    field="header.X-Content-Digest",
-                )
+                raise digest_mismatch(digest, expected)
             final = self._path(digest)
             final.parent.mkdir(exist_ok=True)
             os.replace(tmp, final)
@@ -75,7 +97,12 @@ class FilesystemBlobStore:
             return None
 
     async def read(self, digest: str) -> bytes:
+        path = self._path(digest)
         try:
-            return self._path(digest).read_bytes()
+            data = path.read_bytes()
         except FileNotFoundError:
             raise NotFound(f"no blob {digest}", fix="upload it again") from None
+        found = "sha256:" + hashlib.sha256(data).hexdigest()
+        if found != digest:
+            raise corrupt_blob(digest, found, str(path))
+        return data

@@ -154,9 +154,9 @@ class Supervisor:
                 bundle = await self.ctx.blobs.read(spec.capsule.blob)
             elif spec.source is not None:
                 source = await self.ctx.blobs.read(spec.source.digest)
-        except NotFound:
+        except NotFound as exc:  # absent, or refused by the store's digest check
             what = "Job Capsule" if spec.capsule is not None else "source archive"
-            await self._fail(job, attempt, f"its {what} is gone from the blob store")
+            await self._fail(job, attempt, f"its {what} cannot be read: {exc.message}")
             return
         keeps_outputs = backend.storage.shared_outputs and self.ctx.outputs is not None
         for member in members:

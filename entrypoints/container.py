@@ -6,6 +6,7 @@ and in-memory adapters. Only entrypoints (the API server, ``tp up``) wire real a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -28,7 +29,11 @@ from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context, TelemetrySettings
 from domain.coordination_ports import NO_SIGNALS, Signals
+from domain.errors import Unavailable
+from domain.ports import BlobStore
 from entrypoints.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
@@ -72,6 +77,31 @@ def _signing_keys(settings: Settings, pool: asyncpg.Pool) -> PostgresSigningKeys
     return PostgresSigningKeys(pool, rotate_after=rotate, keep_for=rotate + lifetime)
 
 
+async def _blobs(settings: Settings) -> AsyncIterator[BlobStore]:
+    """The filesystem store (the default, `tp up` included), or S3 when TUNEPLANE_BLOB_STORE
+    is an s3:// URL: then the bucket is checked first, and a process that cannot use it stops
+    with what to fix, unless the store is only unreachable (it may come back)."""
+    location = settings.blob_s3
+    if location is None:
+        yield FilesystemBlobStore(settings.blob_dir)
+        return
+    from adapters.blobs_s3 import Misconfigured, S3BlobStore  # the AWS SDK only for S3
+
+    async with S3BlobStore.connect(
+        location,
+        endpoint_url=settings.s3_endpoint_url,
+        region=settings.s3_region,
+        addressing_style=settings.s3_addressing_style,
+    ) as store:
+        try:
+            await store.check()
+        except Misconfigured as exc:
+            raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
+        except Unavailable as exc:
+            log.warning("%s; going on, requests that need a blob get 503 until it is back", exc)
+        yield store
+
+
 async def _docker(settings: Settings) -> AsyncIterator[DockerBackend]:
     backend = DockerBackend(settings.docker_host)
     try:
@@ -84,7 +114,7 @@ def _context(
     settings: Settings,
     engine: AsyncEngine,
     docker: DockerBackend,
-    blobs: FilesystemBlobStore,
+    blobs: BlobStore,
     signals: Signals,
     metrics: PostgresMetrics,
     tokens: CollectorTokens,
@@ -114,7 +144,7 @@ class Container(containers.DeclarativeContainer):
     engine = providers.Resource(_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
     signals = providers.Resource(_signals, settings=settings)
-    blobs = providers.Singleton(FilesystemBlobStore, root=settings.provided.blob_dir)
+    blobs = providers.Resource(_blobs, settings=settings)
     metrics_pool = providers.Resource(_metrics_pool, settings=settings)
     metrics = providers.Singleton(PostgresMetrics, pool=metrics_pool)
     signing_keys = providers.Singleton(_signing_keys, settings=settings, pool=metrics_pool)

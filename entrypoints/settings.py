@@ -6,8 +6,13 @@ import os
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from application.context import Limits
+from domain.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from adapters.blobs_s3 import S3Location
 
 DEFAULT_DOCKER_SOCKET = "/var/run/tuneplane-docker/docker.sock"
 
@@ -53,6 +58,50 @@ def _signals() -> bool:
             "where LISTEN/NOTIFY does not work, e.g. behind PgBouncer in transaction mode)"
         )
     return raw == "on"
+
+
+def _blob_store() -> str:
+    """TUNEPLANE_BLOB_STORE: empty (the state directory's blobs/), a directory (a shared mount
+    too), or ``s3://bucket/prefix/``; checked here so that a bad value stops the process."""
+    raw = os.environ.get("TUNEPLANE_BLOB_STORE", "").strip()
+    if raw.startswith("s3://"):
+        from adapters.blobs_s3 import S3Location  # only where S3 is used: the SDK is big
+
+        try:
+            S3Location.parse(raw)
+        except InvalidInput as exc:
+            raise SystemExit(
+                f"error: TUNEPLANE_BLOB_STORE: {exc.message} (fix: {exc.fix})"
+            ) from None
+        return raw
+    path = raw.removeprefix("file://")
+    if path and not Path(path).expanduser().is_absolute():
+        raise SystemExit(
+            f"error: TUNEPLANE_BLOB_STORE={raw!r} is neither an absolute directory nor an "
+            "s3:// URL (fix: set /path/to/blobs, s3://BUCKET/PREFIX/, or leave it unset for "
+            "the state directory's blobs/)"
+        )
+    return path
+
+
+def _endpoint_url() -> str | None:
+    raw = os.environ.get("TUNEPLANE_S3_ENDPOINT_URL", "").strip()
+    if raw and not raw.startswith(("http://", "https://")):
+        raise SystemExit(
+            f"error: TUNEPLANE_S3_ENDPOINT_URL={raw!r} is not an http(s) URL (fix: e.g. "
+            "https://minio.example.org:9000, or unset for AWS)"
+        )
+    return raw or None
+
+
+def _addressing_style() -> str | None:
+    raw = os.environ.get("TUNEPLANE_S3_ADDRESSING_STYLE", "").strip()
+    if raw and raw not in ("auto", "path", "virtual"):
+        raise SystemExit(
+            f"error: TUNEPLANE_S3_ADDRESSING_STYLE={raw!r} is not auto, path or virtual (fix: "
+            "path for most S3-compatible servers, virtual or auto for AWS)"
+        )
+    return raw or None
 
 
 def _path(name: str) -> Path | None:
@@ -117,6 +166,15 @@ class Settings:
     signing_key_rotate_seconds: int = field(
         default_factory=lambda: _int("TUNEPLANE_SIGNING_KEY_ROTATE_SECONDS", 7 * 86400)
     )
+    # Where blobs (source archives, Job Capsules, plugin packages) live: "" is
+    # <state_dir>/blobs, an absolute directory (a shared mount), or s3://bucket/prefix/ with the
+    # TUNEPLANE_S3_* settings below and the AWS SDK's credentials (docs/operations.md)
+    blob_store: str = field(default_factory=_blob_store)
+    s3_endpoint_url: str | None = field(default_factory=_endpoint_url)  # None: AWS's own
+    s3_region: str | None = field(
+        default_factory=lambda: os.environ.get("TUNEPLANE_S3_REGION") or None
+    )
+    s3_addressing_style: str | None = field(default_factory=_addressing_style)
     limits: Limits = field(
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),
@@ -126,7 +184,19 @@ class Settings:
 
     @property
     def blob_dir(self) -> Path:
+        """The filesystem blob store's directory (unless the blobs live in S3)."""
+        if self.blob_store and not self.blob_store.startswith("s3://"):
+            return Path(self.blob_store).expanduser()
         return self.state_dir / "blobs"
+
+    @property
+    def blob_s3(self) -> S3Location | None:
+        """The S3 location of the blobs, or None when they are on a filesystem."""
+        if not self.blob_store.startswith("s3://"):
+            return None
+        from adapters.blobs_s3 import S3Location
+
+        return S3Location.parse(self.blob_store)
 
     @property
     def output_dir(self) -> Path:

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.docker",
     "tests.fixtures.server",
     "tests.fixtures.nodes",
+    "tests.fixtures.s3",
 ]

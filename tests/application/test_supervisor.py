@@ -15,6 +15,7 @@ from application import jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
+from domain.capsule import StorageCapabilities
 from domain.lifecycle import JobState
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
@@ -195,3 +196,19 @@ async def test_sweep_releases_finished_members_left_behind(
     backend.members["mem-stranger"] = MemoryMember(stranger)
     assert await sup.sweep() == 1
     assert handle not in backend.members and "mem-stranger" in backend.members  # not ours: kept
+
+
+async def test_a_tampered_job_capsule_fails_the_job_and_is_never_launched(tmp_path: Path) -> None:
+    backend = MemoryBackend(storage=StorageCapabilities(capsule=True))
+    ctx = memory_context(tmp_path, backend)
+    job_id = await submit(ctx)
+    capsule = (await state(ctx, job_id)).job.spec.capsule
+    assert capsule is not None
+    hexdigest = capsule.blob.removeprefix("sha256:")
+    (tmp_path / "blobs" / "sha256" / hexdigest[:2] / hexdigest).write_bytes(b"not the capsule")
+    await Supervisor(ctx).tick()
+    d = await state(ctx, job_id)
+    assert d.job.state is JobState.FAILED and backend.launches == 0
+    assert f"its Job Capsule cannot be read: blob {capsule.blob} fails its digest check" in (
+        d.job.reason
+    )

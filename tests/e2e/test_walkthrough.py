@@ -149,10 +149,12 @@ def test_a_capsule_changed_after_preview_fails_before_user_code(cli: Cli, tmp_pa
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     job = cli.wait_state(job_id, {"succeeded", "failed"})
     assert job["state"] == "failed", job
+    # the blob store's digest check refuses it before launch (the runner checks the capsule's
+    # files against its manifest too: tests/integration/test_capsule_runner.py)
     status = cli("job", "status", job_id).stdout
-    assert "a file of the Job Capsule changed since the commit" in status, status
-    logs = cli("job", "logs", job_id).stdout
-    assert "changed since the commit: source.tar.gz" in logs and "user code ran" not in logs
+    assert "its Job Capsule cannot be read" in status, status
+    assert f"blob {spec['capsule']['blob']} fails its digest check" in status, status
+    assert not job["attempts"][0]["members"][0]["handle"], job  # never launched
 
 
 def test_outputs_are_recorded_and_verified_and_tampering_is_reported(

@@ -1,0 +1,419 @@
+"""Content-addressed blob store on an S3-compatible object store (AWS S3, MinIO, Ceph RGW,
+SeaweedFS, ...), through aiobotocore (the AWS SDK's core, async).
+
+Layout: ``s3://<bucket>/<prefix>sha256/<64 hex>``. The same port contract as the filesystem
+store (``domain/ports.py`` BlobStore, ``tests/contract/test_blob_stores.py``):
+
+* ``put`` hashes while it uploads and never leaves a partial or wrong object behind.
+  A blob of at most one part (8 MiB) is held in memory until its digest is known, then written
+  with one PutObject to its final key. A larger one is sent as a multipart upload, one part at a
+  time: straight to its final key when the caller declared the digest (``expected``), otherwise
+  to a temporary key ``<prefix>uploads/<random>`` that is copied to the final key once the
+  digest is known, then deleted. A multipart upload stays invisible until it is completed, so
+  TooLarge, a digest mismatch, an error or a cancellation aborts it and nothing is left.
+  Identical content is written once: a HEAD of the final key comes first.
+* ``read`` checks that the object's bytes hash to its key; an object changed behind
+  TunePlane's back is refused (NotFound, naming both digests), never handed out.
+* Service errors become domain errors: NotFound for a missing object, Unavailable (naming the
+  endpoint and what to fix) for everything else: unreachable, 5xx, refused credentials, missing
+  bucket. From the caller's side each of these is the server's storage being unusable, not a
+  fault in the request; the supervisor retries Unavailable on its next tick.
+
+Credentials come from the AWS SDK's standard chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY /
+AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws, instance or pod roles); nothing here logs them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import logging
+import re
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    NoCredentialsError,
+    PartialCredentialsError,
+)
+
+from adapters.blobs import corrupt_blob, digest_mismatch, too_large
+from domain.errors import InvalidInput, NotFound, Unavailable
+from domain.submission import DIGEST_RE
+
+log = logging.getLogger(__name__)
+
+PART_SIZE = 8 * 1024 * 1024  # S3's smallest part is 5 MiB (all but the last)
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+_CREDENTIALS = {
+    "AccessDenied",
+    "AllAccessDisabled",
+    "ExpiredToken",
+    "InvalidAccessKeyId",
+    "InvalidToken",
+    "SignatureDoesNotMatch",
+    "RequestTimeTooSkewed",
+    "403",
+}
+_REGION = {
+    "PermanentRedirect",
+    "AuthorizationHeaderMalformed",
+    "IllegalLocationConstraintException",
+}
+_ABSENT = {"NoSuchKey", "404", "NotFound"}
+
+
+class Misconfigured(Unavailable):
+    """Unavailable until an operator acts: credentials refused or missing, no such bucket, the
+    wrong region. (Plain Unavailable: unreachable or failing; it may come back by itself.)"""
+
+
+@dataclass(frozen=True)
+class S3Location:
+    bucket: str
+    prefix: str  # "" or ending in "/"
+
+    @classmethod
+    def parse(cls, url: str) -> S3Location:
+        """``s3://bucket`` or ``s3://bucket/some/prefix/`` (the trailing slash is implied)."""
+        rest = url.removeprefix("s3://")
+        bucket, _, prefix = rest.partition("/")
+        if not url.startswith("s3://") or not _BUCKET_RE.match(bucket):
+            raise InvalidInput(
+                f"{url!r} is not an S3 location",
+                fix="write s3://BUCKET/PREFIX/ (a bucket name of 3-63 lower-case letters, "
+                "digits, dots and hyphens; the prefix is optional)",
+                field="TUNEPLANE_BLOB_STORE",
+            )
+        prefix = prefix.strip("/")
+        return cls(bucket, prefix + "/" if prefix else "")
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+
+class S3BlobStore:
+    """Use ``S3BlobStore.connect(...)`` (an async context manager that owns the client)."""
+
+    def __init__(self, client: Any, location: S3Location, part_size: int = PART_SIZE) -> None:
+        self._s3 = client
+        self.location = location
+        self.part_size = part_size
+        self.endpoint = str(client.meta.endpoint_url)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def connect(
+        cls,
+        location: S3Location,
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        addressing_style: str | None = None,
+        access_key: str | None = None,  # None: the AWS SDK's credential chain
+        secret_key: str | None = None,
+        part_size: int = PART_SIZE,
+        max_attempts: int | None = None,  # None: AWS_MAX_ATTEMPTS, or the SDK's 3
+    ) -> AsyncIterator[S3BlobStore]:
+        session = get_session()
+        region = region or session.get_config_variable("region") or "us-east-1"
+        config = AioConfig(
+            region_name=region,
+            # an S3-compatible server behind one host name wants path-style URLs; AWS decides
+            s3={"addressing_style": addressing_style or ("path" if endpoint_url else "auto")},
+            retries={"mode": "standard"}
+            | ({} if max_attempts is None else {"max_attempts": max_attempts}),
+            connect_timeout=10,
+            read_timeout=120,
+            # integrity is the SHA-256 of every blob (checked here) plus Content-MD5 on each
+            # write; the SDK's default CRC trailers are refused by some S3-compatible servers
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        )
+        async with session.create_client(
+            "s3",
+            endpoint_url=endpoint_url,
+            aws_access_key_id=access_key,
+            aws_secret_access_key=secret_key,
+            config=config,
+        ) as client:
+            store = cls(client, location, part_size)
+            log.info("blob store: %s at %s (region %s)", location, store.endpoint, region)
+            yield store
+
+    # -- the port ---------------------------------------------------------------------------
+
+    async def put(
+        self, chunks: AsyncIterator[bytes], max_size: int, expected: str | None = None
+    ) -> tuple[str, int]:
+        hasher = hashlib.sha256()
+        counted = [0]
+        parts = self._parts(chunks, max_size, hasher, counted)
+        try:
+            first = await anext(parts)
+            second = await anext(parts, None)
+            if second is None:  # one part: the digest is known before anything is written
+                digest = _checked(hasher, expected)
+                await self._put_small(digest, first)
+                return digest, counted[0]
+            return await self._put_multipart(parts, [first, second], hasher, counted, expected)
+        finally:
+            await parts.aclose()
+
+    async def size(self, digest: str) -> int | None:
+        key = self._key(digest)
+        try:
+            head = await self._s3.head_object(Bucket=self.location.bucket, Key=key)
+        except ClientError as exc:
+            if _code(exc) in _ABSENT:
+                return None
+            self._raise(exc, f"looking up {digest}")
+        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
+            self._raise(exc, f"looking up {digest}")
+        return int(head["ContentLength"])
+
+    async def read(self, digest: str) -> bytes:
+        key = self._key(digest)
+        try:
+            got = await self._s3.get_object(Bucket=self.location.bucket, Key=key)
+            async with got["Body"] as body:
+                data: bytes = await body.read()
+        except ClientError as exc:
+            if _code(exc) in _ABSENT:
+                raise NotFound(f"no blob {digest}", fix="upload it again") from None
+            self._raise(exc, f"reading {digest}")
+        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
+            self._raise(exc, f"reading {digest}")
+        found = "sha256:" + hashlib.sha256(data).hexdigest()
+        if found != digest:
+            raise corrupt_blob(digest, found, f"{self.location}{_relative(digest)}")
+        return data
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def check(self) -> None:
+        """That the bucket exists and these credentials may use it (HeadBucket); raises
+        Unavailable naming the problem and its fix."""
+        try:
+            await self._s3.head_bucket(Bucket=self.location.bucket)
+        except ClientError as exc:
+            if _code(exc) in ("404", "NoSuchBucket", "NotFound"):
+                self._raise_no_bucket()
+            self._raise(exc, f"checking bucket {self.location.bucket}")
+        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
+            self._raise(exc, f"checking bucket {self.location.bucket}")
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _key(self, digest: str) -> str:
+        if not DIGEST_RE.match(digest):
+            raise InvalidInput(
+                f"{digest!r} is not a sha256 digest",
+                fix="use the `sha256:<64 hex>` digest that the upload returned",
+                field="digest",
+            )
+        return self.location.prefix + _relative(digest)
+
+    async def _parts(
+        self,
+        chunks: AsyncIterator[bytes],
+        max_size: int,
+        hasher: Any,
+        counted: list[int],
+    ) -> AsyncGenerator[bytes, None]:
+        """The stream cut into parts of ``part_size`` (the last one may be shorter; an empty
+        stream is one empty part), hashed and counted on the way; TooLarge as soon as it passes
+        ``max_size``."""
+        buffer, sent = bytearray(), False
+        async for chunk in chunks:
+            counted[0] += len(chunk)
+            if counted[0] > max_size:
+                raise too_large(max_size)
+            hasher.update(chunk)
+            buffer += chunk
+            while len(buffer) >= self.part_size:
+                yield bytes(buffer[: self.part_size])
+                del buffer[: self.part_size]
+                sent = True
+        if buffer or not sent:
+            yield bytes(buffer)
+
+    async def _exists(self, key: str, size: int | None, md5: bytes | None = None) -> bool:
+        """An object at ``key``, of ``size`` bytes and with ``md5`` as its ETag when given (a
+        single-part object's ETag is the MD5 of its bytes): otherwise it is (re)written."""
+        try:
+            head = await self._s3.head_object(Bucket=self.location.bucket, Key=key)
+        except ClientError as exc:
+            if _code(exc) in _ABSENT:
+                return False
+            raise
+        if size is not None and int(head["ContentLength"]) != size:
+            return False
+        return md5 is None or str(head.get("ETag", "")).strip('"') == md5.hex()
+
+    async def _put_small(self, digest: str, data: bytes) -> None:
+        key = self._key(digest)
+        md5 = hashlib.md5(data, usedforsecurity=False).digest()
+        with self._errors(f"storing {digest}"):
+            if await self._exists(key, len(data), md5):  # a damaged copy is replaced
+                return
+            await self._s3.put_object(
+                Bucket=self.location.bucket,
+                Key=key,
+                Body=data,
+                ContentMD5=base64.b64encode(md5).decode(),
+            )
+
+    async def _put_multipart(
+        self,
+        parts: AsyncIterator[bytes],
+        held: list[bytes],
+        hasher: Any,
+        counted: list[int],
+        expected: str | None,
+    ) -> tuple[str, int]:
+        direct = expected is not None and DIGEST_RE.match(expected) is not None
+        if direct:
+            assert expected is not None
+            with self._errors(f"storing {expected}"):
+                present = await self._exists(self._key(expected), None)
+            if present:  # the same content is stored: only check what is sent
+                async for _ in parts:
+                    pass
+                return _checked(hasher, expected), counted[0]
+            key = self._key(expected)
+        else:
+            key = f"{self.location.prefix}uploads/{uuid.uuid4().hex}"
+        bucket = self.location.bucket
+        with self._errors("starting an upload"):
+            upload = await self._s3.create_multipart_upload(Bucket=bucket, Key=key)
+        upload_id = upload["UploadId"]
+        try:
+            done: list[dict[str, Any]] = []
+            for part in held:
+                await self._upload_part(key, upload_id, done, part)
+            held.clear()
+            async for part in parts:
+                await self._upload_part(key, upload_id, done, part)
+            digest = _checked(hasher, expected)
+            with self._errors(f"storing {digest}"):
+                await self._s3.complete_multipart_upload(
+                    Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
+                )
+        except BaseException:
+            with contextlib.suppress(Exception):  # nothing was completed: drop the parts
+                await self._s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+            raise
+        if not direct:
+            try:
+                final = self._key(digest)
+                with self._errors(f"storing {digest}"):
+                    if not await self._exists(final, counted[0]):
+                        await self._s3.copy_object(
+                            Bucket=bucket, Key=final, CopySource={"Bucket": bucket, "Key": key}
+                        )
+            finally:
+                with contextlib.suppress(Exception):
+                    await self._s3.delete_object(Bucket=bucket, Key=key)
+        return digest, counted[0]
+
+    async def _upload_part(
+        self, key: str, upload_id: str, done: list[dict[str, Any]], data: bytes
+    ) -> None:
+        number = len(done) + 1
+        with self._errors("uploading a part"):
+            sent = await self._s3.upload_part(
+                Bucket=self.location.bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=data,
+                ContentMD5=_md5(data),
+            )
+        done.append({"ETag": sent["ETag"], "PartNumber": number})
+
+    @contextlib.contextmanager
+    def _errors(self, doing: str) -> Iterator[None]:
+        try:
+            yield
+        except ClientError as exc:
+            self._raise(exc, doing)
+        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
+            self._raise(exc, doing)
+
+    def _raise(self, exc: Exception, doing: str) -> NoReturn:
+        where = f"the blob store {self.location} at {self.endpoint}"
+        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+            raise Misconfigured(
+                f"{where} cannot be used: the control plane has no complete S3 credentials ({exc})",
+                fix="give the control plane credentials the AWS way: AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE with ~/.aws/credentials, or a role",
+            ) from None
+        if not isinstance(exc, ClientError):
+            raise Unavailable(
+                f"{where} cannot be reached while {doing} ({type(exc).__name__}: {exc})",
+                fix=f"check that {self.endpoint} is up and reachable from the control plane "
+                "(TUNEPLANE_S3_ENDPOINT_URL), then retry",
+            ) from None
+        code, status = _code(exc), _status(exc)
+        answer = f"{status} {code}" if code and code != str(status) else f"HTTP {status}"
+        if code == "NoSuchBucket":
+            self._raise_no_bucket()
+        if code in _CREDENTIALS:
+            raise Misconfigured(
+                f"{where} refused the control plane's credentials while {doing} ({answer})",
+                fix="check the AWS credentials the control plane runs with (AWS_ACCESS_KEY_ID "
+                "/ AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and that they may s3:GetObject, "
+                f"s3:PutObject, s3:DeleteObject and s3:AbortMultipartUpload on "
+                f"{self.location.bucket}/{self.location.prefix}* and s3:ListBucket on the "
+                "bucket (without ListBucket a missing object also reads as 403)",
+            ) from None
+        if code in _REGION or status == 301:
+            raise Misconfigured(
+                f"the bucket {self.location.bucket} at {self.endpoint} is not in the region the "
+                f"control plane signs for ({self._s3.meta.region_name}; {answer})",
+                fix="set TUNEPLANE_S3_REGION (or AWS_DEFAULT_REGION) to the bucket's region",
+            ) from None
+        raise Unavailable(
+            f"{where} answered {answer} while {doing}",
+            fix="retry later; if it persists, check the object store's health and logs",
+        ) from None
+
+    def _raise_no_bucket(self) -> NoReturn:
+        raise Misconfigured(
+            f"the bucket {self.location.bucket} does not exist at {self.endpoint}",
+            fix="create it (e.g. `aws s3 mb s3://"
+            f"{self.location.bucket}`) or correct TUNEPLANE_BLOB_STORE / "
+            "TUNEPLANE_S3_ENDPOINT_URL",
+        ) from None
+
+
+def _relative(digest: str) -> str:
+    return "sha256/" + digest.removeprefix("sha256:")
+
+
+def _checked(hasher: Any, expected: str | None) -> str:
+    digest = "sha256:" + str(hasher.hexdigest())
+    if expected is not None and expected != digest:
+        raise digest_mismatch(digest, expected)
+    return digest
+
+
+def _md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
