@@ -7,35 +7,27 @@ verified (`tp artifacts verify`)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.docker import build_image
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def torch_runtime(docker_host: str) -> None:
-    """The runtime image, built as docs/local-backend.md says (cached by its recipe)."""
-    build = ROOT / "deploy/images/build.sh"
-    proc = subprocess.run(
-        ["bash", str(build), "python-torch", "--docker-host", docker_host],
-        capture_output=True, text=True, timeout=1200,
-        env={**os.environ, "PYTHON": sys.executable},
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def torch_runtime(docker_host: str) -> str:
+    """The runtime image, built as docs/local-backend.md says; its image id."""
+    return build_image("python-torch", docker_host)
 
 
 @pytest.mark.timeout(1500)
 def test_the_cnn_trains_and_its_artifacts_verify(
-    torch_runtime: None, cli: Cli, tmp_path: Path
+    torch_runtime: str, cli: Cli, tmp_path: Path
 ) -> None:
     cli("new", "cnn", "--method", "pytorch/image-classification")
     cli("validate", "cnn")
