@@ -1,0 +1,201 @@
+#!/bin/bash
+# Start a private single-host Slurm cluster for TunePlane's Slurm backend, or reuse the running one.
+#
+#   eval "$(bash deploy/dev/slurm.sh | grep '^export ')"   # start (or reuse); sets the variables
+#   bash deploy/dev/slurm.sh start [DIR]                    # the same, state under DIR
+#   bash deploy/dev/slurm.sh stop [DIR]                     # stop every daemon of that cluster
+#
+# Debian 12's Slurm 22.05 (slurm-wlm, slurmrestd, munge; installed when missing, as root):
+# a private munged (its own key and socket), slurmctld, four slurmd started as `slurmd -N n1..n4`
+# on distinct ports of 127.0.0.1 (proctrack/linuxproc, task/none, no cgroups), and slurmrestd on a
+# unix socket with rest_auth/local. Nothing is shared with a system Slurm or munge: own ports
+# (free ones, chosen at start), own slurm.conf, own state. See docs/slurm.md.
+# Idempotent: if the cluster in DIR answers (munge, 4 idle nodes, slurmrestd /ping), nothing is
+# done; otherwise what is left of it is stopped and it starts afresh (slurmctld -c: no old jobs).
+# Progress goes to stderr; stdout has only `export NAME=value` lines:
+#   SLURM_CONF (for sinfo/squeue/sbatch), SLURMRESTD_SOCKET (the unix socket of the REST API).
+#
+# Environment: TUNEPLANE_SLURM_STATE (DIR when not given, default /tmp/tuneplane-slurm),
+# TUNEPLANE_SLURM_TIMEOUT (seconds to wait for the cluster, default 60).
+set -euo pipefail
+
+CMD=start
+case "${1:-}" in start | stop) CMD=$1; shift ;; esac
+DIR=${1:-${TUNEPLANE_SLURM_STATE:-/tmp/tuneplane-slurm}}
+TIMEOUT=${TUNEPLANE_SLURM_TIMEOUT:-60}
+NODES=(n1 n2 n3 n4)
+API=v0.0.38
+
+say() { echo "slurm.sh: $*" >&2; }
+die() { say "error: $*"; exit 1; }
+
+mkdir -p "$DIR" 2>/dev/null || die "cannot create the state directory $DIR"
+DIR=$(cd "$DIR" && pwd)
+CONF=$DIR/slurm.conf
+SOCK=$DIR/slurmrestd.sock
+MSOCK=$DIR/munge/munge.socket
+export SLURM_CONF=$CONF
+
+# alive PID: running and not a zombie (PID 1 may reap slowly here).
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$(echo "${stat##*) }" | cut -d' ' -f1)" != Z ]
+}
+
+pidfiles() {
+  echo "$DIR/slurmrestd.pid"
+  for n in "${NODES[@]}"; do echo "$DIR/slurmd-$n.pid"; done
+  echo "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"
+}
+
+stop_all() {
+  local f pid
+  for f in $(pidfiles); do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f" 2>/dev/null || true)
+    if [ -n "$pid" ] && alive "$pid"; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+      alive "$pid" && kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$f"
+  done
+  rm -f "$SOCK"
+}
+
+munge_ok() { [ -S "$MSOCK" ] && munge -n -S "$MSOCK" 2>/dev/null | unmunge -S "$MSOCK" >/dev/null 2>&1; }
+nodes_idle() {
+  [ -f "$CONF" ] && [ "$(sinfo -h -t idle -o %D 2>/dev/null || true)" = "${#NODES[@]}" ]
+}
+rest_ok() {
+  [ -S "$SOCK" ] && curl -sf --max-time 3 --unix-socket "$SOCK" "http://slurm/slurm/$API/ping" \
+    >/dev/null 2>&1
+}
+up() { munge_ok && nodes_idle && rest_ok; }
+
+done_() {
+  echo "export SLURM_CONF=$CONF"
+  echo "export SLURMRESTD_SOCKET=$SOCK"
+  exit 0
+}
+
+if [ "$CMD" = stop ]; then
+  stop_all
+  say "stopped the cluster in $DIR"
+  exit 0
+fi
+
+if command -v sinfo >/dev/null && up; then
+  say "the cluster in $DIR answers; nothing to do"
+  done_
+fi
+
+# --- tools ------------------------------------------------------------------------------------
+missing=()
+command -v slurmctld >/dev/null || missing+=(slurm-wlm)
+command -v slurmrestd >/dev/null || missing+=(slurmrestd)
+command -v munged >/dev/null || missing+=(munge)
+command -v curl >/dev/null || missing+=(curl)
+command -v python3 >/dev/null || missing+=(python3)
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || die "need root to install ${missing[*]} (or install them yourself)"
+  say "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -qq >&2
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+    "${missing[@]}" >&2
+fi
+[ "$(id -u)" = 0 ] || die "the Slurm daemons must be started as root here (slurmd runs jobs)"
+
+started=$(date +%s%N)
+stop_all  # whatever is left of an earlier cluster in $DIR
+mkdir -p "$DIR"/{state,log,munge} "${NODES[@]/#/$DIR/spool/}"
+chmod 0755 "$DIR"
+
+# --- munge: a private daemon with its own key ---------------------------------------------------
+if [ ! -s "$DIR/munge/munge.key" ]; then
+  dd if=/dev/urandom of="$DIR/munge/munge.key" bs=1024 count=1 status=none
+fi
+chown -R munge:munge "$DIR/munge"
+chmod 0711 "$DIR/munge"  # munged wants its socket's directory searchable by all
+chmod 0400 "$DIR/munge/munge.key"
+rm -f "$MSOCK" "$MSOCK.lock"
+runuser -u munge -- munged --key-file="$DIR/munge/munge.key" --socket="$MSOCK" \
+  --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
+  --seed-file="$DIR/munge/munged.seed" >&2
+for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
+munge_ok || { tail -n 20 "$DIR/munge/munged.log" >&2 || true; die "munged does not answer on $MSOCK"; }
+
+# --- slurm.conf ---------------------------------------------------------------------------------
+# free TCP ports on 127.0.0.1: slurmctld, then one per slurmd
+read -r -a PORTS <<<"$(python3 -c '
+import socket
+socks = [socket.socket() for _ in range(5)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(*[s.getsockname()[1] for s in socks])')"
+HOST=$(hostname -s)
+{
+  cat <<CONF
+# Written by deploy/dev/slurm.sh: a private single-host test cluster (see docs/slurm.md).
+ClusterName=tuneplane
+SlurmctldHost=$HOST(127.0.0.1)
+SlurmctldPort=${PORTS[0]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MSOCK
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool/%n
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd-%n.pid
+SlurmctldLogFile=$DIR/log/slurmctld.log
+SlurmdLogFile=$DIR/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+ReturnToService=2
+MpiDefault=none
+MinJobAge=300
+KillWait=5
+CONF
+  i=1
+  for n in "${NODES[@]}"; do
+    echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=${PORTS[$i]} CPUs=2 RealMemory=2000 State=UNKNOWN"
+    i=$((i + 1))
+  done
+  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+} >"$CONF"
+# No cgroup.conf: 22.05 has no CgroupPlugin=disabled (23.02+); with proctrack/linuxproc and
+# task/none the cgroup plugin slurmd loads anyway (autodetect) is never used for jobs.
+rm -f "$DIR/cgroup.conf"
+
+# --- daemons ------------------------------------------------------------------------------------
+say "starting slurmctld (port ${PORTS[0]}) and slurmd ${NODES[*]} (ports ${PORTS[*]:1}) in $DIR"
+slurmctld -c -f "$CONF" >&2 || die "slurmctld did not start; see $DIR/log/slurmctld.log"
+for n in "${NODES[@]}"; do
+  slurmd -N "$n" -f "$CONF" >&2 || die "slurmd -N $n did not start; see $DIR/log/slurmd-$n.log"
+done
+SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$CONF" -a rest_auth/local \
+  -s openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36 "unix:$SOCK" \
+  >"$DIR/log/slurmrestd.log" 2>&1 </dev/null &
+echo $! >"$DIR/slurmrestd.pid"
+
+for _ in $(seq $((TIMEOUT * 10))); do
+  if nodes_idle && rest_ok; then
+    say "cluster up in $(( ($(date +%s%N) - started) / 1000000 )) ms (state $DIR)"
+    done_
+  fi
+  sleep 0.1
+done
+for f in slurmctld.log slurmrestd.log; do
+  say "--- last lines of $DIR/log/$f ---"
+  tail -n 20 "$DIR/log/$f" >&2 || true
+done
+sinfo >&2 || true
+die "the cluster in $DIR is not up after ${TIMEOUT}s (logs in $DIR/log)"
