@@ -49,8 +49,18 @@ pidfiles() {
   echo "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"
 }
 
+# The sessions of this cluster's slurmstepd processes (they and the jobs' processes outlive
+# slurmd): found by the SLURM_CONF in their environment, which only this cluster's daemons pass.
+step_sessions() {
+  local p
+  for p in $(pgrep -x slurmstepd || true); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$CONF" || continue
+    ps -o sid= -p "$p" 2>/dev/null || true
+  done | sort -u
+}
+
 stop_all() {
-  local f pid
+  local f pid sid
   for f in $(pidfiles); do
     [ -f "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
@@ -61,6 +71,7 @@ stop_all() {
     fi
     rm -f "$f"
   done
+  for sid in $(step_sessions); do pkill -KILL -s "$sid" 2>/dev/null || true; done
   rm -f "$SOCK"
 }
 
