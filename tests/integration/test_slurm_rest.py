@@ -150,6 +150,14 @@ async def test_two_node_batch_job_runs_srun_steps(slurm_cluster: SlurmCluster) -
         job_id = await submit(client, job_body(script, slurm_cluster, nodes=2), "job_submit")
         running = record("job_running", await wait_state(client, job_id, {"RUNNING"}))
         assert running["jobs"][0]["node_count"] == 2
+        listed = record("jobs", await client.get(f"{API}/jobs"))
+        assert job_id in [j["job_id"] for j in listed["jobs"]]
+        nodes = record("nodes_busy", await client.get(f"{API}/nodes"))["nodes"]
+        busy = {n["name"] for n in nodes if n["state"] != "idle"}
+        assert len(busy) == 2 and {n["state"] for n in nodes if n["name"] in busy} <= {
+            "allocated",
+            "mixed",
+        }
         done = record("job_completed", await wait_state(client, job_id, FINISHED))
         info = done["jobs"][0]
         assert (info["job_state"], info["exit_code"]) == ("COMPLETED", 0)
