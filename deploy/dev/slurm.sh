@@ -10,7 +10,7 @@
 # on distinct ports of 127.0.0.1 (proctrack/linuxproc, task/none, no cgroups), and slurmrestd on a
 # unix socket with rest_auth/local. Nothing is shared with a system Slurm or munge: own ports
 # (free ones, chosen at start), own slurm.conf, own state. See docs/slurm.md.
-# Idempotent: if the cluster in DIR answers (munge, 4 idle nodes, slurmrestd /ping), nothing is
+# Idempotent: if the cluster in DIR answers (daemons alive, munge, 4 idle nodes, /ping), nothing is
 # done; otherwise what is left of it is stopped and it starts afresh (slurmctld -c: no old jobs).
 # Progress goes to stderr; stdout has only `export NAME=value` lines:
 #   SLURM_CONF (for sinfo/squeue/sbatch), SLURMRESTD_SOCKET (the unix socket of the REST API).
@@ -83,7 +83,16 @@ rest_ok() {
   [ -S "$SOCK" ] && curl -sf --max-time 3 --unix-socket "$SOCK" "http://slurm/slurm/$API/ping" \
     >/dev/null 2>&1
 }
-up() { munge_ok && nodes_idle && rest_ok; }
+# every daemon of the cluster alive by its pid file (slurmctld notices a dead slurmd only after
+# SlurmdTimeout, so sinfo alone would still say idle)
+daemons_alive() {
+  local f pid
+  for f in $(pidfiles); do
+    pid=$(cat "$f" 2>/dev/null || true)
+    [ -n "$pid" ] && alive "$pid" || return 1
+  done
+}
+up() { daemons_alive && munge_ok && nodes_idle && rest_ok; }
 
 done_() {
   echo "export SLURM_CONF=$CONF"
