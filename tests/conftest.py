@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.server",
     "tests.fixtures.nodes",
     "tests.fixtures.s3",
+    "tests.fixtures.browser",
 ]

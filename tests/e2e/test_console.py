@@ -1,0 +1,97 @@
+"""The web console in headless Chromium against a real `tp serve` with a real job: sign in with
+the keyboard (a refused token first), the Fleet page, the job in the Jobs list and its filters,
+the job's page with its log, a reload that keeps the session, and signing out. Screenshots are
+saved under test-artifacts/console/<test>/."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, expect
+
+from entrypoints.api.console import CSP, DEFAULT_DIST
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.server import Servers
+
+pytestmark = pytest.mark.e2e
+
+
+def submit_job(cli: Cli) -> str:
+    cli("new", "hello", "--method", "custom/custom")
+    (cli.cwd / "hello" / "train.sh").write_text("echo 'hello from the console test'\n")
+    out = cli("submit", "hello", "--profile", "cpu:1", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
+    assert job["state"] == "succeeded", job
+    return job_id
+
+
+async def test_sign_in_fleet_jobs_and_a_job(
+    api_server: Servers, cli: Cli, page: Page, screenshots: Path
+) -> None:
+    assert (DEFAULT_DIST / "index.html").is_file(), (
+        "the console is not built; fix: bash -c 'source deploy/dev/setup.sh'"
+    )
+    job_id = submit_job(cli)
+
+    response = await page.goto(api_server.url + "/console/")
+    assert response is not None and response.status == 200
+    assert response.headers["content-security-policy"] == CSP
+
+    # Sign in: a labelled field, Enter submits; a refused token is announced, not kept.
+    field = page.get_by_label("API token")
+    await expect(field).to_be_focused()
+    await expect(field).to_have_attribute("type", "password")
+    await field.fill("not-a-token")
+    await field.press("Enter")
+    await expect(page.get_by_role("alert")).to_contain_text("refused")
+    assert await page.evaluate("sessionStorage.length") == 0
+    await page.screenshot(path=screenshots / "01-refused.png")
+    await field.fill(api_server.token)
+    await field.press("Enter")
+
+    # Fleet: the local pool, who is signed in, the navigation landmark.
+    await expect(page.get_by_role("heading", name="Fleet", level=1)).to_be_visible()
+    await expect(page.get_by_role("heading", level=2).first).to_contain_text("Pool")
+    await expect(page.locator("#who")).to_contain_text("admin")
+    await expect(page.get_by_role("navigation", name="Main")).to_be_visible()
+    await page.screenshot(path=screenshots / "02-fleet.png", full_page=True)
+
+    # Jobs: the job is listed with its state; filters narrow the list.
+    await page.get_by_role("link", name="Jobs").click()
+    await expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name=job_id))
+    await expect(row).to_contain_text("succeeded")
+    await expect(row).to_contain_text("hello")
+    await page.screenshot(path=screenshots / "03-jobs.png", full_page=True)
+    await page.get_by_label("Owner").fill("somebody-else")
+    await page.get_by_label("Owner").press("Enter")
+    await expect(page.get_by_text("No jobs match")).to_be_visible()
+    assert "owner=somebody-else" in page.url
+    await page.get_by_label("Owner").fill("")
+    await page.get_by_label("State").select_option("succeeded")
+    await page.get_by_role("button", name="Apply").click()
+    await expect(page.get_by_role("link", name=job_id)).to_be_visible()
+
+    # The job's page: its facts, members, log; the stop button is off for an ended job.
+    await page.get_by_role("link", name=job_id).click()
+    await expect(page.get_by_role("heading", name=f"Job {job_id}")).to_be_visible()
+    await expect(page.get_by_label("Job log")).to_contain_text("hello from the console test")
+    await expect(page.get_by_role("table", name="Members by attempt")).to_contain_text("succeeded")
+    await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
+    await page.screenshot(path=screenshots / "04-job.png", full_page=True)
+
+    # A reload keeps the session (sessionStorage) and the route; signing out forgets the token.
+    await page.reload()
+    await expect(page.get_by_role("heading", name=f"Job {job_id}")).to_be_visible()
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_label("API token")).to_be_visible()
+    assert await page.evaluate("sessionStorage.length") == 0
+    assert re.search(r"#/login$", page.url)
+
+    # The token never reaches the page's markup.
+    assert api_server.token not in await page.content()
+    for shot in ("01-refused", "02-fleet", "03-jobs", "04-job"):
+        assert (screenshots / f"{shot}.png").stat().st_size > 0
