@@ -12,6 +12,8 @@ import pytest
 from playwright.async_api import Page, expect
 
 from entrypoints.api.console import CSP, DEFAULT_DIST
+from tests.e2e.test_node_backend import Factory, cli_for, submit
+from tests.e2e.test_telemetry_e2e import wait_for
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.server import Servers
 
@@ -95,3 +97,67 @@ async def test_sign_in_fleet_jobs_and_a_job(
     assert api_server.token not in await page.content()
     for shot in ("01-refused", "02-fleet", "03-jobs", "04-job"):
         assert (screenshots / f"{shot}.png").stat().st_size > 0
+
+
+STEPS = 3000  # more than the 1,000 buckets a chart asks for: the first view is bucketed
+JSONL = (
+    'd="$TUNEPLANE_METRICS_DIR"; test -d "$d" || exit 3; '
+    f"for i in $(seq 0 {STEPS - 1}); do "
+    'printf \'{"step": %d, "metrics": {"train/loss": %d}}\\n\' $i $((100000 / (i + 10))); '
+    'done > "$d/train.jsonl"; echo wrote'
+)
+
+
+@pytest.mark.slow
+async def test_a_job_chart_zooms_with_a_bounded_query(
+    node_cluster_factory: Factory, tmp_path: Path, page: Page, screenshots: Path
+) -> None:
+    cluster = await node_cluster_factory(1)
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, JSONL, profile="nodes/cpu:0.5")
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert job["state"] == "succeeded", (job, cli("job", "logs", job_id).stdout)
+    wait_for(
+        lambda: [
+            s for s in cluster.api("GET", f"/v1/jobs/{job_id}/metrics")["series"]
+            if s["tag"] == "train/loss" and s["count"] == STEPS
+        ],
+        60,
+        "every point of train/loss",
+    )  # fmt: skip
+
+    await page.goto(cluster.servers.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(cluster.servers.token)
+    await page.get_by_label("API token").press("Enter")
+    nodes = page.get_by_role("table", name=f"Nodes of pool {cluster.pool}")
+    node = nodes.get_by_role("row").filter(has_text="connected")
+    await expect(node).to_have_count(1)
+    await expect(node.get_by_role("cell").last).not_to_have_text("—")  # a heartbeat time
+    await page.screenshot(path=screenshots / "01-fleet-nodes.png", full_page=True)
+
+    async with page.expect_response(lambda r: "/metrics/curve?" in r.url) as first:
+        await page.goto(cluster.servers.url + f"/console/#/jobs/{job_id}")
+    assert "points=1000" in (await first.value).url
+    chart = page.get_by_role("img", name="Line chart of train/loss by step")
+    await expect(chart).to_be_visible()
+    await expect(chart.locator("canvas")).to_have_count(1)
+    await page.screenshot(path=screenshots / "02-chart.png", full_page=True)
+
+    # Drag over the middle of the plot: the chart asks for that step range only.
+    over = chart.locator(".u-over")
+    await over.scroll_into_view_if_needed()
+    box = await over.bounding_box()
+    assert box is not None
+    y = box["y"] + box["height"] / 2
+    async with page.expect_response(lambda r: "/metrics/curve?" in r.url) as zoomed:
+        await page.mouse.move(box["x"] + box["width"] * 0.4, y)
+        await page.mouse.down()
+        await page.mouse.move(box["x"] + box["width"] * 0.6, y, steps=5)
+        await page.mouse.up()
+    response = await zoomed.value
+    assert response.ok
+    body = await response.json()
+    assert 0 < body["start"] < body["end"] < STEPS - 1, body
+    assert body["end"] - body["start"] < STEPS / 2
+    assert body["width"] == 1  # a narrower range comes back at full resolution
+    await page.screenshot(path=screenshots / "03-zoomed.png", full_page=True)
