@@ -5,6 +5,7 @@ import { fleetPage } from "./pages/fleet";
 import { jobPage } from "./pages/job";
 import { jobsPage } from "./pages/jobs";
 import { loginPage, type Whoami } from "./pages/login";
+import { pluginsPage } from "./pages/plugins";
 
 // Hash routes (#/fleet, #/jobs?state=…, #/jobs/ID, #/login): the server serves one index.html
 // and never sees the route, so a reload keeps the page.
@@ -42,6 +43,7 @@ async function route(): Promise<void> {
     if (job) await jobPage(main, decodeURIComponent(job[1]));
     else if (path === "/jobs") await jobsPage(main, new URLSearchParams(query));
     else if (path === "/fleet") await fleetPage(main);
+    else if (path === "/plugins") await pluginsPage(main);
     else location.hash = "#/fleet";
   } catch (err) {
     if (!token.get()) return route();

@@ -18,6 +18,7 @@ from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.server import Servers
 
 pytestmark = pytest.mark.e2e
+EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "docs/examples/plugins/exact-match"
 
 
 def submit_job(cli: Cli) -> str:
@@ -37,6 +38,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
         "the console is not built; fix: bash -c 'source deploy/dev/setup.sh'"
     )
     job_id = submit_job(cli)
+    cli("plugin", "publish", str(EXAMPLE_PLUGIN))
 
     response = await page.goto(api_server.url + "/console/")
     assert response is not None and response.status == 200
@@ -85,6 +87,17 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
     await page.screenshot(path=screenshots / "04-job.png", full_page=True)
 
+    # Plugins: every group, the published one under its purpose with where it executes.
+    await page.get_by_role("link", name="Plugins").click()
+    await expect(page.get_by_role("heading", name="Plugins", level=1)).to_be_visible()
+    plugin = page.get_by_role("table", name="Plugins for evaluation").get_by_role("row").nth(1)
+    await expect(plugin).to_contain_text("exact-match")
+    await expect(plugin).to_contain_text("workload")
+    await expect(plugin).to_contain_text("read-outputs")
+    await expect(plugin).to_contain_text("enabled")
+    await page.screenshot(path=screenshots / "05-plugins.png", full_page=True)
+    await page.go_back()
+
     # A reload keeps the session (sessionStorage) and the route; signing out forgets the token.
     await page.reload()
     await expect(page.get_by_role("heading", name=f"Job {job_id}")).to_be_visible()
@@ -95,7 +108,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
 
     # The token never reaches the page's markup.
     assert api_server.token not in await page.content()
-    for shot in ("01-refused", "02-fleet", "03-jobs", "04-job"):
+    for shot in ("01-refused", "02-fleet", "03-jobs", "04-job", "05-plugins"):
         assert (screenshots / f"{shot}.png").stat().st_size > 0
 
 
