@@ -174,3 +174,33 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     assert body["end"] - body["start"] < STEPS / 2
     assert body["width"] == 1  # a narrower range comes back at full resolution
     await page.screenshot(path=screenshots / "03-zoomed.png", full_page=True)
+
+
+async def test_a_running_jobs_live_log_and_stop(
+    api_server: Servers, cli: Cli, page: Page, screenshots: Path
+) -> None:
+    cli("new", "sleeper", "--method", "custom/custom")
+    out = cli(
+        "submit", "sleeper", "--profile", "cpu:1",
+        "--set", "command=echo started; sleep 2; echo still here; sleep 600", "--yes",
+    )  # fmt: skip
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    cli.wait_state(job_id, {"running"})
+
+    await page.goto(api_server.url + f"/console/#/jobs/{job_id}")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_role("button", name="Sign in").click()
+    log = page.get_by_label("Job log")
+    await expect(log).to_contain_text("started")
+    await expect(log).to_contain_text("still here")  # 2 s later: usually through the open stream
+    await page.screenshot(path=screenshots / "01-running.png", full_page=True)
+
+    page.once("dialog", lambda d: d.accept())  # "Stop job …?"
+    await page.get_by_role("button", name="Stop job").click()
+    job = cli.wait_state(job_id, {"cancelled"}, timeout=60)
+    assert job["attempts"][0]["members"][0]["state"] == "stopped"
+    await page.reload()
+    await expect(page.locator(".facts")).to_contain_text("cancelled")
+    await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
+    await expect(log).to_contain_text("still here")
+    await page.screenshot(path=screenshots / "02-stopped.png", full_page=True)

@@ -16,6 +16,7 @@ interface Metrics {
 }
 
 const ENDED = new Set(["succeeded", "failed", "cancelled"]);
+const LIVE = new Set(["starting", "running", "stopping"]);
 
 // One job: its fields, why it waits (or what it holds), attempts and members, the recipe's
 // primary metrics as charts, the log, and a stop button.
@@ -86,9 +87,34 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     }
   }
   try {
-    const res = await call(`${base}/logs`);
-    logs.textContent = (await res.text()) || "(empty)";
+    if (LIVE.has(job.state)) await follow(`${base}/logs?follow=true`, logs);
+    else logs.textContent = (await (await call(`${base}/logs`)).text()) || "(empty)";
   } catch (err) {
-    logs.textContent = `Log unavailable: ${err instanceof Error ? err.message : String(err)}`;
+    if (!(err instanceof DOMException && err.name === "AbortError"))
+      logs.append(`\nLog unavailable: ${err instanceof Error ? err.message : String(err)}`);
   }
+}
+
+// A running job's log as it is written (the API streams it until the job ends); leaving the page
+// closes the stream.
+async function follow(path: string, logs: HTMLElement): Promise<void> {
+  const abort = new AbortController();
+  window.addEventListener("hashchange", () => abort.abort(), { once: true });
+  const res = await call(path, { signal: abort.signal });
+  logs.textContent = "";
+  logs.setAttribute("aria-busy", "true");
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (!logs.isConnected) {
+      abort.abort(); // the page was redrawn (e.g. after Stop): this stream has no reader left
+      return;
+    }
+    const atBottom = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
+    logs.append(value);
+    if (atBottom) logs.scrollTop = logs.scrollHeight;
+  }
+  logs.removeAttribute("aria-busy");
+  logs.append("\n— end of log (the job ended; reload for its final state) —");
 }
