@@ -6,6 +6,7 @@ import { jobPage } from "./pages/job";
 import { jobsPage } from "./pages/jobs";
 import { loginPage, type Whoami } from "./pages/login";
 import { pluginsPage } from "./pages/plugins";
+import { submitPage } from "./pages/submit";
 
 // Hash routes (#/fleet, #/jobs?state=…, #/jobs/ID, #/login): the server serves one index.html
 // and never sees the route, so a reload keeps the page.
@@ -44,6 +45,7 @@ async function route(): Promise<void> {
     else if (path === "/jobs") await jobsPage(main, new URLSearchParams(query));
     else if (path === "/fleet") await fleetPage(main);
     else if (path === "/plugins") await pluginsPage(main);
+    else if (path === "/submit") await submitPage(main);
     else location.hash = "#/fleet";
   } catch (err) {
     if (!token.get()) return route();

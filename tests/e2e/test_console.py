@@ -204,3 +204,52 @@ async def test_a_running_jobs_live_log_and_stop(
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
     await expect(log).to_contain_text("still here")
     await page.screenshot(path=screenshots / "02-stopped.png", full_page=True)
+
+
+async def test_submit_dialog_previews_then_commits_that_preview(
+    api_server: Servers, cli: Cli, page: Page, screenshots: Path, expected_statuses: set[int]
+) -> None:
+    expected_statuses.add(422)  # the bad profile below
+    await page.goto(api_server.url + "/console/#/submit")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    await expect(page.get_by_role("heading", name="Submit a job")).to_be_visible()
+    await page.get_by_label("Method").select_option("custom/custom")
+    await page.get_by_label("Experiment").fill("from-console")
+    await page.get_by_label("Profile").fill("cpu:1")
+    command = page.get_by_label("command (required)")
+    await command.fill("echo submitted from the console")
+
+    # A bad profile is refused at preview, with the API's reason; nothing is created.
+    await page.get_by_label("Profile").fill("no-such-profile")
+    await command.press("Enter")
+    await expect(page.get_by_role("alert")).to_contain_text("Preview refused")
+    await page.get_by_label("Profile").fill("cpu:1")
+    await page.get_by_role("button", name="Preview").click()
+
+    preview = page.get_by_role("region", name="Preview")
+    await expect(preview).to_contain_text("sha256:")
+    await expect(page.get_by_label("What will run")).to_contain_text("submitted from the console")
+    listed = await page.request.get(api_server.url + "/v1/jobs", headers=api_server.headers)
+    assert (await listed.json())["jobs"] == []
+    await page.screenshot(path=screenshots / "01-preview.png", full_page=True)
+    preview_id = (await preview.locator("dd").first.text_content()) or ""
+    digest = (await preview.locator("dd code").text_content()) or ""
+
+    await page.get_by_role("button", name="Confirm and submit").click()
+    await expect(page.get_by_role("heading", name=re.compile(r"^Job job-"))).to_be_visible()
+    job_id = page.url.rsplit("/", 1)[-1]
+    job = cli.wait_state(job_id, {"succeeded", "failed"})
+    assert job["state"] == "succeeded", job
+    assert "submitted from the console" in cli("job", "logs", job_id).stdout
+    retry_key = await page.evaluate(f"sessionStorage.getItem('tuneplane.retry.{preview_id}')")
+    assert retry_key
+
+    # The same triple again (a retry after a lost answer) is the same job, not a second one.
+    again = await page.request.post(
+        api_server.url + "/v1/jobs",
+        headers=api_server.headers,
+        data={"preview_id": preview_id, "digest": digest, "retry_key": retry_key},
+    )
+    assert again.status == 200 and (await again.json())["job_id"] == job_id, await again.text()
+    await page.screenshot(path=screenshots / "02-submitted.png", full_page=True)

@@ -87,7 +87,7 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     filters,
     jobs.length
       ? table(`${jobs.length} job${jobs.length === 1 ? "" : "s"}, newest first`, ["Job", "State", "Experiment", "Method", "Owner", "Queue", "Profile", "Created"], rows)
-      : h("p", {}, "No jobs match. Submit one with `tp run`."),
+      : h("p", {}, "No jobs match. Submit one with `tp submit` or the Submit page."),
     page.next_cursor ? h("p", { class: "muted" }, "Showing the newest 200.") : "",
   );
 }
