@@ -15,6 +15,7 @@ from entrypoints.api.console import CSP, DEFAULT_DIST
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 from tests.e2e.test_telemetry_e2e import wait_for
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 
 pytestmark = pytest.mark.e2e
@@ -53,6 +54,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(page.get_by_role("alert")).to_contain_text("refused")
     assert await page.evaluate("sessionStorage.length") == 0
     await page.screenshot(path=screenshots / "01-refused.png")
+    assert not await accessibility_violations(page)
     await field.fill(api_server.token)
     await field.press("Enter")
 
@@ -62,6 +64,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(page.locator("#who")).to_contain_text("admin")
     await expect(page.get_by_role("navigation", name="Main")).to_be_visible()
     await page.screenshot(path=screenshots / "02-fleet.png", full_page=True)
+    assert not await accessibility_violations(page)
 
     # Jobs: the job is listed with its state; filters narrow the list.
     await page.get_by_role("link", name="Jobs").click()
@@ -70,6 +73,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(row).to_contain_text("succeeded")
     await expect(row).to_contain_text("hello")
     await page.screenshot(path=screenshots / "03-jobs.png", full_page=True)
+    assert not await accessibility_violations(page)
     await page.get_by_label("Owner").fill("somebody-else")
     await page.get_by_label("Owner").press("Enter")
     await expect(page.get_by_text("No jobs match")).to_be_visible()
@@ -86,6 +90,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(page.get_by_role("table", name="Members by attempt")).to_contain_text("succeeded")
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
     await page.screenshot(path=screenshots / "04-job.png", full_page=True)
+    assert not await accessibility_violations(page)
 
     # Plugins: every group, the published one under its purpose with where it executes.
     await page.get_by_role("link", name="Plugins").click()
@@ -96,6 +101,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(plugin).to_contain_text("read-outputs")
     await expect(plugin).to_contain_text("enabled")
     await page.screenshot(path=screenshots / "05-plugins.png", full_page=True)
+    assert not await accessibility_violations(page)
     await page.go_back()
 
     # A reload keeps the session (sessionStorage) and the route; signing out forgets the token.
@@ -155,6 +161,7 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     await expect(chart).to_be_visible()
     await expect(chart.locator("canvas")).to_have_count(1)
     await page.screenshot(path=screenshots / "02-chart.png", full_page=True)
+    assert not await accessibility_violations(page)
 
     # Drag over the middle of the plot: the chart asks for that step range only.
     over = chart.locator(".u-over")
@@ -194,6 +201,7 @@ async def test_a_running_jobs_live_log_and_stop(
     await expect(log).to_contain_text("started")
     await expect(log).to_contain_text("still here")  # 2 s later: usually through the open stream
     await page.screenshot(path=screenshots / "01-running.png", full_page=True)
+    assert not await accessibility_violations(page)
 
     page.once("dialog", lambda d: d.accept())  # "Stop job …?"
     await page.get_by_role("button", name="Stop job").click()
@@ -233,6 +241,7 @@ async def test_submit_dialog_previews_then_commits_that_preview(
     listed = await page.request.get(api_server.url + "/v1/jobs", headers=api_server.headers)
     assert (await listed.json())["jobs"] == []
     await page.screenshot(path=screenshots / "01-preview.png", full_page=True)
+    assert not await accessibility_violations(page)
     preview_id = (await preview.locator("dd").first.text_content()) or ""
     digest = (await preview.locator("dd code").text_content()) or ""
 
