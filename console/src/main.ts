@@ -39,6 +39,7 @@ async function route(): Promise<void> {
     if (current) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
+  main.dataset.page = path.slice(1);
   try {
     const job = /^\/jobs\/([^/]+)$/.exec(path);
     if (job) await jobPage(main, decodeURIComponent(job[1]));

@@ -145,6 +145,7 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
         "every point of train/loss",
     )  # fmt: skip
 
+    await page.clock.install()  # the Fleet page's refresh timer runs on this clock
     await page.goto(cluster.servers.url + "/console/#/fleet")
     await page.get_by_label("API token").fill(cluster.servers.token)
     await page.get_by_label("API token").press("Enter")
@@ -153,6 +154,9 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     await expect(node).to_have_count(1)
     await expect(node.get_by_role("cell").last).not_to_have_text("—")  # a heartbeat time
     await page.screenshot(path=screenshots / "01-fleet-nodes.png", full_page=True)
+    async with page.expect_response(lambda r: r.url.endswith("/v1/fleet")):
+        await page.clock.fast_forward(16_000)  # the page refreshes itself every 15 s
+    await expect(node).to_have_count(1)
 
     async with page.expect_response(lambda r: "/metrics/curve?" in r.url) as first:
         await page.goto(cluster.servers.url + f"/console/#/jobs/{job_id}")
@@ -160,6 +164,9 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     chart = page.get_by_role("img", name="Line chart of train/loss by step")
     await expect(chart).to_be_visible()
     await expect(chart.locator("canvas")).to_have_count(1)
+    member = job["attempts"][0]["members"][0]
+    members = page.get_by_role("table", name="Members by attempt")
+    await expect(members).to_contain_text(member["node"])  # where it ran
     await page.screenshot(path=screenshots / "02-chart.png", full_page=True)
     assert not await accessibility_violations(page)
 

@@ -31,12 +31,14 @@ interface NodeLink {
   heartbeat_at: string;
 }
 
+const REFRESH_MS = 15_000;
+let timer = 0;
 const used = (u: number, t: number): string => `${u} / ${t}`;
 
 // Pools and their nodes: scheduling state and connectivity in separate columns, capacity and
 // usage, and each node daemon's last heartbeat.
-export async function fleetPage(main: HTMLElement): Promise<void> {
-  main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
+export async function fleetPage(main: HTMLElement, refresh = false): Promise<void> {
+  if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
   const [fleet, links] = await Promise.all([
     getJson<{ pools: Pool[] }>("/v1/fleet"),
     getJson<NodeLink[]>("/v1/node-links").catch(() => [] as NodeLink[]),
@@ -65,8 +67,19 @@ export async function fleetPage(main: HTMLElement): Promise<void> {
         : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
     );
   });
+  // Redraw every 15 s while this page is shown; one timer at a time; waits while the tab is hidden.
+  const hash = location.hash;
+  const tick = (): void => {
+    if (location.hash !== hash || main.dataset.page !== "fleet") return;
+    if (document.hidden) timer = window.setTimeout(tick, REFRESH_MS);
+    else void fleetPage(main, true).catch(() => undefined);
+  };
+  window.clearTimeout(timer);
+  timer = window.setTimeout(tick, REFRESH_MS);
+  main.dataset.page = "fleet";
   main.replaceChildren(
     h("h1", {}, "Fleet"),
+    h("p", { class: "muted" }, `Updated ${new Date().toLocaleTimeString()}; refreshes every ${REFRESH_MS / 1000} s.`),
     ...(sections.length ? sections : [alertBox("No pools yet. Fix: `tp fleet apply fleet.toml`.")]),
   );
 }

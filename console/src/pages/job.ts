@@ -57,7 +57,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   });
 
   const members = job.attempts.flatMap((a) =>
-    a.members.map((m) => [a.number, a.state, m.index, m.state, m.handle ?? "—", m.exit_code ?? "—", m.reason ?? ""]),
+    a.members.map((m) => [a.number, a.state, m.index, m.role, m.state, m.node ?? "—", m.handle ?? "—", m.exit_code ?? "—", m.reason ?? ""]),
   );
   const charts = h("section", { "aria-labelledby": "charts-title" }, h("h2", { id: "charts-title" }, "Metrics"));
   const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Job log" }, "Loading…");
@@ -69,7 +69,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     stop,
     status,
     h("h2", {}, "Attempts and members"),
-    members.length ? table("Members by attempt", ["Attempt", "Attempt state", "Member", "State", "Handle", "Exit code", "Reason"], members) : h("p", {}, "No attempt yet."),
+    members.length ? table("Members by attempt", ["Attempt", "Attempt state", "Member", "Role", "State", "Node", "Handle", "Exit code", "Reason"], members) : h("p", {}, "No attempt yet."),
     charts,
     h("h2", {}, "Log"),
     logs,

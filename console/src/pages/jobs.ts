@@ -8,6 +8,8 @@ export interface Member {
   handle: string | null;
   exit_code: number | null;
   reason: string | null;
+  node: string | null;
+  role: string;
 }
 export interface Attempt {
   id: string;
