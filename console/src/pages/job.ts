@@ -76,8 +76,10 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   );
 
   const metrics = await getJson<Metrics>(`${base}/metrics`).catch(() => null);
-  const tags = metrics ? (metrics.primary.length ? metrics.primary : metrics.canonical) : [];
-  if (!tags.length) charts.append(h("p", {}, "No metrics reported yet."));
+  // canonical: the recipe's primary metrics that were reported, else every reported tag.
+  const tags = metrics?.canonical ?? [];
+  if (!tags.length)
+    charts.append(h("p", {}, metrics?.primary.length ? `No metrics reported yet (this recipe charts ${metrics.primary.join(", ")}).` : "No metrics reported yet."));
   const width = Math.min(900, Math.max(320, main.clientWidth - 40));
   for (const tag of tags) {
     try {
