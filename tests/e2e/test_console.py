@@ -269,3 +269,30 @@ async def test_submit_dialog_previews_then_commits_that_preview(
     )
     assert again.status == 200 and (await again.json())["job_id"] == job_id, await again.text()
     await page.screenshot(path=screenshots / "02-submitted.png", full_page=True)
+
+
+async def test_a_pending_job_says_why(
+    api_server: Servers, cli: Cli, page: Page, screenshots: Path
+) -> None:
+    cli("fleet", "node", "cordon", "local")  # nothing can start
+    cli("new", "waiter", "--method", "custom/custom")
+    out = cli("submit", "waiter", "--profile", "cpu:1", "--set", "command=true", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    assert "(1 cordoned)" in cli("job", "why", job_id).stdout
+    assert cli.status(job_id)["state"] == "pending"
+
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    local = page.get_by_role("table", name="Nodes of pool local").get_by_role("row").nth(1)
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
+    await expect(local.get_by_role("cell").nth(2)).to_have_text("connected")
+
+    await page.goto(api_server.url + f"/console/#/jobs/{job_id}")
+    reason = page.locator(".why")
+    await expect(reason).to_contain_text("Why pending:")
+    await expect(reason).to_contain_text("position 1 of 1")
+    await expect(reason).to_contain_text("(1 cordoned)")  # what `tp job why` says too
+    await expect(page.get_by_role("button", name="Stop job")).to_be_enabled()
+    await page.screenshot(path=screenshots / "01-pending.png", full_page=True)
+    assert not await accessibility_violations(page)

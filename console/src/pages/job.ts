@@ -65,7 +65,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     h("h1", {}, `Job ${id}`),
     h("p", {}, h("a", { href: "#/jobs" }, "← All jobs")),
     facts,
-    why ? h("p", { class: "why" }, h("strong", {}, why.kind === "pending" ? "Why pending: " : "Status: "), why.text) : "",
+    why ? h("p", { class: "why" }, h("strong", {}, why.state === "pending" ? "Why pending: " : "Status: "), why.text, why.position ? ` (position ${why.position} of ${why.pending_total ?? "?"} waiting)` : "") : "",
     stop,
     status,
     h("h2", {}, "Attempts and members"),
