@@ -214,8 +214,8 @@ async def test_a_running_jobs_live_log_and_stop(
     await page.get_by_role("button", name="Stop job").click()
     job = cli.wait_state(job_id, {"cancelled"}, timeout=60)
     assert job["attempts"][0]["members"][0]["state"] == "stopped"
-    await page.reload()
-    await expect(page.locator(".facts")).to_contain_text("cancelled")
+    # No reload: the page draws itself again when the job has ended (its log stream closes).
+    await expect(page.locator(".facts")).to_contain_text("cancelled", timeout=30_000)
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
     await expect(log).to_contain_text("still here")
     await page.screenshot(path=screenshots / "02-stopped.png", full_page=True)

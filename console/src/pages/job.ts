@@ -89,7 +89,17 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     }
   }
   try {
-    if (LIVE.has(job.state)) await follow(`${base}/logs?follow=true`, logs);
+    if (LIVE.has(job.state)) {
+      await follow(`${base}/logs?follow=true`, logs);
+      // The stream ends when the job's processes do; the job's final state is recorded just
+      // after. Draw the page again once it has ended (never while it has not, so a stream that
+      // ends early cannot loop); give up after a minute and say so.
+      for (let i = 0; i < 60 && logs.isConnected; i++) {
+        if (ENDED.has((await getJson<Job>(base)).state)) return jobPage(main, id);
+        await new Promise((resolve) => window.setTimeout(resolve, 1000));
+      }
+      if (logs.isConnected) logs.append("\n(the job has not ended yet; reload for its state)");
+    }
     else logs.textContent = (await (await call(`${base}/logs`)).text()) || "(empty)";
   } catch (err) {
     if (!(err instanceof DOMException && err.name === "AbortError"))
@@ -118,5 +128,5 @@ async function follow(path: string, logs: HTMLElement): Promise<void> {
     if (atBottom) logs.scrollTop = logs.scrollHeight;
   }
   logs.removeAttribute("aria-busy");
-  logs.append("\n— end of log (the job ended; reload for its final state) —");
+  logs.append("\n— end of log —");
 }
