@@ -48,6 +48,8 @@ async function route(): Promise<void> {
     else if (path === "/plugins") await pluginsPage(main);
     else if (path === "/submit") await submitPage(main);
     else location.hash = "#/fleet";
+    // A new view: move focus to its content, so keyboard and screen-reader users start there.
+    if (document.activeElement === document.body || nav.contains(document.activeElement)) main.focus();
   } catch (err) {
     if (!token.get()) return route();
     main.replaceChildren(h("h1", {}, "Something went wrong"), alertBox(err instanceof Error ? err.message : String(err)));

@@ -67,8 +67,10 @@ async def test_sign_in_fleet_jobs_and_a_job(
     assert not await accessibility_violations(page)
 
     # Jobs: the job is listed with its state; filters narrow the list.
-    await page.get_by_role("link", name="Jobs").click()
+    await page.get_by_role("link", name="Jobs").focus()
+    await page.keyboard.press("Enter")
     await expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
+    await expect(page.locator("main")).to_be_focused()  # the new view, not the menu
     row = page.get_by_role("row").filter(has=page.get_by_role("link", name=job_id))
     await expect(row).to_contain_text("succeeded")
     await expect(row).to_contain_text("hello")
