@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.nodes",
     "tests.fixtures.s3",
     "tests.fixtures.slurm",
+    "tests.fixtures.browser",
 ]

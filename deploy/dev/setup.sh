@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what TunePlane needs on a fresh Debian 12 machine (idempotent): Debian packages for the
 # local container engine and runtime images, a virtualenv in .venv with the project and its
-# development tools. Sourced by up.sh and test.sh.
+# development tools, and the web console built into entrypoints/api/console_dist (npm ci + build). Sourced by up.sh and test.sh.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -11,6 +11,9 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 dpkg -s busybox-static >/dev/null 2>&1 || need_apt+=(busybox-static)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+# The web console: Node 20 + npm build it (console/); headless Chromium runs its browser tests.
+command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
+[ -x /usr/bin/chromium ] || need_apt+=(chromium)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive
@@ -30,4 +33,11 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]' 2>&1 | grep -v -i warning || true
   .venv/bin/tp --help >/dev/null
   touch "$stamp"
+fi
+
+# The web console (docs/console.md): rebuilt when missing or older than any of its sources.
+dist=entrypoints/api/console_dist/index.html
+if [ ! -f "$dist" ] || [ -n "$(find console -path console/node_modules -prune -o -type f -newer "$dist" -print -quit)" ]; then
+  echo "==> building the web console (npm ci && npm run build in console/)"
+  (cd console && npm ci --no-audit --no-fund --loglevel=error && npm run build --silent) >/dev/null
 fi

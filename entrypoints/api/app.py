@@ -19,6 +19,7 @@ from application.supervisor import Supervisor
 from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
+from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
@@ -94,7 +95,7 @@ def create_app(
         handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
     return Litestar(
-        route_handlers=[healthz, readyz, *protected],
+        route_handlers=[healthz, readyz, *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
         state=State(state),

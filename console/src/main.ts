@@ -1,0 +1,70 @@
+import "./style.css";
+import { getJson, token } from "./api";
+import { alertBox, h } from "./dom";
+import { fleetPage } from "./pages/fleet";
+import { jobPage } from "./pages/job";
+import { jobsPage } from "./pages/jobs";
+import { loginPage, type Whoami } from "./pages/login";
+import { pluginsPage } from "./pages/plugins";
+import { submitPage } from "./pages/submit";
+
+// Hash routes (#/fleet, #/jobs?state=…, #/jobs/ID, #/login): the server serves one index.html
+// and never sees the route, so a reload keeps the page.
+const main = document.getElementById("main") as HTMLElement;
+const nav = document.getElementById("nav") as HTMLElement;
+const who = document.getElementById("who") as HTMLElement;
+let notice: string | null = null;
+
+function showUser(user: Whoami | null): void {
+  nav.hidden = user === null;
+  who.textContent = user ? `${user.name} (${user.role})` : "";
+}
+
+async function route(): Promise<void> {
+  const [path, query = ""] = location.hash.replace(/^#/, "").split("?", 2);
+  if (!token.get()) {
+    showUser(null);
+    loginPage(main, notice, (user) => {
+      notice = null;
+      showUser(user);
+      location.hash = path && path !== "/login" ? `#${path}${query ? `?${query}` : ""}` : "#/fleet";
+      void route();
+    });
+    return;
+  }
+  if (nav.hidden) showUser(await getJson<Whoami>("/v1/whoami").catch(() => null));
+  if (!token.get()) return route();
+  for (const link of nav.querySelectorAll("a")) {
+    const current = path.startsWith(link.getAttribute("href")!.slice(1));
+    if (current) link.setAttribute("aria-current", "page");
+    else link.removeAttribute("aria-current");
+  }
+  main.dataset.page = path.slice(1);
+  try {
+    const job = /^\/jobs\/([^/]+)$/.exec(path);
+    if (job) await jobPage(main, decodeURIComponent(job[1]));
+    else if (path === "/jobs") await jobsPage(main, new URLSearchParams(query));
+    else if (path === "/fleet") await fleetPage(main);
+    else if (path === "/plugins") await pluginsPage(main);
+    else if (path === "/submit") await submitPage(main);
+    else location.hash = "#/fleet";
+    // A new view: move focus to its content, so keyboard and screen-reader users start there.
+    if (document.activeElement === document.body || nav.contains(document.activeElement)) main.focus();
+  } catch (err) {
+    if (!token.get()) return route();
+    main.replaceChildren(h("h1", {}, "Something went wrong"), alertBox(err instanceof Error ? err.message : String(err)));
+  }
+}
+
+window.addEventListener("hashchange", () => void route());
+window.addEventListener("tp:signed-out", (event) => {
+  notice = (event as CustomEvent<string>).detail;
+  void route();
+});
+document.getElementById("logout")!.addEventListener("click", () => {
+  token.clear();
+  notice = "Signed out.";
+  location.hash = "#/login";
+  void route();
+});
+void route();

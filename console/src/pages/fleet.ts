@@ -1,0 +1,85 @@
+import { getJson } from "../api";
+import { alertBox, h, table, when } from "../dom";
+
+interface FleetNode {
+  name: string;
+  sched: string;
+  connectivity: string;
+  eligible: boolean;
+  validation: string;
+  validation_reason: string;
+  gpus_total: number;
+  gpus_used: number;
+  cpus_total: number;
+  cpus_used: number;
+  memory_mb_total: number;
+  memory_mb_used: number;
+  members: number;
+}
+interface Pool {
+  name: string;
+  fleet: string;
+  backend: string;
+  gpu_model: string | null;
+  description: string;
+  gpus_total: number;
+  gpus_used: number;
+  nodes: FleetNode[];
+}
+interface NodeLink {
+  node: string;
+  heartbeat_at: string;
+}
+
+const REFRESH_MS = 15_000;
+let timer = 0;
+const used = (u: number, t: number): string => `${u} / ${t}`;
+
+// Pools and their nodes: scheduling state and connectivity in separate columns, capacity and
+// usage, and each node daemon's last heartbeat.
+export async function fleetPage(main: HTMLElement, refresh = false): Promise<void> {
+  if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
+  const [fleet, links] = await Promise.all([
+    getJson<{ pools: Pool[] }>("/v1/fleet"),
+    getJson<NodeLink[]>("/v1/node-links").catch(() => [] as NodeLink[]),
+  ]);
+  const heartbeat = new Map(links.map((l) => [l.node, l.heartbeat_at]));
+  const sections = fleet.pools.map((pool) => {
+    const rows = pool.nodes.map((n) => [
+      n.name,
+      h("span", { class: `badge sched-${n.sched}` }, n.sched),
+      h("span", { class: `badge conn-${n.connectivity}` }, n.connectivity),
+      n.validation + (n.validation_reason ? ` (${n.validation_reason})` : ""),
+      used(n.gpus_used, n.gpus_total),
+      used(n.cpus_used, n.cpus_total),
+      used(n.memory_mb_used, n.memory_mb_total),
+      n.members,
+      when(heartbeat.get(n.name)),
+    ]);
+    const summary = `${pool.backend}${pool.gpu_model ? `, ${pool.gpu_model}` : ""}; GPUs used ${used(pool.gpus_used, pool.gpus_total)}`;
+    return h(
+      "section",
+      { "aria-labelledby": `pool-${pool.name}` },
+      h("h2", { id: `pool-${pool.name}` }, `Pool ${pool.name}`, h("span", { class: "muted" }, ` (fleet ${pool.fleet})`)),
+      h("p", {}, summary, pool.description ? ` — ${pool.description}` : ""),
+      pool.nodes.length
+        ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Members", "Last heartbeat"], rows)
+        : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
+    );
+  });
+  // Redraw every 15 s while this page is shown; one timer at a time; waits while the tab is hidden.
+  const hash = location.hash;
+  const tick = (): void => {
+    if (location.hash !== hash || main.dataset.page !== "fleet") return;
+    if (document.hidden) timer = window.setTimeout(tick, REFRESH_MS);
+    else void fleetPage(main, true).catch(() => undefined);
+  };
+  window.clearTimeout(timer);
+  timer = window.setTimeout(tick, REFRESH_MS);
+  main.dataset.page = "fleet";
+  main.replaceChildren(
+    h("h1", {}, "Fleet"),
+    h("p", { class: "muted" }, `Updated ${new Date().toLocaleTimeString()}; refreshes every ${REFRESH_MS / 1000} s.`),
+    ...(sections.length ? sections : [alertBox("No pools yet. Fix: `tp fleet apply fleet.toml`.")]),
+  );
+}

@@ -1,0 +1,63 @@
+import { ApiError, getJson, token } from "../api";
+import { alertBox, h } from "../dom";
+
+export interface Whoami {
+  name: string;
+  role: string;
+  teams: string[];
+}
+
+// Sign in with an API token (the same tokens as the CLI: `tp login --token …`). The token is
+// checked against GET /v1/whoami before it is kept.
+export function loginPage(main: HTMLElement, notice: string | null, onSignedIn: (who: Whoami) => void): void {
+  const input = h("input", {
+    id: "token",
+    name: "token",
+    type: "password",
+    autocomplete: "off",
+    required: true,
+    "aria-describedby": "token-help",
+  });
+  const status = h("div", { "aria-live": "polite" });
+  if (notice) status.append(alertBox(notice));
+  const button = h("button", { type: "submit" }, "Sign in");
+  const form = h(
+    "form",
+    { "aria-labelledby": "login-title" },
+    h("label", { for: "token" }, "API token"),
+    input,
+    h("p", { id: "token-help", class: "help" }, "A token from `tp users token` or the first admin token printed by `tp serve`. Kept in this tab only."),
+    button,
+    status,
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const secret = input.value.trim();
+    status.replaceChildren();
+    if (!secret) {
+      status.append(alertBox("Enter an API token."));
+      input.focus();
+      return;
+    }
+    button.disabled = true;
+    getJson<Whoami>("/v1/whoami", secret)
+      .then((who) => {
+        token.set(secret);
+        input.value = "";
+        onSignedIn(who);
+      })
+      .catch((err: unknown) => {
+        const msg =
+          err instanceof ApiError && err.status === 401
+            ? "That token was refused. Check it, or ask an admin for a new one (`tp users token NAME`)."
+            : `Could not sign in: ${err instanceof Error ? err.message : String(err)}`;
+        status.append(alertBox(msg));
+        input.focus();
+      })
+      .finally(() => {
+        button.disabled = false;
+      });
+  });
+  main.replaceChildren(h("h1", { id: "login-title" }, "Sign in to TunePlane"), form);
+  input.focus();
+}
