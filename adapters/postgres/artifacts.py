@@ -11,8 +11,8 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from adapters.postgres.artifact_tables import artifacts, output_scans
 from adapters.postgres.errors import translated
-from adapters.postgres.tables import artifacts, output_scans
 from domain.artifacts import ArtifactRecord, Manifest, ScanRequest, ScanResult
 from domain.canonical import canonical_json
 

@@ -417,41 +417,8 @@ member_launches = Table(
     Index("ix_member_launches_node", "node", postgresql_where=text("released_at IS NULL")),
 )
 
-artifacts = Table(  # a member's output manifest, recorded when it completed
-    "artifacts",
-    metadata,
-    Column("member_id", Text, ForeignKey("members.id", ondelete="CASCADE"), primary_key=True),
-    Column("job_id", Text, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
-    Column("attempt_id", Text, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("member_index", Integer, nullable=False),
-    Column("digest", Text, nullable=False),
-    Column("manifest", Text, nullable=False),  # canonical JSON of domain.artifacts.Manifest
-    ts("recorded_at"),
-    Column("node", Text),  # where the files live (a node's disk); NULL: the control plane's
-    Index("ix_artifacts_job_id", "job_id"),
-)
-
-output_scans = Table(  # tp artifacts verify of outputs kept on a node: the request, the answer
-    "output_scans",
-    metadata,
-    Column("id", Text, primary_key=True),
-    Column("node", Text, nullable=False),
-    Column("job_id", Text, nullable=False),
-    Column("attempt_id", Text, nullable=False),
-    Column("member_id", Text, nullable=False),
-    Column("member_index", Integer, nullable=False),
-    ts("requested_at"),
-    ts("done_at", nullable=True),
-    Column("manifest", Text),  # canonical JSON of domain.artifacts.Manifest; NULL: none found
-    Column("error", Text, nullable=False, server_default=""),
-    Index(
-        "ix_output_scans_pending", "node", "requested_at", postgresql_where=text("done_at IS NULL")
-    ),
-)
-
-# The telemetry and plugin tables live in their own modules, on this metadata.
-from adapters.postgres import plugin_tables, telemetry_tables  # noqa: E402, F401
+# The telemetry, plugin and artifact tables live in their own modules, on this metadata.
+from adapters.postgres import artifact_tables, plugin_tables, telemetry_tables  # noqa: E402, F401
 
 runtimes = Table(  # the runtime registry (docs/runtimes.md); the built-in runtimes are not here
     "runtimes",
