@@ -8,8 +8,8 @@ import pytest
 from adapters.sim import CrashPoint
 from domain.fleet import Pool, Queue
 from domain.lifecycle import JobState
-from entrypoints.sim import World
 from entrypoints.sim_scenario import PoolSpec
+from entrypoints.sim_world import World
 
 pytestmark = pytest.mark.sim
 

@@ -30,7 +30,7 @@ from domain.catalog import RuntimePin
 from domain.errors import InvalidInput, Unavailable
 from domain.fleet import Pool, Queue, Team
 from domain.ports import LaunchRequest
-from entrypoints import sim
+from entrypoints import sim, sim_world
 from entrypoints.cli.main import run
 from entrypoints.sim import InvariantViolated, World
 from entrypoints.sim_scenario import PoolSpec, load_scenario, parse_scenario
@@ -263,7 +263,7 @@ def _planted(step: int) -> Any:
 def test_a_violated_invariant_stops_the_run_naming_step_seed_and_invariant(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(sim, "inspect", _planted(4))
+    monkeypatch.setattr(sim_world, "inspect", _planted(4))
     with pytest.raises(InvariantViolated) as e:
         trace_of(FAULTS, 9)
     assert (e.value.step, e.value.seed, e.value.scenario) == (4, 9, "faults")

@@ -20,8 +20,8 @@ from adapters.sim.faults import CRASH_KINDS
 from domain.errors import InvalidInput, TunePlaneError, Unavailable
 from domain.fleet import Pool, Queue
 from domain.ports import LaunchRequest
-from entrypoints.sim import World
 from entrypoints.sim_scenario import PoolSpec
+from entrypoints.sim_world import World
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow, pytest.mark.timeout(1200)]  # shrinking is slow
 

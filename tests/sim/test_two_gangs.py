@@ -11,8 +11,8 @@ import pytest
 from application.explain import explain_job
 from domain.fleet import Pool, Queue
 from domain.lifecycle import JobState, MemberState
-from entrypoints.sim import OPERATOR, World
 from entrypoints.sim_scenario import PoolSpec
+from entrypoints.sim_world import OPERATOR, World
 
 pytestmark = [pytest.mark.sim, pytest.mark.slow]
 
