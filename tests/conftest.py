@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.slurm",
     "tests.fixtures.browser",
+    "tests.fixtures.recording_telemetry",
 ]
