@@ -19,6 +19,7 @@ from grpclib.server import Server
 from adapters.collector_tokens import CollectorTokens
 from adapters.grpc.node_gateway import NodeGateway
 from adapters.grpc.telemetry_gateway import TelemetryGateway
+from adapters.postgres.metric_compaction import keep_compacting
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.system import SystemClock
@@ -136,7 +137,9 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
             announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
             flush=True,
         )
-        await until_signalled(asyncio.Event().wait())  # serve until told to stop
+        every = settings.telemetry_compact_seconds
+        # serve until told to stop, merging the small blocks of slow collectors meanwhile
+        await until_signalled(keep_compacting(pool, every) if every else asyncio.Event().wait())
     finally:
         if server is not None:
             server.close()

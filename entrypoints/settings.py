@@ -160,6 +160,10 @@ class Settings:
     telemetry_grace_seconds: int = field(
         default_factory=lambda: _int("TUNEPLANE_TELEMETRY_GRACE_SECONDS", 600)
     )
+    # how often the telemetry gateway merges small raw-point blocks (0: never)
+    telemetry_compact_seconds: int = field(
+        default_factory=lambda: _int("TUNEPLANE_TELEMETRY_COMPACT_SECONDS", 60)
+    )
     collector_token_seconds: int = field(
         default_factory=lambda: _int("TUNEPLANE_COLLECTOR_TOKEN_SECONDS", 30 * 86400)
     )

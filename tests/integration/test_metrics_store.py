@@ -12,6 +12,12 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from adapters.postgres.metric_compaction import (
+    COMPACTION_LOCK,
+    Compacted,
+    compact_blocks,
+    keep_compacting,
+)
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
@@ -200,3 +206,99 @@ async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
         "SELECT count(*) FROM metric_points p JOIN metric_series s ON s.id = p.series_id"
     )
     assert visible == 20
+
+
+async def blocks(store: PostgresMetrics) -> int:
+    return int(await store.pool.fetchval("SELECT count(*) FROM metric_blocks"))
+
+
+async def test_a_trickle_of_one_point_blocks_is_merged_without_changing_any_answer(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """A collector shipping a record at a time leaves a block per point per tag; compaction
+    merges each (series, bucket)'s blocks into one sorted block and every query answers the
+    same, including a resent record (still refused) and points in the next bucket."""
+    scope = scopes[0]
+    trickle = [*range(0, 40), *range(4090, 4110)]  # two buckets of the 4,096-step blocks
+    shuffled = random.Random(7).sample(trickle, len(trickle))  # steps out of order
+    for offset, step in enumerate(shuffled):  # each record shipped alone
+        records = [(offset, [("loss", step, 1.0 / (step + 1)), ("lr", step, 0.1)])]
+        await store.append(scope, [batch("m.jsonl#0", records)], NONE, NOW)
+    await store.append(scopes[1], [loss(range(0, 3))], NONE, NOW)  # few blocks: left alone
+    assert await blocks(store) == 2 * len(trickle) + 2
+    series = {s.tag: s for s in await store.series(scope.job_id) if s.member_id == scope.member_id}
+    before_raw = await store.raw(series["loss"].id, 0, 5000, -1, 1000)
+    before_view = await store.view(series["loss"].id, plan_view(0, 4109, 100))
+
+    done = await compact_blocks(store.pool, min_blocks=8)
+
+    assert (done.removed, done.merged) == (2 * len(trickle), 4)  # loss and lr, two buckets each
+    assert await blocks(store) == 4 + 2
+    assert await store.raw(series["loss"].id, 0, 5000, -1, 1000) == before_raw
+    assert await store.view(series["loss"].id, plan_view(0, 4109, 100)) == before_view
+    assert [p.step for p in before_raw] == sorted(trickle)
+    steps = await store.pool.fetchval(
+        "SELECT steps FROM metric_blocks WHERE series_id = $1 AND bucket = 0", series["loss"].id
+    )
+    assert list(steps) == [*range(40), *range(4090, 4096)]  # one block, sorted
+    again = await store.append(scope, [loss(range(10, 11))], NONE, NOW)  # offset 10: old
+    assert (again.accepted, again.duplicates) == (0, 2)
+    assert await compact_blocks(store.pool, min_blocks=8) == Compacted(0, 0)
+
+
+async def test_compaction_passes_are_bounded_and_lose_nothing_beside_ingest(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    for scope in scopes:
+        for o in range(10):
+            await store.append(scope, [loss(range(o, o + 1))], NONE, NOW)
+    assert await blocks(store) == 4 * 2 * 10  # 4 members × 2 tags × 10 one-point blocks
+    first = await compact_blocks(store.pool, min_blocks=8, limit=3)
+    assert (first.removed, first.merged) == (30, 3)
+    total = await points(store)
+
+    async def trickle() -> None:  # in offset order, as one collector ships
+        for o in range(10, 14):
+            await store.append(scopes[0], [loss(range(o, o + 1))], NONE, NOW)
+
+    async def compacting() -> int:
+        merged = 0
+        for _ in range(4):
+            merged += (await compact_blocks(store.pool, min_blocks=2, limit=100)).merged
+        return merged
+
+    merged, _ = await asyncio.gather(compacting(), trickle())
+    assert merged >= 5  # the five crowded pairs the bounded pass left
+    assert await points(store) == total + 4 * 2  # nothing lost, nothing twice
+    rest = await compact_blocks(store.pool, min_blocks=2)
+    assert await blocks(store) == 8  # one block per series
+    assert await points(store) == total + 8 and rest.removed >= rest.merged
+    with pytest.raises(ValueError, match="min_blocks"):
+        await compact_blocks(store.pool, min_blocks=1)
+
+
+async def test_one_compactor_at_a_time_the_others_skip_their_pass(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    for o in range(10):
+        await store.append(scopes[0], [loss(range(o, o + 1))], NONE, NOW)
+    async with store.pool.acquire() as conn, conn.transaction():  # another gateway's pass
+        assert await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", COMPACTION_LOCK)
+        assert await compact_blocks(store.pool) == Compacted(0, 0)
+    assert await compact_blocks(store.pool) == Compacted(20, 2)
+
+
+async def test_the_gateway_loop_keeps_merging_as_a_trickle_goes_on(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    loop = asyncio.create_task(keep_compacting(store.pool, 0.01, min_blocks=4))
+    try:
+        for o in range(40):
+            await store.append(scopes[0], [loss(range(o, o + 1))], NONE, NOW)
+        async with asyncio.timeout(30):
+            while await blocks(store) > 2 * 3:  # noqa: ASYNC110 (polls the database)
+                await asyncio.sleep(0.01)
+        assert await points(store) == 80
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
