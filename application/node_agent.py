@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from application.node_live_output import LOG_CHUNK, ship_live_output
 from application.node_outputs import scan_member
 from domain.artifact_ports import OutputStorage
 from domain.artifacts import Manifest
@@ -30,6 +31,7 @@ from domain.node_messages import (
     Progress,
     ScanOutputs,
     SourceChunk,
+    TokenRenewal,
     Vote,
 )
 from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
@@ -47,7 +49,6 @@ log = logging.getLogger("tuneplane.node")
 
 Body = Vote | Progress | MemberReport | LogChunk | OutputsScanned
 Send = Callable[[Body], Awaitable[None]]
-LOG_CHUNK = 1024 * 1024
 _BUSY = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.STARTING, Phase.RUNNING})
 
 
@@ -261,6 +262,21 @@ class NodeAgent:
                 stop = self.runtime.stop(entry.container_id, grace)
                 self._tasks[mid] = asyncio.create_task(stop)
 
+    async def on_token(self, renewal: TokenRenewal) -> None:
+        """A newer collector token (a long run): journalled, then in its collector's file."""
+        mid = renewal.ref.member_id
+        async with self._lock(mid):
+            entry = await self._get(mid)
+            if entry is None or entry.order.ref != renewal.ref or not entry.order.collector_token:
+                return  # forgotten, or another launch of that member: nothing to renew
+            order = replace(
+                entry.order,
+                collector_token=renewal.token,
+                collector_token_expires_at=renewal.expires_at,
+            )
+            await self._put(replace(entry, order=order))
+        await self._feed()
+
     async def _commit(self, entry: JournalEntry) -> None:
         if entry.phase is not Phase.PREPARED:
             await self._say(entry.report())  # already started (or gone): say so again
@@ -397,38 +413,9 @@ class NodeAgent:
             )
 
     async def _send_live(self, entry: JournalEntry, cid: str) -> None:
-        """Send the output in pieces at byte offsets, at most every ``flush_seconds``: one
-        reader gathers, this task ships. Pieces sent while disconnected are lost and sent
-        again on the next Welcome (the store keeps the first copy of each)."""
-        buf = bytearray()
-        done = asyncio.Event()
-
-        async def read() -> None:
-            try:
-                async for chunk in self.runtime.follow_logs(cid):
-                    buf.extend(chunk)
-            except Exception as exc:  # the engine or the container went away: stop following
-                log.debug("following the output of %s ended: %s", entry.member_id, exc)
-            finally:
-                done.set()
-
-        reader = asyncio.create_task(read())
-        offset = 0
-        try:
-            while offset < self.log_limit:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(done.wait(), self.flush_seconds)
-                while buf and offset < self.log_limit:
-                    piece = bytes(buf[:LOG_CHUNK])
-                    del buf[: len(piece)]
-                    await self._say(
-                        LogChunk(entry.order.ref, piece, False, live=True, offset=offset)
-                    )
-                    offset += len(piece)
-                if done.is_set() and not buf:
-                    return
-        finally:
-            reader.cancel()
+        await ship_live_output(
+            self.runtime, entry.order.ref, cid, self._say, self.log_limit, self.flush_seconds
+        )
 
     async def _send_log(self, entry: JournalEntry, cid: str) -> None:
         try:

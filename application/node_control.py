@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from application.context import Context
@@ -23,7 +23,7 @@ from application.enrollment import (
     rotate_credential,
 )
 from application.node_outputs import due_scans, record_answer, record_reported
-from application.telemetry import collector_token
+from application.token_renewal import due_renewals, with_token
 from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER
 from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
@@ -36,6 +36,7 @@ from domain.node_messages import (
     Progress,
     Rotation,
     ScanOutputs,
+    TokenRenewal,
     Vote,
 )
 from domain.node_ports import NodeWork
@@ -51,7 +52,6 @@ from domain.node_protocol import (
     refusal,
 )
 from domain.rendezvous import ray_wrap, rendezvous_env
-from domain.telemetry import MemberScope
 
 log = logging.getLogger("tuneplane.gateway")
 
@@ -88,6 +88,7 @@ class Session:
     refused: int = 0
     rotation: Rotation | None = None  # sent, not yet acknowledged
     credential_at: datetime | None = None  # when the credential in use was made
+    tokens: dict[str, datetime] = field(default_factory=dict)  # member → its token's expiry
 
 
 class NodeControl:
@@ -118,6 +119,7 @@ class NodeControl:
         await self._refresh([session])
         for report in hello.journal:
             session.held[report.ref.member_id] = (report.ref, report.phase)
+            _token_expiry(session, report)
             if refusal(session.placed.get(report.ref.member_id), report.ref, session.node) is None:
                 if report.phase in (Phase.PREPARED, Phase.REFUSED):  # a vote the stream lost
                     await self.vote_for(report.ref, report.phase is Phase.PREPARED, report.reason)
@@ -199,6 +201,7 @@ class NodeControl:
                 await uow.commit()
         elif isinstance(message, MemberReport):
             session.held[ref.member_id] = (ref, message.phase)
+            _token_expiry(session, message)
             await self._report(session, message)
             await self.ctx.signals.notify(LAUNCH_NEWS)
         else:
@@ -281,6 +284,10 @@ class NodeControl:
         if newest.id == current.id and older_valid:
             await confirm_rotation(self.ctx, session.node, current.id, self.settings.rotation_grace)
 
+    async def renewals(self, sessions: list[Session]) -> list[tuple[Session, TokenRenewal]]:
+        """Newer collector tokens for long runs (``application/token_renewal.py``)."""
+        return await due_renewals(self.ctx, sessions)
+
     async def rotations(self, sessions: list[Session]) -> list[tuple[Session, Rotation]]:
         """New credentials for the nodes whose credential is older than ``rotate_every`` (one
         rotation in flight per node); the caller sends each over its node's stream."""
@@ -312,18 +319,6 @@ class NodeControl:
 
     # -- commands ---------------------------------------------------------------------------
 
-    async def _with_token(self, order: PrepareOrder, now: datetime) -> PrepareOrder:
-        """The order with a collector token for its member, when this control plane issues
-        them (the node hands it to its collector, never to the workload)."""
-        if self.ctx.tokens is None:
-            return order
-        ref = order.ref
-        scope = MemberScope(order.job_id, ref.attempt_id, ref.member_id, ref.index)
-        lifetime = self.ctx.telemetry.token_lifetime
-        return replace(
-            order, collector_token=await collector_token(self.ctx.tokens, scope, now, lifetime)
-        )
-
     async def commands(self, sessions: list[Session]) -> dict[str, list[Outgoing]]:
         """What each node must be told now, by node name. One database round trip."""
         works = await self._refresh(sessions)
@@ -341,7 +336,9 @@ class NodeControl:
                 if cmd is not None and self._due(session, mid, cmd.kind, now):
                     order = None
                     if cmd.kind is CommandKind.PREPARE:
-                        order = await self._with_token(_order(work), now)
+                        order = await with_token(self.ctx, _order(work), now)
+                        if order.collector_token_expires_at is not None:
+                            session.tokens[mid] = order.collector_token_expires_at
                     todo.append(Outgoing(cmd, order))
             for mid, (ref, phase) in list(session.held.items()):
                 if mid in known:
@@ -436,3 +433,8 @@ def _order(work: NodeWork) -> PrepareOrder:
         check_port=work.master_port if ref.index == 0 and work.members > 1 else 0,
         capsule=capsule,
     )
+
+
+def _token_expiry(session: Session, report: MemberReport) -> None:
+    if report.token_expires_at is not None:
+        session.tokens[report.ref.member_id] = report.token_expires_at

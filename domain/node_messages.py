@@ -93,6 +93,7 @@ class PrepareOrder:
     # the blob under source_digest is the Job Capsule's tar (unpacked at "/"; the command runs
     # its runner), not a source archive (unpacked into the working directory)
     capsule: bool = False
+    collector_token_expires_at: datetime | None = None  # when collector_token expires
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +136,16 @@ class ScanOutputs:
     request_id: str
     ref: MemberRef
     job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRenewal:
+    """A newer collector token for a started member whose run outlives its token: the node
+    journals it and hands it to its collector only, never to the workload."""
+
+    ref: MemberRef
+    token: str
+    expires_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

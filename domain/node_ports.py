@@ -245,7 +245,13 @@ class JournalEntry:
 
     def report(self, at: datetime | None = None) -> MemberReport:
         return MemberReport(
-            self.order.ref, self.phase, self.exit_code, self.reason, at, self.outputs
+            self.order.ref,
+            self.phase,
+            self.exit_code,
+            self.reason,
+            at,
+            self.outputs,
+            self.order.collector_token_expires_at,
         )
 
 

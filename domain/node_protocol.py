@@ -91,6 +91,7 @@ class MemberReport:
     at: datetime | None = None
     # EXITED with code 0: what the member's output directory held (None: not scanned)
     outputs: Manifest | None = None
+    token_expires_at: datetime | None = None  # when the collector token the node holds expires
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,7 @@ class MemberRef(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_index: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class MemberStatus(_message.Message):
-    __slots__ = ("ref", "phase", "has_exit_code", "exit_code", "reason", "at_unix_ms", "has_outputs", "outputs")
+    __slots__ = ("ref", "phase", "has_exit_code", "exit_code", "reason", "at_unix_ms", "has_outputs", "outputs", "collector_token_expires_unix_ms")
     REF_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,7 @@ class MemberStatus(_message.Message):
     AT_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     HAS_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTOR_TOKEN_EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     phase: Phase
     has_exit_code: bool
@@ -96,7 +97,8 @@ class MemberStatus(_message.Message):
     at_unix_ms: int
     has_outputs: bool
     outputs: _containers.RepeatedCompositeFieldContainer[OutputFile]
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., at_unix_ms: _Optional[int] = ..., has_outputs: _Optional[bool] = ..., outputs: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ...) -> None: ...
+    collector_token_expires_unix_ms: int
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., at_unix_ms: _Optional[int] = ..., has_outputs: _Optional[bool] = ..., outputs: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., collector_token_expires_unix_ms: _Optional[int] = ...) -> None: ...
 
 class OutputFile(_message.Message):
     __slots__ = ("path", "size", "sha256")
@@ -239,7 +241,7 @@ class SourceChunk(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Prepare(_message.Message):
-    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token", "capsule")
+    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token", "capsule", "collector_token_expires_unix_ms")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -262,6 +264,7 @@ class Prepare(_message.Message):
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     COLLECTOR_TOKEN_FIELD_NUMBER: _ClassVar[int]
     CAPSULE_FIELD_NUMBER: _ClassVar[int]
+    COLLECTOR_TOKEN_EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     job_id: str
     image: str
@@ -277,7 +280,18 @@ class Prepare(_message.Message):
     node_name: str
     collector_token: str
     capsule: bool
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ..., capsule: _Optional[bool] = ...) -> None: ...
+    collector_token_expires_unix_ms: int
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ..., capsule: _Optional[bool] = ..., collector_token_expires_unix_ms: _Optional[int] = ...) -> None: ...
+
+class CollectorToken(_message.Message):
+    __slots__ = ("ref", "token", "expires_unix_ms")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ref: MemberRef
+    token: str
+    expires_unix_ms: int
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., token: _Optional[str] = ..., expires_unix_ms: _Optional[int] = ...) -> None: ...
 
 class Commit(_message.Message):
     __slots__ = ("ref",)
@@ -328,7 +342,7 @@ class Refused(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GatewayMessage(_message.Message):
-    __slots__ = ("seq", "welcome", "heartbeat_ack", "source", "prepare", "commit", "abort", "stop", "forget", "rotate", "refused", "scan_outputs")
+    __slots__ = ("seq", "welcome", "heartbeat_ack", "source", "prepare", "commit", "abort", "stop", "forget", "rotate", "refused", "scan_outputs", "collector_token")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
@@ -341,6 +355,7 @@ class GatewayMessage(_message.Message):
     ROTATE_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     SCAN_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    COLLECTOR_TOKEN_FIELD_NUMBER: _ClassVar[int]
     seq: int
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
@@ -353,7 +368,8 @@ class GatewayMessage(_message.Message):
     rotate: RotateCredential
     refused: Refused
     scan_outputs: ScanOutputs
-    def __init__(self, seq: _Optional[int] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., source: _Optional[_Union[SourceChunk, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., rotate: _Optional[_Union[RotateCredential, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ..., scan_outputs: _Optional[_Union[ScanOutputs, _Mapping]] = ...) -> None: ...
+    collector_token: CollectorToken
+    def __init__(self, seq: _Optional[int] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., source: _Optional[_Union[SourceChunk, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., rotate: _Optional[_Union[RotateCredential, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ..., scan_outputs: _Optional[_Union[ScanOutputs, _Mapping]] = ..., collector_token: _Optional[_Union[CollectorToken, _Mapping]] = ...) -> None: ...
 
 class ScanOutputs(_message.Message):
     __slots__ = ("request_id", "ref", "job_id")

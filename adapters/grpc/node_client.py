@@ -36,6 +36,7 @@ from domain.node_messages import (
     Rotation,
     ScanOutputs,
     SourceChunk,
+    TokenRenewal,
     Welcome,
 )
 from domain.node_protocol import Command, NodeCapacity
@@ -261,6 +262,8 @@ class NodeLink:
                     stored = await self._rotate(stored, body)
                 elif isinstance(body, ScanOutputs):
                     self.agent.start_scan(body)
+                elif isinstance(body, TokenRenewal):
+                    await self.agent.on_token(body)
                 elif isinstance(body, Refused):
                     log.warning("the gateway refused message %d: %s", body.seq, body.reason)
         finally:

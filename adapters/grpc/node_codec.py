@@ -25,6 +25,7 @@ from domain.node_messages import (
     Rotation,
     ScanOutputs,
     SourceChunk,
+    TokenRenewal,
     Vote,
     Welcome,
 )
@@ -35,7 +36,15 @@ NodeBody = (
     Hello | Heartbeat | Vote | Progress | MemberReport | CredentialAck | LogChunk | OutputsScanned
 )
 GatewayBody = (
-    Welcome | HeartbeatAck | SourceChunk | PrepareOrder | Command | Rotation | Refused | ScanOutputs
+    Welcome
+    | HeartbeatAck
+    | SourceChunk
+    | PrepareOrder
+    | Command
+    | Rotation
+    | Refused
+    | ScanOutputs
+    | TokenRenewal
 )
 
 _PHASES = {
@@ -127,6 +136,7 @@ def report_to(r: MemberReport) -> pb.MemberStatus:
         at_unix_ms=_ms(r.at),
         has_outputs=r.outputs is not None,
         outputs=files_to(r.outputs) if r.outputs is not None else [],
+        collector_token_expires_unix_ms=_ms(r.token_expires_at),
     )
 
 
@@ -137,7 +147,13 @@ def report_from(m: pb.MemberStatus) -> MemberReport:
     code = m.exit_code if m.has_exit_code else None
     outputs = files_from(m.outputs) if m.has_outputs else None
     return MemberReport(
-        ref_from(m.ref), phase, code, _text(m.reason, "reason"), _at(m.at_unix_ms), outputs
+        ref_from(m.ref),
+        phase,
+        code,
+        _text(m.reason, "reason"),
+        _at(m.at_unix_ms),
+        outputs,
+        _at(m.collector_token_expires_unix_ms),
     )
 
 
@@ -285,6 +301,7 @@ def gateway_message_to(
                 collector_token=body.collector_token,
                 capsule=body.capsule,
                 node_name=body.node,
+                collector_token_expires_unix_ms=_ms(body.collector_token_expires_at),
             )
         )
     elif isinstance(body, Command):
@@ -310,6 +327,12 @@ def gateway_message_to(
     elif isinstance(body, ScanOutputs):
         msg.scan_outputs.CopyFrom(
             pb.ScanOutputs(request_id=body.request_id, ref=ref_to(body.ref), job_id=body.job_id)
+        )
+    elif isinstance(body, TokenRenewal):
+        msg.collector_token.CopyFrom(
+            pb.CollectorToken(
+                ref=ref_to(body.ref), token=body.token, expires_unix_ms=_ms(body.expires_at)
+            )
         )
     else:
         msg.refused.CopyFrom(pb.Refused(seq=body.seq, reason=body.reason))
@@ -347,6 +370,7 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
             check_port=p.check_port,
             collector_token=p.collector_token,
             capsule=p.capsule,
+            collector_token_expires_at=_at(p.collector_token_expires_unix_ms),
         )
     elif kind == "commit":
         body = Command(CommandKind.COMMIT, ref_from(m.commit.ref))
@@ -366,6 +390,12 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
     elif kind == "scan_outputs":
         s = m.scan_outputs
         body = ScanOutputs(s.request_id, ref_from(s.ref), s.job_id)
+    elif kind == "collector_token":
+        t = m.collector_token
+        expires = _at(t.expires_unix_ms)
+        if not t.token or expires is None:
+            raise _bad("a collector token needs the token and its expiry")
+        body = TokenRenewal(ref_from(t.ref), t.token, expires)
     else:
         raise _bad("the gateway message has no body")
     return m.seq, body, grace

@@ -178,6 +178,7 @@ class NodeGateway(NodeControlBase):
             try:
                 await self.dispatch()
                 await self.rotate()
+                await self.renew()
                 await self.scan()
                 await self.control.flush()
             except Exception:
@@ -190,6 +191,12 @@ class NodeGateway(NodeControlBase):
         """Send new credentials to nodes whose credential is due (checked in memory)."""
         return self._deliver(
             await self.control.rotations([link.session for link in self.links.values()])
+        )
+
+    async def renew(self) -> int:
+        """Send newer collector tokens for the long runs of connected nodes."""
+        return self._deliver(
+            await self.control.renewals([link.session for link in self.links.values()])
         )
 
     async def scan(self) -> int:

@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -111,12 +112,22 @@ def _spec(order: PrepareOrder) -> str:
             "process_model": order.process_model,
             "check_port": order.check_port,
             "collector_token": order.collector_token,
+            "collector_token_expires": _iso(order.collector_token_expires_at),
             "capsule": order.capsule,
         },
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
     )
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+def _when(text: object) -> datetime | None:
+    """A journalled time; None in journals before token renewal."""
+    return datetime.fromisoformat(str(text)) if text is not None else None
 
 
 def _values(entry: JournalEntry, updated_at: int) -> tuple[Any, ...]:
@@ -159,6 +170,7 @@ def _decode(row: tuple[Any, ...]) -> JournalEntry:
             check_port=int(s["check_port"]),
             collector_token=str(s.get("collector_token", "")),  # journals before telemetry
             capsule=bool(s.get("capsule", False)),  # journals before the Job Capsule
+            collector_token_expires_at=_when(s.get("collector_token_expires")),
         )
         return JournalEntry(order, Phase(phase), cid, code, reason)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

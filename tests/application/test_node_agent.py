@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -11,7 +13,7 @@ import pytest
 from adapters.memory.journal import MemoryJournal
 from adapters.sim.node_runtime import SimRuntime
 from application.node_agent import NodeAgent
-from domain.node_messages import LogChunk, PrepareOrder, SourceChunk, Vote
+from domain.node_messages import LogChunk, PrepareOrder, SourceChunk, TokenRenewal, Vote
 from domain.node_protocol import Command, CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
 
 pytestmark = pytest.mark.unit
@@ -226,3 +228,18 @@ async def test_exit_while_disconnected_is_reported_at_the_next_welcome() -> None
     h.agent.send = h.new_agent().send
     await h.agent.welcomed(1)
     assert any(isinstance(b, LogChunk) for b in h.sent)
+
+
+async def test_a_renewed_collector_token_is_journalled_for_its_own_launch_only() -> None:
+    h = Harness()
+    o = await prepared(h, order(collector_token="old"))
+    at = datetime(2026, 12, 4, tzinfo=UTC)
+    await h.agent.on_token(TokenRenewal(replace(o.ref, epoch=0), "stale", at))  # older launch
+    await h.agent.on_token(TokenRenewal(MemberRef("att-9", "m9", 0, 1), "nobody", at))
+    entry = h.journal.get("m0")
+    assert entry is not None and entry.order.collector_token == "old"
+    await h.agent.on_token(TokenRenewal(o.ref, "new", at))
+    entry = h.journal.get("m0")
+    assert entry is not None and entry.order.collector_token == "new"
+    assert entry.report().token_expires_at == at  # reported, so a lost renewal is sent again
+    assert h.journal.get("m9") is None

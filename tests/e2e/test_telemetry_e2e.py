@@ -1,9 +1,11 @@
 """A job submitted with `tp submit` writes TensorBoard events and JSONL; its curves come back
 through the API and `tp job metrics`, with the values written. The workload never sees the
-collector token."""
+collector token; a run longer than the token's lifetime gets newer ones and loses nothing."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -82,3 +84,42 @@ async def test_a_submitted_job_shows_its_curves(
     assert str(STEPS - 1) in row and f"{loss(STEPS - 1):.6g}"[:5] in row
     as_json = json.loads(cli("job", "metrics", job_id, "--json").stdout)
     assert set(as_json["curves"]) == {"eval/acc", "train/loss", "train/reward"}
+
+
+async def test_a_run_longer_than_its_collector_token_ships_every_point(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    """Collector tokens live 8 s here and the job writes a JSONL line every half second for
+    20 s. The gateway sends a newer token when less than half the lifetime is left, the node
+    journals it and rewrites its collector's member file: every point arrives, and the member
+    file carried several tokens, none of them in the workload's environment."""
+    cluster = await node_cluster_factory(1, TUNEPLANE_COLLECTOR_TOKEN_SECONDS="8")
+    cli = await cli_for(cluster, tmp_path)
+    command = (
+        'd="$TUNEPLANE_METRICS_DIR"; env | grep -c eyJ; for s in $(seq 0 39); do '
+        """printf '{"step": %d, "metrics": {"train/loss": %d}}\\n' $s $s >> "$d/l.jsonl"; """
+        "sleep 0.5; done; echo wrote"
+    )
+    job_id = submit(cli, command, profile="nodes/cpu:0.5")
+    (daemon,) = cluster.daemons.values()
+    members = daemon.state_dir / "collector" / "members"
+    tokens: set[str] = set()
+    deadline = time.monotonic() + 120
+    while cluster.api("GET", f"/v1/jobs/{job_id}")["state"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, cli("job", "logs", job_id).stdout
+        for path in members.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):  # drained meanwhile
+                tokens.add(json.loads(path.read_text())["token"])
+        await asyncio.sleep(0.3)
+    log = cli("job", "logs", job_id).stdout
+    assert cli("job", "status", job_id).stdout.count("succeeded") and "wrote" in log, log
+    assert log.splitlines()[0] == "0"  # no token in the workload's environment
+    assert len(tokens) >= 3, tokens  # issued with the Prepare, then renewed at least twice
+
+    def every_point() -> dict[str, Any] | None:
+        s = cluster.api("GET", f"/v1/jobs/{job_id}/metrics")
+        counts = {x["tag"]: x["count"] for x in s["series"]}
+        return s if counts == {"train/loss": 40} else None
+
+    found = wait_for(every_point, 60, "every point of a run longer than its token")
+    assert found["collectors"][0]["corrupt_records"] == 0

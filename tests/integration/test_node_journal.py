@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,12 @@ def test_round_trip_and_reopen(tmp_path: Path) -> None:
         by_order = sorted(written, key=lambda e: (e.order.ref.attempt_id, e.order.ref.index))
         assert j.entries() == by_order
         changed = replace(written[1], phase=Phase.EXITED, exit_code=-9, reason="killed ✗")
+        renewed = replace(
+            written[3].order,
+            collector_token="eyJ.renewed",
+            collector_token_expires_at=datetime(2027, 1, 2, 3, 4, 5, tzinfo=UTC),
+        )
+        j.put(replace(written[3], order=renewed))
         j.put(changed)  # replaces
         j.delete(written[2].member_id)
         j.delete("never-there")  # fine
@@ -45,6 +52,8 @@ def test_round_trip_and_reopen(tmp_path: Path) -> None:
     with SqliteJournal(path, node_name="n1") as j:
         assert j.get(written[1].member_id) == changed
         assert j.get(written[2].member_id) is None
+        kept = j.get(written[3].member_id)
+        assert kept is not None and kept.order == renewed
         assert len(j.entries()) == 4
         assert (j.meta("address"), j.meta("node_name")) == ("10.0.0.1", "n1")
         assert j.meta("schema_version") == str(SCHEMA_VERSION)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 
@@ -16,7 +17,7 @@ from adapters.grpc.node_codec import (
 )
 from domain.artifacts import ArtifactFile, Manifest
 from domain.errors import InvalidInput
-from domain.node_messages import OutputsScanned, ScanOutputs
+from domain.node_messages import OutputsScanned, ScanOutputs, TokenRenewal
 from domain.node_protocol import MemberReport, Phase
 from proto import node_control_pb2 as pb
 from tests.support.journal_writer import entry
@@ -26,7 +27,12 @@ pytestmark = pytest.mark.unit
 
 @pytest.mark.parametrize("capsule", [True, False])
 def test_a_prepare_round_trips(capsule: bool) -> None:
-    order = dataclasses.replace(entry("w", 3).order, capsule=capsule, collector_token="tok")
+    order = dataclasses.replace(
+        entry("w", 3).order,
+        capsule=capsule,
+        collector_token="tok",
+        collector_token_expires_at=datetime(2027, 1, 2, 3, 4, 5, 678000, tzinfo=UTC),
+    )
     wire = gateway_message_to(7, order, 30.0)
     _, body, _ = gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
     assert body == order
@@ -48,6 +54,9 @@ def test_an_exit_with_its_outputs_and_a_scan_round_trip() -> None:
     ):
         wire = node_message_to(3, body).SerializeToString()
         assert node_message_from(pb.NodeMessage.FromString(wire)) == (3, body)
+    running = MemberReport(ref, Phase.RUNNING, token_expires_at=datetime(2027, 1, 2, tzinfo=UTC))
+    wire = node_message_to(5, running).SerializeToString()
+    assert node_message_from(pb.NodeMessage.FromString(wire)) == (5, running)
     scan = ScanOutputs("scan-1", ref, "job-1")
     wire = gateway_message_to(4, scan).SerializeToString()
     assert gateway_message_from(pb.GatewayMessage.FromString(wire))[:2] == (4, scan)
@@ -79,3 +88,18 @@ def test_reported_outputs_listing_a_path_twice_are_refused() -> None:
     msg.status.outputs.append(pb.OutputFile(path="a", size=1, sha256="0" * 64))
     with pytest.raises(InvalidInput, match="twice"):
         node_message_from(msg)
+
+
+def test_a_collector_token_renewal_round_trips_and_needs_its_token_and_expiry() -> None:
+    ref = entry("w", 1).order.ref
+    renewal = TokenRenewal(ref, "eyJ.new", datetime(2027, 1, 2, 3, 4, 5, tzinfo=UTC))
+    wire = gateway_message_to(9, renewal).SerializeToString()
+    assert gateway_message_from(pb.GatewayMessage.FromString(wire))[:2] == (9, renewal)
+    for bad in (replace(renewal, token=""), pb.CollectorToken(token="eyJ.new")):
+        msg = pb.GatewayMessage(seq=10)
+        if isinstance(bad, TokenRenewal):
+            msg = gateway_message_to(10, bad)
+        else:
+            msg.collector_token.CopyFrom(bad)
+        with pytest.raises(InvalidInput, match="collector token needs the token and its expiry"):
+            gateway_message_from(msg)
