@@ -16,8 +16,10 @@ import hashlib
 import os
 import tempfile
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+from domain.blob_ports import StoredBlob
 from domain.errors import InvalidInput, NotFound, TooLarge
 from domain.submission import DIGEST_RE
 
@@ -84,7 +86,7 @@ class FilesystemBlobStore:
                 raise digest_mismatch(digest, expected)
             final = self._path(digest)
             final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
+            os.replace(tmp, final)  # a new file: stored again, its time renewed
             return digest, size
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -106,3 +108,17 @@ class FilesystemBlobStore:
         if found != digest:
             raise corrupt_blob(digest, found, str(path))
         return data
+
+    async def listing(self) -> AsyncIterator[StoredBlob]:
+        for shard in sorted((self.root / "sha256").iterdir()):
+            for path in sorted(shard.iterdir()) if shard.is_dir() else ():
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    continue  # deleted meanwhile
+                at = datetime.fromtimestamp(st.st_mtime, UTC)
+                yield StoredBlob("sha256:" + path.name, st.st_size, at)
+
+    async def delete(self, digest: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(digest).unlink()

@@ -31,49 +31,34 @@ import hashlib
 import logging
 import re
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
-import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    NoCredentialsError,
-    PartialCredentialsError,
-)
+from botocore.exceptions import ClientError
 
 from adapters.blobs import corrupt_blob, digest_mismatch, too_large
-from domain.errors import InvalidInput, NotFound, Unavailable
+from adapters.blobs_s3_errors import (
+    ABSENT,
+    FAILURES,
+    NO_BUCKET,
+    S3Place,
+    code,
+    fail,
+    failures,
+    no_bucket,
+)
+from adapters.blobs_s3_errors import Misconfigured as Misconfigured  # raised from here
+from domain.blob_ports import StoredBlob
+from domain.errors import InvalidInput, NotFound
 from domain.submission import DIGEST_RE
 
 log = logging.getLogger(__name__)
 
 PART_SIZE = 8 * 1024 * 1024  # S3's smallest part is 5 MiB (all but the last)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-_CREDENTIALS = {
-    "AccessDenied",
-    "AllAccessDisabled",
-    "ExpiredToken",
-    "InvalidAccessKeyId",
-    "InvalidToken",
-    "SignatureDoesNotMatch",
-    "RequestTimeTooSkewed",
-    "403",
-}
-_REGION = {
-    "PermanentRedirect",
-    "AuthorizationHeaderMalformed",
-    "IllegalLocationConstraintException",
-}
-_ABSENT = {"NoSuchKey", "404", "NotFound"}
-
-
-class Misconfigured(Unavailable):
-    """Unavailable until an operator acts: credentials refused or missing, no such bucket, the
-    wrong region. (Plain Unavailable: unreachable or failing; it may come back by itself.)"""
 
 
 @dataclass(frozen=True)
@@ -108,6 +93,13 @@ class S3BlobStore:
         self.location = location
         self.part_size = part_size
         self.endpoint = str(client.meta.endpoint_url)
+        self.place = S3Place(
+            str(location),
+            location.bucket,
+            location.prefix,
+            self.endpoint,
+            str(client.meta.region_name),
+        )
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -173,11 +165,11 @@ class S3BlobStore:
         try:
             head = await self._s3.head_object(Bucket=self.location.bucket, Key=key)
         except ClientError as exc:
-            if _code(exc) in _ABSENT:
+            if code(exc) in ABSENT:
                 return None
-            self._raise(exc, f"looking up {digest}")
-        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
-            self._raise(exc, f"looking up {digest}")
+            fail(self.place, exc, f"looking up {digest}")
+        except FAILURES as exc:
+            fail(self.place, exc, f"looking up {digest}")
         return int(head["ContentLength"])
 
     async def read(self, digest: str) -> bytes:
@@ -187,15 +179,31 @@ class S3BlobStore:
             async with got["Body"] as body:
                 data: bytes = await body.read()
         except ClientError as exc:
-            if _code(exc) in _ABSENT:
+            if code(exc) in ABSENT:
                 raise NotFound(f"no blob {digest}", fix="upload it again") from None
-            self._raise(exc, f"reading {digest}")
-        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
-            self._raise(exc, f"reading {digest}")
+            fail(self.place, exc, f"reading {digest}")
+        except FAILURES as exc:
+            fail(self.place, exc, f"reading {digest}")
         found = "sha256:" + hashlib.sha256(data).hexdigest()
         if found != digest:
             raise corrupt_blob(digest, found, f"{self.location}{_relative(digest)}")
         return data
+
+    async def listing(self) -> AsyncIterator[StoredBlob]:
+        pages = self._s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.location.bucket, Prefix=self.location.prefix + "sha256/"
+        )
+        with failures(self.place, "listing the blobs"):
+            async for page in pages:
+                for item in page.get("Contents", []):
+                    name = str(item["Key"]).rsplit("/", 1)[-1]
+                    digest = "sha256:" + name
+                    if DIGEST_RE.match(digest):
+                        yield StoredBlob(digest, int(item["Size"]), item["LastModified"])
+
+    async def delete(self, digest: str) -> None:
+        with failures(self.place, f"deleting {digest}"):
+            await self._s3.delete_object(Bucket=self.location.bucket, Key=self._key(digest))
 
     # -- operations -------------------------------------------------------------------------
 
@@ -205,11 +213,11 @@ class S3BlobStore:
         try:
             await self._s3.head_bucket(Bucket=self.location.bucket)
         except ClientError as exc:
-            if _code(exc) in ("404", "NoSuchBucket", "NotFound"):
-                self._raise_no_bucket()
-            self._raise(exc, f"checking bucket {self.location.bucket}")
-        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
-            self._raise(exc, f"checking bucket {self.location.bucket}")
+            if code(exc) in NO_BUCKET:
+                no_bucket(self.place)
+            fail(self.place, exc, f"checking bucket {self.location.bucket}")
+        except FAILURES as exc:
+            fail(self.place, exc, f"checking bucket {self.location.bucket}")
 
     # -- internals --------------------------------------------------------------------------
 
@@ -252,18 +260,30 @@ class S3BlobStore:
         try:
             head = await self._s3.head_object(Bucket=self.location.bucket, Key=key)
         except ClientError as exc:
-            if _code(exc) in _ABSENT:
+            if code(exc) in ABSENT:
                 return False
             raise
         if size is not None and int(head["ContentLength"]) != size:
             return False
         return md5 is None or str(head.get("ETag", "")).strip('"') == md5.hex()
 
+    async def _renew(self, key: str) -> None:
+        """Stored again: its LastModified set to now (a server-side copy onto itself, the
+        one way S3 has), so a collection pass does not take a blob just uploaded again."""
+        bucket = self.location.bucket
+        await self._s3.copy_object(
+            Bucket=bucket,
+            Key=key,
+            CopySource={"Bucket": bucket, "Key": key},
+            MetadataDirective="REPLACE",
+        )
+
     async def _put_small(self, digest: str, data: bytes) -> None:
         key = self._key(digest)
         md5 = hashlib.md5(data, usedforsecurity=False).digest()
-        with self._errors(f"storing {digest}"):
+        with failures(self.place, f"storing {digest}"):
             if await self._exists(key, len(data), md5):  # a damaged copy is replaced
+                await self._renew(key)
                 return
             await self._s3.put_object(
                 Bucket=self.location.bucket,
@@ -283,17 +303,20 @@ class S3BlobStore:
         direct = expected is not None and DIGEST_RE.match(expected) is not None
         if direct:
             assert expected is not None
-            with self._errors(f"storing {expected}"):
+            with failures(self.place, f"storing {expected}"):
                 present = await self._exists(self._key(expected), None)
             if present:  # the same content is stored: only check what is sent
                 async for _ in parts:
                     pass
-                return _checked(hasher, expected), counted[0]
+                digest = _checked(hasher, expected)
+                with failures(self.place, f"storing {expected}"):
+                    await self._renew(self._key(digest))
+                return digest, counted[0]
             key = self._key(expected)
         else:
             key = f"{self.location.prefix}uploads/{uuid.uuid4().hex}"
         bucket = self.location.bucket
-        with self._errors("starting an upload"):
+        with failures(self.place, "starting an upload"):
             upload = await self._s3.create_multipart_upload(Bucket=bucket, Key=key)
         upload_id = upload["UploadId"]
         try:
@@ -304,7 +327,7 @@ class S3BlobStore:
             async for part in parts:
                 await self._upload_part(key, upload_id, done, part)
             digest = _checked(hasher, expected)
-            with self._errors(f"storing {digest}"):
+            with failures(self.place, f"storing {digest}"):
                 await self._s3.complete_multipart_upload(
                     Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
                 )
@@ -315,8 +338,10 @@ class S3BlobStore:
         if not direct:
             try:
                 final = self._key(digest)
-                with self._errors(f"storing {digest}"):
-                    if not await self._exists(final, counted[0]):
+                with failures(self.place, f"storing {digest}"):
+                    if await self._exists(final, counted[0]):
+                        await self._renew(final)
+                    else:
                         await self._s3.copy_object(
                             Bucket=bucket, Key=final, CopySource={"Bucket": bucket, "Key": key}
                         )
@@ -329,7 +354,7 @@ class S3BlobStore:
         self, key: str, upload_id: str, done: list[dict[str, Any]], data: bytes
     ) -> None:
         number = len(done) + 1
-        with self._errors("uploading a part"):
+        with failures(self.place, "uploading a part"):
             sent = await self._s3.upload_part(
                 Bucket=self.location.bucket,
                 Key=key,
@@ -339,61 +364,6 @@ class S3BlobStore:
                 ContentMD5=_md5(data),
             )
         done.append({"ETag": sent["ETag"], "PartNumber": number})
-
-    @contextlib.contextmanager
-    def _errors(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except ClientError as exc:
-            self._raise(exc, doing)
-        except (BotoCoreError, aiohttp.ClientError, OSError) as exc:
-            self._raise(exc, doing)
-
-    def _raise(self, exc: Exception, doing: str) -> NoReturn:
-        where = f"the blob store {self.location} at {self.endpoint}"
-        if isinstance(exc, NoCredentialsError | PartialCredentialsError):
-            raise Misconfigured(
-                f"{where} cannot be used: the control plane has no complete S3 credentials ({exc})",
-                fix="give the control plane credentials the AWS way: AWS_ACCESS_KEY_ID and "
-                "AWS_SECRET_ACCESS_KEY, AWS_PROFILE with ~/.aws/credentials, or a role",
-            ) from None
-        if not isinstance(exc, ClientError):
-            raise Unavailable(
-                f"{where} cannot be reached while {doing} ({type(exc).__name__}: {exc})",
-                fix=f"check that {self.endpoint} is up and reachable from the control plane "
-                "(TUNEPLANE_S3_ENDPOINT_URL), then retry",
-            ) from None
-        code, status = _code(exc), _status(exc)
-        answer = f"{status} {code}" if code and code != str(status) else f"HTTP {status}"
-        if code == "NoSuchBucket":
-            self._raise_no_bucket()
-        if code in _CREDENTIALS:
-            raise Misconfigured(
-                f"{where} refused the control plane's credentials while {doing} ({answer})",
-                fix="check the AWS credentials the control plane runs with (AWS_ACCESS_KEY_ID "
-                "/ AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and that they may s3:GetObject, "
-                f"s3:PutObject, s3:DeleteObject and s3:AbortMultipartUpload on "
-                f"{self.location.bucket}/{self.location.prefix}* and s3:ListBucket on the "
-                "bucket (without ListBucket a missing object also reads as 403)",
-            ) from None
-        if code in _REGION or status == 301:
-            raise Misconfigured(
-                f"the bucket {self.location.bucket} at {self.endpoint} is not in the region the "
-                f"control plane signs for ({self._s3.meta.region_name}; {answer})",
-                fix="set TUNEPLANE_S3_REGION (or AWS_DEFAULT_REGION) to the bucket's region",
-            ) from None
-        raise Unavailable(
-            f"{where} answered {answer} while {doing}",
-            fix="retry later; if it persists, check the object store's health and logs",
-        ) from None
-
-    def _raise_no_bucket(self) -> NoReturn:
-        raise Misconfigured(
-            f"the bucket {self.location.bucket} does not exist at {self.endpoint}",
-            fix="create it (e.g. `aws s3 mb s3://"
-            f"{self.location.bucket}`) or correct TUNEPLANE_BLOB_STORE / "
-            "TUNEPLANE_S3_ENDPOINT_URL",
-        ) from None
 
 
 def _relative(digest: str) -> str:
@@ -409,11 +379,3 @@ def _checked(hasher: Any, expected: str | None) -> str:
 
 def _md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))

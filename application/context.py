@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from domain.artifact_ports import OutputStorage
+from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import InvalidInput
-from domain.ports import BlobStore, Clock, ExecutionBackend, Ids, UnitOfWorkFactory
+from domain.ports import Clock, ExecutionBackend, Ids, UnitOfWorkFactory
 from domain.telemetry_ports import MetricsStore, TokenSigner
 
 
@@ -21,6 +22,8 @@ class Limits:
     max_log_bytes: int = 16 * 1024 * 1024
     stop_grace_seconds: float = 10.0
     list_limit_max: int = 500
+    # unused blobs younger than this are kept (application/blob_gc.py)
+    blob_grace: timedelta = timedelta(days=1)
 
 
 @dataclass(frozen=True, slots=True)

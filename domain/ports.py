@@ -18,6 +18,8 @@ from typing import Literal, Protocol, Self
 from domain.admission import Assignment, Reservation, Snapshot
 from domain.artifact_ports import ArtifactRepository
 from domain.auth import ApiToken, User
+from domain.blob_ports import BlobReferences
+from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it used to live
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
@@ -343,6 +345,7 @@ class UnitOfWork(Protocol):
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
+    blob_refs: BlobReferences
 
     async def __aenter__(self) -> Self: ...
 
@@ -357,28 +360,6 @@ class UnitOfWork(Protocol):
 
 
 UnitOfWorkFactory = Callable[[], UnitOfWork]
-
-
-class BlobStore(Protocol):
-    """Content-addressed storage for source archives (``sha256:<hex>`` keys)."""
-
-    async def put(
-        self, chunks: AsyncIterator[bytes], max_size: int, expected: str | None = None
-    ) -> tuple[str, int]:
-        """Store the stream; return (digest, size). Idempotent for identical content.
-
-        Raises TooLarge past ``max_size`` bytes, and InvalidInput when ``expected`` is given and
-        the content's digest differs; in both cases nothing is stored.
-        """
-        ...
-
-    async def size(self, digest: str) -> int | None:
-        """The stored size, or None if absent."""
-        ...
-
-    async def read(self, digest: str) -> bytes:
-        """The content; raises NotFound if absent."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)

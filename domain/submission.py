@@ -114,6 +114,13 @@ class JobSpec:
         return sum(r.members for r in self.roles)
 
     @property
+    def blobs(self) -> frozenset[str]:
+        """The blobs it needs: its source archive and its Job Capsule."""
+        found = {self.source.digest if self.source else None}
+        found.add(self.capsule.blob if self.capsule else None)
+        return frozenset(b for b in found if b is not None)
+
+    @property
     def gpus(self) -> int:
         return sum(r.gpus for r in self.roles)
 

@@ -28,9 +28,9 @@ from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context, TelemetrySettings
+from domain.blob_ports import BlobStore
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import Unavailable
-from domain.ports import BlobStore
 from entrypoints.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,14 @@ async def serve(settings: Settings, *, supervise: bool = True, announce: str = "
         await prepare_fleet(ctx, settings)
         url = settings.database_url
         lease = PostgresLeaderLease(url) if supervise and url else None
-        app = create_app(ctx, supervise=supervise, lease=lease, gangs=gang_settings(settings))
+        gc_every = timedelta(seconds=settings.blob_gc_seconds) if settings.blob_gc_seconds else None
+        app = create_app(
+            ctx,
+            supervise=supervise,
+            lease=lease,
+            gangs=gang_settings(settings),
+            collect_blobs_every=gc_every if supervise else None,
+        )
         config = uvicorn.Config(
             app,
             host=settings.host,

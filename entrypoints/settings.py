@@ -179,10 +179,13 @@ class Settings:
         default_factory=lambda: os.environ.get("TUNEPLANE_S3_REGION") or None
     )
     s3_addressing_style: str | None = field(default_factory=_addressing_style)
+    # how often `tp serve` deletes the blobs nothing refers to (0: never; docs/operations.md)
+    blob_gc_seconds: int = field(default_factory=lambda: _int("TUNEPLANE_BLOB_GC_SECONDS", 3600))
     limits: Limits = field(
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),
             max_archive_bytes=_int("TUNEPLANE_MAX_ARCHIVE_BYTES", 64 * 1024 * 1024),
+            blob_grace=timedelta(seconds=_int("TUNEPLANE_BLOB_GC_GRACE_SECONDS", 86400)),
         )
     )
 

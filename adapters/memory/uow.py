@@ -6,6 +6,7 @@ from types import TracebackType
 from typing import Self
 
 from adapters.memory.artifacts import MemoryArtifactRepository, MemoryOutputScanRepository
+from adapters.memory.blob_refs import MemoryBlobReferences
 from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
 from adapters.memory.fleet import (
@@ -29,6 +30,7 @@ from adapters.memory.repositories import (
 from adapters.memory.runtimes import MemoryRuntimeRepository
 from adapters.memory.store import MemoryStore
 from domain.artifact_ports import ArtifactRepository
+from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
@@ -81,6 +83,7 @@ class MemoryUnitOfWork:
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
+    blob_refs: BlobReferences
 
     def __init__(self, store: MemoryStore) -> None:
         self._store = store
@@ -109,6 +112,7 @@ class MemoryUnitOfWork:
         self.output_scans = MemoryOutputScanRepository(tx)
         self.plugins = MemoryPluginRepository(tx)
         self.runtimes = MemoryRuntimeRepository(tx)
+        self.blob_refs = MemoryBlobReferences(tx)
         return self
 
     async def __aexit__(

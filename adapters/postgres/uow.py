@@ -8,6 +8,7 @@ from typing import Self
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from adapters.postgres.artifacts import PostgresArtifactRepository, PostgresOutputScanRepository
+from adapters.postgres.blob_refs import PostgresBlobReferences
 from adapters.postgres.checks import PostgresCheckRepository
 from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
@@ -27,6 +28,7 @@ from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
 from domain.artifact_ports import ArtifactRepository
+from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
@@ -78,6 +80,7 @@ class PostgresUnitOfWork:
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
+    blob_refs: BlobReferences
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
@@ -113,6 +116,7 @@ class PostgresUnitOfWork:
         self.output_scans = PostgresOutputScanRepository(conn)
         self.plugins = PostgresPluginRepository(conn)
         self.runtimes = PostgresRuntimeRepository(conn)
+        self.blob_refs = PostgresBlobReferences(conn)
         return self
 
     async def __aexit__(

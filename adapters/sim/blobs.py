@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
+from domain.blob_ports import StoredBlob
 from domain.errors import InvalidInput, NotFound, TooLarge
 
 
 class MemoryBlobStore:
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
+        self.stored_at: dict[str, datetime] = {}
 
     async def put(
         self, chunks: AsyncIterator[bytes], max_size: int, expected: str | None = None
@@ -28,6 +31,7 @@ class MemoryBlobStore:
                 field="header.X-Content-Digest",
             )
         self.blobs[digest] = bytes(data)
+        self.stored_at[digest] = datetime.now(UTC)
         return digest, len(data)
 
     async def size(self, digest: str) -> int | None:
@@ -39,3 +43,11 @@ class MemoryBlobStore:
             return self.blobs[digest]
         except KeyError:
             raise NotFound(f"no blob {digest}", fix="upload it again") from None
+
+    async def listing(self) -> AsyncIterator[StoredBlob]:
+        for digest, data in list(self.blobs.items()):
+            yield StoredBlob(digest, len(data), self.stored_at[digest])
+
+    async def delete(self, digest: str) -> None:
+        self.blobs.pop(digest, None)
+        self.stored_at.pop(digest, None)

@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Literal, Self
 
 from domain.artifact_ports import ArtifactRepository
+from domain.blob_ports import BlobReferences
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import (
     EnrollmentRepository,
@@ -126,6 +127,7 @@ class CrashingUnitOfWork:
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
+    blob_refs: BlobReferences
 
     def __init__(self, inner: UnitOfWork, plan: CrashPlan) -> None:
         self._inner = inner
@@ -152,6 +154,7 @@ class CrashingUnitOfWork:
         self.output_scans = inner.output_scans
         self.plugins = inner.plugins
         self.runtimes = inner.runtimes
+        self.blob_refs = inner.blob_refs
         return self
 
     async def __aexit__(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 from litestar import Litestar, get
@@ -13,12 +14,14 @@ from litestar.di import Provide
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
 
+from application.blob_gc import keep_collecting
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
 from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
+from entrypoints.api.blob_routes import BLOB_ROUTES
 from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.metrics_routes import METRICS_ROUTES
@@ -59,9 +62,11 @@ def create_app(
     lease: LeaderLease | None = None,
     debug: bool = False,
     gangs: GangSettings | None = None,
+    collect_blobs_every: timedelta | None = None,
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
-    pass + supervisor); with a ``lease`` it ticks only while it leads."""
+    pass + supervisor); with a ``lease`` it ticks only while it leads. With
+    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``)."""
     coordinator = GangCoordinator(ctx, gangs)
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
     if supervisor is not None:  # a node voted or reported: decide and record at once
@@ -70,9 +75,19 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         task = asyncio.create_task(supervisor.run()) if supervisor else None
+        every = collect_blobs_every
+        gc = (
+            asyncio.create_task(keep_collecting(ctx, every, ctx.limits.blob_grace))
+            if every
+            else None
+        )
         try:
             yield
         finally:
+            if gc is not None:
+                gc.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await gc
             if task is not None and supervisor is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -90,6 +105,7 @@ def create_app(
         *ARTIFACT_ROUTES,
         *PLUGIN_ROUTES,
         *RUNTIME_ROUTES,
+        *BLOB_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY

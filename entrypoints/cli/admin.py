@@ -21,6 +21,7 @@ token_app = App(name="token", help="API tokens.")
 team_app = App(name="team", help="Teams: who may use which queues.")
 node_app = App(name="node", help="Explicit decisions about nodes.")
 reservation_app = App(name="reservation", help="Explicit decisions about reservations.")
+blobs_app = App(name="blobs", help="The blob store: source archives, Job Capsules, plugins.")
 ROLES = ("admin", "operator", "member", "viewer")
 
 
@@ -228,11 +229,50 @@ def reservation_release(attempt_id: str, /, *, reason: Reason) -> int:
     return 0
 
 
+@blobs_app.command(name="collect")
+def blobs_collect(
+    *,
+    dry_run: Annotated[
+        bool, Parameter(name="--dry-run", help="Only count what would be deleted.")
+    ] = False,
+    grace_hours: Annotated[
+        float | None,
+        Parameter(name="--grace-hours", help="Keep blobs younger than this (default: server's)."),
+    ] = None,
+    json: JsonFlag = False,
+) -> int:
+    """Delete the blobs nothing refers to any more (admins): archives and capsules of previews
+    never confirmed, archives never used. Jobs, live previews and plugins keep theirs. `tp serve`
+    also does this every TUNEPLANE_BLOB_GC_SECONDS.
+    """
+    if grace_hours is not None and grace_hours < 0:
+        raise InvalidInput(
+            "--grace-hours cannot be negative", fix="give 0 or more hours", field="--grace-hours"
+        )
+    body: dict[str, Any] = {"dry_run": dry_run}
+    if grace_hours is not None:
+        body["grace_seconds"] = round(grace_hours * 3600)
+    with connect() as api:
+        _, answer = api.post("/v1/admin/blobs/collect", body)
+    if json:
+        output.print_json(answer)
+        return 0
+    verb = "would delete" if dry_run else "deleted"
+    mib = answer["freed_bytes"] / 2**20
+    output.out.print(
+        f"{verb} {answer['deleted']} blob(s), {mib:.1f} MiB; kept {answer['kept']}", markup=False
+    )
+    for digest in answer["deleted_digests"]:
+        output.out.print(f"  {digest}", markup=False)
+    return 0
+
+
 admin_app.command(user_app)
 admin_app.command(token_app)
 admin_app.command(team_app)
 admin_app.command(node_app)
 admin_app.command(reservation_app)
+admin_app.command(blobs_app)
 
 
 def register(app: App) -> None:

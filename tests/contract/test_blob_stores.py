@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +23,8 @@ import pytest
 
 from adapters.blobs import FilesystemBlobStore
 from adapters.blobs_s3 import S3BlobStore, S3Location
+from domain.blob_ports import BlobStore
 from domain.errors import InvalidInput, NotFound, TooLarge
-from domain.ports import BlobStore
 from tests.fixtures.s3 import S3Server
 
 pytestmark = pytest.mark.contract
@@ -192,3 +193,41 @@ async def test_concurrent_puts_of_the_same_content(rig: Rig, data: bytes) -> Non
     assert set(results) == {(digest_of(data), len(data))}
     assert await rig.store.read(digest_of(data)) == data
     assert await rig.stored() == {rig.name_of(digest_of(data))}
+
+
+async def listed(store: BlobStore) -> dict[str, tuple[int, float]]:
+    return {b.digest: (b.size, b.stored_at.timestamp()) async for b in store.listing()}
+
+
+async def test_the_listing_names_every_blob_with_its_size_and_time(rig: Rig) -> None:
+    assert await listed(rig.store) == {}
+    small, _ = await rig.store.put(stream(SMALL), len(SMALL))
+    empty, _ = await rig.store.put(stream(b""), 0)
+    now = time.time()
+    found = await listed(rig.store)
+    assert {d: size for d, (size, _) in found.items()} == {small: len(SMALL), empty: 0}
+    assert all(abs(at - now) < 120 for _, at in found.values())  # the store's clock, not ours
+
+
+async def test_delete_removes_a_blob_and_missing_is_fine(rig: Rig) -> None:
+    keep, _ = await rig.store.put(stream(SMALL), len(SMALL))
+    gone, _ = await rig.store.put(stream(LARGE), len(LARGE))
+    await rig.store.delete(gone)
+    await rig.store.delete(gone)  # again: fine
+    await rig.store.delete(digest_of(b"never stored"))
+    assert await rig.store.size(gone) is None
+    assert list(await listed(rig.store)) == [keep]
+    assert await rig.stored() == {rig.name_of(keep)}
+    with pytest.raises(InvalidInput, match="not a sha256 digest"):
+        await rig.store.delete("../../etc/passwd")
+
+
+@pytest.mark.parametrize("data", [SMALL, LARGE], ids=["small", "large"])
+async def test_storing_the_same_content_again_renews_its_time(rig: Rig, data: bytes) -> None:
+    digest, _ = await rig.store.put(stream(data), len(data))
+    ((_, first),) = (await listed(rig.store)).values()
+    await asyncio.sleep(1.1)  # object stores keep whole seconds
+    await rig.store.put(stream(data), len(data), expected=digest)
+    ((_, renewed),) = (await listed(rig.store)).values()
+    assert renewed > first
+    assert await rig.store.read(digest) == data

@@ -1,0 +1,58 @@
+"""Content-addressed blob storage (source archives, Job Capsules, plugin packages) and what
+refers to its blobs, for garbage collection (``application/blob_gc.py``, docs/operations.md)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBlob:
+    digest: str
+    size: int
+    stored_at: datetime  # when it was last written (an idempotent put of it again renews it)
+
+
+class BlobStore(Protocol):
+    """Content-addressed storage (``sha256:<hex>`` keys)."""
+
+    async def put(
+        self, chunks: AsyncIterator[bytes], max_size: int, expected: str | None = None
+    ) -> tuple[str, int]:
+        """Store the stream; return (digest, size). Idempotent for identical content, and
+        storing a blob again renews its ``stored_at`` (so a collection pass never deletes a
+        blob that was just uploaded again).
+
+        Raises TooLarge past ``max_size`` bytes, and InvalidInput when ``expected`` is given and
+        the content's digest differs; in both cases nothing is stored.
+        """
+        ...
+
+    async def size(self, digest: str) -> int | None:
+        """The stored size, or None if absent."""
+        ...
+
+    async def read(self, digest: str) -> bytes:
+        """The content; raises NotFound if absent."""
+        ...
+
+    def listing(self) -> AsyncIterator[StoredBlob]:
+        """Every stored blob, in no particular order."""
+        ...
+
+    async def delete(self, digest: str) -> None:
+        """Remove a blob; missing is fine."""
+        ...
+
+
+class BlobReferences(Protocol):
+    """What still needs a blob: a job (any state: a retry or a rerun reads its capsule and
+    source again), a preview not yet expired (its confirmation builds the job from it), or a
+    published plugin."""
+
+    async def referenced(self, digests: Collection[str], now: datetime) -> set[str]:
+        """Those of ``digests`` that something refers to."""
+        ...
