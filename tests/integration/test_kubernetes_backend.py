@@ -32,15 +32,16 @@ from domain.catalog import Resources, RuntimePin
 from domain.errors import Unavailable
 from domain.jobs import Member
 from domain.lifecycle import MemberState
-from domain.ports import LaunchRequest, Observation
+from domain.ports import LaunchRequest
 from domain.progress import member_after
 from domain.requests import RoleSpec
 from domain.submission import JobSpec
 from tests.fixtures.kube_api import FakeKubeAPI
+from tests.support.kube_controllers import NS, Controllers, until
 
 pytestmark = pytest.mark.integration
 
-NS = os.environ.get("TUNEPLANE_K8S_TEST_NAMESPACE", "ml")
+
 QUEUE = os.environ.get("TUNEPLANE_K8S_TEST_QUEUE", "team-a")
 IMAGE = os.environ.get("TUNEPLANE_K8S_TEST_IMAGE", "registry.example/ml/trl@sha256:" + "ab" * 32)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -81,69 +82,6 @@ def requests(job_spec: JobSpec, capsule: bytes | None = None) -> list[LaunchRequ
         LaunchRequest(job, attempt, f"mem-{tag}-{i}", i, job_spec, None, capsule=capsule)
         for i in range(job_spec.members)
     ]
-
-
-@dataclass
-class Controllers:
-    """Kueue, the Job controller and the kubelet, played on the fake API server."""
-
-    api: FakeKubeAPI
-
-    def admit(self, name: str, kind: str = "Job") -> None:
-        plural = "jobs" if kind == "Job" else "rayjobs"
-        job = self.api.get(plural, NS, name)
-        assert job is not None
-        owner = {
-            "apiVersion": job["apiVersion"],
-            "kind": kind,
-            "name": name,
-            "uid": job["metadata"]["uid"],
-        }
-        conditions = [
-            {"type": t, "status": "True", "reason": t} for t in ("QuotaReserved", "Admitted")
-        ]
-        self.api.create(
-            "workloads",
-            NS,
-            {
-                "metadata": {"name": f"job-{name}-1a2b3", "ownerReferences": [owner]},
-                "status": {"conditions": conditions},
-            },
-        )
-        self.api.merge(plural, NS, name, {"spec": {"suspend": False}})
-
-    def pods(self, name: str, members: int, phase: str = "Running") -> None:
-        for i in range(members):
-            meta = {
-                "name": f"{name}-{i}-x{i}",
-                "labels": {
-                    "app.kubernetes.io/managed-by": "tuneplane",
-                    "tuneplane.io/name": name,
-                    "batch.kubernetes.io/job-completion-index": str(i),
-                },
-                "annotations": {"batch.kubernetes.io/job-completion-index": str(i)},
-            }
-            state = {"running": {"startedAt": "2026-01-01T00:00:02Z"}}
-            st = {"phase": phase, "containerStatuses": [{"name": "trainer", "state": state}]}
-            self.api.create(
-                "pods", NS, {"metadata": meta, "spec": {"nodeName": f"n{i}"}, "status": st}
-            )
-
-    def exit(self, name: str, index: int, code: int) -> None:
-        pod = f"{name}-{index}-x{index}"
-        phase = "Succeeded" if code == 0 else "Failed"
-        done = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}}
-        self.api.merge(
-            "pods",
-            NS,
-            pod,
-            {"status": {"phase": phase, "containerStatuses": [{"name": "trainer", "state": done}]}},
-        )
-
-    def complete(self, name: str) -> None:
-        self.api.merge(
-            "jobs", NS, name, {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
-        )
 
 
 @dataclass
@@ -190,16 +128,6 @@ def fake_only(rig: Rig) -> tuple[FakeKubeAPI, Controllers]:
     if rig.api is None or rig.controllers is None:
         pytest.skip("fault injection needs the fake API server")
     return rig.api, rig.controllers
-
-
-async def until(
-    backend: KubernetesBackend, handle: str, status: str, limit: float = 300
-) -> Observation:
-    deadline = time.monotonic() + limit  # a bound on a hang, not a measured time
-    while (obs := await backend.observe(handle)).status != status:
-        assert time.monotonic() < deadline, f"{handle} stayed {obs}"
-        await asyncio.sleep(0.02)
-    return obs
 
 
 async def launch_all(backend: KubernetesBackend, reqs: list[LaunchRequest]) -> list[str]:
