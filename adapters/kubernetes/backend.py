@@ -72,6 +72,7 @@ class KubernetesBackend:
         self.token_lifetime = token_lifetime
         self.sync_wait = sync_wait
         self.informers: dict[tuple[str, str], Informer] = {}
+        self._made: dict[tuple[str, str], Obj] = {}  # workloads whose objects all exist
 
     async def close(self) -> None:
         for informer in self.informers.values():
@@ -134,13 +135,16 @@ class KubernetesBackend:
             rendezvous_port=self.options.rendezvous_port,
             grace=self.options.termination_grace_seconds,
         )  # fmt: skip
-        capsule = None
-        if request.capsule is not None:
-            capsule = render_capsule(name, target.namespace, request.capsule)
-        created = await self._ensure(PLURAL[kind], workload, request.attempt_id)
-        for obj in owned + ([capsule] if capsule else []):
-            plural = {"Service": "services", "Secret": "secrets", "ConfigMap": "configmaps"}
-            await self._ensure(plural[obj["kind"]], owned_by(obj, created), request.attempt_id)
+        created = self._made.get((target.namespace, name))
+        if created is None:  # first launch of this attempt here: make (or find) everything
+            capsule = None
+            if request.capsule is not None:
+                capsule = render_capsule(name, target.namespace, request.capsule)
+            created = await self._ensure(PLURAL[kind], workload, request.attempt_id)
+            for obj in owned + ([capsule] if capsule else []):
+                plural = {"Service": "services", "Secret": "secrets", "ConfigMap": "configmaps"}
+                await self._ensure(plural[obj["kind"]], owned_by(obj, created), request.attempt_id)
+            self._made[(target.namespace, name)] = created
         handle = Handle(target.namespace, kind, name, request.member_index)
         key = f"{ANN_MEMBER}{request.member_index}"
         if (created["metadata"].get("annotations") or {}).get(key) != request.member_id:
@@ -265,6 +269,7 @@ class KubernetesBackend:
 
     async def release(self, handle: str) -> None:
         h = Handle.parse(handle)
+        self._made.pop((h.namespace, h.name), None)
         url = path(PLURAL[h.kind], h.namespace, h.name)
         await self._delete(url, [("propagationPolicy", "Background")])
 

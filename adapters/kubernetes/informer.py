@@ -46,6 +46,7 @@ class Informer:
         self.items: dict[str, Obj] = {}
         self.rv: str | None = None  # None: list (again) before watching
         self.synced = asyncio.Event()
+        self.tried = asyncio.Event()  # set after the first list, answered or not
         self.served = True  # False: the API server does not serve this resource (no CRD)
         self.error = ""  # why the last list or watch failed ("" after a success)
         self.changes: collections.deque[tuple[str, str, str]] = collections.deque(maxlen=10_000)
@@ -64,15 +65,18 @@ class Informer:
             self._task = None
 
     async def wait_synced(self, seconds: float) -> None:
-        """Return once the first list is in, else raise Unavailable naming the last error."""
-        try:
-            async with asyncio.timeout(seconds):
-                await self.synced.wait()
-        except TimeoutError:
+        """Return once a list is in. Until then raise Unavailable naming the last error: at once
+        when a list was tried and failed (a supervisor tick must not stall on an unreachable
+        server), else after waiting up to ``seconds`` for the first try."""
+        if not self.tried.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self.tried.wait()
+        if not self.synced.is_set():
             raise Unavailable(
                 f"no state of {self.url} yet: {self.error or 'listing'}",
                 fix="check that the API server is reachable; TunePlane retries",
-            ) from None
+            )
 
     async def run(self) -> None:
         pause = 0.05
@@ -87,6 +91,7 @@ class Informer:
                 log.info("watch of %s: %s; listing again", self.url, exc)
                 self.rv = None
             except ApiError as exc:
+                self.tried.set()
                 self.error = str(exc)
                 if exc.code == 404 and self.rv is None:  # no such resource: its CRD is absent
                     self.served = False
@@ -96,6 +101,7 @@ class Informer:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 10.0)
             except Unavailable as exc:
+                self.tried.set()
                 self.error = exc.message
                 log.warning("informer %s: %s", self.url, exc.message)
                 await asyncio.sleep(pause)
@@ -128,6 +134,7 @@ class Informer:
         self.rv = str(body.get("metadata", {}).get("resourceVersion", ""))
         self.served = True
         self.synced.set()
+        self.tried.set()
 
     async def _watch(self) -> None:
         assert self.rv is not None

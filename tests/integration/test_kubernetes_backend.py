@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import time
@@ -272,6 +273,8 @@ async def test_unreachable_api_server_at_submit_is_a_clear_error_and_no_double_o
     ) as info:
         await rig.backend.launch(reqs[0])
     assert info.value.fix
+    with pytest.raises(Unavailable, match="no state of"):  # no stale guess, and no stall
+        await rig.backend.observe(f"{NS}/job/tp-x/0")
     await api.start(port)
     api.lose_response.add(("POST", "jobs"))  # created, but the answer is lost on the way
     with pytest.raises(Unavailable):
@@ -346,3 +349,39 @@ async def test_a_ray_runtime_becomes_a_rayjob_and_its_capsule_a_configmap(rig: R
 
 def _member() -> Member:
     return Member("m", "a", 0, MemberState.RUNNING, NOW, handle="h")
+
+
+@pytest.mark.parametrize("members", [1, 4, 32])
+@pytest.mark.parametrize("process_model", ["torch-process-group", "ray"])
+async def test_rendered_workloads_pass_the_api_servers_validation(
+    rig: Rig, members: int, process_model: str
+) -> None:
+    """A server-side dry run (``dryRun=All``) of what a launch would create; on a real cluster
+    this is the full schema and admission check of the rendered manifests."""
+    from adapters.kubernetes.client import path
+    from adapters.kubernetes.render import render_attempt
+
+    job_spec = spec(members, process_model)
+    if rig.api is None and process_model == "ray":
+        crd = rig.backend.informer(NS, "rayjobs")
+        with contextlib.suppress(Unavailable):
+            await crd.wait_synced(30)
+        if not crd.served:
+            pytest.skip("KubeRay is not installed in this cluster")
+    _, workload, owned = render_attempt(
+        name="tp-dry-run",
+        spec=job_spec,
+        job_id="job-dry",
+        attempt_id="att-dry",
+        target=PoolTarget(NS, QUEUE),
+        collector=None,
+        rendezvous_port=29500,
+        grace=30,
+    )
+    plurals = {"Job": "jobs", "RayJob": "rayjobs", "Service": "services", "Secret": "secrets"}
+    for obj in [workload, *owned]:
+        url = path(plurals[obj["kind"]], NS)
+        answer = await rig.backend.kube.request("POST", url, body=obj, query=[("dryRun", "All")])
+        assert answer["metadata"]["name"] == obj["metadata"]["name"]
+    if rig.api is not None:
+        assert rig.api.all("jobs", NS) == [] and rig.api.all("rayjobs", NS) == []
