@@ -246,9 +246,10 @@ class KubernetesBackend:
         queue = ((workload or {}).get("metadata", {}).get("labels") or {}).get(
             "kueue.x-k8s.io/queue-name", "?"
         )
+        served = informers["workloads"].served
         if h.kind == "job":
-            return status.observe_job(workload, pods, kueue, h.index, queue)
-        return status.observe_rayjob(workload, pods, kueue, h.index, queue)
+            return status.observe_job(workload, pods, kueue, h.index, queue, served)
+        return status.observe_rayjob(workload, pods, kueue, h.index, queue, served)
 
     async def stop(self, handle: str, grace_seconds: float) -> None:
         """Delete the member's workload in the foreground: its pods get SIGTERM and their

@@ -38,8 +38,10 @@ def kueue_eviction(workload: Obj | None) -> Observation | None:
     return Observation("exited", None, f"evicted by Kueue ({_why(evicted)})")
 
 
-def waiting_for_admission(workload: Obj | None, queue: str) -> Observation:
+def waiting_for_admission(workload: Obj | None, queue: str, kueue: bool = True) -> Observation:
     reason = f"waiting for Kueue to admit it (LocalQueue {queue})"
+    if not kueue:
+        reason += "; this cluster serves no Kueue Workloads: install Kueue, nothing else admits it"
     pending = None
     for c in (workload or {}).get("status", {}).get("conditions") or []:
         if c.get("type") == "QuotaReserved" and c.get("status") == "False":
@@ -100,7 +102,12 @@ def pod_observation(pod: Obj) -> Observation:
 
 
 def observe_job(
-    job: Obj | None, pods: list[Obj], workload: Obj | None, index: int, queue: str
+    job: Obj | None,
+    pods: list[Obj],
+    workload: Obj | None,
+    index: int,
+    queue: str,
+    kueue: bool = True,
 ) -> Observation:
     """Member ``index`` of an indexed Job."""
     if job is None:
@@ -119,7 +126,7 @@ def observe_job(
     if job.get("metadata", {}).get("deletionTimestamp"):
         return Observation("exited", None, "its Job was deleted")
     if job.get("spec", {}).get("suspend"):
-        return waiting_for_admission(workload, queue)
+        return waiting_for_admission(workload, queue, kueue)
     return Observation("starting", None, "waiting for its pod")
 
 
@@ -127,7 +134,12 @@ _RAY_STARTING = {"", "New", "Initializing", "Waiting", "Retrying", "Suspended", 
 
 
 def observe_rayjob(
-    rayjob: Obj | None, pods: list[Obj], workload: Obj | None, index: int, queue: str
+    rayjob: Obj | None,
+    pods: list[Obj],
+    workload: Obj | None,
+    index: int,
+    queue: str,
+    kueue: bool = True,
 ) -> Observation:
     """Member ``index`` of a RayJob: 0 is the head (where the driver runs), the rest the
     workers, which share the cluster's fate."""
@@ -150,7 +162,7 @@ def observe_rayjob(
         if head is not None and head.get("status", {}).get("phase") == "Failed":
             return pod_observation(head)
     if rayjob.get("spec", {}).get("suspend") and deployment in _RAY_STARTING:
-        return waiting_for_admission(workload, queue)
+        return waiting_for_admission(workload, queue, kueue)
     if deployment == "Running":
         return Observation("running")
     return Observation("starting", None, f"the Ray cluster is {deployment or 'being made'}")

@@ -385,3 +385,11 @@ async def test_rendered_workloads_pass_the_api_servers_validation(
         assert answer["metadata"]["name"] == obj["metadata"]["name"]
     if rig.api is not None:
         assert rig.api.all("jobs", NS) == [] and rig.api.all("rayjobs", NS) == []
+
+
+async def test_without_kueue_a_suspended_job_says_what_is_missing(rig: Rig) -> None:
+    api, _ = fake_only(rig)
+    api.crds.discard("workloads")  # a cluster without Kueue: nothing would ever admit it
+    handles = await launch_all(rig.backend, requests(spec(1)))
+    obs = await rig.backend.observe(handles[0])
+    assert obs.status == "starting" and "install Kueue" in obs.reason

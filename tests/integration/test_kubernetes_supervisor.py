@@ -120,3 +120,27 @@ async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None
     assert d.job.state is JobState.FAILED
     assert d.attempts[0].members[0].reason == "preempted by Kueue: for job-x"
     assert rig.api.get("jobs", NS, name) is None  # Kueue will not run it again
+
+
+async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped(
+    rig: Rig,
+) -> None:
+    job_id = await submit(rig.ctx)
+    sup = Supervisor(rig.ctx)
+    await sup.tick()
+    handle = await handle_of(rig.ctx, job_id)
+    name = Handle.parse(handle).name
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 1)
+    await until(rig.backend, handle, "running")
+    await sup.tick()
+    await jobs.cancel_job(rig.ctx, ALICE, job_id)
+    await sup.tick()  # asks the backend to stop: the Job is deleted in the foreground
+    await until(rig.backend, handle, "missing")
+    deletes = [q for m, p, q in rig.api.requests if m == "DELETE" and p.endswith(f"/jobs/{name}")]
+    assert deletes[0]["propagationPolicy"] == "Foreground"
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.CANCELLED
+    assert d.attempts[0].members[0].state == "stopped"
+    assert rig.api.all("pods", NS) == []  # collected with their Job

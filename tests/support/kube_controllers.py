@@ -45,8 +45,14 @@ class Controllers:
         self.api.merge(plural, NS, name, {"spec": {"suspend": False}})
 
     def pods(self, name: str, members: int, phase: str = "Running") -> None:
+        """The Job controller's pods (owned by the Job), each running its ``trainer``."""
+        job = self.api.get("jobs", NS, name)
+        assert job is not None
+        owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "controller": True}
+        owner["uid"] = job["metadata"]["uid"]
         for i in range(members):
             meta = {
+                "ownerReferences": [owner],
                 "name": f"{name}-{i}-x{i}",
                 "labels": {
                     "app.kubernetes.io/managed-by": "tuneplane",
