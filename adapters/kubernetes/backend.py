@@ -308,7 +308,7 @@ class KubernetesBackend:
         query = [("container", container)] + ([("follow", "true")] if follow else [])
         url = path("pods", h.namespace, pod["metadata"]["name"], "log")
         try:
-            async for chunk in self.kube.text(url, query):
+            async for chunk in self.kube.text(url, query, follow):
                 yield chunk
         except ApiError as exc:
             if exc.code == 404:

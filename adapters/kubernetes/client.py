@@ -105,13 +105,17 @@ class Kube:
         query: list[tuple[str, str]] | None = None,
         body: Any = None,
         content_type: str = "application/json",
+        read_timeout: float | None = 60,
     ) -> aiohttp.ClientResponse:
+        """``read_timeout``: silence after which the connection counts as dead (a watch sets
+        it past the server's own timeoutSeconds, so a quiet watch is not cut)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=read_timeout)
         try:
             response: aiohttp.ClientResponse = await self.api.call_api(
                 url, method, query_params=query or [], header_params=headers, body=body,
                 auth_settings=["BearerToken"], _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60),
+                _request_timeout=timeout,
             )  # fmt: skip
         except CONNECTION_ERRORS as exc:
             raise self.unreachable(exc) from None
@@ -149,10 +153,10 @@ class Kube:
         )
 
     async def text(
-        self, url: str, query: list[tuple[str, str]] | None = None
+        self, url: str, query: list[tuple[str, str]] | None = None, follow: bool = False
     ) -> AsyncIterator[bytes]:
-        """A plain-text stream (a pod's log)."""
-        response = await self._raw("GET", url, query)
+        """A plain-text stream (a pod's log; followed, it may be quiet for any time)."""
+        response = await self._raw("GET", url, query, read_timeout=None if follow else 60)
         try:
             if response.status >= 300:
                 await self._fail(response)
@@ -188,7 +192,7 @@ class Kube:
             ]
             if selector:
                 query.append(("labelSelector", selector))
-            return await self._raw("GET", url, query)
+            return await self._raw("GET", url, query, read_timeout=timeout_seconds + 30)
 
         watch = Watch(return_type="object")
         try:
