@@ -106,6 +106,13 @@ class Informer:
                 log.warning("informer %s: %s", self.url, exc.message)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 10.0)
+            except Exception as exc:  # a malformed answer: never let the informer die quietly
+                self.tried.set()
+                self.error = f"{type(exc).__name__}: {exc}"
+                log.exception("informer %s failed; listing again", self.url)
+                self.rv = None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 10.0)
 
     def _apply(self, kind: str, obj: Obj) -> None:
         name = _name(obj)
