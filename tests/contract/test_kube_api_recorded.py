@@ -130,3 +130,21 @@ async def test_bookmarks(api: tuple[FakeKubeAPI, aiohttp.ClientSession]) -> None
         fake.bookmark()
         event = json.loads(await r.content.readline())
     same("bookmark", event, key="event")
+
+
+async def test_the_status_subresource_takes_only_status(
+    api: tuple[FakeKubeAPI, aiohttp.ClientSession],
+) -> None:
+    """As a real server: PATCH of the object ignores ``status``; PATCH of ``/status`` changes
+    only ``status`` (kube-apiserver's status strategies reset the other part)."""
+    _, http = api
+    await call(http, "POST", JOBS, json=JOB)
+    merge = {"Content-Type": "application/merge-patch+json"}
+    both = json.dumps({"spec": {"suspend": True}, "status": {"active": 1}}).encode()
+    code, body = await call(http, "PATCH", JOBS + "/tp-a", data=both, headers=merge)
+    assert code == 200 and body["spec"]["suspend"] is True and body["status"] == {}
+    code, body = await call(http, "PATCH", JOBS + "/tp-a/status", data=both, headers=merge)
+    assert code == 200 and body["status"] == {"active": 1} and body["spec"]["suspend"] is True
+    both = json.dumps({"spec": {"suspend": False}}).encode()
+    code, body = await call(http, "PATCH", JOBS + "/tp-a/status", data=both, headers=merge)
+    assert body["spec"]["suspend"] is True
