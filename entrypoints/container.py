@@ -31,6 +31,8 @@ from application.context import Context, TelemetrySettings
 from domain.blob_ports import BlobStore
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import Unavailable
+from domain.ports import ExecutionBackend
+from entrypoints.kubernetes import kubernetes_backends
 from entrypoints.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -118,13 +120,14 @@ def _context(
     signals: Signals,
     metrics: PostgresMetrics,
     tokens: CollectorTokens,
+    kubernetes: dict[str, ExecutionBackend],
 ) -> Context:
     return Context(
         uow=lambda: PostgresUnitOfWork(engine),
         clock=SystemClock(),
         ids=RandomIds(),
         catalog=default_catalog(LOCAL_RUNTIMES),
-        backends={"local": docker, "node": NodeBackend(docker)},
+        backends={"local": docker, "node": NodeBackend(docker), **kubernetes},
         blobs=blobs,
         new_secret=new_secret,
         limits=settings.limits,
@@ -149,6 +152,7 @@ class Container(containers.DeclarativeContainer):
     metrics = providers.Singleton(PostgresMetrics, pool=metrics_pool)
     signing_keys = providers.Singleton(_signing_keys, settings=settings, pool=metrics_pool)
     tokens = providers.Singleton(CollectorTokens, keys=signing_keys)
+    kubernetes = providers.Resource(kubernetes_backends, settings=settings, tokens=tokens)
     context = providers.Singleton(
         _context,
         settings=settings,
@@ -158,4 +162,5 @@ class Container(containers.DeclarativeContainer):
         signals=signals,
         metrics=metrics,
         tokens=tokens,
+        kubernetes=kubernetes,
     )

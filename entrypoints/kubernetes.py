@@ -1,0 +1,57 @@
+"""The Kubernetes backend's wiring (docs/kubernetes.md#configuration): enabled when
+``TUNEPLANE_KUBERNETES_CONFIG`` names its TOML file, else absent (a profile of a Kubernetes pool
+then gets "backend 'kubernetes' is not enabled on this control plane")."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+from adapters.kubernetes.backend import KubernetesBackend
+from adapters.kubernetes.client import Kube
+from adapters.kubernetes.config import load
+from adapters.system import SystemClock
+from domain.errors import TunePlaneError
+from domain.ports import ExecutionBackend
+from domain.telemetry_ports import TokenSigner
+from entrypoints.settings import Settings
+
+log = logging.getLogger(__name__)
+CONFIG_ENV = "TUNEPLANE_KUBERNETES_CONFIG"
+
+
+async def kubernetes_backends(
+    settings: Settings, tokens: TokenSigner
+) -> AsyncIterator[dict[str, ExecutionBackend]]:
+    """``{"kubernetes": backend}`` when configured, else ``{}``. A config that cannot be read
+    or a kubeconfig that cannot be loaded stops the process with the fix."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        yield {}
+        return
+    try:
+        options = load(Path(path))
+        kube = await Kube.connect(options.kubeconfig, options.context)
+    except TunePlaneError as exc:
+        raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
+    except Exception as exc:  # kubernetes-asyncio's ConfigException and friends
+        raise SystemExit(
+            f"error: cannot load the Kubernetes credentials: {exc} (fix: run in a pod with a"
+            " service account, or set kubeconfig in the file that TUNEPLANE_KUBERNETES_CONFIG"
+            " names, or KUBECONFIG)"
+        ) from None
+    backend = KubernetesBackend(
+        options,
+        kube,
+        tokens=tokens,
+        clock=SystemClock(),
+        token_lifetime=timedelta(seconds=settings.collector_token_seconds),
+    )
+    log.info("kubernetes backend: %s, pools %s", kube.server, ", ".join(sorted(options.pools)))
+    try:
+        yield {"kubernetes": backend}
+    finally:
+        await backend.close()

@@ -1,0 +1,146 @@
+"""The real supervisor (over in-memory repositories) driving the Kubernetes backend on the fake
+API server: a job runs to success through Kueue admission, and a preemption by Kueue fails its
+attempt with that reason (docs/kubernetes.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.kubernetes.backend import KubernetesBackend
+from adapters.kubernetes.client import Kube
+from adapters.kubernetes.config import KubernetesOptions, PoolTarget
+from adapters.kubernetes.names import Handle
+from application import jobs, runtimes, submissions
+from application.context import Context
+from application.supervisor import Supervisor
+from domain.catalog import RuntimeSpec
+from domain.fleet import Pool
+from domain.lifecycle import JobState
+from tests.fixtures.kube_api import FakeKubeAPI
+from tests.support.context import ADMIN, ALICE, memory_context
+from tests.support.kube_controllers import NS, Controllers, until
+from tests.unit.builders import an_intent
+
+pytestmark = pytest.mark.integration
+
+POOL = Pool("k8s", "dc1", "kubernetes", 0, 4.0, 8192)
+BUSYBOX = RuntimeSpec(
+    "busybox-k8s", "registry.example/busybox:1.36", None, "single-process",
+    digest="sha256:" + "ab" * 32,
+)  # fmt: skip
+
+
+@dataclasses.dataclass
+class Rig:
+    ctx: Context
+    api: FakeKubeAPI
+    backend: KubernetesBackend
+    controllers: Controllers
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    api = FakeKubeAPI()
+    await api.start()
+    options = KubernetesOptions(pools={"k8s": PoolTarget(NS, "team-a")})
+    backend = KubernetesBackend(options, Kube.at(api.url))
+    ctx = dataclasses.replace(
+        memory_context(tmp_path, pools=(POOL,)), backends={"kubernetes": backend}
+    )
+    await runtimes.add_runtime(ctx, ADMIN, BUSYBOX)
+    try:
+        yield Rig(ctx, api, backend, Controllers(api))
+    finally:
+        await backend.close()
+        await api.close()
+
+
+async def submit(ctx: Context) -> str:
+    intent = an_intent(runtime=BUSYBOX.name, params={"command": "echo hi"})
+    preview = await submissions.create_preview(ctx, ALICE, intent)
+    receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    return receipt.job_id
+
+
+async def handle_of(ctx: Context, job_id: str) -> str:
+    d = await jobs.get_job(ctx, ALICE, job_id)
+    handle = d.attempts[0].members[0].handle
+    assert handle is not None
+    return handle
+
+
+async def test_a_job_is_admitted_by_kueue_runs_and_succeeds(rig: Rig) -> None:
+    job_id = await submit(rig.ctx)
+    sup = Supervisor(rig.ctx)
+    await sup.tick()  # placed, launched: a suspended Job waiting for Kueue
+    handle = await handle_of(rig.ctx, job_id)
+    name = Handle.parse(handle).name
+    job = rig.api.get("jobs", NS, name)
+    assert job is not None and job["spec"]["suspend"] is True
+    assert rig.api.get("configmaps", NS, f"{name}-capsule") is not None  # the Job Capsule
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.STARTING
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 1)
+    await until(rig.backend, handle, "running")
+    await sup.tick()
+    assert (await jobs.get_job(rig.ctx, ALICE, job_id)).job.state is JobState.RUNNING
+    rig.api.logs[(NS, f"{name}-0-x0")] = b"hi\n"
+    rig.controllers.exit(name, 0, 0)
+    rig.controllers.complete(name)
+    await until(rig.backend, handle, "exited")
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert (d.job.state, d.job.exit_code) == (JobState.SUCCEEDED, 0)
+    assert rig.api.get("jobs", NS, name) is None  # released: the Job and what it owns
+    assert rig.api.all("configmaps", NS) == []
+
+
+async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None:
+    job_id = await submit(rig.ctx)
+    sup = Supervisor(rig.ctx)
+    await sup.tick()
+    handle = await handle_of(rig.ctx, job_id)
+    name = Handle.parse(handle).name
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 1)
+    await until(rig.backend, handle, "running")
+    await sup.tick()
+    workload = rig.api.all("workloads", NS)[0]["metadata"]["name"]
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "for job-x"}
+    rig.api.merge("workloads", NS, workload, {"status": {"conditions": [evicted]}})
+    await until(rig.backend, handle, "exited")
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.FAILED
+    assert d.attempts[0].members[0].reason == "preempted by Kueue: for job-x"
+    assert rig.api.get("jobs", NS, name) is None  # Kueue will not run it again
+
+
+async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped(
+    rig: Rig,
+) -> None:
+    job_id = await submit(rig.ctx)
+    sup = Supervisor(rig.ctx)
+    await sup.tick()
+    handle = await handle_of(rig.ctx, job_id)
+    name = Handle.parse(handle).name
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 1)
+    await until(rig.backend, handle, "running")
+    await sup.tick()
+    await jobs.cancel_job(rig.ctx, ALICE, job_id)
+    await sup.tick()  # asks the backend to stop: the Job is deleted in the foreground
+    await until(rig.backend, handle, "missing")
+    deletes = [q for m, p, q in rig.api.requests if m == "DELETE" and p.endswith(f"/jobs/{name}")]
+    assert deletes[0]["propagationPolicy"] == "Foreground"
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.CANCELLED
+    assert d.attempts[0].members[0].state == "stopped"
+    assert rig.api.all("pods", NS) == []  # collected with their Job

@@ -1,0 +1,146 @@
+"""deploy/ for Kubernetes: the Helm chart renders to valid manifests (with `helm template` when a
+helm binary is on PATH, else tests/support/helm_template.py, which renders the Go-template subset
+the chart uses), the RBAC manifest and the chart grant the same least privilege, and the example
+configs are what the backend and Kueue expect."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from adapters.kubernetes.config import load, parse
+from tests.support.helm_template import template
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "tuneplane"
+DEPLOY = ROOT / "deploy" / "kubernetes"
+CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+NAMESPACED = {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Role", "RoleBinding", "Job"}
+
+
+def rendered(values: dict[str, Any]) -> list[dict[str, Any]]:
+    helm = shutil.which("helm")
+    if helm:  # the real renderer, where one is installed
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            yaml.safe_dump(values, f)
+            f.flush()
+            args = [helm, "template", "tp", str(CHART), "--namespace", "tuneplane", "-f", f.name]
+            text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    else:
+        text = template(CHART, "tp", "tuneplane", values)
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return rendered({"telemetry": {"caCert": CA}})
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def test_every_manifest_is_a_named_object(docs: list[dict[str, Any]]) -> None:
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "ConfigMap",
+            "ConfigMap",
+            "Deployment",
+            "Service",
+            "Deployment",
+            "Service",
+            "Job",
+        ]
+    )
+    for d in docs:
+        assert d["apiVersion"] and d["metadata"]["name"], d
+        if d["kind"] in NAMESPACED:
+            assert d["metadata"]["namespace"], d
+
+
+def test_the_deployments_run_tp_with_the_database_secret(docs: list[dict[str, Any]]) -> None:
+    commands = {}
+    for dep in by_kind(docs, "Deployment"):
+        pod = dep["spec"]["template"]["spec"]
+        assert (
+            dep["spec"]["selector"]["matchLabels"].items()
+            <= dep["spec"]["template"]["metadata"]["labels"].items()
+        )
+        (container,) = pod["containers"]
+        commands[container["name"]] = container["command"][:3]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["TUNEPLANE_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
+            "name": "tuneplane-database",
+            "key": "url",
+        }
+    assert commands == {"api": ["tp", "serve", "--host"], "gateway": ["tp", "gateway", "telemetry"]}
+    api = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "tp-api")
+    assert api["spec"]["template"]["spec"]["serviceAccountName"] == "tp"
+
+
+def test_the_backend_config_in_the_chart_is_one_the_backend_reads(
+    docs: list[dict[str, Any]],
+) -> None:
+    import tomllib
+
+    config = next(d for d in docs if d["metadata"]["name"] == "tp-kubernetes")
+    options = parse(tomllib.loads(config["data"]["kubernetes.toml"]))
+    assert options.pools["h200"].queue == "team-a"
+    ca = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"] == "tuneplane-ca"]
+    assert [(c["metadata"]["namespace"], c["data"]["ca.crt"]) for c in ca] == [("ml", CA)]
+
+
+def test_the_chart_and_the_rbac_manifest_grant_the_same_least_privilege(
+    docs: list[dict[str, Any]],
+) -> None:
+    manifest = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
+    (role,) = by_kind(manifest, "Role")
+    (chart_role,) = by_kind(docs, "Role")
+    assert chart_role["rules"] == role["rules"]
+    verbs = {
+        (g, r): set(rule["verbs"])
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert verbs[("", "pods")] == {"get", "list", "watch"}  # pods are never created or deleted
+    assert verbs[("kueue.x-k8s.io", "workloads")] == {"get", "list", "watch"}
+    assert not any(v & {"*", "escalate", "bind", "impersonate"} for v in verbs.values())
+    assert not by_kind(manifest, "ClusterRole") and not by_kind(docs, "ClusterRole")
+    (binding,) = by_kind(docs, "RoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "tp", "namespace": "tuneplane"}
+    ]
+
+
+def test_without_a_ca_no_ca_configmap_is_rendered() -> None:
+    assert not [d for d in rendered({}) if d["metadata"]["name"] == "tuneplane-ca"]
+
+
+def test_the_examples_agree_with_each_other() -> None:
+    options = load(DEPLOY / "kubernetes.toml")
+    kueue = [d for d in yaml.safe_load_all((DEPLOY / "kueue-example.yaml").read_text()) if d]
+    flavors = {
+        d["metadata"]["name"]: d["spec"]["nodeLabels"] for d in by_kind(kueue, "ResourceFlavor")
+    }
+    queues = {
+        (d["metadata"]["namespace"], d["metadata"]["name"]) for d in by_kind(kueue, "LocalQueue")
+    }
+    for name, pool in options.pools.items():
+        assert (pool.namespace, pool.queue) in queues, name
+        assert dict(pool.node_selector) in flavors.values(), name
+    (cq,) = by_kind(kueue, "ClusterQueue")
+    used = {f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]}
+    assert used == set(flavors)
