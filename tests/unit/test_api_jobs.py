@@ -13,13 +13,13 @@ import pytest
 from litestar.testing import AsyncTestClient
 
 from adapters.memory.backend import MemoryBackend
-from application import submissions
+from application import fleet, submissions
 from application.auth import create_token
 from application.context import Context
 from domain.auth import Principal
-from domain.fleet import Queue
+from domain.fleet import Queue, SchedState
 from entrypoints.api.app import create_app
-from tests.support.context import ALICE, BOB, FakeClock, memory_context
+from tests.support.context import ADMIN, ALICE, BOB, FakeClock, memory_context
 from tests.unit.builders import T0, an_intent
 
 pytestmark = pytest.mark.unit
@@ -120,3 +120,27 @@ async def test_list_filters_by_queue_and_owner_and_pages(client: Any, ctx: Conte
     refused = await client.get("/v1/jobs", params={"owner": "bob"}, headers=alice)
     assert refused.status_code == 403
     assert "bob" in refused.json()["detail"] and "owner=" in refused.json()["fix"]
+
+
+async def test_a_previews_estimated_wait(client: Any, ctx: Context) -> None:
+    alice = await auth(ctx, "alice")
+    preview = await submissions.create_preview(ctx, ALICE, an_intent())
+    now = (await client.get(f"/v1/previews/{preview.id}/wait", headers=alice)).json()
+    assert (now["starts_now"], now["kind"], now["ahead"]) == (True, "placing", 0)
+    assert now["placements"] == [
+        {"role": "main", "request": "1 CPU in pool local", "pool": "local",
+         "fleet": "local", "backend": "local"}
+    ]  # fmt: skip
+
+    await submit(ctx, ALICE)  # pending (no supervisor here): ahead of the preview in the queue
+    await fleet.set_node_state(ctx, ADMIN, "local", SchedState.CORDONED)
+    later = (await client.get(f"/v1/previews/{preview.id}/wait", headers=alice)).json()
+    assert later["starts_now"] is False
+    assert (later["position"], later["pending_total"], later["ahead"]) == (2, 2, 1)
+    assert "cordoned" in later["text"]
+    # nothing was created by asking
+    listed = (await client.get("/v1/jobs", headers=alice)).json()["jobs"]
+    assert len(listed) == 1
+
+    other = await client.get(f"/v1/previews/{preview.id}/wait", headers=await auth(ctx, "bob"))
+    assert other.status_code == 404
