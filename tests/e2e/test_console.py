@@ -5,6 +5,7 @@ saved under test-artifacts/console/<test>/."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -85,12 +86,43 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await page.get_by_role("button", name="Apply").click()
     await expect(page.get_by_role("link", name=job_id)).to_be_visible()
 
-    # The job's page: its facts, members, log; the stop button is off for an ended job.
+    # Pages of the list, from the API's cursor: a second (newer) job, one job per page.
+    newer = JOB_ID.search(cli("submit", "hello", "--profile", "cpu:1", "--yes").stdout).group(0)  # type: ignore[union-attr]
+    cli.wait_state(newer, {"succeeded", "failed"}, timeout=120)
+    await page.goto(api_server.url + "/console/#/jobs?limit=1&everyone=true")
+    await expect(page.get_by_role("link", name=newer)).to_be_visible()
+    await expect(page.get_by_role("link", name=job_id)).to_have_count(0)
+    async with page.expect_response(lambda r: "cursor=" in r.url and "/v1/jobs?" in r.url):
+        await page.get_by_role("link", name="Next page").click()
+    await expect(page.get_by_role("link", name=job_id)).to_be_visible()
+    assert "cursor=" in page.url and "everyone=true" in page.url
+    await expect(page.get_by_role("link", name="Next page")).to_have_count(0)
+    await page.get_by_role("link", name="First page").click()
+    await expect(page.get_by_role("link", name=newer)).to_be_visible()
+    # The queue filter goes to the API too.
+    async with page.expect_response(lambda r: "queue=nowhere" in r.url) as filtered:
+        await page.goto(api_server.url + "/console/#/jobs?queue=nowhere")
+    assert (await filtered.value).ok
+    await expect(page.get_by_text("No jobs match")).to_be_visible()
+    await page.goto(api_server.url + "/console/#/jobs?queue=default&state=succeeded")
+
+    # The job's page: its facts, timeline, members, log; the stop button is off for an ended job.
     await page.get_by_role("link", name=job_id).click()
     await expect(page.get_by_role("heading", name=f"Job {job_id}")).to_be_visible()
     await expect(page.get_by_label("Job log")).to_contain_text("hello from the console test")
     await expect(page.get_by_role("table", name="Members by attempt")).to_contain_text("succeeded")
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
+    timeline = page.get_by_role("table", name="Timeline")
+    steps = [
+        s.strip() for s in await timeline.locator("tbody tr td:first-child").all_text_contents()
+    ]
+    # a job this short may end before the supervisor sees it running (starting → succeeded)
+    assert steps[:3] == ["previewed", "committed", "admitted"], steps
+    assert steps[-1] == "succeeded" and set(steps[3:-1]) <= {"running"}, steps
+    events = json.loads(cli("job", "events", job_id, "--json").stdout)["events"]
+    assert [e["stage"] for e in events] == steps  # the same history as the CLI's
+    await expect(page.get_by_role("region", name="Artifacts")).to_contain_text("No output files")
+    await expect(page.get_by_role("region", name="Raw scalars")).to_contain_text("No series")
     await page.screenshot(path=screenshots / "04-job.png", full_page=True)
     assert not await accessibility_violations(page)
 
@@ -209,6 +241,8 @@ async def test_a_running_jobs_live_log_and_stop(
     log = page.get_by_label("Job log")
     await expect(log).to_contain_text("started")
     await expect(log).to_contain_text("still here")  # 2 s later: usually through the open stream
+    timeline = page.get_by_role("table", name="Timeline")
+    await expect(timeline).to_contain_text("running")
     await page.screenshot(path=screenshots / "01-running.png", full_page=True)
     assert not await accessibility_violations(page)
 
@@ -220,6 +254,9 @@ async def test_a_running_jobs_live_log_and_stop(
     await expect(page.locator(".facts")).to_contain_text("cancelled", timeout=30_000)
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
     await expect(log).to_contain_text("still here")
+    steps = await timeline.locator("tbody tr td:first-child").all_text_contents()
+    assert steps[-2:] == ["stopping", "cancelled"], steps
+    await expect(timeline).to_contain_text("stop requested by admin")
     await page.screenshot(path=screenshots / "02-stopped.png", full_page=True)
 
 
@@ -253,8 +290,18 @@ async def test_submit_dialog_previews_then_commits_that_preview(
     assert not await accessibility_violations(page)
     preview_id = (await preview.locator("dd").first.text_content()) or ""
     digest = (await preview.locator("dd code").text_content()) or ""
+    facts = {
+        ((await dt.text_content()) or ""): ((await dt.locator("+ dd").text_content()) or "")
+        for dt in await preview.locator("dt").all()
+    }
+    assert facts["Fleet / pool"] == "fleet local, pool local", facts
+    assert facts["Backend"] == "local" and facts["Queue"] == "default", facts
+    assert facts["GPU request"] == "1 CPU in pool local", facts
+    assert facts["Runtime"].startswith("busybox ("), facts
+    assert facts["Estimated wait"] == "none: it would start at once", facts
 
-    await page.get_by_role("button", name="Confirm and submit").click()
+    # A double click commits once: the button is off after the first, and the triple is one job.
+    await page.get_by_role("button", name="Confirm and submit").dblclick()
     await expect(page.get_by_role("heading", name=re.compile(r"^Job job-"))).to_be_visible()
     job_id = page.url.rsplit("/", 1)[-1]
     job = cli.wait_state(job_id, {"succeeded", "failed"})
@@ -270,25 +317,47 @@ async def test_submit_dialog_previews_then_commits_that_preview(
         data={"preview_id": preview_id, "digest": digest, "retry_key": retry_key},
     )
     assert again.status == 200 and (await again.json())["job_id"] == job_id, await again.text()
+    listed = await page.request.get(api_server.url + "/v1/jobs", headers=api_server.headers)
+    assert [j["id"] for j in (await listed.json())["jobs"]] == [job_id]
     await page.screenshot(path=screenshots / "02-submitted.png", full_page=True)
 
 
-async def test_a_pending_job_says_why(
+async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_itself(
     api_server: Servers, cli: Cli, page: Page, screenshots: Path
 ) -> None:
-    cli("fleet", "node", "cordon", "local")  # nothing can start
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    local = page.get_by_role("table", name="Nodes of pool local").get_by_role("row").nth(1)
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("schedulable")
+
+    # An admin cordons the node with its button, after a confirmation that says what it means.
+    asked: list[str] = []
+
+    async def accept(dialog) -> None:  # type: ignore[no-untyped-def]
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.once("dialog", accept)
+    await page.get_by_role("button", name="Cordon node local", exact=True).click()
+    await expect(page.get_by_role("status")).to_have_text("Node local is now cordoned.")
+    assert asked and "no new work" in asked[0], asked
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
+    await expect(local.get_by_role("cell").nth(2)).to_have_text("connected")
+    await expect(page.get_by_role("button", name="Uncordon node local")).to_be_visible()
+    await expect(page.get_by_role("button", name="Cordon node local", exact=True)).to_have_count(0)
+    await page.screenshot(path=screenshots / "01-cordoned.png", full_page=True)
+    assert not await accessibility_violations(page)
+    page.once("dialog", lambda d: d.dismiss())  # declining changes nothing
+    await page.get_by_role("button", name="Drain node local").click()
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
+    assert "cordoned" in cli("fleet", "ls").stdout
+
     cli("new", "waiter", "--method", "custom/custom")
     out = cli("submit", "waiter", "--profile", "cpu:1", "--set", "command=true", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     assert "(1 cordoned)" in cli("job", "why", job_id).stdout
     assert cli.status(job_id)["state"] == "pending"
-
-    await page.goto(api_server.url + "/console/#/fleet")
-    await page.get_by_label("API token").fill(api_server.token)
-    await page.get_by_label("API token").press("Enter")
-    local = page.get_by_role("table", name="Nodes of pool local").get_by_role("row").nth(1)
-    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
-    await expect(local.get_by_role("cell").nth(2)).to_have_text("connected")
 
     await page.goto(api_server.url + f"/console/#/jobs/{job_id}")
     reason = page.locator(".why")
@@ -296,5 +365,33 @@ async def test_a_pending_job_says_why(
     await expect(reason).to_contain_text("position 1 of 1")
     await expect(reason).to_contain_text("(1 cordoned)")  # what `tp job why` says too
     await expect(page.get_by_role("button", name="Stop job")).to_be_enabled()
-    await page.screenshot(path=screenshots / "01-pending.png", full_page=True)
+    timeline = page.get_by_role("table", name="Timeline")
+    await expect(timeline).to_contain_text("committed")
+    await expect(timeline).not_to_contain_text("admitted")
+    await page.screenshot(path=screenshots / "02-pending.png", full_page=True)
     assert not await accessibility_violations(page)
+
+    # Uncordoned elsewhere: the page, not reloaded, follows the job to its end by itself.
+    cli("fleet", "node", "uncordon", "local")
+    await expect(page.locator(".facts")).to_contain_text("succeeded", timeout=60_000)
+    await expect(timeline).to_contain_text("admitted")
+    await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
+    await page.screenshot(path=screenshots / "03-started-by-itself.png", full_page=True)
+
+
+async def test_members_get_no_fleet_buttons(
+    api_server: Servers, cli: Cli, page: Page, expected_statuses: set[int]
+) -> None:
+    expected_statuses.add(403)  # owner= another user, below
+    cli("admin", "user", "add", "mia", "--team", "default")
+    mia = cli("admin", "token", "create", "mia").stdout.strip()
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(mia)
+    await page.get_by_label("API token").press("Enter")
+    nodes = page.get_by_role("table", name="Nodes of pool local")
+    await expect(nodes).to_contain_text("schedulable")
+    await expect(nodes.get_by_role("button")).to_have_count(0)
+    await expect(nodes.get_by_role("columnheader", name="Actions")).to_have_count(0)
+    # owner= another user is refused for a member: the list says so instead of showing nothing
+    await page.goto(api_server.url + "/console/#/jobs?owner=admin")
+    await expect(page.get_by_role("alert")).to_contain_text("may not list the jobs of admin")

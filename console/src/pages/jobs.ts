@@ -46,6 +46,7 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
   const owner = params.get("owner") ?? "";
   const everyone = params.get("everyone") === "true";
   const cursor = params.get("cursor") ?? "";
+  const size = Math.min(200, Math.max(1, Number(params.get("limit")) || PAGE)); // #/jobs?limit=N
 
   const stateSel = h("select", { id: "f-state", name: "state" }, ...STATES.map((s) => h("option", { value: s, selected: s === state }, s || "any")));
   const queueIn = h("input", { id: "f-queue", name: "queue", value: queue });
@@ -65,6 +66,7 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
   if (queue) filtered.set("queue", queue);
   if (owner) filtered.set("owner", owner);
   if (everyone) filtered.set("everyone", "true");
+  if (size !== PAGE) filtered.set("limit", String(size));
   filters.addEventListener("submit", (event) => {
     event.preventDefault();
     const q = new URLSearchParams();
@@ -72,12 +74,13 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     if (queueIn.value.trim()) q.set("queue", queueIn.value.trim());
     if (ownerIn.value.trim()) q.set("owner", ownerIn.value.trim());
     if (everyoneIn.checked) q.set("everyone", "true");
+    if (size !== PAGE) q.set("limit", String(size));
     location.hash = `#/jobs?${q.toString()}`;
   });
 
   main.replaceChildren(h("h1", {}, "Jobs"), filters, h("p", { "aria-busy": "true" }, "Loading…"));
   const api = new URLSearchParams(filtered);
-  api.set("limit", String(PAGE));
+  api.set("limit", String(size));
   if (cursor) api.set("cursor", cursor);
   const page = await getJson<{ jobs: Job[]; next_cursor: string | null }>(`/v1/jobs?${api.toString()}`);
   const rows = page.jobs.map((j) => [
