@@ -178,6 +178,7 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
         60,
         "every point of train/loss",
     )  # fmt: skip
+    job_series = cluster.api("GET", f"/v1/jobs/{job_id}/metrics")["series"]
 
     await page.clock.install()  # the Fleet page's refresh timer runs on this clock
     await page.goto(cluster.servers.url + "/console/#/fleet")
@@ -222,6 +223,30 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     assert body["end"] - body["start"] < STEPS / 2
     assert body["width"] == 1  # a narrower range comes back at full resolution
     await page.screenshot(path=screenshots / "03-zoomed.png", full_page=True)
+    figure = page.locator("figure.chart")
+    await expect(figure).to_have_attribute("data-attempts", "1")  # one line per attempt
+    await expect(figure.locator(".u-legend")).to_contain_text("attempt 1")
+
+    # The raw scalar inspector: attempt, member, source and tag; the points as logged.
+    inspector = page.get_by_role("region", name="Raw scalars")
+    await inspector.get_by_label("Attempt").select_option("1")
+    await inspector.get_by_label("Member").select_option("0")
+    [source] = {s["source"] for s in job_series if s["tag"] == "train/loss"}
+    await inspector.get_by_label("Source").select_option(source)
+    await inspector.get_by_label("Tag").select_option("train/loss")
+    await inspector.get_by_label("From step").fill("100")
+    async with page.expect_response(lambda r: "/metrics/raw?" in r.url) as raw:
+        await inspector.get_by_role("button", name="Show raw points").click()
+    assert "limit=100" in (await raw.value).url  # a bounded page
+    points = inspector.get_by_role("table", name=re.compile(r"^Raw points of train.loss"))
+    first = points.locator("tbody tr").first.get_by_role("cell")
+    await expect(first.nth(0)).to_have_text("100")
+    await expect(first.nth(1)).to_have_text(str(100000 // 110))  # the value the job wrote
+    await expect(points.locator("tbody tr")).to_have_count(100)
+    await inspector.get_by_role("button", name="Next raw points").click()
+    await expect(first.nth(0)).to_have_text("200")
+    await page.screenshot(path=screenshots / "04-raw.png", full_page=True)
+    assert not await accessibility_violations(page)
 
 
 async def test_a_running_jobs_live_log_and_stop(

@@ -86,7 +86,7 @@ export async function metricChart(jobId: string, tag: string, width: number): Pr
         height: 260,
         scales: { x: { time: false } },
         series: [{ label: "step" }, ...names.map((label, i) => ({ label, stroke: COLOURS[i % COLOURS.length], width: 1.5, spanGaps: false }))],
-        axes: [{ label: "step" }, {}],
+        axes: [{ label: "step" }, { size: 70 }],
         legend: { show: true },
         hooks: {
           setSelect: [

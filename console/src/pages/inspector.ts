@@ -61,7 +61,7 @@ export function rawInspector(jobId: string, series: Series[]): HTMLElement {
     }
     const q = new URLSearchParams({ attempt: attempt.value, member: member.value, source: source.value, tag: tag.value, start: String(from), after_offset: String(after), limit: String(LIMIT) });
     const raw = await getJson<Raw>(`/v1/jobs/${encodeURIComponent(jobId)}/metrics/raw?${q.toString()}`);
-    const caption = `Raw points of ${picked.tag} (attempt ${picked.attempt}, member ${picked.member}, ${picked.source}) from step ${from}`;
+    const caption = `Raw points of ${picked.tag} (attempt ${picked.attempt}, member ${picked.member}, ${picked.source}) from step ${raw.points.length ? raw.points[0].step : from}`;
     const more = raw.next_start !== null && raw.next_after_offset !== null;
     const next = h("button", { type: "button" }, "Next raw points");
     next.addEventListener("click", () => void show(raw.next_start!, raw.next_after_offset!));
