@@ -130,6 +130,10 @@ async def test_sign_in_fleet_jobs_and_a_job(
     assert steps[-1] == "succeeded" and set(steps[3:-1]) <= {"running"}, steps
     events = json.loads(cli("job", "events", job_id, "--json").stdout)["events"]
     assert [e["stage"] for e in events] == steps  # the same history as the CLI's
+    assert "admitted" in cli("job", "events", job_id).stdout
+    # the CLI's list filters are the API's too
+    assert job_id in cli("job", "ls", "--all", "--queue", "default", "--owner", "admin").stdout
+    assert job_id not in cli("job", "ls", "--all", "--queue", "nowhere").stdout
     await expect(page.get_by_role("region", name="Artifacts")).to_contain_text("No output files")
     await expect(page.get_by_role("region", name="Raw scalars")).to_contain_text("No series")
     await page.screenshot(path=screenshots / "04-job.png", full_page=True)
