@@ -92,14 +92,20 @@ class MemoryJobRepository:
         before: Job | None = self._tx.get("jobs", job.id)
         await compare_and_set(self._tx, "jobs", "job", job, expected.value)
         if before is not None and before.state != job.state:  # as the trigger in postgres
-            seq = 1 + len(self._tx.select("job_events", lambda e: e.job_id == job.id))
+            seq = len(self._events(job.id)) + 1
             reason = job.reason if job.reason != before.reason else ""
             self._tx.write("job_events", JobEvent(job.id, seq, job.updated_at, job.state, reason))
 
+    def _events(self, job_id: str) -> builtins.list[JobEvent]:
+        """By key, 1, 2, … (a job has few): no scan of every job's events."""
+        found: builtins.list[JobEvent] = []
+        while (event := self._tx.get("job_events", (job_id, len(found) + 1))) is not None:
+            found.append(event)
+        return found
+
     async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:
         check_limit(limit)
-        rows: list[JobEvent] = self._tx.select("job_events", lambda e: e.job_id == job_id)
-        return sorted(rows, key=lambda e: e.seq)[:limit]
+        return self._events(job_id)[:limit]
 
     async def list(
         self,
