@@ -6,6 +6,7 @@ Screenshots are saved under test-artifacts/console/<test>/ (fixtures: tests/fixt
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import UTC, datetime
 from pathlib import Path
@@ -158,3 +159,38 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
         row = table.locator("tbody tr").first.get_by_role("cell")
         await expect(row.nth(0)).to_have_text("600")
         await expect(row.nth(1)).to_have_text(value)
+
+
+async def test_a_refused_fleet_action_is_shown_with_the_apis_reason(
+    api_server: Servers, cli: Cli, page: Page, expected_statuses: set[int]
+) -> None:
+    expected_statuses.add(403)
+    cli("admin", "user", "add", "otto", "--team", "default", "--role", "operator")
+    otto = cli("admin", "token", "create", "otto").stdout.strip()
+    await page.clock.install()  # holds the page's 15 s refresh: the buttons stay as drawn
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(otto)
+    await page.get_by_label("API token").press("Enter")
+    drain = page.get_by_role("button", name="Drain node local")
+    await expect(drain).to_be_visible()  # operators may change nodes
+
+    cli("admin", "user", "set", "otto", "--role", "member")  # meanwhile, elsewhere
+    as_otto = {"Authorization": f"Bearer {otto}"}
+
+    async def role() -> str:
+        answer = await page.request.get(api_server.url + "/v1/whoami", headers=as_otto)
+        return str((await answer.json())["role"])
+
+    for _ in range(120):  # the server caches a token's principal a few seconds
+        if await role() == "member":
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError("otto is still an operator to the server")
+    page.once("dialog", lambda d: d.accept())
+    await drain.click()
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text("Drain local refused:")
+    await expect(alert).to_contain_text("Fix:")  # the API's fix, as given
+    assert "schedulable" in cli("fleet", "ls").stdout  # nothing changed
+    assert not await accessibility_violations(page)
