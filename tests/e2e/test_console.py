@@ -25,7 +25,9 @@ EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "docs/examples/plugins/ex
 
 def submit_job(cli: Cli) -> str:
     cli("new", "hello", "--method", "custom/custom")
-    (cli.cwd / "hello" / "train.sh").write_text("echo 'hello from the console test'\n")
+    (cli.cwd / "hello" / "train.sh").write_text(
+        "echo 'hello from the console test'\necho ok > \"$TUNEPLANE_OUTPUT_DIR/report.txt\"\n"
+    )
     out = cli("submit", "hello", "--profile", "cpu:1", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
@@ -125,7 +127,11 @@ async def test_sign_in_fleet_jobs_and_a_job(
     # the CLI's list filters are the API's too
     assert job_id in cli("job", "ls", "--all", "--queue", "default", "--owner", "admin").stdout
     assert job_id not in cli("job", "ls", "--all", "--queue", "nowhere").stdout
-    await expect(page.get_by_role("region", name="Artifacts")).to_contain_text("No output files")
+    outputs = page.get_by_role("region", name="Artifacts").get_by_role("table", name="Output files")
+    report = outputs.get_by_role("row").filter(has_text="report.txt")
+    await expect(report).to_contain_text("3 B")  # "ok\n"
+    await expect(report).to_contain_text("control plane")  # the local backend keeps them
+    await expect(report.locator("code")).to_have_text("dc51b8c96c2d")  # sha256 of "ok\n", short
     await expect(page.get_by_role("region", name="Raw scalars")).to_contain_text("No series")
     await page.screenshot(path=screenshots / "04-job.png", full_page=True)
     assert not await accessibility_violations(page)
