@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from application.context import Context
 from application.jobs import get_job
-from domain.admission import decide
+from application.submissions import get_preview
+from domain.admission import PendingJob, Snapshot, decide
 from domain.auth import Principal
 from domain.lifecycle import JOB_FINAL, MEMBER_FINAL, JobState
 
@@ -25,6 +26,64 @@ class Explanation:
     text: str
     position: int | None = None  # rank among pending jobs, for a waiting job
     pending_total: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    role: str
+    request: str  # e.g. "2×8 h200 GPUs in pool a"
+    pool: str
+    fleet: str | None  # None: the pool is gone from the fleet
+    backend: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitEstimate:
+    """What would happen to a preview committed now: the same ``admission.decide`` as
+    ``explain_job``, over a fresh snapshot with the preview added as the newest pending job."""
+
+    preview_id: str
+    starts_now: bool
+    kind: str  # "placing" when it would start at once, else a WaitKind value
+    text: str
+    position: int  # 1-based, among the pending jobs with it added
+    pending_total: int  # pending jobs with it added
+    ahead: int  # pending jobs before it in queue order
+    placements: list[Placement]
+
+
+def _where(snapshot: Snapshot, role_pool: str) -> tuple[str | None, str | None]:
+    pool = snapshot.pools.get(role_pool)
+    return (pool.fleet, pool.backend) if pool else (None, None)
+
+
+async def estimate_wait(ctx: Context, principal: Principal, preview_id: str) -> WaitEstimate:
+    """The estimated wait of a preview, as a queue position and the reason it would wait.
+
+    Not a duration: the control plane does not know how long the jobs ahead will run. A preview
+    that would start at once says so; one that would wait gives how many pending jobs precede it
+    in queue order (priority, then commit time) and the same text `tp job why` would show."""
+    preview = await get_preview(ctx, principal, preview_id)
+    async with ctx.uow() as uow:
+        snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT)
+    spec = preview.spec
+    candidate = PendingJob(preview.id, spec.queue, ctx.clock.now(), spec.roles)
+    pending = [*snapshot.pending, candidate]
+    decisions = decide(Snapshot(snapshot.pools, snapshot.nodes, snapshot.queues, pending))
+    placements = [
+        Placement(r.name, r.describe(), r.pool, *_where(snapshot, r.pool)) for r in spec.roles
+    ]
+    total = len(pending)
+    wait = decisions.waits.get(preview.id)
+    if wait is not None:
+        return WaitEstimate(
+            preview.id, False, wait.kind, wait.text, wait.position, total, wait.position - 1,
+            placements,
+        )  # fmt: skip
+    placed = [p.job_id for p in decisions.placements]
+    position = placed.index(preview.id) + 1 if preview.id in placed else total
+    text = "would start at once: it fits now, and the scheduler reserves it on its next pass"
+    return WaitEstimate(preview.id, True, "placing", text, position, total, 0, placements)
 
 
 async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explanation:

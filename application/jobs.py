@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from datetime import datetime
 
 from application.context import Context
 from domain.auth import Principal
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
-from domain.jobs import Attempt, Job, Member
+from domain.jobs import Attempt, Job, JobEvent, Member
 from domain.lifecycle import JOB_FINAL, AttemptState, JobState
 from domain.ports import JobPage, UnitOfWork
 
@@ -23,6 +24,37 @@ class AttemptDetails:
 class JobDetails:
     job: Job
     attempts: list[AttemptDetails]
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One line of a job's timeline: ``stage`` names the step, ``state`` the job state entered
+    (None for ``previewed``, which precedes the job)."""
+
+    stage: str
+    at: datetime
+    state: JobState | None
+    reason: str
+
+
+# The step each job state stands for (docs/http-api.md, "Job events"): the scheduler's
+# admission reserves the whole envelope and moves the job to starting in one transaction.
+_STAGES = {
+    JobState.PENDING: "committed",  # queued for admission
+    JobState.STARTING: "admitted",  # reserved; members being prepared and launched
+    JobState.RUNNING: "running",
+    JobState.STOPPING: "stopping",
+    JobState.SUCCEEDED: "succeeded",
+    JobState.FAILED: "failed",
+    JobState.CANCELLED: "cancelled",
+}
+
+
+def _stage(event: JobEvent) -> Stage:
+    name = _STAGES[event.state]
+    if event.state is JobState.PENDING and event.seq > 1:
+        name = "requeued"  # a gang launch aborted before anything started
+    return Stage(name, event.at, event.state, event.reason)
 
 
 def _visible(job: Job | None, principal: Principal, job_id: str) -> Job:
@@ -44,6 +76,22 @@ async def get_job(ctx: Context, principal: Principal, job_id: str) -> JobDetails
         return await _details(uow, job)
 
 
+async def job_timeline(ctx: Context, principal: Principal, job_id: str, limit: int) -> list[Stage]:
+    """The job's steps, oldest first: its preview, then every recorded state transition."""
+    if not 1 <= limit <= ctx.limits.list_limit_max:
+        raise InvalidInput(
+            f"limit {limit} is out of range",
+            fix=f"ask for 1 to {ctx.limits.list_limit_max} events",
+            field="limit",
+        )
+    async with ctx.uow() as uow:
+        job = _visible(await uow.jobs.get(job_id), principal, job_id)
+        preview = await uow.previews.get(job.preview_id)
+        events = await uow.jobs.events(job.id, limit)
+    first = [Stage("previewed", preview.created_at, None, "")] if preview is not None else []
+    return (first + [_stage(e) for e in events])[:limit]
+
+
 async def list_jobs(
     ctx: Context,
     principal: Principal,
@@ -52,16 +100,28 @@ async def list_jobs(
     limit: int,
     cursor: str | None,
     everyone: bool,
+    owner: str | None = None,
+    queue: str | None = None,
 ) -> JobPage:
+    """``owner`` names whose jobs (only someone who sees every job may name another user;
+    otherwise the caller's own); ``everyone`` lists every user's (for those who may)."""
     if not 1 <= limit <= ctx.limits.list_limit_max:
         raise InvalidInput(
             f"limit {limit} is out of range",
             fix=f"ask for 1 to {ctx.limits.list_limit_max} jobs per page and follow next_cursor",
             field="limit",
         )
-    owner = None if everyone and principal.sees_all_jobs else principal.name
+    if owner is not None and owner != principal.name and not principal.sees_all_jobs:
+        raise Forbidden(
+            f"{principal.name} may not list the jobs of {owner}",
+            fix="leave out owner= (your own jobs), or ask an operator",
+        )
+    if owner is None:
+        owner = None if everyone and principal.sees_all_jobs else principal.name
     async with ctx.uow() as uow:
-        return await uow.jobs.list(owner=owner, states=states, limit=limit, cursor=cursor)
+        return await uow.jobs.list(
+            owner=owner, states=states, limit=limit, cursor=cursor, queue=queue
+        )
 
 
 async def cancel_job(ctx: Context, principal: Principal, job_id: str) -> JobDetails:

@@ -102,6 +102,21 @@ class Member:
 
 
 @dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One job state transition, recorded in the transaction that made it (the timeline).
+
+    ``seq`` counts a job's events from 1; ``state`` is the state entered; ``reason`` is the
+    job's reason when the transition set a new one, else empty.
+    """
+
+    job_id: str
+    seq: int
+    at: datetime
+    state: JobState
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Submission:
     """The commit ledger row: one retry key ↔ one preview ↔ one job."""
 

@@ -24,7 +24,7 @@ from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
 from domain.fleet_check import NodeResult, PoolCheck
-from domain.jobs import Attempt, Job, Member, Submission
+from domain.jobs import Attempt, Job, JobEvent, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_ports import (
     EnrollmentRepository,
@@ -77,7 +77,9 @@ class JobPage:
 
 
 class JobRepository(Protocol):
-    async def add(self, job: Job) -> None: ...
+    async def add(self, job: Job) -> None:
+        """Store a new job and its first event (its state, at ``created_at``)."""
+        ...
 
     async def get(self, job_id: str) -> Job | None: ...
 
@@ -88,6 +90,9 @@ class JobRepository(Protocol):
         the handle); identity fields such as ids, owner and spec are never rewritten.
 
         Raises Conflict when the stored state differs (another writer won) or NotFound.
+
+        A change of state also appends a JobEvent (at ``job.updated_at``) in the same
+        transaction; so does every other path that moves a job (``SchedulingRepository.start``).
         """
         ...
 
@@ -98,8 +103,14 @@ class JobRepository(Protocol):
         states: Collection[JobState] | None,
         limit: int,
         cursor: str | None,
+        queue: str | None = None,
     ) -> JobPage:
-        """Newest first. ``cursor`` is an opaque value from a previous page's ``next_cursor``."""
+        """Newest first. ``cursor`` is an opaque value from a previous page's ``next_cursor``
+        (a cursor is only meaningful with the same filters)."""
+        ...
+
+    async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:
+        """The job's first ``limit`` events, oldest first (empty for an unknown job)."""
         ...
 
     async def claim(self, states: Collection[JobState], limit: int) -> builtins.list[Job]:

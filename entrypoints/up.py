@@ -83,6 +83,7 @@ def run_up(settings: Settings) -> int:
         with console.status("starting the node gateway and the local node daemon"):
             nodes = start_node_path(settings)
         lines = [f"TunePlane control plane: {settings.url}  (state: {settings.state_dir})"]
+        lines.append(f"web console: {settings.url}/console/  (sign in with the admin token)")
         lines += nodes.lines
         if token:
             lines += [

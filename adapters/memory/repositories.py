@@ -11,7 +11,7 @@ from adapters.memory.store import LivePiece, LogRow
 from adapters.paging import check_limit, decode_cursor, encode_cursor
 from domain.auth import ApiToken
 from domain.errors import Conflict, NotFound
-from domain.jobs import Attempt, Job, Member, Submission
+from domain.jobs import Attempt, Job, JobEvent, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.ports import JobPage
 from domain.submission import Preview
@@ -82,13 +82,30 @@ class MemoryJobRepository:
 
     async def add(self, job: Job) -> None:
         await self._tx.insert("jobs", job, f"job {job.id}")
+        self._tx.write("job_events", JobEvent(job.id, 1, job.created_at, job.state, job.reason))
 
     async def get(self, job_id: str) -> Job | None:
         found: Job | None = self._tx.get("jobs", job_id)
         return found
 
     async def update(self, job: Job, expected: JobState) -> None:
+        before: Job | None = self._tx.get("jobs", job.id)
         await compare_and_set(self._tx, "jobs", "job", job, expected.value)
+        if before is not None and before.state != job.state:  # as the trigger in postgres
+            seq = len(self._events(job.id)) + 1
+            reason = job.reason if job.reason != before.reason else ""
+            self._tx.write("job_events", JobEvent(job.id, seq, job.updated_at, job.state, reason))
+
+    def _events(self, job_id: str) -> builtins.list[JobEvent]:
+        """By key, 1, 2, … (a job has few): no scan of every job's events."""
+        found: builtins.list[JobEvent] = []
+        while (event := self._tx.get("job_events", (job_id, len(found) + 1))) is not None:
+            found.append(event)
+        return found
+
+    async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:
+        check_limit(limit)
+        return self._events(job_id)[:limit]
 
     async def list(
         self,
@@ -97,6 +114,7 @@ class MemoryJobRepository:
         states: Collection[JobState] | None,
         limit: int,
         cursor: str | None,
+        queue: str | None = None,
     ) -> JobPage:
         check_limit(limit)
         after = decode_cursor(cursor) if cursor is not None else None
@@ -105,6 +123,7 @@ class MemoryJobRepository:
             "jobs",
             lambda j: (
                 (owner is None or j.owner == owner)
+                and (queue is None or j.spec.queue == queue)
                 and (wanted is None or j.state in wanted)
                 and (after is None or (j.created_at, j.id) < after)
             ),

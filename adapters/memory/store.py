@@ -35,6 +35,7 @@ TABLES = [
         uniques={"preview_id": lambda s: s.preview_id, "job_id": lambda s: s.job_id},
     ),
     TableDef("jobs", pk=lambda j: j.id, uniques={"preview_id": lambda j: j.preview_id}),
+    TableDef("job_events", pk=lambda e: (e.job_id, e.seq), immutable=True),
     TableDef(
         "attempts",
         pk=lambda a: a.id,

@@ -1,4 +1,7 @@
-"""Jobs: compare-and-set updates, keyset pagination, SKIP LOCKED claims."""
+"""Jobs: compare-and-set updates, keyset pagination, SKIP LOCKED claims, the timeline.
+
+Job events are written by the ``jobs_record_event`` trigger (migration 0012) in the statement
+that inserts or moves a job, so no path that changes a job's state can skip its event."""
 
 from __future__ import annotations
 
@@ -13,7 +16,8 @@ from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
 from adapters.postgres.tables import jobs
-from domain.jobs import Job
+from adapters.postgres.timeline_tables import job_events
+from domain.jobs import Job, JobEvent
 from domain.lifecycle import JobState
 from domain.ports import JobPage
 
@@ -40,11 +44,14 @@ class PostgresJobRepository:
         states: Collection[JobState] | None,
         limit: int,
         cursor: str | None,
+        queue: str | None = None,
     ) -> JobPage:
         check_limit(limit)
         query: Select[tuple[object, ...]] = select(jobs)
         if owner is not None:
             query = query.where(jobs.c.owner == owner)
+        if queue is not None:
+            query = query.where(jobs.c.queue == queue)
         if states is not None:
             query = query.where(jobs.c.state.in_([s.value for s in states]))
         if cursor is not None:
@@ -59,6 +66,21 @@ class PostgresJobRepository:
             jobs=page,
             next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
         )
+
+    async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:
+        check_limit(limit)
+        query = (
+            select(job_events)
+            .where(job_events.c.job_id == job_id)
+            .order_by(job_events.c.seq)
+            .limit(limit)
+        )
+        with translated(f"read the events of job {job_id}"):
+            rows = (await self._conn.execute(query)).mappings().all()
+        return [
+            JobEvent(r["job_id"], r["seq"], r["at"], JobState(r["state"]), r["reason"])
+            for r in rows
+        ]
 
     async def claim(self, states: Collection[JobState], limit: int) -> builtins.list[Job]:
         check_limit(limit)

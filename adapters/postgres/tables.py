@@ -103,6 +103,7 @@ jobs = Table(
     Index("ix_jobs_state_created_at_id", "state", "created_at", "id"),
     # pending jobs of one queue, FIFO (the scheduler's snapshot)
     Index("ix_jobs_state_queue_created_at_id", "state", "queue", "created_at", "id"),
+    Index("ix_jobs_queue_created_at_id", "queue", "created_at", "id"),  # GET /v1/jobs?queue=
 )
 
 attempts = Table(
@@ -417,8 +418,13 @@ member_launches = Table(
     Index("ix_member_launches_node", "node", postgresql_where=text("released_at IS NULL")),
 )
 
-# The telemetry, plugin and artifact tables live in their own modules, on this metadata.
-from adapters.postgres import artifact_tables, plugin_tables, telemetry_tables  # noqa: E402, F401
+# The telemetry, plugin, artifact and timeline tables live in their own modules, on this metadata.
+from adapters.postgres import (  # noqa: E402, F401
+    artifact_tables,
+    plugin_tables,
+    telemetry_tables,
+    timeline_tables,
+)
 
 runtimes = Table(  # the runtime registry (docs/runtimes.md); the built-in runtimes are not here
     "runtimes",

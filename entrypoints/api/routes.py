@@ -93,19 +93,40 @@ async def commit(data: s.CommitIn, state: State, principal: Principal) -> Respon
     return Response(s.receipt_out(receipt), status_code=201 if receipt.created else 200)
 
 
-@get("/v1/jobs", responses=responses(400, 401, 422), summary="List jobs, newest first")
+@get("/v1/jobs", responses=responses(400, 401, 403, 422), summary="List jobs, newest first")
 async def list_jobs(
     state: State,
     principal: Principal,
     job_state: Annotated[list[JobState] | None, Parameter(query="state")] = None,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
-    cursor: Annotated[str | None, Parameter(max_length=200)] = None,
+    cursor: Annotated[
+        str | None,
+        Parameter(max_length=200, description="next_cursor of the previous page, same filters"),
+    ] = None,
     everyone: Annotated[
         bool, Parameter(description="every user's jobs (admins, operators, viewers)")
     ] = False,
+    owner: Annotated[
+        str | None,
+        Parameter(
+            min_length=1,
+            max_length=200,
+            description="this user's jobs (another user's: admins, operators, viewers)",
+        ),
+    ] = None,
+    queue: Annotated[
+        str | None, Parameter(min_length=1, max_length=200, description="jobs of this queue")
+    ] = None,
 ) -> s.JobPageOut:
     page = await jobs.list_jobs(
-        _ctx(state), principal, states=job_state, limit=limit, cursor=cursor, everyone=everyone
+        _ctx(state),
+        principal,
+        states=job_state,
+        limit=limit,
+        cursor=cursor,
+        everyone=everyone,
+        owner=owner,
+        queue=queue,
     )
     return s.JobPageOut([s.job_out(j) for j in page.jobs], page.next_cursor)
 
@@ -114,6 +135,27 @@ async def list_jobs(
 async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
     details = await jobs.get_job(_ctx(state), principal, job_id)
     return s.job_out(details.job, details)
+
+
+@get(
+    "/v1/jobs/{job_id:str}/events",
+    responses=responses(400, 401, 404, 422),
+    summary="The job's timeline: its preview and every state transition, oldest first",
+)
+async def job_events(
+    job_id: str,
+    state: State,
+    principal: Principal,
+    limit: Annotated[int, Parameter(ge=1, le=500)] = 200,
+) -> s.JobEventsOut:
+    stages = await jobs.job_timeline(_ctx(state), principal, job_id, limit)
+    return s.JobEventsOut(
+        job_id,
+        [
+            s.JobEventOut(x.stage, x.at, x.state.value if x.state else None, x.reason)
+            for x in stages
+        ],
+    )
 
 
 @post(
@@ -176,6 +218,7 @@ PROTECTED = [
     commit,
     list_jobs,
     read_job,
+    job_events,
     cancel,
     logs,
     list_methods,

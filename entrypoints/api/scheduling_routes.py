@@ -25,6 +25,25 @@ class WhyOut(Struct):
     pending_total: int | None = None
 
 
+class PlacementOut(Struct):
+    role: str
+    request: str
+    pool: str
+    fleet: str | None
+    backend: str | None
+
+
+class WaitOut(Struct):
+    preview_id: str
+    starts_now: bool
+    kind: str
+    text: str
+    position: int
+    pending_total: int
+    ahead: int
+    placements: list[PlacementOut]
+
+
 class ReasonIn(Struct, forbid_unknown_fields=True):
     reason: Reason
 
@@ -52,6 +71,19 @@ def _ctx(state: State) -> Context:
 async def why(job_id: str, state: State, principal: Principal) -> WhyOut:
     e = await explain.explain_job(_ctx(state), principal, job_id)
     return WhyOut(e.job_id, e.state, e.kind, e.text, e.position, e.pending_total)
+
+
+@get(
+    "/v1/previews/{preview_id:str}/wait",
+    responses=responses(400, 401, 404),
+    summary="Estimated wait of a preview if committed now: start at once, or its queue position",
+)
+async def preview_wait(preview_id: str, state: State, principal: Principal) -> WaitOut:
+    e = await explain.estimate_wait(_ctx(state), principal, preview_id)
+    return WaitOut(
+        e.preview_id, e.starts_now, e.kind, e.text, e.position, e.pending_total, e.ahead,
+        [PlacementOut(p.role, p.request, p.pool, p.fleet, p.backend) for p in e.placements],
+    )  # fmt: skip
 
 
 @post(
@@ -86,4 +118,4 @@ def _wake(state: State) -> None:
         supervisor.wake()
 
 
-SCHEDULING_ROUTES = [why, node_lost, release]
+SCHEDULING_ROUTES = [why, preview_wait, node_lost, release]

@@ -166,6 +166,18 @@ class JobPageOut(Struct):
     next_cursor: str | None
 
 
+class JobEventOut(Struct):
+    stage: str  # previewed, committed, admitted, requeued, running, stopping, or a final state
+    at: datetime
+    state: str | None  # the job state entered; null for previewed
+    reason: str
+
+
+class JobEventsOut(Struct):
+    job_id: str
+    events: list[JobEventOut]
+
+
 class ReceiptOut(Struct):
     job_id: str
     preview_id: str

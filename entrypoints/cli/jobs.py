@@ -1,4 +1,4 @@
-"""`tp job ls|status|why|logs|stop`, and the waiting/following that `tp submit` reuses."""
+"""`tp job ls|status|events|why|logs|stop`, and the waiting/following that `tp submit` reuses."""
 
 from __future__ import annotations
 
@@ -98,6 +98,8 @@ def ls(
     all_: Annotated[bool, Parameter(name="--all")] = False,
     limit: Annotated[int, Parameter(name="--limit")] = 20,
     everyone: Annotated[bool, Parameter(name="--everyone")] = False,
+    queue: Annotated[str | None, Parameter(name="--queue")] = None,
+    owner: Annotated[str | None, Parameter(name="--owner")] = None,
     json: JsonFlag = False,
 ) -> int:
     """List your jobs, newest first (by default only those not yet ended).
@@ -113,6 +115,10 @@ def ls(
         At most this many jobs.
     everyone
         Every user's jobs, not only yours (admins, operators and viewers).
+    queue
+        Only jobs of this queue.
+    owner
+        Only this user's jobs (another user's: admins, operators and viewers).
     """
     states = list(state) or ([] if all_ else [s.value for s in ACTIVE])
     jobs: list[dict[str, Any]] = []
@@ -122,6 +128,10 @@ def ls(
             params: dict[str, Any] = {"state": states, "limit": min(limit - len(jobs), 100)}
             if everyone:
                 params["everyone"] = "true"
+            if queue:
+                params["queue"] = queue
+            if owner:
+                params["owner"] = owner
             if cursor:
                 params["cursor"] = cursor
             page = api.get("/v1/jobs", params)
@@ -185,6 +195,28 @@ def status(job_id: str, /, *, json: JsonFlag = False) -> int:
         output.table(["ATTEMPT", "ROLE", "NODE", "HANDLE", "STATE", "EXIT", "REASON"], rows)
     if job.get("state") == JobState.PENDING.value:
         p(f"see why it waits: tp job why {job['id']}", markup=False)
+    return 0
+
+
+@job_app.command
+def events(job_id: str, /, *, json: JsonFlag = False) -> int:
+    """Show a job's timeline: its preview and every state transition, with time and reason.
+
+    Parameters
+    ----------
+    job_id
+        The job id (`tp job ls`).
+    """
+    with connect() as api:
+        answer = api.get(job_path(job_id, "/events"), {"limit": 500})
+    if json:
+        output.print_json(answer)
+        return 0
+    output.table(
+        ["AT", "STAGE", "STATE", "REASON"],
+        [(e.get("at"), e.get("stage"), e.get("state") or "", e.get("reason"))
+         for e in answer.get("events") or []],
+    )  # fmt: skip
     return 0
 
 

@@ -5,6 +5,7 @@ saved under test-artifacts/console/<test>/."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -24,7 +25,9 @@ EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "docs/examples/plugins/ex
 
 def submit_job(cli: Cli) -> str:
     cli("new", "hello", "--method", "custom/custom")
-    (cli.cwd / "hello" / "train.sh").write_text("echo 'hello from the console test'\n")
+    (cli.cwd / "hello" / "train.sh").write_text(
+        "echo 'hello from the console test'\necho ok > \"$TUNEPLANE_OUTPUT_DIR/report.txt\"\n"
+    )
     out = cli("submit", "hello", "--profile", "cpu:1", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
@@ -85,12 +88,51 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await page.get_by_role("button", name="Apply").click()
     await expect(page.get_by_role("link", name=job_id)).to_be_visible()
 
-    # The job's page: its facts, members, log; the stop button is off for an ended job.
+    # Pages of the list, from the API's cursor: a second (newer) job, one job per page.
+    newer = JOB_ID.search(cli("submit", "hello", "--profile", "cpu:1", "--yes").stdout).group(0)  # type: ignore[union-attr]
+    cli.wait_state(newer, {"succeeded", "failed"}, timeout=120)
+    await page.goto(api_server.url + "/console/#/jobs?limit=1&everyone=true")
+    await expect(page.get_by_role("link", name=newer)).to_be_visible()
+    await expect(page.get_by_role("link", name=job_id)).to_have_count(0)
+    async with page.expect_response(lambda r: "cursor=" in r.url and "/v1/jobs?" in r.url):
+        await page.get_by_role("link", name="Next page").click()
+    await expect(page.get_by_role("link", name=job_id)).to_be_visible()
+    assert "cursor=" in page.url and "everyone=true" in page.url
+    await expect(page.get_by_role("link", name="Next page")).to_have_count(0)
+    await page.get_by_role("link", name="First page").click()
+    await expect(page.get_by_role("link", name=newer)).to_be_visible()
+    # The queue filter goes to the API too.
+    async with page.expect_response(lambda r: "queue=nowhere" in r.url) as filtered:
+        await page.goto(api_server.url + "/console/#/jobs?queue=nowhere")
+    assert (await filtered.value).ok
+    await expect(page.get_by_text("No jobs match")).to_be_visible()
+    await page.goto(api_server.url + "/console/#/jobs?queue=default&state=succeeded")
+
+    # The job's page: its facts, timeline, members, log; the stop button is off for an ended job.
     await page.get_by_role("link", name=job_id).click()
     await expect(page.get_by_role("heading", name=f"Job {job_id}")).to_be_visible()
     await expect(page.get_by_label("Job log")).to_contain_text("hello from the console test")
     await expect(page.get_by_role("table", name="Members by attempt")).to_contain_text("succeeded")
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
+    timeline = page.get_by_role("table", name="Timeline")
+    steps = [
+        s.strip() for s in await timeline.locator("tbody tr td:first-child").all_text_contents()
+    ]
+    # a job this short may end before the supervisor sees it running (starting → succeeded)
+    assert steps[:3] == ["previewed", "committed", "admitted"], steps
+    assert steps[-1] == "succeeded" and set(steps[3:-1]) <= {"running"}, steps
+    events = json.loads(cli("job", "events", job_id, "--json").stdout)["events"]
+    assert [e["stage"] for e in events] == steps  # the same history as the CLI's
+    assert "admitted" in cli("job", "events", job_id).stdout
+    # the CLI's list filters are the API's too
+    assert job_id in cli("job", "ls", "--all", "--queue", "default", "--owner", "admin").stdout
+    assert job_id not in cli("job", "ls", "--all", "--queue", "nowhere").stdout
+    outputs = page.get_by_role("region", name="Artifacts").get_by_role("table", name="Output files")
+    report = outputs.get_by_role("row").filter(has_text="report.txt")
+    await expect(report).to_contain_text("3 B")  # "ok\n"
+    await expect(report).to_contain_text("control plane")  # the local backend keeps them
+    await expect(report.locator("code")).to_have_text("dc51b8c96c2d")  # sha256 of "ok\n", short
+    await expect(page.get_by_role("region", name="Raw scalars")).to_contain_text("No series")
     await page.screenshot(path=screenshots / "04-job.png", full_page=True)
     assert not await accessibility_violations(page)
 
@@ -146,6 +188,7 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
         60,
         "every point of train/loss",
     )  # fmt: skip
+    job_series = cluster.api("GET", f"/v1/jobs/{job_id}/metrics")["series"]
 
     await page.clock.install()  # the Fleet page's refresh timer runs on this clock
     await page.goto(cluster.servers.url + "/console/#/fleet")
@@ -190,6 +233,30 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     assert body["end"] - body["start"] < STEPS / 2
     assert body["width"] == 1  # a narrower range comes back at full resolution
     await page.screenshot(path=screenshots / "03-zoomed.png", full_page=True)
+    figure = page.locator("figure.chart")
+    await expect(figure).to_have_attribute("data-attempts", "1")  # one line per attempt
+    await expect(figure.locator(".u-legend")).to_contain_text("attempt 1")
+
+    # The raw scalar inspector: attempt, member, source and tag; the points as logged.
+    inspector = page.get_by_role("region", name="Raw scalars")
+    await inspector.get_by_label("Attempt").select_option("1")
+    await inspector.get_by_label("Member").select_option("0")
+    [source] = {s["source"] for s in job_series if s["tag"] == "train/loss"}
+    await inspector.get_by_label("Source").select_option(source)
+    await inspector.get_by_label("Tag").select_option("train/loss")
+    await inspector.get_by_label("From step").fill("100")
+    async with page.expect_response(lambda r: "/metrics/raw?" in r.url) as raw:
+        await inspector.get_by_role("button", name="Show raw points").click()
+    assert "limit=100" in (await raw.value).url  # a bounded page
+    points = inspector.get_by_role("table", name=re.compile(r"^Raw points of train.loss"))
+    first = points.locator("tbody tr").first.get_by_role("cell")
+    await expect(first.nth(0)).to_have_text("100")
+    await expect(first.nth(1)).to_have_text(str(100000 // 110))  # the value the job wrote
+    await expect(points.locator("tbody tr")).to_have_count(100)
+    await inspector.get_by_role("button", name="Next raw points").click()
+    await expect(first.nth(0)).to_have_text("200")
+    await page.screenshot(path=screenshots / "04-raw.png", full_page=True)
+    assert not await accessibility_violations(page)
 
 
 async def test_a_running_jobs_live_log_and_stop(
@@ -209,6 +276,8 @@ async def test_a_running_jobs_live_log_and_stop(
     log = page.get_by_label("Job log")
     await expect(log).to_contain_text("started")
     await expect(log).to_contain_text("still here")  # 2 s later: usually through the open stream
+    timeline = page.get_by_role("table", name="Timeline")
+    await expect(timeline).to_contain_text("running")
     await page.screenshot(path=screenshots / "01-running.png", full_page=True)
     assert not await accessibility_violations(page)
 
@@ -220,6 +289,9 @@ async def test_a_running_jobs_live_log_and_stop(
     await expect(page.locator(".facts")).to_contain_text("cancelled", timeout=30_000)
     await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
     await expect(log).to_contain_text("still here")
+    steps = await timeline.locator("tbody tr td:first-child").all_text_contents()
+    assert steps[-2:] == ["stopping", "cancelled"], steps
+    await expect(timeline).to_contain_text("stop requested by admin")
     await page.screenshot(path=screenshots / "02-stopped.png", full_page=True)
 
 
@@ -253,8 +325,18 @@ async def test_submit_dialog_previews_then_commits_that_preview(
     assert not await accessibility_violations(page)
     preview_id = (await preview.locator("dd").first.text_content()) or ""
     digest = (await preview.locator("dd code").text_content()) or ""
+    facts = {
+        ((await dt.text_content()) or ""): ((await dt.locator("+ dd").text_content()) or "")
+        for dt in await preview.locator("dt").all()
+    }
+    assert facts["Fleet / pool"] == "fleet local, pool local", facts
+    assert facts["Backend"] == "local" and facts["Queue"] == "default", facts
+    assert facts["GPU request"] == "1 CPU in pool local", facts
+    assert facts["Runtime"].startswith("busybox ("), facts
+    assert facts["Estimated wait"] == "none: it would start at once", facts
 
-    await page.get_by_role("button", name="Confirm and submit").click()
+    # A double click commits once: the button is off after the first, and the triple is one job.
+    await page.get_by_role("button", name="Confirm and submit").dblclick()
     await expect(page.get_by_role("heading", name=re.compile(r"^Job job-"))).to_be_visible()
     job_id = page.url.rsplit("/", 1)[-1]
     job = cli.wait_state(job_id, {"succeeded", "failed"})
@@ -270,31 +352,6 @@ async def test_submit_dialog_previews_then_commits_that_preview(
         data={"preview_id": preview_id, "digest": digest, "retry_key": retry_key},
     )
     assert again.status == 200 and (await again.json())["job_id"] == job_id, await again.text()
+    listed = await page.request.get(api_server.url + "/v1/jobs", headers=api_server.headers)
+    assert [j["id"] for j in (await listed.json())["jobs"]] == [job_id]
     await page.screenshot(path=screenshots / "02-submitted.png", full_page=True)
-
-
-async def test_a_pending_job_says_why(
-    api_server: Servers, cli: Cli, page: Page, screenshots: Path
-) -> None:
-    cli("fleet", "node", "cordon", "local")  # nothing can start
-    cli("new", "waiter", "--method", "custom/custom")
-    out = cli("submit", "waiter", "--profile", "cpu:1", "--set", "command=true", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
-    assert "(1 cordoned)" in cli("job", "why", job_id).stdout
-    assert cli.status(job_id)["state"] == "pending"
-
-    await page.goto(api_server.url + "/console/#/fleet")
-    await page.get_by_label("API token").fill(api_server.token)
-    await page.get_by_label("API token").press("Enter")
-    local = page.get_by_role("table", name="Nodes of pool local").get_by_role("row").nth(1)
-    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
-    await expect(local.get_by_role("cell").nth(2)).to_have_text("connected")
-
-    await page.goto(api_server.url + f"/console/#/jobs/{job_id}")
-    reason = page.locator(".why")
-    await expect(reason).to_contain_text("Why pending:")
-    await expect(reason).to_contain_text("position 1 of 1")
-    await expect(reason).to_contain_text("(1 cordoned)")  # what `tp job why` says too
-    await expect(page.get_by_role("button", name="Stop job")).to_be_enabled()
-    await page.screenshot(path=screenshots / "01-pending.png", full_page=True)
-    assert not await accessibility_violations(page)

@@ -4,6 +4,7 @@ leaves a running member alone and the next `tp up` re-adopts it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -14,9 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Page, expect
 
 from tests.e2e.test_node_backend import docker_events, starts
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import TP, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -174,3 +177,57 @@ def test_the_readme_example_runs_through_its_recipe_and_its_artifacts_verify(
     while "train/accuracy" not in (metrics := cli("job", "metrics", job_id).stdout):
         assert time.monotonic() < deadline, metrics
         time.sleep(0.5)
+
+
+LIVE_JSONL = (
+    'd="$TUNEPLANE_METRICS_DIR"; test -d "$d" || exit 3; i=0; echo training; '
+    "while [ $i -lt 900 ]; do "
+    'printf \'{"step": %d, "metrics": {"train/loss": %d}}\\n\' $i $((100000 / (i + 10))) '
+    '>> "$d/train.jsonl"; i=$((i + 1)); sleep 0.2; done'
+)
+CONSOLE = re.compile(r"web console: (http://\S+/console/)")
+
+
+async def test_after_tp_up_the_console_shows_a_running_job_with_live_curves(
+    up: Up, tmp_path: Path, page: Page, screenshots: Path
+) -> None:
+    """The issue's "done when": after the README's first command (`bash deploy/dev/up.sh` runs
+    `tp up`), the console URL it prints shows a running job whose curve grows while we look."""
+    printed = await asyncio.to_thread(up.start)
+    url, token = CONSOLE.search(printed), TOKEN.search(printed)
+    assert url and token, printed
+    cli = Cli(tmp_path, tmp_path)
+    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", token.group(1))
+    cli("init", str(tmp_path / "ws"))
+    cli.cwd = tmp_path / "ws"
+    cli("new", "hello", "--method", "custom/custom")
+    out = cli("submit", "hello", "--profile", "cpu:1", "--set", f"command={LIVE_JSONL}", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    await asyncio.to_thread(cli.wait_state, job_id, {"running"}, 120)
+
+    await page.goto(url.group(1))
+    await page.get_by_label("API token").fill(token.group(1))
+    await page.get_by_label("API token").press("Enter")
+    await page.get_by_role("link", name="Jobs").click()
+    await page.get_by_role("link", name=job_id).click()
+    await expect(page.locator(".facts")).to_contain_text("running")
+    chart = page.locator("figure.chart")
+    await expect(chart).to_have_count(1, timeout=60_000)  # once the first points are collected
+    await expect(page.get_by_role("img", name="Line chart of train/loss by step")).to_be_visible()
+    before = int(await chart.get_attribute("data-points") or 0)
+    last = int(await chart.get_attribute("data-last-step") or -1)
+    await page.screenshot(path=screenshots / "01-running.png", full_page=True)
+    assert not await accessibility_violations(page)
+    # Live: the page refreshes the chart by itself (no reload) and the curve gains points.
+    async with page.expect_response(lambda r: "/metrics/curve?" in r.url, timeout=60_000):
+        pass
+    await page.wait_for_function(
+        f"() => Number(document.querySelector('figure.chart').dataset.lastStep) > {last}",
+        timeout=60_000,
+    )
+    after = int(await chart.get_attribute("data-points") or 0)
+    assert after > before, (before, after)
+    await expect(page.locator(".facts")).to_contain_text("running")
+    await expect(page.get_by_role("table", name="Timeline")).to_contain_text("running")
+    await page.screenshot(path=screenshots / "02-grown.png", full_page=True)
+    cli("job", "stop", job_id)

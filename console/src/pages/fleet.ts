@@ -1,4 +1,4 @@
-import { getJson } from "../api";
+import { getJson, postJson } from "../api";
 import { alertBox, h, table, when } from "../dom";
 
 interface FleetNode {
@@ -31,18 +31,57 @@ interface NodeLink {
   heartbeat_at: string;
 }
 
+interface Whoami {
+  name: string;
+  role: string;
+}
+
 const REFRESH_MS = 15_000;
+const OPERATORS = new Set(["admin", "operator"]); // who may cordon, drain and uncordon (the API's rule)
+// What each action does, for the confirmation and the button's description.
+const ACTIONS: Record<string, { verb: string; done: string; means: string }> = {
+  cordon: { verb: "Cordon", done: "cordoned", means: "no new work is placed on it; running work stays" },
+  drain: { verb: "Drain", done: "draining", means: "no new work is placed on it, and it is to be emptied" },
+  uncordon: { verb: "Uncordon", done: "schedulable", means: "it takes new work again" },
+};
+const NEXT: Record<string, string[]> = {
+  schedulable: ["cordon", "drain"],
+  cordoned: ["uncordon", "drain"],
+  draining: ["uncordon"],
+};
 let timer = 0;
 const used = (u: number, t: number): string => `${u} / ${t}`;
 
 // Pools and their nodes: scheduling state and connectivity in separate columns, capacity and
 // usage, and each node daemon's last heartbeat.
-export async function fleetPage(main: HTMLElement, refresh = false): Promise<void> {
+// Admins and operators get Cordon / Drain / Uncordon buttons per node, each after a confirmation;
+// the outcome (or the API's refusal, with its fix) is announced above the pools.
+export async function fleetPage(main: HTMLElement, refresh = false, notice: HTMLElement | null = null): Promise<void> {
   if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
-  const [fleet, links] = await Promise.all([
+  const [fleet, links, me] = await Promise.all([
     getJson<{ pools: Pool[] }>("/v1/fleet"),
     getJson<NodeLink[]>("/v1/node-links").catch(() => [] as NodeLink[]),
+    getJson<Whoami>("/v1/whoami").catch(() => null),
   ]);
+  const operator = me !== null && OPERATORS.has(me.role);
+  const status = h("div", { "aria-live": "polite", class: "status" }, notice);
+  const act = (node: string, action: string): void => {
+    const a = ACTIONS[action];
+    if (!window.confirm(`${a.verb} node ${node}? Then ${a.means}.`)) return;
+    postJson<{ sched: string }>(`/v1/nodes/${encodeURIComponent(node)}/${action}`)
+      .then((n) => fleetPage(main, true, h("p", { role: "status" }, `Node ${node} is now ${n.sched}.`)))
+      .catch((err: unknown) => status.replaceChildren(alertBox(`${a.verb} ${node} refused: ${err instanceof Error ? err.message : String(err)}`)));
+  };
+  const buttons = (n: FleetNode): HTMLElement =>
+    h(
+      "span",
+      { class: "actions" },
+      ...(NEXT[n.sched] ?? []).map((action) => {
+        const b = h("button", { type: "button", "aria-label": `${ACTIONS[action].verb} node ${n.name}` }, ACTIONS[action].verb);
+        b.addEventListener("click", () => act(n.name, action));
+        return b;
+      }),
+    );
   const heartbeat = new Map(links.map((l) => [l.node, l.heartbeat_at]));
   const sections = fleet.pools.map((pool) => {
     const rows = pool.nodes.map((n) => [
@@ -55,6 +94,7 @@ export async function fleetPage(main: HTMLElement, refresh = false): Promise<voi
       used(n.memory_mb_used, n.memory_mb_total),
       n.members,
       when(heartbeat.get(n.name)),
+      ...(operator ? [buttons(n)] : []),
     ]);
     const summary = `${pool.backend}${pool.gpu_model ? `, ${pool.gpu_model}` : ""}; GPUs used ${used(pool.gpus_used, pool.gpus_total)}`;
     return h(
@@ -63,7 +103,7 @@ export async function fleetPage(main: HTMLElement, refresh = false): Promise<voi
       h("h2", { id: `pool-${pool.name}` }, `Pool ${pool.name}`, h("span", { class: "muted" }, ` (fleet ${pool.fleet})`)),
       h("p", {}, summary, pool.description ? ` — ${pool.description}` : ""),
       pool.nodes.length
-        ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Members", "Last heartbeat"], rows)
+        ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows)
         : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
     );
   });
@@ -80,6 +120,7 @@ export async function fleetPage(main: HTMLElement, refresh = false): Promise<voi
   main.replaceChildren(
     h("h1", {}, "Fleet"),
     h("p", { class: "muted" }, `Updated ${new Date().toLocaleTimeString()}; refreshes every ${REFRESH_MS / 1000} s.`),
+    status,
     ...(sections.length ? sections : [alertBox("No pools yet. Fix: `tp fleet apply fleet.toml`.")]),
   );
 }

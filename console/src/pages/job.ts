@@ -1,6 +1,7 @@
 import { call, getJson, postJson } from "../api";
 import { alertBox, h, table, when } from "../dom";
-import { metricChart } from "./chart";
+import { type Chart, metricChart } from "./chart";
+import { rawInspector, type Series } from "./inspector";
 import type { Job } from "./jobs";
 
 interface Why {
@@ -13,23 +14,39 @@ interface Why {
 interface Metrics {
   primary: string[];
   canonical: string[];
+  series: Series[];
+}
+interface JobEvent {
+  stage: string;
+  at: string;
+  state: string | null;
+  reason: string;
+}
+interface ArtifactFile {
+  path: string;
+  size: number;
+  sha256: string;
+}
+interface MemberArtifacts {
+  attempt: number;
+  member: number;
+  digest: string;
+  node: string | null;
+  recorded_at: string;
+  files: ArtifactFile[];
 }
 
 const ENDED = new Set(["succeeded", "failed", "cancelled"]);
 const LIVE = new Set(["starting", "running", "stopping"]);
+export const REFRESH_MS = 5_000; // facts, timeline and charts of a job not yet ended
+let generation = 0; // the latest drawing of a job page; older refresh loops stop
 
-// One job: its fields, why it waits (or what it holds), attempts and members, the recipe's
-// primary metrics as charts, the log, and a stop button.
-export async function jobPage(main: HTMLElement, id: string): Promise<void> {
-  const base = `/v1/jobs/${encodeURIComponent(id)}`;
-  main.replaceChildren(h("h1", {}, `Job ${id}`), h("p", { "aria-busy": "true" }, "Loading…"));
-  const [job, why] = await Promise.all([
-    getJson<Job>(base),
-    getJson<Why>(`${base}/why`).catch(() => null),
-  ]);
-  const facts = h("dl", { class: "facts" });
+const events = (base: string): Promise<{ events: JobEvent[] }> => getJson(`${base}/events`);
+
+function facts(job: Job): HTMLElement {
+  const dl = h("dl", { class: "facts" });
   const fact = (k: string, v: string | number | null): void => {
-    facts.append(h("dt", {}, k), h("dd", {}, v === null || v === "" ? "—" : String(v)));
+    dl.append(h("dt", {}, k), h("dd", {}, v === null || v === "" ? "—" : String(v)));
   };
   fact("State", job.state);
   fact("Owner", job.owner);
@@ -42,7 +59,57 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   fact("Updated", when(job.updated_at));
   fact("Reason", job.reason);
   fact("Exit code", job.exit_code);
+  return dl;
+}
 
+function whyText(why: Why | null): HTMLElement | string {
+  if (!why) return "";
+  const where = why.position ? ` (position ${why.position} of ${why.pending_total ?? "?"} waiting)` : "";
+  return h("p", { class: "why" }, h("strong", {}, why.state === "pending" ? "Why pending: " : "Status: "), why.text, where);
+}
+
+function timeline(list: JobEvent[]): HTMLElement {
+  if (!list.length) return h("p", {}, "No events recorded.");
+  return table(
+    "Timeline",
+    ["Step", "State", "At", "Reason"],
+    list.map((e) => [h("span", { class: `badge state-${e.state ?? "previewed"}` }, e.stage), e.state ?? "—", h("time", { datetime: e.at }, when(e.at)), e.reason]),
+  );
+}
+
+function members(job: Job): HTMLElement {
+  const rows = job.attempts.flatMap((a) =>
+    a.members.map((m) => [a.number, a.state, m.index, m.role, m.state, m.node ?? "—", m.handle ?? "—", m.exit_code ?? "—", m.reason ?? ""]),
+  );
+  return rows.length ? table("Members by attempt", ["Attempt", "Attempt state", "Member", "Role", "State", "Node", "Handle", "Exit code", "Reason"], rows) : h("p", {}, "No attempt yet.");
+}
+
+function size(bytes: number): string {
+  return bytes < 1024 ? `${bytes} B` : bytes < 1024 ** 2 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
+}
+
+async function artifacts(base: string): Promise<HTMLElement> {
+  const found = await getJson<{ members: MemberArtifacts[] }>(`${base}/artifacts`);
+  const rows = found.members.flatMap((m) =>
+    m.files.map((f) => [m.attempt, m.member, f.path, size(f.size), h("code", { title: f.sha256 }, f.sha256.slice(0, 12)), m.node ? `node ${m.node}` : "control plane"]),
+  );
+  if (!rows.length) return h("p", {}, "No output files recorded (they are recorded when members complete).");
+  return table("Output files", ["Attempt", "Member", "Path", "Size", "SHA-256", "Kept on"], rows);
+}
+
+// One job: its facts, timeline, why it waits (or what it holds), attempts and members, the
+// recipe's primary metrics as charts (one line per attempt), the raw scalar inspector, its
+// output files, the log, and a stop button. While the job has not ended, facts, timeline,
+// members and charts refresh every REFRESH_MS; the page draws itself again when it ends.
+export async function jobPage(main: HTMLElement, id: string): Promise<void> {
+  const mine = ++generation;
+  const base = `/v1/jobs/${encodeURIComponent(id)}`;
+  main.replaceChildren(h("h1", {}, `Job ${id}`), h("p", { "aria-busy": "true" }, "Loading…"));
+  const [job, why, history] = await Promise.all([
+    getJson<Job>(base),
+    getJson<Why>(`${base}/why`).catch(() => null),
+    events(base).catch(() => ({ events: [] as JobEvent[] })),
+  ]);
   const status = h("div", { "aria-live": "polite" });
   const stop = h("button", { type: "button", disabled: ENDED.has(job.state) }, "Stop job");
   stop.addEventListener("click", () => {
@@ -55,38 +122,88 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
         stop.disabled = false;
       });
   });
-
-  const members = job.attempts.flatMap((a) =>
-    a.members.map((m) => [a.number, a.state, m.index, m.role, m.state, m.node ?? "—", m.handle ?? "—", m.exit_code ?? "—", m.reason ?? ""]),
-  );
+  const factsBox = h("div", {}, facts(job));
+  const whyBox = h("div", {}, whyText(why));
+  const timelineBox = h("section", { "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"), timeline(history.events));
+  const membersBox = h("div", {}, members(job));
   const charts = h("section", { "aria-labelledby": "charts-title" }, h("h2", { id: "charts-title" }, "Metrics"));
+  const chartNote = h("div", {});
+  charts.append(chartNote);
+  const inspectorBox = h("div", {});
+  const artifactsBox = h("section", { "aria-labelledby": "artifacts-title" }, h("h2", { id: "artifacts-title" }, "Artifacts"), h("p", { "aria-busy": "true" }, "Loading…"));
   const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Job log" }, "Loading…");
   main.replaceChildren(
     h("h1", {}, `Job ${id}`),
     h("p", {}, h("a", { href: "#/jobs" }, "← All jobs")),
-    facts,
-    why ? h("p", { class: "why" }, h("strong", {}, why.state === "pending" ? "Why pending: " : "Status: "), why.text, why.position ? ` (position ${why.position} of ${why.pending_total ?? "?"} waiting)` : "") : "",
+    factsBox,
+    whyBox,
     stop,
     status,
+    timelineBox,
     h("h2", {}, "Attempts and members"),
-    members.length ? table("Members by attempt", ["Attempt", "Attempt state", "Member", "Role", "State", "Node", "Handle", "Exit code", "Reason"], members) : h("p", {}, "No attempt yet."),
+    membersBox,
     charts,
+    inspectorBox,
+    artifactsBox,
     h("h2", {}, "Log"),
     logs,
   );
+  const current = (): boolean => mine === generation && logs.isConnected;
 
-  const metrics = await getJson<Metrics>(`${base}/metrics`).catch(() => null);
-  // canonical: the recipe's primary metrics that were reported, else every reported tag.
-  const tags = metrics?.canonical ?? [];
-  if (!tags.length)
-    charts.append(h("p", {}, metrics?.primary.length ? `No metrics reported yet (this recipe charts ${metrics.primary.join(", ")}).` : "No metrics reported yet."));
+  // Charts: the canonical tags (the recipe's primary metrics reported, else every tag).
   const width = Math.min(900, Math.max(320, main.clientWidth - 40));
-  for (const tag of tags) {
-    try {
-      charts.append(await metricChart(id, tag, width));
-    } catch (err) {
-      charts.append(h("p", { class: "muted" }, `${tag}: ${err instanceof Error ? err.message : String(err)}`));
+  const drawn = new Map<string, Chart>();
+  let inspected = 0; // 0: not built; -1: built without series; else the number of series
+  const drawCharts = async (): Promise<void> => {
+    const metrics = await getJson<Metrics>(`${base}/metrics`).catch(() => null);
+    const tags = metrics?.canonical ?? [];
+    chartNote.replaceChildren(
+      tags.length ? "" : h("p", {}, metrics?.primary.length ? `No metrics reported yet (this recipe charts ${metrics.primary.join(", ")}).` : "No metrics reported yet."),
+    );
+    for (const tag of tags) {
+      const chart = drawn.get(tag);
+      try {
+        if (chart) await chart.refresh();
+        else {
+          const made = await metricChart(id, tag, width);
+          drawn.set(tag, made);
+          charts.append(made.el);
+        }
+      } catch (err) {
+        if (!chart) charts.append(h("p", { class: "muted" }, `${tag}: ${err instanceof Error ? err.message : String(err)}`));
+      }
     }
+    const series = metrics?.series ?? [];
+    // The inspector keeps the user's picks: built once, and again only while it had no series.
+    if (!inspected || (inspected < 0 && series.length)) {
+      inspectorBox.replaceChildren(rawInspector(id, series));
+      inspected = series.length || -1;
+    }
+  };
+  await drawCharts();
+  void artifacts(base)
+    .then((el) => artifactsBox.replaceChildren(artifactsBox.firstElementChild!, el))
+    .catch((err: unknown) => artifactsBox.replaceChildren(artifactsBox.firstElementChild!, h("p", { class: "muted" }, `Artifacts unavailable: ${err instanceof Error ? err.message : String(err)}`)));
+
+  // While it has not ended: poll the job (bounded queries: one job, its events, its curves).
+  if (!ENDED.has(job.state)) {
+    const tick = async (): Promise<void> => {
+      if (!current()) return;
+      if (!document.hidden) {
+        const [now, whyNow, historyNow] = await Promise.all([getJson<Job>(base), getJson<Why>(`${base}/why`).catch(() => null), events(base)]);
+        if (!current()) return;
+        // From pending to anything: draw again (to follow the log). A live job's end is drawn by
+        // the log stream's end below.
+        if (!LIVE.has(job.state) && now.state !== job.state) return void jobPage(main, id);
+        factsBox.replaceChildren(facts(now));
+        whyBox.replaceChildren(whyText(whyNow));
+        timelineBox.replaceChildren(timelineBox.firstElementChild!, timeline(historyNow.events));
+        membersBox.replaceChildren(members(now));
+        await drawCharts();
+      }
+      window.setTimeout(() => void tick().catch(() => window.setTimeout(() => void tick(), REFRESH_MS)), REFRESH_MS);
+    };
+    window.setTimeout(() => void tick().catch(() => undefined), REFRESH_MS);
   }
   try {
     if (LIVE.has(job.state)) {
@@ -94,11 +211,11 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
       // The stream ends when the job's processes do; the job's final state is recorded just
       // after. Draw the page again once it has ended (never while it has not, so a stream that
       // ends early cannot loop); give up after a minute and say so.
-      for (let i = 0; i < 60 && logs.isConnected; i++) {
+      for (let i = 0; i < 60 && current(); i++) {
         if (ENDED.has((await getJson<Job>(base)).state)) return jobPage(main, id);
         await new Promise((resolve) => window.setTimeout(resolve, 1000));
       }
-      if (logs.isConnected) logs.append("\n(the job has not ended yet; reload for its state)");
+      if (current()) logs.append("\n(the job has not ended yet; reload for its state)");
     }
     else logs.textContent = (await (await call(`${base}/logs`)).text()) || "(empty)";
   } catch (err) {

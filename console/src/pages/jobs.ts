@@ -36,14 +36,17 @@ export interface Job {
 }
 
 const STATES = ["", "pending", "starting", "running", "stopping", "succeeded", "failed", "cancelled"];
+const PAGE = 50;
 
-// The jobs list. State is filtered by the API (?state=); queue and owner filter the fetched page
-// here (the API has no such parameters yet). Filters live in the URL hash so a view can be shared.
+// The jobs list, filtered and paged by the API (?state=, ?queue=, ?owner=, ?everyone=, ?cursor=).
+// Filters and the page's cursor live in the URL hash, so a view (and a page of it) can be shared.
 export async function jobsPage(main: HTMLElement, params: URLSearchParams): Promise<void> {
   const state = params.get("state") ?? "";
   const queue = params.get("queue") ?? "";
   const owner = params.get("owner") ?? "";
   const everyone = params.get("everyone") === "true";
+  const cursor = params.get("cursor") ?? "";
+  const size = Math.min(200, Math.max(1, Number(params.get("limit")) || PAGE)); // #/jobs?limit=N
 
   const stateSel = h("select", { id: "f-state", name: "state" }, ...STATES.map((s) => h("option", { value: s, selected: s === state }, s || "any")));
   const queueIn = h("input", { id: "f-queue", name: "queue", value: queue });
@@ -58,6 +61,12 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     h("label", { for: "f-everyone" }, everyoneIn, " Everyone's jobs"),
     h("button", { type: "submit" }, "Apply"),
   );
+  const filtered = new URLSearchParams();
+  if (state) filtered.set("state", state);
+  if (queue) filtered.set("queue", queue);
+  if (owner) filtered.set("owner", owner);
+  if (everyone) filtered.set("everyone", "true");
+  if (size !== PAGE) filtered.set("limit", String(size));
   filters.addEventListener("submit", (event) => {
     event.preventDefault();
     const q = new URLSearchParams();
@@ -65,16 +74,16 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     if (queueIn.value.trim()) q.set("queue", queueIn.value.trim());
     if (ownerIn.value.trim()) q.set("owner", ownerIn.value.trim());
     if (everyoneIn.checked) q.set("everyone", "true");
+    if (size !== PAGE) q.set("limit", String(size));
     location.hash = `#/jobs?${q.toString()}`;
   });
 
   main.replaceChildren(h("h1", {}, "Jobs"), filters, h("p", { "aria-busy": "true" }, "Loading…"));
-  const api = new URLSearchParams({ limit: "200" });
-  if (state) api.append("state", state);
-  if (everyone || owner) api.set("everyone", "true");
+  const api = new URLSearchParams(filtered);
+  api.set("limit", String(size));
+  if (cursor) api.set("cursor", cursor);
   const page = await getJson<{ jobs: Job[]; next_cursor: string | null }>(`/v1/jobs?${api.toString()}`);
-  const jobs = page.jobs.filter((j) => (!queue || j.queue === queue) && (!owner || j.owner === owner));
-  const rows = jobs.map((j) => [
+  const rows = page.jobs.map((j) => [
     h("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id),
     h("span", { class: `badge state-${j.state}` }, j.state),
     j.experiment,
@@ -84,12 +93,23 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     j.profile,
     when(j.created_at),
   ]);
+  const link = (extra: Record<string, string>): string => {
+    const q = new URLSearchParams(filtered);
+    for (const [k, v] of Object.entries(extra)) q.set(k, v);
+    return `#/jobs?${q.toString()}`;
+  };
+  const n = page.jobs.length;
   main.replaceChildren(
     h("h1", {}, "Jobs"),
     filters,
-    jobs.length
-      ? table(`${jobs.length} job${jobs.length === 1 ? "" : "s"}, newest first`, ["Job", "State", "Experiment", "Method", "Owner", "Queue", "Profile", "Created"], rows)
-      : h("p", {}, "No jobs match. Submit one with `tp submit` or the Submit page."),
-    page.next_cursor ? h("p", { class: "muted" }, "Showing the newest 200.") : "",
+    n
+      ? table(`${n} job${n === 1 ? "" : "s"}${cursor ? " (a later page)" : ""}, newest first`, ["Job", "State", "Experiment", "Method", "Owner", "Queue", "Profile", "Created"], rows)
+      : h("p", {}, cursor ? "No more jobs." : "No jobs match. Submit one with `tp submit` or the Submit page."),
+    h(
+      "nav",
+      { class: "pager", "aria-label": "Pages of jobs" },
+      cursor ? h("a", { href: link({}) }, "First page") : "",
+      page.next_cursor ? h("a", { href: link({ cursor: page.next_cursor }), rel: "next" }, "Next page") : "",
+    ),
   );
 }

@@ -24,6 +24,20 @@ interface Preview {
   expires_at: string;
   spec: Record<string, unknown>;
 }
+interface Wait {
+  starts_now: boolean;
+  kind: string;
+  text: string;
+  position: number;
+  pending_total: number;
+  ahead: number;
+  placements: { role: string; request: string; pool: string; fleet: string | null; backend: string | null }[];
+}
+interface Runtime {
+  name: string;
+  image: string;
+  digest: string;
+}
 interface Commit {
   job_id: string;
   created: boolean;
@@ -120,7 +134,7 @@ export async function submitPage(main: HTMLElement): Promise<void> {
     previewButton.disabled = true;
     out.replaceChildren();
     postJson<Preview>("/v1/previews", body)
-      .then((preview) => showPreview(out, preview))
+      .then(async (preview) => showPreview(out, preview, await getJson<Wait>(`/v1/previews/${encodeURIComponent(preview.id)}/wait`).catch(() => null)))
       .catch((err: unknown) => out.replaceChildren(alertBox(`Preview refused: ${err instanceof Error ? err.message : String(err)}`)))
       .finally(() => {
         previewButton.disabled = false;
@@ -129,7 +143,20 @@ export async function submitPage(main: HTMLElement): Promise<void> {
   main.replaceChildren(h("h1", { id: "submit-title" }, "Submit a job"), form, out);
 }
 
-function showPreview(out: HTMLElement, preview: Preview): void {
+function estimate(wait: Wait | null): string {
+  if (!wait) return "unknown (the estimate could not be computed)";
+  if (wait.starts_now) return "none: it would start at once";
+  const ahead = wait.ahead === 1 ? "1 job" : `${wait.ahead} jobs`;
+  return `would wait behind ${ahead} (position ${wait.position} of ${wait.pending_total} pending): ${wait.text}`;
+}
+
+// The preview, resolved: where it runs, on what, with which runtime, and the estimated wait (a
+// queue position and its reason, GET /v1/previews/{id}/wait: nobody knows how long the jobs
+// ahead will run). Nothing exists yet; "Confirm and submit" commits exactly this preview.
+function showPreview(out: HTMLElement, preview: Preview, wait: Wait | null): void {
+  const runtime = preview.spec.runtime as Runtime | undefined;
+  const where = wait?.placements ?? [];
+  const roles = where.length > 1;
   const confirm = h("button", { type: "button" }, "Confirm and submit");
   const status = h("div", { "aria-live": "polite" });
   confirm.addEventListener("click", () => {
@@ -152,6 +179,12 @@ function showPreview(out: HTMLElement, preview: Preview): void {
         h("dt", {}, "Preview"), h("dd", {}, preview.id),
         h("dt", {}, "Digest"), h("dd", {}, h("code", {}, preview.digest)),
         h("dt", {}, "Expires"), h("dd", {}, new Date(preview.expires_at).toLocaleString()),
+        h("dt", {}, "Fleet / pool"), h("dd", {}, where.map((p) => `${roles ? `${p.role}: ` : ""}fleet ${p.fleet ?? "(pool not in the fleet)"}, pool ${p.pool}`).join("; ") || "—"),
+        h("dt", {}, "Backend"), h("dd", {}, String(preview.spec.backend ?? "—")),
+        h("dt", {}, "GPU request"), h("dd", {}, where.map((p) => `${roles ? `${p.role}: ` : ""}${p.request}`).join("; ") || "—"),
+        h("dt", {}, "Runtime"), h("dd", {}, runtime ? `${runtime.name} (${runtime.image}${runtime.digest ? `@${runtime.digest.slice(0, 19)}…` : ""})` : "—"),
+        h("dt", {}, "Queue"), h("dd", {}, String(preview.spec.queue ?? "—")),
+        h("dt", {}, "Estimated wait"), h("dd", { class: "estimate" }, estimate(wait)),
       ),
       h("pre", { class: "spec", tabindex: "0", "aria-label": "What will run" }, JSON.stringify(preview.spec, null, 2)),
       confirm,

@@ -1,0 +1,196 @@
+"""The console's operator and live views in headless Chromium against a real `tp serve`: Fleet
+buttons (cordon with confirmation; none for members), a pending job's page following the job to
+its end by itself, and a chart overlaying two attempts with the raw inspector reading each.
+Screenshots are saved under test-artifacts/console/<test>/ (fixtures: tests/fixtures/browser.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Page, expect
+
+from adapters.postgres.engine import create_engine
+from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.uow import PostgresUnitOfWork
+from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.telemetry import MemberScope
+from domain.telemetry_ports import CollectorCounters
+from tests.contract.builders import a_job, a_member, an_attempt
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.browser import accessibility_violations
+from tests.fixtures.server import Servers
+from tests.support.points import source_batch
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_itself(
+    api_server: Servers, cli: Cli, page: Page, screenshots: Path
+) -> None:
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    local = page.get_by_role("table", name="Nodes of pool local").get_by_role("row").nth(1)
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("schedulable")
+
+    # An admin cordons the node with its button, after a confirmation that says what it means.
+    asked: list[str] = []
+
+    async def accept(dialog) -> None:  # type: ignore[no-untyped-def]
+        asked.append(dialog.message)
+        await dialog.accept()
+
+    page.once("dialog", accept)
+    await page.get_by_role("button", name="Cordon node local", exact=True).click()
+    await expect(page.get_by_role("status")).to_have_text("Node local is now cordoned.")
+    assert asked and "no new work" in asked[0], asked
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
+    await expect(local.get_by_role("cell").nth(2)).to_have_text("connected")
+    await expect(page.get_by_role("button", name="Uncordon node local")).to_be_visible()
+    await expect(page.get_by_role("button", name="Cordon node local", exact=True)).to_have_count(0)
+    await page.screenshot(path=screenshots / "01-cordoned.png", full_page=True)
+    assert not await accessibility_violations(page)
+    page.once("dialog", lambda d: d.dismiss())  # declining changes nothing
+    await page.get_by_role("button", name="Drain node local").click()
+    await expect(local.get_by_role("cell").nth(1)).to_have_text("cordoned")
+    assert "cordoned" in cli("fleet", "ls").stdout
+
+    cli("new", "waiter", "--method", "custom/custom")
+    out = cli("submit", "waiter", "--profile", "cpu:1", "--set", "command=true", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    assert "(1 cordoned)" in cli("job", "why", job_id).stdout
+    assert cli.status(job_id)["state"] == "pending"
+
+    await page.goto(api_server.url + f"/console/#/jobs/{job_id}")
+    reason = page.locator(".why")
+    await expect(reason).to_contain_text("Why pending:")
+    await expect(reason).to_contain_text("position 1 of 1")
+    await expect(reason).to_contain_text("(1 cordoned)")  # what `tp job why` says too
+    await expect(page.get_by_role("button", name="Stop job")).to_be_enabled()
+    timeline = page.get_by_role("table", name="Timeline")
+    await expect(timeline).to_contain_text("committed")
+    await expect(timeline).not_to_contain_text("admitted")
+    await page.screenshot(path=screenshots / "02-pending.png", full_page=True)
+    assert not await accessibility_violations(page)
+
+    # Uncordoned elsewhere: the page, not reloaded, follows the job to its end by itself.
+    cli("fleet", "node", "uncordon", "local")
+    await expect(page.locator(".facts")).to_contain_text("succeeded", timeout=60_000)
+    await expect(timeline).to_contain_text("admitted")
+    await expect(page.get_by_role("button", name="Stop job")).to_be_disabled()
+    await page.screenshot(path=screenshots / "03-started-by-itself.png", full_page=True)
+
+
+async def test_members_get_no_fleet_buttons(
+    api_server: Servers, cli: Cli, page: Page, expected_statuses: set[int]
+) -> None:
+    expected_statuses.add(403)  # owner= another user, below
+    cli("admin", "user", "add", "mia", "--team", "default")
+    mia = cli("admin", "token", "create", "mia").stdout.strip()
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(mia)
+    await page.get_by_label("API token").press("Enter")
+    nodes = page.get_by_role("table", name="Nodes of pool local")
+    await expect(nodes).to_contain_text("schedulable")
+    await expect(nodes.get_by_role("button")).to_have_count(0)
+    await expect(nodes.get_by_role("columnheader", name="Actions")).to_have_count(0)
+    # owner= another user is refused for a member: the list says so instead of showing nothing
+    await page.goto(api_server.url + "/console/#/jobs?owner=admin")
+    await expect(page.get_by_role("alert")).to_contain_text("may not list the jobs of admin")
+
+
+async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
+    api_server: Servers, page: Page, screenshots: Path
+) -> None:
+    """Two attempts of one job (attempt 2 resumed at step 500), stored through the real
+    PostgreSQL adapters the server reads: one line per attempt with a legend, and the raw
+    inspector switching between them."""
+    url = api_server.env["TUNEPLANE_DATABASE_URL"]
+    engine = create_engine(url)
+    pool = await create_pool(url)
+    job = a_job(owner="admin", state=JobState.FAILED, reason="OOM")
+    scopes = []
+    try:
+        async with PostgresUnitOfWork(engine) as uow:
+            await uow.jobs.add(job)
+            for number in (1, 2):
+                attempt = an_attempt(job, number, state=AttemptState.FAILED)
+                member = a_member(attempt, 0, state=MemberState.FAILED)
+                await uow.attempts.add(attempt)
+                await uow.members.add(member)
+                scopes.append(MemberScope(job.id, attempt.id, member.id, 0))
+            await uow.commit()
+        store = PostgresMetrics(pool)
+        series = ((scopes[0], range(0, 800), 1.0), (scopes[1], range(500, 1000), 2.0))
+        for scope, steps, value in series:
+            n = len(steps)
+            batch = source_batch(
+                "train.jsonl#0", "jsonl", ["train/loss"] * n, [s * 50 for s in steps], steps,
+                [1.7e9 + s for s in steps], [value] * n,
+            )  # fmt: skip
+            await store.append(scope, [batch], CollectorCounters(), datetime.now(UTC))
+    finally:
+        await pool.close()
+        await engine.dispose()
+
+    await page.goto(api_server.url + f"/console/#/jobs/{job.id}")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    figure = page.locator("figure.chart")
+    await expect(figure).to_have_attribute("data-attempts", "2")
+    await expect(figure).to_have_attribute("data-points", str(800 + 500))  # every step, each line
+    legend = figure.locator(".u-legend")
+    await expect(legend).to_contain_text("attempt 1")
+    await expect(legend).to_contain_text("attempt 2")
+    await page.screenshot(path=screenshots / "01-attempts.png", full_page=True)
+    assert not await accessibility_violations(page)
+
+    inspector = page.get_by_role("region", name="Raw scalars")
+    for attempt, value in (("1", "1"), ("2", "2")):
+        await inspector.get_by_label("Attempt").select_option(attempt)
+        await inspector.get_by_label("From step").fill("600")
+        await inspector.get_by_role("button", name="Show raw points").click()
+        table = inspector.get_by_role("table", name=re.compile(f"attempt {attempt}, member 0"))
+        row = table.locator("tbody tr").first.get_by_role("cell")
+        await expect(row.nth(0)).to_have_text("600")
+        await expect(row.nth(1)).to_have_text(value)
+
+
+async def test_a_refused_fleet_action_is_shown_with_the_apis_reason(
+    api_server: Servers, cli: Cli, page: Page, expected_statuses: set[int]
+) -> None:
+    expected_statuses.add(403)
+    cli("admin", "user", "add", "otto", "--team", "default", "--role", "operator")
+    otto = cli("admin", "token", "create", "otto").stdout.strip()
+    await page.clock.install()  # holds the page's 15 s refresh: the buttons stay as drawn
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(otto)
+    await page.get_by_label("API token").press("Enter")
+    drain = page.get_by_role("button", name="Drain node local")
+    await expect(drain).to_be_visible()  # operators may change nodes
+
+    cli("admin", "user", "set", "otto", "--role", "member")  # meanwhile, elsewhere
+    as_otto = {"Authorization": f"Bearer {otto}"}
+
+    async def role() -> str:
+        answer = await page.request.get(api_server.url + "/v1/whoami", headers=as_otto)
+        return str((await answer.json())["role"])
+
+    for _ in range(120):  # the server caches a token's principal a few seconds
+        if await role() == "member":
+            break
+        await asyncio.sleep(0.5)
+    else:
+        raise AssertionError("otto is still an operator to the server")
+    page.once("dialog", lambda d: d.accept())
+    await drain.click()
+    alert = page.get_by_role("alert")
+    await expect(alert).to_contain_text("Drain local refused:")
+    await expect(alert).to_contain_text("Fix:")  # the API's fix, as given
+    assert "schedulable" in cli("fleet", "ls").stdout  # nothing changed
+    assert not await accessibility_violations(page)
