@@ -156,14 +156,13 @@ class SlurmClient:
 
     async def submit(self, script: str, parts: Sequence[JobRequest]) -> SubmitResult:
         """Submit a batch job (several parts: a heterogeneous job). A ``job_id`` in the answer
-        is a job that exists, whatever ``errors`` says (a held job answers with both)."""
+        is a job that exists, whatever ``errors`` says (a held job answers with both). No
+        ``job_id``: refused (the errors say why) or, when an error is transient, Unavailable."""
         d = await self.dialect()
-        status, body = await self._call(
-            "POST", f"{d.prefix}/job/submit", d.submit_body(script, parts)
-        )
+        _, body = await self._call("POST", f"{d.prefix}/job/submit", d.submit_body(script, parts))
         result = d.submitted(body)
-        if result.job_id is None and status >= 500:
-            raise self._failed("take the job", body)
+        if result.job_id is None and (not result.errors or any(e.transient for e in result.errors)):
+            raise self._failed("take the job", body)  # not a refusal: try again later
         return result
 
     async def job(self, job_id: int) -> list[SlurmJob] | None:

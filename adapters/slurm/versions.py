@@ -59,6 +59,13 @@ class SlurmError:
     def __str__(self) -> str:
         return f"{self.message} (Slurm error {self.code})"
 
+    @property
+    def transient(self) -> bool:
+        """A failure to reach or hear from slurmctld or slurmdbd (system errnos, Slurm's 1xxx
+        protocol and communication errors, 6xxx authentication, 7xxx database connection), as
+        opposed to Slurm refusing the request itself (2xxx job errors and the rest)."""
+        return self.code < 2000 or 6000 <= self.code < 8000
+
 
 @dataclass(frozen=True, slots=True)
 class JobRequest:
@@ -334,6 +341,15 @@ class Dialect40(Dialect):
 
     def exit_code(self, value: Any) -> int | None:
         return _db_exit(value)  # the same decoded shape as accounting's
+
+    def partition(self, d: Mapping[str, Any]) -> SlurmPartition:
+        nodes, cpus = d.get("nodes") or {}, d.get("cpus") or {}
+        return SlurmPartition(
+            name=str(d["name"]),
+            nodes=str(nodes.get("configured") or ""),
+            total_nodes=number(nodes.get("total")) or 0,
+            total_cpus=number(cpus.get("total")) or 0,
+        )
 
 
 def dialect(version: str) -> Dialect:
