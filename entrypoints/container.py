@@ -26,12 +26,14 @@ from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
+from adapters.slurm.backend import SlurmBackend
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context, TelemetrySettings
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import Unavailable
 from domain.ports import BlobStore
 from entrypoints.settings import Settings
+from entrypoints.slurm_wiring import slurm_resource
 
 log = logging.getLogger(__name__)
 
@@ -118,13 +120,18 @@ def _context(
     signals: Signals,
     metrics: PostgresMetrics,
     tokens: CollectorTokens,
+    slurm: SlurmBackend | None = None,
 ) -> Context:
     return Context(
         uow=lambda: PostgresUnitOfWork(engine),
         clock=SystemClock(),
         ids=RandomIds(),
         catalog=default_catalog(LOCAL_RUNTIMES),
-        backends={"local": docker, "node": NodeBackend(docker)},
+        backends={
+            "local": docker,
+            "node": NodeBackend(docker),
+            **({"slurm": slurm} if slurm is not None else {}),  # docs/slurm.md
+        },
         blobs=blobs,
         new_secret=new_secret,
         limits=settings.limits,
@@ -143,6 +150,7 @@ class Container(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
     engine = providers.Resource(_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
+    slurm = providers.Resource(slurm_resource)
     signals = providers.Resource(_signals, settings=settings)
     blobs = providers.Resource(_blobs, settings=settings)
     metrics_pool = providers.Resource(_metrics_pool, settings=settings)
@@ -158,4 +166,5 @@ class Container(containers.DeclarativeContainer):
         signals=signals,
         metrics=metrics,
         tokens=tokens,
+        slurm=slurm,
     )

@@ -25,12 +25,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from adapters.slurm.capacity import capacity
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
 from adapters.slurm.versions import SlurmJob
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
+from domain.fleet import Node, Pool
 from domain.ports import LaunchRequest, Observation
 from domain.runtimes import pin_of
 
@@ -218,6 +220,14 @@ class SlurmBackend:
         if h is None:
             return
         await asyncio.to_thread(self._release, h)
+
+    async def capacity(self) -> tuple[list[Pool], list[Node]]:
+        """Pools from Slurm's partitions, nodes with their state (capacity sync, docs/slurm.md).
+        Raises Unavailable when Slurm does not answer."""
+        partitions = await self.client.partitions()
+        nodes = await self.client.nodes()
+        pool_of = {partition: pool for pool, partition in self.partitions.items()}
+        return capacity(partitions, nodes, pool_of, gres_name=self.gres_name)
 
     # -- internals ------------------------------------------------------------------------------
 

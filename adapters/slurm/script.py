@@ -71,7 +71,7 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
         run = (
             f"mkdir -p {CAPSULE_DIR} {WORKSPACE} 2>/dev/null\n"
             'U="unshare -m --propagation private"; [ "$(id -u)" = 0 ] || U="$U -r"\n'
-            '$U /bin/sh -c \'mount --bind "$1/capsule" ' + CAPSULE_DIR + " &&"
+            '$U /bin/sh -c \'mount --bind "$1/capsule/tuneplane/capsule" ' + CAPSULE_DIR + " &&"
             ' mount --bind "$2" ' + WORKSPACE + " && exec /bin/sh " + CAPSULE_DIR + "/runner.sh'"
             ' member "$D" "$W" &\n'
         )
