@@ -179,9 +179,7 @@ async def test_slurmctld_restarted_mid_job(slurm: Setup) -> None:
         assert job["state"] in ("running", "starting"), job
     finally:  # restarted without -c: it recovers its jobs from the state directory
         env = dict(os.environ, SLURM_CONF=str(conf))
-        await asyncio.to_thread(
-            subprocess.run, ["slurmctld", "-f", str(conf)], env=env, check=True
-        )
+        await asyncio.to_thread(subprocess.run, ["slurmctld", "-f", str(conf)], env=env, check=True)
     job = slurm.finished(job_id)
     assert job["state"] == "succeeded", (job["log"], job["reason"])
     attempt = job["attempts"][-1]["id"]
