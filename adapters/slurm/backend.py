@@ -100,7 +100,9 @@ class SlurmBackend:
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
         """Members run as host processes on the Slurm nodes (no container runtime here): the
         image is not pulled, so the pin is its registered digest, else a digest of its name
-        (docs/slurm.md, "Runtimes")."""
+        (docs/slurm.md, "Runtimes"). Asks slurmrestd first: while Slurm does not answer, a
+        submission is refused with why (503) rather than queued for a cluster that is down."""
+        await self.client.ping()
         digest = runtime.digest or "sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest()
         return pin_of(runtime, digest)
 

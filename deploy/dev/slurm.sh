@@ -16,7 +16,9 @@
 #   SLURM_CONF (for sinfo/squeue/sbatch), SLURMRESTD_SOCKET (the unix socket of the REST API).
 #
 # Environment: TUNEPLANE_SLURM_STATE (DIR when not given, default /tmp/tuneplane-slurm),
-# TUNEPLANE_SLURM_TIMEOUT (seconds to wait for the cluster, default 60).
+# TUNEPLANE_SLURM_TIMEOUT (seconds to wait for the cluster, default 60),
+# TUNEPLANE_SLURM_MIN_JOB_AGE (MinJobAge, default 300), TUNEPLANE_SLURM_SPLIT (non-empty: two
+# partitions, debug = n1,n2 and extra = n3,n4, instead of debug = all four).
 set -euo pipefail
 
 CMD=start
@@ -181,7 +183,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
-MinJobAge=300
+MinJobAge=${TUNEPLANE_SLURM_MIN_JOB_AGE:-300}
 KillWait=5
 CONF
   i=1
@@ -189,7 +191,12 @@ CONF
     echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=${PORTS[$i]} CPUs=2 RealMemory=2000 State=UNKNOWN"
     i=$((i + 1))
   done
-  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  if [ -n "${TUNEPLANE_SLURM_SPLIT:-}" ]; then  # two partitions: debug n1,n2 and extra n3,n4
+    echo "PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=extra Nodes=n[3-4] MaxTime=INFINITE State=UP"
+  else
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  fi
 } >"$CONF"
 # No cgroup.conf: 22.05 has no CgroupPlugin=disabled (23.02+); with proctrack/linuxproc and
 # task/none the cgroup plugin slurmd loads anyway (autodetect) is never used for jobs.

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -68,8 +66,9 @@ class Setup:
         return int(path.read_text())
 
     def squeue(self, *args: str) -> str:
-        env = dict(os.environ, SLURM_CONF=str(self.cluster.conf))
-        proc = subprocess.run(["squeue", "-h", *args], env=env, capture_output=True, text=True)
+        proc = subprocess.run(
+            ["squeue", "-h", *args], env=self.cluster.env(), capture_output=True, text=True
+        )
         return proc.stdout.strip()
 
     def state(self, slurm_id: int) -> str:
@@ -163,26 +162,39 @@ async def test_cancel_ends_the_slurm_job(slurm: Setup) -> None:
     assert slurm.state(slurm_id) in ("CANCELLED", "COMPLETING")
 
 
-def _slurmctld_pid(cluster: SlurmCluster) -> int:
-    return int((cluster.state / "slurmctld.pid").read_text())
-
-
 async def test_slurmctld_restarted_mid_job(slurm: Setup) -> None:
     job_id = slurm.submit("echo before; sleep 8; echo after")
     slurm.cli.wait_state(job_id, {"running"}, timeout=120)
     slurm_id = slurm.slurm_job(job_id)
-    conf = slurm.cluster.conf
-    os.kill(_slurmctld_pid(slurm.cluster), signal.SIGTERM)
+    await asyncio.to_thread(slurm.cluster.stop_daemon, "slurmctld")
     try:
         await asyncio.sleep(3)  # the supervisor polls while slurmctld is away
         job = slurm.cli.status(job_id)
         assert job["state"] in ("running", "starting"), job
     finally:  # restarted without -c: it recovers its jobs from the state directory
-        env = dict(os.environ, SLURM_CONF=str(conf))
-        await asyncio.to_thread(subprocess.run, ["slurmctld", "-f", str(conf)], env=env, check=True)
+        await asyncio.to_thread(slurm.cluster.start_slurmctld)
     job = slurm.finished(job_id)
     assert job["state"] == "succeeded", (job["log"], job["reason"])
     attempt = job["attempts"][-1]["id"]
     assert slurm.jobs_named(f"tp-{attempt}") == [slurm_id]  # the same job, not a resubmission
     log = slurm.cli("job", "logs", job_id).stdout
     assert "before" in log and "after" in log
+
+
+async def test_slurmrestd_down_at_submit_is_a_clear_error(slurm: Setup) -> None:
+    await asyncio.to_thread(slurm.cluster.stop_daemon, "slurmrestd")
+    try:
+        out = slurm.cli(
+            "submit", "hello", "--profile", "debug/cpu:1", "--set", "command=true", "--yes",
+            ok=False,
+        )  # fmt: skip
+        assert out.returncode != 0
+        assert "slurmrestd" in out.stderr + out.stdout and "cannot be reached" in (
+            out.stderr + out.stdout
+        ), out
+        jobs = slurm.api("GET", "/v1/jobs")["jobs"]
+        assert jobs == []  # nothing committed, nothing reserved
+    finally:
+        await asyncio.to_thread(slurm.cluster.start_slurmrestd)
+    job = slurm.finished(slurm.submit("echo back"))
+    assert job["state"] == "succeeded", (job["log"], job["reason"])
