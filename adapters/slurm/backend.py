@@ -289,7 +289,7 @@ class SlurmBackend:
             request, str(directory), partition_of, environment, gres_name=self.gres_name
         )
         member = member_script(request, str(directory), self.master_port_base)
-        script = batch_script(request, str(directory), len(parts))
+        script = batch_script(request, str(directory))
         await asyncio.to_thread(self._stage, request, directory, member)
         result = await self.client.submit(script, parts)
         if result.job_id is None:

@@ -98,7 +98,7 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
         'exec >"$D/member-$R.log" 2>&1 </dev/null\n'
         + exports
         + "export RANK=$R TUNEPLANE_MEMBER_INDEX=$R NODE_RANK=$R LOCAL_RANK=0\n"
-        "export WORLD_SIZE=${SLURM_NTASKS:-1} NNODES=${SLURM_NTASKS:-1}\n"
+        f"export WORLD_SIZE={spec.members} NNODES={spec.members}\n"
         # member 0 runs on the batch host, the node whose address srun was launched from
         "export MASTER_ADDR=${TUNEPLANE_MASTER_ADDR:-${SLURM_LAUNCH_NODE_IPADDR:-127.0.0.1}}\n"
         f"export MASTER_PORT=$(( {master_port_base} + ${{SLURM_JOB_ID:-0}} % 1000 ))\n"
@@ -115,7 +115,7 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
     )
 
 
-def batch_script(request: LaunchRequest, directory: str, components: int) -> str:
+def batch_script(request: LaunchRequest, directory: str) -> str:
     """The batch script: check and unpack the capsule, then one ``srun`` step, one task per
     node (across every component of a heterogeneous job)."""
     spec = request.spec
@@ -129,18 +129,21 @@ def batch_script(request: LaunchRequest, directory: str, components: int) -> str
             'if [ "$got" != "$want" ]; then',
             '  echo "tuneplane-slurm: $D/capsule.tar has sha256 ${got:-(unreadable)},'
             ' not the committed blob $want" >&2',
-            f"  for r in $(seq 0 $((SLURM_NTASKS - 1))); do echo {CAPSULE_CHECK_FAILED}"
+            f"  for r in $(seq 0 {spec.members - 1}); do echo {CAPSULE_CHECK_FAILED}"
             ' >"$D/member-$r.exit"; done',
             f"  exit {CAPSULE_CHECK_FAILED}",
             "fi",
             'rm -rf "$D/capsule" && mkdir -p "$D/capsule" && tar -xf "$D/capsule.tar" -C'
             ' "$D/capsule" || exit 91',
         ]
-    group = f" --het-group=0-{components - 1}" if components > 1 else ""
-    lines += [
-        f'srun{group} --ntasks-per-node=1 --kill-on-bad-exit=1 bash "$D/member.sh"',
-        "exit $?",
-    ]
+    # one step, one task per node; with several roles, across the components of the
+    # heterogeneous job (ranks in role order: SLURM_PROCID counts across components)
+    step = " : ".join(
+        (f"--het-group={i} " if len(spec.roles) > 1 else "")
+        + f'-N{r.members} -n{r.members} --ntasks-per-node=1 bash "$D/member.sh"'
+        for i, r in enumerate(spec.roles)
+    )
+    lines += [f"srun --kill-on-bad-exit=1 {step}", "exit $?"]
     return "\n".join(lines) + "\n"
 
 

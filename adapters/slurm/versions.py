@@ -198,6 +198,7 @@ class Dialect:
             "name": p.name,
             "comment": p.comment,
             "nodes": p.nodes,
+            "tasks": p.nodes,  # one task per node: srun's default in every (het) component
             "tasks_per_node": 1,
             "cpus_per_task": p.cpus_per_task,
             "current_working_directory": p.cwd,
