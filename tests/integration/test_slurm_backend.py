@@ -1,6 +1,7 @@
 """The Slurm backend against real Slurm clusters (tests/fixtures/slurm.py): what the backend
 contract does not cover. A launch never submits an attempt twice (slurmrestd down, an answer
-lost, another process); a job Slurm forgot after MinJobAge is ``unknown``, never "succeeded";
+lost, another process); a job Slurm forgot after MinJobAge is ``unknown``, never "succeeded",
+unless accounting (slurmdbd) has its record;
 roles on different partitions run as one heterogeneous job; Ray gangs get head and workers."""
 
 from __future__ import annotations
@@ -34,9 +35,18 @@ def short_cluster() -> Iterator[SlurmCluster]:
         yield c
 
 
-def backend_for(cluster: SlurmCluster, shared: Path) -> SlurmBackend:
+@pytest.fixture(scope="module")
+def accounted_cluster() -> Iterator[SlurmCluster]:
+    """With MariaDB and slurmdbd (accounting) and MinJobAge=2."""
+    with slurm_cluster_started(
+        TUNEPLANE_SLURM_MIN_JOB_AGE="2", TUNEPLANE_SLURM_ACCOUNTING="1"
+    ) as c:
+        yield c
+
+
+def backend_for(cluster: SlurmCluster, shared: Path, accounting: bool = False) -> SlurmBackend:
     client = SlurmClient(SlurmEndpoint(f"unix:{cluster.socket}"))
-    return SlurmBackend(client, shared, partitions={"local": "debug"})
+    return SlurmBackend(client, shared, partitions={"local": "debug"}, accounting=accounting)
 
 
 @pytest.fixture
@@ -110,14 +120,38 @@ async def test_a_job_forgotten_after_min_job_age_is_unknown(
         req = await request(backend, "echo done")
         handle = await backend.launch(req)
         assert (await until(backend, handle, "exited")).exit_code == 0
-        job_id = int(handle.split(":")[0])
-        deadline = time.monotonic() + 120
-        while await backend.client.job(job_id) is not None:  # slurmctld purges every minute
-            assert time.monotonic() < deadline, "Slurm never forgot the job"
-            await asyncio.sleep(1)
+        await forgotten(backend, handle)
         obs = await backend.observe(handle)
         assert obs.status == "unknown", obs  # not "exited 0": nothing confirms the outcome
         assert "MinJobAge" in obs.reason and "no accounting" in obs.reason
+    finally:
+        await backend.close()
+
+
+async def forgotten(backend: SlurmBackend, handle: str) -> None:
+    """Wait until Slurm no longer reports the member's job (slurmctld purges every minute)."""
+    job_id = int(handle.split(":")[0])
+    deadline = time.monotonic() + 120
+    while await backend.client.job(job_id) is not None:
+        assert time.monotonic() < deadline, "Slurm never forgot the job"
+        await asyncio.sleep(1)
+
+
+async def test_a_forgotten_job_is_reconciled_from_accounting(
+    accounted_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    backend = backend_for(accounted_cluster, tmp_path / "shared", accounting=True)
+    try:
+        ok = await backend.launch(await request(backend, "echo fine"))
+        bad = await backend.launch(await request(backend, "echo failing; exit 3"))
+        assert (await until(backend, bad, "exited")).exit_code == 3
+        await forgotten(backend, ok)
+        await forgotten(backend, bad)
+        obs = await backend.observe(ok)
+        assert (obs.status, obs.exit_code) == ("exited", 0), obs
+        obs = await backend.observe(bad)
+        assert (obs.status, obs.exit_code) == ("exited", 3), obs
+        assert "Slurm accounting reports" in obs.reason and "FAILED" in obs.reason
     finally:
         await backend.close()
 

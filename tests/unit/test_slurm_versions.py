@@ -207,3 +207,27 @@ async def test_discovery_from_openapi_v3_and_an_outage() -> None:
     down = SlurmClient(SlurmEndpoint("unix:/nonexistent/slurmrestd.sock", version="v0.0.38"))
     with pytest.raises(Unavailable, match="cannot be reached"):
         await down.ping()
+
+
+async def test_accounting_of_a_forgotten_job(tmp_path: Path) -> None:
+    """Recorded from slurmdbd behind Debian 12's slurmrestd (dbv0.0.38): a job that ran
+    ``exit 3`` is ``FAILED``, yet its ``exit_code`` says SUCCESS 0 (22.05 decodes it wrongly;
+    sacct shows 3:0). The backend takes the member's own exit file, else never "succeeded"."""
+    p = "/slurmdb/v0.0.38/job"
+    client = replaying(
+        "v0.0.38", {("GET", f"{p}/1"): "db_job_failed", ("GET", f"{p}/999999"): "db_job_unknown"}
+    )
+    [job] = await client.accounted(1) or []
+    assert (job.job_id, job.state, job.exit_code, job.allocation_ended) == (1, "FAILED", 0, True)
+    assert await client.accounted(999999) is None  # "Nothing found": no record
+
+    from adapters.slurm.backend import Handle, SlurmBackend
+
+    backend = SlurmBackend(client, tmp_path)
+    (tmp_path / "att-1").mkdir()
+    obs = backend._observation(Handle(1, 0, "att-1"), [job], "Slurm accounting")
+    assert (obs.status, obs.exit_code) == ("exited", -1)
+    assert "Slurm accounting reports job 1 FAILED" in obs.reason
+    (tmp_path / "att-1" / "member-0.exit").write_text("3\n")
+    obs = backend._observation(Handle(1, 0, "att-1"), [job], "Slurm accounting")
+    assert (obs.status, obs.exit_code) == ("exited", 3)
