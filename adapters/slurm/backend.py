@@ -292,7 +292,8 @@ class SlurmBackend:
         script = batch_script(request, str(directory))
         await asyncio.to_thread(self._stage, request, directory, member)
         result = await self.client.submit(script, parts)
-        if result.job_id is None:
+        if result.job_id is None:  # refused: nothing of this attempt runs; forget its files
+            await asyncio.to_thread(shutil.rmtree, directory, True)
             errors = "; ".join(str(e) for e in result.errors) or "no reason given"
             raise InvalidInput(
                 f"Slurm refused the job of attempt {request.attempt_id}: {errors}",

@@ -120,7 +120,12 @@ def batch_script(request: LaunchRequest, directory: str) -> str:
     node (across every component of a heterogeneous job)."""
     spec = request.spec
     d = shlex.quote(directory)
-    lines = ["#!/bin/bash", f"# TunePlane attempt {request.attempt_id} (docs/slurm.md)", f"D={d}"]
+    lines = [
+        "#!/bin/bash",
+        f"# TunePlane attempt {request.attempt_id} (docs/slurm.md)",
+        f"D={d}",
+        'rm -f "$D"/member-*.exit  # a requeued job starts afresh',
+    ]
     if spec.capsule is not None:
         want = spec.capsule.blob.removeprefix("sha256:")
         lines += [

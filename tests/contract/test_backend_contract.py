@@ -46,7 +46,9 @@ class Subject:
 
 
 @pytest.fixture(params=["memory", "docker", "slurm"])
-async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Subject]:
+async def subject(
+    request: pytest.FixtureRequest, docker_host: str, tmp_path: Path
+) -> AsyncIterator[Subject]:
     job_id = f"job-{uuid.uuid4().hex[:12]}"
     backend: Any
     if request.param == "memory":
@@ -64,7 +66,7 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
                 await backend.stop(handle, 0)
             await backend.close()
         return
-    host = request.getfixturevalue("docker_host")
+    host = docker_host
     backend = DockerBackend(host)
     try:
         yield Subject(backend, await backend.pin(BUSYBOX), job_id)

@@ -19,6 +19,7 @@ from adapters.docker.runtimes import BUSYBOX
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
 from domain.catalog import Resources
+from domain.errors import InvalidInput
 from domain.ports import ExecutionBackend, LaunchRequest, Observation
 from domain.requests import RoleSpec
 from tests.fixtures.docker import make_request
@@ -203,3 +204,18 @@ async def test_ray_gang_gets_a_head_and_workers(backend: SlurmBackend) -> None:
         logs.append(b"".join([c async for c in backend.logs(h, follow=False)]).decode())
     assert "head=1 address=none" in logs[0]
     assert "head=no address=127.0.0.1:" in logs[1]
+
+
+async def test_a_refused_submission_fails_the_launch_with_slurms_words(
+    slurm_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    client = SlurmClient(SlurmEndpoint(f"unix:{slurm_cluster.socket}"))
+    backend = SlurmBackend(client, tmp_path / "shared", partitions={"local": "no-such-partition"})
+    try:
+        req = await request(backend, "true")
+        with pytest.raises(InvalidInput, match=r"Slurm refused the job .*Invalid partition"):
+            await backend.launch(req)
+        assert not (backend.shared_dir / req.attempt_id).exists()  # nothing left behind
+        assert await jobs_named(backend, f"tp-{req.attempt_id}") == []
+    finally:
+        await backend.close()
