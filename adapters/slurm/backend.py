@@ -29,7 +29,7 @@ from adapters.slurm.capacity import capacity
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
 from adapters.slurm.versions import SlurmJob
-from domain.capsule import StorageCapabilities
+from domain.capsule import StorageCapabilities, runner_failure
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.fleet import Node, Pool
@@ -37,7 +37,6 @@ from domain.ports import LaunchRequest, Observation
 from domain.runtimes import pin_of
 
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_RANK_ORDER = {"RUNNING": 0, "SUSPENDED": 0, "PENDING": 1, "REQUEUED": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,8 +140,7 @@ class SlurmBackend:
 
     def _observation(self, h: Handle, jobs: list[SlurmJob], source: str) -> Observation:
         if not all(j.allocation_ended for j in jobs):
-            state = min((j.state for j in jobs), key=lambda s: _RANK_ORDER.get(s, 0))
-            if state in ("PENDING", "REQUEUED") or any("CONFIGURING" in j.flags for j in jobs):
+            if any(j.state in ("PENDING", "REQUEUED") or "CONFIGURING" in j.flags for j in jobs):
                 reason = next((j.reason for j in jobs if j.reason not in ("", "None")), "")
                 why = f"Slurm job {h.job_id} pending" + (f": {reason}" if reason else "")
                 return Observation("starting", reason=why)
@@ -157,8 +155,8 @@ class SlurmBackend:
             code = 0
         else:
             code = 128 + 15 if lead.state == "CANCELLED" else -1
-        reason = ""
-        if lead.state != "COMPLETED" or code != 0:
+        reason = runner_failure(code) or ""  # the capsule's checks failed: say which
+        if not reason and (lead.state != "COMPLETED" or code != 0):
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
             reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
         return Observation("exited", exit_code=code, reason=reason)

@@ -219,3 +219,16 @@ async def test_a_refused_submission_fails_the_launch_with_slurms_words(
         assert await jobs_named(backend, f"tp-{req.attempt_id}") == []
     finally:
         await backend.close()
+
+
+async def test_logs_follow_a_running_member_until_it_exits(backend: SlurmBackend) -> None:
+    req = await request(backend, "echo first; sleep 2; echo second >&2; exit 4")
+    handle = await backend.launch(req)
+    await until(backend, handle, "running")
+    chunks = [c async for c in backend.logs(handle, follow=True)]  # returns once it exited
+    text = b"".join(chunks).decode()
+    assert "first" in text and "second" in text, text
+    assert (await backend.observe(handle)).exit_code == 4
+    await backend.release(handle)
+    assert (await backend.observe(handle)).status == "missing"
+    assert not (backend.shared_dir / req.attempt_id).exists()  # the last member released
