@@ -19,7 +19,8 @@
 # TUNEPLANE_SLURM_TIMEOUT (seconds to wait for the cluster, default 60),
 # TUNEPLANE_SLURM_MIN_JOB_AGE (MinJobAge, default 300), TUNEPLANE_SLURM_SPLIT (non-empty: two
 # partitions, debug = n1,n2 and extra = n3,n4, instead of debug = all four),
-# TUNEPLANE_SLURM_ACCOUNTING (non-empty: also a private MariaDB and slurmdbd, so that accounting,
+# TUNEPLANE_SLURM_GRES (e.g. gpu:fake:2: every node declares 2 GPUs of model "fake", counted only,
+# no device files), TUNEPLANE_SLURM_ACCOUNTING (non-empty: also a private MariaDB and slurmdbd, so that accounting,
 # sacct and slurmrestd's /slurmdb/v0.0.38 work; installs slurmdbd and mariadb-server).
 set -euo pipefail
 
@@ -48,6 +49,7 @@ alive() {
 }
 
 ACCT=${TUNEPLANE_SLURM_ACCOUNTING:-}
+GRES=${TUNEPLANE_SLURM_GRES:-}  # e.g. gpu:fake:2: every node has 2 "GPUs" of model fake
 pidfiles() {
   echo "$DIR/slurmrestd.pid"
   for n in "${NODES[@]}"; do echo "$DIR/slurmd-$n.pid"; done
@@ -233,12 +235,13 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
-MinJobAge=${TUNEPLANE_SLURM_MIN_JOB_AGE:-300}
+MinJobAge=${TUNEPLANE_SLURM_MIN_JOB_AGE:-300}${GRES:+
+GresTypes=gpu}
 KillWait=5
 CONF
   i=1
   for n in "${NODES[@]}"; do
-    echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=${PORTS[$i]} CPUs=2 RealMemory=2000 State=UNKNOWN"
+    echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=${PORTS[$i]} CPUs=2 RealMemory=2000${GRES:+ Gres=$GRES} State=UNKNOWN"
     i=$((i + 1))
   done
   if [ -n "${TUNEPLANE_SLURM_SPLIT:-}" ]; then  # two partitions: debug n1,n2 and extra n3,n4
@@ -248,6 +251,14 @@ CONF
     echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
   fi
 } >"$CONF"
+if [ -n "$GRES" ]; then  # GPUs that are only counted (no device files): enough for scheduling
+  count=${GRES##*:} model=${GRES#gpu:}; model=${model%:*}
+  mkdir -p "$DIR/dev"  # plain files standing for device files: nothing opens them (task/none)
+  for g in $(seq 0 $((count - 1))); do touch "$DIR/dev/fakegpu$g"; done
+  echo "Name=gpu Type=$model File=$DIR/dev/fakegpu[0-$((count - 1))]" >"$DIR/gres.conf"
+else
+  rm -f "$DIR/gres.conf"
+fi
 # No cgroup.conf: 22.05 has no CgroupPlugin=disabled (23.02+); with proctrack/linuxproc and
 # task/none the cgroup plugin slurmd loads anyway (autodetect) is never used for jobs.
 rm -f "$DIR/cgroup.conf"

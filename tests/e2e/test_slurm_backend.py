@@ -9,7 +9,7 @@ import asyncio
 import json
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.server import Servers
-from tests.fixtures.slurm import SlurmCluster
+from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -83,6 +83,19 @@ Factory = Callable[..., Awaitable[Servers]]
 
 @pytest.fixture
 async def slurm(api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path) -> Setup:
+    return await setup_for(api_servers_factory, slurm_cluster, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster() -> Iterator[SlurmCluster]:
+    """Every node declares two GPUs of model "fake" (counted only: deploy/dev/slurm.sh)."""
+    with slurm_cluster_started(TUNEPLANE_SLURM_GRES="gpu:fake:2") as cluster:
+        yield cluster
+
+
+async def setup_for(
+    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
+) -> Setup:
     shared = tmp_path / "slurm-shared"
     servers = await api_servers_factory(
         1,
@@ -198,3 +211,18 @@ async def test_slurmrestd_down_at_submit_is_a_clear_error(slurm: Setup) -> None:
         await asyncio.to_thread(slurm.cluster.start_slurmrestd)
     job = slurm.finished(slurm.submit("echo back"))
     assert job["state"] == "succeeded", (job["log"], job["reason"])
+
+
+async def test_gpu_pool_from_gres_and_a_gpu_job(
+    api_servers_factory: Factory, gpu_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    slurm = await setup_for(api_servers_factory, gpu_cluster, tmp_path)
+    [pool] = [p for p in slurm.api("GET", "/v1/fleet")["pools"] if p["name"] == "debug"]
+    assert (pool["gpus_per_node"], pool["gpu_model"]) == (2, "fake")
+    job_id = slurm.submit("echo nproc=$NPROC_PER_NODE; sleep 4", profile="debug/fake:2")
+    slurm.cli.wait_state(job_id, {"running"}, timeout=120)
+    slurm_id = slurm.slurm_job(job_id)
+    assert "gpu:2" in slurm.squeue("-j", str(slurm_id), "-o", "%b")  # GRES asked of Slurm
+    job = slurm.finished(job_id)
+    assert job["state"] == "succeeded", (job["log"], job["reason"])
+    assert "nproc=2" in job["log"]
