@@ -226,3 +226,31 @@ async def test_gpu_pool_from_gres_and_a_gpu_job(
     job = slurm.finished(job_id)
     assert job["state"] == "succeeded", (job["log"], job["reason"])
     assert "nproc=2" in job["log"]
+
+
+@pytest.fixture(scope="module")
+def split_cluster() -> Iterator[SlurmCluster]:
+    """Two partitions: debug (n1, n2) and extra (n3, n4)."""
+    with slurm_cluster_started(TUNEPLANE_SLURM_SPLIT="1") as cluster:
+        yield cluster
+
+
+async def test_roles_on_two_pools_run_as_one_heterogeneous_slurm_job(
+    api_servers_factory: Factory, split_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    slurm = await setup_for(api_servers_factory, split_cluster, tmp_path)
+    deadline = time.monotonic() + 60
+    while not any(p["name"] == "extra" for p in slurm.api("GET", "/v1/fleet")["pools"]):
+        assert time.monotonic() < deadline, "the second partition never became a pool"
+        await asyncio.sleep(0.3)
+    out = slurm.cli(
+        "submit", "hello", "--profile", "head=debug/cpu:1", "--profile", "workers=extra/cpu:4",
+        "--set", f"command={RANKS}", "--yes",
+    )  # fmt: skip
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = slurm.finished(job_id, timeout=180)
+    assert job["state"] == "succeeded", (job["log"], job["reason"])
+    members = job["attempts"][-1]["members"]
+    assert [m["role"] for m in members] == ["head", "workers", "workers"]
+    assert "rank=0 world=3" in job["log"]
+    assert job["log"].rsplit("node=", 1)[1].split()[0] in ("n1", "n2")  # the head on debug
