@@ -149,12 +149,14 @@ class SlurmBackend:
         written = self._exit_file(h)
         if written is not None:
             code = written
+        elif lead.state == "CANCELLED":  # scancel: SIGTERM. The batch script's own status
+            code = 128 + 15  # is not the member's (srun may have failed first: "job expired")
         elif lead.exit_code not in (None, 0):
             code = lead.exit_code
         elif lead.state == "COMPLETED" and lead.exit_code == 0:
             code = 0
         else:
-            code = 128 + 15 if lead.state == "CANCELLED" else -1
+            code = -1
         reason = runner_failure(code) or ""  # the capsule's checks failed: say which
         if not reason and (lead.state != "COMPLETED" or code != 0):
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
