@@ -105,9 +105,10 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
         f"export NPROC_PER_NODE={max(gpus, 1)}\n"
         'export TUNEPLANE_RENDEZVOUS="$MASTER_ADDR:$MASTER_PORT"\n'
         + ray
-        + "trap 'kill -TERM $child 2>/dev/null' TERM INT\n"
-        + run
-        + "child=$!\n"
+        # stopped before the command started: never start it; after: pass the signal on
+        + "child=\n"
+        + "trap 'if [ -n \"$child\" ]; then kill -TERM $child 2>/dev/null; else exit 143; fi'"
+        " TERM INT\n" + run + "child=$!\n"
         "wait $child; rc=$?\n"
         "while kill -0 $child 2>/dev/null; do wait $child; rc=$?; done\n"
         'echo $rc >"$D/member-$R.exit.tmp" && mv "$D/member-$R.exit.tmp" "$D/member-$R.exit"\n'
