@@ -17,6 +17,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
+from application.capacity_sync import sync_capacity
 from application.context import Context
 from application.gang import GangCoordinator
 from application.scheduler import Scheduler
@@ -85,6 +86,7 @@ class Supervisor:
             return False
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
+            await sync_capacity(self.ctx)  # pools and nodes a backend's scheduler reports
         self._ticks += 1
         await self.gangs.housekeeping()
         await self.scheduler.pass_once()

@@ -26,6 +26,7 @@ from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
+from adapters.slurm.backend import SlurmBackend
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context, TelemetrySettings
 from domain.blob_ports import BlobStore
@@ -34,6 +35,7 @@ from domain.errors import Unavailable
 from domain.ports import ExecutionBackend
 from entrypoints.kubernetes import kubernetes_backends
 from entrypoints.settings import Settings
+from entrypoints.slurm_wiring import slurm_resource
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +123,19 @@ def _context(
     metrics: PostgresMetrics,
     tokens: CollectorTokens,
     kubernetes: dict[str, ExecutionBackend],
+    slurm: SlurmBackend | None = None,
 ) -> Context:
     return Context(
         uow=lambda: PostgresUnitOfWork(engine),
         clock=SystemClock(),
         ids=RandomIds(),
         catalog=default_catalog(LOCAL_RUNTIMES),
-        backends={"local": docker, "node": NodeBackend(docker), **kubernetes},
+        backends={
+            "local": docker,
+            "node": NodeBackend(docker),
+            **kubernetes,
+            **({"slurm": slurm} if slurm is not None else {}),  # docs/slurm.md
+        },
         blobs=blobs,
         new_secret=new_secret,
         limits=settings.limits,
@@ -146,6 +154,7 @@ class Container(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
     engine = providers.Resource(_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
+    slurm = providers.Resource(slurm_resource)
     signals = providers.Resource(_signals, settings=settings)
     blobs = providers.Resource(_blobs, settings=settings)
     metrics_pool = providers.Resource(_metrics_pool, settings=settings)
@@ -163,4 +172,5 @@ class Container(containers.DeclarativeContainer):
         metrics=metrics,
         tokens=tokens,
         kubernetes=kubernetes,
+        slurm=slurm,
     )

@@ -16,7 +16,12 @@
 #   SLURM_CONF (for sinfo/squeue/sbatch), SLURMRESTD_SOCKET (the unix socket of the REST API).
 #
 # Environment: TUNEPLANE_SLURM_STATE (DIR when not given, default /tmp/tuneplane-slurm),
-# TUNEPLANE_SLURM_TIMEOUT (seconds to wait for the cluster, default 60).
+# TUNEPLANE_SLURM_TIMEOUT (seconds to wait for the cluster, default 60),
+# TUNEPLANE_SLURM_MIN_JOB_AGE (MinJobAge, default 300), TUNEPLANE_SLURM_SPLIT (non-empty: two
+# partitions, debug = n1,n2 and extra = n3,n4, instead of debug = all four),
+# TUNEPLANE_SLURM_GRES (e.g. gpu:fake:2: every node declares 2 GPUs of model "fake", counted only,
+# no device files), TUNEPLANE_SLURM_ACCOUNTING (non-empty: also a private MariaDB and slurmdbd, so that accounting,
+# sacct and slurmrestd's /slurmdb/v0.0.38 work; installs slurmdbd and mariadb-server).
 set -euo pipefail
 
 CMD=start
@@ -43,10 +48,14 @@ alive() {
   [ "$(echo "${stat##*) }" | cut -d' ' -f1)" != Z ]
 }
 
+ACCT=${TUNEPLANE_SLURM_ACCOUNTING:-}
+GRES=${TUNEPLANE_SLURM_GRES:-}  # e.g. gpu:fake:2: every node has 2 "GPUs" of model fake
 pidfiles() {
   echo "$DIR/slurmrestd.pid"
   for n in "${NODES[@]}"; do echo "$DIR/slurmd-$n.pid"; done
-  echo "$DIR/slurmctld.pid" "$DIR/munge/munged.pid"
+  echo "$DIR/slurmctld.pid"
+  if [ -n "$ACCT" ] || [ -f "$DIR/slurmdbd.pid" ]; then echo "$DIR/slurmdbd.pid" "$DIR/mariadb/mariadbd.pid"; fi
+  echo "$DIR/munge/munged.pid"
 }
 
 # The sessions of this cluster's slurmstepd processes (they and the jobs' processes outlive
@@ -118,6 +127,10 @@ command -v slurmrestd >/dev/null || missing+=(slurmrestd)
 command -v munged >/dev/null || missing+=(munge)
 command -v curl >/dev/null || missing+=(curl)
 command -v python3 >/dev/null || missing+=(python3)
+if [ -n "$ACCT" ]; then
+  command -v slurmdbd >/dev/null || missing+=(slurmdbd)
+  command -v mariadbd >/dev/null || missing+=(mariadb-server)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" = 0 ] || die "need root to install ${missing[*]} (or install them yourself)"
   say "installing ${missing[*]}"
@@ -147,14 +160,55 @@ runuser -u munge -- munged --key-file="$DIR/munge/munge.key" --socket="$MSOCK" \
 for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
 munge_ok || { tail -n 20 "$DIR/munge/munged.log" >&2 || true; die "munged does not answer on $MSOCK"; }
 
-# --- slurm.conf ---------------------------------------------------------------------------------
+# --- slurm.conf (and accounting) ----------------------------------------------------------------
 # free TCP ports on 127.0.0.1: slurmctld, then one per slurmd
 read -r -a PORTS <<<"$(python3 -c '
 import socket
-socks = [socket.socket() for _ in range(5)]
+socks = [socket.socket() for _ in range(7)]
 for s in socks: s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in socks])')"
 HOST=$(hostname -s)
+ACCT_CONF=AccountingStorageType=accounting_storage/none
+OPENAPI=openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36
+if [ -n "$ACCT" ]; then  # MariaDB (private datadir and port) + slurmdbd: /slurmdb/v0.0.38, sacct
+  M=$DIR/mariadb DBPORT=${PORTS[5]} DBDPORT=${PORTS[6]}
+  mkdir -p "$M"
+  chown mysql:mysql "$M"
+  if [ ! -d "$M/data/mysql" ]; then
+    mariadb-install-db --user=mysql --datadir="$M/data" --auth-root-authentication-method=socket \
+      >"$M/install.log" 2>&1 || die "mariadb-install-db failed; see $M/install.log"
+  fi
+  setsid mariadbd --no-defaults --user=mysql --datadir="$M/data" --socket="$M/mysql.sock" \
+    --port="$DBPORT" --bind-address=127.0.0.1 --pid-file="$M/mariadbd.pid" \
+    --log-error="$M/err.log" --innodb-buffer-pool-size=32M </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 100); do [ -S "$M/mysql.sock" ] && break; sleep 0.1; done
+  mariadb --socket="$M/mysql.sock" -u root -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" >&2 ||
+    die "MariaDB does not answer; see $M/err.log"
+  cat >"$DIR/slurmdbd.conf" <<DBD
+AuthType=auth/munge
+AuthInfo=socket=$MSOCK
+DbdAddr=127.0.0.1
+DbdHost=$HOST
+DbdPort=$DBDPORT
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DBPORT
+StorageUser=slurm
+StoragePass=slurmpw
+StorageLoc=slurm_acct_db
+LogFile=$DIR/log/slurmdbd.log
+PidFile=$DIR/slurmdbd.pid
+DBD
+  chmod 600 "$DIR/slurmdbd.conf"
+  ACCT_CONF="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$DBDPORT
+AccountingStoragePass=$MSOCK"
+  OPENAPI=openapi/v0.0.38,openapi/dbv0.0.38
+fi
 {
   cat <<CONF
 # Written by deploy/dev/slurm.sh: a private single-host test cluster (see docs/slurm.md).
@@ -175,34 +229,56 @@ SlurmdLogFile=$DIR/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$ACCT_CONF
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
 MpiDefault=none
-MinJobAge=300
+MinJobAge=${TUNEPLANE_SLURM_MIN_JOB_AGE:-300}${GRES:+
+GresTypes=gpu}
 KillWait=5
 CONF
   i=1
   for n in "${NODES[@]}"; do
-    echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=${PORTS[$i]} CPUs=2 RealMemory=2000 State=UNKNOWN"
+    echo "NodeName=$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=${PORTS[$i]} CPUs=2 RealMemory=2000${GRES:+ Gres=$GRES} State=UNKNOWN"
     i=$((i + 1))
   done
-  echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  if [ -n "${TUNEPLANE_SLURM_SPLIT:-}" ]; then  # two partitions: debug n1,n2 and extra n3,n4
+    echo "PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=extra Nodes=n[3-4] MaxTime=INFINITE State=UP"
+  else
+    echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP"
+  fi
 } >"$CONF"
+if [ -n "$GRES" ]; then  # GPUs that are only counted (no device files): enough for scheduling
+  count=${GRES##*:} model=${GRES#gpu:}; model=${model%:*}
+  mkdir -p "$DIR/dev"  # plain files standing for device files: nothing opens them (task/none)
+  for g in $(seq 0 $((count - 1))); do touch "$DIR/dev/fakegpu$g"; done
+  echo "Name=gpu Type=$model File=$DIR/dev/fakegpu[0-$((count - 1))]" >"$DIR/gres.conf"
+else
+  rm -f "$DIR/gres.conf"
+fi
 # No cgroup.conf: 22.05 has no CgroupPlugin=disabled (23.02+); with proctrack/linuxproc and
 # task/none the cgroup plugin slurmd loads anyway (autodetect) is never used for jobs.
 rm -f "$DIR/cgroup.conf"
 
 # --- daemons ------------------------------------------------------------------------------------
+if [ -n "$ACCT" ]; then  # slurmdbd reads slurmdbd.conf beside $SLURM_CONF
+  slurmdbd >&2 || die "slurmdbd did not start; see $DIR/log/slurmdbd.log"
+  for _ in $(seq 100); do
+    sacctmgr -i -n list cluster >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  sacctmgr -i add cluster tuneplane >/dev/null 2>&1 || true
+fi
 say "starting slurmctld (port ${PORTS[0]}) and slurmd ${NODES[*]} (ports ${PORTS[*]:1}) in $DIR"
 slurmctld -c -f "$CONF" >&2 || die "slurmctld did not start; see $DIR/log/slurmctld.log"
 for n in "${NODES[@]}"; do
   slurmd -N "$n" -f "$CONF" >&2 || die "slurmd -N $n did not start; see $DIR/log/slurmd-$n.log"
 done
 SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$CONF" -a rest_auth/local \
-  -s openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36 "unix:$SOCK" \
+  -s "$OPENAPI" "unix:$SOCK" \
   >"$DIR/log/slurmrestd.log" 2>&1 </dev/null &
 echo $! >"$DIR/slurmrestd.pid"
 

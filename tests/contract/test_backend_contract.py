@@ -1,5 +1,6 @@
-"""The ExecutionBackend contract, run against the real Docker engine and the in-memory backend,
-so that the simulator's backend cannot drift from what a real one does."""
+"""The ExecutionBackend contract, run against the real Docker engine, the Slurm backend on a real
+Slurm cluster (tests/fixtures/slurm.py) and the in-memory backend, so that the simulator's backend
+cannot drift from what a real one does."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +17,8 @@ import pytest
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import BUSYBOX
 from adapters.memory.backend import MemoryBackend
+from adapters.slurm.backend import SlurmBackend
+from adapters.slurm.client import SlurmClient, SlurmEndpoint
 from domain.catalog import RuntimePin
 from domain.errors import NotFound
 from domain.ports import ExecutionBackend, LaunchRequest, Observation
@@ -41,13 +45,26 @@ class Subject:
         return make_request(self.job_id, self.pin, command, member_index=index)
 
 
-@pytest.fixture(params=["memory", "docker"])
-async def subject(request: pytest.FixtureRequest, docker_host: str) -> AsyncIterator[Subject]:
+@pytest.fixture(params=["memory", "docker", "slurm"])
+async def subject(
+    request: pytest.FixtureRequest, docker_host: str, tmp_path: Path
+) -> AsyncIterator[Subject]:
     job_id = f"job-{uuid.uuid4().hex[:12]}"
     backend: Any
     if request.param == "memory":
         backend = MemoryBackend(behaviour=_fate)
         yield Subject(backend, await backend.pin(BUSYBOX), job_id)
+        return
+    if request.param == "slurm":
+        cluster = request.getfixturevalue("slurm_cluster")
+        client = SlurmClient(SlurmEndpoint(f"unix:{cluster.socket}"))
+        backend = SlurmBackend(client, tmp_path / "shared", partitions={"local": "debug"})
+        try:
+            yield Subject(backend, await backend.pin(BUSYBOX), job_id)
+        finally:
+            for handle in (await backend.held()).values():
+                await backend.stop(handle, 0)
+            await backend.close()
         return
     host = docker_host
     backend = DockerBackend(host)

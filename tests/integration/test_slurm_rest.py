@@ -25,6 +25,13 @@ from tests.fixtures.slurm import SlurmCluster
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(autouse=True)
+def _idle(slurm_cluster: SlurmCluster) -> None:
+    """The cluster is shared by the session: wait until other tests' jobs have left."""
+    slurm_cluster.wait_idle()
+
+
 V = "v0.0.38"
 API = f"/slurm/{V}"
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "slurm_recorded" / V

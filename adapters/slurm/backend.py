@@ -1,0 +1,337 @@
+"""The Slurm backend: one Slurm job per TunePlane attempt, submitted through slurmrestd.
+
+A member's handle is ``<slurm job id>:<rank>:<attempt id>``: every member of an attempt maps to
+one task of the attempt's single ``srun`` step (:mod:`adapters.slurm.script`). ``launch`` is
+idempotent per member and never submits an attempt twice: the job is named after the attempt
+(``tp-<attempt id>``) and looked up (remembered job id, then Slurm's job list) before submitting.
+
+Observing: a member is ``starting`` while its job pends, ``running`` while Slurm runs it or any
+node still completes it, and ``exited`` only once Slurm reports the allocation ended, so the
+reservation is held until then. Its exit code is what its task wrote, else the job's, decoded
+from the wait status. A job Slurm no longer reports (MinJobAge) is looked up in accounting when
+it is configured, else it is ``unknown`` (never "succeeded"). When slurmrestd or slurmctld does
+not answer, members are ``unknown`` with the reason and launches wait: nothing falls back to
+another backend. See docs/slurm.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from adapters.slurm.capacity import capacity
+from adapters.slurm.client import SlurmClient
+from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
+from adapters.slurm.versions import SlurmJob
+from domain.capsule import StorageCapabilities, runner_failure
+from domain.catalog import RuntimePin, RuntimeSpec
+from domain.errors import InvalidInput, NotFound, Unavailable
+from domain.fleet import Node, Pool
+from domain.ports import LaunchRequest, Observation
+from domain.runtimes import pin_of
+
+JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    job_id: int
+    rank: int
+    attempt_id: str
+
+    def __str__(self) -> str:
+        return f"{self.job_id}:{self.rank}:{self.attempt_id}"
+
+    @staticmethod
+    def parse(text: str) -> Handle | None:
+        parts = text.split(":", 2)
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or not parts[2]:
+            return None
+        if "/" in parts[2] or parts[2].startswith("."):
+            return None
+        return Handle(int(parts[0]), int(parts[1]), parts[2])
+
+
+class SlurmBackend:
+    """``ExecutionBackend`` named ``slurm``."""
+
+    name = "slurm"
+    # the batch script puts the Job Capsule where each task's runner finds it; no host mounts,
+    # and outputs stay in the attempt's directory (not recorded as artifacts yet)
+    storage = StorageCapabilities(capsule=True, shared_mounts=False, shared_outputs=False)
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        shared_dir: Path,
+        *,
+        partitions: dict[str, str] | None = None,
+        accounting: bool = False,
+        master_port_base: int = 29500,
+        gres_name: str = "gpu",
+    ) -> None:
+        self.client = client
+        self.shared_dir = shared_dir
+        self.partitions = dict(partitions or {})  # pool → partition (default: the pool's name)
+        self.accounting = accounting
+        self.master_port_base = master_port_base
+        self.gres_name = gres_name
+        self._jobs: dict[str, int] = {}  # attempt id → Slurm job id
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    def partition_of(self, pool: str) -> str:
+        return self.partitions.get(pool, pool)
+
+    def _dir(self, attempt_id: str) -> Path:
+        return self.shared_dir / attempt_id
+
+    # -- ExecutionBackend -----------------------------------------------------------------------
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        """Members run as host processes on the Slurm nodes (no container runtime here): the
+        image is not pulled, so the pin is its registered digest, else a digest of its name
+        (docs/slurm.md, "Runtimes"). Asks slurmrestd first: while Slurm does not answer, a
+        submission is refused with why (503) rather than queued for a cluster that is down."""
+        await self.client.ping()
+        digest = runtime.digest or "sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest()
+        return pin_of(runtime, digest)
+
+    async def launch(self, request: LaunchRequest) -> str:
+        lock = self._locks.setdefault(request.attempt_id, asyncio.Lock())
+        async with lock:
+            directory = self._dir(request.attempt_id)
+            await asyncio.to_thread(self._note_member, directory, request)
+            job_id = await self._find(request.attempt_id)
+            if job_id is None:
+                job_id = await self._submit(request, directory)
+            return str(Handle(job_id, request.member_index, request.attempt_id))
+
+    async def observe(self, handle: str) -> Observation:
+        h = Handle.parse(handle)
+        if h is None or self._released(h):
+            return Observation("missing")
+        try:
+            jobs = await self.client.job(h.job_id)
+        except Unavailable as exc:
+            return Observation("unknown", reason=f"Slurm does not answer: {exc.message}")
+        source = "Slurm"
+        if jobs is None and self.accounting:
+            try:
+                jobs = await self.client.accounted(h.job_id)
+            except Unavailable as exc:
+                return Observation("unknown", reason=f"Slurm accounting does not answer: {exc}")
+            source = "Slurm accounting"
+        if jobs is None:
+            return Observation(
+                "unknown",
+                reason=f"Slurm no longer reports job {h.job_id} (finished jobs leave after"
+                " MinJobAge) and no accounting is configured: its outcome cannot be confirmed",
+            )
+        return self._observation(h, jobs, source)
+
+    def _observation(self, h: Handle, jobs: list[SlurmJob], source: str) -> Observation:
+        if not all(j.allocation_ended for j in jobs):
+            if any(j.state in ("PENDING", "REQUEUED") or "CONFIGURING" in j.flags for j in jobs):
+                reason = next((j.reason for j in jobs if j.reason not in ("", "None")), "")
+                why = f"Slurm job {h.job_id} pending" + (f": {reason}" if reason else "")
+                return Observation("starting", reason=why)
+            return Observation("running")
+        lead = jobs[0]
+        written = self._exit_file(h)
+        if written is not None:
+            code = written
+        elif lead.state == "CANCELLED":  # scancel: SIGTERM. The batch script's own status
+            code = 128 + 15  # is not the member's (srun may have failed first: "job expired")
+        elif lead.exit_code not in (None, 0):
+            code = lead.exit_code
+        elif lead.state == "COMPLETED" and lead.exit_code == 0:
+            code = 0
+        else:
+            code = -1
+        reason = runner_failure(code) or ""  # the capsule's checks failed: say which
+        if not reason and (lead.state != "COMPLETED" or code != 0):
+            why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
+            reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
+        return Observation("exited", exit_code=code, reason=reason)
+
+    async def stop(self, handle: str, grace_seconds: float) -> None:
+        """Cancel the attempt's Slurm job (every member: one allocation). Slurm signals the
+        tasks with SIGTERM and kills them after its ``KillWait``. Idempotent."""
+        h = Handle.parse(handle)
+        if h is None or self._released(h):
+            return
+        await self.client.cancel(h.job_id)
+
+    async def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
+        """The member's output (its task's stdout and stderr); member 0's starts with the batch
+        step's (capsule checks, srun errors). From the attempt's shared directory."""
+        h = Handle.parse(handle)
+        if h is None or self._released(h):
+            raise NotFound(
+                f"member {handle} is no longer held by the Slurm backend",
+                fix="its stored log is shown by `tp job logs`",
+            )
+        directory = self._dir(h.attempt_id)
+        files = ([directory / "batch.log"] if h.rank == 0 else []) + [
+            directory / f"member-{h.rank}.log"
+        ]
+        offsets = dict.fromkeys(files, 0)
+        while True:
+            for path in files:
+                chunk = await asyncio.to_thread(_read_from, path, offsets[path])
+                if chunk:
+                    offsets[path] += len(chunk)
+                    yield chunk
+            if not follow or (await self.observe(handle)).status in ("exited", "missing"):
+                if follow:  # what was written between the last read and the exit
+                    for path in files:
+                        chunk = await asyncio.to_thread(_read_from, path, offsets[path])
+                        if chunk:
+                            yield chunk
+                return
+            await asyncio.sleep(1.0)
+
+    async def held(self) -> dict[str, str]:
+        """member id → handle for the members of every TunePlane job Slurm still lists."""
+        out: dict[str, str] = {}
+        for job in await self.client.jobs():
+            if not job.name.startswith("tp-") or job.het_job_offset:
+                continue
+            attempt_id = parse_comment(job.comment)
+            if attempt_id is None:
+                continue
+            for rank, member_id in (await asyncio.to_thread(self._members, attempt_id)).items():
+                h = Handle(job.job_id, rank, attempt_id)
+                if not self._released(h):
+                    out[member_id] = str(h)
+        return out
+
+    async def release(self, handle: str) -> None:
+        """Forget the member (a marker in the attempt's directory); the directory goes when
+        every member it knew is forgotten."""
+        h = Handle.parse(handle)
+        if h is None:
+            return
+        await asyncio.to_thread(self._release, h)
+
+    async def capacity(self) -> tuple[list[Pool], list[Node]]:
+        """Pools from Slurm's partitions, nodes with their state (capacity sync, docs/slurm.md).
+        Raises Unavailable when Slurm does not answer."""
+        partitions = await self.client.partitions()
+        nodes = await self.client.nodes()
+        pool_of = {partition: pool for pool, partition in self.partitions.items()}
+        return capacity(partitions, nodes, pool_of, gres_name=self.gres_name)
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _note_member(self, directory: Path, request: LaunchRequest) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        _write(directory / f"member-{request.member_index}.id", request.member_id.encode())
+
+    def _members(self, attempt_id: str) -> dict[int, str]:
+        directory = self._dir(attempt_id)
+        found = {}
+        for path in directory.glob("member-*.id") if directory.is_dir() else []:
+            rank = path.name.removeprefix("member-").removesuffix(".id")
+            if rank.isdigit():
+                found[int(rank)] = path.read_text().strip()
+        return found
+
+    def _released(self, h: Handle) -> bool:
+        directory = self._dir(h.attempt_id)
+        return not directory.is_dir() or (directory / f"released-{h.rank}").exists()
+
+    def _release(self, h: Handle) -> None:
+        directory = self._dir(h.attempt_id)
+        if not directory.is_dir():
+            return
+        _write(directory / f"released-{h.rank}", b"")
+        ranks = self._members(h.attempt_id)
+        if all((directory / f"released-{r}").exists() for r in ranks):
+            shutil.rmtree(directory, ignore_errors=True)
+            self._jobs.pop(h.attempt_id, None)
+
+    def _exit_file(self, h: Handle) -> int | None:
+        path = self._dir(h.attempt_id) / f"member-{h.rank}.exit"
+        with contextlib.suppress(OSError, ValueError):
+            return int(path.read_text().strip())
+        return None
+
+    async def _find(self, attempt_id: str) -> int | None:
+        """The Slurm job of this attempt if it was submitted (by us or an earlier process)."""
+        if attempt_id in self._jobs:
+            return self._jobs[attempt_id]
+        recorded = self._dir(attempt_id) / "slurm-job-id"
+        with contextlib.suppress(OSError, ValueError):
+            self._jobs[attempt_id] = int(recorded.read_text())
+            return self._jobs[attempt_id]
+        name = job_name(attempt_id)
+        for job in await self.client.jobs():
+            if job.name == name and parse_comment(job.comment) == attempt_id:
+                self._jobs[attempt_id] = job.het_job_id or job.job_id
+                return self._jobs[attempt_id]
+        return None
+
+    async def _submit(self, request: LaunchRequest, directory: Path) -> int:
+        spec = request.spec
+        partition_of = {r.pool: self.partition_of(r.pool) for r in spec.roles}
+        environment = {"PATH": JOB_PATH, "TUNEPLANE_ATTEMPT_ID": request.attempt_id}
+        parts = job_parts(
+            request, str(directory), partition_of, environment, gres_name=self.gres_name
+        )
+        member = member_script(request, str(directory), self.master_port_base)
+        script = batch_script(request, str(directory))
+        await asyncio.to_thread(self._stage, request, directory, member)
+        result = await self.client.submit(script, parts)
+        if result.job_id is None:  # refused: nothing of this attempt runs; forget its files
+            await asyncio.to_thread(shutil.rmtree, directory, True)
+            errors = "; ".join(str(e) for e in result.errors) or "no reason given"
+            raise InvalidInput(
+                f"Slurm refused the job of attempt {request.attempt_id}: {errors}",
+                fix="check the pool's partition and resources against `sinfo` on the cluster",
+                field="intent.profiles",
+            )
+        self._jobs[request.attempt_id] = result.job_id
+        await asyncio.to_thread(_write, directory / "slurm-job-id", str(result.job_id).encode())
+        return result.job_id
+
+    def _stage(self, request: LaunchRequest, directory: Path, member: str) -> None:
+        spec = request.spec
+        if spec.capsule is not None:
+            if request.capsule is None:
+                raise InvalidInput("the launch of a job with a Job Capsule carries no capsule")
+            got = "sha256:" + hashlib.sha256(request.capsule).hexdigest()
+            if got != spec.capsule.blob:
+                raise InvalidInput(
+                    f"the Job Capsule's bytes hash to {got}, not the committed {spec.capsule.blob}"
+                )
+            _write(directory / "capsule.tar", request.capsule)
+        elif request.source is not None:
+            _write(directory / "source.tar.gz", request.source)
+        _write(directory / "member.sh", member.encode(), mode=0o755)
+
+
+def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
+    """Whole or not at all: written beside, then renamed into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    tmp.chmod(mode)
+    tmp.replace(path)
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            return f.read()
+    except FileNotFoundError:
+        return b""

@@ -1,0 +1,108 @@
+"""Capacity read from a backend's own scheduler (the Slurm backend, docs/slurm.md "Capacity"):
+the pools and nodes it reports are written to the fleet, so that the Fleet API and page show
+them with their state and the scheduling pass places work on them.
+
+A backend takes part by having ``capacity()`` (pools of that backend, nodes with their states).
+The sync only adds and updates: a pool or node it no longer reports is not deleted (reservations
+may still refer to it); a node of a synced pool that is no longer reported is marked
+disconnected. The backend is the truth for its nodes' states: a TunePlane cordon of such a node
+is undone at the next sync (cordon the node in Slurm instead). Run by the supervisor when it
+sweeps (at start, then every ``sweep_every`` ticks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from application.context import Context
+from domain.errors import Conflict, NotFound, Unavailable
+from domain.fleet import Connectivity, Node, Pool, SchedState
+from domain.ports import UnitOfWork
+
+log = logging.getLogger("tuneplane.capacity")
+
+
+class CapacitySource(Protocol):
+    name: str
+
+    async def capacity(self) -> tuple[list[Pool], list[Node]]: ...
+
+
+async def sync_capacity(ctx: Context) -> int:
+    """Write what every capacity-reporting backend reports; returns how many pools and nodes
+    changed. A backend that does not answer is skipped (its nodes keep their last state)."""
+    changed = 0
+    for backend in ctx.backends.values():
+        if not callable(getattr(backend, "capacity", None)):
+            continue
+        source: CapacitySource = backend  # type: ignore[assignment]
+        try:
+            pools, nodes = await source.capacity()
+        except Unavailable as exc:
+            log.warning("capacity of %s not read: %s", backend.name, exc)
+            continue
+        changed += await _write(ctx, backend.name, pools, nodes)
+    return changed
+
+
+async def _write(ctx: Context, backend: str, pools: list[Pool], nodes: list[Node]) -> int:
+    async with ctx.uow() as uow:
+        old_pools = {p.name: p for p in await uow.fleet.pools()}
+        old_nodes = {n.name: n for n in await uow.fleet.nodes()}
+    ours = {p.name for p in pools}
+    writes: list[Callable[[UnitOfWork], Awaitable[object]]] = []
+    for pool in pools:
+        was = old_pools.get(pool.name)
+        if was is not None and was.backend != backend:
+            log.warning("pool %s is a %s pool; %s leaves it alone", pool.name, was.backend, backend)
+            ours.discard(pool.name)
+        elif was != pool:
+            writes.append(_put_pool(pool))
+    seen = set()
+    for node in nodes:
+        if node.pool not in ours:
+            continue
+        seen.add(node.name)
+        old = old_nodes.get(node.name)
+        if old is None or old.pool != node.pool:
+            old = node if old is None else dataclasses.replace(old, pool=node.pool)
+            writes.append(_put_node(old))
+        if (old.sched, old.connectivity) != (node.sched, node.connectivity):
+            writes.append(_set_state(node.name, node.sched, node.connectivity))
+    for name, old in old_nodes.items():
+        if old.pool in ours and name not in seen and old.connectivity is Connectivity.CONNECTED:
+            writes.append(_set_state(name, None, Connectivity.DISCONNECTED))
+    changed = 0
+    for write in writes:
+        changed += await _in_own_unit(ctx, write)
+    if changed:
+        log.info("capacity of %s: %d pools and nodes updated", backend, changed)
+    return changed
+
+
+def _put_pool(pool: Pool) -> Callable[[UnitOfWork], Awaitable[object]]:
+    return lambda uow: uow.fleet.put_pool(pool)
+
+
+def _put_node(node: Node) -> Callable[[UnitOfWork], Awaitable[object]]:
+    return lambda uow: uow.fleet.put_node(node)
+
+
+def _set_state(
+    name: str, sched: SchedState | None, connectivity: Connectivity
+) -> Callable[[UnitOfWork], Awaitable[object]]:
+    return lambda uow: uow.fleet.set_node_state(name, sched, connectivity)
+
+
+async def _in_own_unit(ctx: Context, write: Callable[[UnitOfWork], Awaitable[object]]) -> int:
+    """One change in its own transaction: a Conflict (live reservations) skips only it."""
+    with contextlib.suppress(Conflict, NotFound):
+        async with ctx.uow() as uow:
+            await write(uow)
+            await uow.commit()
+            return 1
+    return 0

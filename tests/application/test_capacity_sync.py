@@ -1,0 +1,119 @@
+"""Capacity read from Slurm (application/capacity_sync.py with the real Slurm backend on
+recorded v0.0.41 answers: partition ``debug``, nodes n1 mixed, n2 allocated, n3 idle+drain,
+n4 down+not_responding) written to the fleet, as the supervisor's sweep does."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import httpx
+import pytest
+
+from adapters.memory.backend import MemoryBackend
+from adapters.slurm.backend import SlurmBackend
+from adapters.slurm.capacity import gpus_of
+from application.capacity_sync import sync_capacity
+from application.context import Context
+from domain.fleet import Connectivity, Node, Pool, SchedState
+from tests.support.context import LOCAL_POOL, memory_context
+from tests.unit.test_slurm_versions import replaying
+
+P = "/slurm/v0.0.41"
+
+
+def with_slurm(ctx: Context, tmp_path: Path, **kw: object) -> tuple[Context, SlurmBackend]:
+    client = replaying(
+        "v0.0.41", {("GET", f"{P}/nodes"): "nodes", ("GET", f"{P}/partitions"): "partitions"}
+    )
+    backend = SlurmBackend(client, tmp_path / "shared", **kw)  # type: ignore[arg-type]
+    return dataclasses.replace(ctx, backends={"local": MemoryBackend(), "slurm": backend}), backend
+
+
+async def fleet(ctx: Context) -> tuple[dict[str, Pool], dict[str, Node]]:
+    async with ctx.uow() as uow:
+        pools = {p.name: p for p in await uow.fleet.pools()}
+        nodes = {n.name: n for n in await uow.fleet.nodes()}
+    return pools, nodes
+
+
+async def test_partitions_become_pools_and_nodes_keep_slurm_state(tmp_path: Path) -> None:
+    ctx, _ = with_slurm(memory_context(tmp_path, nodes=1), tmp_path)
+    async with ctx.uow() as uow:  # a node of the pool that Slurm no longer reports
+        await uow.fleet.put_pool(Pool("debug", "default", "slurm", 0, 2.0, 2000))
+        await uow.fleet.put_node(Node("n9", "debug"))
+        await uow.commit()
+    assert await sync_capacity(ctx) > 0
+    pools, nodes = await fleet(ctx)
+    debug = pools["debug"]
+    assert (debug.backend, debug.cpus_per_node, debug.memory_mb_per_node, debug.gpus_per_node) == (
+        "slurm",
+        2.0,
+        2000,
+        0,
+    )
+    states = {n: (nodes[n].sched, nodes[n].connectivity) for n in ("n1", "n2", "n3", "n4", "n9")}
+    assert states == {
+        "n1": (SchedState.SCHEDULABLE, Connectivity.CONNECTED),
+        "n2": (SchedState.SCHEDULABLE, Connectivity.CONNECTED),
+        "n3": (SchedState.DRAINING, Connectivity.CONNECTED),
+        "n4": (SchedState.SCHEDULABLE, Connectivity.DISCONNECTED),
+        "n9": (SchedState.SCHEDULABLE, Connectivity.DISCONNECTED),
+    }
+    assert all(nodes[n].pool == "debug" for n in states)
+    assert pools["local"] == LOCAL_POOL  # other backends' pools untouched
+    assert await sync_capacity(ctx) == 0  # nothing changed since
+
+
+async def test_a_pool_of_another_backend_is_left_alone(tmp_path: Path) -> None:
+    ctx, _ = with_slurm(
+        memory_context(tmp_path, nodes=1), tmp_path, partitions={"local": "debug"}
+    )  # pool "local" is the local one
+    before = await fleet(ctx)
+    assert await sync_capacity(ctx) == 0
+    assert await fleet(ctx) == before
+
+
+async def test_slurm_down_changes_nothing(tmp_path: Path) -> None:
+    ctx, backend = with_slurm(memory_context(tmp_path, nodes=1), tmp_path)
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    backend.client._http = httpx.AsyncClient(
+        transport=httpx.MockTransport(down), base_url="http://s"
+    )
+    before = await fleet(ctx)
+    assert await sync_capacity(ctx) == 0
+    assert await fleet(ctx) == before
+
+
+@pytest.mark.parametrize(
+    ("gres", "want"),
+    [
+        ("gpu:h100:8(S:0-1)", (8, "h100")),
+        ("gpu:4", (4, "gpu")),
+        ("", (0, None)),
+        ("shard:2", (0, None)),
+    ],
+)
+def test_gpus_from_gres(gres: str, want: tuple[int, str | None]) -> None:
+    assert gpus_of(gres) == want
+
+
+def test_pool_shape_is_the_smallest_node() -> None:
+    from adapters.slurm.capacity import capacity
+    from adapters.slurm.versions import SlurmNode, SlurmPartition
+
+    def node(name: str, cpus: int, gres: str) -> SlurmNode:
+        return SlurmNode(name, "idle", frozenset(), cpus, 4000, ("gpu",), gres)
+
+    pools, nodes = capacity(
+        [SlurmPartition("gpu", "g[1-2]", 2, 24)],
+        [node("g1", 16, "gpu:h200:8"), node("g2", 8, "gpu:h200:4")],
+        {"gpu": "h200s"},
+    )
+    assert [(p.name, p.gpus_per_node, p.gpu_model, p.cpus_per_node) for p in pools] == [
+        ("h200s", 4, "h200", 8.0)
+    ]
+    assert [dataclasses.astuple(n)[:2] for n in nodes] == [("g1", "h200s"), ("g2", "h200s")]
