@@ -11,6 +11,8 @@ from domain.auth import Principal
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from domain.jobs import Attempt, Job, JobEvent, Member
 from domain.lifecycle import JOB_FINAL, AttemptState, JobState
+from domain.node_ports import LaunchPlan, MemberLaunch
+from domain.node_protocol import Decision
 from domain.ports import JobPage, UnitOfWork
 
 
@@ -88,8 +90,33 @@ async def job_timeline(ctx: Context, principal: Principal, job_id: str, limit: i
         job = _visible(await uow.jobs.get(job_id), principal, job_id)
         preview = await uow.previews.get(job.preview_id)
         events = await uow.jobs.events(job.id, limit)
+        launches = []
+        for attempt in await uow.attempts.for_job(job.id):
+            plan = await uow.launches.plan(attempt.id)
+            if plan is not None:
+                launches += _launch_stages(
+                    attempt.number, plan, await uow.launches.members(plan.attempt_id)
+                )
     first = [Stage("previewed", preview.created_at, None, "")] if preview is not None else []
-    return (first + [_stage(e) for e in events])[:limit]
+    stages = first + [_stage(e) for e in events]
+    return sorted(stages + launches, key=lambda s: s.at)[:limit]  # stable: ties keep order
+
+
+def _launch_stages(number: int, plan: LaunchPlan, members: list[MemberLaunch]) -> list[Stage]:
+    """A two-phase gang launch's own steps (node backend): every member ``prepared`` on its
+    node (voted yes), then the decision, ``launch committed`` or ``launch aborted``."""
+    out = []
+    votes = [m.voted_at for m in members if m.vote and m.voted_at is not None]
+    if members and len(votes) == len(members):
+        nodes = ", ".join(sorted({m.node for m in members}))
+        why = f"attempt {number}: {len(members)} member(s) prepared on {nodes}"
+        out.append(Stage("prepared", max(votes), None, why))
+    if plan.decision is not None and plan.decided_at is not None:
+        name = "launch committed" if plan.decision is Decision.COMMIT else "launch aborted"
+        out.append(
+            Stage(name, plan.decided_at, None, f"attempt {number}: {plan.reason}".rstrip(": "))
+        )
+    return out
 
 
 async def list_jobs(

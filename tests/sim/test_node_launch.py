@@ -121,6 +121,15 @@ async def test_a_four_member_gang_runs_once_and_completes(world: World) -> None:
     await world.fleet.pump()
     assert world.fleet.containers() == {}  # forgotten once recorded final
     assert await world.live_reservations() == 0
+    timeline = await jobs.job_timeline(world.ctx, ADMIN, job_id, 100)
+    steps = [s.stage for s in timeline]
+    assert steps == [
+        "previewed", "committed", "admitted", "prepared", "launch committed", "running",
+        "succeeded",
+    ], steps  # fmt: skip
+    prepared = timeline[3]
+    assert prepared.reason.startswith("attempt 1: 4 member(s) prepared on ")
+    assert [s.at for s in timeline] == sorted(s.at for s in timeline)
 
 
 async def test_a_no_vote_aborts_the_gang_and_nothing_starts(tmp_path: Path) -> None:
@@ -132,6 +141,11 @@ async def test_a_no_vote_aborts_the_gang_and_nothing_starts(tmp_path: Path) -> N
     job_id = await w.submit()
     d = await w.until(job_id, {JobState.FAILED})
     assert "member 2 on node" in d.job.reason and "refused: image missing" in d.job.reason
+    timeline = await jobs.job_timeline(w.ctx, ADMIN, job_id, 100)
+    aborted = [s for s in timeline if s.stage.startswith("launch")]
+    assert [s.stage for s in aborted] == ["launch aborted"]
+    assert "refused: image missing" in aborted[0].reason
+    assert "prepared" not in [s.stage for s in timeline]  # not every member voted yes
     await w.fleet.pump()
     assert w.fleet.starts() == {} and w.fleet.containers() == {}
     assert await w.live_reservations() == 0
