@@ -31,6 +31,7 @@ from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, Phase
 from domain.ports import Observation, UnitOfWork
+from domain.progress import driver_ended
 
 log = logging.getLogger("tuneplane.gang")
 
@@ -279,9 +280,12 @@ class GangCoordinator:
 
 
 def _to_stop(job: Job, members: list[Member]) -> list[str]:
-    """Members to stop: all of a stopping job, the rest of a gang once one member failed."""
+    """Members to stop: all of a stopping job, the rest of a gang once one member failed, a
+    Ray gang's workers once its driver ended."""
     live = [m.id for m in members if m.state not in MEMBER_FINAL]
     if job.state is JobState.STOPPING or any(m.state is MemberState.FAILED for m in members):
+        return live
+    if driver_ended(members, job.spec.runtime.process_model) is not None:
         return live
     return []
 

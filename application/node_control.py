@@ -24,7 +24,7 @@ from application.enrollment import (
 )
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.token_renewal import due_renewals, with_token
-from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER
+from domain.capsule import DIGEST_ENV, ENTRY, IMAGE_ENV, RUNNER
 from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
@@ -409,14 +409,18 @@ def _order(work: NodeWork) -> PrepareOrder:
         )
     command = spec.command
     source = spec.source.digest if spec.source else None
-    # a Ray member's command is wrapped per member: it runs without the capsule (not yet)
-    capsule = spec.capsule is not None and spec.runtime.process_model != "ray"
-    if spec.capsule is not None and capsule:
-        command, source = ("/bin/sh", RUNNER), spec.capsule.blob
+    capsule = spec.capsule is not None
+    if spec.capsule is not None:
+        source = spec.capsule.blob
         env[DIGEST_ENV] = spec.capsule.digest
         env[IMAGE_ENV] = spec.runtime.digest  # the order's image, as the runner checks
-    if spec.runtime.process_model == "ray":
-        command = tuple(ray_wrap(list(command), ref.index, work.master_addr, work.master_port))
+    if spec.runtime.process_model == "ray":  # head (then the driver) or worker
+        driver = ("/bin/sh", ENTRY) if capsule else command
+        command = tuple(ray_wrap(list(driver), ref.index, work.master_addr, work.master_port))
+        if capsule:
+            command = ("/bin/sh", RUNNER, *command)  # the runner checks, then starts it
+    elif capsule:
+        command = ("/bin/sh", RUNNER)
     return PrepareOrder(
         ref=ref,
         node=work.placed.node,

@@ -34,7 +34,7 @@ from domain.lifecycle import (
     MemberState,
 )
 from domain.ports import ExecutionBackend, LaunchRequest, Observation, UnitOfWork
-from domain.progress import first_failure, job_after, member_after
+from domain.progress import driver_ended, first_failure, job_after, member_after
 
 log = logging.getLogger("tuneplane.supervisor")
 
@@ -244,9 +244,11 @@ class Supervisor:
             return
         stopping = job.state is JobState.STOPPING
         failing = first_failure(members)
+        done = driver_ended(members, job.spec.runtime.process_model)
         if (
             not stopping
             and failing is None
+            and done is None
             and any(m.state is MemberState.PENDING for m in members)
         ):
             await self._launch(job, attempt, members, placed)
@@ -257,7 +259,8 @@ class Supervisor:
                 return  # it failed to launch, or was cancelled meanwhile: next tick decides
             if any(m.state is MemberState.PENDING for m in members):
                 return  # launch deferred (backend unavailable)
-        if stopping or failing is not None:
+        ending = stopping or failing is not None or done is not None
+        if ending:
             adopted = await self._adopt(backend, members)
             if adopted is None:
                 return  # cannot tell which members started: never record them on a guess
@@ -266,7 +269,7 @@ class Supervisor:
         for m in members:
             if m.state in MEMBER_FINAL or m.handle is None:
                 continue
-            if stopping or failing is not None:
+            if ending:
                 self._request_stop(backend, m.handle)
             try:
                 obs = await backend.observe(m.handle)
@@ -330,6 +333,7 @@ class Supervisor:
         now = self.ctx.clock.now()
         stopping = job.state is JobState.STOPPING
         failing = first_failure(members)
+        done = driver_ended(members, job.spec.runtime.process_model)
         released: list[str] = []
         updated: list[Member] = []
         async with self.ctx.uow() as uow:
@@ -341,7 +345,7 @@ class Supervisor:
                     new = m.moved(MemberState.FAILED, now, f"not started: {failing}")
                 elif m.id in seen:
                     obs, logs = seen[m.id]
-                    new = member_after(m, obs, stopping, failing, now)
+                    new = member_after(m, obs, stopping, failing, now, done)
                     if logs is not None and m.index == 0:
                         limit = self.ctx.limits.max_log_bytes
                         await uow.logs.save(attempt.id, logs[-limit:], len(logs) > limit)

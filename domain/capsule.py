@@ -39,6 +39,7 @@ from domain.catalog import RuntimePin
 
 CAPSULE_DIR = "/tuneplane/capsule"
 RUNNER = f"{CAPSULE_DIR}/runner.sh"
+ENTRY = f"{CAPSULE_DIR}/entry.sh"  # the job's command, as the runner starts it
 MANIFEST = "SHA256SUMS"
 DIGEST_ENV = "TUNEPLANE_CAPSULE_DIGEST"
 IMAGE_ENV = "TUNEPLANE_RUNTIME_IMAGE"  # the image the backend started the member from
@@ -90,6 +91,7 @@ if [ -f source.tar.gz ]; then  # gzip-compressed as uploaded, or a plain tar
         fail 94 "the source archive cannot be unpacked"
 fi
 cd /workspace || fail 94 "cannot enter /workspace"
+[ "$#" -eq 0 ] || exec "$@"  # a wrapped start (a Ray member): checked first, run from here
 exec /bin/sh "$C/entry.sh"
 """
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from domain.jobs import Attempt, Job, Member, attempt_outcome
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
 from domain.ports import Observation
+from domain.rendezvous import RAY
 
 _OUTCOME = {
     "cancelled": (JobState.CANCELLED, AttemptState.CANCELLED),
@@ -22,15 +23,36 @@ def first_failure(members: list[Member]) -> str | None:
     return f"member {failed[0].index} failed" if failed else None
 
 
+def driver_ended(members: list[Member], process_model: str) -> str | None:
+    """A Ray gang ends with its driver: once member 0 (the head, where the driver runs)
+    succeeded, the workers are stopped and their ends are not failures. None otherwise."""
+    if process_model != RAY or len(members) < 2:
+        return None
+    driver = min(members, key=lambda m: m.index)
+    if driver.state is MemberState.SUCCEEDED:
+        return "the Ray driver (member 0) ended"
+    return None
+
+
 def member_after(
-    m: Member, obs: Observation, stopping: bool, failing: str | None, now: datetime
+    m: Member,
+    obs: Observation,
+    stopping: bool,
+    failing: str | None,
+    now: datetime,
+    done: str | None = None,
 ) -> Member:
+    """``failing``: why the gang is being stopped after a failure; ``done``: why after its
+    work ended (a Ray driver that succeeded): a member that then ends has not failed."""
     if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
         return m.moved(MemberState.RUNNING, now)
     if obs.status == "unknown":
         if m.state in (MemberState.STARTING, MemberState.RUNNING):
             return m.moved(MemberState.UNKNOWN, now, obs.reason or "control contact lost")
         return m
+    if done is not None and obs.status in ("exited", "missing") and not stopping:
+        code = obs.exit_code if obs.status == "exited" else None
+        return m.moved(MemberState.SUCCEEDED, now, f"stopped: {done}", exit_code=code)
     if obs.status == "exited":
         code = obs.exit_code if obs.exit_code is not None else -1
         if stopping:

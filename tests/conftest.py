@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.fixtures.slurm",
     "tests.fixtures.browser",
     "tests.fixtures.recording_telemetry",
+    "tests.fixtures.ray",
 ]

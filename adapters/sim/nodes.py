@@ -24,18 +24,19 @@ from application.context import Context
 from application.enrollment import NodeIdentity
 from application.node_agent import NodeAgent
 from application.node_control import ControlSettings, NodeControl, Session
+from domain.capsule import StorageCapabilities
 from domain.node_messages import PrepareOrder, SourceChunk
 from domain.node_protocol import NodeCapacity
 
 
 class SimNodeBackend(MemoryBackend):
-    """The node backend as the control plane sees it: it pins runtimes; the coordinator and
-    the simulated gateway do the rest."""
+    """The node backend as the control plane sees it: it pins runtimes and, like the real one,
+    takes the Job Capsule to the nodes; the coordinator and the simulated gateway do the rest."""
 
     coordinated = True
 
     def __init__(self) -> None:
-        super().__init__("node")
+        super().__init__("node", storage=StorageCapabilities(capsule=True))
 
 
 @dataclass

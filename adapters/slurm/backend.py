@@ -6,11 +6,13 @@ idempotent per member and never submits an attempt twice: the job is named after
 (``tp-<attempt id>``) and looked up (remembered job id, then Slurm's job list) before submitting.
 
 Observing: a member is ``starting`` while its job pends, ``running`` while Slurm runs it or any
-node still completes it, and ``exited`` only once Slurm reports the allocation ended, so the
-reservation is held until then. Its exit code is what its task wrote, else the job's, decoded
-from the wait status. A job Slurm no longer reports (MinJobAge) is looked up in accounting when
-it is configured, else it is ``unknown`` (never "succeeded"). When slurmrestd or slurmctld does
-not answer, members are ``unknown`` with the reason and launches wait: nothing falls back to
+node still completes it, and ``exited`` once its task wrote its exit status while another member
+runs on (a Ray driver done, a member that failed first), else only once Slurm reports the
+allocation ended: the last member waits for that, so the reservation is held until then. Its
+exit code is what its task wrote, else the job's, decoded from the wait status. A job Slurm no
+longer reports (MinJobAge) is looked up in accounting when it is configured, else it is
+``unknown`` (never "succeeded"). When slurmrestd or slurmctld does not answer, members are
+``unknown`` with the reason and launches wait: nothing falls back to
 another backend. See docs/slurm.md.
 """
 
@@ -144,6 +146,13 @@ class SlurmBackend:
                 reason = next((j.reason for j in jobs if j.reason not in ("", "None")), "")
                 why = f"Slurm job {h.job_id} pending" + (f": {reason}" if reason else "")
                 return Observation("starting", reason=why)
+            written = self._exit_file(h)
+            if written is not None and self._others_unfinished(h):
+                # its task ended while others run on (a Ray driver, a failed member): exited
+                # now; the attempt's reservation stays held by the others until Slurm reports
+                # the allocation ended, which the last member waits for
+                why = runner_failure(written) or (f"exited with code {written}" if written else "")
+                return Observation("exited", exit_code=written, reason=why)
             return Observation("running")
         lead = jobs[0]
         written = self._exit_file(h)
@@ -259,6 +268,12 @@ class SlurmBackend:
         if all((directory / f"released-{r}").exists() for r in ranks):
             shutil.rmtree(directory, ignore_errors=True)
             self._jobs.pop(h.attempt_id, None)
+
+    def _others_unfinished(self, h: Handle) -> bool:
+        """Another member of the attempt has not written its exit file yet."""
+        directory = self._dir(h.attempt_id)
+        others = [r for r in self._members(h.attempt_id) if r != h.rank]
+        return any(not (directory / f"member-{r}.exit").exists() for r in others)
 
     def _exit_file(self, h: Handle) -> int | None:
         path = self._dir(h.attempt_id) / f"member-{h.rank}.exit"

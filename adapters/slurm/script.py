@@ -27,7 +27,7 @@ import math
 import shlex
 
 from adapters.slurm.versions import JobRequest
-from domain.capsule import CAPSULE_DIR, DIGEST_ENV, IMAGE_ENV
+from domain.capsule import CAPSULE_DIR, DIGEST_ENV, ENTRY, IMAGE_ENV
 from domain.ports import LaunchRequest
 from domain.rendezvous import RAY
 
@@ -72,23 +72,37 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
             f"mkdir -p {CAPSULE_DIR} {WORKSPACE} 2>/dev/null\n"
             'U="unshare -m --propagation private"; [ "$(id -u)" = 0 ] || U="$U -r"\n'
             '$U /bin/sh -c \'mount --bind "$1/capsule/tuneplane/capsule" ' + CAPSULE_DIR + " &&"
-            ' mount --bind "$2" ' + WORKSPACE + " && exec /bin/sh " + CAPSULE_DIR + "/runner.sh'"
-            ' member "$D" "$W" &\n'
+            ' mount --bind "$2" '
+            + WORKSPACE
+            + " && shift 2 && exec /bin/sh "
+            + CAPSULE_DIR
+            + '/runner.sh "$@"\''
+            + ' member "$D" "$W" "${START[@]}" &\n'
         )
     else:
-        command = " ".join(shlex.quote(a) for a in spec.command)
         run = (
             'cd "$W" || { echo "tuneplane-slurm: cannot enter $W"; exit 94; }\n'
             'if [ -f "$D/source.tar.gz" ]; then tar -xzf "$D/source.tar.gz" -C "$W" 2>/dev/null'
             ' || tar -xf "$D/source.tar.gz" -C "$W" || exit 94; fi\n'
-            f"{command} &\n"
+            '"${START[@]}" &\n'
         )
-    ray = ""
-    if spec.runtime.process_model == RAY:
-        ray = (
-            'if [ "$RANK" = 0 ]; then export TUNEPLANE_RAY_HEAD=1;'
-            ' else export RAY_ADDRESS="$MASTER_ADDR:$MASTER_PORT"; fi\n'
+    # what the task starts: the command; through the runner when there is a capsule (then
+    # START holds what the runner starts once its checks passed: nothing but for Ray)
+    command = " ".join(shlex.quote(a) for a in spec.command)
+    driver = f"/bin/sh {ENTRY}" if spec.capsule is not None else command
+    if spec.runtime.process_model == RAY:  # head then the driver on rank 0, workers elsewhere
+        start = (
+            'if [ "$RANK" = 0 ]; then export TUNEPLANE_RAY_HEAD=1\n'
+            '  START=(sh -c \'ray start --head --port="$MASTER_PORT" && exec "$@"\' ray-head '
+            + driver
+            + ")\n"
+            'else export RAY_ADDRESS="$MASTER_ADDR:$MASTER_PORT"\n'
+            "  START=(sh -c 'exec ray start --address=\"$RAY_ADDRESS\" --block')\nfi\n"
         )
+    elif spec.capsule is not None:
+        start = "START=()\n"
+    else:
+        start = f"START=({command})\n"
     return (
         "#!/bin/bash\n"
         f"# TunePlane attempt {request.attempt_id}: one member per task (docs/slurm.md)\n"
@@ -104,7 +118,7 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
         f"export MASTER_PORT=$(( {master_port_base} + ${{SLURM_JOB_ID:-0}} % 1000 ))\n"
         f"export NPROC_PER_NODE={max(gpus, 1)}\n"
         'export TUNEPLANE_RENDEZVOUS="$MASTER_ADDR:$MASTER_PORT"\n'
-        + ray
+        + start
         # stopped before the command started: never start it; after: pass the signal on
         + "child=\n"
         + "trap 'if [ -n \"$child\" ]; then kill -TERM $child 2>/dev/null; else exit 143; fi'"

@@ -16,7 +16,9 @@ from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
 from domain.capsule import StorageCapabilities
+from domain.catalog import RuntimeSpec
 from domain.lifecycle import JobState
+from tests.contract.builders import T0 as NOW
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
 
@@ -212,3 +214,67 @@ async def test_a_tampered_job_capsule_fails_the_job_and_is_never_launched(tmp_pa
     assert f"its Job Capsule cannot be read: blob {capsule.blob} fails its digest check" in (
         d.job.reason
     )
+
+
+async def ray_gang(ctx: Context, backend: MemoryBackend, members: int = 3) -> tuple[str, list[str]]:
+    """A Ray gang of ``members`` (a driver role and one role per worker) on a runtime whose
+    process model is ``ray``; returns the job and its handles by member index."""
+    ray = RuntimeSpec("ray-test", "busybox:latest", None, "ray", digest="sha256:" + "e" * 64)
+    async with ctx.uow() as uow:
+        await uow.runtimes.add(dataclasses.replace(ray, added_by="admin", added_at=NOW))
+        await uow.commit()
+    roles = ("driver=cpu:1", *(f"worker{i}=cpu:1" for i in range(1, members)))
+    intent = an_intent(runtime="ray-test", profiles=roles)
+    preview = await submissions.create_preview(ctx, ALICE, intent)
+    receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    await Supervisor(ctx).tick()
+    d = await state(ctx, receipt.job_id)
+    members_ = sorted(d.attempts[0].members, key=lambda m: m.index)
+    assert len(members_) == members and all(m.handle for m in members_)
+    return receipt.job_id, [m.handle or "" for m in members_]
+
+
+async def test_a_ray_gang_ends_with_its_driver_and_its_workers_are_stopped(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    job_id, handles = await ray_gang(ctx, backend)
+    sup = Supervisor(ctx)
+    backend.finish(handles[0], 0, b"driver done\n")  # the workers block serving the cluster
+    await sup.tick()  # the driver is recorded
+    await sup.tick()  # its workers are asked to stop
+    await asyncio.sleep(0)  # the stops run as their own tasks
+    await sup.tick()  # their exits are seen
+    d = await state(ctx, job_id)
+    assert (d.job.state, d.job.exit_code) == ("succeeded", 0), d.job.reason
+    workers = sorted(d.attempts[0].members, key=lambda m: m.index)[1:]
+    assert [(m.state, m.exit_code) for m in workers] == [("succeeded", SIGTERM_EXIT)] * 2
+    assert all(m.reason == "stopped: the Ray driver (member 0) ended" for m in workers)
+
+
+async def test_a_ray_gang_whose_driver_fails_fails_with_the_drivers_code(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    job_id, handles = await ray_gang(ctx, backend)
+    sup = Supervisor(ctx)
+    backend.finish(handles[0], 2, b"driver error\n")
+    for _ in range(2):
+        await sup.tick()
+    await asyncio.sleep(0)
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert (d.job.state, d.job.exit_code) == ("failed", 2)
+    assert "code 2" in d.job.reason
+
+
+async def test_a_worker_failing_first_still_fails_a_ray_gang(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    job_id, handles = await ray_gang(ctx, backend)
+    sup = Supervisor(ctx)
+    backend.finish(handles[2], 1, b"worker lost\n")
+    for _ in range(2):
+        await sup.tick()
+    await asyncio.sleep(0)
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert d.job.state == "failed" and "member 2" in d.job.reason

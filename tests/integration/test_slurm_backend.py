@@ -2,12 +2,14 @@
 contract does not cover. A launch never submits an attempt twice (slurmrestd down, an answer
 lost, another process); a job Slurm forgot after MinJobAge is ``unknown``, never "succeeded",
 unless accounting (slurmdbd) has its record;
-roles on different partitions run as one heterogeneous job; Ray gangs get head and workers."""
+roles on different partitions run as one heterogeneous job; a real Ray gang gets its head and
+a worker."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shlex
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +25,7 @@ from domain.errors import InvalidInput
 from domain.ports import ExecutionBackend, LaunchRequest, Observation
 from domain.requests import RoleSpec
 from tests.fixtures.docker import make_request
+from tests.fixtures.ray import RAY_ENV
 from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -188,22 +191,50 @@ async def test_roles_on_two_partitions_run_as_one_heterogeneous_job(
         await backend.close()
 
 
-async def test_ray_gang_gets_a_head_and_workers(backend: SlurmBackend) -> None:
-    req = await request(backend, "echo head=${TUNEPLANE_RAY_HEAD:-no} address=${RAY_ADDRESS:-none}")
+DRIVER = """
+import ray, time
+ray.init()  # the head this member started
+for _ in range(120):
+    if len([n for n in ray.nodes() if n["Alive"]]) == 2:
+        break
+    time.sleep(0.5)
+print("nodes", len([n for n in ray.nodes() if n["Alive"]]))
+
+@ray.remote
+def where(i):
+    import socket, os
+    return i * i, os.environ.get("TUNEPLANE_MEMBER_INDEX")
+
+print("squares", sum(s for s, _ in ray.get([where.remote(i) for i in range(20)])))
+"""
+
+
+async def test_a_real_ray_gang_gets_a_head_and_a_worker(
+    backend: SlurmBackend, ray_bin: Path
+) -> None:
+    """Member 0 starts the Ray head and then the driver; member 1 joins it as a worker and
+    blocks until stopped (the supervisor stops a Ray gang's workers once its driver ended)."""
+    command = f"{ray_bin}/python -c {shlex.quote(DRIVER)}"
+    req = await request(backend, command)
     runtime = dataclasses.replace(req.spec.runtime, process_model="ray")
     role = dataclasses.replace(req.spec.roles[0], members=2)
-    spec = dataclasses.replace(req.spec, runtime=runtime, roles=(role,))
+    env = {**req.spec.env, **RAY_ENV, "PATH": f"{ray_bin}:/usr/sbin:/usr/bin:/sbin:/bin"}
+    spec = dataclasses.replace(req.spec, runtime=runtime, roles=(role,), env=env)
     reqs = [
         dataclasses.replace(req, spec=spec, member_index=i, member_id=f"{req.member_id}-{i}")
         for i in range(2)
     ]
-    handles = [await backend.launch(r) for r in reqs]
-    logs = []
-    for h in handles:
-        assert (await until(backend, h, "exited")).exit_code == 0
-        logs.append(b"".join([c async for c in backend.logs(h, follow=False)]).decode())
-    assert "head=1 address=none" in logs[0]
-    assert "head=no address=127.0.0.1:" in logs[1]
+    driver, worker = [await backend.launch(r) for r in reqs]
+    done = await until(backend, driver, "exited", within=120)  # while its worker runs on
+    log = b"".join([c async for c in backend.logs(driver, follow=False)]).decode()
+    assert done.exit_code == 0, log
+    assert "nodes 2" in log and f"squares {sum(i * i for i in range(20))}" in log, log
+    assert (await backend.observe(worker)).status == "running"  # serving until stopped
+    await backend.stop(worker, 5)
+    stopped = await until(backend, worker, "exited", within=60)
+    worker_log = b"".join([c async for c in backend.logs(worker, follow=False)]).decode()
+    assert "ray start --address" in worker_log or "Ray runtime started" in worker_log, worker_log
+    assert stopped.exit_code != 0  # stopped, as the supervisor records for a Ray worker
 
 
 async def test_a_refused_submission_fails_the_launch_with_slurms_words(

@@ -22,6 +22,8 @@ from application import jobs, submissions
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
+from domain.capsule import ENTRY, RUNNER
+from domain.catalog import RuntimeSpec
 from domain.fleet import Pool
 from domain.lifecycle import JobState, MemberState
 from domain.node_protocol import Decision
@@ -220,3 +222,44 @@ async def test_daemon_crashes_and_disconnects_never_kill_or_restart_a_workload(
     assert w.fleet.starts() == {m.id: 1 for m in members}
     assert sum(w.fleet.kills().values()) == 0
     assert await w.live_reservations() == 0
+
+
+async def test_a_ray_gang_runs_its_capsule_checks_and_ends_with_its_driver(world: World) -> None:
+    """Every member of a Ray gang starts the runner (the Job Capsule is checked), which then
+    starts the head and the driver on member 0 and a worker on the others; once the driver
+    succeeded the workers are stopped and the job succeeds."""
+    ray = RuntimeSpec("ray-sim", "ray:test", None, "ray", digest="sha256:" + "e" * 64)
+    async with world.ctx.uow() as uow:
+        await uow.runtimes.add(
+            dataclasses.replace(ray, added_by="admin", added_at=world.clock.now())
+        )
+        await uow.commit()
+    intent = an_intent(profiles=("nodes/cpu:4",), params={"command": "python driver.py"})
+    preview = await submissions.create_preview(
+        world.ctx, ALICE, dataclasses.replace(intent, runtime="ray-sim")
+    )
+    receipt = await submissions.commit(
+        world.ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4())
+    )
+    job_id = receipt.job_id
+    d = await world.all_running(job_id)
+    orders = {
+        e.order.ref.index: e.order
+        for node in world.fleet.nodes.values()
+        for e in node.journal.entries()
+    }
+    assert sorted(orders) == [0, 1, 2, 3] and all(o.capsule for o in orders.values())
+    head = orders[0].command
+    assert head[:2] == ("/bin/sh", RUNNER) and "ray start --head" in head[4]
+    assert head[-2:] == ("/bin/sh", ENTRY)  # the driver runs after the head is up
+    assert all("ray start --address=" in orders[i].command[4] for i in (1, 2, 3))
+    assert all(orders[i].command[:2] == ("/bin/sh", RUNNER) for i in (1, 2, 3))
+
+    driver = next(m for m in d.attempts[-1].members if m.index == 0)
+    world.fleet.finish(driver.id, 0)
+    d = await world.until(job_id, {JobState.SUCCEEDED, JobState.FAILED})
+    assert d.job.state is JobState.SUCCEEDED, d.job.reason
+    workers = [m for m in d.attempts[-1].members if m.index > 0]
+    assert {(m.state, m.exit_code) for m in workers} == {(MemberState.SUCCEEDED, 143)}
+    await world.fleet.pump()
+    assert world.fleet.containers() == {} and await world.live_reservations() == 0
