@@ -234,16 +234,22 @@ async def ray_gang(ctx: Context, backend: MemoryBackend, members: int = 3) -> tu
     return receipt.job_id, [m.handle or "" for m in members_]
 
 
+async def settle(sup: Supervisor) -> None:
+    """The end recorded, the others asked to stop (the stops run as their own tasks), and
+    their exits seen."""
+    await sup.tick()
+    await sup.tick()
+    await asyncio.sleep(0)
+    await sup.tick()
+
+
 async def test_a_ray_gang_ends_with_its_driver_and_its_workers_are_stopped(
     ctx: Context, backend: MemoryBackend
 ) -> None:
     job_id, handles = await ray_gang(ctx, backend)
     sup = Supervisor(ctx)
     backend.finish(handles[0], 0, b"driver done\n")  # the workers block serving the cluster
-    await sup.tick()  # the driver is recorded
-    await sup.tick()  # its workers are asked to stop
-    await asyncio.sleep(0)  # the stops run as their own tasks
-    await sup.tick()  # their exits are seen
+    await settle(sup)
     d = await state(ctx, job_id)
     assert (d.job.state, d.job.exit_code) == ("succeeded", 0), d.job.reason
     workers = sorted(d.attempts[0].members, key=lambda m: m.index)[1:]
@@ -257,10 +263,7 @@ async def test_a_ray_gang_whose_driver_fails_fails_with_the_drivers_code(
     job_id, handles = await ray_gang(ctx, backend)
     sup = Supervisor(ctx)
     backend.finish(handles[0], 2, b"driver error\n")
-    for _ in range(2):
-        await sup.tick()
-    await asyncio.sleep(0)
-    await sup.tick()
+    await settle(sup)
     d = await state(ctx, job_id)
     assert (d.job.state, d.job.exit_code) == ("failed", 2)
     assert "code 2" in d.job.reason
@@ -272,9 +275,6 @@ async def test_a_worker_failing_first_still_fails_a_ray_gang(
     job_id, handles = await ray_gang(ctx, backend)
     sup = Supervisor(ctx)
     backend.finish(handles[2], 1, b"worker lost\n")
-    for _ in range(2):
-        await sup.tick()
-    await asyncio.sleep(0)
-    await sup.tick()
+    await settle(sup)
     d = await state(ctx, job_id)
     assert d.job.state == "failed" and "member 2" in d.job.reason
