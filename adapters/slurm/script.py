@@ -32,6 +32,25 @@ from domain.ports import LaunchRequest
 from domain.rendezvous import RAY
 
 WORKSPACE = "/workspace"
+
+# Rank 0 of a Ray gang: the head in the foreground of this task (``--block``: its processes
+# are this task's, stopped with it, never left behind on the node), then the driver; when the
+# driver ends, or the task is stopped, the head is stopped too.
+RAY_HEAD = r"""ray start --head --port="$MASTER_PORT" --block & head=$!
+trap 'kill -TERM $head ${drv:-} 2>/dev/null; wait; exit 143' TERM INT
+up=
+for _ in $(seq 240); do
+    kill -0 $head 2>/dev/null || break
+    ray status --address="$MASTER_ADDR:$MASTER_PORT" >/dev/null 2>&1 && { up=1; break; }
+    sleep 0.5
+done
+[ -n "$up" ] || { echo "tuneplane-slurm: the Ray head did not start" >&2; kill $head; exit 97; }
+export RAY_ADDRESS="$MASTER_ADDR:$MASTER_PORT"  # the driver's ray.init() joins this head
+"$@" & drv=$!
+wait $drv; rc=$?
+kill -TERM $head 2>/dev/null; wait $head
+exit $rc
+"""
 JOB_PREFIX = "tp-"
 COMMENT_PREFIX = "tuneplane "
 CAPSULE_CHECK_FAILED = 91  # the runner's "manifest is not the one committed"
@@ -93,9 +112,7 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
     if spec.runtime.process_model == RAY:  # head then the driver on rank 0, workers elsewhere
         start = (
             'if [ "$RANK" = 0 ]; then export TUNEPLANE_RAY_HEAD=1\n'
-            '  START=(sh -c \'ray start --head --port="$MASTER_PORT" && exec "$@"\' ray-head '
-            + driver
-            + ")\n"
+            "  START=(bash -c " + shlex.quote(RAY_HEAD) + " ray-head " + driver + ")\n"
             'else export RAY_ADDRESS="$MASTER_ADDR:$MASTER_PORT"\n'
             "  START=(sh -c 'exec ray start --address=\"$RAY_ADDRESS\" --block')\nfi\n"
         )

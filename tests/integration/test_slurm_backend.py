@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shlex
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -235,6 +236,10 @@ async def test_a_real_ray_gang_gets_a_head_and_a_worker(
     worker_log = b"".join([c async for c in backend.logs(worker, follow=False)]).decode()
     assert "ray start --address" in worker_log or "Ray runtime started" in worker_log, worker_log
     assert stopped.exit_code != 0  # stopped, as the supervisor records for a Ray worker
+    # nothing of Ray is left on the nodes: the head and the worker ran in their tasks
+    pgrep = ["pgrep", "-f", str(ray_bin)]
+    leftover = await asyncio.to_thread(subprocess.run, pgrep, capture_output=True, text=True)
+    assert leftover.stdout == "", leftover.stdout
 
 
 async def test_a_refused_submission_fails_the_launch_with_slurms_words(
