@@ -24,6 +24,7 @@ from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.blob_routes import BLOB_ROUTES
 from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
+from entrypoints.api.guard import GuardedRequest, guard_query_and_path
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.plugin_routes import PLUGIN_ROUTES
@@ -114,6 +115,8 @@ def create_app(
         route_handlers=[healthz, readyz, *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
+        request_class=GuardedRequest,  # JSON bodies checked once decoded (guard.py)
+        middleware=[guard_query_and_path],
         state=State(state),
         lifespan=[lifespan],
         request_max_body_size=1024 * 1024,

@@ -17,12 +17,14 @@ from litestar.exceptions import (
 from litestar.openapi.datastructures import ResponseSpec
 
 from domain import errors
+from entrypoints.api.guard import MalformedRequest
 from entrypoints.api.schemas import Problem
 
 log = logging.getLogger("tuneplane.api")
 
 PROBLEM_JSON = "application/problem+json"
 STATUS: dict[type[errors.TunePlaneError], int] = {
+    MalformedRequest: 400,  # before its base class: the first match wins
     errors.InvalidInput: 422,
     errors.Unauthenticated: 401,
     errors.Forbidden: 403,
@@ -51,7 +53,12 @@ TITLES = {
 
 
 def problem(
-    status: int, code: str, detail: str, fix: str = "", field: str | None = None
+    status: int,
+    code: str,
+    detail: str,
+    fix: str = "",
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Response[bytes]:
     body = Problem(
         type=f"https://tuneplane.dev/errors/{code}",
@@ -61,7 +68,9 @@ def problem(
         fix=fix,
         field=field,
     )
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    headers = dict(headers or {})
+    if status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
     return Response(
         msgspec.json.encode(body), status_code=status, media_type=PROBLEM_JSON, headers=headers
     )
@@ -117,7 +126,8 @@ def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes
         405: "check the method; the API is described at /schema",
         413: "send a smaller body",
     }.get(status, "")
-    return problem(status, "http-" + str(status), str(exc.detail), fix)
+    # litestar's own headers (a 405's Allow: the methods the path has) go out with the problem
+    return problem(status, "http-" + str(status), str(exc.detail), fix, headers=exc.headers)
 
 
 def _unexpected(_: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:

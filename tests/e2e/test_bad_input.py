@@ -164,3 +164,46 @@ async def test_auth_and_unknown_objects(client: httpx.AsyncClient) -> None:
     assert r.status_code == 400 and r.json()["field"]
     r = await client.get("/v1/jobs", params={"state": "sleeping"})
     assert r.status_code == 400
+
+
+def _blob_files(client: httpx.AsyncClient) -> list[Path]:
+    blobs = Path(client.state_dir) / "blobs"  # type: ignore[attr-defined]
+    return [p for p in (blobs / "sha256").rglob("*") if p.is_file()]
+
+
+async def test_nul_and_deep_nesting_are_400_and_write_nothing(
+    client: httpx.AsyncClient, pg_url: str
+) -> None:
+    """Issue 18, defect 7: these were 500s (PostgreSQL cannot store NUL; the decoder recursed
+    until RecursionError), and the NUL preview left its capsule blobs behind."""
+    for name in ("owner", "queue"):
+        body = _problem(await client.get("/v1/jobs", params={name: "a\x00b"}), 400)
+        assert body["field"] == f"query.{name}" and "NUL" in body["detail"] and body["fix"]
+    assert _problem(await client.get("/v1/jobs/job-%00"), 400)["field"] == "path"
+
+    nul_command = {**GOOD, "params": {"command": "echo a\x00b"}}
+    assert _problem(await client.post("/v1/previews", json=nul_command), 400)["field"] == (
+        "params.command"
+    )
+    nul_env = {**GOOD, "env": {"A": "x\x00"}}
+    assert _problem(await client.post("/v1/previews", json=nul_env), 400)["field"] == "env.A"
+
+    deep = b"[" * 50_000 + b"]" * 50_000
+    for path, doc in (
+        ("/v1/previews", b'{"experiment": "hello", "params": {"command": ' + deep + b"}}"),
+        ("/v1/fleet/apply", b'{"pools": ' + deep + b"}"),
+    ):
+        r = await client.post(path, content=doc, headers={"content-type": "application/json"})
+        body = _problem(r, 400)
+        assert "nested" in body["detail"] and body["field"] == "body", body
+    too_deep = b'{"pools": ' + b"[" * 40 + b"]" * 40 + b"}"  # decodable, but past the bound
+    r = await client.post(
+        "/v1/fleet/apply", content=too_deep, headers={"content-type": "application/json"}
+    )
+    assert _problem(r, 400)["field"].startswith("pools[0][0]")
+    huge = {**GOOD, "params": {"command": "true", "x": 10**30}}
+    assert _problem(await client.post("/v1/previews", json=huge), 400)["field"] == "params.x"
+    assert await table_counts(pg_url) == dict.fromkeys(
+        ("previews", "submissions", "jobs", "attempts", "members"), 0
+    )
+    assert _blob_files(client) == []

@@ -1,0 +1,94 @@
+"""The edge checks every request gets (entrypoints/api/guard.py), on every route of the app,
+in-process over in-memory adapters; the PostgreSQL side (what was a 500 there) is in
+tests/e2e/test_bad_input.py."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.routes import HTTPRoute
+from litestar.testing import AsyncTestClient
+
+from adapters.memory.backend import MemoryBackend
+from application.auth import create_token
+from application.context import Context
+from entrypoints.api.app import create_app
+from entrypoints.api.guard import MAX_DEPTH, MalformedRequest, check_json
+from tests.support.context import memory_context
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Litestar:
+    return create_app(memory_context(tmp_path, MemoryBackend()), supervise=False)
+
+
+@pytest.fixture
+async def client(app: Litestar) -> AsyncIterator[Any]:
+    ctx: Context = app.state.ctx
+    headers = {"Authorization": f"Bearer {await create_token(ctx, 'admin')}"}
+    async with AsyncTestClient(app=app) as c:
+        c.headers.update(headers)
+        yield c
+
+
+def _operations(app: Litestar) -> list[tuple[str, str]]:
+    """(method, path with every path parameter holding a NUL) of every API route."""
+    out = []
+    for route in app.routes:
+        if not isinstance(route, HTTPRoute) or route.path.startswith(("/schema", "/console")):
+            continue
+        path = re.sub(r"\{[^}]+\}", "a%00b", route.path)
+        out += [(m, path) for m in route.route_handler_map if m not in ("OPTIONS", "HEAD")]
+    return out
+
+
+async def test_a_nul_in_any_path_or_query_parameter_is_400(app: Litestar, client: Any) -> None:
+    operations = _operations(app)
+    assert len(operations) > 40
+    for method, path in operations:
+        if "%00" not in path:
+            continue
+        r = await client.request(method, path)
+        assert r.status_code == 400, (method, path, r.text)
+        assert r.json()["field"] == "path" and "NUL" in r.json()["detail"]
+    for method, path in operations:  # any query parameter, declared or not
+        if "%00" in path:
+            continue
+        r = await client.request(method, path, params={"owner": "x\x00"})
+        assert r.status_code == 400, (method, path, r.text)
+        assert r.json()["field"] == "query.owner"
+
+
+async def test_unsupported_methods_answer_405_with_allow(client: Any) -> None:
+    for method in ("TRACE", "PUT", "DELETE"):
+        r = await client.request(method, "/v1/jobs")
+        assert r.status_code == 405, r.text
+        allowed = {m.strip() for m in r.headers["allow"].split(",")}
+        assert {"GET", "POST"} <= allowed and method not in allowed
+        assert r.headers["content-type"].startswith("application/problem+json")
+
+
+def test_check_json_names_the_field() -> None:
+    def field(value: object) -> str | None:
+        try:
+            check_json(value)
+        except MalformedRequest as exc:
+            return exc.field
+        return None
+
+    assert field({"a": [1, "x", {"b": "ok"}], "n": 2**63 - 1, "m": -(2**63)}) is None
+    assert field({"a": [1, "x", {"b": "o\x00k"}]}) == "a[2].b"
+    assert field({"a\x00": 1}) == "a\\x00"
+    assert field({"n": 2**63}) == "n" and field([-(2**63) - 1]) == "body[0]"
+    nested: object = "leaf"
+    for _ in range(MAX_DEPTH):
+        nested = [nested]
+    assert field(nested) is None
+    assert field([nested]) == "body" + "[0]" * MAX_DEPTH
