@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import AsyncIterator
 
 from application import plugins
@@ -31,6 +32,7 @@ from domain.runtimes import require_framework
 from domain.submission import JobSpec, Preview, SubmissionIntent, make_preview, resolve
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
+RETRY_KEY_PATTERN = "^[ -~]+$"  # printable ASCII (the OpenAPI document's words)
 
 
 def _require_submitter(principal: Principal) -> None:
@@ -168,9 +170,11 @@ async def get_preview(ctx: Context, principal: Principal, preview_id: str) -> Pr
 
 
 def _check_retry_key(retry_key: str) -> None:
-    if not (RETRY_KEY_MIN <= len(retry_key) <= RETRY_KEY_MAX) or not retry_key.isascii():
+    if not (RETRY_KEY_MIN <= len(retry_key) <= RETRY_KEY_MAX) or not re.fullmatch(
+        "[ -~]+", retry_key
+    ):
         raise InvalidInput(
-            f"retry key must be {RETRY_KEY_MIN}-{RETRY_KEY_MAX} ASCII characters",
+            f"retry key must be {RETRY_KEY_MIN}-{RETRY_KEY_MAX} printable ASCII characters",
             fix="send the retry key from the submission file (a uuid4), unchanged",
             field="retry_key",
         )

@@ -60,12 +60,14 @@ class PreviewRepository(Protocol):
 
 class SubmissionLedger(Protocol):
     async def claim(self, submission: Submission) -> Submission | None:
-        """Record ``submission`` unless its retry key or its preview is already recorded.
+        """Record ``submission`` unless its owner's retry key or its preview is already
+        recorded. A retry key belongs to its owner: another user's row with the same key is
+        never returned, and does not stop this one.
 
         Returns None when this call recorded it. Otherwise returns the stored row that holds the
-        same retry key, or failing that the one that holds the same preview. Concurrent claims of
-        one retry key or one preview record exactly one row; the losers see the winner's row
-        (they wait for the winner's transaction to end).
+        same (owner, retry key), or failing that the one that holds the same preview. Concurrent
+        claims of one (owner, retry key) or one preview record exactly one row; the losers see
+        the winner's row (they wait for the winner's transaction to end).
         """
         ...
 

@@ -59,7 +59,7 @@ class MemorySubmissionLedger:
     async def claim(self, submission: Submission) -> Submission | None:
         tx = self._tx
         for key, value in (
-            ("pk", submission.retry_key),
+            ("pk", (submission.owner, submission.retry_key)),  # a retry key is its owner's
             ("preview_id", submission.preview_id),
         ):
             await tx.lock(("submissions", key, value))  # waits for an open claimant

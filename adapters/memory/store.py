@@ -31,7 +31,7 @@ TABLES = [
     TableDef("previews", pk=lambda p: p.id),
     TableDef(
         "submissions",
-        pk=lambda s: s.retry_key,
+        pk=lambda s: (s.owner, s.retry_key),
         uniques={"preview_id": lambda s: s.preview_id, "job_id": lambda s: s.job_id},
     ),
     TableDef("jobs", pk=lambda j: j.id, uniques={"preview_id": lambda j: j.preview_id}),

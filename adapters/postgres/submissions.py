@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
@@ -13,6 +14,9 @@ from domain.jobs import Submission
 from domain.submission import Preview
 
 MAX_CLAIM_ROUNDS = 20
+_BY_KEY = select(submissions).where(
+    submissions.c.owner == bindparam("owner"), submissions.c.retry_key == bindparam("retry_key")
+)
 
 
 class PostgresPreviewRepository:
@@ -35,9 +39,9 @@ class PostgresSubmissionLedger:
         self._conn = conn
 
     async def claim(self, submission: Submission) -> Submission | None:
-        """INSERT … ON CONFLICT DO NOTHING; on a conflict return the row that holds the retry
-        key, else the one that holds the preview. A conflicting transaction that is still open
-        makes the INSERT wait for it; if it rolled back, the next round inserts."""
+        """INSERT … ON CONFLICT DO NOTHING; on a conflict return the row that holds the owner's
+        retry key, else the one that holds the preview. A conflicting transaction that is
+        still open makes the INSERT wait for it; if it rolled back, the next round inserts."""
         with translated(f"claim retry key {submission.retry_key}"):
             for _ in range(MAX_CLAIM_ROUNDS):
                 values = codec.submission_values(submission)
@@ -46,13 +50,15 @@ class PostgresSubmissionLedger:
                 ).first()
                 if inserted is not None:
                     return None
-                for column, value in (
-                    ("retry_key", submission.retry_key),
-                    ("preview_id", submission.preview_id),
-                ):
-                    row = await fetch_one(self._conn, submissions, column, value)
-                    if row is not None:
-                        return codec.submission_from_row(row)
+                row = (
+                    await self._conn.execute(
+                        _BY_KEY, {"owner": submission.owner, "retry_key": submission.retry_key}
+                    )
+                ).mappings().first() or await fetch_one(
+                    self._conn, submissions, "preview_id", submission.preview_id
+                )
+                if row is not None:
+                    return codec.submission_from_row(row)
                 if await fetch_one(self._conn, submissions, "job_id", submission.job_id):
                     raise Conflict(
                         f"job id {submission.job_id} is already recorded for another submission",

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Integer,
     LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
@@ -73,15 +74,16 @@ previews = Table(
     Column("spec", JSONB, nullable=False),
 )
 
-submissions = Table(
+submissions = Table(  # the commit ledger: a retry key is the owner's (migration 0013)
     "submissions",
     metadata,
-    Column("retry_key", Text, primary_key=True),
+    Column("retry_key", Text, nullable=False),
     Column("preview_id", Text, nullable=False, unique=True),
     Column("digest", Text, nullable=False),
     Column("job_id", Text, nullable=False, unique=True),
     Column("owner", Text, nullable=False),
     ts("created_at"),
+    PrimaryKeyConstraint("owner", "retry_key"),
 )
 
 jobs = Table(

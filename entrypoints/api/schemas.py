@@ -9,6 +9,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from application.jobs import JobDetails
+from application.submissions import RETRY_KEY_MAX, RETRY_KEY_MIN, RETRY_KEY_PATTERN
 from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
@@ -103,7 +104,16 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
 class CommitIn(Struct, forbid_unknown_fields=True):
     preview_id: Ident
     digest: Annotated[str, Meta(min_length=1, max_length=80)]
-    retry_key: Annotated[str, Meta(min_length=1, max_length=128)]
+    retry_key: Annotated[
+        str,
+        Meta(
+            min_length=RETRY_KEY_MIN,
+            max_length=RETRY_KEY_MAX,
+            pattern=RETRY_KEY_PATTERN,
+            description="printable ASCII (a uuid4); the caller's own: another user's keys "
+            "do not collide with it",
+        ),
+    ]
 
 
 class ArchiveOut(Struct):

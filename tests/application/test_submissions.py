@@ -73,6 +73,22 @@ async def test_retry_key_reuse_expiry_tampering_and_double_commit(
     assert len(page.jobs) == 1
 
 
+async def test_retry_keys_are_each_users_own(ctx: Context) -> None:
+    """Issue 18, defect 11: the key was global, so bob's commit with a key alice had used was
+    refused, naming alice's preview id."""
+    key = str(uuid.uuid4())
+    a = await submissions.create_preview(ctx, ALICE, an_intent())
+    b = await submissions.create_preview(ctx, BOB, an_intent())
+    first = await submissions.commit(ctx, ALICE, a.id, a.digest, key)
+    second = await submissions.commit(ctx, BOB, b.id, b.digest, key)
+    assert first.created and second.created and first.job_id != second.job_id
+    assert (await submissions.commit(ctx, BOB, b.id, b.digest, key)).job_id == second.job_id
+    b2 = await submissions.create_preview(ctx, BOB, an_intent(params={"command": "echo 2"}))
+    with pytest.raises(RetryKeyReused) as err:  # bob's own key: names only bob's preview
+        await submissions.commit(ctx, BOB, b2.id, b2.digest, key)
+    assert b.id in err.value.message and a.id not in str(err.value)
+
+
 async def test_visibility_and_roles(ctx: Context) -> None:
     p = await submissions.create_preview(ctx, ALICE, an_intent())
     with pytest.raises(NotFound):  # another user's preview cannot be committed or read

@@ -66,6 +66,37 @@ async def test_same_retry_key_returns_the_stored_row(uow_factory: UnitOfWorkFact
         assert await uow.submissions.claim(other_preview) == first
 
 
+async def test_a_retry_key_is_its_owners(uow_factory: UnitOfWorkFactory) -> None:
+    """Two users with one retry key: each claim records its own row, and each user's replay
+    returns their own row, never the other's."""
+    alice = a_submission(retry_key="rk-shared", owner="alice")
+    bob = a_submission(retry_key="rk-shared", owner="bob")
+    for sub in (alice, bob):
+        async with uow_factory() as uow:
+            assert await uow.submissions.claim(sub) is None
+            await uow.commit()
+    for sub in (alice, bob):
+        async with uow_factory() as uow:
+            again = replace(sub, preview_id=new_id("pre"), job_id=new_id("job"))
+            assert await uow.submissions.claim(again) == sub
+
+
+async def test_concurrent_claims_of_one_key_by_two_users_record_one_row_each(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    previews = {"alice": new_id("pre"), "bob": new_id("pre")}
+    claims = [
+        a_submission(retry_key="rk-race", owner=o, preview_id=previews[o], job_id=f"job-r{i}")
+        for i, o in enumerate(["alice", "bob"] * 20)
+    ]
+    results = await asyncio.gather(*(_commit_once(uow_factory, s) for s in claims))
+    winners = {sub.owner: sub for sub, existing in results if existing is None}
+    assert sorted(winners) == ["alice", "bob"] and len(winners) == 2
+    assert sum(existing is None for _, existing in results) == 2
+    for sub, existing in results:
+        assert existing is None or existing == winners[sub.owner]
+
+
 async def test_other_retry_key_for_a_claimed_preview_returns_that_row(
     uow_factory: UnitOfWorkFactory,
 ) -> None:
