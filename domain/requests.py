@@ -19,6 +19,7 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 
 from domain.catalog import NAME_RE, Resources
 from domain.errors import InvalidInput
@@ -26,6 +27,12 @@ from domain.fleet import Pool
 
 MAX_MEMBERS = 32
 MAX_ROLES = 8
+# The smallest member every backend can limit (docs/scheduling.md, "Smallest request"): CPUs in
+# steps of 10 millicores (a CFS quota of 1 ms per 100 ms period, the kernel's and runc's floor;
+# Kubernetes counts millicores), memory at least Docker's minimum limit of 6 MiB.
+CPU_STEP_MCPU = 10
+MIN_CPUS = CPU_STEP_MCPU / 1000
+MIN_MEMORY_MB = 6
 DEFAULT_ROLE = "main"
 _REQUEST_RE = re.compile(r"^(?:(?P<pool>[a-z0-9][a-z0-9._-]*)/)?(?P<kind>[a-z0-9][a-z0-9._-]*)"
                          r"(?::(?P<count>[0-9]+(?:\.[0-9]+)?))?$")  # fmt: skip
@@ -171,7 +178,47 @@ def resolve_request(text: str, pools: list[Pool], where: str) -> tuple[Pool, int
     kind, count, pool_name = m["kind"], m["count"], m["pool"]
     pool = _pick_pool(kind, pool_name, pools, text, where)
     if kind == "cpu":
-        return _cpu_members(pool, count, text, where)
+        resolved = _cpu_members(pool, count, text, where)
+    else:
+        resolved = _gpu_members(pool, kind, count, text, where)
+    why = below_floor(resolved[2].cpus, resolved[2].memory_mb)
+    if why:
+        raise InvalidInput(
+            f"profile {text!r} gives each member {why}",
+            fix=f"ask for more (a node of pool {pool.name} has {_num(pool.cpus_per_node)} CPUs "
+            f"and {pool.memory_mb_per_node} MiB), or ask an operator to give the pool more",
+            field=where,
+        )
+    return resolved
+
+
+def below_floor(cpus: float, memory_mb: int) -> str | None:
+    """What makes a member of ``cpus`` CPUs and ``memory_mb`` MiB smaller than every backend can
+    limit (None when it is not). Previews refuse such a request, and every backend refuses to
+    create such a workload: none runs without CPU and memory limits."""
+    if not (math.isfinite(cpus) and cpus >= MIN_CPUS - 1e-9):
+        return f"{cpus:g} CPUs, below the smallest limit of {_num(MIN_CPUS)} CPU"
+    if memory_mb < MIN_MEMORY_MB:
+        return f"{memory_mb} MiB of memory, below the smallest limit of {MIN_MEMORY_MB} MiB"
+    return None
+
+
+def require_limits(cpus: float, memory_mb: int, what: str) -> None:
+    """For backends: InvalidInput when a workload would run with no (or no enforceable) limit."""
+    why = below_floor(cpus, memory_mb)
+    if why:
+        raise InvalidInput(
+            f"{what} would get {why}; it is not created (no workload runs without CPU and "
+            "memory limits)",
+            fix=f"preview it again: a request needs at least {_num(MIN_CPUS)} CPU and "
+            f"{MIN_MEMORY_MB} MiB per member",
+            field="intent.profiles",
+        )
+
+
+def _gpu_members(
+    pool: Pool, kind: str, count: str | None, text: str, where: str
+) -> tuple[Pool, int, Resources]:
     g = pool.gpus_per_node
     gpus = g if count is None else _whole(count, text, where)
     if gpus < 1:
@@ -219,6 +266,8 @@ def _cpu_members(
         raise InvalidInput(
             f"profile {text!r} asks for no CPUs", fix="ask for cpu:1 or more", field=where
         )
+    if count is not None:
+        _check_cpu_step(count, text, where)
     if cpus <= node + 1e-9:
         memory = int(pool.memory_mb_per_node * cpus / node)
         return pool, 1, Resources(cpus=cpus, memory_mb=memory)
@@ -232,6 +281,21 @@ def _cpu_members(
             field=where,
         )
     return pool, members, Resources(cpus=node, memory_mb=pool.memory_mb_per_node)
+
+
+def _check_cpu_step(count: str, text: str, where: str) -> None:
+    """``cpu:N`` asks for a whole number of steps of :data:`MIN_CPUS`, at least one."""
+    steps = Decimal(count) / Decimal(CPU_STEP_MCPU) * 1000
+    if steps >= 1 and steps == steps.to_integral_value():
+        return
+    down, up = (int(steps) * CPU_STEP_MCPU / 1000, (int(steps) + 1) * CPU_STEP_MCPU / 1000)
+    near = f"cpu:{_num(down)} or cpu:{_num(up)}" if down >= MIN_CPUS else f"cpu:{_num(up)}"
+    raise InvalidInput(
+        f"profile {text!r} asks for {count} CPUs; CPUs come in steps of {_num(MIN_CPUS)} "
+        f"({CPU_STEP_MCPU} millicores), at least {_num(MIN_CPUS)}",
+        fix=f"ask for {near}",
+        field=where,
+    )
 
 
 def _pick_pool(kind: str, pool_name: str | None, pools: list[Pool], text: str, where: str) -> Pool:

@@ -20,6 +20,7 @@ from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER, runner_failure
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
+from domain.requests import require_limits
 
 WORKDIR = "/workspace"
 LABEL_JOB = "tuneplane.job"
@@ -119,19 +120,20 @@ def create_body(
     binds: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A ``POST /containers/create`` body: runs ``command`` in :data:`WORKDIR`, never restarted,
-    no swap beyond ``memory_mb``; ``host_cpus`` caps ``cpus`` (the engine refuses more)."""
+    no swap beyond ``memory_mb``; ``host_cpus`` caps ``cpus`` (the engine refuses more).
+    InvalidInput, before anything is created, when ``cpus`` or ``memory_mb`` is below what a
+    limit can be (``domain.requests.below_floor``): no container runs without limits."""
+    require_limits(cpus, memory_mb, f"container {labels.get(LABEL_MEMBER, image)}")
     if host_cpus:
         cpus = min(cpus, float(host_cpus))
     host: dict[str, Any] = {
         "NetworkMode": network_mode,
         "Init": init,
         "RestartPolicy": {"Name": "no"},
+        "NanoCpus": round(cpus * 1e9),  # never 0: the engine reads 0 as "no limit"
+        "Memory": memory_mb * 1024 * 1024,
+        "MemorySwap": memory_mb * 1024 * 1024,  # no swap beyond the limit
     }
-    if cpus > 0:
-        host["NanoCpus"] = int(cpus * 1e9)
-    if memory_mb > 0:
-        host["Memory"] = memory_mb * 1024 * 1024
-        host["MemorySwap"] = host["Memory"]  # no swap beyond the limit
     if device_requests:
         host["DeviceRequests"] = device_requests
     if binds:

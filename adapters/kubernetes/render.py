@@ -37,6 +37,7 @@ from adapters.kubernetes.names import (
 from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER
 from domain.errors import InvalidInput
 from domain.rendezvous import rendezvous_env
+from domain.requests import require_limits
 from domain.runtimes import PROCESS_MODELS
 from domain.submission import JobSpec
 
@@ -76,6 +77,7 @@ def _meta(
 
 def _resources(spec: JobSpec, target: PoolTarget) -> Obj:
     r = spec.resources
+    require_limits(r.cpus, r.memory_mb, f"a pod of experiment {spec.experiment}")
     amounts: dict[str, str] = {"cpu": f"{round(r.cpus * 1000)}m", "memory": f"{r.memory_mb}Mi"}
     if r.gpus:
         amounts[target.gpu_resource] = str(r.gpus)

@@ -47,6 +47,7 @@ from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
 from domain.node_ports import ProgressCallback
 from domain.ports import Observation
+from domain.requests import require_limits
 
 log = logging.getLogger("tuneplane.node.executor")
 
@@ -111,8 +112,9 @@ class NodeExecutor:
         started). Raises InvalidInput (a reason to vote no) when it cannot, leaving nothing
         behind; Unavailable when the engine is unreachable; Conflict when the container name
         is taken by another member or node."""
-        tar = await asyncio.to_thread(_read_source, source) if source is not None else None
         name = container_name(order.ref.member_id)
+        require_limits(order.cpus, order.memory_mb, f"container {name}")  # before any pull
+        tar = await asyncio.to_thread(_read_source, source) if source is not None else None
         async with self.engine.member_lock(name):
             info = await self.engine.inspect(name)
             if info is not None:

@@ -36,6 +36,7 @@ from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.fleet import Node, Pool
 from domain.ports import LaunchRequest, Observation
+from domain.requests import require_limits
 from domain.runtimes import pin_of
 
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -108,6 +109,9 @@ class SlurmBackend:
         return pin_of(runtime, digest)
 
     async def launch(self, request: LaunchRequest) -> str:
+        for role in request.spec.roles:  # before any file or call; --mem=0 is the whole node
+            r = role.resources
+            require_limits(r.cpus, r.memory_mb, f"role {role.name} of {request.attempt_id}")
         lock = self._locks.setdefault(request.attempt_id, asyncio.Lock())
         async with lock:
             directory = self._dir(request.attempt_id)

@@ -84,6 +84,8 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
     [
         ({"profile": "h900:8"}, "intent.profiles[0]", "cpu:N"),
         ({"profile": "cpu:1000.5"}, "intent.profiles[0]", "at most cpu:"),
+        ({"profile": "cpu:0.0000001"}, "intent.profiles[0]", "cpu:0.01"),  # defect 8
+        ({"profile": "cpu:0.001"}, "intent.profiles[0]", "cpu:0.01"),
         ({"method": "trl/nope"}, "intent.method", "tp methods"),
         ({"runtime": "cobol"}, "intent.runtime", "busybox"),
         ({"params": {}}, "intent.params.command", "--set command"),

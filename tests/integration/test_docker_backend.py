@@ -180,6 +180,29 @@ async def test_a_broken_source_archive_is_refused_and_leaves_nothing(
     assert await containers_of(docker_backend.host, docker_job_id) == []
 
 
+@pytest.mark.parametrize(("cpus", "memory_mb"), [(1e-7, 256), (0.001, 256), (1.0, 0), (1.0, 5)])
+async def test_a_member_below_the_smallest_limits_is_refused_and_leaves_nothing(
+    docker_backend, busybox_pin, docker_job_id, cpus, memory_mb
+):
+    """Issue 18, defect 8: cpu:0.0000001 became NanoCpus=0, Memory=0 (no limit at all)."""
+    request = make_request(docker_job_id, busybox_pin, ("true",), cpus=cpus, memory_mb=memory_mb)
+    with pytest.raises(InvalidInput, match="limit") as err:
+        await docker_backend.launch(request)
+    assert "preview it again" in err.value.fix
+    assert await containers_of(docker_backend.host, docker_job_id) == []
+
+
+async def test_the_smallest_member_runs_with_both_limits(
+    docker_backend, busybox_pin, docker_job_id
+):
+    request = make_request(docker_job_id, busybox_pin, ("true",), cpus=0.01, memory_mb=6)
+    handle = await docker_backend.launch(request)
+    assert (await wait_for_status(docker_backend, handle, "exited")).exit_code == 0
+    (info,) = await containers_of(docker_backend.host, docker_job_id)
+    host = info["HostConfig"]
+    assert (host["NanoCpus"], host["Memory"]) == (10_000_000, 6 * 1024 * 1024)
+
+
 async def test_logs_follow_streams_lines_as_they_are_written(
     docker_backend, busybox_pin, docker_job_id
 ):

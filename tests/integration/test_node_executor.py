@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import io
@@ -200,6 +201,16 @@ async def test_a_broken_source_archive_is_refused_and_leaves_nothing(
 ) -> None:
     with pytest.raises(InvalidInput, match="source archive"):
         await executor.prepare(order(docker_job_id, busybox_pin.digest, ("true",)), b"junk")
+    assert await containers_of(executor.host, docker_job_id) == []
+
+
+@pytest.mark.parametrize(("cpus", "memory_mb"), [(0.0, 256), (0.001, 256), (1.0, 0)])
+async def test_a_member_below_the_smallest_limits_is_a_clear_no(
+    executor: NodeExecutor, busybox_pin: RuntimePin, docker_job_id: str, cpus, memory_mb
+) -> None:  # type: ignore[no-untyped-def]
+    o = order(docker_job_id, busybox_pin.digest, ("true",))
+    with pytest.raises(InvalidInput, match="no workload runs without CPU and memory limits"):
+        await executor.prepare(dataclasses.replace(o, cpus=cpus, memory_mb=memory_mb), None)
     assert await containers_of(executor.host, docker_job_id) == []
 
 

@@ -4,6 +4,7 @@ docs/kubernetes.md#what-an-attempt-becomes). Regenerate after a deliberate chang
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -169,3 +170,15 @@ def test_names_are_deterministic_dns_labels_and_handles_round_trip() -> None:
     assert Handle.parse(str(handle)) == handle
     with pytest.raises(InvalidInput):
         Handle.parse("ml/pod/tp-a/3")
+
+
+@pytest.mark.parametrize(("cpus", "memory_mb"), [(1e-7, 4096), (0.001, 4096), (2.5, 0)])
+def test_a_pod_below_the_smallest_limits_is_refused(cpus: float, memory_mb: int) -> None:
+    """Issue 18, defect 8: cpus 1e-7 rendered as "0m", a pod without a CPU limit."""
+    one = spec(1, "single-process")
+    role = dataclasses.replace(one.roles[0], resources=Resources(cpus, memory_mb))
+    with pytest.raises(InvalidInput, match="no workload runs without CPU and memory limits"):
+        render_attempt(
+            name="tp-x", spec=dataclasses.replace(one, roles=(role,)), job_id="j",
+            attempt_id="a", target=TARGET, collector=None, rendezvous_port=29500, grace=30,
+        )  # fmt: skip

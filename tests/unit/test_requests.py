@@ -47,6 +47,34 @@ def test_above_one_node_must_be_a_whole_node_multiple() -> None:
     assert e.value.field == "intent.profiles[0]"
 
 
+@pytest.mark.parametrize(
+    ("text", "fix"),
+    [
+        ("cpu:0.0000001", "ask for cpu:0.01"),  # issue 18, defect 8: was no limit at all
+        ("cpu:0.001", "ask for cpu:0.01"),  # runc refused it at start
+        ("cpu:0.015", "ask for cpu:0.01 or cpu:0.02"),
+        ("cpu:1.005", "ask for cpu:1 or cpu:1.01"),
+    ],
+)
+def test_cpus_come_in_steps_of_ten_millicores(text: str, fix: str) -> None:
+    with pytest.raises(InvalidInput) as e:
+        one(text)
+    assert "steps of 0.01" in e.value.message and e.value.fix == fix
+    assert e.value.field == "intent.profiles[0]"
+    assert one("cpu:0.01").resources.cpus == 0.01 and one("cpu:1.50").resources.cpus == 1.5
+
+
+def test_a_member_below_the_smallest_limits_is_refused_whatever_its_form() -> None:
+    tiny_memory = Pool("tiny", "main", "local", 0, 4, 20)  # cpu:1 would get 5 MiB
+    with pytest.raises(InvalidInput, match="5 MiB of memory, below the smallest limit of 6 MiB"):
+        one("cpu:1", [tiny_memory])
+    assert one("cpu:2", [tiny_memory]).resources.memory_mb == 10
+    starved = Pool("s", "main", "node", 8, 0.04, 1_048_576, "h200")  # 0.005 CPU per GPU
+    with pytest.raises(InvalidInput, match=r"0\.005 CPUs, below the smallest limit"):
+        one("h200:1", [starved])
+    assert one("h200:2", [starved]).resources.cpus == 0.01
+
+
 def test_cpu_requests_take_a_memory_share() -> None:
     r = one("cpu:1")
     assert (r.pool, r.resources.cpus, r.resources.memory_mb, r.resources.gpus) == (

@@ -3,11 +3,18 @@ settings stop `tp serve` with what to fix."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from pathlib import Path
 
 import pytest
 
+from domain.catalog import Resources
+from domain.errors import InvalidInput
+from domain.ports import LaunchRequest
+from domain.requests import RoleSpec
 from entrypoints.slurm_wiring import backend_from_env, partitions_of
+from tests.unit.builders import a_spec
 
 pytestmark = pytest.mark.unit
 
@@ -81,3 +88,22 @@ def test_partition_map() -> None:
     assert partitions_of("a=b,c=d") == {"a": "b", "c": "d"}
     with pytest.raises(SystemExit, match="not POOL=PARTITION"):
         partitions_of("a=b,oops")
+
+
+@pytest.mark.parametrize(("cpus", "memory_mb"), [(1e-7, 256), (1.0, 0)])
+async def test_a_member_below_the_smallest_limits_is_refused_before_slurm_is_asked(
+    tmp_path: Path, cpus: float, memory_mb: int
+) -> None:
+    """Issue 18, defect 8, on Slurm: memory 0 would be ``--mem=0``, the whole node."""
+    backend = backend_from_env(
+        {"TUNEPLANE_SLURM_URL": "http://127.0.0.1:9", "TUNEPLANE_SLURM_SHARED_DIR": str(tmp_path)}
+    )
+    assert backend is not None
+    role = RoleSpec("main", "cpu:1", "cpu", 1, Resources(cpus=cpus, memory_mb=memory_mb))
+    spec = dataclasses.replace(a_spec(), roles=(role,), backend="slurm")
+    try:
+        with pytest.raises(InvalidInput, match="no workload runs without CPU and memory limits"):
+            await backend.launch(LaunchRequest("job-1", "att-1", "mem-1", 0, spec, None))
+        assert not os.listdir(tmp_path)  # no attempt directory: Slurm was never asked
+    finally:
+        await backend.close()
