@@ -19,6 +19,7 @@ from domain.telemetry_ports import MetricsStore, TokenSigner
 class Limits:
     preview_ttl: timedelta = timedelta(hours=1)
     max_archive_bytes: int = 64 * 1024 * 1024
+    max_archive_unpacked_bytes: int = 1024 * 1024 * 1024  # what a source archive unpacks to
     max_log_bytes: int = 16 * 1024 * 1024
     stop_grace_seconds: float = 10.0
     list_limit_max: int = 500

@@ -6,7 +6,7 @@ import dataclasses
 import re
 from collections.abc import AsyncIterator
 
-from application import plugins
+from application import archives, plugins
 from application.context import Context
 from application.policy import choose_queue
 from application.runtimes import runtime_for
@@ -29,7 +29,14 @@ from domain.lifecycle import JobState
 from domain.ports import UnitOfWork
 from domain.requests import RoleSpec, envelope_gpus, fits_pool, resolve_roles
 from domain.runtimes import require_framework
-from domain.submission import JobSpec, Preview, SubmissionIntent, make_preview, resolve
+from domain.submission import (
+    JobSpec,
+    Preview,
+    SourceRef,
+    SubmissionIntent,
+    make_preview,
+    resolve,
+)
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
 RETRY_KEY_PATTERN = "^[ -~]+$"  # printable ASCII (the OpenAPI document's words)
@@ -90,20 +97,7 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     require_framework(method, runtime)  # before anything is pinned or uploaded
     roles, backend_name, queue = await _requests(ctx, principal, intent)
     backend = ctx.backend(backend_name)
-    if intent.source is not None:
-        stored = await ctx.blobs.size(intent.source.digest)
-        if stored is None:
-            raise InvalidInput(
-                f"source archive {intent.source.digest} was never uploaded",
-                fix="upload it first with POST /v1/archives (the CLI does this for you)",
-                field="intent.source.digest",
-            )
-        if stored != intent.source.size:
-            raise InvalidInput(
-                f"source archive size {intent.source.size} does not match the stored {stored}",
-                fix="send the size returned by POST /v1/archives",
-                field="intent.source.size",
-            )
+    source = await _source(ctx, intent.source)
     pin = await backend.pin(runtime)  # a network call: outside any transaction
     spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name)
     _check_needs(method, backend.name, backend.storage)
@@ -112,7 +106,7 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     )
     spec = dataclasses.replace(spec, plugins=uses)
     if backend.storage.capsule:
-        spec = await _with_capsule(ctx, spec, method, plugin_files)
+        spec = await _with_capsule(ctx, spec, method, plugin_files, source)
     preview = make_preview(
         preview_id=ctx.ids.new("pv"),
         owner=principal.name,
@@ -125,6 +119,30 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
         await uow.previews.add(preview)
         await uow.commit()
     return preview
+
+
+async def _source(ctx: Context, ref: SourceRef | None) -> bytes | None:
+    """The source archive ``ref`` names, checked: uploaded, of that size, and an archive the
+    runner can unpack (a digest of anything else stored, e.g. a capsule or a blob from before
+    uploads were checked, is refused here)."""
+    if ref is None:
+        return None
+    stored = await ctx.blobs.size(ref.digest)
+    if stored is None:
+        raise InvalidInput(
+            f"source archive {ref.digest} was never uploaded",
+            fix="upload it first with POST /v1/archives (the CLI does this for you)",
+            field="intent.source.digest",
+        )
+    if stored != ref.size:
+        raise InvalidInput(
+            f"source archive size {ref.size} does not match the stored {stored}",
+            fix="send the size returned by POST /v1/archives",
+            field="intent.source.size",
+        )
+    data = await ctx.blobs.read(ref.digest)
+    await archives.check_source(ctx, data, "intent.source.digest")
+    return data
 
 
 def _check_needs(method: Method, backend: str, offers: StorageCapabilities) -> None:
@@ -141,11 +159,14 @@ def _check_needs(method: Method, backend: str, offers: StorageCapabilities) -> N
 
 
 async def _with_capsule(
-    ctx: Context, spec: JobSpec, method: Method, plugin_files: dict[str, bytes]
+    ctx: Context,
+    spec: JobSpec,
+    method: Method,
+    plugin_files: dict[str, bytes],
+    source: bytes | None,
 ) -> JobSpec:
     """Build the Job Capsule of ``spec`` (docs/capsule.md), store its tar as a blob and pin
     its digest in the spec, so that the commit fixes exactly what each member will run."""
-    source = await ctx.blobs.read(spec.source.digest) if spec.source is not None else None
     extra = {f"artifact/{name}": data for name, data in method.artifact}
     if method.artifact:
         extra["config.json"] = canonical_json(method.config(spec.params))

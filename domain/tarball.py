@@ -12,7 +12,9 @@ absolute or climb out (``..``), duplicate paths, and more files or bytes than al
 
 from __future__ import annotations
 
+import gzip
 import io
+import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Mapping
@@ -112,3 +114,104 @@ def unpack(data: bytes, *, max_files: int, max_bytes: int, what: str) -> dict[st
             field=what,
         ) from None
     return files
+
+
+MAX_SOURCE_ENTRIES = 100_000
+MAX_SOURCE_PATH = 4096
+
+
+def check_source(
+    data: bytes, *, max_unpacked: int, field: str, max_entries: int = MAX_SOURCE_ENTRIES
+) -> None:
+    """Refuse (InvalidInput, naming the entry) a source archive the capsule runner could not
+    unpack safely into ``/workspace``: anything but a tar, gzip-compressed or plain; an entry
+    that is absolute, climbs out (``..``), holds a control character, is too long, or is written
+    through a symbolic link; a symbolic link whose target is absolute or leaves the tree; a hard
+    link to anything but an earlier file; a device, FIFO or other special file; more than
+    ``max_entries`` entries or ``max_unpacked`` bytes unpacked (TooLarge), which is found from
+    the entries' headers, before their data is decompressed."""
+    if not data:
+        raise InvalidInput(
+            "the source archive is empty",
+            fix="upload a .tar.gz of the experiment directory (`tp submit` packs one)",
+            field=field,
+        )
+    raw: io.BytesIO | gzip.GzipFile = io.BytesIO(data)
+    if data[:2] == b"\x1f\x8b":  # decompressed as the entries are read
+        raw = gzip.GzipFile(fileobj=raw, mode="rb")
+    files: set[str] = set()
+    links: set[str] = set()
+    total = 0
+    try:
+        with tarfile.open(fileobj=raw, mode="r|") as tar:
+            for count, entry in enumerate(tar, 1):
+                name = _source_path(entry.name, field)
+                if count > max_entries or total + entry.size > max_unpacked:
+                    raise TooLarge(
+                        f"the source archive unpacks to more than {max_entries} entries "
+                        f"or {max_unpacked} bytes",
+                        fix="leave data sets, checkpoints and caches out of the source "
+                        "(.gitignore them)",
+                        field=field,
+                    )
+                _check_entry(entry, name, files, links, field)
+                if entry.isreg():
+                    total += entry.size
+                    files.add(name)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise InvalidInput(
+            f"the source archive is not a readable gzip-compressed tar ({exc})",
+            fix="upload a .tar.gz of the experiment directory (`tp submit` packs one)",
+            field=field,
+        ) from None
+
+
+def _source_path(path: str, field: str) -> str:
+    name = path.removeprefix("./").rstrip("/")
+    parts = name.split("/")
+    bad = (
+        not name
+        or len(name) > MAX_SOURCE_PATH
+        or name.startswith("/")
+        or any(p == ".." or len(p) > 255 for p in parts)
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    )
+    if bad:
+        raise InvalidInput(
+            f"the source archive holds an unsafe path {path!r}",
+            fix="pack relative paths inside the experiment directory, without '..' or control "
+            "characters (`tp submit` packs one)",
+            field=field,
+        )
+    return name
+
+
+def _check_entry(
+    entry: tarfile.TarInfo, name: str, files: set[str], links: set[str], field: str
+) -> None:
+    """No entry is written through a link, so a link (whose target is checked lexically) can
+    only point, never redirect a write: the runner unpacks with plain ``tar`` (on Slurm, as
+    the user on the node itself)."""
+    parts = name.split("/")
+    through = next(("/".join(parts[:i]) for i in range(1, len(parts))
+                    if "/".join(parts[:i]) in links), None)  # fmt: skip
+    problem = None
+    if through is not None:
+        problem = f"is written through the symbolic link {through!r}"
+    elif entry.issym():
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(name), entry.linkname))
+        if entry.linkname.startswith("/") or target == ".." or target.startswith("../"):
+            problem = f"is a symbolic link to {entry.linkname!r}, outside the experiment"
+        links.add(name)
+    elif entry.islnk():
+        if entry.linkname.removeprefix("./") not in files:
+            problem = f"is a hard link to {entry.linkname!r}, which is not an earlier file"
+    elif not (entry.isreg() or entry.isdir()):
+        problem = "is a device, FIFO or other special file"
+    if problem:
+        raise InvalidInput(
+            f"the source archive entry {name!r} {problem}",
+            fix="pack only files, directories and relative links inside the experiment "
+            "(`tp submit` packs one)",
+            field=field,
+        )

@@ -185,6 +185,9 @@ class Settings:
         default_factory=lambda: Limits(
             preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),
             max_archive_bytes=_int("TUNEPLANE_MAX_ARCHIVE_BYTES", 64 * 1024 * 1024),
+            max_archive_unpacked_bytes=_int(
+                "TUNEPLANE_MAX_ARCHIVE_UNPACKED_BYTES", 1024 * 1024 * 1024
+            ),
             blob_grace=timedelta(seconds=_int("TUNEPLANE_BLOB_GC_GRACE_SECONDS", 86400)),
         )
     )

@@ -22,6 +22,7 @@ from application.context import Context
 from domain.errors import Forbidden, NotFound
 from domain.submission import SourceRef
 from entrypoints.api.app import create_app
+from tests.support.archives import tar_gz
 from tests.support.context import ADMIN, ALICE, FakeClock, memory_context
 from tests.unit.builders import an_intent
 
@@ -41,8 +42,10 @@ def ctx(tmp_path: Path, clock: FakeClock) -> Context:
 
 
 async def archive(ctx: Context, content: bytes) -> SourceRef:
+    """Upload a source archive holding one file of ``content``."""
+
     async def chunks() -> AsyncIterator[bytes]:
-        yield content
+        yield tar_gz({"train.py": content})
 
     return await upload_archive(ctx, ALICE, chunks(), declared_size=None, declared_digest=None)
 

@@ -4,6 +4,7 @@ rows (and no stored blobs) behind. Real server process, real PostgreSQL, real co
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import tarfile
 import uuid
@@ -209,3 +210,34 @@ async def test_nul_and_deep_nesting_are_400_and_write_nothing(
         ("previews", "submissions", "jobs", "attempts", "members"), 0
     )
     assert _blob_files(client) == []
+
+
+async def test_only_source_archives_the_runner_can_unpack_are_stored_or_previewed(
+    client: httpx.AsyncClient, pg_url: str
+) -> None:
+    """Issue 18, defect 9: any bytes were stored, and the member failed only when the runner
+    could not unpack them (exit 94)."""
+    for data, words in (
+        (b"hello, not an archive", "not a readable gzip-compressed tar"),
+        (_tar_gz({"/etc/cron.d/x": b"* * * * * root sh\n"}), "unsafe path"),
+        (_tar_gz({"../outside": b"x"}), "unsafe path"),
+    ):
+        body = _problem(await client.post("/v1/archives", content=data), 422)
+        assert words in body["detail"] and body["field"] == "body" and body["fix"]
+    assert _blob_files(client) == []
+    good = _tar_gz({"train.sh": b"echo hi\n"})
+    assert (await client.post("/v1/archives", content=good)).status_code == 201
+
+    # a blob stored before uploads were checked: the preview naming it is refused, and builds
+    # no capsule
+    junk = b"stored by an older server"
+    digest = hashlib.sha256(junk).hexdigest()
+    old = Path(client.state_dir) / "blobs" / "sha256" / digest[:2] / digest  # type: ignore[attr-defined]
+    old.parent.mkdir(parents=True, exist_ok=True)
+    old.write_bytes(junk)
+    before = set(_blob_files(client))
+    source = {"digest": "sha256:" + digest, "size": len(junk)}
+    body = _problem(await client.post("/v1/previews", json={**GOOD, "source": source}), 422)
+    assert body["field"] == "intent.source.digest" and "gzip-compressed tar" in body["detail"]
+    assert set(_blob_files(client)) == before
+    assert (await table_counts(pg_url))["previews"] == 0

@@ -14,6 +14,7 @@ import pytest
 from tests.e2e.test_runtimes import member
 from tests.e2e.test_walkthrough import Cli
 from tests.fixtures.server import Servers
+from tests.support.archives import tar_gz
 
 pytestmark = [pytest.mark.e2e]
 
@@ -28,7 +29,7 @@ def test_unused_archives_go_and_live_previews_keep_theirs(cli: Cli, api_server: 
     cli("new", "hello", "--method", "custom/custom")
     cli("submit", "hello", "--profile", "cpu:1", "--preview")  # its archive and capsule
     assert collect(cli, "--dry-run")["deleted"] == 0
-    data = b"an archive nobody previews"
+    data = tar_gz({"train.py": b"an archive nobody previews"})
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
     up = httpx.post(
         api_server.url + "/v1/archives",
