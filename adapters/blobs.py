@@ -58,7 +58,7 @@ class FilesystemBlobStore:
         (root / "sha256").mkdir(parents=True, exist_ok=True)
 
     def _path(self, digest: str) -> Path:
-        if not DIGEST_RE.match(digest):
+        if not DIGEST_RE.fullmatch(digest):
             raise InvalidInput(
                 f"{digest!r} is not a sha256 digest",
                 fix="use the `sha256:<64 hex>` digest that the upload returned",

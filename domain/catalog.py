@@ -351,7 +351,7 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
 def check_name(value: str, what: str, field_name: str) -> str:
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise InvalidInput(
             f"{what} {value!r} is not a valid name",
             fix="use 1-63 characters: lower-case letters, digits, '.', '_' or '-', "

@@ -66,7 +66,7 @@ def _bad(key: str, message: str, fix: str) -> InvalidInput:
 
 
 def check_name(name: str, field: str) -> str:
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise InvalidInput(
             f"plugin name {name!r} is not valid",
             fix="use lower-case letters, digits and '-', starting with a letter or digit, at "
@@ -77,7 +77,7 @@ def check_name(name: str, field: str) -> str:
 
 
 def check_version(version: str, field: str) -> str:
-    if len(version) > 64 or not VERSION_RE.match(version):
+    if len(version) > 64 or not VERSION_RE.fullmatch(version):
         raise InvalidInput(
             f"plugin version {version!r} is not a semantic version",
             fix="write MAJOR.MINOR.PATCH, optionally with a pre-release: 1.0.0, 0.3.1-rc.1 "

@@ -105,7 +105,7 @@ def split_role(text: str, where: str) -> tuple[str, str]:
     if not sep:
         return DEFAULT_ROLE, text.strip()
     role = role.strip()
-    if not NAME_RE.match(role):
+    if not NAME_RE.fullmatch(role):
         raise InvalidInput(
             f"role name {role!r} in {text!r} is not a valid name",
             fix="write ROLE=PROFILE with a lower-case role name, e.g. train=h200:8",
@@ -167,7 +167,7 @@ def resolve_roles(
 
 def resolve_request(text: str, pools: list[Pool], where: str) -> tuple[Pool, int, Resources]:
     """One request → (pool, members, per-member resources)."""
-    m = _REQUEST_RE.match(text)
+    m = _REQUEST_RE.fullmatch(text)
     if not m:
         raise InvalidInput(
             f"profile {text!r} is not a valid request",

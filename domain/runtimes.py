@@ -48,7 +48,7 @@ def check_runtime(spec: RuntimeSpec, *, require_digest: bool = True) -> RuntimeS
     given there. Each refusal names the field and the fix. Registered runtimes must name a
     digest (``require_digest``); the built-in ones are pinned at preview."""
     check_name(spec.name, "runtime name", "name")
-    if not (0 < len(spec.image) <= MAX_IMAGE and IMAGE_RE.match(spec.image)):
+    if not (0 < len(spec.image) <= MAX_IMAGE and IMAGE_RE.fullmatch(spec.image)):
         raise InvalidInput(
             f"image {spec.image!r} is not an image reference",
             fix="give a reference such as registry.example/team/trainer:1 or"
@@ -58,7 +58,7 @@ def check_runtime(spec: RuntimeSpec, *, require_digest: bool = True) -> RuntimeS
     ref, in_image = split_image(spec.image)
     digest = spec.digest or in_image
     for value, where in ((in_image, "image"), (spec.digest, "digest")):
-        if value is not None and not DIGEST_RE.match(value):
+        if value is not None and not DIGEST_RE.fullmatch(value):
             raise InvalidInput(
                 f"{where}: {value!r} is not a sha256 digest",
                 fix="give sha256: and 64 lower-case hex digits (`docker image inspect"
@@ -73,7 +73,7 @@ def check_runtime(spec: RuntimeSpec, *, require_digest: bool = True) -> RuntimeS
         )
     if not ref:
         raise InvalidInput("the image has no repository name", fix="name it", field="image")
-    if spec.python is not None and not PYTHON_RE.match(spec.python):
+    if spec.python is not None and not PYTHON_RE.fullmatch(spec.python):
         raise InvalidInput(
             f"python {spec.python!r} is not a MAJOR.MINOR version",
             fix="give it as python3 reports it, e.g. 3.11",
@@ -128,7 +128,7 @@ def _check_frameworks(spec: RuntimeSpec) -> None:
             field="python",
         )
     for name, version in spec.frameworks.items():
-        if not FRAMEWORK_RE.match(name):
+        if not FRAMEWORK_RE.fullmatch(name):
             raise InvalidInput(
                 f"framework {name!r} is not a distribution name",
                 fix="use the name pip knows it by (letters, digits, '.', '_', '-'), e.g. torch",

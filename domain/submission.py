@@ -248,14 +248,14 @@ def check_intent(intent: SubmissionIntent) -> None:
             field="intent.env",
         )
     for name in intent.env:
-        if not ENV_NAME_RE.match(name) or name.upper().startswith("TUNEPLANE_"):
+        if not ENV_NAME_RE.fullmatch(name) or name.upper().startswith("TUNEPLANE_"):
             raise InvalidInput(
                 f"environment variable name {name!r} is not allowed",
                 fix="use letters, digits and '_', not starting with a digit or TUNEPLANE_",
                 field=f"intent.env.{name}",
             )
     _check_pins(intent.plugins)
-    if intent.source is not None and not DIGEST_RE.match(intent.source.digest):
+    if intent.source is not None and not DIGEST_RE.fullmatch(intent.source.digest):
         raise InvalidInput(
             f"source digest {intent.source.digest!r} is not a sha256 digest",
             fix="upload the archive first (POST /v1/archives) and use the digest it returns",
@@ -274,7 +274,7 @@ def _check_pins(pins: tuple[PluginPin, ...]) -> None:
         where = f"intent.plugins[{i}]"
         plugins.check_name(pin.name, f"{where}.name")
         plugins.check_version(pin.version, f"{where}.version")
-        if pin.digest is not None and not DIGEST_RE.match(pin.digest):
+        if pin.digest is not None and not DIGEST_RE.fullmatch(pin.digest):
             raise InvalidInput(
                 f"plugin digest {pin.digest!r} is not a sha256 digest",
                 fix="pin the digest `tp plugin install` wrote",

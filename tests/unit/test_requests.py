@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from domain.catalog import check_name
 from domain.errors import InvalidInput
 from domain.fleet import Pool
 from domain.requests import Profile, fits_pool, resolve_roles
@@ -133,3 +134,11 @@ def test_never_fits_a_pool_too_small() -> None:
     assert fits_pool(r, A, 3) == (
         "role main needs 4×8 h200 GPUs in pool a; pool a has only 3 nodes"
     )
+
+
+def test_a_trailing_newline_is_not_part_of_a_valid_name() -> None:
+    """`$` also matches before a final newline: a pool named "pool-a\\n" was accepted."""
+    with pytest.raises(InvalidInput, match="not a valid name"):
+        check_name("pool-a\n", "pool name", "name")
+    with pytest.raises(InvalidInput):
+        resolve_roles(["local\n/cpu:1"], POOLS, [])
