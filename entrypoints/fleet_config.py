@@ -20,12 +20,12 @@ from application.fleet_config import FleetConfig, PoolConfig
 from domain.errors import InvalidInput
 from domain.fleet import Pool, Queue, Team
 from domain.requests import Profile
+from entrypoints.wire import Name, explain
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 MAX_NODES_PER_POOL = 10_000
 MAX_FILE_NODES = 10_000
 
-Name = Annotated[str, Meta(min_length=1, max_length=63)]
 Text = Annotated[str, Meta(max_length=500)]
 Quota = Annotated[int, Meta(ge=0, le=1_000_000)]
 Backend = Annotated[str, Meta(min_length=1, max_length=32, description="local, node, ...")]
@@ -121,7 +121,7 @@ def parse(data: Any, source: str = "the fleet configuration") -> FleetFile:
         text = str(exc)
         match = _AT.search(text)
         field = match.group(1) if match else None
-        message = _AT.sub("", text)
+        message = explain(_AT.sub("", text))
         where = f"{source}: {field}" if field else source
         raise InvalidInput(
             f"{where}: {message}",

@@ -12,7 +12,7 @@ from litestar import Litestar, get
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.openapi.config import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin, SwaggerRenderPlugin
+from litestar.openapi.plugins import SwaggerRenderPlugin
 
 from application.blob_gc import keep_collecting
 from application.context import Context
@@ -24,9 +24,10 @@ from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.blob_routes import BLOB_ROUTES
 from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
-from entrypoints.api.guard import GuardedRequest, guard_query_and_path
+from entrypoints.api.guard import GuardedLitestar, GuardedRequest, guard_query_and_path
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
+from entrypoints.api.openapi import TightJsonRenderPlugin
 from entrypoints.api.plugin_routes import PLUGIN_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
@@ -111,7 +112,7 @@ def create_app(
     for handler in protected:
         handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
-    return Litestar(
+    return GuardedLitestar(
         route_handlers=[healthz, readyz, *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
@@ -125,7 +126,7 @@ def create_app(
             version=VERSION,
             components=[SECURITY_COMPONENTS],
             path="/schema",
-            render_plugins=[SwaggerRenderPlugin(), JsonRenderPlugin()],
+            render_plugins=[SwaggerRenderPlugin(), TightJsonRenderPlugin()],
         ),
         debug=debug,
     )

@@ -16,12 +16,7 @@ from application.node_outputs import SCAN_WAIT
 from domain.artifacts import ArtifactRecord
 from domain.auth import Principal
 from entrypoints.api.problems import responses
-
-
-class FileOut(Struct):
-    path: str
-    size: int
-    sha256: str
+from entrypoints.api.schemas import FileOut
 
 
 class MemberArtifactsOut(Struct):

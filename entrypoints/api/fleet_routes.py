@@ -24,7 +24,8 @@ from domain.fleet import Node, Pool, SchedState
 from domain.requests import Profile
 from entrypoints.api.node_routes import CheckOut, check_out
 from entrypoints.api.problems import responses
-from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Name, Text
+from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Text
+from entrypoints.wire import Name
 
 T = TypeVar("T")
 JSON_LIMIT = 1024 * 1024

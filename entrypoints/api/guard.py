@@ -15,17 +15,30 @@ raised before any use case runs: nothing is written. Body size is bounded per ro
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import parse_qsl
 
-from litestar import Request
+import msgspec
+from litestar import Litestar, Request
 from litestar.enums import ScopeType
 from litestar.exceptions import SerializationException
+from litestar.routes import HTTPRoute
 from litestar.serialization import decode_json
-from litestar.types import ASGIApp, Receive, Scope, Send
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    LifeSpanReceive,
+    LifeSpanScope,
+    LifeSpanSend,
+    Receive,
+    Scope,
+    Send,
+)
 from litestar.types.empty import Empty
 
 from domain.errors import InvalidInput
+from entrypoints.api.schemas import Problem
 
 MAX_DEPTH = 32
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -114,7 +127,8 @@ class GuardedRequest(Request[Any, Any, Any]):
 
 
 def guard_query_and_path(app: ASGIApp) -> ASGIApp:
-    """ASGI middleware: refuse a NUL character in the path or in any query parameter."""
+    """ASGI middleware (after routing): refuse a NUL character in the path or in any query
+    parameter; answer OPTIONS with every method of the path."""
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == ScopeType.HTTP:
@@ -125,6 +139,74 @@ def guard_query_and_path(app: ASGIApp) -> ASGIApp:
                 for key, value in pairs:
                     check_text(key, f"query.{_printable(key)}")
                     check_text(value, f"query.{_printable(key)}")
+            if scope["method"] == "OPTIONS":
+                await _options(scope, send)
+                return
         await app(scope, receive, send)
 
     return guarded
+
+
+class GuardedLitestar(Litestar):
+    """litestar, except that an API path with an empty segment (``/v1/jobs//cancel``, a
+    trailing ``/``: an empty path parameter) is 404 before routing, instead of being routed as
+    the path without it (``/v1/jobs/cancel``: the job named "cancel"; ``/v1/jobs/``: the
+    list)."""
+
+    async def __call__(
+        self,
+        scope: Scope | LifeSpanScope,
+        receive: Receive | LifeSpanReceive,
+        send: Send | LifeSpanSend,
+    ) -> None:
+        if scope["type"] == ScopeType.HTTP:
+            http = cast(Scope, scope)
+            raw: bytes = http.get("raw_path") or http["path"].encode()
+            if raw.startswith(b"/v1/") and (b"//" in raw or raw.endswith(b"/")):
+                await _send(cast(Send, send), 404, problem_body(404, raw.decode("latin-1")))
+                return
+        await super().__call__(scope, receive, send)
+
+
+def problem_body(status: int, path: str) -> bytes:
+    return msgspec.json.encode(
+        Problem(
+            type="https://tuneplane.dev/errors/not-found",
+            title="Not found",
+            status=status,
+            detail=f"no resource at {path}: a path segment is empty",
+            fix="fill in every path parameter (and leave out a trailing slash)",
+            field="path",
+        )
+    )
+
+
+async def _send(send: Send, status: int, body: bytes) -> None:
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/problem+json")],
+    }
+    end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
+    await send(start)
+    await send(end)
+
+
+async def _options(scope: Scope, send: Send) -> None:
+    """204 with ``Allow``: litestar's own OPTIONS answer lists only the methods of the first
+    handler registered for a path."""
+    app = Litestar.from_scope(scope)
+    template = scope.get("path_template")
+    methods = {"OPTIONS"}
+    for route in app.routes:
+        if isinstance(route, HTTPRoute) and route.path_format == template:
+            methods |= set(route.methods)
+    allow = ", ".join(sorted(methods)).encode()
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": 204,
+        "headers": [(b"allow", allow)],
+    }
+    body: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
+    await send(start)
+    await send(body)

@@ -19,7 +19,11 @@ from domain.telemetry import DEFAULT_POINTS, MAX_POINTS, Bucket
 from domain.telemetry_ports import SeriesInfo, TelemetryCounts
 from entrypoints.api.problems import responses
 
-Step = Annotated[int | None, Parameter(ge=0, le=2**63 - 1)]
+INT64 = 2**63 - 1
+# (litestar leaves a bound of 0 out of the document; schema_extra puts it back)
+Step = Annotated[int | None, Parameter(ge=0, le=INT64, schema_extra={"minimum": 0})]
+# seconds since the epoch, up to the last second of year 9999 (a datetime's range)
+Seconds = Annotated[float | None, Parameter(ge=0, le=253_402_300_799, schema_extra={"minimum": 0})]
 
 
 class SeriesOut(Struct):
@@ -158,8 +162,8 @@ async def job_curve(
     tag: Annotated[str, Parameter(min_length=1, max_length=256)],
     start: Step = None,
     end: Step = None,
-    start_time: Annotated[float | None, Parameter(ge=0)] = None,
-    end_time: Annotated[float | None, Parameter(ge=0)] = None,
+    start_time: Seconds = None,
+    end_time: Seconds = None,
     points: Annotated[int, Parameter(ge=1, le=MAX_POINTS)] = DEFAULT_POINTS,
 ) -> CurveOut:
     c = await metrics.curve(
@@ -201,13 +205,13 @@ async def job_raw_metrics(
     job_id: str,
     state: State,
     principal: Principal,
-    attempt: Annotated[int, Parameter(ge=1)],
+    attempt: Annotated[int, Parameter(ge=1, le=2**31 - 1)],
     source: Annotated[str, Parameter(min_length=1, max_length=512)],
     tag: Annotated[str, Parameter(min_length=1, max_length=256)],
-    member: Annotated[int, Parameter(ge=0)] = 0,
-    start: Annotated[int, Parameter(ge=0)] = 0,
-    end: Annotated[int, Parameter(ge=0)] = 2**63 - 1,
-    after_offset: Annotated[int, Parameter(ge=-1)] = -1,
+    member: Annotated[int, Parameter(ge=0, le=1024)] = 0,
+    start: Annotated[int, Parameter(ge=0, le=INT64)] = 0,
+    end: Annotated[int, Parameter(ge=0, le=INT64)] = INT64,
+    after_offset: Annotated[int, Parameter(ge=-1, le=INT64)] = -1,
     limit: Annotated[int, Parameter(ge=1, le=metrics.MAX_RAW)] = 1000,
 ) -> RawOut:
     series, points = await metrics.raw_points(

@@ -15,8 +15,8 @@ from domain.auth import Principal
 from domain.errors import NotFound
 from domain.fleet_check import PoolCheck
 from entrypoints.api.problems import responses
+from entrypoints.wire import Name
 
-Name = Annotated[str, Meta(min_length=1, max_length=63)]
 Ttl = Annotated[int, Meta(ge=60, le=7 * 24 * 3600)]
 
 

@@ -18,6 +18,7 @@ from application.context import Context
 from domain.auth import Principal
 from domain.plugins import CAPABILITIES, EXECUTES, GROUPS, PluginRecord
 from entrypoints.api.problems import responses
+from entrypoints.api.schemas import FileOut
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 NamePath = Annotated[str, Parameter(max_length=127)]
@@ -50,12 +51,6 @@ class PluginOut(Struct, kw_only=True):
     published_by: str
     published_at: datetime
     disabled: DisabledOut | None
-
-
-class FileOut(Struct):
-    path: str
-    size: int
-    sha256: str
 
 
 class PluginDetailOut(PluginOut, kw_only=True):

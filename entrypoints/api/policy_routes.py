@@ -18,7 +18,8 @@ from application.context import Context
 from domain.auth import Principal, Role, User
 from domain.fleet import Queue
 from entrypoints.api.problems import responses
-from entrypoints.fleet_config import Name, Quota
+from entrypoints.fleet_config import Quota
+from entrypoints.wire import Name
 
 JSON_LIMIT = 64 * 1024
 Teams = Annotated[list[Name], Meta(max_length=64)]

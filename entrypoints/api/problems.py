@@ -19,6 +19,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from domain import errors
 from entrypoints.api.guard import MalformedRequest
 from entrypoints.api.schemas import Problem
+from entrypoints.wire import explain
 
 log = logging.getLogger("tuneplane.api")
 
@@ -101,8 +102,9 @@ def _validation_error(_: Request[Any, Any, Any], exc: ValidationException) -> Re
             field = match.group(1) or "body"
             message = _AT.sub("", message).strip()
         elif key:
-            field = str(key) if source in (None, "body") else f"{source}.{key}"
-        detail = message
+            where = getattr(source, "value", source)  # litestar's ParamType.QUERY: "query"
+            field = str(key) if where in (None, "body") else f"{where}.{key}"
+        detail = explain(message)
     elif "decode" in detail.lower() or "json" in detail.lower():
         detail = f"the request body is not valid JSON: {detail}"
     if detail in ("'data'", "data"):  # litestar's words for a request without a body

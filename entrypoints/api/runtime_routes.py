@@ -16,7 +16,7 @@ from domain.auth import Principal
 from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput, NotFound
 from entrypoints.api.problems import responses
-from entrypoints.api.schemas import Digest, Name
+from entrypoints.wire import Digest, Name
 
 ProcessModel = Literal["single-process", "torch-process-group", "ray", "cpu"]
 FrameworkName = Annotated[str, Meta(min_length=1, max_length=100)]

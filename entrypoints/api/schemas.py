@@ -10,16 +10,14 @@ from msgspec import Meta, Struct
 
 from application.jobs import JobDetails
 from application.submissions import RETRY_KEY_MAX, RETRY_KEY_MIN, RETRY_KEY_PATTERN
+from domain import plugins
 from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
 from domain.plugins import PluginPin
 from domain.submission import Preview, SourceRef, SubmissionIntent
+from entrypoints.wire import Digest, Ident, Name
 
-Name = Annotated[str, Meta(min_length=1, max_length=63)]
-Ident = Annotated[str, Meta(min_length=1, max_length=80, pattern=r"^[A-Za-z0-9._:-]+$")]
-Digest = Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
-ParamValue = str | int | float | bool
 Text = Annotated[str, Meta(max_length=65536)]
 
 
@@ -47,7 +45,7 @@ class RecipeLockIn(Struct, forbid_unknown_fields=True):
 
     method: Annotated[str, Meta(min_length=1, max_length=128)]
     version: Annotated[str, Meta(min_length=1, max_length=64)]
-    digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")]
+    digest: Digest
     framework: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
     framework_version: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
 
@@ -55,9 +53,9 @@ class RecipeLockIn(Struct, forbid_unknown_fields=True):
 class PluginPinIn(Struct, forbid_unknown_fields=True):
     """A plugin the experiment uses (experiment.toml [plugins]); ``digest`` when pinned."""
 
-    name: Annotated[str, Meta(min_length=1, max_length=127)]
-    version: Annotated[str, Meta(min_length=1, max_length=64)]
-    digest: Annotated[str, Meta(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
+    name: Annotated[str, Meta(min_length=1, max_length=127, pattern=plugins.NAME_RE.pattern)]
+    version: Annotated[str, Meta(min_length=1, max_length=64, pattern=plugins.VERSION_RE.pattern)]
+    digest: Digest | None = None
 
 
 class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -71,7 +69,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
         ProfileText | None, Meta(description="one role: the same as profiles=[profile]")
     ] = None
     queue: Annotated[Name | None, Meta(description="null: your default queue")] = None
-    params: dict[Annotated[str, Meta(max_length=128)], ParamValue | Text] = {}
+    params: dict[Annotated[str, Meta(max_length=128)], Text | int | float | bool] = {}
     runtime: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
     source: SourceIn | None = None
     env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
@@ -114,6 +112,14 @@ class CommitIn(Struct, forbid_unknown_fields=True):
             "do not collide with it",
         ),
     ]
+
+
+class FileOut(Struct):
+    """One file of a manifest (a member's outputs, a plugin's files)."""
+
+    path: str
+    size: int
+    sha256: str
 
 
 class ArchiveOut(Struct):

@@ -92,3 +92,57 @@ def test_check_json_names_the_field() -> None:
         nested = [nested]
     assert field(nested) is None
     assert field([nested]) == "body" + "[0]" * MAX_DEPTH
+
+
+async def test_options_lists_every_method_and_empty_segments_are_404(client: Any) -> None:
+    r = await client.options("/v1/jobs")
+    assert r.status_code == 204 and r.headers["allow"] == "GET, OPTIONS, POST"
+    assert (await client.options("/v1/pools/a")).headers["allow"] == "OPTIONS, PATCH, PUT"
+    for path in ("/v1/jobs/", "/v1/jobs//cancel", "/v1/users//tokens"):
+        r = (
+            await client.post(path)
+            if "cancel" in path or "tokens" in path
+            else await client.get(path)
+        )
+        assert r.status_code == 404, (path, r.text)
+        assert r.json()["field"] == "path" and "empty" in r.json()["detail"]
+
+
+async def test_the_document_states_what_the_server_enforces(client: Any) -> None:
+    """Issue 18, defect 10: patterns, additionalProperties, numeric bounds and the retry key's
+    length were missing from /schema/openapi.json."""
+    doc = (await client.get("/schema/openapi.json")).json()
+    schemas = doc["components"]["schemas"]
+    for name in ("PreviewIn", "CommitIn", "PoolIn", "UserIn", "QueueIn", "FleetFile", "PoolEntry"):
+        assert schemas[name]["additionalProperties"] is False, name
+    assert schemas["PoolIn"]["properties"]["name"]["pattern"] == "^[a-z0-9][a-z0-9._-]{0,62}$"
+    retry = schemas["CommitIn"]["properties"]["retry_key"]
+    assert (retry["minLength"], retry["maxLength"]) == (16, 128)
+    assert schemas["PreviewIn"]["properties"]["env"]["additionalProperties"]["maxLength"] == 65536
+    assert schemas["PreviewIn"]["properties"]["profiles"]["items"]["maxLength"] == 128
+    curve = doc["paths"]["/v1/jobs/{job_id}/metrics/curve"]["get"]["parameters"]
+    start = next(p["schema"] for p in curve if p["name"] == "start")
+    assert start["minimum"] == 0
+    for path, operations in doc["paths"].items():
+        for method, op in operations.items():
+            answers = op["responses"]
+            assert "400" in answers, (method, path)
+            for status, answer in answers.items():
+                if status[0] == "4":
+                    assert list(answer["content"]) == ["application/problem+json"], (path, status)
+            for p in op.get("parameters", []):
+                if p["in"] == "path":
+                    assert p["schema"]["minLength"] == 1 and "404" in answers
+    links = doc["paths"]["/v1/previews"]["post"]["responses"]["201"]["links"]
+    assert links["POST /v1/jobs"]["requestBody"]["digest"] == "$response.body#/digest"
+    job_links = doc["paths"]["/v1/jobs"]["post"]["responses"]["201"]["links"]
+    assert "POST /v1/jobs/{job_id}/cancel" in job_links
+
+
+async def test_a_bad_name_is_400_in_words(client: Any) -> None:
+    r = await client.post("/v1/teams", json={"name": "Bad Name"})
+    body = r.json()
+    assert r.status_code == 400 and body["field"] == "name"
+    assert "lower-case letters" in body["detail"]
+    r = await client.post("/v1/teams", json={"name": "ok", "colour": "red"})
+    assert r.status_code == 400 and "colour" in r.json()["detail"]
