@@ -4,21 +4,14 @@ the check that the bytes are an archive the capsule runner can unpack (``domain.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import AsyncIterator
 
 from application.context import Context
+from application.uploads import receive
 from domain import tarball
 from domain.auth import Principal
-from domain.errors import Forbidden, InvalidInput, TooLarge
+from domain.errors import Forbidden
 from domain.submission import SourceRef
-
-
-def _too_large(size: str, limit: int) -> TooLarge:
-    return TooLarge(
-        f"the archive is {size} bytes; the limit is {limit}",
-        fix="make the source smaller (ignore data and checkpoints in .gitignore)",
-    )
 
 
 async def upload_archive(
@@ -36,29 +29,20 @@ async def upload_archive(
     if not principal.can_submit:
         raise Forbidden(f"user {principal.name} may not upload", fix="ask for a member token")
     limit = ctx.limits.max_archive_bytes
-    if declared_size is not None and declared_size > limit:
-        raise _too_large(str(declared_size), limit)
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(f"over {limit}", limit)
-        parts.append(chunk)
-    data = b"".join(parts)
-    digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    if declared_digest is not None and declared_digest != digest:
-        raise InvalidInput(
-            f"the content's digest is {digest}, not the declared {declared_digest}",
-            fix="the upload was corrupted or the declared digest is wrong: pack and upload again",
-            field="header.X-Content-Digest",
-        )
+    data = await receive(
+        chunks,
+        limit=limit,
+        declared_size=declared_size,
+        declared_digest=declared_digest,
+        what="the archive",
+        smaller="make the source smaller (ignore data and checkpoints in .gitignore)",
+    )
     await check_source(ctx, data, "body")
 
     async def once() -> AsyncIterator[bytes]:
         yield data
 
-    stored, size = await ctx.blobs.put(once(), limit, expected=digest)
+    stored, size = await ctx.blobs.put(once(), limit)
     return SourceRef(stored, size)
 
 

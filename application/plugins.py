@@ -10,11 +10,11 @@ caught before a preview ships the files.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncIterator
 
 from application.context import Context
 from application.policy import ADMIN, require
+from application.uploads import receive
 from domain import tarball
 from domain.auth import Principal, Role
 from domain.capsule import CAPSULE_DIR
@@ -41,20 +41,6 @@ MAX_UPLOAD_BYTES = 2 * MAX_PACKAGE_BYTES  # a plain tar adds headers and padding
 MAX_REASON = 500
 
 
-async def _read(chunks: AsyncIterator[bytes], limit: int) -> bytes:
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in chunks:
-        size += len(chunk)
-        if size > limit:
-            raise TooLarge(
-                f"the plugin package exceeds the upload limit of {limit} bytes",
-                fix="leave data sets, checkpoints and caches out of the plugin",
-            )
-        parts.append(chunk)
-    return b"".join(parts)
-
-
 async def _once(data: bytes) -> AsyncIterator[bytes]:
     yield data
 
@@ -79,19 +65,14 @@ async def publish(
         raise Forbidden(
             f"user {principal.name} may not publish plugins", fix="ask for a member token"
         )
-    if declared_size is not None and declared_size > MAX_UPLOAD_BYTES:
-        raise TooLarge(
-            f"the plugin package is {declared_size} bytes; the limit is {MAX_UPLOAD_BYTES}",
-            fix="leave data and caches out of the plugin",
-        )
-    data = await _read(chunks, MAX_UPLOAD_BYTES)
-    sent = "sha256:" + hashlib.sha256(data).hexdigest()
-    if content_digest is not None and content_digest != sent:
-        raise InvalidInput(
-            f"the upload's digest is {sent}, not the declared {content_digest}",
-            fix="the upload was corrupted on the way: publish again",
-            field="header.X-Content-Digest",
-        )
+    data = await receive(
+        chunks,
+        limit=MAX_UPLOAD_BYTES,
+        declared_size=declared_size,
+        declared_digest=content_digest,
+        what="the plugin package",
+        smaller="leave data sets, checkpoints and caches out of the plugin",
+    )
     files = tarball.unpack(data, max_files=MAX_FILES, max_bytes=MAX_PACKAGE_BYTES, what="package")
     package = open_package(files)
     decl = package.declaration
