@@ -24,7 +24,7 @@ from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.blob_routes import BLOB_ROUTES
 from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
-from entrypoints.api.guard import GuardedLitestar, GuardedRequest, guard_query_and_path
+from entrypoints.api.guard import GuardedLitestar, GuardedRequest
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.openapi import TightJsonRenderPlugin
@@ -117,7 +117,6 @@ def create_app(
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
         request_class=GuardedRequest,  # JSON bodies checked once decoded (guard.py)
-        middleware=[guard_query_and_path],
         state=State(state),
         lifespan=[lifespan],
         request_max_body_size=1024 * 1024,

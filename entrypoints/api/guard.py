@@ -18,14 +18,12 @@ from __future__ import annotations
 from typing import Any, cast
 from urllib.parse import parse_qsl
 
-import msgspec
 from litestar import Litestar, Request
 from litestar.enums import ScopeType
-from litestar.exceptions import SerializationException
+from litestar.exceptions import MethodNotAllowedException, NotFoundException, SerializationException
 from litestar.routes import HTTPRoute
 from litestar.serialization import decode_json
 from litestar.types import (
-    ASGIApp,
     HTTPResponseBodyEvent,
     HTTPResponseStartEvent,
     LifeSpanReceive,
@@ -36,16 +34,12 @@ from litestar.types import (
     Send,
 )
 from litestar.types.empty import Empty
+from litestar.utils import normalize_path
 
-from domain.errors import InvalidInput
-from entrypoints.api.schemas import Problem
+from entrypoints.api.problems import PROBLEM_JSON, MalformedRequest, problem_json
 
 MAX_DEPTH = 32
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-
-
-class MalformedRequest(InvalidInput):
-    """Input no route could use: refused at the edge with 400 (``problems.py``)."""
 
 
 def _printable(key: str) -> str:
@@ -126,32 +120,16 @@ class GuardedRequest(Request[Any, Any, Any]):
         return await super().json()
 
 
-def guard_query_and_path(app: ASGIApp) -> ASGIApp:
-    """ASGI middleware (after routing): refuse a NUL character in the path or in any query
-    parameter; answer OPTIONS with every method of the path."""
-
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == ScopeType.HTTP:
-            check_text(scope["path"], "path")
-            query = scope.get("query_string", b"")
-            if b"%00" in query or b"\x00" in query:
-                pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-                for key, value in pairs:
-                    check_text(key, f"query.{_printable(key)}")
-                    check_text(value, f"query.{_printable(key)}")
-            if scope["method"] == "OPTIONS":
-                await _options(scope, send)
-                return
-        await app(scope, receive, send)
-
-    return guarded
-
-
 class GuardedLitestar(Litestar):
-    """litestar, except that an API path with an empty segment (``/v1/jobs//cancel``, a
-    trailing ``/``: an empty path parameter) is 404 before routing, instead of being routed as
-    the path without it (``/v1/jobs/cancel``: the job named "cancel"; ``/v1/jobs/``: the
-    list)."""
+    """litestar, with the checks of the path and the query made before routing (one place, no
+    middleware layer on every request):
+
+    * a NUL character in the path or in a query parameter is 400;
+    * an API path with an empty segment (``/v1/jobs//cancel``, a trailing ``/``: an empty path
+      parameter) is 404, instead of being routed as the path without it (``/v1/jobs/cancel``:
+      the job named "cancel"; ``/v1/jobs/``: the list);
+    * OPTIONS answers 204 with ``Allow`` listing every method of the path (litestar's own
+      answer lists only those of the first handler registered for it)."""
 
     async def __call__(
         self,
@@ -160,53 +138,66 @@ class GuardedLitestar(Litestar):
         send: Send | LifeSpanSend,
     ) -> None:
         if scope["type"] == ScopeType.HTTP:
-            http = cast(Scope, scope)
-            raw: bytes = http.get("raw_path") or http["path"].encode()
-            if raw.startswith(b"/v1/") and (b"//" in raw or raw.endswith(b"/")):
-                await _send(cast(Send, send), 404, problem_body(404, raw.decode("latin-1")))
+            http, out = cast(Scope, scope), cast(Send, send)
+            try:
+                refused = _check_path_and_query(http)
+            except MalformedRequest as exc:
+                body = problem_json(400, exc.code, exc.message, exc.fix, exc.field)
+                await _send(out, 400, body)
+                return
+            if refused is not None:
+                await _send(out, 404, refused)
+                return
+            if http.get("method") == "OPTIONS" and await self._options(http, out):
                 return
         await super().__call__(scope, receive, send)
 
+    async def _options(self, scope: Scope, send: Send) -> bool:
+        try:
+            template = self.asgi_router.handle_routing(normalize_path(scope["path"]), "OPTIONS")[4]
+        except (NotFoundException, MethodNotAllowedException):
+            return False  # litestar answers
+        methods = {"OPTIONS"}
+        for route in self.routes:
+            if isinstance(route, HTTPRoute) and route.path_format == template:
+                methods |= set(route.methods)
+        start: HTTPResponseStartEvent = {
+            "type": "http.response.start",
+            "status": 204,
+            "headers": [(b"allow", ", ".join(sorted(methods)).encode())],
+        }
+        await send(start)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return True
 
-def problem_body(status: int, path: str) -> bytes:
-    return msgspec.json.encode(
-        Problem(
-            type="https://tuneplane.dev/errors/not-found",
-            title="Not found",
-            status=status,
-            detail=f"no resource at {path}: a path segment is empty",
-            fix="fill in every path parameter (and leave out a trailing slash)",
-            field="path",
+
+def _check_path_and_query(scope: Scope) -> bytes | None:
+    """Raise MalformedRequest at a NUL; the 404 body for a path with an empty segment."""
+    check_text(scope["path"], "path")
+    query: bytes = scope.get("query_string", b"")
+    if b"%00" in query or b"\x00" in query:
+        for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+            check_text(key, f"query.{_printable(key)}")
+            check_text(value, f"query.{_printable(key)}")
+    raw: bytes = scope.get("raw_path") or scope["path"].encode()
+    if raw.startswith(b"/v1/") and (b"//" in raw or raw.endswith(b"/")):
+        path = raw.decode("latin-1")
+        return problem_json(
+            404,
+            "not-found",
+            f"no resource at {path}: a path segment is empty",
+            "fill in every path parameter (and leave out a trailing slash)",
+            "path",
         )
-    )
+    return None
 
 
 async def _send(send: Send, status: int, body: bytes) -> None:
     start: HTTPResponseStartEvent = {
         "type": "http.response.start",
         "status": status,
-        "headers": [(b"content-type", b"application/problem+json")],
+        "headers": [(b"content-type", PROBLEM_JSON.encode())],
     }
     end: HTTPResponseBodyEvent = {"type": "http.response.body", "body": body, "more_body": False}
     await send(start)
     await send(end)
-
-
-async def _options(scope: Scope, send: Send) -> None:
-    """204 with ``Allow``: litestar's own OPTIONS answer lists only the methods of the first
-    handler registered for a path."""
-    app = Litestar.from_scope(scope)
-    template = scope.get("path_template")
-    methods = {"OPTIONS"}
-    for route in app.routes:
-        if isinstance(route, HTTPRoute) and route.path_format == template:
-            methods |= set(route.methods)
-    allow = ", ".join(sorted(methods)).encode()
-    start: HTTPResponseStartEvent = {
-        "type": "http.response.start",
-        "status": 204,
-        "headers": [(b"allow", allow)],
-    }
-    body: HTTPResponseBodyEvent = {"type": "http.response.body", "body": b"", "more_body": False}
-    await send(start)
-    await send(body)

@@ -17,13 +17,18 @@ from litestar.exceptions import (
 from litestar.openapi.datastructures import ResponseSpec
 
 from domain import errors
-from entrypoints.api.guard import MalformedRequest
 from entrypoints.api.schemas import Problem
 from entrypoints.wire import explain
 
 log = logging.getLogger("tuneplane.api")
 
 PROBLEM_JSON = "application/problem+json"
+
+
+class MalformedRequest(errors.InvalidInput):
+    """Input no route could use (``guard.py``): refused at the edge with 400."""
+
+
 STATUS: dict[type[errors.TunePlaneError], int] = {
     MalformedRequest: 400,  # before its base class: the first match wins
     errors.InvalidInput: 422,
@@ -53,14 +58,10 @@ TITLES = {
 }
 
 
-def problem(
-    status: int,
-    code: str,
-    detail: str,
-    fix: str = "",
-    field: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> Response[bytes]:
+def problem_json(
+    status: int, code: str, detail: str, fix: str = "", field: str | None = None
+) -> bytes:
+    """The body of a problem answer."""
     body = Problem(
         type=f"https://tuneplane.dev/errors/{code}",
         title=TITLES.get(status, "Error"),
@@ -69,11 +70,25 @@ def problem(
         fix=fix,
         field=field,
     )
+    return msgspec.json.encode(body)
+
+
+def problem(
+    status: int,
+    code: str,
+    detail: str,
+    fix: str = "",
+    field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[bytes]:
     headers = dict(headers or {})
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return Response(
-        msgspec.json.encode(body), status_code=status, media_type=PROBLEM_JSON, headers=headers
+        problem_json(status, code, detail, fix, field),
+        status_code=status,
+        media_type=PROBLEM_JSON,
+        headers=headers,
     )
 
 
