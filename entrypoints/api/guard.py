@@ -10,7 +10,9 @@ decoder can walk without exhausting the stack. So, on every route:
 
 A refusal is a 400 problem naming the field (``params.command``, ``query.owner``) and the fix,
 raised before any use case runs: nothing is written. Body size is bounded per route
-(``request_max_body_size``; 1 MiB unless a route says otherwise).
+(``request_max_body_size``; 1 MiB unless a route says otherwise). The path and the query are
+checked before routing (``GuardedLitestar``, which also answers a path with an empty segment
+and OPTIONS), a JSON body once decoded (``GuardedRequest``).
 """
 
 from __future__ import annotations
