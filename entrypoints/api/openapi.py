@@ -39,12 +39,11 @@ def _wire_types(names: Collection[str]) -> list[type]:
     found: dict[str, type] = {}
     for cls in _subclasses(msgspec.Struct):
         module = sys.modules.get(cls.__module__)
-        if (
-            cls.__name__ in names
-            and cls.__module__.startswith("entrypoints.")
-            and (getattr(module, cls.__name__, None) is cls)
-        ):
-            assert found.setdefault(cls.__name__, cls) is cls, f"two Structs {cls.__name__}"
+        ours = cls.__module__.startswith("entrypoints.") and getattr(module, cls.__name__, None)
+        if cls.__name__ not in names or ours is not cls:
+            continue
+        if found.setdefault(cls.__name__, cls) is not cls:  # one component per name
+            raise TypeError(f"two wire Structs are named {cls.__name__}: rename one")
     return list(found.values())
 
 
