@@ -327,7 +327,7 @@ def _implicit(pool: Pool, pools: list[Pool], nodes: int) -> list[ProfileEntry]:
         shared = sum(1 for p in pools if not p.is_gpu) > 1
         name = f"{pool.name}/cpu:N" if shared else "cpu:N"
         text = (
-            f"N CPUs, up to {_num(pool.cpus_per_node)} (fractions allowed), with "
+            f"N CPUs, up to {_num(pool.cpus_per_node)} (in steps of 0.01), with "
             f"{pool.memory_mb_per_node // max(int(pool.cpus_per_node), 1)} MiB per CPU{note}"
         )
         return [
