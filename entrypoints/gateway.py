@@ -29,6 +29,7 @@ from application.node_control import ControlSettings, NodeControl
 from application.telemetry import TelemetryIngest
 from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError
+from entrypoints.cli.errors import render
 from entrypoints.container import Container
 from entrypoints.process import run_server, until_signalled
 from entrypoints.settings import Settings
@@ -104,7 +105,7 @@ def _run(
     try:
         run_server(serve(settings))
     except TunePlaneError as exc:
-        print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
+        print(render(exc), flush=True)
         return 1
     return 0
 

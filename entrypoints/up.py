@@ -15,6 +15,7 @@ from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import TunePlaneError
+from entrypoints.cli.errors import render
 from entrypoints.container import Container
 from entrypoints.process import run_server
 from entrypoints.server import (
@@ -104,9 +105,7 @@ def run_up(settings: Settings) -> int:
             run_server(serve(settings, announce="\n".join(lines)))
         return 0
     except TunePlaneError as exc:
-        console.print(f"[red]error:[/] {exc.message}")
-        if exc.fix:
-            console.print(f"fix: {exc.fix}")
+        console.print(render(exc), markup=False)
         return 1
     finally:
         if nodes is not None:
