@@ -23,7 +23,7 @@ from adapters.postgres.metric_compaction import keep_compacting
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.system import SystemClock
-from adapters.tls import ensure_dev_pki, server_context
+from adapters.tls import dev_server_context, server_context
 from application.context import Context
 from application.node_control import ControlSettings, NodeControl
 from application.telemetry import TelemetryIngest
@@ -52,8 +52,7 @@ def gateway_tls(settings: Settings) -> tuple[ssl.SSLContext, Path]:
     if settings.gateway_cert and settings.gateway_key:
         ca = settings.ca_file or settings.gateway_cert
         return server_context(settings.gateway_cert, settings.gateway_key), ca
-    pki = ensure_dev_pki(settings.state_dir, gateway_names(settings))
-    return server_context(pki.server.cert, pki.server.key), pki.ca.cert
+    return dev_server_context(settings.state_dir, gateway_names(settings))
 
 
 def control_settings(settings: Settings) -> ControlSettings:
