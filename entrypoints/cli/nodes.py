@@ -87,18 +87,20 @@ def fence(
 
 @node_app.command(name="ls")
 def links(*, json: JsonFlag = False) -> int:
-    """Node daemons' control links: last heartbeat, reported capacity, address, epoch."""
+    """Node daemons' control links: gateway, address, last heartbeat, reported capacity, epoch,
+    daemon version."""
     with connect() as api:
-        _, answer = api.get("/v1/node-links")
+        answer = api.get("/v1/node-links")
     if json:
         output.print_json(answer)
         return 0
     rows = [
         [
             a["node"],
-            a["heartbeat_at"],
+            a["gateway"],
             a["address"],
-            f"{a['gpus']}×{a['gpu_model']}" if a["gpus"] else "-",
+            output.short_time(a["heartbeat_at"]),
+            f"{a['gpus']}× {a['gpu_model']}" if a["gpus"] else "-",
             f"{a['cpus']:g}",
             str(a["memory_mb"]),
             str(a["epoch"]),
@@ -106,9 +108,10 @@ def links(*, json: JsonFlag = False) -> int:
         ]
         for a in answer
     ]
-    output.table(
-        ["NODE", "HEARTBEAT", "ADDRESS", "GPUS", "CPUS", "MEMORY MB", "EPOCH", "VERSION"], rows
-    )
+    columns = ["NODE", "GATEWAY", "ADDRESS", "HEARTBEAT", "GPUS", "CPUS", "MEMORY MB", "EPOCH"]
+    output.table([*columns, "VERSION"], rows)
+    if not rows:
+        output.info("no node daemon has connected yet (`tp node token create --pool POOL`)")
     return 0
 
 
