@@ -102,7 +102,7 @@ def run_up(settings: Settings) -> int:
             lines.append(f"log in with:  {hint}")
         lines.append("Ctrl-C stops it.")
         with contextlib.suppress(KeyboardInterrupt):
-            run_server(serve(settings, announce="\n".join(lines)))
+            run_server(serve(settings, announce="\n".join(lines), bootstrap=False))
         return 0
     except TunePlaneError as exc:
         console.print(render(exc), markup=False)
