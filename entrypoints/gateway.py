@@ -28,10 +28,10 @@ from application.context import Context
 from application.node_control import ControlSettings, NodeControl
 from application.telemetry import TelemetryIngest
 from domain.coordination_ports import NODE_WORK
-from domain.errors import TunePlaneError
+from domain.errors import TunePlaneError, Unavailable
 from entrypoints.cli.errors import render
-from entrypoints.container import Container
-from entrypoints.process import run_server, until_signalled
+from entrypoints.container import Container, reach_database
+from entrypoints.process import check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane.gateway")
@@ -63,7 +63,25 @@ def control_settings(settings: Settings) -> ControlSettings:
     )
 
 
+def _where(which: str) -> str:
+    return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
+
+
+async def _listen(grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str) -> Server:
+    """Start ``grpc`` on host:port; a clear error when it cannot listen there."""
+    try:
+        await grpc.start(host, port, ssl=tls)
+    except OSError as exc:
+        raise Unavailable(
+            f"the {which} gateway cannot listen on {host}:{port}: {exc.strerror or exc}",
+            fix=f"stop what uses the port, or give another address ({_where(which)})",
+        ) from None
+    return grpc
+
+
 async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
+    check_listen(settings.node_gateway_host, settings.node_gateway_port, _where("node"))
+    await reach_database(settings)
     tls, ca = gateway_tls(settings)
     container = Container(settings=settings)
     await container.init_resources()  # type: ignore[misc]
@@ -73,8 +91,9 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         name = f"{socket.gethostname()}:{os.getpid()}"
         gateway = NodeGateway(NodeControl(ctx, name, control_settings(settings)))
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
-        server = Server([gateway])
-        await server.start(settings.node_gateway_host, settings.node_gateway_port, ssl=tls)
+        server = await _listen(
+            Server([gateway]), settings.node_gateway_host, settings.node_gateway_port, tls, "node"
+        )
         print(
             announce
             or f"node gateway on {settings.node_gateway_host}:{settings.node_gateway_port} "
@@ -115,12 +134,11 @@ def run_node_gateway(host: str | None, port: int | None) -> int:
 
 async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
     """`tp gateway telemetry`: its own process, port and credentials; PostgreSQL only."""
-    if not settings.database_url:
-        raise TunePlaneError(
-            "no database configured", fix="set TUNEPLANE_DATABASE_URL (`tp up` starts one)"
-        )
+    host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
+    check_listen(host, port, _where("telemetry"))
+    url = await reach_database(settings)
     tls, ca = gateway_tls(settings)
-    pool = await create_pool(settings.database_url, max_size=8)
+    pool = await create_pool(url, max_size=8)
     server: Server | None = None
     try:
         keys = PostgresSigningKeys(pool)
@@ -130,9 +148,7 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
             SystemClock(),
             grace=timedelta(seconds=settings.telemetry_grace_seconds),
         )
-        server = Server([TelemetryGateway(ingest)])
-        host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
-        await server.start(host, port, ssl=tls)
+        server = await _listen(Server([TelemetryGateway(ingest)]), host, port, tls, "telemetry")
         print(
             announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
             flush=True,

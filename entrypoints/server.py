@@ -21,7 +21,8 @@ from domain.errors import Conflict
 from entrypoints import fleet_config
 from entrypoints.api.app import create_app
 from entrypoints.cli.config import write_private
-from entrypoints.container import Container
+from entrypoints.container import Container, reach_database
+from entrypoints.process import check_listen
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane")
@@ -34,6 +35,8 @@ async def serve(
     """Serve the HTTP API (and run a supervisor) until interrupted. On an empty database (no
     token yet) the first process to get there creates user admin and its token, written 0600
     to the state directory (``bootstrap``; `tp up` has done so already and prints the token)."""
+    check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
+    await reach_database(settings)
     container = Container(settings=settings)
     await container.init_resources()  # type: ignore[misc]
     try:

@@ -148,7 +148,10 @@ class NodeLink:
         except GRPCError as exc:
             raise _grpc_error(exc, "enrollment refused") from None
         except (OSError, ssl.SSLError) as exc:
-            raise Unavailable(f"cannot reach the gateway {self.host}:{self.port}: {exc}") from None
+            raise Unavailable(
+                f"cannot reach the gateway {self.host}:{self.port}: {exc}",
+                fix="check --server (the node gateway's HOST:PORT) and that the gateway runs",
+            ) from None
         finally:
             channel.close()
         stored = StoredCredential(

@@ -11,8 +11,7 @@ from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
 from entrypoints.cli import output
-from entrypoints.cli.admin import seg
-from entrypoints.cli.client import connect
+from entrypoints.cli.client import connect, seg
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 node_app = App(name="node", help="Node daemons: join tokens, running a daemon, fencing.")
