@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from tests.e2e.test_node_backend import starts
-from tests.e2e.test_up import TOKEN, Up
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_up import Up
+from tests.e2e.test_walkthrough import JOB_ID
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -29,13 +29,6 @@ WRITER = (
     'printf \'{"step": %d, "metrics": {"train/loss": %d}}\\n\' $i $((100000 / (i + 10))) '
     '>> "$d/train.jsonl"; i=$((i + 1)); sleep 0.2; done'
 )
-
-
-@pytest.fixture
-def up(tmp_path: Path, docker_host: str) -> object:
-    u = Up(tmp_path, docker_host)
-    yield u
-    u.stop()
 
 
 def _wait(ok: Callable[[], object], what: str, timeout: float = 90) -> object:
@@ -66,18 +59,9 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
     up: Up, tmp_path: Path, docker_host: str
 ) -> None:
     printed = up.start()
-    match = TOKEN.search(printed)
-    assert match, printed
-    api = httpx.Client(
-        base_url=f"http://127.0.0.1:{up.port}",
-        headers={"Authorization": f"Bearer {match.group(1)}"},
-        timeout=30,
-    )
-    cli = Cli(tmp_path, tmp_path)
-    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", match.group(1))
-    cli("init", str(tmp_path / "ws"))
-    cli.cwd = tmp_path / "ws"
-    cli("new", "hello", "--method", "custom/custom")
+    cli, token = up.workspace(printed, tmp_path)
+    headers = {"Authorization": f"Bearer {token}"}
+    api = httpx.Client(base_url=f"http://127.0.0.1:{up.port}", headers=headers, timeout=30)
     since = time.time() - 1
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", f"command={WRITER}", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
