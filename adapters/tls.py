@@ -11,10 +11,13 @@ grpclib sets ALPN only on the context it builds for ``ssl=True``: a context pass
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import fcntl
 import ipaddress
 import os
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,10 +127,41 @@ def ensure_dev_pki(state_dir: Path, names: list[str]) -> DevPki:
 
     The server certificate is re-issued when it is missing, expires within a day, lacks one of
     ``names``, does not match its key, or was not signed by the CA. An expired or unreadable CA
-    is an error (replacing it silently would break every node that trusts it)."""
+    is an error (replacing it silently would break every node that trusts it).
+
+    Safe when several processes call it at once (gateways starting together): all of it runs
+    under an exclusive lock on ``pki/.lock``, so they all end with the same CA."""
+    with _pki_lock(state_dir / "pki"):
+        return _ensure_dev_pki(state_dir, names)
+
+
+def dev_server_context(state_dir: Path, names: list[str]) -> tuple[ssl.SSLContext, Path]:
+    """``ensure_dev_pki``, then the server context of its certificate, read under the same lock
+    (another process re-issuing the certificate meanwhile cannot hand us its key with our
+    certificate); and the CA file clients trust."""
+    with _pki_lock(state_dir / "pki"):
+        pki = _ensure_dev_pki(state_dir, names)
+        return server_context(pki.server.cert, pki.server.key), pki.ca.cert
+
+
+@contextlib.contextmanager
+def _pki_lock(pki: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``pki/.lock`` (released by the kernel if the process dies)."""
+    pki.mkdir(parents=True, exist_ok=True)
+    fd = os.open(pki / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _ensure_dev_pki(state_dir: Path, names: list[str]) -> DevPki:
     pki = state_dir / "pki"
     ca = CertPaths(pki / CA_CERT, pki / CA_KEY)
-    if not ca.cert.exists() and not ca.key.exists():
+    if not ca.cert.exists():
+        # no ca.pem: nothing trusts a CA here yet. A key alone is what a process killed between
+        # writing the key and the certificate leaves (the key is written first): start again.
         generate_ca(pki)
     ca_cert = load_cert(ca.cert)
     _check_pair(ca.cert, ca_cert, ca.key, load_key(ca.key))
@@ -309,3 +343,8 @@ def _write_atomic(path: Path, data: bytes, mode: int) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the rename survives a power loss
+    finally:
+        os.close(dir_fd)

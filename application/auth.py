@@ -10,7 +10,7 @@ import hashlib
 
 from application.context import Context
 from domain.auth import ApiToken, Principal, Role, User
-from domain.errors import InvalidInput, NotFound, Unauthenticated
+from domain.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from domain.fleet import Queue, Team
 from domain.ports import UnitOfWork
 
@@ -24,7 +24,12 @@ def hash_token(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
-async def _add_token(ctx: Context, uow: UnitOfWork, user_name: str) -> str:
+FIRST_ADMIN_TOKEN_ID = "tok-first-admin"  # one id: of two processes bootstrapping, one wins
+
+
+async def _add_token(
+    ctx: Context, uow: UnitOfWork, user_name: str, token_id: str | None = None
+) -> str:
     user = await uow.policy.user(user_name)
     if user is None:
         raise NotFound(
@@ -39,7 +44,7 @@ async def _add_token(ctx: Context, uow: UnitOfWork, user_name: str) -> str:
             field="user",
         )
     secret = TOKEN_PREFIX + ctx.new_secret()
-    token = ApiToken(ctx.ids.new("tok"), user_name, hash_token(secret), ctx.clock.now())
+    token = ApiToken(token_id or ctx.ids.new("tok"), user_name, hash_token(secret), ctx.clock.now())
     await uow.tokens.add(token)
     return secret
 
@@ -55,7 +60,20 @@ async def create_token(ctx: Context, user_name: str) -> str:
 async def bootstrap_admin(ctx: Context) -> str | None:
     """On a database without tokens, make sure team and queue ``default`` and user ``admin``
     (role admin, team default) exist, and create that user's first token; return it.
-    Otherwise return None. Objects that already exist are left as they are."""
+    Otherwise return None. Objects that already exist are left as they are.
+
+    Several processes may start at once on an empty database: the first token has a fixed id,
+    so exactly one of them stores it (the others' insert conflicts and they return None)."""
+    try:
+        return await _bootstrap_admin(ctx)
+    except Conflict:
+        async with ctx.uow() as uow:
+            if await uow.tokens.count() > 0:
+                return None  # another process bootstrapped meanwhile
+        raise
+
+
+async def _bootstrap_admin(ctx: Context) -> str | None:
     async with ctx.uow() as uow:
         if await uow.tokens.count() > 0:
             return None
@@ -67,7 +85,7 @@ async def bootstrap_admin(ctx: Context) -> str | None:
             await uow.policy.put_user(
                 User(ADMIN_USER, Role.ADMIN, (DEFAULT_TEAM,), created_at=ctx.clock.now())
             )
-        secret = await _add_token(ctx, uow, ADMIN_USER)
+        secret = await _add_token(ctx, uow, ADMIN_USER, FIRST_ADMIN_TOKEN_ID)
         await uow.commit()
     return secret
 

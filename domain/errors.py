@@ -13,6 +13,7 @@ class TunePlaneError(Exception):
     code = "error"
 
     def __init__(self, message: str, *, fix: str = "", field: str | None = None) -> None:
+        message = without_fix(message, fix)
         super().__init__(message)
         self.message = message
         self.fix = fix
@@ -20,6 +21,18 @@ class TunePlaneError(Exception):
 
     def __str__(self) -> str:
         return f"{self.message} ({self.fix})" if self.fix else self.message
+
+
+def without_fix(message: str, fix: str) -> str:
+    """``message`` without the copies of ``fix`` that ``str()`` of an error (`` (fix)``) or a
+    gRPC status text (`` (fix: fix)``) appended to it: an error re-wrapped as
+    ``Error(f"…: {exc}", fix=exc.fix)`` then still shows its fix once (the edges print
+    ``message`` and ``fix`` separately)."""
+    if not fix:
+        return message
+    for copy in (f" (fix: {fix})", f" ({fix})"):
+        message = message.replace(copy, "")
+    return message
 
 
 class InvalidInput(TunePlaneError):

@@ -29,6 +29,7 @@ from adapters.grpc.telemetry_client import Shipper, Ticket, open_channel
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
 from domain.errors import InvalidInput, TunePlaneError
+from entrypoints.cli.errors import render
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.collector")
@@ -275,6 +276,6 @@ def run_collector(options: CollectorOptions) -> int:
     try:
         run_server(serve_collector(options))
     except TunePlaneError as exc:
-        print(f"error: {exc.message}" + (f"\nfix: {exc.fix}" if exc.fix else ""), file=sys.stderr)
+        print(render(exc), file=sys.stderr)
         return 2
     return 0

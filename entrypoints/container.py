@@ -21,7 +21,7 @@ from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.node.backend import NodeBackend
 from adapters.outputs import FilesystemOutputs
-from adapters.postgres.engine import create_engine
+from adapters.postgres.engine import check_reachable, create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.signing_keys import PostgresSigningKeys
@@ -31,7 +31,7 @@ from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context, TelemetrySettings
 from domain.blob_ports import BlobStore
 from domain.coordination_ports import NO_SIGNALS, Signals
-from domain.errors import Unavailable
+from domain.errors import InvalidInput, Unavailable
 from domain.ports import ExecutionBackend
 from entrypoints.kubernetes import kubernetes_backends
 from entrypoints.settings import Settings
@@ -40,15 +40,30 @@ from entrypoints.slurm_wiring import slurm_resource
 log = logging.getLogger(__name__)
 
 
-async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+def require_database(settings: Settings) -> str:
+    """The database URL; a clear error without one (before the container's resources, which
+    all need it, start failing at once)."""
     if not settings.database_url:
-        raise SystemExit(
-            "error: no database configured (fix: set TUNEPLANE_DATABASE_URL, or use `tp up`, "
-            "which starts a private PostgreSQL)"
+        raise InvalidInput(
+            "no database configured",
+            fix="set TUNEPLANE_DATABASE_URL, or use `tp up`, which starts a private PostgreSQL",
         )
+    return settings.database_url
+
+
+async def reach_database(settings: Settings) -> str:
+    """``require_database``, then one connection: a clear error for a database that is down or
+    refuses us, before the container's resources start (each would fail its own way)."""
+    url = require_database(settings)
+    await check_reachable(url)
+    return url
+
+
+async def _engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
+    url = require_database(settings)
     # no overflow: connections beyond the pool would be opened and closed per request (a fork
     # and a SCRAM handshake each); waiting for a pooled connection is cheaper
-    engine = create_engine(settings.database_url, pool_size=settings.db_pool_size, max_overflow=0)
+    engine = create_engine(url, pool_size=settings.db_pool_size, max_overflow=0)
     try:
         yield engine
     finally:
@@ -99,8 +114,8 @@ async def _blobs(settings: Settings) -> AsyncIterator[BlobStore]:
     ) as store:
         try:
             await store.check()
-        except Misconfigured as exc:
-            raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
+        except Misconfigured:
+            raise  # the process stops with what to fix
         except Unavailable as exc:
             log.warning("%s; going on, requests that need a blob get 503 until it is back", exc)
         yield store

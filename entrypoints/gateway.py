@@ -23,14 +23,15 @@ from adapters.postgres.metric_compaction import keep_compacting
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.system import SystemClock
-from adapters.tls import ensure_dev_pki, server_context
+from adapters.tls import dev_server_context, server_context
 from application.context import Context
 from application.node_control import ControlSettings, NodeControl
 from application.telemetry import TelemetryIngest
 from domain.coordination_ports import NODE_WORK
-from domain.errors import TunePlaneError
-from entrypoints.container import Container
-from entrypoints.process import run_server, until_signalled
+from domain.errors import TunePlaneError, Unavailable
+from entrypoints.cli.errors import render
+from entrypoints.container import Container, reach_database
+from entrypoints.process import check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane.gateway")
@@ -51,8 +52,7 @@ def gateway_tls(settings: Settings) -> tuple[ssl.SSLContext, Path]:
     if settings.gateway_cert and settings.gateway_key:
         ca = settings.ca_file or settings.gateway_cert
         return server_context(settings.gateway_cert, settings.gateway_key), ca
-    pki = ensure_dev_pki(settings.state_dir, gateway_names(settings))
-    return server_context(pki.server.cert, pki.server.key), pki.ca.cert
+    return dev_server_context(settings.state_dir, gateway_names(settings))
 
 
 def control_settings(settings: Settings) -> ControlSettings:
@@ -63,7 +63,25 @@ def control_settings(settings: Settings) -> ControlSettings:
     )
 
 
+def _where(which: str) -> str:
+    return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
+
+
+async def _listen(grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str) -> Server:
+    """Start ``grpc`` on host:port; a clear error when it cannot listen there."""
+    try:
+        await grpc.start(host, port, ssl=tls)
+    except OSError as exc:
+        raise Unavailable(
+            f"the {which} gateway cannot listen on {host}:{port}: {exc.strerror or exc}",
+            fix=f"stop what uses the port, or give another address ({_where(which)})",
+        ) from None
+    return grpc
+
+
 async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
+    check_listen(settings.node_gateway_host, settings.node_gateway_port, _where("node"))
+    await reach_database(settings)
     tls, ca = gateway_tls(settings)
     container = Container(settings=settings)
     await container.init_resources()  # type: ignore[misc]
@@ -73,8 +91,9 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         name = f"{socket.gethostname()}:{os.getpid()}"
         gateway = NodeGateway(NodeControl(ctx, name, control_settings(settings)))
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
-        server = Server([gateway])
-        await server.start(settings.node_gateway_host, settings.node_gateway_port, ssl=tls)
+        server = await _listen(
+            Server([gateway]), settings.node_gateway_host, settings.node_gateway_port, tls, "node"
+        )
         print(
             announce
             or f"node gateway on {settings.node_gateway_host}:{settings.node_gateway_port} "
@@ -104,7 +123,7 @@ def _run(
     try:
         run_server(serve(settings))
     except TunePlaneError as exc:
-        print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
+        print(render(exc), flush=True)
         return 1
     return 0
 
@@ -115,12 +134,11 @@ def run_node_gateway(host: str | None, port: int | None) -> int:
 
 async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
     """`tp gateway telemetry`: its own process, port and credentials; PostgreSQL only."""
-    if not settings.database_url:
-        raise TunePlaneError(
-            "no database configured", fix="set TUNEPLANE_DATABASE_URL (`tp up` starts one)"
-        )
+    host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
+    check_listen(host, port, _where("telemetry"))
+    url = await reach_database(settings)
     tls, ca = gateway_tls(settings)
-    pool = await create_pool(settings.database_url, max_size=8)
+    pool = await create_pool(url, max_size=8)
     server: Server | None = None
     try:
         keys = PostgresSigningKeys(pool)
@@ -130,9 +148,7 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
             SystemClock(),
             grace=timedelta(seconds=settings.telemetry_grace_seconds),
         )
-        server = Server([TelemetryGateway(ingest)])
-        host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
-        await server.start(host, port, ssl=tls)
+        server = await _listen(Server([TelemetryGateway(ingest)]), host, port, tls, "telemetry")
         print(
             announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
             flush=True,

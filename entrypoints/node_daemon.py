@@ -30,6 +30,7 @@ from adapters.outputs import FilesystemOutputs
 from adapters.tls import client_context
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError
+from entrypoints.cli.errors import render
 from entrypoints.node_collector import CollectorProcess
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
@@ -199,6 +200,6 @@ def run_daemon(options: DaemonOptions) -> int:
     try:
         run_server(serve_daemon(options))
     except TunePlaneError as exc:
-        print(f"error: {exc}" + (f"\nfix: {exc.fix}" if exc.fix else ""), flush=True)
+        print(render(exc), flush=True)
         return 1
     return 0

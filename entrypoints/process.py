@@ -1,7 +1,7 @@
 """What every long-running `tp` process needs, and nothing heavier (the collector starts fast).
 
 ``run_server`` runs a server coroutine, ``until_signalled`` until SIGTERM or SIGINT,
-``split_server`` reads a ``HOST:PORT`` flag.
+``split_server`` reads a ``HOST:PORT`` flag, ``check_listen`` checks where a server listens.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import socket
 from collections.abc import Coroutine
 from typing import Any
 
@@ -57,3 +58,22 @@ def split_server(
             field=flag.removeprefix("--").replace("-", "_"),
         )
     return host, int(port)
+
+
+def check_listen(host: str, port: int, where: str) -> None:
+    """A clear error, before anything starts, for an address a server cannot listen on: a port
+    outside 1 to 65535, or a host that is neither an address nor a name that resolves. ``where``
+    names the settings, e.g. "--host/--port or TUNEPLANE_HTTP_HOST/_PORT"."""
+    if not 0 < port < 65536:
+        raise InvalidInput(
+            f"port {port} is out of range", fix=f"give 1 to 65535 ({where})", field="port"
+        )
+    try:
+        socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as exc:
+        why = getattr(exc, "strerror", None) or str(exc)
+        raise InvalidInput(
+            f"cannot listen on {host!r}: {why}",
+            fix=f"give an address of this machine, e.g. 127.0.0.1 or 0.0.0.0 ({where})",
+            field="host",
+        ) from None

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,18 +20,33 @@ from application.gang import GangSettings
 from domain.errors import Conflict
 from entrypoints import fleet_config
 from entrypoints.api.app import create_app
-from entrypoints.container import Container
+from entrypoints.cli.config import write_private
+from entrypoints.container import Container, reach_database
+from entrypoints.process import check_listen
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane")
+ADMIN_TOKEN_FILE = "admin-token"
 
 
-async def serve(settings: Settings, *, supervise: bool = True, announce: str = "") -> None:
-    """Serve the HTTP API (and run a supervisor) until interrupted."""
+async def serve(
+    settings: Settings, *, supervise: bool = True, announce: str = "", bootstrap: bool = True
+) -> None:
+    """Serve the HTTP API (and run a supervisor) until interrupted. On an empty database (no
+    token yet) the first process to get there creates user admin and its token, written 0600
+    to the state directory (``bootstrap``; `tp up` has done so already and prints the token)."""
+    check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
+    await reach_database(settings)
     container = Container(settings=settings)
     await container.init_resources()  # type: ignore[misc]
     try:
         ctx: Context = await container.context()  # type: ignore[misc]
+        if bootstrap and (path := await _first_admin(ctx, settings.state_dir)) is not None:
+            print(
+                f"first start: created user admin and its token, written to {path} (0600); "
+                f"log in with:  tp login --server {settings.url} --token $(cat {path})",
+                flush=True,
+            )
         await prepare_fleet(ctx, settings)
         url = settings.database_url
         lease = PostgresLeaderLease(url) if supervise and url else None
@@ -106,15 +122,37 @@ async def first_admin_token(settings: Settings) -> str | None:
     finally:
         await container.shutdown_resources()  # type: ignore[misc]
     if token is not None:
-        path = settings.state_dir / "admin-token"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(token + "\n")
+        _keep_admin_token(settings.state_dir, token)
     return token
+
+
+async def _first_admin(ctx: Context, state_dir: Path) -> Path | None:
+    """`tp serve`'s bootstrap: on an empty database, the admin token's 0600 file (None when the
+    database had a token: a later start, or another process won the race)."""
+    token = await bootstrap_admin(ctx)
+    return _keep_admin_token(state_dir, token) if token is not None else None
+
+
+def _keep_admin_token(state_dir: Path, token: str) -> Path | None:
+    """Write the token to ``<state_dir>/admin-token`` (0600, atomically); its path. The token
+    is already stored (hashed) in the database and exists nowhere else: if the file cannot be
+    written, it is printed to stderr once instead of being lost (and None returned)."""
+    path = state_dir / ADMIN_TOKEN_FILE
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_private(path, (token + "\n").encode())
+    except OSError as exc:
+        print(
+            f"warning: cannot write the first admin token to {path}: {exc.strerror or exc}\n"
+            f"the admin token (shown once, keep it): {token}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return None
+    return path
 
 
 def saved_admin_token(state_dir: Path) -> str | None:
     with contextlib.suppress(OSError):
-        return (state_dir / "admin-token").read_text().strip() or None
+        return (state_dir / ADMIN_TOKEN_FILE).read_text().strip() or None
     return None

@@ -14,9 +14,10 @@ from adapters.docker.backend import DockerBackend
 from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
-from domain.errors import TunePlaneError
+from domain.errors import InvalidInput, TunePlaneError
+from entrypoints.cli.errors import render
 from entrypoints.container import Container
-from entrypoints.process import run_server
+from entrypoints.process import check_listen, run_server
 from entrypoints.server import (
     first_admin_token,
     prepare_fleet,
@@ -62,8 +63,28 @@ async def _defaults(settings: Settings) -> None:
         await container.shutdown_resources()  # type: ignore[misc]
 
 
+def _check(settings: Settings) -> None:
+    """What can be refused before anything starts: the state directory, the listen addresses."""
+    try:
+        settings.state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot use the state directory {settings.state_dir}: {exc.strerror or exc}",
+            fix="pass --state-dir (or set TUNEPLANE_STATE_DIR to) a directory you can write",
+        ) from None
+    check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
+    for which in ("node", "telemetry"):
+        host = getattr(settings, f"{which}_gateway_host")
+        port = getattr(settings, f"{which}_gateway_port")
+        check_listen(host, port, f"TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT")
+
+
 def run_up(settings: Settings) -> int:
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        _check(settings)
+    except TunePlaneError as exc:
+        console.print(render(exc), markup=False)
+        return 2
     if "TUNEPLANE_DEFAULT_BACKEND" not in os.environ:  # members run through the local daemon
         settings = dataclasses.replace(settings, default_backend="node")
     nodes: NodePath | None = None
@@ -101,12 +122,10 @@ def run_up(settings: Settings) -> int:
             lines.append(f"log in with:  {hint}")
         lines.append("Ctrl-C stops it.")
         with contextlib.suppress(KeyboardInterrupt):
-            run_server(serve(settings, announce="\n".join(lines)))
+            run_server(serve(settings, announce="\n".join(lines), bootstrap=False))
         return 0
     except TunePlaneError as exc:
-        console.print(f"[red]error:[/] {exc.message}")
-        if exc.fix:
-            console.print(f"fix: {exc.fix}")
+        console.print(render(exc), markup=False)
         return 1
     finally:
         if nodes is not None:

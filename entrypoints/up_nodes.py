@@ -3,21 +3,27 @@ this machine (with its collector), each its own process, started the way an oper
 them (`tp gateway node`, `tp gateway telemetry`, `tp node run`).
 
 The local daemon enrolls once into pool ``local`` (a join token is made for it directly) and
-keeps its journal and credential in ``<state dir>/node``. Stopping `tp up` stops both
-processes; running members keep running in the engine and are re-adopted at the next start.
+keeps its journal and credential in ``<state dir>/node``. Every child is kept running by
+``entrypoints.supervise`` on an event loop of its own thread (the API serves on the main one): a
+child that exits (a crash, kill -9, an operator's ``kill $(cat <state>/CHILD.pid)`` to restart
+it) is logged with its exit status and started again with the same settings, after a back-off
+that resets after a healthy run. Stopping `tp up` stops them all; running members keep running in
+the engine and are re-adopted at the next start.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
-import subprocess
 import sys
-import time
+import threading
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 from adapters.tls import ensure_dev_pki
 from application.enrollment import NODE_BACKEND, create_join_token
@@ -27,25 +33,54 @@ from entrypoints.container import Container
 from entrypoints.fleet_config import host_resources
 from entrypoints.gateway import gateway_names
 from entrypoints.settings import Settings
+from entrypoints.supervise import Process, Supervisor, spawn_logged
 
 LOCAL = "local"
 _TP = [sys.executable, "-m", "entrypoints.cli.main"]
+T = TypeVar("T")
 
 
 @dataclass
 class NodePath:
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """The supervised children, on an event loop running in a thread of its own."""
+
     lines: list[str] = field(default_factory=list)
+    supervisors: list[Supervisor] = field(default_factory=list)
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _thread: threading.Thread | None = None
+
+    def call(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` on the children's loop and wait for its result."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self.loop.run_forever, name="tp-up-children", daemon=True
+            )
+            self._thread.start()
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result()
+
+    async def supervise(self, supervisor: Supervisor) -> Process:
+        """Start a child now and keep it running from then on."""
+        proc = await supervisor.start()
+        self.supervisors.append(supervisor)
+        self._tasks.append(asyncio.create_task(supervisor.run()))
+        return proc
+
+    async def _stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)  # each stops its child
+        for supervisor in self.supervisors:  # started, but its supervision never began
+            await supervisor.stop()
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        if self._thread is None:
+            return
+        with contextlib.suppress(RuntimeError):
+            self.call(self._stop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(30)
+        self._thread = None
 
 
 async def _local_pool_is_node_pool(settings: Settings) -> bool:
@@ -72,27 +107,51 @@ async def _join_token(settings: Settings) -> str:
         await container.shutdown_resources()  # type: ignore[misc]
 
 
-def _wait_port(
-    port: int, proc: subprocess.Popen[bytes], log: Path, what: str, timeout: float = 30
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise Unavailable(
-                f"the {what} exited with {proc.returncode}: "
-                + log.read_text(errors="replace")[-1500:],
-                fix=f"see {log}",
-            )
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise Unavailable(f"the {what} did not listen on {port} in {timeout:.0f} s")
+LISTEN_SECONDS = 30  # how long a gateway may take to listen at its first start
+
+
+async def _listening(port: int, proc: Process, log: Path, what: str) -> None:
+    """Wait until ``proc`` listens on ``port`` (its first start); its log tail if it exits."""
+    try:
+        async with asyncio.timeout(LISTEN_SECONDS):
+            while proc.returncode is None:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                        return
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise Unavailable(
+            f"the {what} did not listen on {port} in {LISTEN_SECONDS} s", fix=f"see {log}"
+        ) from None
+    raise Unavailable(f"the {what} exited with {proc.returncode}: {_tail(log)}", fix=f"see {log}")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-1500:]
+
+
+def _child(name: str, args: list[str], env: dict[str, str], log: Path) -> Supervisor:
+    """A supervisor for ``args`` whose output goes to ``log``, with a pid file beside it."""
+
+    async def spawn() -> Process:
+        return await spawn_logged(args, log, env)
+
+    return Supervisor(name, spawn, log_path=log, pid_file=log.with_suffix(".pid"))
 
 
 def start_node_path(settings: Settings) -> NodePath:
-    """Start the gateway and, if pool ``local`` is a node pool, this machine's daemon."""
+    """Start the gateways and, if pool ``local`` is a node pool, this machine's daemon; they
+    are supervised until ``NodePath.stop``. On an error the children started are stopped."""
     path = NodePath()
+    try:
+        path.call(_start(path, settings))
+    except BaseException:
+        path.stop()
+        raise
+    return path
+
+
+async def _start(path: NodePath, settings: Settings) -> None:
     env = dict(os.environ)
     env.update(
         TUNEPLANE_DATABASE_URL=settings.database_url or "",
@@ -102,30 +161,24 @@ def start_node_path(settings: Settings) -> NodePath:
     )
     if settings.docker_host:
         env["DOCKER_HOST"] = settings.docker_host
-    pki = ensure_dev_pki(settings.state_dir, gateway_names(settings))
-    log = settings.state_dir / "gateway.log"
-    gateway = subprocess.Popen(
-        [*_TP, "gateway", "node"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
-    )
-    path.procs.append(gateway)
-    _wait_port(settings.node_gateway_port, gateway, log, "node gateway")
+    state = settings.state_dir
+    pki = ensure_dev_pki(state, gateway_names(settings))
+    log = state / "gateway.log"
+    gateway = _child("the node gateway", [*_TP, "gateway", "node"], env, log)
+    proc = await path.supervise(gateway)
+    await _listening(settings.node_gateway_port, proc, log, "node gateway")
     where = f"127.0.0.1:{settings.node_gateway_port}"
     path.lines.append(f"node gateway: {where} (TLS; nodes trust {pki.ca.cert}; log {log})")
-    telemetry_log = settings.state_dir / "telemetry-gateway.log"
-    telemetry = subprocess.Popen(
-        [*_TP, "gateway", "telemetry"],
-        env=env,
-        stdout=telemetry_log.open("ab"),
-        stderr=subprocess.STDOUT,
-    )
-    path.procs.append(telemetry)
-    _wait_port(settings.telemetry_gateway_port, telemetry, telemetry_log, "telemetry gateway")
+    log = state / "telemetry-gateway.log"
+    telemetry = _child("the telemetry gateway", [*_TP, "gateway", "telemetry"], env, log)
+    proc = await path.supervise(telemetry)
+    await _listening(settings.telemetry_gateway_port, proc, log, "telemetry gateway")
     metrics_at = f"127.0.0.1:{settings.telemetry_gateway_port}"
-    path.lines.append(f"telemetry gateway: {metrics_at} (TLS; log {telemetry_log})")
-    if not asyncio.run(_local_pool_is_node_pool(settings)):
+    path.lines.append(f"telemetry gateway: {metrics_at} (TLS; log {log})")
+    if not await _local_pool_is_node_pool(settings):
         path.lines.append("no local node daemon: pool local is not a node pool")
-        return path
-    node_dir = settings.state_dir / "node"
+        return
+    node_dir = state / "node"
     cpus, memory = host_resources()
     args = [
         *_TP, "node", "run",
@@ -138,12 +191,20 @@ def start_node_path(settings: Settings) -> NodePath:
         "--memory-mb", str(memory),
         "--telemetry-gateway", metrics_at,
     ]  # fmt: skip
-    daemon_env = dict(env)
-    if not (node_dir / "credential").exists():  # by environment: never on a command line
-        daemon_env["TUNEPLANE_JOIN_TOKEN"] = asyncio.run(_join_token(settings))
-    node_log = settings.state_dir / "node.log"
-    path.procs.append(
-        subprocess.Popen(args, env=daemon_env, stdout=node_log.open("ab"), stderr=subprocess.STDOUT)
+    node_log = state / "node.log"
+
+    async def spawn_daemon() -> Process:
+        daemon_env = dict(env)
+        if not (node_dir / "credential").exists():  # by environment: never on a command line
+            daemon_env["TUNEPLANE_JOIN_TOKEN"] = await _join_token(settings)
+        return await spawn_logged(args, node_log, daemon_env)
+
+    daemon = Supervisor(
+        "the local node daemon", spawn_daemon, log_path=node_log, pid_file=state / "node.pid"
     )
+    await path.supervise(daemon)
     path.lines.append(f"local node daemon: node {LOCAL} (state {node_dir}; log {node_log})")
-    return path
+    path.lines.append(
+        f"each of them is started again if it exits; restart one with "
+        f"`kill $(cat {state}/NAME.pid)` (gateway, telemetry-gateway, node)"
+    )

@@ -1,10 +1,22 @@
-"""The one mapping from domain errors to gRPC statuses (both gateways)."""
+"""The one mapping between domain errors and gRPC statuses (both gateways, both clients).
+
+A status's text is the message, then `` (fix: …)`` once. Clients split it back
+(``split_fix``), so an error that crossed the wire prints its fix once, not once per hop."""
 
 from __future__ import annotations
 
 from grpclib import GRPCError, Status
 
-from domain.errors import Forbidden, InvalidInput, NotFound, TunePlaneError, Unauthenticated
+from domain.errors import (
+    Forbidden,
+    InvalidInput,
+    NotFound,
+    TunePlaneError,
+    Unauthenticated,
+    Unavailable,
+)
+
+_FIX = " (fix: "
 
 _STATUS: tuple[tuple[type[TunePlaneError], Status], ...] = (
     (Unauthenticated, Status.UNAUTHENTICATED),
@@ -20,8 +32,29 @@ def grpc_status(exc: TunePlaneError) -> Status:
 
 def grpc_error(exc: TunePlaneError) -> GRPCError:
     """The error with its message and fix, as the status's text."""
-    text = str(exc) + (f" (fix: {exc.fix})" if exc.fix else "")
+    text = f"{exc.message}{_FIX}{exc.fix})" if exc.fix else exc.message
     return GRPCError(grpc_status(exc), text)
+
+
+def split_fix(text: str) -> tuple[str, str]:
+    """A status text → (message, fix); fix is "" when the text carries none."""
+    head, sep, tail = text.rpartition(_FIX)
+    if sep and tail.endswith(")") and head:
+        return head, tail[:-1]
+    return text, ""
+
+
+def from_grpc(exc: GRPCError, what: str, fix: str = "") -> TunePlaneError:
+    """The domain error a client raises for a refusal: ``what: <the gateway's message>``, with
+    the gateway's fix (else ``fix``). Refusals the caller cannot retry away are Unauthenticated
+    or InvalidInput; the rest are Unavailable (try again)."""
+    message, sent_fix = split_fix(exc.message or exc.status.name)
+    text, fix = f"{what}: {message}", sent_fix or fix
+    if exc.status is Status.UNAUTHENTICATED:
+        return Unauthenticated(text, fix=fix)
+    if exc.status in (Status.INVALID_ARGUMENT, Status.NOT_FOUND, Status.FAILED_PRECONDITION):
+        return InvalidInput(text, fix=fix)
+    return Unavailable(text, fix=fix)
 
 
 def bearer(metadata: object) -> str:

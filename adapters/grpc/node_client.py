@@ -25,6 +25,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from adapters.grpc import node_codec as codec
+from adapters.grpc.errors import from_grpc
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, Unauthenticated, Unavailable
 from domain.node_messages import (
@@ -98,12 +99,8 @@ def save_credential(state_dir: Path, stored: StoredCredential) -> None:
 
 
 def _grpc_error(exc: GRPCError, what: str) -> Exception:
-    text = f"{what}: {exc.message or exc.status.name}"
-    if exc.status is Status.UNAUTHENTICATED:
-        return Unauthenticated(text, fix="create a new join token: `tp node token create`")
-    if exc.status in (Status.INVALID_ARGUMENT, Status.NOT_FOUND, Status.FAILED_PRECONDITION):
-        return InvalidInput(text)
-    return Unavailable(text)
+    fix = "create a new join token: `tp node token create`"
+    return from_grpc(exc, what, fix if exc.status is Status.UNAUTHENTICATED else "")
 
 
 class NodeLink:
@@ -151,7 +148,10 @@ class NodeLink:
         except GRPCError as exc:
             raise _grpc_error(exc, "enrollment refused") from None
         except (OSError, ssl.SSLError) as exc:
-            raise Unavailable(f"cannot reach the gateway {self.host}:{self.port}: {exc}") from None
+            raise Unavailable(
+                f"cannot reach the gateway {self.host}:{self.port}: {exc}",
+                fix="check --server (the node gateway's HOST:PORT) and that the gateway runs",
+            ) from None
         finally:
             channel.close()
         stored = StoredCredential(

@@ -3,6 +3,7 @@ daemon may use, and memory from /proc/meminfo. Configured values override detect
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -95,6 +96,14 @@ def detect(
     nvidia_smi: str | None = None,
 ) -> NodeCapacity:
     """The node's capacity: detected, with any configured value taking precedence."""
+    given = (("--gpus", gpus, 0), ("--cpus", cpus, 0.001), ("--memory-mb", memory_mb, 1))
+    for flag, value, least in given:
+        if value is not None and not (math.isfinite(value) and value >= least):
+            raise InvalidInput(
+                f"{flag} {value} is not a capacity this node can offer",
+                fix=f"give {least} or more, or leave {flag} out to detect it",
+                field=flag.removeprefix("--").replace("-", "_"),
+            )
     found = detect_gpus(nvidia_smi) if gpus is None or gpu_model is None else []
     count = gpus if gpus is not None else len(found)
     model = gpu_model or (model_name(found[0].name) if found else None)

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncpg
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from domain.errors import InvalidInput, Unavailable
 
 
 def async_url(url: str) -> str:
@@ -48,3 +52,26 @@ def create_engine(
             "server_settings": {"application_name": application_name},
         },
     )
+
+
+CONNECT_SECONDS = 10.0
+
+
+async def check_reachable(url: str) -> None:
+    """Connect once and close: Unavailable, naming the server (never the password), when the
+    database cannot be reached or refuses the credentials; for a process about to start."""
+    try:
+        where = make_url(async_url(url)).render_as_string(hide_password=True)
+    except (ValueError, ArgumentError):  # ArgumentError is a ValueError in some versions
+        raise InvalidInput(
+            "the database URL is not a PostgreSQL URL",
+            fix="set TUNEPLANE_DATABASE_URL=postgresql://USER:PASSWORD@HOST:PORT/DATABASE",
+        ) from None
+    try:
+        conn = await asyncpg.connect(plain_url(url), timeout=CONNECT_SECONDS)
+    except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise Unavailable(
+            f"cannot reach the database {where}: {exc or type(exc).__name__}",
+            fix="check TUNEPLANE_DATABASE_URL, that PostgreSQL runs there and accepts this user",
+        ) from None
+    await conn.close()

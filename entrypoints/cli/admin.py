@@ -4,13 +4,12 @@ reservations the control plane cannot see (`node lost`, `reservation release`)."
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import quote
 
 from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
 from entrypoints.cli import output
-from entrypoints.cli.client import Api, connect
+from entrypoints.cli.client import Api, connect, seg
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 Reason = Annotated[str, Parameter(name="--reason", help="why (kept with the members' end)")]
@@ -23,6 +22,7 @@ node_app = App(name="node", help="Explicit decisions about nodes.")
 reservation_app = App(name="reservation", help="Explicit decisions about reservations.")
 blobs_app = App(name="blobs", help="The blob store: source archives, Job Capsules, plugins.")
 ROLES = ("admin", "operator", "member", "viewer")
+MAX_GRACE_HOURS = 24 * 365 * 100  # a century: beyond it nothing would ever be collected
 
 
 def send(api: Api, method: str, path: str, body: Any = None) -> Any:
@@ -32,10 +32,6 @@ def send(api: Api, method: str, path: str, body: Any = None) -> Any:
         return resp.json() if resp.content else None
     except ValueError:
         return None
-
-
-def seg(name: str) -> str:
-    return quote(name, safe="")
 
 
 def _role(role: str) -> str:
@@ -245,9 +241,11 @@ def blobs_collect(
     never confirmed, archives never used. Jobs, live previews and plugins keep theirs. `tp serve`
     also does this every TUNEPLANE_BLOB_GC_SECONDS.
     """
-    if grace_hours is not None and grace_hours < 0:
+    if grace_hours is not None and not 0 <= grace_hours <= MAX_GRACE_HOURS:
         raise InvalidInput(
-            "--grace-hours cannot be negative", fix="give 0 or more hours", field="--grace-hours"
+            f"--grace-hours {grace_hours} is out of range",
+            fix=f"give 0 to {MAX_GRACE_HOURS} hours",
+            field="--grace-hours",
         )
     body: dict[str, Any] = {"dry_run": dry_run}
     if grace_hours is not None:

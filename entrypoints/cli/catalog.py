@@ -66,7 +66,7 @@ def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
         A method name, e.g. custom/custom.
     """
     with connect() as api:
-        data: Any = fetch_method_json(api, name) if name else api.get("/v1/methods")
+        data: Any = fetch_method_json(api, name) if name is not None else api.get("/v1/methods")
         runtimes = set() if json else {r.get("name") for r in api.get("/v1/runtimes")}
     if json:
         output.print_json(data)

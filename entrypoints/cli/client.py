@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
-from domain.errors import TunePlaneError, Unavailable
+from domain.errors import InvalidInput, TunePlaneError, Unavailable
 from entrypoints.cli import output
 from entrypoints.cli.config import Credentials, load_credentials
 from entrypoints.cli.errors import ServerError, from_problem, is_transient
@@ -70,6 +71,10 @@ class Api:
 
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """Send one request; raise the domain error for a connection failure or an error status."""
+        if "json" in kwargs:  # encoded here: NaN and infinity are not JSON
+            kwargs["content"] = _encode(kwargs.pop("json"))
+            headers = kwargs.get("headers") or {}
+            kwargs["headers"] = {"Content-Type": "application/json", **headers}
         try:
             resp = self._client.request(method, path, **kwargs)
         except httpx.TransportError as exc:
@@ -117,6 +122,15 @@ class Api:
             raise self._unreachable(exc) from None
 
 
+def _encode(body: Any) -> bytes:
+    try:
+        return json.dumps(body, allow_nan=False).encode()
+    except ValueError:
+        raise InvalidInput(
+            "a number given is not finite (nan or inf)", fix="give a finite number"
+        ) from None
+
+
 def _json(resp: httpx.Response) -> Any:
     try:
         return resp.json()
@@ -126,6 +140,16 @@ def _json(resp: httpx.Response) -> Any:
             f"with a body that is not JSON",
             fix="check that --server names a TunePlane control plane (`tp login`)",
         ) from None
+
+
+def seg(name: str) -> str:
+    """``name`` as one URL path segment; an empty name is refused (it would name the list)."""
+    if not name.strip():
+        raise InvalidInput(
+            f"an empty name ({name!r}) names nothing",
+            fix="give the name (see the matching `ls` command)",
+        )
+    return quote(name, safe="")
 
 
 def connect(creds: Credentials | None = None) -> Api:

@@ -118,6 +118,22 @@ def from_problem(status: int, content_type: str, body: bytes) -> TunePlaneError:
     return cls(str(detail), fix=fix, field=str(field) if field else None)
 
 
+def from_os_error(exc: OSError) -> TunePlaneError:
+    """A local file operation that failed (a path given on the command line, the config
+    directory, a workspace file), as an error naming the file: never a traceback."""
+    what = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename is None:  # a socket, a pipe: nothing names the file
+        return TunePlaneError(
+            f"an operating system call failed: {what}",
+            fix="see the message; check the paths and addresses the command was given",
+        )
+    also = f" (and {exc.filename2})" if exc.filename2 is not None else ""
+    return TunePlaneError(
+        f"cannot use {exc.filename}{also}: {what}",
+        fix="check the path, that its directories exist, and this user's permissions on it",
+    )
+
+
 def render(err: TunePlaneError) -> str:
     """The stderr text for an expected error: ``error:``, then ``field:`` and ``fix:`` lines."""
     lines = [f"error: {err.message}"]

@@ -11,8 +11,8 @@ from cyclopts import App, Parameter
 from domain.errors import InvalidInput
 from entrypoints import fleet_config
 from entrypoints.cli import output
-from entrypoints.cli.admin import JsonFlag, seg, send
-from entrypoints.cli.client import connect
+from entrypoints.cli.admin import JsonFlag, send
+from entrypoints.cli.client import connect, seg
 
 fleet_app = App(name="fleet", help="Pools, nodes and their states; `tp fleet apply FILE`.")
 pool_app = App(name="pool", help="Pools: homogeneous nodes of one backend.")

@@ -10,8 +10,7 @@ from cyclopts import Parameter
 
 from domain.errors import Unavailable
 from entrypoints.cli import output
-from entrypoints.cli.admin import seg
-from entrypoints.cli.client import connect
+from entrypoints.cli.client import connect, seg
 from entrypoints.cli.fleet import fleet_app
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]

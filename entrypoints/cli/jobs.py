@@ -6,14 +6,13 @@ import sys
 import time
 from collections.abc import Collection
 from typing import Annotated, Any
-from urllib.parse import quote
 
 from cyclopts import App, Parameter
 
 from domain.errors import NotFound
 from domain.lifecycle import JOB_FINAL, JobState
 from entrypoints.cli import errors, output
-from entrypoints.cli.client import Api, connect
+from entrypoints.cli.client import Api, connect, seg
 
 POLL_INTERVAL = 1.0  # seconds between state polls; tests shorten it
 ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
@@ -26,7 +25,7 @@ job_app = App(name="job", help="List, inspect, follow and stop jobs.")
 
 
 def job_path(job_id: str, tail: str = "") -> str:
-    return f"/v1/jobs/{quote(job_id, safe='')}{tail}"
+    return f"/v1/jobs/{seg(job_id)}{tail}"
 
 
 def get_job(api: Api, job_id: str) -> dict[str, Any]:

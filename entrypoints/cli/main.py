@@ -80,6 +80,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         return errors.INTERRUPTED
     except BrokenPipeError:  # e.g. `tp job logs | head`
         return errors.OK
+    except OSError as exc:  # a local file or directory that cannot be used
+        output.err.print(errors.render(errors.from_os_error(exc)), markup=False)
+        return errors.FAILED
     if isinstance(result, bool) or not isinstance(result, int):
         return errors.OK
     return result

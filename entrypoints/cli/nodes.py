@@ -11,8 +11,7 @@ from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
 from entrypoints.cli import output
-from entrypoints.cli.admin import seg
-from entrypoints.cli.client import connect
+from entrypoints.cli.client import connect, seg
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 node_app = App(name="node", help="Node daemons: join tokens, running a daemon, fencing.")
@@ -87,18 +86,20 @@ def fence(
 
 @node_app.command(name="ls")
 def links(*, json: JsonFlag = False) -> int:
-    """Node daemons' control links: last heartbeat, reported capacity, address, epoch."""
+    """Node daemons' control links: gateway, address, last heartbeat, reported capacity, epoch,
+    daemon version."""
     with connect() as api:
-        _, answer = api.get("/v1/node-links")
+        answer = api.get("/v1/node-links")
     if json:
         output.print_json(answer)
         return 0
     rows = [
         [
             a["node"],
-            a["heartbeat_at"],
+            a["gateway"],
             a["address"],
-            f"{a['gpus']}×{a['gpu_model']}" if a["gpus"] else "-",
+            output.short_time(a["heartbeat_at"]),
+            f"{a['gpus']}× {a['gpu_model']}" if a["gpus"] else "-",
             f"{a['cpus']:g}",
             str(a["memory_mb"]),
             str(a["epoch"]),
@@ -106,9 +107,10 @@ def links(*, json: JsonFlag = False) -> int:
         ]
         for a in answer
     ]
-    output.table(
-        ["NODE", "HEARTBEAT", "ADDRESS", "GPUS", "CPUS", "MEMORY MB", "EPOCH", "VERSION"], rows
-    )
+    columns = ["NODE", "GATEWAY", "ADDRESS", "HEARTBEAT", "GPUS", "CPUS", "MEMORY MB", "EPOCH"]
+    output.table([*columns, "VERSION"], rows)
+    if not rows:
+        output.info("no node daemon has connected yet (`tp node token create --pool POOL`)")
     return 0
 
 

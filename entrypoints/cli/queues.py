@@ -8,8 +8,8 @@ from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
 from entrypoints.cli import output
-from entrypoints.cli.admin import JsonFlag, seg, send
-from entrypoints.cli.client import connect
+from entrypoints.cli.admin import JsonFlag, send
+from entrypoints.cli.client import connect, seg
 
 queue_app = App(name="queue", help="Queues: priorities and quotas of each team's jobs.")
 NO_CAP = ("none", "unlimited")

@@ -11,8 +11,8 @@ from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput, NotFound
 from domain.runtimes import PROCESS_MODELS, parse_frameworks
 from entrypoints.cli import output
-from entrypoints.cli.admin import JsonFlag, seg
-from entrypoints.cli.client import Api, connect
+from entrypoints.cli.admin import JsonFlag
+from entrypoints.cli.client import Api, connect, seg
 
 runtime_app = App(name="runtime", help="Runtime images jobs run in, pinned by digest.")
 

@@ -37,8 +37,10 @@ def up(
     host: Annotated[str | None, Parameter(help="HTTP address (default 127.0.0.1)")] = None,
 ) -> None:
     """Start the control plane on embedded defaults: a private PostgreSQL (unless
-    TUNEPLANE_DATABASE_URL is set), migrations, the local container backend and the HTTP API.
-    Prints the URL and, on first start, an admin token. Ctrl-C stops everything it started."""
+    TUNEPLANE_DATABASE_URL is set), migrations, the local container backend and the HTTP API,
+    the gateways and this machine's node daemon (each started again if it exits; restart one with
+    `kill $(cat STATE/NAME.pid)`). Prints the URL and, on first start, an admin token. Ctrl-C
+    stops everything it started."""
     from entrypoints.up import run_up
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
@@ -53,7 +55,9 @@ def serve(
     no_supervisor: Annotated[bool, Parameter(help="serve HTTP only; launch nothing")] = False,
 ) -> None:
     """Serve one API process against TUNEPLANE_DATABASE_URL (already migrated). Run several
-    behind a load balancer for more throughput; each also supervises jobs unless told not to."""
+    behind a load balancer for more throughput; each also supervises jobs unless told not to.
+    On an empty database the first one creates user admin and writes its token to
+    STATE/admin-token (0600), printing the path."""
     from entrypoints.process import run_server
     from entrypoints.server import serve as serve_async
 

@@ -54,6 +54,12 @@ def read_submission(path: Path) -> dict[str, Any]:
         raise InvalidInput(
             f"{path} does not exist", fix="pass the file `tp submit --preview` printed"
         ) from None
+    except OSError as exc:  # a directory, no permission
+        raise InvalidInput(
+            f"cannot read {path}: {exc.strerror or exc}",
+            fix="pass the file `tp submit --preview` printed",
+            field="--commit",
+        ) from None
     except (ValueError, KeyError, TypeError):
         raise InvalidInput(
             f"{path} is not a submission file (needs preview.id, preview.digest, retry_key)",

@@ -99,7 +99,13 @@ def init_workspace(directory: Path) -> list[str]:
     if directory.exists() and not directory.is_dir():
         raise InvalidInput(f"{directory} exists and is not a directory", fix="pick another DIR")
     if not directory.exists():
-        directory.mkdir(parents=True)
+        try:
+            directory.mkdir(parents=True)
+        except OSError as exc:
+            raise InvalidInput(
+                f"cannot create the workspace {directory}: {exc.strerror or exc}",
+                fix="pick a DIR under a directory you can write",
+            ) from None
         done.append(f"created {directory}")
     if not _in_git_repo(directory):
         subprocess.run(["git", "init", "-q"], cwd=directory, check=True, capture_output=True)

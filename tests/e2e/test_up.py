@@ -64,6 +64,18 @@ class Up:
 
     starts = 0
 
+    def workspace(self, printed: str, home: Path) -> tuple[Cli, str]:
+        """Log in with the token ``printed`` by `tp up`; a workspace in ``home`` with the
+        experiment ``hello`` (custom/custom). The CLI, and the token."""
+        match = TOKEN.search(printed)
+        assert match, printed
+        cli = Cli(home, home)
+        cli("login", "--server", f"http://127.0.0.1:{self.port}", "--token", match.group(1))
+        cli("init", str(home / "ws"))
+        cli.cwd = home / "ws"
+        cli("new", "hello", "--method", "custom/custom")
+        return cli, match.group(1)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -86,26 +98,13 @@ class Up:
         return found
 
 
-@pytest.fixture
-def up(tmp_path: Path, docker_host: str) -> object:
-    u = Up(tmp_path, docker_host)
-    yield u
-    u.stop()
-
-
 def test_tp_up_runs_jobs_through_a_local_node_daemon(
     up: Up, docker_host: str, tmp_path: Path
 ) -> None:
     printed = up.start()
     assert f"node gateway: 127.0.0.1:{up.gateway_port} (TLS" in printed
     assert "local node daemon: node local" in printed
-    match = TOKEN.search(printed)
-    assert match, printed
-    cli = Cli(tmp_path, tmp_path)
-    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", match.group(1))
-    cli("init", str(tmp_path / "ws"))
-    cli.cwd = tmp_path / "ws"
-    cli("new", "hello", "--method", "custom/custom")
+    cli, _ = up.workspace(printed, tmp_path)
 
     since = time.time() - 1
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", "command=echo via node", "--yes")

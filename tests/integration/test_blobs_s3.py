@@ -159,12 +159,12 @@ async def test_a_process_that_cannot_use_its_bucket_stops(
 ) -> None:
     env = s3_server.env("") | {"TUNEPLANE_BLOB_STORE": "s3://tp-no-such-bucket/"}
     settings = settings_from(monkeypatch, tmp_path, **env)
-    with pytest.raises(SystemExit, match="bucket tp-no-such-bucket does not exist"):
+    with pytest.raises(Misconfigured, match="bucket tp-no-such-bucket does not exist"):
         async for _ in _blobs(settings):
             pass
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     settings = settings_from(monkeypatch, tmp_path, TUNEPLANE_BLOB_STORE=f"s3://{s3_server.bucket}")
-    with pytest.raises(SystemExit, match="refused the control plane's credentials"):
+    with pytest.raises(Misconfigured, match="refused the control plane's credentials"):
         async for _ in _blobs(settings):
             pass
 

@@ -7,16 +7,21 @@ client gets an error and never a reply (no fallback to plaintext or to an unveri
 from __future__ import annotations
 
 import datetime as dt
+import json
 import os
 import socket
 import ssl
 import stat
+import subprocess
+import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 from grpclib.client import Channel
 from grpclib.exceptions import StreamTerminatedError
 from grpclib.server import Server, Stream
@@ -29,6 +34,7 @@ from proto import node_control_pb2 as pb
 pytestmark = pytest.mark.integration
 
 HOST = "127.0.0.1"
+ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 3.0  # seconds; every call here is local, so a refusal shows well within it
 
 
@@ -208,6 +214,70 @@ def test_ensure_dev_pki_reissues_expired_or_incomplete_server_cert(tmp_path: Pat
     )
     assert "gw.local" in sans.value.get_values_for_type(x509.DNSName)
     assert _mode(again.server.key) == 0o600
+
+
+RACER = """
+import json, os, sys, time
+from pathlib import Path
+from adapters import tls
+go, dirs = Path(sys.argv[1]), sys.argv[2:]
+(go.parent / f"ready-{os.getpid()}").touch()
+while not go.exists():
+    time.sleep(0.001)
+seen = []
+for d in dirs:
+    try:
+        pki = tls.ensure_dev_pki(Path(d), ["localhost", "127.0.0.1"])
+        seen.append(tls.load_cert(pki.ca.cert).fingerprint(tls.hashes.SHA256()).hex())
+    except Exception as exc:
+        seen.append(f"{type(exc).__name__}: {exc}")
+print(json.dumps(seen))
+"""
+
+
+def test_processes_creating_the_dev_pki_at_once_end_with_one_ca(tmp_path: Path) -> None:
+    """Issue 18, defect 5: gateways starting together on a fresh state directory raced to
+    create the dev PKI ("the private key …/ca-key.pem does not belong to …/ca.pem")."""
+    racers, dirs = 6, [tmp_path / f"state-{i}" for i in range(12)]
+    go = tmp_path / "go"
+    args = [sys.executable, "-c", RACER, str(go), *map(str, dirs)]
+    pipe = subprocess.PIPE
+    procs = [
+        subprocess.Popen(args, stdout=pipe, stderr=pipe, text=True, cwd=ROOT) for _ in range(racers)
+    ]
+    while len(list(tmp_path.glob("ready-*"))) < racers:  # every one imported: start together
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        time.sleep(0.01)
+    go.touch()
+    seen = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        seen.append(json.loads(out))
+    for i, state in enumerate(dirs):
+        pki = tls.ensure_dev_pki(state, ["localhost"])  # what a later start finds
+        ca_cert = tls.load_cert(pki.ca.cert)
+        fingerprint = ca_cert.fingerprint(hashes.SHA256()).hex()
+        assert {s[i] for s in seen} == {fingerprint}, (state, [s[i] for s in seen])
+        tls.server_context(pki.ca.cert, pki.ca.key)  # the CA key belongs to the CA
+        tls.server_context(pki.server.cert, pki.server.key)
+        tls.load_cert(pki.server.cert).verify_directly_issued_by(ca_cert)
+        assert _mode(pki.ca.key) == 0o600
+        assert sorted(p.name for p in (state / "pki").iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_a_ca_key_without_its_certificate_is_replaced(tmp_path: Path) -> None:
+    """A process killed between writing the CA key and its certificate leaves the key alone;
+    nothing can trust a CA whose certificate was never written, so the next start makes one."""
+    first = tls.ensure_dev_pki(tmp_path, [HOST])
+    first.ca.cert.unlink()
+    first.server.cert.unlink()
+    again = tls.ensure_dev_pki(tmp_path, [HOST])
+    tls.server_context(again.ca.cert, again.ca.key)
+    tls.load_cert(again.server.cert).verify_directly_issued_by(tls.load_cert(again.ca.cert))
+    again.ca.key.unlink()  # a certificate without its key is still an error: nodes trust it
+    with pytest.raises(InvalidInput, match=r"ca-key\.pem does not exist"):
+        tls.ensure_dev_pki(tmp_path, [HOST])
 
 
 # ---- clear errors -----------------------------------------------------------------------------
