@@ -80,8 +80,10 @@ async def test_the_daemon_survives_every_broken_stream_and_reconnects(
         front.mode = "forward"
         front.cut()
         await until(
-            lambda: link(cluster, "n1")["connected_at"] != first
-            and cluster.nodes()["n1"]["connectivity"] == "connected",
+            lambda: (
+                link(cluster, "n1")["connected_at"] != first
+                and cluster.nodes()["n1"]["connectivity"] == "connected"
+            ),
             60,
             "n1 to connect to the real gateway again",
         )
@@ -133,9 +135,11 @@ async def test_a_copied_credential_opens_no_second_session(
     impostor = start_impostor(cluster, tmp_path / "impostor", log)
     try:
         await until(
-            lambda: log.read_text().count("already has a live control session") >= 3
-            or link(cluster, "n1")["address"] != "127.0.0.1"
-            or impostor.poll() is not None,
+            lambda: (
+                log.read_text().count("already has a live control session") >= 3
+                or link(cluster, "n1")["address"] != "127.0.0.1"
+                or impostor.poll() is not None
+            ),
             60,
             "the impostor to be refused three times",
         )
