@@ -84,7 +84,7 @@ async def open_session(
         live = await uow.links.current(hello.node)  # the node's row is locked from here on
         if live is not None and live.alive(now - alive_for) and not _same_daemon(live, caller):
             node = await uow.fleet.node(hello.node)
-            refused = _refusal(live, node.pool if node else "POOL", now, alive_for)
+            refused = _refusal(live, node.pool if node else "POOL", alive_for)
             recorded = await uow.node_events.record(_event(live, hello, caller, now), KEEP_PER_NODE)
             await uow.commit()
             if math.log10(recorded.count).is_integer():  # 1, 10, 100, …: the log stays small
@@ -115,13 +115,12 @@ def _when(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _refusal(live: NodeLink, pool: str, now: datetime, timeout: timedelta) -> SessionRefused:
-    heard = max((now - live.heartbeat_at).total_seconds(), 0.0)
+def _refusal(live: NodeLink, pool: str, timeout: timedelta) -> SessionRefused:
+    # the same words at every refusal: the refused daemon logs a repeated reason once
     return SessionRefused(
         f"node {live.node} already has a live control session, since {_when(live.connected_at)} "
         f"from {live.peer or 'an unknown address'} (advertised address {live.address}, daemon "
-        f"{live.daemon_version or '?'}; last heartbeat {heard:.0f} s ago): a node has one "
-        "session at a time",
+        f"{live.daemon_version or '?'}): a node has one session at a time",
         fix=f"stop the other daemon of node {live.node}; if its credential file was copied, "
         f"enroll the node again with a new join token (`tp node token create --pool {pool} "
         f"--name {live.node}`), which revokes every copy. A daemon whose own old stream died "

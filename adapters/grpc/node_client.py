@@ -175,6 +175,7 @@ class NodeLink:
         self.healthy_after = healthy_after
         self.instance = secrets.token_hex(16)  # this process's streams (see the module doc)
         self._last_end, self._last_logged, self._repeats = "", 0.0, 0
+        self._welcomed = False  # the current stream got its Welcome
         self._stream: Any = None
         self._seq = 0
         self._lock = asyncio.Lock()
@@ -242,7 +243,7 @@ class NodeLink:
         started = time.monotonic()
         try:
             await self.session()
-            raise StreamTerminatedError("the gateway ended the control stream")
+            raise Unavailable("the gateway ended the control stream")
         except Exception as exc:
             if _retried(exc) and time.monotonic() - started >= self.healthy_after:
                 raise _Healthy() from exc
@@ -285,6 +286,7 @@ class NodeLink:
         channel = self._channel()
         metadata = {"authorization": f"Bearer {stored.credential}", INSTANCE_HEADER: self.instance}
         try:
+            self._welcomed = False
             async with NodeControlStub(channel).Connect.open(metadata=metadata) as stream:
                 self._seq = 0
                 self._stream = stream
@@ -297,6 +299,7 @@ class NodeLink:
                     self.connected.clear()
                 await stream.end()  # the gateway ended it: end ours, so its status is read
         except GRPCError as exc:
+            what = "ended" if self._welcomed else "refused"
             if exc.status is Status.UNAUTHENTICATED:
                 raise Unauthenticated(
                     f"the gateway refused this node's credential: {exc.message}",
@@ -304,7 +307,7 @@ class NodeLink:
                     f"create --pool {stored.pool} --name {stored.node}`), delete "
                     f"{self.state_dir / CREDENTIAL_FILE} and start the daemon with --join-token",
                 ) from None
-            raise _grpc_error(exc, "the gateway ended the control stream") from None
+            raise _grpc_error(exc, f"the gateway {what} the control stream") from None
         finally:
             channel.close()
 
@@ -329,6 +332,7 @@ class NodeLink:
                     continue
                 last = seq
                 if isinstance(body, Welcome):
+                    self._welcomed = True
                     await self.agent.welcomed(body.epoch)
                     self.connected.set()
                     silence = 3 * max(body.heartbeat_seconds, 1)

@@ -129,7 +129,7 @@ def node_events(
         The node (see `tp fleet ls`).
     """
     with connect() as api:
-        _, answer = api.get(f"/v1/nodes/{seg(name)}/events", params={"limit": limit})
+        answer = api.get(f"/v1/nodes/{seg(name)}/events", params={"limit": limit})
     if json:
         output.print_json(answer)
         return 0
