@@ -58,7 +58,6 @@ from proto.node_control_grpc import NodeControlStub
 log = logging.getLogger("tuneplane.node")
 
 CREDENTIAL_FILE = "credential"
-INSTANCE_HEADER = "tuneplane-daemon-instance"
 # what ends a stream without anything being wrong with this daemon: logged in one line
 _TRANSPORT = (
     OSError,  # resets, refused connections, TLS errors, timeouts
@@ -284,7 +283,10 @@ class NodeLink:
                 fix="start it once with --join-token TOKEN (`tp node token create`)",
             )
         channel = self._channel()
-        metadata = {"authorization": f"Bearer {stored.credential}", INSTANCE_HEADER: self.instance}
+        metadata = {
+            "authorization": f"Bearer {stored.credential}",
+            codec.INSTANCE_HEADER: self.instance,
+        }
         try:
             self._welcomed = False
             async with NodeControlStub(channel).Connect.open(metadata=metadata) as stream:

@@ -46,7 +46,6 @@ from proto.node_control_grpc import NodeControlBase
 log = logging.getLogger("tuneplane.gateway")
 
 SOURCE_CHUNK = 1024 * 1024
-INSTANCE_HEADER = "tuneplane-daemon-instance"
 _GONE = object()
 
 
@@ -59,7 +58,7 @@ class _Replaced:
 
 def _caller(stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> Caller:
     peer = stream.peer.addr() if stream.peer is not None else None
-    instance = stream.metadata.get(INSTANCE_HEADER, "") if stream.metadata else ""
+    instance = stream.metadata.get(codec.INSTANCE_HEADER, "") if stream.metadata else ""
     if isinstance(instance, bytes) or len(instance) > 64 or not instance.isalnum():
         instance = ""  # not what a daemon sends: never taken for the same daemon
     return Caller(str(peer[0]) if peer else "", instance)

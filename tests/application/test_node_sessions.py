@@ -156,3 +156,22 @@ def test_event_texts_are_printable_and_bounded() -> None:
 
 
 T = FakeClock().now()
+
+
+async def test_enrolling_the_node_again_ends_the_session_of_its_old_credential(
+    world: World,
+) -> None:
+    """The copy got in first (the real daemon was down): the operator enrolls the node again;
+    the real daemon, with its new credential, gets in at once; the copy's stream is replaced
+    (its gateway learns it at the next flush) and its credential is refused."""
+    old = world.identity
+    copy = await world.connect(COPY, "10.66.66.66")
+    await world.enroll()  # a new join token: every older credential stops working
+    real = await world.connect(REAL)
+    assert real.number == copy.number + 1
+    assert (await world.link()).address == "10.0.0.1"
+    await world.beat(copy)
+    assert world.control.superseded == {("n1", copy.number)}
+    async with world.ctx.uow() as uow:
+        [cred] = [c for c in await uow.enrollment.credentials("n1") if c.id == old.credential_id]
+    assert not cred.valid(world.clock.now())
