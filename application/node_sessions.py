@@ -52,18 +52,22 @@ class SessionRefused(Conflict):
     """The node already has a live control session."""
 
 
-def check_hello(hello: Hello) -> None:
-    """What a node reports about itself is stored and handed to its peers: refuse what no
-    daemon sends (control characters, NUL, huge texts) before anything is written."""
-    address = hello.address
+def check_address(address: str) -> None:
+    """A node's advertised address: what its peers dial (``MASTER_ADDR``)."""
     if not address or printable(address, MAX_ADDRESS) != address or " " in address:
         raise InvalidInput(
             f"the node's advertised address {address[:80]!r} is empty, too long or holds "
             "spaces or control characters",
             fix="start the daemon with --advertise-address HOST (a host name or IP address "
             "its peers can reach)",
-            field="address",
+            field="advertise_address",
         )
+
+
+def check_hello(hello: Hello) -> None:
+    """What a node reports about itself is stored and handed to its peers: refuse what no
+    daemon sends (control characters, NUL, huge texts) before anything is written."""
+    check_address(hello.address)
     if printable(hello.daemon_version, MAX_VERSION) != hello.daemon_version:
         raise InvalidInput(
             f"the daemon version {hello.daemon_version[:80]!r} is too long or holds control "

@@ -31,6 +31,7 @@ from adapters.node.journal import SqliteJournal
 from adapters.outputs import FilesystemOutputs
 from adapters.tls import client_context
 from application.node_agent import NodeAgent
+from application.node_sessions import check_address
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
 from entrypoints.node_collector import CollectorProcess
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
@@ -118,6 +119,8 @@ async def serve_daemon(options: DaemonOptions) -> None:
     host, port = split_server(options.server)
     tls = client_context(options.ca)
     pause = retry_max()
+    address = options.advertise_address or socket.gethostname()
+    check_address(address)  # else the gateway would refuse every stream
     state_dir = (options.state_dir or default_state_dir()).expanduser()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(state_dir, 0o700)
@@ -172,7 +175,6 @@ async def serve_daemon(options: DaemonOptions) -> None:
         await link.send(body)
 
     agent = NodeAgent(name, journal, runtime, send, feed=feed, outputs=outputs)
-    address = options.advertise_address or socket.gethostname()
     link = NodeLink(
         host=host,
         port=port,
