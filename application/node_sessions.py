@@ -148,6 +148,10 @@ async def node_events(
 ) -> list[NodeEvent]:
     """The node's security events, the most recently seen first (operators and admins)."""
     require(principal, OPERATORS, "read the security events of nodes")
+    if not node or printable(node, MAX_ADDRESS) != node:
+        raise InvalidInput(
+            f"{node[:80]!r} is not a node name", fix="see `tp fleet ls`", field="node"
+        )
     async with ctx.uow() as uow:
         if await uow.fleet.node(node) is None:
             raise NotFound(f"node {node} does not exist", fix="see `tp fleet ls`", field="node")

@@ -146,6 +146,9 @@ async def test_events_are_for_operators_and_known_nodes(world: World) -> None:
         await node_events(world.ctx, ALICE, "n1")
     with pytest.raises(NotFound):
         await node_events(world.ctx, ADMIN, "missing")
+    for bad in ("n1\x00", "x" * 300, ""):
+        with pytest.raises(InvalidInput):
+            await node_events(world.ctx, ADMIN, bad)
 
 
 def test_event_texts_are_printable_and_bounded() -> None:
