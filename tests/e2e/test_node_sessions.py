@@ -55,7 +55,8 @@ async def test_the_daemon_survives_every_broken_stream_and_reconnects(
     the gateway ends it (a takeover), resets it, answers every gRPC status but UNAUTHENTICATED,
     sends a message it cannot read, garbage, half a message, GOAWAY; TCP resets, FINs, a
     non-TLS answer. After each the daemon is alive and connects again (two attempts per
-    fault); then it reaches the real gateway again. UNAUTHENTICATED alone ends it, exit 5."""
+    fault); then it reaches the real gateway again. UNAUTHENTICATED alone ends it, with exit
+    code 5."""
     cluster = await node_cluster_factory(0, TUNEPLANE_NODE_RETRY_MAX_SECONDS="0.5")
     front = FaultyFront(cluster.gateway_port, cluster.servers.state_dir / "pki")
     await front.start()
@@ -66,17 +67,20 @@ async def test_the_daemon_survives_every_broken_stream_and_reconnects(
         killed: dict[str, str] = {}
         for mode in FAULTS:
             front.mode = mode
-            front.cut()  # the current stream dies; the next ones meet the fault
+            front.cut()  # what is still open dies; the next stream meets the fault
             proc = daemon.proc
             assert proc is not None
 
             def done(mode: str = mode, proc: subprocess.Popen[bytes] = proc) -> bool:
+                # the second attempt under a fault shows the daemon survived the first
                 return front.attempts[mode] >= 2 or proc.poll() is not None
 
             await until(done, 60, f"two connection attempts under {mode}")
             if proc.poll() is not None:  # it died: note why, start it again for the next fault
                 killed[mode] = daemon.log.read_text().strip().splitlines()[-1]
+                front.mode = "forward"
                 daemon = cluster.start_daemon("n1", port=front.port)
+        assert killed == {}, "the daemon died on these faults:\n" + json.dumps(killed, indent=1)
         front.mode = "forward"
         front.cut()
         await until(
@@ -87,7 +91,6 @@ async def test_the_daemon_survives_every_broken_stream_and_reconnects(
             60,
             "n1 to connect to the real gateway again",
         )
-        assert killed == {}, "the daemon died on these faults:\n" + json.dumps(killed, indent=1)
         log = daemon.log.read_text()
         assert "Traceback" not in log
         assert "reconnecting in" in log
