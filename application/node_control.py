@@ -65,9 +65,7 @@ class ControlSettings:
     resend_after: timedelta = timedelta(seconds=10)
     rotate_every: timedelta = timedelta(days=1)
     rotation_grace: timedelta = timedelta(minutes=10)
-    # a session whose heartbeats stopped this long ago is dead even if its gateway never
-    # closed it (the gateway died): a new one of the node may open (node_sessions.py)
-    session_timeout: timedelta = timedelta(seconds=30)
+    session_timeout: timedelta = timedelta(seconds=30)  # a silent session is dead (node_sessions)
 
 
 @dataclass(frozen=True, slots=True)
