@@ -116,7 +116,8 @@ async def enroll(
     ctx: Context, secret: str, node_name: str, capacity: NodeCapacity, address: str
 ) -> Enrolled:
     """Trade a join token for a control credential: creates the node in the token's pool (or
-    takes over an existing node of that name, whose old credentials stop working at once).
+    takes over an existing node of that name, whose old credentials stop working at once and
+    whose live control session, if any, is closed).
     The token is used up only if everything else succeeds (one transaction)."""
     unusable = Unauthenticated(
         "the join token is unknown", fix="create one with `tp node token create --pool POOL`"
@@ -169,6 +170,11 @@ async def enroll(
         credential, stored = _new_credential(ctx, name)
         await uow.enrollment.add_credential(stored)
         await uow.enrollment.retire_credentials(name, stored.id, now)
+        link = await uow.links.current(name)
+        if link is not None and link.closed_at is None:
+            # the live session used a credential revoked now (a copy, maybe): it is over, the
+            # newly enrolled daemon may open one at once; its gateway ends the old stream
+            await uow.links.close(name, link.session, now)
         await uow.commit()
     return Enrolled(name, pool.name, credential, stored.id)
 

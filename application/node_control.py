@@ -23,6 +23,7 @@ from application.enrollment import (
     rotate_credential,
 )
 from application.node_outputs import due_scans, record_answer, record_reported
+from application.node_sessions import Caller, open_session
 from application.token_renewal import due_renewals, with_token
 from domain.capsule import DIGEST_ENV, ENTRY, IMAGE_ENV, RUNNER
 from domain.coordination_ports import LAUNCH_NEWS
@@ -64,6 +65,7 @@ class ControlSettings:
     resend_after: timedelta = timedelta(seconds=10)
     rotate_every: timedelta = timedelta(days=1)
     rotation_grace: timedelta = timedelta(minutes=10)
+    session_timeout: timedelta = timedelta(seconds=30)  # a silent session is dead (node_sessions)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,22 +101,24 @@ class NodeControl:
         self._beats: dict[str, tuple[int, datetime]] = {}
         self._writing = asyncio.Lock()  # a flush never lands after its node's close
         self._scans_sent: dict[str, datetime] = {}  # output scan requests sent, and when
+        # (node, session) of streams a newer session replaced (seen by ``flush``): to be cut
+        self.superseded: set[tuple[str, int]] = set()
 
     # -- stream lifecycle -------------------------------------------------------------------
 
-    async def open(self, identity: NodeIdentity, hello: Hello) -> Session:
-        """A node's stream begins: record the link, reconcile its journal."""
+    async def open(
+        self, identity: NodeIdentity, hello: Hello, caller: Caller | None = None
+    ) -> Session:
+        """A node's stream begins: record the link (SessionRefused while another session of
+        the node is alive), reconcile its journal."""
         if hello.node != identity.node:
             raise Unauthenticated(
                 f"this credential belongs to node {identity.node}, not {hello.node}",
                 fix="start the daemon with its own state directory",
             )
-        now = self.ctx.clock.now()
-        async with self.ctx.uow() as uow:
-            link = await uow.links.open(
-                hello.node, self.gateway, hello.capacity, hello.address, hello.daemon_version, now
-            )
-            await uow.commit()
+        link = await open_session(
+            self.ctx, self.gateway, hello, caller or Caller(), self.settings.session_timeout
+        )
         session = Session(hello.node, link.session, link.epoch, identity)
         await self._refresh([session])
         for report in hello.journal:
@@ -152,8 +156,9 @@ class NodeControl:
             if not beats:
                 return 0
             async with self.ctx.uow() as uow:
-                await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
+                stale = await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
                 await uow.commit()
+            self.superseded.update(stale)
             async with self.ctx.uow() as uow:
                 revived = await uow.links.revive(
                     [(n, s) for n, (s, _) in beats.items()], self.ctx.clock.now()

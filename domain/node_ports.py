@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from domain.admission import Assignment
 from domain.artifacts import Manifest, ScanRequest, ScanResult
 from domain.enrollment import JoinToken, NodeCredential
+from domain.node_events import NodeEvent
 from domain.node_messages import PrepareOrder
 from domain.node_protocol import Decision, MemberReport, NodeCapacity, Phase, Placed
 from domain.submission import JobSpec
@@ -66,6 +67,13 @@ class NodeLink:
     address: str  # how peers reach the node (MASTER_ADDR of gangs led from it)
     daemon_version: str = ""
     epoch: int = 1  # the node's fencing epoch
+    closed_at: datetime | None = None  # when its gateway saw the stream end (None: open)
+    peer: str = ""  # the IP address the stream came from
+    instance: str = ""  # the daemon process's random id (its own reconnects carry the same)
+
+    def alive(self, heard_after: datetime) -> bool:
+        """The stream is open and its last heartbeat was recorded after ``heard_after``."""
+        return self.closed_at is None and self.heartbeat_at > heard_after
 
 
 class NodeLinkRepository(Protocol):
@@ -77,28 +85,42 @@ class NodeLinkRepository(Protocol):
         address: str,
         daemon_version: str,
         now: datetime,
+        peer: str = "",
+        instance: str = "",
     ) -> NodeLink:
         """A new stream for ``node`` (NotFound if the node does not exist): raise the session
         number, mark the node connected (a fenced node comes back connected but keeps its
-        scheduling state) and record what it reported. Returns the link, with the epoch."""
+        scheduling state) and record what it reported. Returns the link, with the epoch.
+        Whether a new session may open is decided by the caller with ``current`` first, in
+        the same unit of work."""
+        ...
+
+    async def current(self, node: str) -> NodeLink | None:
+        """Lock the node's row until the unit of work ends, then read its link afresh: an
+        ``open`` that follows in the same unit is decided against this, whichever gateway
+        process opens a session of the node at the same time. None: no node, or no link."""
         ...
 
     async def close(self, node: str, session: int, now: datetime) -> bool:
-        """The stream ended: mark the node disconnected, if ``session`` is still its current
-        one (True) — a newer stream of the same node is left alone (False)."""
+        """The stream ended: record ``closed_at`` and mark the node disconnected, if
+        ``session`` is still its current one (True) — a newer stream is left alone (False)."""
         ...
 
-    async def beat(self, beats: Sequence[tuple[str, int, datetime]]) -> None:
-        """Record heartbeats (node, session, time) in one round trip; stale sessions ignored."""
+    async def beat(
+        self, beats: Sequence[tuple[str, int, datetime]]
+    ) -> builtins.list[tuple[str, int]]:
+        """Record heartbeats (node, session, time) in one round trip; stale sessions ignored.
+        Returns the (node, session) pairs given whose node has a newer session since: their
+        streams were superseded (through another gateway) and must end."""
         ...
 
     async def revive(
         self, sessions: Sequence[tuple[str, int]], now: datetime
     ) -> builtins.list[str]:
         """Nodes marked disconnected (by ``expire``: no heartbeat recorded, e.g. while the
-        gateway could not write) whose stream (node, session) is still their latest are
-        connected again; returns their names. A lost (fenced) node is never revived. Its own
-        transaction: it locks node rows, which ``beat`` must not do."""
+        gateway could not write) whose stream (node, session) is still their latest and not
+        closed are connected again; returns their names. A lost (fenced) node is never
+        revived. Its own transaction: it locks node rows, which ``beat`` must not do."""
         ...
 
     async def get(self, node: str) -> NodeLink | None: ...
@@ -118,6 +140,21 @@ class NodeLinkRepository(Protocol):
 
     async def epoch(self, node: str) -> int:
         """The node's fencing epoch (1 until it is first fenced). NotFound if absent."""
+        ...
+
+
+class NodeEventRepository(Protocol):
+    """Security events about nodes' control sessions (``domain.node_events``)."""
+
+    async def record(self, event: NodeEvent, keep: int) -> NodeEvent:
+        """Record ``event`` (count 1, its time both first and last). If the node already has
+        an event of the same kind and source, that one is updated instead: count + 1, last
+        time and message from ``event``. Then only the node's ``keep`` most recently seen
+        events are kept. Returns the event as stored. NotFound if the node does not exist."""
+        ...
+
+    async def of_node(self, node: str, limit: int) -> builtins.list[NodeEvent]:
+        """The node's events, the most recently seen first (at most ``limit``)."""
         ...
 
 

@@ -29,6 +29,7 @@ from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
+    NodeEventRepository,
     NodeLinkRepository,
     OutputScanRepository,
 )
@@ -352,6 +353,7 @@ class UnitOfWork(Protocol):
     scheduling: SchedulingRepository
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
+    node_events: NodeEventRepository
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository

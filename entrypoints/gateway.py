@@ -60,6 +60,8 @@ def control_settings(settings: Settings) -> ControlSettings:
         heartbeat=timedelta(seconds=settings.heartbeat_seconds),
         rotate_every=timedelta(seconds=settings.credential_rotate_seconds),
         rotation_grace=timedelta(seconds=settings.credential_grace_seconds),
+        # as the control plane's "its gateway died" limit (entrypoints/server.py)
+        session_timeout=timedelta(seconds=max(6 * settings.heartbeat_seconds, 30)),
     )
 
 

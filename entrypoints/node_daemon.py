@@ -7,7 +7,9 @@ stored credential. Before connecting, the agent reconciles its journal with the 
 restarted daemon re-adopts running containers instead of starting new ones.
 
 SIGTERM and SIGINT stop the daemon, never its members: they keep running and are re-adopted
-at the next start.
+at the next start. A lost or broken stream never ends the daemon (it reconnects with back-off,
+at most ``TUNEPLANE_NODE_RETRY_MAX_SECONDS`` apart, 10 s by default); a credential the gateway
+refuses for good does, with exit code 5 (the node needs a new join token).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from adapters.node.journal import SqliteJournal
 from adapters.outputs import FilesystemOutputs
 from adapters.tls import client_context
 from application.node_agent import NodeAgent
-from domain.errors import InvalidInput, TunePlaneError
+from application.node_sessions import check_address
+from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
 from entrypoints.cli.errors import render
 from entrypoints.node_collector import CollectorProcess
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
@@ -37,6 +40,8 @@ from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_
 log = logging.getLogger("tuneplane.node")
 
 JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
+RETRY_MAX_ENV = "TUNEPLANE_NODE_RETRY_MAX_SECONDS"
+CREDENTIAL_REFUSED = 5  # exit code: the join token or credential was refused (as `tp` uses 5)
 JOURNAL_FILE = "journal.sqlite"
 
 
@@ -88,6 +93,22 @@ def _outputs_root(given: Path | None, state_dir: Path) -> Path:
     return root
 
 
+def retry_max() -> float:
+    """The longest pause between two connection attempts (``TUNEPLANE_NODE_RETRY_MAX_SECONDS``)."""
+    text = os.environ.get(RETRY_MAX_ENV, "").strip() or "10"
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 600:
+        raise InvalidInput(
+            f"{RETRY_MAX_ENV}={text!r} is not a number of seconds between 0.1 and 600",
+            fix=f"set {RETRY_MAX_ENV} to e.g. 10, or unset it",
+            field=RETRY_MAX_ENV,
+        )
+    return value
+
+
 def _version() -> str:
     try:
         return version("tuneplane")
@@ -98,6 +119,9 @@ def _version() -> str:
 async def serve_daemon(options: DaemonOptions) -> None:
     host, port = split_server(options.server)
     tls = client_context(options.ca)
+    pause = retry_max()
+    address = options.advertise_address or socket.gethostname()
+    check_address(address)  # else the gateway would refuse every stream
     state_dir = (options.state_dir or default_state_dir()).expanduser()
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(state_dir, 0o700)
@@ -152,7 +176,6 @@ async def serve_daemon(options: DaemonOptions) -> None:
         await link.send(body)
 
     agent = NodeAgent(name, journal, runtime, send, feed=feed, outputs=outputs)
-    address = options.advertise_address or socket.gethostname()
     link = NodeLink(
         host=host,
         port=port,
@@ -162,6 +185,7 @@ async def serve_daemon(options: DaemonOptions) -> None:
         capacity=capacity,
         address=address,
         version=_version(),
+        retry_max=pause,
     )
     try:
         if stored is None:
@@ -201,5 +225,5 @@ def run_daemon(options: DaemonOptions) -> int:
         run_server(serve_daemon(options))
     except TunePlaneError as exc:
         print(render(exc), flush=True)
-        return 1
+        return CREDENTIAL_REFUSED if isinstance(exc, Unauthenticated) else 1
     return 0

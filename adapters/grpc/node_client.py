@@ -5,6 +5,15 @@ The credential lives in ``<state dir>/credential`` (0600, written atomically), a
 workload mounts. Messages are numbered on the stream under one lock, so the numbers on the wire
 always increase (the gateway refuses any that does not). Losing the stream stops nothing: the
 agent keeps watching and journalling, and the next stream's Hello carries the journal.
+
+Reconnects: whatever ends a stream — the gateway ending or refusing it (any gRPC status but
+UNAUTHENTICATED), a reset, TLS or HTTP/2 errors, a truncated or unreadable message — is logged
+in one line and the daemon connects again, after an exponential back-off with jitter (0.2 s
+doubling up to ``retry_max``), reset once a stream lasted ``healthy_after``. Only a credential
+the gateway refuses (UNAUTHENTICATED: unknown, or replaced and past its grace period) or an
+unreadable credential file ends ``run``: the node needs a new join token. Each daemon process
+sends a random ``instance`` id with its streams, so that the gateway can tell its own
+reconnect from a second daemon using a copy of the credential (docs/node-backend.md).
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import ssl
 import time
 from dataclasses import dataclass
@@ -22,12 +32,14 @@ from typing import Any
 
 from grpclib.client import Channel
 from grpclib.const import Status
-from grpclib.exceptions import GRPCError, StreamTerminatedError
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from h2.exceptions import H2Error
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from adapters.grpc import node_codec as codec
 from adapters.grpc.errors import from_grpc
 from application.node_agent import NodeAgent
-from domain.errors import InvalidInput, Unauthenticated, Unavailable
+from domain.errors import InvalidInput, TunePlaneError, Unauthenticated, Unavailable
 from domain.node_messages import (
     CredentialAck,
     Heartbeat,
@@ -47,6 +59,16 @@ from proto.node_control_grpc import NodeControlStub
 log = logging.getLogger("tuneplane.node")
 
 CREDENTIAL_FILE = "credential"
+# what ends a stream without anything being wrong with this daemon: logged in one line
+_TRANSPORT = (
+    OSError,  # resets, refused connections, TLS errors, timeouts
+    EOFError,
+    GRPCError,
+    ProtocolError,
+    StreamTerminatedError,
+    H2Error,
+    TunePlaneError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +125,23 @@ def _grpc_error(exc: GRPCError, what: str) -> Exception:
     return from_grpc(exc, what, fix if exc.status is Status.UNAUTHENTICATED else "")
 
 
+class _Healthy(Exception):
+    """A stream that had lasted ``healthy_after`` ended (its cause says why)."""
+
+
+def _retried(exc: BaseException) -> bool:
+    """Everything but a refused credential (and cancellation) is worth another stream."""
+    return isinstance(exc, Exception) and not isinstance(exc, Unauthenticated | _Healthy)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TunePlaneError):
+        return str(exc)
+    if isinstance(exc, GRPCError):
+        return f"gRPC status {exc.status.name}: {exc.message}"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
 class NodeLink:
     def __init__(
         self,
@@ -117,6 +156,8 @@ class NodeLink:
         version: str,
         watch_seconds: float = 1.0,
         connect_timeout: float = 30.0,
+        retry_max: float = 10.0,
+        healthy_after: float = 30.0,
     ) -> None:
         self.host, self.port, self.tls = host, port, tls
         self.state_dir = state_dir
@@ -126,6 +167,11 @@ class NodeLink:
         self.version = version
         self.watch_seconds = watch_seconds
         self.connect_timeout = connect_timeout
+        self.retry_max = retry_max
+        self.healthy_after = healthy_after
+        self.instance = secrets.token_hex(16)  # this process's streams (see the module doc)
+        self._last_end, self._last_logged, self._repeats = "", 0.0, 0
+        self._welcomed = False  # the current stream got its Welcome
         self._stream: Any = None
         self._seq = 0
         self._lock = asyncio.Lock()
@@ -168,47 +214,81 @@ class NodeLink:
             self._seq += 1
             await stream.send_message(codec.node_message_to(self._seq, body))
 
-    async def run(self, retry_max: float = 10.0) -> None:
-        """Keep a stream open (reconnecting with backoff) and watch members, until cancelled."""
+    async def run(self) -> None:
+        """Keep a stream open (reconnecting with back-off) and watch members, until cancelled.
+        Raises Unauthenticated when the credential is refused for good."""
         watcher = asyncio.create_task(self._watch())
-        delay = 0.2
         try:
             while True:
-                started = time.monotonic()
                 try:
-                    await self.session()
-                except Unauthenticated:
-                    raise
-                except (
-                    GRPCError,
-                    OSError,
-                    ssl.SSLError,
-                    Unavailable,
-                    ConnectionError,
-                    TimeoutError,
-                    StreamTerminatedError,
-                ) as exc:
-                    log.warning("control stream to %s:%d ended: %s", self.host, self.port, exc)
-                if time.monotonic() - started > 30:
-                    delay = 0.2  # it was up a while: reconnect promptly
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, retry_max)
+                    async for attempt in AsyncRetrying(
+                        retry=retry_if_exception(_retried),
+                        wait=wait_exponential_jitter(initial=0.2, max=self.retry_max, jitter=0.2),
+                        before_sleep=self._ended,
+                        reraise=True,
+                    ):
+                        with attempt:
+                            await self._stream_once()
+                except _Healthy as healthy:  # it was up a while: reconnect now, back-off reset
+                    self._log_end(healthy.__cause__ or healthy, 0.0)
         finally:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
 
+    async def _stream_once(self) -> None:
+        """One stream; always ends with an exception: why it ended (``_Healthy`` around it
+        when the stream had lasted ``healthy_after``)."""
+        started = time.monotonic()
+        try:
+            await self.session()
+            raise Unavailable("the gateway ended the control stream")
+        except Exception as exc:
+            if _retried(exc) and time.monotonic() - started >= self.healthy_after:
+                raise _Healthy() from exc
+            raise
+
+    def _ended(self, state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        if exc is not None:
+            self._log_end(exc, state.upcoming_sleep)
+
+    def _log_end(self, exc: BaseException, delay: float) -> None:
+        """One line per end; the same reason again is logged at most once a minute (with how
+        many times it came meanwhile). An error of an unexpected kind gets its traceback once."""
+        why = _describe(exc)
+        now = time.monotonic()
+        if why == self._last_end and now - self._last_logged < 60:
+            self._repeats += 1
+            log.debug("control stream ended again: %s", why)
+            return
+        again = f" (and {self._repeats} more times)" if why == self._last_end else ""
+        log.warning(
+            "control stream to %s:%d ended: %s%s; reconnecting in %.1f s",
+            self.host, self.port, why, again, delay,
+        )  # fmt: skip
+        if not isinstance(exc, _TRANSPORT) and why != self._last_end:
+            log.warning("the unexpected error above", exc_info=exc)
+        self._last_end, self._last_logged, self._repeats = why, now, 0
+
     async def session(self) -> None:
         """One control stream, from Hello to its end."""
-        stored = load_credential(self.state_dir)
+        try:
+            stored = load_credential(self.state_dir)
+        except InvalidInput as exc:  # an unreadable credential does not heal by itself
+            raise Unauthenticated(exc.message, fix=exc.fix) from None
         if stored is None:
             raise Unauthenticated(
                 f"node is not enrolled (no {self.state_dir / CREDENTIAL_FILE})",
                 fix="start it once with --join-token TOKEN (`tp node token create`)",
             )
         channel = self._channel()
-        metadata = {"authorization": f"Bearer {stored.credential}"}
+        metadata = {
+            "authorization": f"Bearer {stored.credential}",
+            codec.INSTANCE_HEADER: self.instance,
+        }
         try:
+            self._welcomed = False
             async with NodeControlStub(channel).Connect.open(metadata=metadata) as stream:
                 self._seq = 0
                 self._stream = stream
@@ -219,8 +299,17 @@ class NodeLink:
                 finally:
                     self._stream = None
                     self.connected.clear()
+                await stream.end()  # the gateway ended it: end ours, so its status is read
         except GRPCError as exc:
-            raise _grpc_error(exc, "the gateway closed the control stream") from None
+            what = "ended" if self._welcomed else "refused"
+            if exc.status is Status.UNAUTHENTICATED:
+                raise Unauthenticated(
+                    f"the gateway refused this node's credential: {exc.message}",
+                    fix=f"enroll node {stored.node} again: create a join token (`tp node token "
+                    f"create --pool {stored.pool} --name {stored.node}`), delete "
+                    f"{self.state_dir / CREDENTIAL_FILE} and start the daemon with --join-token",
+                ) from None
+            raise _grpc_error(exc, f"the gateway {what} the control stream") from None
         finally:
             channel.close()
 
@@ -234,6 +323,8 @@ class NodeLink:
                     message = await asyncio.wait_for(stream.recv_message(), silence)
                 except TimeoutError:
                     raise ConnectionError(f"the gateway was silent for {silence:.0f} s") from None
+                except AssertionError as exc:  # grpclib's check of a message's length
+                    raise ConnectionError(f"the gateway sent a truncated message: {exc}") from None
                 if message is None:
                     return
                 seq, body, grace = codec.gateway_message_from(message)
@@ -243,6 +334,7 @@ class NodeLink:
                     continue
                 last = seq
                 if isinstance(body, Welcome):
+                    self._welcomed = True
                     await self.agent.welcomed(body.epoch)
                     self.connected.set()
                     silence = 3 * max(body.heartbeat_seconds, 1)

@@ -59,6 +59,8 @@ _PHASES = {
 }
 _PHASES_BACK = {v: k for k, v in _PHASES.items()}
 _MAX_TEXT = 4096
+# gRPC metadata of a Connect stream: the daemon process's random id (application/node_sessions)
+INSTANCE_HEADER = "tuneplane-daemon-instance"
 _HEX = frozenset("0123456789abcdef")
 
 

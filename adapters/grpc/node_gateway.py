@@ -5,6 +5,12 @@ One ``Connect`` stream per node daemon. A reader task checks and records what th
 outbox fed by the reader (heartbeat answers, refusals) and by the gateway's command loop, which
 asks ``NodeControl.commands`` for every connected node at once, each ``poll`` seconds. A node
 silent for three heartbeat intervals is cut off (TCP may not notice a vanished peer).
+
+One session per node (``application/node_sessions.py``): a stream is opened only if the node
+has no other live session, or the new one comes from the same daemon process (the
+``tuneplane-daemon-instance`` metadata). A stream whose session was replaced — here, or through
+another gateway (``NodeControl.superseded``, from the heartbeat flush) — is ended with ABORTED
+and the reason, never left to carry commands.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
 from adapters.grpc import node_codec as codec
@@ -22,6 +30,7 @@ from adapters.grpc.errors import bearer, grpc_error
 from adapters.grpc.node_codec import GatewayBody
 from application.enrollment import authenticate_node, enroll
 from application.node_control import NodeControl, Outgoing, Session
+from application.node_sessions import Caller
 from domain.errors import InvalidInput, NotFound, TunePlaneError
 from domain.node_messages import (
     Heartbeat,
@@ -38,6 +47,21 @@ log = logging.getLogger("tuneplane.gateway")
 
 SOURCE_CHUNK = 1024 * 1024
 _GONE = object()
+
+
+@dataclass(frozen=True)
+class _Replaced:
+    """Ends a stream whose session a newer one replaced, saying so."""
+
+    why: str
+
+
+def _caller(stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> Caller:
+    peer = stream.peer.addr() if stream.peer is not None else None
+    instance = stream.metadata.get(codec.INSTANCE_HEADER, "") if stream.metadata else ""
+    if isinstance(instance, bytes) or len(instance) > 64 or not instance.isalnum():
+        instance = ""  # not what a daemon sends: never taken for the same daemon
+    return Caller(str(peer[0]) if peer else "", instance)
 
 
 @dataclass
@@ -93,13 +117,13 @@ class NodeGateway(NodeControlBase):
             seq, hello = codec.node_message_from(first)
             if not isinstance(hello, Hello):
                 raise InvalidInput("the first message must be Hello", fix="upgrade the daemon")
-            session = await self.control.open(identity, hello)
+            session = await self.control.open(identity, hello, _caller(stream))
         except TunePlaneError as exc:
             raise grpc_error(exc) from None
         session.last_seq = seq
         previous = self.links.pop(session.node, None)
         if previous is not None:  # the node reconnected before we noticed the old stream end
-            previous.outbox.put_nowait(_GONE)
+            previous.outbox.put_nowait(_Replaced(f"session {session.number} replaced it"))
         link = _Link(session)
         self.links[session.node] = link
         heartbeat = self.control.settings.heartbeat.total_seconds()
@@ -110,7 +134,7 @@ class NodeGateway(NodeControlBase):
         self._wake.set()
         reader = asyncio.create_task(self._read(stream, link, heartbeat * 3))
         try:
-            await self._write(stream, link, reader)
+            ended = await self._write(stream, link)
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -118,8 +142,21 @@ class NodeGateway(NodeControlBase):
             if self.links.get(session.node) is link:
                 del self.links[session.node]
             await self.control.close(session)
+        if isinstance(ended, _Replaced):
+            log.info("node %s: session %d ended: %s", session.node, session.number, ended.why)
+            raise GRPCError(
+                Status.ABORTED, f"this control stream of node {session.node} ended: {ended.why}"
+            )
 
     async def _read(
+        self, stream: Stream[pb.NodeMessage, pb.GatewayMessage], link: _Link, silence: float
+    ) -> None:
+        try:
+            await self._read_until_end(stream, link, silence)
+        finally:  # whatever ended it (a reset, an unreadable message): the writer ends too
+            link.outbox.put_nowait(_GONE)
+
+    async def _read_until_end(
         self, stream: Stream[pb.NodeMessage, pb.GatewayMessage], link: _Link, silence: float
     ) -> None:
         session = link.session
@@ -128,9 +165,9 @@ class NodeGateway(NodeControlBase):
                 message = await asyncio.wait_for(stream.recv_message(), silence)
             except TimeoutError:
                 log.warning("node %s silent for %.0f s: closing its stream", session.node, silence)
-                break
+                return
             if message is None:
-                break
+                return
             try:
                 seq, body = codec.node_message_from(message)
             except InvalidInput as exc:
@@ -150,18 +187,17 @@ class NodeGateway(NodeControlBase):
                 link.outbox.put_nowait(Refused(seq, why))
             else:
                 self._wake.set()  # a vote or report may change what its members need
-        link.outbox.put_nowait(_GONE)
 
     async def _write(
-        self,
-        stream: Stream[pb.NodeMessage, pb.GatewayMessage],
-        link: _Link,
-        reader: asyncio.Task[None],
-    ) -> None:
+        self, stream: Stream[pb.NodeMessage, pb.GatewayMessage], link: _Link
+    ) -> _Replaced | None:
+        """Send the outbox until the stream ends: returns why, when a newer session replaced it."""
         while True:
             item = await link.outbox.get()
             if item is _GONE:
-                return
+                return None
+            if isinstance(item, _Replaced):
+                return item
             link.seq += 1
             body: GatewayBody = item  # type: ignore[assignment]
             await stream.send_message(codec.gateway_message_to(link.seq, body, self.stop_grace))
@@ -181,11 +217,21 @@ class NodeGateway(NodeControlBase):
                 await self.renew()
                 await self.scan()
                 await self.control.flush()
+                self._cut_superseded()
             except Exception:
                 log.exception("node gateway: dispatch failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll)
             self._wake.clear()
+
+    def _cut_superseded(self) -> None:
+        """End the streams whose session another gateway replaced since."""
+        superseded, self.control.superseded = self.control.superseded, set()
+        for node, number in superseded:
+            link = self.links.get(node)
+            if link is not None and link.session.number == number:
+                del self.links[node]  # no more commands through it
+                link.outbox.put_nowait(_Replaced("a newer session of the node opened elsewhere"))
 
     async def rotate(self) -> int:
         """Send new credentials to nodes whose credential is due (checked in memory)."""

@@ -17,6 +17,7 @@ from adapters.memory.db import TableDef, Tx
 from domain.enrollment import JoinToken, NodeCredential
 from domain.errors import NotFound
 from domain.fleet import Connectivity, Node
+from domain.node_events import NodeEvent
 from domain.node_ports import NodeLink
 from domain.node_protocol import NodeCapacity
 
@@ -33,6 +34,7 @@ class NodeExtraRow:
 NODE_TABLES = [
     TableDef("node_extras", pk=lambda r: r.node, immutable=True),
     TableDef("node_links", pk=lambda r: r.node, immutable=True),
+    TableDef("node_events", pk=lambda e: (e.node, e.kind, e.source), immutable=True),
     TableDef("join_tokens", pk=lambda t: t.token_hash, immutable=True),
     TableDef(
         "node_credentials",
@@ -122,6 +124,8 @@ class MemoryNodeLinkRepository:
         address: str,
         daemon_version: str,
         now: datetime,
+        peer: str = "",
+        instance: str = "",
     ) -> NodeLink:
         tx = self._tx
         await tx.lock(("nodes", "pk", node))  # the node row first, as PostgreSQL does
@@ -134,9 +138,16 @@ class MemoryNodeLinkRepository:
         await tx.lock(("node_links", "pk", node))
         old: NodeLink | None = tx.get("node_links", node)
         session = old.session + 1 if old is not None else 1
-        link = NodeLink(node, session, gateway, now, now, capacity, address, daemon_version)
+        link = NodeLink(
+            node, session, gateway, now, now, capacity, address, daemon_version,
+            peer=peer, instance=instance,
+        )  # fmt: skip
         tx.write("node_links", link)
         return replace(link, epoch=extra.epoch)
+
+    async def current(self, node: str) -> NodeLink | None:
+        await self._tx.lock(("nodes", "pk", node))  # as ``open`` and ``close`` do
+        return await self.get(node)
 
     async def close(self, node: str, session: int, now: datetime) -> bool:
         tx = self._tx
@@ -144,18 +155,26 @@ class MemoryNodeLinkRepository:
         link: NodeLink | None = tx.get("node_links", node)
         if link is None or link.session != session:
             return False
+        if link.closed_at is None:
+            tx.write("node_links", replace(link, closed_at=now))
         current: Node | None = tx.get("nodes", node)
         if current is not None and current.connectivity is Connectivity.CONNECTED:
             tx.write("nodes", replace(current, connectivity=Connectivity.DISCONNECTED))
         return True
 
-    async def beat(self, beats: Sequence[tuple[str, int, datetime]]) -> None:
+    async def beat(
+        self, beats: Sequence[tuple[str, int, datetime]]
+    ) -> builtins.list[tuple[str, int]]:
         tx = self._tx
+        superseded = []
         for node, session, at in sorted(beats, key=lambda b: b[0]):
             await tx.lock(("node_links", "pk", node))
             link: NodeLink | None = tx.get("node_links", node)
             if link is not None and link.session == session:
                 tx.write("node_links", replace(link, heartbeat_at=at))
+            elif link is not None and link.session > session:
+                superseded.append((node, session))
+        return superseded
 
     async def get(self, node: str) -> NodeLink | None:
         link: NodeLink | None = self._tx.get("node_links", node)
@@ -178,6 +197,7 @@ class MemoryNodeLinkRepository:
                 node is not None
                 and link is not None
                 and link.session == session
+                and link.closed_at is None
                 and node.connectivity is Connectivity.DISCONNECTED
             ):
                 tx.write("nodes", replace(node, connectivity=Connectivity.CONNECTED))
@@ -217,3 +237,33 @@ class MemoryNodeLinkRepository:
         extra = node_extra(tx, node)
         tx.write("node_extras", replace(extra, epoch=extra.epoch + 1))
         return extra.epoch + 1
+
+
+class MemoryNodeEventRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def record(self, event: NodeEvent, keep: int) -> NodeEvent:
+        tx = self._tx
+        await tx.lock(("nodes", "pk", event.node))  # one writer per node: the cap holds
+        if tx.get("nodes", event.node) is None:
+            raise _no_node(event.node)
+        key = (event.node, event.kind, event.source)
+        old: NodeEvent | None = tx.get("node_events", key)
+        if old is not None:
+            event = replace(
+                old,
+                last_at=max(old.last_at, event.last_at),
+                count=old.count + 1,
+                message=event.message,
+            )
+        tx.write("node_events", event)
+        for stale in (await self.of_node(event.node, 1 << 30))[keep:]:
+            tx.delete("node_events", (stale.node, stale.kind, stale.source))
+        return event
+
+    async def of_node(self, node: str, limit: int) -> builtins.list[NodeEvent]:
+        rows: list[NodeEvent] = self._tx.select("node_events", lambda e: e.node == node)
+        rows.sort(key=lambda e: (e.kind, e.source))
+        rows.sort(key=lambda e: e.last_at, reverse=True)
+        return rows[:limit]

@@ -16,7 +16,11 @@ from adapters.memory.fleet import (
     MemorySchedulingRepository,
 )
 from adapters.memory.launches import MemoryLaunchLedger
-from adapters.memory.nodes import MemoryEnrollmentRepository, MemoryNodeLinkRepository
+from adapters.memory.nodes import (
+    MemoryEnrollmentRepository,
+    MemoryNodeEventRepository,
+    MemoryNodeLinkRepository,
+)
 from adapters.memory.plugins import MemoryPluginRepository
 from adapters.memory.repositories import (
     MemoryAttemptRepository,
@@ -34,6 +38,7 @@ from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
+    NodeEventRepository,
     NodeLinkRepository,
     OutputScanRepository,
 )
@@ -77,6 +82,7 @@ class MemoryUnitOfWork:
     scheduling: SchedulingRepository
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
+    node_events: NodeEventRepository
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
@@ -106,6 +112,7 @@ class MemoryUnitOfWork:
         self.scheduling = MemorySchedulingRepository(tx)
         self.enrollment = MemoryEnrollmentRepository(tx)
         self.links = MemoryNodeLinkRepository(tx)
+        self.node_events = MemoryNodeEventRepository(tx)
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)

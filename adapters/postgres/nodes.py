@@ -24,6 +24,7 @@ from adapters.postgres.rows import fetch_one, insert_new
 from adapters.postgres.tables import join_tokens, node_credentials, nodes, pools
 from domain.enrollment import JoinToken, NodeCredential
 from domain.errors import NotFound
+from domain.node_events import NodeEvent, NodeEventKind
 from domain.node_ports import NodeLink
 from domain.node_protocol import NodeCapacity
 
@@ -141,22 +142,23 @@ class PostgresEnrollmentRepository:
 
 _LINK_COLUMNS = (
     "l.node, l.session, l.gateway, l.connected_at, l.heartbeat_at, l.gpus, l.gpu_model, "
-    "l.cpus, l.memory_mb, l.address, l.daemon_version, n.epoch"
+    "l.cpus, l.memory_mb, l.address, l.daemon_version, n.epoch, l.closed_at, l.peer, l.instance"
 )
 # The node row first (its lock orders two opens of one node), then the link: a new session.
 _OPEN = text(
     "WITH n AS (UPDATE nodes SET connectivity = 'connected', address = :address, "
     "           updated_at = :now WHERE name = :node RETURNING name, epoch), "
     "l AS (INSERT INTO node_links AS o (node, session, gateway, connected_at, heartbeat_at, "
-    "             gpus, gpu_model, cpus, memory_mb, address, daemon_version) "
+    "             gpus, gpu_model, cpus, memory_mb, address, daemon_version, peer, instance) "
     "      SELECT n.name, 1, :gateway, :now, :now, :gpus, :gpu_model, :cpus, :memory_mb, "
-    "             :address, :daemon_version FROM n "
+    "             :address, :daemon_version, :peer, :instance FROM n "
     "      ON CONFLICT (node) DO UPDATE SET session = o.session + 1, "
     "        gateway = excluded.gateway, connected_at = excluded.connected_at, "
     "        heartbeat_at = excluded.heartbeat_at, gpus = excluded.gpus, "
     "        gpu_model = excluded.gpu_model, cpus = excluded.cpus, "
     "        memory_mb = excluded.memory_mb, address = excluded.address, "
-    "        daemon_version = excluded.daemon_version "
+    "        daemon_version = excluded.daemon_version, closed_at = NULL, "
+    "        peer = excluded.peer, instance = excluded.instance "
     "      RETURNING *) "
     f"SELECT {_LINK_COLUMNS} FROM l JOIN n ON n.name = l.node"
 )
@@ -166,23 +168,28 @@ _OPEN = text(
 _LOCK_NODE = text("SELECT name FROM nodes WHERE name = :node FOR UPDATE")
 # Only the current session closes the link; a lost (fenced) node stays lost.
 _CLOSE = text(
-    "WITH l AS (SELECT node FROM node_links WHERE node = :node AND session = :session), "
+    "WITH l AS (UPDATE node_links SET closed_at = coalesce(closed_at, :now) "
+    "           WHERE node = :node AND session = :session RETURNING node), "
     "upd AS (UPDATE nodes n SET connectivity = 'disconnected', updated_at = :now FROM l "
     "        WHERE n.name = l.node AND n.connectivity = 'connected') "
     "SELECT count(*) FROM l"
 )
+# The beats of the current sessions are written; those of sessions a newer one replaced are
+# returned (both parts read the same snapshot).
 _BEAT = text(
-    "UPDATE node_links l SET heartbeat_at = b.at "
-    "FROM unnest(CAST(:nodes AS text[]), CAST(:sessions AS bigint[]), "
-    "            CAST(:ats AS timestamptz[])) AS b(node, session, at) "
-    "WHERE l.node = b.node AND l.session = b.session"
+    "WITH b AS (SELECT * FROM unnest(CAST(:nodes AS text[]), CAST(:sessions AS bigint[]), "
+    "                                CAST(:ats AS timestamptz[])) AS b(node, session, at)), "
+    "upd AS (UPDATE node_links l SET heartbeat_at = b.at FROM b "
+    "        WHERE l.node = b.node AND l.session = b.session) "
+    "SELECT b.node, b.session FROM b JOIN node_links l ON l.node = b.node "
+    "WHERE l.session > b.session"
 )
 _REVIVE = text(
     "UPDATE nodes n SET connectivity = 'connected', updated_at = :now "
     "FROM node_links l, "
     "     unnest(CAST(:nodes AS text[]), CAST(:sessions AS bigint[])) AS s(node, session) "
     "WHERE n.name = s.node AND l.node = s.node AND l.session = s.session "
-    "AND n.connectivity = 'disconnected' RETURNING n.name"
+    "AND l.closed_at IS NULL AND n.connectivity = 'disconnected' RETURNING n.name"
 )
 _GET = text(
     f"SELECT {_LINK_COLUMNS} FROM node_links l JOIN nodes n ON n.name = l.node WHERE l.node = :node"
@@ -216,6 +223,9 @@ def _link(r: Any) -> NodeLink:
         address=r["address"],
         daemon_version=r["daemon_version"],
         epoch=r["epoch"],
+        closed_at=r["closed_at"],
+        peer=r["peer"],
+        instance=r["instance"],
     )
 
 
@@ -235,6 +245,8 @@ class PostgresNodeLinkRepository:
         address: str,
         daemon_version: str,
         now: datetime,
+        peer: str = "",
+        instance: str = "",
     ) -> NodeLink:
         params = {
             "node": node,
@@ -246,12 +258,19 @@ class PostgresNodeLinkRepository:
             "address": address,
             "daemon_version": daemon_version,
             "now": now,
+            "peer": peer,
+            "instance": instance,
         }
         with translated(f"open the control link of node {node}"):
             row = (await self._conn.execute(_OPEN, params)).mappings().first()
         if row is None:
             raise _no_node(node)
         return _link(row)
+
+    async def current(self, node: str) -> NodeLink | None:
+        with translated(f"lock the control link of node {node}"):
+            await self._conn.execute(_LOCK_NODE, {"node": node})
+        return await self.get(node)  # a new statement: it sees what committed meanwhile
 
     async def close(self, node: str, session: int, now: datetime) -> bool:
         params = {"node": node, "session": session, "now": now}
@@ -260,16 +279,19 @@ class PostgresNodeLinkRepository:
             closed = (await self._conn.execute(_CLOSE, params)).scalar()
         return bool(closed)
 
-    async def beat(self, beats: Sequence[tuple[str, int, datetime]]) -> None:
+    async def beat(
+        self, beats: Sequence[tuple[str, int, datetime]]
+    ) -> builtins.list[tuple[str, int]]:
         if not beats:
-            return
+            return []
         params = {
             "nodes": [b[0] for b in beats],
             "sessions": [b[1] for b in beats],
             "ats": [b[2] for b in beats],
         }
         with translated(f"record {len(beats)} heartbeats"):
-            await self._conn.execute(_BEAT, params)
+            rows = (await self._conn.execute(_BEAT, params)).all()
+        return sorted((r[0], int(r[1])) for r in rows)
 
     async def revive(
         self, sessions: Sequence[tuple[str, int]], now: datetime
@@ -314,3 +336,65 @@ class PostgresNodeLinkRepository:
         if epoch is None:
             raise _no_node(node)
         return int(epoch)
+
+
+# -- security events ------------------------------------------------------------------------
+
+# The node row first (as ``open`` and ``close``), so that two gateways recording events of one
+# node keep its cap; then one statement coalesces, the next trims.
+_RECORD = text(
+    "INSERT INTO node_events AS e (node, kind, source, first_at, last_at, count, message) "
+    "VALUES (:node, :kind, :source, :at, :at, 1, :message) "
+    "ON CONFLICT (node, kind, source) DO UPDATE SET count = e.count + 1, "
+    "  last_at = greatest(e.last_at, excluded.last_at), message = excluded.message "
+    "RETURNING node, kind, source, first_at, last_at, count, message"
+)
+_TRIM = text(
+    "DELETE FROM node_events d USING ("
+    "  SELECT kind, source FROM node_events WHERE node = :node "
+    '  ORDER BY last_at DESC, kind COLLATE "C", source COLLATE "C" OFFSET :keep) s '
+    "WHERE d.node = :node AND d.kind = s.kind AND d.source = s.source"
+)
+_EVENTS = text(
+    "SELECT node, kind, source, first_at, last_at, count, message FROM node_events "
+    'WHERE node = :node ORDER BY last_at DESC, kind COLLATE "C", source COLLATE "C" '
+    "LIMIT :limit"
+)
+
+
+def _event(r: Any) -> NodeEvent:
+    return NodeEvent(
+        r["node"],
+        NodeEventKind(r["kind"]),
+        r["source"],
+        r["first_at"],
+        r["last_at"],
+        r["count"],
+        r["message"],
+    )
+
+
+class PostgresNodeEventRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def record(self, event: NodeEvent, keep: int) -> NodeEvent:
+        params = {
+            "node": event.node,
+            "kind": event.kind.value,
+            "source": event.source,
+            "at": event.last_at,
+            "message": event.message,
+        }
+        with translated(f"record an event of node {event.node}"):
+            locked = (await self._conn.execute(_LOCK_NODE, {"node": event.node})).first()
+            if locked is None:
+                raise _no_node(event.node)
+            row = (await self._conn.execute(_RECORD, params)).mappings().one()
+            await self._conn.execute(_TRIM, {"node": event.node, "keep": keep})
+        return _event(row)
+
+    async def of_node(self, node: str, limit: int) -> builtins.list[NodeEvent]:
+        with translated(f"list the events of node {node}"):
+            rows = (await self._conn.execute(_EVENTS, {"node": node, "limit": limit})).mappings()
+            return [_event(r) for r in rows.all()]

@@ -39,6 +39,7 @@ from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB
 from domain.auth import Role
 from domain.fleet import MAX_GPUS_PER_NODE, Connectivity, SchedState, Validation
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.node_events import NodeEventKind
 from domain.node_protocol import Decision, Phase
 
 NAMING = {
@@ -340,8 +341,26 @@ node_links = Table(  # one row per node: its latest control stream
     Column("memory_mb", BigInteger, nullable=False),
     Column("address", Text, nullable=False),
     Column("daemon_version", Text, nullable=False, server_default=""),
+    ts("closed_at", nullable=True),  # its gateway saw the stream end (migration 0014)
+    Column("peer", Text, nullable=False, server_default=""),  # the stream's IP address
+    Column("instance", Text, nullable=False, server_default=""),  # the daemon process's id
     CheckConstraint("session >= 1", name="session"),
     CheckConstraint("gpus >= 0 AND cpus >= 0 AND memory_mb >= 0", name="capacity"),
+)
+
+node_events = Table(  # security events about control sessions, coalesced (domain/node_events)
+    "node_events",
+    metadata,
+    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True),
+    Column("kind", Text, primary_key=True),
+    Column("source", Text, primary_key=True),
+    ts("first_at"),
+    ts("last_at"),
+    Column("count", BigInteger, nullable=False),
+    Column("message", Text, nullable=False),
+    one_of("kind", NodeEventKind),
+    CheckConstraint("count >= 1", name="count"),
+    Index("ix_node_events_node_last_at", "node", "last_at"),
 )
 
 join_tokens = Table(

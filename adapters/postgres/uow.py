@@ -14,7 +14,11 @@ from adapters.postgres.errors import translated
 from adapters.postgres.fleet import PostgresFleetRepository
 from adapters.postgres.jobs import PostgresJobRepository
 from adapters.postgres.launches import PostgresLaunchLedger
-from adapters.postgres.nodes import PostgresEnrollmentRepository, PostgresNodeLinkRepository
+from adapters.postgres.nodes import (
+    PostgresEnrollmentRepository,
+    PostgresNodeEventRepository,
+    PostgresNodeLinkRepository,
+)
 from adapters.postgres.plugins import PostgresPluginRepository
 from adapters.postgres.policy import PostgresPolicyRepository
 from adapters.postgres.reservations import PostgresReservationRepository
@@ -32,6 +36,7 @@ from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
+    NodeEventRepository,
     NodeLinkRepository,
     OutputScanRepository,
 )
@@ -74,6 +79,7 @@ class PostgresUnitOfWork:
     scheduling: SchedulingRepository
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
+    node_events: NodeEventRepository
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
@@ -110,6 +116,7 @@ class PostgresUnitOfWork:
         self.scheduling = PostgresSchedulingRepository(conn)
         self.enrollment = PostgresEnrollmentRepository(conn)
         self.links = PostgresNodeLinkRepository(conn)
+        self.node_events = PostgresNodeEventRepository(conn)
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)

@@ -21,6 +21,7 @@ from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import (
     EnrollmentRepository,
     LaunchLedger,
+    NodeEventRepository,
     NodeLinkRepository,
     OutputScanRepository,
 )
@@ -121,6 +122,7 @@ class CrashingUnitOfWork:
     scheduling: SchedulingRepository
     enrollment: EnrollmentRepository
     links: NodeLinkRepository
+    node_events: NodeEventRepository
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
@@ -148,6 +150,7 @@ class CrashingUnitOfWork:
         self.scheduling = inner.scheduling
         self.enrollment = inner.enrollment
         self.links = inner.links
+        self.node_events = inner.node_events
         self.launches = inner.launches
         self.checks = inner.checks
         self.artifacts = inner.artifacts

@@ -1,4 +1,5 @@
-"""HTTP routes of the node backend: join tokens for new node daemons, and the nodes' links."""
+"""HTTP routes of the node backend: join tokens for new node daemons, the nodes' links and their
+security events."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
+from litestar.params import Parameter
 from msgspec import Meta, Struct
 
-from application import enrollment, fleet_check
+from application import enrollment, fleet_check, node_sessions
 from application.context import Context
 from domain.auth import Principal
 from domain.errors import NotFound
@@ -45,6 +47,16 @@ class LinkOut(Struct):
     memory_mb: int
     daemon_version: str
     epoch: int
+
+
+class NodeEventOut(Struct):
+    node: str
+    kind: str
+    source: str
+    first_at: datetime
+    last_at: datetime
+    count: int
+    message: str
 
 
 class CheckIn(Struct, forbid_unknown_fields=True):
@@ -127,6 +139,25 @@ async def node_links(state: State, principal: Principal) -> list[LinkOut]:
     ]
 
 
+@get(
+    "/v1/nodes/{node:str}/events",
+    responses=responses(400, 401, 403, 404),
+    summary="The node's security events, most recently seen first (operators): e.g. a second "
+    "control session refused while its session was alive",
+)
+async def node_events(
+    node: str,
+    state: State,
+    principal: Principal,
+    limit: Annotated[int, Parameter(ge=1, le=500)] = 100,
+) -> list[NodeEventOut]:
+    found = await node_sessions.node_events(_ctx(state), principal, node, limit)
+    return [
+        NodeEventOut(e.node, e.kind.value, e.source, e.first_at, e.last_at, e.count, e.message)
+        for e in found
+    ]
+
+
 @post(
     "/v1/pools/{pool:str}/checks",
     status_code=201,
@@ -153,4 +184,4 @@ async def latest_check(pool: str, state: State, principal: Principal) -> CheckOu
     return check_out(check)
 
 
-NODE_ROUTES = [create_join_token, node_links, start_check, latest_check]
+NODE_ROUTES = [create_join_token, node_links, node_events, start_check, latest_check]

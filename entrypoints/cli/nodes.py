@@ -114,6 +114,37 @@ def links(*, json: JsonFlag = False) -> int:
     return 0
 
 
+@node_app.command(name="events")
+def node_events(
+    name: str,
+    /,
+    *,
+    limit: Annotated[int, Parameter(help="at most this many, most recent first")] = 100,
+    json: JsonFlag = False,
+) -> int:
+    """A node's security events (operators): a second control session refused while the node's
+    session was alive (a copied credential, or a second daemon), coalesced per source.
+
+    Parameters
+    ----------
+    name
+        The node (see `tp fleet ls`).
+    """
+    with connect() as api:
+        answer = api.get(f"/v1/nodes/{seg(name)}/events", params={"limit": limit})
+    if json:
+        output.print_json(answer)
+        return 0
+    rows = [
+        [e["last_at"], e["first_at"], str(e["count"]), e["kind"], e["source"] or "-", e["message"]]
+        for e in answer
+    ]
+    output.table(["LAST SEEN", "FIRST SEEN", "COUNT", "KIND", "FROM", "WHAT"], rows)
+    if not answer:
+        output.out.print(f"no security events for node {name}", markup=False)
+    return 0
+
+
 @node_app.command(name="run")
 def run(
     *,

@@ -157,6 +157,10 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
     job_id = submit(cli, "sleep 600", PAIR)
     job = await wait_members(cluster, job_id, "running")
     cluster.kill_daemon("n1", signal.SIGTERM)  # its member keeps running; the test speaks for it
+    deadline = time.monotonic() + 30  # one session per node: until the gateway closed n1's
+    while (await asyncio.to_thread(cluster.nodes))["n1"]["connectivity"] != "disconnected":
+        assert time.monotonic() < deadline, "the gateway never closed n1's stream"
+        await asyncio.sleep(0.2)
     state_dir = cluster.daemons["n1"].state_dir
     stored = load_credential(state_dir)
     assert stored is not None

@@ -1,0 +1,42 @@
+"""`tp node run` refuses, before it connects, what would make every stream fail: a bad
+reconnect pause, or an advertised address the gateway refuses (spaces, control characters)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from adapters.tls import ensure_dev_pki
+from domain.errors import InvalidInput
+from entrypoints.node_daemon import RETRY_MAX_ENV, DaemonOptions, retry_max, run_daemon
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("", 10.0), ("0.5", 0.5), (" 600 ", 600.0)])
+def test_the_reconnect_pause_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, text: str, seconds: float
+) -> None:
+    monkeypatch.setenv(RETRY_MAX_ENV, text)
+    assert retry_max() == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "601", "nan", "inf", "ten", "1e9"])
+def test_a_bad_reconnect_pause_is_refused(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv(RETRY_MAX_ENV, text)
+    with pytest.raises(InvalidInput, match=RETRY_MAX_ENV):
+        retry_max()
+
+
+@pytest.mark.parametrize("address", ["a b", "10.0.0.1\x00", "x" * 300])
+def test_an_address_the_gateway_would_refuse_stops_the_daemon_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], address: str
+) -> None:
+    ca = ensure_dev_pki(tmp_path, ["localhost"]).ca.cert
+    options = DaemonOptions(
+        server="127.0.0.1:1", ca=ca, state_dir=tmp_path / "node", advertise_address=address
+    )
+    assert run_daemon(options) == 1
+    out = capsys.readouterr().out
+    assert "advertised address" in out and "fix: start the daemon with --advertise-address" in out
