@@ -243,7 +243,7 @@ class NodeLink:
                     continue
                 last = seq
                 if isinstance(body, Welcome):
-                    await self.agent.welcomed(body.epoch)
+                    await self.agent.welcomed(body.epoch, body.installation)
                     self.connected.set()
                     silence = 3 * max(body.heartbeat_seconds, 1)
                     if beats is None:

@@ -39,9 +39,12 @@ def order(member: str = "m0", index: int = 0, epoch: int = 1, **kw: Any) -> Prep
     return PrepareOrder(**base)
 
 
+INSTALLATION = "inst-a"
+
+
 class Harness:
     def __init__(self) -> None:
-        self.journal = MemoryJournal()
+        self.journal = MemoryJournal({"installation": INSTALLATION})
         self.runtime = SimRuntime("n1")
         self.sent: list[Any] = []
         self.agent = self.new_agent()
@@ -195,7 +198,7 @@ async def test_restart_rolls_back_preparing_and_readopts_running() -> None:
     running = await prepared(h, order("m0"))
     await h.agent.on_command(Command(CommandKind.COMMIT, running.ref))
     # m1 was being prepared when the daemon died: its container exists, the vote never left
-    caught = order("m1", gpu_indices=(1,))
+    caught = order("m1", gpu_indices=(1,), installation=INSTALLATION)
     h.runtime.containers["c-m1"] = type(h.runtime.containers["c-m0"])("c-m1", caught)
     from domain.node_ports import JournalEntry
 
