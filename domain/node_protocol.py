@@ -155,8 +155,8 @@ def _other_engine(scan: EngineScan, prepared_on: str) -> str | None:
         return "it was prepared before nodes named their container engine"
     if scan.engine != prepared_on:
         return (
-            f"its daemon now uses container engine {scan.engine[:19] or '(unnamed)'}, not "
-            f"{prepared_on[:19]} where the member was prepared"
+            f"its daemon now uses container engine {scan.engine[:64] or '(unnamed)'}, not "
+            f"{prepared_on[:64]} where the member was prepared"
         )
     return None
 

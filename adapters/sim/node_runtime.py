@@ -30,6 +30,7 @@ class SimContainer:
     exit_code: int | None = None
     log: bytes = b""
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # exited or removed
+    labelled: bool = True  # False: its labels do not name its member fully (cannot be re-adopted)
 
 
 class SimRuntime:
@@ -126,7 +127,7 @@ class SimRuntime:
         o = c.order
         return FoundContainer(
             container_id,
-            o.ref,
+            o.ref if c.labelled else None,
             o.job_id,
             o.image,
             o.gpu_indices,

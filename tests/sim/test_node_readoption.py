@@ -14,7 +14,11 @@ import pytest
 
 from adapters.memory.journal import MemoryJournal
 from adapters.sim.node_runtime import SimRuntime
+from application.enrollment import NodeIdentity
+from domain.errors import InvalidInput
 from domain.lifecycle import JobState, MemberState
+from domain.node_messages import Hello
+from domain.node_protocol import MemberReport, Phase
 from tests.sim.test_node_launch import World
 
 pytestmark = pytest.mark.sim
@@ -123,3 +127,41 @@ async def test_a_member_whose_container_is_really_gone_fails(tmp_path: Path) -> 
     [gone] = [m for m in d.attempts[-1].members if m.id == member]
     assert gone.state is MemberState.FAILED and "full scan" in gone.reason
     assert await w.live_reservations() == 0
+
+
+async def test_a_journal_copied_to_another_machine_is_refused(tmp_path: Path) -> None:
+    """The whole state directory (credential and journal) is copied to another machine: its
+    daemon refuses to start rather than report every member gone from an engine that never
+    held them."""
+    w = World(tmp_path)
+    job_id, by_node = await _gang(w)
+    node = next(n for n in by_node if n)
+    await w.fleet.crash_daemon(node)
+    w.fleet.nodes[node].runtime = SimRuntime(node, engine=f"other-{node}")
+    with pytest.raises(InvalidInput, match="fence the node"):
+        await w.fleet.connect(node)
+    await _steps(w)
+    d = await w.job(job_id)
+    assert d.job.state is JobState.RUNNING and await w.live_reservations() == 1
+
+
+async def test_a_missing_report_from_another_engine_proves_nothing(tmp_path: Path) -> None:
+    """A daemon that names no engine (or another one) says a member's container is gone: the
+    member it was prepared on another engine is unknown, not failed."""
+    w = World(tmp_path)
+    job_id, by_node = await _gang(w)
+    node = next(n for n in by_node if n)
+    member = by_node[node]
+    entry = w.fleet.nodes[node].journal.get(member)
+    assert entry is not None
+    await w.fleet.disconnect(node)
+    old = Hello(node, w.fleet.capacity, "10.0.0.9", "0.9", 1, (entry.report(),))
+    gone = MemberReport(entry.order.ref, Phase.MISSING, None, "its container is gone")
+    session = await w.fleet.control.open(NodeIdentity(node, f"cred-{node}"), old)
+    assert await w.fleet.control.handle(session, 2, gone) is None
+    await w.supervisor.tick()
+    d = await w.job(job_id)
+    [away] = [m for m in d.attempts[-1].members if m.id == member]
+    assert d.job.state is JobState.RUNNING and away.state is MemberState.UNKNOWN
+    assert "did not say which container engine" in away.reason
+    assert await w.live_reservations() == 1
