@@ -6,21 +6,22 @@ back and refused, a started one is re-adopted from the container engine, never s
 Nothing starts without a Commit, and a Prepare or Commit from before the node's last fencing
 epoch is refused; Abort, Stop and Forget are always obeyed. The connection is not needed to
 keep members running: while it is down the daemon keeps watching and journalling, and the
-Hello of the next stream carries the whole journal.
+Hello of the next stream carries the whole journal and a full scan of the engine, every
+labelled container the journal lacked re-adopted first (``application/node_adoption.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from application.node_adoption import adopt, learn_installation, listing
-from application.node_live_output import LOG_CHUNK, ship_live_output
+from application.node_live_output import ship_final_log, ship_live_output
 from application.node_outputs import scan_member
+from application.node_sources import SourceArchives
 from domain.artifact_ports import OutputStorage
 from domain.artifacts import Manifest
 from domain.errors import TunePlaneError, Unavailable
@@ -73,9 +74,7 @@ class NodeAgent:
         self.runtime = runtime
         self.send = send
         self.log_limit = log_limit
-        self.sources_kept = sources_kept
-        self._sources: dict[str, bytes] = {}
-        self._partial: dict[str, bytearray] = {}
+        self.sources = SourceArchives(sources_kept)
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.refused = 0  # commands refused as stale or misrouted
@@ -146,6 +145,13 @@ class NodeAgent:
         assert self.last_scan is not None
         return self.last_scan
 
+    async def _rescan(self) -> None:
+        """Scan again after a scan that could not complete; send the result when it does."""
+        scan = await self.scan(report=True)
+        if scan.complete:
+            entries = await asyncio.to_thread(self.journal.entries)
+            await self._say(Inventory(scan, tuple(e.report() for e in entries)))
+
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
         scan = await self.scan()
         entries = await asyncio.to_thread(self.journal.entries)
@@ -169,6 +175,8 @@ class NodeAgent:
             await asyncio.to_thread(self.journal.set_epoch, epoch)
         elif epoch < current:
             log.warning("welcomed with epoch %d, lower than the journal's %d", epoch, current)
+        if not self.recovered:  # learnt the installation just now: reconcile before any order
+            await self._rescan()
         for e in await asyncio.to_thread(self.journal.entries):
             if e.phase is Phase.EXITED and e.container_id:
                 await self._send_log(e, e.container_id)
@@ -178,21 +186,7 @@ class NodeAgent:
     # -- commands -----------------------------------------------------------------------------
 
     async def on_source(self, chunk: SourceChunk) -> None:
-        if chunk.digest in self._sources:
-            return
-        buf = self._partial.setdefault(chunk.digest, bytearray())
-        if chunk.offset != len(buf):
-            self._partial.pop(chunk.digest, None)  # out of order: start over at the next send
-            return
-        buf.extend(chunk.data)
-        if chunk.last:
-            data = bytes(self._partial.pop(chunk.digest))
-            if "sha256:" + hashlib.sha256(data).hexdigest() == chunk.digest:
-                self._sources[chunk.digest] = data
-                while len(self._sources) > self.sources_kept:
-                    del self._sources[next(iter(self._sources))]
-            else:
-                log.warning("source archive %s arrived corrupted; dropped", chunk.digest)
+        self.sources.add(chunk)
 
     async def on_prepare(self, order: PrepareOrder) -> None:
         if self._stale(Command(CommandKind.PREPARE, order.ref), await self._epoch()):
@@ -219,6 +213,9 @@ class NodeAgent:
             return f"this Prepare is for node {order.node}; this is node {self.node}"
         if not order.installation:
             return f"node {self.node} has not learnt its installation yet"
+        if not self.recovered:  # a PREPARING row now would be rolled back by the recovery
+            why = self.last_scan.reason if self.last_scan else "not tried yet"
+            return f"node {self.node} has not reconciled its journal with its engine yet ({why})"
         busy = {
             g: e.member_id
             for e in await asyncio.to_thread(self.journal.entries)
@@ -230,13 +227,13 @@ class NodeAgent:
                 return f"GPU {g} is still held by member {busy[g]}"
         if order.check_port and not self.runtime.port_free(order.check_port):
             return f"rendezvous port {order.check_port} is in use on node {self.node}"
-        if order.source_digest and order.source_digest not in self._sources:
+        if order.source_digest and order.source_digest not in self.sources:
             return f"source archive {order.source_digest} did not arrive intact"
         return None
 
     async def _prepare(self, entry: JournalEntry) -> None:
         order = entry.order
-        source = self._sources.get(order.source_digest) if order.source_digest else None
+        source = self.sources.get(order.source_digest) if order.source_digest else None
         loop = asyncio.get_running_loop()
 
         def progress(stage: str, fraction: float, detail: str) -> None:
@@ -374,10 +371,7 @@ class NodeAgent:
         """Observe every started member; journal and report what changed. After a scan that
         could not complete, scan again and send the result with the whole journal."""
         if self.installation is not None and not (self.last_scan and self.last_scan.complete):
-            scan = await self.scan(report=True)
-            if scan.complete:
-                entries = await asyncio.to_thread(self.journal.entries)
-                await self._say(Inventory(scan, tuple(e.report() for e in entries)))
+            await self._rescan()
         for entry in await asyncio.to_thread(self.journal.entries):
             if entry.phase in LIVE_PHASES:
                 async with self.lock(entry.member_id):
@@ -446,23 +440,18 @@ class NodeAgent:
                 return
             current.cancel()
         if entry.container_id and entry.phase in LIVE_PHASES:
-            self._followers[entry.member_id] = asyncio.create_task(
-                self._send_live(entry, entry.container_id)
+            ship = ship_live_output(
+                self.runtime,
+                entry.order.ref,
+                entry.container_id,
+                self._say,
+                self.log_limit,
+                self.flush_seconds,
             )
-
-    async def _send_live(self, entry: JournalEntry, cid: str) -> None:
-        await ship_live_output(
-            self.runtime, entry.order.ref, cid, self._say, self.log_limit, self.flush_seconds
-        )
+            self._followers[entry.member_id] = asyncio.create_task(ship)
 
     async def _send_log(self, entry: JournalEntry, cid: str) -> None:
-        try:
-            data, truncated = await self.runtime.final_log(cid, self.log_limit)
-        except TunePlaneError as exc:
-            data, truncated = f"[tuneplane: log collection failed: {exc}]\n".encode(), False
-        chunks = [data[i : i + LOG_CHUNK] for i in range(0, len(data), LOG_CHUNK)] or [b""]
-        for i, chunk in enumerate(chunks):
-            await self._say(LogChunk(entry.order.ref, chunk, i == len(chunks) - 1, truncated))
+        await ship_final_log(self.runtime, entry.order.ref, cid, self._say, self.log_limit)
 
 
 def _collected(order: PrepareOrder) -> bool:

@@ -87,6 +87,8 @@ class Harness:
 
 async def prepared(h: Harness, o: PrepareOrder | None = None) -> PrepareOrder:
     o = o or order()
+    if not h.agent.recovered and h.agent.installation:
+        await h.agent.recover()  # as the daemon does before it connects
     await h.agent.on_prepare(o)
     await h.settle()
     return o
@@ -341,15 +343,16 @@ async def test_the_installation_comes_from_the_welcome_and_never_changes() -> No
     assert "has not learnt its installation" in h.votes()[0].reason and not h.runtime.containers
     with pytest.raises(InvalidInput, match="did not name its installation"):
         await h.agent.welcomed(1)  # an older control plane
-    await h.agent.welcomed(1, INSTALLATION)
-    assert h.journal.meta("installation") == INSTALLATION
-    with pytest.raises(InvalidInput, match="belongs to installation inst-a"):
-        await h.agent.welcomed(1, "inst-other")
     h.sent.clear()
-    await h.agent.watch_once()  # the scan it could not make: made now, and sent
+    await h.agent.welcomed(1, INSTALLATION)  # reconciled at once, before any further order
+    assert h.journal.meta("installation") == INSTALLATION and h.agent.recovered
     [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
     assert inventory.scan == EngineScan("engine-n1", True)
     assert inventory.journal[0].ref.member_id == "m0"
+    with pytest.raises(InvalidInput, match="belongs to installation inst-a"):
+        await h.agent.welcomed(1, "inst-other")
+    await prepared(h, order("m1", gpu_indices=(1,)))
+    assert h.votes()[-1].yes and h.runtime.containers["c-m1"].order.installation == INSTALLATION
 
 
 async def test_a_scan_the_engine_cannot_answer_is_incomplete_and_made_again_later() -> None:
@@ -364,8 +367,15 @@ async def test_a_scan_the_engine_cannot_answer_is_incomplete_and_made_again_late
     h.sent.clear()
     await h.agent.watch_once()
     assert not any(isinstance(b, Inventory) for b in h.sent)
+    await prepared(h, order("m1", gpu_indices=(1,)))  # no Prepare before it reconciled
+    assert "has not reconciled its journal with its engine yet (the engine at" in (
+        h.votes()[-1].reason
+    )
     h.runtime.down = None
     await h.agent.watch_once()
     [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
     assert inventory.scan.complete
-    assert [(r.ref.member_id, r.phase) for r in inventory.journal] == [("m0", Phase.RUNNING)]
+    assert {r.ref.member_id: r.phase for r in inventory.journal} == {
+        "m0": Phase.RUNNING,  # re-adopted once the engine answered
+        "m1": Phase.REFUSED,
+    }
