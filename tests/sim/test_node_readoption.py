@@ -26,12 +26,14 @@ pytestmark = pytest.mark.sim
 PAIR = "nodes/cpu:1"  # two members on two nodes
 
 
-async def _gang(w: World) -> tuple[str, dict[str, str]]:
-    """A running two-member gang: its job id, and member id by node."""
+async def _gang(w: World) -> tuple[str, str, str]:
+    """A running two-member gang: its job id, and one of its nodes and the member there."""
     await w.fleet.connect_all()
     job_id = await w.submit(PAIR)
     d = await w.all_running(job_id)
-    return job_id, {m.node or "": m.id for m in d.attempts[-1].members}
+    first = d.attempts[-1].members[0]
+    assert first.node is not None
+    return job_id, first.node, first.id
 
 
 async def _steps(w: World, n: int = 5) -> None:
@@ -41,9 +43,7 @@ async def _steps(w: World, n: int = 5) -> None:
 
 async def test_a_running_member_whose_journal_row_is_lost_is_readopted(tmp_path: Path) -> None:
     w = World(tmp_path)
-    job_id, by_node = await _gang(w)
-    node = next(n for n in by_node if n)
-    member = by_node[node]
+    job_id, node, member = await _gang(w)
     w.fleet.nodes[node].journal.delete(member)  # the row is gone (quarantined as corrupt)
     await w.fleet.crash_daemon(node)
     await w.fleet.connect(node)
@@ -67,9 +67,7 @@ async def test_a_daemon_on_another_machine_proves_nothing_about_absent_members(
     """The node's credential is copied to another machine whose daemon connects as that node:
     its journal and engine are empty. The member it does not hold is unknown, not failed."""
     w = World(tmp_path)
-    job_id, by_node = await _gang(w)
-    node = next(n for n in by_node if n)
-    member = by_node[node]
+    job_id, node, member = await _gang(w)
     real = w.fleet.nodes[node]
     machine = (real.journal, real.runtime)
     await w.fleet.crash_daemon(node)
@@ -95,9 +93,7 @@ async def test_a_daemon_on_another_machine_proves_nothing_about_absent_members(
 
 async def test_an_engine_that_cannot_be_listed_proves_nothing(tmp_path: Path) -> None:
     w = World(tmp_path)
-    job_id, by_node = await _gang(w)
-    node = next(n for n in by_node if n)
-    member = by_node[node]
+    job_id, node, member = await _gang(w)
     w.fleet.nodes[node].journal.delete(member)
     await w.fleet.disconnect(node)
     w.fleet.nodes[node].runtime.down = "the engine does not answer"
@@ -116,9 +112,7 @@ async def test_an_engine_that_cannot_be_listed_proves_nothing(tmp_path: Path) ->
 async def test_a_member_whose_container_is_really_gone_fails(tmp_path: Path) -> None:
     """The proof: the daemon that owns it listed its engine in full and found nothing."""
     w = World(tmp_path)
-    job_id, by_node = await _gang(w)
-    node = next(n for n in by_node if n)
-    member = by_node[node]
+    job_id, node, member = await _gang(w)
     w.fleet.nodes[node].journal.delete(member)
     w.fleet.nodes[node].runtime.containers.pop(f"c-{member}")
     await w.fleet.crash_daemon(node)
@@ -134,8 +128,7 @@ async def test_a_journal_copied_to_another_machine_is_refused(tmp_path: Path) ->
     daemon refuses to start rather than report every member gone from an engine that never
     held them."""
     w = World(tmp_path)
-    job_id, by_node = await _gang(w)
-    node = next(n for n in by_node if n)
+    job_id, node, _ = await _gang(w)
     await w.fleet.crash_daemon(node)
     w.fleet.nodes[node].runtime = SimRuntime(node, engine=f"other-{node}")
     with pytest.raises(InvalidInput, match="fence the node"):
@@ -149,9 +142,7 @@ async def test_a_missing_report_from_another_engine_proves_nothing(tmp_path: Pat
     """A daemon that names no engine (or another one) says a member's container is gone: the
     member it was prepared on another engine is unknown, not failed."""
     w = World(tmp_path)
-    job_id, by_node = await _gang(w)
-    node = next(n for n in by_node if n)
-    member = by_node[node]
+    job_id, node, member = await _gang(w)
     entry = w.fleet.nodes[node].journal.get(member)
     assert entry is not None
     await w.fleet.disconnect(node)
