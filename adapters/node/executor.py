@@ -301,6 +301,7 @@ class NodeExecutor:
     async def engine_id(self) -> str:
         """The engine's identity: Docker's /info ID (made when the engine was installed), else
         its host name and data root (engines that have none, e.g. Podman)."""
+        self._info = None  # read afresh: each scan names the engine it listed
         info = await self._engine_info()
         return str(info.get("ID") or f"{info.get('Name', '')}:{info.get('DockerRootDir', '')}")
 
