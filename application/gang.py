@@ -298,6 +298,8 @@ def _observation(launch: MemberLaunch, connectivity: Connectivity) -> Observatio
         return Observation("missing", reason=launch.reason or f"its node reported it {phase}")
     if connectivity is not Connectivity.CONNECTED:
         return Observation("unknown", reason=f"node {launch.node} is {connectivity}")
+    if launch.unaccounted:  # its node does not hold it, and that proves nothing
+        return Observation("unknown", reason=launch.unaccounted)
     if phase is Phase.RUNNING:
         return Observation("running")
     return Observation("starting")

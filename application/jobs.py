@@ -174,7 +174,7 @@ async def cancel_job(ctx: Context, principal: Principal, job_id: str) -> JobDeta
             for attempt in await uow.attempts.for_job(job.id):
                 if attempt.state in (AttemptState.LAUNCHING, AttemptState.RUNNING):
                     await uow.attempts.update(
-                        attempt.moved(AttemptState.STOPPING, now), attempt.state
+                        attempt.moved(AttemptState.STOPPING, now, moved.reason), attempt.state
                     )
         try:
             await uow.jobs.update(moved, job.state)

@@ -6,25 +6,28 @@ back and refused, a started one is re-adopted from the container engine, never s
 Nothing starts without a Commit, and a Prepare or Commit from before the node's last fencing
 epoch is refused; Abort, Stop and Forget are always obeyed. The connection is not needed to
 keep members running: while it is down the daemon keeps watching and journalling, and the
-Hello of the next stream carries the whole journal.
+Hello of the next stream carries the whole journal and a full scan of the engine, every
+labelled container the journal lacked re-adopted first (``application/node_adoption.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
-from application.node_live_output import LOG_CHUNK, ship_live_output
+from application.node_adoption import adopt, learn_installation, listing
+from application.node_live_output import ship_final_log, ship_live_output
 from application.node_outputs import scan_member
+from application.node_sources import SourceArchives
 from domain.artifact_ports import OutputStorage
 from domain.artifacts import Manifest
 from domain.errors import TunePlaneError, Unavailable
 from domain.node_messages import (
     Hello,
+    Inventory,
     LogChunk,
     OutputsScanned,
     PrepareOrder,
@@ -39,6 +42,7 @@ from domain.node_protocol import (
     LIVE_PHASES,
     Command,
     CommandKind,
+    EngineScan,
     MemberReport,
     NodeCapacity,
     Phase,
@@ -47,7 +51,7 @@ from domain.node_protocol import (
 
 log = logging.getLogger("tuneplane.node")
 
-Body = Vote | Progress | MemberReport | LogChunk | OutputsScanned
+Body = Vote | Progress | MemberReport | LogChunk | OutputsScanned | Inventory
 Send = Callable[[Body], Awaitable[None]]
 _BUSY = frozenset({Phase.PREPARING, Phase.PREPARED, Phase.STARTING, Phase.RUNNING})
 
@@ -70,13 +74,16 @@ class NodeAgent:
         self.runtime = runtime
         self.send = send
         self.log_limit = log_limit
-        self.sources_kept = sources_kept
-        self._sources: dict[str, bytes] = {}
-        self._partial: dict[str, bytearray] = {}
+        self.sources = SourceArchives(sources_kept)
         self._locks: dict[str, asyncio.Lock] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.refused = 0  # commands refused as stale or misrouted
-        self.orphans: dict[str, str] = {}  # containers of this node the journal does not hold
+        self.orphans: dict[str, str] = {}  # containers of this node that cannot be re-adopted
+        # the control plane this node belongs to: labels its containers (None: not learnt yet)
+        self.installation: str | None = journal.meta("installation")
+        self.engine = ""  # the container engine's identity, once read
+        self.recovered = False  # the journal was reconciled with the engine since the start
+        self.last_scan: EngineScan | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}  # live output, per member
         self.flush_seconds = 0.5
         self.feed = feed  # tells the host's collector which members to collect
@@ -85,10 +92,10 @@ class NodeAgent:
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
-    async def _get(self, member_id: str) -> JournalEntry | None:
+    async def entry(self, member_id: str) -> JournalEntry | None:
         return await asyncio.to_thread(self.journal.get, member_id)
 
-    async def _put(self, entry: JournalEntry) -> JournalEntry:
+    async def journalled(self, entry: JournalEntry) -> JournalEntry:
         await asyncio.to_thread(self.journal.put, entry)
         return entry
 
@@ -97,50 +104,79 @@ class NodeAgent:
         with contextlib.suppress(Exception):
             await self.send(body)
 
-    def _lock(self, member_id: str) -> asyncio.Lock:
+    def lock(self, member_id: str) -> asyncio.Lock:
         return self._locks.setdefault(member_id, asyncio.Lock())
 
     # -- start-up and connection --------------------------------------------------------------
 
-    async def recover(self) -> None:
-        """Reconcile the journal with the engine after a (re)start, before connecting."""
-        held = await self.runtime.held()
+    async def recover(self, report: bool = False) -> bool:
+        """Reconcile the journal with the engine after a (re)start, before connecting. False
+        when it cannot yet (the installation is not known, the engine does not answer): the
+        next scan tries again. InvalidInput when the journal belongs to another engine."""
+        held = await listing(self)
+        if held is None:
+            return False
         entries = await asyncio.to_thread(self.journal.entries)
         for e in entries:
             cid = e.container_id or held.get(e.member_id)
             if e.phase is Phase.PREPARING:
                 if cid:
                     await self.runtime.remove(cid)
-                await self._put(
+                await self.journalled(
                     replace(e, phase=Phase.REFUSED, reason="the daemon restarted while preparing")
                 )
             elif e.phase is Phase.PREPARED and cid is None:
-                await self._put(replace(e, phase=Phase.REFUSED, reason="its container vanished"))
+                vanished = replace(e, phase=Phase.REFUSED, reason="its container vanished")
+                await self.journalled(vanished)
             elif e.phase in LIVE_PHASES:
-                await self._observe(e, cid, report=False)
-        known = {e.member_id for e in entries}
-        # No journal entry (the journal was lost): left alone, never killed on a guess; a Forget
-        # from the gateway removes one.
-        self.orphans = {m: c for m, c in held.items() if m not in known}
-        for member_id, cid in self.orphans.items():
-            log.warning("container %s of member %s is not in the journal", cid, member_id)
+                await self.observe(e, cid, report=report)
+        self.recovered = True
+        await adopt(self, held, report)
         await self._feed()
+        return True
+
+    async def scan(self, report: bool = False) -> EngineScan:
+        """List this node's containers (of its installation) in full, re-adopting every one
+        the journal lacks; what was found, or why the list is incomplete."""
+        if not self.recovered:
+            await self.recover(report)
+        elif (held := await listing(self)) is not None:
+            await adopt(self, held, report)
+        assert self.last_scan is not None
+        return self.last_scan
+
+    async def _rescan(self) -> None:
+        """Scan again after a scan that could not complete; send the result when it does."""
+        scan = await self.scan(report=True)
+        if scan.complete:
+            entries = await asyncio.to_thread(self.journal.entries)
+            await self._say(Inventory(scan, tuple(e.report() for e in entries)))
 
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
+        scan = await self.scan()
         entries = await asyncio.to_thread(self.journal.entries)
         epoch = await asyncio.to_thread(self.journal.epoch)
         return Hello(
-            self.node, capacity, address, version, epoch, tuple(e.report() for e in entries)
+            self.node,
+            capacity,
+            address,
+            version,
+            epoch,
+            tuple(e.report() for e in entries),
+            scan,
         )
 
-    async def welcomed(self, epoch: int) -> None:
-        """The stream is up: keep the epoch, and send the logs of members that exited while
-        it was down (storing a log again is harmless)."""
+    async def welcomed(self, epoch: int, installation: str = "") -> None:
+        """The stream is up: keep the installation and the epoch, and send the logs of members
+        that exited while it was down (storing a log again is harmless)."""
+        self.installation = await learn_installation(self.journal, self.node, installation)
         current = await asyncio.to_thread(self.journal.epoch)
         if epoch > current:
             await asyncio.to_thread(self.journal.set_epoch, epoch)
         elif epoch < current:
             log.warning("welcomed with epoch %d, lower than the journal's %d", epoch, current)
+        if not self.recovered:  # learnt the installation just now: reconcile before any order
+            await self._rescan()
         for e in await asyncio.to_thread(self.journal.entries):
             if e.phase is Phase.EXITED and e.container_id:
                 await self._send_log(e, e.container_id)
@@ -150,28 +186,15 @@ class NodeAgent:
     # -- commands -----------------------------------------------------------------------------
 
     async def on_source(self, chunk: SourceChunk) -> None:
-        if chunk.digest in self._sources:
-            return
-        buf = self._partial.setdefault(chunk.digest, bytearray())
-        if chunk.offset != len(buf):
-            self._partial.pop(chunk.digest, None)  # out of order: start over at the next send
-            return
-        buf.extend(chunk.data)
-        if chunk.last:
-            data = bytes(self._partial.pop(chunk.digest))
-            if "sha256:" + hashlib.sha256(data).hexdigest() == chunk.digest:
-                self._sources[chunk.digest] = data
-                while len(self._sources) > self.sources_kept:
-                    del self._sources[next(iter(self._sources))]
-            else:
-                log.warning("source archive %s arrived corrupted; dropped", chunk.digest)
+        self.sources.add(chunk)
 
     async def on_prepare(self, order: PrepareOrder) -> None:
         if self._stale(Command(CommandKind.PREPARE, order.ref), await self._epoch()):
             return
+        order = replace(order, installation=self.installation or "")  # in its labels
         mid = order.ref.member_id
-        async with self._lock(mid):
-            existing = await self._get(mid)
+        async with self.lock(mid):
+            existing = await self.entry(mid)
             if existing is not None:  # a repeated Prepare: say again how it went
                 if existing.phase in (Phase.PREPARED, Phase.REFUSED):
                     await self._vote(existing)
@@ -179,14 +202,20 @@ class NodeAgent:
             why = await self._why_not(order)
             entry = JournalEntry(order, Phase.PREPARING)
             if why is not None:
-                await self._vote(await self._put(replace(entry, phase=Phase.REFUSED, reason=why)))
+                refused = replace(entry, phase=Phase.REFUSED, reason=why)
+                await self._vote(await self.journalled(refused))
                 return
-            await self._put(entry)
+            await self.journalled(entry)
         self._tasks[mid] = asyncio.create_task(self._prepare(entry))
 
     async def _why_not(self, order: PrepareOrder) -> str | None:
         if order.node != self.node:
             return f"this Prepare is for node {order.node}; this is node {self.node}"
+        if not order.installation:
+            return f"node {self.node} has not learnt its installation yet"
+        if not self.recovered:  # a PREPARING row now would be rolled back by the recovery
+            why = self.last_scan.reason if self.last_scan else "not tried yet"
+            return f"node {self.node} has not reconciled its journal with its engine yet ({why})"
         busy = {
             g: e.member_id
             for e in await asyncio.to_thread(self.journal.entries)
@@ -198,13 +227,13 @@ class NodeAgent:
                 return f"GPU {g} is still held by member {busy[g]}"
         if order.check_port and not self.runtime.port_free(order.check_port):
             return f"rendezvous port {order.check_port} is in use on node {self.node}"
-        if order.source_digest and order.source_digest not in self._sources:
+        if order.source_digest and order.source_digest not in self.sources:
             return f"source archive {order.source_digest} did not arrive intact"
         return None
 
     async def _prepare(self, entry: JournalEntry) -> None:
         order = entry.order
-        source = self._sources.get(order.source_digest) if order.source_digest else None
+        source = self.sources.get(order.source_digest) if order.source_digest else None
         loop = asyncio.get_running_loop()
 
         def progress(stage: str, fraction: float, detail: str) -> None:
@@ -221,19 +250,19 @@ class NodeAgent:
             log.exception("prepare of %s failed", order.ref.member_id)
             refused = replace(entry, phase=Phase.REFUSED, reason=f"prepare failed: {exc}")
         else:
-            async with self._lock(order.ref.member_id):
-                current = await self._get(order.ref.member_id)
+            async with self.lock(order.ref.member_id):
+                current = await self.entry(order.ref.member_id)
                 if current is None or current.phase is not Phase.PREPARING:
                     await self.runtime.remove(cid)  # aborted or forgotten meanwhile
                     return
                 await self._vote(
-                    await self._put(replace(entry, phase=Phase.PREPARED, container_id=cid))
+                    await self.journalled(replace(entry, phase=Phase.PREPARED, container_id=cid))
                 )
             return
-        async with self._lock(order.ref.member_id):
-            current = await self._get(order.ref.member_id)
+        async with self.lock(order.ref.member_id):
+            current = await self.entry(order.ref.member_id)
             if current is not None and current.phase is Phase.PREPARING:
-                await self._vote(await self._put(refused))
+                await self._vote(await self.journalled(refused))
 
     async def _vote(self, entry: JournalEntry) -> None:
         await self._say(Vote(entry.order.ref, entry.phase is Phase.PREPARED, entry.reason))
@@ -248,8 +277,8 @@ class NodeAgent:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        async with self._lock(mid):
-            entry = await self._get(mid)
+        async with self.lock(mid):
+            entry = await self.entry(mid)
             if command.kind is CommandKind.FORGET:
                 await self._forget(mid, entry)
             elif entry is None:
@@ -265,16 +294,16 @@ class NodeAgent:
     async def on_token(self, renewal: TokenRenewal) -> None:
         """A newer collector token (a long run): journalled, then in its collector's file."""
         mid = renewal.ref.member_id
-        async with self._lock(mid):
-            entry = await self._get(mid)
-            if entry is None or entry.order.ref != renewal.ref or not entry.order.collector_token:
-                return  # forgotten, or another launch of that member: nothing to renew
+        async with self.lock(mid):
+            entry = await self.entry(mid)
+            if entry is None or entry.order.ref != renewal.ref or not _collected(entry.order):
+                return  # forgotten, another launch, or no metrics: nothing to renew
             order = replace(
                 entry.order,
                 collector_token=renewal.token,
                 collector_token_expires_at=renewal.expires_at,
             )
-            await self._put(replace(entry, order=order))
+            await self.journalled(replace(entry, order=order))
         await self._feed()
 
     async def _commit(self, entry: JournalEntry) -> None:
@@ -283,7 +312,7 @@ class NodeAgent:
             return
         cid = entry.container_id
         assert cid is not None  # a prepared member has its container
-        entry = await self._put(replace(entry, phase=Phase.STARTING))  # journalled first
+        entry = await self.journalled(replace(entry, phase=Phase.STARTING))  # journalled first
         await self._say(entry.report())
         try:
             await self.runtime.start(cid)
@@ -298,13 +327,13 @@ class NodeAgent:
         if entry.container_id:
             await self.runtime.remove(entry.container_id)
         if entry.phase in (Phase.PREPARING, Phase.PREPARED):
-            entry = await self._put(replace(entry, phase=Phase.ABORTED, reason=reason))
+            entry = await self.journalled(replace(entry, phase=Phase.ABORTED, reason=reason))
         await self._say(entry.report())
 
     async def _forget(self, member_id: str, entry: JournalEntry | None) -> None:
         cid = entry.container_id if entry else self.orphans.pop(member_id, None)
-        if cid is None:
-            cid = (await self.runtime.held()).get(member_id)
+        if cid is None and self.installation is not None:
+            cid = (await self.runtime.held(self.installation)).get(member_id)
         if cid:
             await self.runtime.remove(cid)
         if entry is not None:
@@ -339,13 +368,16 @@ class NodeAgent:
     # -- watching -----------------------------------------------------------------------------
 
     async def watch_once(self) -> None:
-        """Observe every started member; journal and report what changed."""
+        """Observe every started member; journal and report what changed. After a scan that
+        could not complete, scan again and send the result with the whole journal."""
+        if self.installation is not None and not (self.last_scan and self.last_scan.complete):
+            await self._rescan()
         for entry in await asyncio.to_thread(self.journal.entries):
             if entry.phase in LIVE_PHASES:
-                async with self._lock(entry.member_id):
-                    current = await self._get(entry.member_id)
+                async with self.lock(entry.member_id):
+                    current = await self.entry(entry.member_id)
                     if current is not None and current.phase in LIVE_PHASES:
-                        await self._observe(current, current.container_id, report=True)
+                        await self.observe(current, current.container_id, report=True)
                         self._follow(current)
         await self._feed()
 
@@ -354,7 +386,7 @@ class NodeAgent:
             entries = await asyncio.to_thread(self.journal.entries)
             await asyncio.to_thread(self.feed.sync, entries)
 
-    async def _observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
+    async def observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
         obs = await self.runtime.observe(cid) if cid else None
         if obs is None or obs.status == "missing":
             new = replace(e, phase=Phase.MISSING, reason="its container is gone from the engine")
@@ -375,7 +407,7 @@ class NodeAgent:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(follower), 2)
             await self._send_log(new, cid)  # the log first: it is stored before the exit
-        await self._put(new)
+        await self.journalled(new)
         if report:
             await self._say(new.report())
 
@@ -408,20 +440,20 @@ class NodeAgent:
                 return
             current.cancel()
         if entry.container_id and entry.phase in LIVE_PHASES:
-            self._followers[entry.member_id] = asyncio.create_task(
-                self._send_live(entry, entry.container_id)
+            ship = ship_live_output(
+                self.runtime,
+                entry.order.ref,
+                entry.container_id,
+                self._say,
+                self.log_limit,
+                self.flush_seconds,
             )
-
-    async def _send_live(self, entry: JournalEntry, cid: str) -> None:
-        await ship_live_output(
-            self.runtime, entry.order.ref, cid, self._say, self.log_limit, self.flush_seconds
-        )
+            self._followers[entry.member_id] = asyncio.create_task(ship)
 
     async def _send_log(self, entry: JournalEntry, cid: str) -> None:
-        try:
-            data, truncated = await self.runtime.final_log(cid, self.log_limit)
-        except TunePlaneError as exc:
-            data, truncated = f"[tuneplane: log collection failed: {exc}]\n".encode(), False
-        chunks = [data[i : i + LOG_CHUNK] for i in range(0, len(data), LOG_CHUNK)] or [b""]
-        for i, chunk in enumerate(chunks):
-            await self._say(LogChunk(entry.order.ref, chunk, i == len(chunks) - 1, truncated))
+        await ship_final_log(self.runtime, entry.order.ref, cid, self._say, self.log_limit)
+
+
+def _collected(order: PrepareOrder) -> bool:
+    """Launched with a collector token (or re-adopted having had one: the token was lost)."""
+    return bool(order.collector_token or order.collector_token_expires_at)

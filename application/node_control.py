@@ -22,15 +22,17 @@ from application.enrollment import (
     confirm_rotation,
     rotate_credential,
 )
+from application.node_absence import engine_of, reconcile, record_report
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.node_sessions import Caller, open_session
-from application.token_renewal import due_renewals, with_token
+from application.token_renewal import due_renewals, token_expiry, with_token
 from domain.capsule import DIGEST_ENV, ENTRY, IMAGE_ENV, RUNNER
 from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
     Hello,
+    Inventory,
     LogChunk,
     OutputsScanned,
     PrepareOrder,
@@ -40,11 +42,11 @@ from domain.node_messages import (
     TokenRenewal,
     Vote,
 )
-from domain.node_ports import NodeWork
+from domain.node_ports import MemberLaunch, NodeWork
 from domain.node_protocol import (
     Command,
     CommandKind,
-    Decision,
+    EngineScan,
     MemberRef,
     MemberReport,
     Phase,
@@ -56,7 +58,7 @@ from domain.rendezvous import ray_wrap, rendezvous_env
 
 log = logging.getLogger("tuneplane.gateway")
 
-NodeMessage = Vote | Progress | MemberReport | LogChunk | CredentialAck | OutputsScanned
+NodeMessage = Vote | Progress | MemberReport | LogChunk | CredentialAck | OutputsScanned | Inventory
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,9 @@ class Session:
     rotation: Rotation | None = None  # sent, not yet acknowledged
     credential_at: datetime | None = None  # when the credential in use was made
     tokens: dict[str, datetime] = field(default_factory=dict)  # member → its token's expiry
+    launches: dict[str, MemberLaunch] = field(default_factory=dict)  # the ledger's rows, by member
+    scan: EngineScan | None = None  # the node's last full scan of its engine (Hello, Inventory)
+    installation: str = ""  # this control plane's, told to the node in the Welcome
 
 
 class NodeControl:
@@ -103,6 +108,7 @@ class NodeControl:
         self._scans_sent: dict[str, datetime] = {}  # output scan requests sent, and when
         # (node, session) of streams a newer session replaced (seen by ``flush``): to be cut
         self.superseded: set[tuple[str, int]] = set()
+        self._installation = ""  # made once with the database; read at the first connect
 
     # -- stream lifecycle -------------------------------------------------------------------
 
@@ -120,15 +126,9 @@ class NodeControl:
             self.ctx, self.gateway, hello, caller or Caller(), self.settings.session_timeout
         )
         session = Session(hello.node, link.session, link.epoch, identity)
+        session.installation = await self.installation()
         await self._refresh([session])
-        for report in hello.journal:
-            session.held[report.ref.member_id] = (report.ref, report.phase)
-            _token_expiry(session, report)
-            if refusal(session.placed.get(report.ref.member_id), report.ref, session.node) is None:
-                if report.phase in (Phase.PREPARED, Phase.REFUSED):  # a vote the stream lost
-                    await self.vote_for(report.ref, report.phase is Phase.PREPARED, report.reason)
-                await self._report(session, report)
-        await self._missing(session)
+        await reconcile(self, session, hello.journal, hello.scan)
         if hello.journal:
             await self.ctx.signals.notify(LAUNCH_NEWS)
         await self._check_credential(session)
@@ -179,6 +179,11 @@ class NodeControl:
         session.last_seq = seq
         if isinstance(message, CredentialAck):
             return await self._rotated(session, message)
+        if isinstance(message, Inventory):  # a full scan after one that could not complete
+            await self._refresh([session])
+            await reconcile(self, session, message.journal, message.scan)
+            await self.ctx.signals.notify(LAUNCH_NEWS)
+            return None
         if isinstance(message, OutputsScanned):  # its member may be long released: no refusal
             if not await record_answer(self.ctx, session.node, message):
                 return self._refuse(session, f"no open output scan {message.request_id} here")
@@ -194,7 +199,9 @@ class NodeControl:
             phase = Phase.PREPARED if message.yes else Phase.REFUSED
             session.held[ref.member_id] = (ref, phase)
             async with self.ctx.uow() as uow:
-                await uow.launches.vote(ref.member_id, ref.epoch, message.yes, message.reason, now)
+                await uow.launches.vote(
+                    ref.member_id, ref.epoch, message.yes, message.reason, now, engine_of(session)
+                )
                 await uow.launches.report(
                     ref.member_id, MemberReport(ref, phase, None, message.reason), now
                 )
@@ -206,18 +213,27 @@ class NodeControl:
                 await uow.commit()
         elif isinstance(message, MemberReport):
             session.held[ref.member_id] = (ref, message.phase)
-            _token_expiry(session, message)
+            token_expiry(session, message)
             await self._report(session, message)
             await self.ctx.signals.notify(LAUNCH_NEWS)
         else:
             await self._log(session, message)
         return None
 
-    async def vote_for(self, ref: MemberRef, yes: bool, reason: str) -> None:
-        """Vote on a node's behalf (the gateway cannot even send it the Prepare)."""
+    async def vote_for(self, ref: MemberRef, yes: bool, reason: str, engine: str = "") -> None:
+        """Vote on a node's behalf (the gateway cannot even send it the Prepare), or record a
+        vote its node journalled but the stream lost (``engine``: the node's)."""
         async with self.ctx.uow() as uow:
-            await uow.launches.vote(ref.member_id, ref.epoch, yes, reason, self.ctx.clock.now())
+            now = self.ctx.clock.now()
+            await uow.launches.vote(ref.member_id, ref.epoch, yes, reason, now, engine)
             await uow.commit()
+
+    async def installation(self) -> str:
+        """This control plane's installation id (the Welcome tells it to each node)."""
+        if not self._installation:
+            async with self.ctx.uow() as uow:
+                self._installation = await uow.enrollment.installation()
+        return self._installation
 
     def _refuse(self, session: Session, why: str) -> str:
         session.refused += 1
@@ -225,9 +241,7 @@ class NodeControl:
         return why
 
     async def _report(self, session: Session, report: MemberReport) -> None:
-        async with self.ctx.uow() as uow:
-            await uow.launches.report(report.ref.member_id, report, self.ctx.clock.now())
-            await uow.commit()
+        await record_report(self.ctx, session, report)
         placed = session.placed.get(report.ref.member_id)
         if placed is not None and report.outputs is not None:
             await record_reported(self.ctx, session.node, placed.job_id, report)
@@ -257,21 +271,6 @@ class NodeControl:
                     chunk.ref.attempt_id, data[-limit:], chunk.truncated or len(data) > limit
                 )
                 await uow.commit()
-
-    async def _missing(self, session: Session) -> None:
-        """Committed members the node's journal does not hold are gone: say so."""
-        for placed in session.placed.values():
-            mid = placed.ref.member_id
-            if (
-                mid not in session.held
-                and placed.decision is Decision.COMMIT
-                and not placed.final
-                and not placed.fenced
-            ):
-                report = MemberReport(
-                    placed.ref, Phase.MISSING, None, f"node {session.node} no longer holds it"
-                )
-                await self._report(session, report)
 
     # -- credentials ------------------------------------------------------------------------
 
@@ -379,7 +378,9 @@ class NodeControl:
         for work in found:
             works.setdefault(work.placed.node, []).append(work)
         for session in sessions:
-            session.placed = {w.placed.ref.member_id: w.placed for w in works.get(session.node, [])}
+            mine = works.get(session.node, [])
+            session.placed = {w.placed.ref.member_id: w.placed for w in mine}
+            session.launches = {w.placed.ref.member_id: w.launch for w in mine}
         return works
 
 
@@ -442,8 +443,3 @@ def _order(work: NodeWork) -> PrepareOrder:
         check_port=work.master_port if ref.index == 0 and work.members > 1 else 0,
         capsule=capsule,
     )
-
-
-def _token_expiry(session: Session, report: MemberReport) -> None:
-    if report.token_expires_at is not None:
-        session.tokens[report.ref.member_id] = report.token_expires_at

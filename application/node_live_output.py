@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
+from domain.errors import TunePlaneError
 from domain.node_messages import LogChunk
 from domain.node_ports import MemberRuntime
 from domain.node_protocol import MemberRef
@@ -54,3 +55,20 @@ async def ship_live_output(
                 return
     finally:
         reader.cancel()
+
+
+async def ship_final_log(
+    runtime: MemberRuntime,
+    ref: MemberRef,
+    cid: str,
+    say: Callable[[LogChunk], Awaitable[None]],
+    limit: int,
+) -> None:
+    """Send the last ``limit`` bytes of an ended member's output, in pieces (the last marked)."""
+    try:
+        data, truncated = await runtime.final_log(cid, limit)
+    except TunePlaneError as exc:
+        data, truncated = f"[tuneplane: log collection failed: {exc}]\n".encode(), False
+    chunks = [data[i : i + LOG_CHUNK] for i in range(0, len(data), LOG_CHUNK)] or [b""]
+    for i, chunk in enumerate(chunks):
+        await say(LogChunk(ref, chunk, i == len(chunks) - 1, truncated))

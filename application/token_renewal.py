@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from application.context import Context
 from application.telemetry import collector_token
 from domain.node_messages import PrepareOrder, TokenRenewal
-from domain.node_protocol import Phase
+from domain.node_protocol import MemberReport, Phase
 from domain.telemetry import MemberScope
 
 if TYPE_CHECKING:
@@ -68,3 +68,9 @@ async def due_renewals(ctx: Context, sessions: list[Session]) -> list[tuple[Sess
             session.tokens[member_id] = now + lifetime
             out.append((session, TokenRenewal(ref, token, now + lifetime)))
     return out
+
+
+def token_expiry(session: Session, report: MemberReport) -> None:
+    """Remember the expiry of the token the node holds for the member (from its report)."""
+    if report.token_expires_at is not None:
+        session.tokens[report.ref.member_id] = report.token_expires_at

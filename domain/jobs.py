@@ -40,7 +40,7 @@ class Job:
             self,
             state=target,
             updated_at=now,
-            reason=reason or self.reason,
+            reason=reason,  # a reason explains its state: replaced or cleared
             exit_code=exit_code if exit_code is not None else self.exit_code,
         )
 
@@ -64,7 +64,7 @@ class Attempt:
             self,
             state=target,
             updated_at=now,
-            reason=reason or self.reason,
+            reason=reason,  # a reason explains its state: replaced or cleared
             exit_code=exit_code if exit_code is not None else self.exit_code,
         )
 
@@ -95,7 +95,7 @@ class Member:
             self,
             state=target,
             updated_at=now,
-            reason=reason or self.reason,
+            reason=reason,  # a reason explains its state: replaced or cleared
             exit_code=exit_code if exit_code is not None else self.exit_code,
             handle=handle or self.handle,
         )

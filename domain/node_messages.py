@@ -7,10 +7,10 @@ of ``proto/node_control.proto``; the simulator passes them directly.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from domain.artifacts import Manifest
-from domain.node_protocol import MemberRef, MemberReport, NodeCapacity
+from domain.node_protocol import EngineScan, MemberRef, MemberReport, NodeCapacity
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,17 @@ class Hello:
     daemon_version: str
     epoch: int  # the highest epoch the node was welcomed with (0: never)
     journal: tuple[MemberReport, ...]  # every member the node holds
+    scan: EngineScan | None = None  # its engine listed in full (None: an older daemon)
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    """The node's whole journal and a new full scan of its engine, sent on the open stream when
+    a scan completes after the Hello's could not (the engine was down, or the daemon learnt its
+    installation only from the Welcome)."""
+
+    scan: EngineScan
+    journal: tuple[MemberReport, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +82,11 @@ class CredentialAck:
     credential_id: str
 
 
+# The expiry a re-adopted member's rebuilt journal row reports when it was launched with a
+# collector token: the token itself is never kept in labels, so the gateway renews it at once.
+TOKEN_LOST = datetime(1970, 1, 1, 0, 0, 0, 1000, tzinfo=UTC)
+
+
 @dataclass(frozen=True, slots=True)
 class PrepareOrder:
     """Everything a node needs to prepare one member (the Prepare message)."""
@@ -94,6 +110,8 @@ class PrepareOrder:
     # its runner), not a source archive (unpacked into the working directory)
     capsule: bool = False
     collector_token_expires_at: datetime | None = None  # when collector_token expires
+    # the control plane's installation (docs/node-backend.md): set by the node, in its labels
+    installation: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +124,7 @@ class Welcome:
     epoch: int
     heartbeat_seconds: int
     server_unix_ms: int
+    installation: str = ""  # the control plane's installation id (labels the node's containers)
 
 
 @dataclass(frozen=True, slots=True)

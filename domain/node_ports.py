@@ -19,7 +19,7 @@ from domain.artifacts import Manifest, ScanRequest, ScanResult
 from domain.enrollment import JoinToken, NodeCredential
 from domain.node_events import NodeEvent
 from domain.node_messages import PrepareOrder
-from domain.node_protocol import Decision, MemberReport, NodeCapacity, Phase, Placed
+from domain.node_protocol import Decision, MemberRef, MemberReport, NodeCapacity, Phase, Placed
 from domain.submission import JobSpec
 
 if TYPE_CHECKING:
@@ -51,6 +51,12 @@ class EnrollmentRepository(Protocol):
     async def retire_credentials(self, node: str, keep_id: str, valid_until: datetime) -> None:
         """Every credential of ``node`` but ``keep_id`` is refused from ``valid_until`` on (an
         earlier limit already set is kept)."""
+        ...
+
+    async def installation(self) -> str:
+        """This control plane's installation id: made once with its database, never changed.
+        Node daemons label their containers with it, so control planes sharing an engine
+        never adopt, reap or count each other's containers."""
         ...
 
 
@@ -194,6 +200,9 @@ class MemberLaunch:
     progress_at: datetime | None = None
     stop_requested_at: datetime | None = None
     released_at: datetime | None = None
+    engine: str = ""  # the container engine it was prepared on (its node's, with the yes vote)
+    # why its node, at its last scan, did not account for it ("": it did): unknown, not ended
+    unaccounted: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,9 +238,23 @@ class LaunchLedger(Protocol):
         an abort after which the job may be queued again (kept only with an abort)."""
         ...
 
-    async def vote(self, member_id: str, epoch: int, yes: bool, reason: str, now: datetime) -> bool:
+    async def vote(
+        self,
+        member_id: str,
+        epoch: int,
+        yes: bool,
+        reason: str,
+        now: datetime,
+        engine: str = "",
+    ) -> bool:
         """Record a member's vote if its epoch matches, its attempt is undecided and it has not
-        voted yet; True when recorded."""
+        voted yet; True when recorded. ``engine``: the container engine its node prepared it
+        on (only its full scan can later prove the member's container gone)."""
+        ...
+
+    async def account(self, member_id: str, epoch: int, why: str, now: datetime) -> bool:
+        """Record why the member's node did not account for it (``why``; "" clears it: the node
+        holds it again) if the epoch matches; True when recorded."""
         ...
 
     async def report(self, member_id: str, report: MemberReport, now: datetime) -> bool:
@@ -294,7 +317,14 @@ class JournalEntry:
 
 class MemberJournal(Protocol):
     """The node's durable record of its members (SQLite on a real node). Synchronous: every
-    write is durable when the call returns; callers run it off the event loop."""
+    write is durable when the call returns; callers run it off the event loop.
+
+    ``meta``/``set_meta`` keep the daemon's facts beside its rows: ``installation`` (the control
+    plane it belongs to) and ``engine`` (the container engine its members run on)."""
+
+    def meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
 
     def entries(self) -> builtins.list[JournalEntry]: ...
 
@@ -311,6 +341,23 @@ class MemberJournal(Protocol):
     def set_epoch(self, epoch: int) -> None:
         """Raise the epoch (never lowers it)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class FoundContainer:
+    """A member's container as the engine shows it: what its labels and state say, enough to
+    rebuild the member's lost journal row (never a secret: the collector token is not kept in
+    labels)."""
+
+    container_id: str
+    ref: MemberRef | None  # None: its labels do not name it fully (it cannot be re-adopted)
+    job_id: str
+    image: str
+    gpu_indices: tuple[int, ...]
+    cpus: float
+    memory_mb: int
+    started: bool  # a start was attempted (running or exited); False: created only
+    metrics: bool  # its metrics directory is mounted: it was launched with a collector token
 
 
 class ProgressCallback(Protocol):
@@ -339,8 +386,17 @@ class MemberRuntime(Protocol):
         """Remove the container, killing it if it runs. Missing is fine."""
         ...
 
-    async def held(self) -> dict[str, str]:
-        """member id → container id for every container of this node."""
+    async def held(self, installation: str) -> dict[str, str]:
+        """member id → container id for every container of this node and ``installation``,
+        listed in full (Unavailable when the engine cannot list them)."""
+        ...
+
+    async def engine_id(self) -> str:
+        """The engine's identity (Docker's /info ID): which machine's containers these are."""
+        ...
+
+    async def found(self, container_id: str) -> FoundContainer | None:
+        """What the container's labels and state say (None: it is gone)."""
         ...
 
     async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:

@@ -95,6 +95,73 @@ class MemberReport:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineScan:
+    """What a node daemon found when it listed its container engine in full: every container
+    labelled with its node and installation, each one its journal lacked re-adopted (its row
+    rebuilt from the container's labels and state). With the journal of the same Hello (or
+    Inventory) it is the whole truth of one engine, or says why it is not."""
+
+    engine: str  # the engine's identity (Docker's /info ID); "" when it could not be read
+    complete: bool  # every labelled container was listed and is in the journal
+    reason: str = ""  # why not complete
+    # members with a container whose journal row is lost and could not be rebuilt from labels
+    unadopted: tuple[str, ...] = ()
+
+
+def _not_proof(node: str, why: str) -> str:
+    return (
+        f"node {node} does not account for it, and that proves nothing: {why}; if the machine "
+        f"that ran it is gone for good, fence the node (`tp node fence {node} --reason …`)"
+    )
+
+
+def absence_unproven(
+    scan: EngineScan | None, prepared_on: str, member_id: str, node: str
+) -> str | None:
+    """Why a committed member that ``node`` does not hold may still run, or None when its
+    absence is proof that it ended: the node's daemon listed in full the very engine the
+    member was prepared on (``prepared_on``, recorded with its vote) and found no container of
+    it. Anything less (no scan, a partial one, another engine — a copied credential, a
+    reinstalled engine) proves nothing: the member is ``unknown`` until the right engine
+    accounts for it or an operator fences the node."""
+    if scan is None:
+        why = "its daemon did not list its container engine (a daemon older than the gateway)"
+    elif member_id in scan.unadopted:
+        why = "its container is there, but its journal row is lost and its labels are incomplete"
+    elif not scan.complete:
+        why = f"its daemon could not list its container engine ({scan.reason})"
+    else:
+        why = _other_engine(scan, prepared_on) or ""
+        if not why:
+            return None
+    return _not_proof(node, why)
+
+
+def missing_unproven(scan: EngineScan | None, prepared_on: str, node: str) -> str | None:
+    """Why a node's report that a member's container is gone (``Phase.MISSING``: its journal
+    knew the container, its engine no longer does) proves nothing, or None when it is proof:
+    it comes from the engine the member was prepared on (members prepared before engines were
+    recorded take the daemon's word, as before)."""
+    if not prepared_on:
+        return None
+    if scan is None or not scan.engine:
+        return _not_proof(node, "its daemon did not say which container engine it looked in")
+    why = _other_engine(scan, prepared_on)
+    return _not_proof(node, why) if why else None
+
+
+def _other_engine(scan: EngineScan, prepared_on: str) -> str | None:
+    if not prepared_on:
+        return "it was prepared before nodes named their container engine"
+    if scan.engine != prepared_on:
+        return (
+            f"its daemon now uses container engine {scan.engine[:64] or '(unnamed)'}, not "
+            f"{prepared_on[:64]} where the member was prepared"
+        )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
 class Placed:
     """The control plane's view of one member placed on a node."""
 

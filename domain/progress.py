@@ -65,7 +65,7 @@ def member_after(
         return m.moved(MemberState.FAILED, now, reason, exit_code=code)
     if obs.status == "missing":
         target = MemberState.STOPPED if stopping else MemberState.FAILED
-        return m.moved(target, now, "its container disappeared from the engine")
+        return m.moved(target, now, obs.reason or "its container disappeared from the engine")
     return m
 
 

@@ -4,7 +4,8 @@ It wires the pieces a node needs: the journal (SQLite in the state directory), t
 runtime (Docker Engine API), the agent that obeys the protocol, and the outbound TLS link to the
 node control gateway. The first start enrolls with a one-time join token; later starts use the
 stored credential. Before connecting, the agent reconciles its journal with the engine, so a
-restarted daemon re-adopts running containers instead of starting new ones.
+restarted daemon re-adopts running containers instead of starting new ones (a daemon that does
+not know its installation yet learns it from the gateway's Welcome first, and reconciles then).
 
 SIGTERM and SIGINT stop the daemon, never its members: they keep running and are re-adopted
 at the next start. A lost or broken stream never ends the daemon (it reconnects with back-off,
@@ -194,7 +195,9 @@ async def serve_daemon(options: DaemonOptions) -> None:
             print(f"enrolled as node {stored.node} in pool {stored.pool}", flush=True)
         if stored.node != name:  # the gateway may normalise the name
             raise InvalidInput(f"the gateway enrolled this node as {stored.node!r}, not {name!r}")
-        await agent.recover()
+        if not await agent.recover():  # done at the Welcome, or once the engine answers
+            why = agent.last_scan.reason if agent.last_scan else ""
+            log.warning("journal not reconciled with the container engine yet: %s", why)
         print(
             f"node {name} connecting to {host}:{port} (TLS; state {state_dir}; "
             f"{capacity.gpus} GPUs, {capacity.cpus:g} CPUs, {capacity.memory_mb} MiB)",

@@ -111,20 +111,42 @@ class OutputFile(_message.Message):
     def __init__(self, path: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("node_name", "capacity", "address", "daemon_version", "epoch", "journal")
+    __slots__ = ("node_name", "capacity", "address", "daemon_version", "epoch", "journal", "scan")
     NODE_NAME_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     JOURNAL_FIELD_NUMBER: _ClassVar[int]
+    SCAN_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     capacity: Capacity
     address: str
     daemon_version: str
     epoch: int
     journal: _containers.RepeatedCompositeFieldContainer[MemberStatus]
-    def __init__(self, node_name: _Optional[str] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., address: _Optional[str] = ..., daemon_version: _Optional[str] = ..., epoch: _Optional[int] = ..., journal: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ...) -> None: ...
+    scan: EngineScan
+    def __init__(self, node_name: _Optional[str] = ..., capacity: _Optional[_Union[Capacity, _Mapping]] = ..., address: _Optional[str] = ..., daemon_version: _Optional[str] = ..., epoch: _Optional[int] = ..., journal: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ..., scan: _Optional[_Union[EngineScan, _Mapping]] = ...) -> None: ...
+
+class EngineScan(_message.Message):
+    __slots__ = ("engine", "complete", "reason", "unadopted")
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    UNADOPTED_FIELD_NUMBER: _ClassVar[int]
+    engine: str
+    complete: bool
+    reason: str
+    unadopted: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, engine: _Optional[str] = ..., complete: _Optional[bool] = ..., reason: _Optional[str] = ..., unadopted: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Inventory(_message.Message):
+    __slots__ = ("scan", "journal")
+    SCAN_FIELD_NUMBER: _ClassVar[int]
+    JOURNAL_FIELD_NUMBER: _ClassVar[int]
+    scan: EngineScan
+    journal: _containers.RepeatedCompositeFieldContainer[MemberStatus]
+    def __init__(self, scan: _Optional[_Union[EngineScan, _Mapping]] = ..., journal: _Optional[_Iterable[_Union[MemberStatus, _Mapping]]] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("sent_unix_ms",)
@@ -177,7 +199,7 @@ class LogChunk(_message.Message):
     def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ..., truncated: _Optional[bool] = ..., live: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class NodeMessage(_message.Message):
-    __slots__ = ("seq", "hello", "heartbeat", "vote", "progress", "status", "credential_ack", "log", "outputs_scanned")
+    __slots__ = ("seq", "hello", "heartbeat", "vote", "progress", "status", "credential_ack", "log", "outputs_scanned", "inventory")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     HELLO_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +209,7 @@ class NodeMessage(_message.Message):
     CREDENTIAL_ACK_FIELD_NUMBER: _ClassVar[int]
     LOG_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_SCANNED_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
     seq: int
     hello: Hello
     heartbeat: Heartbeat
@@ -196,7 +219,8 @@ class NodeMessage(_message.Message):
     credential_ack: CredentialAck
     log: LogChunk
     outputs_scanned: OutputsScanned
-    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., vote: _Optional[_Union[Vote, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., status: _Optional[_Union[MemberStatus, _Mapping]] = ..., credential_ack: _Optional[_Union[CredentialAck, _Mapping]] = ..., log: _Optional[_Union[LogChunk, _Mapping]] = ..., outputs_scanned: _Optional[_Union[OutputsScanned, _Mapping]] = ...) -> None: ...
+    inventory: Inventory
+    def __init__(self, seq: _Optional[int] = ..., hello: _Optional[_Union[Hello, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., vote: _Optional[_Union[Vote, _Mapping]] = ..., progress: _Optional[_Union[Progress, _Mapping]] = ..., status: _Optional[_Union[MemberStatus, _Mapping]] = ..., credential_ack: _Optional[_Union[CredentialAck, _Mapping]] = ..., log: _Optional[_Union[LogChunk, _Mapping]] = ..., outputs_scanned: _Optional[_Union[OutputsScanned, _Mapping]] = ..., inventory: _Optional[_Union[Inventory, _Mapping]] = ...) -> None: ...
 
 class OutputsScanned(_message.Message):
     __slots__ = ("request_id", "ref", "found", "files", "error")
@@ -213,14 +237,16 @@ class OutputsScanned(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., ref: _Optional[_Union[MemberRef, _Mapping]] = ..., found: _Optional[bool] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., error: _Optional[str] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ("epoch", "heartbeat_seconds", "server_unix_ms")
+    __slots__ = ("epoch", "heartbeat_seconds", "server_unix_ms", "installation")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SERVER_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    INSTALLATION_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     heartbeat_seconds: int
     server_unix_ms: int
-    def __init__(self, epoch: _Optional[int] = ..., heartbeat_seconds: _Optional[int] = ..., server_unix_ms: _Optional[int] = ...) -> None: ...
+    installation: str
+    def __init__(self, epoch: _Optional[int] = ..., heartbeat_seconds: _Optional[int] = ..., server_unix_ms: _Optional[int] = ..., installation: _Optional[str] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
     __slots__ = ("sent_unix_ms",)

@@ -335,7 +335,7 @@ class NodeLink:
                 last = seq
                 if isinstance(body, Welcome):
                     self._welcomed = True
-                    await self.agent.welcomed(body.epoch)
+                    await self.agent.welcomed(body.epoch, body.installation)
                     self.connected.set()
                     silence = 3 * max(body.heartbeat_seconds, 1)
                     if beats is None:

@@ -17,6 +17,7 @@ from domain.node_messages import (
     Heartbeat,
     HeartbeatAck,
     Hello,
+    Inventory,
     LogChunk,
     OutputsScanned,
     PrepareOrder,
@@ -29,11 +30,27 @@ from domain.node_messages import (
     Vote,
     Welcome,
 )
-from domain.node_protocol import Command, CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
+from domain.node_protocol import (
+    Command,
+    CommandKind,
+    EngineScan,
+    MemberRef,
+    MemberReport,
+    NodeCapacity,
+    Phase,
+)
 from proto import node_control_pb2 as pb
 
 NodeBody = (
-    Hello | Heartbeat | Vote | Progress | MemberReport | CredentialAck | LogChunk | OutputsScanned
+    Hello
+    | Heartbeat
+    | Vote
+    | Progress
+    | MemberReport
+    | CredentialAck
+    | LogChunk
+    | OutputsScanned
+    | Inventory
 )
 GatewayBody = (
     Welcome
@@ -159,6 +176,29 @@ def report_from(m: pb.MemberStatus) -> MemberReport:
     )
 
 
+_MAX_UNADOPTED = 10_000
+
+
+def scan_to(scan: EngineScan) -> pb.EngineScan:
+    return pb.EngineScan(
+        engine=scan.engine,
+        complete=scan.complete,
+        reason=scan.reason,
+        unadopted=list(scan.unadopted),
+    )
+
+
+def scan_from(m: pb.EngineScan) -> EngineScan:
+    if len(m.unadopted) > _MAX_UNADOPTED:
+        raise _bad(f"scan.unadopted lists more than {_MAX_UNADOPTED} members")
+    return EngineScan(
+        _text(m.engine, "scan.engine"),
+        m.complete,
+        _text(m.reason, "scan.reason"),
+        tuple(_text(u, "scan.unadopted") for u in m.unadopted),
+    )
+
+
 # -- node -> gateway --------------------------------------------------------------------------
 
 
@@ -173,7 +213,12 @@ def node_message_to(seq: int, body: NodeBody) -> pb.NodeMessage:
                 daemon_version=body.daemon_version,
                 epoch=body.epoch,
                 journal=[report_to(r) for r in body.journal],
+                scan=scan_to(body.scan) if body.scan is not None else None,
             )
+        )
+    elif isinstance(body, Inventory):
+        msg.inventory.CopyFrom(
+            pb.Inventory(scan=scan_to(body.scan), journal=[report_to(r) for r in body.journal])
         )
     elif isinstance(body, Heartbeat):
         msg.heartbeat.sent_unix_ms = body.sent_unix_ms
@@ -226,7 +271,13 @@ def node_message_from(m: pb.NodeMessage) -> tuple[int, NodeBody]:
             _text(h.daemon_version, "daemon_version"),
             h.epoch,
             tuple(report_from(r) for r in h.journal),
+            scan_from(h.scan) if h.HasField("scan") else None,
         )
+    elif kind == "inventory":
+        i = m.inventory
+        if not i.HasField("scan"):
+            raise _bad("inventory.scan is missing")
+        body = Inventory(scan_from(i.scan), tuple(report_from(r) for r in i.journal))
     elif kind == "heartbeat":
         body = Heartbeat(m.heartbeat.sent_unix_ms)
     elif kind == "vote":
@@ -277,6 +328,7 @@ def gateway_message_to(
                 epoch=body.epoch,
                 heartbeat_seconds=body.heartbeat_seconds,
                 server_unix_ms=body.server_unix_ms,
+                installation=body.installation,
             )
         )
     elif isinstance(body, HeartbeatAck):
@@ -348,7 +400,7 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
     body: GatewayBody
     if kind == "welcome":
         w = m.welcome
-        body = Welcome(w.epoch, w.heartbeat_seconds, w.server_unix_ms)
+        body = Welcome(w.epoch, w.heartbeat_seconds, w.server_unix_ms, w.installation)
     elif kind == "heartbeat_ack":
         body = HeartbeatAck(m.heartbeat_ack.sent_unix_ms)
     elif kind == "source":

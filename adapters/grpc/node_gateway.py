@@ -128,7 +128,7 @@ class NodeGateway(NodeControlBase):
         self.links[session.node] = link
         heartbeat = self.control.settings.heartbeat.total_seconds()
         now_ms = int(self.ctx.clock.now().timestamp() * 1000)
-        link.outbox.put_nowait(Welcome(session.epoch, int(heartbeat), now_ms))
+        link.outbox.put_nowait(Welcome(session.epoch, int(heartbeat), now_ms, session.installation))
         if session.rotation is not None:
             link.outbox.put_nowait(session.rotation)
         self._wake.set()

@@ -10,10 +10,18 @@ from domain.node_ports import JournalEntry
 
 
 class MemoryJournal:
-    def __init__(self) -> None:
+    def __init__(self, meta: dict[str, str] | None = None) -> None:
         self._entries: dict[str, JournalEntry] = {}
         self._epoch = 0
+        self._meta: dict[str, str] = dict(meta or {})
         self.writes = 0
+
+    def meta(self, key: str) -> str | None:
+        return self._meta.get(key)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._meta[key] = value
+        self.writes += 1
 
     def entries(self) -> list[JournalEntry]:
         return sorted(

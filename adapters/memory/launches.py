@@ -94,7 +94,15 @@ class MemoryLaunchLedger:
         """The epoch matches and the member's node was not fenced since it was placed."""
         return m.epoch == epoch and node_extra(self._tx, m.node).epoch == m.epoch
 
-    async def vote(self, member_id: str, epoch: int, yes: bool, reason: str, now: datetime) -> bool:
+    async def vote(
+        self,
+        member_id: str,
+        epoch: int,
+        yes: bool,
+        reason: str,
+        now: datetime,
+        engine: str = "",
+    ) -> bool:
         tx = self._tx
         seen: MemberLaunch | None = tx.get("member_launches", member_id)
         if seen is None:
@@ -106,7 +114,15 @@ class MemoryLaunchLedger:
             return False
         if m.vote is not None or not self._current(m, epoch):
             return False
-        tx.write("member_launches", replace(m, vote=yes, vote_reason=reason, voted_at=now))
+        voted = replace(m, vote=yes, vote_reason=reason, voted_at=now, engine=engine if yes else "")
+        tx.write("member_launches", voted)
+        return True
+
+    async def account(self, member_id: str, epoch: int, why: str, now: datetime) -> bool:
+        m = await self._locked(member_id)
+        if m is None or not self._current(m, epoch):
+            return False
+        self._tx.write("member_launches", replace(m, unaccounted=why))
         return True
 
     async def report(self, member_id: str, report: MemberReport, now: datetime) -> bool:

@@ -108,6 +108,9 @@ class MemoryEnrollmentRepository:
             if c is not None and (c.valid_until is None or c.valid_until > valid_until):
                 self._tx.write("node_credentials", replace(c, valid_until=valid_until))
 
+    async def installation(self) -> str:
+        return str(getattr(self._tx.store, "installation", "inst-memory"))
+
 
 class MemoryNodeLinkRepository:
     def __init__(self, tx: Tx) -> None:

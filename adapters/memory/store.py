@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from adapters.memory.artifacts import ARTIFACT_TABLES, SCAN_TABLES
@@ -81,3 +82,4 @@ class MemoryStore(Database):
     def __init__(self) -> None:
         super().__init__(TABLES)
         self.leases = MemoryLeases()
+        self.installation = f"inst-{uuid.uuid4().hex}"  # made once, as migration 0015 does

@@ -5,7 +5,8 @@ pulled with progress if need be; container created with its resources, GPUs and 
 archive unpacked into ``/workspace``) and never starts it; :meth:`NodeExecutor.start` is the
 commit, :meth:`NodeExecutor.remove` the abort. Every step is idempotent by the container's name
 ``tp-<member id>``, so a restarted daemon re-adopts its containers (:meth:`NodeExecutor.held`
-lists only this node's, by the ``tuneplane.node`` label: daemons may share one engine).
+lists only this node's of one installation, by the ``tuneplane.node`` and
+``tuneplane.installation`` labels: daemons, and control planes, may share one engine).
 
 Members run with the host's network (gang members on different machines reach member 0's
 rendezvous port) and tini as PID 1. The engine plumbing is the local backend's
@@ -30,7 +31,11 @@ from typing import Any
 from adapters.docker.backend import DockerBackend
 from adapters.docker.engine import EngineError, engine_errors
 from adapters.docker.spec import (
+    LABEL_ATTEMPT,
     LABEL_EPOCH,
+    LABEL_INDEX,
+    LABEL_JOB,
+    LABEL_MEMBER,
     LABEL_NODE,
     WORKDIR,
     container_name,
@@ -45,7 +50,8 @@ from domain.artifact_ports import OutputStorage
 from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
-from domain.node_ports import ProgressCallback
+from domain.node_ports import FoundContainer, ProgressCallback
+from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits
 
@@ -55,6 +61,7 @@ Source = bytes | str | os.PathLike[str]
 _IMAGE_ID = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 _DONE = ("Download complete", "Pull complete", "Already exists")
 SHARED_MOUNT = "/shared"  # where a node's --shared-dir appears in every member
+LABEL_INSTALLATION = "tuneplane.installation"  # the control plane the member belongs to
 
 
 def _quiet(stage: str, fraction: float, detail: str) -> None:
@@ -118,7 +125,7 @@ class NodeExecutor:
         async with self.engine.member_lock(name):
             info = await self.engine.inspect(name)
             if info is not None:
-                self._check_owner(name, info)
+                self._check_owner(name, info, order.installation)
                 if not never_started(info):
                     return str(info["Id"])  # committed already: never touched again
             else:
@@ -146,11 +153,13 @@ class NodeExecutor:
                 raise
             return cid
 
-    def _check_owner(self, name: str, info: dict[str, Any]) -> None:
-        node = (info.get("Config", {}).get("Labels") or {}).get(LABEL_NODE)
-        if node != self.node:
+    def _check_owner(self, name: str, info: dict[str, Any], installation: str) -> None:
+        labels = info.get("Config", {}).get("Labels") or {}
+        node, owner = labels.get(LABEL_NODE), labels.get(LABEL_INSTALLATION)
+        if node != self.node or owner != installation:
             raise Conflict(
-                f"container {name} exists but belongs to node {node!r}, not {self.node!r}",
+                f"container {name} exists but belongs to node {node!r} of installation "
+                f"{owner!r}, not to node {self.node!r} of installation {installation!r}",
                 fix=f"remove it (docker rm -f {name}) if no daemon of {node!r} uses it",
             )
 
@@ -171,7 +180,13 @@ class NodeExecutor:
             binds.append(f"{host}:{OUTPUT_DIR}")
             env[OUTPUT_ENV] = OUTPUT_DIR
         labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
-        labels.update({LABEL_NODE: self.node, LABEL_EPOCH: str(ref.epoch)})
+        labels.update(
+            {
+                LABEL_NODE: self.node,
+                LABEL_EPOCH: str(ref.epoch),
+                LABEL_INSTALLATION: order.installation,
+            }
+        )
         return create_body(
             image=order.image,
             command=order.command,
@@ -277,9 +292,25 @@ class NodeExecutor:
         """Remove the container (abort or forget), killing it if it runs. Missing is fine."""
         await self.engine.release(container_id)
 
-    async def held(self) -> dict[str, str]:
-        """member id → container id for every container of this node in the engine."""
-        return await self.engine.held(f"{LABEL_NODE}={self.node}")
+    async def held(self, installation: str) -> dict[str, str]:
+        """member id → container id for every container of this node and ``installation`` in
+        the engine (containers made before installation ids, without the label, are not
+        listed: they are only followed through their journal rows)."""
+        return await self.engine.held(
+            f"{LABEL_NODE}={self.node}", f"{LABEL_INSTALLATION}={installation}"
+        )
+
+    async def engine_id(self) -> str:
+        """The engine's identity: Docker's /info ID (made when the engine was installed), else
+        its host name and data root (engines that have none, e.g. Podman)."""
+        self._info = None  # read afresh: each scan names the engine it listed
+        info = await self._engine_info()
+        return str(info.get("ID") or f"{info.get('Name', '')}:{info.get('DockerRootDir', '')}")
+
+    async def found(self, container_id: str) -> FoundContainer | None:
+        """What the container's labels and state say, to rebuild its member's journal row."""
+        info = await self.engine.inspect(container_id)
+        return None if info is None else found_container(info)
 
     async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
         """The last ``limit`` bytes of its output (stdout and stderr), and whether the head
@@ -341,6 +372,38 @@ class PullProgress:
             self.layers[layer] = (self.layers[layer][1], self.layers[layer][1])
         total = sum(t for _, t in self.layers.values())
         return sum(c for c, _ in self.layers.values()) / total if total else -1.0
+
+
+def found_container(info: dict[str, Any]) -> FoundContainer:
+    """A container's inspect data, as a member's: ``ref`` None unless its labels name it."""
+    config, host = info.get("Config") or {}, info.get("HostConfig") or {}
+    labels = config.get("Labels") or {}
+    ref = None
+    try:
+        if labels.get(LABEL_ATTEMPT) and labels.get(LABEL_MEMBER):
+            index, epoch = int(labels[LABEL_INDEX]), int(labels[LABEL_EPOCH])
+            if index >= 0 and epoch >= 1:
+                ref = MemberRef(labels[LABEL_ATTEMPT], labels[LABEL_MEMBER], index, epoch)
+    except (KeyError, ValueError):
+        ref = None
+    gpus = tuple(
+        int(g)
+        for request in host.get("DeviceRequests") or []
+        for g in request.get("DeviceIDs") or []
+        if str(g).isdigit()
+    )
+    mounts = {m.get("Destination") for m in info.get("Mounts") or []}
+    return FoundContainer(
+        container_id=str(info.get("Id", "")),
+        ref=ref,
+        job_id=str(labels.get(LABEL_JOB, "")),
+        image=str(config.get("Image", "")),
+        gpu_indices=gpus,
+        cpus=(host.get("NanoCpus") or 0) / 1e9,
+        memory_mb=(host.get("Memory") or 0) // (1024 * 1024),
+        started=not never_started(info),
+        metrics=METRICS_MOUNT in mounts,
+    )
 
 
 def _read_source(source: Source) -> bytes:

@@ -114,6 +114,7 @@ def _spec(order: PrepareOrder) -> str:
             "collector_token": order.collector_token,
             "collector_token_expires": _iso(order.collector_token_expires_at),
             "capsule": order.capsule,
+            "installation": order.installation,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -171,6 +172,7 @@ def _decode(row: tuple[Any, ...]) -> JournalEntry:
             collector_token=str(s.get("collector_token", "")),  # journals before telemetry
             capsule=bool(s.get("capsule", False)),  # journals before the Job Capsule
             collector_token_expires_at=_when(s.get("collector_token_expires")),
+            installation=str(s.get("installation", "")),  # journals before installation ids
         )
         return JournalEntry(order, Phase(phase), cid, code, reason)
     except (ValueError, KeyError, TypeError, AttributeError) as exc:

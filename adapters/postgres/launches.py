@@ -63,7 +63,8 @@ _VOTE = text(
     "WITH l AS (SELECT la.attempt_id FROM launches la JOIN member_launches x "
     "           ON x.attempt_id = la.attempt_id "
     "           WHERE x.member_id = :member_id AND la.decision IS NULL FOR SHARE OF la) "
-    "UPDATE member_launches ml SET vote = :yes, vote_reason = :reason, voted_at = :now "
+    "UPDATE member_launches ml SET vote = :yes, vote_reason = :reason, voted_at = :now, "
+    "engine = :engine "
     "FROM l, nodes n "
     "WHERE ml.member_id = :member_id AND ml.attempt_id = l.attempt_id AND ml.vote IS NULL "
     f"AND {_NOT_FENCED} RETURNING ml.member_id"
@@ -75,6 +76,10 @@ _REPORT = text(
     f"AND {_NOT_FENCED} "
     "AND (ml.phase IS NULL OR ml.phase = ANY(CAST(:replaces AS text[]))) "
     "RETURNING ml.member_id"
+)
+_ACCOUNT = text(
+    "UPDATE member_launches ml SET unaccounted = :why FROM nodes n "
+    f"WHERE ml.member_id = :member_id AND {_NOT_FENCED} RETURNING ml.member_id"
 )
 _PROGRESS = text(
     "UPDATE member_launches ml SET progress = :text, progress_at = :now FROM nodes n "
@@ -153,6 +158,8 @@ def _member(r: Any) -> MemberLaunch:
         progress_at=r["progress_at"],
         stop_requested_at=r["stop_requested_at"],
         released_at=r["released_at"],
+        engine=r["engine"],
+        unaccounted=r["unaccounted"],
     )
 
 
@@ -254,16 +261,31 @@ class PostgresLaunchLedger:
             done = (await self._conn.execute(_DECIDE, params)).first()
         return done is not None
 
-    async def vote(self, member_id: str, epoch: int, yes: bool, reason: str, now: datetime) -> bool:
+    async def vote(
+        self,
+        member_id: str,
+        epoch: int,
+        yes: bool,
+        reason: str,
+        now: datetime,
+        engine: str = "",
+    ) -> bool:
         params = {
             "member_id": member_id,
             "epoch": epoch,
             "yes": yes,
             "reason": reason,
             "now": now,
+            "engine": engine if yes else "",
         }
         with translated(f"record the vote of member {member_id}"):
             done = (await self._conn.execute(_VOTE, params)).first()
+        return done is not None
+
+    async def account(self, member_id: str, epoch: int, why: str, now: datetime) -> bool:
+        params = {"member_id": member_id, "epoch": epoch, "why": why}
+        with translated(f"record whether node accounts for member {member_id}"):
+            done = (await self._conn.execute(_ACCOUNT, params)).first()
         return done is not None
 
     async def report(self, member_id: str, report: MemberReport, now: datetime) -> bool:

@@ -23,7 +23,7 @@ from adapters.postgres.errors import translated
 from adapters.postgres.rows import fetch_one, insert_new
 from adapters.postgres.tables import join_tokens, node_credentials, nodes, pools
 from domain.enrollment import JoinToken, NodeCredential
-from domain.errors import NotFound
+from domain.errors import NotFound, Unavailable
 from domain.node_events import NodeEvent, NodeEventKind
 from domain.node_ports import NodeLink
 from domain.node_protocol import NodeCapacity
@@ -41,6 +41,7 @@ _CREDENTIALS = (
     .order_by(node_credentials.c.created_at, node_credentials.c.id.collate("C"))
 )
 # an earlier limit already set is kept
+_INSTALLATION = text("SELECT id FROM installation ORDER BY created_at, id LIMIT 1")
 _RETIRE = text(
     "UPDATE node_credentials SET valid_until = :valid_until "
     "WHERE node = :node AND id <> :keep_id "
@@ -136,6 +137,17 @@ class PostgresEnrollmentRepository:
         params = {"node": node, "keep_id": keep_id, "valid_until": valid_until}
         with translated(f"retire the old credentials of node {node}"):
             await self._conn.execute(_RETIRE, params)
+
+    async def installation(self) -> str:
+        with translated("read this installation's id"):
+            found = (await self._conn.execute(_INSTALLATION)).scalar()
+        if found is None:
+            raise Unavailable(
+                "the database holds no installation id (table installation is empty)",
+                fix="restore it from a backup of this database: node daemons check it, and "
+                "a new one would make them refuse this control plane",
+            )
+        return str(found)
 
 
 # -- control links --------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from domain.requests import RoleSpec
 from domain.submission import JobSpec
 
 _START = text(
-    "UPDATE jobs SET state = 'starting', updated_at = :now "
+    "UPDATE jobs SET state = 'starting', updated_at = :now, reason = '' "
     "WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id"
 )
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')

@@ -388,6 +388,13 @@ node_credentials = Table(
     Index("ix_node_credentials_node", "node"),
 )
 
+installation = Table(  # this control plane's id, made once by migration 0015 (one row)
+    "installation",
+    metadata,
+    Column("id", Text, primary_key=True),
+    ts("created_at"),
+)
+
 launches = Table(  # one two-phase launch per attempt
     "launches",
     metadata,
@@ -431,6 +438,8 @@ member_launches = Table(
     ts("progress_at", nullable=True),
     ts("stop_requested_at", nullable=True),
     ts("released_at", nullable=True),
+    Column("engine", Text, nullable=False, server_default=""),  # prepared on (with the vote)
+    Column("unaccounted", Text, nullable=False, server_default=""),  # why unknown, "": held
     UniqueConstraint("attempt_id", "idx"),
     one_of("phase", Phase),
     CheckConstraint("idx >= 0", name="idx"),

@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
-from domain.node_ports import ProgressCallback
+from domain.node_ports import FoundContainer, ProgressCallback
 from domain.ports import Observation
 
 Refusal = Callable[[PrepareOrder], str | None]
@@ -30,11 +30,17 @@ class SimContainer:
     exit_code: int | None = None
     log: bytes = b""
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # exited or removed
+    labelled: bool = True  # False: its labels do not name its member fully (cannot be re-adopted)
 
 
 class SimRuntime:
-    def __init__(self, node: str, refusal: Refusal | None = None) -> None:
+    """``engine``: the engine's identity (another machine has another); ``down``: when set,
+    the engine cannot list containers or say who it is (Unavailable with this text)."""
+
+    def __init__(self, node: str, refusal: Refusal | None = None, engine: str = "") -> None:
         self.node = node
+        self.engine = engine or f"engine-{node}"
+        self.down: str | None = None
         self.refusal: Refusal = refusal or (lambda order: None)
         self.containers: dict[str, SimContainer] = {}
         self.starts: Counter[str] = Counter()  # member id → real starts
@@ -98,8 +104,38 @@ class SimRuntime:
         if c is not None and c.state == "running":
             self.kills[c.order.ref.member_id] += 1
 
-    async def held(self) -> dict[str, str]:
-        return {c.order.ref.member_id: cid for cid, c in self.containers.items()}
+    def _up(self) -> None:
+        if self.down is not None:
+            raise Unavailable(self.down)
+
+    async def held(self, installation: str) -> dict[str, str]:
+        self._up()
+        return {
+            c.order.ref.member_id: cid
+            for cid, c in self.containers.items()
+            if c.order.installation == installation and c.order.node == self.node
+        }
+
+    async def engine_id(self) -> str:
+        self._up()
+        return self.engine
+
+    async def found(self, container_id: str) -> FoundContainer | None:
+        c = self.containers.get(container_id)
+        if c is None:
+            return None
+        o = c.order
+        return FoundContainer(
+            container_id,
+            o.ref if c.labelled else None,
+            o.job_id,
+            o.image,
+            o.gpu_indices,
+            o.cpus,
+            o.memory_mb,
+            started=c.state != "created",
+            metrics=bool(o.collector_token),
+        )
 
     async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
         c = self.containers.get(container_id)

@@ -95,7 +95,7 @@ class SimNodeFleet:
         node.partitioned = False
         node.session = await self.control.open(NodeIdentity(name, f"cred-{name}"), hello)
         node.session.last_seq = 1
-        await node.agent.welcomed(node.session.epoch)
+        await node.agent.welcomed(node.session.epoch, node.session.installation)
         return node.session
 
     async def connect_all(self) -> None:

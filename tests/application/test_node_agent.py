@@ -13,8 +13,25 @@ import pytest
 from adapters.memory.journal import MemoryJournal
 from adapters.sim.node_runtime import SimRuntime
 from application.node_agent import NodeAgent
-from domain.node_messages import LogChunk, PrepareOrder, SourceChunk, TokenRenewal, Vote
-from domain.node_protocol import Command, CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
+from domain.errors import InvalidInput
+from domain.node_messages import (
+    TOKEN_LOST,
+    Inventory,
+    LogChunk,
+    PrepareOrder,
+    SourceChunk,
+    TokenRenewal,
+    Vote,
+)
+from domain.node_protocol import (
+    Command,
+    CommandKind,
+    EngineScan,
+    MemberRef,
+    MemberReport,
+    NodeCapacity,
+    Phase,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -39,9 +56,12 @@ def order(member: str = "m0", index: int = 0, epoch: int = 1, **kw: Any) -> Prep
     return PrepareOrder(**base)
 
 
+INSTALLATION = "inst-a"
+
+
 class Harness:
     def __init__(self) -> None:
-        self.journal = MemoryJournal()
+        self.journal = MemoryJournal({"installation": INSTALLATION})
         self.runtime = SimRuntime("n1")
         self.sent: list[Any] = []
         self.agent = self.new_agent()
@@ -67,6 +87,8 @@ class Harness:
 
 async def prepared(h: Harness, o: PrepareOrder | None = None) -> PrepareOrder:
     o = o or order()
+    if not h.agent.recovered and h.agent.installation:
+        await h.agent.recover()  # as the daemon does before it connects
     await h.agent.on_prepare(o)
     await h.settle()
     return o
@@ -195,7 +217,7 @@ async def test_restart_rolls_back_preparing_and_readopts_running() -> None:
     running = await prepared(h, order("m0"))
     await h.agent.on_command(Command(CommandKind.COMMIT, running.ref))
     # m1 was being prepared when the daemon died: its container exists, the vote never left
-    caught = order("m1", gpu_indices=(1,))
+    caught = order("m1", gpu_indices=(1,), installation=INSTALLATION)
     h.runtime.containers["c-m1"] = type(h.runtime.containers["c-m0"])("c-m1", caught)
     from domain.node_ports import JournalEntry
 
@@ -243,3 +265,117 @@ async def test_a_renewed_collector_token_is_journalled_for_its_own_launch_only()
     assert entry is not None and entry.order.collector_token == "new"
     assert entry.report().token_expires_at == at  # reported, so a lost renewal is sent again
     assert h.journal.get("m9") is None
+
+
+# -- re-adoption, engine and installation (issue 18, defects 1 and 4) ---------------------------
+
+
+async def running(h: Harness, o: PrepareOrder | None = None) -> PrepareOrder:
+    o = await prepared(h, o)
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    await h.agent.watch_once()
+    assert h.phase(o.ref.member_id) is Phase.RUNNING
+    return o
+
+
+async def test_a_lost_row_is_rebuilt_and_a_member_that_never_started_is_removed() -> None:
+    h = Harness()
+    live = await running(h, order("m0", collector_token="tok"))
+    waiting = await prepared(h, order("m1", gpu_indices=(1,)))
+    h.journal.delete("m0")  # both rows are lost (quarantined as corrupt)
+    h.journal.delete("m1")
+    h.agent = h.new_agent()
+    assert await h.agent.recover()
+    entry = h.journal.get("m0")
+    assert entry is not None and entry.phase is Phase.RUNNING and entry.container_id == "c-m0"
+    rebuilt = entry.order
+    assert (rebuilt.ref, rebuilt.job_id, rebuilt.gpu_indices) == (live.ref, "job-1", (0,))
+    assert entry.order.collector_token == ""  # never in labels: a secret
+    assert entry.report().token_expires_at == TOKEN_LOST  # so the gateway renews it at once
+    gone = h.journal.get("m1")
+    assert gone is not None and gone.phase is Phase.REFUSED and "before it started" in gone.reason
+    assert "c-m1" not in h.runtime.containers and h.runtime.starts["m1"] == 0
+    assert h.runtime.kills["m0"] == 0 and h.runtime.starts["m0"] == 1
+    at = datetime(2027, 1, 1, tzinfo=UTC)
+    await h.agent.on_token(TokenRenewal(live.ref, "renewed", at))
+    renewed = h.journal.get("m0")
+    assert renewed is not None and renewed.order.collector_token == "renewed"
+    assert waiting.ref.member_id == "m1"
+
+
+async def test_a_container_whose_labels_do_not_name_it_is_left_alone_and_reported() -> None:
+    h = Harness()
+    o = await running(h)
+    h.journal.delete("m0")
+    h.runtime.containers["c-m0"].labelled = False
+    h.agent = h.new_agent()
+    await h.agent.recover()
+    hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    assert hello.journal == () and hello.scan == EngineScan("engine-n1", True, "", ("m0",))
+    assert h.runtime.running() and h.agent.orphans == {"m0": "c-m0"}
+    await h.agent.on_command(Command(CommandKind.FORGET, o.ref, "fenced"))  # the operator's call
+    assert not h.runtime.containers
+
+
+async def test_a_journal_of_another_engine_is_refused_an_empty_one_follows_the_engine() -> None:
+    h = Harness()
+    await running(h)
+    h.runtime = SimRuntime("n1", engine="engine-of-another-machine")
+    h.agent = h.new_agent()
+    with pytest.raises(InvalidInput, match="tp node fence n1") as refused:
+        await h.agent.recover()
+    assert "engine-n1" in refused.value.message and h.journal.get("m0") is not None
+    empty = Harness()
+    empty.journal.set_meta("engine", "engine-before-a-reinstall")
+    assert await empty.agent.recover()
+    assert empty.journal.meta("engine") == "engine-n1"
+
+
+async def test_the_installation_comes_from_the_welcome_and_never_changes() -> None:
+    h = Harness()
+    h.journal = MemoryJournal()  # enrolled, never welcomed: it touches no engine yet
+    h.agent = h.new_agent()
+    assert not await h.agent.recover()
+    hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    assert hello.scan is not None and not hello.scan.complete
+    assert "installation" in hello.scan.reason
+    await prepared(h)  # a Prepare before the Welcome: refused, nothing created
+    assert "has not learnt its installation" in h.votes()[0].reason and not h.runtime.containers
+    with pytest.raises(InvalidInput, match="did not name its installation"):
+        await h.agent.welcomed(1)  # an older control plane
+    h.sent.clear()
+    await h.agent.welcomed(1, INSTALLATION)  # reconciled at once, before any further order
+    assert h.journal.meta("installation") == INSTALLATION and h.agent.recovered
+    [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
+    assert inventory.scan == EngineScan("engine-n1", True)
+    assert inventory.journal[0].ref.member_id == "m0"
+    with pytest.raises(InvalidInput, match="belongs to installation inst-a"):
+        await h.agent.welcomed(1, "inst-other")
+    await prepared(h, order("m1", gpu_indices=(1,)))
+    assert h.votes()[-1].yes and h.runtime.containers["c-m1"].order.installation == INSTALLATION
+
+
+async def test_a_scan_the_engine_cannot_answer_is_incomplete_and_made_again_later() -> None:
+    h = Harness()
+    await running(h)
+    h.journal.delete("m0")
+    h.runtime.down = "the engine at unix:///x does not answer"
+    h.agent = h.new_agent()
+    assert not await h.agent.recover()
+    hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    assert hello.scan == EngineScan("", False, "the engine at unix:///x does not answer")
+    h.sent.clear()
+    await h.agent.watch_once()
+    assert not any(isinstance(b, Inventory) for b in h.sent)
+    await prepared(h, order("m1", gpu_indices=(1,)))  # no Prepare before it reconciled
+    assert "has not reconciled its journal with its engine yet (the engine at" in (
+        h.votes()[-1].reason
+    )
+    h.runtime.down = None
+    await h.agent.watch_once()
+    [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
+    assert inventory.scan.complete
+    assert {r.ref.member_id: r.phase for r in inventory.journal} == {
+        "m0": Phase.RUNNING,  # re-adopted once the engine answered
+        "m1": Phase.REFUSED,
+    }

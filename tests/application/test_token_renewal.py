@@ -14,6 +14,7 @@ from application.context import Context, TelemetrySettings
 from application.enrollment import NodeIdentity
 from application.node_control import Session
 from application.token_renewal import due_renewals, renewal_due, with_token
+from domain.node_messages import TOKEN_LOST
 from domain.node_protocol import MemberRef, Phase, Placed
 from domain.telemetry import MemberScope
 from tests.application.test_node_agent import order
@@ -114,3 +115,14 @@ async def test_a_forgotten_member_is_dropped_and_no_signer_means_no_tokens(
     session = session_with("m0", Phase.RUNNING, clock.now())
     assert await due_renewals(unsigned, [session]) == []
     assert (await with_token(unsigned, order(), clock.now())).collector_token == ""
+
+
+async def test_a_readopted_member_whose_token_was_lost_gets_one_at_once(
+    ctx: Context, clock: FakeClock
+) -> None:
+    """A member re-adopted from its container's labels lost its token with its journal row (a
+    secret is never in labels): its row reports ``TOKEN_LOST``, which is due at once."""
+    s = session_with("m1", Phase.RUNNING, TOKEN_LOST)
+    [(_, renewal)] = await due_renewals(ctx, [s])
+    assert renewal.token == "token-1" and renewal.expires_at == clock.now() + LIFE
+    assert await due_renewals(ctx, [s]) == []  # once

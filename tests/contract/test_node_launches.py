@@ -372,3 +372,38 @@ async def test_a_unit_of_work_left_without_commit_leaves_nothing(
             "n-0", "n", connectivity=Connectivity.DISCONNECTED
         )
         assert await uow.links.fence("n-1") == 2  # the rolled-back fence never happened
+
+
+async def test_a_yes_vote_records_the_engine_and_a_node_may_not_account_for_a_member(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """Issue 18, defect 1: the engine a member was prepared on (only its full scan proves the
+    member's container gone), and why its node did not account for it (it is unknown)."""
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    m0, m1 = (m.id for m in g.members)
+    async with uow_factory() as uow:
+        assert await uow.launches.vote(m0, 1, True, "", at(2), "engine-a")
+        assert await uow.launches.vote(m1, 1, False, "no image", at(2), "engine-b")
+        assert await uow.launches.account(m0, 1, "node n-0 does not account for it", at(3))
+        assert not await uow.launches.account(m0, 2, "stale epoch", at(3))
+        assert not await uow.launches.account("mem-missing", 1, "nobody", at(3))
+        await uow.commit()
+    first, second = await member_launches(uow_factory, g.attempt.id)
+    assert (first.engine, first.unaccounted) == ("engine-a", "node n-0 does not account for it")
+    assert (second.engine, second.unaccounted) == ("", "")  # a no vote names no engine
+    async with uow_factory() as uow:
+        assert await uow.launches.account(m0, 1, "", at(4))  # its node holds it again
+        [work, _] = await uow.launches.on_nodes(["n-0", "n-1"])
+        await uow.links.fence("n-0")
+        assert not await uow.launches.account(m0, 1, "after the fence", at(5))
+        await uow.commit()
+    assert (work.launch.engine, work.launch.unaccounted) == ("engine-a", "")
+
+
+async def test_the_installation_id_is_made_once_and_kept(uow_factory: UnitOfWorkFactory) -> None:
+    async with uow_factory() as uow:
+        first = await uow.enrollment.installation()
+    async with uow_factory() as uow:
+        assert await uow.enrollment.installation() == first
+    assert first.startswith("inst-") and len(first) > 20

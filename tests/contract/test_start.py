@@ -81,3 +81,22 @@ async def test_the_snapshot_counts_earlier_attempts(uow_factory: UnitOfWorkFacto
         assert pending.attempts == 1
         with pytest.raises(Conflict):  # number 1 is taken
             await uow.scheduling.start([start_of(job, "a-0", 0, number=1)], at(2))
+
+
+async def test_a_started_job_drops_the_reason_it_waited_with(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """A reason belongs to its state (issue 18, 14): "… queued again" explains ``pending``."""
+    await setup_fleet(uow_factory)
+    job = gpu_job(1, reason="attempt 1 launch aborted: a node was silent; queued again")
+    async with uow_factory() as uow:
+        await uow.jobs.add(job)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.scheduling.start([start_of(job, "a-0", 0, number=2)], at(2)) == [job.id]
+        await uow.commit()
+    async with uow_factory() as uow:
+        started = await uow.jobs.get(job.id)
+        assert started is not None and (started.state, started.reason) == (JobState.STARTING, "")
+        [*_, event] = await uow.jobs.events(job.id, 10)
+        assert (event.state, event.reason) == (JobState.STARTING, "")

@@ -2,15 +2,16 @@
 run, a daemon partitioned from its gateway for a minute, replayed and stale messages from a
 node's own credential, and what a workload can see of its node's control credential.
 
-What must hold: a lost connection or a dead daemon never kills, restarts or duplicates a
-workload; the reservation stays held while a member's fate is unknown; nothing a node says out of
-turn changes the control plane's state.
+What must hold: a lost connection, a dead daemon or a damaged journal row never kills, restarts
+or duplicates a workload; the reservation stays held while a member's fate is unknown; nothing
+a node says out of turn changes the control plane's state.
 """
 
 from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from domain.node_protocol import MemberRef, MemberReport, NodeCapacity, Phase
 from proto.node_control_grpc import NodeControlStub
 from tests.e2e.test_node_backend import Factory, actions, cli_for, events, starts, submit
 from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
+from tests.fixtures.server import free_port
 from tests.support.db import plain_dsn
 from tests.support.tcp_proxy import TcpProxy
 
@@ -357,3 +359,86 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     assert nodes["n2"]["sched"] == "cordoned"  # back in contact, but no new work until uncordoned
     assert not nodes["n2"]["eligible"]
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
+
+
+async def _phases(cluster: NodeCluster, attempt_id: str) -> dict[int, tuple[str, bool]]:
+    """Member index → (phase its node last reported, stop requested) in the launch ledger."""
+    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
+    try:
+        rows = await conn.fetch(
+            "SELECT idx, phase, stop_requested_at FROM member_launches WHERE attempt_id = $1",
+            attempt_id,
+        )
+    finally:
+        await conn.close()
+    return {r["idx"]: (r["phase"], r["stop_requested_at"] is not None) for r in rows}
+
+
+async def _tell(port: int, line: bytes, within: float = 60) -> None:
+    """Connect to a member listening on the host's network and send it ``line``."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            await asyncio.sleep(0.2)
+            continue
+        writer.write(line)
+        await writer.drain()
+        writer.close()
+        return
+
+
+async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    """Issue 18, defect 1 (a): the journal row of a running gang member is damaged on disk and
+    its daemon is killed (-9) and restarted. The daemon quarantines the row and re-adopts the
+    member from its container's labels: nothing is stopped, the job runs on with its
+    reservation held, and when the member ends its real exit code and final log are kept."""
+    cluster = await node_cluster_factory(2)
+    cli = await cli_for(cluster, tmp_path)
+    since = time.time() - 1
+    port = free_port()
+    command = (
+        f'if [ "$RANK" = 0 ]; then nc -l -p {port}; echo rank 0 last words; exit 3; '
+        "else sleep 600; fi"
+    )
+    job_id = submit(cli, command, PAIR)
+    job = await wait_members(cluster, job_id, "running")
+    [attempt] = job["attempts"]
+    [first] = [m for m in attempt["members"] if m["index"] == 0]
+    node = first["node"]
+    cluster.kill_daemon(node, signal.SIGKILL)
+    journal = sqlite3.connect(cluster.daemons[node].state_dir / "journal.sqlite")
+    journal.execute("UPDATE members SET reason = 'a bit flip' WHERE member_id = ?", (first["id"],))
+    journal.commit()
+    journal.close()
+    gateway_log = cluster.servers.state_dir / "gateway.log"
+    cluster.start_daemon(node)
+
+    def reconciled() -> bool:  # logged once the gateway has recorded what the Hello said
+        return f"node {node} connected (session 2" in gateway_log.read_text()
+
+    deadline = time.monotonic() + 60
+    while not reconciled():
+        assert time.monotonic() < deadline, gateway_log.read_text()[-3000:]
+        await asyncio.sleep(0.2)
+    log = cluster.daemons[node].log.read_text()
+    assert "its checksum does not match its contents" in log
+    assert f"member {first['id']} re-adopted from its container" in log
+    assert await _phases(cluster, attempt["id"]) == {0: ("running", False), 1: ("running", False)}
+    job = await wait_members(cluster, job_id, "running")
+    assert job["state"] == "running" and await live_reservations(cluster) == 1
+    assert events(docker_host, attempt["id"], since, "kill") == {}
+    assert events(docker_host, attempt["id"], since, "die") == {}  # nothing ended, or stopped
+
+    await _tell(port, b"go\n")  # member 0 ends by itself, with code 3
+    job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
+    [ended] = [m for m in job["attempts"][0]["members"] if m["index"] == 0]
+    assert (ended["state"], ended["exit_code"]) == ("failed", 3), job
+    assert ended["reason"] == "exited with code 3"
+    assert "go\nrank 0 last words" in cli("job", "logs", job_id).stdout
+    assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
+    assert await live_reservations(cluster) == 0

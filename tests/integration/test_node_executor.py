@@ -1,6 +1,6 @@
 """NodeExecutor (adapters/node/executor.py) against a real engine (see tests/fixtures/docker.py):
 prepare creates without starting, start is the commit, remove the abort; held() sees only its
-node's containers; a restarted daemon re-adopts instead of creating again."""
+node's containers of its installation; a restarted daemon re-adopts instead of creating again."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ from tests.fixtures.docker import containers_of, remove_labelled
 
 pytestmark = pytest.mark.integration
 
+INST = "inst-test"  # the installation these members belong to
+
 
 def targz(files: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
@@ -54,6 +56,7 @@ def order(
     env: dict[str, str] | None = None,
     gpus: tuple[int, ...] = (),
     node: str = "n1",
+    installation: str = INST,
 ) -> PrepareOrder:
     ref = MemberRef(f"att-{job_id[4:]}-1", f"mem-{job_id[4:]}-{index}", index, 7)
     return PrepareOrder(
@@ -70,6 +73,7 @@ def order(
         members=1,
         process_model="single-process",
         check_port=0,
+        installation=installation,
     )
 
 
@@ -155,7 +159,7 @@ async def test_remove_after_prepare_leaves_nothing(
     assert await containers_of(executor.host, docker_job_id) == []
     await executor.remove(cid)  # idempotent
     await executor.start(cid)  # a commit of a vanished member: nothing to start, no error
-    assert await executor.held() == {}
+    assert await executor.held(INST) == {}
 
 
 async def test_held_sees_only_this_nodes_containers(
@@ -167,8 +171,8 @@ async def test_held_sees_only_this_nodes_containers(
         theirs = order(docker_job_id, busybox_pin.digest, ("true",), index=1)
         a = await executor.prepare(mine, None)
         b = await other.prepare(theirs, None)
-        assert await executor.held() == {mine.ref.member_id: a}
-        assert await other.held() == {theirs.ref.member_id: b}
+        assert await executor.held(INST) == {mine.ref.member_id: a}
+        assert await other.held(INST) == {theirs.ref.member_id: b}
         with pytest.raises(Conflict, match="belongs to node"):  # the name is the other's
             await executor.prepare(theirs, None)
     finally:
@@ -266,7 +270,7 @@ async def test_a_restarted_daemon_readopts_its_running_member(
 
     restarted = NodeExecutor(executor.node, executor.host)
     try:
-        assert await restarted.held() == {o.ref.member_id: cid}
+        assert await restarted.held(INST) == {o.ref.member_id: cid}
         assert await restarted.prepare(o, None) == cid  # a replayed Prepare adopts it
         await restarted.start(cid)
         assert await restarted.observe(cid) == Observation("running")

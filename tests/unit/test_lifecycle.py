@@ -65,6 +65,15 @@ def test_lost_contact_is_not_a_stop() -> None:
     assert unknown.moved(MemberState.RUNNING, NOW).state is MemberState.RUNNING
 
 
+def test_a_reason_belongs_to_its_state() -> None:
+    m = Member("m", "a", 0, MemberState.RUNNING, NOW, handle="h")
+    away = m.moved(MemberState.UNKNOWN, NOW, "node n1 is disconnected")
+    assert away.moved(MemberState.RUNNING, NOW).reason == ""
+    job = a_job().moved(JobState.STARTING, NOW, "admitted").moved(JobState.RUNNING, NOW)
+    assert job.reason == ""
+    assert job.moved(JobState.FAILED, NOW, "boom").reason == "boom"
+
+
 def _member(i: int, state: MemberState, code: int | None = None, reason: str = "") -> Member:
     return Member(f"m{i}", "a", i, state, NOW, exit_code=code, reason=reason)
 

@@ -17,8 +17,15 @@ from adapters.grpc.node_codec import (
 )
 from domain.artifacts import ArtifactFile, Manifest
 from domain.errors import InvalidInput
-from domain.node_messages import OutputsScanned, ScanOutputs, TokenRenewal
-from domain.node_protocol import MemberReport, Phase
+from domain.node_messages import (
+    Hello,
+    Inventory,
+    OutputsScanned,
+    ScanOutputs,
+    TokenRenewal,
+    Welcome,
+)
+from domain.node_protocol import EngineScan, MemberReport, NodeCapacity, Phase
 from proto import node_control_pb2 as pb
 from tests.support.journal_writer import entry
 
@@ -103,3 +110,23 @@ def test_a_collector_token_renewal_round_trips_and_needs_its_token_and_expiry() 
             msg.collector_token.CopyFrom(bad)
         with pytest.raises(InvalidInput, match="collector token needs the token and its expiry"):
             gateway_message_from(msg)
+
+
+def test_a_hello_and_an_inventory_carry_the_engine_scan_and_a_welcome_the_installation() -> None:
+    report = entry("w", 2).report()
+    scan = EngineScan("ENGINE:ID", False, "the engine does not answer", ("mem-x",))
+    hello = Hello("n1", NodeCapacity(1, "h200", 2.0, 1024), "10.0.0.1", "v", 3, (report,), scan)
+    for body in (hello, replace(hello, scan=None), Inventory(scan, (report,))):
+        wire = node_message_to(4, body)
+        _, back = node_message_from(pb.NodeMessage.FromString(wire.SerializeToString()))
+        assert back == body
+    welcome = Welcome(2, 5, 123, "inst-0123")
+    wire = gateway_message_to(1, welcome, 10.0)
+    back = gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
+    assert back[1] == welcome
+    empty = pb.NodeMessage(seq=5, inventory=pb.Inventory())
+    with pytest.raises(InvalidInput, match=r"inventory\.scan is missing"):
+        node_message_from(empty)
+    huge = pb.NodeMessage(seq=6, inventory=pb.Inventory(scan=pb.EngineScan(reason="x" * 5000)))
+    with pytest.raises(InvalidInput, match=r"scan\.reason is longer"):
+        node_message_from(huge)

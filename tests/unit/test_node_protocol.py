@@ -12,11 +12,14 @@ from domain.node_protocol import (
     Command,
     CommandKind,
     Decision,
+    EngineScan,
     MemberRef,
     Phase,
     Placed,
+    absence_unproven,
     accepts_phase,
     command_for,
+    missing_unproven,
     refusal,
     stale_command,
 )
@@ -158,3 +161,40 @@ class TestStaleCommand:
     def test_stops_are_always_obeyed(self) -> None:
         for k in (CommandKind.ABORT, CommandKind.STOP, CommandKind.FORGET):
             assert stale_command(Command(k, REF), welcomed_epoch=9) is None
+
+
+# -- proof of end (issue 18, defect 1) ----------------------------------------------------------
+
+ENGINE = "ABCD:EFGH:engine-of-the-machine-that-ran-it"
+FULL = EngineScan(ENGINE, True)
+
+
+def test_only_a_full_scan_of_the_engine_it_was_prepared_on_proves_a_member_gone() -> None:
+    assert absence_unproven(FULL, ENGINE, "mem-1", "n1") is None
+    unproven = {
+        "no scan (older daemon)": absence_unproven(None, ENGINE, "mem-1", "n1"),
+        "engine down": absence_unproven(
+            EngineScan(ENGINE, False, "the engine does not answer"), ENGINE, "mem-1", "n1"
+        ),
+        "another machine": absence_unproven(EngineScan("OTHER", True), ENGINE, "mem-1", "n1"),
+        "not re-adoptable": absence_unproven(
+            EngineScan(ENGINE, True, "", ("mem-1",)), ENGINE, "mem-1", "n1"
+        ),
+        "engine never recorded": absence_unproven(FULL, "", "mem-1", "n1"),
+    }
+    for case, why in unproven.items():
+        assert why is not None, case
+        assert why.startswith("node n1 does not account for it, and that proves nothing: "), why
+        assert "`tp node fence n1" in why, why
+    assert "the engine does not answer" in (unproven["engine down"] or "")
+    other = "engine OTHER, not ABCD:EFGH:engine-of-the-machine-that-ran-it where"
+    assert other in (unproven["another machine"] or "")
+
+
+def test_a_missing_report_counts_only_from_the_engine_it_was_prepared_on() -> None:
+    assert missing_unproven(FULL, ENGINE, "n1") is None
+    assert missing_unproven(None, "", "n1") is None  # prepared before engines were recorded
+    assert missing_unproven(EngineScan(ENGINE, False, "down"), ENGINE, "n1") is None  # same engine
+    assert missing_unproven(EngineScan("OTHER", True), ENGINE, "n1") is not None
+    assert missing_unproven(None, ENGINE, "n1") is not None
+    assert missing_unproven(EngineScan("", False, "down"), ENGINE, "n1") is not None
