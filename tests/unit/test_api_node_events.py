@@ -52,7 +52,8 @@ async def test_a_nodes_events_most_recently_seen_first(client: Any, ctx: Context
     assert (await client.get("/v1/nodes/a-0/events?limit=0")).status_code == 400
     missing = await client.get("/v1/nodes/nope/events")
     assert missing.status_code == 404 and "node nope does not exist" in missing.text
-    assert (await client.get("/v1/nodes/a%00/events")).status_code == 422  # InvalidInput
+    assert (await client.get("/v1/nodes/a%00/events")).status_code == 400  # the edge guard
+    assert (await client.get("/v1/nodes/a%01/events")).status_code == 422  # InvalidInput
     member = {"Authorization": f"Bearer {await create_token(ctx, 'alice')}"}
     assert (await client.get("/v1/nodes/a-0/events", headers=member)).status_code == 403
     schema = (await client.get("/schema/openapi.json")).json()
