@@ -1,0 +1,546 @@
+"""The node-protocol nemesis: faults drawn at random at every step and at every message of the
+simulated node fleet, with the safety invariants checked after every step.
+
+It drives the real use cases — the coordinator (``Supervisor`` + ``GangCoordinator``), the node
+gateway's ``NodeControl`` and each daemon's ``NodeAgent`` — over the in-memory adapters and the
+simulated container runtimes of ``adapters/sim/nodes.py``. What it may do, each drawn from the
+seed:
+
+* per step: kill a daemon (kill -9; it restarts at a later step and recovers from its journal),
+  lose or corrupt a journal row of a stopped daemon (SQLite quarantines a corrupt row at start-up:
+  the row is gone) or its whole journal, start a second daemon with a copy of a node's credential
+  (an impostor: its own empty journal, on another machine with its own engine or on the same
+  machine with another state directory), declare a node lost (an operator's fence), kill the
+  node gateway (at a random commit of its work: every stream dies), kill the coordinator (at a
+  random commit of its tick), partition a node (what it sends waits, as TCP retransmits, until
+  the partition heals or the gateway cuts the silent stream off and it reconnects), skew the
+  gateway's clock against the coordinator's, let a member's process end (any exit code), cancel
+  a job, submit one;
+* per message, both ways: reset the stream after it, lose it (with its stream: TCP does not lose
+  one message and go on), or deliver it twice.
+
+After every step (``check``):
+
+* ``ended-on-proof``: no member is recorded ended while its container runs on any machine,
+  unless its node was fenced (an operator's explicit decision);
+* ``held-until-known``: no attempt's reservation is released while one of its members still
+  runs on any machine (again unless fenced);
+* ``launched-once``: no member's container is ever started twice, on any machine;
+* ``one-session``: a node's live session is never taken over: a second session for a node is
+  opened only once the first has ended (its stream closed, or cut off for silence).
+
+``finish`` then heals every fault and checks liveness: every job ends and every reservation is
+released. Nodes an impostor held are fenced first, as an operator would after the security event
+(the impostor's machine is gone, with whatever it started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from adapters.memory.journal import MemoryJournal
+from adapters.sim.faults import Crash, CrashKind, CrashPlan, CrashPoint, crashing
+from adapters.sim.node_runtime import SimRuntime
+from adapters.sim.nodes import SimNode, SimNodeFleet
+from application import jobs
+from application.context import Context
+from application.enrollment import NodeIdentity
+from application.node_agent import NodeAgent
+from application.node_control import ControlSettings, NodeControl
+from application.node_sessions import Caller
+from application.reconcile import fence_node
+from application.supervisor import Supervisor
+from domain.auth import Principal
+from domain.errors import TunePlaneError
+from domain.lifecycle import JOB_FINAL, MEMBER_FINAL, JobState
+
+NEMESIS_INVARIANTS: dict[str, str] = {
+    "ended-on-proof": "no member is recorded ended while its container runs",
+    "held-until-known": "no reservation is released while a member of its attempt runs",
+    "launched-once": "no member is started twice",
+    "one-session": "a node's live session is never taken over by a second one",
+    "liveness": "once every fault healed, every job ends and every reservation is released",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class NemesisRates:
+    """Probabilities: per step for the first group, per delivered message for the second."""
+
+    daemon_kill: float = 0.06
+    journal_loss: float = 0.05  # a row of a stopped daemon's journal (or, 1 in 5, all of it)
+    impostor: float = 0.04
+    gateway_kill: float = 0.03
+    coordinator_kill: float = 0.06
+    partition: float = 0.04
+    skew: float = 0.05
+    member_exit: float = 0.2
+    cancel: float = 0.02
+    fence: float = 0.005
+    submit: float = 0.15
+    # per message
+    reset: float = 0.02
+    drop: float = 0.02
+    duplicate: float = 0.03
+
+
+@dataclass(frozen=True, slots=True)
+class NemesisViolation:
+    invariant: str
+    step: int
+    detail: str
+
+    def __str__(self) -> str:
+        return (
+            f"step {self.step}: {self.invariant} ({NEMESIS_INVARIANTS[self.invariant]}): "
+            f"{self.detail}"
+        )
+
+
+class SkewedClock:
+    """The gateway's clock: the coordinator's plus an offset the nemesis moves."""
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self.offset = timedelta(0)
+
+    def now(self) -> datetime:
+        return self.base.now() + self.offset  # type: ignore[no-any-return]
+
+
+@dataclass
+class Machine:
+    """A daemon on a machine: the real one of a node, or an impostor holding a copied
+    credential (its own journal and engine)."""
+
+    node: SimNode
+    impostor: bool = False
+    instance: str = ""  # the daemon process's id (a new one at each start)
+    down_until: int | None = None  # a killed daemon restarts at this step
+    silent_since: datetime | None = None  # partitioned since (the gateway's clock)
+
+
+@dataclass
+class Nemesis:
+    ctx: Context  # the API side: submissions, cancels, the operator
+    fleet: SimNodeFleet
+    coordinator: Callable[[Context], Supervisor]
+    submit: Callable[[], Awaitable[str]]
+    owner: Principal
+    seed: int
+    rates: NemesisRates = field(default_factory=NemesisRates)
+    settings: ControlSettings = field(default_factory=ControlSettings)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(f"{self.seed}/nemesis")
+        self.step_no = 0
+        self.starts = 0  # daemon processes started
+        self.jobs: list[str] = []
+        self.violations: list[NemesisViolation] = []
+        self.log: list[str] = []
+        self.gateway_clock = SkewedClock(self.ctx.clock)
+        self.gateway_plan = CrashPlan()
+        self.coordinator_plan = CrashPlan()
+        self.machines: dict[str, Machine] = {
+            name: Machine(node) for name, node in self.fleet.nodes.items()
+        }
+        self.impostors: dict[str, Machine] = {}
+        self.impostor_runtimes: list[SimRuntime] = []
+        self.tainted: set[str] = set()  # nodes an impostor held a session of
+        self.reserved: set[str] = set()  # attempts seen holding a reservation
+        self.supervisor = self._coordinator()
+        self._new_gateway()
+
+    # -- the processes ----------------------------------------------------------------------
+
+    def _coordinator(self) -> Supervisor:
+        ctx = dataclasses.replace(self.ctx, uow=crashing(self.ctx.uow, self.coordinator_plan))
+        return self.coordinator(ctx)
+
+    def _new_gateway(self) -> None:
+        ctx = dataclasses.replace(
+            self.ctx, clock=self.gateway_clock, uow=crashing(self.ctx.uow, self.gateway_plan)
+        )
+        self.fleet.control = NodeControl(ctx, "sim-gateway", self.settings)
+        for m in self._all():
+            m.node.session, m.node.outbox = None, []
+
+    def _all(self) -> list[Machine]:
+        return [*self.machines.values(), *self.impostors.values()]
+
+    def _holder(self, name: str) -> Machine | None:
+        return next((m for m in self._all() if m.node.name == name and m.node.session), None)
+
+    async def _connect(self, m: Machine) -> None:
+        node = m.node
+        if node.agent is None:  # a (re)started daemon recovers from its journal first
+            node.agent = NodeAgent(node.name, node.journal, node.runtime, self._sender(node))
+            self.starts += 1
+            m.instance = f"daemon-{self.starts}"
+            await node.agent.recover()
+        holder = self._holder(node.name)
+        address = "10.6.6.6" if m.impostor else "10.0.0.1"
+        hello = await node.agent.hello(self.fleet.capacity, address, "sim")
+        identity = NodeIdentity(node.name, f"cred-{node.name}")  # a copy is the same credential
+        try:
+            session = await self.fleet.control.open(identity, hello, Caller(address, m.instance))
+        except TunePlaneError as exc:
+            who = "impostor" if m.impostor else "daemon"
+            self.log.append(f"{self.step_no}: {node.name} {who} refused: {str(exc)[:60]}")
+            return
+        if holder is not None:  # the gateway ends the older stream (a takeover)
+            alive = holder.node.agent is not None and not holder.node.partitioned
+            if alive:
+                self._violate(
+                    "one-session",
+                    f"node {node.name}: a session from {address} was opened while the "
+                    f"{'impostor' if holder.impostor else 'real daemon'}'s was alive",
+                )
+            holder.node.session, holder.node.outbox = None, []
+        node.seq, node.outbox, node.partitioned = 1, [], False
+        node.session = session
+        session.last_seq = 1
+        m.silent_since = None
+        if m.impostor:
+            self.tainted.add(node.name)
+            self.log.append(f"{self.step_no}: impostor of {node.name} holds its session")
+        await node.agent.welcomed(session.epoch, session.installation)
+
+    @staticmethod
+    def _sender(node: SimNode) -> Callable[[Any], Awaitable[None]]:
+        """A stream queues what the daemon sends; a partition delays it (TCP retransmits), only
+        the stream's end loses it."""
+
+        async def send(body: Any) -> None:
+            if node.session is None:
+                raise ConnectionError(f"node {node.name} is not connected")
+            node.seq += 1
+            node.outbox.append((node.seq, body))
+
+        return send
+
+    async def _close(self, m: Machine) -> None:
+        if m.node.session is not None:
+            await self.fleet.control.close(m.node.session)
+        m.node.session, m.node.outbox = None, []
+
+    async def _kill_daemon(self, m: Machine, down_steps: int) -> None:
+        agent = m.node.agent
+        if agent is not None:
+            for task in agent._tasks.values():
+                task.cancel()
+            await asyncio.gather(*agent._tasks.values(), return_exceptions=True)
+        m.node.agent = None
+        await self._close(m)  # the kernel closes a killed process's socket
+        m.down_until = self.step_no + down_steps
+
+    # -- one step ---------------------------------------------------------------------------
+
+    async def step(self) -> None:
+        self.step_no += 1
+        r = self.rates
+        rng = self.rng
+        if len(self.jobs) < 6 and (not self.jobs or rng.random() < r.submit):
+            self.jobs.append(await self.submit())
+        if rng.random() < r.daemon_kill:
+            m = rng.choice(list(self.machines.values()))
+            self.log.append(f"{self.step_no}: kill daemon {m.node.name}")
+            await self._kill_daemon(m, rng.randint(0, 4))
+        if rng.random() < r.journal_loss:
+            await self._lose_journal(rng.choice(list(self.machines.values())))
+        if rng.random() < r.impostor:
+            await self._impostor(rng.choice(list(self.machines)))
+        if rng.random() < r.partition:
+            m = rng.choice(self._all())
+            if m.node.session is not None and not m.node.partitioned:
+                self.log.append(f"{self.step_no}: partition {m.node.name}")
+                m.node.partitioned = True
+                m.silent_since = self.gateway_clock.now()
+        if rng.random() < r.skew:
+            self.gateway_clock.offset = timedelta(seconds=rng.randint(-40, 40))
+        if rng.random() < r.member_exit:
+            self._exit_a_member()
+        if rng.random() < r.fence:  # an operator declares a node lost: it never comes back
+            name = rng.choice(list(self.machines))
+            self.log.append(f"{self.step_no}: operator fences {name}")
+            await fence_node(self.ctx, name, f"node {name} declared lost by the nemesis")
+        if self.jobs and rng.random() < r.cancel:
+            with contextlib.suppress(TunePlaneError):
+                await jobs.cancel_job(self.ctx, self.owner, rng.choice(self.jobs))
+        await self._tick()
+        await self._pump()
+        await self._daemons_come_back()
+        await self._check()
+        self.ctx.clock.advance(seconds=5)  # type: ignore[attr-defined]
+
+    async def _tick(self) -> None:
+        if self.rng.random() < self.rates.coordinator_kill:
+            kind: CrashKind = self.rng.choice(("before-commit", "after-commit"))
+            self.coordinator_plan.arm(CrashPoint(kind, self.rng.randint(1, 6)))
+        try:
+            await self.supervisor.tick()
+        except Crash:
+            self.log.append(f"{self.step_no}: coordinator died at {self.coordinator_plan.fired}")
+            await self.supervisor.close()
+            self.supervisor = self._coordinator()
+        finally:
+            self.coordinator_plan.disarm()
+
+    async def _lose_journal(self, m: Machine) -> None:
+        if m.node.agent is not None:  # a row is found corrupt when the daemon starts
+            await self._kill_daemon(m, self.rng.randint(0, 2))
+        journal = m.node.journal
+        entries = journal.entries()
+        if self.rng.random() < 0.2:
+            m.node.journal = MemoryJournal()  # the whole journal (a new disk)
+            self.log.append(f"{self.step_no}: journal of {m.node.name} lost")
+        elif entries:
+            lost = self.rng.choice(entries).member_id
+            journal.delete(lost)
+            self.log.append(f"{self.step_no}: journal row {lost} of {m.node.name} corrupt")
+
+    async def _impostor(self, name: str) -> None:
+        if name in self.impostors:  # the impostor goes away (its machine with it)
+            m = self.impostors.pop(name)
+            await self._kill_daemon(m, 0)
+            self.log.append(f"{self.step_no}: impostor of {name} gone")
+            return
+        node = SimNode(name)
+        real = self.machines[name].node
+        where = "another machine"
+        if self.rng.random() < 0.5:  # a second daemon on the same machine, its own state dir
+            node.runtime, where = real.runtime, "the same machine"
+        else:  # another engine, with another identity
+            node.runtime = SimRuntime(name, real.runtime.refusal, engine=f"engine-{name}-copy")
+            self.impostor_runtimes.append(node.runtime)
+        m = Machine(node, impostor=True)
+        self.impostors[name] = m
+        self.log.append(f"{self.step_no}: impostor of {name} starts on {where}")
+        await self._connect(m)
+
+    def _exit_a_member(self) -> None:
+        running = [(rt, c.order.ref.member_id) for rt in self._runtimes() for c in rt.running()]
+        if running:
+            rt, member = self.rng.choice(running)
+            rt.finish(member, self.rng.choice((0, 0, 0, 1, 137)))
+
+    def _runtimes(self) -> list[SimRuntime]:
+        return [m.node.runtime for m in self.machines.values()] + self.impostor_runtimes
+
+    async def _daemons_come_back(self) -> None:
+        for m in self._all():
+            if m.node.agent is None and m.impostor:
+                continue  # a dead impostor stays dead
+            if m.down_until is not None and self.step_no < m.down_until:
+                continue
+            m.down_until = None
+            cut = timedelta(seconds=3 * self.settings.heartbeat.total_seconds())
+            if m.node.partitioned and m.silent_since is not None:
+                if m.node.session is not None and self.gateway_clock.now() - m.silent_since >= cut:
+                    await self._close(m)  # the gateway cuts a silent stream off
+                if self.rng.random() < 0.3:
+                    m.node.partitioned, m.silent_since = False, None  # the network heals
+            if m.node.session is None and not m.node.partitioned and self.rng.random() < 0.7:
+                await self._connect(m)
+
+    # -- moving messages, with faults at each -----------------------------------------------
+
+    def _fate(self) -> str:
+        x = self.rng.random()
+        r = self.rates
+        if x < r.drop:
+            return "drop"
+        if x < r.drop + r.reset:
+            return "reset"
+        if x < r.drop + r.reset + r.duplicate:
+            return "duplicate"
+        return "deliver"
+
+    async def _pump(self) -> None:
+        control = self.fleet.control
+        for m in self._all():
+            if m.node.session is not None and m.node.agent and not m.node.partitioned:
+                control.heartbeat(m.node.session)
+        if self.rng.random() < self.rates.gateway_kill:
+            self.gateway_plan.arm(CrashPoint("before-commit", self.rng.randint(1, 8)))
+        try:
+            await control.flush()
+            for _ in range(12):
+                if await self._round() == 0:
+                    break
+        except Crash:
+            self.log.append(f"{self.step_no}: gateway died at {self.gateway_plan.fired}")
+            self._new_gateway()
+        finally:
+            self.gateway_plan.disarm()
+
+    async def _round(self) -> int:
+        moved = 0
+        control = self.fleet.control
+        live = [m for m in self._all() if m.node.session is not None and m.node.agent]
+        for m in live:
+            node = m.node
+            assert node.agent is not None
+            await node.agent.watch_once()
+            await self.fleet._settle(node)
+            if node.partitioned:
+                continue  # held back until the partition heals or the stream is cut off
+            batch, node.outbox = node.outbox, []
+            for seq, body in batch:
+                if node.session is None:
+                    break
+                fate = self._fate()
+                if fate == "drop":
+                    await self._close(m)
+                    continue
+                why = await control.handle(node.session, seq, body)
+                if why is not None:
+                    self.fleet.refused.append(why)
+                if fate == "duplicate":
+                    await control.handle(node.session, seq, body)
+                elif fate == "reset":
+                    await self._close(m)
+                moved += 1
+        holders = {m.node.name: m for m in live if m.node.session and not m.node.partitioned}
+        sessions = [m.node.session for m in holders.values() if m.node.session is not None]
+        todo = await control.commands(sessions) if sessions else {}
+        for name, items in todo.items():
+            m = holders[name]
+            for item in items:
+                if m.node.session is None or m.node.agent is None:
+                    break
+                fate = self._fate()
+                if fate == "drop":
+                    await self._close(m)
+                    break
+                for _ in range(2 if fate == "duplicate" else 1):
+                    moved += 1
+                    if item.order is not None:
+                        await self.fleet._prepare(m.node, item.order)
+                    else:
+                        await m.node.agent.on_command(item.command, 0.0)
+                if fate == "reset":
+                    await self._close(m)
+            await self.fleet._settle(m.node)
+        return moved
+
+    # -- invariants -------------------------------------------------------------------------
+
+    def _violate(self, invariant: str, detail: str) -> None:
+        self.violations.append(NemesisViolation(invariant, self.step_no, detail))
+
+    def _running(self) -> dict[str, int]:
+        """member id → running containers of it, on every machine."""
+        out: dict[str, int] = {}
+        for rt in self._runtimes():
+            for c in rt.running():
+                out[c.order.ref.member_id] = out.get(c.order.ref.member_id, 0) + 1
+        return out
+
+    async def _check(self) -> None:
+        running = self._running()
+        async with self.ctx.uow() as uow:
+            epochs = {name: await uow.links.epoch(name) for name in self.machines}
+            for job_id in self.jobs:
+                for attempt in await uow.attempts.for_job(job_id):
+                    members = await uow.members.for_attempt(attempt.id)
+                    live = await uow.reservations.get(attempt.id) is not None
+                    if live:
+                        self.reserved.add(attempt.id)
+                    # members placed before their node was declared lost (fenced)
+                    fenced = {
+                        ml.member_id
+                        for ml in await uow.launches.members(attempt.id)
+                        if ml.epoch < epochs[ml.node]
+                    }
+                    for mem in members:
+                        if mem.id not in running or mem.id in fenced:
+                            continue
+                        if mem.state in MEMBER_FINAL:
+                            self._violate(
+                                "ended-on-proof",
+                                f"member {mem.id} (job {job_id}, node {mem.node}) is recorded "
+                                f"{mem.state} ({mem.reason!r}) while its container runs",
+                            )
+                        if not live and attempt.id in self.reserved:
+                            self._violate(
+                                "held-until-known",
+                                f"attempt {attempt.id} (job {job_id}) released its reservation "
+                                f"while member {mem.id} runs on node {mem.node}",
+                            )
+        for rt in self._runtimes():
+            for member, n in rt.starts.items():
+                if n > 1:
+                    self._violate("launched-once", f"member {member} started {n} times")
+        twice = [m for m, n in self._total_starts().items() if n > 1]
+        for member in twice:
+            self._violate("launched-once", f"member {member} started on two machines")
+
+    def _total_starts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rt in self._runtimes():
+            for member in rt.starts:
+                out[member] = out.get(member, 0) + 1
+        return out
+
+    # -- the end ----------------------------------------------------------------------------
+
+    async def finish(self, max_steps: int = 120) -> None:
+        """Heal every fault, let every workload end, and check that every job ends and every
+        reservation is released."""
+        for name in list(self.impostors):
+            await self._kill_daemon(self.impostors.pop(name), 0)
+        for name in sorted(self.tainted):  # the operator's answer to the security event
+            await fence_node(self.ctx, name, f"node {name}: its credential was copied")
+        self.rates = NemesisRates(**{f.name: 0.0 for f in dataclasses.fields(NemesisRates)})
+        self.gateway_clock.offset = timedelta(0)
+        for m in self.machines.values():
+            m.down_until = None
+            m.node.partitioned = False
+        for _ in range(max_steps):
+            await self._cancel_pending()  # the fleet may have shrunk: never placed, never will
+            for rt in self._runtimes():
+                for c in rt.running():
+                    rt.finish(c.order.ref.member_id, 0)
+            await self.step()
+            if await self._settled():
+                break
+        async with self.ctx.uow() as uow:
+            unfinished = [
+                f"{j.id} ({j.state}: {j.reason})"
+                for jid in self.jobs
+                if (j := await uow.jobs.get(jid)) is not None and j.state not in JOB_FINAL
+            ]
+            live = await uow.reservations.live()
+        if unfinished or live:
+            self._violate(
+                "liveness",
+                f"after {max_steps} healed steps: unfinished jobs {unfinished}, "
+                f"live reservations {[r.attempt_id for r in live]}",
+            )
+
+    async def _cancel_pending(self) -> None:
+        async with self.ctx.uow() as uow:
+            pending = [
+                jid
+                for jid in self.jobs
+                if (j := await uow.jobs.get(jid)) is not None and j.state is JobState.PENDING
+            ]
+        for jid in pending:
+            with contextlib.suppress(TunePlaneError):
+                await jobs.cancel_job(self.ctx, self.owner, jid)
+
+    async def _settled(self) -> bool:
+        async with self.ctx.uow() as uow:
+            for jid in self.jobs:
+                j = await uow.jobs.get(jid)
+                if j is not None and j.state not in JOB_FINAL:
+                    return False
+            return not await uow.reservations.live()
