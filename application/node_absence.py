@@ -28,6 +28,8 @@ from domain.node_protocol import (
     Phase,
     absence_unproven,
     missing_unproven,
+    not_its_engine,
+    not_proof,
     refusal,
 )
 
@@ -42,6 +44,18 @@ def engine_of(session: Session) -> str:
     return session.scan.engine if session.scan is not None else ""
 
 
+def owner_of(session: Session, member_id: str) -> str:
+    """The engine the member was prepared on, as the ledger recorded it ("" if none yet)."""
+    launch = session.launches.get(member_id)
+    return launch.engine if launch is not None else ""
+
+
+def foreign(session: Session, member_id: str) -> str | None:
+    """Why this session's daemon must neither act nor speak for the member (it belongs to
+    another engine), or None."""
+    return not_its_engine(owner_of(session, member_id), session.scan, member_id)
+
+
 async def reconcile(
     control: NodeControl,
     session: Session,
@@ -54,7 +68,13 @@ async def reconcile(
     for report in journal:
         session.held[report.ref.member_id] = (report.ref, report.phase)
         token_expiry(session, report)
-        if refusal(session.placed.get(report.ref.member_id), report.ref, session.node) is None:
+        mid = report.ref.member_id
+        if refusal(session.placed.get(mid), report.ref, session.node) is not None:
+            continue
+        why = foreign(session, mid)
+        if why is not None:  # a copy on another engine (or an engine it cannot name)
+            await unaccounted(control.ctx, session, report.ref, not_proof(session.node, why))
+        else:
             if report.phase in (Phase.PREPARED, Phase.REFUSED):  # a vote the stream lost
                 yes = report.phase is Phase.PREPARED
                 await control.vote_for(report.ref, yes, report.reason, engine_of(session))

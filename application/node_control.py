@@ -22,11 +22,18 @@ from application.enrollment import (
     confirm_rotation,
     rotate_credential,
 )
-from application.node_absence import engine_of, reconcile, record_report
+from application.node_absence import (
+    engine_of,
+    foreign,
+    owner_of,
+    reconcile,
+    record_report,
+    unaccounted,
+)
+from application.node_orders import prepare_order
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.node_sessions import Caller, open_session
 from application.token_renewal import due_renewals, token_expiry, with_token
-from domain.capsule import DIGEST_ENV, ENTRY, IMAGE_ENV, RUNNER
 from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
@@ -52,9 +59,10 @@ from domain.node_protocol import (
     Phase,
     Placed,
     command_for,
+    copy_command,
+    not_proof,
     refusal,
 )
-from domain.rendezvous import ray_wrap, rendezvous_env
 
 log = logging.getLogger("tuneplane.gateway")
 
@@ -194,6 +202,16 @@ class NodeControl:
             if isinstance(message, MemberReport) and ref.member_id not in session.placed:
                 session.held[ref.member_id] = (ref, message.phase)  # unknown: it gets a Forget
             return self._refuse(session, why)
+        why = foreign(session, ref.member_id)
+        if why is not None:  # a copy on another engine: it gets an Abort, never a Commit
+            if isinstance(message, Vote):
+                phase = Phase.PREPARED if message.yes else Phase.REFUSED
+                session.held[ref.member_id] = (ref, phase)
+            elif isinstance(message, MemberReport):  # what it says of its copy proves nothing
+                session.held[ref.member_id] = (ref, message.phase)
+                await unaccounted(self.ctx, session, ref, not_proof(session.node, why))
+                return None
+            return self._refuse(session, why)
         now = self.ctx.clock.now()
         if isinstance(message, Vote):
             phase = Phase.PREPARED if message.yes else Phase.REFUSED
@@ -332,15 +350,22 @@ class NodeControl:
         for session in sessions:
             todo: list[Outgoing] = []
             known = set()
+            copies: set[str] = set()  # members whose copy here belongs to another engine
             for work in works.get(session.node, []):
                 mid = work.placed.ref.member_id
                 known.add(mid)
                 held = session.held.get(mid)
-                cmd = command_for(work.placed, held[1] if held else None, work.placed.ref)
+                phase = held[1] if held else None
+                if foreign(session, mid) is None:
+                    cmd = command_for(work.placed, phase, work.placed.ref)
+                else:
+                    copies.add(mid)
+                    owner = owner_of(session, mid)
+                    cmd = copy_command(phase, work.placed.ref, engine_of(session), owner)
                 if cmd is not None and self._due(session, mid, cmd.kind, now):
                     order = None
                     if cmd.kind is CommandKind.PREPARE:
-                        order = await with_token(self.ctx, _order(work), now)
+                        order = await with_token(self.ctx, prepare_order(work), now)
                         if order.collector_token_expires_at is not None:
                             session.tokens[mid] = order.collector_token_expires_at
                     todo.append(Outgoing(cmd, order))
@@ -352,8 +377,10 @@ class NodeControl:
                     todo.append(Outgoing(cmd))
             for item in todo:
                 if item.command.kind is CommandKind.FORGET:
-                    session.held.pop(item.command.ref.member_id, None)
-                    released.setdefault(session.node, []).append(item.command.ref.member_id)
+                    mid = item.command.ref.member_id
+                    session.held.pop(mid, None)
+                    if mid not in copies:  # forgetting a copy releases nothing of the member
+                        released.setdefault(session.node, []).append(mid)
             todo.sort(key=lambda o: _ORDER[o.command.kind])  # stops before starts
             if todo:
                 out[session.node] = todo
@@ -391,55 +418,3 @@ _ORDER = {
     CommandKind.COMMIT: 3,
     CommandKind.PREPARE: 4,
 }
-
-
-def _order(work: NodeWork) -> PrepareOrder:
-    spec, a, ref = work.spec, work.assignment, work.placed.ref
-    env = dict(spec.env)
-    env.update(
-        TUNEPLANE_JOB_ID=work.placed.job_id,
-        TUNEPLANE_ATTEMPT_ID=ref.attempt_id,
-        TUNEPLANE_MEMBER_INDEX=str(ref.index),
-    )
-    if work.members > 1 or spec.runtime.process_model in ("torch-process-group", "ray"):
-        env.update(
-            rendezvous_env(
-                members=work.members,
-                index=ref.index,
-                master_addr=work.master_addr,
-                master_port=work.master_port,
-                gpus_per_member=len(a.gpus),
-                process_model=spec.runtime.process_model,
-                peers=work.peers,
-            )
-        )
-    command = spec.command
-    source = spec.source.digest if spec.source else None
-    capsule = spec.capsule is not None
-    if spec.capsule is not None:
-        source = spec.capsule.blob
-        env[DIGEST_ENV] = spec.capsule.digest
-        env[IMAGE_ENV] = spec.runtime.digest  # the order's image, as the runner checks
-    if spec.runtime.process_model == "ray":  # head (then the driver) or worker
-        driver = ("/bin/sh", ENTRY) if capsule else command
-        command = tuple(ray_wrap(list(driver), ref.index, work.master_addr, work.master_port))
-        if capsule:
-            command = ("/bin/sh", RUNNER, *command)  # the runner checks, then starts it
-    elif capsule:
-        command = ("/bin/sh", RUNNER)
-    return PrepareOrder(
-        ref=ref,
-        node=work.placed.node,
-        job_id=work.placed.job_id,
-        image=spec.runtime.digest,
-        command=command,
-        env=env,
-        cpus=a.mcpu / 1000,
-        memory_mb=a.memory_mb,
-        gpu_indices=a.gpus,
-        source_digest=source,
-        members=work.members,
-        process_model=spec.runtime.process_model,
-        check_port=work.master_port if ref.index == 0 and work.members > 1 else 0,
-        capsule=capsule,
-    )

@@ -108,7 +108,7 @@ class EngineScan:
     unadopted: tuple[str, ...] = ()
 
 
-def _not_proof(node: str, why: str) -> str:
+def not_proof(node: str, why: str) -> str:
     return (
         f"node {node} does not account for it, and that proves nothing: {why}; if the machine "
         f"that ran it is gone for good, fence the node (`tp node fence {node} --reason …`)"
@@ -134,7 +134,7 @@ def absence_unproven(
         why = _other_engine(scan, prepared_on) or ""
         if not why:
             return None
-    return _not_proof(node, why)
+    return not_proof(node, why)
 
 
 def missing_unproven(scan: EngineScan | None, prepared_on: str, node: str) -> str | None:
@@ -145,9 +145,9 @@ def missing_unproven(scan: EngineScan | None, prepared_on: str, node: str) -> st
     if not prepared_on:
         return None
     if scan is None or not scan.engine:
-        return _not_proof(node, "its daemon did not say which container engine it looked in")
+        return not_proof(node, "its daemon did not say which container engine it looked in")
     why = _other_engine(scan, prepared_on)
-    return _not_proof(node, why) if why else None
+    return not_proof(node, why) if why else None
 
 
 def _other_engine(scan: EngineScan, prepared_on: str) -> str | None:
@@ -158,6 +158,43 @@ def _other_engine(scan: EngineScan, prepared_on: str) -> str | None:
             f"its daemon now uses container engine {scan.engine[:64] or '(unnamed)'}, not "
             f"{prepared_on[:64]} where the member was prepared"
         )
+    return None
+
+
+def not_its_engine(prepared_on: str, scan: EngineScan | None, member_id: str) -> str | None:
+    """Why a daemon must neither act nor speak for a member: the member was prepared (voted yes)
+    on another container engine than the one this daemon's last scan named (a copy of the node's
+    credential on another machine, a reinstalled engine), or the daemon could not name its
+    engine. None when the engine is the member's own, or when none is recorded (the first yes
+    vote records it; members voted before engines were recorded). A member belongs to one
+    engine: it is never prepared, started or reported on behalf of another, so it never runs
+    on two machines."""
+    if not prepared_on:
+        return None
+    engine = scan.engine if scan is not None else ""
+    if engine == prepared_on:
+        return None
+    now = (
+        f"this daemon uses container engine {engine[:64]}"
+        if engine
+        else "this daemon did not say which container engine it uses"
+    )
+    return f"member {member_id} was prepared on container engine {prepared_on[:64]}, and {now}"
+
+
+def copy_command(held: Phase | None, ref: MemberRef, engine: str, owner: str) -> Command | None:
+    """The command for a daemon holding a copy of a member that belongs to another engine
+    (``owner``; ``engine`` is this daemon's, "" when it could not name it). A prepared copy is
+    aborted, then forgotten: it must never start. A started or exited one is left alone (never
+    killed on a guess), and nothing is prepared there. Nothing at all while the daemon cannot
+    name its engine: it may yet be the member's own."""
+    if not engine:
+        return None
+    if held in (Phase.PREPARING, Phase.PREPARED):
+        why = f"prepared on engine {engine[:64]}; the member belongs to engine {owner[:64]}"
+        return Command(CommandKind.ABORT, ref, why)
+    if held in (Phase.ABORTED, Phase.REFUSED):
+        return Command(CommandKind.FORGET, ref, "a copy on another engine, never started")
     return None
 
 

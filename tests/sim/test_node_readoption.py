@@ -156,3 +156,37 @@ async def test_a_missing_report_from_another_engine_proves_nothing(tmp_path: Pat
     assert d.job.state is JobState.RUNNING and away.state is MemberState.UNKNOWN
     assert "did not say which container engine" in away.reason
     assert await w.live_reservations() == 1
+
+
+async def test_a_member_voted_on_one_engine_never_starts_on_another(tmp_path: Path) -> None:
+    """Found by the nemesis (seed 629): member 0 was prepared on its machine, which voted yes;
+    its stream dropped before the gang was decided, and a daemon on another machine holding a
+    copy of the node's credential got the node's session and the member's Prepare. Both copies
+    were then committed, one per session: the member ran twice. A member belongs to the engine
+    that voted for it: the other copy is aborted and forgotten, and the member starts once."""
+    w = World(tmp_path)
+    await w.fleet.connect_all()
+    job_id = await w.submit("nodes/cpu:2")  # two members, one per node
+    await w.supervisor.tick()  # placed and begun: the Prepares are due
+    first, second = (await w.job(job_id)).attempts[-1].members
+    assert first.node is not None and second.node is not None
+    w.fleet.partition(second.node)  # the gang cannot be decided yet
+    await w.fleet.pump()
+    real = w.fleet.nodes[first.node]
+    assert (entry := real.journal.get(first.id)) is not None and entry.phase is Phase.PREPARED
+    machine = (real.journal, real.runtime)
+    await w.fleet.crash_daemon(first.node)  # the copy on another machine takes the session
+    real.journal, real.runtime = MemoryJournal(), SimRuntime(first.node, engine="copy")
+    copy = real.runtime
+    await w.fleet.connect(first.node)
+    await w.fleet.heal(second.node)
+    await _steps(w)
+    assert copy.starts[first.id] == 0 and f"c-{first.id}" not in copy.containers
+    await w.fleet.crash_daemon(first.node)  # the real machine's daemon is back
+    real.journal, real.runtime = machine
+    await w.fleet.connect(first.node)
+    d = await w.all_running(job_id)
+    assert machine[1].starts[first.id] == 1 and copy.starts[first.id] == 0
+    await w.finish_all(job_id)
+    await w.until(job_id, {JobState.SUCCEEDED})
+    assert await w.live_reservations() == 0 and d.attempts[-1].attempt.number == 1

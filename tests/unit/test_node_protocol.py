@@ -19,7 +19,9 @@ from domain.node_protocol import (
     absence_unproven,
     accepts_phase,
     command_for,
+    copy_command,
     missing_unproven,
+    not_its_engine,
     refusal,
     stale_command,
 )
@@ -198,3 +200,33 @@ def test_a_missing_report_counts_only_from_the_engine_it_was_prepared_on() -> No
     assert missing_unproven(EngineScan("OTHER", True), ENGINE, "n1") is not None
     assert missing_unproven(None, ENGINE, "n1") is not None
     assert missing_unproven(EngineScan("", False, "down"), ENGINE, "n1") is not None
+
+
+def test_a_member_belongs_to_the_engine_that_voted_for_it() -> None:
+    assert not_its_engine(ENGINE, FULL, "mem-1") is None
+    assert not_its_engine("", EngineScan("OTHER", True), "mem-1") is None  # no vote recorded yet
+    other = not_its_engine(ENGINE, EngineScan("OTHER", True), "mem-1")
+    assert other is not None and "this daemon uses container engine OTHER" in other
+    unnamed = not_its_engine(ENGINE, EngineScan("", False, "down"), "mem-1")
+    assert unnamed is not None and "did not say which container engine" in unnamed
+    assert not_its_engine(ENGINE, None, "mem-1") is not None
+
+
+def test_a_copy_on_another_engine_is_aborted_then_forgotten_and_never_started() -> None:
+    kinds = {
+        phase: (cmd.kind if (cmd := copy_command(phase, REF, "OTHER", ENGINE)) else None)
+        for phase in (None, *Phase)
+    }
+    assert kinds == {
+        None: None,  # nothing is prepared there
+        Phase.PREPARING: CommandKind.ABORT,
+        Phase.PREPARED: CommandKind.ABORT,
+        Phase.REFUSED: CommandKind.FORGET,
+        Phase.ABORTED: CommandKind.FORGET,
+        Phase.STARTING: None,  # a started copy is never killed on a guess
+        Phase.RUNNING: None,
+        Phase.EXITED: None,
+        Phase.MISSING: None,
+    }
+    for phase in Phase:  # a daemon that cannot name its engine may yet be the member's own
+        assert copy_command(phase, REF, "", ENGINE) is None
