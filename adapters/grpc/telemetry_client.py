@@ -235,11 +235,12 @@ class Shipper:
                     if self.failures:
                         log.info("shipping member %s again", member)
                         self.failures = 0
-        except (TimeoutError, StreamTerminatedError, ProtocolError, OSError, ssl.SSLError) as exc:
-            if acked:  # this stream carried batches: the next one is opened at once
-                raise _Progressed() from exc
-            raise StreamTerminatedError(f"{type(exc).__name__}: {exc}") from exc
         except GRPCError as exc:
             if exc.status not in REFUSED and acked:
                 raise _Progressed() from exc
             raise
+        except Exception as exc:  # any transport or protocol fault: TCP, TLS, HTTP/2, a
+            # truncated message (grpclib's AssertionError), a timeout; never the end of shipping
+            if acked:  # this stream carried batches: the next one is opened at once
+                raise _Progressed() from exc
+            raise StreamTerminatedError(f"{type(exc).__name__}: {exc}") from exc

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 
-from domain.errors import NotFound
+from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JOB_FINAL, JobState
 from entrypoints.cli import errors, output
 from entrypoints.cli.client import Api, connect, seg
@@ -119,6 +119,10 @@ def ls(
     owner
         Only this user's jobs (another user's: admins, operators and viewers).
     """
+    if limit < 1:
+        raise InvalidInput(
+            f"--limit {limit} lists nothing", fix="give --limit 1 or more", field="limit"
+        )
     states = list(state) or ([] if all_ else [s.value for s in ACTIVE])
     jobs: list[dict[str, Any]] = []
     cursor: str | None = None

@@ -18,6 +18,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -51,8 +52,8 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     t = Table(title=title, show_edge=False, header_style="bold")
     for i, c in enumerate(columns):
         t.add_column(c, overflow="fold", no_wrap=i == 0)
-    for row in cells:
-        t.add_row(*row)
+    for row in cells:  # plain text: a cell never styles the terminal (server-sent strings)
+        t.add_row(*(Text(c) for c in row))
     out.print(t)
 
 

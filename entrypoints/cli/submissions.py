@@ -20,7 +20,7 @@ from entrypoints.cli import output
 from entrypoints.cli.config import write_private_json
 from entrypoints.cli.workspace import submissions_dir
 
-_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
@@ -39,7 +39,7 @@ def parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
 def write_submission(workspace: Path, server: str, preview: dict[str, Any]) -> Path:
     """Record the preview with a fresh retry key (mode 0600, written atomically)."""
     pid = str(preview.get("id", ""))
-    if not _ID_RE.match(pid):
+    if not _ID_RE.fullmatch(pid):
         raise InvalidInput(f"the server returned an unusable preview id {pid!r}", fix="report it")
     path = submissions_dir(workspace) / f"{pid}.json"
     write_private_json(path, {"server": server, "preview": preview, "retry_key": str(uuid.uuid4())})

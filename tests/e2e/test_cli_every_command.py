@@ -120,6 +120,8 @@ ROWS: list[Row] = [
        "--wait", capture={"long": r"(job-[0-9a-f]+)"}, timeout=180),
     ok("job ls", out="{long}"),
     bad(2, "job ls", "--state", "bogus", out="bogus"),
+    bad(2, "job ls", "--limit", "0", out="--limit 0 lists nothing"),
+    bad(2, "job ls", "--limit", "-1", out="give --limit 1 or more"),
     ok("job status", "{job}", out="succeeded"),
     ok("job status", "{job}", "--json", capture={"attempt": r'"id": "(att-[0-9a-f]+)"'}),
     bad(3, "job status", "job-nope", out="job-nope"),
