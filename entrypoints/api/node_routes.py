@@ -141,7 +141,7 @@ async def node_links(state: State, principal: Principal) -> list[LinkOut]:
 
 @get(
     "/v1/nodes/{node:str}/events",
-    responses=responses(400, 401, 403, 404),
+    responses=responses(400, 401, 403, 404, 422),
     summary="The node's security events, most recently seen first (operators): e.g. a second "
     "control session refused while its session was alive",
 )

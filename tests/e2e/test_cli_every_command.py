@@ -189,7 +189,7 @@ ROWS: list[Row] = [
     bad(2, "queue set", "night", "--priority", "5000", out="priority"),
     # -- administration ----------------------------------------------------------------------
     ok("admin team add", "research"),
-    bad(2, "admin team add", "Bad Name", out="Bad Name"),
+    bad(2, "admin team add", "Bad Name", out="expected a name: 1-63 characters"),
     ok("admin team ls", out="research"),
     bad(2, "admin team ls", "--bogus", out="--bogus"),
     ok("admin user add", "carol", "--role", "member", "--team", "research"),
@@ -222,10 +222,10 @@ ROWS: list[Row] = [
     bad(3, "node fence", "nope", "--reason", "x", out="nope"),
     ok("node run", "--help", out="--join-token", note=LONG + " (n1 and n2)", anytime=True),
     bad(1, "node run", "--server", "nope", "--ca", "{ca}", out="not HOST:PORT", anytime=True),
-    bad(1, "node run", "--server", "127.0.0.1:{gateway_port}", "--ca", "{ca}",
+    bad(5, "node run", "--server", "127.0.0.1:{gateway_port}", "--ca", "{ca}",
         "--state-dir", "{tmp}/n9", "--name", "n9", "--join-token", "tp_bogus",
-        out="enrollment refused", note="a refusal through the real gateway: its fix once",
-        anytime=True),
+        out="enrollment refused", note="a refusal through the real gateway: its fix once; "
+        "exit 5, refused for good (a new join token is needed)", anytime=True),
     bad(1, "node run", "--server", "127.0.0.1:{gateway_port}", "--ca", "{ca}",
         "--state-dir", "{tmp}/n10", "--join-token", "tp_bogus", "--cpus", "-1",
         out="not a capacity", note="was refused by the gateway: 'upgrade the node daemon'",
