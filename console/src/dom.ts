@@ -45,3 +45,13 @@ export function when(iso: string | null | undefined): string {
 export function alertBox(message: string): HTMLElement {
   return h("p", { role: "alert", class: "error" }, message);
 }
+
+// Each route() draws a new view (main.dataset.view). A page that awaited its data draws only if
+// its view is still the one shown: a slow answer never draws over a page the user moved to.
+export function view(main: HTMLElement): string | undefined {
+  return main.dataset.view;
+}
+
+export function shown(main: HTMLElement, mine: string | undefined): boolean {
+  return main.dataset.view === mine;
+}

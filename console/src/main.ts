@@ -14,6 +14,7 @@ const main = document.getElementById("main") as HTMLElement;
 const nav = document.getElementById("nav") as HTMLElement;
 const who = document.getElementById("who") as HTMLElement;
 let notice: string | null = null;
+let views = 0; // each drawing of a route is a new view (dom.ts: shown)
 
 function showUser(user: Whoami | null): void {
   nav.hidden = user === null;
@@ -40,6 +41,7 @@ async function route(): Promise<void> {
     else link.removeAttribute("aria-current");
   }
   main.dataset.page = path.slice(1);
+  main.dataset.view = String(++views);
   try {
     const job = /^\/jobs\/([^/]+)$/.exec(path);
     if (job) await jobPage(main, decodeURIComponent(job[1]));

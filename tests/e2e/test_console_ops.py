@@ -86,6 +86,28 @@ async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_
     await page.screenshot(path=screenshots / "03-started-by-itself.png", full_page=True)
 
 
+async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
+    api_server: Servers, page: Page
+) -> None:
+    """Signing in opens the Fleet page; its data arrives late (here: held back 2 s), after the
+    user already went to Jobs. The late answer is dropped: the Jobs page stays (it used to be
+    replaced by the Fleet page, detaching the link a user or test was about to click)."""
+    async def slow(route):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(2)
+        await route.continue_()
+
+    await page.route(re.compile(r".*/v1/fleet$"), slow)
+    await page.goto(api_server.url + "/console/")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    await expect(page.get_by_role("heading", name="Fleet", level=1)).to_be_visible()
+    await page.get_by_role("link", name="Jobs").click()
+    await expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
+    await page.wait_for_load_state("networkidle")  # every held answer arrived and was handled
+    await expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
+    await expect(page.get_by_role("heading", name="Fleet", level=1)).to_have_count(0)
+
+
 async def test_members_get_no_fleet_buttons(
     api_server: Servers, cli: Cli, page: Page, expected_statuses: set[int]
 ) -> None:

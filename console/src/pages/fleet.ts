@@ -1,5 +1,5 @@
 import { getJson, postJson } from "../api";
-import { alertBox, h, table, when } from "../dom";
+import { alertBox, h, shown, table, view, when } from "../dom";
 
 interface FleetNode {
   name: string;
@@ -57,12 +57,14 @@ const used = (u: number, t: number): string => `${u} / ${t}`;
 // Admins and operators get Cordon / Drain / Uncordon buttons per node, each after a confirmation;
 // the outcome (or the API's refusal, with its fix) is announced above the pools.
 export async function fleetPage(main: HTMLElement, refresh = false, notice: HTMLElement | null = null): Promise<void> {
+  const mine = view(main);
   if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
   const [fleet, links, me] = await Promise.all([
     getJson<{ pools: Pool[] }>("/v1/fleet"),
     getJson<NodeLink[]>("/v1/node-links").catch(() => [] as NodeLink[]),
     getJson<Whoami>("/v1/whoami").catch(() => null),
   ]);
+  if (!shown(main, mine)) return; // the user moved on meanwhile
   const operator = me !== null && OPERATORS.has(me.role);
   const status = h("div", { "aria-live": "polite", class: "status" }, notice);
   const act = (node: string, action: string): void => {

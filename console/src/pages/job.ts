@@ -1,5 +1,5 @@
 import { call, getJson, postJson } from "../api";
-import { alertBox, h, table, when } from "../dom";
+import { alertBox, h, shown, table, view, when } from "../dom";
 import { type Chart, metricChart } from "./chart";
 import { rawInspector, type Series } from "./inspector";
 import type { Job } from "./jobs";
@@ -103,6 +103,7 @@ async function artifacts(base: string): Promise<HTMLElement> {
 // members and charts refresh every REFRESH_MS; the page draws itself again when it ends.
 export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const mine = ++generation;
+  const shownView = view(main);
   const base = `/v1/jobs/${encodeURIComponent(id)}`;
   main.replaceChildren(h("h1", {}, `Job ${id}`), h("p", { "aria-busy": "true" }, "Loading…"));
   const [job, why, history] = await Promise.all([
@@ -110,6 +111,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     getJson<Why>(`${base}/why`).catch(() => null),
     events(base).catch(() => ({ events: [] as JobEvent[] })),
   ]);
+  if (!shown(main, shownView)) return; // the user moved on meanwhile
   const status = h("div", { "aria-live": "polite" });
   const stop = h("button", { type: "button", disabled: ENDED.has(job.state) }, "Stop job");
   stop.addEventListener("click", () => {

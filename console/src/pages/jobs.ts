@@ -1,5 +1,5 @@
 import { getJson } from "../api";
-import { h, table, when } from "../dom";
+import { h, shown, table, view, when } from "../dom";
 
 export interface Member {
   id: string;
@@ -78,11 +78,13 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     location.hash = `#/jobs?${q.toString()}`;
   });
 
+  const mine = view(main);
   main.replaceChildren(h("h1", {}, "Jobs"), filters, h("p", { "aria-busy": "true" }, "Loading…"));
   const api = new URLSearchParams(filtered);
   api.set("limit", String(size));
   if (cursor) api.set("cursor", cursor);
   const page = await getJson<{ jobs: Job[]; next_cursor: string | null }>(`/v1/jobs?${api.toString()}`);
+  if (!shown(main, mine)) return; // the user moved on meanwhile
   const rows = page.jobs.map((j) => [
     h("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id),
     h("span", { class: `badge state-${j.state}` }, j.state),

@@ -1,5 +1,5 @@
 import { getJson } from "../api";
-import { h, table, when } from "../dom";
+import { h, shown, table, view, when } from "../dom";
 
 interface Plugin {
   name: string;
@@ -23,8 +23,10 @@ interface Group {
 // Published plugins grouped by purpose, with their capabilities and where each one executes
 // (control plane, node or workload). Every group is listed, an empty one too.
 export async function pluginsPage(main: HTMLElement): Promise<void> {
+  const mine = view(main);
   main.replaceChildren(h("h1", {}, "Plugins"), h("p", { "aria-busy": "true" }, "Loading…"));
   const { groups } = await getJson<{ groups: Group[] }>("/v1/plugins");
+  if (!shown(main, mine)) return; // the user moved on meanwhile
   const sections = groups.map((g) =>
     h(
       "section",

@@ -1,5 +1,5 @@
 import { call, getJson, postJson } from "../api";
-import { alertBox, h } from "../dom";
+import { alertBox, h, shown, view } from "../dom";
 
 interface Param {
   name: string;
@@ -80,8 +80,10 @@ function paramValue(p: Param, raw: string): string | number | boolean {
 // /v1/previews), then confirm that exact preview (POST /v1/jobs with its id, digest and a retry
 // key), as `tp submit` does. No source upload: a method that needs the user's files is for the CLI.
 export async function submitPage(main: HTMLElement): Promise<void> {
+  const mine = view(main);
   main.replaceChildren(h("h1", {}, "Submit a job"), h("p", { "aria-busy": "true" }, "Loading…"));
   const [methods, profiles] = await Promise.all([getJson<Method[]>("/v1/methods"), getJson<Profile[]>("/v1/profiles")]);
+  if (!shown(main, mine)) return; // the user moved on meanwhile
   const experiment = h("input", { id: "s-experiment", name: "experiment", required: true, value: "console" });
   const method = h("select", { id: "s-method", name: "method" }, ...methods.map((m) => h("option", { value: m.name }, m.name)));
   const profile = h("input", { id: "s-profile", name: "profile", required: true, list: "s-profiles", value: "cpu:1" });
