@@ -92,6 +92,7 @@ async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
     """Signing in opens the Fleet page; its data arrives late (here: held back 2 s), after the
     user already went to Jobs. The late answer is dropped: the Jobs page stays (it used to be
     replaced by the Fleet page, detaching the link a user or test was about to click)."""
+
     async def slow(route):  # type: ignore[no-untyped-def]
         await asyncio.sleep(2)
         await route.continue_()
