@@ -16,10 +16,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING
 
+from application.journal_io import journal_call
 from domain.errors import InvalidInput, Unavailable
 from domain.node_messages import TOKEN_LOST, PrepareOrder
 from domain.node_ports import FoundContainer, JournalEntry, MemberJournal, MemberRuntime
@@ -69,10 +69,10 @@ async def bind_engine(journal: MemberJournal, runtime: MemberRuntime, node: str)
     Unavailable when the engine does not answer; InvalidInput when the journal holds members
     of another engine: none of them can be checked here, so none may be reported gone."""
     engine = await runtime.engine_id()
-    recorded = await asyncio.to_thread(journal.meta, ENGINE)
+    recorded = await journal_call(journal, journal.meta, ENGINE)
     if recorded == engine:
         return engine
-    if recorded is not None and await asyncio.to_thread(lambda: bool(journal.entries())):
+    if recorded is not None and await journal_call(journal, lambda: bool(journal.entries())):
         raise InvalidInput(
             f"node {node}'s journal lists members of container engine {recorded}, but this "
             f"daemon reaches engine {engine} (another machine, or a reinstalled engine): their "
@@ -83,14 +83,14 @@ async def bind_engine(journal: MemberJournal, runtime: MemberRuntime, node: str)
         )
     if recorded is not None:
         log.warning("container engine changed from %s to %s (no members held)", recorded, engine)
-    await asyncio.to_thread(journal.set_meta, ENGINE, engine)
+    await journal_call(journal, journal.set_meta, ENGINE, engine)
     return engine
 
 
 async def learn_installation(journal: MemberJournal, node: str, installation: str) -> str:
     """Keep the installation the gateway named (durably, before any engine work); refuse a
     gateway of another installation."""
-    recorded = await asyncio.to_thread(journal.meta, INSTALLATION)
+    recorded = await journal_call(journal, journal.meta, INSTALLATION)
     if not installation:
         if recorded:
             return recorded
@@ -107,7 +107,7 @@ async def learn_installation(journal: MemberJournal, node: str, installation: st
             "own --state-dir to enroll with this one",
         )
     if recorded is None:
-        await asyncio.to_thread(journal.set_meta, INSTALLATION, installation)
+        await journal_call(journal, journal.set_meta, INSTALLATION, installation)
         log.info("node %s belongs to installation %s", node, installation)
     return installation
 
@@ -132,7 +132,7 @@ async def adopt(agent: NodeAgent, held: dict[str, str], report: bool) -> None:
     """Rebuild the journal row of each listed container the journal does not hold (under the
     member's lock, so a prepare or forget in flight is never taken for an orphan); record the
     complete scan in ``agent.last_scan``."""
-    known = {e.member_id for e in await asyncio.to_thread(agent.journal.entries)}
+    known = {e.member_id for e in await journal_call(agent.journal, agent.journal.entries)}
     orphans: dict[str, str] = {}
     for mid, cid in held.items():
         if mid in known:

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from application.journal_io import journal_call
 from application.node_adoption import adopt, learn_installation, listing
 from application.node_live_output import ship_final_log, ship_live_output
 from application.node_outputs import scan_member
@@ -93,10 +94,10 @@ class NodeAgent:
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
     async def entry(self, member_id: str) -> JournalEntry | None:
-        return await asyncio.to_thread(self.journal.get, member_id)
+        return await journal_call(self.journal, self.journal.get, member_id)
 
     async def journalled(self, entry: JournalEntry) -> JournalEntry:
-        await asyncio.to_thread(self.journal.put, entry)
+        await journal_call(self.journal, self.journal.put, entry)
         return entry
 
     async def _say(self, body: Body) -> None:
@@ -116,7 +117,7 @@ class NodeAgent:
         held = await listing(self)
         if held is None:
             return False
-        entries = await asyncio.to_thread(self.journal.entries)
+        entries = await journal_call(self.journal, self.journal.entries)
         for e in entries:
             cid = e.container_id or held.get(e.member_id)
             if e.phase is Phase.PREPARING:
@@ -149,13 +150,13 @@ class NodeAgent:
         """Scan again after a scan that could not complete; send the result when it does."""
         scan = await self.scan(report=True)
         if scan.complete:
-            entries = await asyncio.to_thread(self.journal.entries)
+            entries = await journal_call(self.journal, self.journal.entries)
             await self._say(Inventory(scan, tuple(e.report() for e in entries)))
 
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
         scan = await self.scan()
-        entries = await asyncio.to_thread(self.journal.entries)
-        epoch = await asyncio.to_thread(self.journal.epoch)
+        entries = await journal_call(self.journal, self.journal.entries)
+        epoch = await journal_call(self.journal, self.journal.epoch)
         return Hello(
             self.node,
             capacity,
@@ -170,14 +171,14 @@ class NodeAgent:
         """The stream is up: keep the installation and the epoch, and send the logs of members
         that exited while it was down (storing a log again is harmless)."""
         self.installation = await learn_installation(self.journal, self.node, installation)
-        current = await asyncio.to_thread(self.journal.epoch)
+        current = await journal_call(self.journal, self.journal.epoch)
         if epoch > current:
-            await asyncio.to_thread(self.journal.set_epoch, epoch)
+            await journal_call(self.journal, self.journal.set_epoch, epoch)
         elif epoch < current:
             log.warning("welcomed with epoch %d, lower than the journal's %d", epoch, current)
         if not self.recovered:  # learnt the installation just now: reconcile before any order
             await self._rescan()
-        for e in await asyncio.to_thread(self.journal.entries):
+        for e in await journal_call(self.journal, self.journal.entries):
             if e.phase is Phase.EXITED and e.container_id:
                 await self._send_log(e, e.container_id)
             elif e.phase in LIVE_PHASES:
@@ -218,7 +219,7 @@ class NodeAgent:
             return f"node {self.node} has not reconciled its journal with its engine yet ({why})"
         busy = {
             g: e.member_id
-            for e in await asyncio.to_thread(self.journal.entries)
+            for e in await journal_call(self.journal, self.journal.entries)
             if e.phase in _BUSY
             for g in e.order.gpu_indices
         }
@@ -337,7 +338,7 @@ class NodeAgent:
         if cid:
             await self.runtime.remove(cid)
         if entry is not None:
-            await asyncio.to_thread(self.journal.delete, member_id)
+            await journal_call(self.journal, self.journal.delete, member_id)
         self._locks.pop(member_id, None)
         if self.feed is not None:
             await asyncio.to_thread(self.feed.forgotten, member_id)
@@ -356,7 +357,7 @@ class NodeAgent:
         self._followers.clear()
 
     async def _epoch(self) -> int:
-        return await asyncio.to_thread(self.journal.epoch)
+        return await journal_call(self.journal, self.journal.epoch)
 
     def _stale(self, command: Command, epoch: int) -> bool:
         why = stale_command(command, epoch)
@@ -372,7 +373,7 @@ class NodeAgent:
         could not complete, scan again and send the result with the whole journal."""
         if self.installation is not None and not (self.last_scan and self.last_scan.complete):
             await self._rescan()
-        for entry in await asyncio.to_thread(self.journal.entries):
+        for entry in await journal_call(self.journal, self.journal.entries):
             if entry.phase in LIVE_PHASES:
                 async with self.lock(entry.member_id):
                     current = await self.entry(entry.member_id)
@@ -383,7 +384,7 @@ class NodeAgent:
 
     async def _feed(self) -> None:
         if self.feed is not None:
-            entries = await asyncio.to_thread(self.journal.entries)
+            entries = await journal_call(self.journal, self.journal.entries)
             await asyncio.to_thread(self.feed.sync, entries)
 
     async def observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:

@@ -10,6 +10,8 @@ from domain.node_ports import JournalEntry
 
 
 class MemoryJournal:
+    in_memory = True  # called in place, never off the event loop (application/journal_io.py)
+
     def __init__(self, meta: dict[str, str] | None = None) -> None:
         self._entries: dict[str, JournalEntry] = {}
         self._epoch = 0

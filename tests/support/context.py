@@ -3,6 +3,7 @@ and (later) the simulator build use cases this way, without the DI container."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -14,6 +15,7 @@ from adapters.memory import MemoryStore, MemoryUnitOfWork
 from adapters.memory.backend import MemoryBackend
 from application.context import Context, Limits
 from domain.auth import Principal, Role, User
+from domain.catalog import Catalog
 from domain.fleet import Node, Pool, Queue, Team
 from tests.unit.builders import T0
 
@@ -63,6 +65,13 @@ def seed_policy_and_fleet(
     tx.commit()
 
 
+@functools.cache
+def _catalog() -> Catalog:
+    """The built-in catalog, read once per test process (it is immutable; reading the recipes
+    from disk is most of a small context's cost)."""
+    return default_catalog(LOCAL_RUNTIMES)
+
+
 def memory_context(
     tmp_path: Path,
     backend: MemoryBackend | None = None,
@@ -77,7 +86,7 @@ def memory_context(
         uow=lambda: MemoryUnitOfWork(store),
         clock=clock or FakeClock(),
         ids=CountingIds(),
-        catalog=default_catalog(LOCAL_RUNTIMES),
+        catalog=_catalog(),
         backends={"local": backend or MemoryBackend()},
         blobs=FilesystemBlobStore(tmp_path / "blobs"),
         new_secret=lambda: f"secret{next(secrets)}",
