@@ -82,6 +82,9 @@ def start_lines(c: SlurmCollector | None, attempt_id: str) -> str:
     return lines + (
         f'C="$D/collector-$R"; S={spool}-"$R"\n'
         '(umask 077; mkdir -p "$C" "$S")\n'
+        # a requeued job runs again: its member is collected again (not ended, not drained)
+        'for f in "$C"/*.json; do [ -e "$f" ] && (umask 077; sed \'s/"ended": true}$/"ended":'
+        ' false}/\' "$f" >"$f.tmp" && mv -f "$f.tmp" "$f"); done; rm -f "$C"/*.drained\n'
         # dies with this wrapper even when the wrapper is killed (no orphan on the node)
         "P=; command -v setpriv >/dev/null 2>&1 && P='setpriv --pdeathsig TERM'\n"
         f'$P {c.command} {words} --spool "$S" --members "$C"'

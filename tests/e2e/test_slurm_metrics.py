@@ -56,9 +56,7 @@ class MetricsSetup(Setup):
 
 
 @pytest.fixture
-async def slurm(
-    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
-) -> Any:
+async def slurm(api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path) -> Any:
     port = free_port()
     base = await setup_for(
         api_servers_factory,

@@ -6,11 +6,14 @@ gateway: tests/e2e/test_slurm_metrics.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import stat
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,9 +49,12 @@ out.write_text(json.dumps({"pid": os.getpid(), "spool_mode": spool.stat().st_mod
                            "members_mode": members.stat().st_mode & 0o777, "args": sys.argv[1:]}))
 print("fake collector started", flush=True)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+seen = pathlib.Path(str(out) + ".seen")
 while True:
     for f in members.glob("*.json"):
         body = json.loads(f.read_text())
+        if not seen.exists():
+            seen.write_text(json.dumps(body["ended"]))
         if body["ended"] and mode == "drain":
             (members / (f.stem + ".drained")).write_text("")
     time.sleep(0.05)
@@ -239,3 +245,49 @@ async def test_each_member_file_carries_a_token_for_that_member_only(tmp_path: P
         await backend._collector_files(d, request("true", 2))
     assert "TUNEPLANE_SLURM_TELEMETRY_CA" in (caught.value.fix or "")
     assert not (d / "collector-2").exists() or not any((d / "collector-2").iterdir())
+
+
+def test_a_requeued_member_is_collected_again(tmp_path: Path) -> None:
+    # the training ends once the collector has looked at the member file
+    req = request(
+        'echo 1 >> "$TUNEPLANE_METRICS_DIR/a.jsonl"; until [ -e "$FAKE_OUT.seen" ];'
+        " do sleep 0.05; done"
+    )
+    d = tmp_path / "shared" / req.attempt_id
+    d.mkdir(parents=True)
+    member = put_member_file(d, req)
+    drained = member.parent / f"{req.member_id}.drained"
+    for _ in range(2):  # Slurm requeued the job: the same attempt runs again
+        seen = tmp_path / "fake.json.seen"
+        seen.unlink(missing_ok=True)
+        rc, log, _ = run_member(tmp_path, req, collector(tmp_path))
+        assert rc == 0 and "did not ship" not in log, log
+        assert json.loads(seen.read_text()) is False  # the collector tails it afresh
+        assert drained.exists() and json.loads(member.read_text())["ended"] is True
+
+
+def test_a_killed_wrapper_takes_its_collector_with_it(tmp_path: Path) -> None:
+    """Slurm kills the whole step; should the wrapper alone die (kill -9), its collector gets
+    the parent-death signal (setpriv --pdeathsig) instead of running on, orphaned."""
+    req = request("sleep 30")
+    d = tmp_path / "shared" / req.attempt_id
+    d.mkdir(parents=True)
+    put_member_file(d, req)
+    (d / "member.sh").write_text(member_script(req, str(d), 29500, collector(tmp_path)))
+    out = tmp_path / "fake.json"
+    env = dict(os.environ, SLURM_PROCID="0", FAKE_OUT=str(out))
+    wrapper = subprocess.Popen(["bash", str(d / "member.sh")], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not out.exists() or not out.read_text():
+            assert time.monotonic() < deadline and wrapper.poll() is None
+            time.sleep(0.05)
+        pid = json.loads(out.read_text())["pid"]
+        wrapper.kill()
+        wrapper.wait()
+        while alive(pid):
+            assert time.monotonic() < deadline, "the collector outlived its wrapper"
+            time.sleep(0.05)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(wrapper.pid, signal.SIGKILL)  # the orphaned `sleep` (Slurm's job here)
