@@ -74,7 +74,7 @@ def start_lines(c: SlurmCollector | None, attempt_id: str) -> str:
     )
     if c is None:
         return lines
-    args = ["collector", "--gateway", c.gateway]
+    args = ["collector", "--ignore-term", "--gateway", c.gateway]
     if c.server_name:
         args += ["--server-name", c.server_name]
     words = " ".join(shlex.quote(a) for a in args) + f' --ca "$D/{CA_FILE}"'
@@ -86,7 +86,7 @@ def start_lines(c: SlurmCollector | None, attempt_id: str) -> str:
         'for f in "$C"/*.json; do [ -e "$f" ] && (umask 077; sed \'s/"ended": true}$/"ended":'
         ' false}/\' "$f" >"$f.tmp" && mv -f "$f.tmp" "$f"); done; rm -f "$C"/*.drained\n'
         # dies with this wrapper even when the wrapper is killed (no orphan on the node)
-        "P=; command -v setpriv >/dev/null 2>&1 && P='setpriv --pdeathsig TERM'\n"
+        "P=; command -v setpriv >/dev/null 2>&1 && P='setpriv --pdeathsig INT'\n"
         f'$P {c.command} {words} --spool "$S" --members "$C"'
         ' >>"$D/collector-$R.log" 2>&1 </dev/null &\n'
         "cpid=$!\n"
@@ -99,6 +99,12 @@ def end_lines(c: SlurmCollector | None) -> str:
     the spool. A collector that did not drain gets its log's end into the member's log."""
     if c is None:
         return ""
+    why = (
+        "tuneplane-slurm: the metrics collector of member $R"
+        + ' $(if kill -0 $cpid 2>/dev/null; then echo "did not ship everything within'
+        + f' {c.drain_seconds} s"; else echo "stopped before it shipped everything"; fi)'
+        + " (the last lines of its log follow; docs/slurm.md)"
+    )
     return (
         'if [ -n "$cpid" ]; then\n'
         '  f=$(ls "$C"/*.json 2>/dev/null | head -n 1)\n'
@@ -107,12 +113,11 @@ def end_lines(c: SlurmCollector | None) -> str:
         f'  n=0; while [ -n "$f" ] && [ ! -e "${{f%.json}}.drained" ] && [ $n -lt'
         f" {max(0, c.drain_seconds) * 4} ] && kill -0 $cpid 2>/dev/null;"
         " do sleep 0.25; n=$((n+1)); done\n"
-        "  kill -TERM $cpid 2>/dev/null; wait $cpid 2>/dev/null\n"
         '  if [ -z "$f" ] || [ ! -e "${f%.json}.drained" ]; then\n'
-        '    echo "tuneplane-slurm: the metrics collector of member $R did not ship everything'
-        f' within {c.drain_seconds} s (the last lines of its log follow; docs/slurm.md)"\n'
+        f'    echo "{why}"\n'
         '    tail -n 20 "$D/collector-$R.log" 2>/dev/null\n'
         "  fi\n"
+        "  kill -INT $cpid 2>/dev/null; wait $cpid 2>/dev/null\n"
         '  rm -rf "$S"\n'
         "fi\n"
     )

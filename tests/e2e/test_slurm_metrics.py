@@ -148,3 +148,19 @@ async def test_gateway_down_while_the_killed_training_ends_ships_when_back(
     wait_for(lambda: slurm.counts(job_id) == want, 60, "the points written before the kill")
     assert "did not ship" not in job["log"], job["log"]
     assert left_on_nodes(attempt_id) == ""
+
+
+async def test_points_arrive_while_it_runs_and_a_stop_leaves_nothing(slurm: MetricsSetup) -> None:
+    command = f"{sys.executable} train.py && echo trained && sleep 600"
+    job_id = slurm.submit(command)
+    want = {(0, "train/loss"): STEPS, (0, "eval/acc"): 10}
+    wait_for(lambda: slurm.counts(job_id) == want, 120, "the points, while the job runs")
+    assert slurm.cli.status(job_id)["state"] == "running"
+    attempt_id = slurm.cli.status(job_id)["attempts"][-1]["id"]
+    slurm.cli("job", "stop", job_id)
+    job = slurm.finished(job_id)
+    assert job["state"] == "cancelled", job
+    # Slurm's SIGTERM reached every process of the job; the collector (--ignore-term) ran on
+    # until its wrapper saw it drained, within Slurm's KillWait
+    assert "trained" in job["log"] and "tuneplane-slurm: the metrics" not in job["log"], job["log"]
+    assert left_on_nodes(attempt_id) == ""

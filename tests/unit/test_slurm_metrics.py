@@ -37,10 +37,11 @@ NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 
 # A stand-in for `tp collector` (same flags, same members-directory protocol): it records its
 # pid and the modes it found, and writes `<member>.drained` once a member file says ended (mode
-# "drain"), or never (mode "stuck"). SIGTERM ends it, as it ends the real one.
+# "drain"), or never (mode "stuck"). With --ignore-term only SIGINT ends it, as the real one.
 FAKE = r"""
 import json, os, pathlib, signal, sys, time
-args = dict(zip(sys.argv[2::2], sys.argv[3::2]))  # after "collector"
+argv = [a for a in sys.argv[1:] if a not in ("collector", "--ignore-term")]
+args = dict(zip(argv[::2], argv[1::2]))
 mode = os.environ.get("FAKE_MODE", "drain")
 spool, members = pathlib.Path(args["--spool"]), pathlib.Path(args["--members"])
 (spool / "spool.sqlite").write_text("x")
@@ -48,7 +49,9 @@ out = pathlib.Path(os.environ["FAKE_OUT"])
 out.write_text(json.dumps({"pid": os.getpid(), "spool_mode": spool.stat().st_mode & 0o777,
                            "members_mode": members.stat().st_mode & 0o777, "args": sys.argv[1:]}))
 print("fake collector started", flush=True)
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+if "--ignore-term" in sys.argv:  # as `tp collector --ignore-term`: SIGINT stops it
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, lambda *_: sys.exit(0))  # bash started it ignoring SIGINT
 seen = pathlib.Path(str(out) + ".seen")
 while True:
     for f in members.glob("*.json"):
@@ -146,12 +149,12 @@ def test_the_collector_runs_with_the_member_drains_and_is_gone(tmp_path: Path) -
     seen = json.loads((tmp_path / "fake.json").read_text())
     assert not alive(seen["pid"])  # stopped by the wrapper: no collector outlives its member
     assert seen["spool_mode"] == 0o700 and seen["members_mode"] == 0o700
-    assert seen["args"][:6] == [
-        "collector", "--gateway", "telemetry.example:8472", "--ca",
+    assert seen["args"][:7] == [
+        "collector", "--ignore-term", "--gateway", "telemetry.example:8472", "--ca",
         f"{d}/collector-ca.pem", "--spool",
     ]  # fmt: skip
-    assert seen["args"][6] == f"{tmp_path}/local/tp-{req.attempt_id}-1"
-    assert not Path(seen["args"][6]).exists()  # the node-local spool is removed
+    assert seen["args"][7] == f"{tmp_path}/local/tp-{req.attempt_id}-1"
+    assert not Path(seen["args"][7]).exists()  # the node-local spool is removed
     assert (d / "metrics-1" / "m.jsonl").read_text() == '{"step": 1}\n'
     assert "fake collector started" in (d / "collector-1.log").read_text()
 
@@ -177,7 +180,7 @@ def test_a_collector_that_cannot_ship_holds_the_member_for_the_bound_only(tmp_pa
     assert "the metrics collector of member 0 did not ship everything within 1 s" in log
     assert "fake collector started" in log  # the end of its log, where the user sees it
     seen = json.loads((tmp_path / "fake.json").read_text())
-    assert not alive(seen["pid"]) and not Path(seen["args"][6]).exists()
+    assert not alive(seen["pid"]) and not Path(seen["args"][7]).exists()
 
 
 def test_a_collector_that_does_not_start_never_stops_the_training(tmp_path: Path) -> None:
@@ -188,7 +191,7 @@ def test_a_collector_that_does_not_start_never_stops_the_training(tmp_path: Path
     c = collector(tmp_path, command="/nonexistent/tp")
     rc, log, _ = run_member(tmp_path, req, c)
     assert rc == 4 and "trained" in log, log
-    assert "did not ship everything" in log and "/nonexistent/tp" in log
+    assert "stopped before it shipped everything" in log and "/nonexistent/tp" in log
 
 
 class Keys:
@@ -291,3 +294,48 @@ def test_a_killed_wrapper_takes_its_collector_with_it(tmp_path: Path) -> None:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(wrapper.pid, signal.SIGKILL)  # the orphaned `sleep` (Slurm's job here)
+
+
+def test_the_real_collector_with_ignore_term_ships_on_until_sigint(tmp_path: Path) -> None:
+    """Slurm sends SIGTERM to every process of a stopped job: a member's `tp collector
+    --ignore-term` runs on (here: it still takes up a new member file), and the SIGINT its
+    wrapper sends when done stops it cleanly, even started in the background by bash (which
+    starts background commands with SIGINT ignored)."""
+    from adapters.tls import ensure_dev_pki
+    from tests.fixtures.server import TP, free_port
+
+    pki = ensure_dev_pki(tmp_path / "state", ["127.0.0.1"])
+    members = tmp_path / "members"
+    members.mkdir()
+    log = tmp_path / "collector.log"
+    pidfile = tmp_path / "pid"
+    line = (
+        f"{TP} collector --ignore-term --spool {tmp_path / 'spool'} --members {members}"
+        f" --gateway 127.0.0.1:{free_port()} --ca {pki.ca.cert} >{log} 2>&1 &"
+        f" echo $! >{pidfile}; wait $!; echo exit=$? >>{log}"
+    )
+    wrapper = subprocess.Popen(["bash", "-c", line])
+
+    def wait_log(text: str) -> None:
+        deadline = time.monotonic() + 60
+        while text not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline, log.read_text() if log.exists() else ""
+            time.sleep(0.05)
+
+    try:
+        wait_log("collecting members of")
+        pid = int(pidfile.read_text())
+        os.kill(pid, signal.SIGTERM)
+        req = request("true")
+        (members / f"{req.member_id}.json").write_text(
+            member_file(req.job_id, req.attempt_id, req.member_id, 0, "t", str(tmp_path))
+        )
+        wait_log(f"member {req.member_id}: collecting")  # alive after SIGTERM
+        os.kill(pid, signal.SIGINT)
+        assert wrapper.wait(60) == 0
+        assert "exit=0" in log.read_text()
+    finally:
+        if wrapper.poll() is None:
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            wrapper.kill()
