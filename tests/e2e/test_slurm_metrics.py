@@ -19,14 +19,22 @@ from typing import Any
 
 import jwt
 import pytest
+from grpclib import Status
+from grpclib.client import Channel
 
+from adapters.grpc.telemetry_client import open_channel
+from domain.telemetry import MemberScope
+from proto import telemetry_pb2 as pb
+from proto.telemetry_grpc import TelemetryStub
 from tests.e2e.test_slurm_backend import Factory, Setup, setup_for
 from tests.e2e.test_telemetry_e2e import wait_for
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.server import free_port
 from tests.fixtures.slurm import SlurmCluster
+from tests.integration.test_telemetry_gateway import batch, refused
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+PERMISSION_DENIED = Status.PERMISSION_DENIED
 
 STEPS = 50
 TRAIN = f"""
@@ -83,6 +91,16 @@ def left_on_nodes(attempt_id: str) -> str:
     return found.stdout.strip()
 
 
+async def send(channel: Channel, token: str, scope: MemberScope) -> pb.Ack:
+    """One batch of three points for ``scope`` with ``token`` (as a collector sends it)."""
+    stub = TelemetryStub(channel)
+    async with stub.Append.open(metadata={"authorization": f"Bearer {token}"}) as stream:
+        await stream.send_message(batch(scope, range(3)), end=True)
+        ack = await stream.recv_message()
+        assert ack is not None
+        return ack
+
+
 def member_tokens(shared: Path, attempt_id: str, into: dict[str, str]) -> None:
     for path in (shared / attempt_id).glob("collector-*/*.json"):
         with contextlib.suppress(OSError, ValueError, KeyError):
@@ -122,6 +140,17 @@ async def test_both_members_metrics_arrive_and_no_collector_outlives_the_job(
             rank,
             attempt["id"],
         )
+    # through the real gateway: member 0's token ships nothing for member 1, only for itself
+    ca = slurm.servers.state_dir / "pki" / "ca.pem"
+    channel = open_channel("127.0.0.1", slurm.telemetry.telemetry_port, ca)
+    try:
+        own = MemberScope(job_id, attempt["id"], members[0], 0)
+        other = MemberScope(job_id, attempt["id"], members[1], 1)
+        assert await refused(send(channel, tokens["collector-0"], other)) == PERMISSION_DENIED
+        ack = await send(channel, tokens["collector-0"], own)
+        assert ack.accepted + ack.duplicates == 3
+    finally:
+        channel.close()
     # the allocation ended: nothing of the job runs on the nodes, the local spools are gone
     assert left_on_nodes(attempt["id"]) == ""
     assert not list((tmp_path / "node-local").glob(f"tp-{attempt['id']}-*"))
