@@ -14,6 +14,10 @@ longer reports (MinJobAge) is looked up in accounting when it is configured, els
 ``unknown`` (never "succeeded"). When slurmrestd or slurmctld does not answer, members are
 ``unknown`` with the reason and launches wait: nothing falls back to
 another backend. See docs/slurm.md.
+
+Metrics: every member gets ``TUNEPLANE_METRICS_DIR``; with a collector configured, each member's
+launch writes its collector's member file with a member-scoped token, and ``member.sh`` runs
+the collector beside the training (:mod:`adapters.slurm.collector`).
 """
 
 from __future__ import annotations

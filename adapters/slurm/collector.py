@@ -16,6 +16,8 @@ member, in the attempt's directory ``D`` (shared):
 The collector's spool is on the node's own disk (``<spool root>/tp-<attempt>-<rank>``, 0700):
 the collector refuses a network file system there. It is a child of the member's wrapper, dies
 with it (``setpriv --pdeathsig``) and inside the allocation, so Slurm's end of the job ends it.
+It runs with ``--ignore-term``: Slurm sends SIGTERM to every process of a stopped job, and the
+collector ships on until the wrapper, having seen it drained (or the bound passed), sends SIGINT.
 """
 
 from __future__ import annotations
