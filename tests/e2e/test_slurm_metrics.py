@@ -14,8 +14,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import jwt
 import pytest
@@ -63,8 +63,14 @@ class MetricsSetup(Setup):
         return {(x["member"], x["tag"]): x["count"] for x in s["series"]}
 
 
-@pytest.fixture
-async def slurm(api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path) -> Any:
+@contextlib.asynccontextmanager
+async def slurm_with_metrics(
+    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
+) -> AsyncIterator[MetricsSetup]:
+    """`tp serve` with the Slurm backend and its collectors' settings, and the telemetry
+    gateway beside it (its dev CA in the servers' state directory, made when it starts, before
+    any launch reads it); the experiment `hello` holds TRAIN as train.py. For other suites too
+    (the backend parity suite)."""
     port = free_port()
     base = await setup_for(
         api_servers_factory,
@@ -79,10 +85,20 @@ async def slurm(api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_p
     setup.telemetry = NodeCluster(servers, 0, servers.state_dir / "pki" / "ca.pem", "debug", {})
     setup.telemetry.env = dict(servers.env, PYTHONUNBUFFERED="1")
     setup.telemetry.telemetry_port = port
-    await asyncio.to_thread(setup.telemetry.start_telemetry)
-    (setup.cli.cwd / "hello" / "train.py").write_text(TRAIN)
-    yield setup
-    await asyncio.to_thread(setup.telemetry.close)
+    try:
+        await asyncio.to_thread(setup.telemetry.start_telemetry)
+        (setup.cli.cwd / "hello" / "train.py").write_text(TRAIN)
+        yield setup
+    finally:
+        await asyncio.to_thread(setup.telemetry.close)
+
+
+@pytest.fixture
+async def slurm(
+    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
+) -> AsyncIterator[MetricsSetup]:
+    async with slurm_with_metrics(api_servers_factory, slurm_cluster, tmp_path) as setup:
+        yield setup
 
 
 def left_on_nodes(attempt_id: str) -> str:
