@@ -7,7 +7,9 @@ changed token is used for the next stream, a file that is gone stops the member 
 records stay). A member whose file says ``"ended": true`` is read to its end and shipped; then
 ``<member>.drained`` is written beside its file and the member is let go. A malformed member
 file is reported (once per version of the file) and skipped. Nothing the files or the gateway do
-stops the collector; SIGTERM and SIGINT stop it cleanly (the spool is durable anyway).
+stops the collector; SIGTERM and SIGINT stop it cleanly (the spool is durable anyway); with
+``--ignore-term`` only SIGINT does (a Slurm member's collector, which must outlive the SIGTERM
+Slurm sends to every process of a stopped job long enough to ship: docs/slurm.md).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import logging
 import os
 import resource
+import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +49,7 @@ class CollectorOptions:
     server_name: str | None = None
     max_spool_mb: int = DEFAULT_SPOOL_MB
     poll: float = 0.5
+    ignore_term: bool = False  # only SIGINT stops it (a Slurm member's: docs/slurm.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +267,10 @@ async def serve_collector(options: CollectorOptions) -> None:
             port,
         )
         try:
-            await until_signalled(collector.run())
+            if options.ignore_term:  # Slurm signals every process of a stopped job: ship on
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # until the wrapper says stop
+            stops = (signal.SIGINT,) if options.ignore_term else (signal.SIGTERM, signal.SIGINT)
+            await until_signalled(collector.run(), stops)
         finally:
             await collector.close()
             channel.close()

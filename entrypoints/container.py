@@ -169,7 +169,6 @@ class Container(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
     engine = providers.Resource(_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
-    slurm = providers.Resource(slurm_resource)
     signals = providers.Resource(_signals, settings=settings)
     blobs = providers.Resource(_blobs, settings=settings)
     metrics_pool = providers.Resource(_metrics_pool, settings=settings)
@@ -177,6 +176,11 @@ class Container(containers.DeclarativeContainer):
     signing_keys = providers.Singleton(_signing_keys, settings=settings, pool=metrics_pool)
     tokens = providers.Singleton(CollectorTokens, keys=signing_keys)
     kubernetes = providers.Resource(kubernetes_backends, settings=settings, tokens=tokens)
+    slurm = providers.Resource(
+        slurm_resource,
+        tokens=tokens,
+        token_lifetime_seconds=settings.provided.collector_token_seconds,
+    )
     context = providers.Singleton(
         _context,
         settings=settings,

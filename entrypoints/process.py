@@ -18,11 +18,15 @@ from domain.errors import InvalidInput
 TELEMETRY_PORT = 8472  # the telemetry gateway's default port
 
 
-async def until_signalled(work: Coroutine[Any, Any, object]) -> None:
-    """Run ``work`` until SIGTERM or SIGINT, then cancel it; an error of ``work`` is raised."""
+async def until_signalled(
+    work: Coroutine[Any, Any, object],
+    signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
+) -> None:
+    """Run ``work`` until one of ``signals`` (SIGTERM or SIGINT), then cancel it; an error of
+    ``work`` is raised."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     runner = asyncio.create_task(work)
     stopper = asyncio.create_task(stop.wait())

@@ -13,18 +13,34 @@
 * ``TUNEPLANE_SLURM_PARTITIONS``: ``pool=partition,...`` (default: a pool is named after its
   partition);
 * ``TUNEPLANE_SLURM_ACCOUNTING``: ``1`` to ask slurmdbd (``/slurmdb/...``) about jobs Slurm
-  no longer reports.
+  no longer reports;
+* metrics (docs/slurm.md, "Metrics"): ``TUNEPLANE_SLURM_TELEMETRY_GATEWAY`` (``HOST:PORT`` as
+  the Slurm nodes reach the telemetry gateway; unset: no collector, metrics stay in the
+  attempt's directory), ``TUNEPLANE_SLURM_TELEMETRY_CA`` (required with it),
+  ``TUNEPLANE_SLURM_TELEMETRY_SERVER_NAME``, ``TUNEPLANE_SLURM_COLLECTOR_COMMAND`` (the ``tp``
+  the nodes run; default: the one beside this Python), ``TUNEPLANE_SLURM_COLLECTOR_SPOOL`` (a
+  directory on each node's local disk, default ``/tmp``) and
+  ``TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS`` (default 60).
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shlex
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
+from adapters.slurm.collector import SlurmCollector
+from adapters.system import SystemClock
 from domain.errors import InvalidInput
+from domain.telemetry_ports import TokenSigner
+from entrypoints.process import TELEMETRY_PORT, split_server
+
+log = logging.getLogger(__name__)
 
 
 def _fail(message: str, fix: str) -> SystemExit:
@@ -45,7 +61,60 @@ def partitions_of(raw: str) -> dict[str, str]:
     return out
 
 
-def backend_from_env(env: dict[str, str] | None = None) -> SlurmBackend | None:
+def collector_of(env: dict[str, str]) -> SlurmCollector | None:
+    """The members' collector settings, or None when no telemetry gateway is configured."""
+    gateway = env.get("TUNEPLANE_SLURM_TELEMETRY_GATEWAY", "").strip()
+    if not gateway:
+        return None
+    try:
+        split_server(
+            gateway, "TUNEPLANE_SLURM_TELEMETRY_GATEWAY", "the telemetry gateway", TELEMETRY_PORT
+        )
+    except InvalidInput as exc:
+        raise _fail(exc.message, exc.fix or "") from None
+    ca = env.get("TUNEPLANE_SLURM_TELEMETRY_CA", "").strip()
+    if not ca or not Path(ca).is_absolute():
+        raise _fail(
+            "TUNEPLANE_SLURM_TELEMETRY_GATEWAY needs TUNEPLANE_SLURM_TELEMETRY_CA, an absolute"
+            " file",
+            "set it to the CA (PEM) that signed the telemetry gateway's certificate",
+        )
+    spool = env.get("TUNEPLANE_SLURM_COLLECTOR_SPOOL", "/tmp").strip() or "/tmp"
+    if not Path(spool).is_absolute() or any(ch in spool for ch in "\n\0"):
+        raise _fail(
+            f"TUNEPLANE_SLURM_COLLECTOR_SPOOL {spool!r} is not an absolute directory",
+            "set it to a directory on every Slurm node's local disk, e.g. /var/tmp",
+        )
+    raw = env.get("TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS", "60").strip()
+    if not raw.isdigit() or not 0 <= int(raw) <= 3600:
+        raise _fail(
+            f"TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS {raw!r} is not a number of seconds"
+            " from 0 to 3600",
+            "set it to how long a member may wait for its collector to ship, e.g. 60",
+        )
+    command = env.get("TUNEPLANE_SLURM_COLLECTOR_COMMAND", "").strip()
+    if not command:
+        command = shlex.quote(str(Path(sys.executable).parent / "tp"))
+    elif "\n" in command or "\0" in command:
+        raise _fail(
+            "TUNEPLANE_SLURM_COLLECTOR_COMMAND holds a line break",
+            "set it to the `tp` command of the Slurm nodes, e.g. /opt/tuneplane/bin/tp",
+        )
+    return SlurmCollector(
+        gateway=gateway,
+        ca=ca,
+        command=command,
+        spool_root=spool,
+        server_name=env.get("TUNEPLANE_SLURM_TELEMETRY_SERVER_NAME", "").strip() or None,
+        drain_seconds=int(raw),
+    )
+
+
+def backend_from_env(
+    env: dict[str, str] | None = None,
+    tokens: TokenSigner | None = None,
+    token_lifetime_seconds: int = 30 * 86400,
+) -> SlurmBackend | None:
     """The configured Slurm backend, or None when ``TUNEPLANE_SLURM_URL`` is not set. Bad
     settings stop the process with what to fix."""
     env = dict(os.environ) if env is None else env
@@ -78,17 +147,29 @@ def backend_from_env(env: dict[str, str] | None = None) -> SlurmBackend | None:
         client = SlurmClient(endpoint)
     except InvalidInput as exc:
         raise _fail(exc.message, exc.fix or "") from None
+    collector = collector_of(env) if tokens is not None else None
+    if collector is None:
+        log.warning(
+            "the Slurm backend has no telemetry gateway (TUNEPLANE_SLURM_TELEMETRY_GATEWAY):"
+            " members' metrics stay in their attempt's directory and are not collected"
+        )
     Path(shared).mkdir(parents=True, exist_ok=True)
     return SlurmBackend(
         client,
         Path(shared),
         partitions=partitions_of(env.get("TUNEPLANE_SLURM_PARTITIONS", "")),
         accounting=env.get("TUNEPLANE_SLURM_ACCOUNTING", "") in ("1", "true", "yes"),
+        collector=collector,
+        tokens=tokens,
+        clock=SystemClock(),
+        token_lifetime_seconds=token_lifetime_seconds,
     )
 
 
-async def slurm_resource() -> AsyncIterator[SlurmBackend | None]:
-    backend = backend_from_env()
+async def slurm_resource(
+    tokens: TokenSigner | None = None, token_lifetime_seconds: int = 30 * 86400
+) -> AsyncIterator[SlurmBackend | None]:
+    backend = backend_from_env(tokens=tokens, token_lifetime_seconds=token_lifetime_seconds)
     try:
         yield backend
     finally:

@@ -14,6 +14,10 @@ longer reports (MinJobAge) is looked up in accounting when it is configured, els
 ``unknown`` (never "succeeded"). When slurmrestd or slurmctld does not answer, members are
 ``unknown`` with the reason and launches wait: nothing falls back to
 another backend. See docs/slurm.md.
+
+Metrics: every member gets ``TUNEPLANE_METRICS_DIR``; with a collector configured, each member's
+launch writes its collector's member file with a member-scoped token, and ``member.sh`` runs
+the collector beside the training (:mod:`adapters.slurm.collector`).
 """
 
 from __future__ import annotations
@@ -29,15 +33,18 @@ from pathlib import Path
 
 from adapters.slurm.capacity import capacity
 from adapters.slurm.client import SlurmClient
+from adapters.slurm.collector import CA_FILE, SlurmCollector, member_dir, member_file
 from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
 from adapters.slurm.versions import SlurmJob
 from domain.capsule import StorageCapabilities, runner_failure
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.fleet import Node, Pool
-from domain.ports import LaunchRequest, Observation
+from domain.ports import Clock, LaunchRequest, Observation
 from domain.requests import require_limits
 from domain.runtimes import pin_of
+from domain.telemetry import MemberScope
+from domain.telemetry_ports import TokenSigner
 
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -78,6 +85,10 @@ class SlurmBackend:
         accounting: bool = False,
         master_port_base: int = 29500,
         gres_name: str = "gpu",
+        collector: SlurmCollector | None = None,
+        tokens: TokenSigner | None = None,
+        clock: Clock | None = None,
+        token_lifetime_seconds: int = 30 * 24 * 3600,
     ) -> None:
         self.client = client
         self.shared_dir = shared_dir
@@ -85,6 +96,11 @@ class SlurmBackend:
         self.accounting = accounting
         self.master_port_base = master_port_base
         self.gres_name = gres_name
+        # metrics: a collector per member with its member-scoped token (docs/slurm.md)
+        self.collector = collector if tokens is not None and clock is not None else None
+        self.tokens = tokens
+        self.clock = clock
+        self.token_lifetime_seconds = token_lifetime_seconds
         self._jobs: dict[str, int] = {}  # attempt id → Slurm job id
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -116,6 +132,7 @@ class SlurmBackend:
         async with lock:
             directory = self._dir(request.attempt_id)
             await asyncio.to_thread(self._note_member, directory, request)
+            await self._collector_files(directory, request)
             job_id = await self._find(request.attempt_id)
             if job_id is None:
                 job_id = await self._submit(request, directory)
@@ -250,6 +267,42 @@ class SlurmBackend:
         directory.mkdir(parents=True, exist_ok=True)
         _write(directory / f"member-{request.member_index}.id", request.member_id.encode())
 
+    async def _collector_files(self, directory: Path, request: LaunchRequest) -> None:
+        """The member's collector file with its member-scoped token (0600 in a 0700
+        directory: readable by the jobs' Slurm user only), and the gateway's CA. Written once:
+        a repeated launch keeps the file the member may already have marked ended."""
+        c = self.collector
+        if c is None or self.tokens is None or self.clock is None:
+            return
+        path = directory / member_dir(request.member_index) / f"{request.member_id}.json"
+        if await asyncio.to_thread(path.exists):
+            return
+        scope = MemberScope(
+            request.job_id, request.attempt_id, request.member_id, request.member_index
+        )
+        token = await self.tokens.issue(scope, self.clock.now(), self.token_lifetime_seconds)
+        metrics = str(directory / f"metrics-{request.member_index}")
+        text = member_file(
+            request.job_id, request.attempt_id, request.member_id, request.member_index,
+            token, metrics,
+        )  # fmt: skip
+        await asyncio.to_thread(self._write_collector, directory, path, text, c.ca)
+
+    @staticmethod
+    def _write_collector(directory: Path, path: Path, text: str, ca: str) -> None:
+        try:
+            pem = Path(ca).read_bytes()
+        except OSError as exc:
+            raise Unavailable(
+                f"the telemetry gateway's CA {ca} cannot be read: {exc.strerror}",
+                fix="point TUNEPLANE_SLURM_TELEMETRY_CA at the CA (PEM) that signed the"
+                " telemetry gateway's certificate",
+            ) from None
+        _write(directory / CA_FILE, pem)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        path.parent.chmod(0o700)
+        _write(path, text.encode(), mode=0o600)
+
     def _members(self, attempt_id: str) -> dict[int, str]:
         directory = self._dir(attempt_id)
         found = {}
@@ -307,7 +360,7 @@ class SlurmBackend:
         parts = job_parts(
             request, str(directory), partition_of, environment, gres_name=self.gres_name
         )
-        member = member_script(request, str(directory), self.master_port_base)
+        member = member_script(request, str(directory), self.master_port_base, self.collector)
         script = batch_script(request, str(directory))
         await asyncio.to_thread(self._stage, request, directory, member)
         result = await self.client.submit(script, parts)

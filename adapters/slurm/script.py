@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import shlex
 
+from adapters.slurm.collector import SlurmCollector, end_lines, start_lines
 from adapters.slurm.versions import JobRequest
 from domain.capsule import CAPSULE_DIR, DIGEST_ENV, ENTRY, IMAGE_ENV
 from domain.ports import LaunchRequest
@@ -74,8 +75,15 @@ def parse_comment(text: str) -> str | None:
     return attempt if attempt and "/" not in attempt and " " not in attempt else None
 
 
-def member_script(request: LaunchRequest, directory: str, master_port_base: int) -> str:
-    """The wrapper every task runs (``bash member.sh``): its rank is ``SLURM_PROCID``."""
+def member_script(
+    request: LaunchRequest,
+    directory: str,
+    master_port_base: int,
+    collector: SlurmCollector | None = None,
+) -> str:
+    """The wrapper every task runs (``bash member.sh``): its rank is ``SLURM_PROCID``. Every
+    member gets ``TUNEPLANE_METRICS_DIR``; with ``collector``, a collector runs beside it
+    (:mod:`adapters.slurm.collector`)."""
     spec = request.spec
     gpus = max((r.resources.gpus for r in spec.roles), default=0)
     env = {
@@ -135,6 +143,7 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
         f"export MASTER_PORT=$(( {master_port_base} + ${{SLURM_JOB_ID:-0}} % 1000 ))\n"
         f"export NPROC_PER_NODE={max(gpus, 1)}\n"
         'export TUNEPLANE_RENDEZVOUS="$MASTER_ADDR:$MASTER_PORT"\n'
+        + start_lines(collector, request.attempt_id)
         + start
         # stopped before the command started: never start it; after: pass the signal on
         + "child=\n"
@@ -143,7 +152,8 @@ def member_script(request: LaunchRequest, directory: str, master_port_base: int)
         "wait $child; rc=$?\n"
         "while kill -0 $child 2>/dev/null; do wait $child; rc=$?; done\n"
         'echo $rc >"$D/member-$R.exit.tmp" && mv "$D/member-$R.exit.tmp" "$D/member-$R.exit"\n'
-        "exit $rc\n"
+        + end_lines(collector)
+        + "exit $rc\n"
     )
 
 

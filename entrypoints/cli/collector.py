@@ -23,6 +23,13 @@ def collector(
         int, Parameter(help="spool capacity; when full, reading pauses (the files wait)")
     ] = DEFAULT_SPOOL_MB,
     poll: Annotated[float, Parameter(help="seconds between looks at the files")] = 0.5,
+    ignore_term: Annotated[
+        bool,
+        Parameter(
+            negative="",
+            help="ignore SIGTERM, stop on SIGINT only (a Slurm member's collector: docs/slurm.md)",
+        ),
+    ] = False,
 ) -> int:
     """Collect members' metrics (TensorBoard event files, JSONL) into a durable spool and ship
     them to the telemetry gateway with each member's collector token (docs/telemetry.md)."""
@@ -42,7 +49,9 @@ def collector(
         return 2
     from entrypoints.collector import CollectorOptions, run_collector
 
-    options = CollectorOptions(spool, members, gateway, ca, server_name, max_spool_mb, poll)
+    options = CollectorOptions(
+        spool, members, gateway, ca, server_name, max_spool_mb, poll, ignore_term
+    )
     return run_collector(options)
 
 

@@ -94,7 +94,7 @@ def gpu_cluster() -> Iterator[SlurmCluster]:
 
 
 async def setup_for(
-    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
+    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path, **env: str
 ) -> Setup:
     shared = tmp_path / "slurm-shared"
     servers = await api_servers_factory(
@@ -102,6 +102,7 @@ async def setup_for(
         TUNEPLANE_SLURM_URL=f"unix:{slurm_cluster.socket}",
         TUNEPLANE_SLURM_SHARED_DIR=str(shared),
         TUNEPLANE_SLURM_API_VERSION="auto",
+        **env,
     )
     cli = Cli(tmp_path, tmp_path)
     cli("login", "--server", servers.url, "--token", servers.token)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from domain.catalog import Resources
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest
 from domain.requests import RoleSpec
-from entrypoints.slurm_wiring import backend_from_env, partitions_of
+from entrypoints.slurm_wiring import backend_from_env, collector_of, partitions_of
 from tests.unit.builders import a_spec
 
 pytestmark = pytest.mark.unit
@@ -107,3 +108,69 @@ async def test_a_member_below_the_smallest_limits_is_refused_before_slurm_is_ask
         assert not os.listdir(tmp_path)  # no attempt directory: Slurm was never asked
     finally:
         await backend.close()
+
+
+BASE = {"TUNEPLANE_SLURM_URL": "unix:/s.sock", "TUNEPLANE_SLURM_SHARED_DIR": "/tmp/x"}
+
+
+def test_metrics_settings_make_a_collector_per_member() -> None:
+    c = collector_of(
+        {
+            "TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "telemetry.example:8472",
+            "TUNEPLANE_SLURM_TELEMETRY_CA": "/etc/tuneplane/ca.pem",
+            "TUNEPLANE_SLURM_TELEMETRY_SERVER_NAME": "telemetry",
+            "TUNEPLANE_SLURM_COLLECTOR_SPOOL": "/var/tmp",
+            "TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS": "5",
+        }
+    )
+    assert c is not None
+    assert (c.gateway, c.ca, c.server_name, c.spool_root, c.drain_seconds) == (
+        "telemetry.example:8472",
+        "/etc/tuneplane/ca.pem",
+        "telemetry",
+        "/var/tmp",
+        5,
+    )
+    assert c.command == str(Path(sys.executable).parent / "tp")  # the same install here
+    assert collector_of({}) is None  # no gateway: no collector (a warning at start)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "telemetry"}, "is not HOST:PORT"),
+        ({"TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "t:8472"}, "needs TUNEPLANE_SLURM_TELEMETRY_CA"),
+        (
+            {"TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "t:1", "TUNEPLANE_SLURM_TELEMETRY_CA": "ca.pem"},
+            "needs TUNEPLANE_SLURM_TELEMETRY_CA, an absolute file",
+        ),
+        (
+            {
+                "TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "t:1",
+                "TUNEPLANE_SLURM_TELEMETRY_CA": "/ca.pem",
+                "TUNEPLANE_SLURM_COLLECTOR_SPOOL": "tmp",
+            },
+            "is not an absolute directory",
+        ),
+        (
+            {
+                "TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "t:1",
+                "TUNEPLANE_SLURM_TELEMETRY_CA": "/ca.pem",
+                "TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS": "-1",
+            },
+            "from 0 to 3600",
+        ),
+        (
+            {
+                "TUNEPLANE_SLURM_TELEMETRY_GATEWAY": "t:1",
+                "TUNEPLANE_SLURM_TELEMETRY_CA": "/ca.pem",
+                "TUNEPLANE_SLURM_COLLECTOR_COMMAND": "tp\nrm -rf /",
+            },
+            "holds a line break",
+        ),
+    ],
+)
+def test_bad_metrics_settings_say_what_to_fix(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SystemExit, match="fix:") as caught:
+        backend_from_env({**BASE, **env}, tokens=object())  # type: ignore[arg-type]
+    assert message in str(caught.value)
