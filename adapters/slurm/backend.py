@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.slurm.capacity import capacity
+from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
-from adapters.slurm.versions import SlurmJob
+from adapters.slurm.versions import SlurmJob, SlurmPartition
 from domain.capsule import StorageCapabilities, runner_failure
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
@@ -87,6 +87,7 @@ class SlurmBackend:
         self.gres_name = gres_name
         self._jobs: dict[str, int] = {}  # attempt id → Slurm job id
         self._locks: dict[str, asyncio.Lock] = {}
+        self._partitions_seen: list[SlurmPartition] = []  # by the last capacity()
 
     async def close(self) -> None:
         await self.client.close()
@@ -241,8 +242,13 @@ class SlurmBackend:
         Raises Unavailable when Slurm does not answer."""
         partitions = await self.client.partitions()
         nodes = await self.client.nodes()
+        self._partitions_seen = partitions
         pool_of = {partition: pool for pool, partition in self.partitions.items()}
         return capacity(partitions, nodes, pool_of, gres_name=self.gres_name)
+
+    def unreported(self, pool: str) -> str:
+        """Why the last ``capacity()`` had no pool ``pool``: its partition is missing or empty."""
+        return unreported(pool, self.partition_of(pool), self._partitions_seen)
 
     # -- internals ------------------------------------------------------------------------------
 
