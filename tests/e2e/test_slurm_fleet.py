@@ -105,8 +105,10 @@ async def test_a_pool_without_its_partition_says_why_and_admits_nothing(slurm: S
 
     job_id = slurm.submit("echo never", profile="bogus/cpu:1")
     why = await _until(
-        lambda: "Slurm has no partition bogus" in (out := slurm.cli("job", "why", job_id).stdout)
-        and out,
+        lambda: (
+            "Slurm has no partition bogus" in (out := slurm.cli("job", "why", job_id).stdout)
+            and out
+        ),
         "tp job why to name the missing partition",
     )
     assert "pool bogus takes no new work" in str(why)
