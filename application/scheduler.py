@@ -64,7 +64,7 @@ class Scheduler:
         """Read the capacity of the self-reporting backends the placements use; True when the
         fleet changed (the placements were decided on stale states)."""
         snapshot = self._snapshot
-        if snapshot is None:
+        if snapshot is None or not capacity_sources(self.ctx):
             return False
         pool_of = {n.name: n.pool for n in snapshot.nodes}
         backends = {

@@ -40,9 +40,10 @@ def _wait(ok: Callable[[], object], what: str, timeout: float = 90) -> object:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def _pid(up: Up, kind: str) -> int | None:
-    """The live process of this `tp up` whose command line has ``kind`` (found in /proc, as an
-    operator would with ps)."""
+def _processes(up: Up) -> dict[int, str]:
+    """The live (not zombie) `tp` processes of this `tp up` (its state directory in their
+    environment): pid → command line, found in /proc as an operator would with ps."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -50,9 +51,16 @@ def _pid(up: Up, kind: str) -> int | None:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if f"entrypoints.cli.main {kind}" in cmd and str(up.state).encode() in env and state != "Z":
-            return int(pid)
-    return None
+        if "entrypoints.cli.main" in cmd and str(up.state).encode() in env and state != "Z":
+            found[int(pid)] = cmd
+    return found
+
+
+def _pid(up: Up, kind: str) -> int | None:
+    """The live process of this `tp up` whose command line has ``kind``."""
+    return next(
+        (pid for pid, cmd in _processes(up).items() if f"entrypoints.cli.main {kind}" in cmd), None
+    )
 
 
 def test_each_child_of_tp_up_killed_comes_back_and_works(
@@ -120,18 +128,8 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
 
 
 def _live(up: Up) -> list[str]:
-    """Command lines of this `tp up`'s live (not zombie) children and grandchildren."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            env = Path(f"/proc/{pid}/environ").read_bytes()
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if str(up.state).encode() in env and state != "Z" and "entrypoints.cli.main" in cmd:
-            found.append(cmd)
-    return found
+    """Command lines of this `tp up`'s live children and grandchildren."""
+    return list(_processes(up).values())
 
 
 def test_children_die_with_tp_up_killed_9_and_the_next_tp_up_connects(
