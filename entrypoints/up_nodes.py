@@ -125,19 +125,17 @@ async def _listening(port: int, proc: Process, log: Path, what: str) -> None:
         raise Unavailable(
             f"the {what} did not listen on {port} in {LISTEN_SECONDS} s", fix=f"see {log}"
         ) from None
-    tail = _tail(log)
-    fix = _fix_line(tail) or f"see {log}"
-    raise Unavailable(f"the {what} exited with {proc.returncode}: {tail}", fix=fix)
+    lines = _tail(log).splitlines()
+    fixes = [line.removeprefix("fix: ") for line in lines if line.startswith("fix: ")]
+    said = "\n".join(line for line in lines if not line.startswith("fix: ")).strip()
+    raise Unavailable(
+        f"the {what} exited with {proc.returncode}: {said}",
+        fix=f"{fixes[-1]} (log {log})" if fixes else f"see {log}",  # the child's own fix
+    )
 
 
 def _ready_file(log: Path) -> Path:
     return log.with_suffix(".ready")
-
-
-def _fix_line(tail: str) -> str:
-    """The child's own ``fix:`` line, if its last error has one."""
-    fixes = [line for line in tail.splitlines() if line.startswith("fix: ")]
-    return fixes[-1].removeprefix("fix: ") if fixes else ""
 
 
 def _tail(log: Path) -> str:

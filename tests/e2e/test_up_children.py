@@ -192,5 +192,7 @@ def test_a_gateway_port_held_by_another_process_stops_tp_up_with_the_reason(
     text = str(failed.value)
     assert f"{which} gateway: 127.0.0.1:{port}" not in text
     assert f"{port}" in text and "in use" in text, text
+    assert "fix: stop what uses the port" in text, text  # the child's own fix, once
+    assert text.count("fix: stop what uses the port") == 1, text
     assert up.proc is not None and up.proc.returncode not in (0, None)
     _wait(lambda: not _live(up), "no child left behind", 60)
