@@ -5,9 +5,13 @@ them with their state and the scheduling pass places work on them.
 A backend takes part by having ``capacity()`` (pools of that backend, nodes with their states).
 The sync only adds and updates: a pool or node it no longer reports is not deleted (reservations
 may still refer to it); a node of a synced pool that is no longer reported is marked
-disconnected. The backend is the truth for its nodes' states: a TunePlane cordon of such a node
-is undone at the next sync (cordon the node in Slurm instead). Run by the supervisor when it
-sweeps (at start, then every ``sweep_every`` ticks).
+disconnected. A pool of that backend in the fleet that it does not report (e.g. a Slurm pool
+whose partition does not exist) is marked unavailable (``Pool.unavailable``: the backend's
+``unreported(pool)`` says why and what to do) and its nodes disconnected, so it admits nothing;
+the mark goes once the backend reports the pool. The backend is the truth for its nodes' states:
+a TunePlane cordon of such a node is undone at the next sync (cordon the node in Slurm instead).
+Run by the supervisor every ``capacity_every`` ticks, and by the scheduler before it reserves on
+such a backend's pools.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Protocol
 
 from application.context import Context
@@ -31,25 +35,39 @@ class CapacitySource(Protocol):
 
     async def capacity(self) -> tuple[list[Pool], list[Node]]: ...
 
+    def unreported(self, pool: str) -> str:
+        """Why the last ``capacity()`` had no pool ``pool``, with the fix."""
+        ...
 
-async def sync_capacity(ctx: Context) -> int:
-    """Write what every capacity-reporting backend reports; returns how many pools and nodes
-    changed. A backend that does not answer is skipped (its nodes keep their last state)."""
+
+def capacity_sources(ctx: Context, names: Iterable[str] | None = None) -> list[CapacitySource]:
+    """The backends that report their own capacity (all, or those named)."""
+    wanted = None if names is None else set(names)
+    return [
+        backend  # type: ignore[misc]
+        for backend in ctx.backends.values()
+        if callable(getattr(backend, "capacity", None))
+        and (wanted is None or backend.name in wanted)
+    ]
+
+
+async def sync_capacity(ctx: Context, backends: Iterable[str] | None = None) -> int:
+    """Write what every capacity-reporting backend (or those named) reports; returns how many
+    pools and nodes changed. A backend that does not answer is skipped (its nodes keep their
+    last state)."""
     changed = 0
-    for backend in ctx.backends.values():
-        if not callable(getattr(backend, "capacity", None)):
-            continue
-        source: CapacitySource = backend  # type: ignore[assignment]
+    for source in capacity_sources(ctx, backends):
         try:
             pools, nodes = await source.capacity()
         except Unavailable as exc:
-            log.warning("capacity of %s not read: %s", backend.name, exc)
+            log.warning("capacity of %s not read: %s", source.name, exc)
             continue
-        changed += await _write(ctx, backend.name, pools, nodes)
+        changed += await _write(ctx, source, pools, nodes)
     return changed
 
 
-async def _write(ctx: Context, backend: str, pools: list[Pool], nodes: list[Node]) -> int:
+async def _write(ctx: Context, source: CapacitySource, pools: list[Pool], nodes: list[Node]) -> int:
+    backend = source.name
     async with ctx.uow() as uow:
         old_pools = {p.name: p for p in await uow.fleet.pools()}
         old_nodes = {n.name: n for n in await uow.fleet.nodes()}
@@ -60,8 +78,17 @@ async def _write(ctx: Context, backend: str, pools: list[Pool], nodes: list[Node
         if was is not None and was.backend != backend:
             log.warning("pool %s is a %s pool; %s leaves it alone", pool.name, was.backend, backend)
             ours.discard(pool.name)
-        elif was != pool:
+            continue
+        if was is None or dataclasses.replace(was, unavailable="") != pool:
             writes.append(_put_pool(pool))
+        if was is not None and was.unavailable:
+            writes.append(_mark_pool(pool.name, ""))
+    missing = {p.name for p in old_pools.values() if p.backend == backend} - ours
+    for name in sorted(missing):
+        reason = source.unreported(name)
+        if old_pools[name].unavailable != reason:
+            log.warning("pool %s takes no new work: %s", name, reason)
+            writes.append(_mark_pool(name, reason))
     seen = set()
     for node in nodes:
         if node.pool not in ours:
@@ -74,7 +101,8 @@ async def _write(ctx: Context, backend: str, pools: list[Pool], nodes: list[Node
         if (old.sched, old.connectivity) != (node.sched, node.connectivity):
             writes.append(_set_state(node.name, node.sched, node.connectivity))
     for name, old in old_nodes.items():
-        if old.pool in ours and name not in seen and old.connectivity is Connectivity.CONNECTED:
+        gone = old.pool in ours and name not in seen
+        if (gone or old.pool in missing) and old.connectivity is Connectivity.CONNECTED:
             writes.append(_set_state(name, None, Connectivity.DISCONNECTED))
     changed = 0
     for write in writes:
@@ -86,6 +114,10 @@ async def _write(ctx: Context, backend: str, pools: list[Pool], nodes: list[Node
 
 def _put_pool(pool: Pool) -> Callable[[UnitOfWork], Awaitable[object]]:
     return lambda uow: uow.fleet.put_pool(pool)
+
+
+def _mark_pool(name: str, reason: str) -> Callable[[UnitOfWork], Awaitable[object]]:
+    return lambda uow: uow.fleet.set_pool_unavailable(name, reason)
 
 
 def _put_node(node: Node) -> Callable[[UnitOfWork], Awaitable[object]]:

@@ -5,6 +5,10 @@ double-booked GPU or an over-committed node, so two schedulers racing cannot bre
 A placement becomes, in one transaction: the job's next attempt, its members (each with its
 node), the reservation of every member's GPUs, CPUs and memory, and the job's move to
 ``starting``. Either all of that is stored or none of it.
+
+Before it stores a placement on a pool of a backend that reports its own capacity (Slurm), the
+pass reads that capacity again (``capacity_sync``) and, if anything changed, decides afresh: a
+node drained or down in Slurm a moment ago is not reserved (docs/slurm.md, "Capacity").
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from application.capacity_sync import capacity_sources, sync_capacity
 from application.context import Context
-from domain.admission import Decisions, Placement, Reservation, decide
+from domain.admission import Decisions, Placement, Reservation, Snapshot, decide
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, MemberState
@@ -41,14 +46,35 @@ class Scheduler:
         """The decisions, and how many attempts each pending job already had."""
         async with self.ctx.uow() as uow:
             snapshot = await uow.scheduling.snapshot(self.snapshot_limit)
+        self._snapshot = snapshot
         return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in snapshot.pending}
+
+    _snapshot: Snapshot | None = None
 
     async def pass_once(self) -> PassResult:
         decisions, attempts = await self.decide()
+        if decisions.placements and await self._refreshed(decisions.placements):
+            decisions, attempts = await self.decide()
         reserved, lost = await self.apply(decisions.placements, attempts)
         if reserved or lost:
             log.info("scheduling pass: %d reserved, %d lost a race", len(reserved), len(lost))
         return PassResult(decisions, reserved, lost)
+
+    async def _refreshed(self, placements: Sequence[Placement]) -> bool:
+        """Read the capacity of the self-reporting backends the placements use; True when the
+        fleet changed (the placements were decided on stale states)."""
+        snapshot = self._snapshot
+        if snapshot is None or not capacity_sources(self.ctx):
+            return False
+        pool_of = {n.name: n.pool for n in snapshot.nodes}
+        backends = {
+            snapshot.pools[pool_of[a.node]].backend
+            for p in placements
+            for a in p.assignments
+            if a.node in pool_of and pool_of[a.node] in snapshot.pools
+        }
+        names = [s.name for s in capacity_sources(self.ctx, backends)]
+        return bool(names) and await sync_capacity(self.ctx, names) > 0
 
     async def apply(
         self, placements: Sequence[Placement], attempts: Mapping[str, int] | None = None

@@ -47,6 +47,7 @@ class Supervisor:
         ctx: Context,
         lease: LeaderLease | None = None,
         sweep_every: int = 60,
+        capacity_every: int = 10,
         scheduler: Scheduler | None = None,
         gangs: GangCoordinator | None = None,
     ) -> None:
@@ -55,6 +56,9 @@ class Supervisor:
         self.scheduler = scheduler or Scheduler(ctx)
         self.gangs = gangs or GangCoordinator(ctx)
         self.sweep_every = sweep_every
+        # pools and nodes a backend's scheduler reports (Slurm) are read every this many ticks
+        # for the fleet's view, and again before each reservation on them (Scheduler)
+        self.capacity_every = capacity_every
         self._ticks = 0
         self._wake = asyncio.Event()
         self._stops: dict[str, asyncio.Task[None]] = {}
@@ -86,6 +90,7 @@ class Supervisor:
             return False
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
+        if self._ticks % self.capacity_every == 0:
             await sync_capacity(self.ctx)  # pools and nodes a backend's scheduler reports
         self._ticks += 1
         await self.gangs.housekeeping()

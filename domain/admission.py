@@ -324,6 +324,8 @@ class _Explainer:
 
 
 def _capacity_text(state: PoolState, need: Need) -> str:
+    if state.pool.unavailable:
+        return f"; pool {state.pool.name} takes no new work: {state.pool.unavailable}"
     room = held = 0
     for n in state.eligible:
         g, c, m = len(n.free), n.mcpu, n.mem

@@ -43,6 +43,11 @@ class Pool:
     memory_mb_per_node: int
     gpu_model: str | None = None
     description: str = ""
+    # Why the pool takes no new work although it is configured: its backend does not report it
+    # (e.g. a Slurm pool whose partition does not exist), with the fix. "" when it is reported.
+    # Set only by the capacity sync (``FleetRepository.set_pool_unavailable``); ``put_pool``
+    # keeps it.
+    unavailable: str = ""
 
     def check(self) -> Pool:
         check_name(self.name, "pool name", "name")

@@ -66,7 +66,8 @@ class PoolState:
     def __init__(self, pool: Pool, views: list[NodeView]) -> None:
         self.pool = pool
         self.nodes = [NodeState(v) for v in sorted(views, key=lambda v: v.name)]
-        self.eligible = [n for n in self.nodes if not n.view.why_not]
+        # a pool its backend does not report (Pool.unavailable) takes no new work at all
+        self.eligible = [] if pool.unavailable else [n for n in self.nodes if not n.view.why_not]
         self.capacity = (pool.gpus_per_node, mcpu(pool.cpus_per_node), pool.memory_mb_per_node)
         # GPU pools: eligible nodes bucketed by GPUs available now (best fit in O(G)).
         self.buckets: list[dict[str, NodeState]] = [{} for _ in range(pool.gpus_per_node + 1)]

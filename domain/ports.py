@@ -198,6 +198,11 @@ class FleetRepository(Protocol):
         """All pools, by name."""
         ...
 
+    async def set_pool_unavailable(self, name: str, reason: str) -> None:
+        """Record why a pool takes no new work although configured ("" clears it); the only
+        writer of ``Pool.unavailable`` (``put_pool`` keeps it). NotFound if absent."""
+        ...
+
     async def put_node(self, node: Node) -> None:
         """Create a node (its pool must exist, else NotFound) or update its states and pool;
         a node takes its pool's shape (GPUs, CPUs, memory). Moving a node to another pool

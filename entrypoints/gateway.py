@@ -31,7 +31,7 @@ from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError, Unavailable
 from entrypoints.cli.errors import render
 from entrypoints.container import Container, reach_database
-from entrypoints.process import check_listen, run_server, until_signalled
+from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane.gateway")
@@ -102,6 +102,7 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             f"(TLS; nodes trust {ca})",
             flush=True,
         )
+        announce_ready()
         await until_signalled(gateway.run())
     finally:
         if server is not None:
@@ -155,6 +156,7 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
             announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
             flush=True,
         )
+        announce_ready()
         every = settings.telemetry_compact_seconds
         # serve until told to stop, merging the small blocks of slow collectors meanwhile
         await until_signalled(keep_compacting(pool, every) if every else asyncio.Event().wait())

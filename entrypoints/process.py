@@ -1,13 +1,16 @@
 """What every long-running `tp` process needs, and nothing heavier (the collector starts fast).
 
-``run_server`` runs a server coroutine, ``until_signalled`` until SIGTERM or SIGINT,
-``split_server`` reads a ``HOST:PORT`` flag, ``check_listen`` checks where a server listens.
+``run_server`` runs a server coroutine, ``until_signalled`` until SIGTERM or SIGINT (or, for a
+supervised child, until its parent is gone), ``announce_ready`` tells the supervisor that
+started it that it serves, ``split_server`` reads a ``HOST:PORT`` flag, ``check_listen`` checks
+where a server listens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import socket
 from collections.abc import Coroutine
@@ -16,22 +19,49 @@ from typing import Any
 from domain.errors import InvalidInput
 
 TELEMETRY_PORT = 8472  # the telemetry gateway's default port
+PARENT_ENV = "TUNEPLANE_PARENT_PID"  # set by entrypoints.supervise.spawn_logged
+READY_ENV = "TUNEPLANE_READY_FILE"  # where a supervised child says it serves
+PARENT_CHECK_SECONDS = 1.0
+
+
+def announce_ready() -> None:
+    """Write this process's pid to ``$TUNEPLANE_READY_FILE`` (if set) once it serves: `tp up`
+    prints a listener's address only after its own child said so (a port that answers may be
+    another process's)."""
+    path = os.environ.get(READY_ENV)
+    if path:
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{os.getpid()}\n")
+        os.replace(tmp, path)
+
+
+async def _parent_gone(parent: int) -> None:
+    """Return once this process's parent is no longer ``parent`` (the fallback of
+    ``PR_SET_PDEATHSIG``: the child is re-parented when its supervisor dies)."""
+    while os.getppid() == parent:  # noqa: ASYNC110 - nothing to wait on but the kernel's view
+        await asyncio.sleep(PARENT_CHECK_SECONDS)
 
 
 async def until_signalled(
     work: Coroutine[Any, Any, object],
     signals: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT),
 ) -> None:
-    """Run ``work`` until one of ``signals`` (SIGTERM or SIGINT), then cancel it; an error of
-    ``work`` is raised."""
+    """Run ``work`` until one of ``signals`` (SIGTERM or SIGINT), or until the parent named by
+    ``$TUNEPLANE_PARENT_PID`` is gone, then cancel it; an error of ``work`` is raised. The
+    variable is taken out of this process's environment: it names *this* process's supervisor,
+    never that of a process this one starts."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     runner = asyncio.create_task(work)
-    stopper = asyncio.create_task(stop.wait())
-    done, _ = await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (runner, stopper):
+    stoppers: list[asyncio.Task[object]] = [asyncio.create_task(stop.wait())]
+    parent = os.environ.pop(PARENT_ENV, "")
+    if parent.isdigit():
+        stoppers.append(asyncio.create_task(_parent_gone(int(parent))))
+    done, _ = await asyncio.wait({runner, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (runner, *stoppers):
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

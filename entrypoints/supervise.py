@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import ctypes.util
 import logging
 import os
 import signal
@@ -24,6 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from entrypoints.process import PARENT_ENV
 
 log = logging.getLogger("tuneplane.supervise")
 
@@ -70,10 +73,27 @@ def exit_status(code: int) -> str:
     return f"exited with status {code}"
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """The child gets SIGTERM when the thread that started it ends (the supervisor killed -9)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:  # pragma: no cover - not glibc/musl: only the parent check remains
+        return None
+
+
+_LIBC = _libc()  # loaded here, never between fork and exec (dlopen is not fork-safe)
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """The child gets SIGKILL when the thread that started it ends (the supervisor killed -9);
+    if the parent had already gone before the child asked for that, it ends itself now."""
+
+    def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+        if _LIBC is not None:
+            _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before prctl: no signal would come
+            os._exit(1)
+
+    return preexec
 
 
 async def spawn_logged(
@@ -81,7 +101,10 @@ async def spawn_logged(
 ) -> Process:
     """Start ``args`` with stdout and stderr appended to ``log_path`` (0600), no stdin, in a
     session of its own (a Ctrl-C at the terminal reaches the parent, which stops its children
-    itself), and SIGTERM when its parent goes."""
+    itself), and SIGKILL when its parent goes (``PR_SET_PDEATHSIG``; and ``TUNEPLANE_PARENT_PID``
+    for its own check, ``entrypoints.process.until_signalled``)."""
+    child_env = dict(env if env is not None else os.environ)
+    child_env[PARENT_ENV] = str(os.getpid())
     out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return await asyncio.create_subprocess_exec(
@@ -89,8 +112,8 @@ async def spawn_logged(
             stdout=out,
             stderr=out,
             stdin=asyncio.subprocess.DEVNULL,
-            env=dict(env) if env is not None else None,
-            preexec_fn=_die_with_parent,
+            env=child_env,
+            preexec_fn=_die_with_parent(os.getpid()),
             start_new_session=True,
         )
     finally:

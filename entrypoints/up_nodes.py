@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import sys
 import threading
 from collections.abc import Coroutine
@@ -32,6 +31,7 @@ from domain.errors import Unavailable
 from entrypoints.container import Container
 from entrypoints.fleet_config import host_resources
 from entrypoints.gateway import gateway_names
+from entrypoints.process import READY_ENV
 from entrypoints.settings import Settings
 from entrypoints.supervise import Process, Supervisor, spawn_logged
 
@@ -111,19 +111,31 @@ LISTEN_SECONDS = 30  # how long a gateway may take to listen at its first start
 
 
 async def _listening(port: int, proc: Process, log: Path, what: str) -> None:
-    """Wait until ``proc`` listens on ``port`` (its first start); its log tail if it exits."""
+    """Wait until ``proc`` itself says it listens on ``port`` (its ready file holds its pid: a
+    port that answers may be another process's); the end of its log if it exits first."""
+    ready = _ready_file(log)
     try:
         async with asyncio.timeout(LISTEN_SECONDS):
             while proc.returncode is None:
-                with socket.socket() as s:
-                    if s.connect_ex(("127.0.0.1", port)) == 0:
+                with contextlib.suppress(OSError):
+                    if ready.read_text().strip() == str(proc.pid):
                         return
                 await asyncio.sleep(0.1)
     except TimeoutError:
         raise Unavailable(
             f"the {what} did not listen on {port} in {LISTEN_SECONDS} s", fix=f"see {log}"
         ) from None
-    raise Unavailable(f"the {what} exited with {proc.returncode}: {_tail(log)}", fix=f"see {log}")
+    lines = _tail(log).splitlines()
+    fixes = [line.removeprefix("fix: ") for line in lines if line.startswith("fix: ")]
+    said = "\n".join(line for line in lines if not line.startswith("fix: ")).strip()
+    raise Unavailable(
+        f"the {what} exited with {proc.returncode}: {said}",
+        fix=f"{fixes[-1]} (log {log})" if fixes else f"see {log}",  # the child's own fix
+    )
+
+
+def _ready_file(log: Path) -> Path:
+    return log.with_suffix(".ready")
 
 
 def _tail(log: Path) -> str:
@@ -131,10 +143,13 @@ def _tail(log: Path) -> str:
 
 
 def _child(name: str, args: list[str], env: dict[str, str], log: Path) -> Supervisor:
-    """A supervisor for ``args`` whose output goes to ``log``, with a pid file beside it."""
+    """A supervisor for ``args`` whose output goes to ``log``, with a pid file and a ready file
+    beside it (the child writes its pid there once it serves)."""
+    ready = _ready_file(log)
 
     async def spawn() -> Process:
-        return await spawn_logged(args, log, env)
+        ready.unlink(missing_ok=True)
+        return await spawn_logged(args, log, {**env, READY_ENV: str(ready)})
 
     return Supervisor(name, spawn, log_path=log, pid_file=log.with_suffix(".pid"))
 

@@ -70,7 +70,15 @@ class MemoryFleetRepository:
                     "and backend cannot change now",
                     fix="cordon its nodes, wait for their jobs to end, then change the pool",
                 )
-        self._tx.write("pools", pool)
+        # ``unavailable`` is the capacity sync's (set_pool_unavailable): put_pool keeps it
+        self._tx.write("pools", replace(pool, unavailable=old.unavailable if old else ""))
+
+    async def set_pool_unavailable(self, name: str, reason: str) -> None:
+        await self._tx.lock(("pools", "pk", name))
+        old: Pool | None = self._tx.get("pools", name)
+        if old is None:
+            raise NotFound(f"pool {name} does not exist", fix="list the pools with tp fleet ls")
+        self._tx.write("pools", replace(old, unavailable=reason))
 
     async def pools(self) -> builtins.list[Pool]:
         rows: list[Pool] = self._tx.select("pools", lambda p: True)

@@ -195,6 +195,7 @@ def pool_from_row(r: Row) -> Pool:
         memory_mb_per_node=r["memory_mb_per_node"],
         gpu_model=r["gpu_model"],
         description=r["description"],
+        unavailable=r["unavailable"],
     )
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -33,7 +33,12 @@ _SHARE_POOL = select(pools).where(pools.c.name == bindparam("name")).with_for_up
 _upsert = pg_insert(pools)
 _UPSERT_POOL = _upsert.on_conflict_do_update(
     index_elements=[pools.c.name],
-    set_={c.name: _upsert.excluded[c.name] for c in pools.columns if c.name != "name"},
+    # ``unavailable`` is the capacity sync's (set_pool_unavailable): put_pool keeps it
+    set_={
+        c.name: _upsert.excluded[c.name]
+        for c in pools.columns
+        if c.name not in ("name", "unavailable")
+    },
 )
 
 _LOCK_POOL_NODES = text("SELECT name FROM nodes WHERE pool = :pool ORDER BY name FOR UPDATE")
@@ -135,6 +140,14 @@ class PostgresFleetRepository:
                         "gpus": pool.gpus_per_node,
                     },
                 )
+
+    async def set_pool_unavailable(self, name: str, reason: str) -> None:
+        with translated(f"mark pool {name}"):
+            done = await self._conn.execute(
+                update(pools).where(pools.c.name == name).values(unavailable=reason)
+            )
+        if not done.rowcount:
+            raise NotFound(f"pool {name} does not exist", fix="list the pools with tp fleet ls")
 
     async def pools(self) -> builtins.list[Pool]:
         with translated("list pools"):

@@ -221,6 +221,7 @@ pools = Table(
     Column("mcpu_per_node", Integer, nullable=False),  # CPUs × 1000, exact
     Column("memory_mb_per_node", Integer, nullable=False),
     Column("description", Text, nullable=False, server_default=""),
+    Column("unavailable", Text, nullable=False, server_default=""),  # why it takes no work
     CheckConstraint(f"gpus_per_node BETWEEN 0 AND {MAX_GPUS_PER_NODE}", name="gpus_per_node"),
     CheckConstraint("mcpu_per_node > 0", name="mcpu_per_node"),
     CheckConstraint("memory_mb_per_node > 0", name="memory_mb_per_node"),

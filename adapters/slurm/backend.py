@@ -31,11 +31,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from adapters.slurm.capacity import capacity
+from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.collector import CA_FILE, SlurmCollector, member_dir, member_file
 from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
-from adapters.slurm.versions import SlurmJob
+from adapters.slurm.versions import SlurmJob, SlurmPartition
 from domain.capsule import StorageCapabilities, runner_failure
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
@@ -103,6 +103,7 @@ class SlurmBackend:
         self.token_lifetime_seconds = token_lifetime_seconds
         self._jobs: dict[str, int] = {}  # attempt id → Slurm job id
         self._locks: dict[str, asyncio.Lock] = {}
+        self._partitions_seen: list[SlurmPartition] = []  # by the last capacity()
 
     async def close(self) -> None:
         await self.client.close()
@@ -258,8 +259,13 @@ class SlurmBackend:
         Raises Unavailable when Slurm does not answer."""
         partitions = await self.client.partitions()
         nodes = await self.client.nodes()
+        self._partitions_seen = partitions
         pool_of = {partition: pool for pool, partition in self.partitions.items()}
         return capacity(partitions, nodes, pool_of, gres_name=self.gres_name)
+
+    def unreported(self, pool: str) -> str:
+        """Why the last ``capacity()`` had no pool ``pool``: its partition is missing or empty."""
+        return unreported(pool, self.partition_of(pool), self._partitions_seen)
 
     # -- internals ------------------------------------------------------------------------------
 

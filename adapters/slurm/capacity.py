@@ -17,6 +17,9 @@ from domain.fleet import Connectivity, Node, Pool, SchedState
 _GRES = re.compile(r"(?:^|,)(?P<name>[a-z0-9_]+)(?::(?P<model>[A-Za-z0-9_.-]+))?:(?P<n>\d+)")
 _DISCONNECTED = {"down", "not_responding", "fail", "error", "unknown", "powered_down"}
 _CORDONED = {"maintenance", "reserved", "future", "powering_down", "reboot_requested"}
+# base states in which Slurm itself may start work on a node; any other one (a state this code
+# does not know, e.g. ``planned``, ``inval``) is cordoned: never reserved on a guess
+_WORKING = {"idle", "mixed", "allocated", "completing"}
 
 
 def gpus_of(gres: str, name: str = "gpu") -> tuple[int, str | None]:
@@ -34,9 +37,25 @@ def node_states(node: SlurmNode) -> tuple[SchedState, Connectivity]:
     connectivity = Connectivity.DISCONNECTED if words & _DISCONNECTED else Connectivity.CONNECTED
     if words & {"drain", "draining", "drained"}:
         return SchedState.DRAINING, connectivity
-    if words & _CORDONED:
+    unknown = node.state not in _WORKING and connectivity is Connectivity.CONNECTED
+    if words & _CORDONED or unknown:
         return SchedState.CORDONED, connectivity
     return SchedState.SCHEDULABLE, connectivity
+
+
+def unreported(pool: str, partition: str, partitions: Sequence[SlurmPartition]) -> str:
+    """Why ``capacity`` made no pool ``pool`` (of partition ``partition``), with the fix."""
+    if any(p.name == partition for p in partitions):
+        return (
+            f"Slurm partition {partition} has no nodes; "
+            f"fix: add nodes to partition {partition} in slurm.conf"
+        )
+    known = ", ".join(sorted(p.name for p in partitions)) or "none"
+    return (
+        f"Slurm has no partition {partition} (partitions: {known}); fix: create partition "
+        f"{partition} in slurm.conf, or map pool {pool} to an existing one with "
+        f"TUNEPLANE_SLURM_PARTITIONS={pool}=PARTITION"
+    )
 
 
 def capacity(

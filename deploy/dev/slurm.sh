@@ -10,8 +10,11 @@
 # on distinct ports of 127.0.0.1 (proctrack/linuxproc, task/none, no cgroups), and slurmrestd on a
 # unix socket with rest_auth/local. Nothing is shared with a system Slurm or munge: own ports
 # (free ones, chosen at start), own slurm.conf, own state. See docs/slurm.md.
-# Idempotent: if the cluster in DIR answers (daemons alive, munge, 4 idle nodes, /ping), nothing is
-# done; otherwise what is left of it is stopped and it starts afresh (slurmctld -c: no old jobs).
+# Idempotent: if the cluster in DIR answers (daemons alive, munge, slurmctld and /ping answer),
+# nothing is done. If only some of its daemons died (e.g. slurmrestd), only those are started
+# again, with the same slurm.conf, ports and key: slurmctld without -c recovers its jobs, so
+# nothing running is lost. Otherwise (no slurm.conf yet, or the repair does not bring it back)
+# what is left of it is stopped and it starts afresh (slurmctld -c: no old jobs).
 # Progress goes to stderr; stdout has only `export NAME=value` lines:
 #   SLURM_CONF (for sinfo/squeue/sbatch), SLURMRESTD_SOCKET (the unix socket of the REST API).
 #
@@ -84,6 +87,17 @@ stop_all() {
   rm -f "$SOCK"
 }
 
+# slurmctld answers and reports every node (in any state: a busy cluster is a healthy one)
+ctld_ok() {
+  [ -f "$CONF" ] && [ "$(sinfo -h -N -o %N 2>/dev/null | sort -u | wc -l)" = "${#NODES[@]}" ]
+}
+# every node reachable: none down, unknown or not responding (a drained one is fine)
+nodes_respond() {
+  local states
+  states=$(sinfo -h -N -o %T 2>/dev/null) || return 1
+  [ "$(echo "$states" | wc -l)" -ge "${#NODES[@]}" ] || return 1
+  ! echo "$states" | grep -qiE '^(down|unknown|not_responding|no_respond)|\*$'
+}
 munge_ok() { [ -S "$MSOCK" ] && munge -n -S "$MSOCK" 2>/dev/null | unmunge -S "$MSOCK" >/dev/null 2>&1; }
 nodes_idle() {
   [ -f "$CONF" ] && [ "$(sinfo -h -t idle -o %D 2>/dev/null || true)" = "${#NODES[@]}" ]
@@ -101,7 +115,7 @@ daemons_alive() {
     [ -n "$pid" ] && alive "$pid" || return 1
   done
 }
-up() { daemons_alive && munge_ok && nodes_idle && rest_ok; }
+up() { daemons_alive && munge_ok && ctld_ok && rest_ok; }
 
 done_() {
   echo "export SLURM_CONF=$CONF"
@@ -111,12 +125,100 @@ done_() {
 
 if [ "$CMD" = stop ]; then
   stop_all
+  rm -f "$CONF"  # stopped on purpose: the next start is a fresh one (slurmctld -c), not a repair
   say "stopped the cluster in $DIR"
   exit 0
 fi
 
 if command -v sinfo >/dev/null && up; then
   say "the cluster in $DIR answers; nothing to do"
+  done_
+fi
+
+# --- starting each daemon (used for a fresh start and to restart one that died) ---------------
+start_munged() {
+  rm -f "$MSOCK" "$MSOCK.lock"
+  runuser -u munge -- munged --key-file="$DIR/munge/munge.key" --socket="$MSOCK" \
+    --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
+    --seed-file="$DIR/munge/munged.seed" >&2
+  for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
+  munge_ok || { tail -n 20 "$DIR/munge/munged.log" >&2 || true; die "munged does not answer on $MSOCK"; }
+}
+start_mariadb() {  # M and DBPORT set; the datadir exists
+  setsid mariadbd --no-defaults --user=mysql --datadir="$M/data" --socket="$M/mysql.sock" \
+    --port="$DBPORT" --bind-address=127.0.0.1 --pid-file="$M/mariadbd.pid" \
+    --log-error="$M/err.log" --innodb-buffer-pool-size=32M </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 100); do [ -S "$M/mysql.sock" ] && break; sleep 0.1; done
+}
+start_slurmdbd() {  # slurmdbd reads slurmdbd.conf beside $SLURM_CONF
+  slurmdbd >&2 || die "slurmdbd did not start; see $DIR/log/slurmdbd.log"
+  for _ in $(seq 100); do
+    sacctmgr -i -n list cluster >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+}
+start_slurmd() {
+  slurmd -N "$1" -f "$CONF" >&2 || die "slurmd -N $1 did not start; see $DIR/log/slurmd-$1.log"
+}
+start_slurmrestd() {  # OPENAPI set
+  rm -f "$SOCK"
+  SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$CONF" -a rest_auth/local \
+    -s "$OPENAPI" "unix:$SOCK" \
+    >>"$DIR/log/slurmrestd.log" 2>&1 </dev/null &
+  echo $! >"$DIR/slurmrestd.pid"
+}
+dead() {  # dead PIDFILE: its daemon does not run
+  local pid
+  pid=$(cat "$1" 2>/dev/null || true)
+  ! { [ -n "$pid" ] && alive "$pid"; }
+}
+
+# Start again only the daemons of the cluster in $DIR that died, with its slurm.conf, ports and
+# munge key; slurmctld without -c (it recovers its jobs from StateSaveLocation). Fails (for a
+# fresh start) when there is no such cluster or it does not answer within $TIMEOUT.
+repair() {
+  local n restarted=()
+  [ -f "$CONF" ] && [ -s "$DIR/munge/munge.key" ] && [ "$(id -u)" = 0 ] || return 1
+  OPENAPI=openapi/v0.0.38,openapi/v0.0.37,openapi/v0.0.36
+  if [ -f "$DIR/slurmdbd.conf" ]; then
+    OPENAPI=openapi/v0.0.38,openapi/dbv0.0.38
+    M=$DIR/mariadb
+    DBPORT=$(sed -n 's/^StoragePort=//p' "$DIR/slurmdbd.conf")
+  fi
+  if ! munge_ok; then
+    dead "$DIR/munge/munged.pid" || return 1  # alive but not answering: start afresh
+    (start_munged) || return 1
+    restarted+=(munged)
+  fi
+  if [ -f "$DIR/slurmdbd.conf" ]; then
+    if dead "$DIR/mariadb/mariadbd.pid"; then start_mariadb; restarted+=(mariadbd); fi
+    if dead "$DIR/slurmdbd.pid"; then (start_slurmdbd) || return 1; restarted+=(slurmdbd); fi
+  fi
+  if dead "$DIR/slurmctld.pid"; then
+    slurmctld -f "$CONF" >&2 || return 1
+    restarted+=(slurmctld)
+  fi
+  for n in "${NODES[@]}"; do
+    if dead "$DIR/slurmd-$n.pid"; then (start_slurmd "$n") || return 1; restarted+=("slurmd-$n"); fi
+  done
+  if dead "$DIR/slurmrestd.pid" || ! rest_ok; then
+    if ! dead "$DIR/slurmrestd.pid"; then  # alive but not answering on its socket
+      kill "$(cat "$DIR/slurmrestd.pid")" 2>/dev/null || true
+      sleep 0.5
+    fi
+    start_slurmrestd; restarted+=(slurmrestd)
+  fi
+  say "restarting only ${restarted[*]:-nothing} of the cluster in $DIR (its jobs are kept)"
+  for _ in $(seq $((TIMEOUT * 10))); do
+    if ctld_ok && nodes_respond && rest_ok && daemons_alive; then return 0; fi
+    sleep 0.1
+  done
+  say "the cluster in $DIR did not answer after restarting ${restarted[*]:-nothing}"
+  return 1
+}
+
+if command -v sinfo >/dev/null && command -v slurmrestd >/dev/null && repair; then
+  say "the cluster in $DIR answers again"
   done_
 fi
 
@@ -153,12 +255,7 @@ fi
 chown -R munge:munge "$DIR/munge"
 chmod 0711 "$DIR/munge"  # munged wants its socket's directory searchable by all
 chmod 0400 "$DIR/munge/munge.key"
-rm -f "$MSOCK" "$MSOCK.lock"
-runuser -u munge -- munged --key-file="$DIR/munge/munge.key" --socket="$MSOCK" \
-  --pid-file="$DIR/munge/munged.pid" --log-file="$DIR/munge/munged.log" \
-  --seed-file="$DIR/munge/munged.seed" >&2
-for _ in $(seq 50); do munge_ok && break; sleep 0.1; done
-munge_ok || { tail -n 20 "$DIR/munge/munged.log" >&2 || true; die "munged does not answer on $MSOCK"; }
+start_munged
 
 # --- slurm.conf (and accounting) ----------------------------------------------------------------
 # free TCP ports on 127.0.0.1: slurmctld, then one per slurmd
@@ -178,10 +275,7 @@ if [ -n "$ACCT" ]; then  # MariaDB (private datadir and port) + slurmdbd: /slurm
     mariadb-install-db --user=mysql --datadir="$M/data" --auth-root-authentication-method=socket \
       >"$M/install.log" 2>&1 || die "mariadb-install-db failed; see $M/install.log"
   fi
-  setsid mariadbd --no-defaults --user=mysql --datadir="$M/data" --socket="$M/mysql.sock" \
-    --port="$DBPORT" --bind-address=127.0.0.1 --pid-file="$M/mariadbd.pid" \
-    --log-error="$M/err.log" --innodb-buffer-pool-size=32M </dev/null >/dev/null 2>&1 &
-  for _ in $(seq 100); do [ -S "$M/mysql.sock" ] && break; sleep 0.1; done
+  start_mariadb
   mariadb --socket="$M/mysql.sock" -u root -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
     CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw';
     GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" >&2 ||
@@ -264,23 +358,15 @@ fi
 rm -f "$DIR/cgroup.conf"
 
 # --- daemons ------------------------------------------------------------------------------------
-if [ -n "$ACCT" ]; then  # slurmdbd reads slurmdbd.conf beside $SLURM_CONF
-  slurmdbd >&2 || die "slurmdbd did not start; see $DIR/log/slurmdbd.log"
-  for _ in $(seq 100); do
-    sacctmgr -i -n list cluster >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+if [ -n "$ACCT" ]; then
+  start_slurmdbd
   sacctmgr -i add cluster tuneplane >/dev/null 2>&1 || true
 fi
 say "starting slurmctld (port ${PORTS[0]}) and slurmd ${NODES[*]} (ports ${PORTS[*]:1}) in $DIR"
 slurmctld -c -f "$CONF" >&2 || die "slurmctld did not start; see $DIR/log/slurmctld.log"
-for n in "${NODES[@]}"; do
-  slurmd -N "$n" -f "$CONF" >&2 || die "slurmd -N $n did not start; see $DIR/log/slurmd-$n.log"
-done
-SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -f "$CONF" -a rest_auth/local \
-  -s "$OPENAPI" "unix:$SOCK" \
-  >"$DIR/log/slurmrestd.log" 2>&1 </dev/null &
-echo $! >"$DIR/slurmrestd.pid"
+for n in "${NODES[@]}"; do start_slurmd "$n"; done
+: >"$DIR/log/slurmrestd.log"
+start_slurmrestd
 
 for _ in $(seq $((TIMEOUT * 10))); do
   if nodes_idle && rest_ok; then

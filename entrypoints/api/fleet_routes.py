@@ -135,6 +135,9 @@ class PoolStatusOut(Struct):
     gpus_used: int
     nodes: list[NodeStatusOut]
     last_check: CheckOut | None  # node pools: the last `tp fleet check`, with its per-node results
+    # why it takes no new work although configured (its backend does not report it, e.g. a
+    # Slurm partition that does not exist), with the fix; "" when reported
+    unavailable: str = ""
 
 
 class FleetOut(Struct):
@@ -238,7 +241,7 @@ async def read_fleet(state: State, principal: Principal) -> FleetOut:
             PoolStatusOut(
                 p.name, p.fleet, p.backend, p.gpu_model, p.gpus_per_node, p.cpus_per_node,
                 p.memory_mb_per_node, p.description, ps.gpus_total, ps.gpus_used, nodes,
-                check_out(ps.last_check) if ps.last_check else None,
+                check_out(ps.last_check) if ps.last_check else None, p.unavailable,
             )
         )  # fmt: skip
     return FleetOut(out)

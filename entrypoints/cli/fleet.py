@@ -49,8 +49,9 @@ def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
 def ls(*, json: JsonFlag = False) -> int:
     """List pools and nodes: scheduling state (schedulable, cordoned, draining), control
     connectivity (connected, disconnected, lost) and the last pool check (unchecked, passed,
-    failed) apart, and GPUs, CPUs and memory reserved out of each node's capacity; then each
-    node pool's last check (`tp fleet check POOL --last` shows it whole)."""
+    failed) apart, and GPUs, CPUs and memory reserved out of each node's capacity; then why a
+    pool takes no new work (its backend does not report it, e.g. a Slurm partition that does
+    not exist) and each node pool's last check (`tp fleet check POOL --last` shows it whole)."""
     with connect() as api:
         data = api.get("/v1/fleet")
     if json:
@@ -77,6 +78,10 @@ def ls(*, json: JsonFlag = False) -> int:
         rows,
     )
     for p in data.get("pools") or []:
+        if p.get("unavailable"):
+            output.out.print(
+                f"pool {p['name']} takes no new work: {p['unavailable']}", markup=False
+            )
         if p.get("last_check"):
             output.out.print(f"pool {p['name']}: {check_summary(p['last_check'])}", markup=False)
     return 0

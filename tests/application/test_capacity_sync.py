@@ -117,3 +117,101 @@ def test_pool_shape_is_the_smallest_node() -> None:
         ("h200s", 4, "h200", 8.0)
     ]
     assert [dataclasses.astuple(n)[:2] for n in nodes] == [("g1", "h200s"), ("g2", "h200s")]
+
+
+# -- issue 19 item 5: fleet truth on Slurm ---------------------------------------------------
+
+
+async def _submit(ctx: Context, backend: SlurmBackend, profile: str) -> str:
+    import uuid
+
+    async def answers() -> None:  # no recording of ping for v0.0.41: pinning only pings
+        return None
+
+    backend.client.ping = answers  # type: ignore[method-assign]
+
+    from application import submissions
+    from tests.support.context import ALICE
+    from tests.unit.builders import an_intent
+
+    preview = await submissions.create_preview(ctx, ALICE, an_intent(profiles=(profile,)))
+    receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    return receipt.job_id
+
+
+async def test_a_pool_whose_partition_is_missing_is_unavailable_and_admits_nothing(
+    tmp_path: Path,
+) -> None:
+    from application.scheduler import Scheduler
+    from domain.admission import decide
+
+    ctx, backend = with_slurm(memory_context(tmp_path, nodes=1), tmp_path)
+    async with ctx.uow() as uow:  # configured by a fleet file; Slurm has no such partition
+        await uow.fleet.put_pool(Pool("bogus", "default", "slurm", 0, 2.0, 2000))
+        await uow.fleet.put_node(Node("b1", "bogus"))
+        await uow.commit()
+    assert await sync_capacity(ctx) > 0
+    pools, nodes = await fleet(ctx)
+    reason = pools["bogus"].unavailable
+    assert "Slurm has no partition bogus (partitions: debug)" in reason, reason
+    assert "TUNEPLANE_SLURM_PARTITIONS=bogus=PARTITION" in reason  # the fix
+    assert nodes["b1"].connectivity is Connectivity.DISCONNECTED
+    assert pools["debug"].unavailable == ""
+
+    job = await _submit(ctx, backend, "bogus/cpu:1")
+    assert (await Scheduler(ctx).pass_once()).reserved == []
+    async with ctx.uow() as uow:
+        snapshot = await uow.scheduling.snapshot(100)
+    wait = decide(snapshot).waits[job]
+    assert "pool bogus takes no new work: Slurm has no partition bogus" in wait.text, wait.text
+
+    async with ctx.uow() as uow:  # a fleet file applied again keeps the mark
+        await uow.fleet.put_pool(Pool("bogus", "default", "slurm", 0, 2.0, 2000, None, "again"))
+        await uow.commit()
+    assert (await fleet(ctx))[0]["bogus"].unavailable == reason
+    assert await sync_capacity(ctx) == 0  # nothing new to write
+
+
+async def test_the_mark_goes_when_slurm_reports_the_pool(tmp_path: Path) -> None:
+    ctx, _ = with_slurm(memory_context(tmp_path, nodes=1), tmp_path)
+    async with ctx.uow() as uow:
+        await uow.fleet.put_pool(Pool("debug", "default", "slurm", 0, 2.0, 2000))
+        await uow.fleet.set_pool_unavailable("debug", "Slurm has no partition debug")
+        await uow.commit()
+    await sync_capacity(ctx)
+    assert (await fleet(ctx))[0]["debug"].unavailable == ""
+
+
+async def test_a_node_drained_since_the_last_sync_is_not_reserved(tmp_path: Path) -> None:
+    """The scheduler reads Slurm again before it reserves on a Slurm pool: n3 (drained in
+    Slurm, still schedulable in the fleet's last view) is not given the job."""
+    from application.scheduler import Scheduler
+
+    ctx, backend = with_slurm(memory_context(tmp_path, nodes=1), tmp_path)
+    await sync_capacity(ctx)
+    async with ctx.uow() as uow:  # the fleet's view from before n3 was drained and n1, n2 got busy
+        for name, sched in (("n1", "cordoned"), ("n2", "cordoned"), ("n3", "schedulable")):
+            await uow.fleet.set_node_state(name, SchedState(sched), Connectivity.CONNECTED)
+        await uow.commit()
+    job = await _submit(ctx, backend, "debug/cpu:1")
+    result = await Scheduler(ctx).pass_once()
+    assert result.reserved == [job]
+    [placement] = result.decisions.placements
+    assert [a.node for a in placement.assignments] != ["n3"]
+    assert (await fleet(ctx))[1]["n3"].sched is SchedState.DRAINING
+
+
+def test_a_node_in_a_state_slurm_may_not_use_is_never_schedulable() -> None:
+    from adapters.slurm.capacity import node_states
+    from adapters.slurm.versions import SlurmNode
+
+    def state(base: str, *flags: str) -> tuple[SchedState, Connectivity]:
+        return node_states(SlurmNode("n", base, frozenset(flags), 2, 2000, ("debug",), ""))
+
+    assert state("idle") == (SchedState.SCHEDULABLE, Connectivity.CONNECTED)
+    assert state("mixed") == (SchedState.SCHEDULABLE, Connectivity.CONNECTED)
+    assert state("idle", "drain")[0] is SchedState.DRAINING
+    assert state("down")[1] is Connectivity.DISCONNECTED
+    assert state("unknown")[1] is Connectivity.DISCONNECTED
+    assert state("planned") == (SchedState.CORDONED, Connectivity.CONNECTED)  # not known here
+    assert state("") == (SchedState.CORDONED, Connectivity.CONNECTED)

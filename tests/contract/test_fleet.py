@@ -42,6 +42,30 @@ async def test_pools_round_trip_by_name_and_update(uow_factory: UnitOfWorkFactor
         assert (await uow.fleet.pools())[1].cpus_per_node == 16.5
 
 
+async def test_a_pools_unavailable_mark_is_kept_by_put_pool(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """Only set_pool_unavailable writes it (the capacity sync); a fleet file applied again
+    (put_pool) keeps it, and "" clears it."""
+    async with uow_factory() as uow:
+        await uow.fleet.put_pool(CPU)
+        await uow.fleet.set_pool_unavailable("cpu", "Slurm has no partition cpu; fix: …")
+        await uow.commit()
+    marked = replace(CPU, unavailable="Slurm has no partition cpu; fix: …")
+    async with uow_factory() as uow:
+        assert await uow.fleet.pools() == [marked]
+        await uow.fleet.put_pool(replace(CPU, description="again"))
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.fleet.pools() == [replace(marked, description="again")]
+        with pytest.raises(NotFound):
+            await uow.fleet.set_pool_unavailable("nope", "x")
+        await uow.fleet.set_pool_unavailable("cpu", "")
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert (await uow.fleet.pools())[0].unavailable == ""
+
+
 async def test_nodes_round_trip_by_pool_then_name(uow_factory: UnitOfWorkFactory) -> None:
     nodes = [
         Node("b-2", "a"),

@@ -40,9 +40,10 @@ def _wait(ok: Callable[[], object], what: str, timeout: float = 90) -> object:
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def _pid(up: Up, kind: str) -> int | None:
-    """The live process of this `tp up` whose command line has ``kind`` (found in /proc, as an
-    operator would with ps)."""
+def _processes(up: Up) -> dict[int, str]:
+    """The live (not zombie) `tp` processes of this `tp up` (its state directory in their
+    environment): pid → command line, found in /proc as an operator would with ps."""
+    found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -50,9 +51,16 @@ def _pid(up: Up, kind: str) -> int | None:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if f"entrypoints.cli.main {kind}" in cmd and str(up.state).encode() in env and state != "Z":
-            return int(pid)
-    return None
+        if "entrypoints.cli.main" in cmd and str(up.state).encode() in env and state != "Z":
+            found[int(pid)] = cmd
+    return found
+
+
+def _pid(up: Up, kind: str) -> int | None:
+    """The live process of this `tp up` whose command line has ``kind``."""
+    return next(
+        (pid for pid, cmd in _processes(up).items() if f"entrypoints.cli.main {kind}" in cmd), None
+    )
 
 
 def test_each_child_of_tp_up_killed_comes_back_and_works(
@@ -117,3 +125,74 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
     merged = points["curves"]["train/loss"]["merged"]
     assert merged and merged[-1]["last_step"] > 0
     api.close()
+
+
+def _live(up: Up) -> list[str]:
+    """Command lines of this `tp up`'s live children and grandchildren."""
+    return list(_processes(up).values())
+
+
+def test_children_die_with_tp_up_killed_9_and_the_next_tp_up_connects(
+    up: Up, tmp_path: Path
+) -> None:
+    """Issue 19 item 7: kill -9 of `tp up` takes its gateways, daemon and collector with it;
+    the next `tp up` on the same ports starts cleanly and its local node connects."""
+    printed = up.start()
+    _, token = up.workspace(printed, tmp_path)
+    assert {"gateway node", "gateway telemetry", "node run", "collector"} <= {
+        k
+        for c in _live(up)
+        for k in ("gateway node", "gateway telemetry", "node run", "collector")
+        if k in c
+    }
+    assert up.proc is not None
+    up.proc.kill()
+    up.proc.wait()
+    _wait(lambda: not _live(up), "every child of the killed tp up to end", 60)
+
+    second = time.time()
+    printed = up.start()
+    assert f"node gateway: 127.0.0.1:{up.gateway_port} (TLS" in printed
+    api = httpx.Client(
+        base_url=f"http://127.0.0.1:{up.port}",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+
+    def connected() -> bool:
+        links = [a for a in api.get("/v1/node-links").json() if a["node"] == "local"]
+        return bool(links) and _epoch(links[0]["heartbeat_at"]) > second
+
+    _wait(connected, "node local to connect to the second tp up")
+    gateway_log = (up.state / "gateway.log").read_text()
+    assert "address already in use" not in gateway_log.lower()
+    api.close()
+
+
+def _epoch(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+@pytest.mark.parametrize("which", ["node", "telemetry"])
+def test_a_gateway_port_held_by_another_process_stops_tp_up_with_the_reason(
+    up: Up, which: str
+) -> None:
+    """Issue 19 item 7: `tp up` never reports a listener that did not start."""
+    import socket
+
+    port = up.gateway_port if which == "node" else up.telemetry_port
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        holder.bind(("0.0.0.0", port))
+        holder.listen()
+        with pytest.raises(AssertionError, match="tp up exited") as failed:
+            up.start()
+    text = str(failed.value)
+    assert f"{which} gateway: 127.0.0.1:{port}" not in text
+    assert f"{port}" in text and "in use" in text, text
+    assert "fix: stop what uses the port" in text, text  # the child's own fix, once
+    assert text.count("fix: stop what uses the port") == 1, text
+    assert up.proc is not None and up.proc.returncode not in (0, None)
+    _wait(lambda: not _live(up), "no child left behind", 60)
