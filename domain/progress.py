@@ -64,8 +64,14 @@ def member_after(
         reason = obs.reason or f"exited with code {code}"
         return m.moved(MemberState.FAILED, now, reason, exit_code=code)
     if obs.status == "missing":
-        target = MemberState.STOPPED if stopping else MemberState.FAILED
-        return m.moved(target, now, obs.reason or "its container disappeared from the engine")
+        # a stop that removes the workload (Kubernetes) shows its members missing, not exited:
+        # the same words as an exited member, so every backend reports a stop alike
+        if stopping:
+            return m.moved(MemberState.STOPPED, now, "stopped on request")
+        if failing is not None:
+            return m.moved(MemberState.FAILED, now, f"stopped: {failing}")
+        reason = obs.reason or "its container disappeared from the engine"
+        return m.moved(MemberState.FAILED, now, reason)
     return m
 
 
