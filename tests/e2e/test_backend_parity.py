@@ -11,6 +11,7 @@ pod). Every mismatch with the table is collected, so one run lists them all."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
@@ -95,20 +96,20 @@ def check_succeeded_job(rig: Rig, job_id: str, work: Workload, f: Findings) -> N
     assert "parity-member-0" in log0 and "parity-done-0" in log0, log0
 
     summary = rig.json(f"/v1/jobs/{job_id}/metrics")
-    if f.cell("metrics") == "yes":
-        missing = expected_series(summary, work)
-        if missing is not None:  # shipping may trail the job's end: wait, bounded
-            try:
-                wait_for("metrics", lambda: rig.json(f"/v1/jobs/{job_id}/metrics")["series"]
-                         and expected_series(rig.json(f"/v1/jobs/{job_id}/metrics"), work) is None,
-                         90)  # fmt: skip
-                missing = None
-            except AssertionError:
-                missing = expected_series(rig.json(f"/v1/jobs/{job_id}/metrics"), work)
-        f.check("metrics", missing is None, f"not every point arrived: {missing}")
+    if f.cell("metrics") == "yes":  # shipping may trail the job's end: wait, bounded
+
+        def missing() -> str | None:
+            return expected_series(rig.json(f"/v1/jobs/{job_id}/metrics"), work)
+
+        with contextlib.suppress(AssertionError):
+            wait_for("every point", lambda: missing() is None, 90)
+        f.check("metrics", missing() is None, f"not every point arrived: {missing()}")
     else:
         f.check("metrics", "metrics=unset" in log0, f"the member had a metrics dir: {log0!r}")
         f.check("metrics", summary["series"] == [], f"metrics arrived: {summary['series']}")
+        out = rig.cli("job", "metrics", job_id)
+        said = out.stdout + out.stderr
+        f.check("metrics", "no metrics yet" in said, f"tp job metrics said {said!r}")
 
     if f.cell("durable_spool") != "n/a":
         durable = rig.spool_is_durable()
