@@ -171,7 +171,10 @@ class SlurmBackend:
         else:
             code = -1
         reason = runner_failure(code) or ""  # the capsule's checks failed: say which
-        if not reason and (lead.state != "COMPLETED" or code != 0):
+        if not reason and written is not None and lead.state in ("COMPLETED", "FAILED"):
+            # the task's own exit: the words every backend uses (docs/backends.md)
+            reason = f"exited with code {code}" if code else ""
+        elif not reason and (lead.state != "COMPLETED" or code != 0):
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
             reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
         return Observation("exited", exit_code=code, reason=reason)
