@@ -72,8 +72,9 @@ class Rig:
     # -- what differs per backend --------------------------------------------------------------
 
     def drive(self, job_id: str, scenario: str, workload: Workload) -> None:
-        """Let the job run (``ok``: to success, ``fail``: every member exits 3, ``long``: keep
-        running); only the Kubernetes rig has to play the cluster for it."""
+        """Let the job run (``ok``: to success, ``fail``: member 1 exits 3, ``signal``: member
+        1 kills itself with SIGKILL, ``long``: keep running); only the Kubernetes rig has to
+        play the cluster for it."""
 
     def outside_cancel(self, job: dict[str, Any]) -> None:
         """End member 0 behind TunePlane's back, as an operator would on this backend."""
@@ -108,7 +109,12 @@ class Workload:
         'echo "result of member $i" > "$TUNEPLANE_OUTPUT_DIR/result-$i.txt" || exit 5; fi; '
         'echo "parity-done-$i"'
     )
-    FAIL = 'echo "parity-member-${TUNEPLANE_MEMBER_INDEX:-?} failing"; exit 3'
+    # member 1 fails (exit 3, or SIGKILL), member 0 runs on until the gang rule stops it
+    FAIL = 'i=$TUNEPLANE_MEMBER_INDEX; echo "parity-member-$i"; [ "$i" = 1 ] && exit 3; sleep 600'
+    SIGNAL = (
+        'i=$TUNEPLANE_MEMBER_INDEX; echo "parity-member-$i"; '
+        '[ "$i" = 1 ] && kill -KILL $$; sleep 600'
+    )
     LONG = 'echo "parity-member-${TUNEPLANE_MEMBER_INDEX:-?} long"; sleep 600'
 
 
@@ -205,11 +211,11 @@ class KubeRig(Rig):
             for i in range(2):
                 self.fake.api.logs[(NS, self._pod(name, i))] = f"parity-member-{i} long\n".encode()
             return
-        if scenario == "fail":
+        if scenario in ("fail", "signal"):
+            code = 3 if scenario == "fail" else 137  # exit 3, or killed by SIGKILL
             for i in range(2):
-                text = f"parity-member-{i} failing\n"
-                self.fake.api.logs[(NS, self._pod(name, i))] = text.encode()
-                self.fake.do(controllers.exit, name, i, 3)
+                self.fake.api.logs[(NS, self._pod(name, i))] = f"parity-member-{i}\n".encode()
+            self.fake.do(controllers.exit, name, 1, code)  # member 0 runs on
             failed = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                       "message": "Job has reached the specified backoff limit"}  # fmt: skip
             self.fake.do(

@@ -51,7 +51,13 @@ def test_n_a_only_where_metrics_are_missing() -> None:
 
 def test_every_behaviour_row_has_an_outcome() -> None:
     found = outcomes()
-    assert set(found) == {"failed exit", "stop", "outside cancellation"}
+    assert set(found) == {
+        "failed exit",
+        "failed exit: the others",
+        "killed by a signal",
+        "stop",
+        "outside cancellation",
+    }
 
 
 @pytest.mark.parametrize(

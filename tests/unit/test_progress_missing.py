@@ -43,3 +43,15 @@ def test_missing_on_its_own_keeps_the_backends_reason_or_the_default() -> None:
         running(), Observation("missing", None, "its Job was deleted"), False, None, NOW
     )
     assert said.reason == "its Job was deleted"
+
+
+@pytest.mark.parametrize(
+    "code, words",
+    [(3, "exited with code 3"), (143, "killed by SIGTERM"), (137, "killed by SIGKILL"),
+     (200, "exited with code 200"), (128, "exited with code 128")],
+)  # fmt: skip
+def test_an_exit_without_a_reason_reads_the_same_everywhere(code: int, words: str) -> None:
+    """Kubernetes reports a container killed by SIGTERM as exit 143 and no reason; Docker's
+    adapter says "killed by SIGTERM": the default words now say it for every backend."""
+    after = member_after(running(), Observation("exited", code), False, None, NOW)
+    assert (after.state, after.exit_code, after.reason) == (MemberState.FAILED, code, words)

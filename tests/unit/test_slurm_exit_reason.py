@@ -54,3 +54,33 @@ def test_what_only_slurm_knows_keeps_slurms_words(
         backend, ended(state, reason, 3 if written is None else written), written, tmp_path
     )
     assert words in obs.reason  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("state", ["FAILED", "RUNNING"])
+def test_a_member_srun_killed_for_a_failed_peer_is_stopped_by_that_failure(
+    backend: SlurmBackend, tmp_path: Path, state: str
+) -> None:
+    """srun --kill-on-bad-exit ends the other tasks with SIGTERM once one exits non-zero: the
+    same end the gang rule gives on every other backend ("stopped: member 1 failed"), whether
+    the allocation ended already or member 1 still has to be seen."""
+    d = tmp_path / "att-1"
+    for rank, code in ((0, 143), (1, 3)):
+        (d / f"member-{rank}.id").write_text(f"mem-{rank}\n")
+        (d / f"member-{rank}.exit").write_text(f"{code}\n")
+    (d / "member-2.id").write_text("mem-2\n")  # a third member, still running
+    job = ended(state, "NonZeroExitCode", 3)
+    obs = backend._observation(Handle(12, 0, "att-1"), [job], "Slurm")
+    assert (obs.status, obs.exit_code, obs.reason) == ("exited", 143, "stopped: member 1 failed")
+    peer = backend._observation(Handle(12, 1, "att-1"), [job], "Slurm")
+    assert (peer.exit_code, peer.reason) == (3, "exited with code 3")
+
+
+def test_every_member_killed_by_sigterm_is_no_peers_failure(
+    backend: SlurmBackend, tmp_path: Path
+) -> None:
+    d = tmp_path / "att-1"
+    for rank in (0, 1):
+        (d / f"member-{rank}.id").write_text(f"mem-{rank}\n")
+        (d / f"member-{rank}.exit").write_text("143\n")
+    obs = backend._observation(Handle(12, 0, "att-1"), [ended("FAILED", "", 143)], "Slurm")
+    assert (obs.exit_code, obs.reason) == (143, "killed by SIGTERM")
