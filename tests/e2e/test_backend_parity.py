@@ -22,6 +22,7 @@ import pytest
 from tensorboardX import SummaryWriter
 
 from tests.e2e.test_kubernetes_e2e import DIGEST, ThreadedFake
+from tests.e2e.test_slurm_backend import setup_for
 from tests.e2e.test_walkthrough import Cli
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.server import Servers, free_port
@@ -61,6 +62,11 @@ def new_cli(servers: Servers, tmp_path: Path, work: Workload, *runtime: str) -> 
     cli("login", "--server", servers.url, "--token", servers.token)
     cli("init", str(tmp_path / "ws"))
     cli.cwd = tmp_path / "ws"
+    return add_experiment(cli, work, *runtime)
+
+
+def add_experiment(cli: Cli, work: Workload, *runtime: str) -> Cli:
+    """The experiment ``parity``: its members copy these metric files (Workload.COMMAND)."""
     cli("new", "parity", "--method", "custom/custom", *runtime)
     (cli.cwd / "parity" / "events.bin").write_bytes(work.events)
     (cli.cwd / "parity" / "eval.jsonl").write_text(work.jsonl)
@@ -241,21 +247,10 @@ async def test_node(
 async def test_slurm(
     api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
 ) -> None:
-    shared = tmp_path / "slurm-shared"
-    servers = await api_servers_factory(
-        1,
-        TUNEPLANE_SLURM_URL=f"unix:{slurm_cluster.socket}",
-        TUNEPLANE_SLURM_SHARED_DIR=str(shared),
-        TUNEPLANE_SLURM_API_VERSION="auto",
-    )
+    setup = await setup_for(api_servers_factory, slurm_cluster, tmp_path)  # the pool is synced
     work = workload(tmp_path)
-    cli = new_cli(servers, tmp_path, work)
-    rig = SlurmRig("slurm", servers, cli, "debug/cpu:4", slurm_cluster, shared)
-
-    def pools() -> set[str]:
-        return {p["name"] for p in rig.json("/v1/fleet")["pools"]}
-
-    wait_for("the Slurm partition as a pool", lambda: "debug" in pools(), 60)
+    cli = add_experiment(setup.cli, work)
+    rig = SlurmRig("slurm", setup.servers, cli, "debug/cpu:4", slurm_cluster, setup.shared)
     await asyncio.to_thread(slurm_cluster.wait_idle)
     await check_parity(rig, work)
 
