@@ -174,6 +174,7 @@ class KubeRig(Rig):
     telemetry: NodeCluster | None = None  # only its telemetry gateway runs
     root: Path = Path()
     sidecars: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    _last_volumes: dict[str, Any] = field(default_factory=dict)  # the last pod template's
 
     def _workload(self, job_id: str) -> str:
         def find() -> str | None:
@@ -195,8 +196,6 @@ class KubeRig(Rig):
     def spool_is_durable(self) -> bool:
         volume = self._last_volumes.get("collector-state", {})
         return "emptyDir" not in volume
-
-    _last_volumes: dict[str, Any] = field(default_factory=dict)
 
     def drive(self, job_id: str, scenario: str, workload: Workload) -> None:
         from tests.support.kube_controllers import Controllers
