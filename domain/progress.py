@@ -3,6 +3,7 @@ applies each tick (``application/supervisor.py``)."""
 
 from __future__ import annotations
 
+import signal
 from datetime import datetime
 
 from domain.jobs import Attempt, Job, Member, attempt_outcome
@@ -34,6 +35,22 @@ def driver_ended(members: list[Member], process_model: str) -> str | None:
     return None
 
 
+def signal_words(code: int | None) -> str | None:
+    """``killed by SIGTERM`` for an exit code of 128 + a signal (the shell's convention), else
+    None."""
+    if code is None or code <= 128:
+        return None
+    try:
+        return f"killed by {signal.Signals(code - 128).name}"
+    except ValueError:
+        return None
+
+
+def exit_words(code: int) -> str:
+    """How a member's own exit reads, in the same words on every backend (docs/backends.md)."""
+    return signal_words(code) or f"exited with code {code}"
+
+
 def member_after(
     m: Member,
     obs: Observation,
@@ -61,11 +78,17 @@ def member_after(
             return m.moved(MemberState.FAILED, now, f"stopped: {failing}", exit_code=code)
         if code == 0:
             return m.moved(MemberState.SUCCEEDED, now, exit_code=0)
-        reason = obs.reason or f"exited with code {code}"
+        reason = obs.reason or exit_words(code)
         return m.moved(MemberState.FAILED, now, reason, exit_code=code)
     if obs.status == "missing":
-        target = MemberState.STOPPED if stopping else MemberState.FAILED
-        return m.moved(target, now, obs.reason or "its container disappeared from the engine")
+        # a stop that removes the workload (Kubernetes) shows its members missing, not exited:
+        # the same words as an exited member, so every backend reports a stop alike
+        if stopping:
+            return m.moved(MemberState.STOPPED, now, "stopped on request")
+        if failing is not None:
+            return m.moved(MemberState.FAILED, now, f"stopped: {failing}")
+        reason = obs.reason or "its container disappeared from the engine"
+        return m.moved(MemberState.FAILED, now, reason)
     return m
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import signal
 import tarfile
 import zlib
 from collections.abc import Mapping, Sequence
@@ -20,6 +19,7 @@ from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER, runner_failure
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
+from domain.progress import signal_words
 from domain.requests import require_limits
 
 WORKDIR = "/workspace"
@@ -171,12 +171,7 @@ def _reason(state: dict[str, Any], code: int | None) -> str:
     runner = runner_failure(code)
     if runner is not None:
         return runner
-    if code is not None and code > 128:
-        try:
-            return f"killed by {signal.Signals(code - 128).name}"
-        except ValueError:
-            return ""
-    return ""
+    return signal_words(code) or ""
 
 
 def observation(info: dict[str, Any]) -> Observation:

@@ -41,6 +41,7 @@ from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.fleet import Node, Pool
 from domain.ports import Clock, LaunchRequest, Observation
+from domain.progress import exit_words
 from domain.requests import require_limits
 from domain.runtimes import pin_of
 from domain.telemetry import MemberScope
@@ -173,7 +174,11 @@ class SlurmBackend:
                 # its task ended while others run on (a Ray driver, a failed member): exited
                 # now; the attempt's reservation stays held by the others until Slurm reports
                 # the allocation ended, which the last member waits for
-                why = runner_failure(written) or (f"exited with code {written}" if written else "")
+                why = (
+                    runner_failure(written)
+                    or self._stopped_for(h, written)
+                    or (exit_words(written) if written else "")
+                )
                 return Observation("exited", exit_code=written, reason=why)
             return Observation("running")
         lead = jobs[0]
@@ -189,7 +194,10 @@ class SlurmBackend:
         else:
             code = -1
         reason = runner_failure(code) or ""  # the capsule's checks failed: say which
-        if not reason and (lead.state != "COMPLETED" or code != 0):
+        if not reason and written is not None and lead.state in ("COMPLETED", "FAILED"):
+            # the task's own exit: the words every backend uses (docs/backends.md)
+            reason = self._stopped_for(h, code) or (exit_words(code) if code else "")
+        elif not reason and (lead.state != "COMPLETED" or code != 0):
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
             reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
         return Observation("exited", exit_code=code, reason=reason)
@@ -337,6 +345,18 @@ class SlurmBackend:
         directory = self._dir(h.attempt_id)
         others = [r for r in self._members(h.attempt_id) if r != h.rank]
         return any(not (directory / f"member-{r}.exit").exists() for r in others)
+
+    def _stopped_for(self, h: Handle, code: int) -> str | None:
+        """``srun --kill-on-bad-exit`` ends the other tasks with SIGTERM once one exits
+        non-zero: a member that died of SIGTERM while another wrote a failing exit status was
+        stopped by that failure, as the gang rule reports it on every backend."""
+        if code != 128 + 15:
+            return None
+        for rank in sorted(self._members(h.attempt_id)):
+            other = self._exit_file(Handle(h.job_id, rank, h.attempt_id))
+            if rank != h.rank and other not in (None, 0, 128 + 15):
+                return f"stopped: member {rank} failed"
+        return None
 
     def _exit_file(self, h: Handle) -> int | None:
         path = self._dir(h.attempt_id) / f"member-{h.rank}.exit"
