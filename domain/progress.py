@@ -43,13 +43,26 @@ def member_after(
     done: str | None = None,
 ) -> Member:
     """``failing``: why the gang is being stopped after a failure; ``done``: why after its
-    work ended (a Ray driver that succeeded): a member that then ends has not failed."""
-    if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
-        return m.moved(MemberState.RUNNING, now)
-    if obs.status == "unknown":
-        if m.state in (MemberState.STARTING, MemberState.RUNNING):
-            return m.moved(MemberState.UNKNOWN, now, obs.reason or "control contact lost")
+    work ended (a Ray driver that succeeded): a member that then ends has not failed.
+
+    A reason belongs to the state it was given with: a move replaces or clears it, and a member
+    that stays in its state takes the backend's current reason for it (a pending Slurm job's
+    ``Resources``, a node now lost), so nothing says what an earlier state said."""
+    if obs.status == "starting":
+        if m.state is MemberState.UNKNOWN:  # contact is back and it has not started yet
+            return m.moved(MemberState.STARTING, now, obs.reason)
+        if m.state is MemberState.STARTING:
+            return m.explained(obs.reason, now)
         return m
+    if obs.status == "running":
+        if m.state in (MemberState.STARTING, MemberState.UNKNOWN):
+            return m.moved(MemberState.RUNNING, now, obs.reason)
+        return m.explained(obs.reason, now) if m.state is MemberState.RUNNING else m
+    if obs.status == "unknown":
+        why = obs.reason or "control contact lost"
+        if m.state in (MemberState.STARTING, MemberState.RUNNING):
+            return m.moved(MemberState.UNKNOWN, now, why)
+        return m.explained(why, now) if m.state is MemberState.UNKNOWN else m
     if done is not None and obs.status in ("exited", "missing") and not stopping:
         code = obs.exit_code if obs.status == "exited" else None
         return m.moved(MemberState.SUCCEEDED, now, f"stopped: {done}", exit_code=code)

@@ -85,6 +85,11 @@ async def test_a_four_member_gang_runs_to_completion(
     assert "rank=0 world=4 node_rank=0 master=127.0.0.1:295" in log
     assert "\n1\n" in log  # the runner checked the Job Capsule the node put in (source listed)
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in members}
+    for index in range(4):  # every member's own log, kept after the end (issue 19, item 2)
+        own = cli("job", "logs", job_id, "--member", str(index)).stdout
+        assert f"rank={index} world=4" in own and own.count("world=") == 1, (index, own)
+    refused = cli("job", "logs", job_id, "--member", "4", ok=False)
+    assert refused.returncode != 0 and "no member 4: its members are 0 to 3" in refused.stderr
 
 
 async def test_a_member_voting_no_aborts_the_gang_and_nothing_starts(
