@@ -13,6 +13,7 @@ import pytest
 from adapters.memory.backend import SIGTERM_EXIT, MemoryBackend, MemoryMember
 from application import jobs, submissions
 from application.context import Context
+from application.explain import explain_job
 from application.logs import stream_logs
 from application.supervisor import Supervisor
 from domain.capsule import StorageCapabilities
@@ -20,6 +21,7 @@ from domain.catalog import RuntimeSpec
 from domain.errors import NotFound
 from domain.fleet import Pool
 from domain.lifecycle import JobState
+from domain.ports import LaunchRequest
 from tests.contract.builders import T0 as NOW
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
@@ -303,3 +305,45 @@ async def test_every_member_keeps_its_own_log_after_the_end(
     with pytest.raises(NotFound) as refused:
         await stream_logs(ctx, ALICE, receipt.job_id, follow=False, member=2)
     assert "no member 2" in refused.value.message and "0 to 1" in refused.value.message
+
+
+async def test_a_waiting_member_shows_the_backends_reason_and_never_a_stale_one(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    """Issue 19, items 3 and 4: a member the backend holds in its queue shows the backend's
+    reason (and `tp job why` says it); contact lost then back while it still waits makes it
+    starting again with the queue's reason, not "control contact … lost"; once it runs, no
+    reason is left."""
+
+    def queued(request: LaunchRequest) -> None:
+        backend.waiting[request.member_id] = "queued: Priority"
+
+    backend.behaviour = queued
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("starting", "queued: Priority")
+    backend.waiting[member.id] = "queued: Resources"
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("starting", "queued: Resources")
+    why = await explain_job(ctx, ALICE, job_id)
+    assert why.text.endswith("; member 0 waits to start: queued: Resources"), why.text
+    backend.lost_nodes.add("local")
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("unknown", "control contact with its node is lost")
+    backend.lost_nodes.clear()
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("starting", "queued: Resources")
+    del backend.waiting[member.id]
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("running", "")
+    assert member.handle is not None
+    backend.finish(member.handle, 0, b"done\n")
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert (d.job.state, d.attempts[0].members[0].reason) == ("succeeded", "")
