@@ -10,6 +10,18 @@ from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState
 from domain.ports import Observation
 from domain.rendezvous import RAY
 
+OUTSIDE = "cancelled outside TunePlane"
+
+
+def ended_outside(what: str) -> str:
+    """The reason of a member ended by something TunePlane did not ask for (``scancel``,
+    ``docker kill``/``stop``/``rm``, a deleted Kubernetes Job): the same shape on every
+    backend, ``cancelled outside TunePlane: <who or what, as the backend tells>``. Such a
+    member is ``failed`` (docs/lifecycles.md, "One meaning for one end"): ``cancelled`` is
+    kept for a stop asked through TunePlane."""
+    return f"{OUTSIDE}: {what}"
+
+
 _OUTCOME = {
     "cancelled": (JobState.CANCELLED, AttemptState.CANCELLED),
     "failed": (JobState.FAILED, AttemptState.FAILED),
@@ -77,8 +89,10 @@ def member_after(
         reason = obs.reason or f"exited with code {code}"
         return m.moved(MemberState.FAILED, now, reason, exit_code=code)
     if obs.status == "missing":
-        target = MemberState.STOPPED if stopping else MemberState.FAILED
-        return m.moved(target, now, obs.reason or "its container disappeared from the engine")
+        gone = "its container disappeared from the engine"
+        if stopping:
+            return m.moved(MemberState.STOPPED, now, obs.reason or gone)
+        return m.moved(MemberState.FAILED, now, obs.reason or ended_outside(gone))
     return m
 
 

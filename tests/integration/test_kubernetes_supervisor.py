@@ -144,3 +144,25 @@ async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped
     assert d.job.state is JobState.CANCELLED
     assert d.attempts[0].members[0].state == "stopped"
     assert rig.api.all("pods", NS) == []  # collected with their Job
+
+
+async def test_a_job_deleted_outside_tuneplane_fails_with_that_reason(rig: Rig) -> None:
+    """Issue 19, item 6: `kubectl delete job` behind TunePlane's back ends the job `failed`,
+    saying so in the reason every backend gives such an end (a `tp job stop` is `cancelled`)."""
+    job_id = await submit(rig.ctx)
+    sup = Supervisor(rig.ctx)
+    await sup.tick()
+    handle = await handle_of(rig.ctx, job_id)
+    name = Handle.parse(handle).name
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 1)
+    await until(rig.backend, handle, "running")
+    await sup.tick()
+    rig.api.remove("jobs", NS, name)  # kubectl delete job (its pods go with it)
+    await until(rig.backend, handle, "missing")
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.FAILED
+    reason = "cancelled outside TunePlane: its Job was deleted"
+    assert (d.attempts[0].members[0].state, d.attempts[0].members[0].reason) == ("failed", reason)
+    assert d.job.reason == reason
