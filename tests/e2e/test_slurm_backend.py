@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -73,6 +74,19 @@ class Setup:
 
     def state(self, slurm_id: int) -> str:
         return self.squeue("-j", str(slurm_id), "-t", "all", "-o", "%T")
+
+    def command(self, *args: str) -> str:
+        """A Slurm command run outside TunePlane (sbatch, scancel, …) on this cluster."""
+        proc = subprocess.run(
+            list(args), env=self.cluster.env(), capture_output=True, text=True, check=True
+        )
+        return proc.stdout.strip()
+
+    def until_state(self, slurm_id: int, state: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.state(slurm_id) != state:
+            assert time.monotonic() < deadline, f"{slurm_id}: {self.state(slurm_id)}"
+            time.sleep(0.2)
 
     def jobs_named(self, name: str) -> list[int]:
         return [int(i) for i in self.squeue("-n", name, "-t", "all", "-o", "%i").split()]
@@ -211,6 +225,72 @@ async def test_slurmrestd_down_at_submit_is_a_clear_error(slurm: Setup) -> None:
         await asyncio.to_thread(slurm.cluster.start_slurmrestd)
     job = slurm.finished(slurm.submit("echo back"))
     assert job["state"] == "succeeded", (job["log"], job["reason"])
+
+
+def member_when(
+    slurm: Setup, job_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 120
+) -> dict[str, Any]:
+    """Member 0 of the job's latest attempt once ``check`` holds for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        attempts = slurm.cli.status(job_id)["attempts"]
+        member = attempts[-1]["members"][0] if attempts else {}
+        if member and check(member):
+            return member
+        assert time.monotonic() < deadline, f"member of {job_id} never matched: {member}"
+        time.sleep(0.3)
+
+
+async def test_a_pending_member_shows_slurms_reason_and_never_a_stale_one(slurm: Setup) -> None:
+    """Issue 19, items 3 and 4: a member whose Slurm job pends (every node taken by a job
+    submitted outside TunePlane) shows Slurm's pending reason, in `tp job status` and
+    `tp job why`; while slurmrestd is away it is unknown with why, and once it answers the
+    member is starting with Slurm's reason again (it stayed "Slurm does not answer"); once it
+    runs and succeeds, no reason is left."""
+    blocker = slurm.command(
+        "sbatch", "-N4", "--exclusive", "-p", "debug", "-o", "/dev/null", "-J", "outside",
+        "--wrap", "sleep 600",
+    ).split()[-1]  # fmt: skip
+    try:
+        slurm.until_state(int(blocker), "RUNNING")
+        job_id = slurm.submit("echo ran")
+        pending = re.compile(r"Slurm job \d+ pending: (Resources|Priority)")
+        member = member_when(slurm, job_id, lambda m: bool(pending.fullmatch(m["reason"])))
+        assert member["state"] == "starting", member
+        why = slurm.cli("job", "why", job_id).stdout
+        assert f"member 0 waits to start: {member['reason']}" in why, why
+        await asyncio.to_thread(slurm.cluster.stop_daemon, "slurmrestd")
+        try:
+            away = member_when(slurm, job_id, lambda m: m["state"] == "unknown")
+            assert away["reason"].startswith("Slurm does not answer"), away
+        finally:
+            await asyncio.to_thread(slurm.cluster.start_slurmrestd)
+        back = member_when(slurm, job_id, lambda m: m["state"] != "unknown")
+        assert back["state"] == "starting" and pending.fullmatch(back["reason"]), back
+    finally:
+        slurm.command("scancel", blocker)
+    job = slurm.finished(job_id)
+    assert job["state"] == "succeeded", (job["log"], job["reason"])
+    [member] = job["attempts"][-1]["members"]
+    assert (member["reason"], job["reason"]) == ("", "")
+
+
+async def test_scancel_outside_tuneplane_fails_the_job_saying_so(slurm: Setup) -> None:
+    """Issue 19, item 6: `scancel` behind TunePlane's back ends the job `failed` (a
+    `tp job stop` ends it `cancelled`), with the reason every backend gives such an end."""
+    job_id = slurm.submit("echo started; sleep 600")
+    slurm.cli.wait_state(job_id, {"running"}, timeout=120)
+    slurm_id = slurm.slurm_job(job_id)
+    slurm.command("scancel", str(slurm_id))
+    job = slurm.finished(job_id)
+    [member] = job["attempts"][-1]["members"]
+    assert (job["state"], member["state"], member["exit_code"]) == ("failed", "failed", 143)
+    expected = (
+        "cancelled outside TunePlane: scancel or a Slurm operator; "
+        f"Slurm reports job {slurm_id} CANCELLED"
+    )
+    assert member["reason"].startswith(expected), member
+    assert job["reason"] == member["reason"]
 
 
 async def test_gpu_pool_from_gres_and_a_gpu_job(
