@@ -159,13 +159,9 @@ async def test_capacity_cpu_job_and_two_node_process_group(slurm: Setup) -> None
     assert all(m["state"] == "succeeded" and m["exit_code"] == 0 for m in attempt["members"])
     log = slurm.cli("job", "logs", job_id).stdout  # member 0's
     assert "rank=0 world=2 node_rank=0 local=0 master=127.0.0.1:" in log, log
-    rank1 = (
-        (slurm.shared / attempt["id"] / "member-1.log").read_text()
-        if (slurm.shared / attempt["id"]).exists()
-        else ""
-    )
-    if rank1:  # released afterwards; when still there, rank 1 ran on another node
-        assert "rank=1 world=2 node_rank=1" in rank1
+    assert not (slurm.shared / attempt["id"]).exists()  # released: only the stored logs are left
+    rank1 = slurm.cli("job", "logs", job_id, "--member", "1").stdout  # kept too (issue 19, 2)
+    assert "rank=1 world=2 node_rank=1" in rank1 and "rank=0" not in rank1, rank1
 
 
 async def test_failing_job_decodes_the_exit_code(slurm: Setup) -> None:
