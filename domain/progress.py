@@ -88,11 +88,13 @@ def member_after(
             return m.moved(MemberState.SUCCEEDED, now, exit_code=0)
         reason = obs.reason or f"exited with code {code}"
         return m.moved(MemberState.FAILED, now, reason, exit_code=code)
-    if obs.status == "missing":
-        gone = "its container disappeared from the engine"
+    if obs.status == "missing":  # what TunePlane stopped is a stop, never an outside end
         if stopping:
-            return m.moved(MemberState.STOPPED, now, obs.reason or gone)
-        return m.moved(MemberState.FAILED, now, obs.reason or ended_outside(gone))
+            return m.moved(MemberState.STOPPED, now, "stopped on request")
+        if failing is not None:
+            return m.moved(MemberState.FAILED, now, f"stopped: {failing}")
+        gone = ended_outside("its container disappeared from the engine")
+        return m.moved(MemberState.FAILED, now, obs.reason or gone)
     return m
 
 

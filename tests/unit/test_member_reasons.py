@@ -80,3 +80,21 @@ def test_every_reason_is_the_latest_observations(observed: list[tuple[str, str]]
             return
         expected = reason or ("control contact lost" if status == "unknown" else "")
         assert (m.state, m.reason) == (status, expected)
+
+
+def test_an_end_tuneplane_asked_for_is_never_called_an_outside_end() -> None:
+    """Issue 19, item 6: a backend may report TunePlane's own stop as it reports an outside
+    one (a deleted Kubernetes Job, `docker stop`); a stop asked, or a gang stopped after a
+    failure, is recorded as such."""
+    running = starting().moved(MemberState.RUNNING, NOW)
+    gone = Observation("missing", reason="cancelled outside TunePlane: its Job was deleted")
+    killed = Observation("exited", 143, "cancelled outside TunePlane: docker stop (SIGTERM)")
+    for obs in (gone, killed):
+        stopped = member_after(running, obs, True, None, NOW)
+        assert (stopped.state, stopped.reason) == ("stopped", "stopped on request")
+        failed = member_after(running, obs, False, "member 0 failed", NOW)
+        assert (failed.state, failed.reason) == ("failed", "stopped: member 0 failed")
+        outside = member_after(running, obs, False, None, NOW)
+        assert (outside.state, outside.reason) == ("failed", obs.reason)
+    plain = member_after(running, Observation("missing"), False, None, NOW)
+    assert plain.reason == "cancelled outside TunePlane: its container disappeared from the engine"
