@@ -13,7 +13,8 @@ from application.jobs import get_job
 from application.submissions import get_preview
 from domain.admission import PendingJob, Snapshot, decide
 from domain.auth import Principal
-from domain.lifecycle import JOB_FINAL, MEMBER_FINAL, JobState
+from domain.jobs import Member
+from domain.lifecycle import JOB_FINAL, MEMBER_FINAL, JobState, MemberState
 
 WHY_SNAPSHOT_LIMIT = 100_000
 
@@ -130,4 +131,23 @@ async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explan
             )
         elif job.state in (JobState.STOPPING, *JOB_FINAL):
             text += f"; waiting for {len(waiting)} member(s) to be known stopped"
+        text += _waiting_to_start(waiting)
     return Explanation(job.id, job.state, "reserved", text)
+
+
+def _waiting_to_start(members: list[Member]) -> str:
+    """What the backend says of members not started yet (Slurm's pending reason, Kueue's
+    admission, an image pull), grouped by reason: "; member 0 waits to start: Slurm job 12
+    pending: Resources"."""
+    by_reason: dict[str, list[int]] = {}
+    for m in members:
+        if m.state is MemberState.STARTING and m.reason:
+            by_reason.setdefault(m.reason, []).append(m.index)
+    parts = []
+    for reason, indexes in by_reason.items():
+        many = len(indexes) != 1
+        listed = ", ".join(str(i) for i in indexes)
+        parts.append(
+            f"; member{'s' if many else ''} {listed} wait{'' if many else 's'} to start: {reason}"
+        )
+    return "".join(parts)

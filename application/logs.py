@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from application.context import Context
 from application.jobs import get_job
 from domain.auth import Principal
-from domain.errors import InvalidInput, NotFound
+from domain.errors import NotFound
 from domain.lifecycle import JOB_FINAL, MEMBER_FINAL
 
 
@@ -28,10 +28,14 @@ async def stream_logs(
     its response only after the first chunk.
     """
     details = await get_job(ctx, principal, job_id)
-    if member < 0 or member >= details.job.spec.members:
-        raise InvalidInput(
-            f"job {job_id} has no member {member}",
-            fix=f"choose a member index from 0 to {details.job.spec.members - 1}",
+    if details.attempts:  # the members that exist: the latest attempt's
+        indexes = [m.index for m in details.attempts[-1].members]
+    else:
+        indexes = list(range(details.job.spec.members))
+    if member not in indexes:
+        raise NotFound(
+            f"job {job_id} has no member {member}: its members are {_listed(indexes)}",
+            fix=f"ask for one of its members (member={indexes[0] if indexes else 0})",
             field="member",
         )
     return _stream(ctx, principal, job_id, follow, member, poll_seconds)
@@ -46,7 +50,7 @@ async def _stream(
         if details.attempts:
             latest = details.attempts[-1]
             async with ctx.uow() as uow:
-                stored = await uow.logs.get(latest.attempt.id)
+                stored = await uow.logs.get(latest.attempt.id, member)
             if stored is not None:
                 data, truncated = stored
                 if truncated:
@@ -72,6 +76,12 @@ async def _stream(
         if not follow or final:
             return
         await asyncio.sleep(poll)
+
+
+def _listed(indexes: list[int]) -> str:
+    if len(indexes) > 1 and indexes == list(range(indexes[0], indexes[-1] + 1)):
+        return f"{indexes[0]} to {indexes[-1]}"
+    return ", ".join(str(i) for i in indexes) or "none"
 
 
 def stitch(pieces: list[tuple[int, bytes]], position: int = 0) -> tuple[bytes, int]:

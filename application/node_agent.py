@@ -49,6 +49,7 @@ from domain.node_protocol import (
     Phase,
     stale_command,
 )
+from domain.progress import ended_outside
 
 log = logging.getLogger("tuneplane.node")
 
@@ -390,7 +391,8 @@ class NodeAgent:
     async def observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
         obs = await self.runtime.observe(cid) if cid else None
         if obs is None or obs.status == "missing":
-            new = replace(e, phase=Phase.MISSING, reason="its container is gone from the engine")
+            gone = ended_outside("its container is gone from the engine (removed)")
+            new = replace(e, phase=Phase.MISSING, reason=gone)
         elif obs.status == "running":
             new = replace(e, phase=Phase.RUNNING, container_id=cid)
         elif obs.status == "exited":

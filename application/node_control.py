@@ -283,12 +283,14 @@ class NodeControl:
             return
         data = b"".join(session.logs.pop(chunk.ref.member_id))
         limit = self.ctx.limits.max_log_bytes
-        if chunk.ref.index == 0:  # the attempt's log is member 0's (per-member logs: later)
-            async with self.ctx.uow() as uow:
-                await uow.logs.save(
-                    chunk.ref.attempt_id, data[-limit:], chunk.truncated or len(data) > limit
-                )
-                await uow.commit()
+        async with self.ctx.uow() as uow:  # every member's own final log
+            await uow.logs.save(
+                chunk.ref.attempt_id,
+                chunk.ref.index,
+                data[-limit:],
+                chunk.truncated or len(data) > limit,
+            )
+            await uow.commit()
 
     # -- credentials ------------------------------------------------------------------------
 

@@ -351,9 +351,9 @@ class Supervisor:
                 elif m.id in seen:
                     obs, logs = seen[m.id]
                     new = member_after(m, obs, stopping, failing, now, done)
-                    if logs is not None and m.index == 0:
+                    if logs is not None:  # every member's own, kept after the end
                         limit = self.ctx.limits.max_log_bytes
-                        await uow.logs.save(attempt.id, logs[-limit:], len(logs) > limit)
+                        await uow.logs.save(attempt.id, m.index, logs[-limit:], len(logs) > limit)
                     if new.state in MEMBER_FINAL and m.handle:
                         released.append(m.handle)
                     manifest = (manifests or {}).get(m.id)

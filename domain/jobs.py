@@ -100,6 +100,14 @@ class Member:
             handle=handle or self.handle,
         )
 
+    def explained(self, reason: str, now: datetime) -> Member:
+        """The same state with the backend's newer reason for it (a pending Slurm job whose
+        reason changed, a node that is now lost rather than disconnected): not a transition,
+        and no change at all when the reason is the same."""
+        if reason == self.reason:
+            return self
+        return replace(self, reason=reason, updated_at=now)
+
 
 @dataclass(frozen=True, slots=True)
 class JobEvent:

@@ -74,7 +74,8 @@ MEMBER_TRANSITIONS: dict[MemberState, frozenset[MemberState]] = {
     MemberState.PENDING: frozenset({MemberState.STARTING, MemberState.STOPPED, MemberState.FAILED}),
     MemberState.STARTING: frozenset({MemberState.RUNNING, MemberState.UNKNOWN} | _MEMBER_FINAL),
     MemberState.RUNNING: frozenset({MemberState.UNKNOWN} | _MEMBER_FINAL),
-    MemberState.UNKNOWN: frozenset({MemberState.RUNNING} | _MEMBER_FINAL),
+    # back to STARTING: contact returned and the backend reports it still waiting to start
+    MemberState.UNKNOWN: frozenset({MemberState.STARTING, MemberState.RUNNING} | _MEMBER_FINAL),
     MemberState.SUCCEEDED: frozenset(),
     MemberState.FAILED: frozenset(),
     MemberState.STOPPED: frozenset(),

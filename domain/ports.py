@@ -155,12 +155,14 @@ class MemberRepository(Protocol):
 
 
 class LogRepository(Protocol):
-    async def save(self, attempt_id: str, data: bytes, truncated: bool) -> None:
-        """Store the final log of an attempt, replacing any earlier copy (idempotent)."""
+    async def save(self, attempt_id: str, member: int, data: bytes, truncated: bool) -> None:
+        """Store the final log of member ``member`` (its index) of an attempt, replacing any
+        earlier copy of that member's log (idempotent); every member has its own."""
         ...
 
-    async def get(self, attempt_id: str) -> tuple[bytes, bool] | None:
-        """(data, truncated) or None if no final log was stored."""
+    async def get(self, attempt_id: str, member: int) -> tuple[bytes, bool] | None:
+        """(data, truncated) of that member's final log, or None if none was stored (never
+        another member's)."""
         ...
 
     async def append_live(self, member_id: str, offset: int, data: bytes, limit: int) -> bool:

@@ -11,6 +11,18 @@ from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState
 from domain.ports import Observation
 from domain.rendezvous import RAY
 
+OUTSIDE = "cancelled outside TunePlane"
+
+
+def ended_outside(what: str) -> str:
+    """The reason of a member ended by something TunePlane did not ask for (``scancel``,
+    ``docker kill``/``stop``/``rm``, a deleted Kubernetes Job): the same shape on every
+    backend, ``cancelled outside TunePlane: <who or what, as the backend tells>``. Such a
+    member is ``failed`` (docs/lifecycles.md, "One meaning for one end"): ``cancelled`` is
+    kept for a stop asked through TunePlane."""
+    return f"{OUTSIDE}: {what}"
+
+
 _OUTCOME = {
     "cancelled": (JobState.CANCELLED, AttemptState.CANCELLED),
     "failed": (JobState.FAILED, AttemptState.FAILED),
@@ -60,13 +72,26 @@ def member_after(
     done: str | None = None,
 ) -> Member:
     """``failing``: why the gang is being stopped after a failure; ``done``: why after its
-    work ended (a Ray driver that succeeded): a member that then ends has not failed."""
-    if obs.status == "running" and m.state in (MemberState.STARTING, MemberState.UNKNOWN):
-        return m.moved(MemberState.RUNNING, now)
-    if obs.status == "unknown":
-        if m.state in (MemberState.STARTING, MemberState.RUNNING):
-            return m.moved(MemberState.UNKNOWN, now, obs.reason or "control contact lost")
+    work ended (a Ray driver that succeeded): a member that then ends has not failed.
+
+    A reason belongs to the state it was given with: a move replaces or clears it, and a member
+    that stays in its state takes the backend's current reason for it (a pending Slurm job's
+    ``Resources``, a node now lost), so nothing says what an earlier state said."""
+    if obs.status == "starting":
+        if m.state is MemberState.UNKNOWN:  # contact is back and it has not started yet
+            return m.moved(MemberState.STARTING, now, obs.reason)
+        if m.state is MemberState.STARTING:
+            return m.explained(obs.reason, now)
         return m
+    if obs.status == "running":
+        if m.state in (MemberState.STARTING, MemberState.UNKNOWN):
+            return m.moved(MemberState.RUNNING, now, obs.reason)
+        return m.explained(obs.reason, now) if m.state is MemberState.RUNNING else m
+    if obs.status == "unknown":
+        why = obs.reason or "control contact lost"
+        if m.state in (MemberState.STARTING, MemberState.RUNNING):
+            return m.moved(MemberState.UNKNOWN, now, why)
+        return m.explained(why, now) if m.state is MemberState.UNKNOWN else m
     if done is not None and obs.status in ("exited", "missing") and not stopping:
         code = obs.exit_code if obs.status == "exited" else None
         return m.moved(MemberState.SUCCEEDED, now, f"stopped: {done}", exit_code=code)
@@ -82,13 +107,14 @@ def member_after(
         return m.moved(MemberState.FAILED, now, reason, exit_code=code)
     if obs.status == "missing":
         # a stop that removes the workload (Kubernetes) shows its members missing, not exited:
-        # the same words as an exited member, so every backend reports a stop alike
+        # the same words as an exited member, so every backend reports a stop alike; what
+        # TunePlane stopped is a stop, never an outside end
         if stopping:
             return m.moved(MemberState.STOPPED, now, "stopped on request")
         if failing is not None:
             return m.moved(MemberState.FAILED, now, f"stopped: {failing}")
-        reason = obs.reason or "its container disappeared from the engine"
-        return m.moved(MemberState.FAILED, now, reason)
+        gone = ended_outside("its container disappeared from the engine")
+        return m.moved(MemberState.FAILED, now, obs.reason or gone)
     return m
 
 

@@ -29,6 +29,9 @@ from adapters.docker.spec import (
     WORKDIR,
     container_config,
     container_name,
+    event_window,
+    killed,
+    killed_by,
     never_started,
     observation,
     source_tar,
@@ -38,6 +41,7 @@ from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError, Unavailable
 from domain.ports import LaunchRequest, Observation
+from domain.progress import ended_outside
 from domain.runtimes import digest_mismatch, pin_of
 
 _TAR = {"Content-Type": "application/x-tar"}
@@ -71,6 +75,7 @@ class DockerBackend:
         self._docker: aiodocker.Docker | None = None
         self._host_cpus: int | None = None
         self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._stopped: dict[str, None] = {}  # handles this process stopped, oldest first
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -292,8 +297,35 @@ class DockerBackend:
         return self._host_cpus
 
     async def observe(self, handle: str) -> Observation:
+        """As the engine reports it; an end by a signal the engine sent (``docker kill``,
+        ``docker stop``: its events say so) carries the reason of an end TunePlane did not ask
+        for. Not when this process stopped it; after a restart a stop of ours may read as
+        outside, and the supervisor then records the stop it asked for instead."""
         info = await self.inspect(handle)
-        return Observation("missing") if info is None else observation(info)
+        if info is None:
+            return Observation("missing")
+        obs = observation(info)
+        if obs.status == "exited" and killed(info) and handle not in self._stopped:
+            by = await self._killed_by(handle, info)
+            if by:
+                return Observation("exited", obs.exit_code, ended_outside(by))
+        return obs
+
+    async def _killed_by(self, handle: str, info: dict[str, Any]) -> str:
+        """``docker stop`` or ``docker kill (SIGKILL)`` from the engine's events between the
+        container's start and its end; "" when they do not say (the engine keeps few)."""
+        window = event_window(info)
+        if window is None:
+            return ""
+        filters = json.dumps({"type": ["container"], "container": [handle]})
+        params = {"since": str(window[0]), "until": str(window[1]), "filters": filters}
+        try:
+            with engine_errors(self.host):
+                async with self._client()._query("events", "GET", params=params) as resp:
+                    body = await resp.read()
+        except (EngineError, Unavailable):
+            return ""
+        return killed_by(body)
 
     async def stop(self, handle: str, grace_seconds: float) -> None:
         info = await self.inspect(handle)
@@ -302,6 +334,9 @@ class DockerBackend:
         if never_started(info):  # make sure it never starts: nothing ran, nothing to keep
             await self.release(handle)
             return
+        self._stopped[handle] = None  # ours: not an end from outside (the last 4096 kept)
+        while len(self._stopped) > 4096:
+            del self._stopped[next(iter(self._stopped))]
         try:
             await self._send(
                 f"containers/{handle}/stop",

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
+import signal
 import tarfile
 import zlib
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
@@ -220,3 +223,61 @@ def workspace_tar() -> bytes:
         info.mode = 0o755
         tar.addfile(info)
     return buf.getvalue()
+
+
+def killed(info: dict[str, Any]) -> bool:
+    """Ended by a signal (exit code above 128) that was not the kernel's OOM killer."""
+    state = info.get("State") or {}
+    code = state.get("ExitCode")
+    return isinstance(code, int) and code > 128 and not state.get("OOMKilled")
+
+
+def event_window(info: dict[str, Any]) -> tuple[int, int] | None:
+    """Whole seconds since the epoch around the container's run (start − 1, end + 2), for the
+    engine's events query; None when the engine did not record both times."""
+    state = info.get("State") or {}
+    times = []
+    for key in ("StartedAt", "FinishedAt"):
+        raw = str(state.get(key) or "")[:19]  # RFC 3339 with nanoseconds: whole seconds
+        try:
+            at = datetime.strptime(raw, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+        except ValueError:
+            return None
+        if at.year < 2000:  # the engine's zero time: never started or never finished
+            return None
+        times.append(int(at.timestamp()))
+    return times[0] - 1, times[1] + 2
+
+
+def killed_by(events: bytes) -> str:
+    """Who ended a container, from the engine's events for it (one JSON object a line):
+    ``docker stop (SIGTERM)``, ``docker kill (SIGKILL)``, or "" when no stop or kill is there."""
+    actions: list[str] = []
+    signals: list[str] = []
+    for line in events.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(event, dict):
+            continue
+        action = str(event.get("Action") or event.get("status") or "")
+        attributes = (event.get("Actor") or {}).get("Attributes") or {}
+        if action in ("stop", "kill"):
+            actions.append(action)
+        if action == "kill":
+            signals.append(_signal_name(str(attributes.get("signal", ""))))
+    if not actions:
+        return ""
+    how = "docker stop" if "stop" in actions else "docker kill"
+    named = ", ".join(dict.fromkeys(s for s in signals if s))
+    return f"{how} ({named})" if named else how
+
+
+def _signal_name(raw: str) -> str:
+    if raw.isdigit():
+        try:
+            return signal.Signals(int(raw)).name
+        except ValueError:
+            return f"signal {raw}"
+    return raw[:32]

@@ -12,6 +12,7 @@ from typing import Any
 
 from adapters.kubernetes.names import INDEX_ANNOTATION, RAY_NODE_TYPE
 from domain.ports import Observation
+from domain.progress import ended_outside
 
 Obj = dict[str, Any]
 MAIN = {"trainer", "ray-head", "ray-worker"}
@@ -89,6 +90,9 @@ def pod_observation(pod: Obj) -> Observation:
         why = done.get("reason", "")
         if why == "OOMKilled":
             return Observation("exited", code, "killed: out of memory (OOMKilled)")
+        if pod.get("metadata", {}).get("deletionTimestamp") and code != 0:
+            name = pod["metadata"].get("name", "")
+            return Observation("exited", code, ended_outside(f"its pod {name} was deleted"))
         return Observation("exited", code, "" if why in ("", "Completed", "Error") else why)
     if phase == "Succeeded":
         return Observation("exited", 0)
@@ -111,20 +115,23 @@ def observe_job(
 ) -> Observation:
     """Member ``index`` of an indexed Job."""
     if job is None:
-        return Observation("missing")
+        return Observation("missing", None, ended_outside("its Job was deleted"))
     eviction = kueue_eviction(workload)
     if eviction is not None:
         return eviction
     pod = newest([p for p in pods if pod_index(p) == index])
     if pod is not None:
-        return pod_observation(pod)
+        seen = pod_observation(pod)
+        if seen.status == "exited" and job.get("metadata", {}).get("deletionTimestamp"):
+            return Observation("exited", seen.exit_code, ended_outside("its Job was deleted"))
+        return seen
     failed = condition(job, "Failed")
     if failed is not None:
         return Observation("exited", None, f"its Job failed ({_why(failed)})")
     if condition(job, "Complete") is not None:
         return Observation("exited", 0)
     if job.get("metadata", {}).get("deletionTimestamp"):
-        return Observation("exited", None, "its Job was deleted")
+        return Observation("exited", None, ended_outside("its Job was deleted"))
     if job.get("spec", {}).get("suspend"):
         return waiting_for_admission(workload, queue, kueue)
     return Observation("starting", None, "waiting for its pod")
@@ -144,7 +151,7 @@ def observe_rayjob(
     """Member ``index`` of a RayJob: 0 is the head (where the driver runs), the rest the
     workers, which share the cluster's fate."""
     if rayjob is None:
-        return Observation("missing")
+        return Observation("missing", None, ended_outside("its RayJob was deleted"))
     eviction = kueue_eviction(workload)
     if eviction is not None:
         return eviction

@@ -9,6 +9,8 @@ A member's fate is decided by ``behaviour(request)``: ``None`` keeps it running 
 ``finish(handle, code)`` or ``stop``; ``(code, output)`` makes it exit at once; raising (e.g.
 InvalidInput) refuses the launch and starts nothing. Members on a node in ``lost_nodes`` are
 observed as ``unknown`` (control contact lost), and cannot be stopped until contact returns.
+A member whose id is in ``waiting`` is observed ``starting`` with that reason (a batch
+scheduler's queue) until the test removes it.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class MemoryBackend:
         self.behaviour = behaviour or (lambda request: None)
         self.available = True
         self.lost_nodes: set[str] = set()
+        self.waiting: dict[str, str] = {}  # member id → why it has not started (a queue)
         self.members: dict[str, MemoryMember] = {}
         self.launches = 0  # launches that created a member (idempotent repeats do not count)
         self.stops = 0
@@ -122,6 +125,9 @@ class MemoryBackend:
             return Observation("missing")
         if self._out_of_contact(member):
             return Observation("unknown", reason="control contact with its node is lost")
+        waits = self.waiting.get(member.request.member_id)
+        if member.running and waits:
+            return Observation("starting", reason=waits)
         if member.running:
             return Observation("running")
         return Observation("exited", member.exit_code, f"exited with code {member.exit_code}")

@@ -206,13 +206,14 @@ class MemoryLogRepository:
     def __init__(self, tx: Tx) -> None:
         self._tx = tx
 
-    async def save(self, attempt_id: str, data: bytes, truncated: bool) -> None:
+    async def save(self, attempt_id: str, member: int, data: bytes, truncated: bool) -> None:
         _require(self._tx, "attempts", attempt_id, "attempt")
-        await self._tx.lock(("attempt_logs", "pk", attempt_id))  # as INSERT … ON CONFLICT
-        self._tx.write("attempt_logs", LogRow(attempt_id, bytes(data), bool(truncated)))
+        key = (attempt_id, member)
+        await self._tx.lock(("attempt_logs", "pk", key))  # as INSERT … ON CONFLICT
+        self._tx.write("attempt_logs", LogRow(attempt_id, member, bytes(data), bool(truncated)))
 
-    async def get(self, attempt_id: str) -> tuple[bytes, bool] | None:
-        row: LogRow | None = self._tx.get("attempt_logs", attempt_id)
+    async def get(self, attempt_id: str, member: int) -> tuple[bytes, bool] | None:
+        row: LogRow | None = self._tx.get("attempt_logs", (attempt_id, member))
         return (row.data, row.truncated) if row else None
 
     async def append_live(self, member_id: str, offset: int, data: bytes, limit: int) -> bool:

@@ -17,6 +17,7 @@ from adapters.memory.runtimes import RUNTIME_TABLES
 @dataclass(frozen=True, slots=True)
 class LogRow:
     attempt_id: str
+    member: int
     data: bytes
     truncated: bool
 
@@ -49,7 +50,7 @@ TABLES = [
         uniques={"index": lambda m: (m.attempt_id, m.index)},
         immutable=True,
     ),
-    TableDef("attempt_logs", pk=lambda r: r.attempt_id, immutable=True),
+    TableDef("attempt_logs", pk=lambda r: (r.attempt_id, r.member), immutable=True),
     TableDef("member_logs", pk=lambda r: (r.member_id, r.offset), immutable=True),
     TableDef(
         "api_tokens",

@@ -73,24 +73,25 @@ class PostgresLogRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def save(self, attempt_id: str, data: bytes, truncated: bool) -> None:
-        stmt = pg_insert(attempt_logs).values(attempt_id=attempt_id, data=data, truncated=truncated)
+    async def save(self, attempt_id: str, member: int, data: bytes, truncated: bool) -> None:
+        values = {"attempt_id": attempt_id, "member": member, "data": data, "truncated": truncated}
+        stmt = pg_insert(attempt_logs).values(**values)
         stmt = stmt.on_conflict_do_update(
-            index_elements=[attempt_logs.c.attempt_id],
+            index_elements=[attempt_logs.c.attempt_id, attempt_logs.c.member],
             set_={
                 "data": stmt.excluded.data,
                 "truncated": stmt.excluded.truncated,
                 "saved_at": func.now(),
             },
         )
-        with translated(f"save the log of attempt {attempt_id}"):
+        with translated(f"save the log of member {member} of attempt {attempt_id}"):
             await self._conn.execute(stmt)
 
-    async def get(self, attempt_id: str) -> tuple[bytes, bool] | None:
+    async def get(self, attempt_id: str, member: int) -> tuple[bytes, bool] | None:
         query = select(attempt_logs.c.data, attempt_logs.c.truncated).where(
-            attempt_logs.c.attempt_id == attempt_id
+            attempt_logs.c.attempt_id == attempt_id, attempt_logs.c.member == member
         )
-        with translated(f"get the log of attempt {attempt_id}"):
+        with translated(f"get the log of member {member} of attempt {attempt_id}"):
             row = (await self._conn.execute(query)).first()
         return (bytes(row.data), bool(row.truncated)) if row else None
 

@@ -150,7 +150,7 @@ member_logs = Table(
     CheckConstraint('"offset" >= 0', name="offset"),
 )
 
-attempt_logs = Table(
+attempt_logs = Table(  # one final log per member of an attempt (migration 0017)
     "attempt_logs",
     metadata,
     Column(
@@ -159,9 +159,11 @@ attempt_logs = Table(
         ForeignKey("attempts.id", ondelete="CASCADE"),
         primary_key=True,
     ),
+    Column("member", Integer, primary_key=True, server_default="0"),
     Column("data", LargeBinary, nullable=False),
     Column("truncated", Boolean, nullable=False),
     Column("saved_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("member >= 0", name="member"),
 )
 
 users = Table(

@@ -41,7 +41,7 @@ from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.fleet import Node, Pool
 from domain.ports import Clock, LaunchRequest, Observation
-from domain.progress import exit_words
+from domain.progress import ended_outside, exit_words
 from domain.requests import require_limits
 from domain.runtimes import pin_of
 from domain.telemetry import MemberScope
@@ -200,6 +200,8 @@ class SlurmBackend:
         elif not reason and (lead.state != "COMPLETED" or code != 0):
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
             reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
+            if lead.state == "CANCELLED":  # a stop through TunePlane is recorded as one first
+                reason = ended_outside(f"scancel or a Slurm operator; {reason}")
         return Observation("exited", exit_code=code, reason=reason)
 
     async def stop(self, handle: str, grace_seconds: float) -> None:

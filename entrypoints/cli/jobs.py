@@ -61,10 +61,11 @@ def wait_while(api: Api, job_id: str, states: Collection[str], label: str) -> di
     return job
 
 
-def stream_logs(api: Api, job_id: str, follow: bool) -> None:
-    """Copy the log stream to stdout as bytes arrive."""
+def stream_logs(api: Api, job_id: str, follow: bool, member: int = 0) -> None:
+    """Copy the log stream (of member ``member``) to stdout as bytes arrive."""
     sink = getattr(sys.stdout, "buffer", None)
-    with api.stream(job_path(job_id, "/logs"), {"follow": "true" if follow else "false"}) as body:
+    query = {"follow": "true" if follow else "false", "member": str(member)}
+    with api.stream(job_path(job_id, "/logs"), query) as body:
         for chunk in body:
             if sink is not None:
                 sink.write(chunk)
@@ -253,6 +254,7 @@ def logs(
     /,
     *,
     follow: Annotated[bool, Parameter(name=["--follow", "-f"])] = False,
+    member: Annotated[int, Parameter(name=["--member", "-m"])] = 0,
 ) -> int:
     """Print a job's output (stdout and stderr); with -f keep streaming until it ends.
 
@@ -262,12 +264,21 @@ def logs(
         The job id; default: your most recent job.
     follow
         Keep streaming new output until the job ends.
+    member
+        Which member's output (its index in the latest attempt; default 0). A job that has
+        no such member is refused with the members it has.
     """
+    if member < 0:
+        raise InvalidInput(
+            f"--member must be 0 or more, not {member}",
+            fix="give a member index: 0 for the first member",
+            field="member",
+        )
     with connect() as api:
         if job_id is None:
             job_id = latest_job_id(api)
             output.info(f"logs of job {job_id}")
-        stream_logs(api, job_id, follow)
+        stream_logs(api, job_id, follow, member)
     return 0
 
 

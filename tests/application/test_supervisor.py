@@ -13,16 +13,21 @@ import pytest
 from adapters.memory.backend import SIGTERM_EXIT, MemoryBackend, MemoryMember
 from application import jobs, submissions
 from application.context import Context
+from application.explain import explain_job
 from application.logs import stream_logs
 from application.supervisor import Supervisor
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimeSpec
+from domain.errors import NotFound
+from domain.fleet import Pool
 from domain.lifecycle import JobState
+from domain.ports import LaunchRequest
 from tests.contract.builders import T0 as NOW
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
 
 pytestmark = pytest.mark.unit
+GPU_POOL = Pool("a", "main", "local", 8, 96, 1_048_576, "h200")
 
 
 async def submit(ctx: Context, command: str = "echo hi") -> str:
@@ -278,3 +283,67 @@ async def test_a_worker_failing_first_still_fails_a_ray_gang(
     await settle(sup)
     d = await state(ctx, job_id)
     assert d.job.state == "failed" and "member 2" in d.job.reason
+
+
+async def test_every_member_keeps_its_own_log_after_the_end(
+    tmp_path: Path, backend: MemoryBackend
+) -> None:
+    """Issue 19, item 2: member 1's log was lost at the end and member=1 answered member 0's."""
+    ctx = memory_context(tmp_path, backend, pools=(GPU_POOL,))
+    backend.behaviour = lambda r: (0, f"rank {r.member_index}\n".encode())
+    preview = await submissions.create_preview(ctx, ALICE, an_intent(profiles=("h200:16",)))
+    receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    sup = Supervisor(ctx)
+    await sup.tick()
+    await sup.tick()
+    d = await state(ctx, receipt.job_id)
+    assert d.job.state is JobState.SUCCEEDED and len(d.attempts[0].members) == 2
+    assert backend.members == {}  # both released: only the stored copies are left
+    for index in (0, 1):
+        stream = await stream_logs(ctx, ALICE, receipt.job_id, follow=False, member=index)
+        assert b"".join([c async for c in stream]) == f"rank {index}\n".encode()
+    with pytest.raises(NotFound) as refused:
+        await stream_logs(ctx, ALICE, receipt.job_id, follow=False, member=2)
+    assert "no member 2" in refused.value.message and "0 to 1" in refused.value.message
+
+
+async def test_a_waiting_member_shows_the_backends_reason_and_never_a_stale_one(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    """Issue 19, items 3 and 4: a member the backend holds in its queue shows the backend's
+    reason (and `tp job why` says it); contact lost then back while it still waits makes it
+    starting again with the queue's reason, not "control contact … lost"; once it runs, no
+    reason is left."""
+
+    def queued(request: LaunchRequest) -> None:
+        backend.waiting[request.member_id] = "queued: Priority"
+
+    backend.behaviour = queued
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("starting", "queued: Priority")
+    backend.waiting[member.id] = "queued: Resources"
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("starting", "queued: Resources")
+    why = await explain_job(ctx, ALICE, job_id)
+    assert why.text.endswith("; member 0 waits to start: queued: Resources"), why.text
+    backend.lost_nodes.add("local")
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("unknown", "control contact with its node is lost")
+    backend.lost_nodes.clear()
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("starting", "queued: Resources")
+    del backend.waiting[member.id]
+    await sup.tick()
+    member = (await state(ctx, job_id)).attempts[0].members[0]
+    assert (member.state, member.reason) == ("running", "")
+    assert member.handle is not None
+    backend.finish(member.handle, 0, b"done\n")
+    await sup.tick()
+    d = await state(ctx, job_id)
+    assert (d.job.state, d.attempts[0].members[0].reason) == ("succeeded", "")

@@ -122,16 +122,37 @@ async def test_saving_a_log_twice_keeps_the_last(uow_factory: UnitOfWorkFactory)
         attempt_id = await _job_with_attempt(uow)
         await uow.commit()
     async with uow_factory() as uow:
-        assert await uow.logs.get(attempt_id) is None
-        await uow.logs.save(attempt_id, b"line 1\n", truncated=False)
-        await uow.logs.save(attempt_id, b"line 1\n", truncated=False)
+        assert await uow.logs.get(attempt_id, 0) is None
+        await uow.logs.save(attempt_id, 0, b"line 1\n", truncated=False)
+        await uow.logs.save(attempt_id, 0, b"line 1\n", truncated=False)
         await uow.commit()
     async with uow_factory() as uow:
-        assert await uow.logs.get(attempt_id) == (b"line 1\n", False)
-        await uow.logs.save(attempt_id, b"\x00\xff binary tail", truncated=True)
+        assert await uow.logs.get(attempt_id, 0) == (b"line 1\n", False)
+        await uow.logs.save(attempt_id, 0, b"\x00\xff binary tail", truncated=True)
         await uow.commit()
     async with uow_factory() as uow:
-        assert await uow.logs.get(attempt_id) == (b"\x00\xff binary tail", True)
+        assert await uow.logs.get(attempt_id, 0) == (b"\x00\xff binary tail", True)
+
+
+async def test_every_member_keeps_its_own_log(uow_factory: UnitOfWorkFactory) -> None:
+    """Issue 19, item 2: member 1's log is its own, never member 0's, and saving one member's
+    log leaves the others' as they were."""
+    async with uow_factory() as uow:
+        attempt_id = await _job_with_attempt(uow)
+        await uow.commit()
+    async with uow_factory() as uow:
+        await uow.logs.save(attempt_id, 0, b"rank 0\n", truncated=False)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.logs.get(attempt_id, 1) is None  # not member 0's
+        await uow.logs.save(attempt_id, 1, b"rank 1\n", truncated=True)
+        await uow.logs.save(attempt_id, 1024, b"", truncated=False)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.logs.get(attempt_id, 0) == (b"rank 0\n", False)
+        assert await uow.logs.get(attempt_id, 1) == (b"rank 1\n", True)
+        assert await uow.logs.get(attempt_id, 1024) == (b"", False)
+        assert await uow.logs.get(attempt_id, 2) is None
 
 
 async def test_live_output_pieces_keep_the_first_copy_and_the_limit(
@@ -161,7 +182,7 @@ async def test_live_output_pieces_keep_the_first_copy_and_the_limit(
 async def test_a_log_needs_its_attempt(uow_factory: UnitOfWorkFactory) -> None:
     async with uow_factory() as uow:
         with pytest.raises(NotFound):
-            await uow.logs.save("att-missing", b"x", truncated=False)
+            await uow.logs.save("att-missing", 0, b"x", truncated=False)
 
 
 async def test_tokens_by_hash_and_count(uow_factory: UnitOfWorkFactory) -> None:

@@ -3,6 +3,7 @@ daemons, each a real process, running gangs as real containers on the test's eng
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -14,6 +15,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.docker import engine_call
 from tests.fixtures.nodes import NodeCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -85,6 +87,11 @@ async def test_a_four_member_gang_runs_to_completion(
     assert "rank=0 world=4 node_rank=0 master=127.0.0.1:295" in log
     assert "\n1\n" in log  # the runner checked the Job Capsule the node put in (source listed)
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in members}
+    for index in range(4):  # every member's own log, kept after the end (issue 19, item 2)
+        own = cli("job", "logs", job_id, "--member", str(index)).stdout
+        assert f"rank={index} world=4" in own and own.count("world=") == 1, (index, own)
+    refused = cli("job", "logs", job_id, "--member", "4", ok=False)
+    assert refused.returncode != 0 and "no member 4: its members are 0 to 3" in refused.stderr
 
 
 async def test_a_member_voting_no_aborts_the_gang_and_nothing_starts(
@@ -105,3 +112,27 @@ async def test_a_member_voting_no_aborts_the_gang_and_nothing_starts(
     assert starts(docker_host, attempt["id"], since) == {}
     # the envelope is free again: the same gang now runs
     assert cli.wait_state(submit(cli, RANKS), {"succeeded", "failed"}, 120)["state"] == "succeeded"
+
+
+async def test_a_member_killed_outside_tuneplane_fails_saying_so(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    """Issue 19, item 6: `docker kill` of a member's container on its node, behind TunePlane's
+    back, ends the job `failed` with the reason every backend gives such an end."""
+    cluster = await node_cluster_factory(1)
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, "sleep 600", "nodes/cpu:0.5")
+    job = cli.wait_state(job_id, {"running"}, timeout=120)
+    member_id = job["attempts"][0]["members"][0]["id"]
+    filters = json.dumps({"label": [f"tuneplane.member={member_id}"]})
+    listed = await asyncio.to_thread(
+        engine_call, docker_host, "GET", "/containers/json", {"filters": filters}
+    )
+    [container] = listed.json()
+    path = f"/containers/{container['Id']}/kill"  # docker kill
+    assert (await asyncio.to_thread(engine_call, docker_host, "POST", path)).status_code == 204
+    job = cli.wait_state(job_id, {"failed", "cancelled", "succeeded"}, timeout=120)
+    member = job["attempts"][0]["members"][0]
+    assert (job["state"], member["state"], member["exit_code"]) == ("failed", "failed", 137)
+    reason = "cancelled outside TunePlane: docker kill (SIGKILL)"
+    assert (member["reason"], job["reason"]) == (reason, reason)

@@ -6,6 +6,7 @@ output come back through `tp job status` and `tp job logs`. See docs/slurm.md.""
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -72,6 +73,19 @@ class Setup:
 
     def state(self, slurm_id: int) -> str:
         return self.squeue("-j", str(slurm_id), "-t", "all", "-o", "%T")
+
+    def command(self, *args: str) -> str:
+        """A Slurm command run outside TunePlane (sbatch, scancel, …) on this cluster."""
+        proc = subprocess.run(
+            list(args), env=self.cluster.env(), capture_output=True, text=True, check=True
+        )
+        return proc.stdout.strip()
+
+    def until_state(self, slurm_id: int, state: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.state(slurm_id) != state:
+            assert time.monotonic() < deadline, f"{slurm_id}: {self.state(slurm_id)}"
+            time.sleep(0.2)
 
     def jobs_named(self, name: str) -> list[int]:
         return [int(i) for i in self.squeue("-n", name, "-t", "all", "-o", "%i").split()]
@@ -145,13 +159,9 @@ async def test_capacity_cpu_job_and_two_node_process_group(slurm: Setup) -> None
     assert all(m["state"] == "succeeded" and m["exit_code"] == 0 for m in attempt["members"])
     log = slurm.cli("job", "logs", job_id).stdout  # member 0's
     assert "rank=0 world=2 node_rank=0 local=0 master=127.0.0.1:" in log, log
-    rank1 = (
-        (slurm.shared / attempt["id"] / "member-1.log").read_text()
-        if (slurm.shared / attempt["id"]).exists()
-        else ""
-    )
-    if rank1:  # released afterwards; when still there, rank 1 ran on another node
-        assert "rank=1 world=2 node_rank=1" in rank1
+    assert not (slurm.shared / attempt["id"]).exists()  # released: only the stored logs are left
+    rank1 = slurm.cli("job", "logs", job_id, "--member", "1").stdout  # kept too (issue 19, 2)
+    assert "rank=1 world=2 node_rank=1" in rank1 and "rank=0" not in rank1, rank1
 
 
 async def test_failing_job_decodes_the_exit_code(slurm: Setup) -> None:
@@ -211,6 +221,72 @@ async def test_slurmrestd_down_at_submit_is_a_clear_error(slurm: Setup) -> None:
         await asyncio.to_thread(slurm.cluster.start_slurmrestd)
     job = slurm.finished(slurm.submit("echo back"))
     assert job["state"] == "succeeded", (job["log"], job["reason"])
+
+
+def member_when(
+    slurm: Setup, job_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 120
+) -> dict[str, Any]:
+    """Member 0 of the job's latest attempt once ``check`` holds for it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        attempts = slurm.cli.status(job_id)["attempts"]
+        member = attempts[-1]["members"][0] if attempts else {}
+        if member and check(member):
+            return member
+        assert time.monotonic() < deadline, f"member of {job_id} never matched: {member}"
+        time.sleep(0.3)
+
+
+async def test_a_pending_member_shows_slurms_reason_and_never_a_stale_one(slurm: Setup) -> None:
+    """Issue 19, items 3 and 4: a member whose Slurm job pends (every node taken by a job
+    submitted outside TunePlane) shows Slurm's pending reason, in `tp job status` and
+    `tp job why`; while slurmrestd is away it is unknown with why, and once it answers the
+    member is starting with Slurm's reason again (it stayed "Slurm does not answer"); once it
+    runs and succeeds, no reason is left."""
+    blocker = slurm.command(
+        "sbatch", "-N4", "--exclusive", "-p", "debug", "-o", "/dev/null", "-J", "outside",
+        "--wrap", "sleep 600",
+    ).split()[-1]  # fmt: skip
+    try:
+        slurm.until_state(int(blocker), "RUNNING")
+        job_id = slurm.submit("echo ran")
+        pending = re.compile(r"Slurm job \d+ pending: (Resources|Priority)")
+        member = member_when(slurm, job_id, lambda m: bool(pending.fullmatch(m["reason"])))
+        assert member["state"] == "starting", member
+        why = slurm.cli("job", "why", job_id).stdout
+        assert f"member 0 waits to start: {member['reason']}" in why, why
+        await asyncio.to_thread(slurm.cluster.stop_daemon, "slurmrestd")
+        try:
+            away = member_when(slurm, job_id, lambda m: m["state"] == "unknown")
+            assert away["reason"].startswith("Slurm does not answer"), away
+        finally:
+            await asyncio.to_thread(slurm.cluster.start_slurmrestd)
+        back = member_when(slurm, job_id, lambda m: m["state"] != "unknown")
+        assert back["state"] == "starting" and pending.fullmatch(back["reason"]), back
+    finally:
+        slurm.command("scancel", blocker)
+    job = slurm.finished(job_id)
+    assert job["state"] == "succeeded", (job["log"], job["reason"])
+    [member] = job["attempts"][-1]["members"]
+    assert (member["reason"], job["reason"]) == ("", "")
+
+
+async def test_scancel_outside_tuneplane_fails_the_job_saying_so(slurm: Setup) -> None:
+    """Issue 19, item 6: `scancel` behind TunePlane's back ends the job `failed` (a
+    `tp job stop` ends it `cancelled`), with the reason every backend gives such an end."""
+    job_id = slurm.submit("echo started; sleep 600")
+    slurm.cli.wait_state(job_id, {"running"}, timeout=120)
+    slurm_id = slurm.slurm_job(job_id)
+    slurm.command("scancel", str(slurm_id))
+    job = slurm.finished(job_id)
+    [member] = job["attempts"][-1]["members"]
+    assert (job["state"], member["state"], member["exit_code"]) == ("failed", "failed", 143)
+    expected = (
+        "cancelled outside TunePlane: scancel or a Slurm operator; "
+        f"Slurm reports job {slurm_id} CANCELLED"
+    )
+    assert member["reason"].startswith(expected), member
+    assert job["reason"] == member["reason"]
 
 
 async def test_gpu_pool_from_gres_and_a_gpu_job(

@@ -4,6 +4,7 @@ PostgreSQL and a real container engine. tp init → tp new → submit --preview 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 
 from adapters.docker.backend import DockerBackend
+from tests.fixtures.docker import engine_call
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 TP = str(Path(sys.executable).parent / "tp")
@@ -124,6 +126,25 @@ async def test_stop_a_long_job(cli: Cli, docker_host: str) -> None:
         assert (await backend.observe(handle)).status == "missing"  # released
     again = cli("job", "stop", job_id)  # idempotent
     assert again.returncode == 0
+
+
+async def test_a_member_killed_outside_tuneplane_fails_saying_so(
+    cli: Cli, docker_host: str
+) -> None:
+    """Issue 19, item 6: `docker kill` behind TunePlane's back ends the job `failed` (a
+    `tp job stop` is `cancelled`), the reason naming what ended it, as on every backend."""
+    cli("new", "sleeper", "--method", "custom/custom")
+    out = cli("submit", "sleeper", "--profile", "cpu:1", "--set", "command=sleep 600", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"running"})
+    handle = job["attempts"][0]["members"][0]["handle"]
+    path = f"/containers/{handle}/kill"  # docker kill
+    assert (await asyncio.to_thread(engine_call, docker_host, "POST", path)).status_code == 204
+    job = cli.wait_state(job_id, {"failed", "cancelled", "succeeded"}, timeout=60)
+    member = job["attempts"][0]["members"][0]
+    assert (job["state"], member["state"], member["exit_code"]) == ("failed", "failed", 137)
+    reason = "cancelled outside TunePlane: docker kill (SIGKILL)"
+    assert (member["reason"], job["reason"]) == (reason, reason)
 
 
 def test_a_capsule_changed_after_preview_fails_before_user_code(cli: Cli, tmp_path: Path) -> None:

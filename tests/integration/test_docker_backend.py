@@ -24,6 +24,7 @@ from tests.fixtures.docker import (
     DOCKERD_SCRIPT,
     containers_of,
     engine_answers,
+    engine_call,
     make_request,
     wait_for_status,
 )
@@ -125,6 +126,34 @@ async def test_stop_kills_a_member_that_ignores_sigterm(docker_backend, busybox_
     elapsed = time.monotonic() - started
     assert 1.0 <= elapsed < 10
     assert await docker_backend.observe(handle) == Observation("exited", 137, "killed by SIGKILL")
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "by"),
+    [
+        ("kill", 137, "docker kill (SIGKILL)"),  # POST /kill: SIGKILL
+        ("stop?t=5", 143, "docker stop (SIGTERM)"),
+    ],
+)
+async def test_an_end_tuneplane_did_not_ask_for_says_so(
+    docker_backend, busybox_pin, docker_job_id, docker_engine, command, code, by
+):
+    """Issue 19, item 6: `docker kill` or `docker stop` behind TunePlane's back is named in
+    the reason, as every backend names an outside end; TunePlane's own stop is not."""
+    handle = await docker_backend.launch(make_request(docker_job_id, busybox_pin, ("sleep", "600")))
+    await wait_for_status(docker_backend, handle, "running")
+    path = f"/containers/{handle}/{command}"
+    sent = await asyncio.to_thread(engine_call, docker_backend.host, "POST", path)
+    assert sent.status_code in (204, 304), sent.text
+    obs = await wait_for_status(docker_backend, handle, "exited")
+    assert obs.exit_code == code
+    if docker_engine == "docker":  # Podman's events may not carry the signal
+        assert obs.reason == f"cancelled outside TunePlane: {by}"
+    else:
+        assert (
+            obs.reason.startswith("cancelled outside TunePlane: docker")
+            or "killed by" in obs.reason
+        )
 
 
 async def test_release_removes_the_container(docker_backend, busybox_pin, docker_job_id):

@@ -17,6 +17,7 @@ from adapters.kubernetes.config import KubernetesOptions, PoolTarget
 from adapters.kubernetes.names import Handle
 from application import jobs, runtimes, submissions
 from application.context import Context
+from application.logs import stream_logs
 from application.supervisor import Supervisor
 from domain.catalog import RuntimeSpec
 from domain.fleet import Pool
@@ -144,3 +145,56 @@ async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped
     assert d.job.state is JobState.CANCELLED
     assert d.attempts[0].members[0].state == "stopped"
     assert rig.api.all("pods", NS) == []  # collected with their Job
+
+
+async def test_a_job_deleted_outside_tuneplane_fails_with_that_reason(rig: Rig) -> None:
+    """Issue 19, item 6: `kubectl delete job` behind TunePlane's back ends the job `failed`,
+    saying so in the reason every backend gives such an end (a `tp job stop` is `cancelled`)."""
+    job_id = await submit(rig.ctx)
+    sup = Supervisor(rig.ctx)
+    await sup.tick()
+    handle = await handle_of(rig.ctx, job_id)
+    name = Handle.parse(handle).name
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 1)
+    await until(rig.backend, handle, "running")
+    await sup.tick()
+    rig.api.remove("jobs", NS, name)  # kubectl delete job (its pods go with it)
+    await until(rig.backend, handle, "missing")
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.FAILED
+    reason = "cancelled outside TunePlane: its Job was deleted"
+    assert (d.attempts[0].members[0].state, d.attempts[0].members[0].reason) == ("failed", reason)
+    assert d.job.reason == reason
+
+
+async def test_every_members_log_is_kept_after_the_workload_is_gone(rig: Rig) -> None:
+    """Issue 19, item 2: each member's pod log is stored when it ends, so after release (the
+    Job and its pods deleted) member 1's log is its own, never member 0's."""
+    intent = an_intent(runtime=BUSYBOX.name, profiles=("cpu:8",), params={"command": "x"})
+    preview = await submissions.create_preview(rig.ctx, ALICE, intent)
+    receipt = await submissions.commit(
+        rig.ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4())
+    )
+    sup = Supervisor(rig.ctx)
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, receipt.job_id)
+    handles = [m.handle or "" for m in d.attempts[0].members]
+    assert len(handles) == 2
+    name = Handle.parse(handles[0]).name
+    rig.controllers.admit(name)
+    rig.controllers.pods(name, 2)
+    for index in (0, 1):
+        rig.api.logs[(NS, f"{name}-{index}-x{index}")] = f"rank {index}\n".encode()
+        rig.controllers.exit(name, index, 0)
+    rig.controllers.complete(name)
+    for handle in handles:
+        await until(rig.backend, handle, "exited")
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, receipt.job_id)
+    assert d.job.state is JobState.SUCCEEDED
+    assert rig.api.get("jobs", NS, name) is None  # released: the pods are gone
+    for index in (0, 1):
+        stream = await stream_logs(rig.ctx, ALICE, receipt.job_id, follow=False, member=index)
+        assert b"".join([c async for c in stream]) == f"rank {index}\n".encode()

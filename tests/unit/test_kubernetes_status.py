@@ -14,6 +14,9 @@ pytestmark = pytest.mark.unit
 INDEX = "batch.kubernetes.io/job-completion-index"
 
 
+DELETED = "cancelled outside TunePlane: its Job was deleted"
+
+
 def job(suspend: bool = False, *conditions: str, deleting: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": "tp-a"}
     if deleting:
@@ -76,13 +79,32 @@ def test_a_failed_capsule_check_ends_the_member_with_the_runner_code() -> None:
 
 
 def test_without_a_pod_the_job_decides() -> None:
-    assert observe_job(None, [], None, 0, "q") == Observation("missing")
+    assert observe_job(None, [], None, 0, "q") == Observation("missing", None, DELETED)
     assert observe_job(job(False, "Failed"), [], None, 0, "q") == Observation(
         "exited", None, "its Job failed (BackoffLimitExceeded: m)"
     )
     assert observe_job(job(False, "Complete"), [], None, 0, "q") == Observation("exited", 0)
-    assert observe_job(job(deleting=True), [], None, 0, "q").reason == "its Job was deleted"
+    assert observe_job(job(deleting=True), [], None, 0, "q").reason == DELETED
     assert observe_job(job(), [], None, 0, "q").reason == "waiting for its pod"
+
+
+def test_an_end_tuneplane_did_not_ask_for_says_so() -> None:
+    """Issue 19, item 6: a Job or pod deleted outside TunePlane ends its member with the reason
+    every backend gives such an end (a stop through TunePlane is recorded as one first)."""
+    killed = main({"terminated": {"exitCode": 143, "reason": "Error"}}, "Failed")
+    assert observe_job(job(deleting=True), [pod(0, killed)], None, 0, "q") == Observation(
+        "exited", 143, DELETED
+    )
+    gone = pod(0, killed)
+    gone["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:09Z"
+    assert observe_job(job(), [gone], None, 0, "q") == Observation(
+        "exited", 143, "cancelled outside TunePlane: its pod tp-a-0-00 was deleted"
+    )
+    done = main({"terminated": {"exitCode": 0, "reason": "Completed"}}, "Succeeded")
+    assert observe_job(job(), [pod(0, done)], None, 0, "q") == Observation("exited", 0, "")
+    assert observe_rayjob(None, [], None, 1, "q").reason == (
+        "cancelled outside TunePlane: its RayJob was deleted"
+    )
 
 
 def test_waiting_for_kueue_says_why() -> None:

@@ -37,7 +37,7 @@ def test_missing_on_its_own_keeps_the_backends_reason_or_the_default() -> None:
     gone = member_after(running(), Observation("missing"), False, None, NOW)
     assert (gone.state, gone.reason) == (
         MemberState.FAILED,
-        "its container disappeared from the engine",
+        "cancelled outside TunePlane: its container disappeared from the engine",
     )
     said = member_after(
         running(), Observation("missing", None, "its Job was deleted"), False, None, NOW

@@ -2,7 +2,7 @@
 Slurm pool whose partition does not exist)
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 Create Date: 2026-12-04
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | Sequence[str] | None = "0015"
+down_revision: str | Sequence[str] | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
