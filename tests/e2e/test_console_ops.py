@@ -1,6 +1,7 @@
 """The console's operator and live views in headless Chromium against a real `tp serve`: Fleet
 buttons (cordon with confirmation; none for members), a pending job's page following the job to
-its end by itself, and a chart overlaying two attempts with the raw inspector reading each.
+its end by itself, a chart overlaying two attempts with the raw inspector reading each, and each
+member's own log.
 Screenshots are saved under test-artifacts/console/<test>/ (fixtures: tests/fixtures/browser.py).
 """
 
@@ -182,6 +183,38 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
         row = table.locator("tbody tr").first.get_by_role("cell")
         await expect(row.nth(0)).to_have_text("600")
         await expect(row.nth(1)).to_have_text(value)
+
+
+async def test_the_job_page_shows_each_members_own_log(
+    api_server: Servers, page: Page, screenshots: Path
+) -> None:
+    """An ended job of two members whose logs were stored (the supervisor keeps every member's):
+    the page shows member 0's, and the picker shows member 1's, never the other's."""
+    engine = create_engine(api_server.env["TUNEPLANE_DATABASE_URL"])
+    job = a_job(owner="admin", state=JobState.FAILED, reason="member 1 failed")
+    try:
+        async with PostgresUnitOfWork(engine) as uow:
+            await uow.jobs.add(job)
+            attempt = an_attempt(job, 1, state=AttemptState.FAILED)
+            await uow.attempts.add(attempt)
+            for index in (0, 1):
+                await uow.members.add(a_member(attempt, index, state=MemberState.FAILED))
+                await uow.logs.save(attempt.id, index, f"output of rank {index}\n".encode(), False)
+            await uow.commit()
+    finally:
+        await engine.dispose()
+
+    await page.goto(api_server.url + f"/console/#/jobs/{job.id}")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    log = page.get_by_label("Job log")
+    await expect(log).to_have_text("output of rank 0\n")
+    await page.get_by_label("Member").select_option("1")
+    await expect(log).to_have_text("output of rank 1\n")
+    await page.screenshot(path=screenshots / "01-member-1.png", full_page=True)
+    assert not await accessibility_violations(page)
+    await page.get_by_label("Member").select_option("0")
+    await expect(log).to_have_text("output of rank 0\n")
 
 
 async def test_a_refused_fleet_action_is_shown_with_the_apis_reason(

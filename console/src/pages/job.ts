@@ -134,6 +134,29 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const inspectorBox = h("div", {});
   const artifactsBox = h("section", { "aria-labelledby": "artifacts-title" }, h("h2", { id: "artifacts-title" }, "Artifacts"), h("p", { "aria-busy": "true" }, "Loading…"));
   const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Job log" }, "Loading…");
+  // Every member's log is kept (docs/lifecycles.md): a picker when the attempt has several.
+  let chosen = 0;
+  let repick = false; // a stream aborted for another member, not because the user left
+  let stream: AbortController | null = null;
+  const logPath = (follow: boolean): string => `${base}/logs?member=${chosen}${follow ? "&follow=true" : ""}`;
+  const readEnded = async (): Promise<void> => {
+    stream?.abort();
+    const abort = (stream = new AbortController());
+    try {
+      const text = await (await call(logPath(false), { signal: abort.signal })).text();
+      logs.textContent = text || "(empty)";
+    } catch (err) {
+      if (!abort.signal.aborted) throw err; // else another member was picked meanwhile
+    }
+  };
+  const picker = memberPicker(job, (index) => {
+    chosen = index;
+    logs.textContent = "Loading…";
+    if (LIVE.has(job.state)) {
+      repick = true;
+      stream?.abort(); // the follow loop below opens the chosen member's stream
+    } else void readEnded().catch((err: unknown) => logs.append(`\nLog unavailable: ${err instanceof Error ? err.message : String(err)}`));
+  });
   main.replaceChildren(
     h("h1", {}, `Job ${id}`),
     h("p", {}, h("a", { href: "#/jobs" }, "← All jobs")),
@@ -148,6 +171,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     inspectorBox,
     artifactsBox,
     h("h2", {}, "Log"),
+    picker,
     logs,
   );
   const current = (): boolean => mine === generation && logs.isConnected;
@@ -209,7 +233,12 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   }
   try {
     if (LIVE.has(job.state)) {
-      await follow(`${base}/logs?follow=true`, logs);
+      for (;;) {
+        repick = false;
+        stream = new AbortController();
+        if (await follow(logPath(true), logs, stream)) break;
+        if (!repick || !current()) return; // the user left the page
+      }
       // The stream ends when the job's processes do; the job's final state is recorded just
       // after. Draw the page again once it has ended (never while it has not, so a stream that
       // ends early cannot loop); give up after a minute and say so.
@@ -219,33 +248,50 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
       }
       if (current()) logs.append("\n(the job has not ended yet; reload for its state)");
     }
-    else logs.textContent = (await (await call(`${base}/logs`)).text()) || "(empty)";
+    else await readEnded();
   } catch (err) {
     if (!(err instanceof DOMException && err.name === "AbortError"))
       logs.append(`\nLog unavailable: ${err instanceof Error ? err.message : String(err)}`);
   }
 }
 
+// The member whose log is shown, when the last attempt has more than one ("" otherwise).
+function memberPicker(job: Job, pick: (index: number) => void): HTMLElement | string {
+  const members = job.attempts[job.attempts.length - 1]?.members ?? [];
+  if (members.length < 2) return "";
+  const select = h("select", { id: "log-member" }, ...members.map((m) => h("option", { value: String(m.index) }, `member ${m.index}${m.role ? ` (${m.role})` : ""}`)));
+  select.addEventListener("change", () => pick(Number(select.value)));
+  return h("p", {}, h("label", { for: "log-member" }, "Member "), select);
+}
+
 // A running job's log as it is written (the API streams it until the job ends); leaving the page
-// closes the stream.
-async function follow(path: string, logs: HTMLElement): Promise<void> {
-  const abort = new AbortController();
-  window.addEventListener("hashchange", () => abort.abort(), { once: true });
-  const res = await call(path, { signal: abort.signal });
-  logs.textContent = "";
-  logs.setAttribute("aria-busy", "true");
-  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    if (!logs.isConnected) {
-      abort.abort(); // the page was redrawn (e.g. after Stop): this stream has no reader left
-      return;
+// or picking another member (``abort``) closes the stream. True when the stream ended by itself.
+async function follow(path: string, logs: HTMLElement, abort: AbortController): Promise<boolean> {
+  const leave = (): void => abort.abort();
+  window.addEventListener("hashchange", leave, { once: true });
+  try {
+    const res = await call(path, { signal: abort.signal });
+    logs.textContent = "";
+    logs.setAttribute("aria-busy", "true");
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      if (!logs.isConnected) {
+        abort.abort(); // the page was redrawn (e.g. after Stop): this stream has no reader left
+        return false;
+      }
+      const atBottom = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
+      logs.append(value);
+      if (atBottom) logs.scrollTop = logs.scrollHeight;
     }
-    const atBottom = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 4;
-    logs.append(value);
-    if (atBottom) logs.scrollTop = logs.scrollHeight;
+    logs.append("\n— end of log —");
+    return true;
+  } catch (err) {
+    if (abort.signal.aborted) return false;
+    throw err;
+  } finally {
+    window.removeEventListener("hashchange", leave);
+    logs.removeAttribute("aria-busy");
   }
-  logs.removeAttribute("aria-busy");
-  logs.append("\n— end of log —");
 }
