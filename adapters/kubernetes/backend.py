@@ -302,7 +302,7 @@ class KubernetesBackend:
         elif h.index == 0:
             pod, container = status.newest([p for p in pods if status.is_head(p)]), "ray-head"
         else:
-            raise NotFound("the logs of Ray workers are not collected", fix="read member 0's")
+            pod, container = status.ray_worker(pods, h.index), "ray-worker"
         if pod is None:
             raise NotFound(f"member {h.index} of {h.name} has no pod", fix="it was released")
         query = [("container", container)] + ([("follow", "true")] if follow else [])

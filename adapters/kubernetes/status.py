@@ -62,6 +62,17 @@ def is_head(pod: Obj) -> bool:
     return (pod["metadata"].get("labels") or {}).get(RAY_NODE_TYPE) == "head"
 
 
+def ray_worker(pods: list[Obj], index: int) -> Obj | None:
+    """The pod of member ``index`` (1 and up) of a RayJob: KubeRay's worker pods are replicas
+    without an identity of their own, so member k is the k-th worker pod in creation order
+    (then by name) among those that exist (docs/kubernetes.md, "Logs")."""
+    workers = sorted(
+        (p for p in pods if (p["metadata"].get("labels") or {}).get(RAY_NODE_TYPE) == "worker"),
+        key=lambda p: (p["metadata"].get("creationTimestamp", ""), p["metadata"].get("name", "")),
+    )
+    return workers[index - 1] if 0 < index <= len(workers) else None
+
+
 def newest(pods: list[Obj]) -> Obj | None:
     if not pods:
         return None

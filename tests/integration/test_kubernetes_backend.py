@@ -30,7 +30,7 @@ from adapters.kubernetes.config import Collector, KubernetesOptions, PoolTarget
 from adapters.kubernetes.names import Handle
 from domain.capsule import CapsuleRef
 from domain.catalog import Resources, RuntimePin
-from domain.errors import Unavailable
+from domain.errors import NotFound, Unavailable
 from domain.jobs import Member
 from domain.lifecycle import MemberState
 from domain.ports import LaunchRequest
@@ -327,6 +327,17 @@ async def test_a_ray_runtime_becomes_a_rayjob_and_its_capsule_a_configmap(rig: R
         {"status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}},
     )
     await until(rig.backend, handles[2], "running")
+    # KubeRay's pods: the head and two workers; each member reads its own pod's log
+    for kind, pod in (("head", "head-x"), ("worker", "worker-a"), ("worker", "worker-b")):
+        labels = {
+            "app.kubernetes.io/managed-by": "tuneplane",
+            "tuneplane.io/name": h.name,
+            "ray.io/node-type": kind,
+        }
+        api.create("pods", NS, {"metadata": {"name": f"{h.name}-{pod}", "labels": labels}})
+        api.logs[(NS, f"{h.name}-{pod}")] = f"log of {pod}\n".encode()
+    for handle, pod in zip(handles, ("head-x", "worker-a", "worker-b"), strict=True):
+        assert await own_log(rig.backend, handle) == f"log of {pod}\n".encode(), handle
     api.merge(
         "rayjobs",
         NS,
@@ -345,6 +356,17 @@ async def test_a_ray_runtime_becomes_a_rayjob_and_its_capsule_a_configmap(rig: R
     await rig.backend.stop(handles[0], 5)
     await until(rig.backend, handles[1], "missing")
     assert api.all("configmaps", NS) == []  # collected with its owner
+
+
+async def own_log(backend: KubernetesBackend, handle: str, limit: float = 30) -> bytes:
+    """The member's log once the backend's pod informer has seen its pod."""
+    deadline = time.monotonic() + limit  # a bound on a hang, not a measured time
+    while True:
+        try:
+            return b"".join([c async for c in backend.logs(handle, follow=False)])
+        except NotFound:
+            assert time.monotonic() < deadline, f"no pod for {handle}"
+            await asyncio.sleep(0.02)
 
 
 def _member() -> Member:
