@@ -61,10 +61,7 @@ def metrics(
         output.print_json({"summary": summary, "curves": curves})
         return 0
     if not tags:
-        output.info(
-            f"no metrics yet for job {job_id} (its collector ships what the job writes as"
-            " TensorBoard events or JSONL under $TUNEPLANE_METRICS_DIR)"
-        )
+        output.info(f"no metrics yet for job {job_id}{_why_none(job_id)}")
         return 0
     rows = []
     for t in tags:
@@ -85,3 +82,22 @@ def metrics(
                 f" dropped {c['dropped_records']} records, {c['dropped_bytes']} bytes unread"
             )
     return 0
+
+
+def _why_none(job_id: str) -> str:
+    """Why a job has no metrics: its backend collects none (docs/backends.md), or its collector
+    has not shipped any yet."""
+    with connect() as api:
+        backend = api.get(job_path(job_id))["backend"]
+    if backend in NO_METRICS:
+        return (
+            f": the {backend} backend collects no metrics (docs/backends.md); run it on a pool of"
+            " node daemons (`tp up` starts one) to have TensorBoard and JSONL files collected"
+        )
+    return (
+        " (its collector ships what the job writes as TensorBoard events or JSONL under"
+        " $TUNEPLANE_METRICS_DIR)"
+    )
+
+
+NO_METRICS = {"local"}  # the `metrics` row of docs/backends.md's capability table

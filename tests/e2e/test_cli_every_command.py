@@ -135,7 +135,7 @@ ROWS: list[Row] = [
     bad(2, "job logs", "{job}", "--member", "-1", out="--member must be 0 or more"),
     ok("job why", "{job}"),
     bad(3, "job why", "job-nope", out="job-nope"),
-    ok("job metrics", "{job}", out="no metrics yet"),
+    ok("job metrics", "{job}", out="collects no metrics"),
     bad(3, "job metrics", "job-nope", out="job-nope"),
     ok("job stop", "{long}", "--wait", timeout=120),
     bad(3, "job stop", "job-nope", out="job-nope"),

@@ -9,6 +9,7 @@ from adapters.docker.backend import DockerBackend
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.node.backend import NodeBackend
 from adapters.slurm.backend import SlurmBackend
+from entrypoints.cli.job_metrics import NO_METRICS
 from tests.support.capabilities import BACKENDS, DOC, capabilities, outcomes
 
 pytestmark = pytest.mark.unit
@@ -85,3 +86,8 @@ def test_an_outcome_reason_must_be_fragments_in_backticks() -> None:
     assert outcomes(head + '| `x` | failed | 0 | failed | any | `""` |\n')["x"].reasons == ("",)
     with pytest.raises(AssertionError, match="is not `fragment`"):
         outcomes(head + "| `x` | failed | 0 | failed | any | exited |\n")
+
+
+def test_tp_job_metrics_says_which_backends_collect_none() -> None:
+    table = capabilities()["metrics"]
+    assert {b for b, cell in table.items() if cell == "no"} == NO_METRICS, table
