@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from adapters.collector_tokens import CollectorTokens
 from adapters.kubernetes.backend import KubernetesBackend
@@ -38,7 +37,9 @@ from domain.progress import member_after
 from domain.requests import RoleSpec
 from domain.submission import JobSpec
 from tests.fixtures.kube_api import FakeKubeAPI
+from tests.support.context import FakeClock
 from tests.support.kube_controllers import NS, Controllers, until
+from tests.support.signing import OneKey
 
 pytestmark = pytest.mark.integration
 
@@ -46,22 +47,6 @@ pytestmark = pytest.mark.integration
 QUEUE = os.environ.get("TUNEPLANE_K8S_TEST_QUEUE", "team-a")
 IMAGE = os.environ.get("TUNEPLANE_K8S_TEST_IMAGE", "registry.example/ml/trl@sha256:" + "ab" * 32)
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-class _Keys:
-    def __init__(self) -> None:
-        self.key = Ed25519PrivateKey.generate()
-
-    async def current(self, now: datetime) -> tuple[str, Ed25519PrivateKey]:
-        return "k1", self.key
-
-    async def public(self, kid: str) -> Ed25519PublicKey | None:
-        return self.key.public_key() if kid == "k1" else None
-
-
-class _Clock:
-    def now(self) -> datetime:
-        return NOW
 
 
 def spec(
@@ -116,7 +101,10 @@ async def rig(request: pytest.FixtureRequest) -> AsyncIterator[Rig]:
     api = FakeKubeAPI()
     await api.start()
     backend = KubernetesBackend(
-        options(collector=True), Kube.at(api.url), tokens=CollectorTokens(_Keys()), clock=_Clock()
+        options(collector=True),
+        Kube.at(api.url),
+        tokens=CollectorTokens(OneKey()),
+        clock=FakeClock(NOW),
     )
     try:
         yield Rig(backend, api, Controllers(api))

@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from adapters.collector_tokens import CollectorTokens
 from adapters.docker.runtimes import BUSYBOX
@@ -30,6 +29,8 @@ from domain.ports import LaunchRequest
 from domain.runtimes import pin_of
 from domain.telemetry import MemberScope
 from tests.fixtures.docker import make_request
+from tests.support.context import FakeClock
+from tests.support.signing import OneKey
 
 pytestmark = pytest.mark.unit
 
@@ -194,24 +195,8 @@ def test_a_collector_that_does_not_start_never_stops_the_training(tmp_path: Path
     assert "stopped before it shipped everything" in log and "/nonexistent/tp" in log
 
 
-class Keys:
-    def __init__(self) -> None:
-        self.key = Ed25519PrivateKey.generate()
-
-    async def current(self, now: datetime) -> tuple[str, Ed25519PrivateKey]:
-        return "k1", self.key
-
-    async def public(self, kid: str) -> Ed25519PublicKey | None:
-        return self.key.public_key() if kid == "k1" else None
-
-
-class Clock:
-    def now(self) -> datetime:
-        return NOW
-
-
 async def test_each_member_file_carries_a_token_for_that_member_only(tmp_path: Path) -> None:
-    tokens = CollectorTokens(Keys())
+    tokens = CollectorTokens(OneKey())
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     c = collector(tmp_path)
@@ -220,7 +205,7 @@ async def test_each_member_file_carries_a_token_for_that_member_only(tmp_path: P
         tmp_path / "shared",
         collector=c,
         tokens=tokens,
-        clock=Clock(),
+        clock=FakeClock(NOW),
         token_lifetime_seconds=3600,
     )
     d = tmp_path / "shared" / "att"
