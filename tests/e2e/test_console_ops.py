@@ -1,7 +1,7 @@
 """The console's operator and live views in headless Chromium against a real `tp serve`: Fleet
 buttons (cordon with confirmation; none for members), a pending job's page following the job to
-its end by itself, a chart overlaying two attempts with the raw inspector reading each, and each
-member's own log.
+its end by itself, a chart overlaying two attempts with the raw inspector reading each, each
+member's own log, and a pool that takes no new work.
 Screenshots are saved under test-artifacts/console/<test>/ (fixtures: tests/fixtures/browser.py).
 """
 
@@ -215,6 +215,28 @@ async def test_the_job_page_shows_each_members_own_log(
     assert not await accessibility_violations(page)
     await page.get_by_label("Member").select_option("0")
     await expect(log).to_have_text("output of rank 0\n")
+
+
+async def test_the_fleet_page_says_why_a_pool_takes_no_new_work(
+    api_server: Servers, page: Page, screenshots: Path
+) -> None:
+    """A pool its backend does not report (a Slurm partition that does not exist): the capacity
+    sync's mark, written here through the real adapter, is on the Fleet page with its fix."""
+    reason = "Slurm has no partition bogus (partitions: debug); fix: create partition bogus"
+    engine = create_engine(api_server.env["TUNEPLANE_DATABASE_URL"])
+    try:
+        async with PostgresUnitOfWork(engine) as uow:
+            await uow.fleet.set_pool_unavailable("local", reason)
+            await uow.commit()
+    finally:
+        await engine.dispose()
+    await page.goto(api_server.url + "/console/#/fleet")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    pool = page.get_by_role("region", name="Pool local")
+    await expect(pool).to_contain_text(f"Takes no new work: {reason}")
+    await page.screenshot(path=screenshots / "01-unavailable.png", full_page=True)
+    assert not await accessibility_violations(page)
 
 
 async def test_a_refused_fleet_action_is_shown_with_the_apis_reason(

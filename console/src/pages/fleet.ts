@@ -25,6 +25,7 @@ interface Pool {
   gpus_total: number;
   gpus_used: number;
   nodes: FleetNode[];
+  unavailable?: string; // why it takes no new work (e.g. its Slurm partition does not exist)
 }
 interface NodeLink {
   node: string;
@@ -104,6 +105,7 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
       { "aria-labelledby": `pool-${pool.name}` },
       h("h2", { id: `pool-${pool.name}` }, `Pool ${pool.name}`, h("span", { class: "muted" }, ` (fleet ${pool.fleet})`)),
       h("p", {}, summary, pool.description ? ` — ${pool.description}` : ""),
+      pool.unavailable ? h("p", { class: "error", id: `pool-${pool.name}-unavailable` }, `Takes no new work: ${pool.unavailable}`) : "",
       pool.nodes.length
         ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows)
         : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
