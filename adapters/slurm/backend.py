@@ -28,7 +28,7 @@ import hashlib
 import os
 import shutil
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from adapters.slurm.capacity import capacity, unreported
@@ -47,6 +47,7 @@ from domain.runtimes import pin_of
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import TokenSigner
 
+NOT_SAID = "scancel or a Slurm operator"  # without accounting, Slurm does not record who
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -155,6 +156,8 @@ class SlurmBackend:
             except Unavailable as exc:
                 return Observation("unknown", reason=f"Slurm accounting does not answer: {exc}")
             source = "Slurm accounting"
+        elif jobs and jobs[0].state == "CANCELLED" and jobs[0].allocation_ended:
+            jobs[0] = await self._who_cancelled(h, jobs[0])
         if jobs is None:
             return Observation(
                 "unknown",
@@ -201,8 +204,22 @@ class SlurmBackend:
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
             reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
             if lead.state == "CANCELLED":  # a stop through TunePlane is recorded as one first
-                reason = ended_outside(f"scancel or a Slurm operator; {reason}")
+                who = f"scancel by {lead.cancelled_by}" if lead.cancelled_by else NOT_SAID
+                reason = ended_outside(f"{who}; {reason}")
         return Observation("exited", exit_code=code, reason=reason)
+
+    async def _who_cancelled(self, h: Handle, job: SlurmJob) -> SlurmJob:
+        """slurmctld does not say who cancelled a job; accounting does (``kill_request_user``,
+        what ``sacct`` shows as "CANCELLED by UID"). Asked only with accounting configured, for
+        a cancelled job whose allocation ended; an accounting error or a record not written yet
+        leaves it unsaid ("scancel or a Slurm operator")."""
+        if not self.accounting:
+            return job
+        with contextlib.suppress(Unavailable):
+            for record in await self.client.accounted(h.job_id) or []:
+                if record.job_id == job.job_id and record.cancelled_by:
+                    return replace(job, cancelled_by=record.cancelled_by)
+        return job
 
     async def stop(self, handle: str, grace_seconds: float) -> None:
         """Cancel the attempt's Slurm job (every member: one allocation). Slurm signals the

@@ -98,6 +98,7 @@ class SlurmJob:
     partition: str
     het_job_id: int = 0
     het_job_offset: int = 0
+    cancelled_by: str = ""  # accounting's ``kill_request_user`` (who ran scancel), if known
 
     @property
     def allocation_ended(self) -> bool:
@@ -280,6 +281,7 @@ class Dialect:
             partition=str(d.get("partition") or ""),
             het_job_id=number(het.get("job_id")) or 0,
             het_job_offset=number(het.get("job_offset")) or 0,
+            cancelled_by=str(d.get("kill_request_user") or ""),
         )
 
     def partition(self, d: Mapping[str, Any]) -> SlurmPartition:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import pwd
 import shlex
 import subprocess
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from adapters.docker.runtimes import BUSYBOX
+from adapters.slurm.backend import Handle as SlurmHandle
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
 from domain.catalog import Resources
@@ -156,9 +159,36 @@ async def test_a_forgotten_job_is_reconciled_from_accounting(
         assert (obs.status, obs.exit_code) == ("exited", 0), obs
         obs = await backend.observe(bad)
         assert (obs.status, obs.exit_code) == ("exited", 3), obs
-        assert "Slurm accounting reports" in obs.reason and "FAILED" in obs.reason
+        # known from accounting (without it: unknown, above), in every backend's words: the
+        # task's own exit status is still in the attempt's directory
+        assert obs.reason == "exited with code 3", obs
     finally:
         await backend.close()
+
+
+async def test_a_job_cancelled_outside_names_who_from_accounting(
+    accounted_cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    """slurmctld does not say who ran scancel; accounting does (kill_request_user), and the
+    member's reason names them. Without accounting it says it cannot tell who."""
+    counted = backend_for(accounted_cluster, tmp_path / "shared", accounting=True)
+    plain = backend_for(accounted_cluster, tmp_path / "shared")
+    try:
+        handle = await counted.launch(await request(counted, "sleep 600"))
+        await until(counted, handle, "running")
+        slurm_id = str(SlurmHandle.parse(handle).job_id)  # type: ignore[union-attr]
+        env = accounted_cluster.env()
+        await asyncio.to_thread(subprocess.run, ["scancel", slurm_id], env=env, check=True)
+        obs = await until(counted, handle, "exited")
+        user = pwd.getpwuid(os.getuid()).pw_name
+        assert obs.reason.startswith(f"cancelled outside TunePlane: scancel by {user}; "), obs
+        said = await plain.observe(handle)
+        assert said.reason.startswith(
+            "cancelled outside TunePlane: scancel or a Slurm operator; "
+        ), said
+    finally:
+        await counted.close()
+        await plain.close()
 
 
 async def test_roles_on_two_partitions_run_as_one_heterogeneous_job(

@@ -219,6 +219,7 @@ async def test_accounting_of_a_forgotten_job(tmp_path: Path) -> None:
     )
     [job] = await client.accounted(1) or []
     assert (job.job_id, job.state, job.exit_code, job.allocation_ended) == (1, "FAILED", 0, True)
+    assert job.cancelled_by == ""  # kill_request_user: null (nobody cancelled it)
     assert await client.accounted(999999) is None  # "Nothing found": no record
 
     from adapters.slurm.backend import Handle, SlurmBackend
