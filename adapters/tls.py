@@ -1,7 +1,7 @@
 """TLS for the gRPC gateways: a development PKI and the ``ssl`` contexts for grpclib.
 
 The node control and telemetry gateways serve TLS only; clients always verify the server
-certificate against a configured CA and check its name (DESIGN.md "Identity"). For local use
+certificate against a configured CA and check its name (docs/tls.md). For local use
 ``ensure_dev_pki`` creates a private CA and a server certificate under ``<state>/pki/``;
 production supplies its own files (docs/tls.md). Keys are ECDSA P-256, written 0600.
 

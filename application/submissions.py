@@ -1,4 +1,4 @@
-"""Preview and commit: the idempotent submission protocol (see DESIGN.md)."""
+"""Preview and commit: the idempotent submission protocol (docs/architecture.md, "The submission path")."""
 
 from __future__ import annotations
 

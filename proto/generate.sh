@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Generate the Python code for proto/*.proto (committed; see docs/tls.md and DESIGN.md "Layout").
+# Generate the Python code for proto/*.proto (committed; see docs/tls.md and docs/architecture.md).
 #   bash proto/generate.sh          regenerate proto/*_pb2.py, *_pb2.pyi and *_grpc.py in place
 #   bash proto/generate.sh --check  regenerate into a temporary directory and fail if the
 #                                   committed files differ (CI runs this)

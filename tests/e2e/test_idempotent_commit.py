@@ -1,6 +1,6 @@
 """Idempotent submission under concurrency, through two real API processes on one PostgreSQL.
 
-DESIGN.md: the same (preview id, digest, retry key) returns the same receipt however often and
+docs/architecture.md ("The submission path"): the same (preview id, digest, retry key) returns the same receipt however often and
 however concurrently; the same retry key with another preview is refused (422); a stale or expired
 preview is refused and no job is made.
 """
