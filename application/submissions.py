@@ -1,4 +1,5 @@
-"""Preview and commit: the idempotent submission protocol (docs/architecture.md, "The submission path")."""
+"""Preview and commit: the idempotent submission protocol (docs/architecture.md, "The
+submission path")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Idempotent submission under concurrency, through two real API processes on one PostgreSQL.
 
-docs/architecture.md ("The submission path"): the same (preview id, digest, retry key) returns the same receipt however often and
-however concurrently; the same retry key with another preview is refused (422); a stale or expired
-preview is refused and no job is made.
+docs/architecture.md ("The submission path"): the same (preview id, digest, retry key) returns
+the same receipt however often and however concurrently; the same retry key with another
+preview is refused (422); a stale or expired preview is refused and no job is made.
 """
 
 from __future__ import annotations
