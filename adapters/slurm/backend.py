@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import os
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -33,7 +32,9 @@ from pathlib import Path
 
 from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
-from adapters.slurm.collector import CA_FILE, SlurmCollector, member_dir, member_file
+from adapters.slurm.collector import SlurmCollector
+from adapters.slurm.collector_files import CollectorFiles
+from adapters.slurm.files import read_from, write_whole
 from adapters.slurm.script import batch_script, job_name, job_parts, member_script, parse_comment
 from adapters.slurm.versions import SlurmJob, SlurmPartition
 from domain.capsule import StorageCapabilities, runner_failure
@@ -44,7 +45,6 @@ from domain.ports import Clock, LaunchRequest, Observation
 from domain.progress import ended_outside, exit_words
 from domain.requests import require_limits
 from domain.runtimes import pin_of
-from domain.telemetry import MemberScope
 from domain.telemetry_ports import TokenSigner
 
 NOT_SAID = "scancel or a Slurm operator"  # without accounting, Slurm does not record who
@@ -100,9 +100,11 @@ class SlurmBackend:
         self.gres_name = gres_name
         # metrics: a collector per member with its member-scoped token (docs/slurm.md)
         self.collector = collector if tokens is not None and clock is not None else None
-        self.tokens = tokens
-        self.clock = clock
-        self.token_lifetime_seconds = token_lifetime_seconds
+        self._collector_files = (
+            CollectorFiles(collector, tokens, clock, token_lifetime_seconds)
+            if collector is not None and tokens is not None and clock is not None
+            else None
+        )
         self._jobs: dict[str, int] = {}  # attempt id → Slurm job id
         self._locks: dict[str, asyncio.Lock] = {}
         self._partitions_seen: list[SlurmPartition] = []  # by the last capacity()
@@ -135,7 +137,8 @@ class SlurmBackend:
         async with lock:
             directory = self._dir(request.attempt_id)
             await asyncio.to_thread(self._note_member, directory, request)
-            await self._collector_files(directory, request)
+            if self._collector_files is not None:
+                await self._collector_files.write(directory, request)
             job_id = await self._find(request.attempt_id)
             if job_id is None:
                 job_id = await self._submit(request, directory)
@@ -245,14 +248,14 @@ class SlurmBackend:
         offsets = dict.fromkeys(files, 0)
         while True:
             for path in files:
-                chunk = await asyncio.to_thread(_read_from, path, offsets[path])
+                chunk = await asyncio.to_thread(read_from, path, offsets[path])
                 if chunk:
                     offsets[path] += len(chunk)
                     yield chunk
             if not follow or (await self.observe(handle)).status in ("exited", "missing"):
                 if follow:  # what was written between the last read and the exit
                     for path in files:
-                        chunk = await asyncio.to_thread(_read_from, path, offsets[path])
+                        chunk = await asyncio.to_thread(read_from, path, offsets[path])
                         if chunk:
                             yield chunk
                 return
@@ -298,43 +301,7 @@ class SlurmBackend:
 
     def _note_member(self, directory: Path, request: LaunchRequest) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        _write(directory / f"member-{request.member_index}.id", request.member_id.encode())
-
-    async def _collector_files(self, directory: Path, request: LaunchRequest) -> None:
-        """The member's collector file with its member-scoped token (0600 in a 0700
-        directory: readable by the jobs' Slurm user only), and the gateway's CA. Written once:
-        a repeated launch keeps the file the member may already have marked ended."""
-        c = self.collector
-        if c is None or self.tokens is None or self.clock is None:
-            return
-        path = directory / member_dir(request.member_index) / f"{request.member_id}.json"
-        if await asyncio.to_thread(path.exists):
-            return
-        scope = MemberScope(
-            request.job_id, request.attempt_id, request.member_id, request.member_index
-        )
-        token = await self.tokens.issue(scope, self.clock.now(), self.token_lifetime_seconds)
-        metrics = str(directory / f"metrics-{request.member_index}")
-        text = member_file(
-            request.job_id, request.attempt_id, request.member_id, request.member_index,
-            token, metrics,
-        )  # fmt: skip
-        await asyncio.to_thread(self._write_collector, directory, path, text, c.ca)
-
-    @staticmethod
-    def _write_collector(directory: Path, path: Path, text: str, ca: str) -> None:
-        try:
-            pem = Path(ca).read_bytes()
-        except OSError as exc:
-            raise Unavailable(
-                f"the telemetry gateway's CA {ca} cannot be read: {exc.strerror}",
-                fix="point TUNEPLANE_SLURM_TELEMETRY_CA at the CA (PEM) that signed the"
-                " telemetry gateway's certificate",
-            ) from None
-        _write(directory / CA_FILE, pem)
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        path.parent.chmod(0o700)
-        _write(path, text.encode(), mode=0o600)
+        write_whole(directory / f"member-{request.member_index}.id", request.member_id.encode())
 
     def _members(self, attempt_id: str) -> dict[int, str]:
         directory = self._dir(attempt_id)
@@ -353,7 +320,7 @@ class SlurmBackend:
         directory = self._dir(h.attempt_id)
         if not directory.is_dir():
             return
-        _write(directory / f"released-{h.rank}", b"")
+        write_whole(directory / f"released-{h.rank}", b"")
         ranks = self._members(h.attempt_id)
         if all((directory / f"released-{r}").exists() for r in ranks):
             shutil.rmtree(directory, ignore_errors=True)
@@ -418,7 +385,9 @@ class SlurmBackend:
                 field="intent.profiles",
             )
         self._jobs[request.attempt_id] = result.job_id
-        await asyncio.to_thread(_write, directory / "slurm-job-id", str(result.job_id).encode())
+        await asyncio.to_thread(
+            write_whole, directory / "slurm-job-id", str(result.job_id).encode()
+        )
         return result.job_id
 
     def _stage(self, request: LaunchRequest, directory: Path, member: str) -> None:
@@ -431,24 +400,7 @@ class SlurmBackend:
                 raise InvalidInput(
                     f"the Job Capsule's bytes hash to {got}, not the committed {spec.capsule.blob}"
                 )
-            _write(directory / "capsule.tar", request.capsule)
+            write_whole(directory / "capsule.tar", request.capsule)
         elif request.source is not None:
-            _write(directory / "source.tar.gz", request.source)
-        _write(directory / "member.sh", member.encode(), mode=0o755)
-
-
-def _write(path: Path, data: bytes, mode: int = 0o644) -> None:
-    """Whole or not at all: written beside, then renamed into place."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    tmp.chmod(mode)
-    tmp.replace(path)
-
-
-def _read_from(path: Path, offset: int) -> bytes:
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            return f.read()
-    except FileNotFoundError:
-        return b""
+            write_whole(directory / "source.tar.gz", request.source)
+        write_whole(directory / "member.sh", member.encode(), mode=0o755)

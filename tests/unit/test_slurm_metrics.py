@@ -21,8 +21,8 @@ import pytest
 
 from adapters.collector_tokens import CollectorTokens
 from adapters.docker.runtimes import BUSYBOX
-from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.collector import SlurmCollector, member_file
+from adapters.slurm.collector_files import CollectorFiles
 from adapters.slurm.script import member_script
 from domain.errors import Unavailable
 from domain.ports import LaunchRequest
@@ -103,7 +103,7 @@ def run_member(
 
 
 def put_member_file(d: Path, req: LaunchRequest) -> Path:
-    """What the control plane writes at the member's launch (SlurmBackend._collector_files)."""
+    """What the control plane writes at the member's launch (CollectorFiles.write)."""
     folder = d / f"collector-{req.member_index}"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / f"{req.member_id}.json"
@@ -200,20 +200,13 @@ async def test_each_member_file_carries_a_token_for_that_member_only(tmp_path: P
     ca = tmp_path / "ca.pem"
     ca.write_text("-----BEGIN CERTIFICATE-----\n")
     c = collector(tmp_path)
-    backend = SlurmBackend(
-        None,  # type: ignore[arg-type]  # no call to Slurm here
-        tmp_path / "shared",
-        collector=c,
-        tokens=tokens,
-        clock=FakeClock(NOW),
-        token_lifetime_seconds=3600,
-    )
+    files = CollectorFiles(c, tokens, FakeClock(NOW), 3600)
     d = tmp_path / "shared" / "att"
     d.mkdir(parents=True)
     scopes = []
     for index in (0, 1):
         req = request("true", index)
-        await backend._collector_files(d, req)
+        await files.write(d, req)
         path = d / f"collector-{index}" / f"{req.member_id}.json"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
@@ -224,13 +217,13 @@ async def test_each_member_file_carries_a_token_for_that_member_only(tmp_path: P
         scopes.append(claims.scope)
         # a repeated launch keeps the file (the member may have marked it ended)
         path.write_text(path.read_text().replace('"ended": false', '"ended": true'))
-        await backend._collector_files(d, req)
+        await files.write(d, req)
         assert json.loads(path.read_text())["ended"] is True
     assert scopes[0] != scopes[1]
     assert (d / "collector-ca.pem").read_text() == ca.read_text()
     ca.unlink()
     with pytest.raises(Unavailable, match=r"CA .* cannot be read") as caught:
-        await backend._collector_files(d, request("true", 2))
+        await files.write(d, request("true", 2))
     assert "TUNEPLANE_SLURM_TELEMETRY_CA" in (caught.value.fix or "")
     assert not (d / "collector-2").exists() or not any((d / "collector-2").iterdir())
 
