@@ -19,15 +19,9 @@ seed:
 * per message, both ways: reset the stream after it, lose it (with its stream: TCP does not lose
   one message and go on), or deliver it twice.
 
-After every step (``check``):
-
-* ``ended-on-proof``: no member is recorded ended while its container runs on any machine,
-  unless its node was fenced (an operator's explicit decision);
-* ``held-until-known``: no attempt's reservation is released while one of its members still
-  runs on any machine (again unless fenced);
-* ``launched-once``: no member's container is ever started twice, on any machine;
-* ``one-session``: a node's live session is never taken over: a second session for a node is
-  opened only once the first has ended (its stream closed, or cut off for silence).
+After every step the safety invariants of ``adapters/sim/nemesis_checks.py`` are checked (no
+member ended while its container runs, no reservation released while a member runs, no member
+started twice, no live session taken over).
 
 ``finish`` then heals every fault and checks liveness: every job ends and every reservation is
 released. Nodes an impostor held are fenced first, as an operator would after the security event
@@ -47,6 +41,7 @@ from typing import Any
 
 from adapters.memory.journal import MemoryJournal
 from adapters.sim.faults import Crash, CrashKind, CrashPlan, CrashPoint, crashing
+from adapters.sim.nemesis_checks import NemesisViolation, safety_violations, still_open
 from adapters.sim.node_runtime import SimRuntime
 from adapters.sim.nodes import SimNode, SimNodeFleet
 from application import jobs
@@ -59,15 +54,7 @@ from application.reconcile import fence_node
 from application.supervisor import Supervisor
 from domain.auth import Principal
 from domain.errors import TunePlaneError
-from domain.lifecycle import JOB_FINAL, MEMBER_FINAL, JobState
-
-NEMESIS_INVARIANTS: dict[str, str] = {
-    "ended-on-proof": "no member is recorded ended while its container runs",
-    "held-until-known": "no reservation is released while a member of its attempt runs",
-    "launched-once": "no member is started twice",
-    "one-session": "a node's live session is never taken over by a second one",
-    "liveness": "once every fault healed, every job ends and every reservation is released",
-}
+from domain.lifecycle import JobState
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +76,6 @@ class NemesisRates:
     reset: float = 0.02
     drop: float = 0.02
     duplicate: float = 0.03
-
-
-@dataclass(frozen=True, slots=True)
-class NemesisViolation:
-    invariant: str
-    step: int
-    detail: str
-
-    def __str__(self) -> str:
-        return (
-            f"step {self.step}: {self.invariant} ({NEMESIS_INVARIANTS[self.invariant]}): "
-            f"{self.detail}"
-        )
 
 
 class SkewedClock:
@@ -436,59 +410,12 @@ class Nemesis:
     def _violate(self, invariant: str, detail: str) -> None:
         self.violations.append(NemesisViolation(invariant, self.step_no, detail))
 
-    def _running(self) -> dict[str, int]:
-        """member id → running containers of it, on every machine."""
-        out: dict[str, int] = {}
-        for rt in self._runtimes():
-            for c in rt.running():
-                out[c.order.ref.member_id] = out.get(c.order.ref.member_id, 0) + 1
-        return out
-
     async def _check(self) -> None:
-        running = self._running()
-        async with self.ctx.uow() as uow:
-            epochs = {name: await uow.links.epoch(name) for name in self.machines}
-            for job_id in self.jobs:
-                for attempt in await uow.attempts.for_job(job_id):
-                    members = await uow.members.for_attempt(attempt.id)
-                    live = await uow.reservations.get(attempt.id) is not None
-                    if live:
-                        self.reserved.add(attempt.id)
-                    # members placed before their node was declared lost (fenced)
-                    fenced = {
-                        ml.member_id
-                        for ml in await uow.launches.members(attempt.id)
-                        if ml.epoch < epochs[ml.node]
-                    }
-                    for mem in members:
-                        if mem.id not in running or mem.id in fenced:
-                            continue
-                        if mem.state in MEMBER_FINAL:
-                            self._violate(
-                                "ended-on-proof",
-                                f"member {mem.id} (job {job_id}, node {mem.node}) is recorded "
-                                f"{mem.state} ({mem.reason!r}) while its container runs",
-                            )
-                        if not live and attempt.id in self.reserved:
-                            self._violate(
-                                "held-until-known",
-                                f"attempt {attempt.id} (job {job_id}) released its reservation "
-                                f"while member {mem.id} runs on node {mem.node}",
-                            )
-        for rt in self._runtimes():
-            for member, n in rt.starts.items():
-                if n > 1:
-                    self._violate("launched-once", f"member {member} started {n} times")
-        twice = [m for m, n in self._total_starts().items() if n > 1]
-        for member in twice:
-            self._violate("launched-once", f"member {member} started on two machines")
-
-    def _total_starts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for rt in self._runtimes():
-            for member in rt.starts:
-                out[member] = out.get(member, 0) + 1
-        return out
+        found = await safety_violations(
+            self.ctx, self.jobs, list(self.machines), self._runtimes(), self.reserved
+        )
+        for invariant, detail in found:
+            self._violate(invariant, detail)
 
     # -- the end ----------------------------------------------------------------------------
 
@@ -512,18 +439,12 @@ class Nemesis:
             await self.step()
             if await self._settled():
                 break
-        async with self.ctx.uow() as uow:
-            unfinished = [
-                f"{j.id} ({j.state}: {j.reason})"
-                for jid in self.jobs
-                if (j := await uow.jobs.get(jid)) is not None and j.state not in JOB_FINAL
-            ]
-            live = await uow.reservations.live()
+        unfinished, live = await still_open(self.ctx, self.jobs)
         if unfinished or live:
             self._violate(
                 "liveness",
                 f"after {max_steps} healed steps: unfinished jobs {unfinished}, "
-                f"live reservations {[r.attempt_id for r in live]}",
+                f"live reservations {live}",
             )
 
     async def _cancel_pending(self) -> None:
@@ -538,9 +459,5 @@ class Nemesis:
                 await jobs.cancel_job(self.ctx, self.owner, jid)
 
     async def _settled(self) -> bool:
-        async with self.ctx.uow() as uow:
-            for jid in self.jobs:
-                j = await uow.jobs.get(jid)
-                if j is not None and j.state not in JOB_FINAL:
-                    return False
-            return not await uow.reservations.live()
+        unfinished, live = await still_open(self.ctx, self.jobs)
+        return not unfinished and not live
