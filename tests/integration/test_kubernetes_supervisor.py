@@ -102,7 +102,9 @@ async def test_a_job_is_admitted_by_kueue_runs_and_succeeds(rig: Rig) -> None:
     assert rig.api.all("configmaps", NS) == []
 
 
-async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None:
+async def running_job(rig: Rig) -> tuple[str, Supervisor, str, str]:
+    """A submitted one-member job, admitted by Kueue, its pod running and the supervisor told:
+    (job id, supervisor, member handle, Kubernetes Job name)."""
     job_id = await submit(rig.ctx)
     sup = Supervisor(rig.ctx)
     await sup.tick()
@@ -112,6 +114,11 @@ async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None
     rig.controllers.pods(name, 1)
     await until(rig.backend, handle, "running")
     await sup.tick()
+    return job_id, sup, handle, name
+
+
+async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None:
+    job_id, sup, handle, name = await running_job(rig)
     workload = rig.api.all("workloads", NS)[0]["metadata"]["name"]
     evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "for job-x"}
     rig.api.merge("workloads", NS, workload, {"status": {"conditions": [evicted]}})
@@ -126,15 +133,7 @@ async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None
 async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped(
     rig: Rig,
 ) -> None:
-    job_id = await submit(rig.ctx)
-    sup = Supervisor(rig.ctx)
-    await sup.tick()
-    handle = await handle_of(rig.ctx, job_id)
-    name = Handle.parse(handle).name
-    rig.controllers.admit(name)
-    rig.controllers.pods(name, 1)
-    await until(rig.backend, handle, "running")
-    await sup.tick()
+    job_id, sup, handle, name = await running_job(rig)
     await jobs.cancel_job(rig.ctx, ALICE, job_id)
     await sup.tick()  # asks the backend to stop: the Job is deleted in the foreground
     await until(rig.backend, handle, "missing")
@@ -150,15 +149,7 @@ async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped
 async def test_a_job_deleted_outside_tuneplane_fails_with_that_reason(rig: Rig) -> None:
     """Issue 19, item 6: `kubectl delete job` behind TunePlane's back ends the job `failed`,
     saying so in the reason every backend gives such an end (a `tp job stop` is `cancelled`)."""
-    job_id = await submit(rig.ctx)
-    sup = Supervisor(rig.ctx)
-    await sup.tick()
-    handle = await handle_of(rig.ctx, job_id)
-    name = Handle.parse(handle).name
-    rig.controllers.admit(name)
-    rig.controllers.pods(name, 1)
-    await until(rig.backend, handle, "running")
-    await sup.tick()
+    job_id, sup, handle, name = await running_job(rig)
     rig.api.remove("jobs", NS, name)  # kubectl delete job (its pods go with it)
     await until(rig.backend, handle, "missing")
     await sup.tick()
