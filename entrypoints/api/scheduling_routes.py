@@ -89,7 +89,7 @@ async def preview_wait(preview_id: str, state: State, principal: Principal) -> W
 @post(
     "/v1/nodes/{name:str}/lost",
     status_code=200,
-    responses=responses(400, 401, 403, 404, 422),
+    responses=responses(400, 401, 403, 404, 409, 422),  # 409: lost a race five times
     summary="Declare a node lost: fence it and fail its unfinished members (operator)",
 )
 async def node_lost(name: str, data: ReasonIn, state: State, principal: Principal) -> NodeLostOut:

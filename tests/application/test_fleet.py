@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from application import fleet, submissions
+from application import fleet, reconcile, submissions
 from application.context import Context
 from application.scheduler import Scheduler
 from domain.auth import Principal, Role
@@ -129,3 +131,51 @@ async def test_profiles_named_and_implicit(ctx: Context) -> None:
     )
     resolved = await fleet.resolve_profiles(ctx, ["small"])
     assert (resolved.backend, resolved.roles[0].pool) == ("local", "local")
+
+
+async def test_a_fence_that_loses_a_race_with_a_member_update_is_tried_again(
+    ctx: Context,
+) -> None:
+    """The supervisor records a member's report while an operator declares its node lost: the
+    fence's transaction loses the race (Conflict) and is tried again, never refused (the API
+    fuzz test got a 409 from POST /v1/nodes/{node}/lost)."""
+    intent = an_intent(profiles=("h200:8",))
+    preview = await submissions.create_preview(ctx, ALICE, intent)
+    await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    assert (await Scheduler(ctx).pass_once()).reserved
+    [node] = [n.node.name for p in await fleet.list_fleet(ctx) for n in p.nodes if n.members]
+    real_uow, races = ctx.uow, [1]
+
+    class RacingMembers:  # the first update meets a concurrent change of the member
+        def __init__(self, members: Any) -> None:
+            self._members = members
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._members, name)
+
+        async def update(self, *args: Any) -> None:
+            if races:
+                races.pop()
+                raise Conflict("update member: lost a race with a concurrent transaction")
+            await self._members.update(*args)
+
+    class RacingUow:
+        def __init__(self) -> None:
+            self._uow = real_uow()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._uow, name)
+
+        async def __aenter__(self) -> Any:
+            uow = await self._uow.__aenter__()
+            uow.members = RacingMembers(uow.members)
+            return uow
+
+        async def __aexit__(self, *exc: object) -> None:
+            await self._uow.__aexit__(*exc)
+
+    racing = dataclasses.replace(ctx, uow=RacingUow)
+    assert await reconcile.fence_node(racing, node, "node lost: the operator says so") == 1
+    assert not races  # the race happened, and the second try won
+    lost = [n.node for p in await fleet.list_fleet(ctx) for n in p.nodes if n.node.name == node]
+    assert lost[0].connectivity is Connectivity.LOST
