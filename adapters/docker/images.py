@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -24,13 +25,14 @@ import aiodocker
 import aiohttp
 from yarl import URL
 
-from adapters.docker import rootfs
+from adapters.docker import image_archive, pip_layer, rootfs
 from adapters.docker.engine import EngineError, connect, engine_errors, resolve_host
 from adapters.docker.runtimes import LOCAL_RUNTIMES, RECIPES, Recipe
+from domain.canonical import digest as content_digest
 from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput, TunePlaneError, Unavailable
 
-CHUNK = 1 << 20
+IMAGE_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _LONG = aiohttp.ClientTimeout(total=None, sock_read=600, sock_connect=10)
 
 
@@ -98,10 +100,12 @@ async def build_runtime(
             report(BuildProgress(name, "exists", f"{spec.image} is already built ({existing})"))
             return existing
         tar, size = await _rootfs(name, recipe, cache_dir or default_cache_dir(), force, report)
-        await _import(docker, host, spec, recipe, tar, size, report)
+        expected = await _load(docker, host, spec, recipe, tar, size, report)
         image_id = await _image_id(docker, host, spec.image)
-        if image_id is None:
-            raise BuildFailed(f"the engine accepted {tar} but shows no {spec.image}")
+        if image_id != expected:
+            raise BuildFailed(
+                f"the engine loaded {tar}, but {spec.image} is {image_id}, not {expected}"
+            )
         report(BuildProgress(name, "done", f"{spec.image} {image_id}"))
         return image_id
     finally:
@@ -128,27 +132,42 @@ async def _rootfs(
     def say(stage: str, line: str, size: int = 0) -> None:
         loop.call_soon_threadsafe(report, BuildProgress(name, stage, line, size))
 
+    lock = pip_layer.lock_path(name) if recipe.pip else None
+
     def make() -> tuple[Path, int]:
         cache.mkdir(parents=True, exist_ok=True)
-        out = cache / f"{name}-rootfs-r{recipe.version}.tar"
+        out = cache / rootfs_name(name, recipe)
         if out.exists() and not force:
             say("cached", f"root file system {out}", out.stat().st_size)
         elif recipe.kind == "busybox":
             rootfs.busybox_rootfs(out, lambda line: say("rootfs", line))
         else:
-            rootfs.debootstrap_rootfs(out, recipe, lambda line: say("rootfs", line))
+            rootfs.debootstrap_rootfs(out, recipe, lambda line: say("rootfs", line), lock)
         return out, out.stat().st_size
 
     try:
         return await asyncio.to_thread(make)
-    except (rootfs.RootfsError, OSError, subprocess.CalledProcessError) as exc:
+    except (rootfs.RootfsError, pip_layer.LockError, OSError, subprocess.CalledProcessError) as exc:
         raise BuildFailed(
             f"cannot make the {name} root file system: {exc}",
             fix=f"run `bash deploy/images/build.sh {name}` as root (it installs the tools)",
         ) from None
 
 
-async def _import(
+def inputs_key(name: str, recipe: Recipe) -> str:
+    """What a runtime is made from, as 12 hex digits: the recipe and its lock's contents."""
+    parts: dict[str, object] = {"name": name, "recipe": dataclasses.asdict(recipe)}
+    if recipe.pip:
+        parts["lock"] = pip_layer.lock_digest(pip_layer.lock_path(name))
+    return content_digest(parts).removeprefix("sha256:")[:12]
+
+
+def rootfs_name(name: str, recipe: Recipe) -> str:
+    """The cached root file system's file name: a new recipe or lock is a new file."""
+    return f"{name}-rootfs-{inputs_key(name, recipe)}.tar"
+
+
+async def _load(
     docker: aiodocker.Docker,
     host: str,
     spec: RuntimeSpec,
@@ -156,30 +175,25 @@ async def _import(
     tar: Path,
     total: int,
     report: Progress,
-) -> None:
-    changes = [
-        "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "WORKDIR /workspace",
-        'CMD ["/bin/sh"]',
-        f"LABEL tuneplane.runtime={spec.name}",  # one per line: Podman reads one pair only
-        f"LABEL tuneplane.recipe={recipe.version}",
-    ]
-    # The tag goes inside ``repo``: Docker accepts both forms, Podman 4 ignores ``tag``.
-    query = [("fromSrc", "-"), ("repo", spec.image)] + [("changes", c) for c in changes]
+) -> str:
+    """Load the image as a ``docker save`` archive of ``tar`` (image_archive.py); its id."""
+    layer = await asyncio.to_thread(image_archive.file_digest, tar)
+    labels = {"tuneplane.runtime": spec.name, "tuneplane.recipe": recipe.version,
+              "tuneplane.inputs": inputs_key(spec.name, recipe)}  # fmt: skip
+    archive = image_archive.image_archive(tar, layer, spec.image, labels, [IMAGE_PATH])
+
+    def sent(done: int) -> None:
+        report(BuildProgress(spec.name, "import", spec.image, done, total))
 
     async def body() -> AsyncIterator[bytes]:
-        sent = 0
-        with tar.open("rb") as f:
-            while chunk := f.read(CHUNK):
-                sent += len(chunk)
-                report(BuildProgress(spec.name, "import", spec.image, sent, total))
-                yield chunk
+        for chunk in image_archive.chunks(archive, sent):
+            yield chunk
 
     report(BuildProgress(spec.name, "import", spec.image, 0, total))
     try:
         with engine_errors(host):
             async with docker._query(
-                URL("images/create").with_query(query),
+                URL("images/load").with_query([("quiet", "1")]),
                 "POST",
                 data=body(),
                 headers={"Content-Type": "application/x-tar"},
@@ -187,11 +201,12 @@ async def _import(
             ) as resp:
                 text = (await resp.read()).decode(errors="replace")
     except EngineError as exc:
-        raise BuildFailed(f"the engine refused the import of {tar}: {exc.message}") from None
+        raise BuildFailed(f"the engine refused to load {tar}: {exc.message}") from None
     for line in text.splitlines():
         msg = json.loads(line) if line.strip().startswith("{") else {}
         if msg.get("error"):
-            raise BuildFailed(f"the engine failed to import {tar}: {msg['error']}")
+            raise BuildFailed(f"the engine failed to load {tar}: {msg['error']}")
+    return archive.image_id
 
 
 def _printer(stream: TextIO = sys.stderr) -> Progress:

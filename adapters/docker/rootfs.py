@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from adapters.docker import pip_layer
 from adapters.docker.runtimes import Recipe
 
 Say = Callable[[str], None]
@@ -146,7 +147,8 @@ def apt_mirror(suite: str, etc: Path = Path("/etc/apt")) -> str:
     )
 
 
-def debootstrap_rootfs(out: Path, recipe: Recipe, say: Say) -> None:
+def debootstrap_rootfs(out: Path, recipe: Recipe, say: Say, lock: Path | None = None) -> None:
+    """debootstrap ``recipe`` (and install the pip ``lock`` into it), tidy, tar to ``out``."""
     if os.geteuid() != 0:
         raise RootfsError("debootstrap needs root: run the build as root")
     tool = shutil.which("debootstrap") or next(
@@ -163,17 +165,27 @@ def debootstrap_rootfs(out: Path, recipe: Recipe, say: Say) -> None:
     say(" ".join(cmd))
     try:
         _stream(cmd, say)
+        if lock is not None:
+            pip_layer.install(work, lock, say)
         _tidy(work)
-        tmp = out.with_suffix(".partial")
-        excludes = [f"--exclude=./{d}/*" for d in ("dev", "proc", "sys", "tmp", "run")]
         say(f"tar {work} -> {out.name}")
-        subprocess.run(
-            ["tar", "--numeric-owner", "-C", str(work), "-cf", str(tmp), *excludes, "."],
-            check=True,
-        )
-        tmp.replace(out)
+        reproducible_tar(work, out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def reproducible_tar(tree: Path, out: Path) -> None:
+    """Tar ``tree`` so that the same files give the same bytes: names sorted, one fixed
+    mtime, numeric owners, no access or change times (GNU format); the directories an engine
+    mounts over (dev, proc, sys, run) and tmp kept empty."""
+    tmp = out.with_suffix(".partial")
+    excludes = [f"--exclude=./{d}/*" for d in ("dev", "proc", "sys", "tmp", "run")]
+    subprocess.run(
+        ["tar", "--sort=name", f"--mtime=@{MTIME}", "--numeric-owner", "--format=gnu",
+         "-C", str(tree), "-cf", str(tmp), *excludes, "."],
+        check=True,
+    )  # fmt: skip
+    tmp.replace(out)
 
 
 def _stream(cmd: list[str], say: Say) -> None:
@@ -191,13 +203,28 @@ def _stream(cmd: list[str], say: Say) -> None:
 
 
 def _tidy(root: Path) -> None:
-    """Make the tree a container image: `python`, /workspace, no package caches."""
+    """Make the tree a container image (`python`, /workspace, no package caches) and drop what
+    differs between two runs of the same debootstrap: logs, backup copies, caches of the
+    moment, and the day of the build in /etc/shadow."""
     python = root / "usr/bin/python"
     if (root / "usr/bin/python3").exists() and not python.exists():
         python.symlink_to("python3")
     (root / "workspace").mkdir(mode=0o755, exist_ok=True)
-    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/*.log"):
+    for pattern in ("var/cache/apt/archives/*.deb", "var/lib/apt/lists/*", "var/log/**/*",
+                    "var/cache/apt/*.bin", "var/cache/debconf/*-old", "var/lib/dpkg/*-old",
+                    "var/cache/ldconfig/aux-cache", "etc/*-", "root/.cache/**/*"):  # fmt: skip
         for path in root.glob(pattern):
-            if path.is_file():
+            if path.is_file() or path.is_symlink():
                 path.unlink()
+    shadow = root / "etc/shadow"
+    if shadow.is_file():  # field 3: days since 1970 of the last password change
+        lines = [_fixed_day(line) for line in shadow.read_text().splitlines()]
+        shadow.write_text("".join(line + "\n" for line in lines))
     (root / "tmp").chmod(0o1777)
+
+
+def _fixed_day(line: str) -> str:
+    fields = line.split(":")
+    if len(fields) > 2 and fields[2].isdigit():
+        fields[2] = str(MTIME // 86400)
+    return ":".join(fields)

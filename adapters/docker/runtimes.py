@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adapters.docker.pip_layer import lock_path, read_lock
 from domain.catalog import RuntimeSpec
 
 BUSYBOX = RuntimeSpec(
@@ -44,7 +45,31 @@ PYTHON_TORCH = RuntimeSpec(
     frameworks={"torch": "1.13.0a0+gitunknown", "numpy": "1.24.2"},
 )
 
-LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (BUSYBOX, PYTHON, PYTHON_NUMPY, PYTHON_TORCH)
+# TRL's stack on the CPU build of PyTorch from PyPI; the versions are the lock file's
+# (adapters/docker/locks/pytorch-trl.txt), so what the contract declares is what is installed.
+TRL_PINS = ("torch==2.13.0", "trl==1.16.0", "transformers==5.10.4", "peft==0.21.2",
+            "accelerate==1.16.0", "datasets==5.2.0", "tensorboard==2.21.0")  # fmt: skip
+TRL_FRAMEWORKS = ("torch", "trl", "transformers", "peft", "accelerate", "datasets")
+
+
+def _locked(runtime: str, names: tuple[str, ...]) -> dict[str, str]:
+    versions = read_lock(lock_path(runtime))
+    return {name: versions[name] for name in names}
+
+
+PYTORCH_TRL = RuntimeSpec(
+    name="pytorch-trl",
+    image="localhost/tuneplane/runtime-pytorch-trl:1",
+    python="3.11",
+    process_model="torch-process-group",
+    description="Debian 12 with Python 3.11, PyTorch (CPU), transformers, TRL, PEFT, accelerate"
+    " and datasets from PyPI, at the versions of its lock file",
+    frameworks=_locked("pytorch-trl", TRL_FRAMEWORKS),
+)
+
+LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (
+    BUSYBOX, PYTHON, PYTHON_NUMPY, PYTHON_TORCH, PYTORCH_TRL
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +81,7 @@ class Recipe:
     version: str
     suite: str = ""
     include: tuple[str, ...] = ()
+    pip: tuple[str, ...] = ()  # top-level pins of a Python layer, locked in locks/<name>.txt
 
 
 RECIPES: dict[str, Recipe] = {
@@ -74,5 +100,12 @@ RECIPES: dict[str, Recipe] = {
         version="1",
         suite="bookworm",
         include=("python3-minimal", "python3-torch"),
+    ),
+    "pytorch-trl": Recipe(
+        kind="debootstrap",
+        version="1",
+        suite="bookworm",
+        include=("python3",),  # the whole standard library (importlib.metadata, sqlite3, …)
+        pip=TRL_PINS,
     ),
 }

@@ -48,12 +48,19 @@ async def test_admins_add_runtimes_and_everyone_lists_them(ctx: Context) -> None
     assert added.outcome == "created" and added.runtime.revision == 1
     assert (added.runtime.added_by, added.runtime.added_at) == ("admin", ctx.clock.now())
     listed = await runtimes.list_runtimes(ctx)
-    assert [r.name for r in listed] == ["busybox", "python", "python-numpy", "python-torch", "np"]
-    assert [r.builtin for r in listed] == [True, True, True, True, False]
+    assert [r.name for r in listed] == [
+        "busybox",
+        "python",
+        "python-numpy",
+        "python-torch",
+        "pytorch-trl",
+        "np",
+    ]
+    assert [r.builtin for r in listed] == [True, True, True, True, True, False]
     assert (await runtimes.find_runtime(ctx, "np")).frameworks == {"numpy": "1.26.4"}
     with pytest.raises(InvalidInput, match="unknown runtime 'nope'") as unknown:
         await runtimes.find_runtime(ctx, "nope")
-    assert "busybox, python, python-numpy, python-torch, np" in unknown.value.fix
+    assert "busybox, python, python-numpy, python-torch, pytorch-trl, np" in unknown.value.fix
 
 
 async def test_built_in_names_stay_built_in_and_re_adds_need_replace(ctx: Context) -> None:

@@ -15,9 +15,9 @@ import aiodocker
 import pytest
 
 from adapters.docker.backend import DockerBackend
-from adapters.docker.images import BuildProgress, build_runtime
+from adapters.docker.images import BuildProgress, build_runtime, rootfs_name
 from adapters.docker.rootfs import apt_mirror, is_static_elf
-from adapters.docker.runtimes import BUSYBOX, LOCAL_RUNTIMES, PYTHON
+from adapters.docker.runtimes import BUSYBOX, LOCAL_RUNTIMES, PYTHON, RECIPES
 from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput
 from tests.fixtures.docker import make_request, wait_for_status
@@ -38,10 +38,12 @@ async def run_to_exit(
 
 def test_local_runtimes_are_catalog_entries():
     names = [r.name for r in LOCAL_RUNTIMES]
-    assert names == ["busybox", "python", "python-numpy", "python-torch"]
+    assert names == ["busybox", "python", "python-numpy", "python-torch", "pytorch-trl"]
     assert BUSYBOX.image == "localhost/tuneplane/runtime-busybox:1" and BUSYBOX.python is None
     assert PYTHON.image == "localhost/tuneplane/runtime-python:3.11" and PYTHON.python == "3.11"
-    assert {r.process_model for r in LOCAL_RUNTIMES} == {"single-process"}
+    assert {r.name for r in LOCAL_RUNTIMES if r.process_model != "single-process"} == {
+        "pytorch-trl"
+    }
 
 
 async def test_busybox_image_runs_a_shell(docker_backend, docker_job_id):
@@ -83,7 +85,9 @@ async def test_forced_build_reports_progress_and_moves_the_tag(
     assert "rootfs" in stages
     imports = [p for p in seen if p.stage == "import"]
     assert (
-        imports[-1].done == imports[-1].total == (tmp_path / "busybox-rootfs-r1.tar").stat().st_size
+        imports[-1].done
+        == imports[-1].total
+        == (tmp_path / rootfs_name("busybox", RECIPES["busybox"])).stat().st_size
     )
     assert (await docker_backend.pin(BUSYBOX)).digest == image_id
 
