@@ -1,0 +1,135 @@
+"""The headline flow, for real: the TRL recipes go through every layer of `tp up` (the README's
+first command: control plane, private PostgreSQL, node gateway, a local node daemon running
+containers, the telemetry gateway and the node's collector). `tp new my-grpo --method trl/grpo`,
+`tp submit --preview`, `tp submit --commit FILE`, then admission, reservation, the Job Capsule,
+the runner's checks of the `pytorch-trl` runtime (built here: `deploy/images/build.sh
+pytorch-trl`), the training itself, every primary metric of the recipe through the collector at
+the steps TRL logged, the artifacts' manifests, and the console's charts."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.async_api import Page, expect
+
+from adapters.recipes import load_recipes
+from tests.e2e.test_up import CONSOLE, TOKEN, Up
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.docker import build_image
+from tests.integration.test_trl_recipes import RUNS, TINY
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+COMMIT = re.compile(r"tp submit --commit (\S+)")
+
+
+@pytest.fixture(scope="session")
+def trl_runtime(docker_host: str) -> str:
+    """The `pytorch-trl` runtime image, built as the README says; its image id."""
+    return build_image("pytorch-trl", docker_host)
+
+
+def sets(name: str) -> list[str]:
+    return [arg for k, v in {**TINY, **RUNS[name]}.items() for arg in ("--set", f"{k}={v}")]
+
+
+def primary(name: str) -> tuple[str, ...]:
+    (method,) = [m for m in load_recipes() if m.name == name]
+    return method.primary_metrics
+
+
+def trl_logs(log: str) -> list[dict[str, float]]:
+    """The dict TRL's trainer prints at each logging step (`{'loss': '0.5', …}`), in order."""
+    found = []
+    for line in log.splitlines():
+        if line.startswith("{'loss'"):
+            found.append({k: float(v) for k, v in ast.literal_eval(line).items()})
+    return found
+
+
+def collected(cli: Cli, job_id: str) -> dict[str, dict[str, Any]]:
+    summary = json.loads(cli("job", "metrics", job_id, "--all", "--json").stdout)["summary"]
+    return {s["tag"]: s for s in summary["series"] if s["source"] != "system"}
+
+
+async def wait_collected(cli: Cli, job_id: str, tags: tuple[str, ...], steps: int) -> dict:
+    """The series once every tag has its last step (the collector ships after the member's
+    end too: the spool drains on its own time)."""
+    for _ in range(240):
+        got = await asyncio.to_thread(collected, cli, job_id)
+        if all(t in got and got[t]["last_step"] >= steps for t in tags):
+            return got
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{job_id}: not every primary metric arrived: {sorted(got)}")
+
+
+@pytest.mark.timeout(1500)
+async def test_the_trl_recipes_train_through_tp_up_and_the_console_charts_them(
+    up: Up, trl_runtime: str, tmp_path: Path, page: Page, screenshots: Path
+) -> None:
+    printed = await asyncio.to_thread(up.start)
+    url, token = CONSOLE.search(printed), TOKEN.search(printed)
+    assert url and token, printed
+    cli = Cli(tmp_path, tmp_path)
+    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", token.group(1))
+    cli("init", str(tmp_path / "ws"))
+    cli.cwd = tmp_path / "ws"
+    methods = [line for line in cli("methods").stdout.splitlines() if line.startswith("trl/")]
+    assert len(methods) == 3 and not [m for m in methods if "not registered" in m], methods
+
+    # The README's example: preview, then commit the submission file.
+    cli("new", "my-grpo", "--method", "trl/grpo")
+    preview = cli("submit", "my-grpo", "--profile", "cpu:2", "--preview", *sets("trl/grpo"))
+    assert "pytorch-trl" in preview.stdout and "trl/grpo" in preview.stdout, preview.stdout
+    match = COMMIT.search(preview.stdout)
+    assert match, preview.stdout
+    jobs = {"trl/grpo": JOB_ID.search(cli("submit", "--commit", match.group(1)).stdout)}
+    for name in ("trl/sft", "trl/dpo"):
+        short = name.split("/")[1]
+        cli("new", short, "--method", name)
+        jobs[name] = JOB_ID.search(cli("submit", short, "--profile", "cpu:1", "--yes",
+                                       *sets(name)).stdout)  # fmt: skip
+    ids = {name: m.group(0) for name, m in jobs.items() if m}
+    assert len(ids) == 3, jobs
+
+    for name, job_id in ids.items():
+        job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 600)
+        logs = cli("job", "logs", job_id).stdout
+        assert job["state"] == "succeeded", logs[-4000:]
+        assert job["spec"]["runtime"]["name"] == "pytorch-trl"
+        assert job["spec"]["runtime"]["digest"] == trl_runtime
+        assert f"tuneplane-recipe: {name} done after 4 steps" in logs, logs[-3000:]
+        logged = trl_logs(logs)  # one per step: logging_steps=1, max_steps=4
+        assert len(logged) == 4, logs[-3000:]
+        got = await wait_collected(cli, job_id, primary(name), 4)
+        for tag in primary(name):  # every primary metric, at the steps TRL logged, same values
+            assert (got[tag]["first_step"], got[tag]["last_step"], got[tag]["count"]) == (
+                1, 4, 4), (name, tag, got[tag])  # fmt: skip
+            assert got[tag]["last_value"] == pytest.approx(
+                logged[-1][tag.removeprefix("train/")], rel=1e-3, abs=1e-6
+            ), (name, tag)
+        listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
+        [member] = listed["members"]
+        files = {f["path"] for f in member["files"]}
+        assert "report.json" in files and any(f.startswith("model/") for f in files), files
+        verified = cli("artifacts", "verify", job_id).stdout
+        assert f"{len(files)} files match manifest" in verified, verified
+
+    shown = cli("job", "metrics", ids["trl/grpo"]).stdout
+    assert all(tag in shown for tag in ("train/reward", "train/loss", "train/kl")), shown
+
+    await page.goto(url.group(1))
+    await page.get_by_label("API token").fill(token.group(1))
+    await page.get_by_label("API token").press("Enter")
+    await page.get_by_role("link", name="Jobs").click()
+    await page.get_by_role("link", name=ids["trl/grpo"]).click()
+    await expect(page.locator(".facts")).to_contain_text("succeeded")
+    for tag in ("train/reward", "train/loss", "train/kl"):
+        chart = page.get_by_role("img", name=f"Line chart of {tag} by step")
+        await expect(chart).to_be_visible(timeout=30_000)
+    await page.screenshot(path=screenshots / "grpo-charts.png", full_page=True)
