@@ -133,3 +133,42 @@ async def test_the_trl_recipes_train_through_tp_up_and_the_console_charts_them(
         chart = page.get_by_role("img", name=f"Line chart of {tag} by step")
         await expect(chart).to_be_visible(timeout=30_000)
     await page.screenshot(path=screenshots / "grpo-charts.png", full_page=True)
+
+
+@pytest.mark.timeout(900)
+async def test_trl_sft_trains_as_one_torch_process_group_across_two_node_daemons(
+    node_cluster_factory: Any, trl_runtime: str, tmp_path: Path
+) -> None:
+    """A 2-member gang: each member's container on its own node (host network); the recipe
+    relaunches itself under torchrun from TunePlane's rendezvous environment, and the two
+    processes train as one gloo process group on the CPU (the main process logs and saves)."""
+    cluster = await node_cluster_factory(2, cpus=1, memory_mb=3072)
+    cli = Cli(tmp_path, tmp_path)
+    cli("login", "--server", cluster.servers.url, "--token", cluster.servers.token)
+    cli("init", str(tmp_path / "ws"))
+    cli.cwd = tmp_path / "ws"
+    cli("new", "sft", "--method", "trl/sft")
+    out = cli("submit", "sft", "--profile", "nodes/cpu:2", "--yes", *sets("trl/sft"))
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 600)
+    logs = {i: cli("job", "logs", job_id, "--member", str(i)).stdout for i in (0, 1)}
+    assert job["state"] == "succeeded", logs
+    [attempt] = job["attempts"]
+    assert len({m["node"] for m in attempt["members"]}) == 2
+    for rank, log in logs.items():  # both relaunched under torchrun as one world of two
+        assert "tuneplane-recipe: " in log and "torch.distributed.run" in log, log[-3000:]
+        assert "--nnodes=2" in log and f"--node-rank={rank}" in log, log[-3000:]
+    assert "tuneplane-recipe: trl/sft done after 4 steps" in logs[0], logs[0][-3000:]
+    logged = trl_logs(logs[0])
+    # each member is its node's local process zero, so both print the log, with the same
+    # values: the trainer averages the loss and accuracy over the whole process group
+    assert len(logged) == 4 and trl_logs(logs[1]) == logged, (logged, trl_logs(logs[1]))
+    # 4 steps of 4 rows per process over 32 rows: one epoch with two processes (one alone
+    # would have seen half of it), so the data was split across one world of two
+    assert logged[-1]["epoch"] == 1.0, logged
+    got = await wait_collected(cli, job_id, primary("trl/sft"), 4)
+    assert {got[t]["member"] for t in primary("trl/sft")} == {0}
+    listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
+    files = {m["member"]: {f["path"] for f in m["files"]} for m in listed["members"]}
+    assert "report.json" in files[0] and any(f.startswith("model/") for f in files[0]), files
+    assert "files match manifest" in cli("artifacts", "verify", job_id).stdout
