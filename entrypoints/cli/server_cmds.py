@@ -68,14 +68,18 @@ def serve(
 
 
 def runtime_build(
-    name: Annotated[str, Parameter(help="runtime to build: busybox or python")],
+    name: Annotated[
+        str,
+        Parameter(help="busybox, python, python-numpy, python-torch or pytorch-trl"),
+    ],
     /,
     *,
     force: Annotated[bool, Parameter(help="rebuild even if the image exists")] = False,
 ) -> int:
     """Build a runtime image in the local container engine (DOCKER_HOST) from a root file
     system made on this machine: no registry is needed. `python` runs debootstrap (about a
-    minute the first time; the root file system is cached)."""
+    minute the first time; the root file system is cached); `pytorch-trl` adds the wheels of
+    its lock file (docs/runtimes.md). The same inputs give the same image id."""
     from entrypoints.runtime_build import build
 
     return build(name, force=force)

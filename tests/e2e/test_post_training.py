@@ -12,6 +12,7 @@ import ast
 import asyncio
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,15 @@ from tests.integration.test_trl_recipes import RUNS, TINY
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 COMMIT = re.compile(r"tp submit --commit (\S+)")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_command(start: str) -> list[str]:
+    """The README walk-through's command that starts with ``start`` (continued lines joined,
+    the comment dropped), as arguments after `tp`."""
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    (line,) = [line for line in text.splitlines() if line.startswith(start)]
+    return shlex.split(line.split("  #", 1)[0])[1:]
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +92,9 @@ async def test_the_trl_recipes_train_through_tp_up_and_the_console_charts_them(
     methods = [line for line in cli("methods").stdout.splitlines() if line.startswith("trl/")]
     assert len(methods) == 3 and not [m for m in methods if "not registered" in m], methods
 
-    # The README's example: preview, then commit the submission file.
-    cli("new", "my-grpo", "--method", "trl/grpo")
-    preview = cli("submit", "my-grpo", "--profile", "cpu:2", "--preview", *sets("trl/grpo"))
+    # The README's example, its own commands: preview, then commit the submission file.
+    cli(*readme_command("tp new my-grpo"))
+    preview = cli(*readme_command("tp submit my-grpo"))
     assert "pytorch-trl" in preview.stdout and "trl/grpo" in preview.stdout, preview.stdout
     match = COMMIT.search(preview.stdout)
     assert match, preview.stdout
@@ -97,19 +107,23 @@ async def test_the_trl_recipes_train_through_tp_up_and_the_console_charts_them(
     ids = {name: m.group(0) for name, m in jobs.items() if m}
     assert len(ids) == 3, jobs
 
+    given = dict(a.split("=", 1) for a in readme_command("tp submit my-grpo") if "=" in a)
+    steps = {"trl/grpo": int(given["max_steps"]), "trl/sft": 4, "trl/dpo": 4}
+    assert given["logging_steps"] == "1", given  # so TRL logs every step
     for name, job_id in ids.items():
+        n = steps[name]
         job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 600)
         logs = cli("job", "logs", job_id).stdout
         assert job["state"] == "succeeded", logs[-4000:]
         assert job["spec"]["runtime"]["name"] == "pytorch-trl"
         assert job["spec"]["runtime"]["digest"] == trl_runtime
-        assert f"tuneplane-recipe: {name} done after 4 steps" in logs, logs[-3000:]
-        logged = trl_logs(logs)  # one per step: logging_steps=1, max_steps=4
-        assert len(logged) == 4, logs[-3000:]
-        got = await wait_collected(cli, job_id, primary(name), 4)
+        assert f"tuneplane-recipe: {name} done after {n} steps" in logs, logs[-3000:]
+        logged = trl_logs(logs)  # one per step: logging_steps=1
+        assert len(logged) == n, logs[-3000:]
+        got = await wait_collected(cli, job_id, primary(name), n)
         for tag in primary(name):  # every primary metric, at the steps TRL logged, same values
             assert (got[tag]["first_step"], got[tag]["last_step"], got[tag]["count"]) == (
-                1, 4, 4), (name, tag, got[tag])  # fmt: skip
+                1, n, n), (name, tag, got[tag])  # fmt: skip
             assert got[tag]["last_value"] == pytest.approx(
                 logged[-1][tag.removeprefix("train/")], rel=1e-3, abs=1e-6
             ), (name, tag)
