@@ -236,22 +236,19 @@ def test_the_framework_is_in_the_digest_only_where_declared() -> None:
 
 
 async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -> None:
-    from application.runtimes import add_runtime
-    from domain.catalog import RuntimeSpec
-    from tests.support.context import ADMIN
+    from adapters.docker.runtimes import PYTORCH_TRL
 
-    image, digest = "registry.example/ml/trl:1.16", "sha256:" + "7" * 64
-    backend = MemoryBackend(images={image: digest}, storage=StorageCapabilities(capsule=True))
+    digest = "sha256:" + "7" * 64  # the recipe's default runtime, built in: pinned at preview
+    backend = MemoryBackend(
+        images={PYTORCH_TRL.image: digest}, storage=StorageCapabilities(capsule=True)
+    )
     ctx = memory_context(tmp_path, backend)
-    trl = RuntimeSpec("pytorch-trl", image, "3.11", "torch-process-group", digest=digest,
-                      frameworks={"trl": "1.16.0", "torch": "2.9.1"})  # fmt: skip
-    await add_runtime(ctx, ADMIN, trl)  # the recipe's default runtime, registered
     params = {"num_generations": "4", "reward_funcs": "length"}
     intent = an_intent(method="trl/grpo", params=params)
     preview = await submissions.create_preview(ctx, ALICE, intent)
     assert preview.spec.command == ("python3", "/tuneplane/capsule/artifact/grpo.py")
     assert preview.spec.capsule is not None and preview.spec.runtime.digest == digest
-    assert preview.spec.runtime.frameworks["trl"] == "1.16.0"
+    assert preview.spec.runtime.frameworks["trl"] == PYTORCH_TRL.frameworks["trl"] == "1.16.0"
     with tarfile.open(fileobj=io.BytesIO(await ctx.blobs.read(preview.spec.capsule.blob))) as t:
         names = {m.name for m in t}
         config = json.loads(t.extractfile("tuneplane/capsule/config.json").read())  # type: ignore[union-attr]
