@@ -7,6 +7,8 @@ A capsule is a set of files delivered to ``/tuneplane/capsule`` in the member's 
 * ``entry.sh``: the job's command, quoted for POSIX sh;
 * ``runtime.contract``: what the pinned runtime promises (``python=3.11``,
   ``framework.numpy=1.24.2``, …);
+* ``runtime.packages``: for a runtime with a package list, every Python distribution its image
+  must hold (``NAME==VERSION`` lines), so that an image whose contents drifted is refused;
 * ``runner.sh``: the runner (below);
 * for a recipe with an integration artifact: ``artifact/…`` (its files) and ``config.json``
   (the parameters at their config paths);
@@ -23,9 +25,9 @@ and so fixed by the commit. The runner, started instead of the command, checks �
 but POSIX sh, ``sha256sum``, ``cut``, ``grep`` and ``tar`` (BusyBox has them) — that the
 manifest is the committed one, that every file matches it, and that the runtime satisfies the
 contract (the image the backend started is the pinned one; Python and each framework at the
-pinned version); only then does it unpack the source into ``/workspace`` and run the command. A
-failed check exits with one of ``RUNNER_EXITS`` before any user code ran, and says why on
-stderr.
+pinned version; the image's Python distributions exactly its package list); only then does it
+unpack the source into ``/workspace`` and run the command. A failed check exits with one of
+``RUNNER_EXITS`` before any user code ran, and says why on stderr.
 """
 
 from __future__ import annotations
@@ -102,7 +104,27 @@ if problems:
     print("; ".join(problems[:20] + (["and %d more" % more] if more > 0 else [])))
     sys.exit(3)
 """
-assert "'" not in PACKAGE_CHECK
+# The runner's one python3 call for the contract's frameworks (``NAME=VERSION`` arguments):
+# each must be installed at exactly that version; the first that is not is named, exit 3.
+# Without importlib.metadata (python3-minimal) every framework reads as absent.
+FRAMEWORK_CHECK = """\
+import sys
+try:
+    import importlib.metadata as md
+except ImportError:
+    md = None
+for pin in sys.argv[1:]:
+    name, want = pin.split("=", 1)
+    try:
+        have = md.version(name) if md else ""
+    except Exception:
+        have = ""
+    if have != want:
+        print("the runtime contract pins %s %s; this runtime has %s"
+              % (name, want, have or "no " + name))
+        sys.exit(3)
+"""
+assert "'" not in PACKAGE_CHECK + FRAMEWORK_CHECK
 
 RUNNER_SCRIPT = r"""#!/bin/sh
 # TunePlane runner: verify the Job Capsule, then run the job's command (docs/capsule.md).
@@ -127,13 +149,10 @@ if [ -n "$want" ]; then
     [ "$have" = "$want" ] ||
         fail 93 "the runtime contract asks for Python $want; this runtime has ${have:-no python3}"
 fi
-for pin in $(grep '^framework\.' runtime.contract | cut -d. -f2-); do
-    name=${pin%%=*} want=${pin#*=}
-    have=$(python3 -c 'import sys, importlib.metadata as m; print(m.version(sys.argv[1]))' \
-        "$name" 2>/dev/null)
-    [ "$have" = "$want" ] ||
-        fail 95 "the runtime contract pins $name $want; this runtime has ${have:-no $name}"
-done
+pins=$(grep '^framework\.' runtime.contract | cut -d. -f2-)  # NAME=VERSION, no spaces
+if [ -n "$pins" ]; then  # one python3 for them all; the first that differs is named
+    bad=$(python3 -c '@FRAMEWORK_CHECK@' $pins 2>&1) || fail 95 "$bad"
+fi
 if [ -f runtime.packages ]; then  # every Python distribution of the image, and nothing else
     drift=$(python3 -E -c '@PACKAGE_CHECK@' runtime.packages 2>&1) || {
         name=$(grep '^name=' runtime.contract | cut -d= -f2-)
@@ -151,7 +170,7 @@ fi
 cd /workspace || fail 94 "cannot enter /workspace"
 [ "$#" -eq 0 ] || exec "$@"  # a wrapped start (a Ray member): checked first, run from here
 exec /bin/sh "$C/entry.sh"
-""".replace("@PACKAGE_CHECK@", PACKAGE_CHECK)
+""".replace("@PACKAGE_CHECK@", PACKAGE_CHECK).replace("@FRAMEWORK_CHECK@", FRAMEWORK_CHECK)
 
 
 @dataclass(frozen=True, slots=True)
