@@ -7,6 +7,8 @@ A capsule is a set of files delivered to ``/tuneplane/capsule`` in the member's 
 * ``entry.sh``: the job's command, quoted for POSIX sh;
 * ``runtime.contract``: what the pinned runtime promises (``python=3.11``,
   ``framework.numpy=1.24.2``, …);
+* ``runtime.packages``: for a runtime with a package list, every Python distribution its image
+  must hold (``NAME==VERSION`` lines), so that an image whose contents drifted is refused;
 * ``runner.sh``: the runner (below);
 * for a recipe with an integration artifact: ``artifact/…`` (its files) and ``config.json``
   (the parameters at their config paths);
@@ -23,9 +25,9 @@ and so fixed by the commit. The runner, started instead of the command, checks �
 but POSIX sh, ``sha256sum``, ``cut``, ``grep`` and ``tar`` (BusyBox has them) — that the
 manifest is the committed one, that every file matches it, and that the runtime satisfies the
 contract (the image the backend started is the pinned one; Python and each framework at the
-pinned version); only then does it unpack the source into ``/workspace`` and run the command. A
-failed check exits with one of ``RUNNER_EXITS`` before any user code ran, and says why on
-stderr.
+pinned version; the image's Python distributions exactly its package list); only then does it
+unpack the source into ``/workspace`` and run the command. A failed check exits with one of
+``RUNNER_EXITS`` before any user code ran, and says why on stderr.
 """
 
 from __future__ import annotations
@@ -53,7 +55,76 @@ RUNNER_EXITS = {
     95: "the runtime does not provide the framework versions the Job Capsule's runtime"
     " contract pins",
     96: "the member runs another image than the runtime the Job Capsule pins",
+    97: "the runtime image's Python packages are not the ones its contract lists (the image"
+    " drifted: rebuild it)",
 }
+PACKAGES = "runtime.packages"  # the capsule file listing every distribution the image must hold
+
+# The runner's one python3 call for ``runtime.packages``: every distribution importlib.metadata
+# sees on python3's own path (-E: the job's PYTHON* variables do not count; not the current
+# directory) against the list, by canonical name and exact version. Prints each difference,
+# "; "-separated, and exits 3; exit 0 when they are the same. Arguments: the list, then
+# (tests only) the directories to look in instead of sys.path. No single quote: the runner
+# passes it to ``python3 -c '…'``.
+PACKAGE_CHECK = """\
+import importlib.metadata as md, os, re, sys
+def key(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+want = {}
+for line in open(sys.argv[1]):
+    name, _, version = line.strip().partition("==")
+    if name:
+        want[name] = version
+have, problems, seen = {}, [], set()
+for dist in md.distributions(path=sys.argv[2:] or [p for p in sys.path if p]):
+    where = os.path.realpath(str(getattr(dist, "_path", "?")))
+    if where in seen:  # the same directory reached twice through sys.path
+        continue
+    seen.add(where)
+    try:
+        name, version = dist.metadata["Name"], dist.version
+    except Exception:
+        name = version = None
+    if not name or not version:
+        problems.append("an unreadable distribution at " + where)
+    else:
+        have.setdefault(key(name), []).append(version)
+for name in sorted(set(want) | set(have)):
+    found, pinned = have.get(name, []), want.get(name)
+    if len(found) > 1:
+        problems.append("%s is installed %d times (%s)" % (name, len(found), ", ".join(found)))
+    elif not found:
+        problems.append("%s %s is missing" % (name, pinned))
+    elif pinned is None:
+        problems.append("%s %s is not in the contract" % (name, found[0]))
+    elif found[0] != pinned:
+        problems.append("%s is %s, the contract pins %s" % (name, found[0], pinned))
+if problems:
+    more = len(problems) - 20
+    print("; ".join(problems[:20] + (["and %d more" % more] if more > 0 else [])))
+    sys.exit(3)
+"""
+# The runner's one python3 call for the contract's frameworks (``NAME=VERSION`` arguments):
+# each must be installed at exactly that version; the first that is not is named, exit 3.
+# Without importlib.metadata (python3-minimal) every framework reads as absent.
+FRAMEWORK_CHECK = """\
+import sys
+try:
+    import importlib.metadata as md
+except ImportError:
+    md = None
+for pin in sys.argv[1:]:
+    name, want = pin.split("=", 1)
+    try:
+        have = md.version(name) if md else ""
+    except Exception:
+        have = ""
+    if have != want:
+        print("the runtime contract pins %s %s; this runtime has %s"
+              % (name, want, have or "no " + name))
+        sys.exit(3)
+"""
+assert "'" not in PACKAGE_CHECK + FRAMEWORK_CHECK
 
 RUNNER_SCRIPT = r"""#!/bin/sh
 # TunePlane runner: verify the Job Capsule, then run the job's command (docs/capsule.md).
@@ -78,13 +149,19 @@ if [ -n "$want" ]; then
     [ "$have" = "$want" ] ||
         fail 93 "the runtime contract asks for Python $want; this runtime has ${have:-no python3}"
 fi
-for pin in $(grep '^framework\.' runtime.contract | cut -d. -f2-); do
-    name=${pin%%=*} want=${pin#*=}
-    have=$(python3 -c 'import sys, importlib.metadata as m; print(m.version(sys.argv[1]))' \
-        "$name" 2>/dev/null)
-    [ "$have" = "$want" ] ||
-        fail 95 "the runtime contract pins $name $want; this runtime has ${have:-no $name}"
-done
+pins=$(grep '^framework\.' runtime.contract | cut -d. -f2-)  # NAME=VERSION, no spaces
+if [ -n "$pins" ]; then  # one python3 for them all; the first that differs is named
+    bad=$(python3 -c '@FRAMEWORK_CHECK@' $pins 2>&1) || fail 95 "$bad"
+fi
+if [ -f runtime.packages ]; then  # every Python distribution of the image, and nothing else
+    drift=$(python3 -E -c '@PACKAGE_CHECK@' runtime.packages 2>&1) || {
+        name=$(grep '^name=' runtime.contract | cut -d= -f2-)
+        fail 97 "the image's Python packages are not the ones its runtime contract lists" \
+            "(runtime.packages): $drift. Fix: rebuild the image from its lock, \`tp runtime" \
+            "build $name --force\` (or \`bash deploy/images/build.sh $name --force\`), then" \
+            "preview and submit again"
+    }
+fi
 mkdir -p /workspace || fail 94 "cannot make /workspace"
 if [ -f source.tar.gz ]; then  # gzip-compressed as uploaded, or a plain tar
     tar -xzf source.tar.gz -C /workspace 2>/dev/null || tar -xf source.tar.gz -C /workspace ||
@@ -93,7 +170,7 @@ fi
 cd /workspace || fail 94 "cannot enter /workspace"
 [ "$#" -eq 0 ] || exec "$@"  # a wrapped start (a Ray member): checked first, run from here
 exec /bin/sh "$C/entry.sh"
-"""
+""".replace("@PACKAGE_CHECK@", PACKAGE_CHECK).replace("@FRAMEWORK_CHECK@", FRAMEWORK_CHECK)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +220,14 @@ def contract(runtime: RuntimePin) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
+def package_list(runtime: RuntimePin) -> bytes | None:
+    """``runtime.packages``: one ``NAME==VERSION`` line per distribution the image must hold,
+    sorted; None when the runtime lists none (then the capsule has no such file)."""
+    if not runtime.packages:
+        return None
+    return "".join(f"{n}=={v}\n" for n, v in sorted(runtime.packages.items())).encode()
+
+
 def build(
     spec_json: bytes,
     command: tuple[str, ...],
@@ -161,6 +246,8 @@ def build(
         "runtime.contract": contract(runtime),
         "runner.sh": RUNNER_SCRIPT.encode(),
     }
+    if (packages := package_list(runtime)) is not None:
+        files[PACKAGES] = packages
     if source is not None:
         files["source.tar.gz"] = source
     manifest = "".join(

@@ -104,9 +104,12 @@ class RuntimePin:
     python: str | None
     process_model: str
     frameworks: dict[str, str] = field(default_factory=dict)  # distribution -> exact version
+    # every Python distribution the image must hold, and nothing else (canonical name -> exact
+    # version; the runner compares it with the image: docs/runtimes.md); empty: not checked
+    packages: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "name": self.name,
             "image": self.image,
             "digest": self.digest,
@@ -114,6 +117,9 @@ class RuntimePin:
             "process_model": self.process_model,
             "frameworks": dict(self.frameworks),
         }
+        if self.packages:  # only when present: JobSpecs without it keep their digest
+            out["packages"] = dict(sorted(self.packages.items()))
+        return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +129,8 @@ class RuntimeSpec:
     ``digest`` (``sha256:…``): the only content the backend may pin it to (None: whatever
     ``image`` names at preview, as for the built-in runtimes). ``frameworks``: the Python
     distributions it provides, each at an exact version (``{"numpy": "1.24.2"}``).
+    ``packages``: every Python distribution the image holds (a built-in runtime's lock file),
+    canonical name -> exact version; empty when the image's contents are not listed.
     ``added_by``/``added_at``/``revision``: the registry's record (None/None/0: built in).
     """
 
@@ -136,6 +144,7 @@ class RuntimeSpec:
     added_by: str | None = None
     added_at: datetime | None = None
     revision: int = 0
+    packages: dict[str, str] = field(default_factory=dict)
 
     @property
     def builtin(self) -> bool:
@@ -144,7 +153,7 @@ class RuntimeSpec:
     def content(self) -> dict[str, Any]:
         """What the runtime promises (without the registry's record): equal content, same
         runtime."""
-        return {
+        out = {
             "name": self.name,
             "image": self.image,
             "digest": self.digest,
@@ -153,6 +162,9 @@ class RuntimeSpec:
             "frameworks": dict(sorted(self.frameworks.items())),
             "description": self.description,
         }
+        if self.packages:  # only when present, as in RuntimePin.to_dict
+            out["packages"] = dict(sorted(self.packages.items()))
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 PYTHON_RE = re.compile(r"^[0-9]+\.[0-9]+$")
 # a distribution name (PEP 508): letters, digits, '.', '_', '-'; starting and ending alnum
 FRAMEWORK_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,98}[A-Za-z0-9])?$")
+PACKAGE_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,98}$")  # PEP 440, as written
 IMAGE_RE = re.compile(r"^[a-z0-9][A-Za-z0-9._/:@-]*$")
 ADD_FIX = "`tp runtime add NAME --image REF --digest sha256:… --framework NAME=VERSION`"
 
@@ -34,6 +35,7 @@ def pin_of(runtime: RuntimeSpec, digest: str) -> RuntimePin:
         python=runtime.python,
         process_model=runtime.process_model,
         frameworks=dict(runtime.frameworks),
+        packages=dict(runtime.packages),
     )
 
 
@@ -110,6 +112,7 @@ def check_runtime(spec: RuntimeSpec, *, require_digest: bool = True) -> RuntimeS
         added_by=spec.added_by,
         added_at=spec.added_at,
         revision=spec.revision,
+        packages=dict(sorted(spec.packages.items())),
     )
 
 
@@ -127,7 +130,28 @@ def _check_frameworks(spec: RuntimeSpec) -> None:
             " python3 inside the container",
             field="python",
         )
+    if spec.packages and spec.python is None:
+        raise InvalidInput(
+            f"runtime {spec.name} lists its Python packages but no Python version",
+            fix="give the Python version of the image: its packages are checked with python3",
+            field="python",
+        )
+    for name, version in spec.packages.items():  # rendered as NAME==VERSION lines
+        if not (FRAMEWORK_RE.fullmatch(name) and PACKAGE_VERSION_RE.fullmatch(version)):
+            raise InvalidInput(
+                f"package {name!r} at {version!r} is not a distribution name and version",
+                fix="list each distribution as importlib.metadata reports it in the image",
+                field=f"packages.{name}",
+            )
     for name, version in spec.frameworks.items():
+        listed = spec.packages.get(re.sub(r"[-_.]+", "-", name).lower())
+        if spec.packages and listed != version:  # a contract that no image can keep
+            raise InvalidInput(
+                f"framework {name} {version} is not in the runtime's package list ("
+                + (f"it lists {listed})" if listed else "it lacks it)"),
+                fix="declare the framework at the version its package list has",
+                field=f"frameworks.{name}",
+            )
         if not FRAMEWORK_RE.fullmatch(name):
             raise InvalidInput(
                 f"framework {name!r} is not a distribution name",

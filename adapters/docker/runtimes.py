@@ -47,6 +47,9 @@ PYTHON_TORCH = RuntimeSpec(
 
 # TRL's stack on the CPU build of PyTorch from PyPI; the versions are the lock file's
 # (adapters/docker/locks/pytorch-trl.txt), so what the contract declares is what is installed.
+# The contract's ``packages`` is the whole lock: Debian's python3 itself brings no distribution
+# importlib.metadata sees, so the lock is everything the image holds, and the runner refuses
+# an image that holds anything else (docs/runtimes.md, "Contents drift").
 TRL_PINS = ("torch==2.13.0", "trl==1.16.0", "transformers==5.10.4", "peft==0.21.2",
             "accelerate==1.16.0", "datasets==5.2.0", "tensorboard==2.21.0")  # fmt: skip
 TRL_FRAMEWORKS = ("torch", "trl", "transformers", "peft", "accelerate", "datasets")
@@ -65,6 +68,7 @@ PYTORCH_TRL = RuntimeSpec(
     description="Debian 12 with Python 3.11, PyTorch (CPU), transformers, TRL, PEFT, accelerate"
     " and datasets from PyPI, at the versions of its lock file",
     frameworks=_locked("pytorch-trl", TRL_FRAMEWORKS),
+    packages=read_lock(lock_path("pytorch-trl")),
 )
 
 LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (

@@ -127,7 +127,9 @@ class SlurmBackend:
         submission is refused with why (503) rather than queued for a cluster that is down."""
         await self.client.ping()
         digest = runtime.digest or "sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest()
-        return pin_of(runtime, digest)
+        # the image's package list describes the image, which does not run here: the node's
+        # python3 is checked for the contract's Python and frameworks only
+        return replace(pin_of(runtime, digest), packages={})
 
     async def launch(self, request: LaunchRequest) -> str:
         for role in request.spec.roles:  # before any file or call; --mem=0 is the whole node

@@ -3,21 +3,26 @@ container engine. An admin registers a runtime pinned by digest (a member may no
 re-adds it (unchanged, refused, replaced) and runs a job on it; a runtime whose image is not
 its digest any more is refused at preview, naming both digests; a runtime digest swapped in
 the database after the preview fails the member before user code runs; a recipe's framework
-is required at preview, pinned in recipe.lock.json, and checked inside the container."""
+is required at preview, pinned in recipe.lock.json, and checked inside the container; a TRL
+recipe on a runtime with too old a TRL, or on a registered pytorch-trl image whose tag was moved
+to a drifted copy, is refused at preview."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 
 import aiodocker
 import asyncpg
 import pytest
 
 from adapters.docker.backend import DockerBackend
-from adapters.docker.runtimes import BUSYBOX, PYTHON_NUMPY
+from adapters.docker.runtimes import BUSYBOX, PYTHON_NUMPY, PYTORCH_TRL
 from adapters.postgres.engine import plain_url
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.docker import build_image
+from tests.integration.test_runtime_drift import DRIFT, DRIFT_REPO, commit_copy, remove_images
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 OTHER = "sha256:" + "0" * 63 + "1"
@@ -186,3 +191,36 @@ def test_a_recipe_s_framework_is_required_locked_and_checked_in_the_container(
     logs = cli("job", "logs", job_id).stdout
     assert "the runtime contract pins numpy 1.26.4; this runtime has 1.24.2" in logs, logs
     assert "step " not in logs  # the recipe's train.py never started
+
+
+def test_a_trl_recipe_is_refused_at_preview_by_an_old_trl_or_a_moved_tag(
+    cli: Cli, docker_host: str
+) -> None:
+    """trl/sft needs trl>=1.16,<2: a runtime that declares 0.9.0 is refused naming both; one
+    registered by the digest of a pytorch-trl image whose tag was then moved to a drifted copy
+    (the registered image gone) is refused naming both digests."""
+    built = build_image(PYTORCH_TRL.name, docker_host)  # cached: built once per engine
+    versions = [f"{name}={v}" for name, v in PYTORCH_TRL.frameworks.items() if name != "trl"]
+    declared = [arg for v in versions for arg in ("--framework", v)] + ["--python", "3.11"]
+    cli("new", "sft", "--method", "trl/sft")
+    cli("runtime", "add", "trl-old", "--image", PYTORCH_TRL.image, "--digest", built,
+        "--framework", "trl=0.9.0", *declared)  # fmt: skip
+    old = cli("submit", "sft", "--runtime", "trl-old", "--profile", "cpu:1", "--preview", ok=False)
+    assert old.returncode == 2, old.stderr
+    assert "method trl/sft needs trl>=1.16,<2; runtime trl-old provides trl 0.9.0" in old.stderr
+    assert "choose a runtime that provides it" in old.stderr and "tp runtime add" in old.stderr
+
+    tag = f"{DRIFT_REPO}:{uuid.uuid4().hex[:12]}"
+    try:
+        registered = asyncio.run(commit_copy(docker_host, built, "true", tag.split(":")[1]))
+        cli("runtime", "add", "trl-pinned", "--image", tag, "--digest", registered,
+            "--framework", f"trl={PYTORCH_TRL.frameworks['trl']}", *declared)  # fmt: skip
+        drifted = asyncio.run(commit_copy(docker_host, built, DRIFT, tag.split(":")[1]))
+        asyncio.run(remove_images(docker_host, registered))  # the tag moved; the original gone
+        moved = cli("submit", "sft", "--runtime", "trl-pinned", "--profile", "cpu:1",
+                    "--preview", ok=False)  # fmt: skip
+        assert moved.returncode == 2, moved.stderr
+        assert f"pins {registered}, but image {tag} is {drifted}" in moved.stderr, moved.stderr
+        assert f"--digest {drifted} --replace" in moved.stderr
+    finally:
+        asyncio.run(remove_images(docker_host, tag))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.docker.runtimes import BUSYBOX
+from adapters.docker.runtimes import BUSYBOX, PYTORCH_TRL
 from adapters.slurm.backend import Handle as SlurmHandle
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
@@ -298,3 +298,11 @@ async def test_logs_follow_a_running_member_until_it_exits(backend: SlurmBackend
     await backend.release(handle)
     assert (await backend.observe(handle)).status == "missing"
     assert not (backend.shared_dir / req.attempt_id).exists()  # the last member released
+
+
+async def test_a_pin_leaves_the_image_s_package_list_out(backend: SlurmBackend) -> None:
+    """Members run on the host, not in the image: its package list (docs/runtimes.md, "Contents
+    drift") would compare the host's Python with the image's lock; the frameworks stay."""
+    pin = await backend.pin(PYTORCH_TRL)
+    assert PYTORCH_TRL.packages and pin.packages == {} and "packages" not in pin.to_dict()
+    assert pin.frameworks == PYTORCH_TRL.frameworks and pin.python == "3.11"
