@@ -1,7 +1,8 @@
 """Building the local runtime images without a registry.
 
 A runtime's root file system is made locally (``adapters.docker.rootfs``), cached as a tar under
-the cache dir, and imported through the Engine API (``POST /images/create?fromSrc=-``) under
+the cache dir, and loaded through the Engine API as a ``docker save`` archive with a config of
+our own (``POST /images/load``, image_archive.py: the same inputs give the same image id) under
 the runtime's image name. Building is idempotent: an existing image is kept unless ``force``.
 
     python -m adapters.docker.images build busybox|python [--docker-host H] [--force]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
 import os
 import subprocess
 import sys
@@ -196,3 +197,22 @@ async def test_a_runtime_pinned_by_digest_gets_that_image_or_is_refused(
     with pytest.raises(InvalidInput, match="is not in the local engine") as missing:
         await docker_backend.pin(gone)
     assert "docker pull localhost/tuneplane/nothing:1" in missing.value.fix
+
+
+async def test_the_same_inputs_give_the_same_image_id(docker_host, docker_backend, tmp_path):
+    """Two forced builds from two empty caches: two root file systems made apart, one image id
+    (the config is ours and fixed, the layer is the reproducible tar)."""
+    ids = [
+        await build_runtime(docker_host, "busybox", force=True, cache_dir=tmp_path / d)
+        for d in ("one", "two")
+    ]
+    assert ids[0] == ids[1] == (await docker_backend.pin(BUSYBOX)).digest
+    name = rootfs_name("busybox", RECIPES["busybox"])
+    tars = [(tmp_path / d / name).read_bytes() for d in ("one", "two")]
+    assert tars[0] == tars[1]
+    async with aiodocker.Docker(url=docker_host) as docker:
+        info = await docker.images.inspect(BUSYBOX.image)
+    digest = "sha256:" + hashlib.sha256(tars[0]).hexdigest()
+    assert info["RootFS"]["Layers"] == [digest]  # the engine's diff id is the tar's sha256
+    assert info["Created"].startswith("2023-11-14T22:13:20")
+    assert info["Config"]["Labels"]["tuneplane.runtime"] == "busybox"
