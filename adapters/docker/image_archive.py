@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import re
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -45,14 +46,16 @@ def file_digest(path: Path) -> str:
     stamp = f"{stat.st_size} {stat.st_mtime_ns}"
     if side.is_file():
         known_stamp, _, known = side.read_text().partition("\n")
-        if known_stamp == stamp and known.startswith("sha256:"):
+        if known_stamp == stamp and re.fullmatch(r"sha256:[0-9a-f]{64}\n", known):
             return known.strip()
     h = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
             h.update(chunk)
     digest = "sha256:" + h.hexdigest()
-    side.write_text(f"{stamp}\n{digest}\n")
+    partial = side.with_name(side.name + ".partial")
+    partial.write_text(f"{stamp}\n{digest}\n")
+    partial.replace(side)
     return digest
 
 

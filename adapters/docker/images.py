@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
@@ -34,6 +35,7 @@ from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput, TunePlaneError, Unavailable
 
 IMAGE_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_REBUILD = "the cached root file system may be damaged: `tp runtime build {} --force`"
 _LONG = aiohttp.ClientTimeout(total=None, sock_read=600, sock_connect=10)
 
 
@@ -138,12 +140,15 @@ async def _rootfs(
     def make() -> tuple[Path, int]:
         cache.mkdir(parents=True, exist_ok=True)
         out = cache / rootfs_name(name, recipe)
-        if out.exists() and not force:
-            say("cached", f"root file system {out}", out.stat().st_size)
-        elif recipe.kind == "busybox":
-            rootfs.busybox_rootfs(out, lambda line: say("rootfs", line))
-        else:
-            rootfs.debootstrap_rootfs(out, recipe, lambda line: say("rootfs", line), lock)
+        # one build of a runtime at a time per cache: a second waits, then finds the tar
+        with (cache / f"{name}.lock").open("w") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            if out.exists() and not force:
+                say("cached", f"root file system {out}", out.stat().st_size)
+            elif recipe.kind == "busybox":
+                rootfs.busybox_rootfs(out, lambda line: say("rootfs", line))
+            else:
+                rootfs.debootstrap_rootfs(out, recipe, lambda line: say("rootfs", line), lock)
         return out, out.stat().st_size
 
     try:
@@ -202,11 +207,15 @@ async def _load(
             ) as resp:
                 text = (await resp.read()).decode(errors="replace")
     except EngineError as exc:
-        raise BuildFailed(f"the engine refused to load {tar}: {exc.message}") from None
+        raise BuildFailed(
+            f"the engine refused to load {tar}: {exc.message}", fix=_REBUILD.format(spec.name)
+        ) from None
     for line in text.splitlines():
         msg = json.loads(line) if line.strip().startswith("{") else {}
         if msg.get("error"):
-            raise BuildFailed(f"the engine failed to load {tar}: {msg['error']}")
+            raise BuildFailed(
+                f"the engine failed to load {tar}: {msg['error']}", fix=_REBUILD.format(spec.name)
+            )
     return archive.image_id
 
 

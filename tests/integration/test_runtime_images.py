@@ -15,8 +15,9 @@ from pathlib import Path
 import aiodocker
 import pytest
 
+from adapters.docker import images
 from adapters.docker.backend import DockerBackend
-from adapters.docker.images import BuildProgress, build_runtime, rootfs_name
+from adapters.docker.images import BuildFailed, BuildProgress, build_runtime, rootfs_name
 from adapters.docker.rootfs import apt_mirror, is_static_elf
 from adapters.docker.runtimes import BUSYBOX, LOCAL_RUNTIMES, PYTHON, RECIPES
 from domain.catalog import RuntimeSpec
@@ -216,3 +217,34 @@ async def test_the_same_inputs_give_the_same_image_id(docker_host, docker_backen
     assert info["RootFS"]["Layers"] == [digest]  # the engine's diff id is the tar's sha256
     assert info["Created"].startswith("2023-11-14T22:13:20")
     assert info["Config"]["Labels"]["tuneplane.runtime"] == "busybox"
+
+
+async def test_a_damaged_cached_root_file_system_is_refused_with_the_fix(
+    docker_host, monkeypatch, tmp_path
+):
+    """A tar cut short (a full disk, a kill mid-copy) is loaded from the cache as it is: the
+    engine refuses it, the build says so and how to make it again; --force does. (Under a tag
+    of the test's own, so that the shared busybox image is never missing.)"""
+    spec = dataclasses.replace(BUSYBOX, image=f"localhost/tuneplane/test-damaged:{os.getpid()}")
+    monkeypatch.setattr(images, "_runtime", lambda name: (spec, RECIPES["busybox"]))
+    good = await build_runtime(docker_host, "busybox", force=True, cache_dir=tmp_path)
+    await _remove_image(docker_host, spec.image)
+    tar = tmp_path / rootfs_name("busybox", RECIPES["busybox"])
+    tar.write_bytes(tar.read_bytes()[:700_000])
+    try:
+        with pytest.raises(BuildFailed) as failed:
+            await build_runtime(docker_host, "busybox", cache_dir=tmp_path)
+        assert "the engine" in failed.value.message and str(tar) in failed.value.message
+        assert "tp runtime build busybox --force" in failed.value.fix
+        assert await build_runtime(docker_host, "busybox", force=True, cache_dir=tmp_path) == good
+    finally:
+        with contextlib.suppress(aiodocker.DockerError):
+            await _remove_image(docker_host, spec.image)
+
+
+async def test_two_builds_at_once_make_one_root_file_system(docker_host, tmp_path):
+    ids = await asyncio.gather(
+        *(build_runtime(docker_host, "busybox", force=True, cache_dir=tmp_path) for _ in (1, 2))
+    )
+    assert ids[0] == ids[1]
+    assert [p.name for p in tmp_path.glob("*.tar")] == [rootfs_name("busybox", RECIPES["busybox"])]

@@ -128,3 +128,12 @@ def test_console_scripts_point_at_the_image_python(tmp_path: Path) -> None:
     moved = tmp_path / "usr/local/bin/torchrun"
     assert moved.read_bytes() == b"#!/usr/bin/python3\nimport x\n"
     assert moved.stat().st_mode & 0o111 and not scripts.exists()
+
+
+def test_a_damaged_digest_file_is_not_believed(tmp_path: Path) -> None:
+    path, digest = layer(tmp_path)
+    side = path.with_name("layer.tar.sha256")
+    stamp = side.read_text().split("\n")[0]
+    side.write_text(f"{stamp}\nsha256:12")  # cut short, with the file's own stamp
+    assert image_archive.file_digest(path) == digest
+    assert side.read_text() == f"{stamp}\n{digest}\n"
