@@ -20,7 +20,7 @@ import pytest
 from playwright.async_api import Page, expect
 
 from adapters.recipes import load_recipes
-from tests.e2e.test_up import CONSOLE, TOKEN, Up
+from tests.e2e.test_up import CONSOLE, Up
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.docker import build_image
 from tests.integration.test_trl_recipes import RUNS, TINY
@@ -83,12 +83,9 @@ async def test_the_trl_recipes_train_through_tp_up_and_the_console_charts_them(
     up: Up, trl_runtime: str, tmp_path: Path, page: Page, screenshots: Path
 ) -> None:
     printed = await asyncio.to_thread(up.start)
-    url, token = CONSOLE.search(printed), TOKEN.search(printed)
-    assert url and token, printed
-    cli = Cli(tmp_path, tmp_path)
-    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", token.group(1))
-    cli("init", str(tmp_path / "ws"))
-    cli.cwd = tmp_path / "ws"
+    url = CONSOLE.search(printed)
+    assert url, printed
+    cli, token = up.workspace(printed, tmp_path, hello=False)
     methods = [line for line in cli("methods").stdout.splitlines() if line.startswith("trl/")]
     assert len(methods) == 3 and not [m for m in methods if "not registered" in m], methods
 
@@ -138,7 +135,7 @@ async def test_the_trl_recipes_train_through_tp_up_and_the_console_charts_them(
     assert all(tag in shown for tag in ("train/reward", "train/loss", "train/kl")), shown
 
     await page.goto(url.group(1))
-    await page.get_by_label("API token").fill(token.group(1))
+    await page.get_by_label("API token").fill(token)
     await page.get_by_label("API token").press("Enter")
     await page.get_by_role("link", name="Jobs").click()
     await page.get_by_role("link", name=ids["trl/grpo"]).click()

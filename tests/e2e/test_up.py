@@ -64,16 +64,17 @@ class Up:
 
     starts = 0
 
-    def workspace(self, printed: str, home: Path) -> tuple[Cli, str]:
-        """Log in with the token ``printed`` by `tp up`; a workspace in ``home`` with the
-        experiment ``hello`` (custom/custom). The CLI, and the token."""
+    def workspace(self, printed: str, home: Path, hello: bool = True) -> tuple[Cli, str]:
+        """Log in with the token ``printed`` by `tp up`; a workspace in ``home`` (with the
+        experiment ``hello``, custom/custom, unless not ``hello``). The CLI, and the token."""
         match = TOKEN.search(printed)
         assert match, printed
         cli = Cli(home, home)
         cli("login", "--server", f"http://127.0.0.1:{self.port}", "--token", match.group(1))
         cli("init", str(home / "ws"))
         cli.cwd = home / "ws"
-        cli("new", "hello", "--method", "custom/custom")
+        if hello:
+            cli("new", "hello", "--method", "custom/custom")
         return cli, match.group(1)
 
     def stop(self) -> None:
@@ -193,19 +194,15 @@ async def test_after_tp_up_the_console_shows_a_running_job_with_live_curves(
     """The issue's "done when": after the README's first command (`bash deploy/dev/up.sh` runs
     `tp up`), the console URL it prints shows a running job whose curve grows while we look."""
     printed = await asyncio.to_thread(up.start)
-    url, token = CONSOLE.search(printed), TOKEN.search(printed)
-    assert url and token, printed
-    cli = Cli(tmp_path, tmp_path)
-    cli("login", "--server", f"http://127.0.0.1:{up.port}", "--token", token.group(1))
-    cli("init", str(tmp_path / "ws"))
-    cli.cwd = tmp_path / "ws"
-    cli("new", "hello", "--method", "custom/custom")
+    url = CONSOLE.search(printed)
+    assert url, printed
+    cli, token = up.workspace(printed, tmp_path)
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", f"command={LIVE_JSONL}", "--yes")
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     await asyncio.to_thread(cli.wait_state, job_id, {"running"}, 120)
 
     await page.goto(url.group(1))
-    await page.get_by_label("API token").fill(token.group(1))
+    await page.get_by_label("API token").fill(token)
     await page.get_by_label("API token").press("Enter")
     await page.get_by_role("link", name="Jobs").click()
     await page.get_by_role("link", name=job_id).click()
