@@ -91,8 +91,11 @@ class SlurmBackend:
         tokens: TokenSigner | None = None,
         clock: Clock | None = None,
         token_lifetime_seconds: int = 30 * 24 * 3600,
+        runtime_dirs: dict[str, str] | None = None,
     ) -> None:
         self.client = client
+        # runtime name → the directory put first on members' PATH (TUNEPLANE_SLURM_RUNTIMES)
+        self.runtime_dirs = dict(runtime_dirs or {})
         self.shared_dir = shared_dir
         self.partitions = dict(partitions or {})  # pool → partition (default: the pool's name)
         self.accounting = accounting
@@ -372,7 +375,13 @@ class SlurmBackend:
         parts = job_parts(
             request, str(directory), partition_of, environment, gres_name=self.gres_name
         )
-        member = member_script(request, str(directory), self.master_port_base, self.collector)
+        member = member_script(
+            request,
+            str(directory),
+            self.master_port_base,
+            self.collector,
+            runtime_dir=self.runtime_dirs.get(spec.runtime.name),
+        )
         script = batch_script(request, str(directory))
         await asyncio.to_thread(self._stage, request, directory, member)
         result = await self.client.submit(script, parts)
