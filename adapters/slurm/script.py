@@ -85,10 +85,11 @@ def runtime_lines(runtime: str, directory: str | None) -> str:
     if directory is None:
         return ""
     d = shlex.quote(directory)
+    said = shlex.quote(f"tuneplane-slurm: runtime {runtime}'s directory {directory} is not on")
     return (
         f"if [ ! -d {d} ]; then\n"
-        f"  echo \"tuneplane-slurm: runtime {runtime}'s directory {directory} is not on node"
-        ' ${SLURMD_NODENAME:-$(hostname)} (TUNEPLANE_SLURM_RUNTIMES; docs/slurm.md)"\n'
+        f'  echo {said} "node ${{SLURMD_NODENAME:-$(hostname)}}'
+        ' (TUNEPLANE_SLURM_RUNTIMES; docs/slurm.md)"\n'
         f'  echo {RUNTIME_MISSING} >"$D/member-$R.exit.tmp" && mv "$D/member-$R.exit.tmp"'
         ' "$D/member-$R.exit"\n'
         f"  exit {RUNTIME_MISSING}\nfi\n"

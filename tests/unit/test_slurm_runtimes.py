@@ -61,6 +61,13 @@ def test_a_node_without_the_runtimes_directory_fails_the_member_with_93(tmp_path
     assert "does not satisfy" in (runner_failure(93) or "")
 
 
+def test_a_hostile_directory_name_is_only_text(tmp_path: Path) -> None:
+    hostile = f'/nonexistent/$(touch {tmp_path}/ran)/`id`/"x'
+    rc, log, _ = run_member(tmp_path, trl_request("true"), None, runtime_dir=hostile)
+    assert rc == 93 and f"directory {hostile} is not on node" in log, log
+    assert not (tmp_path / "ran").exists()
+
+
 def test_no_mapping_leaves_path_alone(tmp_path: Path) -> None:
     rc, log, _ = run_member(tmp_path, trl_request("echo PATH=$PATH"), None)
     assert rc == 0 and "trl" not in log.split("PATH=")[1], log
