@@ -28,6 +28,7 @@ import shlex
 
 from adapters.slurm.collector import SlurmCollector, end_lines, start_lines
 from adapters.slurm.versions import JobRequest
+from domain.artifacts import OUTPUT_ENV
 from domain.capsule import CAPSULE_DIR, DIGEST_ENV, ENTRY, IMAGE_ENV
 from domain.ports import LaunchRequest
 from domain.rendezvous import RAY
@@ -103,11 +104,14 @@ def member_script(
     master_port_base: int,
     collector: SlurmCollector | None = None,
     runtime_dir: str | None = None,
+    outputs_root: str | None = None,
 ) -> str:
     """The wrapper every task runs (``bash member.sh``): its rank is ``SLURM_PROCID``. Every
     member gets ``TUNEPLANE_METRICS_DIR``; with ``collector``, a collector runs beside it
     (:mod:`adapters.slurm.collector`); with ``runtime_dir``, the node's environment of the
-    job's runtime comes first on ``PATH`` (:func:`runtime_lines`)."""
+    job's runtime comes first on ``PATH`` (:func:`runtime_lines`); with ``outputs_root``,
+    ``TUNEPLANE_OUTPUT_DIR`` is the rank's ``<root>/<job>/<attempt>/<rank>`` (recorded as
+    artifacts when the member succeeds: ``adapters.outputs.FilesystemOutputs``' layout)."""
     spec = request.spec
     gpus = max((r.resources.gpus for r in spec.roles), default=0)
     env = {
@@ -117,6 +121,9 @@ def member_script(
     }
     exports = runtime_lines(spec.runtime.name, runtime_dir)
     exports += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+    if outputs_root is not None:
+        where = shlex.quote(f"{outputs_root}/{request.job_id}/{request.attempt_id}/")
+        exports += f'export {OUTPUT_ENV}={where}"$R"; mkdir -p "${OUTPUT_ENV}"\n'
     if spec.capsule is not None:
         exports += f"export {DIGEST_ENV}={shlex.quote(spec.capsule.digest)}\n"
         exports += f"export {IMAGE_ENV}={shlex.quote(spec.runtime.digest)}\n"

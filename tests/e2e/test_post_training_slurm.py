@@ -85,7 +85,13 @@ async def test_sft_trains_as_one_process_group_of_two_slurm_members(
         shown = cli("job", "metrics", job_id).stdout
         assert all(tag in shown for tag in SFT_METRICS), shown
 
-        # artifacts on Slurm are a documented `no` (docs/backends.md): members get no
-        # TUNEPLANE_OUTPUT_DIR, the model stays in the attempt's directory, removed at release
-        assert json.loads(cli("artifacts", "ls", job_id, "--json").stdout) == {"members": []}
-        assert "no recorded artifacts" in cli("artifacts", "verify", job_id).stderr
+        # the model and report.json, written by rank 0 in its TUNEPLANE_OUTPUT_DIR in the
+        # shared directory, recorded when it succeeded and hashed again there
+        listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)["members"]
+        files = {m["member"]: {f["path"] for f in m["files"]} for m in listed}
+        assert {"report.json", "model/model.safetensors", "model/tokenizer.json"} <= files[0]
+        verified = cli("artifacts", "verify", job_id).stdout
+        assert f"{len(files[0])} files match manifest" in verified, verified
+        outputs = slurm.shared / "outputs" / job_id / attempt["id"]
+        report = json.loads((outputs / "0" / "report.json").read_text())
+        assert report["global_step"] == STEPS and report["recipe"] == "trl/sft", report
