@@ -95,3 +95,16 @@ async def test_sft_trains_as_one_process_group_of_two_slurm_members(
         outputs = slurm.shared / "outputs" / job_id / attempt["id"]
         report = json.loads((outputs / "0" / "report.json").read_text())
         assert report["global_step"] == STEPS and report["recipe"] == "trl/sft", report
+
+        # a job whose own PATH hides the runtime's environment (it comes after it, as a
+        # container's env after its image's) gets the nodes' python3, without TRL's stack: the
+        # runner refuses it against the pytorch-trl contract before any user code runs
+        exp = cli.cwd / "hello" / "experiment.toml"
+        exp.write_text(exp.read_text().replace("[env]", '[env]\nPATH = "/usr/bin:/bin"', 1))
+        out = cli("submit", "hello", "--profile", "debug/cpu:1", "--runtime", "pytorch-trl",
+                  "--set", "command=echo user code ran", "--yes")  # fmt: skip
+        job = slurm.finished(JOB_ID.search(out.stdout).group(0))  # type: ignore[union-attr]
+        [member] = job["attempts"][-1]["members"]
+        assert (job["state"], member["exit_code"]) == ("failed", 95), (job["reason"], job["log"])
+        assert "the runtime contract pins accelerate 1.16.0" in job["log"], job["log"]
+        assert "user code ran" not in job["log"]
