@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,12 @@ async def test_sft_trains_as_one_process_group_of_two_slurm_members(
         want = {(0, tag): STEPS for tag in SFT_METRICS}
         wait_for(lambda: want.items() <= slurm.counts(job_id).items(), 60, "TRL's points")
         assert not [k for k in slurm.counts(job_id) if k[0] == 1], "rank 1 logs nothing"
+        # the steps and values TRL logged (its log lines round to 4 digits)
+        logged = [float(v) for v in re.findall(r"\{'loss': '([0-9.]+)'", logs[0])]
+        curve = slurm.api("GET", f"/v1/jobs/{job_id}/metrics/curve?tag=train/loss&points=100")
+        [run] = [a for a in curve["attempts"] if a["member_id"] == attempt["members"][0]["id"]]
+        assert [p["first_step"] for p in run["points"]] == list(range(1, STEPS + 1)), run
+        assert [p["last"] for p in run["points"]] == pytest.approx(logged, rel=1e-3), logged
         shown = cli("job", "metrics", job_id).stdout
         assert all(tag in shown for tag in SFT_METRICS), shown
 
