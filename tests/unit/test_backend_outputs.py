@@ -77,3 +77,22 @@ def test_a_slurm_member_writes_its_outputs_in_its_ranks_directory(tmp_path: Path
     # no outputs kept (a backend without storage): the variable is not set
     rc, log, _ = run_member(tmp_path, request("echo outputs=${TUNEPLANE_OUTPUT_DIR:-unset}"), None)
     assert rc == 0 and "outputs=unset" in log, log
+
+
+@pytest.mark.parametrize("replaced", ["member", "attempt"])
+async def test_a_directory_replaced_by_a_link_elsewhere_is_not_followed(
+    tmp_path: Path, replaced: str
+) -> None:
+    """On Slurm the member can write beside its own output directory (the shared filesystem):
+    swapping it (or its attempt's) for a link must not make the control plane hash, and
+    record, files outside the outputs root."""
+    store = FilesystemOutputs(tmp_path / "outputs")
+    member = Path(await store.prepare("job-1", "att-1", 0))
+    elsewhere = tmp_path / "secrets"
+    (elsewhere / "0").mkdir(parents=True)
+    (elsewhere / "key").write_text("k")
+    (elsewhere / "0" / "key").write_text("k")
+    victim = member if replaced == "member" else member.parent
+    victim.rename(tmp_path / "moved")
+    victim.symlink_to(elsewhere)
+    assert await store.scan("job-1", "att-1", 0) is None
