@@ -102,6 +102,9 @@ async def test_sft_trains_as_one_process_group_of_two_slurm_members(
         outputs = slurm.shared / "outputs" / job_id / attempt["id"]
         report = json.loads((outputs / "0" / "report.json").read_text())
         assert report["global_step"] == STEPS and report["recipe"] == "trl/sft", report
+        (outputs / "0" / "report.json").write_text("{}\n")  # changed on the shared filesystem
+        tampered = cli("artifacts", "verify", job_id, ok=False)
+        assert tampered.returncode == 1 and "report.json" in tampered.stdout, tampered
 
         # a job whose own PATH hides the runtime's environment (it comes after it, as a
         # container's env after its image's) gets the nodes' python3, without TRL's stack: the
