@@ -36,7 +36,18 @@ class FilesystemOutputs:
 
     async def scan(self, job_id: str, attempt_id: str, member_index: int) -> Manifest | None:
         path = self._dir(job_id, attempt_id, member_index)
-        return await asyncio.to_thread(scan_directory, path)
+        return await asyncio.to_thread(self._scan, path)
+
+    def _scan(self, path: Path) -> Manifest | None:
+        """None when a directory on the way from the root is a symbolic link: a member that
+        can write beside its directory (on Slurm, the shared filesystem) may have replaced it
+        with a link elsewhere, and the control plane hashes only what is below its root."""
+        at = self.root
+        for part in path.relative_to(self.root).parts:
+            at = at / part
+            if at.is_symlink():
+                return None
+        return scan_directory(path)
 
 
 def scan_directory(root: Path) -> Manifest | None:

@@ -36,7 +36,12 @@ async def verify_artifacts(
     storage, or their node: ``application.node_outputs``) and compare, file by file. A
     directory that is gone shows every recorded file missing. ``wait``: how long nodes may
     take to answer, seconds."""
-    records = await list_artifacts(ctx, principal, job_id)
+    job = (await get_job(ctx, principal, job_id)).job  # NotFound unless the caller may see it
+    async with ctx.uow() as uow:
+        records = await uow.artifacts.for_job(job.id)
+    # the files are where the job's backend kept them: its own storage (Slurm's shared
+    # directory), else this control plane's (on a node: asked below)
+    store = ctx.backend_outputs.get(job.spec.backend, ctx.outputs)
     on_nodes = await scan_on_nodes(ctx, records, wait)
     out = []
     for record in records:
@@ -50,7 +55,7 @@ async def verify_artifacts(
                 out.append(Verified(record, [], answer.error))
                 continue
             found = answer.manifest
-        elif ctx.outputs is not None:
-            found = await ctx.outputs.scan(record.job_id, record.attempt_id, record.member_index)
+        elif store is not None:
+            found = await store.scan(record.job_id, record.attempt_id, record.member_index)
         out.append(Verified(record, compare(record.manifest, found or Manifest(()))))
     return out

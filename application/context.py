@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from domain.artifact_ports import OutputStorage
@@ -48,6 +48,17 @@ class Context:
     tokens: TokenSigner | None = None  # None: members get no collector token
     telemetry: TelemetrySettings = TelemetrySettings()
     outputs: OutputStorage | None = None  # None: members' outputs are not kept here
+    # backends whose members' outputs live in the backend's own storage, which this control
+    # plane reads too (Slurm: its shared directory), by backend name
+    backend_outputs: Mapping[str, OutputStorage] = field(default_factory=dict)
+
+    def outputs_of(self, backend: ExecutionBackend) -> OutputStorage | None:
+        """Where ``backend``'s members write outputs recorded as artifacts: the backend's own
+        storage, else this control plane's when the backend shares outputs, else nowhere."""
+        own = self.backend_outputs.get(backend.name)
+        if own is not None:
+            return own
+        return self.outputs if backend.storage.shared_outputs else None
 
     def backend(self, name: str) -> ExecutionBackend:
         try:

@@ -165,14 +165,13 @@ class Supervisor:
             what = "Job Capsule" if spec.capsule is not None else "source archive"
             await self._fail(job, attempt, f"its {what} cannot be read: {exc.message}")
             return
-        keeps_outputs = backend.storage.shared_outputs and self.ctx.outputs is not None
+        store = self.ctx.outputs_of(backend)
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue
             outputs = None
-            if keeps_outputs:
-                assert self.ctx.outputs is not None
-                outputs = await self.ctx.outputs.prepare(job.id, attempt.id, member.index)
+            if store is not None:
+                outputs = await store.prepare(job.id, attempt.id, member.index)
             request = LaunchRequest(
                 job.id,
                 attempt.id,
@@ -301,12 +300,13 @@ class Supervisor:
         """The output manifests of members seen completing (exit 0), read before the
         transaction that records them (hashing files takes a while)."""
         out: dict[str, Manifest] = {}
-        if not backend.storage.shared_outputs or self.ctx.outputs is None:
+        store = self.ctx.outputs_of(backend)
+        if store is None:
             return out
         for m in members:
             obs = seen.get(m.id, (None, None))[0]
             if obs is not None and obs.status == "exited" and obs.exit_code == 0:
-                manifest = await self.ctx.outputs.scan(job.id, attempt.id, m.index)
+                manifest = await store.scan(job.id, attempt.id, m.index)
                 if manifest is not None:
                     out[m.id] = manifest
         return out

@@ -162,6 +162,7 @@ def _context(
             grace=timedelta(seconds=settings.telemetry_grace_seconds),
         ),
         outputs=FilesystemOutputs(settings.output_dir),
+        backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
     )
 
 

@@ -20,7 +20,10 @@
   ``TUNEPLANE_SLURM_TELEMETRY_SERVER_NAME``, ``TUNEPLANE_SLURM_COLLECTOR_COMMAND`` (the ``tp``
   the nodes run; default: the one beside this Python), ``TUNEPLANE_SLURM_COLLECTOR_SPOOL`` (a
   directory on each node's local disk, default ``/tmp``) and
-  ``TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS`` (default 60).
+  ``TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS`` (default 60);
+* ``TUNEPLANE_SLURM_RUNTIMES``: ``runtime=/dir,...``: the directory on the nodes put first on
+  the ``PATH`` of members of jobs on that runtime (its ``python3``: docs/slurm.md, "Runtimes
+  on Slurm").
 """
 
 from __future__ import annotations
@@ -58,6 +61,32 @@ def partitions_of(raw: str) -> dict[str, str]:
                 "write it as pool=partition,pool2=partition2",
             )
         out[pool.strip()] = partition.strip()
+    return out
+
+
+def runtimes_of(raw: str) -> dict[str, str]:
+    """``runtime=/dir,runtime2=/dir2`` → {runtime: directory}."""
+    out: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in raw.split(","))):
+        name, eq, directory = (part.strip() for part in item.partition("="))
+        if not eq or not name or not directory:
+            raise _fail(
+                f"TUNEPLANE_SLURM_RUNTIMES item {item!r} is not RUNTIME=DIRECTORY",
+                "write it as pytorch-trl=/opt/envs/trl/bin,verl=/opt/envs/verl/bin",
+            )
+        if not directory.startswith("/") or any(ch in directory for ch in ":\n\0"):
+            raise _fail(
+                f"TUNEPLANE_SLURM_RUNTIMES gives runtime {name} the directory {directory!r},"
+                " which is not an absolute directory that can go on PATH (no ':')",
+                f"give the absolute directory holding {name}'s python3 on every Slurm node,"
+                " e.g. /opt/envs/trl/bin",
+            )
+        if name in out:
+            raise _fail(
+                f"TUNEPLANE_SLURM_RUNTIMES names runtime {name} twice",
+                "give each runtime one directory",
+            )
+        out[name] = directory
     return out
 
 
@@ -148,6 +177,7 @@ def backend_from_env(
     except InvalidInput as exc:
         raise _fail(exc.message, exc.fix or "") from None
     collector = collector_of(env) if tokens is not None else None
+    runtime_dirs = runtimes_of(env.get("TUNEPLANE_SLURM_RUNTIMES", ""))
     if collector is None:
         log.warning(
             "the Slurm backend has no telemetry gateway (TUNEPLANE_SLURM_TELEMETRY_GATEWAY):"
@@ -163,6 +193,7 @@ def backend_from_env(
         tokens=tokens,
         clock=SystemClock(),
         token_lifetime_seconds=token_lifetime_seconds,
+        runtime_dirs=runtime_dirs,
     )
 
 

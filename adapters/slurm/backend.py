@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from adapters.outputs import FilesystemOutputs
 from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.collector import SlurmCollector
@@ -48,6 +49,7 @@ from domain.runtimes import pin_of
 from domain.telemetry_ports import TokenSigner
 
 NOT_SAID = "scancel or a Slurm operator"  # without accounting, Slurm does not record who
+OUTPUTS = "outputs"  # the shared directory's folder of members' outputs (attempt ids differ)
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -74,8 +76,8 @@ class SlurmBackend:
     """``ExecutionBackend`` named ``slurm``."""
 
     name = "slurm"
-    # the batch script puts the Job Capsule where each task's runner finds it; no host mounts,
-    # and outputs stay in the attempt's directory (not recorded as artifacts yet)
+    # the batch script puts the Job Capsule where each task's runner finds it; no host mounts;
+    # outputs are kept in the shared directory (``self.outputs``), not the control plane's
     storage = StorageCapabilities(capsule=True, shared_mounts=False, shared_outputs=False)
 
     def __init__(
@@ -91,8 +93,14 @@ class SlurmBackend:
         tokens: TokenSigner | None = None,
         clock: Clock | None = None,
         token_lifetime_seconds: int = 30 * 24 * 3600,
+        runtime_dirs: dict[str, str] | None = None,
     ) -> None:
         self.client = client
+        # members' outputs, kept as artifacts: <shared dir>/outputs/<job>/<attempt>/<rank>/,
+        # outside the attempt's directory, so they outlive its release (docs/slurm.md)
+        self.outputs = FilesystemOutputs(shared_dir / OUTPUTS)
+        # runtime name → the directory put first on members' PATH (TUNEPLANE_SLURM_RUNTIMES)
+        self.runtime_dirs = dict(runtime_dirs or {})
         self.shared_dir = shared_dir
         self.partitions = dict(partitions or {})  # pool → partition (default: the pool's name)
         self.accounting = accounting
@@ -374,7 +382,14 @@ class SlurmBackend:
         parts = job_parts(
             request, str(directory), partition_of, environment, gres_name=self.gres_name
         )
-        member = member_script(request, str(directory), self.master_port_base, self.collector)
+        member = member_script(
+            request,
+            str(directory),
+            self.master_port_base,
+            self.collector,
+            runtime_dir=self.runtime_dirs.get(spec.runtime.name),
+            outputs_root=str(self.shared_dir / OUTPUTS) if request.outputs else None,
+        )
         script = batch_script(request, str(directory))
         await asyncio.to_thread(self._stage, request, directory, member)
         result = await self.client.submit(script, parts)

@@ -28,6 +28,7 @@ import shlex
 
 from adapters.slurm.collector import SlurmCollector, end_lines, start_lines
 from adapters.slurm.versions import JobRequest
+from domain.artifacts import OUTPUT_ENV
 from domain.capsule import CAPSULE_DIR, DIGEST_ENV, ENTRY, IMAGE_ENV
 from domain.ports import LaunchRequest
 from domain.rendezvous import RAY
@@ -55,6 +56,7 @@ exit $rc
 JOB_PREFIX = "tp-"
 COMMENT_PREFIX = "tuneplane "
 CAPSULE_CHECK_FAILED = 91  # the runner's "manifest is not the one committed"
+RUNTIME_MISSING = 93  # the runner's "the runtime does not satisfy the runtime contract"
 
 
 def job_name(attempt_id: str) -> str:
@@ -75,15 +77,41 @@ def parse_comment(text: str) -> str | None:
     return attempt if attempt and "/" not in attempt and " " not in attempt else None
 
 
+def runtime_lines(runtime: str, directory: str | None) -> str:
+    """Put the node's environment of the job's runtime first on ``PATH`` (the site's
+    ``TUNEPLANE_SLURM_RUNTIMES``: the runtime's ``python3`` and its tools), as an image's
+    environment is in a container; the job's own ``env`` comes after it and may still set
+    ``PATH``. A node without that directory fails the member as a runtime that does not
+    satisfy the contract (93), naming the directory, before anything starts."""
+    if directory is None:
+        return ""
+    d = shlex.quote(directory)
+    said = shlex.quote(f"tuneplane-slurm: runtime {runtime}'s directory {directory} is not on")
+    return (
+        f"if [ ! -d {d} ]; then\n"
+        f'  echo {said} "node ${{SLURMD_NODENAME:-$(hostname)}}'
+        ' (TUNEPLANE_SLURM_RUNTIMES; docs/slurm.md)"\n'
+        f'  echo {RUNTIME_MISSING} >"$D/member-$R.exit.tmp" && mv "$D/member-$R.exit.tmp"'
+        ' "$D/member-$R.exit"\n'
+        f"  exit {RUNTIME_MISSING}\nfi\n"
+        f'export PATH={d}:"$PATH"\n'
+    )
+
+
 def member_script(
     request: LaunchRequest,
     directory: str,
     master_port_base: int,
     collector: SlurmCollector | None = None,
+    runtime_dir: str | None = None,
+    outputs_root: str | None = None,
 ) -> str:
     """The wrapper every task runs (``bash member.sh``): its rank is ``SLURM_PROCID``. Every
     member gets ``TUNEPLANE_METRICS_DIR``; with ``collector``, a collector runs beside it
-    (:mod:`adapters.slurm.collector`)."""
+    (:mod:`adapters.slurm.collector`); with ``runtime_dir``, the node's environment of the
+    job's runtime comes first on ``PATH`` (:func:`runtime_lines`); with ``outputs_root``,
+    ``TUNEPLANE_OUTPUT_DIR`` is the rank's ``<root>/<job>/<attempt>/<rank>`` (recorded as
+    artifacts when the member succeeds: ``adapters.outputs.FilesystemOutputs``' layout)."""
     spec = request.spec
     gpus = max((r.resources.gpus for r in spec.roles), default=0)
     env = {
@@ -91,7 +119,11 @@ def member_script(
         "TUNEPLANE_JOB_ID": request.job_id,
         "TUNEPLANE_ATTEMPT_ID": request.attempt_id,
     }
-    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+    exports = runtime_lines(spec.runtime.name, runtime_dir)
+    exports += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+    if outputs_root is not None:
+        where = shlex.quote(f"{outputs_root}/{request.job_id}/{request.attempt_id}/")
+        exports += f'export {OUTPUT_ENV}={where}"$R"; mkdir -p "${OUTPUT_ENV}"\n'
     if spec.capsule is not None:
         exports += f"export {DIGEST_ENV}={shlex.quote(spec.capsule.digest)}\n"
         exports += f"export {IMAGE_ENV}={shlex.quote(spec.runtime.digest)}\n"

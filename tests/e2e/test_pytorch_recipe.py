@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from tests.e2e.test_walkthrough import JOB_ID, Cli
@@ -54,3 +55,54 @@ def test_the_cnn_trains_and_its_artifacts_verify(
     loss = [v.tensor.float_val[0] for e in loaded[1:] for v in e.summary.value
             if v.tag == "train/loss"]  # fmt: skip
     assert len(loss) == 150 and sum(loss[-20:]) < sum(loss[:20]) / 5
+
+
+@pytest.fixture(scope="session")
+def trl_runtime(docker_host: str) -> str:
+    """The `pytorch-trl` runtime image (deploy/images/build.sh pytorch-trl: cached); its id."""
+    return build_image("pytorch-trl", docker_host)
+
+
+GRPO_TINY = {"max_steps": "4", "logging_steps": "1", "bf16": "false", "synthetic_samples": "32",
+             "per_device_train_batch_size": "4", "num_generations": "4",
+             "max_completion_length": "6", "beta": "0.04", "save_steps": "2"}  # fmt: skip
+
+
+@pytest.mark.timeout(900)
+def test_trl_grpo_on_the_local_backend_logs_its_metrics_and_its_artifacts_verify(
+    trl_runtime: str, cli: Cli, tmp_path: Path
+) -> None:
+    """`trl/grpo` through `tp submit` on the local backend (a container of the `pytorch-trl`
+    image): the runner checks the contract in the container, TRL trains the tiny Llama, and
+    since the local backend collects no metrics (docs/backends.md: `metrics` is `no` there) its
+    TensorBoard file is in the member's outputs, recorded and verified with the model."""
+    cli("new", "rl", "--method", "trl/grpo")
+    cli("validate", "rl")
+    sets = [a for k, v in GRPO_TINY.items() for a in ("--set", f"{k}={v}")]
+    cli("submit", "rl", "--profile", "cpu:2", *sets, "--preview")
+    (saved,) = (cli.cwd / ".tuneplane-data" / "submissions").glob("pv-*.json")
+    out = cli("submit", "--commit", str(saved))
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=600)
+    logs = cli("job", "logs", job_id).stdout
+    assert job["state"] == "succeeded", (job["reason"], logs[-5000:])
+    assert job["spec"]["runtime"]["name"] == "pytorch-trl"
+    assert job["spec"]["runtime"]["digest"] == trl_runtime  # the image pinned, the one run
+    assert "tuneplane-recipe: trl/grpo done after 4 steps" in logs, logs[-3000:]
+
+    listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
+    files = {f["path"] for f in listed["members"][0]["files"]}
+    assert {"report.json", "model/tokenizer.json", "model/model.safetensors"} <= files, files
+    assert any(f.startswith("checkpoints/checkpoint-2/") for f in files), files
+    (events,) = [f for f in files if f.startswith("tensorboard/events.out.tfevents.")]
+    verified = cli("artifacts", "verify", job_id).stdout
+    assert f"{len(files)} files match manifest" in verified, verified
+
+    (outputs,) = (tmp_path / "state" / "outputs" / job_id).glob("*/0")
+    report = json.loads((outputs / "report.json").read_text())
+    assert report["recipe"] == "trl/grpo" and report["global_step"] == 4, report
+    tb = EventAccumulator(str(outputs / events))  # TensorBoard's own reader
+    tb.Reload()
+    primary = json.loads(cli("methods", "trl/grpo", "--json").stdout)["primary_metrics"]
+    for tag in primary:  # every primary metric, at each step TRL logged (logging_steps=1)
+        assert [s.step for s in tb.Scalars(tag)] == [1, 2, 3, 4], (tag, tb.Tags()["scalars"])

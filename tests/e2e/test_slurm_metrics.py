@@ -65,12 +65,12 @@ class MetricsSetup(Setup):
 
 @contextlib.asynccontextmanager
 async def slurm_with_metrics(
-    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path
+    api_servers_factory: Factory, slurm_cluster: SlurmCluster, tmp_path: Path, **env: str
 ) -> AsyncIterator[MetricsSetup]:
-    """`tp serve` with the Slurm backend and its collectors' settings, and the telemetry
-    gateway beside it (its dev CA in the servers' state directory, made when it starts, before
-    any launch reads it); the experiment `hello` holds TRAIN as train.py. For other suites too
-    (the backend parity suite)."""
+    """`tp serve` with the Slurm backend and its collectors' settings (and ``env``), and the
+    telemetry gateway beside it (its dev CA in the servers' state directory, made when it
+    starts, before any launch reads it); the experiment `hello` holds TRAIN as train.py. For
+    other suites too (the backend parity suite, post-training on Slurm)."""
     port = free_port()
     base = await setup_for(
         api_servers_factory,
@@ -79,6 +79,7 @@ async def slurm_with_metrics(
         TUNEPLANE_SLURM_TELEMETRY_GATEWAY=f"127.0.0.1:{port}",
         TUNEPLANE_SLURM_TELEMETRY_CA=str(tmp_path / "state" / "pki" / "ca.pem"),
         TUNEPLANE_SLURM_COLLECTOR_SPOOL=str(tmp_path / "node-local"),
+        **env,
     )
     setup = MetricsSetup(base.servers, base.cli, base.shared, base.cluster)
     servers = base.servers

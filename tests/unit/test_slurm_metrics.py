@@ -83,13 +83,20 @@ def collector(tmp_path: Path, drain: int = 30, command: str | None = None) -> Sl
 
 
 def run_member(
-    tmp_path: Path, req: LaunchRequest, c: SlurmCollector | None, **env: str
+    tmp_path: Path,
+    req: LaunchRequest,
+    c: SlurmCollector | None,
+    runtime_dir: str | None = None,
+    outputs_root: str | None = None,
+    **env: str,
 ) -> tuple[int, str, Path]:
     """Run member.sh as Slurm's task of rank ``req.member_index``: (exit code, log, dir)."""
     d = tmp_path / "shared" / req.attempt_id
     d.mkdir(parents=True, exist_ok=True)
     script = d / "member.sh"
-    script.write_text(member_script(req, str(d), 29500, c))
+    script.write_text(
+        member_script(req, str(d), 29500, c, runtime_dir=runtime_dir, outputs_root=outputs_root)
+    )
     full = dict(
         os.environ,
         SLURM_PROCID=str(req.member_index),
