@@ -71,8 +71,28 @@ PYTORCH_TRL = RuntimeSpec(
     packages=read_lock(lock_path("pytorch-trl")),
 )
 
+# verl's stack on the same CPU PyTorch and transformers as pytorch-trl (verl 0.9.1 allows
+# transformers >=5.5.3,<5.11), with the Ray verl asks for (ray[default]: its dashboard and
+# agent, which `ray start` runs). verl[verl-core], not bare verl: verl.trainer.main_ppo imports
+# transfer_queue (TransferQueue) and cachetools, which only that extra brings. No rollout engine
+# (vLLM, SGLang): their wheels are CUDA builds on another torch (docs/recipes.md).
+VERL_PINS = ("torch==2.13.0", "verl[verl-core]==0.9.1", "ray[default]==2.60.0",
+             "transformers==5.10.4", "peft==0.21.2", "accelerate==1.16.0", "datasets==5.2.0",
+             "tensorboard==2.21.0")  # fmt: skip
+VERL_FRAMEWORKS = ("verl", "ray", "torch", "transformers", "peft", "accelerate", "datasets")
+
+VERL = RuntimeSpec(
+    name="verl",
+    image="localhost/tuneplane/runtime-verl:1",
+    python="3.11",
+    process_model="ray",
+    description="Debian 12 with Python 3.11, verl, Ray, PyTorch (CPU), transformers, PEFT,"
+    " accelerate and datasets from PyPI, at the versions of its lock file; no rollout engine",
+    frameworks=_locked("verl", VERL_FRAMEWORKS),
+)
+
 LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (
-    BUSYBOX, PYTHON, PYTHON_NUMPY, PYTHON_TORCH, PYTORCH_TRL
+    BUSYBOX, PYTHON, PYTHON_NUMPY, PYTHON_TORCH, PYTORCH_TRL, VERL
 )  # fmt: skip
 
 
@@ -111,5 +131,12 @@ RECIPES: dict[str, Recipe] = {
         suite="bookworm",
         include=("python3",),  # the whole standard library (importlib.metadata, sqlite3, …)
         pip=TRL_PINS,
+    ),
+    "verl": Recipe(
+        kind="debootstrap",
+        version="1",
+        suite="bookworm",
+        include=("python3",),
+        pip=VERL_PINS,
     ),
 }

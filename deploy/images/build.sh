@@ -1,7 +1,7 @@
 #!/bin/bash
 # Build a local runtime image (no registry needed) into the engine at $DOCKER_HOST.
 #
-#   bash deploy/images/build.sh busybox|python|python-numpy|python-torch|pytorch-trl [--force] [--docker-host unix:///...]
+#   bash deploy/images/build.sh busybox|python|python-numpy|python-torch|pytorch-trl|verl [--force] [--docker-host unix:///...]
 #
 # Installs what the recipe needs when missing (Debian 12, root): busybox-static for `busybox`,
 # debootstrap for the others. Then runs `python -m adapters.docker.images build ...`, which makes
@@ -10,13 +10,13 @@
 # one deploy/dev/dockerd.sh starts. PYTHON selects the interpreter (default: .venv/bin/python).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-NAME=${1:?usage: build.sh busybox|python|python-numpy|python-torch|pytorch-trl [--force] [--docker-host H]}
+NAME=${1:?usage: build.sh busybox|python|python-numpy|python-torch|pytorch-trl|verl [--force] [--docker-host H]}
 shift
 
 case "$NAME" in
   busybox) pkgs=(busybox-static) ;;
-  python|python-numpy|python-torch|pytorch-trl) pkgs=(debootstrap) ;;
-  *) echo "build.sh: unknown runtime $NAME (busybox, python, python-numpy, python-torch or pytorch-trl)" >&2; exit 2 ;;
+  python|python-numpy|python-torch|pytorch-trl|verl) pkgs=(debootstrap) ;;
+  *) echo "build.sh: unknown runtime $NAME (busybox, python, python-numpy, python-torch, pytorch-trl or verl)" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

@@ -54,13 +54,14 @@ async def test_admins_add_runtimes_and_everyone_lists_them(ctx: Context) -> None
         "python-numpy",
         "python-torch",
         "pytorch-trl",
+        "verl",
         "np",
     ]
-    assert [r.builtin for r in listed] == [True, True, True, True, True, False]
+    assert [r.builtin for r in listed] == [True, True, True, True, True, True, False]
     assert (await runtimes.find_runtime(ctx, "np")).frameworks == {"numpy": "1.26.4"}
     with pytest.raises(InvalidInput, match="unknown runtime 'nope'") as unknown:
         await runtimes.find_runtime(ctx, "nope")
-    assert "busybox, python, python-numpy, python-torch, pytorch-trl, np" in unknown.value.fix
+    assert "busybox, python, python-numpy, python-torch, pytorch-trl, verl, np" in unknown.value.fix
 
 
 async def test_built_in_names_stay_built_in_and_re_adds_need_replace(ctx: Context) -> None:

@@ -40,12 +40,13 @@ async def run_to_exit(
 
 def test_local_runtimes_are_catalog_entries():
     names = [r.name for r in LOCAL_RUNTIMES]
-    assert names == ["busybox", "python", "python-numpy", "python-torch", "pytorch-trl"]
+    assert names == ["busybox", "python", "python-numpy", "python-torch", "pytorch-trl", "verl"]
     assert BUSYBOX.image == "localhost/tuneplane/runtime-busybox:1" and BUSYBOX.python is None
     assert PYTHON.image == "localhost/tuneplane/runtime-python:3.11" and PYTHON.python == "3.11"
-    assert {r.name for r in LOCAL_RUNTIMES if r.process_model != "single-process"} == {
-        "pytorch-trl"
-    }
+    assert {(r.name, r.process_model) for r in LOCAL_RUNTIMES
+            if r.process_model != "single-process"} == {
+        ("pytorch-trl", "torch-process-group"), ("verl", "ray")
+    }  # fmt: skip
 
 
 async def test_busybox_image_runs_a_shell(docker_backend, docker_job_id):

@@ -2,7 +2,8 @@
 it, makes the tiny model and the synthetic data, and its Hydra overrides compose with verl's own
 `ppo_trainer` config into one that verl's `validate_config` accepts (GRPO: a reference policy,
 no critic), whose custom reward verl loads and whose training set verl's RLHFDataset reads with
-the tiny model's tokenizer. (Training itself needs GPUs and a rollout engine: not here.)
+the tiny model's tokenizer. Training itself needs GPUs and a rollout engine: on a CPU the
+artifact stops before Ray starts, with verl's reasons (docs/recipes.md).
 
 Needs a Python with verl: `deploy/dev/test.sh` makes one (`deploy/dev/post-training-env.sh`)
 and sets TUNEPLANE_POST_TRAINING_PYTHON; elsewhere this test is skipped, saying so."""
@@ -70,19 +71,17 @@ print("RESULT " + json.dumps({
 """
 
 
-def test_the_rendered_overrides_are_a_config_verl_accepts(tmp_path: Path) -> None:
+def capsule(tmp_path: Path, given: dict[str, str]) -> dict[str, str]:
+    """The artifact and config.json as the Job Capsule ships them; the member's environment."""
     (m,) = [m for m in load_recipes() if m.name == "verl/grpo"]
     artifact = tmp_path / "capsule" / "artifact"
     artifact.mkdir(parents=True)
     for file, data in m.artifact:
         (artifact / file).write_bytes(data)
-    given = {"train_batch_size": "8", "ppo_mini_batch_size": "4", "rollout_n": "4",
-             "learning_rate": "2e-6", "synthetic_samples": "16", "max_response_length": "16",
-             "max_prompt_length": "32"}  # fmt: skip
     config = tmp_path / "capsule" / "config.json"
     config.write_text(json.dumps(m.config(resolve_params(m, dict(given)))))
     (tmp_path / "workspace").mkdir()
-    env = {
+    return {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp_path),
         "ENTRY": str(artifact / "grpo.py"),
@@ -92,7 +91,15 @@ def test_the_rendered_overrides_are_a_config_verl_accepts(tmp_path: Path) -> Non
         "TUNEPLANE_WORKSPACE": str(tmp_path / "workspace"),
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
+        "CUDA_VISIBLE_DEVICES": "",  # a CPU member, even on a machine with a GPU
     }
+
+
+def test_the_rendered_overrides_are_a_config_verl_accepts(tmp_path: Path) -> None:
+    given = {"train_batch_size": "8", "ppo_mini_batch_size": "4", "rollout_n": "4",
+             "learning_rate": "2e-6", "synthetic_samples": "16", "max_response_length": "16",
+             "max_prompt_length": "32"}  # fmt: skip
+    env = capsule(tmp_path, given)
     done = subprocess.run([PYTHON, "-c", CHECK], cwd=tmp_path / "workspace", env=env,
                           capture_output=True, text=True, timeout=280)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
@@ -113,3 +120,22 @@ def test_the_rendered_overrides_are_a_config_verl_accepts(tmp_path: Path) -> Non
     }
     assert (tmp_path / "outputs" / "tiny-llama" / "config.json").is_file()
     assert (tmp_path / "outputs" / "data" / "test.parquet").is_file()
+
+
+def test_on_a_cpu_the_artifact_stops_with_verls_reasons_before_ray_starts(
+    tmp_path: Path,
+) -> None:
+    """verl 0.9.1 cannot train here (docs/recipes.md): run as the runner runs it, on a member
+    without a GPU and a runtime without vLLM, the artifact exits 2 saying why and what a GPU
+    run needs, before it writes anything or starts Ray (which would fail a minute later on
+    'Total available GPUs 0 is less than total desired GPUs 1')."""
+    env = capsule(tmp_path, {"synthetic_samples": "8"})
+    done = subprocess.run([PYTHON, env["ENTRY"]], cwd=tmp_path / "workspace", env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stderr.startswith(
+        "tuneplane-recipe: this member has no GPU and the runtime has no vllm"
+    ), done.stderr
+    assert "Total available GPUs 0 is less than total desired GPUs N" in done.stderr
+    assert "fix: submit with a GPU profile and a runtime with vllm" in done.stderr
+    assert not (tmp_path / "outputs").exists() and "ray" not in done.stdout.lower()

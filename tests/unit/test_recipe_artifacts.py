@@ -335,6 +335,7 @@ def test_verl_grpo_renders_hydra_overrides_for_main_ppo(
                                   "seed": 0}  # fmt: skip
     assert plan["synthetic"] == {"dir": "/tuneplane/outputs/data", "samples": 256}
     assert plan["env"] == {"TENSORBOARD_DIR": "/tuneplane/metrics"}
+    assert plan["engine"] == "sglang"
 
 
 def test_verl_grpo_with_a_hub_model_its_own_data_and_verl_rewards(
@@ -386,6 +387,29 @@ def test_verl_grpo_makes_files_in_the_shared_directory_of_a_multi_member_job(
     assert plan["tiny_model"]["dir"] == "/shared/job-1/tiny-llama"
     assert "data.train_files='/shared/job-1/data/train.parquet'" in plan["overrides"]
     assert "trainer.nnodes=2" in plan["overrides"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "accelerators", "modules", "problem"),
+    [
+        ("vllm", 0, {"vllm"}, "this member has no GPU: verl 0.9.1 trains on GPUs only"),
+        ("vllm", 1, set(), "the runtime has no vllm (rollout_name; module vllm): verl 0.9.1"),
+        ("trtllm", 1, {"vllm"}, "the runtime has no trtllm (rollout_name; module tensorrt_llm)"),
+        ("sglang", 0, set(), "this member has no GPU and the runtime has no sglang"),
+    ],
+)  # fmt: skip
+def test_verl_grpo_refuses_a_member_it_cannot_train_on(
+    artifact: Load, engine: str, accelerators: int, modules: set[str], problem: str
+) -> None:
+    """verl 0.9.1 needs GPUs and a rollout engine server (docs/recipes.md): a CPU-only member,
+    or a runtime without the engine, is refused before Ray starts, with verl's reasons."""
+    grpo = artifact("verl/grpo", "grpo.py")
+    with pytest.raises(sys.modules["tuneplane_recipe"].ConfigError) as caught:
+        grpo.preflight(engine, accelerators, modules.__contains__)
+    assert problem in caught.value.problem
+    assert "Total available GPUs 0 is less than total desired GPUs" in caught.value.problem
+    assert "NCCL" in caught.value.problem and "GPU profile" in caught.value.fix
+    grpo.preflight("sglang", 1, {"sglang"}.__contains__)  # a GPU and the engine: nothing to say
 
 
 def test_verl_grpo_keeps_what_it_fixes(artifact: Load, env: dict[str, str]) -> None:

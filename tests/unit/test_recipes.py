@@ -5,6 +5,7 @@ artifact and config.json in the capsule where there is one."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import tarfile
@@ -261,8 +262,13 @@ async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_p
 
 
 async def test_a_default_runtime_the_server_lacks_is_named_with_the_fix(tmp_path: Path) -> None:
+    from adapters.catalog import default_catalog
+    from adapters.docker.runtimes import LOCAL_RUNTIMES
+
     backend = MemoryBackend(storage=StorageCapabilities(capsule=True, shared_outputs=True))
-    ctx = memory_context(tmp_path, backend)  # runtimes: busybox, python, python-numpy
+    ctx = memory_context(tmp_path, backend)
+    without = tuple(r for r in LOCAL_RUNTIMES if r.name != "verl")  # a server built without it
+    ctx = dataclasses.replace(ctx, catalog=default_catalog(without))
     with pytest.raises(InvalidInput) as caught:
         await submissions.create_preview(ctx, ALICE, an_intent(method="verl/grpo", params={}))
     assert caught.value.message == (

@@ -15,9 +15,10 @@ the Ray cluster the platform started (docs/recipes.md).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,9 @@ def render(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         raise ConfigError(f"config.json sets what the recipe fixes: {', '.join(clash)}",
                           "leave these to the recipe")  # fmt: skip
     overrides = [f"{k}={hydra_value(v)}" for k, v in [*fixed.items(), *sorted(given)]]
+    rollout = section(section(verl, "actor_rollout_ref"), "rollout")
     plan.update(
+        engine=str(rollout.get("name", "vllm")),
         overrides=overrides,
         env=worker_env,
         argv=[sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
@@ -185,9 +188,47 @@ def make_files(plan: Mapping[str, Any]) -> None:
             pd.DataFrame(rows).to_parquet(Path(synthetic["dir"]) / f"{split}.parquet")
 
 
+# the rollout engines verl 0.9.1's trainer can generate with (its RolloutReplicaRegistry), by the
+# module each one needs in the runtime
+ENGINE_MODULES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt_llm"}
+NO_CPU_RUN = (
+    "verl 0.9.1 trains on GPUs only: its trainer asks Ray for a GPU per process"
+    " (single_controller/ray/base.py: 'Total available GPUs 0 is less than total desired GPUs"
+    " N'), its workers join a process group with NCCL (utils/distributed.py; a CPU PyTorch has"
+    " none), and it generates only through a vLLM, SGLang or TensorRT-LLM server"
+)
+
+
+def preflight(engine: str, accelerators: int, installed: Callable[[str], bool]) -> None:
+    """What verl 0.9.1 needs of the member it starts on and would otherwise fail on deep inside
+    Ray after a minute (or wait for forever): GPUs and the rollout engine. ``accelerators`` is
+    the GPUs (or NPUs) this process sees; ``installed`` tells whether a module is importable."""
+    missing = []
+    if accelerators < 1:
+        missing.append("this member has no GPU")
+    module = ENGINE_MODULES.get(engine, engine)
+    if not installed(module):
+        missing.append(f"the runtime has no {engine} (rollout_name; module {module})")
+    if missing:
+        raise ConfigError(
+            f"{' and '.join(missing)}: {NO_CPU_RUN}",
+            f"submit with a GPU profile and a runtime with {engine} built for its CUDA"
+            " (docs/recipes.md, 'What a GPU run of verl/grpo needs')",
+        )
+
+
+def _accelerators() -> int:
+    import torch
+
+    npu = getattr(torch, "npu", None)  # Ascend's torch_npu, which verl also runs on
+    return int(torch.cuda.device_count()) + (int(npu.device_count()) if npu is not None else 0)
+
+
 def main() -> None:
     try:
         plan = render(load_config(), os.environ)
+        found = lambda module: importlib.util.find_spec(module) is not None  # noqa: E731
+        preflight(plan["engine"], _accelerators(), found)
     except ConfigError as error:
         fail(error)
     make_files(plan)
