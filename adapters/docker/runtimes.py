@@ -89,6 +89,7 @@ VERL = RuntimeSpec(
     description="Debian 12 with Python 3.11, verl, Ray, PyTorch (CPU), transformers, PEFT,"
     " accelerate and datasets from PyPI, at the versions of its lock file; no rollout engine",
     frameworks=_locked("verl", VERL_FRAMEWORKS),
+    packages=read_lock(lock_path("verl")),
 )
 
 LOCAL_RUNTIMES: tuple[RuntimeSpec, ...] = (

@@ -1,8 +1,8 @@
 """The recipe catalog through the real `tp` CLI and API process: `tp methods` lists every recipe
-with its framework and says when its default runtime is not registered; `tp methods NAME`
+with its framework and its default runtime; `tp methods NAME`
 shows a post-training recipe's parameters, roles, metrics and artifact; a `--set` that breaks a
 declared type, range or choice is refused at preview, naming the parameter and the fix; and a
-recipe whose default runtime the operator has not registered is refused with the way out."""
+new post-training experiment locks the TRL version of its built-in runtime."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ def test_tp_methods_lists_and_shows_the_post_training_recipes(cli: Cli) -> None:
     for name in ("custom/custom", "numpy/mlp-classification", "trl/sft", "trl/grpo", "trl/dpo",
                  "verl/grpo"):  # fmt: skip
         assert name in listed, listed
-    assert "pytorch-trl (not registered" in listed and "python-numpy" in listed
+    assert "pytorch-trl" in listed and "python-numpy" in listed
+    assert "not registered" not in listed  # every recipe's default runtime is built in
     assert "trl >=1.16,<2" in listed
 
     shown = cli("methods", "trl/grpo").stdout
@@ -56,16 +57,12 @@ def test_a_bad_set_never_reaches_the_queue(cli: Cli, setting: str, says: str, fi
     assert not list((cli.cwd / ".tuneplane-data").glob("submissions/pv-*.json"))
 
 
-def test_an_unregistered_default_runtime_is_refused_with_the_fix(cli: Cli) -> None:
-    made = cli("new", "sft", "--method", "trl/sft")  # works: the lock pins no trl version yet
-    assert "runs on runtime 'pytorch-trl' by default" in made.stderr, made.stderr
+def test_a_new_post_training_experiment_locks_its_built_in_runtimes_trl(cli: Cli) -> None:
+    """`pytorch-trl` is built in, so `tp new` locks the TRL version it provides and `tp
+    validate` accepts it (a default runtime the server lacks: tests/unit/test_recipes.py)."""
+    made = cli("new", "sft", "--method", "trl/sft")
+    assert "runs on runtime" not in made.stderr, made.stderr
     lock = json.loads((cli.cwd / "sft" / "recipe.lock.json").read_text())
-    assert lock["framework"] == "trl" and "framework_version" not in lock
-    checked = cli("validate", "sft", ok=False)
-    assert "method trl/sft runs on runtime 'pytorch-trl' by default" in checked.stderr
-    assert "tp runtime add" in checked.stderr
-    refused = cli("submit", "sft", "--profile", "cpu:1", "--preview", "--set", "max_steps=5",
-                  ok=False)  # fmt: skip
-    assert refused.returncode != 0
-    assert "runs on runtime 'pytorch-trl' by default" in refused.stderr, refused.stderr
-    assert "tp runtime add" in refused.stderr and "--runtime" in refused.stderr
+    assert (lock["framework"], lock["framework_version"], lock["runtime"]) == (
+        "trl", "1.16.0", "pytorch-trl"), lock  # fmt: skip
+    assert cli("validate", "sft").returncode == 0
