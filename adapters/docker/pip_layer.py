@@ -96,6 +96,13 @@ def install(root: Path, lock_file: Path, say: Callable[[str], None]) -> None:
     if not pythons:
         raise LockError(f"{root} has no usr/lib/python3.X: the recipe must include python3")
     site = root / "usr/local/lib" / pythons[-1].name / "dist-packages"
+    here = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    if pythons[-1].name != here:  # the lock's wheels are this interpreter's (cp311, manylinux)
+        raise LockError(
+            f"the image has {pythons[-1].name} but this build runs on {here}: pip installs the"
+            f" wheels for its own Python; run the build with {pythons[-1].name} (PYTHON=… bash"
+            " deploy/images/build.sh, or Debian 12's python3)"
+        )
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--require-hashes",
            "--only-binary=:all:", "--no-compile", "--no-warn-script-location",
            "--disable-pip-version-check", "--target", str(site), "-r", str(lock_file)]  # fmt: skip

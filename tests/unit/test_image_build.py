@@ -137,3 +137,10 @@ def test_a_damaged_digest_file_is_not_believed(tmp_path: Path) -> None:
     side.write_text(f"{stamp}\nsha256:12")  # cut short, with the file's own stamp
     assert image_archive.file_digest(path) == digest
     assert side.read_text() == f"{stamp}\n{digest}\n"
+
+
+def test_a_build_on_another_python_than_the_images_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "usr/lib/python3.9").mkdir(parents=True)  # not this interpreter's
+    with pytest.raises(pip_layer.LockError, match=r"the image has python3.9 but this build runs"):
+        pip_layer.install(tmp_path, pip_layer.lock_path("pytorch-trl"), print)
+    assert not (tmp_path / "usr/local").exists()
