@@ -39,7 +39,7 @@ from tests.fixtures.docker import build_image
 pytestmark = pytest.mark.bench
 
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
-STEPS = 50
+STEPS = int(os.environ.get("BENCH_STEPS", "50"))
 GIVEN = {"max_steps": str(STEPS), "logging_steps": "1", "save_steps": "1000", "bf16": "false",
          "synthetic_samples": "512", "per_device_train_batch_size": "4", "max_length": "32",
          "learning_rate": "0.001"}  # fmt: skip
