@@ -95,7 +95,7 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
         ({"runtime": "cobol"}, "intent.runtime", "busybox"),
         ({"params": {}}, "intent.params.command", "--set command"),
         ({"params": {"command": "x", "epochs": 3}}, "intent.params.epochs", "tp methods"),
-        # a post-training recipe: its declared limits, before its unregistered default runtime
+        # a post-training recipe: its declared limits, and a runtime without its framework
         (
             {"method": "trl/grpo", "params": {"num_generations": "1"}},
             "intent.params.num_generations",
@@ -106,7 +106,11 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
             "intent.params.rollout_name",
             "vllm, sglang, trtllm",
         ),
-        ({"method": "verl/grpo", "params": {}}, "intent.runtime", "tp runtime add"),
+        (
+            {"method": "trl/sft", "runtime": "python-numpy", "params": {}},
+            "intent.runtime",
+            "tp runtime add",
+        ),
         (
             {"source": {"digest": "sha256:" + "1" * 64, "size": 10}},
             "intent.source.digest",
