@@ -10,7 +10,7 @@ from domain.artifact_ports import OutputStorage
 from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, Unavailable
 from domain.ports import Clock, ExecutionBackend, Ids, UnitOfWorkFactory
 from domain.telemetry_ports import MetricsStore, TokenSigner
 
@@ -38,10 +38,11 @@ class Context:
     uow: UnitOfWorkFactory
     clock: Clock
     ids: Ids
-    catalog: Catalog
-    backends: Mapping[str, ExecutionBackend]
-    blobs: BlobStore
     new_secret: Callable[[], str]
+    # what a process that resolves and runs submissions has (the API's; the simulator's)
+    catalog: Catalog = Catalog(methods=())  # empty: this process resolves no submission
+    backends: Mapping[str, ExecutionBackend] = field(default_factory=dict)  # none: runs nothing
+    blobs: BlobStore | None = None  # None: this process keeps no blobs (`tp up`'s set-up steps)
     limits: Limits = Limits()
     signals: Signals = NO_SIGNALS
     metrics: MetricsStore | None = None  # None: this process serves no metrics
@@ -59,6 +60,15 @@ class Context:
         if own is not None:
             return own
         return self.outputs if backend.storage.shared_outputs else None
+
+    def blob_store(self) -> BlobStore:
+        """The blob store; Unavailable in a process built without one (a bug of its wiring)."""
+        if self.blobs is None:
+            raise Unavailable(
+                "this process keeps no blobs",
+                fix="ask the control plane (`tp serve`, `tp up`) or the node gateway",
+            )
+        return self.blobs
 
     def backend(self, name: str) -> ExecutionBackend:
         try:
