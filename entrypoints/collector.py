@@ -24,7 +24,7 @@ from adapters.telemetry.collector import CollectorOptions
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.cli.errors import render
 from entrypoints.containers.collector import CollectorContainer
-from entrypoints.containers.resources import resolve, started
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.collector")

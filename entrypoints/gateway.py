@@ -19,8 +19,9 @@ from adapters.tls import dev_server_context, server_context
 from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError, Unavailable
 from entrypoints.cli.errors import render
+from entrypoints.containers.database import reach_database
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
-from entrypoints.containers.resources import reach_database, resolve, started
 from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
 from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
 from entrypoints.settings import Settings

@@ -30,8 +30,8 @@ from adapters.tls import client_context
 from application.node_sessions import check_address
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
 from entrypoints.cli.errors import render
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
-from entrypoints.containers.resources import resolve, started
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.node")

@@ -22,7 +22,8 @@ from entrypoints import fleet_config
 from entrypoints.api.app import create_app
 from entrypoints.cli.config import write_private
 from entrypoints.containers.api import ApiContainer
-from entrypoints.containers.resources import reach_database, resolve, started
+from entrypoints.containers.database import reach_database
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen
 from entrypoints.settings import Settings

@@ -16,7 +16,7 @@ from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.cli.errors import render
-from entrypoints.containers.resources import resolve, started
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen, run_server
 from entrypoints.server import (

@@ -29,7 +29,7 @@ from application.context import Context
 from application.enrollment import NODE_BACKEND, create_join_token
 from domain.auth import Principal, Role
 from domain.errors import Unavailable
-from entrypoints.containers.resources import resolve, started
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.fleet_config import host_resources
 from entrypoints.gateway import gateway_names

@@ -9,6 +9,6 @@ process does not use (the table in docs/architecture.md, "Composition").
 - `tp up`'s set-up steps: ``setup.SetupContainer``; `tp up` composes the others (the gateways
   and the node daemon as child processes, each building its own container; the API in its own).
 
-Every process starts and stops its container the same way (``resources.started``), and import
+Every process starts and stops its container the same way (``lifecycle.started``), and import
 contracts in pyproject.toml keep each container from reaching what its process does not use.
 """

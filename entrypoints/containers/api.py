@@ -23,7 +23,8 @@ from application.context import Context
 from domain.blob_ports import BlobStore
 from domain.coordination_ports import Signals
 from domain.ports import ExecutionBackend
-from entrypoints.containers import resources
+from entrypoints.containers import database
+from entrypoints.containers.blobs import blob_store
 from entrypoints.kubernetes import kubernetes_backends
 from entrypoints.settings import Settings
 from entrypoints.slurm_wiring import slurm_resource
@@ -65,7 +66,7 @@ def _context(
         signals=signals,
         metrics=metrics,
         tokens=tokens,
-        telemetry=resources.telemetry_settings(settings),
+        telemetry=database.telemetry_settings(settings),
         outputs=FilesystemOutputs(settings.output_dir),
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
     )
@@ -73,18 +74,18 @@ def _context(
 
 def _lease(settings: Settings) -> PostgresLeaderLease:
     """The lock that makes one API process the leader, which runs the control loop."""
-    return PostgresLeaderLease(resources.require_database(settings))
+    return PostgresLeaderLease(database.require_database(settings))
 
 
 class ApiContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    engine = providers.Resource(resources.database_engine, settings=settings)
+    engine = providers.Resource(database.database_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
-    signals = providers.Resource(resources.signals, settings=settings)
-    blobs = providers.Resource(resources.blob_store, settings=settings)
-    metrics_pool = providers.Resource(resources.metrics_pool, settings=settings)
+    signals = providers.Resource(database.signals, settings=settings)
+    blobs = providers.Resource(blob_store, settings=settings)
+    metrics_pool = providers.Resource(database.metrics_pool, settings=settings)
     metrics = providers.Singleton(PostgresMetrics, pool=metrics_pool)
-    signing_keys = providers.Singleton(resources.signing_keys, settings=settings, pool=metrics_pool)
+    signing_keys = providers.Singleton(database.signing_keys, settings=settings, pool=metrics_pool)
     tokens = providers.Singleton(CollectorTokens, keys=signing_keys)
     kubernetes = providers.Resource(kubernetes_backends, settings=settings, tokens=tokens)
     slurm = providers.Resource(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+from datetime import timedelta
 
 from dependency_injector import containers, providers
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -15,10 +16,11 @@ from adapters.grpc.node_gateway import NodeGateway
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context
-from application.node_control import NodeControl
+from application.node_control import ControlSettings, NodeControl
 from domain.blob_ports import BlobStore
 from domain.coordination_ports import Signals
-from entrypoints.containers import resources
+from entrypoints.containers import database
+from entrypoints.containers.blobs import blob_store
 from entrypoints.settings import Settings
 
 
@@ -38,7 +40,18 @@ def _context(
         limits=settings.limits,
         signals=signals,
         tokens=tokens,
-        telemetry=resources.telemetry_settings(settings),
+        telemetry=database.telemetry_settings(settings),
+    )
+
+
+def control_settings(settings: Settings) -> ControlSettings:
+    """The node sessions: heartbeats, credential rotation, when a session is dead."""
+    return ControlSettings(
+        heartbeat=timedelta(seconds=settings.heartbeat_seconds),
+        rotate_every=timedelta(seconds=settings.credential_rotate_seconds),
+        rotation_grace=timedelta(seconds=settings.credential_grace_seconds),
+        # as the control plane's "its gateway died" limit (entrypoints/server.py)
+        session_timeout=timedelta(seconds=max(6 * settings.heartbeat_seconds, 30)),
     )
 
 
@@ -46,16 +59,16 @@ def _control(ctx: Context, settings: Settings) -> NodeControl:
     """The node sessions this process holds, named for the host and process (several gateways
     can serve one database)."""
     name = f"{socket.gethostname()}:{os.getpid()}"
-    return NodeControl(ctx, name, resources.control_settings(settings))
+    return NodeControl(ctx, name, control_settings(settings))
 
 
 class NodeGatewayContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    engine = providers.Resource(resources.database_engine, settings=settings)
-    signals = providers.Resource(resources.signals, settings=settings)
-    blobs = providers.Resource(resources.blob_store, settings=settings)
-    metrics_pool = providers.Resource(resources.metrics_pool, settings=settings)
-    signing_keys = providers.Singleton(resources.signing_keys, settings=settings, pool=metrics_pool)
+    engine = providers.Resource(database.database_engine, settings=settings)
+    signals = providers.Resource(database.signals, settings=settings)
+    blobs = providers.Resource(blob_store, settings=settings)
+    metrics_pool = providers.Resource(database.metrics_pool, settings=settings)
+    signing_keys = providers.Singleton(database.signing_keys, settings=settings, pool=metrics_pool)
     tokens = providers.Singleton(CollectorTokens, keys=signing_keys)
     context = providers.Singleton(
         _context, settings=settings, engine=engine, blobs=blobs, signals=signals, tokens=tokens

@@ -13,7 +13,7 @@ from adapters.postgres.metrics import PostgresMetrics
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.system import SystemClock
 from application.telemetry import TelemetryIngest
-from entrypoints.containers import resources
+from entrypoints.containers import database
 from entrypoints.settings import Settings
 
 
@@ -23,7 +23,7 @@ def _grace(settings: Settings) -> timedelta:
 
 class TelemetryGatewayContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    pool = providers.Resource(resources.metrics_pool, settings=settings, max_size=8)
+    pool = providers.Resource(database.metrics_pool, settings=settings, max_size=8)
     clock = providers.Singleton(SystemClock)
     keys = providers.Singleton(PostgresSigningKeys, pool)  # checks tokens; the API signs them
     ingest = providers.Singleton(

@@ -1,7 +1,7 @@
 """The S3 blob store's configuration and its failures, against the real SeaweedFS server of
 tests/fixtures/s3.py: refused credentials, a missing bucket, an unreachable endpoint, no
 credentials at all; and the settings that choose the store (entrypoints/settings.py,
-entrypoints/containers/resources.py). What it does when it works is
+entrypoints/containers/blobs.py). What it does when it works is
 tests/contract/test_blob_stores.py."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from adapters.blobs import FilesystemBlobStore
 from adapters.blobs_s3 import Misconfigured, S3BlobStore, S3Location
 from domain.errors import InvalidInput, NotFound, Unavailable
-from entrypoints.containers.resources import blob_store
+from entrypoints.containers.blobs import blob_store
 from entrypoints.settings import Settings
 from tests.fixtures.s3 import S3Server
 from tests.fixtures.server import free_port
