@@ -16,8 +16,8 @@ from domain.auth import Role, User
 from domain.coordination_ports import LeaderLease
 from domain.errors import NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
-from domain.ports import UnitOfWorkFactory
 from domain.requests import Profile
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import at
 
 pytestmark = pytest.mark.contract
