@@ -9,7 +9,7 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from adapters.memory.fleet import MemoryLeaderLease, MemoryLeases
+from adapters.memory.lease import MemoryLeaderLease, MemoryLeases
 from adapters.postgres.engine import plain_url
 from adapters.postgres.lease import PostgresLeaderLease, lease_key
 from domain.auth import Role, User
