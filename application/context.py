@@ -11,8 +11,9 @@ from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import InvalidInput
-from domain.ports import Clock, ExecutionBackend, Ids, UnitOfWorkFactory
+from domain.ports import Clock, ExecutionBackend, Ids
 from domain.telemetry_ports import MetricsStore, TokenSigner
+from domain.unit_of_work import UnitOfWorkFactory, Units
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,12 @@ class Context:
     # backends whose members' outputs live in the backend's own storage, which this control
     # plane reads too (Slurm: its shared directory), by backend name
     backend_outputs: Mapping[str, OutputStorage] = field(default_factory=dict)
+
+    @property
+    def units(self) -> Units:
+        """Open a unit of work typed as the bounded context a use case touches
+        (``async with ctx.units.jobs() as uow``); see domain/unit_of_work.py."""
+        return Units(self.uow)
 
     def outputs_of(self, backend: ExecutionBackend) -> OutputStorage | None:
         """Where ``backend``'s members write outputs recorded as artifacts: the backend's own

@@ -88,7 +88,7 @@ async def _local_pool_is_node_pool(settings: Settings) -> bool:
     await container.init_resources()  # type: ignore[misc]
     try:
         ctx = await container.context()  # type: ignore[misc]
-        async with ctx.uow() as uow:
+        async with ctx.units.fleet() as uow:
             pool = next((p for p in await uow.fleet.pools() if p.name == LOCAL), None)
         return pool is not None and pool.backend == NODE_BACKEND
     finally:
