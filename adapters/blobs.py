@@ -51,6 +51,17 @@ def corrupt_blob(digest: str, found: str, where: str) -> NotFound:
     )
 
 
+def check_digest(digest: str) -> None:
+    """Refuse what is not a ``sha256:<64 hex>`` digest (a path or key made of it must not
+    escape the store)."""
+    if not DIGEST_RE.fullmatch(digest):
+        raise InvalidInput(
+            f"{digest!r} is not a sha256 digest",
+            fix="use the `sha256:<64 hex>` digest that the upload returned",
+            field="digest",
+        )
+
+
 class FilesystemBlobStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -58,12 +69,7 @@ class FilesystemBlobStore:
         (root / "sha256").mkdir(parents=True, exist_ok=True)
 
     def _path(self, digest: str) -> Path:
-        if not DIGEST_RE.fullmatch(digest):
-            raise InvalidInput(
-                f"{digest!r} is not a sha256 digest",
-                fix="use the `sha256:<64 hex>` digest that the upload returned",
-                field="digest",
-            )
+        check_digest(digest)
         hexdigest = digest.removeprefix("sha256:")
         return self.root / "sha256" / hexdigest[:2] / hexdigest
 

@@ -39,7 +39,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
-from adapters.blobs import corrupt_blob, digest_mismatch, too_large
+from adapters.blobs import check_digest, corrupt_blob, digest_mismatch, too_large
 from adapters.blobs_s3_errors import (
     ABSENT,
     FAILURES,
@@ -222,12 +222,7 @@ class S3BlobStore:
     # -- internals --------------------------------------------------------------------------
 
     def _key(self, digest: str) -> str:
-        if not DIGEST_RE.match(digest):
-            raise InvalidInput(
-                f"{digest!r} is not a sha256 digest",
-                fix="use the `sha256:<64 hex>` digest that the upload returned",
-                field="digest",
-            )
+        check_digest(digest)
         return self.location.prefix + _relative(digest)
 
     async def _parts(

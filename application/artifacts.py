@@ -25,7 +25,7 @@ class Verified:
 
 async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[ArtifactRecord]:
     job = (await get_job(ctx, principal, job_id)).job  # NotFound unless the caller may see it
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         return await uow.artifacts.for_job(job.id)
 
 
@@ -37,7 +37,7 @@ async def verify_artifacts(
     directory that is gone shows every recorded file missing. ``wait``: how long nodes may
     take to answer, seconds."""
     job = (await get_job(ctx, principal, job_id)).job  # NotFound unless the caller may see it
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         records = await uow.artifacts.for_job(job.id)
     # the files are where the job's backend kept them: its own storage (Slurm's shared
     # directory), else this control plane's (on a node: asked below)

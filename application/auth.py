@@ -12,7 +12,7 @@ from application.context import Context
 from domain.auth import ApiToken, Principal, Role, User
 from domain.errors import Conflict, InvalidInput, NotFound, Unauthenticated
 from domain.fleet import Queue, Team
-from domain.ports import UnitOfWork
+from domain.unit_of_work import FleetUnit
 
 TOKEN_PREFIX = "tp_"
 DEFAULT_TEAM = "default"
@@ -28,7 +28,7 @@ FIRST_ADMIN_TOKEN_ID = "tok-first-admin"  # one id: of two processes bootstrappi
 
 
 async def _add_token(
-    ctx: Context, uow: UnitOfWork, user_name: str, token_id: str | None = None
+    ctx: Context, uow: FleetUnit, user_name: str, token_id: str | None = None
 ) -> str:
     user = await uow.policy.user(user_name)
     if user is None:
@@ -51,7 +51,7 @@ async def _add_token(
 
 async def create_token(ctx: Context, user_name: str) -> str:
     """Store a new token for an existing user; return the secret (shown once, never stored)."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         secret = await _add_token(ctx, uow, user_name)
         await uow.commit()
     return secret
@@ -67,14 +67,14 @@ async def bootstrap_admin(ctx: Context) -> str | None:
     try:
         return await _bootstrap_admin(ctx)
     except Conflict:
-        async with ctx.uow() as uow:
+        async with ctx.units.fleet() as uow:
             if await uow.tokens.count() > 0:
                 return None  # another process bootstrapped meanwhile
         raise
 
 
 async def _bootstrap_admin(ctx: Context) -> str | None:
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if await uow.tokens.count() > 0:
             return None
         if DEFAULT_TEAM not in {t.name for t in await uow.policy.teams()}:
@@ -97,7 +97,7 @@ async def authenticate(ctx: Context, secret: str | None) -> Principal:
             fix="send `Authorization: Bearer <token>`; `tp login --server URL --token T` "
             "stores one for the CLI",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         token = await uow.tokens.by_hash(hash_token(secret))
         user = await uow.policy.user(token.name) if token is not None else None
     if token is None or token.revoked:

@@ -76,7 +76,7 @@ async def collect_blobs(ctx: Context, grace: timedelta, *, dry_run: bool = False
 
 
 async def _sweep(ctx: Context, old: list[StoredBlob], out: Collected, dry_run: bool) -> None:
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         used = await uow.blob_refs.referenced([b.digest for b in old], ctx.clock.now())
     for blob in old:
         if blob.digest in used:

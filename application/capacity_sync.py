@@ -25,7 +25,7 @@ from typing import Protocol
 from application.context import Context
 from domain.errors import Conflict, NotFound, Unavailable
 from domain.fleet import Connectivity, Node, Pool, SchedState
-from domain.ports import UnitOfWork
+from domain.unit_of_work import FleetUnit
 
 log = logging.getLogger("tuneplane.capacity")
 
@@ -68,11 +68,11 @@ async def sync_capacity(ctx: Context, backends: Iterable[str] | None = None) -> 
 
 async def _write(ctx: Context, source: CapacitySource, pools: list[Pool], nodes: list[Node]) -> int:
     backend = source.name
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         old_pools = {p.name: p for p in await uow.fleet.pools()}
         old_nodes = {n.name: n for n in await uow.fleet.nodes()}
     ours = {p.name for p in pools}
-    writes: list[Callable[[UnitOfWork], Awaitable[object]]] = []
+    writes: list[Callable[[FleetUnit], Awaitable[object]]] = []
     for pool in pools:
         was = old_pools.get(pool.name)
         if was is not None and was.backend != backend:
@@ -112,28 +112,28 @@ async def _write(ctx: Context, source: CapacitySource, pools: list[Pool], nodes:
     return changed
 
 
-def _put_pool(pool: Pool) -> Callable[[UnitOfWork], Awaitable[object]]:
+def _put_pool(pool: Pool) -> Callable[[FleetUnit], Awaitable[object]]:
     return lambda uow: uow.fleet.put_pool(pool)
 
 
-def _mark_pool(name: str, reason: str) -> Callable[[UnitOfWork], Awaitable[object]]:
+def _mark_pool(name: str, reason: str) -> Callable[[FleetUnit], Awaitable[object]]:
     return lambda uow: uow.fleet.set_pool_unavailable(name, reason)
 
 
-def _put_node(node: Node) -> Callable[[UnitOfWork], Awaitable[object]]:
+def _put_node(node: Node) -> Callable[[FleetUnit], Awaitable[object]]:
     return lambda uow: uow.fleet.put_node(node)
 
 
 def _set_state(
     name: str, sched: SchedState | None, connectivity: Connectivity
-) -> Callable[[UnitOfWork], Awaitable[object]]:
+) -> Callable[[FleetUnit], Awaitable[object]]:
     return lambda uow: uow.fleet.set_node_state(name, sched, connectivity)
 
 
-async def _in_own_unit(ctx: Context, write: Callable[[UnitOfWork], Awaitable[object]]) -> int:
+async def _in_own_unit(ctx: Context, write: Callable[[FleetUnit], Awaitable[object]]) -> int:
     """One change in its own transaction: a Conflict (live reservations) skips only it."""
     with contextlib.suppress(Conflict, NotFound):
-        async with ctx.uow() as uow:
+        async with ctx.units.fleet() as uow:
             await write(uow)
             await uow.commit()
             return 1

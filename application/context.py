@@ -11,8 +11,9 @@ from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import InvalidInput, Unavailable
-from domain.ports import Clock, ExecutionBackend, Ids, UnitOfWorkFactory
+from domain.ports import Clock, ExecutionBackend, Ids
 from domain.telemetry_ports import MetricsStore, TokenSigner
+from domain.unit_of_work import UnitOfWorkFactory, Units
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,9 @@ class TelemetrySettings:
     grace: timedelta = timedelta(minutes=10)  # after an attempt ended, its tokens still ship
 
 
+NO_CATALOG = Catalog(methods=())  # a process that resolves no submission
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     uow: UnitOfWorkFactory
@@ -40,7 +44,7 @@ class Context:
     ids: Ids
     new_secret: Callable[[], str]
     # what a process that resolves and runs submissions has (the API's; the simulator's)
-    catalog: Catalog = Catalog(methods=())  # empty: this process resolves no submission
+    catalog: Catalog = NO_CATALOG
     backends: Mapping[str, ExecutionBackend] = field(default_factory=dict)  # none: runs nothing
     blobs: BlobStore | None = None  # None: this process keeps no blobs (`tp up`'s set-up steps)
     limits: Limits = Limits()
@@ -52,6 +56,12 @@ class Context:
     # backends whose members' outputs live in the backend's own storage, which this control
     # plane reads too (Slurm: its shared directory), by backend name
     backend_outputs: Mapping[str, OutputStorage] = field(default_factory=dict)
+
+    @property
+    def units(self) -> Units:
+        """Open a unit of work typed as the bounded context a use case touches
+        (``async with ctx.units.jobs() as uow``); see domain/unit_of_work.py."""
+        return Units(self.uow)
 
     def outputs_of(self, backend: ExecutionBackend) -> OutputStorage | None:
         """Where ``backend``'s members write outputs recorded as artifacts: the backend's own

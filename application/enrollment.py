@@ -66,7 +66,7 @@ async def create_join_token(
     secret = JOIN_PREFIX + ctx.new_secret()
     now = ctx.clock.now()
     token = JoinToken(hash_token(secret), pool, node_name, principal.name, now, now + ttl)
-    async with ctx.uow() as uow:
+    async with ctx.units.node_fleet() as uow:
         _require_node_pool(_find(await uow.fleet.pools(), pool), pool)
         await uow.enrollment.add_join_token(token)
         await uow.commit()
@@ -125,7 +125,7 @@ async def enroll(
     if not secret.startswith(JOIN_PREFIX):
         raise unusable
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.node_fleet() as uow:
         token = await uow.enrollment.join_token(hash_token(secret))
         if token is None:
             raise unusable
@@ -192,7 +192,7 @@ async def authenticate_node(ctx: Context, secret: str | None) -> NodeIdentity:
             "no node credential given",
             fix="enroll the node first: `tp node run --join-token TOKEN ...`",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         stored = await uow.enrollment.credential(hash_token(secret))
     if stored is None:
         raise Unauthenticated(
@@ -212,7 +212,7 @@ def rotation_due(created: NodeCredential, ctx: Context, every: timedelta) -> boo
 
 
 async def current_credential(ctx: Context, identity: NodeIdentity) -> NodeCredential | None:
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         for c in await uow.enrollment.credentials(identity.node):
             if c.id == identity.credential_id:
                 return c
@@ -222,7 +222,7 @@ async def current_credential(ctx: Context, identity: NodeIdentity) -> NodeCreden
 async def rotate_credential(ctx: Context, node: str) -> tuple[str, NodeCredential]:
     """A new credential for ``node``; the old ones keep working until ``confirm_rotation``."""
     secret, stored = _new_credential(ctx, node)
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         await uow.enrollment.add_credential(stored)
         await uow.commit()
     return secret, stored
@@ -230,7 +230,7 @@ async def rotate_credential(ctx: Context, node: str) -> tuple[str, NodeCredentia
 
 async def confirm_rotation(ctx: Context, node: str, credential_id: str, grace: timedelta) -> None:
     """The node stored ``credential_id``: every other credential of it ends after ``grace``."""
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         ids = {c.id for c in await uow.enrollment.credentials(node)}
         if credential_id not in ids:
             raise NotFound(f"node {node} has no credential {credential_id}")

@@ -65,7 +65,7 @@ async def estimate_wait(ctx: Context, principal: Principal, preview_id: str) -> 
     that would start at once says so; one that would wait gives how many pending jobs precede it
     in queue order (priority, then commit time) and the same text `tp job why` would show."""
     preview = await get_preview(ctx, principal, preview_id)
-    async with ctx.uow() as uow:
+    async with ctx.units.admission() as uow:
         snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT)
     spec = preview.spec
     candidate = PendingJob(preview.id, spec.queue, ctx.clock.now(), spec.roles)
@@ -91,7 +91,7 @@ async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explan
     details = await get_job(ctx, principal, job_id)
     job = details.job
     if job.state is JobState.PENDING:
-        async with ctx.uow() as uow:
+        async with ctx.units.admission() as uow:
             snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT)
         decisions = decide(snapshot)
         total = len(snapshot.pending)
@@ -104,7 +104,7 @@ async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explan
         text = f"more than {WHY_SNAPSHOT_LIMIT} jobs wait ahead of it"
         return Explanation(job.id, job.state, "capacity", text, None, total)
     attempt = details.attempts[-1] if details.attempts else None
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         held = await uow.reservations.get(attempt.attempt.id) if attempt else None
     if job.state in JOB_FINAL and held is None:
         text = f"finished: {job.state}" + (f" ({job.reason})" if job.reason else "")

@@ -18,8 +18,8 @@ from domain.catalog import Resources, check_name
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError
 from domain.fleet import Node, Pool, SchedState
 from domain.fleet_check import PoolCheck
-from domain.ports import UnitOfWork
 from domain.requests import MAX_MEMBERS, Profile, RoleSpec, resolve_request, resolve_roles
+from domain.unit_of_work import FleetUnit
 
 BACKENDS = ("local", "node", "kubernetes", "slurm")
 MAX_DESCRIPTION = 500
@@ -62,7 +62,7 @@ async def add_pool(ctx: Context, principal: Principal, pool: Pool) -> Pool:
     """Create a pool; an existing name is a Conflict (change it with ``update_pool``)."""
     require(principal, OPERATORS, "change the fleet")
     check_pool(pool)
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if any(p.name == pool.name for p in await uow.fleet.pools()):
             raise Conflict(
                 f"pool {pool.name} already exists",
@@ -79,7 +79,7 @@ async def put_pool(ctx: Context, principal: Principal, pool: Pool) -> bool:
     backend of a pool with live reservations is a Conflict."""
     require(principal, OPERATORS, "change the fleet")
     check_pool(pool)
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         created = not any(p.name == pool.name for p in await uow.fleet.pools())
         await uow.fleet.put_pool(pool)
         await uow.commit()
@@ -114,7 +114,7 @@ async def update_pool(
         }.items()
         if not isinstance(v, Keep)
     }
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         old = next((p for p in await uow.fleet.pools() if p.name == name), None)
         if old is None:
             raise NotFound(
@@ -129,7 +129,7 @@ async def update_pool(
 # nodes
 
 
-async def _require_pool(uow: UnitOfWork, name: str, field: str) -> Pool:
+async def _require_pool(uow: FleetUnit, name: str, field: str) -> Pool:
     pools = await uow.fleet.pools()
     found = next((p for p in pools if p.name == name), None)
     if found is None:
@@ -147,7 +147,7 @@ async def add_node(ctx: Context, principal: Principal, name: str, pool: str) -> 
     node name is a Conflict."""
     require(principal, OPERATORS, "change the fleet")
     check_name(name, "node name", "name")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         await _require_pool(uow, pool, "pool")
         if await uow.fleet.node(name) is not None:
             raise Conflict(
@@ -166,7 +166,7 @@ async def put_node(ctx: Context, principal: Principal, name: str, pool: str) -> 
     connectivity. Moving a node with live reservations is a Conflict."""
     require(principal, OPERATORS, "change the fleet")
     check_name(name, "node name", "name")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         await _require_pool(uow, pool, "pool")
         old = await uow.fleet.node(name)
         node = dataclasses.replace(old, pool=pool) if old else Node(name, pool)
@@ -179,7 +179,7 @@ async def set_node_state(ctx: Context, principal: Principal, name: str, sched: S
     """Cordon (no new work), drain (no new work; the operator wants it empty) or uncordon a
     node. Running work stays; connectivity is not touched (a lost node stays lost)."""
     require(principal, OPERATORS, "cordon, drain or uncordon nodes")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if await uow.fleet.node(name) is None:
             raise NotFound(f"no node {name}", fix="see `tp fleet ls`", field="name")
         node = await uow.fleet.set_node_state(name, sched=sched)
@@ -217,7 +217,7 @@ class PoolStatus:
 async def list_fleet(ctx: Context) -> list[PoolStatus]:
     """Every pool (by fleet, then name) with its nodes, their states and what live
     reservations hold on each, and a node pool's last check."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pools = await uow.fleet.pools()
         nodes = await uow.fleet.nodes()
         live = await uow.reservations.live()
@@ -248,7 +248,7 @@ async def put_profile(ctx: Context, principal: Principal, profile: Profile) -> P
     """Create or replace a named profile. Its request must resolve against the current pools,
     and its name must not shadow an implicit request (``cpu``, a GPU model)."""
     require(principal, OPERATORS, "define profiles")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pools = await uow.fleet.pools()
         check_profile(profile, pools)
         await uow.fleet.put_profile(profile)
@@ -295,7 +295,7 @@ class ProfileEntry:
 
 async def list_profiles(ctx: Context) -> list[ProfileEntry]:
     """Named profiles (by name), then each pool's implicit request forms."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pools = await uow.fleet.pools()
         nodes = await uow.fleet.nodes()
         named = await uow.fleet.profiles()
@@ -367,7 +367,7 @@ class Resolution:
 
 async def resolve_profiles(ctx: Context, texts: list[str]) -> Resolution:
     """What ``--profile`` values mean here (the same resolution a preview makes)."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pools = await uow.fleet.pools()
         named = await uow.fleet.profiles()
     roles = resolve_roles(texts, pools, named)

@@ -35,9 +35,10 @@ from domain.fleet_check import (
 )
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import JOB_FINAL, AttemptState, JobState, MemberState
-from domain.ports import Start, UnitOfWork
+from domain.ports import Start
 from domain.requests import RoleSpec
 from domain.submission import JobSpec, SubmissionIntent, make_preview, render_command
+from domain.unit_of_work import FleetUnit
 
 log = logging.getLogger("tuneplane.fleet")
 
@@ -65,7 +66,7 @@ async def start_check(
             fix="pass e.g. --timeout 40",
             field="timeout_seconds",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pool = next((p for p in await uow.fleet.pools() if p.name == pool_name), None)
         if pool is None:
             raise NotFound(f"no pool {pool_name}", fix="see `tp fleet ls`", field="pool")
@@ -109,7 +110,7 @@ async def _launch(
     per = Resources(cpus=CHECK_MEMBER_CPUS, memory_mb=CHECK_MEMBER_MEMORY_MB)
     role = RoleSpec("check", f"{pool}: one member per node", pool, len(nodes), per)
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         queue = await _queue(uow)
     intent = SubmissionIntent(
         "fleet-check", CHECK_METHOD, (role.profile,), dict(params), queue=queue
@@ -145,7 +146,7 @@ async def _launch(
         for i, node in enumerate(nodes)
     )
     check = PoolCheck(ctx.ids.new("chk"), pool, job.id, tuple(nodes), now)
-    async with ctx.uow() as uow:
+    async with ctx.units.admission() as uow:
         await uow.previews.add(preview)
         claim = Submission(str(uuid.uuid4()), preview.id, preview.digest, job.id, job.owner, now)
         await uow.submissions.claim(claim)
@@ -160,7 +161,7 @@ async def _launch(
     return check
 
 
-async def _queue(uow: UnitOfWork) -> str:
+async def _queue(uow: FleetUnit) -> str:
     queues = await uow.policy.queues()
     if not queues:
         raise InvalidInput("there is no queue to account the check to", fix="create a queue")
@@ -171,13 +172,13 @@ async def _queue(uow: UnitOfWork) -> str:
 async def latest(ctx: Context, pool: str) -> PoolCheck | None:
     """The pool's last check, its results recorded first if its job has ended."""
     await settle(ctx)
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         return await uow.checks.latest(pool)
 
 
 async def settle(ctx: Context) -> int:
     """Record the results of every check whose job has ended; returns how many."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         open_checks = await uow.checks.unfinished()
     done = 0
     for check in open_checks:
@@ -187,7 +188,7 @@ async def settle(ctx: Context) -> int:
 
 async def _settle(ctx: Context, check: PoolCheck) -> int:
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.placement() as uow:
         job = await uow.jobs.get(check.job_id)
         if job is not None and job.state not in JOB_FINAL:
             return 0

@@ -22,8 +22,8 @@ from domain.auth import Principal
 from domain.catalog import check_name
 from domain.errors import InvalidInput, TunePlaneError
 from domain.fleet import Node, Pool, Queue, Team
-from domain.ports import UnitOfWork
 from domain.requests import Profile
+from domain.unit_of_work import FleetUnit
 
 MAX_ENTRIES = 10_000
 
@@ -129,7 +129,7 @@ async def _apply(ctx: Context, config: FleetConfig) -> ApplySummary:
         else:
             unchanged += 1
 
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pools = {p.name: p for p in await uow.fleet.pools()}
         for i, entry in enumerate(config.pools):
             pool = entry.pool
@@ -184,7 +184,7 @@ async def ensure_defaults(
     ``local``; with the node backend the node is the local daemon, which enrolls itself.
     Without any queue, team and queue ``default``. Returns what it created (idempotent)."""
     created: list[str] = []
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if not await uow.fleet.pools():
             pool = Pool(LOCAL, LOCAL, backend, 0, float(cpus), int(memory_mb), None, "this host")
             await uow.fleet.put_pool(check_pool(pool))
@@ -199,7 +199,7 @@ async def ensure_defaults(
     return created
 
 
-async def _default_queue(uow: UnitOfWork) -> None:
+async def _default_queue(uow: FleetUnit) -> None:
     if DEFAULT_TEAM not in {t.name for t in await uow.policy.teams()}:
         await uow.policy.put_team(Team(DEFAULT_TEAM))
     await uow.policy.put_queue(Queue(DEFAULT_QUEUE, DEFAULT_TEAM))

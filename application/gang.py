@@ -30,8 +30,9 @@ from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, Phase
-from domain.ports import Observation, UnitOfWork
+from domain.ports import Observation
 from domain.progress import driver_ended
+from domain.unit_of_work import FleetUnit, PlacementUnit
 
 log = logging.getLogger("tuneplane.gang")
 
@@ -65,14 +66,14 @@ class GangCoordinator:
         the results of pool checks that ended."""
         await settle_checks(self.ctx)
         now = self.ctx.clock.now()
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.nodes() as uow:
             expired = await uow.links.expire(now - self.settings.link_timeout, now)
             await uow.commit()
         if expired:
             log.warning("no heartbeat recorded for %s: marked disconnected", ", ".join(expired))
         if self.settings.lost_after is None:
             return
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.node_fleet() as uow:
             links = {link.node: link for link in await uow.links.all()}
             nodes = await uow.fleet.nodes()
         limit = now - self.settings.lost_after
@@ -93,7 +94,7 @@ class GangCoordinator:
     ) -> dict[str, Observation] | None:
         """Move the launch on. Returns observations for the supervisor to record (member id →
         what its node reported), or None when there is nothing to record this time."""
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.nodes() as uow:
             plan = await uow.launches.plan(attempt.id)
         if plan is None:
             await self._begin(job, attempt, members)
@@ -111,7 +112,7 @@ class GangCoordinator:
 
     async def _begin(self, job: Job, attempt: Attempt, members: list[Member]) -> None:
         now = self.ctx.clock.now()
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.gang() as uow:
             reservation = await uow.reservations.get(attempt.id)
             if reservation is None:
                 await self._end(uow, job, attempt, "its reservation is gone", now)
@@ -143,7 +144,7 @@ class GangCoordinator:
 
     async def _decide(self, job: Job, plan: LaunchPlan) -> LaunchPlan:
         now = self.ctx.clock.now()
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.node_fleet() as uow:
             launches = await uow.launches.members(plan.attempt_id)
             decision, reason, retry = await self._verdict(uow, job, plan, launches, now)
             if decision is None:
@@ -157,7 +158,7 @@ class GangCoordinator:
 
     async def _verdict(
         self,
-        uow: UnitOfWork,
+        uow: FleetUnit,
         job: Job,
         plan: LaunchPlan,
         launches: list[MemberLaunch],
@@ -201,7 +202,7 @@ class GangCoordinator:
             and job.state is JobState.STARTING
             and attempt.number <= self.settings.launch_retries
         )
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.placement() as uow:
             if again:  # nothing started and nothing was wrong with the job: queue it again
                 await self._requeue(uow, job, attempt, reason, now)
             else:
@@ -210,7 +211,7 @@ class GangCoordinator:
 
     @staticmethod
     async def _requeue(
-        uow: UnitOfWork, job: Job, attempt: Attempt, reason: str, now: datetime
+        uow: PlacementUnit, job: Job, attempt: Attempt, reason: str, now: datetime
     ) -> None:
         for m in await uow.members.for_attempt(attempt.id):
             if m.state not in MEMBER_FINAL:
@@ -226,7 +227,9 @@ class GangCoordinator:
         await uow.reservations.release(attempt.id)
 
     @staticmethod
-    async def _end(uow: UnitOfWork, job: Job, attempt: Attempt, reason: str, now: datetime) -> None:
+    async def _end(
+        uow: PlacementUnit, job: Job, attempt: Attempt, reason: str, now: datetime
+    ) -> None:
         """Nothing started: record every member and the attempt ended, release the envelope."""
         stopping = job.state is JobState.STOPPING
         target = MemberState.STOPPED if stopping else MemberState.FAILED
@@ -252,7 +255,7 @@ class GangCoordinator:
         self, job: Job, attempt: Attempt, members: list[Member]
     ) -> dict[str, Observation]:
         now = self.ctx.clock.now()
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.gang() as uow:
             launches = {m.member_id: m for m in await uow.launches.members(attempt.id)}
             connectivity: dict[str, Connectivity] = {}
             for launch in launches.values():

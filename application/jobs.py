@@ -13,7 +13,8 @@ from domain.jobs import Attempt, Job, JobEvent, Member
 from domain.lifecycle import JOB_FINAL, AttemptState, JobState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision
-from domain.ports import JobPage, UnitOfWork
+from domain.ports import JobPage
+from domain.unit_of_work import JobsUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ def _visible(job: Job | None, principal: Principal, job_id: str) -> Job:
     return job
 
 
-async def _details(uow: UnitOfWork, job: Job) -> JobDetails:
+async def _details(uow: JobsUnit, job: Job) -> JobDetails:
     attempts = await uow.attempts.for_job(job.id)
     return JobDetails(
         job, [AttemptDetails(a, await uow.members.for_attempt(a.id)) for a in attempts]
@@ -73,7 +74,7 @@ async def _details(uow: UnitOfWork, job: Job) -> JobDetails:
 
 
 async def get_job(ctx: Context, principal: Principal, job_id: str) -> JobDetails:
-    async with ctx.uow() as uow:
+    async with ctx.units.jobs() as uow:
         job = _visible(await uow.jobs.get(job_id), principal, job_id)
         return await _details(uow, job)
 
@@ -86,7 +87,7 @@ async def job_timeline(ctx: Context, principal: Principal, job_id: str, limit: i
             fix=f"ask for 1 to {ctx.limits.list_limit_max} events",
             field="limit",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.job_nodes() as uow:
         job = _visible(await uow.jobs.get(job_id), principal, job_id)
         preview = await uow.previews.get(job.preview_id)
         events = await uow.jobs.events(job.id, limit)
@@ -145,7 +146,7 @@ async def list_jobs(
         )
     if owner is None:
         owner = None if everyone and principal.sees_all_jobs else principal.name
-    async with ctx.uow() as uow:
+    async with ctx.units.jobs() as uow:
         return await uow.jobs.list(
             owner=owner, states=states, limit=limit, cursor=cursor, queue=queue
         )
@@ -158,7 +159,7 @@ async def cancel_job(ctx: Context, principal: Principal, job_id: str) -> JobDeta
     supervisor stops its members; it becomes ``cancelled`` only once every member is known stopped.
     """
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.jobs() as uow:
         job = _visible(await uow.jobs.get(job_id), principal, job_id)
         if job.owner != principal.name and principal.role not in ("admin", "operator"):
             raise Forbidden(

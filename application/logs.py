@@ -49,7 +49,7 @@ async def _stream(
         final = details.job.state in JOB_FINAL
         if details.attempts:
             latest = details.attempts[-1]
-            async with ctx.uow() as uow:
+            async with ctx.units.jobs() as uow:
                 stored = await uow.logs.get(latest.attempt.id, member)
             if stored is not None:
                 data, truncated = stored
@@ -103,7 +103,7 @@ async def _live(ctx: Context, member_id: str, follow: bool, poll: float) -> Asyn
     gateway), until the member is final (with ``follow``)."""
     position = 0
     while True:
-        async with ctx.uow() as uow:
+        async with ctx.units.jobs() as uow:
             pieces = await uow.logs.live(member_id, position)
             current = await uow.members.get(member_id)
         text, position = stitch(pieces, position)

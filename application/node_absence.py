@@ -115,7 +115,7 @@ async def record_report(ctx: Context, session: Session, report: MemberReport) ->
             await unaccounted(ctx, session, report.ref, why)
             return
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         await uow.launches.report(mid, report, now)
         if launch is not None and launch.unaccounted:  # its node holds it again
             await uow.launches.account(mid, report.ref.epoch, "", now)
@@ -131,7 +131,7 @@ async def unaccounted(ctx: Context, session: Session, ref: MemberRef, why: str) 
     launch = session.launches.get(ref.member_id)
     if launch is None or launch.unaccounted == why:
         return
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         await uow.launches.account(ref.member_id, ref.epoch, why, ctx.clock.now())
         await uow.commit()
     session.launches[ref.member_id] = replace(launch, unaccounted=why)

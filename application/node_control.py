@@ -147,7 +147,7 @@ class NodeControl:
     async def close(self, session: Session) -> None:
         async with self._writing:
             self._beats.pop(session.node, None)
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 if await uow.links.close(session.node, session.number, self.ctx.clock.now()):
                     log.info("node %s disconnected", session.node)
                 await uow.commit()
@@ -163,11 +163,11 @@ class NodeControl:
             beats, self._beats = self._beats, {}
             if not beats:
                 return 0
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 stale = await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
                 await uow.commit()
             self.superseded.update(stale)
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 revived = await uow.links.revive(
                     [(n, s) for n, (s, _) in beats.items()], self.ctx.clock.now()
                 )
@@ -216,7 +216,7 @@ class NodeControl:
         if isinstance(message, Vote):
             phase = Phase.PREPARED if message.yes else Phase.REFUSED
             session.held[ref.member_id] = (ref, phase)
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 await uow.launches.vote(
                     ref.member_id, ref.epoch, message.yes, message.reason, now, engine_of(session)
                 )
@@ -226,7 +226,7 @@ class NodeControl:
                 await uow.commit()
             await self.ctx.signals.notify(LAUNCH_NEWS)  # the coordinator may decide now
         elif isinstance(message, Progress):
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 await uow.launches.progress(ref.member_id, ref.epoch, message.text(), now)
                 await uow.commit()
         elif isinstance(message, MemberReport):
@@ -241,7 +241,7 @@ class NodeControl:
     async def vote_for(self, ref: MemberRef, yes: bool, reason: str, engine: str = "") -> None:
         """Vote on a node's behalf (the gateway cannot even send it the Prepare), or record a
         vote its node journalled but the stream lost (``engine``: the node's)."""
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.nodes() as uow:
             now = self.ctx.clock.now()
             await uow.launches.vote(ref.member_id, ref.epoch, yes, reason, now, engine)
             await uow.commit()
@@ -249,7 +249,7 @@ class NodeControl:
     async def installation(self) -> str:
         """This control plane's installation id (the Welcome tells it to each node)."""
         if not self._installation:
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 self._installation = await uow.enrollment.installation()
         return self._installation
 
@@ -272,7 +272,7 @@ class NodeControl:
 
     async def _log(self, session: Session, chunk: LogChunk) -> None:
         if chunk.live:
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.jobs() as uow:
                 limit = self.ctx.limits.max_log_bytes
                 await uow.logs.append_live(chunk.ref.member_id, chunk.offset, chunk.data, limit)
                 await uow.commit()
@@ -283,7 +283,7 @@ class NodeControl:
             return
         data = b"".join(session.logs.pop(chunk.ref.member_id))
         limit = self.ctx.limits.max_log_bytes
-        async with self.ctx.uow() as uow:  # every member's own final log
+        async with self.ctx.units.jobs() as uow:  # every member's own final log
             await uow.logs.save(
                 chunk.ref.attempt_id,
                 chunk.ref.index,
@@ -297,7 +297,7 @@ class NodeControl:
     async def _check_credential(self, session: Session) -> None:
         """At connect. A node that uses its newest credential has stored it, so the older ones
         end after the grace period even if its acknowledgement was lost with a stream."""
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.nodes() as uow:
             credentials = await uow.enrollment.credentials(session.node)
         current = next((c for c in credentials if c.id == session.identity.credential_id), None)
         if current is None:
@@ -387,7 +387,7 @@ class NodeControl:
             if todo:
                 out[session.node] = todo
         if released:
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.nodes() as uow:
                 for node, member_ids in released.items():
                     await uow.launches.release(node, member_ids, now)
                 await uow.commit()
@@ -401,7 +401,7 @@ class NodeControl:
         return True
 
     async def _refresh(self, sessions: list[Session]) -> dict[str, list[NodeWork]]:
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.nodes() as uow:
             found = await uow.launches.on_nodes([s.node for s in sessions])
         works: dict[str, list[NodeWork]] = {}
         for work in found:

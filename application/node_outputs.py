@@ -57,7 +57,7 @@ async def record_reported(ctx: Context, node: str, job_id: str, report: MemberRe
     if report.outputs is None or report.phase is not Phase.EXITED or report.exit_code != 0:
         return False
     ref = report.ref
-    async with ctx.uow() as uow:
+    async with ctx.units.job_artifacts() as uow:
         attempt = await uow.attempts.get(ref.attempt_id)
         if attempt is None or attempt.job_id != job_id:
             return False
@@ -73,7 +73,7 @@ async def record_reported(ctx: Context, node: str, job_id: str, report: MemberRe
 async def record_answer(ctx: Context, node: str, answer: OutputsScanned) -> bool:
     """Record a node's answer to a scan request (only the node it was meant for)."""
     result = ScanResult(answer.request_id, answer.manifest, answer.error, ctx.clock.now())
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         done = await uow.output_scans.answer(node, result)
         await uow.commit()
     return done
@@ -87,7 +87,7 @@ async def due_scans(
     if not nodes:
         return []
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.nodes() as uow:
         pending = await uow.output_scans.pending(nodes, now - SCAN_LIFETIME)
     for request_id in [r for r, at in sent.items() if now - at > SCAN_LIFETIME]:
         del sent[request_id]
@@ -117,7 +117,7 @@ async def scan_on_nodes(
     if not requests:
         return {}
     answers: dict[str, ScanResult | str] = {}
-    async with ctx.uow() as uow:
+    async with ctx.units.node_fleet() as uow:
         await uow.output_scans.prune(now - SCAN_LIFETIME)
         for member_id, request in list(requests.items()):
             node = await uow.fleet.node(request.node)
@@ -137,7 +137,7 @@ async def scan_on_nodes(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
-        async with ctx.uow() as uow:
+        async with ctx.units.nodes() as uow:
             for member_id, request in requests.items():
                 if member_id not in answers:
                     result = await uow.output_scans.result(request.id)

@@ -84,7 +84,7 @@ async def open_session(
     SessionRefused (recorded as a security event) while another one is alive."""
     check_hello(hello)
     now = ctx.clock.now()
-    async with ctx.uow() as uow:
+    async with ctx.units.node_fleet() as uow:
         live = await uow.links.current(hello.node)  # the node's row is locked from here on
         if live is not None and live.alive(now - alive_for) and not _same_daemon(live, caller):
             node = await uow.fleet.node(hello.node)
@@ -152,7 +152,7 @@ async def node_events(
         raise InvalidInput(
             f"{node[:80]!r} is not a node name", fix="see `tp fleet ls`", field="node"
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.node_fleet() as uow:
         if await uow.fleet.node(node) is None:
             raise NotFound(f"node {node} does not exist", fix="see `tp fleet ls`", field="node")
         return await uow.node_events.of_node(node, limit)

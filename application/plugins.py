@@ -35,7 +35,7 @@ from domain.plugins import (
     integrity_failure,
     open_package,
 )
-from domain.ports import UnitOfWork
+from domain.unit_of_work import ArtifactsUnit
 
 MAX_UPLOAD_BYTES = 2 * MAX_PACKAGE_BYTES  # a plain tar adds headers and padding to the files
 MAX_REASON = 500
@@ -89,7 +89,7 @@ async def publish(
             "that run outside the workload",
             fix="ask an admin to publish it",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         existing = await uow.plugins.get(decl.name, decl.version)
     if existing is not None and existing.digest != package.digest:
         raise _republished(existing, package.digest)
@@ -100,7 +100,7 @@ async def publish(
     record = PluginRecord(
         decl, package.manifest, blob, package.manifest.size, principal.name, ctx.clock.now()
     )
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         winner = await uow.plugins.add(record)
         await uow.commit()
     if winner is None:
@@ -131,13 +131,13 @@ async def list_plugins(
             fix="use one of: " + ", ".join(GROUPS),
             field="group",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         return await uow.plugins.list(group)
 
 
 async def plugin_versions(ctx: Context, principal: Principal, name: str) -> list[PluginRecord]:
     check_name(name, "name")
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         found = await uow.plugins.versions(name)
     if not found:
         raise NotFound(
@@ -151,7 +151,7 @@ async def plugin_versions(ctx: Context, principal: Principal, name: str) -> list
 async def get_plugin(ctx: Context, principal: Principal, name: str, version: str) -> PluginRecord:
     check_name(name, "name")
     check_version(version, "version")
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         found = await uow.plugins.get(name, version)
         known = [r.version for r in await uow.plugins.versions(name)] if found is None else []
     if found is None:
@@ -189,7 +189,7 @@ async def _set(
     ctx: Context, principal: Principal, name: str, version: str, disabled: Disabled | None
 ) -> PluginRecord:
     await get_plugin(ctx, principal, name, version)  # the NotFound naming the versions
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         updated = await uow.plugins.set_disabled(name, version, disabled)
         await uow.commit()
     if updated is None:  # pragma: no cover - versions are never deleted
@@ -221,7 +221,7 @@ async def for_preview(
     on load; and the workload plugins' files for the Job Capsule (``plugins/<name>/…``)."""
     if not pins:
         return (), {}
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         records = [await uow.plugins.get(p.name, p.version) for p in pins]
         known = {p.name: [r.version for r in await uow.plugins.versions(p.name)] for p in pins}
     uses: list[PluginUse] = []
@@ -257,7 +257,7 @@ async def for_preview(
     return tuple(uses), capsule_files
 
 
-async def check_commit(uow: UnitOfWork, uses: tuple[PluginUse, ...]) -> None:
+async def check_commit(uow: ArtifactsUnit, uses: tuple[PluginUse, ...]) -> None:
     """Refuse to commit a preview whose plugin was disabled since (a new submission)."""
     for use in uses:
         record = await uow.plugins.get(use.name, use.version)

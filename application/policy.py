@@ -17,7 +17,7 @@ from domain.auth import Principal, Role, User
 from domain.catalog import check_name
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from domain.fleet import Queue, Team
-from domain.ports import UnitOfWork
+from domain.unit_of_work import FleetUnit
 
 MAX_TEAMS_PER_USER = 64
 
@@ -58,7 +58,7 @@ def _check_teams(teams: Iterable[str], field: str) -> tuple[str, ...]:
     return out
 
 
-async def _require_teams(uow: UnitOfWork, teams: Iterable[str], field: str) -> None:
+async def _require_teams(uow: FleetUnit, teams: Iterable[str], field: str) -> None:
     known = {t.name for t in await uow.policy.teams()}
     missing = sorted(set(teams) - known)
     if missing:
@@ -82,7 +82,7 @@ async def add_user(
     check_name(name, "user name", "name")
     team_list = _check_teams(teams, "teams")
     user = User(name, Role(role), team_list, created_at=ctx.clock.now())
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if await uow.policy.user(name) is not None:
             raise Conflict(
                 f"user {name} already exists",
@@ -119,7 +119,7 @@ async def update_user(
             fix="ask another admin to do it",
             field="role" if role is not None else "disabled",
         )
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         user = await uow.policy.user(name)
         if user is None:
             raise NotFound(
@@ -141,7 +141,7 @@ async def update_user(
 
 async def list_users(ctx: Context, principal: Principal) -> list[User]:
     require(principal, OPERATORS, "list users")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         return await uow.policy.users()
 
 
@@ -159,7 +159,7 @@ async def add_team(ctx: Context, principal: Principal, name: str) -> Team:
     """Create a team (admins and operators). Adding an existing team is a Conflict."""
     require(principal, OPERATORS, "add teams")
     check_name(name, "team name", "name")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if name in {t.name for t in await uow.policy.teams()}:
             raise Conflict(f"team {name} already exists", fix="choose another name", field="name")
         await uow.policy.put_team(Team(name))
@@ -168,7 +168,7 @@ async def add_team(ctx: Context, principal: Principal, name: str) -> Team:
 
 
 async def list_teams(ctx: Context) -> list[Team]:
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         return await uow.policy.teams()
 
 
@@ -189,7 +189,7 @@ async def add_queue(ctx: Context, principal: Principal, queue: Queue) -> Queue:
     Conflict."""
     require(principal, OPERATORS, "add queues")
     queue.check()
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if await uow.policy.queue(queue.name) is not None:
             raise Conflict(
                 f"queue {queue.name} already exists",
@@ -215,7 +215,7 @@ async def update_queue(
     """Change some fields of a queue (admins and operators); ``None`` quota means no cap.
     Jobs already holding reservations keep them; the new quotas apply to later admissions."""
     require(principal, OPERATORS, "change queues")
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         old = await uow.policy.queue(name)
         if old is None:
             raise NotFound(f"no queue {name}", fix="see `tp queue ls`, or add it: `tp queue add`")
@@ -235,7 +235,7 @@ async def update_queue(
 
 async def list_queues(ctx: Context) -> list[QueueUsage]:
     """Every queue, by name, with the GPUs and jobs its live reservations hold."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         queues = await uow.policy.queues()
         live = await uow.reservations.live()
     gpus: dict[str, int] = {}
@@ -250,7 +250,7 @@ async def choose_queue(ctx: Context, principal: Principal, requested: str | None
     """The queue a submission goes to. A named queue must exist and belong to one of the
     principal's teams (admins and operators may use any). With no name: ``default`` if the
     principal may use it, else their only usable queue, else InvalidInput asking for one."""
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         queues = await uow.policy.queues()
         user = await uow.policy.user(principal.name)
     teams = set(user.teams) if user else set(principal.teams)

@@ -27,7 +27,7 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.ports import UnitOfWork
+from domain.unit_of_work import JobsUnit
 
 
 def _require_operator(principal: Principal, what: str) -> None:
@@ -54,7 +54,7 @@ async def declare_node_lost(ctx: Context, principal: Principal, node: str, reaso
     Idempotent."""
     _require_operator(principal, "declare a node lost")
     reason = _check_reason(reason)
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         if await uow.fleet.node(node) is None:
             raise NotFound(f"node {node} does not exist", fix="see `tp fleet ls`", field="node")
     return await fence_node(ctx, node, f"node {node} declared lost by {principal.name}: {reason}")
@@ -82,7 +82,7 @@ FENCE_TRIES = 5
 async def _fence_once(ctx: Context, node: str, text: str) -> int:
     now = ctx.clock.now()
     failed = 0
-    async with ctx.uow() as uow:
+    async with ctx.units.gang() as uow:
         current = await uow.fleet.node(node)
         if current is None or current.connectivity is Connectivity.LOST:
             return 0
@@ -108,7 +108,7 @@ async def release_reservation(
     reason = _check_reason(reason)
     now = ctx.clock.now()
     text = f"reservation released by {principal.name}: {reason}"
-    async with ctx.uow() as uow:
+    async with ctx.units.placement() as uow:
         attempt = await uow.attempts.get(attempt_id)
         if attempt is None:
             raise NotFound(
@@ -127,7 +127,7 @@ async def release_reservation(
     return released
 
 
-async def _end_job(uow: UnitOfWork, job: Job, text: str, now: datetime) -> None:
+async def _end_job(uow: JobsUnit, job: Job, text: str, now: datetime) -> None:
     if job.state in JOB_FINAL:
         return
     target = JobState.CANCELLED if job.state is JobState.STOPPING else JobState.FAILED

@@ -33,7 +33,7 @@ async def find_runtime(ctx: Context, name: str) -> RuntimeSpec:
     for runtime in ctx.catalog.runtimes:
         if runtime.name == name:
             return runtime
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         stored = await uow.runtimes.get(name)
         if stored is not None:
             return stored
@@ -68,7 +68,7 @@ async def runtime_for(ctx: Context, method: Method, requested: str | None) -> Ru
 
 async def list_runtimes(ctx: Context) -> list[RuntimeSpec]:
     """The built-in runtimes, then the stored ones by name."""
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         stored = await uow.runtimes.list()
     return [*ctx.catalog.runtimes, *stored]
 
@@ -88,7 +88,7 @@ async def add_runtime(
         )
     now = ctx.clock.now()
     record = dataclasses.replace(checked, added_by=principal.name, added_at=now, revision=1)
-    async with ctx.uow() as uow:
+    async with ctx.units.artifacts() as uow:
         existing = await uow.runtimes.add(record)
         if existing is None:
             await uow.commit()

@@ -44,7 +44,7 @@ class Scheduler:
 
     async def decide(self) -> tuple[Decisions, dict[str, int]]:
         """The decisions, and how many attempts each pending job already had."""
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.admission() as uow:
             snapshot = await uow.scheduling.snapshot(self.snapshot_limit)
         self._snapshot = snapshot
         return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in snapshot.pending}
@@ -106,7 +106,7 @@ class Scheduler:
     async def _start(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
         now = self.ctx.clock.now()
         starts = [self._build(p, attempts.get(p.job_id, 0) + 1, now) for p in chunk]
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.admission() as uow:
             started = await uow.scheduling.start(starts, now)
             await uow.commit()
         return started

@@ -27,7 +27,6 @@ from domain.errors import (
 from domain.fleet import Queue
 from domain.jobs import Job, Receipt, Submission
 from domain.lifecycle import JobState
-from domain.ports import UnitOfWork
 from domain.requests import RoleSpec, envelope_gpus, fits_pool, resolve_roles
 from domain.runtimes import require_framework
 from domain.submission import (
@@ -38,6 +37,7 @@ from domain.submission import (
     make_preview,
     resolve,
 )
+from domain.unit_of_work import JobsUnit
 
 RETRY_KEY_MIN, RETRY_KEY_MAX = 16, 128
 RETRY_KEY_PATTERN = "^[ -~]+$"  # printable ASCII (the OpenAPI document's words)
@@ -57,7 +57,7 @@ async def _requests(
     """Resolve the profiles against the fleet and the queue policy; refuse a request that can
     never start (too big for its pool or for its queue's quota), saying why."""
     queue = await choose_queue(ctx, principal, intent.queue)
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pools = await uow.fleet.pools()
         profiles = await uow.fleet.profiles()
         nodes = await uow.fleet.nodes()
@@ -116,7 +116,7 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
         now=ctx.clock.now(),
         ttl=ctx.limits.preview_ttl,
     )
-    async with ctx.uow() as uow:
+    async with ctx.units.jobs() as uow:
         await uow.previews.add(preview)
         await uow.commit()
     return preview
@@ -184,7 +184,7 @@ async def _with_capsule(
 
 
 async def get_preview(ctx: Context, principal: Principal, preview_id: str) -> Preview:
-    async with ctx.uow() as uow:
+    async with ctx.units.jobs() as uow:
         preview = await uow.previews.get(preview_id)
     if preview is None or (preview.owner != principal.name and not principal.sees_all_jobs):
         raise NotFound(f"no preview {preview_id}", fix="check the id, or preview again")
@@ -203,7 +203,7 @@ def _check_retry_key(retry_key: str) -> None:
 
 
 async def _replay(
-    uow: UnitOfWork, existing: Submission, preview_id: str, digest: str, retry_key: str
+    uow: JobsUnit, existing: Submission, preview_id: str, digest: str, retry_key: str
 ) -> Receipt:
     """Answer a commit that lost the claim to an earlier row."""
     if existing.retry_key == retry_key:
@@ -240,7 +240,7 @@ async def commit(
     _check_retry_key(retry_key)
     now = ctx.clock.now()
     job_id = ctx.ids.new("job")
-    async with ctx.uow() as uow:
+    async with ctx.units.job_artifacts() as uow:
         preview = await uow.previews.get(preview_id)
         if preview is None or preview.owner != principal.name:
             raise NotFound(

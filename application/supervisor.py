@@ -33,8 +33,9 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.ports import ExecutionBackend, LaunchRequest, Observation, UnitOfWork
+from domain.ports import ExecutionBackend, LaunchRequest, Observation
 from domain.progress import driver_ended, first_failure, job_after, member_after
+from domain.unit_of_work import FleetUnit
 
 log = logging.getLogger("tuneplane.supervisor")
 
@@ -101,7 +102,7 @@ class Supervisor:
     async def advance_all(self) -> None:
         cursor: str | None = None
         while True:
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.jobs() as uow:
                 page = await uow.jobs.list(owner=None, states=ACTIVE, limit=100, cursor=cursor)
             for job in page.jobs:
                 await self._lost_race_is_fine(job, self._advance(job))
@@ -127,7 +128,7 @@ class Supervisor:
             except Unavailable as exc:
                 log.warning("sweep of %s skipped: %s", backend.name, exc)
                 continue
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.jobs() as uow:
                 finished = [
                     handle
                     for member_id, handle in held.items()
@@ -191,7 +192,7 @@ class Supervisor:
             except TunePlaneError as exc:
                 await self._fail(job, attempt, f"member {member.index} could not launch: {exc}")
                 return
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.jobs() as uow:
                 now = self.ctx.clock.now()
                 await uow.members.update(
                     member.moved(MemberState.STARTING, now, handle=handle), MemberState.PENDING
@@ -203,7 +204,7 @@ class Supervisor:
         and release the reservation. If a stop cannot be confirmed, nothing is recorded and
         the next tick tries again (a member is never recorded stopped on a guess)."""
         backend = self.ctx.backend(job.spec.backend)
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.jobs() as uow:
             members = await uow.members.for_attempt(attempt.id)
         adopted = await self._adopt(backend, members)
         if adopted is None:
@@ -217,7 +218,7 @@ class Supervisor:
                 log.warning("cannot stop %s after a failed launch: %s", m.id, exc)
                 return
         now = self.ctx.clock.now()
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.placement() as uow:
             for m in await uow.members.for_attempt(attempt.id):
                 if m.state not in MEMBER_FINAL:
                     await uow.members.update(m.moved(MemberState.FAILED, now, reason), m.state)
@@ -235,7 +236,7 @@ class Supervisor:
                     await backend.release(m.handle)
 
     async def _advance(self, job: Job) -> None:
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.placement() as uow:
             attempts = await uow.attempts.for_job(job.id)
             if not attempts:
                 return
@@ -256,7 +257,7 @@ class Supervisor:
             and any(m.state is MemberState.PENDING for m in members)
         ):
             await self._launch(job, attempt, members, placed)
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.jobs() as uow:
                 current = await uow.jobs.get(job.id)
                 members = await uow.members.for_attempt(attempt.id)
             if current is None or current.state is not job.state:
@@ -317,7 +318,9 @@ class Supervisor:
         seen = await self.gangs.step(job, attempt, members)
         if seen is None:
             return
-        async with self.ctx.uow() as uow:  # the coordinator moved members on: read them again
+        async with (
+            self.ctx.units.jobs() as uow
+        ):  # the coordinator moved members on: read them again
             current = await uow.jobs.get(job.id)
             now_attempt = await uow.attempts.get(attempt.id)
             members = await uow.members.for_attempt(attempt.id)
@@ -341,7 +344,7 @@ class Supervisor:
         done = driver_ended(members, job.spec.runtime.process_model)
         released: list[str] = []
         updated: list[Member] = []
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.outcome() as uow:
             for m in members:
                 new = m
                 if m.state not in MEMBER_FINAL and m.handle is None and stopping:
@@ -395,7 +398,7 @@ class Supervisor:
             if m.handle is None and m.state is MemberState.PENDING and m.id in held
         }
         if adopted:
-            async with self.ctx.uow() as uow:
+            async with self.ctx.units.jobs() as uow:
                 for new in adopted.values():
                     await uow.members.update(new, MemberState.PENDING)
                 await uow.commit()
@@ -427,7 +430,7 @@ class Supervisor:
         return b"".join(chunks)
 
 
-async def _assignments(uow: UnitOfWork, attempt_id: str) -> dict[int, Assignment]:
+async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:
     reservation = await uow.reservations.get(attempt_id)
     return {a.member: a for a in reservation.assignments} if reservation else {}
 

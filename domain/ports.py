@@ -9,16 +9,13 @@ in-memory and PostgreSQL adapters both pass ``tests/contract``). Errors: a missi
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
-from typing import Literal, Protocol, Self
+from typing import Literal, Protocol
 
 from domain.admission import Assignment, Reservation, Snapshot
-from domain.artifact_ports import ArtifactRepository
 from domain.auth import ApiToken, User
-from domain.blob_ports import BlobReferences
 from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it used to live
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
@@ -26,16 +23,7 @@ from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Vali
 from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, JobEvent, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
-from domain.node_ports import (
-    EnrollmentRepository,
-    LaunchLedger,
-    NodeEventRepository,
-    NodeLinkRepository,
-    OutputScanRepository,
-)
-from domain.plugin_ports import PluginRepository
 from domain.requests import Profile
-from domain.runtime_ports import RuntimeRepository
 from domain.submission import JobSpec, Preview
 
 
@@ -342,46 +330,6 @@ class SchedulingRepository(Protocol):
         when an attempt number is taken or a reservation cannot be made; the unit of work
         must then be rolled back. Batches cost a few round trips, not a few per job."""
         ...
-
-
-class UnitOfWork(Protocol):
-    """One transaction. Leaving the ``async with`` block without ``commit()`` rolls back."""
-
-    previews: PreviewRepository
-    submissions: SubmissionLedger
-    jobs: JobRepository
-    attempts: AttemptRepository
-    members: MemberRepository
-    logs: LogRepository
-    tokens: TokenRepository
-    fleet: FleetRepository
-    policy: PolicyRepository
-    reservations: ReservationRepository
-    scheduling: SchedulingRepository
-    enrollment: EnrollmentRepository
-    links: NodeLinkRepository
-    node_events: NodeEventRepository
-    launches: LaunchLedger
-    checks: CheckRepository
-    artifacts: ArtifactRepository
-    output_scans: OutputScanRepository
-    plugins: PluginRepository
-    runtimes: RuntimeRepository
-    blob_refs: BlobReferences
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
-
-    async def commit(self) -> None: ...
-
-
-UnitOfWorkFactory = Callable[[], UnitOfWork]
 
 
 @dataclass(frozen=True, slots=True)

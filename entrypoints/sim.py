@@ -323,7 +323,7 @@ class Simulation:
         return f"reconnect {node}" + ("" if ok else " (no change)")
 
     async def _connected(self) -> list[str]:
-        async with self.world.api.uow() as uow:
+        async with self.world.api.units.fleet() as uow:
             nodes = await uow.fleet.nodes()
         return sorted(n.name for n in nodes if n.connectivity is Connectivity.CONNECTED)
 
@@ -337,7 +337,7 @@ class Simulation:
         now: dict[str, str] = dict(seen.states)
         gone = sorted(set(self.states) - set(now))
         if gone:
-            async with self.world.api.uow() as uow:
+            async with self.world.api.units.jobs() as uow:
                 for job_id in gone:
                     job = await uow.jobs.get(job_id)
                     if job is not None:

@@ -145,7 +145,7 @@ class World:
 
     async def setup(self) -> None:
         """Write the fleet, the teams, their users and the queues through the repositories."""
-        async with self.api.uow() as uow:
+        async with self.api.units.fleet() as uow:
             for spec in self.pool_specs:
                 await uow.fleet.put_pool(spec.pool)
                 for name in spec.node_names():
@@ -194,7 +194,7 @@ class World:
     async def disconnect(self, node: str) -> bool:
         """The node's control stream drops: its members become unknown. False if it was not
         connected."""
-        async with self.api.uow() as uow:
+        async with self.api.units.fleet() as uow:
             current = await uow.fleet.node(node)
             if current is None or current.connectivity is not Connectivity.CONNECTED:
                 return False
@@ -206,7 +206,7 @@ class World:
 
     async def reconnect(self, node: str) -> bool:
         """Contact is back (never for a node declared lost). False if nothing changed."""
-        async with self.api.uow() as uow:
+        async with self.api.units.fleet() as uow:
             current = await uow.fleet.node(node)
             if current is None or current.connectivity is not Connectivity.DISCONNECTED:
                 return False

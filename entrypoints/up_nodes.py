@@ -89,7 +89,7 @@ class NodePath:
 
 
 async def _local_pool_is_node_pool(ctx: Context) -> bool:
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         pool = next((p for p in await uow.fleet.pools() if p.name == LOCAL), None)
     return pool is not None and pool.backend == NODE_BACKEND
 

@@ -6,7 +6,7 @@ async with MemoryUnitOfWork(store) as uow:  # one transaction
     await uow.commit()
 """
 
-from adapters.memory.fleet import MemoryLeaderLease, MemoryLeases
+from adapters.memory.lease import MemoryLeaderLease, MemoryLeases
 from adapters.memory.store import MemoryStore
 from adapters.memory.uow import MemoryUnitOfWork
 

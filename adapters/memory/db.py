@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.errors import Conflict
+from domain.errors import Conflict, NotFound
 
 KeyFn = Callable[[Any], Hashable]
 
@@ -239,3 +239,26 @@ class Tx:
     def _check_open(self) -> None:
         if self.closed:
             raise RuntimeError("this unit of work has ended; open a new one")
+
+
+async def compare_and_set(tx: Tx, table: str, what: str, row: Any, expected: str) -> None:
+    """As UPDATE … WHERE id = … AND state = expected: an invisible row is NotFound; a row
+    another transaction is changing is waited for, then re-checked."""
+    if tx.get(table, row.id) is None:
+        raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
+    await tx.lock((table, "pk", row.id))
+    current = tx.get(table, row.id)
+    if current is None:  # pragma: no cover - rows are never deleted
+        raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
+    if current.state != expected:
+        raise Conflict(
+            f"{what} {row.id} is {current.state}, not {expected}: another writer changed it",
+            fix=f"re-read the {what} and decide again",
+        )
+    tx.write(table, row)
+
+
+def require(tx: Tx, table: str, pk: str, what: str) -> None:
+    """The foreign-key check: the parent must be visible to this transaction."""
+    if tx.get(table, pk) is None:
+        raise NotFound(f"{what} {pk} does not exist", fix=f"create the {what} first")

@@ -1,12 +1,15 @@
 """An in-memory member journal (the ``MemberJournal`` port) for the simulator and tests.
 
 It survives a simulated daemon crash because the simulator keeps the object and hands it to the
-daemon that replaces the crashed one, as a real node keeps its SQLite file.
+daemon that replaces the crashed one, as a real node keeps its SQLite file. It keeps the
+MemberJournal contract the SQLite journal keeps (tests/contract/test_member_journal.py).
 """
 
 from __future__ import annotations
 
 from domain.node_ports import JournalEntry
+
+RESERVED = frozenset({"format", "schema_version", "epoch"})  # as the SQLite journal's
 
 
 class MemoryJournal:
@@ -22,6 +25,8 @@ class MemoryJournal:
         return self._meta.get(key)
 
     def set_meta(self, key: str, value: str) -> None:
+        if key in RESERVED:
+            raise ValueError(f"meta key {key!r} is the journal's own")
         self._meta[key] = value
         self.writes += 1
 

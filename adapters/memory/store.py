@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from adapters.memory.artifacts import ARTIFACT_TABLES, SCAN_TABLES
 from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
-from adapters.memory.fleet import MemoryLeases
+from adapters.memory.lease import MemoryLeases
 from adapters.memory.nodes import NODE_TABLES
 from adapters.memory.plugins import PLUGIN_TABLES
 from adapters.memory.runtimes import RUNTIME_TABLES

@@ -9,12 +9,8 @@ from adapters.memory.artifacts import MemoryArtifactRepository, MemoryOutputScan
 from adapters.memory.blob_refs import MemoryBlobReferences
 from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
-from adapters.memory.fleet import (
-    MemoryFleetRepository,
-    MemoryPolicyRepository,
-    MemoryReservationRepository,
-    MemorySchedulingRepository,
-)
+from adapters.memory.fleet import MemoryFleetRepository
+from adapters.memory.jobs import MemoryJobRepository
 from adapters.memory.launches import MemoryLaunchLedger
 from adapters.memory.nodes import (
     MemoryEnrollmentRepository,
@@ -22,17 +18,17 @@ from adapters.memory.nodes import (
     MemoryNodeLinkRepository,
 )
 from adapters.memory.plugins import MemoryPluginRepository
-from adapters.memory.repositories import (
+from adapters.memory.policy import MemoryPolicyRepository, MemoryTokenRepository
+from adapters.memory.reservations import MemoryReservationRepository
+from adapters.memory.runs import (
     MemoryAttemptRepository,
-    MemoryJobRepository,
     MemoryLogRepository,
     MemoryMemberRepository,
-    MemoryPreviewRepository,
-    MemorySubmissionLedger,
-    MemoryTokenRepository,
 )
 from adapters.memory.runtimes import MemoryRuntimeRepository
+from adapters.memory.scheduling import MemorySchedulingRepository
 from adapters.memory.store import MemoryStore
+from adapters.memory.submissions import MemoryPreviewRepository, MemorySubmissionLedger
 from domain.artifact_ports import ArtifactRepository
 from domain.blob_ports import BlobReferences
 from domain.node_ports import (

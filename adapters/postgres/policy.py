@@ -1,17 +1,18 @@
-"""Users (with their team memberships), teams and queues."""
+"""Users (with their team memberships), teams, queues and API tokens."""
 
 from __future__ import annotations
 
 import builtins
 
-from sqlalchemy import bindparam, select, text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
-from adapters.postgres.tables import queues, teams
-from domain.auth import User
+from adapters.postgres.rows import fetch_one, insert_new
+from adapters.postgres.tables import api_tokens, queues, teams
+from domain.auth import ApiToken, User
 from domain.errors import NotFound
 from domain.fleet import Queue, Team
 
@@ -120,3 +121,21 @@ class PostgresPolicyRepository:
         with translated("list queues"):
             rows = (await self._conn.execute(_ALL_QUEUES)).mappings().all()
         return [codec.queue_from_row(r) for r in rows]
+
+
+class PostgresTokenRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def add(self, token: ApiToken) -> None:
+        await insert_new(self._conn, api_tokens, codec.token_values(token), f"token {token.id}")
+
+    async def by_hash(self, token_hash: str) -> ApiToken | None:
+        with translated("look up a token"):
+            row = await fetch_one(self._conn, api_tokens, "token_hash", token_hash)
+        return codec.token_from_row(row) if row else None
+
+    async def count(self) -> int:
+        with translated("count tokens"):
+            n = (await self._conn.execute(select(func.count()).select_from(api_tokens))).scalar()
+        return int(n or 0)

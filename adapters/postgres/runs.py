@@ -1,4 +1,4 @@
-"""Attempts, members, final logs and API tokens."""
+"""Attempts, members and their final logs."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
-from adapters.postgres.tables import api_tokens, attempt_logs, attempts, members
-from domain.auth import ApiToken
+from adapters.postgres.tables import attempt_logs, attempts, members
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, MemberState
 
@@ -117,21 +116,3 @@ _LIVE = text(
     'SELECT "offset", data FROM member_logs WHERE member_id = :member_id '
     'AND "offset" + length(data) > :offset ORDER BY "offset"'
 )
-
-
-class PostgresTokenRepository:
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
-
-    async def add(self, token: ApiToken) -> None:
-        await insert_new(self._conn, api_tokens, codec.token_values(token), f"token {token.id}")
-
-    async def by_hash(self, token_hash: str) -> ApiToken | None:
-        with translated("look up a token"):
-            row = await fetch_one(self._conn, api_tokens, "token_hash", token_hash)
-        return codec.token_from_row(row) if row else None
-
-    async def count(self) -> int:
-        with translated("count tokens"):
-            n = (await self._conn.execute(select(func.count()).select_from(api_tokens))).scalar()
-        return int(n or 0)

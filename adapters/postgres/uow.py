@@ -20,13 +20,12 @@ from adapters.postgres.nodes import (
     PostgresNodeLinkRepository,
 )
 from adapters.postgres.plugins import PostgresPluginRepository
-from adapters.postgres.policy import PostgresPolicyRepository
+from adapters.postgres.policy import PostgresPolicyRepository, PostgresTokenRepository
 from adapters.postgres.reservations import PostgresReservationRepository
 from adapters.postgres.runs import (
     PostgresAttemptRepository,
     PostgresLogRepository,
     PostgresMemberRepository,
-    PostgresTokenRepository,
 )
 from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository

@@ -1,4 +1,9 @@
-"""A content-addressed blob store in memory (the simulator's jobs upload no sources)."""
+"""A content-addressed blob store in memory (the simulator's jobs upload no sources).
+
+It keeps the BlobStore contract the filesystem and S3 stores keep (tests/contract/
+test_blob_stores.py runs it too): the same errors, a digest check on every read, and nothing
+kept of an upload that fails.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
+from adapters.blobs import check_digest, corrupt_blob, digest_mismatch, too_large
 from domain.blob_ports import StoredBlob
-from domain.errors import InvalidInput, NotFound, TooLarge
+from domain.errors import NotFound
 
 
 class MemoryBlobStore:
@@ -22,32 +28,35 @@ class MemoryBlobStore:
         async for chunk in chunks:
             data += chunk
             if len(data) > max_size:
-                raise TooLarge(f"the upload exceeds the limit of {max_size} bytes", fix="send less")
+                raise too_large(max_size)
         digest = "sha256:" + hashlib.sha256(data).hexdigest()
         if expected is not None and expected != digest:
-            raise InvalidInput(
-                f"the content's digest is {digest}, not the declared {expected}",
-                fix="upload again",
-                field="header.X-Content-Digest",
-            )
+            raise digest_mismatch(digest, expected)
         self.blobs[digest] = bytes(data)
         self.stored_at[digest] = datetime.now(UTC)
         return digest, len(data)
 
     async def size(self, digest: str) -> int | None:
+        check_digest(digest)
         data = self.blobs.get(digest)
         return None if data is None else len(data)
 
     async def read(self, digest: str) -> bytes:
+        check_digest(digest)
         try:
-            return self.blobs[digest]
+            data = self.blobs[digest]
         except KeyError:
             raise NotFound(f"no blob {digest}", fix="upload it again") from None
+        found = "sha256:" + hashlib.sha256(data).hexdigest()
+        if found != digest:
+            raise corrupt_blob(digest, found, "memory")
+        return data
 
     async def listing(self) -> AsyncIterator[StoredBlob]:
         for digest, data in list(self.blobs.items()):
             yield StoredBlob(digest, len(data), self.stored_at[digest])
 
     async def delete(self, digest: str) -> None:
+        check_digest(digest)
         self.blobs.pop(digest, None)
         self.stored_at.pop(digest, None)

@@ -42,10 +42,9 @@ from domain.ports import (
     SchedulingRepository,
     SubmissionLedger,
     TokenRepository,
-    UnitOfWork,
-    UnitOfWorkFactory,
 )
 from domain.runtime_ports import RuntimeRepository
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 
 CrashKind = Literal["before-commit", "after-commit", "after-launch"]
 CRASH_KINDS: tuple[CrashKind, ...] = ("before-commit", "after-commit", "after-launch")

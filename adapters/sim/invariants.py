@@ -25,7 +25,7 @@ from domain.admission import Reservation, mcpu
 from domain.fleet import Connectivity
 from domain.jobs import Job
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, JobState
-from domain.ports import UnitOfWork, UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 
 INVARIANTS: dict[str, str] = {
     "capacity": "reserved + free = capacity on every node",

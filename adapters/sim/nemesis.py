@@ -448,7 +448,7 @@ class Nemesis:
             )
 
     async def _cancel_pending(self) -> None:
-        async with self.ctx.uow() as uow:
+        async with self.ctx.units.jobs() as uow:
             pending = [
                 jid
                 for jid in self.jobs

@@ -65,7 +65,7 @@ async def safety_violations(
     holding a reservation so far (this call adds those that hold one now)."""
     found: list[tuple[str, str]] = []
     running = running_members(runtimes)
-    async with ctx.uow() as uow:
+    async with ctx.units.gang() as uow:
         epochs = {name: await uow.links.epoch(name) for name in nodes}
         for job_id in job_ids:
             for attempt in await uow.attempts.for_job(job_id):
@@ -107,7 +107,7 @@ async def safety_violations(
 
 async def still_open(ctx: Context, job_ids: Sequence[str]) -> tuple[list[str], list[str]]:
     """(jobs not ended, with state and reason; attempts whose reservation is live)."""
-    async with ctx.uow() as uow:
+    async with ctx.units.placement() as uow:
         unfinished = [
             f"{j.id} ({j.state}: {j.reason})"
             for jid in job_ids

@@ -52,7 +52,7 @@ async def healthz() -> s.Health:
 @get("/readyz", responses=responses(503), summary="Readiness: the database answers")
 async def readyz(state: State) -> s.Health:
     ctx: Context = state.ctx
-    async with ctx.uow() as uow:
+    async with ctx.units.fleet() as uow:
         await uow.tokens.count()
     return s.Health("ok", "ok")
 

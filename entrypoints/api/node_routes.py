@@ -119,7 +119,7 @@ async def create_join_token(data: JoinTokenIn, state: State, principal: Principa
     summary="The control link of every node daemon: heartbeat, reported capacity, epoch",
 )
 async def node_links(state: State, principal: Principal) -> list[LinkOut]:
-    async with _ctx(state).uow() as uow:
+    async with _ctx(state).units.nodes() as uow:
         links = await uow.links.all()
     return [
         LinkOut(

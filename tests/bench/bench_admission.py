@@ -35,9 +35,9 @@ from domain.catalog import Catalog, RuntimePin
 from domain.fleet import Node, Pool, Queue, Team
 from domain.jobs import Job
 from domain.lifecycle import JobState
-from domain.ports import UnitOfWorkFactory
 from domain.requests import resolve_roles
 from domain.submission import JobSpec
+from domain.unit_of_work import UnitOfWorkFactory
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
 POOL = Pool("a", "bench", "local", 8, 96, 1_048_576, "h200")

@@ -7,7 +7,7 @@ import pytest
 
 from domain.artifacts import ArtifactFile, ArtifactRecord, Manifest
 from domain.errors import NotFound
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import a_job, a_member, an_attempt, at
 
 pytestmark = pytest.mark.contract

@@ -11,8 +11,8 @@ import pytest
 
 from domain.capsule import CapsuleRef
 from domain.lifecycle import JobState
-from domain.ports import UnitOfWorkFactory
 from domain.submission import SourceRef
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import T0, a_job, a_preview, a_spec
 from tests.contract.test_plugins import a_plugin
 

@@ -1,12 +1,13 @@
 """Contract: the BlobStore port (domain/ports.py), the same assertions on every adapter.
 
+``memory``: adapters/sim/blobs.py (the simulator's and unit tests' twin).
 ``filesystem``: adapters/blobs.py in a temporary directory. ``s3``: adapters/blobs_s3.py under
 a fresh prefix of a real SeaweedFS server's bucket (tests/fixtures/s3.py), with the smallest
 part size S3 allows (5 MiB) so that the "large" blobs below go through multipart uploads.
 
-"Nothing left" is checked on the backing storage itself: every file under the store's root
-(temporary files included), or every object and every unfinished multipart upload under the
-prefix.
+"Nothing left" is checked on the backing storage itself: the memory store's dictionary, every
+file under the store's root (temporary files included), or every object and every unfinished
+multipart upload under the prefix.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 
 from adapters.blobs import FilesystemBlobStore
 from adapters.blobs_s3 import S3BlobStore, S3Location
+from adapters.sim.blobs import MemoryBlobStore
 from domain.blob_ports import BlobStore
 from domain.errors import InvalidInput, NotFound, TooLarge
 from tests.fixtures.s3 import S3Server
@@ -42,8 +44,19 @@ class Rig:
     tamper: Callable[[str, bytes], Awaitable[None]]  # replace a stored blob's bytes
 
 
-@pytest.fixture(params=["filesystem", "s3"])
+@pytest.fixture(params=["memory", "filesystem", "s3"])
 async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rig]:
+    if request.param == "memory":
+        memory = MemoryBlobStore()
+
+        async def held() -> set[str]:
+            return set(memory.blobs)
+
+        async def replace(digest: str, data: bytes) -> None:
+            memory.blobs[digest] = data
+
+        yield Rig(memory, held, lambda d: d, replace)
+        return
     if request.param == "filesystem":
         root = tmp_path / "blobs"
         fs = FilesystemBlobStore(root)

@@ -11,7 +11,7 @@ import pytest
 from domain.errors import Conflict
 from domain.fleet import Connectivity, Node, Pool, SchedState, Validation
 from domain.fleet_check import NodeResult, PoolCheck
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import at
 
 pytestmark = pytest.mark.contract

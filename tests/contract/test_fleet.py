@@ -9,15 +9,15 @@ from dataclasses import replace
 import asyncpg
 import pytest
 
-from adapters.memory.fleet import MemoryLeaderLease, MemoryLeases
+from adapters.memory.lease import MemoryLeaderLease, MemoryLeases
 from adapters.postgres.engine import plain_url
 from adapters.postgres.lease import PostgresLeaderLease, lease_key
 from domain.auth import Role, User
 from domain.coordination_ports import LeaderLease
 from domain.errors import NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
-from domain.ports import UnitOfWorkFactory
 from domain.requests import Profile
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import at
 
 pytestmark = pytest.mark.contract

@@ -12,7 +12,7 @@ import pytest
 from domain.errors import InvalidInput
 from domain.jobs import Job, JobEvent
 from domain.lifecycle import JobState
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import a_job, a_spec, at
 from tests.contract.test_reservations import gpu_job, setup_fleet
 from tests.contract.test_start import start_of

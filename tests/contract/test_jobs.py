@@ -10,7 +10,7 @@ import pytest
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.jobs import Job
 from domain.lifecycle import JobState
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import a_job, at
 
 pytestmark = pytest.mark.contract

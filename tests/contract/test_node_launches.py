@@ -19,8 +19,8 @@ from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, MemberRef, MemberReport, Phase
-from domain.ports import UnitOfWork, UnitOfWorkFactory
 from domain.requests import RoleSpec
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import a_job, a_member, a_spec, an_attempt, at
 from tests.contract.test_node_ports import (
     CAP,

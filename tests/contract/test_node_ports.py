@@ -19,7 +19,7 @@ from domain.errors import Conflict, NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
 from domain.node_ports import NodeLink
 from domain.node_protocol import NodeCapacity
-from domain.ports import UnitOfWork, UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import T0, at
 
 pytestmark = pytest.mark.contract

@@ -12,7 +12,7 @@ import pytest
 from domain.errors import NotFound
 from domain.node_events import NodeEvent, NodeEventKind, event
 from domain.node_ports import NodeLink
-from domain.ports import UnitOfWork, UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import at
 from tests.contract.test_node_ports import CAP, open_link, racing, setup_fleet
 

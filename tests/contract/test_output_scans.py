@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from domain.artifacts import ArtifactFile, Manifest, ScanRequest, ScanResult
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import at
 
 pytestmark = pytest.mark.contract

@@ -10,7 +10,7 @@ import pytest
 
 from domain.artifacts import ArtifactFile, Manifest
 from domain.plugins import Declaration, Disabled, PluginRecord
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import at
 
 pytestmark = pytest.mark.contract

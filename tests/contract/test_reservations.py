@@ -21,8 +21,8 @@ from domain.errors import Conflict
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
 from domain.jobs import Attempt, Job
 from domain.lifecycle import JobState
-from domain.ports import UnitOfWork, UnitOfWorkFactory
 from domain.requests import RoleSpec
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import a_job, a_spec, an_attempt, at
 
 pytestmark = pytest.mark.contract

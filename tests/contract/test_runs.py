@@ -7,7 +7,7 @@ import pytest
 from domain.auth import Role, User
 from domain.errors import Conflict, NotFound
 from domain.lifecycle import AttemptState, MemberState
-from domain.ports import UnitOfWork, UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import a_job, a_member, a_token, an_attempt, at
 
 pytestmark = pytest.mark.contract

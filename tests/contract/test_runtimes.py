@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from domain.catalog import RuntimeSpec
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import at
 
 pytestmark = pytest.mark.contract

@@ -8,7 +8,8 @@ from domain.admission import Reservation
 from domain.errors import Conflict
 from domain.jobs import Job, Member
 from domain.lifecycle import JobState, MemberState
-from domain.ports import Start, UnitOfWorkFactory
+from domain.ports import Start
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import an_attempt, at
 from tests.contract.test_reservations import gpu_job, on, setup_fleet
 

@@ -9,7 +9,7 @@ import pytest
 
 from domain.errors import Conflict
 from domain.jobs import Submission
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import a_job, a_preview, a_submission, an_intent, at, new_id
 
 pytestmark = pytest.mark.contract

@@ -28,7 +28,7 @@ from domain.admission import Placement, Reservation, decide
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, JobState, MemberState
-from domain.ports import UnitOfWorkFactory
+from domain.unit_of_work import UnitOfWorkFactory
 
 
 def _share_of(job_id: str, shares: int) -> int:

@@ -1,0 +1,90 @@
+"""In-memory jobs and their events (twin of adapters/postgres/jobs.py)."""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Collection
+
+from adapters.memory.db import Tx, compare_and_set
+from adapters.paging import check_limit, decode_cursor, encode_cursor
+from domain.jobs import Job, JobEvent
+from domain.lifecycle import JobState
+from domain.ports import JobPage
+
+
+class MemoryJobRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def add(self, job: Job) -> None:
+        await self._tx.insert("jobs", job, f"job {job.id}")
+        self._tx.write("job_events", JobEvent(job.id, 1, job.created_at, job.state, job.reason))
+
+    async def get(self, job_id: str) -> Job | None:
+        found: Job | None = self._tx.get("jobs", job_id)
+        return found
+
+    async def update(self, job: Job, expected: JobState) -> None:
+        before: Job | None = self._tx.get("jobs", job.id)
+        await compare_and_set(self._tx, "jobs", "job", job, expected.value)
+        if before is not None and before.state != job.state:  # as the trigger in postgres
+            seq = len(self._events(job.id)) + 1
+            reason = job.reason if job.reason != before.reason else ""
+            self._tx.write("job_events", JobEvent(job.id, seq, job.updated_at, job.state, reason))
+
+    def _events(self, job_id: str) -> builtins.list[JobEvent]:
+        """By key, 1, 2, … (a job has few): no scan of every job's events."""
+        found: builtins.list[JobEvent] = []
+        while (event := self._tx.get("job_events", (job_id, len(found) + 1))) is not None:
+            found.append(event)
+        return found
+
+    async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:
+        check_limit(limit)
+        return self._events(job_id)[:limit]
+
+    async def list(
+        self,
+        *,
+        owner: str | None,
+        states: Collection[JobState] | None,
+        limit: int,
+        cursor: str | None,
+        queue: str | None = None,
+    ) -> JobPage:
+        check_limit(limit)
+        after = decode_cursor(cursor) if cursor is not None else None
+        wanted = None if states is None else {JobState(s) for s in states}
+        rows: list[Job] = self._tx.select(
+            "jobs",
+            lambda j: (
+                (owner is None or j.owner == owner)
+                and (queue is None or j.spec.queue == queue)
+                and (wanted is None or j.state in wanted)
+                and (after is None or (j.created_at, j.id) < after)
+            ),
+        )
+        rows.sort(key=lambda j: (j.created_at, j.id), reverse=True)
+        page = rows[:limit]
+        more = len(rows) > limit
+        return JobPage(
+            jobs=page,
+            next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None,
+        )
+
+    async def claim(self, states: Collection[JobState], limit: int) -> builtins.list[Job]:
+        check_limit(limit)
+        wanted = {JobState(s) for s in states}
+        candidates: list[Job] = sorted(
+            self._tx.select("jobs", lambda j: j.state in wanted),
+            key=lambda j: (j.created_at, j.id),
+        )
+        claimed: builtins.list[Job] = []
+        for job in candidates:
+            if len(claimed) == limit:
+                break
+            if self._tx.try_lock(("jobs", "pk", job.id)):  # SKIP LOCKED
+                current = self._tx.get("jobs", job.id)
+                if current is not None and current.state in wanted:
+                    claimed.append(current)
+        return claimed

@@ -1,0 +1,48 @@
+"""The memory and PostgreSQL adapters are laid out the same way: every repository module of one
+has a twin of the same name in the other (docs/architecture.md, "Adapters and their twins").
+Only the modules listed here are one-sided, each for the reason given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+ADAPTERS = Path(__file__).resolve().parents[2] / "adapters"
+
+MEMORY_ONLY = {
+    "db": "the in-memory transaction engine (PostgreSQL itself on the other side)",
+    "store": "the in-memory database's tables (tables.py and migrations on the other side)",
+    "backend": "an ExecutionBackend: its twins are the real backends",
+    "journal": "a node's MemberJournal: its twin is adapters/node/journal.py (SQLite)",
+}
+POSTGRES_ONLY = {
+    "tables": "schema",
+    "artifact_tables": "schema",
+    "plugin_tables": "schema",
+    "telemetry_tables": "schema",
+    "timeline_tables": "schema",
+    "codec": "rows to domain values",
+    "rows": "SQL row helpers (adapters/memory/db.py has the in-memory ones)",
+    "engine": "connections",
+    "errors": "driver errors to domain errors",
+    "embedded": "the embedded server of tp up",
+    "embedded_os": "the embedded server of tp up",
+    "migrate": "schema migrations",
+    "metrics": "telemetry: the MetricsStore has no in-memory twin (not part of the unit of work)",
+    "metric_compaction": "telemetry",
+    "ingest_arrays": "telemetry",
+    "signing_keys": "telemetry: collector token keys",
+}
+
+
+def _modules(name: str) -> set[str]:
+    return {p.stem for p in (ADAPTERS / name).glob("*.py")}
+
+
+def test_every_repository_module_has_its_twin() -> None:
+    memory, postgres = _modules("memory"), _modules("postgres")
+    assert memory - postgres == set(MEMORY_ONLY)
+    assert postgres - memory == set(POSTGRES_ONLY)
