@@ -42,7 +42,7 @@ async def upload_archive(
     async def once() -> AsyncIterator[bytes]:
         yield data
 
-    stored, size = await ctx.blobs.put(once(), limit)
+    stored, size = await ctx.blob_store().put(once(), limit)
     return SourceRef(stored, size)
 
 

@@ -62,7 +62,7 @@ async def collect_blobs(ctx: Context, grace: timedelta, *, dry_run: bool = False
     cutoff = now - grace
     out = Collected()
     batch: list[StoredBlob] = []
-    async for blob in ctx.blobs.listing():
+    async for blob in ctx.blob_store().listing():
         if blob.stored_at > cutoff:
             out.kept += 1
             continue
@@ -83,7 +83,7 @@ async def _sweep(ctx: Context, old: list[StoredBlob], out: Collected, dry_run: b
             out.kept += 1
             continue
         if not dry_run:
-            await ctx.blobs.delete(blob.digest)
+            await ctx.blob_store().delete(blob.digest)
         out.deleted += 1
         out.freed_bytes += blob.size
         if len(out.deleted_digests) < 100:

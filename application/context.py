@@ -10,7 +10,7 @@ from domain.artifact_ports import OutputStorage
 from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, Unavailable
 from domain.ports import Clock, ExecutionBackend, Ids
 from domain.telemetry_ports import MetricsStore, TokenSigner
 from domain.unit_of_work import UnitOfWorkFactory, Units
@@ -34,15 +34,19 @@ class TelemetrySettings:
     grace: timedelta = timedelta(minutes=10)  # after an attempt ended, its tokens still ship
 
 
+NO_CATALOG = Catalog(methods=())  # a process that resolves no submission
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     uow: UnitOfWorkFactory
     clock: Clock
     ids: Ids
-    catalog: Catalog
-    backends: Mapping[str, ExecutionBackend]
-    blobs: BlobStore
     new_secret: Callable[[], str]
+    # what a process that resolves and runs submissions has (the API's; the simulator's)
+    catalog: Catalog = NO_CATALOG
+    backends: Mapping[str, ExecutionBackend] = field(default_factory=dict)  # none: runs nothing
+    blobs: BlobStore | None = None  # None: this process keeps no blobs (`tp up`'s set-up steps)
     limits: Limits = Limits()
     signals: Signals = NO_SIGNALS
     metrics: MetricsStore | None = None  # None: this process serves no metrics
@@ -66,6 +70,15 @@ class Context:
         if own is not None:
             return own
         return self.outputs if backend.storage.shared_outputs else None
+
+    def blob_store(self) -> BlobStore:
+        """The blob store; Unavailable in a process built without one (a bug of its wiring)."""
+        if self.blobs is None:
+            raise Unavailable(
+                "this process keeps no blobs",
+                fix="ask the control plane (`tp serve`, `tp up`) or the node gateway",
+            )
+        return self.blobs
 
     def backend(self, name: str) -> ExecutionBackend:
         try:

@@ -94,7 +94,7 @@ async def publish(
     if existing is not None and existing.digest != package.digest:
         raise _republished(existing, package.digest)
     tar = tarball.pack(package.files)
-    blob, _ = await ctx.blobs.put(_once(tar), max_size=len(tar))  # no transaction open
+    blob, _ = await ctx.blob_store().put(_once(tar), max_size=len(tar))  # no transaction open
     if existing is not None:
         return existing, False  # the same files: its blob is written again, whole
     record = PluginRecord(
@@ -200,7 +200,7 @@ async def _set(
 async def load(ctx: Context, record: PluginRecord) -> dict[str, bytes]:
     """The package's files from the blob store, checked against its published digest."""
     try:
-        data = await ctx.blobs.read(record.blob)
+        data = await ctx.blob_store().read(record.blob)
         files = tarball.unpack(
             data,
             max_files=MAX_FILES,

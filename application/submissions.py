@@ -128,7 +128,7 @@ async def _source(ctx: Context, ref: SourceRef | None) -> bytes | None:
     uploads were checked, is refused here)."""
     if ref is None:
         return None
-    stored = await ctx.blobs.size(ref.digest)
+    stored = await ctx.blob_store().size(ref.digest)
     if stored is None:
         raise InvalidInput(
             f"source archive {ref.digest} was never uploaded",
@@ -141,7 +141,7 @@ async def _source(ctx: Context, ref: SourceRef | None) -> bytes | None:
             fix="send the size returned by POST /v1/archives",
             field="intent.source.size",
         )
-    data = await ctx.blobs.read(ref.digest)
+    data = await ctx.blob_store().read(ref.digest)
     await archives.check_source(ctx, data, "intent.source.digest")
     return data
 
@@ -179,7 +179,7 @@ async def _with_capsule(
     async def once() -> AsyncIterator[bytes]:
         yield tar
 
-    blob, size = await ctx.blobs.put(once(), max_size=len(tar))
+    blob, size = await ctx.blob_store().put(once(), max_size=len(tar))
     return dataclasses.replace(spec, capsule=CapsuleRef(digest, blob, size))
 
 

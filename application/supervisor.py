@@ -159,9 +159,9 @@ class Supervisor:
         spec, source, bundle = job.spec, None, None
         try:
             if spec.capsule is not None:  # the capsule holds the source
-                bundle = await self.ctx.blobs.read(spec.capsule.blob)
+                bundle = await self.ctx.blob_store().read(spec.capsule.blob)
             elif spec.source is not None:
-                source = await self.ctx.blobs.read(spec.source.digest)
+                source = await self.ctx.blob_store().read(spec.source.digest)
         except NotFound as exc:  # absent, or refused by the store's digest check
             what = "Job Capsule" if spec.capsule is not None else "source archive"
             await self._fail(job, attempt, f"its {what} cannot be read: {exc.message}")

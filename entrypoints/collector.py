@@ -14,222 +14,20 @@ Slurm sends to every process of a stopped job long enough to ship: docs/slurm.md
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
 import logging
-import os
 import resource
 import signal
 import sys
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from grpclib.client import Channel
-
-from adapters.grpc.telemetry_client import Shipper, Ticket, open_channel
-from adapters.telemetry.spool import Spool
-from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
+from adapters.telemetry.collector import CollectorOptions
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.cli.errors import render
+from entrypoints.containers.collector import CollectorContainer
+from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.collector")
-
-DEFAULT_SPOOL_MB = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorOptions:
-    spool: Path
-    members: Path
-    gateway: str
-    ca: Path
-    server_name: str | None = None
-    max_spool_mb: int = DEFAULT_SPOOL_MB
-    poll: float = 0.5
-    ignore_term: bool = False  # only SIGINT stops it (a Slurm member's: docs/slurm.md)
-
-
-@dataclass(frozen=True, slots=True)
-class MemberFile:
-    job: str
-    attempt: str
-    member: str
-    index: int
-    token: str
-    metrics_dir: Path
-    ended: bool
-
-
-_FIELDS = "job, attempt, member (the file's name), index, token, metrics_dir and ended"
-
-
-def read_member_file(path: Path) -> MemberFile:
-    """The member file at ``path``; InvalidInput naming the file and what is wrong with it."""
-
-    def bad(what: str) -> InvalidInput:
-        return InvalidInput(
-            f"member file {path}: {what}",
-            fix=f"the node daemon writes these files: a JSON object with {_FIELDS}; remove a "
-            "file written by anything else",
-        )
-
-    try:
-        body: Any = json.loads(path.read_bytes())
-    except OSError as exc:
-        raise bad(f"cannot be read ({exc.strerror})") from None
-    except ValueError as exc:
-        raise bad(f"is not JSON ({exc})") from None
-    if not isinstance(body, dict):
-        raise bad("is not a JSON object")
-    for key in ("job", "attempt", "member", "token", "metrics_dir"):
-        if not isinstance(body.get(key), str) or not body[key]:
-            raise bad(f'"{key}" must be a non-empty string')
-    index, ended = body.get("index"), body.get("ended", False)
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise bad('"index" must be an integer >= 0')
-    if not isinstance(ended, bool):
-        raise bad('"ended" must be true or false')
-    if body["member"] != path.stem:
-        raise bad(f'"member" is {body["member"]!r}, but the file is named {path.name}')
-    if not os.path.isabs(body["metrics_dir"]):
-        raise bad(f'"metrics_dir" {body["metrics_dir"]!r} is not an absolute path')
-    return MemberFile(
-        body["job"], body["attempt"], body["member"], index, body["token"],
-        Path(body["metrics_dir"]), ended,
-    )  # fmt: skip
-
-
-@dataclass
-class _Run:
-    file: MemberFile
-    tail: MemberTail
-    shipper: Shipper
-    task: asyncio.Task[None]
-    caught_up: bool = False  # ended, and every source was read to its end
-
-
-@dataclass
-class Collector:
-    options: CollectorOptions
-    spool: Spool
-    channel: Channel
-    runs: dict[str, _Run] = field(default_factory=dict)
-    _complained: dict[Path, tuple[float, int]] = field(default_factory=dict)
-    _drained: set[str] = field(default_factory=set)  # marker written, spool forgotten
-    _polling: asyncio.Future[dict[str, Progress]] | None = None
-
-    def scan(self) -> dict[str, MemberFile]:
-        found: dict[str, MemberFile] = {}
-        for path in sorted(self.options.members.glob("*.json")):
-            try:
-                st = path.stat()
-                f = read_member_file(path)
-            except OSError:
-                continue  # removed while listed
-            except TunePlaneError as exc:
-                version = (st.st_mtime, st.st_size)
-                if self._complained.get(path) != version:  # once per version of the file
-                    log.error("%s (fix: %s)", exc.message, exc.fix)
-                    self._complained[path] = version
-                continue
-            self._complained.pop(path, None)
-            if (self.options.members / f"{f.member}.drained").exists():
-                if f.member not in self.runs and f.member not in self._drained:
-                    self.spool.forget(f.member)  # a restart between the marker and forgetting
-                    self._drained.add(f.member)
-                continue
-            found[f.member] = f
-        return found
-
-    async def step(self) -> bool:
-        """One poll of every member; True when a member had more than a poll reads (a burst
-        of metrics, a collector catching up): then the next poll comes at once."""
-        files = self.scan()
-        for member, f in files.items():
-            run = self.runs.get(member)
-            if run is None:
-                self._start(f)
-            else:
-                run.shipper.new_token(f.token)
-                run.file = f
-        for member in [m for m in self.runs if m not in files]:
-            log.info("member %s: its member file is gone; collecting it stops", member)
-            await self._stop(member)
-        runs = {m: r for m, r in self.runs.items() if not r.caught_up}
-        self._polling = asyncio.ensure_future(asyncio.to_thread(self._poll, runs))
-        progress = await asyncio.shield(self._polling)
-        for member, p in progress.items():
-            run = runs[member]
-            if p.read:
-                run.shipper.wake()
-            run.caught_up = run.file.ended and not p.behind
-        for member, run in list(self.runs.items()):
-            if run.file.ended and (run.caught_up or run.shipper.refused):
-                await self._maybe_drained(member, run)
-        return any(p.read >= PER_POLL and p.behind for p in progress.values())
-
-    def _poll(self, runs: dict[str, _Run]) -> dict[str, Progress]:
-        """Every member's new bytes into the spool (in a worker thread)."""
-        out = {}
-        for member, run in runs.items():
-            try:
-                out[member] = run.tail.poll(final=run.file.ended)
-            except Exception:  # the spool's disk full, a bug: log, keep going, try again
-                log.exception("member %s: reading its metrics failed", member)
-                out[member] = Progress(behind=True)
-        return out
-
-    def _start(self, f: MemberFile) -> None:
-        tail = MemberTail(f.member, f.metrics_dir, self.spool)
-        shipper = Shipper(self.channel, self.spool, Ticket(f.attempt, f.member, f.token))
-        task = asyncio.create_task(shipper.run())
-        self.runs[f.member] = _Run(f, tail, shipper, task)
-        log.info("member %s: collecting %s", f.member, f.metrics_dir)
-
-    async def _maybe_drained(self, member: str, run: _Run) -> None:
-        if await asyncio.to_thread(run.shipper.settled):
-            pending = 0
-        elif run.shipper.refused is None:
-            return  # still shipping
-        else:
-            pending = await asyncio.to_thread(self.spool.pending, member)
-        if pending:  # the member ended and its token is refused: nothing can ship these
-            log.error(
-                "member %s ended and the gateway refuses its token (%s): %d spooled records "
-                "are given up",
-                member,
-                run.shipper.refused,
-                pending,
-            )
-        await self._stop(member)
-        marker = self.options.members / f"{member}.drained"
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        os.close(fd)
-        await asyncio.to_thread(self.spool.forget, member)
-        self._drained.add(member)
-        log.info("member %s: collected to its end", member)
-
-    async def _stop(self, member: str) -> None:
-        run = self.runs.pop(member)
-        run.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await run.task
-        run.tail.close()
-
-    async def run(self) -> None:
-        while True:
-            more = await self.step()
-            await asyncio.sleep(0 if more else self.options.poll)
-
-    async def close(self) -> None:
-        if self._polling is not None:  # let a poll in its thread finish its transaction
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await self._polling
-        for member in list(self.runs):
-            await self._stop(member)
 
 
 def _more_descriptors() -> None:
@@ -255,10 +53,8 @@ async def serve_collector(options: CollectorOptions) -> None:
             field="ca",
         )
     _more_descriptors()
-    spool = Spool(options.spool, max_bytes=options.max_spool_mb * 1024 * 1024)
-    try:
-        channel = open_channel(host, port, options.ca, options.server_name)
-        collector = Collector(options, spool, channel)
+    async with started(CollectorContainer(options=options)) as container:
+        collector = await resolve(container.collector)
         log.info(
             "collecting members of %s into %s, shipping to %s:%d",
             options.members,
@@ -266,16 +62,10 @@ async def serve_collector(options: CollectorOptions) -> None:
             host,
             port,
         )
-        try:
-            if options.ignore_term:  # Slurm signals every process of a stopped job: ship on
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)  # until the wrapper says stop
-            stops = (signal.SIGINT,) if options.ignore_term else (signal.SIGTERM, signal.SIGINT)
-            await until_signalled(collector.run(), stops)
-        finally:
-            await collector.close()
-            channel.close()
-    finally:
-        spool.close()
+        if options.ignore_term:  # Slurm signals every process of a stopped job: ship on
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # until the wrapper says stop
+        stops = (signal.SIGINT,) if options.ignore_term else (signal.SIGTERM, signal.SIGINT)
+        await until_signalled(collector.run(), stops)
 
 
 def run_collector(options: CollectorOptions) -> int:

@@ -6,31 +6,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import os
 import socket
 import ssl
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from grpclib.server import Server
 
-from adapters.collector_tokens import CollectorTokens
-from adapters.grpc.node_gateway import NodeGateway
-from adapters.grpc.telemetry_gateway import TelemetryGateway
 from adapters.postgres.metric_compaction import keep_compacting
-from adapters.postgres.metrics import PostgresMetrics, create_pool
-from adapters.postgres.signing_keys import PostgresSigningKeys
-from adapters.system import SystemClock
 from adapters.tls import dev_server_context, server_context
-from application.context import Context
-from application.node_control import ControlSettings, NodeControl
-from application.telemetry import TelemetryIngest
 from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError, Unavailable
 from entrypoints.cli.errors import render
-from entrypoints.container import Container, reach_database
+from entrypoints.containers.database import reach_database
+from entrypoints.containers.lifecycle import resolve, started
+from entrypoints.containers.node_gateway import NodeGatewayContainer
+from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
 from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
 
@@ -55,16 +47,6 @@ def gateway_tls(settings: Settings) -> tuple[ssl.SSLContext, Path]:
     return dev_server_context(settings.state_dir, gateway_names(settings))
 
 
-def control_settings(settings: Settings) -> ControlSettings:
-    return ControlSettings(
-        heartbeat=timedelta(seconds=settings.heartbeat_seconds),
-        rotate_every=timedelta(seconds=settings.credential_rotate_seconds),
-        rotation_grace=timedelta(seconds=settings.credential_grace_seconds),
-        # as the control plane's "its gateway died" limit (entrypoints/server.py)
-        session_timeout=timedelta(seconds=max(6 * settings.heartbeat_seconds, 30)),
-    )
-
-
 def _where(which: str) -> str:
     return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
 
@@ -85,30 +67,25 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
     check_listen(settings.node_gateway_host, settings.node_gateway_port, _where("node"))
     await reach_database(settings)
     tls, ca = gateway_tls(settings)
-    container = Container(settings=settings)
-    await container.init_resources()  # type: ignore[misc]
-    server: Server | None = None
-    try:
-        ctx: Context = await container.context()  # type: ignore[misc]
-        name = f"{socket.gethostname()}:{os.getpid()}"
-        gateway = NodeGateway(NodeControl(ctx, name, control_settings(settings)))
+    async with started(NodeGatewayContainer(settings=settings)) as container:
+        ctx = await resolve(container.context)
+        gateway = await resolve(container.gateway)
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
         server = await _listen(
             Server([gateway]), settings.node_gateway_host, settings.node_gateway_port, tls, "node"
         )
-        print(
-            announce
-            or f"node gateway on {settings.node_gateway_host}:{settings.node_gateway_port} "
-            f"(TLS; nodes trust {ca})",
-            flush=True,
-        )
-        announce_ready()
-        await until_signalled(gateway.run())
-    finally:
-        if server is not None:
+        try:
+            print(
+                announce
+                or f"node gateway on {settings.node_gateway_host}:{settings.node_gateway_port} "
+                f"(TLS; nodes trust {ca})",
+                flush=True,
+            )
+            announce_ready()
+            await until_signalled(gateway.run())
+        finally:
             server.close()
             await server.wait_closed()
-        await container.shutdown_resources()  # type: ignore[misc]
 
 
 def _run(
@@ -139,32 +116,24 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
     """`tp gateway telemetry`: its own process, port and credentials; PostgreSQL only."""
     host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
     check_listen(host, port, _where("telemetry"))
-    url = await reach_database(settings)
+    await reach_database(settings)
     tls, ca = gateway_tls(settings)
-    pool = await create_pool(url, max_size=8)
-    server: Server | None = None
-    try:
-        keys = PostgresSigningKeys(pool)
-        ingest = TelemetryIngest(
-            PostgresMetrics(pool),
-            CollectorTokens(keys),
-            SystemClock(),
-            grace=timedelta(seconds=settings.telemetry_grace_seconds),
-        )
-        server = await _listen(Server([TelemetryGateway(ingest)]), host, port, tls, "telemetry")
-        print(
-            announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
-            flush=True,
-        )
-        announce_ready()
-        every = settings.telemetry_compact_seconds
-        # serve until told to stop, merging the small blocks of slow collectors meanwhile
-        await until_signalled(keep_compacting(pool, every) if every else asyncio.Event().wait())
-    finally:
-        if server is not None:
+    async with started(TelemetryGatewayContainer(settings=settings)) as container:
+        gateway = await resolve(container.gateway)
+        server = await _listen(Server([gateway]), host, port, tls, "telemetry")
+        try:
+            print(
+                announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
+                flush=True,
+            )
+            announce_ready()
+            every = settings.telemetry_compact_seconds
+            pool = await resolve(container.pool)
+            # serve until told to stop, merging the small blocks of slow collectors meanwhile
+            await until_signalled(keep_compacting(pool, every) if every else asyncio.Event().wait())
+        finally:
             server.close()
             await server.wait_closed()
-        await pool.close()
 
 
 def run_telemetry_gateway(host: str | None, port: int | None) -> int:

@@ -24,18 +24,14 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from adapters.grpc.node_client import CREDENTIAL_FILE, NodeLink, load_credential
+from adapters.grpc.node_client import CREDENTIAL_FILE, load_credential
 from adapters.node.capacity import detect
-from adapters.node.collector_feed import CollectorFeed
-from adapters.node.executor import NodeExecutor
-from adapters.node.journal import SqliteJournal
-from adapters.outputs import FilesystemOutputs
 from adapters.tls import client_context
-from application.node_agent import NodeAgent
 from application.node_sessions import check_address
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
 from entrypoints.cli.errors import render
-from entrypoints.node_collector import CollectorProcess
+from entrypoints.containers.lifecycle import resolve, started
+from entrypoints.containers.node import NodeContainer, NodePlan
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 
 log = logging.getLogger("tuneplane.node")
@@ -43,7 +39,6 @@ log = logging.getLogger("tuneplane.node")
 JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
 RETRY_MAX_ENV = "TUNEPLANE_NODE_RETRY_MAX_SECONDS"
 CREDENTIAL_REFUSED = 5  # exit code: the join token or credential was refused (as `tp` uses 5)
-JOURNAL_FILE = "journal.sqlite"
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +112,10 @@ def _version() -> str:
         return "0+unknown"
 
 
-async def serve_daemon(options: DaemonOptions) -> None:
+def plan(options: DaemonOptions) -> NodePlan:
+    """The daemon's options checked and completed (enrolled or not, name, capacity, where
+    outputs go, where metrics ship): every refusal before anything starts."""
     host, port = split_server(options.server)
-    tls = client_context(options.ca)
-    pause = retry_max()
     address = options.advertise_address or socket.gethostname()
     check_address(address)  # else the gateway would refuse every stream
     state_dir = (options.state_dir or default_state_dir()).expanduser()
@@ -135,20 +130,12 @@ async def serve_daemon(options: DaemonOptions) -> None:
             "and pass it once with --join-token (or TUNEPLANE_JOIN_TOKEN)",
             field="join_token",
         )
-    name = stored.node if stored else (options.name or socket.gethostname())
     if stored and options.name and options.name != stored.node:
         raise InvalidInput(
             f"{state_dir} holds the credential of node {stored.node!r}, not {options.name!r}",
             fix=f"use another --state-dir for {options.name!r}, or drop --name",
             field="name",
         )
-    capacity = detect(
-        gpus=options.gpus,
-        gpu_model=options.gpu_model,
-        cpus=options.cpus,
-        memory_mb=options.memory_mb,
-    )
-    journal = SqliteJournal(state_dir / JOURNAL_FILE, node_name=name)
     shared = options.shared_dir.expanduser().resolve() if options.shared_dir else None
     if shared is not None and not shared.is_dir():
         raise InvalidInput(
@@ -158,57 +145,60 @@ async def serve_daemon(options: DaemonOptions) -> None:
         )
     if shared is not None:
         _keep_outside(shared, state_dir, "--shared-dir")
-    outputs = FilesystemOutputs(_outputs_root(options.outputs_dir, state_dir))
     telemetry = options.telemetry_gateway or f"{host}:{TELEMETRY_PORT}"
-    feed = CollectorFeed(state_dir / "collector") if telemetry != "off" else None
-    runtime = NodeExecutor(
-        name,
-        options.docker_host,
-        gpu_check=capacity.gpus > 0,
-        shared_dir=shared,
-        metrics_dir=feed.metrics_dir if feed else None,
-        outputs=outputs,
-    )
-    link: NodeLink | None = None
-
-    async def send(body: object) -> None:
-        if link is None:
-            raise ConnectionError("not connected")
-        await link.send(body)
-
-    agent = NodeAgent(name, journal, runtime, send, feed=feed, outputs=outputs)
-    link = NodeLink(
+    if telemetry != "off":  # a clear error now rather than a collector crash loop
+        split_server(telemetry, "--telemetry-gateway", "the telemetry gateway", TELEMETRY_PORT)
+    return NodePlan(
+        name=stored.node if stored else (options.name or socket.gethostname()),
+        state_dir=state_dir,
+        stored=stored,
+        join_token=token,
         host=host,
         port=port,
-        tls=tls,
-        state_dir=state_dir,
-        agent=agent,
-        capacity=capacity,
+        tls=client_context(options.ca),
+        ca=options.ca,
         address=address,
+        capacity=detect(
+            gpus=options.gpus,
+            gpu_model=options.gpu_model,
+            cpus=options.cpus,
+            memory_mb=options.memory_mb,
+        ),
+        docker_host=options.docker_host,
+        shared_dir=shared,
+        outputs_dir=_outputs_root(options.outputs_dir, state_dir),
+        telemetry_gateway=None if telemetry == "off" else telemetry,
+        retry_max=retry_max(),
         version=_version(),
-        retry_max=pause,
     )
-    try:
+
+
+async def serve_daemon(options: DaemonOptions) -> None:
+    node = plan(options)
+    async with started(NodeContainer(plan=node)) as container:
+        agent = await resolve(container.agent)
+        link = await resolve(container.link)
+        stored = node.stored
         if stored is None:
-            assert token is not None
-            stored = await link.enroll(token, name)
+            assert node.join_token is not None
+            stored = await link.enroll(node.join_token, node.name)
             print(f"enrolled as node {stored.node} in pool {stored.pool}", flush=True)
-        if stored.node != name:  # the gateway may normalise the name
-            raise InvalidInput(f"the gateway enrolled this node as {stored.node!r}, not {name!r}")
+        if stored.node != node.name:  # the gateway may normalise the name
+            raise InvalidInput(
+                f"the gateway enrolled this node as {stored.node!r}, not {node.name!r}"
+            )
         if not await agent.recover():  # done at the Welcome, or once the engine answers
             why = agent.last_scan.reason if agent.last_scan else ""
             log.warning("journal not reconciled with the container engine yet: %s", why)
+        capacity = node.capacity
         print(
-            f"node {name} connecting to {host}:{port} (TLS; state {state_dir}; "
-            f"{capacity.gpus} GPUs, {capacity.cpus:g} CPUs, {capacity.memory_mb} MiB)",
+            f"node {node.name} connecting to {node.host}:{node.port} (TLS; state "
+            f"{node.state_dir}; {capacity.gpus} GPUs, {capacity.cpus:g} CPUs, "
+            f"{capacity.memory_mb} MiB)",
             flush=True,
         )
-        collector = None
-        if feed is not None:
-            # a clear error now rather than a collector crash loop
-            split_server(telemetry, "--telemetry-gateway", "the telemetry gateway", TELEMETRY_PORT)
-            process = CollectorProcess(state_dir / "collector", telemetry, options.ca)
-            collector = asyncio.create_task(process.run())
+        process = await resolve(container.collector)
+        collector = asyncio.create_task(process.run()) if process is not None else None
         try:
             await until_signalled(link.run())
         finally:
@@ -216,10 +206,6 @@ async def serve_daemon(options: DaemonOptions) -> None:
                 collector.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await collector  # raises an unrecoverable error (credential refused)
-    finally:
-        await agent.close()
-        await runtime.close()
-        journal.close()
 
 
 def run_daemon(options: DaemonOptions) -> int:

@@ -12,16 +12,19 @@ from pathlib import Path
 
 import uvicorn
 
-from adapters.postgres.lease import PostgresLeaderLease
 from application.auth import bootstrap_admin
 from application.context import Context
 from application.fleet_config import apply_fleet_config, ensure_defaults
 from application.gang import GangSettings
+from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict
 from entrypoints import fleet_config
 from entrypoints.api.app import create_app
 from entrypoints.cli.config import write_private
-from entrypoints.container import Container, reach_database
+from entrypoints.containers.api import ApiContainer
+from entrypoints.containers.database import reach_database
+from entrypoints.containers.lifecycle import resolve, started
+from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen
 from entrypoints.settings import Settings
 
@@ -37,10 +40,8 @@ async def serve(
     to the state directory (``bootstrap``; `tp up` has done so already and prints the token)."""
     check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
     await reach_database(settings)
-    container = Container(settings=settings)
-    await container.init_resources()  # type: ignore[misc]
-    try:
-        ctx: Context = await container.context()  # type: ignore[misc]
+    async with started(ApiContainer(settings=settings)) as container:
+        ctx = await resolve(container.context)
         if bootstrap and (path := await _first_admin(ctx, settings.state_dir)) is not None:
             print(
                 f"first start: created user admin and its token, written to {path} (0600); "
@@ -48,8 +49,9 @@ async def serve(
                 flush=True,
             )
         await prepare_fleet(ctx, settings)
-        url = settings.database_url
-        lease = PostgresLeaderLease(url) if supervise and url else None
+        lease: LeaderLease | None = None
+        if supervise:  # the control loop runs in the one process holding the lease
+            lease = await resolve(container.lease)
         gc_every = timedelta(seconds=settings.blob_gc_seconds) if settings.blob_gc_seconds else None
         app = create_app(
             ctx,
@@ -70,8 +72,6 @@ async def serve(
         if announce:
             print(announce, flush=True)
         await server.serve()
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
 
 
 def gang_settings(settings: Settings) -> GangSettings:
@@ -114,15 +114,16 @@ async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> 
 
 async def first_admin_token(settings: Settings) -> str | None:
     """Create the first admin token on a fresh database; keep a 0600 copy in the state dir."""
-    container = Container(settings=settings)
-    await container.init_resources()  # type: ignore[misc]
-    try:
-        ctx: Context = await container.context()  # type: ignore[misc]
-        token = await bootstrap_admin(ctx)
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+    async with started(SetupContainer(settings=settings)) as container:
+        return await first_admin(await resolve(container.context), settings.state_dir)
+
+
+async def first_admin(ctx: Context, state_dir: Path) -> str | None:
+    """The first admin token on a fresh database, its 0600 copy kept in ``state_dir``; None
+    when the database had a token (a later start)."""
+    token = await bootstrap_admin(ctx)
     if token is not None:
-        _keep_admin_token(settings.state_dir, token)
+        _keep_admin_token(state_dir, token)
     return token
 
 

@@ -16,10 +16,11 @@ from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import InvalidInput, TunePlaneError
 from entrypoints.cli.errors import render
-from entrypoints.container import Container
+from entrypoints.containers.lifecycle import resolve, started
+from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen, run_server
 from entrypoints.server import (
-    first_admin_token,
+    first_admin,
     prepare_fleet,
     saved_admin_token,
     serve,
@@ -54,13 +55,14 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # unwinds through `finally`, which stops PostgreSQL
 
 
-async def _defaults(settings: Settings) -> None:
-    container = Container(settings=settings)
-    await container.init_resources()  # type: ignore[misc]
-    try:
-        await prepare_fleet(await container.context(), settings)  # type: ignore[misc]
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+async def _set_up(settings: Settings) -> str | None:
+    """On one set-up container: the first admin token (None on a later start), then the
+    fleet's defaults and the fleet file."""
+    async with started(SetupContainer(settings=settings)) as container:
+        ctx = await resolve(container.context)
+        token = await first_admin(ctx, settings.state_dir)
+        await prepare_fleet(ctx, settings)
+        return token
 
 
 def _check(settings: Settings) -> None:
@@ -99,8 +101,7 @@ def run_up(settings: Settings) -> int:
         with console.status("migrating the database"):
             migrate.upgrade(settings.database_url)
         asyncio.run(_ensure_runtime(settings))
-        token = asyncio.run(first_admin_token(settings))
-        asyncio.run(_defaults(settings))
+        token = asyncio.run(_set_up(settings))
         with console.status("starting the node gateway and the local node daemon"):
             nodes = start_node_path(settings)
         lines = [f"TunePlane control plane: {settings.url}  (state: {settings.state_dir})"]

@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from adapters.tls import ensure_dev_pki
+from application.context import Context
 from application.enrollment import NODE_BACKEND, create_join_token
 from domain.auth import Principal, Role
 from domain.errors import Unavailable
-from entrypoints.container import Container
+from entrypoints.containers.lifecycle import resolve, started
+from entrypoints.containers.setup import SetupContainer
 from entrypoints.fleet_config import host_resources
 from entrypoints.gateway import gateway_names
 from entrypoints.process import READY_ENV
@@ -49,6 +51,8 @@ class NodePath:
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _thread: threading.Thread | None = None
+    # the set-up container of this loop (the local pool's backend, the daemon's join tokens)
+    resources: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     def call(self, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` on the children's loop and wait for its result."""
@@ -72,6 +76,7 @@ class NodePath:
         await asyncio.gather(*self._tasks, return_exceptions=True)  # each stops its child
         for supervisor in self.supervisors:  # started, but its supervision never began
             await supervisor.stop()
+        await self.resources.aclose()
 
     def stop(self) -> None:
         if self._thread is None:
@@ -83,28 +88,16 @@ class NodePath:
         self._thread = None
 
 
-async def _local_pool_is_node_pool(settings: Settings) -> bool:
-    container = Container(settings=settings)
-    await container.init_resources()  # type: ignore[misc]
-    try:
-        ctx = await container.context()  # type: ignore[misc]
-        async with ctx.units.fleet() as uow:
-            pool = next((p for p in await uow.fleet.pools() if p.name == LOCAL), None)
-        return pool is not None and pool.backend == NODE_BACKEND
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+async def _local_pool_is_node_pool(ctx: Context) -> bool:
+    async with ctx.units.fleet() as uow:
+        pool = next((p for p in await uow.fleet.pools() if p.name == LOCAL), None)
+    return pool is not None and pool.backend == NODE_BACKEND
 
 
-async def _join_token(settings: Settings) -> str:
-    container = Container(settings=settings)
-    await container.init_resources()  # type: ignore[misc]
-    try:
-        ctx = await container.context()  # type: ignore[misc]
-        admin = Principal("tp-up", Role.ADMIN)
-        secret, _ = await create_join_token(ctx, admin, LOCAL, LOCAL, timedelta(minutes=10))
-        return secret
-    finally:
-        await container.shutdown_resources()  # type: ignore[misc]
+async def _join_token(ctx: Context) -> str:
+    admin = Principal("tp-up", Role.ADMIN)
+    secret, _ = await create_join_token(ctx, admin, LOCAL, LOCAL, timedelta(minutes=10))
+    return secret
 
 
 LISTEN_SECONDS = 30  # how long a gateway may take to listen at its first start
@@ -190,7 +183,9 @@ async def _start(path: NodePath, settings: Settings) -> None:
     await _listening(settings.telemetry_gateway_port, proc, log, "telemetry gateway")
     metrics_at = f"127.0.0.1:{settings.telemetry_gateway_port}"
     path.lines.append(f"telemetry gateway: {metrics_at} (TLS; log {log})")
-    if not await _local_pool_is_node_pool(settings):
+    container = SetupContainer(settings=settings)
+    ctx = await resolve((await path.resources.enter_async_context(started(container))).context)
+    if not await _local_pool_is_node_pool(ctx):
         path.lines.append("no local node daemon: pool local is not a node pool")
         return
     node_dir = state / "node"
@@ -211,7 +206,7 @@ async def _start(path: NodePath, settings: Settings) -> None:
     async def spawn_daemon() -> Process:
         daemon_env = dict(env)
         if not (node_dir / "credential").exists():  # by environment: never on a command line
-            daemon_env["TUNEPLANE_JOIN_TOKEN"] = await _join_token(settings)
+            daemon_env["TUNEPLANE_JOIN_TOKEN"] = await _join_token(ctx)
         return await spawn_logged(args, node_log, daemon_env)
 
     daemon = Supervisor(

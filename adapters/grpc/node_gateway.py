@@ -283,7 +283,7 @@ class NodeGateway(NodeControlBase):
         digest = order.source_digest
         if digest and digest not in link.sources:
             try:
-                data = await self.ctx.blobs.read(digest)
+                data = await self.ctx.blob_store().read(digest)
             except NotFound:
                 await self.control.vote_for(order.ref, False, "its source archive is gone")
                 return

@@ -174,7 +174,7 @@ class SimNodeFleet:
         assert node.agent is not None
         if order.source_digest:
             with contextlib.suppress(Exception):
-                data = await self.ctx.blobs.read(order.source_digest)
+                data = await self.ctx.blob_store().read(order.source_digest)
                 await node.agent.on_source(SourceChunk(order.source_digest, 0, data, True))
         await node.agent.on_prepare(order)
 

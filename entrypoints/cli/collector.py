@@ -7,7 +7,9 @@ from typing import Annotated
 
 from cyclopts import App, Parameter
 
-DEFAULT_SPOOL_MB = 2048  # entrypoints.collector.DEFAULT_SPOOL_MB (not imported: keep `tp` light)
+DEFAULT_SPOOL_MB = (
+    2048  # adapters.telemetry.collector.DEFAULT_SPOOL_MB (not imported: keep `tp` light)
+)
 
 
 def collector(
@@ -47,7 +49,8 @@ def collector(
             markup=False,
         )
         return 2
-    from entrypoints.collector import CollectorOptions, run_collector
+    from adapters.telemetry.collector import CollectorOptions
+    from entrypoints.collector import run_collector
 
     options = CollectorOptions(
         spool, members, gateway, ca, server_name, max_spool_mb, poll, ignore_term

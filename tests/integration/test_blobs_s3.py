@@ -1,7 +1,8 @@
 """The S3 blob store's configuration and its failures, against the real SeaweedFS server of
 tests/fixtures/s3.py: refused credentials, a missing bucket, an unreachable endpoint, no
 credentials at all; and the settings that choose the store (entrypoints/settings.py,
-entrypoints/container.py). What it does when it works is tests/contract/test_blob_stores.py."""
+entrypoints/containers/blobs.py). What it does when it works is
+tests/contract/test_blob_stores.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from adapters.blobs import FilesystemBlobStore
 from adapters.blobs_s3 import Misconfigured, S3BlobStore, S3Location
 from domain.errors import InvalidInput, NotFound, Unavailable
-from entrypoints.container import _blobs
+from entrypoints.containers.blobs import blob_store
 from entrypoints.settings import Settings
 from tests.fixtures.s3 import S3Server
 from tests.fixtures.server import free_port
@@ -132,12 +133,12 @@ async def test_the_default_is_the_state_directory_and_a_directory_may_be_named(
 ) -> None:
     monkeypatch.delenv("TUNEPLANE_BLOB_STORE", raising=False)
     settings = settings_from(monkeypatch, tmp_path)
-    async for store in _blobs(settings):
+    async for store in blob_store(settings):
         assert isinstance(store, FilesystemBlobStore)
         assert store.root == tmp_path / "state" / "blobs"
     shared = tmp_path / "shared-mount"
     settings = settings_from(monkeypatch, tmp_path, TUNEPLANE_BLOB_STORE=f"file://{shared}")
-    async for store in _blobs(settings):
+    async for store in blob_store(settings):
         assert isinstance(store, FilesystemBlobStore) and store.root == shared
 
 
@@ -145,7 +146,7 @@ async def test_an_s3_url_wires_the_s3_store(
     s3_server: S3Server, s3_prefix: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     settings = settings_from(monkeypatch, tmp_path, **s3_server.env(s3_prefix))
-    async for store in _blobs(settings):
+    async for store in blob_store(settings):
         assert isinstance(store, S3BlobStore)
         digest, _ = await store.put(once(b"wired"), 100)
         assert await store.read(digest) == b"wired"
@@ -160,12 +161,12 @@ async def test_a_process_that_cannot_use_its_bucket_stops(
     env = s3_server.env("") | {"TUNEPLANE_BLOB_STORE": "s3://tp-no-such-bucket/"}
     settings = settings_from(monkeypatch, tmp_path, **env)
     with pytest.raises(Misconfigured, match="bucket tp-no-such-bucket does not exist"):
-        async for _ in _blobs(settings):
+        async for _ in blob_store(settings):
             pass
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     settings = settings_from(monkeypatch, tmp_path, TUNEPLANE_BLOB_STORE=f"s3://{s3_server.bucket}")
     with pytest.raises(Misconfigured, match="refused the control plane's credentials"):
-        async for _ in _blobs(settings):
+        async for _ in blob_store(settings):
             pass
 
 
@@ -180,6 +181,6 @@ async def test_an_unreachable_store_does_not_stop_the_process(
         "AWS_MAX_ATTEMPTS": "1",  # the SDK's own setting, honoured
     }
     settings = settings_from(monkeypatch, tmp_path, **env)
-    async for store in _blobs(settings):
+    async for store in blob_store(settings):
         with pytest.raises(Unavailable, match="cannot be reached"):
             await store.size("sha256:" + "0" * 64)

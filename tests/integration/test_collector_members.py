@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from adapters.grpc.telemetry_client import open_channel
+from adapters.telemetry.collector import Collector, CollectorOptions, read_member_file
 from adapters.telemetry.spool import Spool
 from domain.errors import InvalidInput
-from entrypoints.collector import Collector, CollectorOptions, read_member_file
 from tests.fixtures.recording_telemetry import Net, until, write_lines
 
 pytestmark = pytest.mark.integration

@@ -1,0 +1,108 @@
+"""The API process's container (`tp serve`, and `tp up`'s control plane): every backend, the
+blob store, PostgreSQL (repositories, signals, metrics, signing keys) and the leader lease."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from dependency_injector import containers, providers
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from adapters.catalog import default_catalog
+from adapters.collector_tokens import CollectorTokens
+from adapters.docker.backend import DockerBackend
+from adapters.docker.runtimes import LOCAL_RUNTIMES
+from adapters.node.backend import NodeBackend
+from adapters.outputs import FilesystemOutputs
+from adapters.postgres.lease import PostgresLeaderLease
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.uow import PostgresUnitOfWork
+from adapters.slurm.backend import SlurmBackend
+from adapters.system import RandomIds, SystemClock, new_secret
+from application.context import Context
+from domain.blob_ports import BlobStore
+from domain.coordination_ports import Signals
+from domain.ports import ExecutionBackend
+from entrypoints.containers import database
+from entrypoints.containers.blobs import blob_store
+from entrypoints.kubernetes import kubernetes_backends
+from entrypoints.settings import Settings
+from entrypoints.slurm_wiring import slurm_resource
+
+
+async def _docker(settings: Settings) -> AsyncIterator[DockerBackend]:
+    backend = DockerBackend(settings.docker_host)
+    try:
+        yield backend
+    finally:
+        await backend.close()
+
+
+def _context(
+    settings: Settings,
+    engine: AsyncEngine,
+    docker: DockerBackend,
+    blobs: BlobStore,
+    signals: Signals,
+    metrics: PostgresMetrics,
+    tokens: CollectorTokens,
+    kubernetes: dict[str, ExecutionBackend],
+    slurm: SlurmBackend | None = None,
+) -> Context:
+    return Context(
+        uow=lambda: PostgresUnitOfWork(engine),
+        clock=SystemClock(),
+        ids=RandomIds(),
+        catalog=default_catalog(LOCAL_RUNTIMES),
+        backends={
+            "local": docker,
+            "node": NodeBackend(docker),
+            **kubernetes,
+            **({"slurm": slurm} if slurm is not None else {}),  # docs/slurm.md
+        },
+        blobs=blobs,
+        new_secret=new_secret,
+        limits=settings.limits,
+        signals=signals,
+        metrics=metrics,
+        tokens=tokens,
+        telemetry=database.telemetry_settings(settings),
+        outputs=FilesystemOutputs(settings.output_dir),
+        backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
+    )
+
+
+def _lease(settings: Settings) -> PostgresLeaderLease:
+    """The lock that makes one API process the leader, which runs the control loop."""
+    return PostgresLeaderLease(database.require_database(settings))
+
+
+class ApiContainer(containers.DeclarativeContainer):
+    settings = providers.Dependency(instance_of=Settings)
+    engine = providers.Resource(database.database_engine, settings=settings)
+    docker = providers.Resource(_docker, settings=settings)
+    signals = providers.Resource(database.signals, settings=settings)
+    blobs = providers.Resource(blob_store, settings=settings)
+    metrics_pool = providers.Resource(database.metrics_pool, settings=settings)
+    metrics = providers.Singleton(PostgresMetrics, pool=metrics_pool)
+    signing_keys = providers.Singleton(database.signing_keys, settings=settings, pool=metrics_pool)
+    tokens = providers.Singleton(CollectorTokens, keys=signing_keys)
+    kubernetes = providers.Resource(kubernetes_backends, settings=settings, tokens=tokens)
+    slurm = providers.Resource(
+        slurm_resource,
+        tokens=tokens,
+        token_lifetime_seconds=settings.provided.collector_token_seconds,
+    )
+    lease = providers.Singleton(_lease, settings=settings)
+    context = providers.Singleton(
+        _context,
+        settings=settings,
+        engine=engine,
+        docker=docker,
+        blobs=blobs,
+        signals=signals,
+        metrics=metrics,
+        tokens=tokens,
+        kubernetes=kubernetes,
+        slurm=slurm,
+    )
