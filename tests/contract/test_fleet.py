@@ -236,8 +236,11 @@ async def leases(
         assert isinstance(lease, PostgresLeaderLease)
         conn = await asyncpg.connect(plain_url(url))
         try:
+            # with a timeout, pg_terminate_backend waits until the backend has exited (and
+            # released its locks); without, it returns once the signal is sent, and the next
+            # acquire could still find the lock held (a flake under load)
             killed = await conn.fetchval(
-                "SELECT count(pg_terminate_backend(l.pid)) FROM pg_locks l "
+                "SELECT count(pg_terminate_backend(l.pid, 10000)) FROM pg_locks l "
                 "WHERE l.locktype = 'advisory' AND l.granted AND l.database = "
                 "(SELECT oid FROM pg_database WHERE datname = current_database())"
             )
