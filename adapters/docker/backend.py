@@ -140,8 +140,8 @@ class DockerBackend:
         """The image's id in this engine. A runtime pinned by digest (docs/runtimes.md) gets
         exactly that image: found by its id, or by its reference when one of its repository
         digests is the pinned one; any other image is refused, naming both digests."""
-        info = await self._image(runtime.digest) if runtime.digest else None
-        info = info or await self._image(runtime.image)
+        info = await self.image(runtime.digest) if runtime.digest else None
+        info = info or await self.image(runtime.image)
         if info is None:
             fix = (
                 f"build it with `tp runtime build {runtime.name}`"
@@ -160,7 +160,9 @@ class DockerBackend:
                 raise digest_mismatch(runtime, image_id, repo)
         return pin_of(runtime, image_id)
 
-    async def _image(self, ref: str) -> dict[str, Any] | None:
+    async def image(self, ref: str) -> dict[str, Any] | None:
+        """The engine's inspect data of an image (by id, digest or reference), None if it has
+        none."""
         try:
             info: dict[str, Any] = await self._json(f"images/{ref}/json")
         except EngineError as exc:

@@ -25,18 +25,25 @@ from application.enrollment import NodeIdentity
 from application.node_agent import NodeAgent
 from application.node_control import ControlSettings, NodeControl, Session
 from domain.capsule import StorageCapabilities
+from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_messages import PrepareOrder, SourceChunk
 from domain.node_protocol import NodeCapacity
 
 
-class SimNodeBackend(MemoryBackend):
-    """The node backend as the control plane sees it: it pins runtimes and, like the real one,
-    takes the Job Capsule to the nodes; the coordinator and the simulated gateway do the rest."""
+class SimNodeBackend:
+    """The node backend as the control plane sees it (a ``CoordinatedBackend``, registered in
+    ``Context.coordinated``): it pins runtimes as the in-memory backend does and, like the real
+    one, takes the Job Capsule to the nodes; the coordinator and the simulated gateway do the
+    rest."""
 
-    coordinated = True
+    name = "node"
+    storage = StorageCapabilities(capsule=True)
 
     def __init__(self) -> None:
-        super().__init__("node", storage=StorageCapabilities(capsule=True))
+        self._images = MemoryBackend(self.name, storage=self.storage)
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        return await self._images.pin(runtime)
 
 
 @dataclass
