@@ -17,18 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from adapters.docker.backend import DockerBackend
+from adapters.container_engine.containers import ContainerEngine
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput
-from domain.runtimes import pin_of, split_image
-
-
-def repository(image: str) -> str:
-    """``registry:5000/team/img:tag@sha256:…`` -> ``registry:5000/team/img``."""
-    ref, _ = split_image(image)
-    head, _, last = ref.rpartition("/")
-    return (head + "/" if head else "") + last.split(":", 1)[0]
+from domain.runtimes import pin_of, repository
 
 
 class NodeBackend:
@@ -37,7 +30,7 @@ class NodeBackend:
     # on the nodes (not yet recorded as artifacts)
     storage = StorageCapabilities(capsule=True, shared_mounts=False, shared_outputs=False)
 
-    def __init__(self, images: DockerBackend | None) -> None:
+    def __init__(self, images: ContainerEngine | None) -> None:
         self.images = images  # the engine whose images runtimes are pinned from
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
