@@ -2,7 +2,8 @@
 the pools and nodes it reports are written to the fleet, so that the Fleet API and page show
 them with their state and the scheduling pass places work on them.
 
-A backend takes part by having ``capacity()`` (pools of that backend, nodes with their states).
+A backend takes part by being registered as a ``CapacityReporter`` (``Context.capacity``;
+``capacity()``: pools of that backend, nodes with their states).
 The sync only adds and updates: a pool or node it no longer reports is not deleted (reservations
 may still refer to it); a node of a synced pool that is no longer reported is marked
 disconnected. A pool of that backend in the fleet that it does not report (e.g. a Slurm pool
@@ -20,9 +21,9 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Protocol
 
 from application.context import Context
+from domain.backend_ports import CapacityReporter
 from domain.errors import Conflict, NotFound, Unavailable
 from domain.fleet import Connectivity, Node, Pool, SchedState
 from domain.unit_of_work import FleetUnit
@@ -30,24 +31,11 @@ from domain.unit_of_work import FleetUnit
 log = logging.getLogger("tuneplane.capacity")
 
 
-class CapacitySource(Protocol):
-    name: str
-
-    async def capacity(self) -> tuple[list[Pool], list[Node]]: ...
-
-    def unreported(self, pool: str) -> str:
-        """Why the last ``capacity()`` had no pool ``pool``, with the fix."""
-        ...
-
-
-def capacity_sources(ctx: Context, names: Iterable[str] | None = None) -> list[CapacitySource]:
-    """The backends that report their own capacity (all, or those named)."""
+def capacity_sources(ctx: Context, names: Iterable[str] | None = None) -> list[CapacityReporter]:
+    """The backends registered as reporting their own capacity (all, or those named)."""
     wanted = None if names is None else set(names)
     return [
-        backend  # type: ignore[misc]
-        for backend in ctx.backends.values()
-        if callable(getattr(backend, "capacity", None))
-        and (wanted is None or backend.name in wanted)
+        source for name, source in sorted(ctx.capacity.items()) if wanted is None or name in wanted
     ]
 
 
@@ -66,7 +54,9 @@ async def sync_capacity(ctx: Context, backends: Iterable[str] | None = None) -> 
     return changed
 
 
-async def _write(ctx: Context, source: CapacitySource, pools: list[Pool], nodes: list[Node]) -> int:
+async def _write(
+    ctx: Context, source: CapacityReporter, pools: list[Pool], nodes: list[Node]
+) -> int:
     backend = source.name
     async with ctx.units.fleet() as uow:
         old_pools = {p.name: p for p in await uow.fleet.pools()}

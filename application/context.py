@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from domain.artifact_ports import OutputStorage
+from domain.backend_ports import Backend, CapacityReporter, CoordinatedBackend, ExecutionBackend
 from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import InvalidInput, Unavailable
-from domain.ports import Clock, ExecutionBackend, Ids
+from domain.ports import Clock, Ids
 from domain.telemetry_ports import MetricsStore, TokenSigner
 from domain.unit_of_work import UnitOfWorkFactory, Units
 
@@ -45,6 +46,8 @@ class Context:
     new_secret: Callable[[], str]
     # what a process that resolves and runs submissions has (the API's; the simulator's)
     catalog: Catalog = NO_CATALOG
+    # backends by name, each registered under the port it keeps (domain/backend_ports.py),
+    # which is what the use cases dispatch on: here those that run members one by one
     backends: Mapping[str, ExecutionBackend] = field(default_factory=dict)  # none: runs nothing
     blobs: BlobStore | None = None  # None: this process keeps no blobs (`tp up`'s set-up steps)
     limits: Limits = Limits()
@@ -56,6 +59,10 @@ class Context:
     # backends whose members' outputs live in the backend's own storage, which this control
     # plane reads too (Slurm: its shared directory), by backend name
     backend_outputs: Mapping[str, OutputStorage] = field(default_factory=dict)
+    # two-phase backends (the node backend): the gang coordinator launches their members
+    coordinated: Mapping[str, CoordinatedBackend] = field(default_factory=dict)
+    # backends whose own scheduler reports their pools and nodes (Slurm), by backend name
+    capacity: Mapping[str, CapacityReporter] = field(default_factory=dict)
 
     @property
     def units(self) -> Units:
@@ -63,7 +70,12 @@ class Context:
         (``async with ctx.units.jobs() as uow``); see domain/unit_of_work.py."""
         return Units(self.uow)
 
-    def outputs_of(self, backend: ExecutionBackend) -> OutputStorage | None:
+    def __post_init__(self) -> None:
+        both = sorted(set(self.backends) & set(self.coordinated))
+        if both:
+            raise ValueError(f"backend {', '.join(both)} is registered under two ports")
+
+    def outputs_of(self, backend: Backend) -> OutputStorage | None:
         """Where ``backend``'s members write outputs recorded as artifacts: the backend's own
         storage, else this control plane's when the backend shares outputs, else nowhere."""
         own = self.backend_outputs.get(backend.name)
@@ -80,13 +92,22 @@ class Context:
             )
         return self.blobs
 
-    def backend(self, name: str) -> ExecutionBackend:
-        try:
+    def backend(self, name: str) -> Backend:
+        """The enabled backend ``name``, whichever port it keeps (to pin runtimes, read its
+        storage capabilities)."""
+        direct = self.direct(name)
+        return direct if direct is not None else self.coordinated[name]
+
+    def direct(self, name: str) -> ExecutionBackend | None:
+        """The backend ``name`` if it runs members one by one; None if it is coordinated (its
+        members are the gang coordinator's). Raises InvalidInput if it is not enabled."""
+        if name in self.backends:
             return self.backends[name]
-        except KeyError:
+        if name not in self.coordinated:
             raise InvalidInput(
                 f"backend {name!r} is not enabled on this control plane",
                 fix="choose a profile served by an enabled backend: "
-                + ", ".join(sorted(self.backends)),
+                + ", ".join(sorted({*self.backends, *self.coordinated})),
                 field="intent.profiles",
-            ) from None
+            )
+        return None

@@ -12,7 +12,6 @@ housekeeping and by readers) records the results and marks the nodes.
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import timedelta
 
 from application.context import Context
@@ -148,7 +147,7 @@ async def _launch(
     check = PoolCheck(ctx.ids.new("chk"), pool, job.id, tuple(nodes), now)
     async with ctx.units.admission() as uow:
         await uow.previews.add(preview)
-        claim = Submission(str(uuid.uuid4()), preview.id, preview.digest, job.id, job.owner, now)
+        claim = Submission(ctx.ids.new("key"), preview.id, preview.digest, job.id, job.owner, now)
         await uow.submissions.claim(claim)
         await uow.jobs.add(job)
         reservation = Reservation(attempt.id, job.id, queue, assignments, now)

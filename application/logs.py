@@ -58,13 +58,13 @@ async def _stream(
                 yield data
                 return
             handle = next((m.handle for m in latest.members if m.index == member), None)
-            backend = ctx.backend(details.job.spec.backend)
-            if handle is not None and getattr(backend, "coordinated", False):
+            backend = ctx.direct(details.job.spec.backend)
+            if handle is not None and backend is None:  # coordinated: the gateway stores it
                 member_id = next(m.id for m in latest.members if m.index == member)
                 async for chunk in _live(ctx, member_id, follow, poll):
                     yield chunk
                 return
-            if handle is not None:
+            if handle is not None and backend is not None:
                 try:
                     async for chunk in backend.logs(handle, follow=follow):
                         yield chunk

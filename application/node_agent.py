@@ -347,6 +347,11 @@ class NodeAgent:
         if follower is not None:
             follower.cancel()
 
+    def in_flight(self) -> list[asyncio.Task[None]]:
+        """The tasks working on orders now (prepares, stops): the simulator waits for them, or
+        cancels them to crash the daemon."""
+        return list(self._tasks.values())
+
     async def close(self) -> None:
         """Stop this process's own tasks (never a member): a prepare cut short stays PREPARING in
         the journal and is refused by ``recover`` at the next start."""

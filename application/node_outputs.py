@@ -14,7 +14,6 @@ does not answer: the caller says so, never "verified".
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -102,8 +101,8 @@ async def due_scans(
     return out
 
 
-def _request(r: ArtifactRecord, node: str, now: datetime) -> ScanRequest:
-    rid = f"scan-{uuid.uuid4().hex}"
+def _request(ctx: Context, r: ArtifactRecord, node: str, now: datetime) -> ScanRequest:
+    rid = ctx.ids.new("scan")
     return ScanRequest(rid, node, r.job_id, r.attempt_id, r.member_id, r.member_index, now)
 
 
@@ -113,7 +112,7 @@ async def scan_on_nodes(
     """Ask the nodes holding ``records``' files to hash them again; by member id, the answer,
     or why there is none (the node did not answer in ``wait`` seconds)."""
     now = ctx.clock.now()
-    requests = {r.member_id: _request(r, r.node, now) for r in records if r.node is not None}
+    requests = {r.member_id: _request(ctx, r, r.node, now) for r in records if r.node is not None}
     if not requests:
         return {}
     answers: dict[str, ScanResult | str] = {}

@@ -149,7 +149,7 @@ async def _source(ctx: Context, ref: SourceRef | None) -> bytes | None:
 def _check_needs(method: Method, backend: str, offers: StorageCapabilities) -> None:
     """Refuse a recipe whose needs the backend does not meet, naming what is missing."""
     needs = set(method.needs) | ({"capsule"} if method.artifact else set())
-    missing = sorted(n for n in needs if not getattr(offers, n, False))
+    missing = sorted(n for n in needs if not offers.offers(n))
     if missing:
         raise InvalidInput(
             f"method {method.name} needs {', '.join(missing)}; backend {backend} does not offer"

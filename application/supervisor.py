@@ -23,6 +23,7 @@ from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from domain.admission import Assignment
 from domain.artifacts import ArtifactRecord, Manifest
+from domain.backend_ports import ExecutionBackend, LaunchRequest, Observation
 from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
 from domain.jobs import Attempt, Job, Member
@@ -33,7 +34,6 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.ports import ExecutionBackend, LaunchRequest, Observation
 from domain.progress import driver_ended, first_failure, job_after, member_after
 from domain.unit_of_work import FleetUnit
 
@@ -120,9 +120,9 @@ class Supervisor:
         does not know are left alone: they may belong to another control plane. Returns how
         many were released."""
         released = 0
+        # coordinated backends are not swept: their nodes forget finished members themselves
+        # (told by the gateway)
         for backend in self.ctx.backends.values():
-            if _coordinated(backend):
-                continue  # its nodes forget finished members themselves (told by the gateway)
             try:
                 held = await backend.held()
             except Unavailable as exc:
@@ -152,10 +152,14 @@ class Supervisor:
             log.debug("job %s changed under us; the next tick decides", job.id)
 
     async def _launch(
-        self, job: Job, attempt: Attempt, members: list[Member], placed: dict[int, Assignment]
+        self,
+        backend: ExecutionBackend,
+        job: Job,
+        attempt: Attempt,
+        members: list[Member],
+        placed: dict[int, Assignment],
     ) -> None:
         """Start every member that has no handle yet. Safe to repeat (launch is idempotent)."""
-        backend = self.ctx.backend(job.spec.backend)
         spec, source, bundle = job.spec, None, None
         try:
             if spec.capsule is not None:  # the capsule holds the source
@@ -164,7 +168,7 @@ class Supervisor:
                 source = await self.ctx.blob_store().read(spec.source.digest)
         except NotFound as exc:  # absent, or refused by the store's digest check
             what = "Job Capsule" if spec.capsule is not None else "source archive"
-            await self._fail(job, attempt, f"its {what} cannot be read: {exc.message}")
+            await self._fail(backend, job, attempt, f"its {what} cannot be read: {exc.message}")
             return
         store = self.ctx.outputs_of(backend)
         for member in members:
@@ -190,7 +194,9 @@ class Supervisor:
                 log.warning("launch of %s deferred: %s", member.id, exc)
                 return
             except TunePlaneError as exc:
-                await self._fail(job, attempt, f"member {member.index} could not launch: {exc}")
+                await self._fail(
+                    backend, job, attempt, f"member {member.index} could not launch: {exc}"
+                )
                 return
             async with self.ctx.units.jobs() as uow:
                 now = self.ctx.clock.now()
@@ -199,11 +205,12 @@ class Supervisor:
                 )
                 await uow.commit()
 
-    async def _fail(self, job: Job, attempt: Attempt, reason: str) -> None:
+    async def _fail(
+        self, backend: ExecutionBackend, job: Job, attempt: Attempt, reason: str
+    ) -> None:
         """The attempt cannot go on: stop what was launched, then record every member failed
         and release the reservation. If a stop cannot be confirmed, nothing is recorded and
         the next tick tries again (a member is never recorded stopped on a guess)."""
-        backend = self.ctx.backend(job.spec.backend)
         async with self.ctx.units.jobs() as uow:
             members = await uow.members.for_attempt(attempt.id)
         adopted = await self._adopt(backend, members)
@@ -243,8 +250,8 @@ class Supervisor:
             attempt = attempts[-1]
             members = await uow.members.for_attempt(attempt.id)
             placed = await _assignments(uow, attempt.id)
-        backend = self.ctx.backend(job.spec.backend)
-        if _coordinated(backend):
+        backend = self.ctx.direct(job.spec.backend)
+        if backend is None:  # a coordinated backend: the gang coordinator launches its members
             await self._advance_gang(job, attempt, members)
             return
         stopping = job.state is JobState.STOPPING
@@ -256,7 +263,7 @@ class Supervisor:
             and done is None
             and any(m.state is MemberState.PENDING for m in members)
         ):
-            await self._launch(job, attempt, members, placed)
+            await self._launch(backend, job, attempt, members, placed)
             async with self.ctx.units.jobs() as uow:
                 current = await uow.jobs.get(job.id)
                 members = await uow.members.for_attempt(attempt.id)
@@ -433,8 +440,3 @@ class Supervisor:
 async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:
     reservation = await uow.reservations.get(attempt_id)
     return {a.member: a for a in reservation.assignments} if reservation else {}
-
-
-def _coordinated(backend: ExecutionBackend) -> bool:
-    """Launched by the two-phase coordinator through the ledger (the node backend)."""
-    return bool(getattr(backend, "coordinated", False))

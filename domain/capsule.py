@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from domain import tarball
 from domain.catalog import RuntimePin
@@ -194,6 +194,11 @@ class StorageCapabilities:
     capsule: bool = False
     shared_mounts: bool = False
     shared_outputs: bool = False
+
+    def offers(self, need: str) -> bool:
+        """Whether it offers ``need``, named as its field is (a method's ``needs``); an unknown
+        name is not offered."""
+        return bool(asdict(self).get(need, False))
 
 
 def runner_failure(exit_code: int | None) -> str | None:

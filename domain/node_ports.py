@@ -320,7 +320,12 @@ class MemberJournal(Protocol):
     write is durable when the call returns; callers run it off the event loop.
 
     ``meta``/``set_meta`` keep the daemon's facts beside its rows: ``installation`` (the control
-    plane it belongs to) and ``engine`` (the container engine its members run on)."""
+    plane it belongs to) and ``engine`` (the container engine its members run on).
+
+    ``in_memory``: calls never block (the simulator's and the tests' journal), so they run in
+    place on the event loop; otherwise they run off it (``application/journal_io.py``)."""
+
+    in_memory: bool
 
     def meta(self, key: str) -> str | None: ...
 

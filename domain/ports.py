@@ -16,6 +16,11 @@ from typing import Literal, Protocol
 
 from domain.admission import Assignment, Reservation, Snapshot
 from domain.auth import ApiToken, User
+from domain.backend_ports import (  # re-exported: where they used to live
+    ExecutionBackend as ExecutionBackend,
+)
+from domain.backend_ports import LaunchRequest as LaunchRequest
+from domain.backend_ports import Observation as Observation
 from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it used to live
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
@@ -329,69 +334,4 @@ class SchedulingRepository(Protocol):
         pending are skipped. Returns the ids of the jobs started, in order. Raises Conflict
         when an attempt number is taken or a reservation cannot be made; the unit of work
         must then be rolled back. Batches cost a few round trips, not a few per job."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchRequest:
-    job_id: str
-    attempt_id: str
-    member_id: str
-    member_index: int
-    spec: JobSpec
-    source: bytes | None  # gzip-compressed tar, unpacked into the member's working directory
-    assignment: Assignment | None = None  # node, GPU indices, CPUs and memory reserved for it
-    capsule: bytes | None = None  # the Job Capsule's tar (spec.capsule): then ``source`` is None
-    outputs: str | None = None  # the host directory to mount at OUTPUT_DIR (shared outputs)
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """What a backend knows of one member right now. ``unknown``: control contact with its
-    node is lost; that is never taken as proof that it stopped."""
-
-    status: Literal["starting", "running", "exited", "missing", "unknown"]
-    exit_code: int | None = None
-    reason: str = ""
-
-
-class ExecutionBackend(Protocol):
-    """Runs members. Every method may raise Unavailable ("retry later")."""
-
-    name: str
-    storage: StorageCapabilities  # what it offers members (Job Capsule delivery, mounts)
-
-    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
-        """Resolve a runtime's image to a content digest. Raises InvalidInput if absent."""
-        ...
-
-    async def launch(self, request: LaunchRequest) -> str:
-        """Start the member; return its handle. Idempotent per member id: a repeated call
-        returns the same handle and starts nothing new."""
-        ...
-
-    async def observe(self, handle: str) -> Observation: ...
-
-    async def stop(self, handle: str, grace_seconds: float) -> None:
-        """Ask the member to stop (SIGTERM, then SIGKILL after the grace). Idempotent."""
-        ...
-
-    def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
-        """stdout and stderr interleaved, from the start; with ``follow`` until the member exits.
-
-        Raises NotFound when the member is gone (released); the stored log is then authoritative.
-        """
-        ...
-
-    async def held(self) -> dict[str, str]:
-        """member id → handle for every member this backend still holds, running or not.
-
-        Lets the supervisor find members it recorded as finished but never released (the
-        process died in between) and release them.
-        """
-        ...
-
-    async def release(self, handle: str) -> None:
-        """Forget a member the caller knows to be stopped (remove its container, even if it is
-        somehow still running). Idempotent; missing is fine."""
         ...

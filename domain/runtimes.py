@@ -45,6 +45,13 @@ def split_image(image: str) -> tuple[str, str | None]:
     return (ref, digest) if at else (image, None)
 
 
+def repository(image: str) -> str:
+    """``registry:5000/team/img:tag@sha256:…`` -> ``registry:5000/team/img``."""
+    ref, _ = split_image(image)
+    head, _, last = ref.rpartition("/")
+    return (head + "/" if head else "") + last.split(":", 1)[0]
+
+
 def check_runtime(spec: RuntimeSpec, *, require_digest: bool = True) -> RuntimeSpec:
     """Validate a declaration; return it with the digest taken from ``image@sha256:…`` when
     given there. Each refusal names the field and the fix. Registered runtimes must name a

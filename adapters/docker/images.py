@@ -23,12 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-import aiodocker
 import aiohttp
-from yarl import URL
 
+from adapters.container_engine.api import EngineApi
+from adapters.container_engine.engine import EngineError, resolve_host
 from adapters.docker import image_archive, pip_layer, rootfs
-from adapters.docker.engine import EngineError, connect, engine_errors, resolve_host
 from adapters.docker.runtimes import LOCAL_RUNTIMES, RECIPES, Recipe
 from domain.canonical import digest as content_digest
 from domain.catalog import RuntimeSpec
@@ -95,7 +94,7 @@ async def build_runtime(
     spec, recipe = _runtime(name)
     host = resolve_host(docker_host)
     report = progress or (lambda p: None)
-    docker = connect(host)
+    docker = EngineApi(host)
     try:
         report(BuildProgress(name, "check", f"looking for {spec.image} at {host}"))
         existing = await _image_id(docker, host, spec.image)
@@ -115,10 +114,9 @@ async def build_runtime(
         await docker.close()
 
 
-async def _image_id(docker: aiodocker.Docker, host: str, image: str) -> str | None:
+async def _image_id(docker: EngineApi, host: str, image: str) -> str | None:
     try:
-        with engine_errors(host):
-            info = await docker._query_json(f"images/{image}/json")
+        info = await docker.json(f"images/{image}/json")
     except EngineError as exc:
         if exc.status == 404:
             return None
@@ -174,7 +172,7 @@ def rootfs_name(name: str, recipe: Recipe) -> str:
 
 
 async def _load(
-    docker: aiodocker.Docker,
+    docker: EngineApi,
     host: str,
     spec: RuntimeSpec,
     recipe: Recipe,
@@ -197,15 +195,15 @@ async def _load(
 
     report(BuildProgress(spec.name, "import", spec.image, 0, total))
     try:
-        with engine_errors(host):
-            async with docker._query(
-                URL("images/load").with_query([("quiet", "1")]),
-                "POST",
-                data=body(),
-                headers={"Content-Type": "application/x-tar"},
-                timeout=_LONG,
-            ) as resp:
-                text = (await resp.read()).decode(errors="replace")
+        async with docker.request(
+            "images/load",
+            "POST",
+            params={"quiet": "1"},
+            data=body(),
+            headers={"Content-Type": "application/x-tar"},
+            client_timeout=_LONG,
+        ) as resp:
+            text = (await resp.read()).decode(errors="replace")
     except EngineError as exc:
         raise BuildFailed(
             f"the engine refused to load {tar}: {exc.message}", fix=_REBUILD.format(spec.name)

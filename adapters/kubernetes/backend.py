@@ -33,12 +33,11 @@ from adapters.kubernetes.names import (
     selector,
 )
 from adapters.kubernetes.render import METRICS_DIR, owned_by, render_attempt, render_capsule
-from adapters.node.backend import repository
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import Conflict, InvalidInput, NotFound, Unavailable
 from domain.ports import Clock, LaunchRequest, Observation
-from domain.runtimes import pin_of
+from domain.runtimes import pin_of, repository
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import TokenSigner
 

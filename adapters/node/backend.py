@@ -2,8 +2,9 @@
 
 Members of node-backend jobs are launched by the two-phase coordinator
 (``application/gang.py``) through the launch ledger in PostgreSQL; the node control gateway
-carries the commands to the node daemons. So this backend only pins runtimes; the supervisor
-never calls its launch, observe or stop (``coordinated = True``).
+carries the commands to the node daemons. So this backend only pins runtimes: it keeps the
+``CoordinatedBackend`` port (``domain/backend_ports.py``), and is registered under it
+(``Context.coordinated``), which is how the supervisor knows to hand its jobs to the coordinator.
 
 Pinning: a runtime image with a registry digest (``RepoDigests``) is pinned as
 ``name@sha256:…``, which every node can pull; an image built only in this engine is pinned by
@@ -15,25 +16,12 @@ exactly that image, or refused. See docs/node-backend.md.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
-from typing import Any
 
-from adapters.docker.backend import DockerBackend
+from adapters.container_engine.containers import ContainerEngine
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
-from domain.errors import InvalidInput, NotFound, Unavailable
-from domain.ports import LaunchRequest, Observation
-from domain.runtimes import pin_of, split_image
-
-
-def repository(image: str) -> str:
-    """``registry:5000/team/img:tag@sha256:…`` -> ``registry:5000/team/img``."""
-    ref, _ = split_image(image)
-    head, _, last = ref.rpartition("/")
-    return (head + "/" if head else "") + last.split(":", 1)[0]
-
-
-_NOT_HERE = "node-backend members are launched by the coordinator through the node gateway"
+from domain.errors import InvalidInput
+from domain.runtimes import pin_of, repository
 
 
 class NodeBackend:
@@ -41,9 +29,8 @@ class NodeBackend:
     # the node daemon puts the Job Capsule into each container (docs/capsule.md); outputs stay
     # on the nodes (not yet recorded as artifacts)
     storage = StorageCapabilities(capsule=True, shared_mounts=False, shared_outputs=False)
-    coordinated = True
 
-    def __init__(self, images: DockerBackend | None) -> None:
+    def __init__(self, images: ContainerEngine | None) -> None:
         self.images = images  # the engine whose images runtimes are pinned from
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
@@ -60,30 +47,8 @@ class NodeBackend:
                 )
             return pin_of(runtime, f"{repository(runtime.image)}@{runtime.digest}")
         pin = await self.images.pin(runtime)
-        info: dict[str, Any] = await self.images._json(f"images/{pin.digest}/json")
+        info = await self.images.image(pin.digest) or {}
         digests = [d for d in info.get("RepoDigests") or [] if "@sha256:" in d]
         pinned = [d for d in digests if runtime.digest and d.endswith("@" + runtime.digest)]
         chosen = (pinned or digests or [pin.digest])[0]
         return dataclasses.replace(pin, digest=chosen)
-
-    async def launch(self, request: LaunchRequest) -> str:
-        raise Unavailable(_NOT_HERE)
-
-    async def observe(self, handle: str) -> Observation:
-        raise Unavailable(_NOT_HERE)
-
-    async def stop(self, handle: str, grace_seconds: float) -> None:
-        raise Unavailable(_NOT_HERE)
-
-    async def logs(self, handle: str, follow: bool) -> AsyncIterator[bytes]:
-        raise NotFound(
-            "live logs of node-backend members are not streamed yet",
-            fix="the final log is stored when member 0 exits: `tp job logs ID` then",
-        )
-        yield b""  # pragma: no cover - makes this an async generator
-
-    async def held(self) -> dict[str, str]:
-        return {}
-
-    async def release(self, handle: str) -> None:
-        return None

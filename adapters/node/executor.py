@@ -9,8 +9,8 @@ lists only this node's of one installation, by the ``tuneplane.node`` and
 ``tuneplane.installation`` labels: daemons, and control planes, may share one engine).
 
 Members run with the host's network (gang members on different machines reach member 0's
-rendezvous port) and tini as PID 1. The engine plumbing is the local backend's
-(:class:`~adapters.docker.backend.DockerBackend`), shared rather than copied.
+rendezvous port) and tini as PID 1. The container operations are shared with the local backend
+(:class:`~adapters.container_engine.containers.ContainerEngine`) rather than copied.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.docker.backend import DockerBackend
-from adapters.docker.engine import EngineError, engine_errors
-from adapters.docker.spec import (
+from adapters.container_engine.containers import ContainerEngine
+from adapters.container_engine.engine import EngineError, engine_errors
+from adapters.container_engine.spec import (
     LABEL_ATTEMPT,
     LABEL_EPOCH,
     LABEL_INDEX,
@@ -88,7 +88,7 @@ class NodeExecutor:
         self.metrics_dir = metrics_dir  # a member's metrics directory on this host (collected)
         self.shared_dir = shared_dir  # the site's shared storage on this host, for every member
         self.outputs = outputs  # a directory per member, mounted at OUTPUT_DIR (artifacts)
-        self.engine = DockerBackend(docker_host, network_mode=network_mode, init=True, gpus=True)
+        self.engine = ContainerEngine(docker_host, network_mode=network_mode, init=True)
         self.host = self.engine.host
         self.gpu_check = gpu_check
         self._info: dict[str, Any] | None = None
@@ -204,7 +204,7 @@ class NodeExecutor:
     async def _engine_info(self) -> dict[str, Any]:
         if self._info is None:
             try:
-                self._info = dict(await self.engine._json("info"))
+                self._info = await self.engine.info()
             except EngineError as exc:
                 raise Unavailable(f"the engine at {self.host} says: {exc.message}") from None
         return self._info
@@ -226,12 +226,8 @@ class NodeExecutor:
         )
 
     async def _ensure_image(self, image: str, on_progress: ProgressCallback) -> None:
-        try:
-            await self.engine._json(f"images/{image}/json")
+        if await self.engine.image(image) is not None:
             return
-        except EngineError as exc:
-            if exc.status != 404:
-                raise Unavailable(f"cannot inspect image {image}: {exc.message}") from None
         if _IMAGE_ID.match(image):
             raise InvalidInput(
                 f"image {image} is not on node {self.node}, and an image id cannot be pulled",
@@ -247,7 +243,7 @@ class NodeExecutor:
         last = (0.0, time.monotonic())
         try:
             with engine_errors(self.host):
-                async for event in self.engine._client().images.pull(image, stream=True):
+                async for event in self.engine.api.client().images.pull(image, stream=True):
                     if event.get("error"):
                         raise EngineError(500, str(event["error"]))
                     share, now = progress.update(event), time.monotonic()

@@ -205,6 +205,8 @@ class SqliteJournal:
     journal, has a newer schema, or is damaged beyond its rows.
     """
 
+    in_memory = False  # every call may fsync: callers run it off the event loop
+
     def __init__(self, path: str | os.PathLike[str], *, node_name: str | None = None) -> None:
         self.path = Path(path)
         self.corrupt: list[CorruptRow] = []

@@ -208,9 +208,10 @@ class Nemesis:
     async def _kill_daemon(self, m: Machine, down_steps: int) -> None:
         agent = m.node.agent
         if agent is not None:
-            for task in agent._tasks.values():
+            in_flight = agent.in_flight()
+            for task in in_flight:
                 task.cancel()
-            await asyncio.gather(*agent._tasks.values(), return_exceptions=True)
+            await asyncio.gather(*in_flight, return_exceptions=True)
         m.node.agent = None
         await self._close(m)  # the kernel closes a killed process's socket
         m.down_until = self.step_no + down_steps
@@ -363,7 +364,7 @@ class Nemesis:
             node = m.node
             assert node.agent is not None
             await node.agent.watch_once()
-            await self.fleet._settle(node)
+            await self.fleet.settle(node)
             if node.partitioned:
                 continue  # held back until the partition heals or the stream is cut off
             batch, node.outbox = node.outbox, []
@@ -397,12 +398,12 @@ class Nemesis:
                 for _ in range(2 if fate == "duplicate" else 1):
                     moved += 1
                     if item.order is not None:
-                        await self.fleet._prepare(m.node, item.order)
+                        await self.fleet.prepare(m.node, item.order)
                     else:
                         await m.node.agent.on_command(item.command, 0.0)
                 if fate == "reset":
                     await self._close(m)
-            await self.fleet._settle(m.node)
+            await self.fleet.settle(m.node)
         return moved
 
     # -- invariants -------------------------------------------------------------------------

@@ -25,18 +25,25 @@ from application.enrollment import NodeIdentity
 from application.node_agent import NodeAgent
 from application.node_control import ControlSettings, NodeControl, Session
 from domain.capsule import StorageCapabilities
+from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_messages import PrepareOrder, SourceChunk
 from domain.node_protocol import NodeCapacity
 
 
-class SimNodeBackend(MemoryBackend):
-    """The node backend as the control plane sees it: it pins runtimes and, like the real one,
-    takes the Job Capsule to the nodes; the coordinator and the simulated gateway do the rest."""
+class SimNodeBackend:
+    """The node backend as the control plane sees it (a ``CoordinatedBackend``, registered in
+    ``Context.coordinated``): it pins runtimes as the in-memory backend does and, like the real
+    one, takes the Job Capsule to the nodes; the coordinator and the simulated gateway do the
+    rest."""
 
-    coordinated = True
+    name = "node"
+    storage = StorageCapabilities(capsule=True)
 
     def __init__(self) -> None:
-        super().__init__("node", storage=StorageCapabilities(capsule=True))
+        self._images = MemoryBackend(self.name, storage=self.storage)
+
+    async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
+        return await self._images.pin(runtime)
 
 
 @dataclass
@@ -112,9 +119,10 @@ class SimNodeFleet:
         """kill -9 the daemon: its in-flight work dies; journal and containers stay."""
         node = self.nodes[name]
         if node.agent is not None:
-            for task in node.agent._tasks.values():
+            in_flight = node.agent.in_flight()
+            for task in in_flight:
                 task.cancel()
-            await asyncio.gather(*node.agent._tasks.values(), return_exceptions=True)
+            await asyncio.gather(*in_flight, return_exceptions=True)
         node.agent = None
         await self.disconnect(name)
 
@@ -146,7 +154,7 @@ class SimNodeFleet:
         live = [n for n in self.nodes.values() if n.session is not None and n.agent is not None]
         for node in live:
             await node.agent.watch_once()  # type: ignore[union-attr]
-            await self._settle(node)
+            await self.settle(node)
             batch, node.outbox = node.outbox, []
             for seq, body in batch:
                 if node.partitioned or node.session is None:
@@ -164,13 +172,13 @@ class SimNodeFleet:
             for item in items:
                 moved += 1
                 if item.order is not None:
-                    await self._prepare(node, item.order)
+                    await self.prepare(node, item.order)
                 else:
                     await node.agent.on_command(item.command, 0.0)
-            await self._settle(node)
+            await self.settle(node)
         return moved
 
-    async def _prepare(self, node: SimNode, order: PrepareOrder) -> None:
+    async def prepare(self, node: SimNode, order: PrepareOrder) -> None:
         assert node.agent is not None
         if order.source_digest:
             with contextlib.suppress(Exception):
@@ -179,12 +187,12 @@ class SimNodeFleet:
         await node.agent.on_prepare(order)
 
     @staticmethod
-    async def _settle(node: SimNode) -> None:
+    async def settle(node: SimNode) -> None:
         if node.agent is None:
             return
         for _ in range(3):
             await asyncio.sleep(0)
-        tasks = [t for t in node.agent._tasks.values() if not t.done()]
+        tasks = [t for t in node.agent.in_flight() if not t.done()]
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 

@@ -17,7 +17,7 @@ bash proto/generate.sh --check
 echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }
-echo "==> mypy (strict on domain/ and application/)"
+echo "==> mypy (strict on every package)"
 .venv/bin/mypy domain application adapters entrypoints
 echo "==> import-linter"
 .venv/bin/lint-imports

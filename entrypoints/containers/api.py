@@ -56,10 +56,11 @@ def _context(
         catalog=default_catalog(LOCAL_RUNTIMES),
         backends={
             "local": docker,
-            "node": NodeBackend(docker),
             **kubernetes,
             **({"slurm": slurm} if slurm is not None else {}),  # docs/slurm.md
         },
+        coordinated={"node": NodeBackend(docker)},  # its gangs launch through the ledger
+        capacity={"slurm": slurm} if slurm is not None else {},  # Slurm reports its own
         blobs=blobs,
         new_secret=new_secret,
         limits=settings.limits,

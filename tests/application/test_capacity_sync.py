@@ -27,7 +27,8 @@ def with_slurm(ctx: Context, tmp_path: Path, **kw: object) -> tuple[Context, Slu
         "v0.0.41", {("GET", f"{P}/nodes"): "nodes", ("GET", f"{P}/partitions"): "partitions"}
     )
     backend = SlurmBackend(client, tmp_path / "shared", **kw)  # type: ignore[arg-type]
-    return dataclasses.replace(ctx, backends={"local": MemoryBackend(), "slurm": backend}), backend
+    backends = {"local": MemoryBackend(), "slurm": backend}
+    return dataclasses.replace(ctx, backends=backends, capacity={"slurm": backend}), backend
 
 
 async def fleet(ctx: Context) -> tuple[dict[str, Pool], dict[str, Node]]:

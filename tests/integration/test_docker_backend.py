@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.container_engine.engine import EngineError
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import BUSYBOX
 from domain.catalog import RuntimePin, RuntimeSpec
@@ -257,6 +258,14 @@ async def test_pin_of_a_missing_image_says_how_to_build_it(docker_backend):
     with pytest.raises(InvalidInput) as err:
         await docker_backend.pin(runtime)
     assert "tp runtime build ghost" in err.value.fix
+
+
+async def test_an_engine_refusal_keeps_its_status_and_words(docker_backend):
+    with pytest.raises(EngineError) as err:
+        await docker_backend.api.json("containers/tp-no-such-member/json")
+    assert err.value.status == 404
+    assert "tp-no-such-member" in err.value.message
+    assert await docker_backend.image("localhost/tuneplane/no-such-image:1") is None
 
 
 @pytest.fixture(params=["no-socket", "refused"])

@@ -21,6 +21,7 @@ from adapters.sim.nodes import SimNodeBackend, SimNodeFleet
 from application import jobs, submissions
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
+from application.logs import stream_logs
 from application.supervisor import Supervisor
 from domain.capsule import ENTRY, RUNNER
 from domain.catalog import RuntimeSpec
@@ -40,9 +41,7 @@ class World:
     def __init__(self, tmp_path: Path, seed: int = 0) -> None:
         self.clock = FakeClock()
         ctx = memory_context(tmp_path, clock=self.clock, pools=(POOL,), nodes=4)
-        self.ctx: Context = dataclasses.replace(
-            ctx, backends={**ctx.backends, "node": SimNodeBackend()}
-        )
+        self.ctx: Context = dataclasses.replace(ctx, coordinated={"node": SimNodeBackend()})
         self.fleet = SimNodeFleet(self.ctx, NODES)
         self.rng = random.Random(seed)
         self.supervisor = self._supervisor()
@@ -263,3 +262,16 @@ async def test_a_ray_gang_runs_its_capsule_checks_and_ends_with_its_driver(world
     assert {(m.state, m.exit_code) for m in workers} == {(MemberState.SUCCEEDED, 143)}
     await world.fleet.pump()
     assert world.fleet.containers() == {} and await world.live_reservations() == 0
+
+
+async def test_a_coordinated_members_log_is_its_live_log(world: World) -> None:
+    """The node backend is registered as coordinated: a running member's output is read from
+    the live log its node sent (stored by the gateway), never asked of the backend."""
+    job_id = await world.submit()
+    d = await world.until(job_id, {JobState.RUNNING})
+    member = d.attempts[-1].members[1]
+    async with world.ctx.uow() as uow:
+        assert await uow.logs.append_live(member.id, 0, b"step 1\n", 1 << 20)
+        await uow.commit()
+    chunks = await stream_logs(world.ctx, ALICE, job_id, follow=False, member=1)
+    assert b"".join([c async for c in chunks]) == b"step 1\n"

@@ -51,7 +51,7 @@ def _coordinator(ctx: Context) -> Supervisor:
 async def run_seed(tmp_path: Path, seed: int, rates: NemesisRates | None = None) -> Nemesis:
     clock = FakeClock()
     ctx = memory_context(tmp_path, clock=clock, pools=(POOL,), nodes=len(NODES))
-    ctx = dataclasses.replace(ctx, backends={**ctx.backends, "node": SimNodeBackend()})
+    ctx = dataclasses.replace(ctx, coordinated={"node": SimNodeBackend()})
     fleet = SimNodeFleet(ctx, NODES)
     shapes = random.Random(f"{seed}/shapes")
 
