@@ -9,12 +9,12 @@ in-memory and PostgreSQL adapters both pass ``tests/contract``). Errors: a missi
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Protocol
 
-from domain.admission import Assignment, Reservation, Snapshot
+from domain.admission import Reservation, Snapshot
 from domain.auth import ApiToken, User
 from domain.backend_ports import (  # re-exported: where they used to live
     ExecutionBackend as ExecutionBackend,
@@ -22,14 +22,12 @@ from domain.backend_ports import (  # re-exported: where they used to live
 from domain.backend_ports import LaunchRequest as LaunchRequest
 from domain.backend_ports import Observation as Observation
 from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it used to live
-from domain.capsule import StorageCapabilities
-from domain.catalog import RuntimePin, RuntimeSpec
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
 from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, JobEvent, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.requests import Profile
-from domain.submission import JobSpec, Preview
+from domain.submission import Preview
 
 
 class Clock(Protocol):
