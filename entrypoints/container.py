@@ -179,6 +179,7 @@ class Container(containers.DeclarativeContainer):
     kubernetes = providers.Resource(kubernetes_backends, settings=settings, tokens=tokens)
     slurm = providers.Resource(
         slurm_resource,
+        settings=settings.provided.slurm,
         tokens=tokens,
         token_lifetime_seconds=settings.provided.collector_token_seconds,
     )

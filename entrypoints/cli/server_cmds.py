@@ -17,7 +17,7 @@ log = logging.getLogger("tuneplane")
 def _settings(state_dir: Path | None, port: int | None, host: str | None) -> Any:
     from entrypoints.settings import Settings
 
-    settings = Settings()
+    settings = Settings.from_env()
     changes: dict[str, Any] = {}
     if state_dir is not None:
         changes["state_dir"] = state_dir
