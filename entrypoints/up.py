@@ -80,7 +80,13 @@ def _check(settings: Settings) -> None:
     for which in ("node", "telemetry"):
         host = getattr(settings, f"{which}_gateway_host")
         port = getattr(settings, f"{which}_gateway_port")
-        check_listen(host, port, f"TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT")
+        check_listen(
+            host,
+            port,
+            f"--{which}-gateway-port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT",
+        )
+    if settings.postgres.port is not None and not settings.database_url:
+        check_listen("127.0.0.1", settings.postgres.port, "--pg-port or TUNEPLANE_PG_PORT")
 
 
 def run_up(settings: Settings) -> int:
