@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Literal
 
 from application.context import Limits
 from domain.errors import InvalidInput
-from entrypoints.settings_loader import Port, Positive, Seconds, SettingError, load, section, var
+from entrypoints.settings_loader import (
+    Port,
+    Positive,
+    Seconds,
+    SettingError,
+    load,
+    section,
+    var,
+    xdg,
+)
 from entrypoints.settings_sections import (
     BuildSettings,
     KubernetesSettings,
@@ -35,9 +44,7 @@ DEFAULT_DOCKER_SOCKET = "/var/run/tuneplane-docker/docker.sock"
 
 def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$XDG_STATE_HOME/tuneplane`` (``~/.local/state/tuneplane``)."""
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tuneplane"
+    return xdg(environ, "XDG_STATE_HOME", ".local/state") / "tuneplane"
 
 
 def default_docker_host(environ: Mapping[str, str] | None = None) -> str | None:

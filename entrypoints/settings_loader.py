@@ -80,6 +80,12 @@ class Entry:
     default: Any
 
 
+def xdg(environ: Mapping[str, str] | None, name: str, fallback: str) -> Path:
+    """``$name`` (an XDG base directory, e.g. XDG_STATE_HOME), else ``~/fallback``."""
+    environ = os.environ if environ is None else environ
+    return Path(environ.get(name) or Path.home() / fallback)
+
+
 def variables(cls: type) -> list[tuple[dataclasses.Field[Any], Var]]:
     return [(f, f.metadata["var"]) for f in dataclasses.fields(cls) if "var" in f.metadata]
 
@@ -152,7 +158,7 @@ def load_entries(
     values: dict[str, Any] = {}
     entries: list[Entry] = []
     defaults = cls()
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(typing.cast(Any, cls)):
         if hints[f.name] in ALL_SECTIONS:
             values[f.name], inner = load_entries(hints[f.name], environ, file)
             entries += [dataclasses.replace(e, name=f"{f.name}.{e.name}") for e in inner]

@@ -6,7 +6,6 @@ builds and the supervision contract between `tp up` and its children. Loaded by 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,7 @@ from typing import Annotated
 from msgspec import Meta
 
 from domain.errors import InvalidInput
-from entrypoints.settings_loader import Port, section, var
+from entrypoints.settings_loader import Port, section, var, xdg
 
 RETRY_MAX_ENV = "TUNEPLANE_NODE_RETRY_MAX_SECONDS"
 
@@ -166,9 +165,7 @@ class KubernetesSettings:
 
 
 def default_node_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tuneplane-node"
+    return xdg(environ, "XDG_STATE_HOME", ".local/state") / "tuneplane-node"
 
 
 @section
@@ -261,9 +258,7 @@ class PostgresSettings:
 
 
 def default_image_cache(environ: Mapping[str, str] | None = None) -> Path:
-    environ = os.environ if environ is None else environ
-    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tuneplane" / "images"
+    return xdg(environ, "XDG_CACHE_HOME", ".cache") / "tuneplane" / "images"
 
 
 @section
