@@ -85,7 +85,7 @@ def _check(settings: Settings) -> None:
             port,
             f"--{which}-gateway-port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT",
         )
-    if settings.postgres.port is not None and not settings.database_url:
+    if settings.postgres.port is not None:  # checked even when TUNEPLANE_DATABASE_URL is set
         check_listen("127.0.0.1", settings.postgres.port, "--pg-port or TUNEPLANE_PG_PORT")
 
 
