@@ -137,3 +137,29 @@ def test_config_show_for_real(tmp_path: Path) -> None:
     bad = _tp([], {**env, "TUNEPLANE_HTTP_PORT": "0"}, tmp_path)
     assert bad.returncode == 1 and "TUNEPLANE_HTTP_PORT='0'" in bad.stderr
     assert "Traceback" not in bad.stderr + unknown.stderr + unknown.stdout
+
+
+@pytest.mark.parametrize(
+    ("path", "banned"),
+    [
+        ("adapters/docker/engine.py", True),
+        ("entrypoints/server.py", True),
+        ("application/example.py", True),
+        ("entrypoints/settings_loader.py", False),
+        ("adapters/child_env.py", False),
+        ("adapters/recipes/trl/sft/train.py", False),  # workload code: its contract variables
+        ("adapters/sdk/tuneplane_sdk/__init__.py", False),
+    ],
+)
+def test_only_the_settings_model_reads_the_environment(path: str, banned: bool) -> None:
+    """The ruff rule (TID251) that keeps settings in the one model, where it applies."""
+    ruff = Path(TP).parent / "ruff"
+    root = Path(__file__).resolve().parents[2]
+    code = "import os\n\nX = os.environ.get('TUNEPLANE_X')\nY = os.getenv('Y')\n"
+    checked = subprocess.run(
+        [str(ruff), "check", "--select", "TID251", "--stdin-filename", path, "-"],
+        input=code, capture_output=True, text=True, cwd=root, timeout=60,
+    )  # fmt: skip
+    assert (checked.returncode != 0) is banned, checked.stdout
+    if banned:
+        assert "`os.environ` is banned" in checked.stdout and "`os.getenv`" in checked.stdout
