@@ -99,7 +99,7 @@ def _run(
         changes[f"{which}_gateway_host"] = host
     if port is not None:
         changes[f"{which}_gateway_port"] = port
-    settings = dataclasses.replace(Settings(), **changes)
+    settings = dataclasses.replace(Settings.from_env(), **changes)
     try:
         run_server(serve(settings))
     except TunePlaneError as exc:

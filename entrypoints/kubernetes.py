@@ -5,10 +5,8 @@ then gets "backend 'kubernetes' is not enabled on this control plane")."""
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.kubernetes.client import Kube
@@ -28,13 +26,15 @@ async def kubernetes_backends(
 ) -> AsyncIterator[dict[str, ExecutionBackend]]:
     """``{"kubernetes": backend}`` when configured, else ``{}``. A config that cannot be read
     or a kubeconfig that cannot be loaded stops the process with the fix."""
-    path = os.environ.get(CONFIG_ENV)
-    if not path:
+    path = settings.kubernetes.config
+    if path is None:
         yield {}
         return
     try:
-        options = load(Path(path))
-        kube = await Kube.connect(options.kubeconfig, options.context)
+        options = load(path)
+        kube = await Kube.connect(
+            options.kubeconfig, options.context, in_cluster=bool(settings.kubernetes.service_host)
+        )
     except TunePlaneError as exc:
         raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
     except Exception as exc:  # kubernetes-asyncio's ConfigException and friends

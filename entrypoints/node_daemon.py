@@ -33,11 +33,13 @@ from entrypoints.cli.errors import render
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
+from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import RETRY_MAX_ENV as RETRY_MAX_ENV
+from entrypoints.settings_sections import NodeSettings, default_node_state_dir
 
 log = logging.getLogger("tuneplane.node")
 
 JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
-RETRY_MAX_ENV = "TUNEPLANE_NODE_RETRY_MAX_SECONDS"
 CREDENTIAL_REFUSED = 5  # exit code: the join token or credential was refused (as `tp` uses 5)
 
 
@@ -62,8 +64,7 @@ class DaemonOptions:
 
 
 def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tuneplane-node"
+    return default_node_state_dir()
 
 
 def _keep_outside(mounted: Path, state_dir: Path, flag: str) -> None:
@@ -91,18 +92,7 @@ def _outputs_root(given: Path | None, state_dir: Path) -> Path:
 
 def retry_max() -> float:
     """The longest pause between two connection attempts (``TUNEPLANE_NODE_RETRY_MAX_SECONDS``)."""
-    text = os.environ.get(RETRY_MAX_ENV, "").strip() or "10"
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.1 <= value <= 600:
-        raise InvalidInput(
-            f"{RETRY_MAX_ENV}={text!r} is not a number of seconds between 0.1 and 600",
-            fix=f"set {RETRY_MAX_ENV} to e.g. 10, or unset it",
-            field=RETRY_MAX_ENV,
-        )
-    return value
+    return float(load_one(NodeSettings, "retry_max_seconds"))
 
 
 def _version() -> str:
@@ -122,7 +112,7 @@ def plan(options: DaemonOptions) -> NodePlan:
     state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(state_dir, 0o700)
     stored = load_credential(state_dir)
-    token = options.join_token or os.environ.get(JOIN_TOKEN_ENV) or None
+    token = options.join_token or load_one(NodeSettings, "join_token")
     if stored is None and token is None:
         raise InvalidInput(
             f"this node is not enrolled yet (no {state_dir / CREDENTIAL_FILE})",
@@ -164,7 +154,7 @@ def plan(options: DaemonOptions) -> NodePlan:
             cpus=options.cpus,
             memory_mb=options.memory_mb,
         ),
-        docker_host=options.docker_host,
+        docker_host=options.docker_host or load_one(NodeSettings, "docker_host"),
         shared_dir=shared,
         outputs_dir=_outputs_root(options.outputs_dir, state_dir),
         telemetry_gateway=None if telemetry == "off" else telemetry,

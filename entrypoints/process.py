@@ -16,7 +16,10 @@ import socket
 from collections.abc import Coroutine
 from typing import Any
 
+from adapters.child_env import forget
 from domain.errors import InvalidInput
+from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import SupervisionSettings
 
 TELEMETRY_PORT = 8472  # the telemetry gateway's default port
 PARENT_ENV = "TUNEPLANE_PARENT_PID"  # set by entrypoints.supervise.spawn_logged
@@ -28,7 +31,7 @@ def announce_ready() -> None:
     """Write this process's pid to ``$TUNEPLANE_READY_FILE`` (if set) once it serves: `tp up`
     prints a listener's address only after its own child said so (a port that answers may be
     another process's)."""
-    path = os.environ.get(READY_ENV)
+    path = load_one(SupervisionSettings, "ready_file")
     if path:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
@@ -57,9 +60,10 @@ async def until_signalled(
         loop.add_signal_handler(sig, stop.set)
     runner = asyncio.create_task(work)
     stoppers: list[asyncio.Task[object]] = [asyncio.create_task(stop.wait())]
-    parent = os.environ.pop(PARENT_ENV, "")
-    if parent.isdigit():
-        stoppers.append(asyncio.create_task(_parent_gone(int(parent))))
+    parent = load_one(SupervisionSettings, "parent_pid")
+    forget(PARENT_ENV)
+    if parent is not None:
+        stoppers.append(asyncio.create_task(_parent_gone(parent)))
     done, _ = await asyncio.wait({runner, *stoppers}, return_when=asyncio.FIRST_COMPLETED)
     for task in (runner, *stoppers):
         task.cancel()

@@ -12,7 +12,7 @@ from entrypoints.settings import Settings
 
 
 def build(name: str, *, force: bool = False) -> int:
-    settings = Settings()
+    settings = Settings.from_env()
     console = Console(stderr=True)
     with Progress(
         TextColumn("{task.description}"),
@@ -32,6 +32,15 @@ def build(name: str, *, force: bool = False) -> int:
                 total=p.total,
             )
 
-        image_id = asyncio.run(build_runtime(settings.docker_host, name, report, force=force))
+        image_id = asyncio.run(
+            build_runtime(
+                settings.docker_host,
+                name,
+                report,
+                force=force,
+                cache_dir=settings.build.image_cache,
+                mirror=settings.build.debian_mirror,
+            )
+        )
     print(image_id)
     return 0

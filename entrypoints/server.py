@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -64,7 +63,7 @@ async def serve(
             app,
             host=settings.host,
             port=settings.port,
-            log_level=os.environ.get("TUNEPLANE_LOG_LEVEL", "warning"),
+            log_level=settings.log_level,
             access_log=False,
             lifespan="on",
         )

@@ -1,15 +1,40 @@
-"""Process settings, read once from the environment (``TUNEPLANE_*``) with embedded defaults."""
+"""The settings of TunePlane's own processes: one typed model, read once by the one loader
+(``entrypoints.settings_loader``: environment, then ``TUNEPLANE_SETTINGS_FILE``, then the defaults
+below). ``Settings`` holds what the control plane's processes (`tp up`, `tp serve`, the
+gateways) share; ``entrypoints.settings_sections`` holds the other sections (Slurm, Kubernetes,
+the node daemon, the CLI, the embedded PostgreSQL, image builds, supervision). The table in
+docs/operations.md#settings is generated from these classes (``python -m
+entrypoints.settings_doc``). Nothing else reads a setting from the environment (a ruff rule,
+TID251, enforces it).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from application.context import Limits
 from domain.errors import InvalidInput
+from entrypoints.settings_loader import (
+    Port,
+    Positive,
+    Seconds,
+    SettingError,
+    load,
+    section,
+    var,
+    xdg,
+)
+from entrypoints.settings_sections import (
+    BuildSettings,
+    KubernetesSettings,
+    PostgresSettings,
+    SlurmSettings,
+)
 
 if TYPE_CHECKING:
     from adapters.blobs_s3 import S3Location
@@ -17,180 +42,368 @@ if TYPE_CHECKING:
 DEFAULT_DOCKER_SOCKET = "/var/run/tuneplane-docker/docker.sock"
 
 
-def _state_dir() -> Path:
-    explicit = os.environ.get("TUNEPLANE_STATE_DIR")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "tuneplane"
+def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/tuneplane`` (``~/.local/state/tuneplane``)."""
+    return xdg(environ, "XDG_STATE_HOME", ".local/state") / "tuneplane"
 
 
-def _docker_host() -> str | None:
-    if os.environ.get("DOCKER_HOST"):
-        return os.environ["DOCKER_HOST"]
+def default_docker_host(environ: Mapping[str, str] | None = None) -> str | None:
+    """``$DOCKER_HOST``, else TunePlane's private engine when its socket exists."""
+    environ = os.environ if environ is None else environ
+    if environ.get("DOCKER_HOST"):
+        return environ["DOCKER_HOST"]
     if Path(DEFAULT_DOCKER_SOCKET).exists():
         return "unix://" + DEFAULT_DOCKER_SOCKET
     return None
 
 
-def _fleet_file() -> Path | None:
-    raw = os.environ.get("TUNEPLANE_FLEET_FILE")
-    return Path(raw).expanduser() if raw else None
-
-
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(
-            f"error: {name}={raw!r} is not an integer (fix: set a whole number)"
-        ) from None
-
-
-def _signals() -> bool:
-    raw = os.environ.get("TUNEPLANE_SIGNALS", "on")
+def _signals(raw: str) -> bool:
     if raw not in ("on", "off"):
-        raise SystemExit(
-            f"error: TUNEPLANE_SIGNALS={raw!r} is neither on nor off (fix: set on, or off "
-            "where LISTEN/NOTIFY does not work, e.g. behind PgBouncer in transaction mode)"
+        raise SettingError(
+            f"TUNEPLANE_SIGNALS={raw!r} is neither on nor off",
+            "set on, or off where LISTEN/NOTIFY does not work, e.g. behind PgBouncer in "
+            "transaction mode",
         )
     return raw == "on"
 
 
-def _blob_store() -> str:
-    """TUNEPLANE_BLOB_STORE: empty (the state directory's blobs/), a directory (a shared mount
-    too), or ``s3://bucket/prefix/``; checked here so that a bad value stops the process."""
-    raw = os.environ.get("TUNEPLANE_BLOB_STORE", "").strip()
+def _blob_store(raw: str) -> str:
+    """Empty (the state directory's blobs/), a directory (a shared mount too), or
+    ``s3://bucket/prefix/``."""
+    raw = raw.strip()
     if raw.startswith("s3://"):
         from adapters.blobs_s3 import S3Location  # only where S3 is used: the SDK is big
 
         try:
             S3Location.parse(raw)
         except InvalidInput as exc:
-            raise SystemExit(
-                f"error: TUNEPLANE_BLOB_STORE: {exc.message} (fix: {exc.fix})"
-            ) from None
+            raise SettingError(f"TUNEPLANE_BLOB_STORE: {exc.message}", exc.fix or "") from None
         return raw
     path = raw.removeprefix("file://")
     if path and not Path(path).expanduser().is_absolute():
-        raise SystemExit(
-            f"error: TUNEPLANE_BLOB_STORE={raw!r} is neither an absolute directory nor an "
-            "s3:// URL (fix: set /path/to/blobs, s3://BUCKET/PREFIX/, or leave it unset for "
-            "the state directory's blobs/)"
+        raise SettingError(
+            f"TUNEPLANE_BLOB_STORE={raw!r} is neither an absolute directory nor an s3:// URL",
+            "set /path/to/blobs, s3://BUCKET/PREFIX/, or leave it unset for the state "
+            "directory's blobs/",
         )
     return path
 
 
-def _endpoint_url() -> str | None:
-    raw = os.environ.get("TUNEPLANE_S3_ENDPOINT_URL", "").strip()
-    if raw and not raw.startswith(("http://", "https://")):
-        raise SystemExit(
-            f"error: TUNEPLANE_S3_ENDPOINT_URL={raw!r} is not an http(s) URL (fix: e.g. "
-            "https://minio.example.org:9000, or unset for AWS)"
+def _endpoint_url(raw: str) -> str:
+    raw = raw.strip()
+    if not raw.startswith(("http://", "https://")):
+        raise SettingError(
+            f"TUNEPLANE_S3_ENDPOINT_URL={raw!r} is not an http(s) URL",
+            "e.g. https://minio.example.org:9000, or unset for AWS",
         )
-    return raw or None
+    return raw
 
 
-def _addressing_style() -> str | None:
-    raw = os.environ.get("TUNEPLANE_S3_ADDRESSING_STYLE", "").strip()
-    if raw and raw not in ("auto", "path", "virtual"):
-        raise SystemExit(
-            f"error: TUNEPLANE_S3_ADDRESSING_STYLE={raw!r} is not auto, path or virtual (fix: "
-            "path for most S3-compatible servers, virtual or auto for AWS)"
+def _addressing_style(raw: str) -> str:
+    raw = raw.strip()
+    if raw not in ("auto", "path", "virtual"):
+        raise SettingError(
+            f"TUNEPLANE_S3_ADDRESSING_STYLE={raw!r} is not auto, path or virtual",
+            "path for most S3-compatible servers, virtual or auto for AWS",
         )
-    return raw or None
+    return raw
 
 
-def _path(name: str) -> Path | None:
-    raw = os.environ.get(name)
-    return Path(raw).expanduser() if raw else None
-
-
+@section
 @dataclass(frozen=True)
 class Settings:
-    state_dir: Path = field(default_factory=_state_dir)
-    database_url: str | None = field(
-        default_factory=lambda: os.environ.get("TUNEPLANE_DATABASE_URL")
+    # -- general
+    state_dir: Path = var(
+        default_factory=default_state_dir,
+        env="TUNEPLANE_STATE_DIR",
+        section="general",
+        default_doc="`$XDG_STATE_HOME/tuneplane` (`~/.local/state/tuneplane`)",
+        doc="embedded PostgreSQL (`postgres/`), blob store (`blobs/`: source archives and Job "
+        "Capsules), members' output directories on the local backend (`outputs/<job>/<attempt>/"
+        "<member index>/`), the first admin token (`admin-token`, 0600), the dev PKI (`pki/`)",
     )
-    docker_host: str | None = field(default_factory=_docker_host)
-    host: str = field(default_factory=lambda: os.environ.get("TUNEPLANE_HTTP_HOST", "127.0.0.1"))
-    port: int = field(default_factory=lambda: _int("TUNEPLANE_HTTP_PORT", 8470))
-    db_pool_size: int = field(default_factory=lambda: _int("TUNEPLANE_DB_POOL_SIZE", 20))
-    fleet_file: Path | None = field(default_factory=_fleet_file)
-    # wake-up hints between processes over LISTEN/NOTIFY (off: every loop only polls)
-    signals: bool = field(default_factory=_signals)
+    fleet_file: Path | None = var(
+        None,
+        env="TUNEPLANE_FLEET_FILE",
+        section="general",
+        doc="a fleet file (pools, nodes, profiles, teams, queues; see [fleet.md](fleet.md)) "
+        "applied at every start, all or nothing; without it an empty system gets the `local` "
+        "pool and the `default` team and queue",
+    )
     # the backend of the pool an empty system gets (`tp up` uses its local node daemon)
-    default_backend: str = field(
-        default_factory=lambda: os.environ.get("TUNEPLANE_DEFAULT_BACKEND", "local")
+    default_backend: str = var(
+        "local",
+        env="TUNEPLANE_DEFAULT_BACKEND",
+        section="general",
+        default_doc="`node` under `tp up`, else `local`",
+        doc="the backend of the `local` pool made on an empty system",
     )
-    # The node control gateway (docs/node-backend.md, docs/tls.md)
-    node_gateway_host: str = field(
-        default_factory=lambda: os.environ.get("TUNEPLANE_NODE_GATEWAY_HOST", "127.0.0.1")
+    # wake-up hints between processes over LISTEN/NOTIFY (off: every loop only polls)
+    signals: bool = var(
+        True,
+        env="TUNEPLANE_SIGNALS",
+        section="general",
+        parse=_signals,
+        default_doc="`on`",
+        doc="wake-up hints between processes over PostgreSQL `LISTEN/NOTIFY` (the coordinator "
+        "and the node gateways wake each other; see [benchmarks.md](benchmarks.md)); `off` "
+        "where LISTEN does not work (PgBouncer in transaction mode): every loop then only polls",
     )
-    node_gateway_port: int = field(
-        default_factory=lambda: _int("TUNEPLANE_NODE_GATEWAY_PORT", 8471)
+    # -- database
+    database_url: str | None = var(
+        None,
+        env="TUNEPLANE_DATABASE_URL",
+        section="database",
+        secret=True,
+        default_doc="unset → embedded (`tp up`)",
+        doc="any PostgreSQL URL (`postgresql://user:pw@host:port/db`); the driver is asyncpg",
     )
-    gateway_cert: Path | None = field(default_factory=lambda: _path("TUNEPLANE_GATEWAY_CERT"))
-    gateway_key: Path | None = field(default_factory=lambda: _path("TUNEPLANE_GATEWAY_KEY"))
-    ca_file: Path | None = field(default_factory=lambda: _path("TUNEPLANE_CA_FILE"))
-    heartbeat_seconds: int = field(default_factory=lambda: _int("TUNEPLANE_HEARTBEAT_SECONDS", 5))
-    prepare_timeout_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_PREPARE_TIMEOUT_SECONDS", 300)
+    db_pool_size: Positive = var(
+        20,
+        env="TUNEPLANE_DB_POOL_SIZE",
+        section="database",
+        doc="connections per API process (no overflow)",
     )
-    node_lost_after_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_NODE_LOST_AFTER_SECONDS", 0)
-    )  # 0: nodes are fenced only by an operator
-    credential_rotate_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_CREDENTIAL_ROTATE_SECONDS", 86400)
+    # -- docker
+    docker_host: str | None = var(
+        default_factory=default_docker_host,
+        env="DOCKER_HOST",
+        section="docker",
+        default_doc="`unix:///var/run/tuneplane-docker/docker.sock` when it exists",
+        doc="the container engine of the `local` backend and of runtime builds",
     )
-    credential_grace_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_CREDENTIAL_GRACE_SECONDS", 600)
+    # -- api
+    host: str = var(
+        "127.0.0.1", env="TUNEPLANE_HTTP_HOST", section="api", doc="where the API listens"
     )
-    # The telemetry gateway and collector tokens (docs/telemetry.md)
-    telemetry_gateway_host: str = field(
-        default_factory=lambda: os.environ.get("TUNEPLANE_TELEMETRY_GATEWAY_HOST", "127.0.0.1")
+    port: Port = var(
+        8470,
+        env="TUNEPLANE_HTTP_PORT",
+        section="api",
+        doc="the API's port (`tp up --port`, `tp serve --port`)",
     )
-    telemetry_gateway_port: int = field(
-        default_factory=lambda: _int("TUNEPLANE_TELEMETRY_GATEWAY_PORT", 8472)
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = var(
+        "warning",
+        env="TUNEPLANE_LOG_LEVEL",
+        section="logging",
+        doc="the API server's (uvicorn's) log level",
     )
-    # how long after its attempt ended a member's collector may still ship what it read
-    telemetry_grace_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_TELEMETRY_GRACE_SECONDS", 600)
+    console_dir: Path | None = var(
+        None,
+        env="TUNEPLANE_CONSOLE_DIR",
+        section="console",
+        default_doc="unset → the package's `console_dist/`",
+        doc="a directory holding a built web console ([console.md](console.md))",
     )
-    # how often the telemetry gateway merges small raw-point blocks (0: never)
-    telemetry_compact_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_TELEMETRY_COMPACT_SECONDS", 60)
+    # -- node gateway (docs/node-backend.md, docs/tls.md)
+    node_gateway_host: str = var(
+        "127.0.0.1",
+        env="TUNEPLANE_NODE_GATEWAY_HOST",
+        section="node-gateway",
+        doc="where the node control gateway listens",
     )
-    collector_token_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_COLLECTOR_TOKEN_SECONDS", 30 * 86400)
+    node_gateway_port: Port = var(
+        8471,
+        env="TUNEPLANE_NODE_GATEWAY_PORT",
+        section="node-gateway",
+        doc="the node control gateway's port",
     )
-    signing_key_rotate_seconds: int = field(
-        default_factory=lambda: _int("TUNEPLANE_SIGNING_KEY_ROTATE_SECONDS", 7 * 86400)
+    gateway_cert: Path | None = var(
+        None,
+        env="TUNEPLANE_GATEWAY_CERT",
+        section="tls",
+        exists=True,
+        default_doc="unset → dev PKI in `<state>/pki`",
+        doc="the gateways' TLS certificate ([tls.md](tls.md))",
     )
-    # Where blobs (source archives, Job Capsules, plugin packages) live: "" is
-    # <state_dir>/blobs, an absolute directory (a shared mount), or s3://bucket/prefix/ with the
-    # TUNEPLANE_S3_* settings below and the AWS SDK's credentials (docs/operations.md)
-    blob_store: str = field(default_factory=_blob_store)
-    s3_endpoint_url: str | None = field(default_factory=_endpoint_url)  # None: AWS's own
-    s3_region: str | None = field(
-        default_factory=lambda: os.environ.get("TUNEPLANE_S3_REGION") or None
+    gateway_key: Path | None = var(
+        None,
+        env="TUNEPLANE_GATEWAY_KEY",
+        section="tls",
+        exists=True,
+        default_doc="unset → dev PKI in `<state>/pki`",
+        doc="the gateways' TLS key",
     )
-    s3_addressing_style: str | None = field(default_factory=_addressing_style)
-    # how often `tp serve` deletes the blobs nothing refers to (0: never; docs/operations.md)
-    blob_gc_seconds: int = field(default_factory=lambda: _int("TUNEPLANE_BLOB_GC_SECONDS", 3600))
-    limits: Limits = field(
-        default_factory=lambda: Limits(
-            preview_ttl=timedelta(seconds=_int("TUNEPLANE_PREVIEW_TTL_SECONDS", 3600)),
-            max_archive_bytes=_int("TUNEPLANE_MAX_ARCHIVE_BYTES", 64 * 1024 * 1024),
-            max_archive_unpacked_bytes=_int(
-                "TUNEPLANE_MAX_ARCHIVE_UNPACKED_BYTES", 1024 * 1024 * 1024
-            ),
-            blob_grace=timedelta(seconds=_int("TUNEPLANE_BLOB_GC_GRACE_SECONDS", 86400)),
+    ca_file: Path | None = var(
+        None,
+        env="TUNEPLANE_CA_FILE",
+        section="tls",
+        exists=True,
+        default_doc="unset → dev PKI in `<state>/pki`",
+        doc="the CA nodes are told to trust",
+    )
+    heartbeat_seconds: Positive = var(
+        5,
+        env="TUNEPLANE_HEARTBEAT_SECONDS",
+        section="node-gateway",
+        doc="node heartbeat interval; a stream silent for three is cut off; a node session "
+        "whose heartbeats stopped `max(6 ×, 30 s)` ago is dead even if its gateway never closed "
+        "it ([node-backend.md](node-backend.md#one-session-per-node))",
+    )
+    prepare_timeout_seconds: Positive = var(
+        300,
+        env="TUNEPLANE_PREPARE_TIMEOUT_SECONDS",
+        section="node-gateway",
+        doc="a gang member silent this long while preparing aborts the launch (retried)",
+    )
+    node_lost_after_seconds: Seconds = var(
+        0,
+        env="TUNEPLANE_NODE_LOST_AFTER_SECONDS",
+        section="node-gateway",
+        default_doc="`0` (never)",
+        doc="fence a node disconnected this long; 0: only an operator fences",
+    )
+    credential_rotate_seconds: Positive = var(
+        86400,
+        env="TUNEPLANE_CREDENTIAL_ROTATE_SECONDS",
+        section="node-gateway",
+        doc="rotate a node credential older than this when it connects",
+    )
+    credential_grace_seconds: Seconds = var(
+        600,
+        env="TUNEPLANE_CREDENTIAL_GRACE_SECONDS",
+        section="node-gateway",
+        doc="refuse a rotated node credential this long after the rotation",
+    )
+    # -- telemetry (docs/telemetry.md)
+    telemetry_gateway_host: str = var(
+        "127.0.0.1",
+        env="TUNEPLANE_TELEMETRY_GATEWAY_HOST",
+        section="telemetry",
+        doc="where the telemetry gateway listens (same certificate settings as the node gateway)",
+    )
+    telemetry_gateway_port: Port = var(
+        8472,
+        env="TUNEPLANE_TELEMETRY_GATEWAY_PORT",
+        section="telemetry",
+        doc="the telemetry gateway's port",
+    )
+    telemetry_grace_seconds: Seconds = var(
+        600,
+        env="TUNEPLANE_TELEMETRY_GRACE_SECONDS",
+        section="telemetry",
+        doc="how long after its attempt ended a member's collector may still ship what it "
+        "read; later batches are refused",
+    )
+    telemetry_compact_seconds: Seconds = var(
+        60,
+        env="TUNEPLANE_TELEMETRY_COMPACT_SECONDS",
+        section="telemetry",
+        doc="how often the telemetry gateway merges the small raw-point blocks of slow "
+        "collectors (one gateway at a time; `0`: never)",
+    )
+    collector_token_seconds: Positive = var(
+        30 * 86400,
+        env="TUNEPLANE_COLLECTOR_TOKEN_SECONDS",
+        section="telemetry",
+        doc="lifetime of the collector token issued for each member at launch",
+    )
+    signing_key_rotate_seconds: Positive = var(
+        7 * 86400,
+        env="TUNEPLANE_SIGNING_KEY_ROTATE_SECONDS",
+        section="telemetry",
+        doc="a new signing key for collector tokens when the newest is older; old keys verify "
+        "until their tokens expire",
+    )
+    # -- blobs (docs/operations.md#blobs-on-a-filesystem-or-in-s3)
+    blob_store: str = var(
+        "",
+        env="TUNEPLANE_BLOB_STORE",
+        section="blobs",
+        parse=_blob_store,
+        default_doc="unset → `<state>/blobs`",
+        doc="where blobs (source archives, Job Capsules, plugin packages) live: an absolute "
+        "directory (`/mnt/shared/blobs`, or `file:///…`), or `s3://BUCKET/PREFIX/` "
+        "([below](#blobs-on-a-filesystem-or-in-s3))",
+    )
+    s3_endpoint_url: str | None = var(
+        None,
+        env="TUNEPLANE_S3_ENDPOINT_URL",
+        section="blobs",
+        parse=_endpoint_url,
+        default_doc="unset → AWS (or `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`)",
+        doc="the S3 API's URL for MinIO, Ceph RGW, SeaweedFS, ... "
+        "(`https://minio.example.org:9000`)",
+    )
+    s3_region: str | None = var(
+        None,
+        env="TUNEPLANE_S3_REGION",
+        section="blobs",
+        default_doc="unset → `AWS_DEFAULT_REGION` / the AWS config, else `us-east-1`",
+        doc="the region requests are signed for (the bucket's region on AWS; usually any "
+        "value for others)",
+    )
+    s3_addressing_style: str | None = var(
+        None,
+        env="TUNEPLANE_S3_ADDRESSING_STYLE",
+        section="blobs",
+        parse=_addressing_style,
+        default_doc="`path` with `TUNEPLANE_S3_ENDPOINT_URL`, else `auto`",
+        doc="`path` (`https://host/bucket/key`) or `virtual` (`https://bucket.host/key`)",
+    )
+    blob_gc_seconds: Seconds = var(
+        3600,
+        env="TUNEPLANE_BLOB_GC_SECONDS",
+        section="blobs",
+        doc="how often `tp serve` deletes the blobs nothing refers to (`0`: never; "
+        "[below](#blob-garbage-collection))",
+    )
+    blob_gc_grace_seconds: Seconds = var(
+        86400,
+        env="TUNEPLANE_BLOB_GC_GRACE_SECONDS",
+        section="blobs",
+        doc="blobs younger than this are never collected",
+    )
+    # -- limits
+    preview_ttl_seconds: Positive = var(
+        3600,
+        env="TUNEPLANE_PREVIEW_TTL_SECONDS",
+        section="limits",
+        doc="how long a preview can be committed",
+    )
+    max_archive_bytes: Positive = var(
+        64 * 1024 * 1024,
+        env="TUNEPLANE_MAX_ARCHIVE_BYTES",
+        section="limits",
+        default_doc="`67108864` (64 MiB)",
+        doc="largest source archive accepted",
+    )
+    max_archive_unpacked_bytes: Positive = var(
+        1024 * 1024 * 1024,
+        env="TUNEPLANE_MAX_ARCHIVE_UNPACKED_BYTES",
+        section="limits",
+        default_doc="`1073741824` (1 GiB)",
+        doc="most a source archive may unpack to (its files' sizes added up); a larger one is "
+        "refused at upload (413)",
+    )
+    # -- the sections of the backends and of the embedded PostgreSQL
+    slurm: SlurmSettings = field(default_factory=SlurmSettings)
+    kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
+    postgres: PostgresSettings = field(default_factory=PostgresSettings)
+    build: BuildSettings = field(default_factory=BuildSettings)
+    # the fields the environment or the settings file set (`tp up` defaults some others)
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """The settings from the environment (``os.environ`` by default) and the settings
+        file; a bad value stops the process (SystemExit) naming the variable and the fix."""
+        import dataclasses
+
+        from entrypoints.settings_loader import load_entries
+
+        settings, entries = load_entries(cls, environ)
+        explicit = frozenset(e.name for e in entries if e.source != "default")
+        return dataclasses.replace(settings, explicit=explicit)
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(
+            preview_ttl=timedelta(seconds=self.preview_ttl_seconds),
+            max_archive_bytes=self.max_archive_bytes,
+            max_archive_unpacked_bytes=self.max_archive_unpacked_bytes,
+            blob_grace=timedelta(seconds=self.blob_gc_grace_seconds),
         )
-    )
 
     @property
     def blob_dir(self) -> Path:
@@ -220,3 +433,6 @@ class Settings:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+
+__all__ = ["DEFAULT_DOCKER_SOCKET", "Settings", "default_docker_host", "default_state_dir", "load"]

@@ -1,6 +1,7 @@
-"""The Slurm backend from the environment (docs/slurm.md, "Configuration"): enabled when
-``TUNEPLANE_SLURM_URL`` is set, absent otherwise. Kept apart from ``settings.py`` and
-``container.py`` so that the Slurm settings stay in one place.
+"""The Slurm backend from its settings (``SlurmSettings``, docs/slurm.md, "Configuration"):
+enabled when ``TUNEPLANE_SLURM_URL`` is set, absent otherwise. The settings model types the
+values; the checks that need more than a type (a partition map, a runtime map, the collector's
+settings together) are here, at start.
 
 * ``TUNEPLANE_SLURM_URL``: ``unix:/path/slurmrestd.sock`` (rest_auth/local) or
   ``http(s)://host:port``;
@@ -29,10 +30,9 @@
 from __future__ import annotations
 
 import logging
-import os
 import shlex
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from adapters.slurm.backend import SlurmBackend
@@ -42,6 +42,8 @@ from adapters.system import SystemClock
 from domain.errors import InvalidInput
 from domain.telemetry_ports import TokenSigner
 from entrypoints.process import TELEMETRY_PORT, split_server
+from entrypoints.settings_loader import load
+from entrypoints.settings_sections import SlurmSettings
 
 log = logging.getLogger(__name__)
 
@@ -90,9 +92,14 @@ def runtimes_of(raw: str) -> dict[str, str]:
     return out
 
 
-def collector_of(env: dict[str, str]) -> SlurmCollector | None:
+def _settings(env: Mapping[str, str] | SlurmSettings) -> SlurmSettings:
+    return env if isinstance(env, SlurmSettings) else load(SlurmSettings, env, {})
+
+
+def collector_of(env: Mapping[str, str] | SlurmSettings) -> SlurmCollector | None:
     """The members' collector settings, or None when no telemetry gateway is configured."""
-    gateway = env.get("TUNEPLANE_SLURM_TELEMETRY_GATEWAY", "").strip()
+    cfg = _settings(env)
+    gateway = (cfg.telemetry_gateway or "").strip()
     if not gateway:
         return None
     try:
@@ -101,27 +108,20 @@ def collector_of(env: dict[str, str]) -> SlurmCollector | None:
         )
     except InvalidInput as exc:
         raise _fail(exc.message, exc.fix or "") from None
-    ca = env.get("TUNEPLANE_SLURM_TELEMETRY_CA", "").strip()
+    ca = (cfg.telemetry_ca or "").strip()
     if not ca or not Path(ca).is_absolute():
         raise _fail(
             "TUNEPLANE_SLURM_TELEMETRY_GATEWAY needs TUNEPLANE_SLURM_TELEMETRY_CA, an absolute"
             " file",
             "set it to the CA (PEM) that signed the telemetry gateway's certificate",
         )
-    spool = env.get("TUNEPLANE_SLURM_COLLECTOR_SPOOL", "/tmp").strip() or "/tmp"
+    spool = cfg.collector_spool.strip()
     if not Path(spool).is_absolute() or any(ch in spool for ch in "\n\0"):
         raise _fail(
             f"TUNEPLANE_SLURM_COLLECTOR_SPOOL {spool!r} is not an absolute directory",
             "set it to a directory on every Slurm node's local disk, e.g. /var/tmp",
         )
-    raw = env.get("TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS", "60").strip()
-    if not raw.isdigit() or not 0 <= int(raw) <= 3600:
-        raise _fail(
-            f"TUNEPLANE_SLURM_COLLECTOR_DRAIN_SECONDS {raw!r} is not a number of seconds"
-            " from 0 to 3600",
-            "set it to how long a member may wait for its collector to ship, e.g. 60",
-        )
-    command = env.get("TUNEPLANE_SLURM_COLLECTOR_COMMAND", "").strip()
+    command = (cfg.collector_command or "").strip()
     if not command:
         command = shlex.quote(str(Path(sys.executable).parent / "tp"))
     elif "\n" in command or "\0" in command:
@@ -134,30 +134,31 @@ def collector_of(env: dict[str, str]) -> SlurmCollector | None:
         ca=ca,
         command=command,
         spool_root=spool,
-        server_name=env.get("TUNEPLANE_SLURM_TELEMETRY_SERVER_NAME", "").strip() or None,
-        drain_seconds=int(raw),
+        server_name=(cfg.telemetry_server_name or "").strip() or None,
+        drain_seconds=cfg.collector_drain_seconds,
     )
 
 
 def backend_from_env(
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | SlurmSettings,
     tokens: TokenSigner | None = None,
     token_lifetime_seconds: int = 30 * 86400,
 ) -> SlurmBackend | None:
-    """The configured Slurm backend, or None when ``TUNEPLANE_SLURM_URL`` is not set. Bad
-    settings stop the process with what to fix."""
-    env = dict(os.environ) if env is None else env
-    url = env.get("TUNEPLANE_SLURM_URL", "").strip()
+    """The configured Slurm backend (from its settings, or from ``TUNEPLANE_SLURM_*``
+    variables), or None when ``TUNEPLANE_SLURM_URL`` is not set. Bad settings stop the process
+    with what to fix."""
+    cfg = _settings(env)
+    url = (cfg.url or "").strip()
     if not url:
         return None
-    shared = env.get("TUNEPLANE_SLURM_SHARED_DIR", "").strip()
+    shared = (cfg.shared_dir or "").strip()
     if not shared or not Path(shared).is_absolute():
         raise _fail(
             "the Slurm backend needs TUNEPLANE_SLURM_SHARED_DIR, an absolute directory",
             "set it to a directory that every Slurm node and this control plane mount",
         )
-    token = env.get("TUNEPLANE_SLURM_TOKEN") or None
-    token_file = env.get("TUNEPLANE_SLURM_TOKEN_FILE")
+    token = cfg.token
+    token_file = cfg.token_file
     if token is None and token_file:
         try:
             token = Path(token_file).read_text().strip()
@@ -168,16 +169,16 @@ def backend_from_env(
             ) from None
     endpoint = SlurmEndpoint(
         url=url,
-        version=env.get("TUNEPLANE_SLURM_API_VERSION", "auto").strip() or "auto",
-        user=env.get("TUNEPLANE_SLURM_USER") or None,
+        version=cfg.api_version.strip(),
+        user=cfg.user,
         token=token,
     )
     try:
         client = SlurmClient(endpoint)
     except InvalidInput as exc:
         raise _fail(exc.message, exc.fix or "") from None
-    collector = collector_of(env) if tokens is not None else None
-    runtime_dirs = runtimes_of(env.get("TUNEPLANE_SLURM_RUNTIMES", ""))
+    collector = collector_of(cfg) if tokens is not None else None
+    runtime_dirs = runtimes_of(cfg.runtimes)
     if collector is None:
         log.warning(
             "the Slurm backend has no telemetry gateway (TUNEPLANE_SLURM_TELEMETRY_GATEWAY):"
@@ -187,8 +188,8 @@ def backend_from_env(
     return SlurmBackend(
         client,
         Path(shared),
-        partitions=partitions_of(env.get("TUNEPLANE_SLURM_PARTITIONS", "")),
-        accounting=env.get("TUNEPLANE_SLURM_ACCOUNTING", "") in ("1", "true", "yes"),
+        partitions=partitions_of(cfg.partitions),
+        accounting=cfg.accounting,
         collector=collector,
         tokens=tokens,
         clock=SystemClock(),
@@ -198,9 +199,11 @@ def backend_from_env(
 
 
 async def slurm_resource(
-    tokens: TokenSigner | None = None, token_lifetime_seconds: int = 30 * 86400
+    settings: SlurmSettings,
+    tokens: TokenSigner | None = None,
+    token_lifetime_seconds: int = 30 * 86400,
 ) -> AsyncIterator[SlurmBackend | None]:
-    backend = backend_from_env(tokens=tokens, token_lifetime_seconds=token_lifetime_seconds)
+    backend = backend_from_env(settings, tokens, token_lifetime_seconds)
     try:
         yield backend
     finally:

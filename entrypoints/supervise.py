@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from adapters.child_env import child_environ
 from entrypoints.process import PARENT_ENV
 
 log = logging.getLogger("tuneplane.supervise")
@@ -103,7 +104,7 @@ async def spawn_logged(
     session of its own (a Ctrl-C at the terminal reaches the parent, which stops its children
     itself), and SIGKILL when its parent goes (``PR_SET_PDEATHSIG``; and ``TUNEPLANE_PARENT_PID``
     for its own check, ``entrypoints.process.until_signalled``)."""
-    child_env = dict(env if env is not None else os.environ)
+    child_env = dict(env) if env is not None else child_environ()
     child_env[PARENT_ENV] = str(os.getpid())
     out = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:

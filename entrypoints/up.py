@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import signal
 
 from rich.console import Console
@@ -46,7 +45,12 @@ async def _ensure_runtime(settings: Settings) -> None:
             def progress(p: BuildProgress) -> None:
                 status.update(f"runtime {p.runtime}: {p.stage} {p.message}")
 
-            await build_runtime(settings.docker_host, "busybox", progress=progress)
+            await build_runtime(
+                settings.docker_host,
+                "busybox",
+                progress=progress,
+                cache_dir=settings.build.image_cache,
+            )
     finally:
         await backend.close()
 
@@ -78,7 +82,13 @@ def _check(settings: Settings) -> None:
     for which in ("node", "telemetry"):
         host = getattr(settings, f"{which}_gateway_host")
         port = getattr(settings, f"{which}_gateway_port")
-        check_listen(host, port, f"TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT")
+        check_listen(
+            host,
+            port,
+            f"--{which}-gateway-port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT",
+        )
+    if settings.postgres.port is not None:  # checked even when TUNEPLANE_DATABASE_URL is set
+        check_listen("127.0.0.1", settings.postgres.port, "--pg-port or TUNEPLANE_PG_PORT")
 
 
 def run_up(settings: Settings) -> int:
@@ -87,7 +97,7 @@ def run_up(settings: Settings) -> int:
     except TunePlaneError as exc:
         console.print(render(exc), markup=False)
         return 2
-    if "TUNEPLANE_DEFAULT_BACKEND" not in os.environ:  # members run through the local daemon
+    if "default_backend" not in settings.explicit:  # members run through the local daemon
         settings = dataclasses.replace(settings, default_backend="node")
     nodes: NodePath | None = None
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # uvicorn swaps in its own while serving
@@ -95,7 +105,12 @@ def run_up(settings: Settings) -> int:
     try:
         if not settings.database_url:
             with console.status("starting the private PostgreSQL"):
-                pg = EmbeddedPostgres(settings.state_dir / "postgres")
+                pg = EmbeddedPostgres(
+                    settings.state_dir / "postgres",
+                    settings.postgres.port,
+                    bin_dir=settings.postgres.bin_dir,
+                    run_as=settings.postgres.user,
+                )
                 settings = dataclasses.replace(settings, database_url=pg.start())
         assert settings.database_url
         with console.status("migrating the database"):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 import threading
 from collections.abc import Coroutine
@@ -24,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from adapters.child_env import child_environ
 from adapters.tls import ensure_dev_pki
 from application.context import Context
 from application.enrollment import NODE_BACKEND, create_join_token
@@ -160,7 +160,7 @@ def start_node_path(settings: Settings) -> NodePath:
 
 
 async def _start(path: NodePath, settings: Settings) -> None:
-    env = dict(os.environ)
+    env = child_environ()
     env.update(
         TUNEPLANE_DATABASE_URL=settings.database_url or "",
         TUNEPLANE_STATE_DIR=str(settings.state_dir),

@@ -38,8 +38,9 @@ class EngineError(Exception):
 
 
 def resolve_host(docker_host: str | None = None) -> str:
-    """The engine address: the argument, else ``$DOCKER_HOST``, else :data:`DEFAULT_DOCKER_HOST`."""
-    return docker_host or os.environ.get("DOCKER_HOST") or DEFAULT_DOCKER_HOST
+    """The engine address: the argument (the settings' ``DOCKER_HOST``), else
+    :data:`DEFAULT_DOCKER_HOST`."""
+    return docker_host or DEFAULT_DOCKER_HOST
 
 
 def unavailable(host: str, detail: str) -> Unavailable:

@@ -15,7 +15,6 @@ import asyncio
 import dataclasses
 import fcntl
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -62,11 +61,9 @@ class BuildFailed(TunePlaneError):
 
 
 def default_cache_dir() -> Path:
-    explicit = os.environ.get("TUNEPLANE_IMAGE_CACHE")
-    if explicit:
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tuneplane" / "images"
+    """``~/.cache/tuneplane/images``; the settings (``TUNEPLANE_IMAGE_CACHE``,
+    ``XDG_CACHE_HOME``) give callers another."""
+    return Path.home() / ".cache" / "tuneplane" / "images"
 
 
 def _runtime(name: str) -> tuple[RuntimeSpec, Recipe]:
@@ -86,6 +83,7 @@ async def build_runtime(
     *,
     force: bool = False,
     cache_dir: Path | None = None,
+    mirror: str | None = None,
 ) -> str:
     """Make runtime ``name``'s image in the engine at ``docker_host``; return its id (sha256:…).
 
@@ -101,7 +99,9 @@ async def build_runtime(
         if existing and not force:
             report(BuildProgress(name, "exists", f"{spec.image} is already built ({existing})"))
             return existing
-        tar, size = await _rootfs(name, recipe, cache_dir or default_cache_dir(), force, report)
+        tar, size = await _rootfs(
+            name, recipe, cache_dir or default_cache_dir(), force, report, mirror
+        )
         expected = await _load(docker, host, spec, recipe, tar, size, report)
         image_id = await _image_id(docker, host, spec.image)
         if image_id != expected:
@@ -125,7 +125,7 @@ async def _image_id(docker: EngineApi, host: str, image: str) -> str | None:
 
 
 async def _rootfs(
-    name: str, recipe: Recipe, cache: Path, force: bool, report: Progress
+    name: str, recipe: Recipe, cache: Path, force: bool, report: Progress, mirror: str | None
 ) -> tuple[Path, int]:
     """The cached root file system tar (made first if absent or ``force``) and its size."""
     loop = asyncio.get_running_loop()
@@ -146,7 +146,9 @@ async def _rootfs(
             elif recipe.kind == "busybox":
                 rootfs.busybox_rootfs(out, lambda line: say("rootfs", line))
             else:
-                rootfs.debootstrap_rootfs(out, recipe, lambda line: say("rootfs", line), lock)
+                rootfs.debootstrap_rootfs(
+                    out, recipe, lambda line: say("rootfs", line), lock, mirror
+                )
         return out, out.stat().st_size
 
     try:
@@ -234,20 +236,27 @@ def _printer(stream: TextIO = sys.stderr) -> Progress:
     return show
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m adapters.docker.images")
+def main(
+    argv: list[str] | None = None,
+    *,
+    docker_host: str | None = None,
+    cache_dir: Path | None = None,
+    mirror: str | None = None,
+) -> int:
+    """The build CLI (``python -m entrypoints.images_cli``, which gives the settings)."""
+    parser = argparse.ArgumentParser(prog="python -m entrypoints.images_cli")
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build a local runtime image")
     build.add_argument("runtime", choices=[r.name for r in LOCAL_RUNTIMES])
-    build.add_argument("--docker-host", default=None, help="default: $DOCKER_HOST")
+    build.add_argument("--docker-host", default=docker_host, help="default: $DOCKER_HOST")
     build.add_argument("--force", action="store_true", help="rebuild even if it exists")
-    build.add_argument("--cache-dir", type=Path, default=None)
+    build.add_argument("--cache-dir", type=Path, default=cache_dir)
     args = parser.parse_args(argv)
     try:
         image_id = asyncio.run(
             build_runtime(
                 args.docker_host, args.runtime, _printer(), force=args.force,
-                cache_dir=args.cache_dir,
+                cache_dir=args.cache_dir, mirror=mirror,
             )
         )  # fmt: skip
     except TunePlaneError as exc:
@@ -255,7 +264,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(image_id)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

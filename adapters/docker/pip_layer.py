@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -23,6 +22,8 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from adapters.child_env import child_environ
 
 LOCKS = Path(__file__).with_name("locks")
 _LINE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)\s+--hash=sha256:([0-9a-f]{64})$")
@@ -107,7 +108,7 @@ def install(root: Path, lock_file: Path, say: Callable[[str], None]) -> None:
            "--only-binary=:all:", "--no-compile", "--no-warn-script-location",
            "--disable-pip-version-check", "--target", str(site), "-r", str(lock_file)]  # fmt: skip
     say(" ".join(cmd))
-    env = {**os.environ, "PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    env = child_environ({"PIP_NO_INPUT": "1", "PYTHONDONTWRITEBYTECODE": "1"})
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise LockError(f"pip could not install {lock_file}:\n{proc.stderr[-3000:]}")

@@ -125,10 +125,10 @@ def _deb822_sources(text: str) -> list[tuple[str, list[str]]]:
     return found
 
 
-def apt_mirror(suite: str, etc: Path = Path("/etc/apt")) -> str:
-    """The mirror apt uses for ``suite`` here (``$TUNEPLANE_DEBIAN_MIRROR`` overrides)."""
-    if os.environ.get("TUNEPLANE_DEBIAN_MIRROR"):
-        return os.environ["TUNEPLANE_DEBIAN_MIRROR"]
+def apt_mirror(suite: str, etc: Path = Path("/etc/apt"), override: str | None = None) -> str:
+    """The mirror apt uses for ``suite`` here (``override``, ``TUNEPLANE_DEBIAN_MIRROR``, wins)."""
+    if override:
+        return override
     entries: list[tuple[str, list[str]]] = []
     files = [etc / "sources.list", *sorted((etc / "sources.list.d").glob("*"))]
     for path in files:
@@ -147,7 +147,9 @@ def apt_mirror(suite: str, etc: Path = Path("/etc/apt")) -> str:
     )
 
 
-def debootstrap_rootfs(out: Path, recipe: Recipe, say: Say, lock: Path | None = None) -> None:
+def debootstrap_rootfs(
+    out: Path, recipe: Recipe, say: Say, lock: Path | None = None, mirror: str | None = None
+) -> None:
     """debootstrap ``recipe`` (and install the pip ``lock`` into it), tidy, tar to ``out``."""
     if os.geteuid() != 0:
         raise RootfsError("debootstrap needs root: run the build as root")
@@ -156,7 +158,7 @@ def debootstrap_rootfs(out: Path, recipe: Recipe, say: Say, lock: Path | None = 
     )
     if tool is None:
         raise RootfsError("debootstrap is not installed (apt-get install debootstrap)")
-    mirror = apt_mirror(recipe.suite)
+    mirror = apt_mirror(recipe.suite, override=mirror)
     work = out.parent / f"{out.stem}.work"
     if work.exists():
         shutil.rmtree(work)

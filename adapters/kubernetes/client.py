@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -69,11 +68,13 @@ class Kube:
         return str(self.api.configuration.host)
 
     @staticmethod
-    async def connect(kubeconfig: str | None = None, context: str | None = None) -> Kube:
-        """In a pod (``KUBERNETES_SERVICE_HOST`` set, no kubeconfig named): its service
-        account. Otherwise the kubeconfig file (``KUBECONFIG`` or ~/.kube/config)."""
+    async def connect(
+        kubeconfig: str | None = None, context: str | None = None, *, in_cluster: bool = False
+    ) -> Kube:
+        """In a pod (``in_cluster``: ``KUBERNETES_SERVICE_HOST`` set; no kubeconfig named): its
+        service account. Otherwise the kubeconfig file (``KUBECONFIG`` or ~/.kube/config)."""
         configuration = Configuration()
-        if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        if kubeconfig is None and in_cluster:
             kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await kube_config.load_kube_config(

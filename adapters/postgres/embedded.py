@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
-import os
 import re
 import secrets
 import shlex
@@ -33,6 +32,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from adapters.child_env import child_environ
 from adapters.postgres.embedded_os import (
     BinariesNotFound,
     ServerUser,
@@ -72,6 +72,8 @@ class EmbeddedPostgres:
         database: str = "tuneplane",
         durable: bool = True,
         max_connections: int = 200,
+        bin_dir: Path | None = None,
+        run_as: str | None = None,
     ) -> None:
         """``durable=False`` turns off fsync (tests only: a crash may lose the cluster)."""
         if not _DB_NAME.match(database):
@@ -82,6 +84,8 @@ class EmbeddedPostgres:
         self.database = database
         self.durable = durable
         self.max_connections = max_connections
+        self._explicit_bin = bin_dir  # TUNEPLANE_PG_BIN
+        self._run_as = run_as  # TUNEPLANE_PG_USER (when started as root)
         self._bin: Path | None = None
         self._log_mark = 0  # the log's size when our last start began: quote only what follows
         self._user: ServerUser | None = None
@@ -176,7 +180,7 @@ class EmbeddedPostgres:
     def _pick_tools(self) -> str | None:
         """Choose the server user and the binaries matching the cluster's version (if any)."""
         try:
-            self._user = server_user()
+            self._user = server_user(self._run_as)
         except (RuntimeError, subprocess.CalledProcessError) as exc:
             raise EmbeddedPostgresError(
                 f"cannot pick a user to run PostgreSQL as (it refuses root): {exc}",
@@ -185,7 +189,7 @@ class EmbeddedPostgres:
         version_file = self.pgdata / "PG_VERSION"
         wanted = version_file.read_text().strip() if version_file.exists() else None
         try:
-            self._bin = find_bin_dir(wanted)
+            self._bin = find_bin_dir(wanted, self._explicit_bin)
         except BinariesNotFound as exc:
             raise EmbeddedPostgresError(
                 str(exc), fix="install PostgreSQL server binaries or set TUNEPLANE_PG_BIN"
@@ -280,11 +284,10 @@ class EmbeddedPostgres:
     def _client(self, argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run psql/pg_isready against the server over TCP with the password."""
         assert self._bin is not None, "_pick_tools() first"
-        env = {
-            **os.environ,
-            **{"PGHOST": "127.0.0.1", "PGPORT": str(self.port), "PGUSER": SUPERUSER},
-            **{"PGPASSWORD": self._password(), "PGCONNECT_TIMEOUT": "5"},
-        }
+        env = child_environ(
+            {"PGHOST": "127.0.0.1", "PGPORT": str(self.port), "PGUSER": SUPERUSER}
+            | {"PGPASSWORD": self._password(), "PGCONNECT_TIMEOUT": "5"}
+        )
         proc = run_tool(self._bin, argv, 30, env=env)
         if check and proc.returncode != 0:
             raise self._error(f"{argv[0]} failed", proc.stdout + proc.stderr)

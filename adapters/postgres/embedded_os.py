@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from adapters.child_env import child_environ
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT_USER = "tuneplane-pg"
@@ -25,10 +27,10 @@ class BinariesNotFound(RuntimeError):
     pass
 
 
-def _candidate_bin_dirs() -> list[Path]:
+def _candidate_bin_dirs(explicit: Path | None = None) -> list[Path]:
     found: list[Path] = []
-    if env := os.environ.get("TUNEPLANE_PG_BIN"):
-        found.append(Path(env))
+    if explicit is not None:
+        found.append(explicit)
     spec = importlib.util.find_spec("pgserver")  # located without importing it (side effects)
     if spec is not None and spec.submodule_search_locations:
         found.append(Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin")
@@ -49,10 +51,10 @@ def _major_version(bin_dir: Path) -> str:
     return match.group(1) if match else "?"
 
 
-def find_bin_dir(wanted_major: str | None) -> Path:
-    """The first usable bin dir (TUNEPLANE_PG_BIN, pgserver, Debian), matching a cluster's
-    major version when ``wanted_major`` is given."""
-    candidates = _candidate_bin_dirs()
+def find_bin_dir(wanted_major: str | None, explicit: Path | None = None) -> Path:
+    """The first usable bin dir (``explicit``: TUNEPLANE_PG_BIN, pgserver, Debian), matching a
+    cluster's major version when ``wanted_major`` is given."""
+    candidates = _candidate_bin_dirs(explicit)
     if not candidates:
         raise BinariesNotFound(
             "no PostgreSQL server binaries found",
@@ -133,7 +135,7 @@ class ServerUser:
 
     def popen_kwargs(self) -> dict[str, Any]:
         env = {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "PATH": child_environ().get("PATH", "/usr/bin:/bin"),
             "HOME": self.home,
             "USER": self.name,
             "LANG": "C.UTF-8",
@@ -173,17 +175,15 @@ class ServerUser:
                 parent.chmod(stat.S_IMODE(st.st_mode) | stat.S_IXOTH)
 
 
-def server_user() -> ServerUser | None:
+def server_user(explicit: str | None = None) -> ServerUser | None:
     """None when we are not root; otherwise the account to run the server as.
 
-    ``TUNEPLANE_PG_USER`` if set, else ``postgres`` if it exists, else ``tuneplane-pg``
+    ``explicit`` (TUNEPLANE_PG_USER) if set, else ``postgres`` if it exists, else ``tuneplane-pg``
     (created as a system account without a login shell).
     """
     if os.geteuid() != 0:
         return None
-    name = os.environ.get("TUNEPLANE_PG_USER") or (
-        "postgres" if _exists("postgres") else DEFAULT_ROOT_USER
-    )
+    name = explicit or ("postgres" if _exists("postgres") else DEFAULT_ROOT_USER)
     if not _exists(name):
         _create_user(name)
     entry = pwd.getpwnam(name)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import os
 import sys
 import threading
 from collections.abc import Callable, Coroutine
@@ -133,11 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m adapters.postgres.migrate")
     parser.add_argument("action", choices=["upgrade", "downgrade", "current", "revision"])
     parser.add_argument("revision", nargs="?", default=None)
-    parser.add_argument("--url", default=os.environ.get("TUNEPLANE_DATABASE_URL"))
+    parser.add_argument("--url", default=None)
     parser.add_argument("-m", "--message", default=None)
     args = parser.parse_args(argv)
     if not args.url:
-        parser.error("no database URL: pass --url or set TUNEPLANE_DATABASE_URL")
+        parser.error("no database URL: pass --url postgresql://USER:PW@HOST:PORT/DB")
     if args.action == "upgrade":
         upgrade(args.url, args.revision or "head")
     elif args.action == "downgrade":

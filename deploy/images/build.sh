@@ -4,7 +4,7 @@
 #   bash deploy/images/build.sh busybox|python|python-numpy|python-torch|pytorch-trl|verl [--force] [--docker-host unix:///...]
 #
 # Installs what the recipe needs when missing (Debian 12, root): busybox-static for `busybox`,
-# debootstrap for the others. Then runs `python -m adapters.docker.images build ...`, which makes
+# debootstrap for the others. Then runs `python -m entrypoints.images_cli build ...`, which makes
 # the root file system (cached under ${TUNEPLANE_IMAGE_CACHE:-~/.cache/tuneplane/images}) and
 # imports it through the Engine API. Without DOCKER_HOST and --docker-host, the engine is the
 # one deploy/dev/dockerd.sh starts. PYTHON selects the interpreter (default: .venv/bin/python).
@@ -31,4 +31,4 @@ fi
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 cd "$ROOT"
-exec "$PY" -m adapters.docker.images build "$NAME" "$@"
+exec "$PY" -m entrypoints.images_cli build "$NAME" "$@"

@@ -8,7 +8,6 @@ styles and API: no inline script, no third-party origin, no framing.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from litestar import Response, Router, get
@@ -50,8 +49,11 @@ to a directory holding a built console, then reload this page.</p></main></body>
 
 def console_dir() -> Path:
     """Where the built console lives: ``TUNEPLANE_CONSOLE_DIR`` or the package's console_dist."""
-    configured = os.environ.get("TUNEPLANE_CONSOLE_DIR", "")
-    return Path(configured) if configured else DEFAULT_DIST
+    from entrypoints.settings import Settings
+    from entrypoints.settings_loader import load_one
+
+    configured: Path | None = load_one(Settings, "console_dir")
+    return configured or DEFAULT_DIST
 
 
 async def _add_security_headers(response: Response[object]) -> Response[object]:

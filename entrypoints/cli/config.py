@@ -16,6 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from domain.errors import InvalidInput, Unauthenticated
+from entrypoints.settings_loader import load, load_one
+from entrypoints.settings_sections import CliSettings
 
 NOT_LOGGED_IN = "not logged in: run `tp login --server URL --token T` (tp up prints both)"
 
@@ -28,8 +30,7 @@ class Credentials:
 
 
 def config_dir() -> Path:
-    env = os.environ.get("TUNEPLANE_CONFIG_DIR")
-    return Path(env) if env else Path.home() / ".config" / "tuneplane"
+    return Path(load_one(CliSettings, "config_dir"))
 
 
 def credentials_path() -> Path:
@@ -107,8 +108,8 @@ def _read_file() -> dict[str, Any]:
 
 def load_credentials() -> Credentials:
     """The login to use; raises Unauthenticated with the `tp login` hint when there is none."""
-    env_server = os.environ.get("TUNEPLANE_SERVER")
-    env_token = os.environ.get("TUNEPLANE_TOKEN")
+    cli = load(CliSettings)
+    env_server, env_token = cli.server, cli.token
     data = {} if env_server and env_token else _read_file()
     server = env_server or data.get("server")
     token = env_token or data.get("token")

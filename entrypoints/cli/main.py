@@ -18,6 +18,7 @@ from entrypoints.cli import (
     artifacts,
     catalog,
     collector,
+    config_show,
     errors,
     experiments,
     fleet,
@@ -57,6 +58,7 @@ def build_app() -> App:
     nodes.register(app)
     queues.register(app)
     admin.register(app)
+    config_show.register(app)
     server_cmds.register(app)
     sim.register(app)
     return app

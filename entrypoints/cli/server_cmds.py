@@ -14,11 +14,17 @@ from cyclopts import Parameter
 log = logging.getLogger("tuneplane")
 
 
-def _settings(state_dir: Path | None, port: int | None, host: str | None) -> Any:
+def _settings(
+    state_dir: Path | None, port: int | None, host: str | None, **more: int | None
+) -> Any:
+    """The settings (environment, settings file, defaults), with the flags given on top."""
     from entrypoints.settings import Settings
 
-    settings = Settings()
-    changes: dict[str, Any] = {}
+    settings = Settings.from_env()
+    changes: dict[str, Any] = {k: v for k, v in more.items() if v is not None}
+    if "pg_port" in changes:
+        pg = dataclasses.replace(settings.postgres, port=changes.pop("pg_port"))
+        changes["postgres"] = pg
     if state_dir is not None:
         changes["state_dir"] = state_dir
     if port is not None:
@@ -33,19 +39,59 @@ def up(
     state_dir: Annotated[
         Path | None, Parameter(help="state directory (default ~/.local/state/tuneplane)")
     ] = None,
-    port: Annotated[int | None, Parameter(help="HTTP port (default 8470)")] = None,
-    host: Annotated[str | None, Parameter(help="HTTP address (default 127.0.0.1)")] = None,
+    port: Annotated[
+        int | None, Parameter(help="HTTP port of the API (default 8470; TUNEPLANE_HTTP_PORT)")
+    ] = None,
+    host: Annotated[
+        str | None,
+        Parameter(help="HTTP address of the API (default 127.0.0.1; TUNEPLANE_HTTP_HOST)"),
+    ] = None,
+    node_gateway_port: Annotated[
+        int | None,
+        Parameter(
+            help="port of the node control gateway (default 8471; TUNEPLANE_NODE_GATEWAY_PORT)"
+        ),
+    ] = None,
+    telemetry_gateway_port: Annotated[
+        int | None,
+        Parameter(
+            help="port of the telemetry gateway (default 8472; TUNEPLANE_TELEMETRY_GATEWAY_PORT)"
+        ),
+    ] = None,
+    pg_port: Annotated[
+        int | None,
+        Parameter(
+            help="port of the private PostgreSQL on 127.0.0.1 (default: a free one, kept across "
+            "restarts; TUNEPLANE_PG_PORT)"
+        ),
+    ] = None,
 ) -> None:
     """Start the control plane on embedded defaults: a private PostgreSQL (unless
     TUNEPLANE_DATABASE_URL is set), migrations, the local container backend and the HTTP API,
     the gateways and this machine's node daemon (each started again if it exits; restart one with
     `kill $(cat STATE/NAME.pid)`). Prints the URL and, on first start, an admin token. Ctrl-C
-    stops everything it started."""
+    stops everything it started.
+
+    Every listener's port is settable, by a flag or by its variable (the flag wins): the API
+    --port / TUNEPLANE_HTTP_PORT (8470), the node control gateway --node-gateway-port /
+    TUNEPLANE_NODE_GATEWAY_PORT (8471), the telemetry gateway --telemetry-gateway-port /
+    TUNEPLANE_TELEMETRY_GATEWAY_PORT (8472), the private PostgreSQL --pg-port /
+    TUNEPLANE_PG_PORT (a free port). The addresses: TUNEPLANE_HTTP_HOST,
+    TUNEPLANE_NODE_GATEWAY_HOST, TUNEPLANE_TELEMETRY_GATEWAY_HOST. `tp config show` prints
+    every setting and where it came from."""
     from entrypoints.up import run_up
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration is noise
-    sys.exit(run_up(_settings(state_dir, port, host)))
+    settings = _settings(
+        state_dir,
+        port,
+        host,
+        node_gateway_port=node_gateway_port,
+        telemetry_gateway_port=telemetry_gateway_port,
+        pg_port=pg_port,
+    )
+    sys.exit(run_up(settings))
 
 
 def serve(

@@ -91,6 +91,7 @@ class ApiContainer(containers.DeclarativeContainer):
     kubernetes = providers.Resource(kubernetes_backends, settings=settings, tokens=tokens)
     slurm = providers.Resource(
         slurm_resource,
+        settings=settings.provided.slurm,
         tokens=tokens,
         token_lifetime_seconds=settings.provided.collector_token_seconds,
     )

@@ -99,7 +99,9 @@ def main() -> int:
     server = None
     try:
         migrate.upgrade(url)
-        settings = dataclasses.replace(Settings(), database_url=url, state_dir=tmp / "state")
+        settings = dataclasses.replace(
+            Settings.from_env(), database_url=url, state_dir=tmp / "state"
+        )
         token = asyncio.run(first_admin_token(settings))
         assert token
         port = free_port()

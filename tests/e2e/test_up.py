@@ -32,11 +32,13 @@ class Up:
     def __init__(self, tmp_path: Path, docker_host: str) -> None:
         self.state = tmp_path / "state"
         self.port, self.gateway_port, self.telemetry_port = free_port(), free_port(), free_port()
+        self.pg_port = free_port()  # every listener's port is settable, PostgreSQL's too
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
         self.env.update(
             DOCKER_HOST=docker_host,
             TUNEPLANE_NODE_GATEWAY_PORT=str(self.gateway_port),
             TUNEPLANE_TELEMETRY_GATEWAY_PORT=str(self.telemetry_port),
+            TUNEPLANE_PG_PORT=str(self.pg_port),
             TUNEPLANE_HEARTBEAT_SECONDS="1",
             PYTHONUNBUFFERED="1",
         )
@@ -104,6 +106,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
 ) -> None:
     printed = up.start()
     assert f"node gateway: 127.0.0.1:{up.gateway_port} (TLS" in printed
+    assert f"embedded PostgreSQL ready on 127.0.0.1:{up.pg_port}" in printed
     assert "local node daemon: node local" in printed
     cli, _ = up.workspace(printed, tmp_path)
 

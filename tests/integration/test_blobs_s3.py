@@ -109,7 +109,7 @@ async def test_no_credentials_at_all(
 def settings_from(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **env: str) -> Settings:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    return dataclasses.replace(Settings(), state_dir=tmp_path / "state")
+    return dataclasses.replace(Settings.from_env(), state_dir=tmp_path / "state")
 
 
 def test_the_blob_store_setting_is_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

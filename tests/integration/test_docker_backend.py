@@ -21,6 +21,7 @@ from adapters.docker.runtimes import BUSYBOX
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import InvalidInput, NotFound, Unavailable
 from domain.ports import Observation
+from entrypoints.settings import Settings
 from tests.fixtures.docker import (
     DOCKERD_SCRIPT,
     containers_of,
@@ -284,7 +285,7 @@ def dead_host(request, tmp_path: Path):
 )
 async def test_unreachable_engine_is_unavailable(dead_host, call, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", dead_host)
-    backend = DockerBackend()  # from $DOCKER_HOST
+    backend = DockerBackend(Settings.from_env().docker_host)  # from $DOCKER_HOST
     assert backend.host == dead_host
     pin = RuntimePin("busybox", BUSYBOX.image, "sha256:" + "0" * 64, None, "single-process")
     calls = {

@@ -63,7 +63,7 @@ async def test_a_configured_control_plane_gets_a_kubernetes_backend(
     config = tmp_path / "kubernetes.toml"
     config.write_text(GOOD.format(kubeconfig=kubeconfig, cd="cd" * 32))
     monkeypatch.setenv(CONFIG_ENV, str(config))
-    wiring = kubernetes_backends(Settings(), _Signer())
+    wiring = kubernetes_backends(Settings.from_env(), _Signer())
     try:
         backends = await anext(wiring)
         backend = backends["kubernetes"]
@@ -79,7 +79,7 @@ async def test_without_a_config_there_is_no_kubernetes_backend(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv(CONFIG_ENV, raising=False)
-    wiring = kubernetes_backends(Settings(), _Signer())
+    wiring = kubernetes_backends(Settings.from_env(), _Signer())
     assert await anext(wiring) == {}
     await wiring.aclose()
 

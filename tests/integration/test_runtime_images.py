@@ -22,6 +22,8 @@ from adapters.docker.rootfs import apt_mirror, is_static_elf
 from adapters.docker.runtimes import BUSYBOX, LOCAL_RUNTIMES, PYTHON, RECIPES
 from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput
+from entrypoints.settings_loader import load
+from entrypoints.settings_sections import BuildSettings
 from tests.fixtures.docker import make_request, wait_for_status
 
 pytestmark = pytest.mark.integration
@@ -132,7 +134,8 @@ def test_mirror_comes_from_apt_sources(tmp_path, monkeypatch):
     )
     assert apt_mirror("bookworm", tmp_path) == "http://one.test/debian"
     monkeypatch.setenv("TUNEPLANE_DEBIAN_MIRROR", "http://override.test/debian")
-    assert apt_mirror("bookworm", tmp_path) == "http://override.test/debian"
+    mirror = load(BuildSettings).debian_mirror
+    assert apt_mirror("bookworm", tmp_path, mirror) == "http://override.test/debian"
 
 
 @pytest.mark.slow

@@ -36,7 +36,9 @@ def empty_context(tmp_path: Path) -> Context:
 
 
 def settings(tmp_path: Path, fleet_file: Path | None) -> Settings:
-    return dataclasses.replace(Settings(), state_dir=tmp_path / "state", fleet_file=fleet_file)
+    return dataclasses.replace(
+        Settings.from_env(), state_dir=tmp_path / "state", fleet_file=fleet_file
+    )
 
 
 async def test_the_documented_example_applies_on_top_of_the_defaults(tmp_path: Path) -> None:
@@ -80,8 +82,8 @@ async def test_a_bad_fleet_file_stops_the_start_naming_the_entry(tmp_path: Path)
 
 def test_settings_and_host_resources(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("TUNEPLANE_FLEET_FILE", str(tmp_path / "f.toml"))
-    assert Settings().fleet_file == tmp_path / "f.toml"
+    assert Settings.from_env().fleet_file == tmp_path / "f.toml"
     monkeypatch.delenv("TUNEPLANE_FLEET_FILE")
-    assert Settings().fleet_file is None
+    assert Settings.from_env().fleet_file is None
     cpus, memory_mb = fleet_config.host_resources()
     assert cpus >= 1 and memory_mb >= 1

@@ -9,7 +9,6 @@ Online migrations take a transaction-level advisory lock so that processes start
 from __future__ import annotations
 
 import asyncio
-import os
 
 from alembic import context
 from sqlalchemy import text
@@ -24,9 +23,9 @@ config = context.config
 
 
 def _url() -> str:
-    url = config.get_main_option("sqlalchemy.url") or os.environ.get("TUNEPLANE_DATABASE_URL")
+    url = config.get_main_option("sqlalchemy.url")
     if not url:
-        raise RuntimeError("no database URL: set sqlalchemy.url or TUNEPLANE_DATABASE_URL")
+        raise RuntimeError("no database URL: run the migrations through adapters.postgres.migrate")
     return async_url(url)
 
 
