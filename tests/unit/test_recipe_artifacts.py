@@ -6,6 +6,8 @@ would refuse later, and imports none of TRL, verl, transformers or torch to do s
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -231,6 +233,32 @@ def test_torchrun_relaunch_follows_the_gang(artifact: Load) -> None:
         "--node-rank=1", "--master-addr=10.0.0.5", "--master-port=29400", "/a/sft.py",
     ]  # fmt: skip
     assert argv("/a/sft.py", {**gang, "TORCHELASTIC_RUN_ID": "x"}) is None  # already under it
+
+
+def test_a_world_of_one_process_is_not_distributed(
+    artifact: Load, env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A one-member job gets the rendezvous variables, LOCAL_RANK=0 among them; with it,
+    transformers' Trainer would wrap the model in DDP over a world of one (about 16% of the
+    steps/s, docs/benchmarks.md). The TRL recipes drop LOCAL_RANK then, and only then."""
+    sft = artifact("trl/sft", "sft.py")
+    common = sys.modules["trl_common"]
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(config_of("trl/sft", {"bf16": "false"})))
+    rendezvous = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "0",
+                  "NODE_RANK": "0", "LOCAL_RANK": "0", "NPROC_PER_NODE": "1"}  # fmt: skip
+    for name, value in {**env, **rendezvous, "CONFIG": str(config)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("NNODES", "1")
+    common.start(sft.__file__, sft.render)
+    assert "LOCAL_RANK" not in os.environ
+    monkeypatch.setenv("LOCAL_RANK", "0")  # a member of a gang of two, under torchrun already
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("NNODES", "2")
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
+    common.start(sft.__file__, sft.render)
+    assert os.environ["LOCAL_RANK"] == "0"
 
 
 def test_grpo_reward_functions(artifact: Load) -> None:

@@ -21,6 +21,7 @@ import tiny_lm
 from tuneplane_recipe import (
     ConfigError,
     fail,
+    gang,
     load_config,
     local_path,
     paths,
@@ -114,11 +115,14 @@ def start(script: str, render: Callable[[dict[str, Any], Mapping[str, str]], dic
     try:
         plan = render(load_config(), os.environ)
         argv = torchrun_argv(script, os.environ)
+        alone = gang(os.environ).world_size <= 1
     except ConfigError as error:
         fail(error)
     if argv is not None:
         print("tuneplane-recipe: " + " ".join(argv), flush=True)
         os.execv(argv[0], argv)
+    if alone:  # a world of one process is not distributed: with LOCAL_RANK set, transformers'
+        os.environ.pop("LOCAL_RANK", None)  # Trainer wraps it in DDP anyway (~16% of its steps/s)
     # transformers 5 takes TensorBoard's directory from this variable (logging_dir is gone)
     os.environ["TENSORBOARD_LOGGING_DIR"] = plan["metrics_dir"]
     return plan
