@@ -15,6 +15,8 @@ source deploy/dev/setup.sh
 if [ $fast -eq 1 ]; then
   # No engine: a test that reaches one without its marker fails (tests/fixtures/tiers.py).
   export DOCKER_HOST="unix:///nonexistent/the-fast-tier-has-no-container-engine.sock"
+  # The node nemesis (tests/sim/test_node_nemesis.py) runs 100 of its 500 seeds; CI runs all.
+  export NEMESIS_SEEDS="${NEMESIS_SEEDS:-0-99}"
   pytest_args=(-m "not (engine or slurm or browser or slow)" --no-engines --durations=15)
 else
   eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
