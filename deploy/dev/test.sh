@@ -17,7 +17,8 @@ if [ $fast -eq 1 ]; then
   export DOCKER_HOST="unix:///nonexistent/the-fast-tier-has-no-container-engine.sock"
   # The node nemesis (tests/sim/test_node_nemesis.py) runs 100 of its 500 seeds; CI runs all.
   export NEMESIS_SEEDS="${NEMESIS_SEEDS:-0-99}"
-  pytest_args=(-m "not (engine or slurm or browser or slow)" --no-engines --durations=15)
+  # Two workers (pytest-xdist): each starts its own PostgreSQL and S3 server on its own ports.
+  pytest_args=(-m "not (engine or slurm or browser or slow)" --no-engines -n 2 --durations=15)
 else
   eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
   export DOCKER_HOST
