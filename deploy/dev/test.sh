@@ -4,8 +4,9 @@
 # the 30 slowest tests listed. Extra arguments go to pytest, e.g. `bash deploy/dev/test.sh -m unit`.
 #
 # --fast: the developer loop (docs/testing.md): the same lint, types and contracts, then every
-# test that needs no container engine, Slurm, browser and is not marked slow (the marker
-# expression in tests/fixtures/tiers.py), with no engine started and none reachable.
+# test that needs no container engine, Slurm or browser and is not marked slow (markers that
+# tests/fixtures/tiers.py derives from the fixtures a test uses), with no engine started and
+# none reachable, on two workers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
