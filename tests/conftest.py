@@ -1,6 +1,7 @@
 """Shared fixtures. Each real server a test needs is started by a fixture module below."""
 
 pytest_plugins = [
+    "tests.fixtures.tiers",
     "tests.fixtures.postgres",
     "tests.fixtures.docker",
     "tests.fixtures.server",

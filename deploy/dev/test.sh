@@ -1,16 +1,33 @@
 #!/usr/bin/env bash
-# Run the whole test suite on a fresh machine: installs what is missing, starts a private Docker
-# engine (tests start their own PostgreSQL), then lint, types, layer contracts and pytest.
-# Extra arguments go to pytest, e.g. `bash deploy/dev/test.sh -m unit`.
+# Run the test suite on a fresh machine: installs what is missing, starts a private Docker
+# engine (tests start their own PostgreSQL), then lint, types, layer contracts and pytest with
+# the 30 slowest tests listed. Extra arguments go to pytest, e.g. `bash deploy/dev/test.sh -m unit`.
+#
+# --fast: the developer loop (docs/testing.md): the same lint, types and contracts, then every
+# test that needs no container engine, Slurm or browser and is not marked slow (markers that
+# tests/fixtures/tiers.py derives from the fixtures a test uses), with no engine started and
+# none reachable, on two workers.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
+fast=0
+if [ "${1:-}" = "--fast" ]; then fast=1; shift; fi
 source deploy/dev/setup.sh
-eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
-export DOCKER_HOST
-# TRL and verl on the CPU, for the post-training recipes (~2 min the first time)
-TUNEPLANE_POST_TRAINING_PYTHON="${TUNEPLANE_POST_TRAINING_PYTHON:-$(bash deploy/dev/post-training-env.sh)}"
-export TUNEPLANE_POST_TRAINING_PYTHON
+if [ $fast -eq 1 ]; then
+  # No engine: a test that reaches one without its marker fails (tests/fixtures/tiers.py).
+  export DOCKER_HOST="unix:///nonexistent/the-fast-tier-has-no-container-engine.sock"
+  # The node nemesis (tests/sim/test_node_nemesis.py) runs 100 of its 500 seeds; CI runs all.
+  export NEMESIS_SEEDS="${NEMESIS_SEEDS:-0-99}"
+  # Two workers (pytest-xdist): each starts its own PostgreSQL and S3 server on its own ports.
+  pytest_args=(-m "not (engine or slurm or browser or slow)" --no-engines -n 2 --durations=15)
+else
+  eval "$(bash deploy/dev/dockerd.sh | grep '^export ')"
+  export DOCKER_HOST
+  # TRL and verl on the CPU, for the post-training recipes (~2 min the first time)
+  TUNEPLANE_POST_TRAINING_PYTHON="${TUNEPLANE_POST_TRAINING_PYTHON:-$(bash deploy/dev/post-training-env.sh)}"
+  export TUNEPLANE_POST_TRAINING_PYTHON
+  pytest_args=(--durations=30)
+fi
 
 echo "==> generated code is current"
 bash proto/generate.sh --check
@@ -23,7 +40,7 @@ echo "==> import-linter"
 .venv/bin/lint-imports
 echo "==> pytest"
 set +e
-.venv/bin/pytest "$@"
+.venv/bin/pytest "${pytest_args[@]}" "$@"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi

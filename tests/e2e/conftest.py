@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,12 @@ async def cli(api_server, tmp_path: Path) -> Cli:  # type: ignore[no-untyped-def
 
 @pytest.fixture
 def up(tmp_path: Path, docker_host: str) -> object:
-    """`tp up` in a state directory of the test's (tests/e2e/test_up.py's ``Up``); stopped after."""
+    """`tp up` (tests/e2e/test_up.py's ``Up``) with a state directory of its own, stopped and
+    removed after. Not under tmp_path: as root, the embedded PostgreSQL runs as user postgres,
+    who needs search permission on every parent, and each pytest session that starts (an xdist
+    worker, another run on the machine) takes it back from /tmp/pytest-of-root."""
     u = Up(tmp_path, docker_host)
+    u.state = Path(tempfile.mkdtemp(prefix="tuneplane-test-up-")) / "state"
     yield u
     u.stop()
+    shutil.rmtree(u.state.parent, ignore_errors=True)

@@ -21,7 +21,7 @@ from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.server import Servers
 from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.slurm]  # module clusters too
 
 RANKS = (
     "echo rank=$RANK world=$WORLD_SIZE node_rank=$NODE_RANK local=$LOCAL_RANK"

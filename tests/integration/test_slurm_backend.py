@@ -32,7 +32,7 @@ from tests.fixtures.docker import make_request
 from tests.fixtures.ray import RAY_ENV
 from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.slurm]  # module clusters too
 
 
 @pytest.fixture(scope="module")
