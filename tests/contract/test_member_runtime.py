@@ -85,7 +85,8 @@ def _script_of(order: PrepareOrder) -> str:
     return next(name for name, (cmd, _) in SCRIPTS.items() if cmd == order.command)
 
 
-@pytest.fixture(params=["sim", "docker"])
+# the docker case reaches the engine through getfixturevalue, which the tiers cannot see
+@pytest.fixture(params=["sim", pytest.param("docker", marks=pytest.mark.engine)])
 def engine(request: pytest.FixtureRequest) -> str | None:
     """The real engine's address for ``docker`` (started if need be); None for ``sim``."""
     return None if request.param == "sim" else str(request.getfixturevalue("docker_host"))
