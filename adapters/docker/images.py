@@ -5,7 +5,7 @@ the cache dir, and loaded through the Engine API as a ``docker save`` archive wi
 our own (``POST /images/load``, image_archive.py: the same inputs give the same image id) under
 the runtime's image name. Building is idempotent: an existing image is kept unless ``force``.
 
-    python -m adapters.docker.images build busybox|python [--docker-host H] [--force]
+    python -m entrypoints.images_cli build busybox|python [--docker-host H] [--force]
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ async def test_unknown_runtime_is_invalid_input(docker_host):
 
 def test_cli_entry_point_builds_and_prints_the_id(docker_host):
     proc = subprocess.run(
-        [sys.executable, "-m", "adapters.docker.images", "build", "busybox",
+        [sys.executable, "-m", "entrypoints.images_cli", "build", "busybox",
          "--docker-host", docker_host],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
