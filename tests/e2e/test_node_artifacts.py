@@ -31,7 +31,9 @@ async def test_node_outputs_are_recorded_verified_on_their_node_and_tampering_is
     cli = await cli_for(cluster, tmp_path)
     job_id = submit(cli, WRITE, "nodes/cpu:1")  # a gang of two whole nodes
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
-    assert job["state"] == "succeeded", job
+    why = [(a.get("reason"), [(m["index"], m.get("state"), m.get("reason")) for m in a["members"]])
+           for a in job["attempts"]]  # fmt: skip
+    assert job["state"] == "succeeded", (job.get("reason"), job.get("exit_code"), why)
     [attempt] = job["attempts"]
     nodes = {m["index"]: m["node"] for m in attempt["members"]}
     assert len(nodes) == 2
