@@ -17,6 +17,7 @@ coordinator that dies at any point is replaced by another that reads the same le
 from __future__ import annotations
 
 import logging
+import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -122,7 +123,9 @@ class GangCoordinator:
             epochs = {name: await uow.links.epoch(name) for name in set(nodes.values())}
             master = nodes[0]
             used = await uow.launches.ports_in_use(master)
-            port = next((p for p in self.settings.ports if p not in used), None)
+            port = next(
+                (p for p in _ports_from(self.settings.ports, attempt.id) if p not in used), None
+            )
             if port is None:
                 return  # every rendezvous port of that node is taken: try again next tick
             plan = LaunchPlan(attempt.id, job.id, now, master, port, coordinator=self.incarnation)
@@ -171,7 +174,7 @@ class GangCoordinator:
         if refused:
             m = refused[0]
             why = f"member {m.index} on node {m.node} refused: {m.vote_reason}"
-            return Decision.ABORT, why, False
+            return Decision.ABORT, why, all(m.vote_busy for m in refused)
         if plan.coordinator != self.incarnation:
             return Decision.ABORT, "the coordinator changed before deciding (presumed abort)", True
         if launches and all(m.vote for m in launches):
@@ -280,6 +283,14 @@ class GangCoordinator:
             if m.state not in MEMBER_FINAL and found is not None:
                 seen[m.id] = _observation(found, connectivity[found.node])
         return seen
+
+
+def _ports_from(ports: range, attempt_id: str) -> list[int]:
+    """The rendezvous ports to try, starting at one drawn from the attempt's id: each attempt
+    (a retry after a node refused a port held by a process we do not know of too) starts at
+    another, and control planes sharing a host rarely pick the same."""
+    start = zlib.crc32(attempt_id.encode()) % len(ports)
+    return [*ports[start:], *ports[:start]]
 
 
 def _to_stop(job: Job, members: list[Member]) -> list[str]:

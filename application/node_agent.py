@@ -201,7 +201,11 @@ class NodeAgent:
                 if existing.phase in (Phase.PREPARED, Phase.REFUSED):
                     await self._vote(existing)
                 return
-            why = await self._why_not(order)
+            why = self._why_not(order)
+            busy = await self._busy(order) if why is None else None
+            if busy is not None:  # a passing condition: said, not journalled (a repeat re-asks)
+                await self._say(Vote(order.ref, False, busy, busy=True))
+                return
             entry = JournalEntry(order, Phase.PREPARING)
             if why is not None:
                 refused = replace(entry, phase=Phase.REFUSED, reason=why)
@@ -210,9 +214,17 @@ class NodeAgent:
             await self.journalled(entry)
         self._tasks[mid] = asyncio.create_task(self._prepare(entry))
 
-    async def _why_not(self, order: PrepareOrder) -> str | None:
+    def _why_not(self, order: PrepareOrder) -> str | None:
+        """Why this member cannot run here at all (the launch fails)."""
         if order.node != self.node:
             return f"this Prepare is for node {order.node}; this is node {self.node}"
+        if order.source_digest and order.source_digest not in self.sources:
+            return f"source archive {order.source_digest} did not arrive intact"
+        return None
+
+    async def _busy(self, order: PrepareOrder) -> str | None:
+        """Why this member cannot run here *now*, for a passing condition of this node (the
+        launch is aborted and the job queued again, with another rendezvous port)."""
         if not order.installation:
             return f"node {self.node} has not learnt its installation yet"
         if not self.recovered:  # a PREPARING row now would be rolled back by the recovery
@@ -229,8 +241,6 @@ class NodeAgent:
                 return f"GPU {g} is still held by member {busy[g]}"
         if order.check_port and not self.runtime.port_free(order.check_port):
             return f"rendezvous port {order.check_port} is in use on node {self.node}"
-        if order.source_digest and order.source_digest not in self.sources:
-            return f"source archive {order.source_digest} did not arrive intact"
         return None
 
     async def _prepare(self, entry: JournalEntry) -> None:

@@ -218,7 +218,13 @@ class NodeControl:
             session.held[ref.member_id] = (ref, phase)
             async with self.ctx.units.nodes() as uow:
                 await uow.launches.vote(
-                    ref.member_id, ref.epoch, message.yes, message.reason, now, engine_of(session)
+                    ref.member_id,
+                    ref.epoch,
+                    message.yes,
+                    message.reason,
+                    now,
+                    engine_of(session),
+                    busy=message.busy,
                 )
                 await uow.launches.report(
                     ref.member_id, MemberReport(ref, phase, None, message.reason), now

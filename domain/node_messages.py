@@ -39,6 +39,9 @@ class Vote:
     ref: MemberRef
     yes: bool
     reason: str = ""
+    # a no for a passing condition of the node (a port or GPU still held, the journal not yet
+    # reconciled), not of the job: the launch is aborted and the job queued again
+    busy: bool = False
 
 
 @dataclass(frozen=True, slots=True)

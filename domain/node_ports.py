@@ -191,6 +191,7 @@ class MemberLaunch:
     epoch: int
     vote: bool | None = None
     vote_reason: str = ""
+    vote_busy: bool = False  # a no for a passing condition of its node (the job is queued again)
     voted_at: datetime | None = None
     phase: Phase | None = None
     exit_code: int | None = None
@@ -246,6 +247,7 @@ class LaunchLedger(Protocol):
         reason: str,
         now: datetime,
         engine: str = "",
+        busy: bool = False,
     ) -> bool:
         """Record a member's vote if its epoch matches, its attempt is undecided and it has not
         voted yet; True when recorded. ``engine``: the container engine its node prepared it

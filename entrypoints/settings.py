@@ -67,6 +67,18 @@ def _signals(raw: str) -> bool:
     return raw == "on"
 
 
+def _port_range(raw: str) -> range:
+    """``FIRST-LAST`` (both included), e.g. ``29500-29999``."""
+    first, dash, last = raw.strip().partition("-")
+    fix = "write FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, e.g. 29500-29999"
+    if not (dash and first.strip().isdigit() and last.strip().isdigit()):
+        raise SettingError(f"TUNEPLANE_RENDEZVOUS_PORTS={raw!r} is not a range of ports", fix)
+    lo, hi = int(first), int(last)
+    if not 1024 <= lo <= hi <= 65535:
+        raise SettingError(f"TUNEPLANE_RENDEZVOUS_PORTS={raw!r} is out of bounds", fix)
+    return range(lo, hi + 1)
+
+
 def _blob_store(raw: str) -> str:
     """Empty (the state directory's blobs/), a directory (a shared mount too), or
     ``s3://bucket/prefix/``."""
@@ -245,6 +257,15 @@ class Settings:
         env="TUNEPLANE_PREPARE_TIMEOUT_SECONDS",
         section="node-gateway",
         doc="a gang member silent this long while preparing aborts the launch (retried)",
+    )
+    rendezvous_ports: range = var(
+        range(29500, 30000),
+        env="TUNEPLANE_RENDEZVOUS_PORTS",
+        section="node-gateway",
+        parse=_port_range,
+        default_doc="`29500-29999`",
+        doc="the host ports a gang's rendezvous (torch `MASTER_PORT`, Ray's GCS) is given on its "
+        "first node, `FIRST-LAST`; control planes sharing hosts get ranges of their own",
     )
     node_lost_after_seconds: Seconds = var(
         0,

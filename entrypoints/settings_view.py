@@ -61,6 +61,9 @@ def shown(value: Any) -> str:
         return "on" if value else "off"
     if isinstance(value, Path | float | int | str):
         return str(value)
+    if isinstance(value, range):
+        return f"{value.start}-{value.stop - 1}"
+
     return repr(value)
 
 

@@ -155,14 +155,16 @@ class Heartbeat(_message.Message):
     def __init__(self, sent_unix_ms: _Optional[int] = ...) -> None: ...
 
 class Vote(_message.Message):
-    __slots__ = ("ref", "yes", "reason")
+    __slots__ = ("ref", "yes", "reason", "busy")
     REF_FIELD_NUMBER: _ClassVar[int]
     YES_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    BUSY_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     yes: bool
     reason: str
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., yes: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    busy: bool
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., yes: _Optional[bool] = ..., reason: _Optional[str] = ..., busy: _Optional[bool] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("ref", "stage", "fraction", "detail")

@@ -223,7 +223,9 @@ def node_message_to(seq: int, body: NodeBody) -> pb.NodeMessage:
     elif isinstance(body, Heartbeat):
         msg.heartbeat.sent_unix_ms = body.sent_unix_ms
     elif isinstance(body, Vote):
-        msg.vote.CopyFrom(pb.Vote(ref=ref_to(body.ref), yes=body.yes, reason=body.reason))
+        msg.vote.CopyFrom(
+            pb.Vote(ref=ref_to(body.ref), yes=body.yes, reason=body.reason, busy=body.busy)
+        )
     elif isinstance(body, Progress):
         msg.progress.CopyFrom(
             pb.Progress(
@@ -282,7 +284,7 @@ def node_message_from(m: pb.NodeMessage) -> tuple[int, NodeBody]:
         body = Heartbeat(m.heartbeat.sent_unix_ms)
     elif kind == "vote":
         v = m.vote
-        body = Vote(ref_from(v.ref), v.yes, _text(v.reason, "reason"))
+        body = Vote(ref_from(v.ref), v.yes, _text(v.reason, "reason"), v.busy and not v.yes)
     elif kind == "progress":
         p = m.progress
         body = Progress(

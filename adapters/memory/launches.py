@@ -102,6 +102,7 @@ class MemoryLaunchLedger:
         reason: str,
         now: datetime,
         engine: str = "",
+        busy: bool = False,
     ) -> bool:
         tx = self._tx
         seen: MemberLaunch | None = tx.get("member_launches", member_id)
@@ -114,7 +115,14 @@ class MemoryLaunchLedger:
             return False
         if m.vote is not None or not self._current(m, epoch):
             return False
-        voted = replace(m, vote=yes, vote_reason=reason, voted_at=now, engine=engine if yes else "")
+        voted = replace(
+            m,
+            vote=yes,
+            vote_reason=reason,
+            vote_busy=busy and not yes,
+            voted_at=now,
+            engine=engine if yes else "",
+        )
         tx.write("member_launches", voted)
         return True
 

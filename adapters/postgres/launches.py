@@ -63,7 +63,8 @@ _VOTE = text(
     "WITH l AS (SELECT la.attempt_id FROM launches la JOIN member_launches x "
     "           ON x.attempt_id = la.attempt_id "
     "           WHERE x.member_id = :member_id AND la.decision IS NULL FOR SHARE OF la) "
-    "UPDATE member_launches ml SET vote = :yes, vote_reason = :reason, voted_at = :now, "
+    "UPDATE member_launches ml SET vote = :yes, vote_reason = :reason, vote_busy = :busy, "
+    "voted_at = :now, "
     "engine = :engine "
     "FROM l, nodes n "
     "WHERE ml.member_id = :member_id AND ml.attempt_id = l.attempt_id AND ml.vote IS NULL "
@@ -149,6 +150,7 @@ def _member(r: Any) -> MemberLaunch:
         epoch=r["epoch"],
         vote=r["vote"],
         vote_reason=r["vote_reason"],
+        vote_busy=r["vote_busy"],
         voted_at=r["voted_at"],
         phase=Phase(r["phase"]) if r["phase"] is not None else None,
         exit_code=r["exit_code"],
@@ -269,6 +271,7 @@ class PostgresLaunchLedger:
         reason: str,
         now: datetime,
         engine: str = "",
+        busy: bool = False,
     ) -> bool:
         params = {
             "member_id": member_id,
@@ -277,6 +280,7 @@ class PostgresLaunchLedger:
             "reason": reason,
             "now": now,
             "engine": engine if yes else "",
+            "busy": busy and not yes,
         }
         with translated(f"record the vote of member {member_id}"):
             done = (await self._conn.execute(_VOTE, params)).first()

@@ -432,6 +432,7 @@ member_launches = Table(
     Column("epoch", BigInteger, nullable=False),
     Column("vote", Boolean, nullable=True),
     Column("vote_reason", Text, nullable=False, server_default=""),
+    Column("vote_busy", Boolean, nullable=False, server_default="false"),
     ts("voted_at", nullable=True),
     Column("phase", Text, nullable=True),
     Column("exit_code", Integer, nullable=True),

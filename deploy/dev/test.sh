@@ -27,10 +27,9 @@ else
   # TRL and verl on the CPU, for the post-training recipes (~2 min the first time)
   TUNEPLANE_POST_TRAINING_PYTHON="${TUNEPLANE_POST_TRAINING_PYTHON:-$(bash deploy/dev/post-training-env.sh)}"
   export TUNEPLANE_POST_TRAINING_PYTHON
-  # One worker: on two (-n 2 --dist loadfile, 16 min instead of 30) node clusters of both
-  # workers share this host's rendezvous ports and a gang can find its port taken
-  # (docs/testing.md).
-  pytest_args=(--durations=30)
+  # Two workers, one module each at a time (a module's servers are started once); each worker's
+  # control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
+  pytest_args=(-n 2 --dist loadfile --durations=30)
 fi
 
 echo "==> generated code is current"

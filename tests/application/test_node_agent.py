@@ -114,24 +114,37 @@ async def test_repeated_prepare_votes_again_and_prepares_once() -> None:
     ("kw", "why"),
     [
         ({"node": "n2"}, "this Prepare is for node n2"),
-        ({"check_port": 29500}, "rendezvous port 29500 is in use"),
         ({"source_digest": "sha256:" + "0" * 64}, "did not arrive intact"),
     ],
 )
 async def test_prepare_refusals(kw: dict[str, Any], why: str) -> None:
     h = Harness()
-    h.runtime.busy_ports.add(29500)
     await prepared(h, order(**kw))
     [vote] = h.votes()
-    assert not vote.yes and why in vote.reason
+    assert not vote.yes and not vote.busy and why in vote.reason
     assert h.phase() is Phase.REFUSED and not h.runtime.containers
+    await prepared(h, order(**kw))  # a repeated Prepare hears the same no, from the journal
+    assert h.votes()[-1] == vote and not h.runtime.containers
+
+
+async def test_a_rendezvous_port_held_by_a_stranger_is_a_busy_no_that_a_repeat_asks_again() -> None:
+    h = Harness()
+    h.runtime.busy_ports.add(29500)
+    o = await prepared(h, order(check_port=29500))
+    [vote] = h.votes()
+    assert (vote.yes, vote.busy) == (False, True)
+    assert "rendezvous port 29500 is in use on node n1" in vote.reason
+    assert h.phase() is None and not h.runtime.containers  # nothing journalled: a passing no
+    h.runtime.busy_ports.clear()
+    await prepared(h, o)  # asked again once the port is free: prepared
+    assert h.votes()[-1].yes and h.phase() is Phase.PREPARED
 
 
 async def test_a_busy_gpu_is_refused() -> None:
     h = Harness()
     await prepared(h)
     await prepared(h, order("m1"))
-    assert [v.yes for v in h.votes()] == [True, False]
+    assert [(v.yes, v.busy) for v in h.votes()] == [(True, False), (False, True)]
     assert "GPU 0 is still held by member m0" in h.votes()[1].reason
 
 
@@ -340,15 +353,15 @@ async def test_the_installation_comes_from_the_welcome_and_never_changes() -> No
     assert hello.scan is not None and not hello.scan.complete
     assert "installation" in hello.scan.reason
     await prepared(h)  # a Prepare before the Welcome: refused, nothing created
-    assert "has not learnt its installation" in h.votes()[0].reason and not h.runtime.containers
+    assert "has not learnt its installation" in h.votes()[0].reason and h.votes()[0].busy
+    assert not h.runtime.containers and h.phase() is None
     with pytest.raises(InvalidInput, match="did not name its installation"):
         await h.agent.welcomed(1)  # an older control plane
     h.sent.clear()
     await h.agent.welcomed(1, INSTALLATION)  # reconciled at once, before any further order
     assert h.journal.meta("installation") == INSTALLATION and h.agent.recovered
     [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
-    assert inventory.scan == EngineScan("engine-n1", True)
-    assert inventory.journal[0].ref.member_id == "m0"
+    assert inventory == Inventory(EngineScan("engine-n1", True), ())  # the no was not journalled
     with pytest.raises(InvalidInput, match="belongs to installation inst-a"):
         await h.agent.welcomed(1, "inst-other")
     await prepared(h, order("m1", gpu_indices=(1,)))
@@ -376,6 +389,5 @@ async def test_a_scan_the_engine_cannot_answer_is_incomplete_and_made_again_late
     [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
     assert inventory.scan.complete
     assert {r.ref.member_id: r.phase for r in inventory.journal} == {
-        "m0": Phase.RUNNING,  # re-adopted once the engine answered
-        "m1": Phase.REFUSED,
+        "m0": Phase.RUNNING,  # re-adopted once the engine answered (m1's no was not journalled)
     }

@@ -187,6 +187,18 @@ async def test_a_no_vote_keeps_its_reason(uow_factory: UnitOfWorkFactory) -> Non
     )
 
 
+async def test_a_busy_no_is_kept_and_a_yes_is_never_busy(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory)
+    g = await new_gang(uow_factory)
+    async with uow_factory() as uow:
+        assert await uow.launches.vote(g.members[0].id, 1, True, "", at(2), "e", busy=True)
+        assert await uow.launches.vote(g.members[1].id, 1, False, "port held", at(2), busy=True)
+        await uow.commit()
+    first, second = await member_launches(uow_factory, g.attempt.id)
+    assert (first.vote, first.vote_busy) == (True, False)
+    assert (second.vote, second.vote_busy, second.vote_reason) == (False, True, "port held")
+
+
 async def test_fencing_refuses_the_node_s_members_and_marks_them_fenced(
     uow_factory: UnitOfWorkFactory,
 ) -> None:

@@ -152,6 +152,47 @@ async def test_a_no_vote_aborts_the_gang_and_nothing_starts(tmp_path: Path) -> N
     assert await w.live_reservations() == 0
 
 
+async def test_a_rendezvous_port_held_by_a_stranger_queues_the_job_again_on_another_port(
+    world: World,
+) -> None:
+    for node in world.fleet.nodes.values():  # a process we know nothing of holds every port
+        node.runtime.busy_ports = set(range(29500, 30000))
+    job_id = await world.submit()
+    for _ in range(60):
+        d = await world.job(job_id)
+        if d.attempts and "queued again" in d.job.reason:
+            break
+        await world.step()
+    first = d.attempts[0]
+    async with world.ctx.uow() as uow:
+        plan = await uow.launches.plan(first.attempt.id)
+    assert plan is not None and plan.retry
+    held = plan.master_port
+    assert f"rendezvous port {held} is in use" in d.job.reason
+    assert d.job.state is JobState.PENDING and await world.live_reservations() == 0
+    for node in world.fleet.nodes.values():  # the stranger lets go of all but that port
+        node.runtime.busy_ports = {held}
+    d = await world.until(job_id, {JobState.RUNNING})
+    async with world.ctx.uow() as uow:
+        second = await uow.launches.plan(d.attempts[-1].attempt.id)
+    assert second is not None and second.master_port != held
+    assert len(d.attempts) == 2 and world.fleet.starts() == {
+        m.id: 1 for m in d.attempts[-1].members
+    }
+
+
+async def test_a_port_that_stays_held_fails_the_job_after_the_launch_retries(
+    world: World,
+) -> None:
+    for node in world.fleet.nodes.values():
+        node.runtime.busy_ports = set(range(29500, 30000))
+    job_id = await world.submit()
+    d = await world.until(job_id, {JobState.FAILED}, steps=120)
+    assert len(d.attempts) == 3  # the first and two launch retries (GangSettings.launch_retries)
+    assert "is in use on node" in d.job.reason
+    assert world.fleet.starts() == {} and await world.live_reservations() == 0
+
+
 @pytest.mark.parametrize("seed", range(120))
 async def test_coordinator_killed_at_a_random_point(tmp_path: Path, seed: int) -> None:
     w = World(tmp_path, seed)

@@ -23,6 +23,7 @@ from domain.node_messages import (
     OutputsScanned,
     ScanOutputs,
     TokenRenewal,
+    Vote,
     Welcome,
 )
 from domain.node_protocol import EngineScan, MemberReport, NodeCapacity, Phase
@@ -130,3 +131,15 @@ def test_a_hello_and_an_inventory_carry_the_engine_scan_and_a_welcome_the_instal
     huge = pb.NodeMessage(seq=6, inventory=pb.Inventory(scan=pb.EngineScan(reason="x" * 5000)))
     with pytest.raises(InvalidInput, match=r"scan\.reason is longer"):
         node_message_from(huge)
+
+
+def test_a_vote_round_trips_and_a_yes_is_never_busy() -> None:
+    ref = entry("w", 1).order.ref
+    for body, back in (
+        (Vote(ref, False, "port 29500 held", busy=True), None),
+        (Vote(ref, False, "no such image"), None),
+        (Vote(ref, True), None),
+        (Vote(ref, True, busy=True), Vote(ref, True)),  # a yes holds no condition to wait out
+    ):
+        wire = node_message_to(3, body).SerializeToString()
+        assert node_message_from(pb.NodeMessage.FromString(wire)) == (3, back or body)

@@ -48,6 +48,10 @@ def test_a_stale_docs_table_is_caught(tmp_path: Path, monkeypatch: pytest.Monkey
         ("TUNEPLANE_PG_BIN", "/nonexistent/bin", "does not exist"),
         ("TUNEPLANE_PG_PORT", "65536", "is not a whole number from 1 to 65535"),
         ("TUNEPLANE_SIGNALS", "yes", "is neither on nor off"),
+        ("TUNEPLANE_RENDEZVOUS_PORTS", "29500", "is not a range of ports"),
+        ("TUNEPLANE_RENDEZVOUS_PORTS", "-1-5", "is not a range of ports"),
+        ("TUNEPLANE_RENDEZVOUS_PORTS", "30000-29999", "is out of bounds"),
+        ("TUNEPLANE_RENDEZVOUS_PORTS", "80-90", "is out of bounds"),
     ],
 )
 def test_a_bad_value_stops_the_start_naming_variable_value_and_fix(
@@ -77,6 +81,8 @@ def test_blank_is_unset_and_explicit_fields_are_known() -> None:
         load(NodeSettings, {"TUNEPLANE_NODE_RETRY_MAX_SECONDS": " 0.5 "}).retry_max_seconds == 0.5
     )
     assert load(SlurmSettings, {"TUNEPLANE_SLURM_ACCOUNTING": "yes"}).accounting is True
+    ports = Settings.from_env({"TUNEPLANE_RENDEZVOUS_PORTS": " 30000-30000 "}).rendezvous_ports
+    assert list(ports) == [30000]
 
 
 def test_the_file_is_under_the_environment(tmp_path: Path) -> None:

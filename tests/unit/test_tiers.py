@@ -96,3 +96,12 @@ def test_no_engines_fails_a_test_that_reaches_a_component(suite: pytest.Pytester
         assert f"ERROR test_tiers_example.py::{name} - Failed: --no-engines" in out
         assert f"must be marked `{marker}`" in out
     assert "FAILED test_tiers_example.py::test_starts_slurm_unmarked" in out
+
+
+def test_each_xdist_worker_gets_its_own_share_of_the_rendezvous_ports() -> None:
+    from tests.fixtures.server import worker_rendezvous_ports
+
+    assert worker_rendezvous_ports({}) == "29500-29999"
+    two = {"PYTEST_XDIST_WORKER_COUNT": "2"}
+    shares = [worker_rendezvous_ports(dict(two, PYTEST_XDIST_WORKER=f"gw{i}")) for i in (0, 1)]
+    assert shares == ["29500-29749", "29750-29999"]
