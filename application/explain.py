@@ -66,7 +66,7 @@ async def estimate_wait(ctx: Context, principal: Principal, preview_id: str) -> 
     in queue order (priority, then commit time) and the same text `tp job why` would show."""
     preview = await get_preview(ctx, principal, preview_id)
     async with ctx.units.admission() as uow:
-        snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT)
+        snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT, ctx.clock.now())
     spec = preview.spec
     candidate = PendingJob(preview.id, spec.queue, ctx.clock.now(), spec.roles)
     pending = [*snapshot.pending, candidate]
@@ -90,9 +90,13 @@ async def estimate_wait(ctx: Context, principal: Principal, preview_id: str) -> 
 async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explanation:
     details = await get_job(ctx, principal, job_id)
     job = details.job
+    now = ctx.clock.now()
+    if job.state is JobState.PENDING and job.not_before is not None and job.not_before > now:
+        # "attempt 2 failed (node n3 fenced); attempt 3 waits for backoff until 14:05:12"
+        return Explanation(job.id, job.state, "backoff", job.reason)
     if job.state is JobState.PENDING:
         async with ctx.units.admission() as uow:
-            snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT)
+            snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT, now)
         decisions = decide(snapshot)
         total = len(snapshot.pending)
         wait = decisions.waits.get(job.id)

@@ -32,7 +32,8 @@ from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, Phase
 from domain.ports import Observation
-from domain.progress import driver_ended
+from domain.progress import driver_ended, retried
+from domain.retry import LAUNCH_FAILED, REQUEUED
 from domain.unit_of_work import FleetUnit, PlacementUnit
 
 log = logging.getLogger("tuneplane.gang")
@@ -200,12 +201,13 @@ class GangCoordinator:
     async def _aborted(self, job: Job, attempt: Attempt, plan: LaunchPlan) -> None:
         reason = f"launch aborted: {plan.reason}"
         now = self.ctx.clock.now()
-        again = (
-            plan.retry
-            and job.state is JobState.STARTING
-            and attempt.number <= self.settings.launch_retries
-        )
         async with self.ctx.units.placement() as uow:
+            requeued = [a for a in await uow.attempts.for_job(job.id) if a.end == REQUEUED]
+            again = (
+                plan.retry
+                and job.state is JobState.STARTING
+                and len(requeued) < self.settings.launch_retries
+            )
             if again:  # nothing started and nothing was wrong with the job: queue it again
                 await self._requeue(uow, job, attempt, reason, now)
             else:
@@ -223,7 +225,7 @@ class GangCoordinator:
                 )
         if attempt.state not in ATTEMPT_FINAL:
             await uow.attempts.update(
-                attempt.moved(AttemptState.FAILED, now, reason), attempt.state
+                attempt.moved(AttemptState.FAILED, now, reason, cause=REQUEUED), attempt.state
             )
         text = f"attempt {attempt.number} {reason}; queued again"
         await uow.jobs.update(job.moved(JobState.PENDING, now, text), job.state)
@@ -239,17 +241,23 @@ class GangCoordinator:
         for m in await uow.members.for_attempt(attempt.id):
             if m.state not in MEMBER_FINAL:
                 await uow.members.update(m.moved(target, now, f"not started: {reason}"), m.state)
+        ended = attempt
         if attempt.state not in ATTEMPT_FINAL:
-            ended = attempt
             if stopping:  # a launching attempt is cancelled by way of stopping
                 if ended.state is not AttemptState.STOPPING:
                     ended = ended.moved(AttemptState.STOPPING, now, reason)
                 ended = ended.moved(AttemptState.CANCELLED, now, reason)
             else:
-                ended = ended.moved(AttemptState.FAILED, now, reason)
+                ended = ended.moved(AttemptState.FAILED, now, reason, cause=LAUNCH_FAILED)
             await uow.attempts.update(ended, attempt.state)
         j_target = JobState.CANCELLED if stopping else JobState.FAILED
-        await uow.jobs.update(job.moved(j_target, now, reason), job.state)
+        job_now = job.moved(j_target, now, reason)
+        if not stopping:  # its retry policy may start another attempt
+            attempts = [
+                ended if a.id == ended.id else a for a in await uow.attempts.for_job(job.id)
+            ]
+            job_now = retried(job, job_now, attempts, now)
+        await uow.jobs.update(job_now, job.state)
         await uow.reservations.release(attempt.id)
 
     # -- phase 3b: committed ----------------------------------------------------------------

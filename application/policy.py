@@ -211,9 +211,11 @@ async def update_queue(
     priority: int | Keep = KEEP,
     gpu_quota: int | Keep | None = KEEP,
     job_quota: int | Keep | None = KEEP,
+    max_attempts: int | Keep | None = KEEP,
 ) -> Queue:
     """Change some fields of a queue (admins and operators); ``None`` quota means no cap.
-    Jobs already holding reservations keep them; the new quotas apply to later admissions."""
+    Jobs already holding reservations keep them; the new quotas apply to later admissions, a
+    new ``max_attempts`` to later submissions."""
     require(principal, OPERATORS, "change queues")
     async with ctx.units.fleet() as uow:
         old = await uow.policy.queue(name)
@@ -225,6 +227,7 @@ async def update_queue(
             old.priority if isinstance(priority, Keep) else priority,
             old.gpu_quota if isinstance(gpu_quota, Keep) else gpu_quota,
             old.job_quota if isinstance(job_quota, Keep) else job_quota,
+            old.max_attempts if isinstance(max_attempts, Keep) else max_attempts,
         ).check()
         if queue.team != old.team:
             await _require_teams(uow, [queue.team], "team")

@@ -27,6 +27,7 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
+from domain.retry import NODE_LOST
 from domain.unit_of_work import JobsUnit
 
 
@@ -91,6 +92,11 @@ async def _fence_once(ctx: Context, node: str, text: str) -> int:
         for r in await uow.reservations.live():
             if not any(a.node == node for a in r.assignments):
                 continue
+            attempt = await uow.attempts.get(r.attempt_id)
+            if attempt is not None and attempt.state not in ATTEMPT_FINAL:
+                lost = attempt.caused(NODE_LOST, now)  # for its job's retry policy
+                if lost is not attempt:
+                    await uow.attempts.update(lost, attempt.state)
             for m in await uow.members.for_attempt(r.attempt_id):
                 if m.node == node and m.state not in MEMBER_FINAL:
                     await uow.members.update(m.moved(MemberState.FAILED, now, text), m.state)

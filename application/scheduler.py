@@ -45,7 +45,7 @@ class Scheduler:
     async def decide(self) -> tuple[Decisions, dict[str, int]]:
         """The decisions, and how many attempts each pending job already had."""
         async with self.ctx.units.admission() as uow:
-            snapshot = await uow.scheduling.snapshot(self.snapshot_limit)
+            snapshot = await uow.scheduling.snapshot(self.snapshot_limit, self.ctx.clock.now())
         self._snapshot = snapshot
         return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in snapshot.pending}
 

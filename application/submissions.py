@@ -100,7 +100,7 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     backend = ctx.backend(backend_name)
     source = await _source(ctx, intent.source)
     pin = await backend.pin(runtime)  # a network call: outside any transaction
-    spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name)
+    spec = resolve(intent, ctx.catalog, pin, roles, backend.name, queue.name, queue.max_attempts)
     _check_needs(method, backend.name, backend.storage)
     uses, plugin_files = await plugins.for_preview(
         ctx, intent.plugins, backend.name, backend.storage.capsule

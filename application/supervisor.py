@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
+from datetime import datetime
 from typing import Any
 
 from application.capacity_sync import sync_capacity
@@ -34,8 +35,9 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.progress import driver_ended, first_failure, job_after, member_after
-from domain.unit_of_work import FleetUnit
+from domain.progress import driver_ended, first_failure, job_after, member_after, retried
+from domain.retry import LAUNCH_FAILED
+from domain.unit_of_work import FleetUnit, JobsUnit
 
 log = logging.getLogger("tuneplane.supervisor")
 
@@ -231,10 +233,13 @@ class Supervisor:
                     await uow.members.update(m.moved(MemberState.FAILED, now, reason), m.state)
             current = await uow.attempts.get(attempt.id)
             if current is not None and current.state not in ATTEMPT_FINAL:
-                await uow.attempts.update(
-                    current.moved(AttemptState.FAILED, now, reason), current.state
-                )
-            await uow.jobs.update(job.moved(JobState.FAILED, now, reason), job.state)
+                current_now = current.moved(AttemptState.FAILED, now, reason, cause=LAUNCH_FAILED)
+                await uow.attempts.update(current_now, current.state)
+                current = current_now
+            ended = job.moved(JobState.FAILED, now, reason)
+            if current is not None:
+                ended = await _retried(uow, job, ended, current, now)
+            await uow.jobs.update(ended, job.state)
             await uow.reservations.release(attempt.id)
             await uow.commit()
         for m in launched:
@@ -379,6 +384,8 @@ class Supervisor:
             job_now, attempt_now = job_after(job, attempt, updated, now)
             if attempt_now is not attempt:
                 await uow.attempts.update(attempt_now, attempt.state)
+            if job_now.state is JobState.FAILED and job.state is not JobState.FAILED:
+                job_now = await _retried(uow, job, job_now, attempt_now, now)
             if job_now is not job:
                 await uow.jobs.update(job_now, job.state)
             if all(m.state in MEMBER_FINAL for m in updated):  # every member known stopped
@@ -435,6 +442,13 @@ class Supervisor:
         except TunePlaneError as exc:
             chunks.append(f"\n[tuneplane: log collection failed: {exc}]\n".encode())
         return b"".join(chunks)
+
+
+async def _retried(uow: JobsUnit, job: Job, ended: Job, attempt: Attempt, now: datetime) -> Job:
+    """``ended``, or the job pending again when its retry policy starts another attempt
+    (``attempt``: the one that ended, as it is now written)."""
+    attempts = [attempt if a.id == attempt.id else a for a in await uow.attempts.for_job(job.id)]
+    return retried(job, ended, attempts, now)
 
 
 async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:

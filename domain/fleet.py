@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from domain.catalog import check_name
 from domain.errors import InvalidInput
+from domain.retry import MAX_ATTEMPTS
 
 MAX_GPUS_PER_NODE = 64
 MIN_CPUS = 0.001  # CPUs are counted in thousandths
@@ -131,7 +132,9 @@ class Queue:
     """A team's queue. Higher ``priority`` is served first; FIFO within a priority.
 
     ``gpu_quota`` caps the GPUs its jobs hold at once; ``job_quota`` caps how many of its jobs
-    hold a reservation at once. ``None`` means no cap.
+    hold a reservation at once; ``max_attempts`` caps the attempts a job's retry policy may
+    make (applied when a submission is resolved, so its preview shows it). ``None`` means no
+    cap.
     """
 
     name: str
@@ -139,6 +142,7 @@ class Queue:
     priority: int = 0
     gpu_quota: int | None = None
     job_quota: int | None = None
+    max_attempts: int | None = None
 
     def check(self) -> Queue:
         check_name(self.name, "queue name", "name")
@@ -150,6 +154,12 @@ class Queue:
                     fix=f"give {label} as 0 or more, or leave it out for no cap",
                     field=label,
                 )
+        if self.max_attempts is not None and not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise InvalidInput(
+                f"queue {self.name}: max_attempts is {self.max_attempts}",
+                fix=f"give max_attempts from 1 (no retry) to {MAX_ATTEMPTS}, or leave it out",
+                field="max_attempts",
+            )
         if not -1000 <= self.priority <= 1000:
             raise InvalidInput(
                 f"queue {self.name}: priority {self.priority} is out of range",

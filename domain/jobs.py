@@ -31,9 +31,16 @@ class Job:
     updated_at: datetime
     reason: str = ""
     exit_code: int | None = None
+    # pending again after an attempt ended (its retry policy): not admitted before this time
+    not_before: datetime | None = None
 
     def moved(
-        self, target: JobState, now: datetime, reason: str = "", exit_code: int | None = None
+        self,
+        target: JobState,
+        now: datetime,
+        reason: str = "",
+        exit_code: int | None = None,
+        not_before: datetime | None = None,
     ) -> Job:
         check_transition(JOB_TRANSITIONS, self.state, target, f"job {self.id}")
         return replace(
@@ -42,6 +49,7 @@ class Job:
             updated_at=now,
             reason=reason,  # a reason explains its state: replaced or cleared
             exit_code=exit_code if exit_code is not None else self.exit_code,
+            not_before=not_before,  # explains a pending state only
         )
 
 
@@ -55,9 +63,17 @@ class Attempt:
     updated_at: datetime
     reason: str = ""
     exit_code: int | None = None
+    # why it is ending, as its backend or the control plane classified it (domain/retry.py):
+    # node-lost, preempted, launch-failed, requeued; "" until then, and for a plain exit
+    cause: str = ""
 
     def moved(
-        self, target: AttemptState, now: datetime, reason: str = "", exit_code: int | None = None
+        self,
+        target: AttemptState,
+        now: datetime,
+        reason: str = "",
+        exit_code: int | None = None,
+        cause: str = "",
     ) -> Attempt:
         check_transition(ATTEMPT_TRANSITIONS, self.state, target, f"attempt {self.id}")
         return replace(
@@ -66,7 +82,22 @@ class Attempt:
             updated_at=now,
             reason=reason,  # a reason explains its state: replaced or cleared
             exit_code=exit_code if exit_code is not None else self.exit_code,
+            cause=self.cause or cause,  # the first cause found is the cause
         )
+
+    def caused(self, cause: str, now: datetime) -> Attempt:
+        """The same state, with why it is ending (its node fenced, …) unless already known."""
+        return self if self.cause else replace(self, cause=cause, updated_at=now)
+
+    @property
+    def end(self) -> str:
+        """How it ended, for its job's retry policy: cancelled, node-lost, preempted,
+        launch-failed, failed (an exit), requeued; "" while it runs or when it succeeded."""
+        if self.state is AttemptState.CANCELLED:
+            return "cancelled"
+        if self.state is AttemptState.FAILED:
+            return self.cause or "failed"
+        return ""
 
 
 @dataclass(frozen=True, slots=True)

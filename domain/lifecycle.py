@@ -47,7 +47,10 @@ JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
         # back to PENDING: a gang launch aborted before anything started (queued again)
         {JobState.PENDING, JobState.RUNNING, JobState.STOPPING, JobState.FAILED, JobState.SUCCEEDED}
     ),
-    JobState.RUNNING: frozenset({JobState.STOPPING, JobState.SUCCEEDED, JobState.FAILED}),
+    # back to PENDING: its attempt ended and its retry policy starts another
+    JobState.RUNNING: frozenset(
+        {JobState.PENDING, JobState.STOPPING, JobState.SUCCEEDED, JobState.FAILED}
+    ),
     JobState.STOPPING: frozenset({JobState.CANCELLED, JobState.SUCCEEDED, JobState.FAILED}),
     JobState.SUCCEEDED: frozenset(),
     JobState.FAILED: frozenset(),

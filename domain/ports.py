@@ -318,12 +318,13 @@ class Start:
 
 
 class SchedulingRepository(Protocol):
-    async def snapshot(self, limit: int) -> Snapshot:
+    async def snapshot(self, limit: int, now: datetime | None = None) -> Snapshot:
         """What ``admission.decide`` needs: every pool and node (free capacity = capacity minus
         live reservations; a node's ``why_not`` from its states), every queue with the GPUs
         and jobs its live reservations hold, and at most ``limit`` pending jobs, first in
         queue order (queue priority, then commit time, then id), each with the number of
-        attempts it already had."""
+        attempts it already had. With ``now``, a job waiting for its retry backoff (``not_before``
+        later than ``now``) is left out."""
         ...
 
     async def start(self, starts: Sequence[Start], now: datetime) -> builtins.list[str]:

@@ -4,12 +4,15 @@ applies each tick (``application/supervisor.py``)."""
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from domain.jobs import Attempt, Job, Member, attempt_outcome
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState, MemberState
 from domain.ports import Observation
 from domain.rendezvous import RAY
+from domain.retry import REQUEUED, AttemptEnd, End, decide
 
 OUTSIDE = "cancelled outside TunePlane"
 
@@ -135,3 +138,26 @@ def job_after(
         if job.state is JobState.STARTING:
             job = job.moved(JobState.RUNNING, now)
     return job, attempt
+
+
+def retried(job: Job, ended: Job, attempts: Sequence[Attempt], now: datetime) -> Job:
+    """After an attempt ended: ``ended`` (the job as its last attempt left it) or, when its
+    retry policy starts another, ``job`` moved back to pending until the backoff has passed
+    (the reason says when). ``attempts``: all of the job's attempts, the one that ended last.
+    A job that ends under a policy that retries says why no further attempt starts.
+
+    A stop by its user (a stopping job) never retries; attempts queued again for no fault of
+    the job (``REQUEUED``) are not counted."""
+    if ended.state is not JobState.FAILED or job.state is JobState.STOPPING:
+        return ended
+    history = [
+        AttemptEnd(a.end, a.updated_at, a.exit_code, a.reason)
+        for a in attempts
+        if a.end and a.end != REQUEUED
+    ]
+    if not history or not job.spec.retry.retries:
+        return ended
+    verdict = decide(job.spec.retry, history)
+    if isinstance(verdict, End):
+        return replace(ended, reason=verdict.why)
+    return job.moved(JobState.PENDING, now, verdict.why, not_before=verdict.not_before)

@@ -1,8 +1,11 @@
-"""Retry policies and the decision "retry or end" after an attempt ended (issue 22, first part).
+"""Retry policies and the decision "retry or end" after an attempt ended.
 
-Pure: the policy comes from the intent (``[retry]`` in experiment.toml, or ``--retry N``), the
-history from the job's attempts, the time from the caller. Nothing here is wired into the
-supervisor yet; docs/lifecycles.md says what is.
+Pure: the policy comes from the intent (``[retry]`` in experiment.toml, or ``--retry N``), capped
+by the queue's ``max_attempts`` when the submission is resolved, and is part of the preview's
+digest; the history comes from the job's attempts, the time from the caller. The supervisor (and
+the gang coordinator, for a launch that failed) apply ``decide`` through
+``domain.progress.retried`` in the transaction that records an attempt's end
+(docs/lifecycles.md#retries).
 
 How an attempt ended, as the backends classify it:
 
@@ -17,13 +20,20 @@ How an attempt ended, as the backends classify it:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from domain.errors import InvalidInput
 
 CANCELLED = "cancelled"
-RETRYABLE = ("node-lost", "preempted", "launch-failed", "failed")
+# an attempt whose launch was aborted for no fault of the job (a coordinator restart, a node
+# busy for a while) and queued again: not one of the job's attempts for its retry policy
+REQUEUED = "requeued"
+NODE_LOST = "node-lost"
+PREEMPTED = "preempted"
+LAUNCH_FAILED = "launch-failed"
+RETRYABLE = (NODE_LOST, PREEMPTED, LAUNCH_FAILED, "failed")
 ENDS = (*RETRYABLE, CANCELLED)
 MAX_ATTEMPTS = 100
 MAX_BACKOFF_SECONDS = 24 * 3600
@@ -101,10 +111,46 @@ class RetryPolicy:
                        "make max_backoff_seconds at least backoff_seconds")  # fmt: skip
         return cls(attempts, frozenset(on), exit_codes, backoff, cap)
 
+    @property
+    def retries(self) -> bool:
+        return self.max_attempts > 1
+
+    def capped(self, cap: int | None) -> RetryPolicy:
+        """At most ``cap`` attempts in all (a queue's ``max_attempts``; None: no cap)."""
+        if cap is None or cap >= self.max_attempts:
+            return self
+        return replace(self, max_attempts=max(cap, 1))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_attempts": self.max_attempts,
+            "on": sorted(self.on),
+            "exit_codes": sorted(self.exit_codes),
+            "backoff_seconds": self.backoff_seconds,
+            "max_backoff_seconds": self.max_backoff_seconds,
+        }
+
+    def words(self) -> str:
+        """``4 attempts on node-lost, preempted; backoff 30 s doubling to 600 s`` (or
+        ``no retry``), for the preview and `tp job status`."""
+        if not self.retries:
+            return "no retry (1 attempt)"
+        on = ", ".join(e for e in RETRYABLE if e in self.on)
+        if self.exit_codes:
+            codes = ", ".join(str(c) for c in sorted(self.exit_codes))
+            on = on.replace("failed", f"failed with exit code {codes}")
+        return (
+            f"{self.max_attempts} attempts, a new one after {on}; backoff "
+            f"{self.backoff_seconds:g} s doubling to {self.max_backoff_seconds:g} s"
+        )
+
     def backoff(self, attempts_ended: int) -> timedelta:
         """The wait after the ``attempts_ended``-th attempt ended: doubling, capped."""
         seconds = self.backoff_seconds * 2.0 ** min(max(attempts_ended - 1, 0), 62)
         return timedelta(seconds=min(seconds, self.max_backoff_seconds))
+
+
+NO_RETRY = RetryPolicy()  # one attempt: the default
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from domain.catalog import (
 from domain.errors import Conflict, Expired, InvalidInput
 from domain.plugins import PluginPin, PluginUse
 from domain.requests import DEFAULT_ROLE, RoleSpec
+from domain.retry import NO_RETRY, RetryPolicy
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -59,8 +60,10 @@ class SubmissionIntent:
     queue: str | None = None  # None: the user's default queue
     recipe_lock: RecipeLock | None = None  # the experiment's recipe.lock.json, if it has one
     plugins: tuple[PluginPin, ...] = ()  # experiment.toml [plugins] (docs/plugins.md)
+    retry: RetryPolicy | None = None  # experiment.toml [retry] / --retry N; None: no retry
 
     def to_dict(self) -> dict[str, Any]:
+        retry = {"retry": self.retry.to_dict()} if self.retry else {}  # absent: as before
         return {
             "experiment": self.experiment,
             "method": self.method,
@@ -72,6 +75,7 @@ class SubmissionIntent:
             "env": dict(self.env),
             "recipe_lock": self.recipe_lock.to_dict() if self.recipe_lock else None,
             "plugins": [p.to_dict() for p in self.plugins],
+            **retry,
         }
 
     @staticmethod
@@ -89,6 +93,7 @@ class SubmissionIntent:
             env=dict(d.get("env") or {}),
             recipe_lock=RecipeLock(**d["recipe_lock"]) if d.get("recipe_lock") else None,
             plugins=tuple(PluginPin.from_dict(p) for p in d.get("plugins") or ()),
+            retry=RetryPolicy.parse(d["retry"]) if d.get("retry") else None,
         )
 
 
@@ -108,6 +113,7 @@ class JobSpec:
     env: dict[str, str]
     capsule: CapsuleRef | None = None  # None: the backend runs the command as it is
     plugins: tuple[PluginUse, ...] = ()  # the plugin packages it uses, by digest
+    retry: RetryPolicy = NO_RETRY  # capped by its queue's max_attempts
 
     @property
     def members(self) -> int:
@@ -154,6 +160,8 @@ class JobSpec:
             "env": dict(self.env),
             "capsule": self.capsule.to_dict() if self.capsule else None,
             "plugins": [p.to_dict() for p in self.plugins],
+            # no retry (the default) is absent, so digests of earlier previews stay the same
+            **({"retry": self.retry.to_dict()} if self.retry != NO_RETRY else {}),
         }
 
     @staticmethod
@@ -173,6 +181,7 @@ class JobSpec:
             env=dict(d["env"]),
             capsule=CapsuleRef(**capsule) if capsule else None,
             plugins=tuple(PluginUse.from_dict(p) for p in d.get("plugins") or ()),
+            retry=RetryPolicy.parse(d["retry"]) if d.get("retry") else NO_RETRY,
         )
 
 
@@ -293,11 +302,13 @@ def resolve(
     roles: tuple[RoleSpec, ...],
     backend: str,
     queue: str,
+    max_attempts: int | None = None,
 ) -> JobSpec:
     """Resolve ``intent`` into a JobSpec. Raises InvalidInput naming the offending field.
 
-    ``roles`` come from ``requests.resolve_roles`` and ``queue`` from the queue policy; both
-    need the operator's configuration, which the application layer reads.
+    ``roles`` come from ``requests.resolve_roles`` and ``queue`` (with its ``max_attempts``, the
+    cap on the retry policy) from the queue policy; both need the operator's configuration,
+    which the application layer reads.
     """
     check_intent(intent)
     method = catalog.method(intent.method)
@@ -315,6 +326,7 @@ def resolve(
         roles=roles,
         source=intent.source,
         env=dict(intent.env),
+        retry=(intent.retry or NO_RETRY).capped(max_attempts),
     )
 
 

@@ -20,6 +20,7 @@ from application.fleet_config import FleetConfig, PoolConfig
 from domain.errors import InvalidInput
 from domain.fleet import Pool, Queue, Team
 from domain.requests import Profile
+from domain.retry import MAX_ATTEMPTS
 from entrypoints.wire import Name, explain
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
@@ -65,6 +66,7 @@ class QueueEntry(Struct, forbid_unknown_fields=True, kw_only=True):
     priority: Annotated[int, Meta(ge=-1000, le=1000)] = 0
     gpu_quota: Quota | None = None
     job_quota: Quota | None = None
+    max_attempts: Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS)] | None = None
 
 
 class FleetFile(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -105,7 +107,8 @@ class FleetFile(Struct, forbid_unknown_fields=True, kw_only=True):
             profiles=tuple(Profile(p.name, p.request, p.description) for p in self.profiles),
             teams=tuple(Team(t.name) for t in self.teams),
             queues=tuple(
-                Queue(q.name, q.team, q.priority, q.gpu_quota, q.job_quota) for q in self.queues
+                Queue(q.name, q.team, q.priority, q.gpu_quota, q.job_quota, q.max_attempts)
+                for q in self.queues
             ),
         )
 

@@ -28,7 +28,7 @@ class MemorySchedulingRepository:
     def __init__(self, tx: Tx) -> None:
         self._tx = tx
 
-    async def snapshot(self, limit: int) -> Snapshot:
+    async def snapshot(self, limit: int, now: datetime | None = None) -> Snapshot:
         tx = self._tx
         pools: dict[str, Pool] = {p.name: p for p in tx.select("pools", lambda p: True)}
         live: list[Reservation] = tx.select("reservations", lambda r: True)
@@ -66,7 +66,10 @@ class MemorySchedulingRepository:
         }
         pending: list[PendingJob] = tx.project(
             "jobs",
-            lambda j: j.state is JobState.PENDING,
+            lambda j: (
+                j.state is JobState.PENDING
+                and (now is None or j.not_before is None or j.not_before <= now)
+            ),
             lambda j: PendingJob(j.id, j.spec.queue, j.created_at, j.spec.roles),
         )
         pending = [replace(p, attempts=self._attempts(p.id)) for p in pending]

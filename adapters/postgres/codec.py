@@ -78,6 +78,7 @@ def job_values(j: Job) -> dict[str, Any]:
         "reason": j.reason,
         "exit_code": j.exit_code,
         "queue": j.spec.queue,
+        "not_before": j.not_before,
     }
 
 
@@ -92,6 +93,7 @@ def job_from_row(r: Row) -> Job:
         updated_at=r["updated_at"],
         reason=r["reason"],
         exit_code=r["exit_code"],
+        not_before=r["not_before"],
     )
 
 
@@ -105,6 +107,7 @@ def attempt_values(a: Attempt) -> dict[str, Any]:
         "updated_at": a.updated_at,
         "reason": a.reason,
         "exit_code": a.exit_code,
+        "cause": a.cause,
     }
 
 
@@ -118,6 +121,7 @@ def attempt_from_row(r: Row) -> Attempt:
         updated_at=r["updated_at"],
         reason=r["reason"],
         exit_code=r["exit_code"],
+        cause=r["cause"],
     )
 
 
@@ -222,6 +226,7 @@ def queue_values(q: Queue) -> dict[str, Any]:
         "priority": q.priority,
         "gpu_quota": q.gpu_quota,
         "job_quota": q.job_quota,
+        "max_attempts": q.max_attempts,
     }
 
 
@@ -232,6 +237,7 @@ def queue_from_row(r: Row) -> Queue:
         priority=r["priority"],
         gpu_quota=r["gpu_quota"],
         job_quota=r["job_quota"],
+        max_attempts=r["max_attempts"],
     )
 
 

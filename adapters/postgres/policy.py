@@ -45,14 +45,17 @@ _ALL_TEAMS = select(teams.c.name).order_by(teams.c.name.collate("C"))
 # INSERT … SELECT FROM teams: no row when the team is missing (NotFound without an error that
 # would abort the transaction)
 _PUT_QUEUE = text(
-    "INSERT INTO queues (name, team, priority, gpu_quota, job_quota) "
-    "SELECT :name, t.name, :priority, :gpu_quota, :job_quota FROM teams t WHERE t.name = :team "
+    "INSERT INTO queues (name, team, priority, gpu_quota, job_quota, max_attempts) "
+    "SELECT :name, t.name, :priority, :gpu_quota, :job_quota, :max_attempts "
+    "FROM teams t WHERE t.name = :team "
     "ON CONFLICT (name) DO UPDATE SET team = excluded.team, priority = excluded.priority, "
-    "gpu_quota = excluded.gpu_quota, job_quota = excluded.job_quota "
+    "gpu_quota = excluded.gpu_quota, job_quota = excluded.job_quota, "
+    "max_attempts = excluded.max_attempts "
     "RETURNING name"
 ).bindparams(
     bindparam("gpu_quota", type_=queues.c.gpu_quota.type),
     bindparam("job_quota", type_=queues.c.job_quota.type),
+    bindparam("max_attempts", type_=queues.c.max_attempts.type),
 )
 _QUEUE = select(queues).where(queues.c.name == bindparam("name"))
 _ALL_QUEUES = select(queues).order_by(queues.c.name.collate("C"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import insert, text
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -31,8 +31,9 @@ from domain.ports import Start
 from domain.requests import RoleSpec
 from domain.submission import JobSpec
 
+_ANY_TIME = datetime(9999, 1, 1, tzinfo=UTC)  # no time given: every pending job
 _START = text(
-    "UPDATE jobs SET state = 'starting', updated_at = :now, reason = '' "
+    "UPDATE jobs SET state = 'starting', updated_at = :now, reason = '', not_before = NULL "
     "WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id"
 )
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
@@ -45,7 +46,7 @@ _NODES = text(
     'FROM nodes n ORDER BY n.name COLLATE "C"'
 )
 _QUEUES = text(
-    "SELECT q.name, q.team, q.priority, q.gpu_quota, q.job_quota, "
+    "SELECT q.name, q.team, q.priority, q.gpu_quota, q.job_quota, q.max_attempts, "
     "coalesce(u.gpus, 0) AS gpus, coalesce(u.jobs, 0) AS jobs "
     "FROM queues q LEFT JOIN ("
     "  SELECT r.queue, count(DISTINCT r.attempt_id) AS jobs, count(g.gpu_index) AS gpus "
@@ -58,7 +59,7 @@ _PENDING = text(
     "(SELECT count(*) FROM attempts a WHERE a.job_id = j.id) AS attempts, "
     "CASE WHEN j.spec->'roles' IS NULL THEN CAST(j.spec AS text) END AS legacy "
     "FROM jobs j LEFT JOIN queues q ON q.name = j.queue "
-    "WHERE j.state = :pending "
+    "WHERE j.state = :pending AND (j.not_before IS NULL OR j.not_before <= :now) "
     'ORDER BY coalesce(q.priority, 0) DESC, j.created_at, j.id COLLATE "C" '
     "LIMIT :limit"
 )
@@ -73,7 +74,7 @@ class PostgresSchedulingRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def snapshot(self, limit: int) -> Snapshot:
+    async def snapshot(self, limit: int, now: datetime | None = None) -> Snapshot:
         if limit < 0:
             raise InvalidInput(f"limit {limit} is negative", fix="give 0 or more", field="limit")
         conn = self._conn
@@ -82,7 +83,10 @@ class PostgresSchedulingRepository:
             node_rows = (await conn.execute(_NODES)).all()
             queue_rows = (await conn.execute(_QUEUES)).all()
             job_rows = (
-                await conn.execute(_PENDING, {"pending": JobState.PENDING.value, "limit": limit})
+                await conn.execute(
+                    _PENDING,
+                    {"pending": JobState.PENDING.value, "limit": limit, "now": now or _ANY_TIME},
+                )
             ).all()
         pools = {r["name"]: codec.pool_from_row(r) for r in pool_rows}
         nodes = [
@@ -104,7 +108,9 @@ class PostgresSchedulingRepository:
         ]
         queues = {
             r.name: QueueView(
-                Queue(r.name, r.team, r.priority, r.gpu_quota, r.job_quota), r.gpus, r.jobs
+                Queue(r.name, r.team, r.priority, r.gpu_quota, r.job_quota, r.max_attempts),
+                r.gpus,
+                r.jobs,
             )
             for r in queue_rows
         }

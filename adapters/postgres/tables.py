@@ -100,6 +100,7 @@ jobs = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("exit_code", Integer, nullable=True),
     Column("queue", Text, nullable=False, server_default="default"),  # = spec.queue
+    ts("not_before", nullable=True),  # pending again: not admitted before (its retry backoff)
     one_of("state", JobState),
     Index("ix_jobs_created_at_id", "created_at", "id"),
     Index("ix_jobs_owner_created_at_id", "owner", "created_at", "id"),
@@ -120,6 +121,7 @@ attempts = Table(
     ts("updated_at"),
     Column("reason", Text, nullable=False, server_default=""),
     Column("exit_code", Integer, nullable=True),
+    Column("cause", Text, nullable=False, server_default=""),  # domain/retry.py
     UniqueConstraint("job_id", "number"),
     one_of("state", AttemptState),
 )
@@ -208,6 +210,7 @@ queues = Table(
     Column("priority", Integer, nullable=False, server_default="0"),
     Column("gpu_quota", Integer, nullable=True),
     Column("job_quota", Integer, nullable=True),
+    Column("max_attempts", Integer, nullable=True),  # caps a job's retry policy
     CheckConstraint("gpu_quota >= 0", name="gpu_quota"),
     CheckConstraint("job_quota >= 0", name="job_quota"),
 )

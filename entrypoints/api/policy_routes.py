@@ -17,6 +17,7 @@ from application import policy
 from application.context import Context
 from domain.auth import Principal, Role, User
 from domain.fleet import Queue
+from domain.retry import MAX_ATTEMPTS
 from entrypoints.api.problems import responses
 from entrypoints.fleet_config import Quota
 from entrypoints.wire import Name
@@ -24,6 +25,10 @@ from entrypoints.wire import Name
 JSON_LIMIT = 64 * 1024
 Teams = Annotated[list[Name], Meta(max_length=64)]
 Priority = Annotated[int, Meta(ge=-1000, le=1000)]
+MaxAttempts = Annotated[
+    int,
+    Meta(ge=1, le=MAX_ATTEMPTS, description="caps the attempts of its jobs' retry policies"),
+]
 
 
 class UserIn(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -69,6 +74,7 @@ class QueueIn(Struct, forbid_unknown_fields=True, kw_only=True):
     priority: Priority = 0
     gpu_quota: Quota | None = None
     job_quota: Quota | None = None
+    max_attempts: MaxAttempts | None = None
 
 
 class QueuePatchIn(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -78,6 +84,7 @@ class QueuePatchIn(Struct, forbid_unknown_fields=True, kw_only=True):
     priority: Priority | UnsetType = UNSET
     gpu_quota: Quota | UnsetType | None = UNSET
     job_quota: Quota | UnsetType | None = UNSET
+    max_attempts: MaxAttempts | UnsetType | None = UNSET
 
 
 class QueueOut(Struct):
@@ -86,6 +93,7 @@ class QueueOut(Struct):
     priority: int
     gpu_quota: int | None
     job_quota: int | None
+    max_attempts: int | None = None
     gpus_in_use: int = 0
     jobs_in_use: int = 0
 
@@ -106,7 +114,9 @@ def user_out(u: User) -> UserOut:
 
 
 def queue_out(q: Queue, gpus: int = 0, jobs: int = 0) -> QueueOut:
-    return QueueOut(q.name, q.team, q.priority, q.gpu_quota, q.job_quota, gpus, jobs)
+    return QueueOut(
+        q.name, q.team, q.priority, q.gpu_quota, q.job_quota, q.max_attempts, gpus, jobs
+    )
 
 
 @get("/v1/users", responses=responses(400, 401, 403), summary="Users (admin, operator)")
@@ -188,7 +198,9 @@ async def list_queues(state: State, principal: Principal) -> list[QueueOut]:
     summary="Create a queue of a team (admin, operator)",
 )
 async def create_queue(data: QueueIn, state: State, principal: Principal) -> QueueOut:
-    queue = Queue(data.name, data.team, data.priority, data.gpu_quota, data.job_quota)
+    queue = Queue(
+        data.name, data.team, data.priority, data.gpu_quota, data.job_quota, data.max_attempts
+    )
     return queue_out(await policy.add_queue(_ctx(state), principal, queue))
 
 
@@ -209,6 +221,7 @@ async def update_queue(
         priority=policy.KEEP if isinstance(data.priority, UnsetType) else data.priority,
         gpu_quota=policy.KEEP if isinstance(data.gpu_quota, UnsetType) else data.gpu_quota,
         job_quota=policy.KEEP if isinstance(data.job_quota, UnsetType) else data.job_quota,
+        max_attempts=policy.KEEP if isinstance(data.max_attempts, UnsetType) else data.max_attempts,
     )
     _wake(state)
     usage = next((u for u in await policy.list_queues(_ctx(state)) if u.queue.name == name), None)

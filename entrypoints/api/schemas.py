@@ -15,6 +15,7 @@ from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
 from domain.jobs import Job, Receipt
 from domain.plugins import PluginPin
+from domain.retry import RetryPolicy
 from domain.submission import Preview, SourceRef, SubmissionIntent
 from entrypoints.wire import Digest, Ident, Name
 
@@ -58,6 +59,24 @@ class PluginPinIn(Struct, forbid_unknown_fields=True):
     digest: Digest | None = None
 
 
+class RetryIn(Struct, forbid_unknown_fields=True, kw_only=True):
+    """experiment.toml ``[retry]`` (``tp submit --retry N`` sends ``max_attempts``); what is
+    left out takes its default (docs/lifecycles.md#retries)."""
+
+    max_attempts: int | None = None
+    on: Annotated[list[Annotated[str, Meta(max_length=32)]], Meta(max_length=8)] | None = None
+    exit_codes: Annotated[list[int], Meta(max_length=255)] | None = None
+    backoff_seconds: float | None = None
+    max_backoff_seconds: float | None = None
+
+    def policy(self) -> RetryPolicy:
+        given = {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+        try:
+            return RetryPolicy.parse(given)
+        except InvalidInput as exc:
+            raise InvalidInput(exc.message, fix=exc.fix, field=f"intent.{exc.field}") from None
+
+
 class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     experiment: Name
     method: Annotated[str, Meta(min_length=1, max_length=128)]
@@ -75,6 +94,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
     env: dict[Annotated[str, Meta(max_length=128)], Text] = {}
     recipe_lock: RecipeLockIn | None = None
     plugins: Annotated[list[PluginPinIn], Meta(max_length=16)] = []
+    retry: RetryIn | None = None
 
     def to_intent(self) -> SubmissionIntent:
         if self.profile is not None and self.profiles:
@@ -96,6 +116,7 @@ class PreviewIn(Struct, forbid_unknown_fields=True, kw_only=True):
             if self.recipe_lock
             else None,
             plugins=tuple(PluginPin(p.name, p.version, p.digest) for p in self.plugins),
+            retry=self.retry.policy() if self.retry else None,
         )
 
 
@@ -157,6 +178,9 @@ class AttemptOut(Struct):
     created_at: datetime
     updated_at: datetime
     members: list[MemberOut]
+    # how it ended, for the retry policy: node-lost, preempted, launch-failed, failed (an exit),
+    # cancelled, requeued (aborted for no fault of the job); "" while it runs or if it succeeded
+    end: str = ""
 
 
 class JobOut(Struct):
@@ -175,6 +199,8 @@ class JobOut(Struct):
     spec: dict[str, Any]
     attempts: list[AttemptOut] = []
     queue: str = ""
+    retry: dict[str, Any] = {}  # its retry policy (docs/lifecycles.md#retries)
+    next_attempt_at: datetime | None = None  # pending again: its next attempt not before
 
 
 class JobPageOut(Struct):
@@ -264,6 +290,7 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
                 )
                 for m in a.members
             ],
+            a.attempt.end,
         )
         for a in (details.attempts if details else [])
     ]
@@ -283,6 +310,8 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
         spec=job.spec.to_dict(),
         attempts=attempts,
         queue=job.spec.queue,
+        retry=job.spec.retry.to_dict(),
+        next_attempt_at=job.not_before,
     )
 
 

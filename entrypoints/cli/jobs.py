@@ -13,6 +13,7 @@ from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JOB_FINAL, JobState
 from entrypoints.cli import errors, output
 from entrypoints.cli.client import Api, connect, seg
+from entrypoints.cli.submissions import retry_words
 
 POLL_INTERVAL = 1.0  # seconds between state polls; tests shorten it
 ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
@@ -184,11 +185,16 @@ def status(job_id: str, /, *, json: JsonFlag = False) -> int:
     for key in ("experiment", "method", "owner", "queue", "created_at", "updated_at"):
         p(f"{key.replace('_', ' '):<10} {job.get(key)}", markup=False)
     p(f"profile    {job.get('profile')} → {job.get('backend')}", markup=False)
+    p(f"retry      {retry_words(job.get('retry'))}", markup=False)
+    if job.get("next_attempt_at"):
+        p(f"next       attempt not before {job['next_attempt_at']}", markup=False)
     rows = []
     for a in job.get("attempts") or []:
+        state = a.get("state")
+        if a.get("end") and a.get("end") not in (state, "cancelled"):
+            state = f"{state} ({a['end']})"  # failed (node-lost)
         rows.append(
-            (f"#{a.get('number')}", "", "", "", a.get("state"), a.get("exit_code"),
-             a.get("reason"))
+            (f"#{a.get('number')}", "", "", "", state, a.get("exit_code"), a.get("reason"))
         )  # fmt: skip
         for m in a.get("members") or []:
             rows.append(

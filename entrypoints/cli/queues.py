@@ -32,6 +32,18 @@ def quota(value: str | None, flag: str) -> int | None:
     return n
 
 
+def attempts(value: str | None) -> int | None:
+    """``--max-attempts``: 1 or more, or ``none``."""
+    n = quota(value, "--max-attempts")
+    if n == 0:
+        raise InvalidInput(
+            "--max-attempts 0 would let no job run",
+            fix="give --max-attempts 1 (no retry) or more, or `none`",
+            field="--max-attempts",
+        )
+    return n
+
+
 def _used(used: Any, cap: Any) -> str:
     return f"{used or 0}/{'-' if cap is None else cap}"
 
@@ -40,7 +52,8 @@ def _line(q: dict[str, Any]) -> str:
     return (
         f"queue {q.get('name')} (team {q.get('team')}): priority {q.get('priority')}, "
         f"GPU quota {q.get('gpu_quota') if q.get('gpu_quota') is not None else 'none'}, "
-        f"job quota {q.get('job_quota') if q.get('job_quota') is not None else 'none'}"
+        f"job quota {q.get('job_quota') if q.get('job_quota') is not None else 'none'}, "
+        f"attempts {q.get('max_attempts') if q.get('max_attempts') is not None else 'no cap'}"
     )
 
 
@@ -54,11 +67,12 @@ def ls(*, json: JsonFlag = False) -> int:
         output.print_json(queues)
         return 0
     output.table(
-        ["QUEUE", "TEAM", "PRIORITY", "GPUS USED/QUOTA", "JOBS USED/QUOTA"],
+        ["QUEUE", "TEAM", "PRIORITY", "GPUS USED/QUOTA", "JOBS USED/QUOTA", "MAX ATTEMPTS"],
         [
             (q.get("name"), q.get("team"), q.get("priority"),
              _used(q.get("gpus_in_use"), q.get("gpu_quota")),
-             _used(q.get("jobs_in_use"), q.get("job_quota")))
+             _used(q.get("jobs_in_use"), q.get("job_quota")),
+             "-" if q.get("max_attempts") is None else q.get("max_attempts"))
             for q in queues
         ],
     )  # fmt: skip
@@ -74,6 +88,7 @@ def add(
     priority: Annotated[int, Parameter(name="--priority")] = 0,
     gpu_quota: Annotated[QuotaOpt, Parameter(name="--gpu-quota")] = None,
     job_quota: Annotated[QuotaOpt, Parameter(name="--job-quota")] = None,
+    max_attempts: Annotated[QuotaOpt, Parameter(name="--max-attempts")] = None,
 ) -> int:
     """Create a queue of a team (admins and operators). Its team's members may submit to it.
 
@@ -89,10 +104,13 @@ def add(
         At most this many GPUs held by its jobs at once (default: no cap).
     job_quota
         At most this many of its jobs holding resources at once (0 closes the queue).
+    max_attempts
+        At most this many attempts per job, whatever its retry policy asks (1: no retry).
     """
     body = {"name": name, "team": team, "priority": priority,
             "gpu_quota": quota(gpu_quota, "--gpu-quota"),
-            "job_quota": quota(job_quota, "--job-quota")}  # fmt: skip
+            "job_quota": quota(job_quota, "--job-quota"),
+            "max_attempts": attempts(max_attempts)}  # fmt: skip
     with connect() as api:
         _, q = api.post("/v1/queues", body)
     output.out.print("created " + _line(q), markup=False)
@@ -108,6 +126,7 @@ def set_(
     priority: Annotated[int | None, Parameter(name="--priority")] = None,
     gpu_quota: Annotated[QuotaOpt, Parameter(name="--gpu-quota")] = None,
     job_quota: Annotated[QuotaOpt, Parameter(name="--job-quota")] = None,
+    max_attempts: Annotated[QuotaOpt, Parameter(name="--max-attempts")] = None,
 ) -> int:
     """Change a queue (admins and operators). Jobs holding resources keep them; new quotas
     apply to the next admissions.
@@ -122,6 +141,8 @@ def set_(
         The new GPU quota, or `none` to remove the cap.
     job_quota
         The new job quota, or `none` to remove the cap.
+    max_attempts
+        The new cap on attempts per job (for later submissions), or `none` to remove it.
     """
     body: dict[str, Any] = {}
     if team is not None:
@@ -132,6 +153,8 @@ def set_(
         body["gpu_quota"] = quota(gpu_quota, "--gpu-quota")
     if job_quota is not None:
         body["job_quota"] = quota(job_quota, "--job-quota")
+    if max_attempts is not None:
+        body["max_attempts"] = attempts(max_attempts)
     if not body:
         raise InvalidInput("nothing to change", fix="give at least one option (see --help)")
     with connect() as api:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import InvalidInput
+from domain.retry import RetryPolicy
 from entrypoints.cli import output
 from entrypoints.cli.config import write_private_json
 from entrypoints.cli.workspace import submissions_dir
@@ -99,6 +100,14 @@ def _role_rows(spec: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def retry_words(policy: Any) -> str:
+    """A spec's retry policy in words ("no retry (1 attempt)" when absent)."""
+    try:
+        return RetryPolicy.parse(policy or {}).words()
+    except (InvalidInput, TypeError, AttributeError):  # a server newer than this CLI
+        return str(policy)
+
+
 def print_summary(preview: dict[str, Any], n_files: int) -> None:
     spec = preview.get("spec") or {}
     rt = spec.get("runtime") or {}
@@ -110,6 +119,7 @@ def print_summary(preview: dict[str, Any], n_files: int) -> None:
         *_role_rows(spec),
         ("backend", spec.get("backend")),
         ("queue", spec.get("queue")),
+        ("retry", retry_words(spec.get("retry"))),
         ("command", shlex.join(str(a) for a in spec.get("command") or [])),
         ("params", ", ".join(f"{k}={v!r}" for k, v in (spec.get("params") or {}).items())),
         ("env", ", ".join(sorted(spec.get("env") or {})) or "-"),

@@ -15,6 +15,7 @@ from cyclopts import App, Parameter
 from rich.prompt import Confirm
 
 from domain.errors import InvalidInput
+from domain.retry import RetryPolicy
 from entrypoints.cli import errors, output
 from entrypoints.cli.archive import pack
 from entrypoints.cli.catalog import fetch_method
@@ -40,6 +41,7 @@ def make_preview(
     runtime: str | None,
     allow_secret_files: bool,
     queue: str | None = None,
+    retry: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Pack and upload the source, then ask the server to resolve the submission."""
     with output.byte_progress("packing", None) as bar:
@@ -73,11 +75,26 @@ def make_preview(
         "env": exp.env,
         "plugins": [p.to_dict() for p in exp.plugins],  # experiment.toml [plugins]
     }
+    if retry is not None:  # --retry N, else experiment.toml [retry]
+        body["retry"] = retry
     lock = read_lock(exp.path)
     if lock is not None:  # the server refuses a stale one (409)
         body["recipe_lock"] = lock
     _, preview = with_retries(lambda: api.post("/v1/previews", body), "preview")
     return dict(preview), len(archive.files)
+
+
+def _retry(attempts: int) -> dict[str, Any]:
+    """``--retry N``, checked here as the server checks it."""
+    try:
+        RetryPolicy.attempts(attempts)
+    except InvalidInput as exc:
+        raise InvalidInput(
+            f"--retry {attempts}: {exc.message}",
+            fix="give --retry N with N from 1 (no retry) to 100",
+            field="--retry",
+        ) from None
+    return {"max_attempts": attempts}
 
 
 def commit(api: Api, submission: dict[str, Any]) -> str:
@@ -119,6 +136,7 @@ def submit(
     queue: Annotated[str | None, Parameter(name="--queue")] = None,
     set_: Annotated[tuple[str, ...], Parameter(name="--set")] = (),
     runtime: Annotated[str | None, Parameter(name="--runtime")] = None,
+    retry: Annotated[int | None, Parameter(name="--retry")] = None,
     allow_secret_files: Flag = False,
     preview: Flag = False,
     commit_file: Annotated[Path | None, Parameter(name="--commit")] = None,
@@ -143,6 +161,9 @@ def submit(
         Override a parameter: --set KEY=VALUE (repeatable; the server converts the type).
     runtime
         Runtime to run in (see `tp runtime ls`); default: experiment.toml, else the method's.
+    retry
+        N attempts in all, a new one after any end but your own `tp job stop` (replaces
+        experiment.toml's [retry]; 1: no retry). See docs/lifecycles.md#retries.
     allow_secret_files
         Pack files that look like secrets (.env, *.pem, id_rsa, ...) anyway.
     preview
@@ -157,7 +178,17 @@ def submit(
         After committing, wait for the job and stream its logs until it ends.
     """
     if commit_file is not None:
-        if name or preview or yes or profile or queue or set_ or runtime or allow_secret_files:
+        if (
+            name
+            or preview
+            or yes
+            or profile
+            or queue
+            or set_
+            or runtime
+            or retry is not None
+            or allow_secret_files
+        ):
             raise InvalidInput(
                 "--commit takes only the submission file (and --wait/--follow)",
                 fix="run `tp submit --commit FILE`; to change the submission, preview again",
@@ -208,7 +239,10 @@ def submit(
             output.err.print(errors.render(problem), markup=False)
         if problems:  # refused here, before packing and uploading anything
             raise problems[-1]
-        resolved, n_files = make_preview(api, exp, chosen, sets, runtime, allow_secret_files, queue)
+        policy = _retry(retry) if retry is not None else exp.retry
+        resolved, n_files = make_preview(
+            api, exp, chosen, sets, runtime, allow_secret_files, queue, policy
+        )
         path = write_submission(workspace, api.server, resolved)
         print_summary(resolved, n_files)
         output.info(f"submission file: {shown(path)}")

@@ -26,12 +26,13 @@ from domain import plugins
 from domain.catalog import NAME_RE, ParamValue
 from domain.errors import InvalidInput
 from domain.plugins import PluginPin
+from domain.retry import RetryPolicy
 from domain.submission import DIGEST_RE, ENV_NAME_RE
 
 WORKSPACE_FILE = "tuneplane.toml"
 EXPERIMENT_FILE = "experiment.toml"
 DATA_DIR = ".tuneplane-data"
-KEYS = ("name", "method", "runtime", "profile", "params", "env", "plugins")
+KEYS = ("name", "method", "runtime", "profile", "params", "env", "plugins", "retry")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,7 @@ class Experiment:
     params: dict[str, ParamValue] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     plugins: tuple[PluginPin, ...] = ()
+    retry: dict[str, Any] | None = None  # [retry], checked (docs/lifecycles.md#retries)
 
     @property
     def file(self) -> Path:
@@ -185,7 +187,19 @@ def parse_experiment(path: Path, data: dict[str, Any]) -> Experiment:
         params=dict(params),
         env=dict(env),
         plugins=_plugins(file, data.get("plugins", {})),
+        retry=_retry(file, data["retry"]) if "retry" in data else None,
     )
+
+
+def _retry(file: Path, table: Any) -> dict[str, Any]:
+    """experiment.toml ``[retry]``, checked here as the server checks it."""
+    if not isinstance(table, dict):
+        raise _problem(file, "retry", "'retry' must be a table", "write it as [retry]")
+    try:
+        RetryPolicy.parse(table)
+    except InvalidInput as exc:
+        raise _problem(file, exc.field or "retry", exc.message, exc.fix or "") from None
+    return dict(table)
 
 
 _PIN_FIX = (

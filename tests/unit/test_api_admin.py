@@ -114,9 +114,15 @@ async def test_users_tokens_teams_and_queues(client: Any, ctx: Context) -> None:
     )
     assert r.status_code == 201
     assert r.json() == {"name": "r", "team": "research", "priority": 5, "gpu_quota": 16,
-                        "job_quota": None, "gpus_in_use": 0, "jobs_in_use": 0}  # fmt: skip
+                        "job_quota": None, "max_attempts": None, "gpus_in_use": 0,
+                        "jobs_in_use": 0}  # fmt: skip
     r = await client.patch("/v1/queues/r", json={"gpu_quota": None, "job_quota": 2})
     assert (r.json()["gpu_quota"], r.json()["job_quota"], r.json()["priority"]) == (None, 2, 5)
+    r = await client.patch("/v1/queues/r", json={"max_attempts": 3})
+    assert (r.json()["max_attempts"], r.json()["job_quota"]) == (3, 2)
+    for bad in (0, 101, -1, 2.5):
+        r = await client.patch("/v1/queues/r", json={"max_attempts": bad})
+        assert r.status_code == 400 and r.json()["field"] == "max_attempts", (bad, r.json())
     r = await client.patch("/v1/queues/r", json={"priority": 5000})
     assert r.status_code == 400 and r.json()["field"] == "priority"
     assert (await client.patch("/v1/queues/zz", json={})).status_code == 404

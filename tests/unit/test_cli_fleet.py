@@ -174,7 +174,8 @@ def test_fleet_apply_checks_the_file_then_sends_it(
     sent = stub.body("POST", "/v1/fleet/apply")
     assert sent["fleet"] == "dc1" and sent["pools"][0]["nodes"] == 4
     assert sent["queues"] == [{"name": "research", "team": "research", "priority": 10,
-                               "gpu_quota": 32, "job_quota": None}]  # fmt: skip
+                               "gpu_quota": 32, "job_quota": None,
+                               "max_attempts": None}]  # fmt: skip
     captured = capsys.readouterr()
     assert "created pool a" in captured.out and "changed queue research" in captured.out
     assert "2 created, 1 changed, 3 unchanged" in captured.err
@@ -194,18 +195,24 @@ def test_queue_commands(stub: Stub, capsys: pytest.CaptureFixture[str]) -> None:
     stub.answers[("GET", "/v1/queues")] = (200, [QUEUE])
     assert run(["queue", "ls"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1].split() == ["r", "research", "10", "16/32", "2/-"]
+    assert lines[1].split() == ["r", "research", "10", "16/32", "2/-", "-"]
     stub.answers[("POST", "/v1/queues")] = (201, QUEUE)
     assert run(["queue", "add", "r", "--team", "research", "--priority", "10",
                 "--gpu-quota", "32"]) == 0  # fmt: skip
     assert stub.body("POST", "/v1/queues") == {"name": "r", "team": "research", "priority": 10,
-                                               "gpu_quota": 32, "job_quota": None}  # fmt: skip
-    assert "GPU quota 32, job quota none" in capsys.readouterr().out
+                                               "gpu_quota": 32, "job_quota": None,
+                                               "max_attempts": None}  # fmt: skip
+    assert "GPU quota 32, job quota none, attempts no cap" in capsys.readouterr().out
     assert run(["queue", "add", "r", "--team", "t", "--gpu-quota", "-3"]) == errors.USAGE
     assert "field: --gpu-quota" in capsys.readouterr().err
     stub.answers[("PATCH", "/v1/queues/r")] = (200, {**QUEUE, "gpu_quota": None, "job_quota": 0})
     assert run(["queue", "set", "r", "--gpu-quota", "none", "--job-quota", "0"]) == 0
     assert stub.body("PATCH", "/v1/queues/r") == {"gpu_quota": None, "job_quota": 0}
+    assert run(["queue", "set", "r", "--max-attempts", "3"]) == 0
+    assert stub.body("PATCH", "/v1/queues/r") == {"max_attempts": 3}
+    capsys.readouterr()
+    assert run(["queue", "set", "r", "--max-attempts", "0"]) == errors.USAGE
+    assert "field: --max-attempts" in capsys.readouterr().err
     assert run(["queue", "set", "r"]) == errors.USAGE
 
 

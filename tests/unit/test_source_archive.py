@@ -17,6 +17,12 @@ pytestmark = pytest.mark.unit
 MiB = 1024 * 1024
 
 
+def gz(data: bytes) -> bytes:
+    """Compressed with no time in its header, so that the parametrized ids below are the same
+    in every pytest-xdist worker's collection (a gzip header's time differs across a second)."""
+    return gzip.compress(data, mtime=0)
+
+
 def check(data: bytes, max_unpacked: int = MiB) -> None:
     check_source(data, max_unpacked=max_unpacked, field="body")
 
@@ -42,7 +48,7 @@ def test_what_tp_submit_packs_is_accepted() -> None:
         entry("./dir", tarfile.DIRTYPE), entry("./dir/f", size=1), data=b"x" + b"\0" * 511
     )
     check(plain)  # plain (uncompressed) tars unpack too, and a leading ./ is fine
-    check(gzip.compress(raw_tar(entry("f"), entry("h", tarfile.LNKTYPE, link="f"))))
+    check(gz(raw_tar(entry("f"), entry("h", tarfile.LNKTYPE, link="f"))))
 
 
 @pytest.mark.parametrize(
@@ -52,23 +58,23 @@ def test_what_tp_submit_packs_is_accepted() -> None:
         (b"not an archive at all, just text", "not a readable gzip-compressed tar"),
         (b"\x1f\x8b\x08garbage", "not a readable gzip-compressed tar"),
         (bz2.compress(raw_tar(entry("f"))), "not a readable gzip-compressed tar"),
-        (gzip.compress(b"x" * 700), "not a readable gzip-compressed tar"),
-        (gzip.compress(raw_tar(entry("/etc/passwd"))), "unsafe path '/etc/passwd'"),
-        (gzip.compress(raw_tar(entry("a/../../x"))), "unsafe path"),
-        (gzip.compress(raw_tar(entry("a\nb"))), "unsafe path"),
-        (gzip.compress(raw_tar(entry("l", tarfile.SYMTYPE, link="/etc"))), "outside"),
-        (gzip.compress(raw_tar(entry("a/l", tarfile.SYMTYPE, link="../../x"))), "outside"),
+        (gz(b"x" * 700), "not a readable gzip-compressed tar"),
+        (gz(raw_tar(entry("/etc/passwd"))), "unsafe path '/etc/passwd'"),
+        (gz(raw_tar(entry("a/../../x"))), "unsafe path"),
+        (gz(raw_tar(entry("a\nb"))), "unsafe path"),
+        (gz(raw_tar(entry("l", tarfile.SYMTYPE, link="/etc"))), "outside"),
+        (gz(raw_tar(entry("a/l", tarfile.SYMTYPE, link="../../x"))), "outside"),
         (
-            gzip.compress(raw_tar(entry("l", tarfile.SYMTYPE, link="sub"), entry("l/f"))),
+            gz(raw_tar(entry("l", tarfile.SYMTYPE, link="sub"), entry("l/f"))),
             "written through the symbolic link 'l'",
         ),
-        (gzip.compress(raw_tar(entry("h", tarfile.LNKTYPE, link="/etc/shadow"))), "hard link"),
+        (gz(raw_tar(entry("h", tarfile.LNKTYPE, link="/etc/shadow"))), "hard link"),
         (
-            gzip.compress(raw_tar(entry("h", tarfile.LNKTYPE, link="later"), entry("later"))),
+            gz(raw_tar(entry("h", tarfile.LNKTYPE, link="later"), entry("later"))),
             "not an earlier file",
         ),
-        (gzip.compress(raw_tar(entry("dev", tarfile.CHRTYPE))), "special file"),
-        (gzip.compress(raw_tar(entry("fifo", tarfile.FIFOTYPE))), "special file"),
+        (gz(raw_tar(entry("dev", tarfile.CHRTYPE))), "special file"),
+        (gz(raw_tar(entry("fifo", tarfile.FIFOTYPE))), "special file"),
     ],
 )
 def test_what_the_runner_could_not_unpack_safely_is_refused(data: bytes, words: str) -> None:
@@ -78,12 +84,12 @@ def test_what_the_runner_could_not_unpack_safely_is_refused(data: bytes, words: 
 
 
 def test_unpacked_size_and_entry_count_are_bounded_before_the_data_is_read() -> None:
-    bomb = gzip.compress(raw_tar(entry("zeros", size=2**40)))  # declares a TiB, holds nothing
+    bomb = gz(raw_tar(entry("zeros", size=2**40)))  # declares a TiB, holds nothing
     with pytest.raises(TooLarge, match="more than"):
         check(bomb)
     with pytest.raises(TooLarge):
         check(tar_gz({"a": b"x" * 600, "b": b"y" * 600}), max_unpacked=1000)
-    many = gzip.compress(raw_tar(*(entry(f"d{i}", tarfile.DIRTYPE) for i in range(11))))
+    many = gz(raw_tar(*(entry(f"d{i}", tarfile.DIRTYPE) for i in range(11))))
     check_source(many, max_unpacked=MiB, field="body", max_entries=11)
     with pytest.raises(TooLarge, match="more than 10 entries"):
         check_source(many, max_unpacked=MiB, field="body", max_entries=10)
