@@ -31,6 +31,7 @@ from domain.errors import InvalidInput, TunePlaneError, Unavailable
 from domain.fleet import Connectivity
 from domain.lifecycle import JOB_FINAL, JobState
 from domain.ports import LaunchRequest
+from domain.retry import REQUEUED
 from entrypoints.sim_scenario import FAULT_KINDS, Scenario, ScheduledFault
 from entrypoints.sim_summary import InvariantViolated, JobPlan, Summary, Waiting
 from entrypoints.sim_world import OPERATOR, TickOutcome, World
@@ -77,6 +78,7 @@ class Simulation:
         self.fault_counts: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
         self.crashes = 0
         self.checks = 0
+        self.backoff = 0  # pending jobs the last inspection found queued again by a retry
         self.gpu_seconds = 0.0
         self.total_gpus = sum(p.pool.gpus_per_node * p.nodes for p in scenario.pools)
 
@@ -161,7 +163,7 @@ class Simulation:
             while pending_plans and pending_plans[0].step <= step:
                 plan = pending_plans.pop(0)
                 shape = self.scenario.workload.shapes[plan.shape]
-                job_id = await w.submit(shape.profiles, plan.queue)
+                job_id = await w.submit(shape.profiles, plan.queue, shape.retry)
                 self.by_job[job_id] = plan
                 self.arrived.append(job_id)
                 self.states[job_id] = JobState.PENDING
@@ -176,6 +178,7 @@ class Simulation:
             # right after a crash, members declared lost may still wait for the tick that
             # releases their reservation: that part is checked after the next whole tick
             seen = await w.inspect(settled=outcome.crashed is None)
+            self.backoff = seen.backoff
             self.checks += 1
             if seen.violations:
                 self._emit({"step": step, "violations": [str(v) for v in seen.violations]})
@@ -215,6 +218,11 @@ class Simulation:
         counts["waiting"] = sum(1 for s in self.states.values() if s == JobState.PENDING)
         counts["active"] = sum(1 for s in self.states.values() if s != JobState.PENDING)
         counts["total"] = len(self.arrived)
+        retries = 0
+        async with w.api.units.jobs() as uow:
+            for job_id in self.arrived:
+                made = await uow.attempts.for_job(job_id)
+                retries += sum(1 for a in made[1:] if a.end != REQUEUED)
         simulated = w.clock.elapsed
         return Summary(
             scenario=self.scenario.name,
@@ -234,6 +242,7 @@ class Simulation:
             crashes=self.crashes,
             faults={k: v for k, v in self.fault_counts.items() if v},
             invariant_checks=self.checks,
+            retries=retries,
             waiting=waiting,
             wall_split=dict(self.wall),
         )
@@ -245,10 +254,11 @@ class Simulation:
         return now
 
     def _quiet(self, step: int, scheduled: list[ScheduledFault], outcome: TickOutcome) -> bool:
-        """Nothing more can happen: no job runs, no outage is open, no fault is due, and the
-        last pass placed nothing."""
+        """Nothing more can happen: no job runs or waits for its retry backoff, no outage is
+        open, no fault is due, and the last pass placed nothing."""
         return (
             outcome.crashed is None
+            and not self.backoff
             and bool(outcome.passes)
             and not any(s != JobState.PENDING for s in self.states.values())
             and not self.outages

@@ -16,6 +16,7 @@ from adapters.sim.faults import CRASH_KINDS
 from domain.errors import InvalidInput
 from domain.fleet import Pool, Queue
 from domain.requests import Profile, resolve_roles
+from domain.retry import RetryPolicy
 
 FAULT_KINDS = (
     "crash",
@@ -48,6 +49,7 @@ class Shape:
     queue: str | None = None  # None: a seeded choice among the scenario's queues
     duration: tuple[float, float] = (60.0, 600.0)  # seconds, seeded uniform
     fail: float = 0.0  # probability that one member exits non-zero
+    retry: RetryPolicy | None = None  # its jobs' [retry] (docs/lifecycles.md#retries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,17 @@ class Scenario:
 
 T = TypeVar("T")
 _MISSING: Any = object()
+
+
+def _retry(t: _Table) -> RetryPolicy | None:
+    """A shape's ``retry = { max_attempts = 3, backoff_seconds = 10 }``, as in experiment.toml."""
+    table = t.get("retry", dict, None)
+    if table is None:
+        return None
+    try:
+        return RetryPolicy.parse(table)
+    except InvalidInput as exc:
+        raise t.error(t.path(exc.field or "retry"), exc.message, exc.fix or "") from None
 
 
 class _Table:
@@ -307,6 +320,7 @@ def parse_scenario(data: dict[str, Any], source: str = "scenario") -> Scenario:
                 queue=queue,
                 duration=t.pair("duration", (60.0, 600.0), 0.0),
                 fail=t.number("fail", 0.0, 0.0, 1.0),
+                retry=_retry(t),
             )
         )
         t.done()

@@ -43,6 +43,7 @@ class Summary:
     crashes: int
     faults: dict[str, int]
     invariant_checks: int
+    retries: int = 0  # attempts its jobs' retry policies started after the first
     waiting: list[Waiting] = field(default_factory=list)
     wall_split: dict[str, float] = field(default_factory=dict)  # wall seconds by phase
 
@@ -71,6 +72,7 @@ class Summary:
             "crashes": self.crashes,
             "faults": dict(self.faults),
             "invariant_checks": self.invariant_checks,
+            "retries": self.retries,
             "wall_split": {k: round(v, 3) for k, v in sorted(self.wall_split.items())},
             "waiting": [
                 {"job": w.job_id, "state": w.state, "kind": w.kind, "why": w.text}
@@ -93,6 +95,7 @@ class Summary:
             "faults: "
             + (", ".join(f"{k} {v}" for k, v in sorted(self.faults.items()) if v) or "none")
             + f"; coordinator crashes that fired {self.crashes}",
+            f"retries: {self.retries} attempts after an end their jobs' policies retry",
             f"invariants checked {self.invariant_checks} times: all held",
         ]
         unfinished = j.get("waiting", 0) + j.get("active", 0)

@@ -37,6 +37,7 @@ from domain.errors import TunePlaneError
 from domain.fleet import Connectivity, Node, Queue, Team
 from domain.ports import ExecutionBackend, LaunchRequest
 from domain.requests import Profile
+from domain.retry import RetryPolicy
 from domain.submission import SubmissionIntent
 from entrypoints.sim_scenario import PoolSpec
 
@@ -168,7 +169,9 @@ class World:
 
     # -- the API side ---------------------------------------------------------------------
 
-    async def submit(self, profiles: Sequence[str], queue: str) -> str:
+    async def submit(
+        self, profiles: Sequence[str], queue: str, retry: RetryPolicy | None = None
+    ) -> str:
         """Preview and commit a job through the real use cases; returns its id."""
         team = next(q.team for q in self.queues if q.name == queue)
         who = self.user_of(team)
@@ -179,6 +182,7 @@ class World:
             params={"command": "train"},
             runtime=SIM_RUNTIME.name,
             queue=queue,
+            retry=retry,
         )
         preview = await submissions.create_preview(self.api, who, intent)
         self.retry_keys += 1

@@ -12,11 +12,17 @@ simulated backends really run.
 * ``held-by-live-attempt``: every live reservation belongs to an unfinished attempt of an
   active job with at least one member not final (``settled`` only: right after an operator
   declared a node lost, the members there are final until the next tick releases), every
-  active job holds the reservation of its last attempt, and a pending job holds nothing.
+  active job holds the reservation of its last attempt, and a pending job holds nothing (its
+  attempts, if it had any before its retry policy queued it again, are all final).
+* ``retries``: a job has at most one unfinished attempt; a new attempt exists only once every
+  member of the attempts before it is final; a job never has more attempts than its retry
+  policy allows (attempts queued again for no fault of the job aside); an attempt that
+  follows one its policy retried was made no sooner than that one's end plus its backoff.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,6 +31,7 @@ from domain.admission import Reservation, mcpu
 from domain.fleet import Connectivity
 from domain.jobs import Job
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, JobState
+from domain.retry import REQUEUED
 from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 
 INVARIANTS: dict[str, str] = {
@@ -32,6 +39,7 @@ INVARIANTS: dict[str, str] = {
     "double-booking": "no GPU is booked twice, in the store or by running workloads",
     "partial-gang": "a reservation covers its whole gang, and every member its reserved node",
     "held-by-live-attempt": "every reservation is held by a live attempt, or released",
+    "retries": "one live attempt per job, made after the last ended and its backoff, in policy",
 }
 ACTIVE = (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
 SNAPSHOT_LIMIT = 10_000_000
@@ -51,6 +59,7 @@ class Inspection:
     violations: list[Violation]
     states: dict[str, JobState]  # every pending and active job → its state
     live: list[Reservation]  # by attempt id
+    backoff: int = 0  # pending jobs queued again by their retry policy, maybe in their backoff
 
 
 async def check_invariants(
@@ -146,10 +155,16 @@ async def inspect(
                     )
                 )
         for p in snapshot.pending:
-            if await u.attempts.for_job(p.id):
+            earlier = await u.attempts.for_job(p.id)
+            if any(a.state not in ATTEMPT_FINAL for a in earlier) or any(
+                r.job_id == p.id for r in live
+            ):
                 out.append(
-                    Violation("held-by-live-attempt", f"pending job {p.id} already has an attempt")
+                    Violation("held-by-live-attempt", f"pending job {p.id} has a live attempt")
                 )
+        pending = [await u.jobs.get(p.id) for p in snapshot.pending]
+        for job in [*active, *(j for j in pending if j is not None)]:
+            out.extend(await _check_retries(u, job))
 
     # what really runs
     fenced = {n for n, node in nodes.items() if node.connectivity is Connectivity.LOST}
@@ -180,7 +195,49 @@ async def inspect(
                 )
     states = {p.id: JobState.PENDING for p in snapshot.pending}
     states.update((j.id, j.state) for j in active)
-    return Inspection(out, states, live)
+    backoff = sum(1 for j in pending if j is not None and j.not_before is not None)
+    return Inspection(out, states, live, backoff)
+
+
+async def _check_retries(uow: UnitOfWork, job: Job) -> list[Violation]:
+    out: list[Violation] = []
+    attempts = await uow.attempts.for_job(job.id)
+    live = [a.id for a in attempts if a.state not in ATTEMPT_FINAL]
+    if len(live) > 1:
+        out.append(Violation("retries", f"job {job.id} has {len(live)} live attempts: {live}"))
+    for earlier in attempts[:-1]:
+        running = [
+            m.id for m in await uow.members.for_attempt(earlier.id) if m.state not in MEMBER_FINAL
+        ]
+        if running:
+            out.append(
+                Violation(
+                    "retries",
+                    f"job {job.id} has attempt {attempts[-1].number} while members {running} of "
+                    f"attempt {earlier.number} are not known ended",
+                )
+            )
+    policy = job.spec.retry
+    counted = [a for a in attempts if a.end != REQUEUED]
+    if len(counted) > policy.max_attempts:
+        out.append(
+            Violation(
+                "retries",
+                f"job {job.id} has {len(counted)} attempts; its policy allows "
+                f"{policy.max_attempts}",
+            )
+        )
+    for n, (ended, then) in enumerate(itertools.pairwise(counted), start=1):
+        due = ended.updated_at + policy.backoff(n)
+        if ended.end and then.created_at < due:
+            out.append(
+                Violation(
+                    "retries",
+                    f"job {job.id}: attempt {then.number} made at {then.created_at:%H:%M:%S}, "
+                    f"before its backoff after attempt {ended.number} ended ({due:%H:%M:%S})",
+                )
+            )
+    return out
 
 
 async def _check_reservation(

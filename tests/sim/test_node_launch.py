@@ -28,6 +28,7 @@ from domain.catalog import RuntimeSpec
 from domain.fleet import Pool
 from domain.lifecycle import JobState, MemberState
 from domain.node_protocol import Decision
+from domain.retry import RetryPolicy
 from tests.support.context import ADMIN, ALICE, FakeClock, memory_context
 from tests.unit.builders import an_intent
 
@@ -54,8 +55,10 @@ class World:
         """The control plane dies; another takes over (a new coordinator incarnation)."""
         self.supervisor = self._supervisor()
 
-    async def submit(self, profile: str = "nodes/cpu:4", command: str = "train") -> str:
-        intent = an_intent(profiles=(profile,), params={"command": command})
+    async def submit(
+        self, profile: str = "nodes/cpu:4", command: str = "train", retry: RetryPolicy | None = None
+    ) -> str:
+        intent = an_intent(profiles=(profile,), params={"command": command}, retry=retry)
         preview = await submissions.create_preview(self.ctx, ALICE, intent)
         receipt = await submissions.commit(
             self.ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4())
