@@ -116,6 +116,15 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
             "intent.source.digest",
             "upload",
         ),
+        # a retry policy (docs/lifecycles.md#retries)
+        ({"retry": {"on": ["cancelled"]}}, "intent.retry.on", "node-lost, preempted"),
+        ({"retry": {"max_attempts": 0}}, "intent.retry.max_attempts", "from 1 to 100"),
+        ({"retry": {"exit_codes": [300]}}, "intent.retry.exit_codes", "from 1 to 255"),
+        (
+            {"retry": {"backoff_seconds": 60, "max_backoff_seconds": 10}},
+            "intent.retry.max_backoff_seconds",
+            "at least backoff_seconds",
+        ),
     ],
 )
 async def test_unresolvable_intents_are_422(

@@ -110,8 +110,11 @@ ROWS: list[Row] = [
     bad(2, "runtime build", "nosuch", out="no local recipe"),
     # -- submitting and jobs -----------------------------------------------------------------
     ok("submit", "hello", "--profile", "local/cpu:1", "--set", "command=echo every-command",
-       "--preview", capture={"preview": r"tp submit --commit (\S+\.json)"}),
+       "--retry", "2", "--preview", out="retry      2 attempts",
+       capture={"preview": r"tp submit --commit (\S+\.json)"}),
     bad(2, "submit", "hello", "--profile", "local/cpu:999", "--yes", out="error"),
+    bad(2, "submit", "hello", "--profile", "local/cpu:1", "--retry", "0", "--yes",
+        out="--retry 0"),
     bad(2, "submit", "--commit", "{tmp}/nope.json", out="nope.json"),
     bad(2, "submit", "--commit", "{tmp}", out="cannot read"),
     ok("submit", "--commit", "{preview}", "--follow", out="every-command",
@@ -189,6 +192,8 @@ ROWS: list[Row] = [
     ok("queue add", "night", "--team", "default", "--job-quota", "2"),
     bad(3, "queue add", "day", "--team", "nope", out="nope"),
     ok("queue set", "night", "--priority", "5", "--job-quota", "none"),
+    ok("queue set", "night", "--max-attempts", "3", out="attempts 3"),
+    bad(2, "queue set", "night", "--max-attempts", "0", out="--max-attempts"),
     bad(2, "queue set", "night", "--priority", "5000", out="priority"),
     # -- administration ----------------------------------------------------------------------
     ok("admin team add", "research"),

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,13 @@ class Cli:
     def status(self, job_id: str) -> dict[str, Any]:
         return json.loads(self("job", "status", job_id, "--json").stdout)  # type: ignore[no-any-return]
 
-    def wait_state(self, job_id: str, states: set[str], timeout: float = 60) -> dict[str, Any]:
+    def wait_state(
+        self,
+        job_id: str,
+        states: set[str],
+        timeout: float = 60,
+        also: Callable[[dict[str, Any]], bool] = lambda job: True,
+    ) -> dict[str, Any]:
         """Poll the job as `tp job status --json` reads it (GET /v1/jobs/ID with the login the
         CLI saved), in this process: starting `tp` every poll would take 0.3-0.45 s of a core
         each time from the workloads under test on a 2-core machine."""
@@ -58,7 +65,7 @@ class Cli:
         with httpx.Client(base_url=creds["server"], headers=headers, timeout=30) as api:
             while True:
                 job: dict[str, Any] = api.get(f"/v1/jobs/{job_id}").raise_for_status().json()
-                if job["state"] in states:
+                if job["state"] in states and also(job):
                     return job
                 if time.monotonic() > deadline:
                     raise AssertionError(

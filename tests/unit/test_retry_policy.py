@@ -3,13 +3,18 @@ or end" over an attempt history (domain/retry.py; issue 22)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from domain.errors import InvalidInput
+from domain.jobs import Attempt
+from domain.lifecycle import AttemptState
 from domain.retry import AttemptEnd, End, Retry, RetryPolicy, decide
+from tests.unit.builders import a_spec, an_intent
+from tests.unit.test_submission import CATALOG
 
 pytestmark = pytest.mark.unit
 T0 = datetime(2026, 12, 5, 14, 0, 0, tzinfo=UTC)
@@ -132,3 +137,80 @@ def test_an_unknown_end_or_an_empty_history_is_a_bug_not_a_decision() -> None:
         AttemptEnd("lost", T0)
     with pytest.raises(ValueError, match="no attempt"):
         decide(RetryPolicy(), [])
+
+
+def test_a_policy_round_trips_is_capped_and_said_in_words() -> None:
+    policy = RetryPolicy.parse({"max_attempts": 4, "on": ["failed", "node-lost"],
+                                "exit_codes": [137, 1], "backoff_seconds": 5})  # fmt: skip
+    assert RetryPolicy.parse(policy.to_dict()) == policy
+    assert policy.to_dict()["exit_codes"] == [1, 137] and policy.to_dict()["on"] == [
+        "failed",
+        "node-lost",
+    ]
+    assert policy.capped(None) is policy and policy.capped(9) is policy
+    assert policy.capped(2).max_attempts == 2 and policy.capped(0).max_attempts == 1
+    assert policy.words() == (
+        "4 attempts, a new one after node-lost, failed with exit code 1, 137; backoff 5 s "
+        "doubling to 600 s"
+    )
+    assert RetryPolicy().words() == "no retry (1 attempt)"
+
+
+def test_the_preview_digest_of_a_submission_without_retry_is_what_it_was() -> None:
+    from domain.submission import SubmissionIntent
+
+    plain = SubmissionIntent("e", "custom/custom", ("cpu:1",), {"command": "x"})
+    assert "retry" not in plain.to_dict() and "retry" not in a_spec().to_dict()
+    asked = replace(plain, retry=RetryPolicy.attempts(3))
+    assert SubmissionIntent.from_dict(asked.to_dict()) == asked
+    spec = a_spec(retry=RetryPolicy.attempts(3))
+    assert type(spec).from_dict(spec.to_dict()) == spec
+
+
+def test_resolving_caps_the_policy_by_the_queue() -> None:
+    from domain.submission import resolve
+
+    intent = an_intent(retry=RetryPolicy.attempts(5))
+    spec = a_spec()
+    args = (CATALOG, spec.runtime, spec.roles, "local", "default")
+    assert resolve(intent, *args).retry.max_attempts == 5
+    assert resolve(intent, *args, max_attempts=2).retry.max_attempts == 2
+    assert resolve(an_intent(), *args, max_attempts=2).retry.max_attempts == 1
+
+
+def _attempt(n: int, state: AttemptState, cause: str = "", minutes: int = 0) -> Attempt:
+    at = T0 + timedelta(minutes=minutes)
+    return Attempt(f"att-{n}", "job-1", n, state, at, at, "member 0 exited with code 1", 1, cause)
+
+
+def test_an_attempt_knows_how_it_ended_and_keeps_its_first_cause() -> None:
+    running = _attempt(1, AttemptState.RUNNING)
+    assert running.end == "" and _attempt(1, AttemptState.SUCCEEDED).end == ""
+    lost = running.caused("node-lost", T0)
+    assert lost.caused("preempted", T0) is lost  # the first cause found is the cause
+    assert lost.moved(AttemptState.FAILED, T0, "x", cause="launch-failed").end == "node-lost"
+    assert running.moved(AttemptState.FAILED, T0, "x").end == "failed"
+    stopping = running.moved(AttemptState.STOPPING, T0)
+    assert stopping.moved(AttemptState.CANCELLED, T0).end == "cancelled"
+
+
+def test_retried_puts_the_job_back_to_pending_or_lets_it_end() -> None:
+    from domain.jobs import Job
+    from domain.lifecycle import JobState
+    from domain.progress import retried
+
+    policy = RetryPolicy.parse({"max_attempts": 2, "backoff_seconds": 60})
+    job = Job("job-1", "pv-1", "alice", a_spec(retry=policy), JobState.RUNNING, T0, T0)
+    ended = job.moved(JobState.FAILED, T0, "member 0 exited with code 1", 1)
+    first = _attempt(1, AttemptState.FAILED)
+    again = retried(job, ended, [first], T0)
+    assert again.state is JobState.PENDING and again.not_before == T0 + timedelta(seconds=60)
+    assert again.moved(JobState.STARTING, T0).not_before is None  # admitted: no longer waits
+    last = retried(job, ended, [first, _attempt(2, AttemptState.FAILED, minutes=5)], T0)
+    assert last.state is JobState.FAILED and "last of its policy's 2 attempts" in last.reason
+    requeued = _attempt(2, AttemptState.FAILED, "requeued")  # not counted
+    assert retried(job, ended, [first, requeued], T0).state is JobState.PENDING
+    stopping = job.moved(JobState.STOPPING, T0)
+    assert retried(stopping, ended, [first], T0) is ended  # a stop never retries
+    plain = Job("job-2", "pv-2", "alice", a_spec(), JobState.RUNNING, T0, T0)
+    assert retried(plain, ended, [first], T0) is ended  # no policy: the job's own reason

@@ -1,0 +1,89 @@
+"""Retries through every layer (docs/lifecycles.md#retries): a policy written in
+experiment.toml or given as `tp submit --retry N` reaches the preview, the job, the supervisor
+and the scheduler; on the node backend a fenced node's attempt ends `node-lost` and the next
+attempt runs on the nodes left, only after every member of the first is known ended."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_node_backend import Factory, cli_for, submit
+from tests.e2e.test_walkthrough import JOB_ID, Cli
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+RETRY = """
+[retry]
+max_attempts = 2
+on = ["failed"]
+backoff_seconds = 1
+"""
+
+
+def test_a_failing_command_is_retried_by_its_policy_then_fails_saying_so(cli: Cli) -> None:
+    cli("new", "flaky", "--method", "custom/custom")
+    toml = cli.cwd / "flaky" / "experiment.toml"
+    toml.write_text(toml.read_text() + RETRY)
+    cli("validate", "flaky")
+    out = cli("submit", "flaky", "--profile", "cpu:0.5", "--set", "command=exit 3", "--yes")
+    assert "retry      2 attempts, a new one after failed; backoff 1 s doubling to 600 s" in (
+        out.stdout
+    ), out.stdout
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert job["state"] == "failed" and job["exit_code"] == 3, job
+    assert [(a["number"], a["state"], a["end"]) for a in job["attempts"]] == [
+        (1, "failed", "failed"),
+        (2, "failed", "failed"),
+    ], job["attempts"]
+    assert job["reason"].startswith("attempt 2 failed (")
+    assert job["reason"].endswith("that was the last of its policy's 2 attempts"), job
+    assert job["retry"]["max_attempts"] == 2 and job["next_attempt_at"] is None
+    status = cli("job", "status", job_id).stdout
+    assert "retry      2 attempts" in status and "#2" in status, status
+    stages = cli("job", "events", job_id).stdout
+    assert "attempt 1 failed" in stages and "attempt 2 waits for backoff until" in stages, stages
+
+
+def test_retry_on_the_command_line_and_bad_policies_are_refused_naming_the_fix(cli: Cli) -> None:
+    cli("new", "short", "--method", "custom/custom")
+    preview = cli("submit", "short", "--profile", "cpu:0.5", "--set", "command=true",
+                  "--retry", "3", "--preview").stdout  # fmt: skip
+    assert "retry      3 attempts, a new one after node-lost, preempted, launch-failed, failed" in (
+        preview
+    ), preview
+    refused = cli("submit", "short", "--profile", "cpu:0.5", "--retry", "0", "--yes", ok=False)
+    assert refused.returncode != 0 and "--retry 0" in refused.stderr, refused.stderr
+    assert "field: --retry" in refused.stderr
+    toml = cli.cwd / "short" / "experiment.toml"
+    toml.write_text(toml.read_text() + '\n[retry]\non = ["cancelled"]\n')
+    bad = cli("validate", "short", ok=False)
+    assert "a user's stop never retries" in bad.stderr and "field: retry.on" in bad.stderr, (
+        bad.stderr
+    )
+
+
+async def test_a_fenced_node_ends_the_attempt_node_lost_and_the_next_runs_on_the_others(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(3)
+    cli = await cli_for(cluster, tmp_path)
+    toml = cli.cwd / "hello" / "experiment.toml"
+    toml.write_text(toml.read_text() + "\n[retry]\nmax_attempts = 2\nbackoff_seconds = 1\n")
+    job_id = submit(cli, "sleep 600", "nodes/cpu:1")  # 2 members of 0.5 CPU, one per node
+    job = cli.wait_state(job_id, {"running"}, timeout=120)
+    first = job["attempts"][0]
+    lost = first["members"][0]["node"]
+    cluster.kill_daemon(lost)  # its node is gone: unknown, never failed, until fenced
+    cli("node", "fence", lost, "--reason", "host powered off")
+    job = cli.wait_state(job_id, {"running"}, 120, also=lambda j: len(j["attempts"]) == 2)
+    ended, second = job["attempts"]
+    assert (ended["state"], ended["end"]) == ("failed", "node-lost"), ended
+    assert all(m["state"] in ("failed", "stopped") for m in ended["members"]), ended
+    assert lost not in {m["node"] for m in second["members"]}, second
+    assert second["created_at"] > ended["updated_at"]  # after every member was known ended
+    cli("job", "stop", job_id)
+    job = cli.wait_state(job_id, {"cancelled", "failed", "succeeded"}, timeout=120)
+    assert job["state"] == "cancelled" and len(job["attempts"]) == 2, job  # a stop: no retry
