@@ -381,7 +381,11 @@ class Supervisor:
                 if new is not m:
                     await uow.members.update(new, m.state)
                 updated.append(new)
-            job_now, attempt_now = job_after(job, attempt, updated, now)
+            caused = attempt
+            for obs, _ in seen.values():  # the first cause a backend proved is the attempt's
+                if obs.cause and obs.status in ("exited", "missing") and not attempt.end:
+                    caused = caused.caused(obs.cause, now)
+            job_now, attempt_now = job_after(job, caused, updated, now)
             if attempt_now is not attempt:
                 await uow.attempts.update(attempt_now, attempt.state)
             if job_now.state is JobState.FAILED and job.state is not JobState.FAILED:

@@ -49,6 +49,10 @@ class Observation:
     status: Literal["starting", "running", "exited", "missing", "unknown"]
     exit_code: int | None = None
     reason: str = ""
+    # an end (exited or missing) whose cause the backend proves, for the job's retry policy
+    # (domain/retry.py): "preempted" (its scheduler took it back: a Kueue eviction, a Slurm
+    # preemption or requeue) or "node-lost" (its node failed, as its scheduler says); "" else
+    cause: str = ""
 
 
 class Backend(Protocol):

@@ -36,6 +36,8 @@ class MemoryMember:
     output: bytearray = field(default_factory=bytearray)
     exit_code: int | None = None
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    cause: str = ""  # why it ended, as a backend's scheduler would say (preempted, node-lost)
+    why: str = ""
 
     @property
     def running(self) -> bool:
@@ -110,12 +112,16 @@ class MemoryBackend:
         member.changed.set()
         member.changed = asyncio.Event()
 
-    def finish(self, handle: str, exit_code: int, output: bytes = b"") -> None:
-        """The member exits (if it still runs) with ``exit_code`` after writing ``output``."""
+    def finish(
+        self, handle: str, exit_code: int, output: bytes = b"", cause: str = "", why: str = ""
+    ) -> None:
+        """The member exits (if it still runs) with ``exit_code`` after writing ``output``;
+        ``cause`` and ``why``: ended by the backend's scheduler (preempted, its node lost)."""
         member = self._member(handle)
         if member.running:
             member.output += output
             member.exit_code = exit_code
+            member.cause, member.why = cause, why
         member.changed.set()
 
     async def observe(self, handle: str) -> Observation:
@@ -130,7 +136,8 @@ class MemoryBackend:
             return Observation("starting", reason=waits)
         if member.running:
             return Observation("running")
-        return Observation("exited", member.exit_code, f"exited with code {member.exit_code}")
+        why = member.why or f"exited with code {member.exit_code}"
+        return Observation("exited", member.exit_code, why, member.cause)
 
     def _out_of_contact(self, member: MemoryMember) -> bool:
         a = member.request.assignment

@@ -347,3 +347,38 @@ async def test_a_waiting_member_shows_the_backends_reason_and_never_a_stale_one(
     await sup.tick()
     d = await state(ctx, job_id)
     assert (d.job.state, d.attempts[0].members[0].reason) == ("succeeded", "")
+
+
+async def test_a_preemption_the_backend_proves_is_the_attempts_end_and_its_policy_retries(
+    ctx: Context, backend: MemoryBackend
+) -> None:
+    """A backend whose scheduler took a member back says so (``Observation.cause``): the
+    attempt ends ``preempted`` and a policy that retries preemption queues the job again; a
+    plain exit of the next attempt is ``failed`` and, not named by the policy, final."""
+    from domain.retry import RetryPolicy
+
+    policy = RetryPolicy.parse({"max_attempts": 3, "on": ["preempted"], "backoff_seconds": 0})
+    intent = an_intent(params={"command": "train"}, retry=policy)
+    preview = await submissions.create_preview(ctx, ALICE, intent)
+    receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    sup = Supervisor(ctx)
+    await sup.tick()
+    d = await state(ctx, receipt.job_id)
+    handle = d.attempts[0].members[0].handle
+    assert handle is not None
+    backend.finish(handle, 143, cause="preempted", why="evicted by Kueue: Preempted")
+    await sup.tick()
+    d = await state(ctx, receipt.job_id)
+    assert d.job.state is JobState.PENDING, d.job
+    assert d.attempts[0].attempt.end == "preempted"
+    assert d.job.reason.startswith("attempt 1 preempted (")
+    await sup.tick()  # backoff 0: admitted and launched again
+    d = await state(ctx, receipt.job_id)
+    assert len(d.attempts) == 2 and d.job.state is JobState.RUNNING
+    second = d.attempts[1].members[0].handle
+    assert second is not None
+    backend.finish(second, 1)
+    await sup.tick()
+    d = await state(ctx, receipt.job_id)
+    assert d.job.state is JobState.FAILED and d.attempts[1].attempt.end == "failed"
+    assert "does not retry failed" in d.job.reason
