@@ -16,6 +16,7 @@ def prepare_order(work: NodeWork) -> PrepareOrder:
     env.update(
         TUNEPLANE_JOB_ID=work.placed.job_id,
         TUNEPLANE_ATTEMPT_ID=ref.attempt_id,
+        TUNEPLANE_ATTEMPT=str(work.attempt),
         TUNEPLANE_MEMBER_INDEX=str(ref.index),
     )
     if work.members > 1 or spec.runtime.process_model in ("torch-process-group", "ray"):

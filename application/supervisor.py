@@ -189,6 +189,7 @@ class Supervisor:
                 placed.get(member.index),
                 bundle,
                 outputs,
+                attempt.number,
             )
             try:
                 handle = await backend.launch(request)

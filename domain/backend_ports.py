@@ -39,6 +39,7 @@ class LaunchRequest:
     assignment: Assignment | None = None  # node, GPU indices, CPUs and memory reserved for it
     capsule: bytes | None = None  # the Job Capsule's tar (spec.capsule): then ``source`` is None
     outputs: str | None = None  # the host directory to mount at OUTPUT_DIR (shared outputs)
+    attempt: int = 1  # the attempt's number (TUNEPLANE_ATTEMPT: 1, then 2, … after retries)
 
 
 @dataclass(frozen=True, slots=True)

@@ -218,6 +218,7 @@ class NodeWork:
     master_addr: str
     master_port: int
     peers: tuple[str, ...] = ()  # every member's node address, by member index
+    attempt: int = 1  # the attempt's number (TUNEPLANE_ATTEMPT)
 
 
 class LaunchLedger(Protocol):

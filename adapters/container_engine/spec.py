@@ -56,6 +56,7 @@ def container_config(
     env.update(
         TUNEPLANE_JOB_ID=request.job_id,
         TUNEPLANE_ATTEMPT_ID=request.attempt_id,
+        TUNEPLANE_ATTEMPT=str(request.attempt),
         TUNEPLANE_MEMBER_INDEX=str(request.member_index),
     )
     command = spec.command

@@ -130,7 +130,7 @@ class KubernetesBackend:
         name = object_name(request.attempt_id)
         kind, workload, owned = render_attempt(
             name=name, spec=request.spec, job_id=request.job_id, attempt_id=request.attempt_id,
-            target=target, collector=self.options.collector,
+            attempt=request.attempt, target=target, collector=self.options.collector,
             rendezvous_port=self.options.rendezvous_port,
             grace=self.options.termination_grace_seconds,
         )  # fmt: skip

@@ -203,11 +203,12 @@ def pod_spec(
     return out
 
 
-def _member_env(spec: JobSpec, job_id: str, attempt_id: str) -> dict[str, str]:
+def _member_env(spec: JobSpec, job_id: str, attempt_id: str, attempt: int) -> dict[str, str]:
     env = dict(spec.env)
     env.update(
         TUNEPLANE_JOB_ID=job_id,
         TUNEPLANE_ATTEMPT_ID=attempt_id,
+        TUNEPLANE_ATTEMPT=str(attempt),
         TUNEPLANE_METRICS_DIR=METRICS_DIR,
     )
     if spec.capsule is not None:
@@ -231,6 +232,7 @@ def render_job(
     spec: JobSpec,
     job_id: str,
     attempt_id: str,
+    attempt: int = 1,
     target: PoolTarget,
     collector: Collector | None,
     rendezvous_port: int,
@@ -240,7 +242,7 @@ def render_job(
     members = spec.members
     role = spec.roles[0]
     group = spec.runtime.process_model == "torch-process-group"
-    env = _member_env(spec, job_id, attempt_id)
+    env = _member_env(spec, job_id, attempt_id, attempt)
     if group:
         rdv = rendezvous_env(
             members=members,
@@ -310,13 +312,14 @@ def render_rayjob(
     spec: JobSpec,
     job_id: str,
     attempt_id: str,
+    attempt: int = 1,
     target: PoolTarget,
     collector: Collector | None,
     grace: int,
 ) -> Obj:
     """The RayJob of an attempt: member 0 is the head (the driver runs there), members 1.. are
     the one worker group. Suspended and queued in Kueue."""
-    env = _member_env(spec, job_id, attempt_id)
+    env = _member_env(spec, job_id, attempt_id, attempt)
     labels = {MANAGED_BY: MANAGER, LABEL_NAME: name}
 
     def group(container_name: str, index: int, head: bool) -> Obj:
@@ -415,6 +418,7 @@ def render_attempt(
     spec: JobSpec,
     job_id: str,
     attempt_id: str,
+    attempt: int = 1,
     target: PoolTarget,
     collector: Collector | None,
     rendezvous_port: int,
@@ -433,12 +437,14 @@ def render_attempt(
     owned: list[Obj] = []
     if kind == "rayjob":
         workload = render_rayjob(
-            name=name, spec=spec, job_id=job_id, attempt_id=attempt_id, target=target,
+            name=name, spec=spec, job_id=job_id, attempt_id=attempt_id, attempt=attempt,
+            target=target,
             collector=collector, grace=grace,
         )  # fmt: skip
     else:
         workload = render_job(
-            name=name, spec=spec, job_id=job_id, attempt_id=attempt_id, target=target,
+            name=name, spec=spec, job_id=job_id, attempt_id=attempt_id, attempt=attempt,
+            target=target,
             collector=collector, rendezvous_port=rendezvous_port, grace=grace,
         )  # fmt: skip
         if spec.runtime.process_model == "torch-process-group":

@@ -187,6 +187,7 @@ class MemoryLaunchLedger:
             member: Member | None = tx.get("members", launch.member_id)
             job: Job | None = tx.get("jobs", plan.job_id) if plan is not None else None
             node = tx.get("nodes", launch.node)
+            attempt: Attempt | None = tx.get("attempts", launch.attempt_id)
             if plan is None or member is None or job is None or node is None:
                 continue  # as the inner joins of the PostgreSQL query
             if launch.attempt_id not in gangs:
@@ -216,6 +217,7 @@ class MemoryLaunchLedger:
                     master_addr=master,
                     master_port=plan.master_port,
                     peers=peers[launch.attempt_id],
+                    attempt=attempt.number if attempt is not None else 1,
                 )
             )
         return works

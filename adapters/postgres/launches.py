@@ -97,6 +97,7 @@ _RELEASE = text(
 _ON_NODES = text(
     "SELECT ml.*, l.job_id, l.master_port, l.decision, m.state AS member_state, m.role, "
     "j.spec, n.epoch AS node_epoch, coalesce(mn.address, '') AS master_addr, "
+    "(SELECT a.number FROM attempts a WHERE a.id = ml.attempt_id) AS attempt_number, "
     "(SELECT count(*) FROM member_launches g WHERE g.attempt_id = ml.attempt_id) AS gang, "
     "ARRAY(SELECT coalesce(pn.address, '') FROM member_launches p "
     "      LEFT JOIN nodes pn ON pn.name = p.node "
@@ -198,6 +199,7 @@ def _work(r: Any) -> NodeWork:
         master_addr=r["master_addr"],
         master_port=r["master_port"],
         peers=tuple(r["peers"]),
+        attempt=r["attempt_number"] or 1,
     )
 
 

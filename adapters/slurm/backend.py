@@ -378,7 +378,11 @@ class SlurmBackend:
     async def _submit(self, request: LaunchRequest, directory: Path) -> int:
         spec = request.spec
         partition_of = {r.pool: self.partition_of(r.pool) for r in spec.roles}
-        environment = {"PATH": JOB_PATH, "TUNEPLANE_ATTEMPT_ID": request.attempt_id}
+        environment = {
+            "PATH": JOB_PATH,
+            "TUNEPLANE_ATTEMPT_ID": request.attempt_id,
+            "TUNEPLANE_ATTEMPT": str(request.attempt),
+        }
         parts = job_parts(
             request, str(directory), partition_of, environment, gres_name=self.gres_name
         )

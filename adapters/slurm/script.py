@@ -118,6 +118,7 @@ def member_script(
         **spec.env,
         "TUNEPLANE_JOB_ID": request.job_id,
         "TUNEPLANE_ATTEMPT_ID": request.attempt_id,
+        "TUNEPLANE_ATTEMPT": str(request.attempt),
     }
     exports = runtime_lines(spec.runtime.name, runtime_dir)
     exports += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))

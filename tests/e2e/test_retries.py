@@ -11,6 +11,7 @@ import pytest
 
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -27,7 +28,8 @@ def test_a_failing_command_is_retried_by_its_policy_then_fails_saying_so(cli: Cl
     toml = cli.cwd / "flaky" / "experiment.toml"
     toml.write_text(toml.read_text() + RETRY)
     cli("validate", "flaky")
-    out = cli("submit", "flaky", "--profile", "cpu:0.5", "--set", "command=exit 3", "--yes")
+    command = "command=echo attempt=$TUNEPLANE_ATTEMPT; exit 3"
+    out = cli("submit", "flaky", "--profile", "cpu:0.5", "--set", command, "--yes")
     assert "retry      2 attempts, a new one after failed; backoff 1 s doubling to 600 s" in (
         out.stdout
     ), out.stdout
@@ -43,6 +45,7 @@ def test_a_failing_command_is_retried_by_its_policy_then_fails_saying_so(cli: Cl
     assert job["retry"]["max_attempts"] == 2 and job["next_attempt_at"] is None
     status = cli("job", "status", job_id).stdout
     assert "retry      2 attempts" in status and "#2" in status, status
+    assert "attempt=2" in cli("job", "logs", job_id).stdout  # the last attempt's member
     stages = cli("job", "events", job_id).stdout
     assert "attempt 1 failed" in stages and "attempt 2 waits for backoff until" in stages, stages
 
@@ -72,7 +75,8 @@ async def test_a_fenced_node_ends_the_attempt_node_lost_and_the_next_runs_on_the
     cli = await cli_for(cluster, tmp_path)
     toml = cli.cwd / "hello" / "experiment.toml"
     toml.write_text(toml.read_text() + "\n[retry]\nmax_attempts = 2\nbackoff_seconds = 1\n")
-    job_id = submit(cli, "sleep 600", "nodes/cpu:1")  # 2 members of 0.5 CPU, one per node
+    # 2 members of 0.5 CPU, one per node
+    job_id = submit(cli, "echo attempt=$TUNEPLANE_ATTEMPT; sleep 600", "nodes/cpu:1")
     job = cli.wait_state(job_id, {"running"}, timeout=120)
     first = job["attempts"][0]
     lost = first["members"][0]["node"]
@@ -84,6 +88,11 @@ async def test_a_fenced_node_ends_the_attempt_node_lost_and_the_next_runs_on_the
     assert all(m["state"] in ("failed", "stopped") for m in ended["members"]), ended
     assert lost not in {m["node"] for m in second["members"]}, second
     assert second["created_at"] > ended["updated_at"]  # after every member was known ended
+    wait_until(  # the new attempt's member was told its number
+        lambda: "attempt=2" in cli("job", "logs", job_id).stdout,
+        what="attempt=2 in the job's log",
+        every=1.0,
+    )
     cli("job", "stop", job_id)
     job = cli.wait_state(job_id, {"cancelled", "failed", "succeeded"}, timeout=120)
     assert job["state"] == "cancelled" and len(job["attempts"]) == 2, job  # a stop: no retry
