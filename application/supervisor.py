@@ -70,6 +70,15 @@ class Supervisor:
         """Ask for a tick now instead of at the next poll (after a commit or a cancel)."""
         self._wake.set()
 
+    def _due(self, job: Job) -> None:
+        """A job its retry policy queued again with no backoff left: the next tick's scheduling
+        pass reserves it at once instead of a poll later (the commit of this tick's writes
+        comes first: the tick goes on, then the run loop finds the wake-up set)."""
+        if job.state is JobState.PENDING and (
+            job.not_before is None or job.not_before <= self.ctx.clock.now()
+        ):
+            self.wake()
+
     async def run(self, poll_seconds: float = 1.0) -> None:
         while True:
             try:
@@ -240,6 +249,7 @@ class Supervisor:
             ended = job.moved(JobState.FAILED, now, reason)
             if current is not None:
                 ended = await _retried(uow, job, ended, current, now)
+                self._due(ended)
             await uow.jobs.update(ended, job.state)
             await uow.reservations.release(attempt.id)
             await uow.commit()
@@ -391,6 +401,7 @@ class Supervisor:
                 await uow.attempts.update(attempt_now, attempt.state)
             if job_now.state is JobState.FAILED and job.state is not JobState.FAILED:
                 job_now = await _retried(uow, job, job_now, attempt_now, now)
+                self._due(job_now)
             if job_now is not job:
                 await uow.jobs.update(job_now, job.state)
             if all(m.state in MEMBER_FINAL for m in updated):  # every member known stopped
