@@ -19,9 +19,10 @@ from adapters.postgres.engine import create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.lifecycle import AttemptState, JobState, MemberState
+from domain.retry import RetryPolicy
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
-from tests.contract.builders import a_job, a_member, an_attempt
+from tests.contract.builders import a_job, a_member, a_spec, an_attempt
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
@@ -137,13 +138,15 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     url = api_server.env["TUNEPLANE_DATABASE_URL"]
     engine = create_engine(url)
     pool = await create_pool(url)
-    job = a_job(owner="admin", state=JobState.FAILED, reason="OOM")
+    retry = RetryPolicy.parse({"max_attempts": 2, "on": ["node-lost"]})
+    job = a_job(owner="admin", state=JobState.FAILED, reason="OOM", spec=a_spec(retry=retry))
     scopes = []
     try:
         async with PostgresUnitOfWork(engine) as uow:
             await uow.jobs.add(job)
             for number in (1, 2):
-                attempt = an_attempt(job, number, state=AttemptState.FAILED)
+                cause = "node-lost" if number == 1 else ""  # its node fenced: retried
+                attempt = an_attempt(job, number, state=AttemptState.FAILED, cause=cause)
                 member = a_member(attempt, 0, state=MemberState.FAILED)
                 await uow.attempts.add(attempt)
                 await uow.members.add(member)
@@ -171,6 +174,10 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     legend = figure.locator(".u-legend")
     await expect(legend).to_contain_text("attempt 1")
     await expect(legend).to_contain_text("attempt 2")
+    ends = page.get_by_role("table", name="Attempts").locator("tbody tr")
+    await expect(ends.nth(0)).to_contain_text("node-lost")  # how attempt 1 ended
+    await expect(ends.nth(1)).to_contain_text("failed")
+    await expect(page.locator("dl.facts")).to_contain_text("2 attempts, a new one after node-lost")
     await page.screenshot(path=screenshots / "01-attempts.png", full_page=True)
     assert not await accessibility_violations(page)
 

@@ -2,7 +2,7 @@ import { call, getJson, postJson } from "../api";
 import { alertBox, h, shown, table, view, when } from "../dom";
 import { type Chart, metricChart } from "./chart";
 import { rawInspector, type Series } from "./inspector";
-import type { Job } from "./jobs";
+import type { Job, RetryPolicy } from "./jobs";
 
 interface Why {
   state: string;
@@ -59,7 +59,26 @@ function facts(job: Job): HTMLElement {
   fact("Updated", when(job.updated_at));
   fact("Reason", job.reason);
   fact("Exit code", job.exit_code);
+  fact("Retry", retryWords(job.retry));
+  if (job.next_attempt_at) fact("Next attempt", `not before ${when(job.next_attempt_at)}`);
   return dl;
+}
+
+// The retry policy in words, as `tp job status` says it (docs/lifecycles.md#retries).
+function retryWords(p: RetryPolicy | undefined): string {
+  if (!p || p.max_attempts <= 1) return "no retry (1 attempt)";
+  const codes = p.exit_codes.length ? ` (exit codes ${p.exit_codes.join(", ")})` : "";
+  return `${p.max_attempts} attempts, a new one after ${p.on.join(", ")}${codes}; backoff ${p.backoff_seconds} s doubling to ${p.max_backoff_seconds} s`;
+}
+
+// Each attempt: how it ended (why, in words) and when; the next one's time is in the facts.
+function attempts(job: Job): HTMLElement {
+  if (!job.attempts.length) return h("p", {}, "No attempt yet.");
+  return table(
+    "Attempts",
+    ["Attempt", "State", "Ended as", "Started", "Last change", "Reason"],
+    job.attempts.map((a) => [a.number, a.state, a.end || "—", h("time", { datetime: a.created_at }, when(a.created_at)), h("time", { datetime: a.updated_at }, when(a.updated_at)), a.reason ?? ""]),
+  );
 }
 
 function whyText(why: Why | null): HTMLElement | string {
@@ -127,7 +146,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const factsBox = h("div", {}, facts(job));
   const whyBox = h("div", {}, whyText(why));
   const timelineBox = h("section", { "aria-labelledby": "timeline-title" }, h("h2", { id: "timeline-title" }, "Timeline"), timeline(history.events));
-  const membersBox = h("div", {}, members(job));
+  const membersBox = h("div", {}, attempts(job), members(job));
   const charts = h("section", { "aria-labelledby": "charts-title" }, h("h2", { id: "charts-title" }, "Metrics"));
   const chartNote = h("div", {});
   charts.append(chartNote);
@@ -224,7 +243,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
         factsBox.replaceChildren(facts(now));
         whyBox.replaceChildren(whyText(whyNow));
         timelineBox.replaceChildren(timelineBox.firstElementChild!, timeline(historyNow.events));
-        membersBox.replaceChildren(members(now));
+        membersBox.replaceChildren(attempts(now), members(now));
         await drawCharts();
       }
       window.setTimeout(() => void tick().catch(() => window.setTimeout(() => void tick(), REFRESH_MS)), REFRESH_MS);

@@ -17,7 +17,17 @@ export interface Attempt {
   state: string;
   reason: string | null;
   exit_code: number | null;
+  created_at: string;
+  updated_at: string;
   members: Member[];
+  end?: string; // node-lost, preempted, launch-failed, failed, cancelled, requeued; "" otherwise
+}
+export interface RetryPolicy {
+  max_attempts: number;
+  on: string[];
+  exit_codes: number[];
+  backoff_seconds: number;
+  max_backoff_seconds: number;
 }
 export interface Job {
   id: string;
@@ -33,6 +43,8 @@ export interface Job {
   reason: string | null;
   exit_code: number | null;
   attempts: Attempt[];
+  retry?: RetryPolicy;
+  next_attempt_at?: string | null; // pending again after a retry: not before
 }
 
 const STATES = ["", "pending", "starting", "running", "stopping", "succeeded", "failed", "cancelled"];
