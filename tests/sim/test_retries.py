@@ -13,7 +13,9 @@ import pytest
 
 from adapters.sim.nodes import SimNodeFleet
 from application import explain, jobs
+from application.gang import GangCoordinator, GangSettings
 from application.reconcile import declare_node_lost
+from application.supervisor import Supervisor
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, JobState, MemberState
 from domain.node_messages import PrepareOrder
 from domain.retry import RetryPolicy
@@ -152,3 +154,47 @@ async def test_a_refused_launch_is_launch_failed_and_retried(tmp_path: Path) -> 
     assert "refused: image missing" in first.reason
     assert all(m.state is MemberState.RUNNING for m in d.attempts[1].members)
     assert w.fleet.starts() == {m.id: 1 for m in d.attempts[1].members}
+
+
+async def test_a_stop_during_the_backoff_ends_the_job_with_no_new_attempt(world: World) -> None:
+    job_id = await world.submit("nodes/cpu:1", retry=policy())
+    await world.all_running(job_id)
+    await world.finish_all(job_id, code=1)
+    d = await world.until(job_id, {JobState.PENDING})
+    assert d.job.not_before is not None
+    await jobs.cancel_job(world.ctx, ALICE, job_id)
+    d = await steps(world, job_id, int(BACKOFF) + 5)
+    assert d.job.state is JobState.CANCELLED and len(d.attempts) == 1
+    assert await world.live_reservations() == 0
+
+
+async def test_the_lost_node_policy_fences_and_the_attempt_ends_node_lost(
+    tmp_path: Path,
+) -> None:
+    """TUNEPLANE_NODE_LOST_AFTER_SECONDS: a node out of contact that long is fenced by the
+    coordinator (never before), which ends its attempt as node-lost, as an operator's fence."""
+    w = World(tmp_path)
+    w.supervisor = Supervisor(
+        w.ctx,
+        gangs=GangCoordinator(
+            w.ctx,
+            GangSettings(
+                prepare_timeout=timedelta(seconds=60),
+                link_timeout=timedelta(seconds=5),
+                lost_after=timedelta(seconds=30),
+            ),
+        ),
+    )
+    await w.fleet.connect_all()
+    job_id = await w.submit("nodes/cpu:2", retry=policy(on=["node-lost"], backoff_seconds=0))
+    d = await w.all_running(job_id)
+    lost = d.attempts[0].members[0].node
+    assert lost is not None
+    await w.fleet.disconnect(lost)
+    d = await steps(w, job_id, 20)  # out of contact, not yet for 30 s: unknown, never ended
+    assert len(d.attempts) == 1 and d.attempts[0].attempt.end == ""
+    d = await w.all_running(job_id, steps=60)
+    first = d.attempts[0].attempt
+    assert (first.end, len(d.attempts)) == ("node-lost", 2)
+    assert "out of contact for more than 0.5 min (policy)" in first.reason
+    assert lost not in {m.node for m in d.attempts[1].members}
