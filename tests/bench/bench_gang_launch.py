@@ -78,6 +78,21 @@ async def phases(cluster: NodeCluster, attempt_id: str) -> dict[str, float]:
     return {k: float(row[k]) for k in ("began", "voted", "decided")}
 
 
+def print_phases(title: str, rows: list[dict[str, float]], base: list[float]) -> float:
+    """Print the median and p90 of each phase (``total`` among them) and how the total compares
+    with one container start; return the median total."""
+    b = statistics.median(base)
+    print(f"\n{title}")
+    print(f"{'phase':<16}{'median s':>10}{'p90 s':>10}")
+    for key in rows[0]:
+        values = [r[key] for r in rows]
+        print(f"{key:<16}{statistics.median(values):>10.3f}{pct(values, 0.9):>10.3f}")
+    total = statistics.median(r["total"] for r in rows)
+    print(f"{'baseline (1 container create+start)':<36}{b:>8.3f} s")
+    print(f"beyond container start: {total - b:.3f} s; ratio total/baseline: {total / b:.1f}")
+    return total
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -138,16 +153,8 @@ async def test_gang_launch_latency(
                 job = (await api.get(f"{cluster.servers.url}/v1/jobs/{job_id}")).json()
             assert job["state"] == "succeeded", job
     base = await asyncio.to_thread(baseline, docker_host, image, 10)
-    b = statistics.median(base)
-    print(f"\nsignals {signals}; 4-member gangs: {gangs}; baseline rounds: {len(base)}; {image}")
-    print(f"{'phase':<16}{'median s':>10}{'p90 s':>10}")
-    for key in rows[0]:
-        values = [r[key] for r in rows]
-        print(f"{key:<16}{statistics.median(values):>10.3f}{pct(values, 0.9):>10.3f}")
-    total = statistics.median(r["total"] for r in rows)
-    print(f"{'baseline (1 container create+start)':<36}{b:>8.3f} s")
-    print(f"beyond container start: {total - b:.3f} s; ratio total/baseline: {total / b:.1f}")
-    MEDIANS[signals] = total
+    title = f"signals {signals}; 4-member gangs: {gangs}; baseline rounds: {len(base)}; {image}"
+    MEDIANS[signals] = print_phases(title, rows, base)
     if len(MEDIANS) == 2:
         print(f"ratio total with signals on / off: {MEDIANS['on'] / MEDIANS['off']:.2f}")
     print(json.dumps({"rows": rows, "baseline": base}))

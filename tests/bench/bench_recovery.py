@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import statistics
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -33,7 +32,7 @@ import asyncpg
 import httpx
 import pytest
 
-from tests.bench.bench_gang_launch import baseline, pct
+from tests.bench.bench_gang_launch import baseline, print_phases
 from tests.e2e.test_node_backend import cli_for, docker_events
 from tests.fixtures.nodes import NodeCluster
 from tests.support.db import plain_dsn
@@ -144,13 +143,6 @@ async def test_recovery_after_a_fence(
             await api.post(f"{url}/cancel")
             await until(api, url, lambda j: j["state"] in ("cancelled", "failed", "succeeded"))
     base = await asyncio.to_thread(baseline, docker_host, image, 10)
-    b = statistics.median(base)
-    print(f"\nrecovery after a fence, 2-member gangs: {rounds}; baseline rounds: {len(base)}")
-    print(f"{'phase':<16}{'median s':>10}{'p90 s':>10}")
-    for key in rows[0]:
-        values = [r[key] for r in rows]
-        print(f"{key:<16}{statistics.median(values):>10.3f}{pct(values, 0.9):>10.3f}")
-    total = statistics.median(r["total"] for r in rows)
-    print(f"{'baseline (1 container create+start)':<36}{b:>8.3f} s")
-    print(f"beyond one container start: {total - b:.3f} s; ratio total/baseline: {total / b:.1f}")
+    title = f"recovery after a fence, 2-member gangs: {rounds}; baseline rounds: {len(base)}"
+    print_phases(title, rows, base)
     print(json.dumps({"rows": rows, "baseline": base}))
