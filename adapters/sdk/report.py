@@ -1,8 +1,13 @@
-"""Report training metrics from inside a job, for the node's collector: ``report.log``.
+"""Report training metrics from inside a job, for the node's collector: ``report.log``; mark
+checkpoints complete so that a later attempt resumes from them: ``report.checkpoint``.
 
     from adapters.sdk import report        # or copy this one file next to your training code
 
     report.log({"train/loss": loss, "train/reward": reward}, step=step)
+    start = report.resume_from()           # the last complete checkpoint, or None
+    ...
+    path = report.checkpoint_dir() / f"checkpoint-{step}"   # write your files there, then
+    report.checkpoint(path, step)          # sync them and mark the checkpoint complete
 
 Each call appends one JSONL line ``{"step", "wall_time", "metrics"}`` to
 ``$TUNEPLANE_METRICS_DIR/report-rank<RANK>.jsonl`` (``./tuneplane-metrics`` when the variable is
@@ -124,6 +129,60 @@ def log(metrics: Mapping[str, object], step: int, *, wall_time: float | None = N
             _warned = True
             print(f"tuneplane report: metrics not written ({exc!r}); training goes on",
                   file=sys.stderr)  # fmt: skip
+
+
+def checkpoint_dir() -> Path:
+    """Where to write checkpoints: ``$TUNEPLANE_CHECKPOINT_DIR`` (``./tuneplane-checkpoints``
+    outside TunePlane). Each checkpoint is one directory directly under it."""
+    return Path(os.environ.get("TUNEPLANE_CHECKPOINT_DIR") or "tuneplane-checkpoints")
+
+
+def resume_from() -> Path | None:
+    """The checkpoint this attempt resumes from (``$TUNEPLANE_RESUME_FROM``), or None on a first
+    attempt, outside TunePlane, or when no earlier checkpoint verified."""
+    found = os.environ.get("TUNEPLANE_RESUME_FROM", "")
+    return Path(found) if found else None
+
+
+def _sync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def checkpoint(path: str | os.PathLike[str], step: int | None = None) -> bool:
+    """Mark the checkpoint directory ``path`` complete: every file and directory under it is
+    synced to disk, then ``COMPLETE`` (holding ``step``) is written last, atomically. Call it
+    once per checkpoint, after every rank saved its part (e.g. on rank 0 after a barrier).
+    Returns whether it was marked; never raises into training (a failure is counted in
+    ``errors()`` and said once on stderr): an unmarked checkpoint is simply not resumed from."""
+    global _errors, _warned
+    try:
+        root = Path(path)
+        if not root.is_dir():
+            raise NotADirectoryError(f"{root} is not a directory")
+        for here, dirs, files in os.walk(root):
+            for name in files:
+                if name != "COMPLETE":
+                    _sync(Path(here) / name)
+            for name in dirs:
+                _sync(Path(here) / name)
+        text = "" if step is None else f"{int(step)}\n"
+        temp = root / ".COMPLETE.tmp"
+        temp.write_text(text)
+        _sync(temp)
+        os.replace(temp, root / "COMPLETE")
+        _sync(root)
+        return True
+    except Exception as exc:  # never into training
+        _errors += 1
+        if not _warned:
+            _warned = True
+            print(f"tuneplane report: checkpoint {path} not marked complete ({exc!r}); "
+                  "training goes on", file=sys.stderr)  # fmt: skip
+        return False
 
 
 def flush() -> None:

@@ -77,3 +77,35 @@ def test_threads_write_whole_lines(fresh: Path) -> None:
         t.join()
     got = lines(fresh)
     assert len(got) == 1600 and all(set(line) == {"step", "wall_time", "metrics"} for line in got)
+
+
+def test_a_checkpoint_is_marked_complete_last_and_read_back_as_the_domain_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from domain.checkpoints import COMPLETE, marker_step
+
+    monkeypatch.setenv("TUNEPLANE_CHECKPOINT_DIR", str(tmp_path / "ckpt"))
+    monkeypatch.delenv("TUNEPLANE_RESUME_FROM", raising=False)
+    assert report.resume_from() is None
+    where = report.checkpoint_dir() / "checkpoint-1200"
+    (where / "sub").mkdir(parents=True)
+    (where / "weights.bin").write_bytes(b"\1" * 100)
+    (where / "sub" / "optimizer.bin").write_bytes(b"\2" * 10)
+    assert report.checkpoint(where, 1200)
+    assert marker_step((where / COMPLETE).read_text()) == 1200
+    assert sorted(p.name for p in where.iterdir()) == ["COMPLETE", "sub", "weights.bin"]
+    assert report.checkpoint(where) and (where / COMPLETE).read_text() == ""  # again: no step
+    monkeypatch.setenv("TUNEPLANE_RESUME_FROM", str(where))
+    assert report.resume_from() == where
+
+
+def test_marking_a_checkpoint_never_raises_into_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = report.errors()
+    assert not report.checkpoint(tmp_path / "nothing-here", 3)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    assert not report.checkpoint(a_file, 3)
+    assert report.errors() == before + 2
+    assert not (tmp_path / "nothing-here").exists()

@@ -1,0 +1,113 @@
+"""Checkpoints that carry across attempts (issue 22 item 3): the workload's contract and the
+pure rules over recorded checkpoints. Wiring them into the backends is the next step
+(docs/checkpoints.md says what is built).
+
+The contract: every member gets ``TUNEPLANE_CHECKPOINT_DIR`` (a directory it may write), its
+attempt's number ``TUNEPLANE_ATTEMPT``, and ``TUNEPLANE_RESUME_FROM``: the directory of the
+latest complete checkpoint that verifies, or empty on a first attempt (or when none does). A
+checkpoint is one directory directly under ``TUNEPLANE_CHECKPOINT_DIR``; it is **complete**
+once the workload wrote the file ``COMPLETE`` into it, last (``report.checkpoint(path, step)``
+in the SDK does so, after syncing every file); the marker may hold the step as a whole number.
+A complete checkpoint is recorded with a manifest (path, size and sha256 of every file, as for
+artifacts) and kept where the next attempt can read it; one whose files no longer match its
+manifest is skipped for the one before it. The last ``KEEP`` per job are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from domain.artifacts import Manifest
+from domain.errors import InvalidInput
+
+CHECKPOINT_ENV = "TUNEPLANE_CHECKPOINT_DIR"
+RESUME_ENV = "TUNEPLANE_RESUME_FROM"
+ATTEMPT_ENV = "TUNEPLANE_ATTEMPT"
+COMPLETE = "COMPLETE"  # the marker a workload writes last into a finished checkpoint
+KEEP = 2  # complete checkpoints kept per job
+MAX_FILES = 10_000  # files of one checkpoint (as a member's reported outputs)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]{0,127}$")
+_STEP = re.compile(r"^\s*(\d{1,18})\s*$")
+
+
+def check_name(name: str) -> str:
+    """A checkpoint's name: its directory under the checkpoint directory, one path segment."""
+    if not _NAME.fullmatch(name):
+        raise InvalidInput(
+            f"checkpoint name {name!r} is not one plain path segment",
+            fix="name checkpoint directories with letters, digits and . _ + = @ - "
+            "(at most 128), e.g. checkpoint-1200",
+            field="checkpoint",
+        )
+    return name
+
+
+def marker_step(text: str) -> int | None:
+    """The step a ``COMPLETE`` marker names: a whole number, or None when it names none (an
+    empty marker still completes its checkpoint)."""
+    found = _STEP.fullmatch(text)
+    return int(found.group(1)) if found else None
+
+
+def step_from_name(name: str) -> int | None:
+    """The step in a name such as ``checkpoint-1200`` (TRL's and most trainers' naming)."""
+    digits = re.findall(r"\d+", name)
+    return int(digits[-1]) if digits and len(digits[-1]) <= 18 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    job_id: str
+    attempt: int  # the attempt that wrote it
+    name: str
+    step: int | None
+    manifest: Manifest
+    recorded_at: datetime
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+
+def newest_first(found: Sequence[Checkpoint]) -> list[Checkpoint]:
+    """Newest first: by attempt (a later attempt went on from what the earlier ones left, or
+    started again when none verified: either way it is the latest truth), then step (one
+    without a step first among its attempt's: written last), then the time it was recorded."""
+    return sorted(
+        found,
+        key=lambda c: (c.attempt, c.step is None, c.step or 0, c.recorded_at),
+        reverse=True,
+    )
+
+
+def kept(
+    found: Sequence[Checkpoint], keep: int = KEEP
+) -> tuple[list[Checkpoint], list[Checkpoint]]:
+    """(the ``keep`` newest, the rest to collect)."""
+    if keep < 1:
+        raise ValueError("keep at least one checkpoint")
+    ordered = newest_first(found)
+    return ordered[:keep], ordered[keep:]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeChoice:
+    checkpoint: Checkpoint | None  # None: start from scratch
+    skipped: tuple[tuple[Checkpoint, str], ...] = ()  # newer ones that did not verify, and why
+
+
+def resume_from(
+    found: Sequence[Checkpoint], problem: Callable[[Checkpoint], str | None]
+) -> ResumeChoice:
+    """The newest checkpoint whose files verify (``problem`` returns None for it, else what is
+    wrong), skipping the ones that do not."""
+    skipped: list[tuple[Checkpoint, str]] = []
+    for c in newest_first(found):
+        why = problem(c)
+        if why is None:
+            return ResumeChoice(c, tuple(skipped))
+        skipped.append((c, why))
+    return ResumeChoice(None, tuple(skipped))
