@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from domain.artifact_ports import OutputStorage
+from domain.artifact_ports import CheckpointStorage, OutputStorage
 from domain.backend_ports import Backend, CapacityReporter, CoordinatedBackend, ExecutionBackend
 from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
@@ -27,6 +27,7 @@ class Limits:
     list_limit_max: int = 500
     # unused blobs younger than this are kept (application/blob_gc.py)
     blob_grace: timedelta = timedelta(days=1)
+    max_checkpoint_file_bytes: int = 256 * 1024**3  # one file of a checkpoint, in the blob store
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,8 @@ class Context:
     tokens: TokenSigner | None = None  # None: members get no collector token
     telemetry: TelemetrySettings = TelemetrySettings()
     outputs: OutputStorage | None = None  # None: members' outputs are not kept here
+    # None: members get no checkpoint directory from this host (docs/checkpoints.md)
+    checkpoints: CheckpointStorage | None = None
     # backends whose members' outputs live in the backend's own storage, which this control
     # plane reads too (Slurm: its shared directory), by backend name
     backend_outputs: Mapping[str, OutputStorage] = field(default_factory=dict)
@@ -82,6 +85,13 @@ class Context:
         if own is not None:
             return own
         return self.outputs if backend.storage.shared_outputs else None
+
+    def checkpoints_of(self, backend: Backend) -> CheckpointStorage | None:
+        """Where ``backend``'s members keep checkpoints on this host: here, when its members
+        mount this host's directories (it shares outputs) and this process keeps blobs."""
+        if backend.storage.shared_outputs and self.blobs is not None:
+            return self.checkpoints
+        return None
 
     def blob_store(self) -> BlobStore:
         """The blob store; Unavailable in a process built without one (a bug of its wiring)."""

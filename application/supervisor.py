@@ -18,6 +18,7 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
+from application import checkpoints
 from application.capacity_sync import sync_capacity
 from application.context import Context
 from application.gang import GangCoordinator
@@ -182,6 +183,10 @@ class Supervisor:
             await self._fail(backend, job, attempt, f"its {what} cannot be read: {exc.message}")
             return
         store = self.ctx.outputs_of(backend)
+        kept = self.ctx.checkpoints_of(backend)
+        saved = None
+        if kept is not None and any(m.handle is None for m in members):
+            saved = await checkpoints.for_launch(self.ctx, kept, job.id, attempt.number)
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue
@@ -199,6 +204,9 @@ class Supervisor:
                 bundle,
                 outputs,
                 attempt.number,
+                saved.work if saved else None,
+                saved.resume_root if saved else None,
+                saved.resume if saved else None,
             )
             try:
                 handle = await backend.launch(request)

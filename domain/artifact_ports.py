@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from domain.artifacts import ArtifactRecord, Manifest
+from domain.checkpoints import Checkpoint, Found
 
 
 class ArtifactRepository(Protocol):
@@ -30,4 +32,64 @@ class OutputStorage(Protocol):
 
     async def scan(self, job_id: str, attempt_id: str, member_index: int) -> Manifest | None:
         """The manifest of what the member's directory holds now; None if it has none."""
+        ...
+
+
+class CheckpointRepository(Protocol):
+    async def record(self, checkpoint: Checkpoint) -> bool:
+        """Record a complete checkpoint unless one of that job, attempt and name is (the first
+        stays). True when this call recorded it."""
+        ...
+
+    async def for_job(self, job_id: str) -> builtins.list[Checkpoint]:
+        """The job's recorded checkpoints, by attempt, then name."""
+        ...
+
+    async def drop(self, job_id: str, attempt: int, name: str) -> None:
+        """Forget one (its files' blobs are then collected unless something else names them)."""
+        ...
+
+
+class CheckpointStorage(Protocol):
+    """Host directories for checkpoints of backends whose members mount this host's
+    directories (the local backend): ``<job>/<attempt>/work`` is the members'
+    TUNEPLANE_CHECKPOINT_DIR, ``<job>/<attempt>/resume/<name>`` the checkpoint it resumes
+    from. Reading and hashing files may take a while: never inside a transaction."""
+
+    async def prepare(self, job_id: str, attempt: int) -> tuple[str, str]:
+        """(the attempt's checkpoint directory, its resume directory), made if missing."""
+        ...
+
+    async def complete(self, job_id: str, attempt: int) -> builtins.list[Found]:
+        """The complete checkpoints the attempt's directory holds (``COMPLETE`` in them, a
+        plain name, regular files only), by name; [] when there is no such directory."""
+        ...
+
+    async def attempts(self, job_id: str) -> builtins.list[int]:
+        """The attempts of the job that still have a directory here."""
+        ...
+
+    async def discard(self, job_id: str, attempt: int) -> None:
+        """Remove the attempt's directories (once its checkpoints are in the blob store)."""
+        ...
+
+    def read(self, path: str) -> AsyncIterator[bytes]:
+        """The content of a file ``complete`` found, in chunks."""
+        ...
+
+    async def resumed(self, job_id: str, attempt: int, name: str) -> str | None:
+        """The manifest digest of the checkpoint ``name`` placed complete in the attempt's
+        resume directory, or None when it is not (absent, or cut short)."""
+        ...
+
+    async def clear(self, job_id: str, attempt: int, name: str) -> None:
+        """Remove whatever of ``name`` is in the attempt's resume directory."""
+        ...
+
+    async def place(self, job_id: str, attempt: int, name: str, path: str, data: bytes) -> None:
+        """Write one file of checkpoint ``name`` into the attempt's resume directory."""
+        ...
+
+    async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
+        """Say checkpoint ``name`` is placed whole (``resumed`` then answers ``digest``)."""
         ...

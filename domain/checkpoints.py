@@ -16,13 +16,15 @@ manifest is skipped for the one before it. The last ``KEEP`` per job are kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from domain.artifacts import Manifest
 from domain.errors import InvalidInput
 
+CHECKPOINT_MOUNT = "/tuneplane/checkpoints"  # in a member's container (local backend)
+RESUME_MOUNT = "/tuneplane/resume"  # read-only: the checkpoint it resumes from, under its name
 CHECKPOINT_ENV = "TUNEPLANE_CHECKPOINT_DIR"
 RESUME_ENV = "TUNEPLANE_RESUME_FROM"
 ATTEMPT_ENV = "TUNEPLANE_ATTEMPT"
@@ -94,20 +96,10 @@ def kept(
 
 
 @dataclass(frozen=True, slots=True)
-class ResumeChoice:
-    checkpoint: Checkpoint | None  # None: start from scratch
-    skipped: tuple[tuple[Checkpoint, str], ...] = ()  # newer ones that did not verify, and why
+class Found:
+    """A complete checkpoint in an attempt's checkpoint directory, before it is recorded:
+    its files as (path relative to the checkpoint, path to read it from)."""
 
-
-def resume_from(
-    found: Sequence[Checkpoint], problem: Callable[[Checkpoint], str | None]
-) -> ResumeChoice:
-    """The newest checkpoint whose files verify (``problem`` returns None for it, else what is
-    wrong), skipping the ones that do not."""
-    skipped: list[tuple[Checkpoint, str]] = []
-    for c in newest_first(found):
-        why = problem(c)
-        if why is None:
-            return ResumeChoice(c, tuple(skipped))
-        skipped.append((c, why))
-    return ResumeChoice(None, tuple(skipped))
+    name: str
+    step: int | None
+    files: tuple[tuple[str, str], ...]

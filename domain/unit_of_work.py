@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Protocol, Self
 
-from domain.artifact_ports import ArtifactRepository
+from domain.artifact_ports import ArtifactRepository, CheckpointRepository
 from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
@@ -111,6 +111,7 @@ class ArtifactsUnit(Transaction, Protocol):
     references that keep blobs alive."""
 
     artifacts: ArtifactRepository
+    checkpoints: CheckpointRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
     blob_refs: BlobReferences

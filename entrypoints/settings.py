@@ -448,6 +448,12 @@ class Settings:
         return self.state_dir / "outputs"
 
     @property
+    def checkpoint_dir(self) -> Path:
+        """Members' checkpoint directories (local backend) until their checkpoints are kept as
+        blobs (docs/checkpoints.md)."""
+        return self.state_dir / "checkpoints"
+
+    @property
     def pki_dir(self) -> Path:
         return self.state_dir / "pki"
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.capsule import DIGEST_ENV, IMAGE_ENV, RUNNER, runner_failure
+from domain.checkpoints import CHECKPOINT_ENV, CHECKPOINT_MOUNT, RESUME_ENV, RESUME_MOUNT
 from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
 from domain.progress import signal_words
@@ -68,6 +69,14 @@ def container_config(
     if request.outputs is not None:  # the member's output directory on this host
         binds.append(f"{request.outputs}:{OUTPUT_DIR}")
         env[OUTPUT_ENV] = OUTPUT_DIR
+    if request.checkpoints is not None:  # docs/checkpoints.md
+        binds.append(f"{request.checkpoints}:{CHECKPOINT_MOUNT}")
+        env[CHECKPOINT_ENV] = CHECKPOINT_MOUNT
+        env[RESUME_ENV] = ""
+        if request.resume_root is not None:
+            binds.append(f"{request.resume_root}:{RESUME_MOUNT}:ro")
+            if request.resume is not None:
+                env[RESUME_ENV] = f"{RESUME_MOUNT}/{request.resume}"
     devices = None
     if spec.resources.gpus > 0:
         devices = [{"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}]

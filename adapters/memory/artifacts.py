@@ -9,9 +9,13 @@ from datetime import datetime
 
 from adapters.memory.db import TableDef, Tx
 from domain.artifacts import ArtifactRecord, ScanRequest, ScanResult
+from domain.checkpoints import Checkpoint
 from domain.errors import NotFound
 
-ARTIFACT_TABLES = [TableDef("artifacts", pk=lambda r: r.member_id, immutable=True)]
+ARTIFACT_TABLES = [
+    TableDef("artifacts", pk=lambda r: r.member_id, immutable=True),
+    TableDef("checkpoints", pk=lambda r: (r.job_id, r.attempt, r.name), immutable=True),
+]
 
 
 class MemoryArtifactRepository:
@@ -30,6 +34,29 @@ class MemoryArtifactRepository:
     async def for_job(self, job_id: str) -> list[ArtifactRecord]:
         rows: list[ArtifactRecord] = self._tx.select("artifacts", lambda r: r.job_id == job_id)
         return sorted(rows, key=lambda r: (r.attempt, r.member_index))
+
+
+class MemoryCheckpointRepository:
+    def __init__(self, tx: Tx) -> None:
+        self._tx = tx
+
+    async def record(self, checkpoint: Checkpoint) -> bool:
+        if self._tx.get("jobs", checkpoint.job_id) is None:
+            raise NotFound(f"job {checkpoint.job_id} does not exist", fix="check the job id")
+        key = (checkpoint.job_id, checkpoint.attempt, checkpoint.name)
+        await self._tx.lock(("checkpoints", "pk", key))  # as INSERT … ON CONFLICT
+        if self._tx.get("checkpoints", key) is not None:
+            return False
+        self._tx.write("checkpoints", checkpoint)
+        return True
+
+    async def for_job(self, job_id: str) -> list[Checkpoint]:
+        rows: list[Checkpoint] = self._tx.select("checkpoints", lambda r: r.job_id == job_id)
+        return sorted(rows, key=lambda r: (r.attempt, r.name))
+
+    async def drop(self, job_id: str, attempt: int, name: str) -> None:
+        if self._tx.get("checkpoints", (job_id, attempt, name)) is not None:
+            self._tx.delete("checkpoints", (job_id, attempt, name))
 
 
 @dataclass(frozen=True, slots=True)

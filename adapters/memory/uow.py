@@ -5,7 +5,11 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Self
 
-from adapters.memory.artifacts import MemoryArtifactRepository, MemoryOutputScanRepository
+from adapters.memory.artifacts import (
+    MemoryArtifactRepository,
+    MemoryCheckpointRepository,
+    MemoryOutputScanRepository,
+)
 from adapters.memory.blob_refs import MemoryBlobReferences
 from adapters.memory.checks import MemoryCheckRepository
 from adapters.memory.db import Tx
@@ -29,7 +33,7 @@ from adapters.memory.runtimes import MemoryRuntimeRepository
 from adapters.memory.scheduling import MemorySchedulingRepository
 from adapters.memory.store import MemoryStore
 from adapters.memory.submissions import MemoryPreviewRepository, MemorySubmissionLedger
-from domain.artifact_ports import ArtifactRepository
+from domain.artifact_ports import ArtifactRepository, CheckpointRepository
 from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
@@ -82,6 +86,7 @@ class MemoryUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    checkpoints: CheckpointRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
@@ -112,6 +117,7 @@ class MemoryUnitOfWork:
         self.launches = MemoryLaunchLedger(tx)
         self.checks = MemoryCheckRepository(tx)
         self.artifacts = MemoryArtifactRepository(tx)
+        self.checkpoints = MemoryCheckpointRepository(tx)
         self.output_scans = MemoryOutputScanRepository(tx)
         self.plugins = MemoryPluginRepository(tx)
         self.runtimes = MemoryRuntimeRepository(tx)

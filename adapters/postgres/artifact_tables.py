@@ -4,7 +4,8 @@
 
 from __future__ import annotations
 
-from sqlalchemy import Column, ForeignKey, Index, Integer, Table, Text, text
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, Table, Text, text
+from sqlalchemy.dialects.postgresql import JSONB
 
 from adapters.postgres.tables import metadata, ts
 
@@ -21,6 +22,18 @@ artifacts = Table(  # a member's output manifest, recorded when it completed
     ts("recorded_at"),
     Column("node", Text),  # where the files live (a node's disk); NULL: the control plane's
     Index("ix_artifacts_job_id", "job_id"),
+)
+
+checkpoints = Table(  # a complete checkpoint of an attempt, its files kept as blobs (0021)
+    "checkpoints",
+    metadata,
+    Column("job_id", Text, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempt", Integer, primary_key=True),
+    Column("name", Text, primary_key=True),
+    Column("step", BigInteger, nullable=True),
+    Column("digest", Text, nullable=False),
+    Column("manifest", JSONB, nullable=False),  # domain.artifacts.Manifest; files by blob sha256
+    ts("recorded_at"),
 )
 
 output_scans = Table(  # tp artifacts verify of outputs kept on a node: the request, the answer

@@ -11,10 +11,11 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from adapters.postgres.artifact_tables import artifacts, output_scans
+from adapters.postgres.artifact_tables import artifacts, checkpoints, output_scans
 from adapters.postgres.errors import translated
 from domain.artifacts import ArtifactRecord, Manifest, ScanRequest, ScanResult
 from domain.canonical import canonical_json
+from domain.checkpoints import Checkpoint
 
 
 class PostgresArtifactRepository:
@@ -62,6 +63,54 @@ class PostgresArtifactRepository:
             )
             for r in rows
         ]
+
+
+class PostgresCheckpointRepository:
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def record(self, checkpoint: Checkpoint) -> bool:
+        stmt = (
+            pg_insert(checkpoints)
+            .values(
+                job_id=checkpoint.job_id,
+                attempt=checkpoint.attempt,
+                name=checkpoint.name,
+                step=checkpoint.step,
+                digest=checkpoint.digest,
+                manifest=checkpoint.manifest.to_dict(),
+                recorded_at=checkpoint.recorded_at,
+            )
+            .on_conflict_do_nothing()
+            .returning(checkpoints.c.name)
+        )
+        what = f"record checkpoint {checkpoint.name} of job {checkpoint.job_id}"
+        with translated(what):
+            return (await self._conn.execute(stmt)).first() is not None
+
+    async def for_job(self, job_id: str) -> list[Checkpoint]:
+        query = (
+            select(checkpoints)
+            .where(checkpoints.c.job_id == job_id)
+            .order_by(checkpoints.c.attempt, checkpoints.c.name)
+        )
+        with translated(f"read the checkpoints of job {job_id}"):
+            rows = (await self._conn.execute(query)).all()
+        return [
+            Checkpoint(
+                r.job_id, r.attempt, r.name, r.step, Manifest.from_dict(r.manifest), r.recorded_at
+            )
+            for r in rows
+        ]
+
+    async def drop(self, job_id: str, attempt: int, name: str) -> None:
+        stmt = delete(checkpoints).where(
+            checkpoints.c.job_id == job_id,
+            checkpoints.c.attempt == attempt,
+            checkpoints.c.name == name,
+        )
+        with translated(f"forget checkpoint {name} of job {job_id}"):
+            await self._conn.execute(stmt)
 
 
 class PostgresOutputScanRepository:

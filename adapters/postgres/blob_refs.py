@@ -21,6 +21,8 @@ refs AS (
     UNION ALL SELECT spec->'source'->>'digest' FROM previews WHERE expires_at > :now
     UNION ALL SELECT spec->'capsule'->>'blob' FROM previews WHERE expires_at > :now
     UNION ALL SELECT blob FROM plugins
+    UNION ALL SELECT 'sha256:' || (f->>'sha256')
+              FROM checkpoints, jsonb_array_elements(manifest->'files') f
 )
 SELECT DISTINCT w.d FROM wanted w JOIN refs r ON r.d = w.d
 """)

@@ -7,7 +7,11 @@ from typing import Self
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from adapters.postgres.artifacts import PostgresArtifactRepository, PostgresOutputScanRepository
+from adapters.postgres.artifacts import (
+    PostgresArtifactRepository,
+    PostgresCheckpointRepository,
+    PostgresOutputScanRepository,
+)
 from adapters.postgres.blob_refs import PostgresBlobReferences
 from adapters.postgres.checks import PostgresCheckRepository
 from adapters.postgres.errors import translated
@@ -30,7 +34,7 @@ from adapters.postgres.runs import (
 from adapters.postgres.runtimes import PostgresRuntimeRepository
 from adapters.postgres.scheduling import PostgresSchedulingRepository
 from adapters.postgres.submissions import PostgresPreviewRepository, PostgresSubmissionLedger
-from domain.artifact_ports import ArtifactRepository
+from domain.artifact_ports import ArtifactRepository, CheckpointRepository
 from domain.blob_ports import BlobReferences
 from domain.node_ports import (
     EnrollmentRepository,
@@ -82,6 +86,7 @@ class PostgresUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    checkpoints: CheckpointRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
@@ -119,6 +124,7 @@ class PostgresUnitOfWork:
         self.launches = PostgresLaunchLedger(conn)
         self.checks = PostgresCheckRepository(conn)
         self.artifacts = PostgresArtifactRepository(conn)
+        self.checkpoints = PostgresCheckpointRepository(conn)
         self.output_scans = PostgresOutputScanRepository(conn)
         self.plugins = PostgresPluginRepository(conn)
         self.runtimes = PostgresRuntimeRepository(conn)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Literal, Self
 
-from domain.artifact_ports import ArtifactRepository
+from domain.artifact_ports import ArtifactRepository, CheckpointRepository
 from domain.blob_ports import BlobReferences
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.node_ports import (
@@ -125,6 +125,7 @@ class CrashingUnitOfWork:
     launches: LaunchLedger
     checks: CheckRepository
     artifacts: ArtifactRepository
+    checkpoints: CheckpointRepository
     output_scans: OutputScanRepository
     plugins: PluginRepository
     runtimes: RuntimeRepository
@@ -153,6 +154,7 @@ class CrashingUnitOfWork:
         self.launches = inner.launches
         self.checks = inner.checks
         self.artifacts = inner.artifacts
+        self.checkpoints = inner.checkpoints
         self.output_scans = inner.output_scans
         self.plugins = inner.plugins
         self.runtimes = inner.runtimes

@@ -9,6 +9,7 @@ from dependency_injector import containers, providers
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.catalog import default_catalog
+from adapters.checkpoint_dirs import FilesystemCheckpoints
 from adapters.collector_tokens import CollectorTokens
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
@@ -69,6 +70,7 @@ def _context(
         tokens=tokens,
         telemetry=database.telemetry_settings(settings),
         outputs=FilesystemOutputs(settings.output_dir),
+        checkpoints=FilesystemCheckpoints(settings.checkpoint_dir),
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
     )
 

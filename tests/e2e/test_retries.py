@@ -50,6 +50,39 @@ def test_a_failing_command_is_retried_by_its_policy_then_fails_saying_so(cli: Cl
     assert "attempt 1 failed" in stages and "attempt 2 waits for backoff until" in stages, stages
 
 
+RESUMING = """\
+if [ -z "$TUNEPLANE_RESUME_FROM" ]; then
+  mkdir -p "$TUNEPLANE_CHECKPOINT_DIR/checkpoint-7"
+  echo "state at step 7" > "$TUNEPLANE_CHECKPOINT_DIR/checkpoint-7/state.txt"
+  mkdir -p "$TUNEPLANE_CHECKPOINT_DIR/checkpoint-8"   # never marked complete
+  echo 7 > "$TUNEPLANE_CHECKPOINT_DIR/checkpoint-7/COMPLETE"
+  echo "attempt $TUNEPLANE_ATTEMPT wrote its checkpoint"
+  exit 3
+fi
+state=$(cat "$TUNEPLANE_RESUME_FROM/state.txt")
+echo "attempt $TUNEPLANE_ATTEMPT resumed from $TUNEPLANE_RESUME_FROM: $state"
+"""
+
+
+def test_an_attempt_that_failed_hands_its_checkpoint_to_the_next(cli: Cli) -> None:
+    """Issue 22 test (b) on the local backend: attempt 1 writes a checkpoint, marks it complete
+    and fails; attempt 2 reads it through TUNEPLANE_RESUME_FROM, kept meanwhile in the blob
+    store, and succeeds."""
+    cli("new", "resumes", "--method", "custom/custom")
+    exp = cli.cwd / "resumes"
+    (exp / "resume.sh").write_text(RESUMING)
+    toml = exp / "experiment.toml"
+    toml.write_text(toml.read_text() + RETRY)
+    out = cli("submit", "resumes", "--profile", "cpu:0.5", "--set", "command=sh resume.sh",
+              "--yes").stdout  # fmt: skip
+    job_id = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
+    assert job["state"] == "succeeded", job
+    assert [a["end"] for a in job["attempts"]] == ["failed", ""], job["attempts"]
+    log = cli("job", "logs", job_id).stdout
+    assert "attempt 2 resumed from /tuneplane/resume/checkpoint-7: state at step 7" in log, log
+
+
 def test_retry_on_the_command_line_and_bad_policies_are_refused_naming_the_fix(cli: Cli) -> None:
     cli("new", "short", "--method", "custom/custom")
     preview = cli("submit", "short", "--profile", "cpu:0.5", "--set", "command=true",

@@ -1,6 +1,5 @@
 """The checkpoint contract's pure rules (domain/checkpoints.py): names, the COMPLETE marker,
-which checkpoints are kept, and which one an attempt resumes from when newer ones do not
-verify."""
+the order of checkpoints and which are kept."""
 
 from __future__ import annotations
 
@@ -15,7 +14,6 @@ from domain.checkpoints import (
     kept,
     marker_step,
     newest_first,
-    resume_from,
     step_from_name,
 )
 from domain.errors import InvalidInput
@@ -68,14 +66,3 @@ def test_newest_first_is_by_attempt_then_step_then_time() -> None:
     assert kept([], 2) == ([], [])
     with pytest.raises(ValueError):
         kept([a1_100], 0)
-
-
-def test_a_checkpoint_that_does_not_verify_is_skipped_for_the_one_before() -> None:
-    older, newer = cp(1, "c-100", 100), cp(1, "c-200", 200)
-    bad = {newer.name: "weights.bin: sha256 differs"}
-    choice = resume_from([older, newer], lambda c: bad.get(c.name))
-    assert choice.checkpoint == older
-    assert choice.skipped == ((newer, "weights.bin: sha256 differs"),)
-    none = resume_from([older, newer], lambda c: "gone")
-    assert none.checkpoint is None and len(none.skipped) == 2
-    assert resume_from([], lambda c: None).checkpoint is None

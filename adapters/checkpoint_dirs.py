@@ -1,0 +1,135 @@
+"""Checkpoint directories on the control plane's host (domain.artifact_ports.CheckpointStorage),
+for backends whose members mount this host's directories (the local backend).
+
+Layout: ``<root>/<job id>/<attempt number>/work/`` is mounted read-write at
+``/tuneplane/checkpoints`` (TUNEPLANE_CHECKPOINT_DIR) into every member of the attempt;
+``<root>/<job id>/<attempt number>/resume/<name>/`` holds the checkpoint the attempt resumes
+from, materialized from the blob store, mounted read-only at ``/tuneplane/resume``. A checkpoint
+is complete when its directory holds ``COMPLETE`` (docs/checkpoints.md); only regular files are
+taken (a symbolic link the workload made is left out: it may point anywhere on this host), and
+nothing below a linked directory is followed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from domain.checkpoints import COMPLETE, MAX_FILES, Found, check_name, marker_step, step_from_name
+from domain.errors import InvalidInput
+
+_CHUNK = 1024 * 1024
+_SEALED = ".sealed"  # beside a materialized checkpoint: the manifest digest it was placed from
+
+
+class FilesystemCheckpoints:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _dir(self, job_id: str, attempt: int) -> Path:
+        if not job_id or "/" in job_id or job_id in (".", "..") or attempt < 1:
+            raise InvalidInput(f"{job_id!r}/{attempt} cannot name a checkpoint directory",
+                               fix="check the job id and attempt number")  # fmt: skip
+        return self.root / job_id / str(attempt)
+
+    async def prepare(self, job_id: str, attempt: int) -> tuple[str, str]:
+        base = self._dir(job_id, attempt)
+
+        def make() -> None:
+            (base / "work").mkdir(parents=True, exist_ok=True, mode=0o755)
+            (base / "resume").mkdir(parents=True, exist_ok=True, mode=0o755)
+
+        await asyncio.to_thread(make)
+        return str(base / "work"), str(base / "resume")
+
+    async def complete(self, job_id: str, attempt: int) -> list[Found]:
+        return await asyncio.to_thread(self._complete, self._dir(job_id, attempt) / "work")
+
+    @staticmethod
+    def _complete(work: Path) -> list[Found]:
+        if not work.is_dir() or work.is_symlink():
+            return []
+        found = []
+        for entry in sorted(work.iterdir()):
+            marker = entry / COMPLETE
+            if entry.is_symlink() or not entry.is_dir() or not marker.is_file():
+                continue
+            if marker.is_symlink():
+                continue
+            try:
+                check_name(entry.name)
+            except InvalidInput:
+                continue  # not a checkpoint by the contract: never resumed from
+            files: list[tuple[str, str]] = []
+            for directory, dirs, names in os.walk(entry, followlinks=False):
+                dirs.sort()
+                for name in sorted(names):
+                    path = Path(directory) / name
+                    if path.is_file() and not path.is_symlink():
+                        files.append((path.relative_to(entry).as_posix(), str(path)))
+            if len(files) > MAX_FILES:
+                continue
+            text = marker.read_text(errors="replace")[:64]
+            step = marker_step(text)
+            found.append(Found(entry.name, step if step is not None else step_from_name(entry.name),
+                               tuple(files)))  # fmt: skip
+        return found
+
+    async def attempts(self, job_id: str) -> list[int]:
+        base = self.root / job_id
+        if "/" in job_id or not job_id:
+            return []
+
+        def listed() -> list[int]:
+            if not base.is_dir():
+                return []
+            return sorted(int(p.name) for p in base.iterdir() if p.name.isdigit())
+
+        return await asyncio.to_thread(listed)
+
+    async def discard(self, job_id: str, attempt: int) -> None:
+        await asyncio.to_thread(shutil.rmtree, self._dir(job_id, attempt), True)
+
+    async def read(self, path: str) -> AsyncIterator[bytes]:
+        with open(path, "rb") as f:  # noqa: ASYNC230 - each read is one chunk, in a thread
+            while chunk := await asyncio.to_thread(f.read, _CHUNK):
+                yield chunk
+
+    def _resume(self, job_id: str, attempt: int, name: str) -> Path:
+        return self._dir(job_id, attempt) / "resume" / check_name(name)
+
+    async def resumed(self, job_id: str, attempt: int, name: str) -> str | None:
+        marker = self._resume(job_id, attempt, name).with_name(f".{name}{_SEALED}")
+
+        def read() -> str | None:
+            return marker.read_text() if marker.is_file() else None
+
+        return await asyncio.to_thread(read)
+
+    async def clear(self, job_id: str, attempt: int, name: str) -> None:
+        target = self._resume(job_id, attempt, name)
+        marker = target.with_name(f".{name}{_SEALED}")
+        await asyncio.to_thread(marker.unlink, True)
+        await asyncio.to_thread(shutil.rmtree, target, True)
+
+    async def place(self, job_id: str, attempt: int, name: str, path: str, data: bytes) -> None:
+        root = self._resume(job_id, attempt, name)
+        target = (root / path).resolve()
+        if not target.is_relative_to(root.resolve()) or path.startswith("/"):
+            raise InvalidInput(f"checkpoint file {path!r} is outside its checkpoint",
+                               fix="record checkpoints through their manifests only")  # fmt: skip
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+        await asyncio.to_thread(write)
+
+    async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
+        target = self._resume(job_id, attempt, name)
+        await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)  # an empty one too
+        marker = target.with_name(f".{name}{_SEALED}")
+        await asyncio.to_thread(marker.write_text, digest)

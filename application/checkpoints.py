@@ -1,0 +1,102 @@
+"""Checkpoints across attempts, for backends whose members mount this host's directories (the
+local backend; docs/checkpoints.md).
+
+Before an attempt's members launch, ``for_launch`` (1) harvests every earlier attempt's complete
+checkpoints into the blob store and records them with their manifests (idempotent: a checkpoint
+already recorded is skipped), keeping the last ``KEEP`` per job, then removes those attempts'
+directories; (2) materializes the newest recorded checkpoint whose every file reads back from
+the blob store with its digest into the attempt's resume directory, skipping (and saying why)
+any that does not. Never inside a transaction: files are read, hashed and written around them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from application.context import Context
+from domain.artifact_ports import CheckpointStorage
+from domain.artifacts import ArtifactFile, Manifest
+from domain.checkpoints import Checkpoint, kept, newest_first
+from domain.errors import TunePlaneError
+
+log = logging.getLogger("tuneplane.checkpoints")
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCheckpoints:
+    work: str  # the attempt's checkpoint directory on this host
+    resume_root: str  # its resume directory on this host
+    resume: str | None  # the name of the checkpoint it resumes from (under resume_root)
+    skipped: tuple[str, ...] = ()  # newer checkpoints that did not verify, and why
+
+
+async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int) -> int:
+    """Record the attempt's complete checkpoints not recorded yet; returns how many."""
+    async with ctx.units.artifacts() as uow:
+        known = {(c.attempt, c.name) for c in await uow.checkpoints.for_job(job_id)}
+    recorded = 0
+    for found in await storage.complete(job_id, attempt):
+        if (attempt, found.name) in known:
+            continue
+        files = []
+        for rel, path in found.files:
+            digest, size = await ctx.blob_store().put(
+                storage.read(path), ctx.limits.max_checkpoint_file_bytes
+            )
+            files.append(ArtifactFile(rel, size, digest.removeprefix("sha256:")))
+        checkpoint = Checkpoint(
+            job_id, attempt, found.name, found.step, Manifest.of(files), ctx.clock.now()
+        )
+        async with ctx.units.artifacts() as uow:
+            recorded += await uow.checkpoints.record(checkpoint)
+            _, dropped = kept(await uow.checkpoints.for_job(job_id))
+            for old in dropped:  # its blobs are collected unless something else names them
+                await uow.checkpoints.drop(old.job_id, old.attempt, old.name)
+            await uow.commit()
+        log.info("checkpoint %s of job %s (attempt %d) recorded", found.name, job_id, attempt)
+    return recorded
+
+
+async def _materialize(
+    ctx: Context, storage: CheckpointStorage, attempt: int, checkpoint: Checkpoint
+) -> str | None:
+    """Place the checkpoint's files in the attempt's resume directory, each read back from the
+    blob store with its digest checked; None when done (or already done), else what is wrong."""
+    job_id, name = checkpoint.job_id, checkpoint.name
+    if await storage.resumed(job_id, attempt, name) == checkpoint.digest:
+        return None  # placed by a launch of this attempt that was cut short after
+    await storage.clear(job_id, attempt, name)
+    for f in checkpoint.manifest.files:
+        try:
+            data = await ctx.blob_store().read(f"sha256:{f.sha256}")
+        except TunePlaneError as exc:  # gone, or refused by the store's digest check
+            await storage.clear(job_id, attempt, name)
+            return f"{f.path}: {exc.message}"
+        await storage.place(job_id, attempt, name, f.path, data)
+    await storage.seal(job_id, attempt, name, checkpoint.digest)
+    return None
+
+
+async def for_launch(
+    ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int
+) -> LaunchCheckpoints:
+    """The attempt's checkpoint directories, with the checkpoint it resumes from in place."""
+    work, resume_root = await storage.prepare(job_id, attempt)
+    for earlier in await storage.attempts(job_id):
+        if earlier < attempt:
+            await harvest(ctx, storage, job_id, earlier)
+            await storage.discard(job_id, earlier)
+    if attempt == 1:
+        return LaunchCheckpoints(work, resume_root, None)
+    async with ctx.units.artifacts() as uow:
+        found = await uow.checkpoints.for_job(job_id)
+    skipped: list[str] = []
+    for checkpoint in newest_first(found):
+        why = await _materialize(ctx, storage, attempt, checkpoint)
+        if why is None:
+            return LaunchCheckpoints(work, resume_root, checkpoint.name, tuple(skipped))
+        said = f"checkpoint {checkpoint.name} of attempt {checkpoint.attempt} skipped: {why}"
+        log.warning("job %s: %s", job_id, said)
+        skipped.append(said)
+    return LaunchCheckpoints(work, resume_root, None, tuple(skipped))

@@ -1,0 +1,108 @@
+"""Checkpoints across attempts on a backend whose members mount this host's directories
+(application/checkpoints.py over FilesystemCheckpoints, the in-memory adapters and the
+filesystem blob store): what an attempt marked complete is harvested into the blob store and
+recorded, the last two are kept, and the next attempt resumes from the newest one that reads
+back intact, skipping one whose blob was damaged."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from adapters.checkpoint_dirs import FilesystemCheckpoints
+from application.checkpoints import for_launch, harvest
+from application.context import Context
+from tests.contract.builders import a_job
+from tests.support.context import memory_context
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+async def ctx(tmp_path: Path) -> Context:
+    ctx = memory_context(tmp_path)
+    async with ctx.uow() as uow:
+        await uow.jobs.add(a_job(id="job-1"))
+        await uow.commit()
+    return ctx
+
+
+def write(work: str, name: str, files: dict[str, bytes], marker: str | None = "") -> None:
+    root = Path(work) / name
+    for rel, data in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(data)
+    root.mkdir(parents=True, exist_ok=True)
+    if marker is not None:
+        (root / "COMPLETE").write_text(marker)
+
+
+def gone(path: str | Path) -> bool:
+    return not Path(path).exists()
+
+
+async def test_complete_checkpoints_are_harvested_kept_two_and_resumed_from(
+    ctx: Context, tmp_path: Path
+) -> None:
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    first = await for_launch(ctx, storage, "job-1", 1)
+    assert first.resume is None and not gone(first.work)
+    write(first.work, "checkpoint-100", {"w.bin": b"a" * 10}, "100")
+    write(first.work, "checkpoint-200", {"w.bin": b"b" * 10, "opt/s.bin": b"s"}, "200\n")
+    write(first.work, "checkpoint-300", {"w.bin": b"c" * 10})  # its name gives the step
+    write(first.work, "checkpoint-400", {"w.bin": b"d"}, marker=None)  # cut short: not complete
+    write(first.work, "..bad", {"w.bin": b"e"})  # not a plain name: never resumed from
+    (Path(first.work) / "checkpoint-500").mkdir()
+    (Path(first.work) / "checkpoint-500" / "COMPLETE").symlink_to("/etc/hostname")  # a trick
+
+    second = await for_launch(ctx, storage, "job-1", 2)
+    async with ctx.uow() as uow:
+        kept = await uow.checkpoints.for_job("job-1")
+    assert [(c.name, c.step) for c in kept] == [("checkpoint-200", 200), ("checkpoint-300", 300)]
+    assert {f.path for f in kept[0].manifest.files} == {"COMPLETE", "w.bin", "opt/s.bin"}
+    assert gone(first.work)  # harvested: attempt 1's directory is gone
+    assert second.resume == "checkpoint-300" and not second.skipped
+    resumed = Path(second.resume_root) / "checkpoint-300"
+    assert (resumed / "w.bin").read_bytes() == b"c" * 10
+    again = await for_launch(ctx, storage, "job-1", 2)  # a launch repeated after a crash
+    assert again == second
+    assert await harvest(ctx, storage, "job-1", 1) == 0  # nothing left to record
+
+
+async def test_a_checkpoint_whose_blob_was_damaged_is_skipped_for_the_one_before(
+    ctx: Context, tmp_path: Path
+) -> None:
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    first = await for_launch(ctx, storage, "job-1", 1)
+    write(first.work, "checkpoint-1", {"w.bin": b"good"}, "1")
+    write(first.work, "checkpoint-2", {"w.bin": b"newer"}, "2")
+    assert await harvest(ctx, storage, "job-1", 1) == 2
+    async with ctx.uow() as uow:
+        newest = (await uow.checkpoints.for_job("job-1"))[-1]
+    assert newest.name == "checkpoint-2"
+    damaged = next(f for f in newest.manifest.files if f.path == "w.bin")
+    blob = next((tmp_path / "blobs").rglob(damaged.sha256))
+    blob.write_bytes(b"tampered")  # the store refuses it: its digest no longer matches
+    second = await for_launch(ctx, storage, "job-1", 2)
+    assert second.resume == "checkpoint-1"
+    assert (
+        len(second.skipped) == 1
+        and "checkpoint-2 of attempt 1 skipped: w.bin" in (second.skipped[0])
+    )
+    assert gone(Path(second.resume_root) / "checkpoint-2")
+    assert (Path(second.resume_root) / "checkpoint-1" / "w.bin").read_bytes() == b"good"
+
+
+async def test_no_blob_store_means_no_checkpoints_from_this_host(ctx: Context) -> None:
+    from domain.capsule import StorageCapabilities
+
+    class Local:
+        name = "local"
+        storage = StorageCapabilities(capsule=True, shared_outputs=True)
+
+    storage = FilesystemCheckpoints(Path("/nonexistent"))
+    with_store = dataclasses.replace(ctx, checkpoints=storage)
+    assert with_store.checkpoints_of(Local()) is storage  # type: ignore[arg-type]
+    assert dataclasses.replace(with_store, blobs=None).checkpoints_of(Local()) is None  # type: ignore[arg-type]
