@@ -62,7 +62,8 @@ def load_recipe(directory: Path) -> Method:
 
 def _artifact(directory: Path, include: list[str]) -> tuple[tuple[str, bytes], ...]:
     """The recipe's own files (by path relative to its directory) and the shared files it
-    includes (paths relative to the recipes' root, placed beside its own by file name)."""
+    includes (paths relative to the recipes' root, or else to ``adapters/`` for the SDK's
+    ``sdk/report.py``; placed beside its own by file name)."""
     files = {
         p.relative_to(directory).as_posix(): p.read_bytes()
         for p in sorted(directory.rglob("*"))
@@ -70,9 +71,10 @@ def _artifact(directory: Path, include: list[str]) -> tuple[tuple[str, bytes], .
     }
     root = directory.parent.parent.resolve()
     for name in include:
-        path = (root / str(name)).resolve()
-        if not path.is_relative_to(root) or not path.is_file():
-            raise ValueError(f"include {name!r} is not a file below {root}")
+        below = root.parent / "sdk" if str(name).startswith("sdk/") else root  # the SDK
+        path = (below.parent / str(name) if below != root else root / str(name)).resolve()
+        if not path.is_relative_to(below) or not path.is_file():
+            raise ValueError(f"include {name!r} is not a file below {below}")
         if path.name in files:
             raise ValueError(f"include {name!r} clashes with the recipe's own {path.name}")
         files[path.name] = path.read_bytes()

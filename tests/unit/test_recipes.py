@@ -38,7 +38,7 @@ def test_the_mlp_recipe_is_declared_with_its_artifact() -> None:
         "train/accuracy",
     )
     assert m.entry == ("python3", "/tuneplane/capsule/artifact/train.py")
-    assert [name for name, _ in m.artifact] == ["tb_events.py", "train.py"]
+    assert [name for name, _ in m.artifact] == ["report.py", "tb_events.py", "train.py"]  # the SDK too
     assert m.needs == ("capsule",)
     params = resolve_params(m, {"steps": "50", "activation": "tanh"})
     assert m.config(params) == {
@@ -184,6 +184,8 @@ def _write_recipe(root: Path, body: str, files: dict[str, str] | None = None) ->
     [
         ('colour = "red"\n', {}, "unknown keys ['colour']"),
         ('include = ["../outside.py"]\n', {}, "include '../outside.py' is not a file below"),
+        ('include = ["sdk/../../x.py"]\n', {}, "include 'sdk/../../x.py' is not a file below"),
+        ('include = ["sdk/report.py"]\n', {}, "include 'sdk/report.py' is not a file below"),
         ('include = ["_lib/x.py"]\n', {"_lib/x.py": "", "fw/m/x.py": ""}, "clashes with"),
         ('[framework]\nrequires = ">=1"\n', {}, "KeyError('name')"),
         ('[framework]\nname = "f"\nversion = "1"\n', {}, "[framework] has unknown keys"),

@@ -6,6 +6,13 @@ NumPy only (the `python-numpy` runtime). Reads its parameters from the Job Capsu
 scalars (an event file in $TUNEPLANE_METRICS_DIR, or under the outputs), and at the end a
 checkpoint (`checkpoint.npz`) and `report.json` in $TUNEPLANE_OUTPUT_DIR, which TunePlane
 records with a manifest (`tp artifacts ls|verify`).
+
+Under TunePlane's checkpoint contract (docs/checkpoints.md: $TUNEPLANE_CHECKPOINT_DIR set) it
+also writes a checkpoint every CHECKPOINT_EVERY steps and at the end — parameters, Adam's state
+and the random generator's state, so that a resumed run takes exactly the steps an uninterrupted
+one would — and marks it complete with the SDK (`report.checkpoint`); from
+$TUNEPLANE_RESUME_FROM it goes on at the step after that checkpoint's, and its curves go on
+from there.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ import os
 from pathlib import Path
 
 import numpy as np
+import report  # the SDK (adapters/sdk/report.py), beside this file in the capsule
 from tb_events import EventWriter  # beside this file in the capsule (the recipe's include)
 
 CONFIG = json.loads(Path(os.environ.get("CONFIG", "/tuneplane/capsule/config.json")).read_text())
 OUT = Path(os.environ.get("TUNEPLANE_OUTPUT_DIR", "outputs"))
 METRICS = Path(os.environ.get("TUNEPLANE_METRICS_DIR", OUT / "tensorboard"))
+CHECKPOINT_EVERY = 100
 
 
 # -- the model -------------------------------------------------------------------------------
@@ -85,6 +94,34 @@ class Adam:
             params[k] -= self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
 
 
+def save(step: int, params: dict[str, np.ndarray], opt: Adam, rng: np.random.Generator) -> None:
+    """A checkpoint at ``step``, marked complete last (docs/checkpoints.md)."""
+    where = report.checkpoint_dir() / f"checkpoint-{step}"
+    where.mkdir(parents=True, exist_ok=True)
+    arrays = {f"p.{k}": v for k, v in params.items()}
+    arrays |= {f"m.{k}": v for k, v in opt.m.items()} | {f"v.{k}": v for k, v in opt.v.items()}
+    np.savez(where / "state.npz", **arrays)  # type: ignore[arg-type]
+    state = {"step": step, "adam_t": opt.t, "rng": rng.bit_generator.state}
+    (where / "state.json").write_text(json.dumps(state) + "\n")
+    report.checkpoint(where, step)
+
+
+def resume(params: dict[str, np.ndarray], opt: Adam, rng: np.random.Generator) -> int:
+    """The step the checkpoint in $TUNEPLANE_RESUME_FROM reached (its state loaded), else 0."""
+    where = report.resume_from()
+    if where is None:
+        return 0
+    state = json.loads((where / "state.json").read_text())
+    with np.load(where / "state.npz") as arrays:
+        for k in params:
+            params[k][...] = arrays[f"p.{k}"]
+            opt.m[k], opt.v[k] = arrays[f"m.{k}"].copy(), arrays[f"v.{k}"].copy()
+    opt.t = int(state["adam_t"])
+    rng.bit_generator.state = state["rng"]
+    print(f"resumed from {where} at step {state['step']}", flush=True)
+    return int(state["step"])
+
+
 def main() -> None:
     train = CONFIG["train"]
     steps, seed = int(train["steps"]), int(train["seed"])
@@ -92,15 +129,19 @@ def main() -> None:
     x, y = spirals(int(CONFIG["data"]["samples"]), rng)
     params = init(rng, int(CONFIG["model"]["hidden"]))
     opt = Adam(params, lr=float(CONFIG["optimizer"]["lr"]))
+    checkpoints = bool(os.environ.get("TUNEPLANE_CHECKPOINT_DIR"))
+    done = resume(params, opt, rng) if checkpoints else 0
     events = EventWriter(METRICS)
     batch_size = min(int(train["batch_size"]), len(x))
-    for step in range(1, steps + 1):
+    for step in range(done + 1, steps + 1):
         batch = rng.choice(len(x), batch_size, replace=False)
         loss, accuracy, grads = forward_backward(params, x[batch], y[batch])
         opt.step(params, grads)
         events.scalars(step, {"train/loss": float(loss), "train/accuracy": float(accuracy)})
         if step % 100 == 0 or step == steps:
             print(f"step {step}: loss {loss:.4f} accuracy {accuracy:.3f}", flush=True)
+        if checkpoints and (step % CHECKPOINT_EVERY == 0 or step == steps):
+            save(step, params, opt, rng)
     loss, accuracy, _ = forward_backward(params, x, y)
     OUT.mkdir(parents=True, exist_ok=True)
     arrays: dict[str, np.ndarray] = {"step": np.array(steps), **params}
