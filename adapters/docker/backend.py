@@ -45,8 +45,10 @@ class DockerBackend(ContainerEngine):
         info = await super().inspect(ref)
         at = ends.started_at(info) if info is not None else None
         if info is not None and at is not None:
-            self._started[str(info.get("Id") or ref)] = at  # handles are container ids
-            while len(self._started) > 4096:  # the oldest first
+            key = str(info.get("Id") or ref)  # handles are container ids
+            self._started.pop(key, None)  # the last seen last: the oldest go first
+            self._started[key] = at
+            while len(self._started) > 4096:
                 del self._started[next(iter(self._started))]
         return info
 
