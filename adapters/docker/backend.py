@@ -9,9 +9,14 @@ them too); this adds what makes it an ``ExecutionBackend``. See docs/local-backe
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime
+from typing import Any
+
 from adapters.container_engine.containers import ContainerEngine
 from adapters.container_engine.spec import container_config, container_name, source_tar
-from domain.backend_ports import LaunchRequest
+from adapters.docker import ends
+from domain.backend_ports import LaunchRequest, Observation
 from domain.capsule import StorageCapabilities
 from domain.errors import InvalidInput
 
@@ -33,6 +38,32 @@ class DockerBackend(ContainerEngine):
     ) -> None:
         super().__init__(docker_host, network_mode=network_mode, init=init)
         self.gpus = gpus
+        # container id → when the engine last said it started (adapters/docker/ends.py)
+        self._started: dict[str, datetime] = {}
+
+    async def inspect(self, ref: str) -> dict[str, Any] | None:
+        info = await super().inspect(ref)
+        at = ends.started_at(info) if info is not None else None
+        if info is not None and at is not None:
+            key = str(info.get("Id") or ref)  # handles are container ids
+            self._started.pop(key, None)  # the last seen last: the oldest go first
+            self._started[key] = at
+            while len(self._started) > 4096:
+                del self._started[next(iter(self._started))]
+        return info
+
+    async def observe(self, handle: str) -> Observation:
+        """As the engine reports it; a container it no longer knows although it was seen
+        started before the engine (re)started was lost with the engine: ``node-lost``."""
+        obs = await super().observe(handle)
+        if obs.status != "missing":
+            return obs
+        engine = await asyncio.to_thread(ends.engine_started_at, self.host)
+        return ends.gone(handle, engine, self._started.get(handle))
+
+    async def release(self, handle: str) -> None:
+        self._started.pop(handle, None)
+        await super().release(handle)
 
     async def launch(self, request: LaunchRequest) -> str:
         name = container_name(request.member_id)

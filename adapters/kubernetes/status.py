@@ -30,13 +30,21 @@ def _why(c: Obj) -> str:
     return ": ".join(x for x in (c.get("reason", ""), c.get("message", "")) if x)
 
 
+# Kueue's eviction reasons that prove why the workload ended, as the job's retry policy names
+# ends (domain/retry.py); the others (PodsReadyTimeout, AdmissionCheck, InactiveWorkload, a
+# stopped queue, ...) are plain failures (docs/kubernetes.md#preemption)
+EVICTION_CAUSES = {"Preempted": "preempted", "NodeFailures": "node-lost"}
+
+
 def kueue_eviction(workload: Obj | None) -> Observation | None:
     evicted = condition(workload, "Evicted")
     if evicted is None:
         return None
+    cause = EVICTION_CAUSES.get(str(evicted.get("reason", "")), "")
     if evicted.get("reason") == "Preempted":
-        return Observation("exited", None, f"preempted by Kueue: {evicted.get('message', '')}")
-    return Observation("exited", None, f"evicted by Kueue ({_why(evicted)})")
+        why = f"preempted by Kueue: {evicted.get('message', '')}"
+        return Observation("exited", None, why, cause=cause)
+    return Observation("exited", None, f"evicted by Kueue ({_why(evicted)})", cause=cause)
 
 
 def waiting_for_admission(workload: Obj | None, queue: str, kueue: bool = True) -> Observation:

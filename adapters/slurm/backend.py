@@ -11,9 +11,11 @@ runs on (a Ray driver done, a member that failed first), else only once Slurm re
 allocation ended: the last member waits for that, so the reservation is held until then. Its
 exit code is what its task wrote, else the job's, decoded from the wait status. A job Slurm no
 longer reports (MinJobAge) is looked up in accounting when it is configured, else it is
-``unknown`` (never "succeeded"). When slurmrestd or slurmctld does not answer, members are
-``unknown`` with the reason and launches wait: nothing falls back to
-another backend. See docs/slurm.md.
+``unknown`` (never "succeeded"). An end slurmctld proves (``PREEMPTED``, ``NODE_FAIL``, a job it
+requeued, which is cancelled: jobs are submitted never to be requeued) carries its cause for
+the retry policy (:mod:`adapters.slurm.ends`). When slurmrestd or slurmctld does not answer,
+members are ``unknown`` with the reason and launches wait: nothing falls back to another
+backend. See docs/slurm.md.
 
 Metrics: every member gets ``TUNEPLANE_METRICS_DIR``; with a collector configured, each member's
 launch writes its collector's member file with a member-scoped token, and ``member.sh`` runs
@@ -31,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from adapters.outputs import FilesystemOutputs
+from adapters.slurm import ends
 from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.collector import SlurmCollector
@@ -169,6 +172,9 @@ class SlurmBackend:
             except Unavailable as exc:
                 return Observation("unknown", reason=f"Slurm accounting does not answer: {exc}")
             source = "Slurm accounting"
+        elif jobs and any(ends.requeued(j) for j in jobs):
+            if not all(j.allocation_ended for j in jobs):
+                return await self._cancel_requeued(h, jobs[0])
         elif jobs and jobs[0].state == "CANCELLED" and jobs[0].allocation_ended:
             jobs[0] = await self._who_cancelled(h, jobs[0])
         if jobs is None:
@@ -210,7 +216,10 @@ class SlurmBackend:
         else:
             code = -1
         reason = runner_failure(code) or ""  # the capsule's checks failed: say which
-        if not reason and written is not None and lead.state in ("COMPLETED", "FAILED"):
+        cause = ends.cause_of(jobs)  # what slurmctld proves: preempted, node-lost
+        if any(ends.requeued(j) for j in jobs):
+            reason = reason or ends.requeued_words(next(j for j in jobs if ends.requeued(j)))
+        elif not reason and written is not None and lead.state in ("COMPLETED", "FAILED"):
             # the task's own exit: the words every backend uses (docs/backends.md)
             reason = self._stopped_for(h, code) or (exit_words(code) if code else "")
         elif not reason and (lead.state != "COMPLETED" or code != 0):
@@ -219,7 +228,19 @@ class SlurmBackend:
             if lead.state == "CANCELLED":  # a stop through TunePlane is recorded as one first
                 who = f"scancel by {lead.cancelled_by}" if lead.cancelled_by else NOT_SAID
                 reason = ended_outside(f"{who}; {reason}")
-        return Observation("exited", exit_code=code, reason=reason)
+        return Observation("exited", exit_code=code, reason=reason, cause=cause)
+
+    async def _cancel_requeued(self, h: Handle, job: SlurmJob) -> Observation:
+        """slurmctld requeued the attempt's job behind TunePlane's back (adapters/slurm/ends.py):
+        cancel it, so that it never runs again under this attempt; the member stays as it was
+        until Slurm reports the allocation ended, and then ends ``preempted``."""
+        try:
+            await self.client.cancel(h.job_id)
+        except Unavailable as exc:
+            return Observation(
+                "unknown", reason=f"{ends.requeued_words(job)}; the cancel failed: {exc.message}"
+            )
+        return Observation("running", reason=ends.requeued_words(job))
 
     async def _who_cancelled(self, h: Handle, job: SlurmJob) -> SlurmJob:
         """slurmctld does not say who cancelled a job; accounting does (``kill_request_user``,

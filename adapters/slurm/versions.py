@@ -14,6 +14,9 @@ memory_per_node   integer (MiB)                   ``{"set": true, "number": N}``
 exit_code         raw wait status (768 = exit 3)  ``{"status": [..], "return_code": {..},
                                                   "signal": {"id": {..}, "name": ..}}``
 job_state         string ``RUNNING``              list ``["RUNNING", "COMPLETING"]``
+no requeue        ``no_requeue: true`` (sbatch's    ``requeue: false``
+                  option names; ``requeue`` of
+                  any value is ``--requeue``)
 node state        string ``idle`` + state_flags   list ``["IDLE", "DRAIN"]``
 numbers           plain integers                  often ``{"set", "infinite", "number"}``
 ================  ==============================  ==========================================
@@ -99,6 +102,7 @@ class SlurmJob:
     het_job_id: int = 0
     het_job_offset: int = 0
     cancelled_by: str = ""  # accounting's ``kill_request_user`` (who ran scancel), if known
+    restarts: int = 0  # ``restart_cnt``: how often slurmctld requeued it (adapters/slurm/ends.py)
 
     @property
     def allocation_ended(self) -> bool:
@@ -205,6 +209,10 @@ class Dialect:
             "current_working_directory": p.cwd,
             "standard_output": p.stdout,
             "environment": dict(p.environment),
+            # never requeued by slurmctld (preemption, node failure, `scontrol requeue`): such
+            # an end is the attempt's, and a retry is a new job (docs/slurm.md#ends-and-retries).
+            # v0.0.38 takes sbatch's option names (``requeue`` of any value is --requeue)
+            "no_requeue": True,
         }
         if p.partition:
             job["partition"] = p.partition
@@ -242,6 +250,7 @@ class Dialect:
             partition=str(d.get("partition") or ""),
             het_job_id=number(d.get("het_job_id")) or 0,
             het_job_offset=number(d.get("het_job_offset")) or 0,
+            restarts=number(d.get("restart_cnt")) or 0,
         )
 
     def node(self, d: Mapping[str, Any]) -> SlurmNode:
@@ -333,6 +342,8 @@ class Dialect40(Dialect):
         job = super()._job(p)
         job["nodes"] = str(p.nodes)
         job["environment"] = [f"{k}={v}" for k, v in p.environment.items()]
+        del job["no_requeue"]
+        job["requeue"] = False  # job_desc_msg's field (data_parser), not an sbatch option
         if p.memory_mb_per_node:
             job["memory_per_node"] = {"set": True, "number": p.memory_mb_per_node}
         if p.gpus_per_node:

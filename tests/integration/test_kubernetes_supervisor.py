@@ -1,6 +1,7 @@
 """The real supervisor (over in-memory repositories) driving the Kubernetes backend on the fake
 API server: a job runs to success through Kueue admission, and a preemption by Kueue fails its
-attempt with that reason (docs/kubernetes.md)."""
+attempt with that reason, or, with a retry policy that names it, makes a new attempt as a new
+Job (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from application.supervisor import Supervisor
 from domain.catalog import RuntimeSpec
 from domain.fleet import Pool
 from domain.lifecycle import JobState
+from domain.retry import RetryPolicy
 from tests.fixtures.kube_api import FakeKubeAPI
 from tests.support.context import ADMIN, ALICE, memory_context
 from tests.support.kube_controllers import NS, Controllers, until
@@ -61,8 +63,9 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         await api.close()
 
 
-async def submit(ctx: Context) -> str:
-    intent = an_intent(runtime=BUSYBOX.name, params={"command": "echo hi"})
+async def submit(ctx: Context, retry: RetryPolicy | None = None) -> str:
+    extra = {"retry": retry} if retry is not None else {}
+    intent = an_intent(runtime=BUSYBOX.name, params={"command": "echo hi"}, **extra)
     preview = await submissions.create_preview(ctx, ALICE, intent)
     receipt = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
     return receipt.job_id
@@ -102,10 +105,12 @@ async def test_a_job_is_admitted_by_kueue_runs_and_succeeds(rig: Rig) -> None:
     assert rig.api.all("configmaps", NS) == []
 
 
-async def running_job(rig: Rig) -> tuple[str, Supervisor, str, str]:
+async def running_job(
+    rig: Rig, retry: RetryPolicy | None = None
+) -> tuple[str, Supervisor, str, str]:
     """A submitted one-member job, admitted by Kueue, its pod running and the supervisor told:
     (job id, supervisor, member handle, Kubernetes Job name)."""
-    job_id = await submit(rig.ctx)
+    job_id = await submit(rig.ctx, retry)
     sup = Supervisor(rig.ctx)
     await sup.tick()
     handle = await handle_of(rig.ctx, job_id)
@@ -128,6 +133,51 @@ async def test_a_preemption_by_kueue_fails_the_attempt_as_such(rig: Rig) -> None
     assert d.job.state is JobState.FAILED
     assert d.attempts[0].members[0].reason == "preempted by Kueue: for job-x"
     assert rig.api.get("jobs", NS, name) is None  # Kueue will not run it again
+
+
+async def test_a_kueue_preemption_ends_the_attempt_preempted_and_a_new_attempt_is_a_new_job(
+    rig: Rig,
+) -> None:
+    """Issue 22 (c): Kueue evicts the running Job (the Workload's ``Evicted`` condition, reason
+    ``Preempted``, and the Job suspended again): attempt 1 ends ``preempted``, its Job is
+    deleted (Kueue never re-admits it behind the new attempt), and the job's policy makes
+    attempt 2, a new Job, which Kueue admits and which runs to success."""
+    policy = RetryPolicy.parse({"max_attempts": 2, "on": ["preempted"], "backoff_seconds": 0})
+    job_id, sup, handle, name = await running_job(rig, retry=policy)
+    workload = rig.api.all("workloads", NS)[0]["metadata"]["name"]
+    message = "Preempted to accommodate a workload (UID: 1234) due to prioritization in the CQ"
+    evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": message}
+    rig.api.merge("workloads", NS, workload, {"status": {"conditions": [evicted]}})
+    rig.api.merge("jobs", NS, name, {"spec": {"suspend": True}})  # Kueue suspends it again
+    await until(rig.backend, handle, "exited")
+    await sup.tick()  # the end recorded, the reservation and the Job released
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert d.job.state is JobState.PENDING, d.job
+    assert d.attempts[0].attempt.end == "preempted"
+    assert d.attempts[0].members[0].reason == f"preempted by Kueue: {message}"
+    assert d.job.reason.startswith("attempt 1 preempted (preempted by Kueue: ")
+    assert rig.api.get("jobs", NS, name) is None  # the old Job is gone with its Workload
+    assert rig.api.all("workloads", NS) == []
+    await sup.tick()  # backoff 0: admitted and launched again, as a new Job
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert len(d.attempts) == 2
+    second = d.attempts[1].members[0].handle
+    assert second is not None
+    second_name = Handle.parse(second).name
+    assert second_name != name
+    assert [j["metadata"]["name"] for j in rig.api.all("jobs", NS)] == [second_name]
+    rig.controllers.admit(second_name)
+    rig.controllers.pods(second_name, 1)
+    await until(rig.backend, second, "running")
+    await sup.tick()
+    assert (await jobs.get_job(rig.ctx, ALICE, job_id)).job.state is JobState.RUNNING
+    rig.controllers.exit(second_name, 0, 0)
+    rig.controllers.complete(second_name)
+    await until(rig.backend, second, "exited")
+    await sup.tick()
+    d = await jobs.get_job(rig.ctx, ALICE, job_id)
+    assert (d.job.state, d.job.exit_code) == (JobState.SUCCEEDED, 0)
+    assert len(d.attempts) == 2 and d.attempts[0].attempt.end == "preempted"
 
 
 async def test_a_cancelled_job_is_deleted_in_the_foreground_and_recorded_stopped(

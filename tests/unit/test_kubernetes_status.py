@@ -136,6 +136,28 @@ def test_other_kueue_evictions_are_named() -> None:
     )
 
 
+def test_a_kueue_preemption_proves_the_end_preempted_and_other_evictions_prove_nothing() -> None:
+    """Issue 22: ``Evicted`` with reason ``Preempted`` is the attempt's ``preempted`` end (the
+    job's retry policy may retry it), ``NodeFailures`` (topology-aware scheduling lost a node)
+    its ``node-lost`` end; a PodsReadyTimeout or a deactivation proves neither."""
+
+    def evicted(reason: str) -> dict[str, Any]:
+        c = {"type": "Evicted", "status": "True", "reason": reason, "message": "m"}
+        return {"metadata": {"name": "w"}, "status": {"conditions": [c]}}
+
+    running = [pod(0, main({"running": {}}))]
+    obs = observe_job(job(True), running, evicted("Preempted"), 0, "q")
+    assert (obs.status, obs.reason, obs.cause) == ("exited", "preempted by Kueue: m", "preempted")
+    obs = observe_rayjob({"metadata": {"name": "r"}}, [], evicted("Preempted"), 1, "q")
+    assert obs.cause == "preempted"
+    assert observe_job(job(), running, evicted("NodeFailures"), 0, "q").cause == "node-lost"
+    for other in ("PodsReadyTimeout", "InactiveWorkload", "AdmissionCheck", "ClusterQueueStopped"):
+        assert observe_job(job(), running, evicted(other), 0, "q").cause == ""
+    gone = {"metadata": {"name": "w"}, "status": {"conditions": [{"type": "Evicted",
+            "status": "False", "reason": "Preempted"}]}}  # fmt: skip
+    assert observe_job(job(), running, gone, 0, "q").status == "running"
+
+
 def test_a_rayjob_member_follows_the_ray_job() -> None:
     def ray(deployment: str, job_status: str = "", suspend: bool = False) -> dict[str, Any]:
         st = {"jobDeploymentStatus": deployment, "jobStatus": job_status, "message": "boom"}

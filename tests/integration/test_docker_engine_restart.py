@@ -1,0 +1,95 @@
+"""Issue 22: a local member lost with its engine is ``node-lost``; one removed while the engine
+ran on stays ``missing`` ("cancelled outside TunePlane: …"). Against the real engine, which
+must not be restarted (it is shared): the backend talks to it through a socket served by a
+process of the test's own (socat), and "the engine restarted and lost the container" is that
+process replaced by a new one while the container is removed through the real engine. The
+backend reads the start of the process serving its socket as the engine's start
+(adapters/docker/ends.py), so this is the same evidence a restarted dockerd gives."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from adapters.docker.backend import DockerBackend
+from adapters.docker.ends import engine_started_at
+from adapters.docker.runtimes import BUSYBOX
+from domain.ports import Observation
+from tests.fixtures.docker import engine_call, make_request, remove_labelled, wait_for_status
+
+pytestmark = pytest.mark.integration
+
+
+class Proxy:
+    """A process of the test's own serving ``path`` as the engine at ``target``."""
+
+    def __init__(self, path: Path, target: str) -> None:
+        self.path, self.target = path, target
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.path.unlink(missing_ok=True)
+        self.proc = subprocess.Popen(
+            ["socat", f"UNIX-LISTEN:{self.path},fork", f"UNIX-CONNECT:{self.target}"]
+        )
+        deadline = time.monotonic() + 30  # a bound on a hang
+        while not self.path.exists():
+            assert self.proc.poll() is None and time.monotonic() < deadline, "socat did not start"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(30)
+            self.proc = None
+
+
+@pytest.fixture
+def proxy(docker_host: str, tmp_path: Path) -> Iterator[Proxy]:
+    if not docker_host.startswith("unix://"):
+        pytest.skip("the engine is not on a unix socket")
+    p = Proxy(tmp_path / "engine.sock", docker_host.removeprefix("unix://"))
+    p.start()
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+async def test_a_container_lost_with_a_restarted_engine_is_node_lost_a_removed_one_is_not(
+    proxy: Proxy, docker_host: str
+) -> None:
+    job_id = f"job-test-{uuid.uuid4().hex[:12]}"
+    backend = DockerBackend(f"unix://{proxy.path}")
+    try:
+        pin = await backend.pin(BUSYBOX)
+        lost = await backend.launch(make_request(job_id, pin, ("sleep", "600")))
+        removed = await backend.launch(make_request(job_id, pin, ("sleep", "600"), member_index=1))
+        for handle in (lost, removed):
+            await wait_for_status(backend, handle, "running")
+        # `docker rm -f` behind TunePlane's back while the engine runs on: no proof of a loss
+        await asyncio.to_thread(
+            engine_call, docker_host, "DELETE", f"/containers/{removed}", {"force": "1"}
+        )
+        assert await backend.observe(removed) == Observation("missing")
+        # the engine goes away, comes back without the container: lost with the engine
+        proxy.stop()
+        await asyncio.to_thread(
+            engine_call, docker_host, "DELETE", f"/containers/{lost}", {"force": "1"}
+        )
+        proxy.start()
+        engine = await asyncio.to_thread(engine_started_at, f"unix://{proxy.path}")
+        assert engine is not None
+        obs = await backend.observe(lost)
+        assert (obs.status, obs.cause) == ("missing", "node-lost"), obs
+        assert obs.reason.startswith("the container engine restarted at ")
+        assert obs.reason.endswith("and no longer knows it: lost with the engine")
+    finally:
+        await remove_labelled(docker_host, job_id)
+        await backend.close()
