@@ -38,7 +38,8 @@ def test_the_mlp_recipe_is_declared_with_its_artifact() -> None:
         "train/accuracy",
     )
     assert m.entry == ("python3", "/tuneplane/capsule/artifact/train.py")
-    assert [name for name, _ in m.artifact] == ["report.py", "tb_events.py", "train.py"]  # the SDK too
+    # its own files, the shared TensorBoard writer and the SDK
+    assert [name for name, _ in m.artifact] == ["report.py", "tb_events.py", "train.py"]
     assert m.needs == ("capsule",)
     params = resolve_params(m, {"steps": "50", "activation": "tanh"})
     assert m.config(params) == {
