@@ -15,6 +15,7 @@ from tensorboard.backend.event_processing.event_file_loader import EventFileLoad
 
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.docker import build_image
+from tests.fixtures.server import Servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ GRPO_TINY = {"max_steps": "4", "logging_steps": "1", "bf16": "false", "synthetic
 
 @pytest.mark.timeout(900)
 def test_trl_grpo_on_the_local_backend_logs_its_metrics_and_its_artifacts_verify(
-    trl_runtime: str, cli: Cli, tmp_path: Path
+    trl_runtime: str, cli: Cli, api_server: Servers, tmp_path: Path
 ) -> None:
     """`trl/grpo` through `tp submit` on the local backend (a container of the `pytorch-trl`
     image): the runner checks the contract in the container, TRL trains the tiny Llama, and
@@ -93,7 +94,13 @@ def test_trl_grpo_on_the_local_backend_logs_its_metrics_and_its_artifacts_verify
     listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
     files = {f["path"] for f in listed["members"][0]["files"]}
     assert {"report.json", "model/tokenizer.json", "model/model.safetensors"} <= files, files
-    assert any(f.startswith("checkpoints/checkpoint-2/") for f in files), files
+    # its checkpoints went to TUNEPLANE_CHECKPOINT_DIR (docs/checkpoints.md), marked complete,
+    # for a later attempt to resume from: not among the outputs any more
+    assert not any(f.startswith("checkpoints/") for f in files), files
+    assert "tuneplane-recipe: resuming" not in logs  # a first attempt resumes from nothing
+    kept = api_server.state_dir / "checkpoints" / job_id / "1" / "work"
+    assert (kept / "checkpoint-2" / "COMPLETE").read_text() == "2\n"
+    assert (kept / "checkpoint-4" / "COMPLETE").read_text() == "4\n"
     (events,) = [f for f in files if f.startswith("tensorboard/events.out.tfevents.")]
     verified = cli("artifacts", "verify", job_id).stdout
     assert f"{len(files)} files match manifest" in verified, verified

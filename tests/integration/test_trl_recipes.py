@@ -44,15 +44,18 @@ def method(name: str) -> Method:
     return m
 
 
-def run(name: str, given: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    """Lay out the capsule's artifact/ and config.json, and run the recipe's entry there."""
+def run(
+    name: str, given: dict[str, str], tmp_path: Path, **extra: str
+) -> subprocess.CompletedProcess[str]:
+    """Lay out the capsule's artifact/ and config.json, and run the recipe's entry there
+    (``extra``: more of the member's environment)."""
     m = method(name)
     capsule = tmp_path / "capsule"
-    (capsule / "artifact").mkdir(parents=True)
+    (capsule / "artifact").mkdir(parents=True, exist_ok=True)
     for file, data in m.artifact:
         (capsule / "artifact" / file).write_bytes(data)
     (capsule / "config.json").write_text(json.dumps(m.config(resolve_params(m, dict(given)))))
-    (tmp_path / "workspace").mkdir()
+    (tmp_path / "workspace").mkdir(exist_ok=True)
     entry = capsule / "artifact" / Path(m.entry[-1]).name
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -64,6 +67,7 @@ def run(name: str, given: dict[str, str], tmp_path: Path) -> subprocess.Complete
         "HF_HUB_OFFLINE": "1",  # nothing may be downloaded
         "HF_DATASETS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        **extra,
     }
     return subprocess.run(
         [TRL_PYTHON, str(entry)],
@@ -101,3 +105,30 @@ def test_a_config_trl_would_refuse_stops_before_trl_starts(tmp_path: Path) -> No
     assert "is not a multiple of num_generations (8)" in done.stderr
     assert "fix: make per_device_train_batch_size" in done.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_sft_marks_its_checkpoints_and_a_later_attempt_resumes_from_one(tmp_path: Path) -> None:
+    """Issue 22 item 4: under TunePlane's checkpoint contract the trainer saves into
+    TUNEPLANE_CHECKPOINT_DIR and each checkpoint is marked COMPLETE; an attempt that died after
+    checkpoint-2 (a file where checkpoint-4 would go makes that save fail) is resumed by the
+    next from it, with TRL's own resume (optimizer, scheduler and RNG states), to step 4, its
+    curve going on at step 3."""
+    given = {**TINY, **RUNS["trl/sft"]}
+    first = tmp_path / "attempt-1"
+    (first / "checkpoints").mkdir(parents=True)
+    (first / "checkpoints" / "checkpoint-4").write_text("in the way")
+    died = run("trl/sft", given, first, TUNEPLANE_CHECKPOINT_DIR=str(first / "checkpoints"))
+    assert died.returncode != 0
+    saved = first / "checkpoints" / "checkpoint-2"
+    assert (saved / "COMPLETE").read_text() == "2\n", died.stderr[-3000:]
+    second = tmp_path / "attempt-2"
+    done = run("trl/sft", given, second, TUNEPLANE_CHECKPOINT_DIR=str(second / "checkpoints"),
+               TUNEPLANE_RESUME_FROM=str(saved))  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    assert f"tuneplane-recipe: resuming from {saved}" in done.stdout
+    assert json.loads((second / "outputs" / "report.json").read_text())["global_step"] == 4
+    assert (second / "checkpoints" / "checkpoint-4" / "COMPLETE").read_text() == "4\n"
+    (events,) = (second / "metrics").glob("events.out.tfevents.*")
+    tb = EventAccumulator(str(events))
+    tb.Reload()
+    assert [e.step for e in tb.Scalars("train/loss")] == [3, 4]  # goes on after step 2

@@ -154,12 +154,14 @@ def test_every_recipe_loads_with_its_framework_and_shared_files() -> None:
         ">=1.13.0a0",
         "python-torch",
     )
-    assert [name for name, _ in cnn.artifact] == ["cnn.py", "tb_events.py"]
+    assert [name for name, _ in cnn.artifact] == ["cnn.py", "report.py", "tb_events.py"]
     for name in POST_TRAINING:
         m = by_name[name]
         files = [file for file, _ in m.artifact]
         assert m.framework == name.split("/")[0] and m.framework_requires.startswith(">=")
         assert {"tuneplane_recipe.py", "tiny_lm.py"} <= set(files), files
+        if m.framework == "trl":  # they mark their checkpoints with the SDK (docs/checkpoints.md)
+            assert "report.py" in files
         assert m.entry[1] == f"/tuneplane/capsule/artifact/{m.entry[1].rsplit('/', 1)[1]}"
         assert m.entry[1].rsplit("/", 1)[1] in files and m.primary_metrics and m.params
         assert "capsule" in m.needs and m.default_runtime in ("pytorch-trl", "verl")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import report  # the SDK (adapters/sdk/report.py), included beside this file
 import tiny_lm
 from tuneplane_recipe import (
     ConfigError,
@@ -87,7 +88,9 @@ def render_common(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str
     where = paths(env)
     args = section(config, "args")
     args.update(
-        output_dir=str(where.output / "checkpoints"),
+        # TunePlane's checkpoint directory when it gives one (docs/checkpoints.md): the
+        # trainer's checkpoint-<step> directories there carry over to the next attempt
+        output_dir=env.get("TUNEPLANE_CHECKPOINT_DIR") or str(where.output / "checkpoints"),
         report_to=["tensorboard"],
         disable_tqdm=True,  # the trainer's log lines, one per logging step, in `tp job logs`
     )
@@ -104,6 +107,7 @@ def render_common(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str
         "args": args,
         "metrics_dir": str(where.metrics),
         "output_dir": str(where.output),
+        "resume_from": env.get("TUNEPLANE_RESUME_FROM") or None,
     }
 
 
@@ -169,9 +173,30 @@ def prepare(
     return out
 
 
+def _mark_saved_checkpoints() -> Any:
+    """A callback that marks each checkpoint the trainer saved complete (the SDK's
+    ``report.checkpoint``, rank 0, after the trainer wrote it), so that TunePlane resumes a
+    later attempt from it."""
+    from transformers import TrainerCallback
+
+    class MarkComplete(TrainerCallback):  # type: ignore[misc]
+        def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if state.is_world_process_zero:
+                path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                report.checkpoint(path, state.global_step)
+            return control
+
+    return MarkComplete()
+
+
 def finish(trainer: Any, plan: dict[str, Any], kind: str) -> None:
-    """Save the trained model and report.json (rank 0) in the platform's output directory."""
-    result = trainer.train()
+    """Train (from TUNEPLANE_RESUME_FROM when given: the trainer's own resume, optimizer,
+    scheduler and RNG states included), marking each saved checkpoint complete; save the
+    trained model and report.json (rank 0) in the platform's output directory."""
+    trainer.add_callback(_mark_saved_checkpoints())
+    if plan.get("resume_from"):
+        print(f"tuneplane-recipe: resuming from {plan['resume_from']}", flush=True)
+    result = trainer.train(resume_from_checkpoint=plan.get("resume_from"))
     output = Path(plan["output_dir"])
     trainer.save_model(str(output / "model"))
     if trainer.is_world_process_zero():
