@@ -25,6 +25,7 @@ AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws, instance or pod roles); nothing here 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -33,6 +34,7 @@ import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiobotocore.config import AioConfig
@@ -171,6 +173,18 @@ class S3BlobStore:
         except FAILURES as exc:
             fail(self.place, exc, f"looking up {digest}")
         return int(head["ContentLength"])
+
+    async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+        async def chunks() -> AsyncIterator[bytes]:
+            with open(path, "rb") as f:  # noqa: ASYNC230 - one chunk a read, in a thread
+                while chunk := await asyncio.to_thread(f.read, 8 * 1024 * 1024):
+                    yield chunk
+
+        return await self.put(chunks(), max_size)
+
+    async def copy_to(self, digest: str, path: str) -> None:
+        data = await self.read(digest)  # its digest checked
+        await asyncio.to_thread(Path(path).write_bytes, data)
 
     async def read(self, digest: str) -> bytes:
         key = self._key(digest)

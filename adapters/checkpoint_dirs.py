@@ -15,13 +15,11 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 from domain.checkpoints import COMPLETE, MAX_FILES, Found, check_name, marker_step, step_from_name
 from domain.errors import InvalidInput
 
-_CHUNK = 1024 * 1024
 _SEALED = ".sealed"  # beside a materialized checkpoint: the manifest digest it was placed from
 
 
@@ -93,11 +91,6 @@ class FilesystemCheckpoints:
     async def discard(self, job_id: str, attempt: int) -> None:
         await asyncio.to_thread(shutil.rmtree, self._dir(job_id, attempt), True)
 
-    async def read(self, path: str) -> AsyncIterator[bytes]:
-        with open(path, "rb") as f:  # noqa: ASYNC230 - each read is one chunk, in a thread
-            while chunk := await asyncio.to_thread(f.read, _CHUNK):
-                yield chunk
-
     def _resume(self, job_id: str, attempt: int, name: str) -> Path:
         return self._dir(job_id, attempt) / "resume" / check_name(name)
 
@@ -115,18 +108,14 @@ class FilesystemCheckpoints:
         await asyncio.to_thread(marker.unlink, True)
         await asyncio.to_thread(shutil.rmtree, target, True)
 
-    async def place(self, job_id: str, attempt: int, name: str, path: str, data: bytes) -> None:
+    async def resume_path(self, job_id: str, attempt: int, name: str, path: str) -> str:
         root = self._resume(job_id, attempt, name)
         target = (root / path).resolve()
         if not target.is_relative_to(root.resolve()) or path.startswith("/"):
             raise InvalidInput(f"checkpoint file {path!r} is outside its checkpoint",
                                fix="record checkpoints through their manifests only")  # fmt: skip
-
-        def write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-
-        await asyncio.to_thread(write)
+        await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+        return str(target)
 
     async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
         target = self._resume(job_id, attempt, name)

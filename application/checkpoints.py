@@ -11,6 +11,7 @@ any that does not. Never inside a transaction: files are read, hashed and writte
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from domain.checkpoints import Checkpoint, kept, newest_first
 from domain.errors import TunePlaneError
 
 log = logging.getLogger("tuneplane.checkpoints")
+PARALLEL = 4  # files of a checkpoint hashed and copied at once (into and out of the store)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,15 +38,19 @@ async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt
     async with ctx.units.artifacts() as uow:
         known = {(c.attempt, c.name) for c in await uow.checkpoints.for_job(job_id)}
     recorded = 0
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def upload(rel: str, path: str) -> ArtifactFile:
+        async with gate:
+            digest, size = await ctx.blob_store().put_file(
+                path, ctx.limits.max_checkpoint_file_bytes
+            )
+        return ArtifactFile(rel, size, digest.removeprefix("sha256:"))
+
     for found in await storage.complete(job_id, attempt):
         if (attempt, found.name) in known:
             continue
-        files = []
-        for rel, path in found.files:
-            digest, size = await ctx.blob_store().put(
-                storage.read(path), ctx.limits.max_checkpoint_file_bytes
-            )
-            files.append(ArtifactFile(rel, size, digest.removeprefix("sha256:")))
+        files = await asyncio.gather(*(upload(rel, path) for rel, path in found.files))
         checkpoint = Checkpoint(
             job_id, attempt, found.name, found.step, Manifest.of(files), ctx.clock.now()
         )
@@ -67,13 +73,21 @@ async def _materialize(
     if await storage.resumed(job_id, attempt, name) == checkpoint.digest:
         return None  # placed by a launch of this attempt that was cut short after
     await storage.clear(job_id, attempt, name)
-    for f in checkpoint.manifest.files:
-        try:
-            data = await ctx.blob_store().read(f"sha256:{f.sha256}")
-        except TunePlaneError as exc:  # gone, or refused by the store's digest check
-            await storage.clear(job_id, attempt, name)
-            return f"{f.path}: {exc.message}"
-        await storage.place(job_id, attempt, name, f.path, data)
+    gate = asyncio.Semaphore(PARALLEL)
+
+    async def place(f: ArtifactFile) -> str | None:
+        async with gate:
+            try:
+                target = await storage.resume_path(job_id, attempt, name, f.path)
+                await ctx.blob_store().copy_to(f"sha256:{f.sha256}", target)
+            except TunePlaneError as exc:  # gone, refused by the digest check, a bad path
+                return f"{f.path}: {exc.message}"
+        return None
+
+    problems = [p for p in await asyncio.gather(*map(place, checkpoint.manifest.files)) if p]
+    if problems:
+        await storage.clear(job_id, attempt, name)
+        return problems[0]
     await storage.seal(job_id, attempt, name, checkpoint.digest)
     return None
 

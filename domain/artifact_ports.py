@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator
 from typing import Protocol
 
 from domain.artifacts import ArtifactRecord, Manifest
@@ -73,10 +72,6 @@ class CheckpointStorage(Protocol):
         """Remove the attempt's directories (once its checkpoints are in the blob store)."""
         ...
 
-    def read(self, path: str) -> AsyncIterator[bytes]:
-        """The content of a file ``complete`` found, in chunks."""
-        ...
-
     async def resumed(self, job_id: str, attempt: int, name: str) -> str | None:
         """The manifest digest of the checkpoint ``name`` placed complete in the attempt's
         resume directory, or None when it is not (absent, or cut short)."""
@@ -86,8 +81,9 @@ class CheckpointStorage(Protocol):
         """Remove whatever of ``name`` is in the attempt's resume directory."""
         ...
 
-    async def place(self, job_id: str, attempt: int, name: str, path: str, data: bytes) -> None:
-        """Write one file of checkpoint ``name`` into the attempt's resume directory."""
+    async def resume_path(self, job_id: str, attempt: int, name: str, path: str) -> str:
+        """Where the file ``path`` of checkpoint ``name`` goes in the attempt's resume directory
+        (its directories made; InvalidInput for a path that would leave the checkpoint)."""
         ...
 
     async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:

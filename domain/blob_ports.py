@@ -31,12 +31,24 @@ class BlobStore(Protocol):
         """
         ...
 
+    async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+        """Store the content of the file ``path`` (a checkpoint's file) as ``put`` does: the
+        digest is that of the bytes stored, whatever happens to the file meanwhile."""
+        ...
+
     async def size(self, digest: str) -> int | None:
         """The stored size, or None if absent."""
         ...
 
     async def read(self, digest: str) -> bytes:
         """The content; raises NotFound if absent."""
+        ...
+
+    async def copy_to(self, digest: str, path: str) -> None:
+        """Write the blob's content, its digest checked, to the new file ``path`` (a checkpoint
+        handed to a later attempt). NotFound if absent or refused by the digest check. A store
+        on the same filesystem may hard-link the file instead of copying it: callers hand it
+        out read-only (a blob file is never written in place)."""
         ...
 
     def listing(self) -> AsyncIterator[StoredBlob]:

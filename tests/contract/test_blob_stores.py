@@ -244,3 +244,28 @@ async def test_storing_the_same_content_again_renews_its_time(rig: Rig, data: by
     ((_, renewed),) = (await listed(rig.store)).values()
     assert renewed > first
     assert await rig.store.read(digest) == data
+
+
+async def test_a_file_is_stored_by_its_content_and_copied_out_verified(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """A checkpoint's files go in with ``put_file`` and come out with ``copy_to``
+    (docs/checkpoints.md): the digest is the stored bytes'; a copy out checks it, a damaged blob
+    is refused and nothing is left at the target."""
+    source = tmp_path / "shard.bin"
+    source.write_bytes(LARGE)
+    digest, size = await rig.store.put_file(str(source), len(LARGE))
+    assert (digest, size) == ("sha256:" + hashlib.sha256(LARGE).hexdigest(), len(LARGE))
+    source.write_bytes(b"changed after it was stored")  # the blob keeps what was stored
+    out = tmp_path / "out.bin"
+    await rig.store.copy_to(digest, str(out))
+    assert out.read_bytes() == LARGE
+    with pytest.raises(TooLarge):
+        await rig.store.put_file(str(source), 3)
+    await rig.tamper(digest, b"not what was stored")
+    damaged = tmp_path / "damaged.bin"
+    with pytest.raises(NotFound):
+        await rig.store.copy_to(digest, str(damaged))
+    assert not damaged.exists()
+    with pytest.raises(NotFound):
+        await rig.store.copy_to("sha256:" + "0" * 64, str(tmp_path / "absent.bin"))
