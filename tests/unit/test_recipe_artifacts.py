@@ -20,7 +20,7 @@ from adapters.recipes import load_recipes
 from domain.catalog import Method, resolve_params
 
 pytestmark = pytest.mark.unit
-SHARED = ("tuneplane_recipe", "tiny_lm", "trl_common", "rewards")
+SHARED = ("tuneplane_recipe", "tiny_lm", "trl_common", "rewards", "report")
 FRAMEWORKS = {"trl", "verl", "transformers", "torch", "peft", "datasets", "ray"}
 
 Load = Callable[[str, str], ModuleType]
@@ -124,7 +124,21 @@ def test_sft_renders_sftconfig_and_lora(artifact: Load, env: dict[str, str]) -> 
         },
         "metrics_dir": "/tuneplane/metrics",
         "output_dir": "/tuneplane/outputs",
+        "resume_from": None,  # no TUNEPLANE_RESUME_FROM: a first attempt
     }
+
+
+def test_trl_saves_into_tuneplanes_checkpoint_directory_and_resumes_from_its_checkpoint(
+    artifact: Load, env: dict[str, str]
+) -> None:
+    sft = artifact("trl/sft", "sft.py")
+    given = {**env, "TUNEPLANE_CHECKPOINT_DIR": "/tuneplane/checkpoints",
+             "TUNEPLANE_RESUME_FROM": "/tuneplane/resume/checkpoint-40"}  # fmt: skip
+    plan = sft.render(config_of("trl/sft", {}), given)
+    assert plan["args"]["output_dir"] == "/tuneplane/checkpoints"  # docs/checkpoints.md
+    assert plan["resume_from"] == "/tuneplane/resume/checkpoint-40"
+    plan = sft.render(config_of("trl/sft", {}), {**given, "TUNEPLANE_RESUME_FROM": ""})
+    assert plan["resume_from"] is None  # a first attempt (the variable is set, empty)
 
 
 def test_grpo_renders_grpoconfig_rewards_and_a_local_model(
@@ -168,6 +182,7 @@ def test_grpo_renders_grpoconfig_rewards_and_a_local_model(
         },
         "metrics_dir": "/tuneplane/metrics",
         "output_dir": "/tuneplane/outputs",
+        "resume_from": None,  # no TUNEPLANE_RESUME_FROM: a first attempt
     }
 
 
