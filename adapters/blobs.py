@@ -45,6 +45,19 @@ def digest_mismatch(digest: str, expected: str) -> InvalidInput:
     )
 
 
+async def file_chunks(path: str) -> AsyncIterator[bytes]:
+    """A file's content, read in a worker thread a large chunk at a time (a store that streams
+    what it stores: ``put_file`` over ``put``)."""
+    with open(path, "rb") as f:  # noqa: ASYNC230 - each read is in a worker thread
+        while chunk := await asyncio.to_thread(f.read, _LARGE):
+            yield chunk
+
+
+async def write_file(path: str, data: bytes) -> None:
+    """A new file holding ``data`` (a store that reads what it hands out: ``copy_to``)."""
+    await asyncio.to_thread(Path(path).write_bytes, data)
+
+
 def corrupt_blob(digest: str, found: str, where: str) -> NotFound:
     """A stored object whose bytes are not the content its name promises: the blob asked
     for is not there (NotFound: a job that needs it fails, a plugin fails its integrity

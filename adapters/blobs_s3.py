@@ -25,7 +25,6 @@ AWS_SESSION_TOKEN, AWS_PROFILE and ~/.aws, instance or pod roles); nothing here 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import hashlib
@@ -34,14 +33,20 @@ import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
-from adapters.blobs import check_digest, corrupt_blob, digest_mismatch, too_large
+from adapters.blobs import (
+    check_digest,
+    corrupt_blob,
+    digest_mismatch,
+    file_chunks,
+    too_large,
+    write_file,
+)
 from adapters.blobs_s3_errors import (
     ABSENT,
     FAILURES,
@@ -175,16 +180,10 @@ class S3BlobStore:
         return int(head["ContentLength"])
 
     async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-        async def chunks() -> AsyncIterator[bytes]:
-            with open(path, "rb") as f:  # noqa: ASYNC230 - one chunk a read, in a thread
-                while chunk := await asyncio.to_thread(f.read, 8 * 1024 * 1024):
-                    yield chunk
-
-        return await self.put(chunks(), max_size)
+        return await self.put(file_chunks(path), max_size)
 
     async def copy_to(self, digest: str, path: str) -> None:
-        data = await self.read(digest)  # its digest checked
-        await asyncio.to_thread(Path(path).write_bytes, data)
+        await write_file(path, await self.read(digest))  # its digest checked
 
     async def read(self, digest: str) -> bytes:
         key = self._key(digest)

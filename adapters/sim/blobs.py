@@ -7,13 +7,18 @@ kept of an upload that fails.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from pathlib import Path
 
-from adapters.blobs import check_digest, corrupt_blob, digest_mismatch, too_large
+from adapters.blobs import (
+    check_digest,
+    corrupt_blob,
+    digest_mismatch,
+    file_chunks,
+    too_large,
+    write_file,
+)
 from domain.blob_ports import StoredBlob
 from domain.errors import NotFound
 
@@ -44,16 +49,10 @@ class MemoryBlobStore:
         return None if data is None else len(data)
 
     async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-        async def chunks() -> AsyncIterator[bytes]:
-            with open(path, "rb") as f:  # noqa: ASYNC230 - one chunk a read, in a thread
-                while chunk := await asyncio.to_thread(f.read, 8 * 1024 * 1024):
-                    yield chunk
-
-        return await self.put(chunks(), max_size)
+        return await self.put(file_chunks(path), max_size)
 
     async def copy_to(self, digest: str, path: str) -> None:
-        data = await self.read(digest)  # its digest checked
-        await asyncio.to_thread(Path(path).write_bytes, data)
+        await write_file(path, await self.read(digest))  # its digest checked
 
     async def read(self, digest: str) -> bytes:
         check_digest(digest)
