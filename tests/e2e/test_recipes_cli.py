@@ -26,7 +26,7 @@ def test_tp_methods_lists_and_shows_the_post_training_recipes(cli: Cli) -> None:
 
     shown = cli("methods", "trl/grpo").stdout
     for text in ("framework: trl >=1.16,<2", "roles: main", "train/reward",
-                 "artifact: grpo.py, rewards.py, tiny_lm.py", "num_generations",
+                 "artifact: grpo.py, report.py, rewards.py, tiny_lm.py", "num_generations",
                  "accuracy+format", "reward_funcs"):  # fmt: skip
         assert text in shown, shown
     data = json.loads(cli("methods", "verl/grpo", "--json").stdout)
