@@ -13,6 +13,7 @@ nothing below a linked directory is followed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -76,6 +77,14 @@ class FilesystemCheckpoints:
                                tuple(files)))  # fmt: skip
         return found
 
+    async def jobs(self) -> list[str]:
+        def listed() -> list[str]:
+            if not self.root.is_dir():
+                return []
+            return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.is_symlink())
+
+        return await asyncio.to_thread(listed)
+
     async def attempts(self, job_id: str) -> list[int]:
         base = self.root / job_id
         if "/" in job_id or not job_id:
@@ -89,7 +98,14 @@ class FilesystemCheckpoints:
         return await asyncio.to_thread(listed)
 
     async def discard(self, job_id: str, attempt: int) -> None:
-        await asyncio.to_thread(shutil.rmtree, self._dir(job_id, attempt), True)
+        base = self._dir(job_id, attempt)
+
+        def remove() -> None:
+            shutil.rmtree(base, ignore_errors=True)
+            with contextlib.suppress(OSError):  # the job's directory, once it holds nothing
+                base.parent.rmdir()
+
+        await asyncio.to_thread(remove)
 
     def _resume(self, job_id: str, attempt: int, name: str) -> Path:
         return self._dir(job_id, attempt) / "resume" / check_name(name)

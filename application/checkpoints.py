@@ -20,6 +20,7 @@ from domain.artifact_ports import CheckpointStorage
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import Checkpoint, kept, newest_first
 from domain.errors import TunePlaneError
+from domain.lifecycle import JOB_FINAL
 
 log = logging.getLogger("tuneplane.checkpoints")
 PARALLEL = 4  # files of a checkpoint hashed and copied at once (into and out of the store)
@@ -114,3 +115,21 @@ async def for_launch(
         log.warning("job %s: %s", job_id, said)
         skipped.append(said)
     return LaunchCheckpoints(work, resume_root, None, tuple(skipped))
+
+
+async def sweep(ctx: Context, storage: CheckpointStorage) -> int:
+    """Keep the checkpoints of jobs that ended in the blob store and remove their directories
+    (a job's last attempt has no next one to harvest it; a supervisor that died before this
+    is caught up by the next sweep). Returns how many attempt directories were removed."""
+    removed = 0
+    for job_id in await storage.jobs():
+        async with ctx.units.jobs() as uow:
+            job = await uow.jobs.get(job_id)
+        if job is not None and job.state not in JOB_FINAL:
+            continue  # a running job's next attempt harvests, or this sweep once it ended
+        for attempt in await storage.attempts(job_id):
+            if job is not None:
+                await harvest(ctx, storage, job_id, attempt)
+            await storage.discard(job_id, attempt)  # a job gone: nothing to keep
+            removed += 1
+    return removed

@@ -66,6 +66,7 @@ class Supervisor:
         self._ticks = 0
         self._wake = asyncio.Event()
         self._stops: dict[str, asyncio.Task[None]] = {}
+        self._keeping: asyncio.Task[None] | None = None  # checkpoints of ended jobs, kept
 
     def wake(self) -> None:
         """Ask for a tick now instead of at the next poll (after a commit or a cancel)."""
@@ -93,9 +94,10 @@ class Supervisor:
             self._wake.clear()
 
     async def close(self) -> None:
-        for task in self._stops.values():
+        tasks = [*self._stops.values(), *([self._keeping] if self._keeping else [])]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._stops.values(), return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def tick(self) -> bool:
         """One round; False (doing nothing) when another process leads."""
@@ -103,6 +105,7 @@ class Supervisor:
             return False
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
+            self._keep_checkpoints()
         if self._ticks % self.capacity_every == 0:
             await sync_capacity(self.ctx)  # pools and nodes a backend's scheduler reports
         self._ticks += 1
@@ -154,6 +157,24 @@ class Supervisor:
         if released:
             log.info("sweep released %d finished members", released)
         return released
+
+    def _keep_checkpoints(self) -> None:
+        """Beside the ticks (hashing a large checkpoint takes seconds): keep the checkpoints of
+        jobs that ended in the blob store and remove their directories (docs/checkpoints.md)."""
+        storage = self.ctx.checkpoints if self.ctx.blobs is not None else None
+        if storage is None or (self._keeping is not None and not self._keeping.done()):
+            return
+
+        async def keep() -> None:
+            try:
+                removed = await checkpoints.sweep(self.ctx, storage)
+            except Exception:  # the next sweep tries again; the error is in the log
+                log.exception("checkpoints of ended jobs not kept yet")
+                return
+            if removed:
+                log.info("checkpoints of ended jobs kept; %d directories removed", removed)
+
+        self._keeping = asyncio.create_task(keep())
 
     @staticmethod
     async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:

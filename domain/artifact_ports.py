@@ -64,6 +64,10 @@ class CheckpointStorage(Protocol):
         plain name, regular files only), by name; [] when there is no such directory."""
         ...
 
+    async def jobs(self) -> builtins.list[str]:
+        """The jobs that have a directory here."""
+        ...
+
     async def attempts(self, job_id: str) -> builtins.list[int]:
         """The attempts of the job that still have a directory here."""
         ...

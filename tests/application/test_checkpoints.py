@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from adapters.checkpoint_dirs import FilesystemCheckpoints
-from application.checkpoints import for_launch, harvest
+from application.checkpoints import for_launch, harvest, sweep
 from application.context import Context
 from tests.contract.builders import a_job
 from tests.support.context import memory_context
@@ -106,3 +106,26 @@ async def test_no_blob_store_means_no_checkpoints_from_this_host(ctx: Context) -
     with_store = dataclasses.replace(ctx, checkpoints=storage)
     assert with_store.checkpoints_of(Local()) is storage  # type: ignore[arg-type]
     assert dataclasses.replace(with_store, blobs=None).checkpoints_of(Local()) is None  # type: ignore[arg-type]
+
+
+async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_their_directories(
+    ctx: Context, tmp_path: Path
+) -> None:
+    from domain.lifecycle import JobState
+
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    async with ctx.uow() as uow:
+        await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
+        await uow.jobs.add(a_job(id="job-3", state=JobState.SUCCEEDED))
+        await uow.commit()
+    running = await for_launch(ctx, storage, "job-2", 1)
+    ended = await for_launch(ctx, storage, "job-3", 1)
+    orphan = await for_launch(ctx, storage, "job-9", 1)  # its job is gone from the database
+    for launched in (running, ended, orphan):
+        write(launched.work, "checkpoint-5", {"w.bin": b"w"}, "5")
+    assert await sweep(ctx, storage) == 2  # job-3's attempt and job-9's
+    async with ctx.uow() as uow:
+        assert [c.name for c in await uow.checkpoints.for_job("job-3")] == ["checkpoint-5"]
+        assert await uow.checkpoints.for_job("job-2") == []
+    assert not gone(running.work)  # a running job's next attempt (or a later sweep) keeps it
+    assert gone(ended.work) and gone(orphan.work) and gone(tmp_path / "checkpoints" / "job-3")
