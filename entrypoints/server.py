@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -67,10 +68,21 @@ async def serve(
             access_log=False,
             lifespan="on",
         )
-        server = uvicorn.Server(config)
-        if announce:
-            print(announce, flush=True)
-        await server.serve()
+        await _AnnouncingServer(config, announce).serve()
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """Prints ``announce`` (`tp up`'s "… Ctrl-C stops it.") once it accepts connections, never
+    before: a client acting on it is never refused (CI found one refused when it came first)."""
+
+    def __init__(self, config: uvicorn.Config, announce: str) -> None:
+        super().__init__(config)
+        self.announce = announce
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.announce and self.started:
+            print(self.announce, flush=True)
 
 
 def gang_settings(settings: Settings) -> GangSettings:
