@@ -133,3 +133,15 @@ async def sweep(ctx: Context, storage: CheckpointStorage) -> int:
             await storage.discard(job_id, attempt)  # a job gone: nothing to keep
             removed += 1
     return removed
+
+
+async def keep_ended(ctx: Context, storage: CheckpointStorage) -> None:
+    """``sweep``, run beside the supervisor's ticks: an error is logged, and the next sweep
+    tries again."""
+    try:
+        removed = await sweep(ctx, storage)
+    except Exception:
+        log.exception("checkpoints of ended jobs not kept yet")
+        return
+    if removed:
+        log.info("checkpoints of ended jobs kept; %d directories removed", removed)

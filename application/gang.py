@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from application.context import Context
 from application.fleet_check import settle as settle_checks
 from application.reconcile import fence_node
+from application.supervisor_chores import retry_or_end
 from domain.coordination_ports import NODE_WORK
 from domain.errors import Conflict
 from domain.fleet import Connectivity
@@ -32,7 +33,7 @@ from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, AttemptState, JobState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision, Phase
 from domain.ports import Observation
-from domain.progress import driver_ended, retried
+from domain.progress import driver_ended
 from domain.retry import LAUNCH_FAILED, REQUEUED
 from domain.unit_of_work import FleetUnit, PlacementUnit
 
@@ -253,10 +254,7 @@ class GangCoordinator:
         j_target = JobState.CANCELLED if stopping else JobState.FAILED
         job_now = job.moved(j_target, now, reason)
         if not stopping:  # its retry policy may start another attempt
-            attempts = [
-                ended if a.id == ended.id else a for a in await uow.attempts.for_job(job.id)
-            ]
-            job_now = retried(job, job_now, attempts, now)
+            job_now = await retry_or_end(uow, job, job_now, ended, now)
         await uow.jobs.update(job_now, job.state)
         await uow.reservations.release(attempt.id)
 

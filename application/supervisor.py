@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
-from datetime import datetime
 from typing import Any
 
 from application import checkpoints
@@ -23,6 +22,7 @@ from application.capacity_sync import sync_capacity
 from application.context import Context
 from application.gang import GangCoordinator
 from application.scheduler import Scheduler
+from application.supervisor_chores import release_finished, retry_or_end
 from domain.admission import Assignment
 from domain.artifacts import ArtifactRecord, Manifest
 from domain.backend_ports import ExecutionBackend, LaunchRequest, Observation
@@ -36,9 +36,9 @@ from domain.lifecycle import (
     JobState,
     MemberState,
 )
-from domain.progress import driver_ended, first_failure, job_after, member_after, retried
+from domain.progress import driver_ended, first_failure, job_after, member_after
 from domain.retry import LAUNCH_FAILED
-from domain.unit_of_work import FleetUnit, JobsUnit
+from domain.unit_of_work import FleetUnit
 
 log = logging.getLogger("tuneplane.supervisor")
 
@@ -130,33 +130,8 @@ class Supervisor:
             await self.lease.release()
 
     async def sweep(self) -> int:
-        """Release members the backends still hold although they are recorded as finished
-        (a supervisor died between recording the exit and releasing). Members the database
-        does not know are left alone: they may belong to another control plane. Returns how
-        many were released."""
-        released = 0
-        # coordinated backends are not swept: their nodes forget finished members themselves
-        # (told by the gateway)
-        for backend in self.ctx.backends.values():
-            try:
-                held = await backend.held()
-            except Unavailable as exc:
-                log.warning("sweep of %s skipped: %s", backend.name, exc)
-                continue
-            async with self.ctx.units.jobs() as uow:
-                finished = [
-                    handle
-                    for member_id, handle in held.items()
-                    if (m := await uow.members.get(member_id)) is not None
-                    and m.state in MEMBER_FINAL
-                ]
-            for handle in finished:
-                with contextlib.suppress(TunePlaneError):
-                    await backend.release(handle)
-                    released += 1
-        if released:
-            log.info("sweep released %d finished members", released)
-        return released
+        """Release members held although recorded finished (``release_finished``)."""
+        return await release_finished(self.ctx)
 
     def _keep_checkpoints(self) -> None:
         """Beside the ticks (hashing a large checkpoint takes seconds): keep the checkpoints of
@@ -165,16 +140,7 @@ class Supervisor:
         if storage is None or (self._keeping is not None and not self._keeping.done()):
             return
 
-        async def keep() -> None:
-            try:
-                removed = await checkpoints.sweep(self.ctx, storage)
-            except Exception:  # the next sweep tries again; the error is in the log
-                log.exception("checkpoints of ended jobs not kept yet")
-                return
-            if removed:
-                log.info("checkpoints of ended jobs kept; %d directories removed", removed)
-
-        self._keeping = asyncio.create_task(keep())
+        self._keeping = asyncio.create_task(checkpoints.keep_ended(self.ctx, storage))
 
     @staticmethod
     async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:
@@ -277,7 +243,7 @@ class Supervisor:
                 current = current_now
             ended = job.moved(JobState.FAILED, now, reason)
             if current is not None:
-                ended = await _retried(uow, job, ended, current, now)
+                ended = await retry_or_end(uow, job, ended, current, now)
                 self._due(ended)
             await uow.jobs.update(ended, job.state)
             await uow.reservations.release(attempt.id)
@@ -429,7 +395,7 @@ class Supervisor:
             if attempt_now is not attempt:
                 await uow.attempts.update(attempt_now, attempt.state)
             if job_now.state is JobState.FAILED and job.state is not JobState.FAILED:
-                job_now = await _retried(uow, job, job_now, attempt_now, now)
+                job_now = await retry_or_end(uow, job, job_now, attempt_now, now)
                 self._due(job_now)
             if job_now is not job:
                 await uow.jobs.update(job_now, job.state)
@@ -487,13 +453,6 @@ class Supervisor:
         except TunePlaneError as exc:
             chunks.append(f"\n[tuneplane: log collection failed: {exc}]\n".encode())
         return b"".join(chunks)
-
-
-async def _retried(uow: JobsUnit, job: Job, ended: Job, attempt: Attempt, now: datetime) -> Job:
-    """``ended``, or the job pending again when its retry policy starts another attempt
-    (``attempt``: the one that ended, as it is now written)."""
-    attempts = [attempt if a.id == attempt.id else a for a in await uow.attempts.for_job(job.id)]
-    return retried(job, ended, attempts, now)
 
 
 async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:
