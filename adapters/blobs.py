@@ -192,6 +192,13 @@ class FilesystemBlobStore:
             raise corrupt_blob(digest, found, str(path))
         return data
 
+    async def chunks(self, digest: str) -> AsyncIterator[bytes]:
+        path = self._path(digest)
+        if not path.is_file():
+            raise NotFound(f"no blob {digest}", fix="upload it again")
+        async for chunk in file_chunks(str(path)):
+            yield chunk
+
     async def listing(self) -> AsyncIterator[StoredBlob]:
         for shard in sorted((self.root / "sha256").iterdir()):
             for path in sorted(shard.iterdir()) if shard.is_dir() else ():

@@ -65,6 +65,7 @@ from domain.submission import DIGEST_RE
 log = logging.getLogger(__name__)
 
 PART_SIZE = 8 * 1024 * 1024  # S3's smallest part is 5 MiB (all but the last)
+_PIECE = 1024 * 1024  # read size of a blob sent on in pieces (``chunks``)
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 
@@ -201,6 +202,21 @@ class S3BlobStore:
         if found != digest:
             raise corrupt_blob(digest, found, f"{self.location}{_relative(digest)}")
         return data
+
+    async def chunks(self, digest: str) -> AsyncIterator[bytes]:
+        key = self._key(digest)
+        try:
+            got = await self._s3.get_object(Bucket=self.location.bucket, Key=key)
+        except ClientError as exc:
+            if code(exc) in ABSENT:
+                raise NotFound(f"no blob {digest}", fix="upload it again") from None
+            fail(self.place, exc, f"reading {digest}")
+        except FAILURES as exc:
+            fail(self.place, exc, f"reading {digest}")
+        with failures(self.place, f"reading {digest}"):
+            async with got["Body"] as body:
+                while chunk := await body.read(_PIECE):
+                    yield chunk
 
     async def listing(self) -> AsyncIterator[StoredBlob]:
         pages = self._s3.get_paginator("list_objects_v2").paginate(

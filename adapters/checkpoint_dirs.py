@@ -18,6 +18,7 @@ import os
 import shutil
 from pathlib import Path
 
+from adapters.outputs import file_sha256
 from domain.checkpoints import COMPLETE, MAX_FILES, Found, check_name, marker_step, step_from_name
 from domain.errors import InvalidInput
 
@@ -132,6 +133,12 @@ class FilesystemCheckpoints:
                                fix="record checkpoints through their manifests only")  # fmt: skip
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
         return str(target)
+
+    async def hashed(self, path: str) -> tuple[str, int]:
+        def read() -> tuple[str, int]:
+            return file_sha256(Path(path)), Path(path).stat().st_size
+
+        return await asyncio.to_thread(read)
 
     async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
         target = self._resume(job_id, attempt, name)

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from application.journal_io import journal_call
 from application.node_adoption import adopt, learn_installation, listing
+from application.node_checkpoint_carrier import CheckpointCarrier
 from application.node_live_output import ship_final_log, ship_live_output
 from application.node_outputs import scan_member
 from application.node_sources import SourceArchives
@@ -70,6 +71,7 @@ class NodeAgent:
         sources_kept: int = 4,
         feed: MetricsFeed | None = None,
         outputs: OutputStorage | None = None,
+        checkpoints: CheckpointCarrier | None = None,
     ) -> None:
         self.node = node
         self.journal = journal
@@ -91,6 +93,7 @@ class NodeAgent:
         self.feed = feed  # tells the host's collector which members to collect
         self.outputs = outputs  # members' output directories on this host (artifacts)
         self._scans: set[asyncio.Task[None]] = set()
+        self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -245,6 +248,11 @@ class NodeAgent:
 
     async def _prepare(self, entry: JournalEntry) -> None:
         order = entry.order
+        if self.checkpoints is not None:  # the checkpoint it resumes from, before the vote
+            busy = await self.checkpoints.fetch(order)
+            if busy is not None:
+                await self._unprepare(entry, busy)
+                return
         source = self.sources.get(order.source_digest) if order.source_digest else None
         loop = asyncio.get_running_loop()
 
@@ -275,6 +283,16 @@ class NodeAgent:
             current = await self.entry(order.ref.member_id)
             if current is not None and current.phase is Phase.PREPARING:
                 await self._vote(await self.journalled(refused))
+
+    async def _unprepare(self, entry: JournalEntry, busy: str) -> None:
+        """A busy no after all (not journalled: a repeated Prepare asks again)."""
+        mid = entry.order.ref.member_id
+        async with self.lock(mid):
+            current = await self.entry(mid)
+            if current is None or current.phase is not Phase.PREPARING:
+                return  # aborted or forgotten meanwhile
+            await journal_call(self.journal, self.journal.delete, mid)
+            await self._say(Vote(entry.order.ref, False, busy, busy=True))
 
     async def _vote(self, entry: JournalEntry) -> None:
         await self._say(Vote(entry.order.ref, entry.phase is Phase.PREPARED, entry.reason))
@@ -350,12 +368,22 @@ class NodeAgent:
             await self.runtime.remove(cid)
         if entry is not None:
             await journal_call(self.journal, self.journal.delete, member_id)
+            await self._discard_checkpoints(entry.order)
         self._locks.pop(member_id, None)
         if self.feed is not None:
             await asyncio.to_thread(self.feed.forgotten, member_id)
         follower = self._followers.pop(member_id, None)
         if follower is not None:
             follower.cancel()
+
+    async def _discard_checkpoints(self, order: PrepareOrder) -> None:
+        """The attempt's checkpoint directories, once no member of it is held here."""
+        if self.checkpoints is None:
+            return
+        held = await journal_call(self.journal, self.journal.entries)
+        attempt = (order.job_id, order.attempt)
+        if not any((e.order.job_id, e.order.attempt) == attempt for e in held):
+            await self.checkpoints.discard(*attempt)
 
     def in_flight(self) -> list[asyncio.Task[None]]:
         """The tasks working on orders now (prepares, stops): the simulator waits for them, or
@@ -369,6 +397,8 @@ class NodeAgent:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.checkpoints is not None:
+            await self.checkpoints.close()
         self._tasks.clear()
         self._followers.clear()
 
@@ -396,6 +426,9 @@ class NodeAgent:
                     if current is not None and current.phase in LIVE_PHASES:
                         await self.observe(current, current.container_id, report=True)
                         self._follow(current)
+                        if self.checkpoints is not None and current.phase is Phase.RUNNING:
+                            o = current.order
+                            self.checkpoints.keep_uploading(o.ref, o.job_id, o.attempt)
         await self._feed()
 
     async def _feed(self) -> None:
@@ -419,6 +452,9 @@ class NodeAgent:
             return
         if new.phase is Phase.EXITED and new.exit_code == 0:
             new = replace(new, outputs=await self._scan(new.order))
+        if self.checkpoints is not None and new.phase in (Phase.EXITED, Phase.MISSING):
+            o = new.order  # its last checkpoints are kept before its end is said
+            await self.checkpoints.finish(o.ref, o.job_id, o.attempt)
         if new.phase is Phase.EXITED and report and cid:
             follower = self._followers.pop(e.member_id, None)
             if follower is not None:  # its last live pieces go before the exit

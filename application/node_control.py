@@ -30,6 +30,7 @@ from application.node_absence import (
     record_report,
     unaccounted,
 )
+from application.node_checkpoints import with_resume
 from application.node_orders import prepare_order
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.node_sessions import Caller, open_session
@@ -374,6 +375,7 @@ class NodeControl:
                     order = None
                     if cmd.kind is CommandKind.PREPARE:
                         order = await with_token(self.ctx, prepare_order(work), now)
+                        order = await with_resume(self.ctx, order)
                         if order.collector_token_expires_at is not None:
                             session.tokens[mid] = order.collector_token_expires_at
                     todo.append(Outgoing(cmd, order))

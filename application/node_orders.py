@@ -60,4 +60,5 @@ def prepare_order(work: NodeWork) -> PrepareOrder:
         process_model=spec.runtime.process_model,
         check_port=work.master_port if ref.index == 0 and work.members > 1 else 0,
         capsule=capsule,
+        attempt=work.attempt,
     )

@@ -7,6 +7,8 @@ from typing import Protocol
 
 from domain.artifacts import ArtifactRecord, Manifest
 from domain.checkpoints import Checkpoint, Found
+from domain.node_messages import CheckpointOffer
+from domain.node_protocol import MemberRef
 
 
 class ArtifactRepository(Protocol):
@@ -90,6 +92,32 @@ class CheckpointStorage(Protocol):
         (its directories made; InvalidInput for a path that would leave the checkpoint)."""
         ...
 
+    async def hashed(self, path: str) -> tuple[str, int]:
+        """(sha256 hex, size) of a file ``complete`` listed, read now."""
+        ...
+
     async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
         """Say checkpoint ``name`` is placed whole (``resumed`` then answers ``digest``)."""
+        ...
+
+
+class CheckpointCourier(Protocol):
+    """A node daemon's way to the gateway's checkpoint calls (docs/checkpoints.md). Every call
+    names a member this node holds; a refusal raises the domain error the gateway gave (a
+    member fenced or moved: Forbidden/Unavailable; a damaged checkpoint: InvalidInput), a lost
+    connection Unavailable."""
+
+    async def offer(self, offered: CheckpointOffer) -> tuple[bool, builtins.list[str]]:
+        """(recorded, the digests of the files the gateway lacks)."""
+        ...
+
+    async def put_file(self, ref: MemberRef, job_id: str, sha256: str, path: str) -> None:
+        """Send the file ``path``, which should hold content with digest ``sha256``."""
+        ...
+
+    async def get_file(
+        self, ref: MemberRef, job_id: str, sha256: str, path: str
+    ) -> tuple[str, int]:
+        """Write the file with digest ``sha256`` to the new file ``path``; (sha256 hex, size)
+        of what was written, for the caller to check."""
         ...

@@ -51,6 +51,12 @@ class BlobStore(Protocol):
         out read-only (a blob file is never written in place)."""
         ...
 
+    def chunks(self, digest: str) -> AsyncIterator[bytes]:
+        """The content in pieces, as stored, without reading it whole (a checkpoint file sent to
+        a node): NOT checked against the digest, which the reader does over what it got.
+        NotFound if absent."""
+        ...
+
     def listing(self) -> AsyncIterator[StoredBlob]:
         """Every stored blob, in no particular order."""
         ...

@@ -1,6 +1,5 @@
 """Checkpoints that carry across attempts (issue 22 item 3): the workload's contract and the
-pure rules over recorded checkpoints. Wiring them into the backends is the next step
-(docs/checkpoints.md says what is built).
+pure rules over recorded checkpoints (docs/checkpoints.md: where each backend keeps them).
 
 The contract: every member gets ``TUNEPLANE_CHECKPOINT_DIR`` (a directory it may write), its
 attempt's number ``TUNEPLANE_ATTEMPT``, and ``TUNEPLANE_RESUME_FROM``: the directory of the
@@ -103,3 +102,25 @@ class Found:
     name: str
     step: int | None
     files: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeFrom:
+    """The recorded checkpoint a new attempt's members resume from, as a node receives it in
+    its Prepare: the node fetches every file of the manifest, checks its digest, and places it
+    under ``RESUME_MOUNT/<name>`` before voting yes."""
+
+    name: str
+    attempt: int  # the attempt that wrote it
+    step: int | None
+    manifest: Manifest
+
+
+def resume_for(found: Sequence[Checkpoint], attempt: int) -> ResumeFrom | None:
+    """The checkpoint attempt ``attempt`` resumes from: the newest recorded by an earlier one
+    (a damaged one is forgotten when found, so the one before it is chosen next time)."""
+    earlier = newest_first([c for c in found if c.attempt < attempt])
+    if not earlier:
+        return None
+    c = earlier[0]
+    return ResumeFrom(c.name, c.attempt, c.step, c.manifest)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from domain.artifacts import Manifest
+from domain.checkpoints import ResumeFrom
 from domain.node_protocol import EngineScan, MemberRef, MemberReport, NodeCapacity
 
 
@@ -81,6 +82,17 @@ class OutputsScanned:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointOffer:
+    """A member's complete checkpoint, offered by its node to be kept (docs/checkpoints.md)."""
+
+    ref: MemberRef
+    job_id: str
+    name: str
+    step: int | None
+    manifest: Manifest
+
+
+@dataclass(frozen=True, slots=True)
 class CredentialAck:
     credential_id: str
 
@@ -115,6 +127,10 @@ class PrepareOrder:
     collector_token_expires_at: datetime | None = None  # when collector_token expires
     # the control plane's installation (docs/node-backend.md): set by the node, in its labels
     installation: str = ""
+    attempt: int = 0  # the attempt's number (0: from a control plane before checkpoints)
+    # the checkpoint its members resume from, fetched and verified before the vote
+    # (docs/checkpoints.md); None: none recorded by an earlier attempt
+    resume: ResumeFrom | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,18 @@ class NodeControlBase(abc.ABC):
     async def Connect(self, stream: 'grpclib.server.Stream[proto.node_control_pb2.NodeMessage, proto.node_control_pb2.GatewayMessage]') -> None:
         pass
 
+    @abc.abstractmethod
+    async def OfferCheckpoint(self, stream: 'grpclib.server.Stream[proto.node_control_pb2.CheckpointOffer, proto.node_control_pb2.CheckpointWants]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def PutCheckpointFile(self, stream: 'grpclib.server.Stream[proto.node_control_pb2.CheckpointFilePiece, proto.node_control_pb2.CheckpointFileStored]') -> None:
+        pass
+
+    @abc.abstractmethod
+    async def GetCheckpointFile(self, stream: 'grpclib.server.Stream[proto.node_control_pb2.CheckpointFileRequest, proto.node_control_pb2.CheckpointFilePiece]') -> None:
+        pass
+
     def __mapping__(self) -> typing.Dict[str, grpclib.const.Handler]:
         return {
             '/tuneplane.node.v1.NodeControl/Enroll': grpclib.const.Handler(
@@ -35,6 +47,24 @@ class NodeControlBase(abc.ABC):
                 grpclib.const.Cardinality.STREAM_STREAM,
                 proto.node_control_pb2.NodeMessage,
                 proto.node_control_pb2.GatewayMessage,
+            ),
+            '/tuneplane.node.v1.NodeControl/OfferCheckpoint': grpclib.const.Handler(
+                self.OfferCheckpoint,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                proto.node_control_pb2.CheckpointOffer,
+                proto.node_control_pb2.CheckpointWants,
+            ),
+            '/tuneplane.node.v1.NodeControl/PutCheckpointFile': grpclib.const.Handler(
+                self.PutCheckpointFile,
+                grpclib.const.Cardinality.STREAM_UNARY,
+                proto.node_control_pb2.CheckpointFilePiece,
+                proto.node_control_pb2.CheckpointFileStored,
+            ),
+            '/tuneplane.node.v1.NodeControl/GetCheckpointFile': grpclib.const.Handler(
+                self.GetCheckpointFile,
+                grpclib.const.Cardinality.UNARY_STREAM,
+                proto.node_control_pb2.CheckpointFileRequest,
+                proto.node_control_pb2.CheckpointFilePiece,
             ),
         }
 
@@ -53,4 +83,22 @@ class NodeControlStub:
             '/tuneplane.node.v1.NodeControl/Connect',
             proto.node_control_pb2.NodeMessage,
             proto.node_control_pb2.GatewayMessage,
+        )
+        self.OfferCheckpoint = grpclib.client.UnaryUnaryMethod(
+            channel,
+            '/tuneplane.node.v1.NodeControl/OfferCheckpoint',
+            proto.node_control_pb2.CheckpointOffer,
+            proto.node_control_pb2.CheckpointWants,
+        )
+        self.PutCheckpointFile = grpclib.client.StreamUnaryMethod(
+            channel,
+            '/tuneplane.node.v1.NodeControl/PutCheckpointFile',
+            proto.node_control_pb2.CheckpointFilePiece,
+            proto.node_control_pb2.CheckpointFileStored,
+        )
+        self.GetCheckpointFile = grpclib.client.UnaryStreamMethod(
+            channel,
+            '/tuneplane.node.v1.NodeControl/GetCheckpointFile',
+            proto.node_control_pb2.CheckpointFileRequest,
+            proto.node_control_pb2.CheckpointFilePiece,
         )

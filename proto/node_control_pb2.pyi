@@ -269,7 +269,7 @@ class SourceChunk(_message.Message):
     def __init__(self, digest: _Optional[str] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class Prepare(_message.Message):
-    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token", "capsule", "collector_token_expires_unix_ms")
+    __slots__ = ("ref", "job_id", "image", "command", "env", "cpus", "memory_mb", "gpu_indices", "source_digest", "members", "process_model", "check_port", "node_name", "collector_token", "capsule", "collector_token_expires_unix_ms", "attempt", "resume")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -293,6 +293,8 @@ class Prepare(_message.Message):
     COLLECTOR_TOKEN_FIELD_NUMBER: _ClassVar[int]
     CAPSULE_FIELD_NUMBER: _ClassVar[int]
     COLLECTOR_TOKEN_EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     job_id: str
     image: str
@@ -309,7 +311,69 @@ class Prepare(_message.Message):
     collector_token: str
     capsule: bool
     collector_token_expires_unix_ms: int
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ..., capsule: _Optional[bool] = ..., collector_token_expires_unix_ms: _Optional[int] = ...) -> None: ...
+    attempt: int
+    resume: Resume
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., image: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_indices: _Optional[_Iterable[int]] = ..., source_digest: _Optional[str] = ..., members: _Optional[int] = ..., process_model: _Optional[str] = ..., check_port: _Optional[int] = ..., node_name: _Optional[str] = ..., collector_token: _Optional[str] = ..., capsule: _Optional[bool] = ..., collector_token_expires_unix_ms: _Optional[int] = ..., attempt: _Optional[int] = ..., resume: _Optional[_Union[Resume, _Mapping]] = ...) -> None: ...
+
+class Resume(_message.Message):
+    __slots__ = ("name", "attempt", "step", "files")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    attempt: int
+    step: int
+    files: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    def __init__(self, name: _Optional[str] = ..., attempt: _Optional[int] = ..., step: _Optional[int] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ...) -> None: ...
+
+class CheckpointOffer(_message.Message):
+    __slots__ = ("ref", "job_id", "name", "step", "files")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    ref: MemberRef
+    job_id: str
+    name: str
+    step: int
+    files: _containers.RepeatedCompositeFieldContainer[OutputFile]
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., name: _Optional[str] = ..., step: _Optional[int] = ..., files: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ...) -> None: ...
+
+class CheckpointWants(_message.Message):
+    __slots__ = ("recorded", "sha256")
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    recorded: bool
+    sha256: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, recorded: _Optional[bool] = ..., sha256: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CheckpointFilePiece(_message.Message):
+    __slots__ = ("ref", "job_id", "sha256", "data")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ref: MemberRef
+    job_id: str
+    sha256: str
+    data: bytes
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., sha256: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class CheckpointFileStored(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CheckpointFileRequest(_message.Message):
+    __slots__ = ("ref", "job_id", "sha256")
+    REF_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    ref: MemberRef
+    job_id: str
+    sha256: str
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class CollectorToken(_message.Message):
     __slots__ = ("ref", "token", "expires_unix_ms")

@@ -40,6 +40,21 @@ _SHELL_CODES = {
 }  # the engine's "StartedAt" of a container never started
 
 
+def checkpoint_mounts(
+    env: dict[str, str], work: str, resume_root: str | None, resume: str | None
+) -> list[str]:
+    """The binds of an attempt's checkpoint directory (read-write) and resume directory
+    (read-only), with ``env`` set to match (docs/checkpoints.md)."""
+    env[CHECKPOINT_ENV] = CHECKPOINT_MOUNT
+    env[RESUME_ENV] = ""
+    binds = [f"{work}:{CHECKPOINT_MOUNT}"]
+    if resume_root is not None:
+        binds.append(f"{resume_root}:{RESUME_MOUNT}:ro")
+        if resume is not None:
+            env[RESUME_ENV] = f"{RESUME_MOUNT}/{resume}"
+    return binds
+
+
 def container_name(member_id: str) -> str:
     return f"tp-{member_id}"
 
@@ -70,13 +85,7 @@ def container_config(
         binds.append(f"{request.outputs}:{OUTPUT_DIR}")
         env[OUTPUT_ENV] = OUTPUT_DIR
     if request.checkpoints is not None:  # docs/checkpoints.md
-        binds.append(f"{request.checkpoints}:{CHECKPOINT_MOUNT}")
-        env[CHECKPOINT_ENV] = CHECKPOINT_MOUNT
-        env[RESUME_ENV] = ""
-        if request.resume_root is not None:
-            binds.append(f"{request.resume_root}:{RESUME_MOUNT}:ro")
-            if request.resume is not None:
-                env[RESUME_ENV] = f"{RESUME_MOUNT}/{request.resume}"
+        binds += checkpoint_mounts(env, request.checkpoints, request.resume_root, request.resume)
     devices = None
     if spec.resources.gpus > 0:
         devices = [{"Driver": "nvidia", "Count": spec.resources.gpus, "Capabilities": [["gpu"]]}]

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from domain.artifacts import ArtifactFile, Manifest
+from domain.checkpoints import MAX_FILES, ResumeFrom, check_name
 from domain.errors import InvalidInput
 from domain.node_messages import (
     CredentialAck,
@@ -143,6 +144,48 @@ def files_from(files: Sequence[pb.OutputFile]) -> Manifest:
     if len({f.path for f in out}) != len(out):
         raise _bad("the output files list a path twice")
     return Manifest.of(out)
+
+
+def step_to(step: int | None) -> int:
+    return -1 if step is None else step
+
+
+def step_from(step: int) -> int | None:
+    return None if step < 0 else step
+
+
+def check_checkpoint(name: str) -> str:
+    try:
+        return check_name(name)
+    except InvalidInput as exc:
+        raise _bad(exc.message) from None
+
+
+def manifest_from(files: Sequence[pb.OutputFile]) -> Manifest:
+    """A checkpoint's manifest from the wire (at most ``MAX_FILES`` files)."""
+    if len(files) > MAX_FILES:
+        raise _bad(f"a checkpoint of {len(files)} files; at most {MAX_FILES} are kept")
+    return files_from(files)
+
+
+def resume_to(resume: ResumeFrom | None) -> pb.Resume | None:
+    if resume is None:
+        return None
+    return pb.Resume(
+        name=resume.name,
+        attempt=resume.attempt,
+        step=step_to(resume.step),
+        files=files_to(resume.manifest),
+    )
+
+
+def resume_from(m: pb.Prepare) -> ResumeFrom | None:
+    if not m.HasField("resume"):
+        return None
+    r = m.resume
+    return ResumeFrom(
+        check_checkpoint(r.name), r.attempt, step_from(r.step), manifest_from(r.files)
+    )
 
 
 def report_to(r: MemberReport) -> pb.MemberStatus:
@@ -358,6 +401,8 @@ def gateway_message_to(
                 capsule=body.capsule,
                 node_name=body.node,
                 collector_token_expires_unix_ms=_ms(body.collector_token_expires_at),
+                attempt=body.attempt,
+                resume=resume_to(body.resume),
             )
         )
     elif isinstance(body, Command):
@@ -427,6 +472,8 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
             collector_token=p.collector_token,
             capsule=p.capsule,
             collector_token_expires_at=_at(p.collector_token_expires_unix_ms),
+            attempt=p.attempt,
+            resume=resume_from(p),
         )
     elif kind == "commit":
         body = Command(CommandKind.COMMIT, ref_from(m.commit.ref))

@@ -27,6 +27,7 @@ from grpclib.server import Stream
 
 from adapters.grpc import node_codec as codec
 from adapters.grpc.errors import bearer, grpc_error
+from adapters.grpc.node_checkpoint_service import CheckpointCalls
 from adapters.grpc.node_codec import GatewayBody
 from application.enrollment import authenticate_node, enroll
 from application.node_control import NodeControl, Outgoing, Session
@@ -72,7 +73,7 @@ class _Link:
     sources: set[str] = field(default_factory=set)
 
 
-class NodeGateway(NodeControlBase):
+class NodeGateway(CheckpointCalls, NodeControlBase):
     def __init__(self, control: NodeControl, *, poll: float = 0.5, stop_grace: float = 10.0):
         self.control = control
         self.ctx = control.ctx

@@ -38,6 +38,7 @@ from adapters.container_engine.spec import (
     LABEL_MEMBER,
     LABEL_NODE,
     WORKDIR,
+    checkpoint_mounts,
     container_name,
     create_body,
     gpus_by_index,
@@ -46,7 +47,7 @@ from adapters.container_engine.spec import (
     source_tar,
 )
 from adapters.node.collector_feed import METRICS_MOUNT
-from domain.artifact_ports import OutputStorage
+from domain.artifact_ports import CheckpointStorage, OutputStorage
 from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
@@ -83,8 +84,10 @@ class NodeExecutor:
         shared_dir: Path | None = None,
         metrics_dir: Callable[[str], Path] | None = None,
         outputs: OutputStorage | None = None,
+        checkpoints: CheckpointStorage | None = None,
     ) -> None:
         self.node = node
+        self.checkpoints = checkpoints  # an attempt's checkpoint directories (docs/checkpoints.md)
         self.metrics_dir = metrics_dir  # a member's metrics directory on this host (collected)
         self.shared_dir = shared_dir  # the site's shared storage on this host, for every member
         self.outputs = outputs  # a directory per member, mounted at OUTPUT_DIR (artifacts)
@@ -179,6 +182,10 @@ class NodeExecutor:
             host = await self.outputs.prepare(order.job_id, ref.attempt_id, ref.index)
             binds.append(f"{host}:{OUTPUT_DIR}")
             env[OUTPUT_ENV] = OUTPUT_DIR
+        if self.checkpoints is not None and order.attempt >= 1:
+            work, resume_root = await self.checkpoints.prepare(order.job_id, order.attempt)
+            resume = order.resume.name if order.resume else None
+            binds += checkpoint_mounts(env, work, resume_root, resume)
         labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
         labels.update(
             {

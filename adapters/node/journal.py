@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from domain.artifacts import Manifest
+from domain.checkpoints import ResumeFrom, check_name
 from domain.errors import InvalidInput
 from domain.node_messages import PrepareOrder
 from domain.node_ports import JournalEntry
@@ -115,11 +116,30 @@ def _spec(order: PrepareOrder) -> str:
             "collector_token_expires": _iso(order.collector_token_expires_at),
             "capsule": order.capsule,
             "installation": order.installation,
+            "attempt": order.attempt,
+            "resume": _resume_to(order.resume),
         },
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
     )
+
+
+def _resume_to(resume: ResumeFrom | None) -> dict[str, Any] | None:
+    if resume is None:
+        return None
+    return {"name": resume.name, "attempt": resume.attempt, "step": resume.step,
+            "manifest": resume.manifest.to_dict()}  # fmt: skip
+
+
+def _resume_from(kept: Any) -> ResumeFrom | None:
+    """A journalled resume (None: none, or a journal from before checkpoints)."""
+    if kept is None:
+        return None
+    step = kept["step"]
+    return ResumeFrom(check_name(str(kept["name"])), int(kept["attempt"]),
+                      None if step is None else int(step),
+                      Manifest.from_dict(kept["manifest"]))  # fmt: skip
 
 
 def _iso(at: datetime | None) -> str | None:
@@ -173,9 +193,11 @@ def _decode(row: tuple[Any, ...]) -> JournalEntry:
             capsule=bool(s.get("capsule", False)),  # journals before the Job Capsule
             collector_token_expires_at=_when(s.get("collector_token_expires")),
             installation=str(s.get("installation", "")),  # journals before installation ids
+            attempt=int(s.get("attempt", 0)),  # journals before checkpoints
+            resume=_resume_from(s.get("resume")),
         )
         return JournalEntry(order, Phase(phase), cid, code, reason)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, InvalidInput) as exc:
         raise ValueError(f"it cannot be decoded ({type(exc).__name__}: {exc})") from None
 
 

@@ -65,6 +65,14 @@ class MemoryBlobStore:
             raise corrupt_blob(digest, found, "memory")
         return data
 
+    async def chunks(self, digest: str) -> AsyncIterator[bytes]:
+        check_digest(digest)
+        data = self.blobs.get(digest)
+        if data is None:
+            raise NotFound(f"no blob {digest}", fix="upload it again")
+        for offset in range(0, len(data), 1024 * 1024):
+            yield data[offset : offset + 1024 * 1024]
+
     async def listing(self) -> AsyncIterator[StoredBlob]:
         for digest, data in list(self.blobs.items()):
             yield StoredBlob(digest, len(data), self.stored_at[digest])

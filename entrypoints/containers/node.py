@@ -12,16 +12,20 @@ from pathlib import Path
 
 from dependency_injector import containers, providers
 
+from adapters.checkpoint_dirs import FilesystemCheckpoints
+from adapters.grpc.node_checkpoint_client import GrpcCheckpointCourier
 from adapters.grpc.node_client import NodeLink, StoredCredential
 from adapters.node.collector_feed import CollectorFeed
 from adapters.node.executor import NodeExecutor
 from adapters.node.journal import SqliteJournal
 from adapters.outputs import FilesystemOutputs
 from application.node_agent import NodeAgent
+from application.node_checkpoint_carrier import CheckpointCarrier
 from domain.node_protocol import NodeCapacity
 from entrypoints.node_collector import CollectorProcess
 
 JOURNAL_FILE = "journal.sqlite"
+CHECKPOINTS_DIR = "checkpoints"  # attempts' checkpoint directories (docs/checkpoints.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +78,23 @@ def _feed(plan: NodePlan) -> CollectorFeed | None:
     return CollectorFeed(plan.state_dir / "collector") if plan.telemetry_gateway else None
 
 
+def _checkpoint_dirs(plan: NodePlan) -> FilesystemCheckpoints:
+    return FilesystemCheckpoints(plan.state_dir / CHECKPOINTS_DIR)
+
+
+def _courier(plan: NodePlan) -> Iterator[GrpcCheckpointCourier]:
+    courier = GrpcCheckpointCourier(plan.host, plan.port, plan.tls, plan.state_dir)
+    try:
+        yield courier
+    finally:
+        courier.close()
+
+
 async def _runtime(
-    plan: NodePlan, feed: CollectorFeed | None, outputs: FilesystemOutputs
+    plan: NodePlan,
+    feed: CollectorFeed | None,
+    outputs: FilesystemOutputs,
+    checkpoints: FilesystemCheckpoints,
 ) -> AsyncIterator[NodeExecutor]:
     runtime = NodeExecutor(
         plan.name,
@@ -84,6 +103,7 @@ async def _runtime(
         shared_dir=plan.shared_dir,
         metrics_dir=feed.metrics_dir if feed else None,
         outputs=outputs,
+        checkpoints=checkpoints,
     )
     try:
         yield runtime
@@ -98,8 +118,11 @@ async def _agent(
     outbox: Outbox,
     feed: CollectorFeed | None,
     outputs: FilesystemOutputs,
+    carrier: CheckpointCarrier,
 ) -> AsyncIterator[NodeAgent]:
-    agent = NodeAgent(plan.name, journal, runtime, outbox.send, feed=feed, outputs=outputs)
+    agent = NodeAgent(
+        plan.name, journal, runtime, outbox.send, feed=feed, outputs=outputs, checkpoints=carrier
+    )
     try:
         yield agent
     finally:
@@ -133,8 +156,11 @@ class NodeContainer(containers.DeclarativeContainer):
     journal = providers.Resource(_journal, plan)
     outputs = providers.Singleton(FilesystemOutputs, plan.provided.outputs_dir)
     feed = providers.Singleton(_feed, plan)
-    runtime = providers.Resource(_runtime, plan, feed, outputs)
+    checkpoint_dirs = providers.Singleton(_checkpoint_dirs, plan)
+    courier = providers.Resource(_courier, plan)
+    carrier = providers.Singleton(CheckpointCarrier, checkpoint_dirs, courier)
+    runtime = providers.Resource(_runtime, plan, feed, outputs, checkpoint_dirs)
     outbox = providers.Singleton(Outbox)
-    agent = providers.Resource(_agent, plan, journal, runtime, outbox, feed, outputs)
+    agent = providers.Resource(_agent, plan, journal, runtime, outbox, feed, outputs, carrier)
     link = providers.Singleton(_link, plan, agent, outbox)
     collector = providers.Singleton(_collector, plan)
