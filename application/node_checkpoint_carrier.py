@@ -23,7 +23,7 @@ import logging
 
 from domain.artifact_ports import CheckpointCourier, CheckpointStorage
 from domain.artifacts import ArtifactFile, Manifest
-from domain.checkpoints import Found
+from domain.checkpoints import KEEP, Found
 from domain.errors import TunePlaneError
 from domain.node_messages import CheckpointOffer, PrepareOrder
 from domain.node_protocol import MemberRef
@@ -109,7 +109,7 @@ class CheckpointCarrier:
             except (OSError, TunePlaneError) as exc:
                 log.warning("checkpoints of job %s cannot be listed: %s", job, exc)
                 return 0
-            for checkpoint in found:
+            for checkpoint in newest(found):
                 if (job, attempt, checkpoint.name) in self._kept:
                     continue
                 try:
@@ -165,3 +165,8 @@ class CheckpointCarrier:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._uploads.clear()
+
+
+def newest(found: list[Found]) -> list[Found]:
+    """The ``KEEP`` newest, oldest first: an older one would be collected as soon as kept."""
+    return sorted(found, key=lambda f: (f.step is None, f.step or 0))[-KEEP:]

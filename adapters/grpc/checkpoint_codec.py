@@ -21,6 +21,12 @@ from proto import node_control_pb2 as pb
 _HEX = frozenset("0123456789abcdef")
 
 
+def job_from(job_id: str) -> str:
+    if not job_id:
+        raise _bad("no job_id given")
+    return _text(job_id, "job_id")
+
+
 def digest_from(sha256: str) -> str:
     if len(sha256) != 64 or not _HEX.issuperset(sha256):
         raise _bad(f"{sha256[:80]!r} is not a sha256 digest (64 hex digits)")
@@ -40,7 +46,7 @@ def offer_to(offer: CheckpointOffer) -> pb.CheckpointOffer:
 def offer_from(m: pb.CheckpointOffer) -> CheckpointOffer:
     return CheckpointOffer(
         ref_from(m.ref),
-        _text(m.job_id, "job_id"),
+        job_from(m.job_id),
         check_checkpoint(m.name),
         step_from(m.step),
         manifest_from(m.files),
@@ -49,4 +55,4 @@ def offer_from(m: pb.CheckpointOffer) -> CheckpointOffer:
 
 def file_named(ref: MemberRef, job_id: str, sha256: str) -> tuple[MemberRef, str, str]:
     """The (member, job, digest) a file request or a first piece names, checked."""
-    return ref, _text(job_id, "job_id"), digest_from(sha256)
+    return ref, job_from(job_id), digest_from(sha256)

@@ -21,6 +21,7 @@ import pytest
 from adapters.memory.journal import MemoryJournal
 from adapters.node.journal import SqliteJournal
 from domain.artifacts import ArtifactFile, Manifest
+from domain.checkpoints import ResumeFrom
 from domain.node_ports import MemberJournal
 from domain.node_protocol import Phase
 from tests.support.journal_writer import entry
@@ -116,3 +117,20 @@ def test_outputs_are_kept_beside_their_entry(journal: Open) -> None:
         j.put(replace(other, outputs=None))
         found = j.get(other.member_id)
         assert found is not None and found.outputs is None
+
+
+def test_an_order_keeps_its_attempt_and_the_checkpoint_it_resumes_from(journal: Open) -> None:
+    files = Manifest.of([ArtifactFile("state.npz", 3, "a" * 64), ArtifactFile("s/j", 0, "b" * 64)])
+    plain = entry("r", 0)
+    resumed = replace(
+        plain, order=replace(plain.order, attempt=3, resume=ResumeFrom("ckpt-9", 2, 9, files))
+    )
+    stepless = replace(
+        entry("r", 1), order=replace(entry("r", 1).order, attempt=2, resume=ResumeFrom(
+            "last", 1, None, Manifest(())))
+    )  # fmt: skip
+    with journal() as j:
+        for e in (resumed, stepless):
+            j.put(e)
+    with journal() as j:
+        assert j.get(resumed.member_id) == resumed and j.get(stepless.member_id) == stepless

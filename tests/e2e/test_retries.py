@@ -5,12 +5,19 @@ attempt runs on the nodes left, only after every member of the first is known en
 
 from __future__ import annotations
 
+import asyncio
+import itertools
+import json
+import re
 from pathlib import Path
 
+import asyncpg
+import httpx
 import pytest
 
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.fixtures.nodes import NodeCluster
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -129,3 +136,82 @@ async def test_a_fenced_node_ends_the_attempt_node_lost_and_the_next_runs_on_the
     cli("job", "stop", job_id)
     job = cli.wait_state(job_id, {"cancelled", "failed", "succeeded"}, timeout=120)
     assert job["state"] == "cancelled" and len(job["attempts"]) == 2, job  # a stop: no retry
+
+
+async def recorded_checkpoints(cluster: NodeCluster, job_id: str) -> list[tuple[int, str, int]]:
+    """(attempt, name, step) of the job's kept checkpoints, from the control plane's database."""
+    url = cluster.servers.env["TUNEPLANE_DATABASE_URL"].replace("+asyncpg", "")
+    db = await asyncpg.connect(url)
+    try:
+        rows = await db.fetch(
+            "SELECT attempt, name, step FROM checkpoints WHERE job_id = $1", job_id
+        )
+    finally:
+        await db.close()
+    return sorted((r["attempt"], r["name"], r["step"]) for r in rows)
+
+
+@pytest.mark.timeout(600)
+async def test_a_gang_on_nodes_resumes_on_the_others_from_its_last_checkpoint(
+    numpy_runtime: str, node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    """Issue 22 test (a): a gang of 2 training the numpy recipe on the node backend; a daemon
+    is killed and its node fenced mid-run. The checkpoints the daemons kept through the gateway
+    carry the job on the other nodes: attempt 2 resumes from the last one, ends at the
+    configured step, and the merged loss curve has no gap. The node lost is member 1's: a lost
+    node also takes the metrics its collector had not shipped, and the merged curve is member
+    0's (docs/checkpoints.md says what a lost member 0 leaves)."""
+    steps = 8000
+    cluster = await node_cluster_factory(3)
+    cli = await cli_for(cluster, tmp_path)
+    cli("new", "mlp", "--method", "numpy/mlp-classification")
+    toml = cli.cwd / "mlp" / "experiment.toml"
+    toml.write_text(toml.read_text() + '\n[retry]\nmax_attempts = 2\non = ["node-lost"]\n'
+                    "backoff_seconds = 1\n")  # fmt: skip
+    out = cli("submit", "mlp", "--profile", "nodes/cpu:1", "--set", f"steps={steps}", "--yes")
+    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job = cli.wait_state(job_id, {"running"}, timeout=180)
+    lost = next(m["node"] for m in job["attempts"][0]["members"] if m["index"] == 1)
+
+    def charted() -> int:
+        """The last step of member 0's loss curve in attempt 1, as collected so far."""
+        summary = json.loads(cli("job", "metrics", job_id, "--all", "--json").stdout)["summary"]
+        return max((s["last_step"] for s in summary["series"] if s["tag"] == "train/loss"
+                    and (s["attempt"], s["member"]) == (1, 0)), default=0)  # fmt: skip
+
+    resumable = None
+    while resumable is None:  # a checkpoint kept that the curve has reached
+        kept = [s for a, _, s in await recorded_checkpoints(cluster, job_id) if a == 1]
+        reached = charted()
+        resumable = max((s for s in kept if s <= reached), default=None)
+        assert reached < steps, f"{job_id} ended before a checkpoint was kept and charted"
+        await asyncio.sleep(0.2)
+    cluster.kill_daemon(lost)  # mid-run: its node is gone, unknown until fenced
+    cli("node", "fence", lost, "--reason", "host powered off")
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=400)
+    log = cli("job", "logs", job_id).stdout
+    assert job["state"] == "succeeded", log[-3000:]
+    first, second = job["attempts"]
+    assert (first["state"], first["end"]) == ("failed", "node-lost"), first
+    assert lost not in {m["node"] for m in second["members"]}, second
+    resumed = [
+        int(s)
+        for s in re.findall(r"resumed from /tuneplane/resume/checkpoint-\d+ at step (\d+)", log)
+    ]
+    assert resumed and min(resumed) >= resumable, (resumed, resumable, log[-3000:])
+    assert f"step {steps}: loss" in log and "final: loss" in log
+
+    answer = await asyncio.to_thread(
+        httpx.get,
+        f"{cluster.servers.url}/v1/jobs/{job_id}/metrics/curve",
+        params={"tag": "train/loss", "points": 10000},
+        headers=cluster.servers.headers,
+        timeout=30,
+    )
+    curve = answer.json()
+    merged = curve["merged"]
+    assert merged[0]["first_step"] == 1 and merged[-1]["last_step"] == steps, curve["attempts"]
+    gaps = [(a["last_step"], b["first_step"]) for a, b in itertools.pairwise(merged)
+            if b["first_step"] > a["last_step"] + 1]  # fmt: skip
+    assert not gaps, gaps
+    assert {p["attempt"] for p in merged} == {1, 2}

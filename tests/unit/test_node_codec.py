@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from adapters.grpc.checkpoint_codec import digest_from, offer_from, offer_to
 from adapters.grpc.node_codec import (
     gateway_message_from,
     gateway_message_to,
@@ -16,8 +17,10 @@ from adapters.grpc.node_codec import (
     node_message_to,
 )
 from domain.artifacts import ArtifactFile, Manifest
+from domain.checkpoints import MAX_FILES, ResumeFrom
 from domain.errors import InvalidInput
 from domain.node_messages import (
+    CheckpointOffer,
     Hello,
     Inventory,
     OutputsScanned,
@@ -44,6 +47,46 @@ def test_a_prepare_round_trips(capsule: bool) -> None:
     wire = gateway_message_to(7, order, 30.0)
     _, body, _ = gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
     assert body == order
+
+
+def test_a_prepare_with_the_checkpoint_to_resume_from_round_trips_and_a_bad_one_is_refused() -> (
+    None
+):
+    for step in (1200, None):
+        resume = ResumeFrom("checkpoint-1200", 1, step, _files("state.npz", "sub/state.json"))
+        order = dataclasses.replace(entry("w", 3).order, attempt=2, resume=resume)
+        wire = gateway_message_to(7, order, 30.0)
+        _, body, _ = gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
+        assert body == order
+    for name, path in (("../up", "state.npz"), ("checkpoint-1", "../../etc/passwd")):
+        bad = dataclasses.replace(
+            order, resume=ResumeFrom(name, 1, 1, Manifest((ArtifactFile(path, 1, "0" * 64),)))
+        )
+        wire = gateway_message_to(8, bad, 30.0)
+        with pytest.raises(InvalidInput):
+            gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
+
+
+def test_a_checkpoint_offer_round_trips_and_hostile_ones_are_refused() -> None:
+    ref = entry("w", 1).order.ref
+    offered = CheckpointOffer(ref, "job-1", "checkpoint-7", 7, _files("a", "b/c"))
+    assert offer_from(pb.CheckpointOffer.FromString(offer_to(offered).SerializeToString())) == (
+        offered
+    )
+    assert offer_from(offer_to(replace(offered, step=None))).step is None
+    for hostile in (
+        replace(offered, name="a/b"),
+        replace(offered, name="x\x00"),
+        replace(offered, job_id=""),
+        replace(offered, manifest=Manifest((ArtifactFile("/abs", 1, "0" * 64),))),
+    ):
+        with pytest.raises(InvalidInput):
+            offer_from(offer_to(hostile))
+    many = Manifest(tuple(ArtifactFile(f"f{i}", 0, "0" * 64) for i in range(MAX_FILES + 1)))
+    with pytest.raises(InvalidInput, match="at most"):
+        offer_from(offer_to(replace(offered, manifest=many)))
+    with pytest.raises(InvalidInput, match="sha256"):
+        digest_from("zz")
 
 
 def _files(*names: str) -> Manifest:
