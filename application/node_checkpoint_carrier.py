@@ -5,9 +5,9 @@ Every member of an attempt on this node shares the attempt's checkpoint director
 them runs, each complete checkpoint found there is kept through the gateway (``upload``): offered
 with its manifest, the files the gateway lacks sent, offered again to be recorded. So a node
 that is lost later took nothing with it. An exit waits for one last upload before it is
-reported, so the next attempt finds the last checkpoint too (unless the gateway cannot be
-reached: the exit is then reported without it, and later uploads still try while the member is
-held).
+reported, so the next attempt finds the last checkpoint too (unless the gateway does not
+answer within ``FINISH_SECONDS``: the exit is then reported without it, and the upload goes on
+while the member is held).
 
 Before voting yes to a Prepare that names a checkpoint to resume from (``fetch``), the daemon
 fetches every file of it into the attempt's resume directory, checks each file's digest against
@@ -31,6 +31,7 @@ from domain.node_protocol import MemberRef
 log = logging.getLogger("tuneplane.node")
 
 Attempt = tuple[str, int]  # (job id, attempt number)
+FINISH_SECONDS = 120.0  # how long an exit's report waits for its last upload
 
 
 class CheckpointCarrier:
@@ -40,6 +41,7 @@ class CheckpointCarrier:
         self._kept: set[tuple[str, int, str]] = set()  # (job, attempt, name) recorded
         self._locks: dict[Attempt, asyncio.Lock] = {}
         self._uploads: dict[Attempt, asyncio.Task[int]] = {}
+        self.finish_seconds = FINISH_SECONDS
 
     def _lock(self, key: Attempt) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
@@ -141,12 +143,18 @@ class CheckpointCarrier:
             raise OSError(f"{len(missing)} of its files changed while they were sent")
 
     async def finish(self, ref: MemberRef, job: str, attempt: int) -> None:
-        """One last upload before the member's exit is reported (waits for one running)."""
-        running = self._uploads.pop((job, attempt), None)
+        """One last upload before the member's exit is reported: waited for at most
+        ``finish_seconds`` (a gateway that does not answer must not hold the report back
+        forever); past that it goes on in the background while the member is held."""
+        if attempt < 1:
+            return
+        key = (job, attempt)
+        running = self._uploads.pop(key, None)
         if running is not None:
-            await asyncio.gather(running, return_exceptions=True)
-        if attempt >= 1:
-            await self.upload(ref, job, attempt)
+            await asyncio.wait({running}, timeout=self.finish_seconds)
+        last = asyncio.create_task(self.upload(ref, job, attempt))
+        self._uploads[key] = last
+        await asyncio.wait({last}, timeout=self.finish_seconds)
 
     async def discard(self, job: str, attempt: int) -> None:
         """The attempt's directories on this node, once no member of it is held here."""

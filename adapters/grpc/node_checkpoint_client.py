@@ -28,7 +28,8 @@ from proto import node_control_pb2 as pb
 from proto.node_control_grpc import NodeControlStub
 
 PIECE = 1024 * 1024  # bytes per piece of a file sent
-_LOST = (OSError, EOFError, ProtocolError, StreamTerminatedError, H2Error)
+OFFER_TIMEOUT = 60.0  # seconds an offer may take (files are sent without a deadline)
+_LOST = (OSError, EOFError, ProtocolError, StreamTerminatedError, H2Error, TimeoutError)
 
 
 class GrpcCheckpointCourier:

@@ -53,13 +53,17 @@ async def new_gang(
     final: tuple[int, ...] = (),  # indexes of members recorded failed
     reserve: bool = True,
     begin: bool = True,
+    job: Job | None = None,  # a new attempt of this job (its number: ``number``)
+    number: int = 1,
 ) -> Gang:
     """A node-backend job whose attempt has one member per node (member i holds GPUs 2i,
     2i+1), its reservation and (``begin``) its launch at epoch 1, led from ``nodes[0]``."""
     per = Resources(cpus=12.0, memory_mb=131_072, gpus=2, gpu_model="h200")
     role = RoleSpec("main", f"h200:{2 * len(nodes)}", "n", len(nodes), per)
-    job = a_job(spec=a_spec(roles=(role,), backend="node"), state=JobState.STARTING)
-    attempt = an_attempt(job, state=attempt_state)
+    new = job is None
+    if job is None:
+        job = a_job(spec=a_spec(roles=(role,), backend="node"), state=JobState.STARTING)
+    attempt = an_attempt(job, number, state=attempt_state)
     failed = {"state": MemberState.FAILED}
     members = [
         a_member(attempt, i, node=n, **(failed if i in final else {})) for i, n in enumerate(nodes)
@@ -67,7 +71,8 @@ async def new_gang(
     plan = LaunchPlan(attempt.id, job.id, at(1), nodes[0], port)
     launches = [MemberLaunch(m.id, attempt.id, i, nodes[i], 1) for i, m in enumerate(members)]
     async with uow_factory() as uow:
-        await uow.jobs.add(job)
+        if new:
+            await uow.jobs.add(job)
         await uow.attempts.add(attempt)
         for m in members:
             await uow.members.add(m)
