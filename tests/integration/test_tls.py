@@ -30,6 +30,7 @@ from adapters import tls
 from domain.errors import InvalidInput
 from proto import node_control_grpc as grpc
 from proto import node_control_pb2 as pb
+from tests.support.no_checkpoint_calls import NoCheckpointCalls
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEADLINE = 3.0  # seconds; every call here is local, so a refusal shows well within it
 
 
-class FixedNodeControl(grpc.NodeControlBase):
+class FixedNodeControl(NoCheckpointCalls, grpc.NodeControlBase):
     async def Enroll(self, stream: Stream[pb.EnrollRequest, pb.EnrollReply]) -> None:
         request = await stream.recv_message()
         assert request is not None

@@ -43,6 +43,7 @@ from grpclib.server import Server, Stream
 from adapters.tls import server_context
 from proto import node_control_pb2 as pb
 from proto.node_control_grpc import NodeControlBase
+from tests.support.no_checkpoint_calls import NoCheckpointCalls
 
 TCP_MODES = ("reset", "not-tls", "cut-rst", "cut-fin")
 GRPC_MODES = ("takeover", "stream-reset", "bad-message")
@@ -57,7 +58,7 @@ def _rst(writer: asyncio.StreamWriter) -> None:
     writer.transport.abort()
 
 
-class _FakeControl(NodeControlBase):
+class _FakeControl(NoCheckpointCalls, NodeControlBase):
     def __init__(self, front: FaultyFront) -> None:
         self.front = front
 
