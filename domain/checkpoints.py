@@ -68,6 +68,10 @@ class Checkpoint:
     step: int | None
     manifest: Manifest
     recorded_at: datetime
+    # where its files are when they are not in the blob store: the checkpoint's directory, kept
+    # in place where the next attempt reads it (Slurm's shared directory); "" the blob store,
+    # by content (its manifest's blobs are then referred to, kept from blob collection)
+    kept_in: str = ""
 
     @property
     def digest(self) -> str:
