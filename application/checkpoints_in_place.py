@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from application import checkpoints
 from application.checkpoints import LaunchCheckpoints
 from application.context import Context
-from domain.artifact_ports import CheckpointsInPlace
+from domain.artifact_ports import CheckpointsInPlace, CheckpointStorage
 from domain.checkpoints import Checkpoint, kept, newest_first
 from domain.jobs import Member
 from domain.lifecycle import JOB_FINAL
@@ -138,3 +139,11 @@ async def keep_ended(ctx: Context) -> None:
             continue
         if swept:
             log.info("%d checkpoints of ended jobs on %s recorded in place", swept, backend)
+
+
+async def keep_all(ctx: Context, local: CheckpointStorage | None) -> None:
+    """The supervisor's sweep of checkpoints: those of this host's directories (``local``, kept
+    in the blob store: ``checkpoints.keep_ended``), then those kept in place."""
+    if local is not None:
+        await checkpoints.keep_ended(ctx, local)
+    await keep_ended(ctx)

@@ -24,7 +24,6 @@ from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from application.supervisor_chores import release_finished, retry_or_end
 from domain.admission import Assignment
-from domain.artifact_ports import CheckpointStorage
 from domain.artifacts import ArtifactRecord, Manifest
 from domain.backend_ports import ExecutionBackend, LaunchRequest, Observation
 from domain.coordination_ports import LeaderLease
@@ -142,12 +141,7 @@ class Supervisor:
         if self._keeping is not None and not self._keeping.done():
             return
         if storage is not None or self.ctx.backend_checkpoints:
-            self._keeping = asyncio.create_task(self._keep(storage))
-
-    async def _keep(self, storage: CheckpointStorage | None) -> None:
-        if storage is not None:
-            await checkpoints.keep_ended(self.ctx, storage)
-        await checkpoints_in_place.keep_ended(self.ctx)  # Slurm's shared directory
+            self._keeping = asyncio.create_task(checkpoints_in_place.keep_all(self.ctx, storage))
 
     @staticmethod
     async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:

@@ -6,6 +6,7 @@ changed, added to or linked out of after it was recorded."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import stat
@@ -14,14 +15,18 @@ from pathlib import Path
 
 import pytest
 
+from adapters.memory.backend import MemoryBackend
 from adapters.shared_checkpoints import SharedDirCheckpoints
+from application import jobs
 from application.checkpoints_in_place import for_launch, harvest, sweep
 from application.context import Context
+from application.supervisor import Supervisor
 from domain.errors import Unavailable
-from domain.lifecycle import JobState
+from domain.lifecycle import JobState, MemberState
 from tests.application.test_checkpoints import write
+from tests.application.test_supervisor import submit
 from tests.contract.builders import a_job
-from tests.support.context import memory_context
+from tests.support.context import ALICE, memory_context
 
 pytestmark = pytest.mark.unit
 
@@ -184,6 +189,30 @@ async def test_a_shared_directory_that_cannot_be_read_is_unavailable_and_nothing
         await for_launch(ctx, storage, "job-1", 2)
     assert "shared checkpoint directory" in raised.value.message and raised.value.fix
     assert await recorded(ctx) == []
+
+
+async def test_a_launch_waits_while_the_shared_directory_cannot_be_read(tmp_path: Path) -> None:
+    """The supervisor defers the launch (the job neither fails nor launches half) and launches
+    with the attempt's checkpoint directory once the directory can be read."""
+    backend = MemoryBackend()
+    shared = tmp_path / "shared"
+    shared.write_text("not mounted")
+    storage = SharedDirCheckpoints(shared / "checkpoints")
+    ctx = dataclasses.replace(
+        memory_context(tmp_path, backend), backend_checkpoints={"local": storage}
+    )
+    job_id = await submit(ctx)
+    sup = Supervisor(ctx)
+    await sup.tick()
+    d = await jobs.get_job(ctx, ALICE, job_id)
+    assert d.job.state is JobState.STARTING and backend.launches == 0
+    assert [m.state for m in d.attempts[0].members] == [MemberState.PENDING]
+    shared.unlink()  # mounted again
+    await sup.tick()
+    [member] = backend.members.values()
+    request = member.request
+    assert (request.checkpoints, request.resume) == (str(storage.root / job_id / "1"), None)
+    await sup.close()
 
 
 async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_the_rest(
