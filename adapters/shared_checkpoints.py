@@ -164,7 +164,9 @@ class SharedDirCheckpoints:
 
 def _hash(path: Path) -> tuple[int, str]:
     """(size, sha256) of a regular file, opened without following a link."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    if not stat.S_ISREG(path.lstat().st_mode):  # never opens a device, a FIFO, a link
+        raise OSError(f"{path} is not a regular file")
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise OSError(f"{path} is not a regular file")
@@ -211,9 +213,27 @@ def _raise(exc: OSError) -> None:
 
 
 def _drop_write(path: Path) -> None:
-    mode = path.lstat().st_mode
-    if not stat.S_ISLNK(mode):  # chmod would follow a link
-        path.chmod(stat.S_IMODE(mode) & ~_WRITE)
+    _chmod(path, lambda mode: mode & ~_WRITE)
+
+
+def _chmod(path: Path, new: Callable[[int], int]) -> None:
+    """Change the mode of a regular file or directory through a descriptor opened without
+    following a link (a link swapped in between is never followed); anything else, or a path
+    that cannot be opened, is left as it is."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode) and not stat.S_ISDIR(path.lstat().st_mode):
+            return
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+            os.fchmod(fd, new(stat.S_IMODE(mode)))
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _remove(path: Path) -> None:
@@ -223,13 +243,8 @@ def _remove(path: Path) -> None:
     if path.is_symlink() or not path.is_dir():
         path.unlink(missing_ok=True)
         return
-    try:
-        path.chmod(0o700)
-        for directory, dirs, _ in os.walk(path, followlinks=False):
-            for name in dirs:
-                sub = Path(directory) / name
-                if not sub.is_symlink():
-                    sub.chmod(0o700)
-    except OSError:
-        pass
+    _chmod(path, lambda mode: mode | stat.S_IRWXU)
+    for directory, dirs, _ in os.walk(path, followlinks=False):
+        for name in dirs:
+            _chmod(Path(directory) / name, lambda mode: mode | stat.S_IRWXU)
     shutil.rmtree(path, ignore_errors=True)

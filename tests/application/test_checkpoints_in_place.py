@@ -113,6 +113,7 @@ async def test_a_checkpoint_changed_after_it_was_recorded_is_skipped_for_the_one
         (lambda c: (c / "w.bin").unlink(), "1 of its files are missing"),
         (lambda c: (c / "extra.bin").write_bytes(b"x"), "extra.bin was added after it"),
         (lambda c: (c / "out").symlink_to("/etc"), "out is a symbolic link"),
+        (lambda c: os.mkfifo(c / "pipe"), "pipe was added after it"),  # never opened
         (shutil.rmtree, "its directory"),
     ],
 )
