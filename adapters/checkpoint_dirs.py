@@ -29,10 +29,7 @@ class FilesystemCheckpoints:
         self.root = root
 
     def _dir(self, job_id: str, attempt: int) -> Path:
-        if not job_id or "/" in job_id or job_id in (".", "..") or attempt < 1:
-            raise InvalidInput(f"{job_id!r}/{attempt} cannot name a checkpoint directory",
-                               fix="check the job id and attempt number")  # fmt: skip
-        return self.root / job_id / str(attempt)
+        return attempt_dir(self.root, job_id, attempt)
 
     async def prepare(self, job_id: str, attempt: int) -> tuple[str, str]:
         base = self._dir(job_id, attempt)
@@ -108,6 +105,14 @@ class FilesystemCheckpoints:
         await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)  # an empty one too
         marker = target.with_name(f".{name}{_SEALED}")
         await asyncio.to_thread(marker.write_text, digest)
+
+
+def attempt_dir(root: Path, job_id: str, attempt: int) -> Path:
+    """``<root>/<job id>/<attempt>``; InvalidInput for an id that is not one path segment."""
+    if not job_id or "/" in job_id or job_id in (".", "..") or attempt < 1:
+        raise InvalidInput(f"{job_id!r}/{attempt} cannot name a checkpoint directory",
+                           fix="check the job id and attempt number")  # fmt: skip
+    return root / job_id / str(attempt)
 
 
 def complete_in(work: Path) -> list[Found]:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from adapters.checkpoint_dirs import complete_in
+from adapters.checkpoint_dirs import attempt_dir, complete_in
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import MAX_FILES, Checkpoint, Found, check_name
 from domain.errors import InvalidInput, Unavailable
@@ -39,10 +39,7 @@ class SharedDirCheckpoints:
         self.root = root
 
     def _dir(self, job_id: str, attempt: int) -> Path:
-        if not job_id or "/" in job_id or job_id in (".", "..") or attempt < 1:
-            raise InvalidInput(f"{job_id!r}/{attempt} cannot name a checkpoint directory",
-                               fix="check the job id and attempt number")  # fmt: skip
-        return self.root / job_id / str(attempt)
+        return attempt_dir(self.root, job_id, attempt)
 
     def _linked(self, path: Path) -> bool:
         """A directory from the root down to ``path`` is a symbolic link (a member replaced

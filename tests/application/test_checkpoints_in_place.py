@@ -23,21 +23,13 @@ from application.context import Context
 from application.supervisor import Supervisor
 from domain.errors import Unavailable
 from domain.lifecycle import JobState, MemberState
+from tests.application.test_checkpoints import ctx as ctx  # the fixture: job-1 in memory
 from tests.application.test_checkpoints import write
 from tests.application.test_supervisor import submit
 from tests.contract.builders import a_job
 from tests.support.context import ALICE, memory_context
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-async def ctx(tmp_path: Path) -> Context:
-    ctx = memory_context(tmp_path)
-    async with ctx.uow() as uow:
-        await uow.jobs.add(a_job(id="job-1"))
-        await uow.commit()
-    return ctx
 
 
 @pytest.fixture
