@@ -30,10 +30,7 @@ class FilesystemCheckpoints:
         self.root = root
 
     def _dir(self, job_id: str, attempt: int) -> Path:
-        if not job_id or "/" in job_id or job_id in (".", "..") or attempt < 1:
-            raise InvalidInput(f"{job_id!r}/{attempt} cannot name a checkpoint directory",
-                               fix="check the job id and attempt number")  # fmt: skip
-        return self.root / job_id / str(attempt)
+        return attempt_dir(self.root, job_id, attempt)
 
     async def prepare(self, job_id: str, attempt: int) -> tuple[str, str]:
         base = self._dir(job_id, attempt)
@@ -46,37 +43,7 @@ class FilesystemCheckpoints:
         return str(base / "work"), str(base / "resume")
 
     async def complete(self, job_id: str, attempt: int) -> list[Found]:
-        return await asyncio.to_thread(self._complete, self._dir(job_id, attempt) / "work")
-
-    @staticmethod
-    def _complete(work: Path) -> list[Found]:
-        if not work.is_dir() or work.is_symlink():
-            return []
-        found = []
-        for entry in sorted(work.iterdir()):
-            marker = entry / COMPLETE
-            if entry.is_symlink() or not entry.is_dir() or not marker.is_file():
-                continue
-            if marker.is_symlink():
-                continue
-            try:
-                check_name(entry.name)
-            except InvalidInput:
-                continue  # not a checkpoint by the contract: never resumed from
-            files: list[tuple[str, str]] = []
-            for directory, dirs, names in os.walk(entry, followlinks=False):
-                dirs.sort()
-                for name in sorted(names):
-                    path = Path(directory) / name
-                    if path.is_file() and not path.is_symlink():
-                        files.append((path.relative_to(entry).as_posix(), str(path)))
-            if len(files) > MAX_FILES:
-                continue
-            text = marker.read_text(errors="replace")[:64]
-            step = marker_step(text)
-            found.append(Found(entry.name, step if step is not None else step_from_name(entry.name),
-                               tuple(files)))  # fmt: skip
-        return found
+        return await asyncio.to_thread(complete_in, self._dir(job_id, attempt) / "work")
 
     async def jobs(self) -> list[str]:
         def listed() -> list[str]:
@@ -145,3 +112,53 @@ class FilesystemCheckpoints:
         await asyncio.to_thread(target.mkdir, parents=True, exist_ok=True)  # an empty one too
         marker = target.with_name(f".{name}{_SEALED}")
         await asyncio.to_thread(marker.write_text, digest)
+
+
+def attempt_dir(root: Path, job_id: str, attempt: int) -> Path:
+    """``<root>/<job id>/<attempt>``; InvalidInput for an id that is not one path segment."""
+    if not job_id or "/" in job_id or job_id in (".", "..") or attempt < 1:
+        raise InvalidInput(f"{job_id!r}/{attempt} cannot name a checkpoint directory",
+                           fix="check the job id and attempt number")  # fmt: skip
+    return root / job_id / str(attempt)
+
+
+def complete_in(work: Path) -> list[Found]:
+    """The complete checkpoints directly under ``work`` (docs/checkpoints.md): a plain name,
+    ``COMPLETE`` a regular file, regular files only (a symbolic link is left out, nothing below
+    a linked directory is followed), at most ``MAX_FILES``. One that cannot be read whole (a
+    directory the workload made unreadable) is left out, never taken in part."""
+    if not work.is_dir() or work.is_symlink():
+        return []
+    found = []
+    for entry in sorted(work.iterdir()):
+        with contextlib.suppress(OSError):
+            checkpoint = _complete_one(entry)
+            if checkpoint is not None:
+                found.append(checkpoint)
+    return found
+
+
+def _complete_one(entry: Path) -> Found | None:
+    marker = entry / COMPLETE
+    if entry.is_symlink() or not entry.is_dir() or marker.is_symlink() or not marker.is_file():
+        return None
+    try:
+        check_name(entry.name)
+    except InvalidInput:
+        return None  # not a checkpoint by the contract: never resumed from
+
+    def unreadable(exc: OSError) -> None:
+        raise exc
+
+    files: list[tuple[str, str]] = []
+    for directory, dirs, names in os.walk(entry, onerror=unreadable, followlinks=False):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(directory) / name
+            if path.is_file() and not path.is_symlink():
+                files.append((path.relative_to(entry).as_posix(), str(path)))
+        if len(files) > MAX_FILES:
+            return None
+    text = marker.read_text(errors="replace")[:64]
+    step = marker_step(text)
+    return Found(entry.name, step if step is not None else step_from_name(entry.name), tuple(files))

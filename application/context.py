@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from domain.artifact_ports import CheckpointStorage, OutputStorage
+from domain.artifact_ports import CheckpointsInPlace, CheckpointStorage, OutputStorage
 from domain.backend_ports import Backend, CapacityReporter, CoordinatedBackend, ExecutionBackend
 from domain.blob_ports import BlobStore
 from domain.catalog import Catalog
@@ -62,6 +62,10 @@ class Context:
     # backends whose members' outputs live in the backend's own storage, which this control
     # plane reads too (Slurm: its shared directory), by backend name
     backend_outputs: Mapping[str, OutputStorage] = field(default_factory=dict)
+    # backends whose members keep checkpoints in the backend's own storage, where the next
+    # attempt reads them in place and this control plane reads too (Slurm: its shared
+    # directory), by backend name (application/checkpoints_in_place.py)
+    backend_checkpoints: Mapping[str, CheckpointsInPlace] = field(default_factory=dict)
     # two-phase backends (the node backend): the gang coordinator launches their members
     coordinated: Mapping[str, CoordinatedBackend] = field(default_factory=dict)
     # backends whose own scheduler reports their pools and nodes (Slurm), by backend name

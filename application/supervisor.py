@@ -17,7 +17,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from application import checkpoints
+from application import checkpoints, checkpoints_in_place
 from application.capacity_sync import sync_capacity
 from application.context import Context
 from application.gang import GangCoordinator
@@ -135,12 +135,13 @@ class Supervisor:
 
     def _keep_checkpoints(self) -> None:
         """Beside the ticks (hashing a large checkpoint takes seconds): keep the checkpoints of
-        jobs that ended in the blob store and remove their directories (docs/checkpoints.md)."""
+        jobs that ended in the blob store and remove their directories, and sweep those kept in
+        place (docs/checkpoints.md)."""
         storage = self.ctx.checkpoints if self.ctx.blobs is not None else None
-        if storage is None or (self._keeping is not None and not self._keeping.done()):
+        if self._keeping is not None and not self._keeping.done():
             return
-
-        self._keeping = asyncio.create_task(checkpoints.keep_ended(self.ctx, storage))
+        if storage is not None or self.ctx.backend_checkpoints:
+            self._keeping = asyncio.create_task(checkpoints_in_place.keep_all(self.ctx, storage))
 
     @staticmethod
     async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:
@@ -174,6 +175,13 @@ class Supervisor:
         saved = None
         if kept is not None and any(m.handle is None for m in members):
             saved = await checkpoints.for_launch(self.ctx, kept, job.id, attempt.number)
+        try:  # kept in place (Slurm's shared directory): none of the above
+            saved = saved or await checkpoints_in_place.launching(
+                self.ctx, backend.name, job.id, attempt.number, members
+            )
+        except Unavailable as exc:
+            log.warning("launch of attempt %s deferred: %s", attempt.id, exc)
+            return
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue

@@ -1,4 +1,4 @@
-"""Ports of artifacts: the recorded manifests, and the host directories members write into."""
+"""Ports of artifacts: the recorded manifests, and the directories members write into."""
 
 from __future__ import annotations
 
@@ -120,4 +120,53 @@ class CheckpointCourier(Protocol):
     ) -> tuple[str, int]:
         """Write the file with digest ``sha256`` to the new file ``path``; (sha256 hex, size)
         of what was written, for the caller to check."""
+        ...
+
+
+class CheckpointsInPlace(Protocol):
+    """Checkpoint directories a backend's members write where the next attempt reads them, and
+    this control plane reads too (Slurm: ``<shared dir>/checkpoints/<job>/<attempt>/``): a
+    checkpoint is kept where it was written, never copied (docs/checkpoints.md). Reading and
+    hashing files may take a while: never inside a transaction. Unavailable when the
+    directory cannot be read at all."""
+
+    async def prepare(self, job_id: str, attempt: int) -> str:
+        """The attempt's checkpoint directory (its members' TUNEPLANE_CHECKPOINT_DIR), made if
+        missing."""
+        ...
+
+    async def complete(self, job_id: str, attempt: int) -> builtins.list[Found]:
+        """The complete checkpoints the attempt's directory holds (as
+        ``CheckpointStorage.complete``); [] when there is no such directory."""
+        ...
+
+    async def manifest(self, found: Found) -> Manifest | str:
+        """The manifest of a found checkpoint's files (each read without following a link),
+        or why it cannot be made (a file gone or unreadable)."""
+        ...
+
+    def path(self, job_id: str, attempt: int, name: str) -> str:
+        """The directory of checkpoint ``name`` of the attempt."""
+        ...
+
+    async def verify(self, checkpoint: Checkpoint) -> str | None:
+        """None when the checkpoint's directory holds exactly the files of its manifest (sizes
+        and sha256), else what is wrong: a file changed, missing, added, a link."""
+        ...
+
+    async def seal(self, job_id: str, attempt: int, name: str) -> None:
+        """Make the checkpoint read-only (another attempt resumes from it)."""
+        ...
+
+    async def prune(self, job_id: str, attempt: int, keep: builtins.set[str]) -> None:
+        """Remove everything of the attempt's directory but the checkpoints named in ``keep``;
+        the directory itself (and the job's, once empty) when it keeps none."""
+        ...
+
+    async def jobs(self) -> builtins.list[str]:
+        """The jobs that have a directory here."""
+        ...
+
+    async def attempts(self, job_id: str) -> builtins.list[int]:
+        """The attempts of the job that have a directory here."""
         ...

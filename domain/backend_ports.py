@@ -40,8 +40,10 @@ class LaunchRequest:
     capsule: bytes | None = None  # the Job Capsule's tar (spec.capsule): then ``source`` is None
     outputs: str | None = None  # the host directory to mount at OUTPUT_DIR (shared outputs)
     attempt: int = 1  # the attempt's number (TUNEPLANE_ATTEMPT: 1, then 2, … after retries)
-    # the attempt's checkpoint directory and resume directory on this host, and the name of
-    # the checkpoint it resumes from there (docs/checkpoints.md); None: none from this host
+    # the attempt's checkpoint directory and resume directory on this host (Slurm: in its
+    # shared directory, the resume directory the earlier attempt's that holds the checkpoint
+    # in place), and the name of the checkpoint it resumes from there (docs/checkpoints.md);
+    # None: none
     checkpoints: str | None = None
     resume_root: str | None = None
     resume: str | None = None

@@ -67,6 +67,10 @@ class Checkpoint:
     step: int | None
     manifest: Manifest
     recorded_at: datetime
+    # where its files are when they are not in the blob store: the checkpoint's directory, kept
+    # in place where the next attempt reads it (Slurm's shared directory); "" the blob store,
+    # by content (its manifest's blobs are then referred to, kept from blob collection)
+    kept_in: str = ""
 
     @property
     def digest(self) -> str:
@@ -118,8 +122,9 @@ class ResumeFrom:
 
 def resume_for(found: Sequence[Checkpoint], attempt: int) -> ResumeFrom | None:
     """The checkpoint attempt ``attempt`` resumes from: the newest recorded by an earlier one
-    (a damaged one is forgotten when found, so the one before it is chosen next time)."""
-    earlier = newest_first([c for c in found if c.attempt < attempt])
+    in the blob store (a damaged one is forgotten when found, so the one before it is chosen
+    next time; one kept in place names no blobs)."""
+    earlier = newest_first([c for c in found if c.attempt < attempt and not c.kept_in])
     if not earlier:
         return None
     c = earlier[0]

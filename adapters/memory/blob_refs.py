@@ -21,6 +21,6 @@ class MemoryBlobReferences:
         for preview in live:
             found |= preview.spec.blobs
         found |= {r.blob for r in self._tx.select("plugins", lambda r: r.blob in wanted)}
-        for c in self._tx.select("checkpoints", lambda c: True):
+        for c in self._tx.select("checkpoints", lambda c: not c.kept_in):  # not kept in place
             found |= {f"sha256:{f.sha256}" for f in c.manifest.files}
         return found & wanted

@@ -34,6 +34,9 @@ checkpoints = Table(  # a complete checkpoint of an attempt, its files kept as b
     Column("digest", Text, nullable=False),
     Column("manifest", JSONB, nullable=False),  # domain.artifacts.Manifest; files by blob sha256
     ts("recorded_at"),
+    # the checkpoint's directory when it is kept in place (Slurm's shared directory, 0023):
+    # its manifest then names no blobs; NULL: its files are blobs
+    Column("kept_in", Text, nullable=True),
 )
 
 output_scans = Table(  # tp artifacts verify of outputs kept on a node: the request, the answer

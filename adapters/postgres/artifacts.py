@@ -80,6 +80,7 @@ class PostgresCheckpointRepository:
                 digest=checkpoint.digest,
                 manifest=checkpoint.manifest.to_dict(),
                 recorded_at=checkpoint.recorded_at,
+                kept_in=checkpoint.kept_in or None,
             )
             .on_conflict_do_nothing()
             .returning(checkpoints.c.name)
@@ -98,7 +99,13 @@ class PostgresCheckpointRepository:
             rows = (await self._conn.execute(query)).all()
         return [
             Checkpoint(
-                r.job_id, r.attempt, r.name, r.step, Manifest.from_dict(r.manifest), r.recorded_at
+                r.job_id,
+                r.attempt,
+                r.name,
+                r.step,
+                Manifest.from_dict(r.manifest),
+                r.recorded_at,
+                r.kept_in or "",
             )
             for r in rows
         ]

@@ -1,9 +1,11 @@
 """What refers to blobs, on PostgreSQL (``domain.blob_ports.BlobReferences``).
 
 One statement per batch of candidate digests: the digests the jobs' and live previews' specs
-name (``spec.source.digest``, ``spec.capsule.blob``) and the plugins' package blobs, hash-joined
-with the candidates. It reads the jobs table once per batch (no index on those JSON paths: a
-collection pass is rare and reads it in batches of 1,000 blobs)."""
+name (``spec.source.digest``, ``spec.capsule.blob``), the plugins' package blobs and the files
+of checkpoints kept in the blob store (not of those kept in place, in Slurm's shared directory:
+their files are no blobs), hash-joined with the candidates. It reads the jobs table once per
+batch (no index on those JSON paths: a collection pass is rare and reads it in batches of 1,000
+blobs)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ refs AS (
     UNION ALL SELECT blob FROM plugins
     UNION ALL SELECT 'sha256:' || (f->>'sha256')
               FROM checkpoints, jsonb_array_elements(manifest->'files') f
+              WHERE kept_in IS NULL
 )
 SELECT DISTINCT w.d FROM wanted w JOIN refs r ON r.d = w.d
 """)

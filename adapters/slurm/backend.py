@@ -17,6 +17,10 @@ the retry policy (:mod:`adapters.slurm.ends`). When slurmrestd or slurmctld does
 members are ``unknown`` with the reason and launches wait: nothing falls back to another
 backend. See docs/slurm.md.
 
+Checkpoints: given the attempt's checkpoint directory in the shared directory (the control
+plane's ``SharedDirCheckpoints``, ``self.checkpoints``), every member gets
+``TUNEPLANE_CHECKPOINT_DIR`` and ``TUNEPLANE_RESUME_FROM`` (docs/checkpoints.md).
+
 Metrics: every member gets ``TUNEPLANE_METRICS_DIR``; with a collector configured, each member's
 launch writes its collector's member file with a member-scoped token, and ``member.sh`` runs
 the collector beside the training (:mod:`adapters.slurm.collector`).
@@ -33,6 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from adapters.outputs import FilesystemOutputs
+from adapters.shared_checkpoints import SharedDirCheckpoints
 from adapters.slurm import ends
 from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
@@ -53,6 +58,7 @@ from domain.telemetry_ports import TokenSigner
 
 NOT_SAID = "scancel or a Slurm operator"  # without accounting, Slurm does not record who
 OUTPUTS = "outputs"  # the shared directory's folder of members' outputs (attempt ids differ)
+CHECKPOINTS = "checkpoints"  # its folder of checkpoints, kept in place across attempts
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -102,6 +108,9 @@ class SlurmBackend:
         # members' outputs, kept as artifacts: <shared dir>/outputs/<job>/<attempt>/<rank>/,
         # outside the attempt's directory, so they outlive its release (docs/slurm.md)
         self.outputs = FilesystemOutputs(shared_dir / OUTPUTS)
+        # checkpoints, kept in place where the next attempt reads them (docs/checkpoints.md):
+        # <shared dir>/checkpoints/<job>/<attempt number>/<checkpoint>/
+        self.checkpoints = SharedDirCheckpoints(shared_dir / CHECKPOINTS)
         # runtime name → the directory put first on members' PATH (TUNEPLANE_SLURM_RUNTIMES)
         self.runtime_dirs = dict(runtime_dirs or {})
         self.shared_dir = shared_dir

@@ -30,6 +30,7 @@ from adapters.slurm.collector import SlurmCollector, end_lines, start_lines
 from adapters.slurm.versions import JobRequest
 from domain.artifacts import OUTPUT_ENV
 from domain.capsule import CAPSULE_DIR, DIGEST_ENV, ENTRY, IMAGE_ENV
+from domain.checkpoints import CHECKPOINT_ENV, RESUME_ENV
 from domain.ports import LaunchRequest
 from domain.rendezvous import RAY
 
@@ -98,6 +99,18 @@ def runtime_lines(runtime: str, directory: str | None) -> str:
     )
 
 
+def checkpoint_env(request: LaunchRequest) -> dict[str, str]:
+    """``TUNEPLANE_CHECKPOINT_DIR`` (the attempt's directory in the shared directory) and
+    ``TUNEPLANE_RESUME_FROM`` (the checkpoint it resumes from, in place in an earlier attempt's
+    directory, verified by the control plane; empty when none), given the directory."""
+    if request.checkpoints is None:
+        return {}
+    resume = ""
+    if request.resume_root and request.resume:
+        resume = f"{request.resume_root}/{request.resume}"
+    return {CHECKPOINT_ENV: request.checkpoints, RESUME_ENV: resume}
+
+
 def member_script(
     request: LaunchRequest,
     directory: str,
@@ -109,7 +122,8 @@ def member_script(
     """The wrapper every task runs (``bash member.sh``): its rank is ``SLURM_PROCID``. Every
     member gets ``TUNEPLANE_METRICS_DIR``; with ``collector``, a collector runs beside it
     (:mod:`adapters.slurm.collector`); with ``runtime_dir``, the node's environment of the
-    job's runtime comes first on ``PATH`` (:func:`runtime_lines`); with ``outputs_root``,
+    job's runtime comes first on ``PATH`` (:func:`runtime_lines`); with the request's
+    checkpoint directory, the checkpoint variables (:func:`checkpoint_env`); with ``outputs_root``,
     ``TUNEPLANE_OUTPUT_DIR`` is the rank's ``<root>/<job>/<attempt>/<rank>`` (recorded as
     artifacts when the member succeeds: ``adapters.outputs.FilesystemOutputs``' layout)."""
     spec = request.spec
@@ -119,6 +133,7 @@ def member_script(
         "TUNEPLANE_JOB_ID": request.job_id,
         "TUNEPLANE_ATTEMPT_ID": request.attempt_id,
         "TUNEPLANE_ATTEMPT": str(request.attempt),
+        **checkpoint_env(request),
     }
     exports = runtime_lines(spec.runtime.name, runtime_dir)
     exports += "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))

@@ -72,6 +72,7 @@ def _context(
         outputs=FilesystemOutputs(settings.output_dir),
         checkpoints=FilesystemCheckpoints(settings.checkpoint_dir),
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
+        backend_checkpoints={"slurm": slurm.checkpoints} if slurm is not None else {},
     )
 
 

@@ -60,3 +60,19 @@ async def test_a_checkpoint_of_a_job_that_does_not_exist_is_refused(
         async with uow_factory() as uow:
             await uow.checkpoints.record(a_checkpoint("job-none", 1, "c", 1))
             await uow.commit()
+
+
+async def test_a_checkpoint_kept_in_place_names_no_blobs(uow_factory: UnitOfWorkFactory) -> None:
+    """Its files stay in their directory (Slurm's shared directory), not in the blob store: its
+    manifest's digests keep nothing from blob collection (none of them is a blob of its)."""
+    job = a_job()
+    in_place = replace(a_checkpoint(job.id, 1, "checkpoint-1", 7), kept_in="/shared/c/1/x")
+    in_store = a_checkpoint(job.id, 1, "checkpoint-2", 8)
+    async with uow_factory() as uow:
+        await uow.jobs.add(job)
+        assert await uow.checkpoints.record(in_place) and await uow.checkpoints.record(in_store)
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.checkpoints.for_job(job.id) == [in_place, in_store]
+        refs = await uow.blob_refs.referenced([f"sha256:{n:064x}" for n in (7, 8)], T0)
+        assert refs == {f"sha256:{8:064x}"}
