@@ -87,6 +87,8 @@ class CheckpointCarrier:
             sha256, size = await self.courier.get_file(ref, job, f.sha256, target)
         except TunePlaneError as exc:
             return exc.message
+        except OSError as exc:  # this node's disk: full, read-only, …
+            return f"it cannot be written on this node: {exc}"
         if (sha256, size) != (f.sha256, f.size):
             return f"arrived as {size} bytes with digest {sha256}, not {f.size} with {f.sha256}"
         return None

@@ -9,6 +9,7 @@ file, and a checkpoint whose blob was damaged is forgotten so the one before it 
 from __future__ import annotations
 
 import asyncio
+import errno
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from application.node_checkpoints import with_resume
 from domain.artifacts import Manifest
 from domain.errors import Forbidden, InvalidInput
 from domain.node_messages import CheckpointOffer, PrepareOrder, Vote
+from domain.node_protocol import MemberRef
 from tests.application.test_checkpoints import write
 from tests.application.test_node_agent import INSTALLATION, order
 from tests.contract.test_node_launches import Gang, new_gang, ref
@@ -179,3 +181,31 @@ async def test_a_checkpoint_that_cannot_be_placed_is_a_busy_no_that_is_not_journ
     assert len(votes) == 1 and not votes[0].yes and votes[0].busy, votes
     assert "checkpoint-1 of attempt 1 cannot be placed" in votes[0].reason
     assert journal.get(prepared.ref.member_id) is None  # a repeated Prepare asks again
+
+
+class FullDisk(DirectCourier):
+    """The node's disk fills up while the second file is written."""
+
+    async def get_file(
+        self, ref: MemberRef, job_id: str, sha256: str, path: str
+    ) -> tuple[str, int]:
+        if self.fetched:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return await super().get_file(ref, job_id, sha256, path)
+
+
+async def test_a_full_disk_leaves_nothing_placed_and_says_why(ctx: Context, tmp_path: Path) -> None:
+    g = await new_gang(ctx.uow)
+    n0 = carrier(ctx, tmp_path, "n-0")
+    work, _ = await n0.storage.prepare(g.job.id, 1)
+    write(work, "checkpoint-1", {"a.bin": b"a", "b.bin": b"b"}, "1")
+    await n0.upload(ref(g, 0), g.job.id, 1)
+    again = await new_gang(ctx.uow, ("n-1", "n-2"), 29501, job=g.job, number=2)
+    prepared = await with_resume(ctx, order_of(again, 0, "n-1"))
+    n1 = CheckpointCarrier(FilesystemCheckpoints(tmp_path / "n-1"), FullDisk(ctx, "n-1"))
+    why = await n1.fetch(prepared)
+    assert why is not None and "cannot be written on this node" in why, why
+    assert "No space left on device" in why
+    resume_root = Path((await n1.storage.prepare(g.job.id, 2))[1])
+    assert not any(resume_root.iterdir())  # noqa: ASYNC240 - nothing left half placed
+    assert [n for _, n, _ in await recorded(ctx, g.job.id)] == ["checkpoint-1"]  # not its fault
