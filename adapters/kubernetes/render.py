@@ -22,6 +22,7 @@ import base64
 import shlex
 from typing import Any
 
+from adapters.kubernetes import checkpoints
 from adapters.kubernetes.config import Collector, PoolTarget
 from adapters.kubernetes.names import (
     ANN_ATTEMPT,
@@ -162,9 +163,11 @@ def pod_spec(
     with_capsule: bool,
     indexed: bool,
     grace: int,
+    job_id: str = "",
 ) -> Obj:
     """A member's pod: the training container, the capsule's init container, the collector
-    sidecar and their volumes. No service account token is mounted into any container."""
+    sidecar and their volumes, and the job's folder of the checkpoint claim when the pool
+    declares one. No service account token is mounted into any container."""
     volumes: list[Obj] = [
         {"name": "workspace", "emptyDir": {}},
         {"name": "metrics", "emptyDir": {}},
@@ -181,6 +184,9 @@ def pod_spec(
         ]
         mounts.insert(0, {"name": "tuneplane", "mountPath": "/tuneplane"})
         init.append(_capsule_init(spec, spec.capsule.blob))
+    if target.checkpoint_claim is not None:
+        volumes.append(checkpoints.volume(target.checkpoint_claim))
+        mounts.append(checkpoints.mount(job_id))
     if collector is not None:
         volumes += [
             {"name": "collector-token", "secret": {"secretName": f"{name}-collector"}},
@@ -203,8 +209,12 @@ def pod_spec(
     return out
 
 
-def _member_env(spec: JobSpec, job_id: str, attempt_id: str, attempt: int) -> dict[str, str]:
+def _member_env(
+    spec: JobSpec, job_id: str, attempt_id: str, attempt: int, target: PoolTarget
+) -> dict[str, str]:
     env = dict(spec.env)
+    if target.checkpoint_claim is not None:
+        env.update(checkpoints.env(attempt))
     env.update(
         TUNEPLANE_JOB_ID=job_id,
         TUNEPLANE_ATTEMPT_ID=attempt_id,
@@ -242,7 +252,7 @@ def render_job(
     members = spec.members
     role = spec.roles[0]
     group = spec.runtime.process_model == "torch-process-group"
-    env = _member_env(spec, job_id, attempt_id, attempt)
+    env = _member_env(spec, job_id, attempt_id, attempt, target)
     if group:
         rdv = rendezvous_env(
             members=members,
@@ -257,6 +267,8 @@ def render_job(
     if group:
         env_list += [_index_env("RANK"), _index_env("NODE_RANK")]
     command = ["/bin/sh", RUNNER] if spec.capsule is not None else list(spec.command)
+    if target.checkpoint_claim is not None:
+        command = checkpoints.wrapped(command, attempt)
     container: Obj = {
         "name": "trainer",
         "image": spec.runtime.digest,
@@ -269,7 +281,7 @@ def render_job(
         container["ports"] = [{"name": "rendezvous", "containerPort": rendezvous_port}]
     pod = pod_spec(
         name=name, spec=spec, target=target, container=container, collector=collector,
-        with_capsule=True, indexed=True, grace=grace,
+        with_capsule=True, indexed=True, grace=grace, job_id=job_id,
     )  # fmt: skip
     if group:
         pod["subdomain"] = name  # <name>-<index>.<name> resolves through the Service
@@ -319,7 +331,7 @@ def render_rayjob(
 ) -> Obj:
     """The RayJob of an attempt: member 0 is the head (the driver runs there), members 1.. are
     the one worker group. Suspended and queued in Kueue."""
-    env = _member_env(spec, job_id, attempt_id, attempt)
+    env = _member_env(spec, job_id, attempt_id, attempt, target)
     labels = {MANAGED_BY: MANAGER, LABEL_NAME: name}
 
     def group(container_name: str, index: int, head: bool) -> Obj:
@@ -332,7 +344,7 @@ def render_rayjob(
         pod = pod_spec(
             name=name, spec=spec, target=target, container=container,
             collector=collector if head else None, with_capsule=head, indexed=False,
-            grace=grace,
+            grace=grace, job_id=job_id,
         )  # fmt: skip
         return {"metadata": {"labels": dict(labels)}, "spec": pod}
 
@@ -349,7 +361,10 @@ def render_rayjob(
                 "template": group("ray-worker", 1, head=False),
             }
         )
-    entry = f"/bin/sh {RUNNER}" if spec.capsule is not None else shlex.join(spec.command)
+    start = ["/bin/sh", RUNNER] if spec.capsule is not None else list(spec.command)
+    if target.checkpoint_claim is not None:  # the driver, on the head, resumes
+        start = checkpoints.wrapped(start, attempt)
+    entry = shlex.join(start)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",
