@@ -21,6 +21,7 @@ from domain.errors import InvalidInput
 Obj = dict[str, Any]
 MOUNT = "/tuneplane/checkpoints"  # the job's folder of the claim; one folder per attempt in it
 VOLUME = "checkpoints"
+MANIFESTS_ENV = "TUNEPLANE_CHECKPOINT_MANIFESTS"  # adapters/sdk/report.py reads it
 STEP = Path(checkpoint_step.__file__).read_text()
 
 
@@ -39,7 +40,9 @@ def mount(job_id: str) -> Obj:
 
 
 def env(attempt: int) -> dict[str, str]:
-    return {CHECKPOINT_ENV: f"{MOUNT}/{attempt}"}
+    """The attempt's folder; and the SDK's ``report.checkpoint`` writes each checkpoint's
+    manifest as it completes (what the next attempt verifies against)."""
+    return {CHECKPOINT_ENV: f"{MOUNT}/{attempt}", MANIFESTS_ENV: "1"}
 
 
 def wrapped(command: list[str], attempt: int) -> list[str]:

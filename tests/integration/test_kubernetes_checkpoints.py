@@ -107,6 +107,8 @@ async def test_attempt_two_after_a_kueue_preemption_resumes_from_attempt_ones_ch
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.split() == ["1", "''"] and "no checkpoint yet" in ran.stderr
     assert (claim / job_id / "1" / "checkpoint-7" / "COMPLETE").read_text() == "7\n"
+    # its manifest, written by the SDK as it completed (the rendered environment asks for it)
+    assert (claim / job_id / "1" / ".checkpoint-7.tuneplane-manifest.json").is_file()
     # Kueue preempts attempt 1 (test (c)'s shape); the policy makes attempt 2, a new Job
     workload = rig.api.all("workloads", NS)[0]["metadata"]["name"]
     evicted = {"type": "Evicted", "status": "True", "reason": "Preempted", "message": "for x"}

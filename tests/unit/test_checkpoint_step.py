@@ -274,3 +274,45 @@ def test_the_order_is_the_domains(tmp_path: Path) -> None:
     )
     assert ours == [(c.attempt, c.name) for c in domain]
     assert ours[:2] == [(2, "final"), (2, "checkpoint-100")]
+
+
+def sdk_save(job: Path, attempt: int, name: str, step_number: int) -> Path:
+    """A checkpoint saved as a workload does, marked by the SDK in a process of its own with
+    the environment a Kubernetes member with a checkpoint claim gets."""
+    path = job / str(attempt) / name
+    code = (
+        "import sys; from pathlib import Path; from adapters.sdk import report\n"
+        "p = Path(sys.argv[1]); (p / 'sub').mkdir(parents=True)\n"
+        "(p / 'model.bin').write_text('weights'); (p / 'sub' / 'opt.pt').write_text('adam')\n"
+        "(p / 'sub' / 'link').symlink_to(p / 'model.bin')\n"
+        "assert report.checkpoint(p, int(sys.argv[2])) and report.errors() == 0"
+    )
+    env = {**os.environ, "TUNEPLANE_CHECKPOINT_MANIFESTS": "1"}
+    repo = Path(__file__).resolve().parents[2]
+    subprocess.run([sys.executable, "-c", code, str(path), str(step_number)], env=env,
+                   cwd=repo, check=True, timeout=60)  # fmt: skip
+    return path
+
+
+def test_the_sdk_writes_the_steps_manifest_as_a_checkpoint_completes(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    path = sdk_save(job, 1, "checkpoint-3", 3)
+    written = json.loads((job / "1" / ".checkpoint-3.tuneplane-manifest.json").read_text())
+    assert written == checkpoint_step.manifest_of(str(path))  # COMPLETE included, no link
+    assert [f["path"] for f in written["files"]] == ["COMPLETE", "model.bin", "sub/opt.pt"]
+
+
+def test_a_file_changed_after_the_sdk_marked_it_is_caught_by_the_next_attempt(
+    tmp_path: Path,
+) -> None:
+    """Without the SDK's manifest the next attempt's step would make one from the changed files
+    and trust them (its first sighting)."""
+    job = tmp_path / "job"
+    before = sdk_save(job, 1, "checkpoint-2", 2)
+    newest = sdk_save(job, 1, "checkpoint-4", 4)
+    (newest / "sub" / "opt.pt").write_text("overwritten after the save")
+    ran = step(job, 2)
+    assert ran.env["TUNEPLANE_RESUME_FROM"] == str(before)
+    assert "checkpoint-4 of attempt 1 is skipped: it does not match its manifest: sub/opt.pt" in (
+        ran.said
+    )

@@ -73,6 +73,7 @@ def test_every_member_mounts_the_jobs_folder_and_is_started_by_the_step(
     env = env_of(trainer)
     assert env["TUNEPLANE_CHECKPOINT_DIR"] == f"{MOUNT}/2"
     assert env["TUNEPLANE_ATTEMPT"] == "2"
+    assert env["TUNEPLANE_CHECKPOINT_MANIFESTS"] == "1"  # the SDK writes them as they complete
     assert "TUNEPLANE_RESUME_FROM" not in env  # computed in the pod, by the step
     step = ["python3", "-I", "-c", STEP, MOUNT, "2", "--"]
     assert trainer["command"] == [*step, "/bin/sh", RUNNER]
@@ -112,7 +113,9 @@ def test_without_a_claim_members_get_no_checkpoint_directory(process_model: str)
     for pod in pods(obj):
         valid(pod)
         assert "checkpoints" not in {v["name"] for v in pod["volumes"]}
-        assert "TUNEPLANE_CHECKPOINT_DIR" not in env_of(pod["containers"][0])
+        env = env_of(pod["containers"][0])
+        assert "TUNEPLANE_CHECKPOINT_DIR" not in env
+        assert "TUNEPLANE_CHECKPOINT_MANIFESTS" not in env
     if process_model == "ray":
         assert obj["spec"]["entrypoint"] == f"/bin/sh {RUNNER}"
     else:
