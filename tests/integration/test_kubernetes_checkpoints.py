@@ -8,7 +8,6 @@ checkpoint with the SDK; attempt 2's step verifies it and hands it over."""
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -17,17 +16,14 @@ from typing import Any
 
 import pytest
 
-from adapters.kubernetes.backend import KubernetesBackend
-from adapters.kubernetes.client import Kube
-from adapters.kubernetes.config import KubernetesOptions, PoolTarget
+from adapters.kubernetes.config import PoolTarget
 from adapters.kubernetes.names import Handle
-from application import jobs, runtimes
+from application import jobs
 from domain.lifecycle import JobState
 from domain.retry import RetryPolicy
-from tests.fixtures.kube_api import FakeKubeAPI
-from tests.integration.test_kubernetes_supervisor import BUSYBOX, POOL, Rig, running_job
-from tests.support.context import ADMIN, ALICE, memory_context
-from tests.support.kube_controllers import NS, Controllers, until
+from tests.integration.test_kubernetes_supervisor import Rig, rig_on, running_job
+from tests.support.context import ALICE
+from tests.support.kube_controllers import NS, until
 
 pytestmark = pytest.mark.integration
 
@@ -53,19 +49,8 @@ print(os.environ["TUNEPLANE_ATTEMPT"], start, (start / "state.txt").read_text())
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    api = FakeKubeAPI()
-    await api.start()
-    target = PoolTarget(NS, "team-a", checkpoint_claim=CLAIM)
-    backend = KubernetesBackend(KubernetesOptions(pools={"k8s": target}), Kube.at(api.url))
-    ctx = dataclasses.replace(
-        memory_context(tmp_path, pools=(POOL,)), backends={"kubernetes": backend}
-    )
-    await runtimes.add_runtime(ctx, ADMIN, BUSYBOX)
-    try:
-        yield Rig(ctx, api, backend, Controllers(api))
-    finally:
-        await backend.close()
-        await api.close()
+    async with rig_on(tmp_path, PoolTarget(NS, "team-a", checkpoint_claim=CLAIM)) as rig:
+        yield rig
 
 
 def kubelet(job: Any, claim: Path, workload: str) -> subprocess.CompletedProcess[str]:
