@@ -8,6 +8,7 @@ checkpoint with the SDK; attempt 2's step verifies it and hands it over."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,12 +17,14 @@ from typing import Any
 
 import pytest
 
+from adapters.kubernetes.checkpoints import STEP
 from adapters.kubernetes.config import PoolTarget
 from adapters.kubernetes.names import Handle
 from application import jobs
 from domain.lifecycle import JobState
 from domain.retry import RetryPolicy
 from tests.integration.test_kubernetes_supervisor import Rig, rig_on, running_job
+from tests.integration.test_trl_recipes import RUNS, TINY, TRL_PYTHON, run
 from tests.support.context import ALICE
 from tests.support.kube_controllers import NS, until
 
@@ -134,3 +137,43 @@ async def test_attempt_two_after_a_kueue_preemption_resumes_from_attempt_ones_ch
     await until(rig.backend, second_handle, "exited")
     await sup.tick()
     assert (await jobs.get_job(rig.ctx, ALICE, job_id)).job.state is JobState.SUCCEEDED
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TRL_PYTHON, reason="no TRL: see tests/integration/test_trl_recipes.py")
+def test_trl_sft_on_the_claims_layout_resumes_through_the_step(tmp_path: Path) -> None:
+    """The SFT recipe as a Kubernetes member with a claim runs it (the job's folder, the SDK
+    writing manifests, the step starting the recipe): attempt 1 dies at its step-4 save;
+    attempt 2's step verifies checkpoint-2 against the manifest the SDK wrote, TRL resumes from
+    it to step 4; and attempt 2's checkpoints verify in turn (TRL writes nothing into a
+    checkpoint after the save the SDK marked)."""
+    given = {**TINY, **RUNS["trl/sft"]}
+    job = tmp_path / "claim" / "job-1"
+    (job / "1").mkdir(parents=True)
+    (job / "1" / "checkpoint-4").write_text("in the way")  # makes attempt 1's step-4 save fail
+    manifests = {"TUNEPLANE_CHECKPOINT_MANIFESTS": "1", "TUNEPLANE_MEMBER_INDEX": "0"}
+
+    def attempt(n: int) -> subprocess.CompletedProcess[str]:
+        wrap = (sys.executable, "-I", "-c", STEP, str(job), str(n), "--")
+        return run("trl/sft", given, tmp_path / f"pod-{n}", wrap=wrap, **manifests)
+
+    died = attempt(1)
+    assert died.returncode != 0
+    assert (job / "1" / ".checkpoint-2.tuneplane-manifest.json").is_file(), died.stderr[-3000:]
+    done = attempt(2)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    saved = job / "1" / "checkpoint-2"
+    assert "resuming from checkpoint checkpoint-2 of attempt 1, step 2" in done.stderr
+    assert f"tuneplane-recipe: resuming from {saved}" in done.stdout
+    report = json.loads((tmp_path / "pod-2" / "outputs" / "report.json").read_text())
+    assert report["global_step"] == 4
+    assert sorted(p.name for p in (job / "1").iterdir()) == [
+        ".checkpoint-2.tuneplane-manifest.json",
+        "checkpoint-2",
+    ]  # the failed save's leftover collected
+    third = subprocess.run(
+        [sys.executable, "-I", "-c", STEP, str(job), "3", "--", "true"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert third.returncode == 0 and "skipped" not in third.stderr, third.stderr
+    assert f"step 4: {job}/2/checkpoint-4" in third.stderr
