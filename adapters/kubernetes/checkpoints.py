@@ -11,6 +11,7 @@ checkpoints there and starts the command with ``TUNEPLANE_RESUME_FROM`` set.
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,19 @@ def env(attempt: int) -> dict[str, str]:
     return {CHECKPOINT_ENV: f"{MOUNT}/{attempt}", MANIFESTS_ENV: "1"}
 
 
-def wrapped(command: list[str], attempt: int) -> list[str]:
+def wrapped(command: list[str], attempt: int, shell_safe: bool = False) -> list[str]:
     """``command`` started by the checkpoint step (``-I``: the job's PYTHON* variables and the
-    working directory do not reach the step; the command gets the environment as it is)."""
-    return ["python3", "-I", "-c", STEP, MOUNT, str(attempt), "--", *command]
+    working directory do not reach the step; the command gets the environment as it is).
+
+    ``shell_safe``: the step's source in base64, for a RayJob's entrypoint, which goes through
+    three parsers before it runs: KubeRay's submitter puts it unquoted into a ``bash -c``
+    line, ``ray job submit`` joins its arguments again with ``subprocess.list2cmdline``
+    (Windows quoting), and Ray's job supervisor runs that with ``/bin/sh``; the step's source
+    (backticks, backslashes, quotes) would not survive them. Base64 and this one-line loader
+    hold nothing any of them changes (tests/unit/test_kubernetes_checkpoints.py runs it
+    through the same three)."""
+    code = STEP
+    if shell_safe:
+        encoded = base64.b64encode(STEP.encode()).decode()
+        code = f"exec(__import__('base64').b64decode('{encoded}'), {{'__name__': '__main__'}})"
+    return ["python3", "-I", "-c", code, MOUNT, str(attempt), "--", *command]

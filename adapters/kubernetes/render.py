@@ -300,7 +300,7 @@ def render_rayjob(
         )
     start = ["/bin/sh", RUNNER] if spec.capsule is not None else list(spec.command)
     if target.checkpoint_claim is not None:  # the driver, on the head, resumes
-        start = checkpoints.wrapped(start, attempt)
+        start = checkpoints.wrapped(start, attempt, shell_safe=True)
     entry = shlex.join(start)
     return {
         "apiVersion": "ray.io/v1",

@@ -4,17 +4,23 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.kubernetes import checkpoints
 from adapters.kubernetes.checkpoints import MOUNT, STEP
 from adapters.kubernetes.config import PoolTarget, parse
 from adapters.kubernetes.render import render_attempt
 from domain.capsule import RUNNER
 from domain.errors import InvalidInput
+from tests.unit.test_checkpoint_step import SHOW, save
 from tests.unit.test_kubernetes_render import COLLECTOR, TARGET, spec
 
 pytestmark = pytest.mark.unit
@@ -93,11 +99,8 @@ def test_a_command_without_capsule_is_wrapped_too() -> None:
     valid(obj["spec"]["template"]["spec"])
 
 
-def test_a_rayjobs_driver_resumes_and_every_pod_mounts_the_claim() -> None:
+def test_a_rayjobs_driver_resumes_and_every_pod_mounts_the_claim(tmp_path: Path) -> None:
     ray = workload("ray", CLAIMED, members=3)
-    assert shlex.split(ray["spec"]["entrypoint"]) == [
-        "python3", "-I", "-c", STEP, MOUNT, "2", "--", "/bin/sh", RUNNER,
-    ]  # fmt: skip
     for pod in pods(ray):
         valid(pod)
         container = pod["containers"][0]
@@ -105,6 +108,20 @@ def test_a_rayjobs_driver_resumes_and_every_pod_mounts_the_claim() -> None:
             "volumeMounts"
         ]
         assert env_of(container)["TUNEPLANE_CHECKPOINT_DIR"] == f"{MOUNT}/2"
+    # the entrypoint as it reaches the head: KubeRay's submitter runs it in a bash line (its
+    # words), `ray job submit` joins them with list2cmdline, Ray's job supervisor runs that
+    # with /bin/sh; played here with the claim's folder at a temporary one
+    argv = shlex.split(ray["spec"]["entrypoint"])
+    assert argv[:3] == ["python3", "-I", "-c"]
+    assert argv[4:] == [MOUNT, "2", "--", "/bin/sh", RUNNER]
+    job = tmp_path / "job"
+    resumed = save(job, 1, "checkpoint-3", 3)
+    show = [sys.executable, "-c", SHOW, "TUNEPLANE_RESUME_FROM"]
+    line = subprocess.list2cmdline([*argv[:4], str(job), "2", "--", *show])
+    ran = subprocess.run(line, shell=True, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout) == {"TUNEPLANE_RESUME_FROM": str(resumed)}
+    assert "resuming from checkpoint checkpoint-3 of attempt 1" in ran.stderr
 
 
 @pytest.mark.parametrize("process_model", ["torch-process-group", "ray"])
@@ -154,3 +171,20 @@ def test_a_claim_that_is_no_claim_name_is_refused_naming_the_key(claim: object) 
         parse(config(checkpoint_claim=claim))
     assert info.value.field == "kubernetes.checkpoint_claim"
     assert info.value.fix
+
+
+def test_the_shell_safe_step_survives_the_parsers_a_ray_entrypoint_goes_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A step whose source holds what bash and /bin/sh change ($(…), backticks, backslashes,
+    both quotes) reaches python3 intact only in base64; the plain source would not."""
+    nasty = "print(r'''$(echo no) `echo no` \\\\ \\\" \" ' $HOME''')\n"
+    monkeypatch.setattr(checkpoints, "STEP", nasty)
+
+    def through_ray(shell_safe: bool) -> str:
+        entry = shlex.join(checkpoints.wrapped(["true"], 1, shell_safe=shell_safe))
+        line = subprocess.list2cmdline(shlex.split(entry))
+        return subprocess.run(line, shell=True, capture_output=True, text=True).stdout
+
+    assert through_ray(True) == '$(echo no) `echo no` \\\\ \\" " \' $HOME\n'
+    assert through_ray(False) != through_ray(True)
