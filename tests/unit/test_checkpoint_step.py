@@ -4,6 +4,7 @@ temporary folders, the command printing the environment it got."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -238,6 +239,11 @@ def test_a_job_folder_that_cannot_hold_the_attempt_stops_before_the_command(
         [sys.executable, "-I", "-c", STEP, str(job), "0", "--", "true"], capture_output=True
     )
     assert bad.returncode == 2 and b"usage" in bad.stderr
+
+
+def test_its_grammar_is_python_3_8s() -> None:
+    """The member's image may hold an older Python than TunePlane's (the step says 3.8)."""
+    ast.parse(STEP, feature_version=(3, 8))
 
 
 def test_the_rules_are_the_domains() -> None:
