@@ -23,6 +23,7 @@ from adapters.kubernetes import status
 from adapters.kubernetes.client import MERGE, ApiError, Kube, path
 from adapters.kubernetes.config import KubernetesOptions, PoolTarget
 from adapters.kubernetes.informer import Informer
+from adapters.kubernetes.init_containers import METRICS_DIR
 from adapters.kubernetes.names import (
     ANN_ATTEMPT,
     ANN_MEMBER,
@@ -32,7 +33,7 @@ from adapters.kubernetes.names import (
     object_name,
     selector,
 )
-from adapters.kubernetes.render import METRICS_DIR, owned_by, render_attempt, render_capsule
+from adapters.kubernetes.render import owned_by, render_attempt, render_capsule
 from domain.capsule import StorageCapabilities
 from domain.catalog import RuntimePin, RuntimeSpec
 from domain.errors import Conflict, InvalidInput, NotFound, Unavailable

@@ -16,6 +16,9 @@ from typing import Any
 from domain.errors import InvalidInput
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +32,9 @@ class PoolTarget:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     gpu_resource: str = "nvidia.com/gpu"
     priority_class: str | None = None  # a Kueue WorkloadPriorityClass
+    # a PersistentVolumeClaim in the namespace that keeps checkpoints across attempts, or None:
+    # members get no checkpoint directory (docs/checkpoints.md#the-kubernetes-backend-built)
+    checkpoint_claim: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,21 @@ def _str(table: Mapping[str, Any], key: str, where: str, required: bool = True) 
     return value
 
 
+def _claim(table: Mapping[str, Any], where: str, default: str | None) -> str | None:
+    """``checkpoint_claim``: a PersistentVolumeClaim's name (a pool's own, else the default)."""
+    claim = _str(table, "checkpoint_claim", where, False)
+    if claim is None:
+        return default
+    if not _DNS_SUBDOMAIN.match(claim):
+        raise InvalidInput(
+            f"{where}.checkpoint_claim {claim!r} is not a PersistentVolumeClaim name",
+            fix="use lower-case letters, digits, '-' and '.' (a DNS subdomain), e.g."
+            ' checkpoint_claim = "tuneplane-checkpoints"',
+            field=f"{where}.checkpoint_claim",
+        )
+    return claim
+
+
 def parse(data: Mapping[str, Any]) -> KubernetesOptions:
     """The options from the file's ``[kubernetes]`` table."""
     top = data.get("kubernetes")
@@ -84,6 +105,7 @@ def parse(data: Mapping[str, Any]) -> KubernetesOptions:
             fix="add [kubernetes.pools.NAME] with namespace and queue for each pool",
             field="kubernetes.pools",
         )
+    claim = _claim(top, "kubernetes", None)
     pools: dict[str, PoolTarget] = {}
     for name, table in pools_in.items():
         where = f"kubernetes.pools.{name}"
@@ -111,6 +133,7 @@ def parse(data: Mapping[str, Any]) -> KubernetesOptions:
             node_selector=dict(selector),
             gpu_resource=_str(table, "gpu_resource", where, False) or "nvidia.com/gpu",
             priority_class=_str(table, "priority_class", where, False),
+            checkpoint_claim=_claim(table, where, claim),
         )
     collector = None
     if isinstance(top.get("collector"), dict):

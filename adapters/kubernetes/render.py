@@ -22,12 +22,19 @@ import base64
 import shlex
 from typing import Any
 
+from adapters.kubernetes import checkpoints
 from adapters.kubernetes.config import Collector, PoolTarget
+from adapters.kubernetes.init_containers import (
+    CAPSULE_KEY,
+    METRICS_DIR,
+    capsule_init,
+    collector_sidecar,
+    index_env,
+)
 from adapters.kubernetes.names import (
     ANN_ATTEMPT,
     ANN_JOB,
     ANN_POOL,
-    INDEX_ANNOTATION,
     LABEL_NAME,
     MANAGED_BY,
     MANAGER,
@@ -43,11 +50,6 @@ from domain.submission import JobSpec
 
 Obj = dict[str, Any]
 WORKDIR = "/workspace"
-METRICS_DIR = "/tuneplane/metrics"
-TOKENS_DIR = "/var/run/tuneplane/collector"
-CA_DIR = "/var/run/tuneplane/ca"
-CAPSULE_KEY = "capsule.tar"
-CAPSULE_SRC = "/var/run/tuneplane/capsule-tar"
 MAX_CAPSULE_BYTES = 1_000_000  # a ConfigMap holds at most 1 MiB
 
 
@@ -88,70 +90,6 @@ def _env(pairs: dict[str, str]) -> list[Obj]:
     return [{"name": k, "value": v} for k, v in pairs.items()]
 
 
-def _index_env(name: str) -> Obj:
-    path = f"metadata.annotations['{INDEX_ANNOTATION}']"
-    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
-
-
-def _collector(c: Collector, index_from_pod: bool, fixed_index: int) -> Obj:
-    script = "\n".join(
-        [
-            "set -eu",
-            f'f="{TOKENS_DIR}/member-$TUNEPLANE_MEMBER_INDEX.json"',
-            'until [ -s "$f" ]; do sleep 1; done  # written by the member\'s launch',
-            "m=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))[\"member\"])'"
-            ' "$f")',
-            "mkdir -p /run/tuneplane/members /run/tuneplane/spool",
-            'cp "$f" "/run/tuneplane/members/$m.json"',
-            "exec tp collector --spool /run/tuneplane/spool --members /run/tuneplane/members"
-            f" --gateway {shlex.quote(c.gateway)} --ca {CA_DIR}/ca.crt",
-        ]
-    )
-    index = (
-        _index_env("TUNEPLANE_MEMBER_INDEX")
-        if index_from_pod
-        else {"name": "TUNEPLANE_MEMBER_INDEX", "value": str(fixed_index)}
-    )
-    return {
-        "name": "collector",
-        "image": c.image,
-        "restartPolicy": "Always",  # a native sidecar: runs beside the training container
-        "command": ["/bin/sh", "-c", script],
-        "env": [index],
-        "volumeMounts": [
-            {"name": "collector-token", "mountPath": TOKENS_DIR, "readOnly": True},
-            {"name": "collector-ca", "mountPath": CA_DIR, "readOnly": True},
-            {"name": "metrics", "mountPath": METRICS_DIR, "readOnly": True},
-            {"name": "collector-state", "mountPath": "/run/tuneplane"},
-        ],
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-    }
-
-
-def _capsule_init(spec: JobSpec, blob: str) -> Obj:
-    want = blob.removeprefix("sha256:")
-    script = "\n".join(
-        [
-            "set -eu",
-            f"got=$(sha256sum {CAPSULE_SRC}/{CAPSULE_KEY} | cut -d' ' -f1)",
-            f'if [ "$got" != "{want}" ]; then',
-            f'  echo "tuneplane-capsule: the capsule tar hashes to $got, not {want}" >&2',
-            "  exit 91",
-            "fi",
-            f"tar -xf {CAPSULE_SRC}/{CAPSULE_KEY} -C /",
-        ]
-    )
-    return {
-        "name": "capsule",
-        "image": spec.runtime.digest,
-        "command": ["/bin/sh", "-c", script],
-        "volumeMounts": [
-            {"name": "capsule-tar", "mountPath": CAPSULE_SRC, "readOnly": True},
-            {"name": "tuneplane", "mountPath": "/tuneplane"},
-        ],
-    }
-
-
 def pod_spec(
     *,
     name: str,
@@ -162,9 +100,11 @@ def pod_spec(
     with_capsule: bool,
     indexed: bool,
     grace: int,
+    job_id: str = "",
 ) -> Obj:
     """A member's pod: the training container, the capsule's init container, the collector
-    sidecar and their volumes. No service account token is mounted into any container."""
+    sidecar and their volumes, and the job's folder of the checkpoint claim when the pool
+    declares one. No service account token is mounted into any container."""
     volumes: list[Obj] = [
         {"name": "workspace", "emptyDir": {}},
         {"name": "metrics", "emptyDir": {}},
@@ -180,14 +120,17 @@ def pod_spec(
             {"name": "capsule-tar", "configMap": {"name": f"{name}-capsule"}},
         ]
         mounts.insert(0, {"name": "tuneplane", "mountPath": "/tuneplane"})
-        init.append(_capsule_init(spec, spec.capsule.blob))
+        init.append(capsule_init(spec, spec.capsule.blob))
+    if target.checkpoint_claim is not None:
+        volumes.append(checkpoints.volume(target.checkpoint_claim))
+        mounts.append(checkpoints.mount(job_id))
     if collector is not None:
         volumes += [
             {"name": "collector-token", "secret": {"secretName": f"{name}-collector"}},
             {"name": "collector-ca", "configMap": {"name": collector.ca_configmap}},
             {"name": "collector-state", "emptyDir": {}},
         ]
-        init.append(_collector(collector, indexed, 0))
+        init.append(collector_sidecar(collector, indexed, 0))
     out: Obj = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
@@ -203,8 +146,12 @@ def pod_spec(
     return out
 
 
-def _member_env(spec: JobSpec, job_id: str, attempt_id: str, attempt: int) -> dict[str, str]:
+def _member_env(
+    spec: JobSpec, job_id: str, attempt_id: str, attempt: int, target: PoolTarget
+) -> dict[str, str]:
     env = dict(spec.env)
+    if target.checkpoint_claim is not None:
+        env.update(checkpoints.env(attempt))
     env.update(
         TUNEPLANE_JOB_ID=job_id,
         TUNEPLANE_ATTEMPT_ID=attempt_id,
@@ -242,7 +189,7 @@ def render_job(
     members = spec.members
     role = spec.roles[0]
     group = spec.runtime.process_model == "torch-process-group"
-    env = _member_env(spec, job_id, attempt_id, attempt)
+    env = _member_env(spec, job_id, attempt_id, attempt, target)
     if group:
         rdv = rendezvous_env(
             members=members,
@@ -253,10 +200,12 @@ def render_job(
             process_model=spec.runtime.process_model,
         )
         env.update({k: v for k, v in rdv.items() if k not in ("RANK", "NODE_RANK")})
-    env_list = [*_env(env), _index_env("TUNEPLANE_MEMBER_INDEX")]
+    env_list = [*_env(env), index_env("TUNEPLANE_MEMBER_INDEX")]
     if group:
-        env_list += [_index_env("RANK"), _index_env("NODE_RANK")]
+        env_list += [index_env("RANK"), index_env("NODE_RANK")]
     command = ["/bin/sh", RUNNER] if spec.capsule is not None else list(spec.command)
+    if target.checkpoint_claim is not None:
+        command = checkpoints.wrapped(command, attempt)
     container: Obj = {
         "name": "trainer",
         "image": spec.runtime.digest,
@@ -269,7 +218,7 @@ def render_job(
         container["ports"] = [{"name": "rendezvous", "containerPort": rendezvous_port}]
     pod = pod_spec(
         name=name, spec=spec, target=target, container=container, collector=collector,
-        with_capsule=True, indexed=True, grace=grace,
+        with_capsule=True, indexed=True, grace=grace, job_id=job_id,
     )  # fmt: skip
     if group:
         pod["subdomain"] = name  # <name>-<index>.<name> resolves through the Service
@@ -319,7 +268,7 @@ def render_rayjob(
 ) -> Obj:
     """The RayJob of an attempt: member 0 is the head (the driver runs there), members 1.. are
     the one worker group. Suspended and queued in Kueue."""
-    env = _member_env(spec, job_id, attempt_id, attempt)
+    env = _member_env(spec, job_id, attempt_id, attempt, target)
     labels = {MANAGED_BY: MANAGER, LABEL_NAME: name}
 
     def group(container_name: str, index: int, head: bool) -> Obj:
@@ -332,7 +281,7 @@ def render_rayjob(
         pod = pod_spec(
             name=name, spec=spec, target=target, container=container,
             collector=collector if head else None, with_capsule=head, indexed=False,
-            grace=grace,
+            grace=grace, job_id=job_id,
         )  # fmt: skip
         return {"metadata": {"labels": dict(labels)}, "spec": pod}
 
@@ -349,7 +298,10 @@ def render_rayjob(
                 "template": group("ray-worker", 1, head=False),
             }
         )
-    entry = f"/bin/sh {RUNNER}" if spec.capsule is not None else shlex.join(spec.command)
+    start = ["/bin/sh", RUNNER] if spec.capsule is not None else list(spec.command)
+    if target.checkpoint_claim is not None:  # the driver, on the head, resumes
+        start = checkpoints.wrapped(start, attempt, shell_safe=True)
+    entry = shlex.join(start)
     return {
         "apiVersion": "ray.io/v1",
         "kind": "RayJob",

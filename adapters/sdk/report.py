@@ -26,8 +26,10 @@ It uses the standard library only, so that it can be copied into any image.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -152,12 +154,52 @@ def _sync(path: Path) -> None:
         os.close(fd)
 
 
+def _hashed(path: Path) -> tuple[int, str]:
+    digest, size = hashlib.sha256(), 0
+    with open(os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)), "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return size, digest.hexdigest()
+
+
+def _write_manifest(root: Path, marker: str) -> None:
+    """``.<name>.tuneplane-manifest.json`` beside the checkpoint: path, size and sha256 of every
+    regular file under it (no link followed), ``COMPLETE`` as it is about to be written; the
+    Kubernetes backend's checkpoint step verifies the next attempt's resume against it
+    (docs/checkpoints.md#the-kubernetes-backend-built)."""
+    files = []
+    for here, _, names in os.walk(root, followlinks=False):
+        for name in names:
+            file = Path(here) / name
+            relative = file.relative_to(root).as_posix()
+            if relative in ("COMPLETE", ".COMPLETE.tmp"):
+                continue
+            if stat.S_ISREG(os.lstat(file).st_mode):
+                size, sha256 = _hashed(file)
+                files.append({"path": relative, "size": size, "sha256": sha256})
+    data = marker.encode()
+    files.append(
+        {"path": "COMPLETE", "size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    )
+    manifest = {"files": sorted(files, key=lambda f: str(f["path"]))}
+    target = root.parent / f".{root.name}.tuneplane-manifest.json"
+    temp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    temp.write_text(json.dumps(manifest, sort_keys=True, separators=(",", ":")))
+    _sync(temp)
+    os.replace(temp, target)
+
+
 def checkpoint(path: str | os.PathLike[str], step: int | None = None) -> bool:
     """Mark the checkpoint directory ``path`` complete: every file and directory under it is
     synced to disk, then ``COMPLETE`` (holding ``step``) is written last, atomically. Call it
     once per checkpoint, after every rank saved its part (e.g. on rank 0 after a barrier).
     Returns whether it was marked; never raises into training (a failure is counted in
-    ``errors()`` and said once on stderr): an unmarked checkpoint is simply not resumed from."""
+    ``errors()`` and said once on stderr): an unmarked checkpoint is simply not resumed from.
+
+    With ``TUNEPLANE_CHECKPOINT_MANIFESTS=1`` (the Kubernetes backend with a checkpoint claim
+    sets it) the checkpoint's manifest is written beside it first, so that a file changed
+    after this call is caught when the next attempt verifies it."""
     global _errors, _warned
     try:
         root = Path(path)
@@ -170,6 +212,15 @@ def checkpoint(path: str | os.PathLike[str], step: int | None = None) -> bool:
             for name in dirs:
                 _sync(Path(here) / name)
         text = "" if step is None else f"{int(step)}\n"
+        if os.environ.get("TUNEPLANE_CHECKPOINT_MANIFESTS") == "1":
+            try:  # best effort: without it, the next attempt's step makes one at first sight
+                _write_manifest(root, text)
+            except Exception as exc:
+                _errors += 1
+                if not _warned:
+                    _warned = True
+                    print(f"tuneplane report: checkpoint {path}: no manifest written ({exc!r});"
+                          " marked complete still", file=sys.stderr)  # fmt: skip
         temp = root / ".COMPLETE.tmp"
         temp.write_text(text)
         _sync(temp)

@@ -367,7 +367,8 @@ async def test_rendered_workloads_pass_the_api_servers_validation(
     rig: Rig, members: int, process_model: str
 ) -> None:
     """A server-side dry run (``dryRun=All``) of what a launch would create; on a real cluster
-    this is the full schema and admission check of the rendered manifests."""
+    this is the full schema and admission check of the rendered manifests (the checkpoint
+    claim's volume, mount and wrapped command included)."""
     from adapters.kubernetes.client import path
     from adapters.kubernetes.render import render_attempt
 
@@ -383,7 +384,8 @@ async def test_rendered_workloads_pass_the_api_servers_validation(
         spec=job_spec,
         job_id="job-dry",
         attempt_id="att-dry",
-        target=PoolTarget(NS, QUEUE),
+        # with the checkpoint claim for several members (a dry run needs no such claim)
+        target=PoolTarget(NS, QUEUE, checkpoint_claim="tp-checkpoints" if members > 1 else None),
         collector=None,
         rendezvous_port=29500,
         grace=30,

@@ -5,6 +5,7 @@ Job (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import uuid
 from collections.abc import AsyncIterator
@@ -46,11 +47,12 @@ class Rig:
     controllers: Controllers
 
 
-@pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+@contextlib.asynccontextmanager
+async def rig_on(tmp_path: Path, target: PoolTarget) -> AsyncIterator[Rig]:
+    """The fake API server, the backend with pool ``k8s`` mapped to ``target``, a context."""
     api = FakeKubeAPI()
     await api.start()
-    options = KubernetesOptions(pools={"k8s": PoolTarget(NS, "team-a")})
+    options = KubernetesOptions(pools={"k8s": target})
     backend = KubernetesBackend(options, Kube.at(api.url))
     ctx = dataclasses.replace(
         memory_context(tmp_path, pools=(POOL,)), backends={"kubernetes": backend}
@@ -61,6 +63,12 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     finally:
         await backend.close()
         await api.close()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with rig_on(tmp_path, PoolTarget(NS, "team-a")) as rig:
+        yield rig
 
 
 async def submit(ctx: Context, retry: RetryPolicy | None = None) -> str:

@@ -45,10 +45,11 @@ def method(name: str) -> Method:
 
 
 def run(
-    name: str, given: dict[str, str], tmp_path: Path, **extra: str
+    name: str, given: dict[str, str], tmp_path: Path, wrap: tuple[str, ...] = (), **extra: str
 ) -> subprocess.CompletedProcess[str]:
     """Lay out the capsule's artifact/ and config.json, and run the recipe's entry there
-    (``extra``: more of the member's environment)."""
+    (``extra``: more of the member's environment; ``wrap``: what starts it, e.g. the
+    Kubernetes backend's checkpoint step)."""
     m = method(name)
     capsule = tmp_path / "capsule"
     (capsule / "artifact").mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,7 @@ def run(
         **extra,
     }
     return subprocess.run(
-        [TRL_PYTHON, str(entry)],
+        [*wrap, TRL_PYTHON, str(entry)],
         cwd=tmp_path / "workspace",
         env=env,
         capture_output=True,
