@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from application.context import Context
 from domain.artifact_ports import CheckpointStorage
 from domain.artifacts import ArtifactFile, Manifest
-from domain.checkpoints import Checkpoint, kept, newest_first
+from domain.checkpoints import Checkpoint, Resume, kept, newest_first
 from domain.errors import TunePlaneError
+from domain.jobs import Attempt
 from domain.lifecycle import JOB_FINAL
 
 log = logging.getLogger("tuneplane.checkpoints")
@@ -32,6 +33,13 @@ class LaunchCheckpoints:
     resume_root: str  # its resume directory on this host
     resume: str | None  # the name of the checkpoint it resumes from (under resume_root)
     skipped: tuple[str, ...] = ()  # newer checkpoints that did not verify, and why
+    resumed_attempt: int | None = None  # the attempt that wrote the one it resumes from
+    resumed_step: int | None = None  # and its step
+
+    @property
+    def said(self) -> Resume:
+        """What the attempt starts from, as recorded on it (``record_resume``)."""
+        return Resume(self.resume, self.resumed_attempt, self.resumed_step, self.skipped)
 
 
 async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int) -> int:
@@ -110,11 +118,32 @@ async def for_launch(
     for checkpoint in newest_first(found):
         why = await _materialize(ctx, storage, attempt, checkpoint)
         if why is None:
-            return LaunchCheckpoints(work, resume_root, checkpoint.name, tuple(skipped))
-        said = f"checkpoint {checkpoint.name} of attempt {checkpoint.attempt} skipped: {why}"
+            return LaunchCheckpoints(
+                work, resume_root, checkpoint.name, tuple(skipped), checkpoint.attempt,
+                checkpoint.step,
+            )  # fmt: skip
+        named = checkpoint.name  # "checkpoint-300", or "checkpoint final"
+        named = named if named.startswith("checkpoint") else f"checkpoint {named}"
+        said = f"{named} of attempt {checkpoint.attempt} skipped: {why}"
         log.warning("job %s: %s", job_id, said)
         skipped.append(said)
     return LaunchCheckpoints(work, resume_root, None, tuple(skipped))
+
+
+async def record_resume(ctx: Context, attempt: Attempt, saved: LaunchCheckpoints) -> None:
+    """Record on the attempt what it starts from (``tp job why``, the API, the console), right
+    after the launch decision and before its members launch; once per attempt in effect (a
+    repeated launch decides the same and writes nothing). A first attempt with nothing to say
+    records nothing. Any backend that decided a ``LaunchCheckpoints`` calls this."""
+    said = saved.said
+    if attempt.resume == said or (attempt.number == 1 and said == Resume()):
+        return
+    async with ctx.units.jobs() as uow:
+        current = await uow.attempts.get(attempt.id)
+        if current is None or current.resume == said:
+            return
+        await uow.attempts.note_resume(attempt.id, said)
+        await uow.commit()
 
 
 async def sweep(ctx: Context, storage: CheckpointStorage) -> int:

@@ -174,6 +174,7 @@ class Supervisor:
         saved = None
         if kept is not None and any(m.handle is None for m in members):
             saved = await checkpoints.for_launch(self.ctx, kept, job.id, attempt.number)
+            await checkpoints.record_resume(self.ctx, attempt, saved)
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue

@@ -16,9 +16,10 @@ manifest is skipped for the one before it. The last ``KEEP`` per job are kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from domain.artifacts import Manifest
 from domain.errors import InvalidInput
@@ -103,3 +104,43 @@ class Found:
     name: str
     step: int | None
     files: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What an attempt started from, recorded on it when its members launched: the checkpoint
+    it resumed from (``name`` None: from the beginning), which attempt wrote it and at which
+    step, and the newer ones skipped because they did not verify (each "checkpoint … of attempt
+    … skipped: why")."""
+
+    name: str | None = None
+    attempt: int | None = None  # the attempt that wrote it
+    step: int | None = None
+    skipped: tuple[str, ...] = ()
+
+    def words(self, number: int) -> list[str]:
+        """For `tp job why`: "attempt 2 resumed from checkpoint-200 (step 200, written by
+        attempt 1)", then the skipped ones."""
+        if self.name is not None:
+            origin = [f"step {self.step}"] if self.step is not None else []
+            origin += [f"written by attempt {self.attempt}"] if self.attempt is not None else []
+            said = f"attempt {number} resumed from {self.name}"
+            said += f" ({', '.join(origin)})" if origin else ""
+        elif self.skipped:
+            said = f"attempt {number} started from the beginning: no checkpoint verified"
+        else:
+            said = f"attempt {number} started from the beginning: no checkpoint was recorded"
+        return [said, *self.skipped]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "attempt": self.attempt,
+            "step": self.step,
+            "skipped": list(self.skipped),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Resume:
+        skipped = tuple(raw.get("skipped") or ())
+        return cls(raw.get("name"), raw.get("attempt"), raw.get("step"), skipped)

@@ -7,15 +7,25 @@ back intact, skipping one whose blob was damaged."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from pathlib import Path
 
 import pytest
 
 from adapters.checkpoint_dirs import FilesystemCheckpoints
+from adapters.memory.backend import MemoryBackend
+from application import jobs, submissions
 from application.checkpoints import for_launch, harvest, sweep
 from application.context import Context
+from application.explain import explain_job
+from application.supervisor import Supervisor
+from domain.capsule import StorageCapabilities
+from domain.checkpoints import Resume
+from domain.lifecycle import JobState
+from domain.retry import RetryPolicy
 from tests.contract.builders import a_job
-from tests.support.context import memory_context
+from tests.support.context import ALICE, memory_context
+from tests.unit.builders import an_intent
 
 pytestmark = pytest.mark.unit
 
@@ -129,3 +139,78 @@ async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_thei
         assert await uow.checkpoints.for_job("job-2") == []
     assert not gone(running.work)  # a running job's next attempt (or a later sweep) keeps it
     assert gone(ended.work) and gone(orphan.work) and gone(tmp_path / "checkpoints" / "job-3")
+
+
+async def test_the_supervisor_records_what_each_attempt_resumed_from_and_what_it_skipped(
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 writes two checkpoints and fails; the newer one's blob is damaged once kept.
+    Attempt 2, retried by the policy, resumes from the older: the attempt records its name,
+    step and writer, and the skipped one with why; later updates of the attempt (running,
+    succeeded) keep it; `tp job why` and the job's details say it."""
+    backend = MemoryBackend(storage=StorageCapabilities(capsule=True, shared_outputs=True))
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    ctx = dataclasses.replace(memory_context(tmp_path, backend), checkpoints=storage)
+    policy = RetryPolicy.parse({"max_attempts": 2, "on": ["failed"], "backoff_seconds": 0})
+    preview = await submissions.create_preview(
+        ctx, ALICE, an_intent(params={"command": "train"}, retry=policy)
+    )
+    job_id = (
+        await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    ).job_id
+    sup = Supervisor(ctx, sweep_every=10_000)  # no sweep: the launch harvests
+
+    await sup.tick()
+    first = (await jobs.get_job(ctx, ALICE, job_id)).attempts[0]
+    assert first.attempt.resume is None  # a first attempt: nothing to say
+    handle = first.members[0].handle
+    assert handle is not None
+    work = backend.members[handle].request.checkpoints
+    assert work is not None
+    write(work, "checkpoint-100", {"w.bin": b"older"}, "100")
+    write(work, "checkpoint-200", {"w.bin": b"newer"}, "200")
+    assert await harvest(ctx, storage, job_id, 1) == 2  # kept while it runs (or at launch)
+    async with ctx.uow() as uow:
+        newer = next(c for c in await uow.checkpoints.for_job(job_id) if c.step == 200)
+    damaged = next(f for f in newer.manifest.files if f.path == "w.bin")
+    next((tmp_path / "blobs").rglob(damaged.sha256)).write_bytes(b"tampered")
+    backend.finish(handle, 1)
+    await sup.tick()  # attempt 1 failed: the policy queues the job again, no backoff
+    await sup.tick()  # attempt 2: reserved, launched, observed running
+
+    d = await jobs.get_job(ctx, ALICE, job_id)
+    assert len(d.attempts) == 2 and d.job.state is JobState.RUNNING
+    second = d.attempts[1]
+    assert second.attempt.state == "running"  # updated after the note: the note is kept
+    resume = second.attempt.resume
+    assert resume is not None
+    assert (resume.name, resume.attempt, resume.step) == ("checkpoint-100", 1, 100)
+    assert len(resume.skipped) == 1
+    assert resume.skipped[0].startswith("checkpoint-200 of attempt 1 skipped: w.bin: ")
+    assert backend.members[second.members[0].handle or ""].request.resume == "checkpoint-100"
+
+    backend.finish(second.members[0].handle or "", 0)
+    await sup.tick()
+    why = await explain_job(ctx, ALICE, job_id)
+    assert why.kind == "finished"
+    assert why.checkpoints == (
+        "attempt 2 resumed from checkpoint-100 (step 100, written by attempt 1)",
+        resume.skipped[0],
+    )
+    ended = (await jobs.get_job(ctx, ALICE, job_id)).attempts[1].attempt
+    assert ended.state == "succeeded" and ended.resume == resume
+
+
+def test_what_an_attempt_started_from_in_words() -> None:
+    skipped = ("checkpoint-300 of attempt 1 skipped: model.bin: digest mismatch",)
+    assert Resume("checkpoint-200", 1, 200, skipped).words(2) == [
+        "attempt 2 resumed from checkpoint-200 (step 200, written by attempt 1)",
+        skipped[0],
+    ]
+    assert Resume("final", 2).words(3) == ["attempt 3 resumed from final (written by attempt 2)"]
+    assert Resume(None, skipped=skipped).words(2)[0] == (
+        "attempt 2 started from the beginning: no checkpoint verified"
+    )
+    assert Resume().words(2) == ["attempt 2 started from the beginning: no checkpoint was recorded"]
+    for r in (Resume("checkpoint-200", 1, 200, skipped), Resume()):
+        assert Resume.from_dict(r.to_dict()) == r
