@@ -96,6 +96,19 @@ def kept(
     return ordered[:keep], ordered[keep:]
 
 
+def outranked(
+    recorded: Sequence[Checkpoint], attempt: int, step: int | None, keep: int = KEEP
+) -> bool:
+    """Whether a checkpoint of ``attempt`` at ``step``, recorded now, would be collected at once
+    (``keep`` recorded ones are newer, by ``newest_first``'s order): then it is not worth
+    hashing. Recorded now, it is newer than a recorded one of the same attempt and step."""
+
+    def rank(a: int, s: int | None) -> tuple[int, bool, int]:
+        return (a, s is None, s or 0)
+
+    return sum(rank(c.attempt, c.step) > rank(attempt, step) for c in recorded) >= keep
+
+
 @dataclass(frozen=True, slots=True)
 class Found:
     """A complete checkpoint in an attempt's checkpoint directory, before it is recorded:

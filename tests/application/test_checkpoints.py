@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters.blobs import FilesystemBlobStore
 from adapters.checkpoint_dirs import FilesystemCheckpoints
 from adapters.memory.backend import MemoryBackend
 from application import jobs, submissions
@@ -24,7 +25,7 @@ from domain.checkpoints import Resume
 from domain.lifecycle import JobState
 from domain.retry import RetryPolicy
 from tests.contract.builders import a_job
-from tests.support.context import ALICE, memory_context
+from tests.support.context import ALICE, FakeClock, memory_context
 from tests.unit.builders import an_intent
 
 pytestmark = pytest.mark.unit
@@ -136,8 +137,9 @@ async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_thei
     assert await sweep(ctx, storage) == 2  # job-3's attempt and job-9's
     async with ctx.uow() as uow:
         assert [c.name for c in await uow.checkpoints.for_job("job-3")] == ["checkpoint-5"]
-        assert await uow.checkpoints.for_job("job-2") == []
-    assert not gone(running.work)  # a running job's next attempt (or a later sweep) keeps it
+        # kept while it runs (docs/checkpoints.md#harvested-while-the-attempt-runs)
+        assert [c.name for c in await uow.checkpoints.for_job("job-2")] == ["checkpoint-5"]
+    assert not gone(running.work)  # a running attempt's directory is never removed
     assert gone(ended.work) and gone(orphan.work) and gone(tmp_path / "checkpoints" / "job-3")
 
 
@@ -150,7 +152,8 @@ async def test_the_supervisor_records_what_each_attempt_resumed_from_and_what_it
     succeeded) keep it; `tp job why` and the job's details say it."""
     backend = MemoryBackend(storage=StorageCapabilities(capsule=True, shared_outputs=True))
     storage = FilesystemCheckpoints(tmp_path / "checkpoints")
-    ctx = dataclasses.replace(memory_context(tmp_path, backend), checkpoints=storage)
+    clock = FakeClock()
+    ctx = dataclasses.replace(memory_context(tmp_path, backend, clock), checkpoints=storage)
     policy = RetryPolicy.parse({"max_attempts": 2, "on": ["failed"], "backoff_seconds": 0})
     preview = await submissions.create_preview(
         ctx, ALICE, an_intent(params={"command": "train"}, retry=policy)
@@ -158,7 +161,7 @@ async def test_the_supervisor_records_what_each_attempt_resumed_from_and_what_it
     job_id = (
         await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
     ).job_id
-    sup = Supervisor(ctx, sweep_every=10_000)  # no sweep: the launch harvests
+    sup = Supervisor(ctx, sweep_every=10_000)  # no sweep of ended jobs after the first tick
 
     await sup.tick()
     first = (await jobs.get_job(ctx, ALICE, job_id)).attempts[0]
@@ -169,9 +172,14 @@ async def test_the_supervisor_records_what_each_attempt_resumed_from_and_what_it
     assert work is not None
     write(work, "checkpoint-100", {"w.bin": b"older"}, "100")
     write(work, "checkpoint-200", {"w.bin": b"newer"}, "200")
-    assert await harvest(ctx, storage, job_id, 1) == 2  # kept while it runs (or at launch)
+    clock.advance(seconds=ctx.limits.checkpoint_harvest.total_seconds())
+    await sup.tick()  # the supervisor keeps a running attempt's checkpoints, beside its ticks
+    assert sup._keeping is not None
+    await sup._keeping
     async with ctx.uow() as uow:
-        newer = next(c for c in await uow.checkpoints.for_job(job_id) if c.step == 200)
+        found = await uow.checkpoints.for_job(job_id)
+    assert sorted(c.step or 0 for c in found) == [100, 200]
+    newer = next(c for c in found if c.step == 200)
     damaged = next(f for f in newer.manifest.files if f.path == "w.bin")
     next((tmp_path / "blobs").rglob(damaged.sha256)).write_bytes(b"tampered")
     backend.finish(handle, 1)
@@ -214,3 +222,51 @@ def test_what_an_attempt_started_from_in_words() -> None:
     assert Resume().words(2) == ["attempt 2 started from the beginning: no checkpoint was recorded"]
     for r in (Resume("checkpoint-200", 1, 200, skipped), Resume()):
         assert Resume.from_dict(r.to_dict()) == r
+
+
+async def test_a_running_attempts_checkpoints_are_kept_as_they_complete_hashing_only_new_ones(
+    ctx: Context, tmp_path: Path
+) -> None:
+    """The sweep harvests a running job's attempt: a checkpoint is taken once its COMPLETE is
+    written, never before; of many saves only the newest two are read (the rest would be
+    collected at once); a second sweep reads nothing; the directory stays in place."""
+    hashed: list[str] = []
+
+    class Counting(FilesystemBlobStore):
+        async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+            hashed.append(Path(path).parent.name)
+            return await super().put_file(path, max_size)
+
+    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs"))
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    async with ctx.uow() as uow:
+        await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
+        await uow.commit()
+    running = await for_launch(ctx, storage, "job-2", 1)
+    for step in (100, 200, 300, 400):
+        write(running.work, f"checkpoint-{step}", {"w.bin": b"w" * step}, str(step))
+    write(running.work, "checkpoint-500", {"w.bin": b"being written"}, marker=None)
+
+    async def recorded() -> list[str]:
+        async with ctx.uow() as uow:
+            return sorted(c.name for c in await uow.checkpoints.for_job("job-2"))
+
+    assert await sweep(ctx, storage) == 0  # nothing removed
+    assert await recorded() == ["checkpoint-300", "checkpoint-400"]
+    assert sorted(set(hashed)) == ["checkpoint-300", "checkpoint-400"]  # 100, 200 never read
+    hashed.clear()
+    assert await sweep(ctx, storage) == 0
+    assert hashed == [] and await recorded() == ["checkpoint-300", "checkpoint-400"]
+    (Path(running.work) / "checkpoint-500" / "COMPLETE").write_text("500")  # now complete
+    assert await sweep(ctx, storage) == 0
+    assert sorted(set(hashed)) == ["checkpoint-500"]
+    assert await recorded() == ["checkpoint-400", "checkpoint-500"]
+    assert not gone(Path(running.work) / "checkpoint-100")  # the workload's own, untouched
+
+    async with ctx.uow() as uow:  # the job ends: the next sweep keeps it and removes it all
+        job = await uow.jobs.get("job-2")
+        assert job is not None
+        await uow.jobs.update(dataclasses.replace(job, state=JobState.SUCCEEDED), job.state)
+        await uow.commit()
+    hashed.clear()
+    assert await sweep(ctx, storage) == 1 and hashed == [] and gone(running.work)
