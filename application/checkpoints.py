@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass
 
 from application.context import Context
@@ -45,7 +46,20 @@ class LaunchCheckpoints:
 async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int) -> int:
     """Record the attempt's complete checkpoints not recorded yet; returns how many. Only new
     ones are hashed: one recorded already, or one the ``KEEP`` rule would collect at once (as
-    many newer ones are recorded: the older saves of a long run) is skipped unread."""
+    many newer ones are recorded: the older saves of a long run) is skipped unread. One harvest
+    of an attempt at a time in this process (a launch's and the keeping's): the second reads
+    what the first recorded instead of hashing the same files again."""
+    lock = _harvesting.setdefault((job_id, attempt), asyncio.Lock())
+    async with lock:
+        return await _harvest(ctx, storage, job_id, attempt)
+
+
+_harvesting: weakref.WeakValueDictionary[tuple[str, int], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)  # an attempt's lock lives while a harvest holds or waits for it
+
+
+async def _harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int) -> int:
     async with ctx.units.artifacts() as uow:
         have = await uow.checkpoints.for_job(job_id)
     known = {(c.attempt, c.name) for c in have}

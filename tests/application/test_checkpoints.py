@@ -6,6 +6,7 @@ back intact, skipping one whose blob was damaged."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from pathlib import Path
@@ -270,3 +271,22 @@ async def test_a_running_attempts_checkpoints_are_kept_as_they_complete_hashing_
         await uow.commit()
     hashed.clear()
     assert await sweep(ctx, storage) == 1 and hashed == [] and gone(running.work)
+
+
+async def test_a_launch_and_the_keeping_harvesting_one_attempt_at_once_hash_its_files_once(
+    ctx: Context, tmp_path: Path
+) -> None:
+    hashed: list[str] = []
+
+    class Counting(FilesystemBlobStore):
+        async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+            hashed.append(Path(path).parent.name)
+            return await super().put_file(path, max_size)
+
+    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs"))
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    first = await for_launch(ctx, storage, "job-1", 1)
+    write(first.work, "checkpoint-1", {"a.bin": b"a", "b.bin": b"b"}, "1")
+    done = await asyncio.gather(*(harvest(ctx, storage, "job-1", 1) for _ in range(2)))
+    assert sorted(done) == [0, 1]  # one recorded it, the other found it recorded
+    assert sorted(hashed) == ["checkpoint-1"] * 3  # a.bin, b.bin and COMPLETE, once each
