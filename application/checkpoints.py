@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from dataclasses import dataclass
 
 from application.context import Context
 from domain.artifact_ports import CheckpointStorage
 from domain.artifacts import ArtifactFile, Manifest
-from domain.checkpoints import Checkpoint, kept, newest_first
+from domain.checkpoints import Checkpoint, Resume, kept, newest_first, outranked
+from domain.checkpoints import skipped as skipped_words
 from domain.errors import TunePlaneError
+from domain.jobs import Attempt
 from domain.lifecycle import JOB_FINAL
 
 log = logging.getLogger("tuneplane.checkpoints")
@@ -32,12 +35,35 @@ class LaunchCheckpoints:
     resume_root: str  # its resume directory on this host
     resume: str | None  # the name of the checkpoint it resumes from (under resume_root)
     skipped: tuple[str, ...] = ()  # newer checkpoints that did not verify, and why
+    resumed_attempt: int | None = None  # the attempt that wrote the one it resumes from
+    resumed_step: int | None = None  # and its step
+
+    @property
+    def said(self) -> Resume:
+        """What the attempt starts from, as recorded on it (``record_resume``)."""
+        return Resume(self.resume, self.resumed_attempt, self.resumed_step, self.skipped)
 
 
 async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int) -> int:
-    """Record the attempt's complete checkpoints not recorded yet; returns how many."""
+    """Record the attempt's complete checkpoints not recorded yet; returns how many. Only new
+    ones are hashed: one recorded already, or one the ``KEEP`` rule would collect at once (as
+    many newer ones are recorded: the older saves of a long run) is skipped unread. One harvest
+    of an attempt at a time in this process (a launch's and the keeping's): the second reads
+    what the first recorded instead of hashing the same files again."""
+    lock = _harvesting.setdefault((job_id, attempt), asyncio.Lock())
+    async with lock:
+        return await _harvest(ctx, storage, job_id, attempt)
+
+
+_harvesting: weakref.WeakValueDictionary[tuple[str, int], asyncio.Lock] = (
+    weakref.WeakValueDictionary()
+)  # an attempt's lock lives while a harvest holds or waits for it
+
+
+async def _harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt: int) -> int:
     async with ctx.units.artifacts() as uow:
-        known = {(c.attempt, c.name) for c in await uow.checkpoints.for_job(job_id)}
+        have = await uow.checkpoints.for_job(job_id)
+    known = {(c.attempt, c.name) for c in have}
     recorded = 0
     gate = asyncio.Semaphore(PARALLEL)
 
@@ -48,8 +74,9 @@ async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt
             )
         return ArtifactFile(rel, size, digest.removeprefix("sha256:"))
 
-    for found in await storage.complete(job_id, attempt):
-        if (attempt, found.name) in known:
+    found_now = await storage.complete(job_id, attempt)
+    for found in sorted(found_now, key=lambda f: (f.step is None, f.step or 0), reverse=True):
+        if (attempt, found.name) in known or outranked(have, attempt, found.step):
             continue
         files = await asyncio.gather(*(upload(rel, path) for rel, path in found.files))
         checkpoint = Checkpoint(
@@ -57,7 +84,7 @@ async def harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attempt
         )
         async with ctx.units.artifacts() as uow:
             recorded += await uow.checkpoints.record(checkpoint)
-            _, dropped = kept(await uow.checkpoints.for_job(job_id))
+            have, dropped = kept(await uow.checkpoints.for_job(job_id))
             for old in dropped:  # its blobs are collected unless something else names them
                 await uow.checkpoints.drop(old.job_id, old.attempt, old.name)
             await uow.commit()
@@ -110,23 +137,45 @@ async def for_launch(
     for checkpoint in newest_first(found):
         why = await _materialize(ctx, storage, attempt, checkpoint)
         if why is None:
-            return LaunchCheckpoints(work, resume_root, checkpoint.name, tuple(skipped))
-        said = f"checkpoint {checkpoint.name} of attempt {checkpoint.attempt} skipped: {why}"
+            return LaunchCheckpoints(
+                work, resume_root, checkpoint.name, tuple(skipped), checkpoint.attempt,
+                checkpoint.step,
+            )  # fmt: skip
+        said = skipped_words(checkpoint, why)
         log.warning("job %s: %s", job_id, said)
         skipped.append(said)
     return LaunchCheckpoints(work, resume_root, None, tuple(skipped))
 
 
+async def record_resume(ctx: Context, attempt: Attempt, saved: LaunchCheckpoints) -> None:
+    """Record on the attempt what it starts from (``tp job why``, the API, the console), right
+    after the launch decision and before its members launch; once per attempt in effect (a
+    repeated launch decides the same and writes nothing). A first attempt with nothing to say
+    records nothing. Any backend that decided a ``LaunchCheckpoints`` calls this."""
+    said = saved.said
+    if attempt.resume == said or (attempt.number == 1 and said == Resume()):
+        return
+    async with ctx.units.jobs() as uow:
+        current = await uow.attempts.get(attempt.id)
+        if current is None or current.resume == said:
+            return
+        await uow.attempts.note_resume(attempt.id, said)
+        await uow.commit()
+
+
 async def sweep(ctx: Context, storage: CheckpointStorage) -> int:
-    """Keep the checkpoints of jobs that ended in the blob store and remove their directories
-    (a job's last attempt has no next one to harvest it; a supervisor that died before this
-    is caught up by the next sweep). Returns how many attempt directories were removed."""
+    """Keep every job's complete checkpoints in the blob store: a job not ended has its attempts'
+    directories harvested and left in place (a host lost meanwhile takes nothing kept with it;
+    its next launch or a later sweep removes them); a job that ended has them harvested and
+    removed (its last attempt has no next one to harvest it; a supervisor that died before
+    this is caught up by the next sweep). Returns how many attempt directories were removed."""
     removed = 0
     for job_id in await storage.jobs():
         async with ctx.units.jobs() as uow:
             job = await uow.jobs.get(job_id)
         if job is not None and job.state not in JOB_FINAL:
-            continue  # a running job's next attempt harvests, or this sweep once it ended
+            await _harvest_running(ctx, storage, job_id)
+            continue
         for attempt in await storage.attempts(job_id):
             if job is not None:
                 await harvest(ctx, storage, job_id, attempt)
@@ -135,13 +184,25 @@ async def sweep(ctx: Context, storage: CheckpointStorage) -> int:
     return removed
 
 
-async def keep_ended(ctx: Context, storage: CheckpointStorage) -> None:
+async def _harvest_running(ctx: Context, storage: CheckpointStorage, job_id: str) -> None:
+    """Harvest a job's attempt directories while it may still write them; never discard one.
+    A checkpoint the workload removes or changes while it is read (a trainer rotating its
+    saves) fails this harvest, said and tried again by the next sweep; nothing of it is
+    recorded (its blobs already stored are collected unless something names them)."""
+    for attempt in await storage.attempts(job_id):
+        try:
+            await harvest(ctx, storage, job_id, attempt)
+        except (TunePlaneError, OSError) as exc:
+            log.warning("checkpoints of job %s (attempt %d) not kept yet: %s", job_id, attempt, exc)
+
+
+async def keep(ctx: Context, storage: CheckpointStorage) -> None:
     """``sweep``, run beside the supervisor's ticks: an error is logged, and the next sweep
     tries again."""
     try:
         removed = await sweep(ctx, storage)
     except Exception:
-        log.exception("checkpoints of ended jobs not kept yet")
+        log.exception("checkpoints not kept yet")
         return
     if removed:
         log.info("checkpoints of ended jobs kept; %d directories removed", removed)

@@ -25,6 +25,7 @@ from application.checkpoints import LaunchCheckpoints
 from application.context import Context
 from domain.artifact_ports import CheckpointsInPlace, CheckpointStorage
 from domain.checkpoints import Checkpoint, kept, newest_first
+from domain.checkpoints import skipped as skipped_words
 from domain.jobs import Member
 from domain.lifecycle import JOB_FINAL
 
@@ -90,8 +91,10 @@ async def for_launch(
         if why is None:
             where = storage.path(job_id, checkpoint.attempt, checkpoint.name)
             root = where.removesuffix(f"/{checkpoint.name}")
-            return LaunchCheckpoints(work, root, checkpoint.name, tuple(skipped))
-        said = f"checkpoint {checkpoint.name} of attempt {checkpoint.attempt} skipped: {why}"
+            return LaunchCheckpoints(
+                work, root, checkpoint.name, tuple(skipped), checkpoint.attempt, checkpoint.step
+            )
+        said = skipped_words(checkpoint, why)
         log.warning("job %s: %s", job_id, said)
         skipped.append(said)
     return LaunchCheckpoints(work, work, None, tuple(skipped))
@@ -143,7 +146,7 @@ async def keep_ended(ctx: Context) -> None:
 
 async def keep_all(ctx: Context, local: CheckpointStorage | None) -> None:
     """The supervisor's sweep of checkpoints: those of this host's directories (``local``, kept
-    in the blob store: ``checkpoints.keep_ended``), then those kept in place."""
+    in the blob store: ``checkpoints.keep``), then those kept in place."""
     if local is not None:
-        await checkpoints.keep_ended(ctx, local)
+        await checkpoints.keep(ctx, local)
     await keep_ended(ctx)

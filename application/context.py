@@ -28,6 +28,8 @@ class Limits:
     # unused blobs younger than this are kept (application/blob_gc.py)
     blob_grace: timedelta = timedelta(days=1)
     max_checkpoint_file_bytes: int = 256 * 1024**3  # one file of a checkpoint, in the blob store
+    # running attempts' complete checkpoints are kept in the blob store this often (local)
+    checkpoint_harvest: timedelta = timedelta(seconds=15)
 
 
 @dataclass(frozen=True, slots=True)

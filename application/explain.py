@@ -6,10 +6,10 @@ same function the scheduler runs — so the text always matches what the schedul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from application.context import Context
-from application.jobs import get_job
+from application.jobs import JobDetails, get_job
 from application.submissions import get_preview
 from domain.admission import PendingJob, Snapshot, decide
 from domain.auth import Principal
@@ -27,6 +27,8 @@ class Explanation:
     text: str
     position: int | None = None  # rank among pending jobs, for a waiting job
     pending_total: int | None = None
+    # what each attempt resumed from, and the checkpoints skipped (docs/checkpoints.md)
+    checkpoints: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,16 @@ async def estimate_wait(ctx: Context, principal: Principal, preview_id: str) -> 
 
 async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explanation:
     details = await get_job(ctx, principal, job_id)
+    said = tuple(
+        line
+        for a in details.attempts
+        if a.attempt.resume is not None
+        for line in a.attempt.resume.words(a.attempt.number)
+    )
+    return replace(await _explain(ctx, details), checkpoints=said)
+
+
+async def _explain(ctx: Context, details: JobDetails) -> Explanation:
     job = details.job
     now = ctx.clock.now()
     if job.state is JobState.PENDING and job.not_before is not None and job.not_before > now:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Coroutine
+from datetime import datetime
 from typing import Any
 
 from application import checkpoints, checkpoints_in_place
@@ -66,7 +67,8 @@ class Supervisor:
         self._ticks = 0
         self._wake = asyncio.Event()
         self._stops: dict[str, asyncio.Task[None]] = {}
-        self._keeping: asyncio.Task[None] | None = None  # checkpoints of ended jobs, kept
+        self._keeping: asyncio.Task[None] | None = None  # checkpoints being kept
+        self._kept_at: datetime | None = None
 
     def wake(self) -> None:
         """Ask for a tick now instead of at the next poll (after a commit or a cancel)."""
@@ -105,7 +107,7 @@ class Supervisor:
             return False
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
-            self._keep_checkpoints()
+        self._keep_checkpoints(self._ticks % self.sweep_every == 0)
         if self._ticks % self.capacity_every == 0:
             await sync_capacity(self.ctx)  # pools and nodes a backend's scheduler reports
         self._ticks += 1
@@ -133,15 +135,21 @@ class Supervisor:
         """Release members held although recorded finished (``release_finished``)."""
         return await release_finished(self.ctx)
 
-    def _keep_checkpoints(self) -> None:
-        """Beside the ticks (hashing a large checkpoint takes seconds): keep the checkpoints of
-        jobs that ended in the blob store and remove their directories, and sweep those kept in
-        place (docs/checkpoints.md)."""
+    def _keep_checkpoints(self, now: bool) -> None:
+        """Beside the ticks (hashing a large checkpoint takes seconds), at the sweep and every
+        ``limits.checkpoint_harvest``: keep the complete checkpoints of running attempts in
+        the blob store, and those of jobs that ended, removing their directories; and sweep
+        those kept in place (docs/checkpoints.md)."""
         storage = self.ctx.checkpoints if self.ctx.blobs is not None else None
         if self._keeping is not None and not self._keeping.done():
             return
-        if storage is not None or self.ctx.backend_checkpoints:
-            self._keeping = asyncio.create_task(checkpoints_in_place.keep_all(self.ctx, storage))
+        if storage is None and not self.ctx.backend_checkpoints:
+            return
+        at, last = self.ctx.clock.now(), self._kept_at
+        if not now and last is not None and at - last < self.ctx.limits.checkpoint_harvest:
+            return
+        self._kept_at = at
+        self._keeping = asyncio.create_task(checkpoints_in_place.keep_all(self.ctx, storage))
 
     @staticmethod
     async def _lost_race_is_fine(job: Job, step: Coroutine[Any, Any, None]) -> None:
@@ -182,6 +190,8 @@ class Supervisor:
         except Unavailable as exc:
             log.warning("launch of attempt %s deferred: %s", attempt.id, exc)
             return
+        if saved is not None:
+            await checkpoints.record_resume(self.ctx, attempt, saved)
         for member in members:
             if member.handle is not None or member.state is not MemberState.PENDING:
                 continue

@@ -15,9 +15,10 @@ manifest is skipped for the one before it. The last ``KEEP`` per job are kept.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from domain.artifacts import Manifest
 from domain.errors import InvalidInput
@@ -77,6 +78,13 @@ class Checkpoint:
         return self.manifest.digest
 
 
+def skipped(checkpoint: Checkpoint, why: str) -> str:
+    """A checkpoint that did not verify, in words: "checkpoint-300 of attempt 1 skipped: …"."""
+    named = checkpoint.name  # "checkpoint-300", or "checkpoint final"
+    named = named if named.startswith("checkpoint") else f"checkpoint {named}"
+    return f"{named} of attempt {checkpoint.attempt} skipped: {why}"
+
+
 def newest_first(found: Sequence[Checkpoint]) -> list[Checkpoint]:
     """Newest first: by attempt (a later attempt went on from what the earlier ones left, or
     started again when none verified: either way it is the latest truth), then step (one
@@ -96,6 +104,19 @@ def kept(
         raise ValueError("keep at least one checkpoint")
     ordered = newest_first(found)
     return ordered[:keep], ordered[keep:]
+
+
+def outranked(
+    recorded: Sequence[Checkpoint], attempt: int, step: int | None, keep: int = KEEP
+) -> bool:
+    """Whether a checkpoint of ``attempt`` at ``step``, recorded now, would be collected at once
+    (``keep`` recorded ones are newer, by ``newest_first``'s order): then it is not worth
+    hashing. Recorded now, it is newer than a recorded one of the same attempt and step."""
+
+    def rank(a: int, s: int | None) -> tuple[int, bool, int]:
+        return (a, s is None, s or 0)
+
+    return sum(rank(c.attempt, c.step) > rank(attempt, step) for c in recorded) >= keep
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,3 +150,43 @@ def resume_for(found: Sequence[Checkpoint], attempt: int) -> ResumeFrom | None:
         return None
     c = earlier[0]
     return ResumeFrom(c.name, c.attempt, c.step, c.manifest)
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """What an attempt started from, recorded on it when its members launched: the checkpoint
+    it resumed from (``name`` None: from the beginning), which attempt wrote it and at which
+    step, and the newer ones skipped because they did not verify (each "checkpoint … of attempt
+    … skipped: why")."""
+
+    name: str | None = None
+    attempt: int | None = None  # the attempt that wrote it
+    step: int | None = None
+    skipped: tuple[str, ...] = ()
+
+    def words(self, number: int) -> list[str]:
+        """For `tp job why`: "attempt 2 resumed from checkpoint-200 (step 200, written by
+        attempt 1)", then the skipped ones."""
+        if self.name is not None:
+            origin = [f"step {self.step}"] if self.step is not None else []
+            origin += [f"written by attempt {self.attempt}"] if self.attempt is not None else []
+            said = f"attempt {number} resumed from {self.name}"
+            said += f" ({', '.join(origin)})" if origin else ""
+        elif self.skipped:
+            said = f"attempt {number} started from the beginning: no checkpoint verified"
+        else:
+            said = f"attempt {number} started from the beginning: no checkpoint was recorded"
+        return [said, *self.skipped]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "attempt": self.attempt,
+            "step": self.step,
+            "skipped": list(self.skipped),
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Resume:
+        skipped = tuple(raw.get("skipped") or ())
+        return cls(raw.get("name"), raw.get("attempt"), raw.get("step"), skipped)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from domain.checkpoints import Resume
 from domain.lifecycle import (
     ATTEMPT_TRANSITIONS,
     JOB_TRANSITIONS,
@@ -66,6 +67,10 @@ class Attempt:
     # why it is ending, as its backend or the control plane classified it (domain/retry.py):
     # node-lost, preempted, launch-failed, requeued; "" until then, and for a plain exit
     cause: str = ""
+    # the checkpoint it resumed from and those skipped (docs/checkpoints.md), recorded when its
+    # members launched; None: not recorded (a first attempt, or a backend without checkpoints).
+    # Written only by AttemptRepository.note_resume: ``update`` leaves it as it is
+    resume: Resume | None = None
 
     def moved(
         self,

@@ -22,6 +22,7 @@ from domain.backend_ports import (  # re-exported: where they used to live
 from domain.backend_ports import LaunchRequest as LaunchRequest
 from domain.backend_ports import Observation as Observation
 from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it used to live
+from domain.checkpoints import Resume
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
 from domain.fleet_check import NodeResult, PoolCheck
 from domain.jobs import Attempt, Job, JobEvent, Member, Submission
@@ -123,6 +124,12 @@ class AttemptRepository(Protocol):
 
     async def update(self, attempt: Attempt, expected: AttemptState) -> None:
         """Compare-and-set, as JobRepository.update."""
+        ...
+
+    async def note_resume(self, attempt_id: str, resume: Resume) -> None:
+        """Record what the attempt started from (``Attempt.resume``), whatever its state; the
+        only writer of it (``update`` leaves it as it is, so an attempt read before it was
+        noted never erases it). NotFound when the attempt does not exist."""
         ...
 
     async def for_job(self, job_id: str) -> list[Attempt]:

@@ -375,6 +375,14 @@ class Settings:
         section="blobs",
         doc="blobs younger than this are never collected",
     )
+    checkpoint_harvest_seconds: Positive = var(
+        15,
+        env="TUNEPLANE_CHECKPOINT_HARVEST_SECONDS",
+        section="blobs",
+        doc="how often the supervisor keeps the complete checkpoints of running attempts (local "
+        "backend) in the blob store, hashing only new ones "
+        "([checkpoints.md](checkpoints.md#harvested-while-the-attempt-runs))",
+    )
     # -- limits
     preview_ttl_seconds: Positive = var(
         3600,
@@ -424,6 +432,7 @@ class Settings:
             max_archive_bytes=self.max_archive_bytes,
             max_archive_unpacked_bytes=self.max_archive_unpacked_bytes,
             blob_grace=timedelta(seconds=self.blob_gc_grace_seconds),
+            checkpoint_harvest=timedelta(seconds=self.checkpoint_harvest_seconds),
         )
 
     @property

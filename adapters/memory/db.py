@@ -241,21 +241,30 @@ class Tx:
             raise RuntimeError("this unit of work has ended; open a new one")
 
 
-async def compare_and_set(tx: Tx, table: str, what: str, row: Any, expected: str) -> None:
+async def compare_and_set(
+    tx: Tx,
+    table: str,
+    what: str,
+    row: Any,
+    expected: str | None,
+    keep: Callable[[Any, Any], Any] | None = None,
+) -> None:
     """As UPDATE … WHERE id = … AND state = expected: an invisible row is NotFound; a row
-    another transaction is changing is waited for, then re-checked."""
+    another transaction is changing is waited for, then re-checked. ``expected`` None: any
+    state. ``keep(current, row)``: the row written, from the locked current one (columns an
+    UPDATE leaves as they are)."""
     if tx.get(table, row.id) is None:
         raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
     await tx.lock((table, "pk", row.id))
     current = tx.get(table, row.id)
     if current is None:  # pragma: no cover - rows are never deleted
         raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
-    if current.state != expected:
+    if expected is not None and current.state != expected:
         raise Conflict(
             f"{what} {row.id} is {current.state}, not {expected}: another writer changed it",
             fix=f"re-read the {what} and decide again",
         )
-    tx.write(table, row)
+    tx.write(table, keep(current, row) if keep is not None else row)
 
 
 def require(tx: Tx, table: str, pk: str, what: str) -> None:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from adapters.memory.db import Tx, compare_and_set, require
 from adapters.memory.store import LivePiece, LogRow
+from domain.checkpoints import Resume
+from domain.errors import NotFound
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, MemberState
+
+
+def _resume_kept(current: Attempt, row: Attempt) -> Attempt:
+    """``update`` leaves ``resume`` as it is (only ``note_resume`` writes it), as in Postgres."""
+    return replace(row, resume=current.resume)
 
 
 class MemoryAttemptRepository:
@@ -22,7 +31,19 @@ class MemoryAttemptRepository:
         return found
 
     async def update(self, attempt: Attempt, expected: AttemptState) -> None:
-        await compare_and_set(self._tx, "attempts", "attempt", attempt, expected.value)
+        await compare_and_set(
+            self._tx, "attempts", "attempt", attempt, expected.value, _resume_kept
+        )
+
+    async def note_resume(self, attempt_id: str, resume: Resume) -> None:
+        current = await self.get(attempt_id)
+        if current is None:
+            raise NotFound(f"attempt {attempt_id} does not exist", fix="check the attempt id")
+
+        def noted(now: Attempt, _: Attempt) -> Attempt:
+            return replace(now, resume=resume)
+
+        await compare_and_set(self._tx, "attempts", "attempt", current, None, noted)
 
     async def for_job(self, job_id: str) -> list[Attempt]:
         # numbers are 1, 2, … per job: probe the unique (job, number) index, no table scan

@@ -7,6 +7,7 @@ from typing import Any
 
 from domain.admission import mcpu
 from domain.auth import ApiToken, Role, User
+from domain.checkpoints import Resume
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Validation
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
@@ -98,6 +99,8 @@ def job_from_row(r: Row) -> Job:
 
 
 def attempt_values(a: Attempt) -> dict[str, Any]:
+    """Every column but ``resume``, which only ``note_resume`` writes (an update from an
+    attempt read before it was noted must not erase it)."""
     return {
         "id": a.id,
         "job_id": a.job_id,
@@ -122,6 +125,7 @@ def attempt_from_row(r: Row) -> Attempt:
         reason=r["reason"],
         exit_code=r["exit_code"],
         cause=r["cause"],
+        resume=Resume.from_dict(r["resume"]) if r["resume"] is not None else None,
     )
 
 

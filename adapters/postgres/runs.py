@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -10,6 +10,8 @@ from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
 from adapters.postgres.tables import attempt_logs, attempts, members
+from domain.checkpoints import Resume
+from domain.errors import NotFound
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, MemberState
 
@@ -20,7 +22,9 @@ class PostgresAttemptRepository:
 
     async def add(self, attempt: Attempt) -> None:
         what = f"attempt {attempt.id} (job {attempt.job_id}, number {attempt.number})"
-        await insert_new(self._conn, attempts, codec.attempt_values(attempt), what)
+        resume = attempt.resume.to_dict() if attempt.resume is not None else None
+        values = codec.attempt_values(attempt) | {"resume": resume}
+        await insert_new(self._conn, attempts, values, what)
 
     async def get(self, attempt_id: str) -> Attempt | None:
         with translated(f"get attempt {attempt_id}"):
@@ -35,6 +39,18 @@ class PostgresAttemptRepository:
         await compare_and_set(
             self._conn, attempts, "attempt", codec.attempt_values(attempt), expected.value
         )
+
+    async def note_resume(self, attempt_id: str, resume: Resume) -> None:
+        query = (
+            update(attempts)
+            .where(attempts.c.id == attempt_id)
+            .values(resume=resume.to_dict())
+            .returning(attempts.c.id)
+        )
+        with translated(f"note what attempt {attempt_id} resumed from"):
+            done = (await self._conn.execute(query)).first()
+        if done is None:
+            raise NotFound(f"attempt {attempt_id} does not exist", fix="check the attempt id")
 
     async def for_job(self, job_id: str) -> list[Attempt]:
         query = select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.number)

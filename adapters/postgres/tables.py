@@ -122,6 +122,8 @@ attempts = Table(
     Column("reason", Text, nullable=False, server_default=""),
     Column("exit_code", Integer, nullable=True),
     Column("cause", Text, nullable=False, server_default=""),  # domain/retry.py
+    # what it started from (domain/checkpoints.py Resume): written only by note_resume
+    Column("resume", JSONB, nullable=True),
     UniqueConstraint("job_id", "number"),
     one_of("state", AttemptState),
 )

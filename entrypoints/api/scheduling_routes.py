@@ -23,6 +23,8 @@ class WhyOut(Struct):
     text: str
     position: int | None = None
     pending_total: int | None = None
+    # what each attempt resumed from, and the checkpoints skipped as not verifying
+    checkpoints: list[str] = []
 
 
 class PlacementOut(Struct):
@@ -70,7 +72,9 @@ def _ctx(state: State) -> Context:
 )
 async def why(job_id: str, state: State, principal: Principal) -> WhyOut:
     e = await explain.explain_job(_ctx(state), principal, job_id)
-    return WhyOut(e.job_id, e.state, e.kind, e.text, e.position, e.pending_total)
+    return WhyOut(
+        e.job_id, e.state, e.kind, e.text, e.position, e.pending_total, list(e.checkpoints)
+    )
 
 
 @get(

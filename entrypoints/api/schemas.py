@@ -13,7 +13,7 @@ from application.submissions import RETRY_KEY_MAX, RETRY_KEY_MIN, RETRY_KEY_PATT
 from domain import plugins
 from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
-from domain.jobs import Job, Receipt
+from domain.jobs import Attempt, Job, Receipt
 from domain.plugins import PluginPin
 from domain.retry import RetryPolicy
 from domain.submission import Preview, SourceRef, SubmissionIntent
@@ -169,6 +169,17 @@ class MemberOut(Struct):
     role: str = "main"
 
 
+class ResumeOut(Struct):
+    """What an attempt started from: the checkpoint it resumed from (null: from the
+    beginning), the attempt that wrote it and its step, and the newer ones skipped, with why."""
+
+    checkpoint: str | None
+    attempt: int | None  # the attempt that wrote it
+    step: int | None
+    skipped: list[str]
+    words: list[str]  # as `tp job why` says it
+
+
 class AttemptOut(Struct):
     id: str
     number: int
@@ -181,6 +192,9 @@ class AttemptOut(Struct):
     # how it ended, for the retry policy: node-lost, preempted, launch-failed, failed (an exit),
     # cancelled, requeued (aborted for no fault of the job); "" while it runs or if it succeeded
     end: str = ""
+    # what it resumed from (docs/checkpoints.md); null: not recorded (a first attempt, or a
+    # backend that keeps no checkpoints yet)
+    resume: ResumeOut | None = None
 
 
 class JobOut(Struct):
@@ -274,6 +288,13 @@ def preview_out(p: Preview) -> PreviewOut:
     )
 
 
+def resume_out(attempt: Attempt) -> ResumeOut | None:
+    r = attempt.resume
+    if r is None:
+        return None
+    return ResumeOut(r.name, r.attempt, r.step, list(r.skipped), r.words(attempt.number))
+
+
 def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
     attempts = [
         AttemptOut(
@@ -291,6 +312,7 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
                 for m in a.members
             ],
             a.attempt.end,
+            resume_out(a.attempt),
         )
         for a in (details.attempts if details else [])
     ]

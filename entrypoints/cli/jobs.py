@@ -203,6 +203,9 @@ def status(job_id: str, /, *, json: JsonFlag = False) -> int:
             )  # fmt: skip
     if rows:
         output.table(["ATTEMPT", "ROLE", "NODE", "HANDLE", "STATE", "EXIT", "REASON"], rows)
+    for a in job.get("attempts") or []:  # attempt 2 resumed from checkpoint-200 (step 200, …)
+        for line in (a.get("resume") or {}).get("words") or []:
+            p(line, markup=False)
     if job.get("state") == JobState.PENDING.value:
         p(f"see why it waits: tp job why {job['id']}", markup=False)
     return 0
@@ -251,6 +254,8 @@ def why(job_id: str, /, *, json: JsonFlag = False) -> int:
         where = f" (position {answer['position']} of {answer.get('pending_total')} pending)"
     p(f"job {answer['job_id']} is {answer['state']}{where}", markup=False)
     p(answer["text"], markup=False)
+    for line in answer.get("checkpoints") or []:
+        p(line, markup=False)
     return 0
 
 

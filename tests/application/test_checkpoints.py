@@ -6,16 +6,28 @@ back intact, skipping one whose blob was damaged."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import uuid
 from pathlib import Path
 
 import pytest
 
+from adapters.blobs import FilesystemBlobStore
 from adapters.checkpoint_dirs import FilesystemCheckpoints
+from adapters.memory.backend import MemoryBackend
+from application import jobs, submissions
 from application.checkpoints import for_launch, harvest, sweep
 from application.context import Context
+from application.explain import explain_job
+from application.supervisor import Supervisor
+from domain.capsule import StorageCapabilities
+from domain.checkpoints import Resume
+from domain.lifecycle import JobState
+from domain.retry import RetryPolicy
 from tests.contract.builders import a_job
-from tests.support.context import memory_context
+from tests.support.context import ALICE, FakeClock, memory_context
+from tests.unit.builders import an_intent
 
 pytestmark = pytest.mark.unit
 
@@ -126,6 +138,155 @@ async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_thei
     assert await sweep(ctx, storage) == 2  # job-3's attempt and job-9's
     async with ctx.uow() as uow:
         assert [c.name for c in await uow.checkpoints.for_job("job-3")] == ["checkpoint-5"]
-        assert await uow.checkpoints.for_job("job-2") == []
-    assert not gone(running.work)  # a running job's next attempt (or a later sweep) keeps it
+        # kept while it runs (docs/checkpoints.md#harvested-while-the-attempt-runs)
+        assert [c.name for c in await uow.checkpoints.for_job("job-2")] == ["checkpoint-5"]
+    assert not gone(running.work)  # a running attempt's directory is never removed
     assert gone(ended.work) and gone(orphan.work) and gone(tmp_path / "checkpoints" / "job-3")
+
+
+async def test_the_supervisor_records_what_each_attempt_resumed_from_and_what_it_skipped(
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 writes two checkpoints and fails; the newer one's blob is damaged once kept.
+    Attempt 2, retried by the policy, resumes from the older: the attempt records its name,
+    step and writer, and the skipped one with why; later updates of the attempt (running,
+    succeeded) keep it; `tp job why` and the job's details say it."""
+    backend = MemoryBackend(storage=StorageCapabilities(capsule=True, shared_outputs=True))
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    clock = FakeClock()
+    ctx = dataclasses.replace(memory_context(tmp_path, backend, clock), checkpoints=storage)
+    policy = RetryPolicy.parse({"max_attempts": 2, "on": ["failed"], "backoff_seconds": 0})
+    preview = await submissions.create_preview(
+        ctx, ALICE, an_intent(params={"command": "train"}, retry=policy)
+    )
+    job_id = (
+        await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
+    ).job_id
+    sup = Supervisor(ctx, sweep_every=10_000)  # no sweep of ended jobs after the first tick
+
+    await sup.tick()
+    first = (await jobs.get_job(ctx, ALICE, job_id)).attempts[0]
+    assert first.attempt.resume is None  # a first attempt: nothing to say
+    handle = first.members[0].handle
+    assert handle is not None
+    work = backend.members[handle].request.checkpoints
+    assert work is not None
+    write(work, "checkpoint-100", {"w.bin": b"older"}, "100")
+    write(work, "checkpoint-200", {"w.bin": b"newer"}, "200")
+    clock.advance(seconds=ctx.limits.checkpoint_harvest.total_seconds())
+    await sup.tick()  # the supervisor keeps a running attempt's checkpoints, beside its ticks
+    assert sup._keeping is not None
+    await sup._keeping
+    async with ctx.uow() as uow:
+        found = await uow.checkpoints.for_job(job_id)
+    assert sorted(c.step or 0 for c in found) == [100, 200]
+    newer = next(c for c in found if c.step == 200)
+    damaged = next(f for f in newer.manifest.files if f.path == "w.bin")
+    next((tmp_path / "blobs").rglob(damaged.sha256)).write_bytes(b"tampered")
+    backend.finish(handle, 1)
+    await sup.tick()  # attempt 1 failed: the policy queues the job again, no backoff
+    await sup.tick()  # attempt 2: reserved, launched, observed running
+
+    d = await jobs.get_job(ctx, ALICE, job_id)
+    assert len(d.attempts) == 2 and d.job.state is JobState.RUNNING
+    second = d.attempts[1]
+    assert second.attempt.state == "running"  # updated after the note: the note is kept
+    resume = second.attempt.resume
+    assert resume is not None
+    assert (resume.name, resume.attempt, resume.step) == ("checkpoint-100", 1, 100)
+    assert len(resume.skipped) == 1
+    assert resume.skipped[0].startswith("checkpoint-200 of attempt 1 skipped: w.bin: ")
+    assert backend.members[second.members[0].handle or ""].request.resume == "checkpoint-100"
+
+    backend.finish(second.members[0].handle or "", 0)
+    await sup.tick()
+    why = await explain_job(ctx, ALICE, job_id)
+    assert why.kind == "finished"
+    assert why.checkpoints == (
+        "attempt 2 resumed from checkpoint-100 (step 100, written by attempt 1)",
+        resume.skipped[0],
+    )
+    ended = (await jobs.get_job(ctx, ALICE, job_id)).attempts[1].attempt
+    assert ended.state == "succeeded" and ended.resume == resume
+
+
+def test_what_an_attempt_started_from_in_words() -> None:
+    skipped = ("checkpoint-300 of attempt 1 skipped: model.bin: digest mismatch",)
+    assert Resume("checkpoint-200", 1, 200, skipped).words(2) == [
+        "attempt 2 resumed from checkpoint-200 (step 200, written by attempt 1)",
+        skipped[0],
+    ]
+    assert Resume("final", 2).words(3) == ["attempt 3 resumed from final (written by attempt 2)"]
+    assert Resume(None, skipped=skipped).words(2)[0] == (
+        "attempt 2 started from the beginning: no checkpoint verified"
+    )
+    assert Resume().words(2) == ["attempt 2 started from the beginning: no checkpoint was recorded"]
+    for r in (Resume("checkpoint-200", 1, 200, skipped), Resume()):
+        assert Resume.from_dict(r.to_dict()) == r
+
+
+async def test_a_running_attempts_checkpoints_are_kept_as_they_complete_hashing_only_new_ones(
+    ctx: Context, tmp_path: Path
+) -> None:
+    """The sweep harvests a running job's attempt: a checkpoint is taken once its COMPLETE is
+    written, never before; of many saves only the newest two are read (the rest would be
+    collected at once); a second sweep reads nothing; the directory stays in place."""
+    hashed: list[str] = []
+
+    class Counting(FilesystemBlobStore):
+        async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+            hashed.append(Path(path).parent.name)
+            return await super().put_file(path, max_size)
+
+    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs"))
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    async with ctx.uow() as uow:
+        await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
+        await uow.commit()
+    running = await for_launch(ctx, storage, "job-2", 1)
+    for step in (100, 200, 300, 400):
+        write(running.work, f"checkpoint-{step}", {"w.bin": b"w" * step}, str(step))
+    write(running.work, "checkpoint-500", {"w.bin": b"being written"}, marker=None)
+
+    async def recorded() -> list[str]:
+        async with ctx.uow() as uow:
+            return sorted(c.name for c in await uow.checkpoints.for_job("job-2"))
+
+    assert await sweep(ctx, storage) == 0  # nothing removed
+    assert await recorded() == ["checkpoint-300", "checkpoint-400"]
+    assert sorted(set(hashed)) == ["checkpoint-300", "checkpoint-400"]  # 100, 200 never read
+    hashed.clear()
+    assert await sweep(ctx, storage) == 0
+    assert hashed == [] and await recorded() == ["checkpoint-300", "checkpoint-400"]
+    (Path(running.work) / "checkpoint-500" / "COMPLETE").write_text("500")  # now complete
+    assert await sweep(ctx, storage) == 0
+    assert sorted(set(hashed)) == ["checkpoint-500"]
+    assert await recorded() == ["checkpoint-400", "checkpoint-500"]
+    assert not gone(Path(running.work) / "checkpoint-100")  # the workload's own, untouched
+
+    async with ctx.uow() as uow:  # the job ends: the next sweep keeps it and removes it all
+        job = await uow.jobs.get("job-2")
+        assert job is not None
+        await uow.jobs.update(dataclasses.replace(job, state=JobState.SUCCEEDED), job.state)
+        await uow.commit()
+    hashed.clear()
+    assert await sweep(ctx, storage) == 1 and hashed == [] and gone(running.work)
+
+
+async def test_a_launch_and_the_keeping_harvesting_one_attempt_at_once_hash_its_files_once(
+    ctx: Context, tmp_path: Path
+) -> None:
+    hashed: list[str] = []
+
+    class Counting(FilesystemBlobStore):
+        async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+            hashed.append(Path(path).parent.name)
+            return await super().put_file(path, max_size)
+
+    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs"))
+    storage = FilesystemCheckpoints(tmp_path / "checkpoints")
+    first = await for_launch(ctx, storage, "job-1", 1)
+    write(first.work, "checkpoint-1", {"a.bin": b"a", "b.bin": b"b"}, "1")
+    done = await asyncio.gather(*(harvest(ctx, storage, "job-1", 1) for _ in range(2)))
+    assert sorted(done) == [0, 1]  # one recorded it, the other found it recorded
+    assert sorted(hashed) == ["checkpoint-1"] * 3  # a.bin, b.bin and COMPLETE, once each

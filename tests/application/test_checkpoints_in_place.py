@@ -94,7 +94,7 @@ async def test_a_checkpoint_changed_after_it_was_recorded_is_skipped_for_the_one
     second = await for_launch(ctx, storage, "job-1", 2)
     assert second.resume == "checkpoint-1" and second.resume_root == first.work
     [said] = second.skipped
-    assert said.startswith("checkpoint checkpoint-2 of attempt 1 skipped: w.bin changed after")
+    assert said.startswith("checkpoint-2 of attempt 1 skipped: w.bin changed after")
     assert await recorded(ctx) == [(1, "checkpoint-1", 1), (1, "checkpoint-2", 2)]
 
 

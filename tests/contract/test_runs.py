@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from domain.auth import Role, User
+from domain.checkpoints import Resume
 from domain.errors import Conflict, NotFound
 from domain.lifecycle import AttemptState, MemberState
 from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
@@ -64,6 +65,32 @@ async def test_attempt_update_is_compare_and_set(uow_factory: UnitOfWorkFactory)
         await uow.commit()
     async with uow_factory() as uow:
         assert await uow.attempts.get(attempt.id) == running
+
+
+async def test_what_an_attempt_resumed_from_is_written_only_by_note_resume(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """An update from an attempt read before the note (the supervisor's tick goes on with the
+    attempt it read) keeps the note; a note is written whatever the attempt's state."""
+    job = a_job()
+    attempt = an_attempt(job, 2)
+    said = Resume("checkpoint-200", 1, 200, ("checkpoint-300 of attempt 1 skipped: w: gone",))
+    async with uow_factory() as uow:
+        await uow.jobs.add(job)
+        await uow.attempts.add(attempt)
+        await uow.attempts.add(an_attempt(job, 1, resume=Resume()))  # as it comes in
+        await uow.commit()
+    async with uow_factory() as uow:
+        with pytest.raises(NotFound):
+            await uow.attempts.note_resume("att-missing", said)
+    async with uow_factory() as uow:
+        await uow.attempts.note_resume(attempt.id, said)
+        await uow.attempts.update(attempt.moved(AttemptState.RUNNING, at(5)), attempt.state)
+        await uow.commit()
+    async with uow_factory() as uow:
+        found = await uow.attempts.for_job(job.id)
+        assert found[0].resume == Resume()
+        assert found[1].resume == said and found[1].state is AttemptState.RUNNING
 
 
 async def _job_with_attempt(uow: UnitOfWork) -> str:

@@ -18,6 +18,7 @@ from playwright.async_api import Page, expect
 from adapters.postgres.engine import create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
+from domain.checkpoints import Resume
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.retry import RetryPolicy
 from domain.telemetry import MemberScope
@@ -29,6 +30,7 @@ from tests.fixtures.server import Servers
 from tests.support.points import source_batch
 
 pytestmark = pytest.mark.e2e
+RESUMED = Resume("checkpoint-500", 1, 500, ("checkpoint-700 of attempt 1 skipped: w.bin: gone",))
 
 
 async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_itself(
@@ -146,7 +148,10 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
             await uow.jobs.add(job)
             for number in (1, 2):
                 cause = "node-lost" if number == 1 else ""  # its node fenced: retried
-                attempt = an_attempt(job, number, state=AttemptState.FAILED, cause=cause)
+                resume = RESUMED if number == 2 else None  # as the supervisor notes it
+                attempt = an_attempt(
+                    job, number, state=AttemptState.FAILED, cause=cause, resume=resume
+                )
                 member = a_member(attempt, 0, state=MemberState.FAILED)
                 await uow.attempts.add(attempt)
                 await uow.members.add(member)
@@ -177,6 +182,15 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     ends = page.get_by_role("table", name="Attempts").locator("tbody tr")
     await expect(ends.nth(0)).to_contain_text("node-lost")  # how attempt 1 ended
     await expect(ends.nth(1)).to_contain_text("failed")
+    await expect(ends.nth(0).get_by_role("cell").nth(3)).to_have_text("—")  # a first attempt
+    resumed = ends.nth(1).get_by_role("cell").nth(3)
+    await expect(resumed).to_contain_text("checkpoint-500 (step 500, attempt 1)")
+    await expect(resumed.get_by_role("listitem")).to_have_text(RESUMED.skipped[0])
+    notes = page.get_by_role("list", name="Checkpoints resumed").get_by_role("listitem")
+    await expect(notes.nth(0)).to_have_text(
+        "attempt 2 resumed from checkpoint-500 (step 500, written by attempt 1)"
+    )
+    await expect(notes.nth(1)).to_have_text(RESUMED.skipped[0])
     await expect(page.locator("dl.facts")).to_contain_text("2 attempts, a new one after node-lost")
     await page.screenshot(path=screenshots / "01-attempts.png", full_page=True)
     assert not await accessibility_violations(page)

@@ -88,6 +88,14 @@ def test_an_attempt_that_failed_hands_its_checkpoint_to_the_next(cli: Cli) -> No
     assert [a["end"] for a in job["attempts"]] == ["failed", ""], job["attempts"]
     log = cli("job", "logs", job_id).stdout
     assert "attempt 2 resumed from /tuneplane/resume/checkpoint-7: state at step 7" in log, log
+    said = "attempt 2 resumed from checkpoint-7 (step 7, written by attempt 1)"
+    assert [a["resume"] for a in job["attempts"]] == [
+        None,
+        {"checkpoint": "checkpoint-7", "attempt": 1, "step": 7, "skipped": [], "words": [said]},
+    ], job["attempts"]
+    why = cli("job", "why", job_id).stdout
+    assert said in why, why
+    assert said in cli("job", "status", job_id).stdout
 
 
 def test_retry_on_the_command_line_and_bad_policies_are_refused_naming_the_fix(cli: Cli) -> None:

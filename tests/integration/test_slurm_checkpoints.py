@@ -118,7 +118,7 @@ async def test_attempts_resume_in_place_from_the_newest_checkpoint_that_verifies
         d = await ticked_until(rig, sup, job_id, ended(2))
     assert d.job.state is JobState.PENDING, d.job
     assert seen(tmp_path, 2) == ([f"{root}/2", f"{root}/1/checkpoint-1"], "step 1")
-    assert "checkpoint checkpoint-2 of attempt 1 skipped: w.txt has 16 bytes" in caplog.text
+    assert "checkpoint-2 of attempt 1 skipped: w.txt has 16 bytes" in caplog.text
 
     d = await ticked_until(rig, sup, job_id, ended(3))
     assert (d.job.state, len(d.attempts)) == (JobState.SUCCEEDED, 3), d.job

@@ -58,7 +58,18 @@ tokenizer = hf_tokenizer(cfg.actor_rollout_ref.model.path)
 data = RLHFDataset(data_files=cfg.data.train_files, tokenizer=tokenizer, config=cfg.data)
 row = data[0]
 truth = row["reward_model"]["ground_truth"]
+
+from verl.trainer.ppo.checkpoint_callback import build_checkpoint_callback
+hook = build_checkpoint_callback(cfg)  # as verl's driver does: by trainer.checkpoint_callback_class
+saved = os.path.join(cfg.trainer.default_local_dir, "global_step_3")
+os.makedirs(os.path.join(saved, "actor"))
+open(os.path.join(saved, "data.pt"), "wb").close()
+hook.on_save(trainer=None, global_step=3, checkpoint_dir=saved, async_save=False)
 print("RESULT " + json.dumps({
+    "hook": type(hook).__name__, "marked": open(os.path.join(saved, "COMPLETE")).read(),
+    "resume_mode": cfg.trainer.resume_mode, "resume_from_path": cfg.trainer.resume_from_path,
+    "del_local_ckpt_after_load": cfg.trainer.del_local_ckpt_after_load,
+    "pythonpath": cfg.ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH,
     "critic": critic, "reference": reference,
     "adv_estimator": cfg.algorithm.adv_estimator, "rollout_n": cfg.actor_rollout_ref.rollout.n,
     "actor_rollout_n": cfg.actor_rollout_ref.actor.rollout_n,
@@ -92,6 +103,8 @@ def capsule(tmp_path: Path, given: dict[str, str]) -> dict[str, str]:
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
         "CUDA_VISIBLE_DEVICES": "",  # a CPU member, even on a machine with a GPU
+        "TUNEPLANE_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+        "TUNEPLANE_RESUME_FROM": str(tmp_path / "resume" / "global_step_2"),  # a retry
     }
 
 
@@ -105,6 +118,12 @@ def test_the_rendered_overrides_are_a_config_verl_accepts(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     assert json.loads(line.removeprefix("RESULT ")) == {
+        "hook": "MarkComplete",  # the artifact's, loaded by verl's own loader
+        "marked": "3\n",
+        "resume_mode": "resume_path",
+        "resume_from_path": env["TUNEPLANE_RESUME_FROM"],
+        "del_local_ckpt_after_load": False,
+        "pythonpath": str(Path(env["ENTRY"]).parent),
         "critic": False,
         "reference": True,
         "adv_estimator": "grpo",

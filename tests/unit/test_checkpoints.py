@@ -14,6 +14,7 @@ from domain.checkpoints import (
     kept,
     marker_step,
     newest_first,
+    outranked,
     step_from_name,
 )
 from domain.errors import InvalidInput
@@ -66,3 +67,15 @@ def test_newest_first_is_by_attempt_then_step_then_time() -> None:
     assert kept([], 2) == ([], [])
     with pytest.raises(ValueError):
         kept([a1_100], 0)
+
+
+def test_a_checkpoint_that_would_be_collected_at_once_is_outranked() -> None:
+    """Recorded now, it would be among the newest ``keep`` unless as many recorded ones are
+    newer (``newest_first``): then harvesting it would hash files only to drop them."""
+    recorded = [cp(1, "checkpoint-300", 300), cp(1, "checkpoint-400", 400)]
+    assert outranked(recorded, 1, 200)
+    assert not outranked(recorded, 1, 300)  # the same step, recorded later: newer
+    assert not outranked(recorded, 1, 500) and not outranked(recorded, 1, None)  # no step: last
+    assert not outranked(recorded, 2, 1)  # a later attempt is newer whatever its step
+    assert not outranked(recorded[:1], 1, 100)  # fewer than keep recorded: kept
+    assert outranked(recorded, 1, 350, keep=1) and not outranked(recorded, 1, 450, keep=1)

@@ -381,6 +381,68 @@ def test_verl_grpo_renders_hydra_overrides_for_main_ppo(
     assert plan["engine"] == "sglang"
 
 
+def test_verl_grpo_saves_into_tuneplanes_checkpoint_directory_and_resumes_with_verls_own_resume(
+    artifact: Load, env: dict[str, str], tmp_path: Path
+) -> None:
+    """docs/recipes.md: verl's global_step_<N> directories go to TUNEPLANE_CHECKPOINT_DIR, each
+    marked complete by the artifact's hook (imported on verl's driver: the artifact's directory
+    is on its PYTHONPATH), and a retry resumes with resume_mode=resume_path; verl never deletes
+    the read-only resume directory."""
+    grpo = artifact("verl/grpo", "grpo.py")
+    here = tmp_path / "capsule" / "verl-grpo"
+    given = {**env, "NPROC_PER_NODE": "2", "PYTHONPATH": "/opt/x",
+             "TUNEPLANE_CHECKPOINT_DIR": "/tuneplane/checkpoints",
+             "TUNEPLANE_RESUME_FROM": "/tuneplane/resume/global_step_20"}  # fmt: skip
+    plan = grpo.render(config_of("verl/grpo", VERL_GIVEN), given)
+    said = [o for o in plan["overrides"] if o.startswith(("trainer.", "+ray_kwargs"))]
+    assert said[said.index("trainer.n_gpus_per_node=2") + 1 :] == [
+        "trainer.default_local_dir='/tuneplane/checkpoints'",
+        "trainer.checkpoint_callback_class='tuneplane_verl.MarkComplete'",
+        "trainer.del_local_ckpt_after_load=false",
+        "trainer.resume_mode='resume_path'",
+        "trainer.resume_from_path='/tuneplane/resume/global_step_20'",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.TENSORBOARD_DIR='/tuneplane/metrics'",
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH='{here}:/opt/x'",
+        "trainer.save_freq=-1",
+        "trainer.test_freq=-1",
+        "trainer.total_epochs=1",
+        "trainer.total_training_steps=5",
+        "trainer.val_before_train=false",
+    ]
+    assert plan["env"]["PYTHONPATH"] == f"{here}:/opt/x"
+    first = grpo.render(config_of("verl/grpo", VERL_GIVEN), {**given, "TUNEPLANE_RESUME_FROM": ""})
+    assert "trainer.resume_mode='disable'" in first["overrides"]  # nothing to resume from
+    assert not [o for o in first["overrides"] if o.startswith("trainer.resume_from_path")]
+    with pytest.raises(sys.modules["tuneplane_recipe"].ConfigError) as caught:
+        grpo.render(
+            config_of("verl/grpo", VERL_GIVEN),
+            {**given, "TUNEPLANE_RESUME_FROM": "/tuneplane/resume/checkpoint-20"},
+        )
+    assert "not one of verl's checkpoints (global_step_<N>)" in caught.value.problem
+    config = config_of("verl/grpo", VERL_GIVEN)
+    config["verl"]["trainer"]["resume_mode"] = "auto"  # a hand-edited config.json
+    with pytest.raises(sys.modules["tuneplane_recipe"].ConfigError, match="resume_mode"):
+        grpo.render(config, given)
+
+
+def test_verls_checkpoint_hook_marks_each_saved_checkpoint_complete(
+    artifact: Load, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hook = artifact("verl/grpo", "tuneplane_verl.py").MarkComplete(config={"trainer": {}})
+    saved = tmp_path / "checkpoints" / "global_step_20"
+    (saved / "actor").mkdir(parents=True)
+    (saved / "actor" / "model_world_size_2_rank_0.pt").write_bytes(b"shard")
+    (saved / "data.pt").write_bytes(b"loader")
+    hook.on_save(trainer=None, global_step=20, checkpoint_dir=str(saved), async_save=False)
+    assert (saved / "COMPLETE").read_text() == "20\n"
+    pending = tmp_path / "checkpoints" / "global_step_30"
+    pending.mkdir()
+    for _ in range(2):  # verl's workers may still be writing it: never marked, said once
+        hook.on_save(trainer=None, global_step=30, checkpoint_dir=str(pending), async_save=True)
+    assert not (pending / "COMPLETE").exists()
+    assert capsys.readouterr().err.count("saved asynchronously: not marked complete") == 1
+
+
 def test_verl_grpo_with_a_hub_model_its_own_data_and_verl_rewards(
     artifact: Load, env: dict[str, str]
 ) -> None:

@@ -2,7 +2,7 @@ import { call, getJson, postJson } from "../api";
 import { alertBox, h, shown, table, view, when } from "../dom";
 import { type Chart, metricChart } from "./chart";
 import { rawInspector, type Series } from "./inspector";
-import type { Job, RetryPolicy } from "./jobs";
+import type { Job, Resume, RetryPolicy } from "./jobs";
 
 interface Why {
   state: string;
@@ -10,6 +10,7 @@ interface Why {
   text: string;
   position: number | null;
   pending_total: number | null;
+  checkpoints?: string[]; // what each attempt resumed from, and checkpoints skipped
 }
 interface Metrics {
   primary: string[];
@@ -71,20 +72,33 @@ function retryWords(p: RetryPolicy | undefined): string {
   return `${p.max_attempts} attempts, a new one after ${p.on.join(", ")}${codes}; backoff ${p.backoff_seconds} s doubling to ${p.max_backoff_seconds} s`;
 }
 
-// Each attempt: how it ended (why, in words) and when; the next one's time is in the facts.
+// Each attempt: how it ended (why, in words) and when, and the checkpoint it resumed from;
+// the next one's time is in the facts.
 function attempts(job: Job): HTMLElement {
   if (!job.attempts.length) return h("p", {}, "No attempt yet.");
   return table(
     "Attempts",
-    ["Attempt", "State", "Ended as", "Started", "Last change", "Reason"],
-    job.attempts.map((a) => [a.number, a.state, a.end || "—", h("time", { datetime: a.created_at }, when(a.created_at)), h("time", { datetime: a.updated_at }, when(a.updated_at)), a.reason ?? ""]),
+    ["Attempt", "State", "Ended as", "Resumed from", "Started", "Last change", "Reason"],
+    job.attempts.map((a) => [a.number, a.state, a.end || "—", resumed(a.resume), h("time", { datetime: a.created_at }, when(a.created_at)), h("time", { datetime: a.updated_at }, when(a.updated_at)), a.reason ?? ""]),
   );
+}
+
+// "checkpoint-200 (step 200, attempt 1)", then the newer ones skipped and why.
+function resumed(r: Resume | null | undefined): HTMLElement | string {
+  if (!r) return "—";
+  const origin = [r.step !== null ? `step ${r.step}` : "", r.attempt !== null ? `attempt ${r.attempt}` : ""].filter(Boolean).join(", ");
+  const what = r.checkpoint ? `${r.checkpoint}${origin ? ` (${origin})` : ""}` : "the beginning";
+  if (!r.skipped.length) return what;
+  return h("div", {}, what, h("ul", { class: "skipped" }, ...r.skipped.map((s) => h("li", {}, s))));
 }
 
 function whyText(why: Why | null): HTMLElement | string {
   if (!why) return "";
   const where = why.position ? ` (position ${why.position} of ${why.pending_total ?? "?"} waiting)` : "";
-  return h("p", { class: "why" }, h("strong", {}, why.state === "pending" ? "Why pending: " : "Status: "), why.text, where);
+  const said = h("p", { class: "why" }, h("strong", {}, why.state === "pending" ? "Why pending: " : "Status: "), why.text, where);
+  const notes = why.checkpoints ?? [];
+  if (!notes.length) return said;
+  return h("div", {}, said, h("ul", { class: "why-checkpoints", "aria-label": "Checkpoints resumed" }, ...notes.map((n) => h("li", {}, n))));
 }
 
 function timeline(list: JobEvent[]): HTMLElement {

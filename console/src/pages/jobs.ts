@@ -21,6 +21,14 @@ export interface Attempt {
   updated_at: string;
   members: Member[];
   end?: string; // node-lost, preempted, launch-failed, failed, cancelled, requeued; "" otherwise
+  resume?: Resume | null; // what it resumed from (docs/checkpoints.md); null: not recorded
+}
+export interface Resume {
+  checkpoint: string | null; // null: from the beginning
+  attempt: number | null; // the attempt that wrote it
+  step: number | null;
+  skipped: string[]; // newer ones that did not verify, each with why
+  words: string[];
 }
 export interface RetryPolicy {
   max_attempts: number;

@@ -2,7 +2,7 @@
 checkpoint's directory; such a checkpoint's manifest names no blobs (blob collection ignores it)
 
 Revision ID: 0023
-Revises: 0021
+Revises: 0022
 Create Date: 2026-12-05
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0023"
-down_revision: str | Sequence[str] | None = "0021"
+down_revision: str | Sequence[str] | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

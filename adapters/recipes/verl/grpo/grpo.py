@@ -4,7 +4,8 @@
 
 config.json's ``verl`` object holds parameters at their verl config paths; ``render`` flattens
 it into Hydra overrides, adds what the platform fixes (the GRPO estimator, the gang's nodes and
-GPUs, TensorBoard in $TUNEPLANE_METRICS_DIR, checkpoints in $TUNEPLANE_OUTPUT_DIR) and what
+GPUs, TensorBoard in $TUNEPLANE_METRICS_DIR, checkpoints in $TUNEPLANE_CHECKPOINT_DIR, each
+marked complete, resumed from $TUNEPLANE_RESUME_FROM; else in $TUNEPLANE_OUTPUT_DIR) and what
 ``run`` asks for (the model: a hub name, a model directory in the experiment, or `tiny-llama`
 built from a config and saved; the data: parquet files in verl's RL format, or `synthetic`
 additions; the reward: reward.py's exact answer, or verl's built-in scorers by data source).
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -73,6 +75,33 @@ def _check_batches(verl: Mapping[str, Any], g: Gang) -> None:
                           f" {gpus} GPUs", f"use a divisor of {gpus}")  # fmt: skip
 
 
+def _checkpoints(env: Mapping[str, str]) -> dict[str, Any]:
+    """With TunePlane's checkpoint directory (docs/checkpoints.md): verl saves its
+    ``global_step_<N>`` directories there, each marked complete by tuneplane_verl.py's hook
+    once verl wrote it, and a retry resumes from ``TUNEPLANE_RESUME_FROM`` with verl's own
+    resume (the actor's shards, optimizer and the data loader's position; its global step
+    from the directory's name). The resume directory is read-only: verl never deletes it."""
+    work = env.get("TUNEPLANE_CHECKPOINT_DIR")
+    if not work:
+        return {}
+    out: dict[str, Any] = {
+        "trainer.default_local_dir": work,
+        "trainer.checkpoint_callback_class": "tuneplane_verl.MarkComplete",
+        "trainer.del_local_ckpt_after_load": False,
+        "trainer.resume_mode": "disable",  # a first attempt, or none verified: from the start
+    }
+    resume = env.get("TUNEPLANE_RESUME_FROM")
+    if resume:
+        if not re.fullmatch(r"global_step_\d+", Path(resume).name):
+            raise ConfigError(
+                f"TUNEPLANE_RESUME_FROM {resume} is not one of verl's checkpoints"
+                " (global_step_<N>): verl takes the step to resume at from that name",
+                "resume verl/grpo only from checkpoints it saved itself (trainer.save_freq)",
+            )
+        out.update({"trainer.resume_mode": "resume_path", "trainer.resume_from_path": resume})
+    return out
+
+
 def render(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     """The plan: ``overrides`` (Hydra's, for verl.trainer.main_ppo), the files ``main`` makes
     (``tiny_model``, ``synthetic``), the Ray workers' ``env`` and the trainer's ``argv``."""
@@ -105,6 +134,7 @@ def render(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         "trainer.nnodes": g.nnodes,
         "trainer.n_gpus_per_node": g.nproc_per_node,
         "trainer.default_local_dir": str(where.output / "checkpoints"),
+        **_checkpoints(env),
     }
     plan: dict[str, Any] = {"tiny_model": None, "synthetic": None}
     model = str(run.get("model", tiny_lm.TINY))
@@ -138,6 +168,8 @@ def render(config: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         fixed["reward.custom_reward_function.name"] = "compute_score"
     # the trainer runs in a Ray actor: variables reach it through the job's runtime_env
     worker_env = {"TENSORBOARD_DIR": str(where.metrics)}
+    if "trainer.checkpoint_callback_class" in fixed:  # the hook is imported on verl's driver
+        worker_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
     for name, value in worker_env.items():
         fixed[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
     given = flatten(verl)
