@@ -149,10 +149,15 @@ async def for_launch(
 
 async def record_resume(ctx: Context, attempt: Attempt, saved: LaunchCheckpoints) -> None:
     """Record on the attempt what it starts from (``tp job why``, the API, the console), right
-    after the launch decision and before its members launch; once per attempt in effect (a
-    repeated launch decides the same and writes nothing). A first attempt with nothing to say
-    records nothing. Any backend that decided a ``LaunchCheckpoints`` calls this."""
-    said = saved.said
+    after the launch decision and before its members launch. Any backend that decided a
+    ``LaunchCheckpoints`` calls this."""
+    await note_resume(ctx, attempt, saved.said)
+
+
+async def note_resume(ctx: Context, attempt: Attempt, said: Resume) -> None:
+    """``record_resume`` of what was decided: once per attempt in effect (a repeated launch
+    decides the same and writes nothing); a first attempt with nothing to say records
+    nothing."""
     if attempt.resume == said or (attempt.number == 1 and said == Resume()):
         return
     async with ctx.units.jobs() as uow:

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from application.context import Context
 from application.fleet_check import settle as settle_checks
+from application.node_checkpoints import record_resumed
 from application.reconcile import fence_node
 from application.supervisor_chores import retry_or_end
 from domain.coordination_ports import NODE_WORK
@@ -106,6 +107,8 @@ class GangCoordinator:
             plan = await self._decide(job, plan)
             if plan.decision is None:
                 return None
+            if plan.decision is Decision.COMMIT:  # what its members resumed from
+                await record_resumed(self.ctx, attempt)
         if plan.decision is Decision.ABORT:
             await self._aborted(job, attempt, plan)
             return None

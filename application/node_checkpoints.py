@@ -21,9 +21,11 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
+from application.checkpoints import note_resume
 from application.context import Context
-from domain.checkpoints import Checkpoint, kept, resume_for
+from domain.checkpoints import Checkpoint, Resume, kept, resume_for
 from domain.errors import Forbidden, NotFound
+from domain.jobs import Attempt
 from domain.node_messages import CheckpointOffer, PrepareOrder
 from domain.node_ports import NodeWork
 from domain.node_protocol import MemberRef, refusal
@@ -39,6 +41,19 @@ async def with_resume(ctx: Context, order: PrepareOrder) -> PrepareOrder:
         found = await uow.checkpoints.for_job(order.job_id)
     resume = resume_for(found, order.attempt)
     return order if resume is None else replace(order, resume=resume)
+
+
+async def record_resumed(ctx: Context, attempt: Attempt) -> None:
+    """Once its launch is committed, record on the attempt the checkpoint its members resumed
+    from: the one every Prepare named (a checkpoint forgotten while they fetched it made a
+    busy no, so a committed launch fetched the same one everywhere)."""
+    if attempt.number <= 1:
+        return
+    async with ctx.units.artifacts() as uow:
+        found = await uow.checkpoints.for_job(attempt.job_id)
+    resume = resume_for(found, attempt.number)
+    said = Resume(resume.name, resume.attempt, resume.step) if resume else Resume()
+    await note_resume(ctx, attempt, said)
 
 
 async def held_member(ctx: Context, node: str, ref: MemberRef, job_id: str) -> NodeWork:

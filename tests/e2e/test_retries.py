@@ -207,6 +207,11 @@ async def test_a_gang_on_nodes_resumes_on_the_others_from_its_last_checkpoint(
         for s in re.findall(r"resumed from /tuneplane/resume/checkpoint-\d+ at step (\d+)", log)
     ]
     assert resumed and min(resumed) >= resumable, (resumed, resumable, log[-3000:])
+    said = (
+        f"attempt 2 resumed from checkpoint-{resumed[0]} (step {resumed[0]}, written by attempt 1)"
+    )
+    assert second["resume"]["words"] == [said], second
+    assert said in cli("job", "why", job_id).stdout
     assert f"step {steps}: loss" in log and "final: loss" in log
 
     answer = await asyncio.to_thread(
