@@ -187,17 +187,7 @@ class S3BlobStore:
         await write_file(path, await self.read(digest))  # its digest checked
 
     async def read(self, digest: str) -> bytes:
-        key = self._key(digest)
-        try:
-            got = await self._s3.get_object(Bucket=self.location.bucket, Key=key)
-            async with got["Body"] as body:
-                data: bytes = await body.read()
-        except ClientError as exc:
-            if code(exc) in ABSENT:
-                raise NotFound(f"no blob {digest}", fix="upload it again") from None
-            fail(self.place, exc, f"reading {digest}")
-        except FAILURES as exc:
-            fail(self.place, exc, f"reading {digest}")
+        data = b"".join([chunk async for chunk in self.chunks(digest)])
         found = "sha256:" + hashlib.sha256(data).hexdigest()
         if found != digest:
             raise corrupt_blob(digest, found, f"{self.location}{_relative(digest)}")

@@ -64,6 +64,20 @@ def order_of(g: Gang, index: int, node: str) -> PrepareOrder:
     )  # fmt: skip
 
 
+async def kept_then_again(
+    ctx: Context, tmp_path: Path, *saves: dict[str, bytes]
+) -> tuple[Gang, Gang]:
+    """Attempt 1 of a job on n-0 and n-1, whose n-0 keeps each of ``saves`` in turn (the i-th
+    as checkpoint-i), then its attempt 2 placed on n-1 and n-2."""
+    g = await new_gang(ctx.uow)
+    n0 = carrier(ctx, tmp_path, "n-0")
+    work, _ = await n0.storage.prepare(g.job.id, 1)
+    for i, files in enumerate(saves, 1):
+        write(work, f"checkpoint-{i}", files, str(i))
+        await n0.upload(ref(g, 0), g.job.id, 1)
+    return g, await new_gang(ctx.uow, ("n-1", "n-2"), 29501, job=g.job, number=2)
+
+
 async def test_a_node_keeps_the_newest_complete_checkpoints_once_sending_what_the_store_lacks(
     ctx: Context, tmp_path: Path
 ) -> None:
@@ -116,14 +130,9 @@ async def test_a_node_keeps_and_reads_nothing_through_a_member_it_does_not_hold(
 async def test_the_next_attempt_places_the_newest_and_a_damaged_one_is_forgotten(
     ctx: Context, tmp_path: Path
 ) -> None:
-    g = await new_gang(ctx.uow)
-    n0 = carrier(ctx, tmp_path, "n-0")
-    work, _ = await n0.storage.prepare(g.job.id, 1)
-    write(work, "checkpoint-1", {"w.bin": b"older"}, "1")
-    await n0.upload(ref(g, 0), g.job.id, 1)
-    write(work, "checkpoint-2", {"w.bin": b"newer", "sub/opt.bin": b"o"}, "2")
-    await n0.upload(ref(g, 0), g.job.id, 1)
-    again = await new_gang(ctx.uow, ("n-1", "n-2"), 29501, job=g.job, number=2)
+    g, again = await kept_then_again(
+        ctx, tmp_path, {"w.bin": b"older"}, {"w.bin": b"newer", "sub/opt.bin": b"o"}
+    )
 
     first = await with_resume(ctx, order_of(again, 0, "n-1"))
     assert first.resume is not None and (first.resume.name, first.resume.step) == (
@@ -155,12 +164,7 @@ async def test_the_next_attempt_places_the_newest_and_a_damaged_one_is_forgotten
 async def test_a_checkpoint_that_cannot_be_placed_is_a_busy_no_that_is_not_journalled(
     ctx: Context, tmp_path: Path
 ) -> None:
-    g = await new_gang(ctx.uow)
-    again = await new_gang(ctx.uow, ("n-1", "n-2"), 29501, job=g.job, number=2)
-    n0 = carrier(ctx, tmp_path, "n-0")
-    work, _ = await n0.storage.prepare(g.job.id, 1)
-    write(work, "checkpoint-1", {"w.bin": b"w"}, "1")
-    await n0.upload(ref(g, 0), g.job.id, 1)
+    g, again = await kept_then_again(ctx, tmp_path, {"w.bin": b"w"})
     prepared = await with_resume(ctx, order_of(again, 0, "n-1"))
     async with ctx.uow() as uow:  # forgotten meanwhile (say, collected by an operator)
         await uow.checkpoints.drop(g.job.id, 1, "checkpoint-1")
@@ -195,12 +199,7 @@ class FullDisk(DirectCourier):
 
 
 async def test_a_full_disk_leaves_nothing_placed_and_says_why(ctx: Context, tmp_path: Path) -> None:
-    g = await new_gang(ctx.uow)
-    n0 = carrier(ctx, tmp_path, "n-0")
-    work, _ = await n0.storage.prepare(g.job.id, 1)
-    write(work, "checkpoint-1", {"a.bin": b"a", "b.bin": b"b"}, "1")
-    await n0.upload(ref(g, 0), g.job.id, 1)
-    again = await new_gang(ctx.uow, ("n-1", "n-2"), 29501, job=g.job, number=2)
+    g, again = await kept_then_again(ctx, tmp_path, {"a.bin": b"a", "b.bin": b"b"})
     prepared = await with_resume(ctx, order_of(again, 0, "n-1"))
     n1 = CheckpointCarrier(FilesystemCheckpoints(tmp_path / "n-1"), FullDisk(ctx, "n-1"))
     why = await n1.fetch(prepared)

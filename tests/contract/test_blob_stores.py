@@ -269,3 +269,20 @@ async def test_a_file_is_stored_by_its_content_and_copied_out_verified(
     assert not damaged.exists()
     with pytest.raises(NotFound):
         await rig.store.copy_to("sha256:" + "0" * 64, str(tmp_path / "absent.bin"))
+
+
+@pytest.mark.parametrize("data", [SMALL, b"", LARGE], ids=["small", "empty", "large"])
+async def test_chunks_hand_the_content_out_in_pieces_unchecked(rig: Rig, data: bytes) -> None:
+    """``chunks`` (a checkpoint file sent to a node) streams what is stored; the reader, not
+    the store, checks the digest of what it got, so a damaged blob comes out as it is."""
+    digest, _ = await rig.store.put(stream(data), max_size=len(data))
+    pieces = [c async for c in rig.store.chunks(digest)]
+    assert b"".join(pieces) == data
+    assert all(len(p) <= 8 * 1024 * 1024 for p in pieces)  # never the whole of a large blob
+    assert len(pieces) > 1 or len(data) <= 8 * 1024 * 1024
+    await rig.tamper(digest, b"evil")
+    assert b"".join([c async for c in rig.store.chunks(digest)]) == b"evil"
+    with pytest.raises(NotFound, match="no blob"):
+        _ = [c async for c in rig.store.chunks(digest_of(b"never stored"))]
+    with pytest.raises(InvalidInput, match="not a sha256 digest"):
+        _ = [c async for c in rig.store.chunks("sha256:../../etc/passwd")]
