@@ -3,7 +3,7 @@ the domain's types (the Prepare's ``Resume`` is in ``node_codec``)."""
 
 from __future__ import annotations
 
-from adapters.grpc.node_codec import (
+from adapters.grpc.codec_pieces import (
     _bad,
     _text,
     check_checkpoint,

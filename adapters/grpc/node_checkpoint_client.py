@@ -18,9 +18,9 @@ from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from h2.exceptions import H2Error
 
 from adapters.grpc.checkpoint_codec import offer_to
+from adapters.grpc.codec_pieces import ref_to
 from adapters.grpc.errors import from_grpc
 from adapters.grpc.node_client import load_credential
-from adapters.grpc.node_codec import ref_to
 from domain.errors import Unauthenticated, Unavailable
 from domain.node_messages import CheckpointOffer
 from domain.node_protocol import MemberRef

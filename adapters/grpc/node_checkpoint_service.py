@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from grpclib.server import Stream
 
 from adapters.grpc.checkpoint_codec import file_named, offer_from
+from adapters.grpc.codec_pieces import ref_from
 from adapters.grpc.errors import bearer, grpc_error
-from adapters.grpc.node_codec import ref_from
 from application import node_checkpoints
 from application.context import Context
 from application.enrollment import authenticate_node

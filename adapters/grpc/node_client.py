@@ -37,6 +37,7 @@ from h2.exceptions import H2Error
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exponential_jitter
 
 from adapters.grpc import node_codec as codec
+from adapters.grpc.codec_pieces import capacity_to
 from adapters.grpc.errors import from_grpc
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated, Unavailable
@@ -187,7 +188,7 @@ class NodeLink:
             request = pb.EnrollRequest(
                 join_token=join_token,
                 node_name=name,
-                capacity=codec.capacity_to(self.capacity),
+                capacity=capacity_to(self.capacity),
                 address=self.address,
             )
             reply = await NodeControlStub(channel).Enroll(request, timeout=30)

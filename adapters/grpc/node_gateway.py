@@ -26,6 +26,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
 from adapters.grpc import node_codec as codec
+from adapters.grpc.codec_pieces import capacity_from
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.grpc.node_checkpoint_service import CheckpointCalls
 from adapters.grpc.node_codec import GatewayBody
@@ -92,7 +93,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
                 self.ctx,
                 request.join_token,
                 request.node_name,
-                codec.capacity_from(request.capacity),
+                capacity_from(request.capacity),
                 request.address,
             )
         except TunePlaneError as exc:

@@ -30,6 +30,7 @@ from grpclib.client import Channel
 from grpclib.exceptions import StreamTerminatedError
 
 from adapters.grpc import node_codec as codec
+from adapters.grpc.codec_pieces import capacity_to
 from adapters.tls import client_context
 from domain.node_messages import Heartbeat, HeartbeatAck, Hello, Welcome
 from domain.node_protocol import NodeCapacity
@@ -80,7 +81,7 @@ class SimNode:
             request = pb.EnrollRequest(
                 join_token=token,
                 node_name=self.name,
-                capacity=codec.capacity_to(CAP),
+                capacity=capacity_to(CAP),
                 address="127.0.0.1",
             )
             reply = await NodeControlStub(channel).Enroll(request, timeout=60)
