@@ -13,6 +13,11 @@ database. A fenced node stays lost, so each round uses up one node: rounds + 1 (
 daemons. Baseline in the same run: creating and starting one container of the same image straight
 through the Docker Engine API, which the new attempt pays at least once.
 
+With ``BENCH_CHECKPOINT_MB=N`` each member first writes a complete checkpoint of N MiB (random
+bytes) into its TUNEPLANE_CHECKPOINT_DIR, and the fence waits until one is kept through the
+gateway: the new attempt's nodes then fetch and verify it before they vote (in
+"prepare+decide"), so the total is the recovery of a job that resumes.
+
 Run: ``.venv/bin/pytest tests/bench/bench_recovery.py -m bench -s`` (``BENCH_ROUNDS=N`` for
 another count than 10), with the engine from ``deploy/dev/dockerd.sh`` in DOCKER_HOST.
 """
@@ -63,6 +68,26 @@ async def phases(cluster: NodeCluster, first: str, second: str) -> dict[str, flo
     return {k: float(row[k]) for k in ("ended", "reserved", "began", "decided")}
 
 
+def command(checkpoint_mb: int) -> str:
+    if not checkpoint_mb:
+        return COMMAND
+    save = '"$TUNEPLANE_CHECKPOINT_DIR/checkpoint-1"'
+    return (
+        f"mkdir -p {save} && head -c {checkpoint_mb}M /dev/urandom > {save}/w.bin && "
+        f"echo 1 > {save}/COMPLETE; {COMMAND}"
+    )
+
+
+async def kept(cluster: NodeCluster, job_id: str) -> int:
+    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
+    try:
+        return int(
+            await conn.fetchval("SELECT count(*) FROM checkpoints WHERE job_id = $1", job_id)
+        )
+    finally:
+        await conn.close()
+
+
 async def until(api: httpx.AsyncClient, url: str, ok: Callable[[dict[str, Any]], bool]) -> Any:
     deadline = time.monotonic() + 120
     while True:
@@ -79,6 +104,7 @@ async def test_recovery_after_a_fence(
     tmp_path: Path,
 ) -> None:
     rounds = int(os.environ.get("BENCH_ROUNDS", ROUNDS))
+    checkpoint_mb = int(os.environ.get("BENCH_CHECKPOINT_MB", "0"))
     cluster = await node_cluster_factory(rounds + 3)
     await cli_for(cluster, tmp_path)  # the experiment `hello` exists in a workspace
     base_url = cluster.servers.url
@@ -91,7 +117,7 @@ async def test_recovery_after_a_fence(
                 "experiment": "hello",
                 "method": "custom/custom",
                 "profile": "nodes/cpu:1",  # 2 members of 0.5 CPU: one per node
-                "params": {"command": f"{COMMAND} # {i}"},
+                "params": {"command": f"{command(checkpoint_mb)} # {i}"},
                 "retry": retry,
             }
             r = await api.post(f"{base_url}/v1/previews", json=intent)
@@ -100,7 +126,8 @@ async def test_recovery_after_a_fence(
             body = {"preview_id": p["id"], "digest": p["digest"], "retry_key": str(uuid.uuid4())}
             r = await api.post(f"{base_url}/v1/jobs", json=body)
             r.raise_for_status()
-            url = f"{base_url}/v1/jobs/{r.json()['job_id']}"
+            job_id = r.json()["job_id"]
+            url = f"{base_url}/v1/jobs/{job_id}"
             job = await until(
                 api,
                 url,
@@ -109,6 +136,10 @@ async def test_recovery_after_a_fence(
                     and all(m["state"] == "running" for m in j["attempts"][-1]["members"])
                 ),
             )
+            for _ in range(2400 if checkpoint_mb else 0):  # one kept through the gateway
+                if await kept(cluster, job_id):
+                    break
+                await asyncio.sleep(0.05)
             first = job["attempts"][0]
             node = first["members"][0]["node"]
             sent = time.time()
@@ -144,5 +175,6 @@ async def test_recovery_after_a_fence(
             await until(api, url, lambda j: j["state"] in ("cancelled", "failed", "succeeded"))
     base = await asyncio.to_thread(baseline, docker_host, image, 10)
     title = f"recovery after a fence, 2-member gangs: {rounds}; baseline rounds: {len(base)}"
+    title += f"; a checkpoint of {checkpoint_mb} MiB resumed" if checkpoint_mb else ""
     print_phases(title, rows, base)
     print(json.dumps({"rows": rows, "baseline": base}))

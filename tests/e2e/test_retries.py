@@ -18,6 +18,7 @@ import pytest
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.nodes import NodeCluster
+from tests.support.db import plain_dsn
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -148,8 +149,7 @@ async def test_a_fenced_node_ends_the_attempt_node_lost_and_the_next_runs_on_the
 
 async def recorded_checkpoints(cluster: NodeCluster, job_id: str) -> list[tuple[int, str, int]]:
     """(attempt, name, step) of the job's kept checkpoints, from the control plane's database."""
-    url = cluster.servers.env["TUNEPLANE_DATABASE_URL"].replace("+asyncpg", "")
-    db = await asyncpg.connect(url)
+    db = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
     try:
         rows = await db.fetch(
             "SELECT attempt, name, step FROM checkpoints WHERE job_id = $1", job_id
