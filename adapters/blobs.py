@@ -234,7 +234,7 @@ class FilesystemBlobStore:
         if found != digest:
             raise corrupt_blob(digest, found, where)
         after = Stamp.of(os.fstat(fd))
-        if after != stamp:
+        if not after.same_bytes(stamp):  # its ctime changes if another copy_to links it
             raise changed_blob(digest, where)
         if after.mtime_ns > started - BACKDATE_NS:
             return after, None  # written too recently for its mtime to show a later write

@@ -44,7 +44,8 @@ def fill(where: Path, mib: int) -> None:
     for i in range(FILES):
         with (where / f"shard-{i}.bin").open("wb") as f:
             for j in range(mib // FILES):
-                f.write(block[j % 7 :] + block[: j % 7])  # no two MiB alike: nothing dedups
+                k = i * (mib // FILES) + j  # no two MiB alike, no two files alike
+                f.write(block[k:] + block[:k])
     (where / "COMPLETE").write_text("1000\n")
 
 

@@ -6,6 +6,7 @@ tests/contract/test_blob_stores.py."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from collections.abc import Callable
@@ -207,3 +208,25 @@ async def test_a_blob_written_while_it_is_proved_or_placed_is_refused(
     with pytest.raises(NotFound, match=r"changed .* while it was read"):
         await store.copy_to(digest, str(tmp_path / "b.bin"))
     assert not (tmp_path / "b.bin").exists()
+
+
+async def test_links_made_while_a_blob_is_proved_are_no_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint holding the same file twice: one copy_to links the blob (its ctime changes)
+    while another hashes it, and both place it."""
+    store = FilesystemBlobStore(tmp_path / "blobs", stamp_seconds=0)
+    digest, blob = await stored(tmp_path, store)
+    real = blob_files.hash_fd
+
+    def linked_meanwhile(fd: int) -> tuple[str, int]:
+        os.link(blob, tmp_path / "other.bin")
+        return real(fd)
+
+    monkeypatch.setattr(blobs, "hash_fd", linked_meanwhile)
+    await store.copy_to(digest, str(tmp_path / "a.bin"))
+    assert (tmp_path / "a.bin").read_bytes() == DATA
+    monkeypatch.setattr(blobs, "hash_fd", real)
+    paths = [tmp_path / f"{n}.bin" for n in range(4)]
+    await asyncio.gather(*(store.copy_to(digest, str(p)) for p in paths))
+    assert all(p.read_bytes() == DATA for p in paths)
