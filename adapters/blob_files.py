@@ -27,8 +27,10 @@ that were hashed, because every way of changing them leaves a mark the stamp see
 when its stamp matches and is younger than the store's ``stamp_seconds`` (10 minutes by
 default; 0: every ``copy_to`` hashes). Anything else (no stamp: another process hashed it, or
 this one restarted; a stamp that no longer matches; an old one) is hashed in full first, as
-before. The file placed is the very inode checked (linked through ``/proc/self/fd``, or copied
-from the open file), and its size and mtime are checked again once it is placed.
+before, and stamped then if its mtime lies ``BACKDATE_NS`` or more before that hash began (a
+blob written more recently is hashed every time). The file placed is the very inode checked
+(linked through ``/proc/self/fd``, or copied from the open file), and its size and mtime are
+checked again once it is placed; the link's new ctime then goes into the stamp.
 
 **What the stamp does not cover** (the full hash after the stamp's age, or in another process,
 still does): damage below the filesystem (a failing disk, flipped bits in memory or on the
