@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -26,8 +25,10 @@ from adapters.blob_files import (
     BACKDATE_NS,
     STAMP_SECONDS,
     Changed,
+    NotRegular,
     Stamp,
     Stamps,
+    copy_in,
     hash_copy,
     hash_fd,
     place,
@@ -161,9 +162,15 @@ class FilesystemBlobStore:
         os.close(fd)
 
         def stored() -> tuple[str, int]:
-            if os.stat(path).st_size > max_size:
+            try:
+                copied = copy_in(path, tmp, max_size)
+            except NotRegular:
+                raise InvalidInput(
+                    f"{path} is not a regular file (a symbolic link, a pipe or a device)",
+                    fix="store regular files only; a checkpoint's links are left out",
+                ) from None
+            if copied > max_size:
                 raise too_large(max_size)
-            shutil.copyfile(path, tmp)
             copy = os.open(tmp, os.O_RDONLY)
             try:
                 hashed_at = time.monotonic()

@@ -16,7 +16,7 @@ import pytest
 
 from adapters import blob_files, blobs
 from adapters.blobs import FilesystemBlobStore
-from domain.errors import NotFound, Unavailable
+from domain.errors import InvalidInput, NotFound, Unavailable
 
 pytestmark = pytest.mark.integration
 
@@ -230,3 +230,22 @@ async def test_links_made_while_a_blob_is_proved_are_no_change(
     paths = [tmp_path / f"{n}.bin" for n in range(4)]
     await asyncio.gather(*(store.copy_to(digest, str(p)) for p in paths))
     assert all(p.read_bytes() == DATA for p in paths)
+
+
+async def test_only_a_regular_file_is_stored_and_never_past_the_limit(tmp_path: Path) -> None:
+    """A checkpoint's file replaced by a symbolic link (to any file of the host) or a pipe after
+    it was listed is refused; a file that grows while it is copied fills no disk."""
+    store = FilesystemBlobStore(tmp_path / "blobs")
+    secret = tmp_path / "host-secret"
+    secret.write_bytes(b"not the workload's")
+    (tmp_path / "link.bin").symlink_to(secret)
+    os.mkfifo(tmp_path / "pipe")
+    for name in ("link.bin", "pipe"):
+        with pytest.raises(InvalidInput, match="is not a regular file"):
+            await store.put_file(str(tmp_path / name), 1024)
+    assert list((store.root / "tmp").iterdir()) == []
+    assert [p for p in (store.root / "sha256").rglob("*") if p.is_file()] == []
+    (tmp_path / "big.bin").write_bytes(DATA)
+    (tmp_path / "target").write_bytes(b"")
+    assert blob_files.copy_in(str(tmp_path / "big.bin"), str(tmp_path / "target"), 10) == 11
+    assert (tmp_path / "target").stat().st_size == 11
