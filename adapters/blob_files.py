@@ -58,6 +58,7 @@ from dataclasses import dataclass
 BACKDATE_NS = 10 * 1_000_000_000  # a stored copy's mtime, this far before it is hashed
 STAMP_SECONDS = 600.0  # how long a stamp spares copy_to its hash pass
 STAMPS_KEPT = 65_536  # stamps held (the oldest forgotten first): a few MiB
+SYNC_WHILE_HASHING = 4 * 1024 * 1024  # a copy this large is written to disk while hashed
 _CHUNK = 1024 * 1024  # read size when hashing (fits the caches better than larger reads)
 
 
@@ -169,9 +170,10 @@ def hash_fd(fd: int) -> tuple[str, int]:
 
 def hash_copy(fd: int) -> tuple[str, int, Stamp]:
     """Hash the store's own copy ``fd`` (open nowhere else) as the doc above says: read-only,
-    mtime set in the past, hashed while it is written to disk. Returns (digest, size, its stamp
-    before the rename into place). Raises OSError if the disk refuses the write, or
-    ``Changed`` if the copy changed while it was hashed (then it must not be stored)."""
+    mtime set in the past, hashed while it is written to disk when it is large (a small one is
+    written with its rename: ``durable``). Returns (digest, size, its stamp before the rename
+    into place). Raises OSError if the disk refuses the write, or ``Changed`` if the copy
+    changed while it was hashed (then it must not be stored)."""
     os.fchmod(fd, 0o400)
     past = time.time_ns() - BACKDATE_NS
     os.utime(fd, ns=(past, past))
@@ -185,11 +187,13 @@ def hash_copy(fd: int) -> tuple[str, int, Stamp]:
             failed.append(exc)
 
     syncing = threading.Thread(target=written, name="blob-fsync", daemon=True)
-    syncing.start()
+    if before.size >= SYNC_WHILE_HASHING:
+        syncing.start()
     try:
         digest, size = hash_fd(fd)
     finally:
-        syncing.join()
+        if syncing.is_alive():
+            syncing.join()
     if failed:
         raise failed[0]
     after = Stamp.of(os.fstat(fd))
@@ -198,17 +202,21 @@ def hash_copy(fd: int) -> tuple[str, int, Stamp]:
     return digest, size, after
 
 
+def durable(fd: int, directory: str, *more: str) -> None:
+    """The blob ``fd`` just renamed into ``directory`` on disk, with its name: the file synced
+    (on ext4 this commits the rename with it), then the directory (and ``more`` directories,
+    one just made)."""
+    os.fsync(fd)
+    for path in (directory, *more):
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
 class Changed(Exception):
     """A blob file changed while it was hashed or handed out."""
-
-
-def sync_directory(path: str) -> None:
-    """The directory's entries (a blob renamed into it) on disk."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def place(fd: int, path: str) -> None:

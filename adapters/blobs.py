@@ -29,10 +29,10 @@ from adapters.blob_files import (
     Stamp,
     Stamps,
     copy_in,
+    durable,
     hash_copy,
     hash_fd,
     place,
-    sync_directory,
 )
 from domain.blob_ports import StoredBlob
 from domain.errors import InvalidInput, NotFound, TooLarge, Unavailable
@@ -187,9 +187,7 @@ class FilesystemBlobStore:
                 made = not final.parent.is_dir()
                 final.parent.mkdir(exist_ok=True)
                 os.replace(tmp, final)
-                sync_directory(str(final.parent))
-                if made:
-                    sync_directory(str(final.parent.parent))
+                durable(copy, str(final.parent), *([str(final.parent.parent)] if made else []))
                 placed = Stamp.of(os.fstat(copy))
                 if placed.same_bytes(stamp):  # the rename changed its ctime only
                     self.stamps.record(digest, placed, hashed_at)
