@@ -5,9 +5,10 @@ once, and later handed out without a second hash pass when it provably has not c
 **Hashing a copy once.** ``put_file`` copies a checkpoint's file into a temporary file of the
 store (the kernel copies it), then ``hash_copy`` here: the copy is made read-only, its
 modification time set ``BACKDATE_NS`` into the past, and it is hashed while another thread has
-the kernel write it to disk (``fsync``: the checkpoint is recorded, and its attempt's directory
-removed, only once its blobs are on disk). The digest is that of the bytes stored: the
-workload's file may change meanwhile, the store's copy is open nowhere else.
+the kernel write it to disk (``fsync``; a small copy is synced with its rename, ``durable``: the
+checkpoint is recorded, and its attempt's directory removed, only once its blobs are on
+disk). The digest is that of the bytes stored: the workload's file may change meanwhile, the
+store's copy is open nowhere else.
 
 **The stamp.** Once the copy is in place under its digest, the store keeps in memory (never on
 disk: nothing outside this process can forge it) its stamp: device, inode, size, mtime and
@@ -38,9 +39,10 @@ medium, writes to the raw block device), which changes no time; within the stamp
 blob's pages are most likely still in the page cache, where a second hash pass would read them
 too and find nothing either. A writer that asks the kernel not to update times (``O_NOCMTIME``:
 the file's owner or root, for backup tools) or someone who sets the system clock back to forge a
-ctime. A network filesystem whose clients cache attributes (NFS ``actimeo``): a change made
-from another host may show in ``stat`` only seconds later; a store shared that way should run
-with ``stamp_seconds=0``.
+ctime. On a network filesystem the stamp is as good as the attributes ``stat`` returns: NFS
+revalidates them when a file is opened (close-to-open consistency), which ``copy_to`` does
+first, unless the store is mounted ``nocto``; a store shared that way should run with
+``stamp_seconds=0`` (not a setting yet).
 """
 
 from __future__ import annotations
