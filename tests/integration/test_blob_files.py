@@ -245,6 +245,10 @@ async def test_only_a_regular_file_is_stored_and_never_past_the_limit(tmp_path: 
             await store.put_file(str(tmp_path / name), 1024)
     assert list((store.root / "tmp").iterdir()) == []
     assert [p for p in (store.root / "sha256").rglob("*") if p.is_file()] == []
+    (tmp_path / "empty.bin").write_bytes(b"")
+    digest, size = await store.put_file(str(tmp_path / "empty.bin"), 1024)
+    await store.copy_to(digest, str(tmp_path / "empty-out.bin"))
+    assert size == 0 and (tmp_path / "empty-out.bin").read_bytes() == b""
     (tmp_path / "big.bin").write_bytes(DATA)
     (tmp_path / "target").write_bytes(b"")
     assert blob_files.copy_in(str(tmp_path / "big.bin"), str(tmp_path / "target"), 10) == 11
