@@ -15,17 +15,30 @@ import asyncio
 import contextlib
 import hashlib
 import os
-import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+from adapters.blob_files import (
+    BACKDATE_NS,
+    STAMP_SECONDS,
+    Changed,
+    NotRegular,
+    Stamp,
+    Stamps,
+    copy_in,
+    durable,
+    hash_copy,
+    hash_fd,
+    place,
+)
 from domain.blob_ports import StoredBlob
-from domain.errors import InvalidInput, NotFound, TooLarge
+from domain.errors import InvalidInput, NotFound, TooLarge, Unavailable
 from domain.submission import DIGEST_RE
 
-_LARGE = 8 * 1024 * 1024  # read size when hashing a whole blob file
+_LARGE = 8 * 1024 * 1024  # read size when streaming a file
 _OFFLOAD = 1024 * 1024  # a chunk this large is hashed and written in a worker thread
 
 
@@ -69,6 +82,16 @@ def corrupt_blob(digest: str, found: str, where: str) -> NotFound:
     )
 
 
+def changed_blob(digest: str, where: str) -> NotFound:
+    """A blob file that changed while it was being proved or handed out: refused as a
+    damaged one is (and whatever was placed of it removed)."""
+    return NotFound(
+        f"blob {digest} changed at {where} while it was read (written outside TunePlane)",
+        fix="stop whatever writes into the blob store, then delete that file and upload the "
+        "same content again",
+    )
+
+
 def check_digest(digest: str) -> None:
     """Refuse what is not a ``sha256:<64 hex>`` digest (a path or key made of it must not
     escape the store)."""
@@ -81,8 +104,9 @@ def check_digest(digest: str) -> None:
 
 
 class FilesystemBlobStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, stamp_seconds: float = STAMP_SECONDS) -> None:
         self.root = root
+        self.stamps = Stamps(stamp_seconds)  # blobs hashed by this process, unchanged since
         (root / "tmp").mkdir(parents=True, exist_ok=True)
         (root / "sha256").mkdir(parents=True, exist_ok=True)
 
@@ -131,28 +155,45 @@ class FilesystemBlobStore:
 
     async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
         """The file copied by the kernel into a temporary file (no bytes through this
-        process), then the copy hashed: the digest is the stored bytes' even if the file
-        changes meanwhile."""
+        process), then the copy hashed while it is written to disk, made read-only and stamped
+        (``adapters/blob_files.py``): the digest is the stored bytes' even if the file changes
+        meanwhile, and the blob is on disk when this returns."""
         fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
         os.close(fd)
 
         def stored() -> tuple[str, int]:
-            if os.stat(path).st_size > max_size:
+            try:
+                copied = copy_in(path, tmp, max_size)
+            except NotRegular:
+                raise InvalidInput(
+                    f"{path} is not a regular file (a symbolic link, a pipe or a device)",
+                    fix="store regular files only; a checkpoint's links are left out",
+                ) from None
+            if copied > max_size:
                 raise too_large(max_size)
-            shutil.copyfile(path, tmp)
-            hasher = hashlib.sha256()
-            size = 0
-            with open(tmp, "rb") as f:
-                while chunk := f.read(_LARGE):
-                    size += len(chunk)
-                    hasher.update(chunk)
-            if size > max_size:
-                raise too_large(max_size)
-            digest = "sha256:" + hasher.hexdigest()
-            final = self._path(digest)
-            final.parent.mkdir(exist_ok=True)
-            os.replace(tmp, final)
-            return digest, size
+            copy = os.open(tmp, os.O_RDONLY)
+            try:
+                hashed_at = time.monotonic()
+                try:
+                    digest, size, stamp = hash_copy(copy)
+                except Changed:
+                    raise Unavailable(
+                        f"the blob store's copy of {path} changed while it was hashed",
+                        fix=f"something writes into {self.root / 'tmp'}: stop it, then retry",
+                    ) from None
+                if size > max_size:
+                    raise too_large(max_size)
+                final = self._path(digest)
+                made = not final.parent.is_dir()
+                final.parent.mkdir(exist_ok=True)
+                os.replace(tmp, final)
+                durable(copy, str(final.parent), *([str(final.parent.parent)] if made else []))
+                placed = Stamp.of(os.fstat(copy))
+                if placed.same_bytes(stamp):  # the rename changed its ctime only
+                    self.stamps.record(digest, placed, hashed_at)
+                return digest, size
+            finally:
+                os.close(copy)
 
         try:
             return await asyncio.to_thread(stored)
@@ -161,25 +202,48 @@ class FilesystemBlobStore:
                 os.unlink(tmp)
 
     async def copy_to(self, digest: str, path: str) -> None:
+        """The blob at the new path ``path``, hard-linked (or copied across filesystems) once
+        its bytes are proved: hashed now, or stamped by this process when it hashed them and
+        unchanged since (``adapters/blob_files.py`` says why that is a proof, and what it does
+        not cover)."""
         source = self._path(digest)
 
-        def verified_link() -> None:
-            hasher = hashlib.sha256()
+        def handed_out() -> None:
             try:
-                with source.open("rb") as f:
-                    while chunk := f.read(_LARGE):
-                        hasher.update(chunk)
+                fd = os.open(source, os.O_RDONLY)
             except FileNotFoundError:
                 raise NotFound(f"no blob {digest}", fix="upload it again") from None
-            found = "sha256:" + hasher.hexdigest()
-            if found != digest:
-                raise corrupt_blob(digest, found, str(source))
             try:
-                os.link(source, path)  # no second copy of the bytes on the same filesystem
-            except OSError:
-                shutil.copyfile(source, path)
+                proved = self._proved(digest, fd, str(source))
+                place(fd, path)
+                now = Stamp.of(os.fstat(fd))
+                if not now.same_bytes(proved[0]):
+                    os.unlink(path)
+                    raise changed_blob(digest, str(source))
+                if proved[1] is not None:  # the link changed its ctime: still the bytes hashed
+                    self.stamps.record(digest, now, proved[1])
+            finally:
+                os.close(fd)
 
-        await asyncio.to_thread(verified_link)
+        await asyncio.to_thread(handed_out)
+
+    def _proved(self, digest: str, fd: int, where: str) -> tuple[Stamp, float | None]:
+        """The open blob file's stamp once its bytes are proved to be ``digest``'s, and when
+        they were hashed when that may spare a later hash (None: not stamped)."""
+        stamp = Stamp.of(os.fstat(fd))
+        hashed_at = self.stamps.hashed_at(digest, stamp)
+        if hashed_at is not None:
+            return stamp, hashed_at
+        started, hashed_at = time.time_ns(), time.monotonic()
+        found, _ = hash_fd(fd)
+        if found != digest:
+            raise corrupt_blob(digest, found, where)
+        after = Stamp.of(os.fstat(fd))
+        if not after.same_bytes(stamp):  # its ctime changes if another copy_to links it
+            raise changed_blob(digest, where)
+        if after.mtime_ns > started - BACKDATE_NS:
+            return after, None  # written too recently for its mtime to show a later write
+        return after, hashed_at
 
     async def read(self, digest: str) -> bytes:
         path = self._path(digest)
@@ -210,5 +274,6 @@ class FilesystemBlobStore:
                 yield StoredBlob("sha256:" + path.name, st.st_size, at)
 
     async def delete(self, digest: str) -> None:
+        self.stamps.forget(digest)
         with contextlib.suppress(FileNotFoundError):
             self._path(digest).unlink()

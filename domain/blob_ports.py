@@ -48,7 +48,9 @@ class BlobStore(Protocol):
         """Write the blob's content, its digest checked, to the new file ``path`` (a checkpoint
         handed to a later attempt). NotFound if absent or refused by the digest check. A store
         on the same filesystem may hard-link the file instead of copying it: callers hand it
-        out read-only (a blob file is never written in place)."""
+        out read-only (a blob file is never written in place). A store that hashed the blob
+        itself may prove it unchanged since instead of hashing it again (the filesystem
+        store's stamp, docs/checkpoints.md#what-the-hand-over-costs)."""
         ...
 
     def chunks(self, digest: str) -> AsyncIterator[bytes]:

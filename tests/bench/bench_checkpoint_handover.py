@@ -2,9 +2,11 @@
 
 A 1 GiB checkpoint (four files of 256 MiB of random bytes, marked COMPLETE) left by attempt 1
 in its checkpoint directory on the local backend is handed to attempt 2 as TunePlane does it
-(``application.checkpoints.for_launch``: every file streamed into the filesystem blob store
-with its sha256, the checkpoint recorded with its manifest, then every file read back from the
-store with its digest checked and written into attempt 2's resume directory), against copying
+(``application.checkpoints.for_launch``: every file copied into the filesystem blob store,
+hashed and written to disk, the checkpoint recorded with its manifest, attempt 1's directory
+removed, then every file's blob proved against its digest (hashed again, or its stamp checked:
+docs/checkpoints.md#what-the-hand-over-costs) and linked into attempt 2's resume directory),
+against copying
 the same directory with `cp -r` (the least any hand-over costs: the bytes written once). Both
 with a warm page cache, on the same disk, in the same run, each started after `sync` (nobody
 else's dirty pages to write back) and timed twice: until it returns, and until its writes are
@@ -44,7 +46,8 @@ def fill(where: Path, mib: int) -> None:
     for i in range(FILES):
         with (where / f"shard-{i}.bin").open("wb") as f:
             for j in range(mib // FILES):
-                f.write(block[j % 7 :] + block[: j % 7])  # no two MiB alike: nothing dedups
+                k = i * (mib // FILES) + j  # no two MiB alike, no two files alike
+                f.write(block[k:] + block[:k])
     (where / "COMPLETE").write_text("1000\n")
 
 
