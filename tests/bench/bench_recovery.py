@@ -136,10 +136,12 @@ async def test_recovery_after_a_fence(
                     and all(m["state"] == "running" for m in j["attempts"][-1]["members"])
                 ),
             )
+            waited = time.monotonic()
             for _ in range(2400 if checkpoint_mb else 0):  # one kept through the gateway
                 if await kept(cluster, job_id):
                     break
                 await asyncio.sleep(0.05)
+            print(f"round {i}: kept after {time.monotonic() - waited:.1f} s", flush=True)
             first = job["attempts"][0]
             node = first["members"][0]["node"]
             sent = time.time()
@@ -154,6 +156,8 @@ async def test_recovery_after_a_fence(
                 ),
             )
             second = job["attempts"][-1]
+            if checkpoint_mb:  # its members fetched and verified it before they voted
+                assert second["resume"]["checkpoint"] == "checkpoint-1", second
             events = docker_events(docker_host, f"tuneplane.attempt={second['id']}", sent - 1)
             started = [e for e in events if e["Action"] == "start"]
             assert len(started) == 2, events
