@@ -73,7 +73,8 @@ def command(checkpoint_mb: int) -> str:
         return COMMAND
     save = '"$TUNEPLANE_CHECKPOINT_DIR/checkpoint-1"'
     return (
-        f"mkdir -p {save} && head -c {checkpoint_mb}M /dev/urandom > {save}/w.bin && "
+        f"mkdir -p {save} && dd if=/dev/urandom of={save}/w.bin bs=1048576 "
+        f"count={checkpoint_mb} 2>/dev/null && "
         f"echo 1 > {save}/COMPLETE; {COMMAND}"
     )
 
@@ -141,6 +142,8 @@ async def test_recovery_after_a_fence(
                 if await kept(cluster, job_id):
                     break
                 await asyncio.sleep(0.05)
+            else:
+                assert not checkpoint_mb, f"{job_id}: no checkpoint was kept"
             print(f"round {i}: kept after {time.monotonic() - waited:.1f} s", flush=True)
             first = job["attempts"][0]
             node = first["members"][0]["node"]
