@@ -126,23 +126,43 @@ class Stamps:
 
 
 class NotRegular(Exception):
-    """The file to store is not a regular file (a symbolic link, a pipe, a device)."""
+    """The file to store is not a regular file (a symbolic link, a pipe, a device), or not
+    where it was listed (one of its directories swapped for a link)."""
 
 
-def copy_in(path: str, target: str, limit: int) -> int:
-    """The regular file ``path`` copied by the kernel into the existing file ``target``, at
-    most ``limit + 1`` bytes (a file that grows meanwhile fills no disk); returns the bytes
-    copied. Raises NotRegular for anything but a regular file, a symbolic link included (one
-    put there after the file was listed: what it points at is not the workload's)."""
+def open_regular(path: str, beneath: str | None = None) -> int:
+    """A descriptor of the regular file ``path``, for reading. Raises NotRegular for anything
+    but a regular file, a symbolic link included (one put there after the file was listed: what
+    it points at is not the workload's); and, given ``beneath`` (a directory whose parent this
+    process trusts: a checkpoint in the attempt's directory), for a file that is not under it
+    once opened (one of its directories swapped for a link to elsewhere after it was listed)."""
     try:
-        source = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise NotRegular from None
+            raise NotRegular(f"{path} is a symbolic link") from None
         raise
     try:
-        if not stat.S_ISREG(os.fstat(source).st_mode):
-            raise NotRegular
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegular(f"{path} is not a regular file (a pipe, a device, a directory)")
+        if beneath is not None:
+            parent, name = os.path.split(beneath.rstrip(os.sep))
+            base = os.path.join(os.path.realpath(parent), name) + os.sep
+            real = os.readlink(f"/proc/self/fd/{fd}")
+            if not real.startswith(base):
+                raise NotRegular(f"{path} is {real} once opened, not under {beneath}")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def copy_in(path: str, target: str, limit: int, beneath: str | None = None) -> int:
+    """The regular file ``path`` copied by the kernel into the existing file ``target``, at
+    most ``limit + 1`` bytes (a file that grows meanwhile fills no disk); returns the bytes
+    copied. Raises NotRegular as ``open_regular`` does."""
+    source = open_regular(path, beneath)
+    try:
         out = os.open(target, os.O_WRONLY | os.O_TRUNC)
         try:
             copied = 0

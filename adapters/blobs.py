@@ -32,6 +32,7 @@ from adapters.blob_files import (
     durable,
     hash_copy,
     hash_fd,
+    open_regular,
     place,
 )
 from domain.blob_ports import StoredBlob
@@ -58,10 +59,18 @@ def digest_mismatch(digest: str, expected: str) -> InvalidInput:
     )
 
 
-async def file_chunks(path: str) -> AsyncIterator[bytes]:
-    """A file's content, read in a worker thread a large chunk at a time (a store that streams
-    what it stores: ``put_file`` over ``put``)."""
-    with open(path, "rb") as f:  # noqa: ASYNC230 - each read is in a worker thread
+async def file_chunks(path: str, beneath: str | None = None) -> AsyncIterator[bytes]:
+    """A regular file's content (``open_regular``: InvalidInput for a link, or a file not under
+    ``beneath``), read in a worker thread a large chunk at a time (a store that streams what it
+    stores: ``put_file`` over ``put``; a node sending a checkpoint's file)."""
+    try:
+        fd = await asyncio.to_thread(open_regular, path, beneath)
+    except NotRegular as exc:
+        raise InvalidInput(
+            f"{exc} (a regular file where it was listed is read, nothing else)",
+            fix="store regular files only; a checkpoint's links are left out",
+        ) from None
+    with os.fdopen(fd, "rb") as f:
         while chunk := await asyncio.to_thread(f.read, _LARGE):
             yield chunk
 
@@ -153,7 +162,9 @@ class FilesystemBlobStore:
         except FileNotFoundError:
             return None
 
-    async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
+    async def put_file(
+        self, path: str, max_size: int, beneath: str | None = None
+    ) -> tuple[str, int]:
         """The file copied by the kernel into a temporary file (no bytes through this
         process), then the copy hashed while it is written to disk, made read-only and stamped
         (``adapters/blob_files.py``): the digest is the stored bytes' even if the file changes
@@ -163,10 +174,10 @@ class FilesystemBlobStore:
 
         def stored() -> tuple[str, int]:
             try:
-                copied = copy_in(path, tmp, max_size)
-            except NotRegular:
+                copied = copy_in(path, tmp, max_size, beneath)
+            except NotRegular as exc:
                 raise InvalidInput(
-                    f"{path} is not a regular file (a symbolic link, a pipe or a device)",
+                    f"{exc} (a regular file where it was listed is stored, nothing else)",
                     fix="store regular files only; a checkpoint's links are left out",
                 ) from None
             if copied > max_size:

@@ -180,8 +180,10 @@ class S3BlobStore:
             fail(self.place, exc, f"looking up {digest}")
         return int(head["ContentLength"])
 
-    async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-        return await self.put(file_chunks(path), max_size)
+    async def put_file(
+        self, path: str, max_size: int, beneath: str | None = None
+    ) -> tuple[str, int]:
+        return await self.put(file_chunks(path, beneath), max_size)
 
     async def copy_to(self, digest: str, path: str) -> None:
         await write_file(path, await self.read(digest))  # its digest checked

@@ -16,9 +16,11 @@ import asyncio
 import contextlib
 import os
 import shutil
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from adapters.outputs import file_sha256
+from adapters.blob_files import NotRegular, hash_fd, open_regular
+from adapters.blobs import file_chunks
 from domain.checkpoints import COMPLETE, MAX_FILES, Found, check_name, marker_step, step_from_name
 from domain.errors import InvalidInput
 
@@ -101,11 +103,22 @@ class FilesystemCheckpoints:
         await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
         return str(target)
 
-    async def hashed(self, path: str) -> tuple[str, int]:
+    async def hashed(self, path: str, beneath: str) -> tuple[str, int]:
         def read() -> tuple[str, int]:
-            return file_sha256(Path(path)), Path(path).stat().st_size
+            try:
+                fd = open_regular(path, beneath)
+            except NotRegular as exc:
+                raise InvalidInput(str(exc), fix="checkpoints hold regular files only") from None
+            try:
+                digest, size = hash_fd(fd)
+            finally:
+                os.close(fd)
+            return digest.removeprefix("sha256:"), size
 
         return await asyncio.to_thread(read)
+
+    def read(self, path: str, beneath: str) -> AsyncIterator[bytes]:
+        return file_chunks(path, beneath)
 
     async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
         target = self._resume(job_id, attempt, name)
@@ -159,6 +172,8 @@ def _complete_one(entry: Path) -> Found | None:
                 files.append((path.relative_to(entry).as_posix(), str(path)))
         if len(files) > MAX_FILES:
             return None
-    text = marker.read_text(errors="replace")[:64]
+    with os.fdopen(open_regular(str(marker), str(entry)), "rb") as f:
+        text = f.read(64).decode(errors="replace")
     step = marker_step(text)
-    return Found(entry.name, step if step is not None else step_from_name(entry.name), tuple(files))
+    step = step if step is not None else step_from_name(entry.name)
+    return Found(entry.name, step, tuple(files), str(entry))

@@ -21,7 +21,7 @@ from domain.artifact_ports import CheckpointStorage
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import Checkpoint, Resume, kept, newest_first, outranked
 from domain.checkpoints import skipped as skipped_words
-from domain.errors import TunePlaneError
+from domain.errors import InvalidInput, TunePlaneError
 from domain.jobs import Attempt
 from domain.lifecycle import JOB_FINAL
 
@@ -67,10 +67,10 @@ async def _harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attemp
     recorded = 0
     gate = asyncio.Semaphore(PARALLEL)
 
-    async def upload(rel: str, path: str) -> ArtifactFile:
-        async with gate:
+    async def upload(rel: str, path: str, root: str) -> ArtifactFile:
+        async with gate:  # read from under the checkpoint's directory only
             digest, size = await ctx.blob_store().put_file(
-                path, ctx.limits.max_checkpoint_file_bytes
+                path, ctx.limits.max_checkpoint_file_bytes, beneath=root or None
             )
         return ArtifactFile(rel, size, digest.removeprefix("sha256:"))
 
@@ -78,7 +78,13 @@ async def _harvest(ctx: Context, storage: CheckpointStorage, job_id: str, attemp
     for found in sorted(found_now, key=lambda f: (f.step is None, f.step or 0), reverse=True):
         if (attempt, found.name) in known or outranked(have, attempt, found.step):
             continue
-        files = await asyncio.gather(*(upload(rel, path) for rel, path in found.files))
+        try:
+            files = await asyncio.gather(
+                *(upload(rel, path, found.root) for rel, path in found.files)
+            )
+        except InvalidInput as exc:  # a link or a swapped directory: never recorded
+            log.warning("checkpoint %s of job %s left out: %s", found.name, job_id, exc.message)
+            continue
         checkpoint = Checkpoint(
             job_id, attempt, found.name, found.step, Manifest.of(files), ctx.clock.now()
         )

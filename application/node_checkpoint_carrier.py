@@ -130,8 +130,8 @@ class CheckpointCarrier:
     async def _upload_one(self, ref: MemberRef, job: str, found: Found) -> None:
         paths: dict[str, str] = {}
         files = []
-        for rel, path in found.files:
-            sha256, size = await self.storage.hashed(path)
+        for rel, path in found.files:  # read from under the checkpoint only
+            sha256, size = await self.storage.hashed(path, found.root)
             files.append(ArtifactFile(rel, size, sha256))
             paths.setdefault(sha256, path)
         offered = CheckpointOffer(ref, job, found.name, found.step, Manifest.of(files))
@@ -139,7 +139,8 @@ class CheckpointCarrier:
         if recorded:
             return
         for sha256 in missing:
-            await self.courier.put_file(ref, job, sha256, paths[sha256])
+            content = self.storage.read(paths[sha256], found.root)
+            await self.courier.put_file(ref, job, sha256, content)
         recorded, missing = await self.courier.offer(offered)
         if not recorded:  # changed while it was sent: hashed again at the next call
             raise OSError(f"{len(missing)} of its files changed while they were sent")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from domain.artifacts import ArtifactRecord, Manifest
@@ -92,8 +93,14 @@ class CheckpointStorage(Protocol):
         (its directories made; InvalidInput for a path that would leave the checkpoint)."""
         ...
 
-    async def hashed(self, path: str) -> tuple[str, int]:
-        """(sha256 hex, size) of a file ``complete`` listed, read now."""
+    async def hashed(self, path: str, beneath: str) -> tuple[str, int]:
+        """(sha256 hex, size) of a file ``complete`` listed, read now from under its
+        checkpoint's directory ``beneath`` (``Found.root``); InvalidInput for a link, or a file
+        not under it once opened (a directory swapped for a link after the listing)."""
+        ...
+
+    def read(self, path: str, beneath: str) -> AsyncIterator[bytes]:
+        """The content of a file ``complete`` listed, read as ``hashed`` reads it."""
         ...
 
     async def seal(self, job_id: str, attempt: int, name: str, digest: str) -> None:
@@ -111,8 +118,10 @@ class CheckpointCourier(Protocol):
         """(recorded, the digests of the files the gateway lacks)."""
         ...
 
-    async def put_file(self, ref: MemberRef, job_id: str, sha256: str, path: str) -> None:
-        """Send the file ``path``, which should hold content with digest ``sha256``."""
+    async def put_file(
+        self, ref: MemberRef, job_id: str, sha256: str, content: AsyncIterator[bytes]
+    ) -> None:
+        """Send a file's ``content``, which should have digest ``sha256``."""
         ...
 
     async def get_file(

@@ -31,9 +31,15 @@ class BlobStore(Protocol):
         """
         ...
 
-    async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-        """Store the content of the file ``path`` (a checkpoint's file) as ``put`` does: the
-        digest is that of the bytes stored, whatever happens to the file meanwhile."""
+    async def put_file(
+        self, path: str, max_size: int, beneath: str | None = None
+    ) -> tuple[str, int]:
+        """Store the content of the regular file ``path`` (a checkpoint's file) as ``put``
+        does: the digest is that of the bytes stored, whatever happens to the file meanwhile.
+        InvalidInput for a symbolic link or anything but a regular file, and, given
+        ``beneath`` (the checkpoint's directory, whose parent the caller trusts), for a file
+        not under it once opened: a workload that swapped one of its directories for a link
+        after it was listed reads nothing of this host through it."""
         ...
 
     async def size(self, digest: str) -> int | None:

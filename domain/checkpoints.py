@@ -127,6 +127,9 @@ class Found:
     name: str
     step: int | None
     files: tuple[tuple[str, str], ...]
+    # the checkpoint's directory: its files are read only from under it (a directory swapped
+    # for a link after the listing leads nowhere else)
+    root: str = ""
 
 
 @dataclass(frozen=True, slots=True)

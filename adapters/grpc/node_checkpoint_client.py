@@ -63,19 +63,19 @@ class GrpcCheckpointCourier:
             reply = await self._stub().OfferCheckpoint(offer_to(offered), metadata=self._metadata())
         return reply.recorded, list(reply.sha256)
 
-    async def put_file(self, ref: MemberRef, job_id: str, sha256: str, path: str) -> None:
-        with self._call(f"sending checkpoint file {path}"):
+    async def put_file(
+        self, ref: MemberRef, job_id: str, sha256: str, content: AsyncIterator[bytes]
+    ) -> None:
+        with self._call(f"sending checkpoint file {sha256}"):
             async with self._stub().PutCheckpointFile.open(metadata=self._metadata()) as stream:
-                first = True
-                async for data in _read(path):
-                    piece = pb.CheckpointFilePiece(data=data)
-                    if first:
-                        piece.ref.CopyFrom(ref_to(ref))
-                        piece.job_id, piece.sha256, first = job_id, sha256, False
-                    await stream.send_message(piece)
-                if first:  # an empty file: one piece that names it
-                    piece = pb.CheckpointFilePiece(ref=ref_to(ref), job_id=job_id, sha256=sha256)
-                    await stream.send_message(piece)
+                first = pb.CheckpointFilePiece(ref=ref_to(ref), job_id=job_id, sha256=sha256)
+                async for data in content:  # the first piece names the file
+                    for offset in range(0, len(data), PIECE):
+                        first.data = data[offset : offset + PIECE]
+                        await stream.send_message(first)
+                        first = pb.CheckpointFilePiece()
+                if first.sha256:  # an empty file: one piece that names it
+                    await stream.send_message(first)
                 await stream.end()
                 await stream.recv_message()
 
@@ -108,9 +108,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-async def _read(path: str) -> AsyncIterator[bytes]:
-    with open(path, "rb") as f:  # noqa: ASYNC230 - each read is in a worker thread
-        while data := await asyncio.to_thread(f.read, PIECE):
-            yield data

@@ -48,8 +48,10 @@ class MemoryBlobStore:
         data = self.blobs.get(digest)
         return None if data is None else len(data)
 
-    async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-        return await self.put(file_chunks(path), max_size)
+    async def put_file(
+        self, path: str, max_size: int, beneath: str | None = None
+    ) -> tuple[str, int]:
+        return await self.put(file_chunks(path, beneath), max_size)
 
     async def copy_to(self, digest: str, path: str) -> None:
         await write_file(path, await self.read(digest))  # its digest checked

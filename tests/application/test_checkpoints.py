@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import uuid
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from domain.checkpoints import Resume
 from domain.lifecycle import JobState
 from domain.retry import RetryPolicy
 from tests.contract.builders import a_job
+from tests.support.checkpoint_tricks import SwappedAfterListing
 from tests.support.context import ALICE, FakeClock, memory_context
 from tests.unit.builders import an_intent
 
@@ -49,6 +51,20 @@ def write(work: str, name: str, files: dict[str, bytes], marker: str | None = ""
     root.mkdir(parents=True, exist_ok=True)
     if marker is not None:
         (root / "COMPLETE").write_text(marker)
+
+
+class Counting(FilesystemBlobStore):
+    """The filesystem store, saying which checkpoint each file it stores comes from."""
+
+    def __init__(self, root: Path, hashed: list[str]) -> None:
+        super().__init__(root)
+        self.hashed = hashed
+
+    async def put_file(
+        self, path: str, max_size: int, beneath: str | None = None
+    ) -> tuple[str, int]:
+        self.hashed.append(Path(path).parent.name)
+        return await super().put_file(path, max_size, beneath)
 
 
 def gone(path: str | Path) -> bool:
@@ -235,12 +251,7 @@ async def test_a_running_attempts_checkpoints_are_kept_as_they_complete_hashing_
     collected at once); a second sweep reads nothing; the directory stays in place."""
     hashed: list[str] = []
 
-    class Counting(FilesystemBlobStore):
-        async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-            hashed.append(Path(path).parent.name)
-            return await super().put_file(path, max_size)
-
-    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs"))
+    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs", hashed))
     storage = FilesystemCheckpoints(tmp_path / "checkpoints")
     async with ctx.uow() as uow:
         await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
@@ -280,15 +291,30 @@ async def test_a_launch_and_the_keeping_harvesting_one_attempt_at_once_hash_its_
 ) -> None:
     hashed: list[str] = []
 
-    class Counting(FilesystemBlobStore):
-        async def put_file(self, path: str, max_size: int) -> tuple[str, int]:
-            hashed.append(Path(path).parent.name)
-            return await super().put_file(path, max_size)
-
-    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs"))
+    ctx = dataclasses.replace(ctx, blobs=Counting(tmp_path / "blobs", hashed))
     storage = FilesystemCheckpoints(tmp_path / "checkpoints")
     first = await for_launch(ctx, storage, "job-1", 1)
     write(first.work, "checkpoint-1", {"a.bin": b"a", "b.bin": b"b"}, "1")
     done = await asyncio.gather(*(harvest(ctx, storage, "job-1", 1) for _ in range(2)))
     assert sorted(done) == [0, 1]  # one recorded it, the other found it recorded
     assert sorted(hashed) == ["checkpoint-1"] * 3  # a.bin, b.bin and COMPLETE, once each
+
+
+async def test_a_directory_swapped_for_a_link_after_the_listing_is_never_harvested(
+    ctx: Context, tmp_path: Path
+) -> None:
+    """A running workload swaps a listed checkpoint's directory for a link to a host directory
+    holding files of the same names (say, the control plane's state): nothing of the host is
+    read into the blob store, and the checkpoint is not recorded."""
+    host = tmp_path / "host-secrets"
+    host.mkdir()
+    (host / "key.pem").write_bytes(b"the control plane's key")
+    (host / "COMPLETE").write_bytes(b"1")
+    storage = SwappedAfterListing(tmp_path / "checkpoints", host)
+    work, _ = await storage.prepare("job-1", 1)
+    write(work, "checkpoint-1", {"key.pem": b"the workload's"}, "1")
+    assert await harvest(ctx, storage, "job-1", 1) == 0
+    async with ctx.uow() as uow:
+        assert await uow.checkpoints.for_job("job-1") == []
+    stored = {b.digest async for b in ctx.blob_store().listing()}
+    assert "sha256:" + hashlib.sha256(b"the control plane's key").hexdigest() not in stored

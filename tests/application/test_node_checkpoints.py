@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hashlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from tests.application.test_node_agent import INSTALLATION, order
 from tests.contract.test_node_launches import Gang, new_gang, ref
 from tests.contract.test_node_ports import setup_fleet
 from tests.support.checkpoint_courier import DirectCourier
+from tests.support.checkpoint_tricks import SwappedAfterListing
 from tests.support.context import memory_context
 
 pytestmark = pytest.mark.unit
@@ -122,7 +124,8 @@ async def test_a_node_keeps_and_reads_nothing_through_a_member_it_does_not_hold(
     work, _ = await n0.storage.prepare(g.job.id, 1)
     write(work, "checkpoint-1", {"w.bin": b"real"}, "1")
     with pytest.raises(InvalidInput, match="digest"):  # content that is not what it claims
-        await courier(n0).put_file(ref(g, 0), g.job.id, "0" * 64, f"{work}/checkpoint-1/w.bin")
+        content = n0.storage.read(f"{work}/checkpoint-1/w.bin", f"{work}/checkpoint-1")
+        await courier(n0).put_file(ref(g, 0), g.job.id, "0" * 64, content)
     assert await ctx.blob_store().size("sha256:" + "0" * 64) is None
     assert await recorded(ctx, g.job.id) == []
 
@@ -208,3 +211,20 @@ async def test_a_full_disk_leaves_nothing_placed_and_says_why(ctx: Context, tmp_
     resume_root = Path((await n1.storage.prepare(g.job.id, 2))[1])
     assert not any(resume_root.iterdir())  # noqa: ASYNC240 - nothing left half placed
     assert [n for _, n, _ in await recorded(ctx, g.job.id)] == ["checkpoint-1"]  # not its fault
+
+
+async def test_a_directory_swapped_for_a_link_after_the_listing_reads_nothing_of_the_host(
+    ctx: Context, tmp_path: Path
+) -> None:
+    host = tmp_path / "host-secrets"  # say, the daemon's state directory
+    host.mkdir()
+    (host / "credential").write_bytes(b"node credential")
+    (host / "COMPLETE").write_bytes(b"1")
+    g = await new_gang(ctx.uow)
+    n0 = CheckpointCarrier(SwappedAfterListing(tmp_path / "n-0", host), DirectCourier(ctx, "n-0"))
+    work, _ = await n0.storage.prepare(g.job.id, 1)
+    write(work, "checkpoint-1", {"credential": b"the workload's"}, "1")
+    assert await n0.upload(ref(g, 0), g.job.id, 1) == 0
+    assert await recorded(ctx, g.job.id) == [] and courier(n0).sent == []
+    stored = {b.digest async for b in ctx.blob_store().listing()}
+    assert "sha256:" + hashlib.sha256(b"node credential").hexdigest() not in stored

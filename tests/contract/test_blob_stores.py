@@ -286,3 +286,28 @@ async def test_chunks_hand_the_content_out_in_pieces_unchecked(rig: Rig, data: b
         _ = [c async for c in rig.store.chunks(digest_of(b"never stored"))]
     with pytest.raises(InvalidInput, match="not a sha256 digest"):
         _ = [c async for c in rig.store.chunks("sha256:../../etc/passwd")]
+
+
+async def test_a_file_is_stored_only_from_where_it_was_listed(rig: Rig, tmp_path: Path) -> None:
+    """``put_file`` stores a regular file, and given ``beneath`` (its checkpoint's directory)
+    only one that is under it once opened: a link, or a file reached through a directory a
+    workload swapped for a link to elsewhere, is refused and nothing is stored."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "key.pem").write_bytes(b"a secret of this host")
+    checkpoint = tmp_path / "work" / "checkpoint-1"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "key.pem").write_bytes(b"the workload's")
+    (checkpoint / "link.pem").symlink_to(host / "key.pem")
+    listed = str(checkpoint / "key.pem")
+    digest, _ = await rig.store.put_file(listed, 1024, beneath=str(checkpoint))
+    assert await rig.store.read(digest) == b"the workload's"
+    with pytest.raises(InvalidInput, match="symbolic link"):
+        await rig.store.put_file(str(checkpoint / "link.pem"), 1024, beneath=str(checkpoint))
+    (checkpoint / "link.pem").unlink()
+    swapped = tmp_path / "work" / "swapped"
+    checkpoint.rename(swapped)
+    checkpoint.symlink_to(host, target_is_directory=True)  # after the listing
+    with pytest.raises(InvalidInput, match="not under"):
+        await rig.store.put_file(listed, 1024, beneath=str(checkpoint))
+    assert await rig.stored() == {rig.name_of(digest)}

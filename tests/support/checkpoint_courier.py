@@ -25,11 +25,10 @@ class DirectCourier:
     async def offer(self, offered: CheckpointOffer) -> tuple[bool, list[str]]:
         return await node_checkpoints.offer(self.ctx, self.node, offered)
 
-    async def put_file(self, ref: MemberRef, job_id: str, sha256: str, path: str) -> None:
-        async def pieces() -> AsyncIterator[bytes]:
-            yield await asyncio.to_thread(Path(path).read_bytes)
-
-        await node_checkpoints.put_file(self.ctx, self.node, ref, job_id, sha256, pieces())
+    async def put_file(
+        self, ref: MemberRef, job_id: str, sha256: str, content: AsyncIterator[bytes]
+    ) -> None:
+        await node_checkpoints.put_file(self.ctx, self.node, ref, job_id, sha256, content)
         self.sent.append(sha256)
 
     async def get_file(
