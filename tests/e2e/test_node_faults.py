@@ -270,12 +270,17 @@ async def test_a_workload_cannot_read_its_nodes_credential(
     assert "tpn_" not in out  # no file, variable or mount holds any node credential
     assert jwt not in out  # nor the member's collector token
     assert "holds a secret: " not in out  # no file the workload can read holds either
-    # of the node's state directory only the member's own metrics and outputs are mounted
+    # of the node's state directory only the member's own metrics, outputs and its attempt's
+    # checkpoint directories are mounted
     state = str(cluster.daemons["n1"].state_dir)
     mounts = {line.split()[4]: line.split()[3] for line in out.splitlines() if state in line}
-    assert sorted(mounts) == ["/tuneplane/metrics", "/tuneplane/outputs"], mounts
+    assert sorted(mounts) == [
+        "/tuneplane/checkpoints", "/tuneplane/metrics", "/tuneplane/outputs", "/tuneplane/resume"
+    ], mounts  # fmt: skip
     assert mounts["/tuneplane/metrics"].startswith(f"{state}/collector/metrics/mem")
     assert mounts["/tuneplane/outputs"].startswith(f"{state}/outputs/{job_id}/")
+    assert mounts["/tuneplane/checkpoints"] == f"{state}/checkpoints/{job_id}/1/work"
+    assert mounts["/tuneplane/resume"] == f"{state}/checkpoints/{job_id}/1/resume"
     assert "TUNEPLANE_JOIN_TOKEN" not in out
 
 
