@@ -10,7 +10,9 @@ import asyncio
 import dataclasses
 import hashlib
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -32,6 +34,7 @@ from tests.support.context import ALICE, FakeClock, memory_context
 from tests.unit.builders import an_intent
 
 pytestmark = pytest.mark.unit
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -65,6 +68,18 @@ class Counting(FilesystemBlobStore):
     ) -> tuple[str, int]:
         self.hashed.append(Path(path).parent.name)
         return await super().put_file(path, max_size, beneath)
+
+
+async def running_ended_and_gone(
+    ctx: Context, launch: Callable[[str], Awaitable[T]]
+) -> tuple[T, T, T]:
+    """The first attempts of a running job (job-2), an ended one (job-3) and one whose job is
+    gone from the database (job-9), launched by ``launch``."""
+    async with ctx.uow() as uow:
+        await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
+        await uow.jobs.add(a_job(id="job-3", state=JobState.SUCCEEDED))
+        await uow.commit()
+    return await launch("job-2"), await launch("job-3"), await launch("job-9")
 
 
 def gone(path: str | Path) -> bool:
@@ -139,16 +154,10 @@ async def test_no_blob_store_means_no_checkpoints_from_this_host(ctx: Context) -
 async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_their_directories(
     ctx: Context, tmp_path: Path
 ) -> None:
-    from domain.lifecycle import JobState
-
     storage = FilesystemCheckpoints(tmp_path / "checkpoints")
-    async with ctx.uow() as uow:
-        await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
-        await uow.jobs.add(a_job(id="job-3", state=JobState.SUCCEEDED))
-        await uow.commit()
-    running = await for_launch(ctx, storage, "job-2", 1)
-    ended = await for_launch(ctx, storage, "job-3", 1)
-    orphan = await for_launch(ctx, storage, "job-9", 1)  # its job is gone from the database
+    running, ended, orphan = await running_ended_and_gone(
+        ctx, lambda job: for_launch(ctx, storage, job, 1)
+    )
     for launched in (running, ended, orphan):
         write(launched.work, "checkpoint-5", {"w.bin": b"w"}, "5")
     assert await sweep(ctx, storage) == 2  # job-3's attempt and job-9's

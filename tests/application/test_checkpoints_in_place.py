@@ -24,9 +24,8 @@ from application.supervisor import Supervisor
 from domain.errors import Unavailable
 from domain.lifecycle import JobState, MemberState
 from tests.application.test_checkpoints import ctx as ctx  # the fixture: job-1 in memory
-from tests.application.test_checkpoints import write
+from tests.application.test_checkpoints import running_ended_and_gone, write
 from tests.application.test_supervisor import submit
-from tests.contract.builders import a_job
 from tests.support.context import ALICE, memory_context
 
 pytestmark = pytest.mark.unit
@@ -211,13 +210,9 @@ async def test_a_launch_waits_while_the_shared_directory_cannot_be_read(tmp_path
 async def test_a_sweep_keeps_the_checkpoints_of_jobs_that_ended_and_removes_the_rest(
     ctx: Context, storage: SharedDirCheckpoints
 ) -> None:
-    async with ctx.uow() as uow:
-        await uow.jobs.add(a_job(id="job-2", state=JobState.RUNNING))
-        await uow.jobs.add(a_job(id="job-3", state=JobState.SUCCEEDED))
-        await uow.commit()
-    running = await for_launch(ctx, storage, "job-2", 1)
-    ended = await for_launch(ctx, storage, "job-3", 1)
-    orphan = await for_launch(ctx, storage, "job-9", 1)  # its job is gone from the database
+    running, ended, orphan = await running_ended_and_gone(
+        ctx, lambda job: for_launch(ctx, storage, job, 1)
+    )
     for launched in (running, ended, orphan):
         write(launched.work, "checkpoint-5", {"w.bin": b"w"}, "5")
         write(launched.work, "checkpoint-6", {"w.bin": b"w"}, marker=None)
