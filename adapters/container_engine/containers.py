@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any, Self
 
 import aiohttp
@@ -26,6 +27,7 @@ from adapters.container_engine.spec import (
     killed_by,
     never_started,
     observation,
+    oom_unsettled,
     workspace_tar,
 )
 from domain.backend_ports import Observation
@@ -242,7 +244,10 @@ class ContainerEngine:
         if info is None:
             return Observation("missing")
         obs = observation(info)
-        if obs.status == "exited" and killed(info) and handle not in self._stopped:
+        ours = handle in self._stopped
+        if obs.status == "exited" and not ours and oom_unsettled(info, datetime.now(UTC)):
+            return Observation("running")  # looked at again: the engine may say OOMKilled
+        if obs.status == "exited" and killed(info) and not ours:
             by = await self._killed_by(handle, info)
             if by:
                 return Observation("exited", obs.exit_code, ended_outside(by))

@@ -244,6 +244,25 @@ def workspace_tar() -> bytes:
     return buf.getvalue()
 
 
+OOM_SETTLE_SECONDS = 2.0  # how long after an exit by SIGKILL the engine may still say OOMKilled
+
+
+def oom_unsettled(info: dict[str, Any], now: datetime) -> bool:
+    """An exit by SIGKILL (137) the engine has not (yet) put down to the OOM killer, less than
+    ``OOM_SETTLE_SECONDS`` after it: on cgroup v2 the engine can learn of the OOM kill after the
+    exit (moby's OOM event races the exit event), so the exit is looked at again shortly
+    instead of recorded without its cause."""
+    state = info.get("State") or {}
+    if state.get("ExitCode") != 137 or state.get("OOMKilled"):
+        return False
+    raw = str(state.get("FinishedAt") or "")[:19]  # RFC 3339 with nanoseconds
+    try:
+        finished = datetime.strptime(raw, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+    except ValueError:
+        return False
+    return (now - finished).total_seconds() < OOM_SETTLE_SECONDS + 1  # whole seconds read
+
+
 def killed(info: dict[str, Any]) -> bool:
     """Ended by a signal (exit code above 128) that was not the kernel's OOM killer."""
     state = info.get("State") or {}
