@@ -64,11 +64,11 @@ def scan_directory(root: Path) -> Manifest | None:
                 target = os.readlink(path).encode(errors="surrogateescape")
                 files.append(ArtifactFile(rel, len(target), hashlib.sha256(target).hexdigest()))
             elif path.is_file():
-                files.append(ArtifactFile(rel, path.stat().st_size, file_sha256(path)))
+                files.append(ArtifactFile(rel, path.stat().st_size, _sha256(path)))
     return Manifest.of(files)
 
 
-def file_sha256(path: Path) -> str:
+def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         while chunk := f.read(_CHUNK):

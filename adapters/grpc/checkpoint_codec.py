@@ -53,6 +53,6 @@ def offer_from(m: pb.CheckpointOffer) -> CheckpointOffer:
     )
 
 
-def file_named(ref: MemberRef, job_id: str, sha256: str) -> tuple[MemberRef, str, str]:
+def file_named(ref: pb.MemberRef, job_id: str, sha256: str) -> tuple[MemberRef, str, str]:
     """The (member, job, digest) a file request or a first piece names, checked."""
-    return ref, job_from(job_id), digest_from(sha256)
+    return ref_from(ref), job_from(job_id), digest_from(sha256)

@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from grpclib.server import Stream
 
 from adapters.grpc.checkpoint_codec import file_named, offer_from
-from adapters.grpc.codec_pieces import ref_from
 from adapters.grpc.errors import bearer, grpc_error
 from application import node_checkpoints
 from application.context import Context
@@ -45,7 +44,7 @@ class CheckpointCalls:
             first = await stream.recv_message()
             if first is None:
                 raise InvalidInput("no file was sent", fix="upgrade the daemon")
-            ref, job_id, sha256 = file_named(ref_from(first.ref), first.job_id, first.sha256)
+            ref, job_id, sha256 = file_named(first.ref, first.job_id, first.sha256)
 
             async def pieces() -> AsyncIterator[bytes]:
                 yield first.data
@@ -64,7 +63,7 @@ class CheckpointCalls:
         assert request is not None
         try:
             node = await self._node(stream.metadata)
-            ref, job_id, sha256 = file_named(ref_from(request.ref), request.job_id, request.sha256)
+            ref, job_id, sha256 = file_named(request.ref, request.job_id, request.sha256)
             async for chunk in node_checkpoints.send_file(self.ctx, node, ref, job_id, sha256):
                 await stream.send_message(pb.CheckpointFilePiece(data=chunk))
         except TunePlaneError as exc:
