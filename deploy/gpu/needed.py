@@ -12,6 +12,7 @@ copy does not satisfy TunePlane's requirement.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata as md
 import sys
 from pathlib import Path
@@ -49,10 +50,9 @@ def _closure(names: set[str]) -> set[str]:
         if key in out:
             continue
         out.add(key)
-        try:
+        # one not installed here (torch): present.txt lists what it brings
+        with contextlib.suppress(md.PackageNotFoundError):
             stack += [r.name for r in _requirements(key, frozenset())]
-        except md.PackageNotFoundError:
-            pass  # not installed here (torch): present.txt lists what it brings
     return out
 
 
