@@ -16,3 +16,8 @@ def child_environ(overrides: Mapping[str, str] | None = None) -> dict[str, str]:
 def forget(name: str) -> None:
     """Take ``name`` out of this process's environment, so that no child inherits it."""
     os.environ.pop(name, None)
+
+
+def passed_on(names: tuple[str, ...]) -> dict[str, str]:
+    """Only ``names`` of this process's environment (a member's start: never the rest)."""
+    return {k: os.environ[k] for k in names if k in os.environ}

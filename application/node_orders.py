@@ -18,6 +18,7 @@ def prepare_order(work: NodeWork) -> PrepareOrder:
         TUNEPLANE_ATTEMPT_ID=ref.attempt_id,
         TUNEPLANE_ATTEMPT=str(work.attempt),
         TUNEPLANE_MEMBER_INDEX=str(ref.index),
+        TUNEPLANE_RUNTIME=spec.runtime.name,  # host processes find its environment by it
     )
     if work.members > 1 or spec.runtime.process_model in ("torch-process-group", "ray"):
         env.update(

@@ -25,7 +25,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from adapters.grpc.node_client import CREDENTIAL_FILE, load_credential
-from adapters.node.capacity import detect
+from adapters.node import processes
+from adapters.node.capacity import detect, detect_gpus
 from adapters.tls import client_context
 from application.node_sessions import check_address
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
@@ -33,9 +34,10 @@ from entrypoints.cli.errors import render
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
+from entrypoints.runtime_dirs import runtime_dirs
 from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import EXECUTORS, NodeSettings, default_node_state_dir
 from entrypoints.settings_sections import RETRY_MAX_ENV as RETRY_MAX_ENV
-from entrypoints.settings_sections import NodeSettings, default_node_state_dir
 
 log = logging.getLogger("tuneplane.node")
 
@@ -61,6 +63,11 @@ class DaemonOptions:
     # the telemetry gateway the node's collector ships to, HOST:PORT; None: the --server host
     # on port 8472; "off": no collector (members get no metrics directory)
     telemetry_gateway: str | None = None
+    # how members run: "container" (the engine) or "process" (host processes); None: the
+    # setting TUNEPLANE_NODE_EXECUTOR, else container
+    executor: str | None = None
+    runtime_dirs: tuple[str, ...] = ()  # RUNTIME=DIR, added to TUNEPLANE_NODE_RUNTIMES
+    member_user: str | None = None  # host processes as root: the account members run as
 
 
 def default_state_dir() -> Path:
@@ -135,11 +142,37 @@ def plan(options: DaemonOptions) -> NodePlan:
         )
     if shared is not None:
         _keep_outside(shared, state_dir, "--shared-dir")
+    executor = options.executor or str(load_one(NodeSettings, "executor"))
+    if executor not in EXECUTORS:
+        raise InvalidInput(
+            f"--executor {executor!r} is not an executor",
+            fix="give --executor container or --executor process",
+            field="executor",
+        )
+    runtimes = runtime_dirs(str(load_one(NodeSettings, "runtimes")), "TUNEPLANE_NODE_RUNTIMES")
+    for given in options.runtime_dirs:
+        runtimes.update(runtime_dirs(given, "--runtime-dir"))
+    if runtimes and executor != "process":
+        raise InvalidInput(
+            "--runtime-dir (TUNEPLANE_NODE_RUNTIMES) only applies to host processes",
+            fix="add --executor process, or leave runtime directories out: a container's "
+            "runtime is its image",
+            field="runtime_dirs",
+        )
+    capacity = detect(
+        gpus=options.gpus,
+        gpu_model=options.gpu_model,
+        cpus=options.cpus,
+        memory_mb=options.memory_mb,
+    )
+    member_user = options.member_user or load_one(NodeSettings, "member_user")
+    name = stored.node if stored else (options.name or socket.gethostname())
+    isolation = processes.isolation(name, member_user, None) if executor == "process" else None
     telemetry = options.telemetry_gateway or f"{host}:{TELEMETRY_PORT}"
     if telemetry != "off":  # a clear error now rather than a collector crash loop
         split_server(telemetry, "--telemetry-gateway", "the telemetry gateway", TELEMETRY_PORT)
     return NodePlan(
-        name=stored.node if stored else (options.name or socket.gethostname()),
+        name=name,
         state_dir=state_dir,
         stored=stored,
         join_token=token,
@@ -148,18 +181,16 @@ def plan(options: DaemonOptions) -> NodePlan:
         tls=client_context(options.ca),
         ca=options.ca,
         address=address,
-        capacity=detect(
-            gpus=options.gpus,
-            gpu_model=options.gpu_model,
-            cpus=options.cpus,
-            memory_mb=options.memory_mb,
-        ),
+        capacity=capacity,
         docker_host=options.docker_host or load_one(NodeSettings, "docker_host"),
         shared_dir=shared,
         outputs_dir=_outputs_root(options.outputs_dir, state_dir),
         telemetry_gateway=None if telemetry == "off" else telemetry,
         retry_max=retry_max(),
         version=_version(),
+        isolation=isolation,
+        runtime_dirs=runtimes,
+        gpu_uuids={g.index: g.uuid for g in detect_gpus()} if isolation else {},
     )
 
 
@@ -181,10 +212,11 @@ async def serve_daemon(options: DaemonOptions) -> None:
             why = agent.last_scan.reason if agent.last_scan else ""
             log.warning("journal not reconciled with the container engine yet: %s", why)
         capacity = node.capacity
+        runs = node.isolation.describe() if node.isolation else "containers"
         print(
             f"node {node.name} connecting to {node.host}:{node.port} (TLS; state "
             f"{node.state_dir}; {capacity.gpus} GPUs, {capacity.cpus:g} CPUs, "
-            f"{capacity.memory_mb} MiB)",
+            f"{capacity.memory_mb} MiB; members run as {runs})",
             flush=True,
         )
         process = await resolve(container.collector)

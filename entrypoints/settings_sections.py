@@ -34,6 +34,20 @@ def _retry_max(text: str) -> float:
     return value
 
 
+EXECUTORS = ("container", "process")
+
+
+def _executor(text: str) -> str:
+    value = text.strip()
+    if value not in EXECUTORS:
+        raise InvalidInput(
+            f"TUNEPLANE_NODE_EXECUTOR={text!r} is not an executor",
+            fix="set it to container or process (or unset it: container)",
+            field="TUNEPLANE_NODE_EXECUTOR",
+        )
+    return value
+
+
 def _yes(raw: str) -> bool:
     return raw.strip() in ("1", "true", "yes")
 
@@ -194,6 +208,28 @@ class NodeSettings:
         section="node",
         default_doc="the engine's default socket",
         doc="`tp node run`: the container engine (`--docker-host` wins)",
+    )
+    executor: str = var(
+        "container",
+        env="TUNEPLANE_NODE_EXECUTOR",
+        section="node",
+        parse=_executor,
+        doc="`tp node run` and `tp up`: `container` (members in the container engine) or "
+        "`process` (members as host processes; [node-backend.md](node-backend.md#host-processes))",
+    )
+    runtimes: str = var(
+        "",
+        env="TUNEPLANE_NODE_RUNTIMES",
+        section="node",
+        doc="`runtime=/dir,...`: with `--executor process`, the directory put first on the "
+        "`PATH` of members of jobs on that runtime (`--runtime-dir` adds to it)",
+    )
+    member_user: str | None = var(
+        None,
+        env="TUNEPLANE_NODE_MEMBER_USER",
+        section="node",
+        default_doc="`tuneplane-member` (made if missing)",
+        doc="`tp node run --executor process` as root: the unprivileged account members run as",
     )
 
 

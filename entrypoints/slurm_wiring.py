@@ -42,6 +42,7 @@ from adapters.system import SystemClock
 from domain.errors import InvalidInput
 from domain.telemetry_ports import TokenSigner
 from entrypoints.process import TELEMETRY_PORT, split_server
+from entrypoints.runtime_dirs import runtime_dirs
 from entrypoints.settings_loader import load
 from entrypoints.settings_sections import SlurmSettings
 
@@ -66,30 +67,13 @@ def partitions_of(raw: str) -> dict[str, str]:
     return out
 
 
-def runtimes_of(raw: str) -> dict[str, str]:
-    """``runtime=/dir,runtime2=/dir2`` → {runtime: directory}."""
-    out: dict[str, str] = {}
-    for item in filter(None, (s.strip() for s in raw.split(","))):
-        name, eq, directory = (part.strip() for part in item.partition("="))
-        if not eq or not name or not directory:
-            raise _fail(
-                f"TUNEPLANE_SLURM_RUNTIMES item {item!r} is not RUNTIME=DIRECTORY",
-                "write it as pytorch-trl=/opt/envs/trl/bin,verl=/opt/envs/verl/bin",
-            )
-        if not directory.startswith("/") or any(ch in directory for ch in ":\n\0"):
-            raise _fail(
-                f"TUNEPLANE_SLURM_RUNTIMES gives runtime {name} the directory {directory!r},"
-                " which is not an absolute directory that can go on PATH (no ':')",
-                f"give the absolute directory holding {name}'s python3 on every Slurm node,"
-                " e.g. /opt/envs/trl/bin",
-            )
-        if name in out:
-            raise _fail(
-                f"TUNEPLANE_SLURM_RUNTIMES names runtime {name} twice",
-                "give each runtime one directory",
-            )
-        out[name] = directory
-    return out
+def runtimes_of(raw: str, where: str = "TUNEPLANE_SLURM_RUNTIMES") -> dict[str, str]:
+    """``runtime=/dir,runtime2=/dir2`` → {runtime: directory} (``where``: the setting named in
+    refusals; the node daemon's ``TUNEPLANE_NODE_RUNTIMES`` reads the same form)."""
+    try:
+        return runtime_dirs(raw, where)
+    except InvalidInput as exc:
+        raise _fail(exc.message, exc.fix or "") from None
 
 
 def _settings(env: Mapping[str, str] | SlurmSettings) -> SlurmSettings:

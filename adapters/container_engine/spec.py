@@ -184,10 +184,16 @@ def never_started(info: dict[str, Any]) -> bool:
 
 
 def _reason(state: dict[str, Any], code: int | None) -> str:
-    if state.get("OOMKilled"):
+    return exit_reason(code, oom=bool(state.get("OOMKilled")), error=str(state.get("Error") or ""))
+
+
+def exit_reason(code: int | None, *, oom: bool = False, error: str = "") -> str:
+    """Why a member's process ended, in words: the OOM killer, the start's error, the shell's
+    and the runner's own codes, else the signal that ended it ("" for an ordinary exit)."""
+    if oom:
         return "OOMKilled"
-    if state.get("Error"):
-        return str(state["Error"])
+    if error:
+        return error
     if code in _SHELL_CODES:
         return _SHELL_CODES[code]
     runner = runner_failure(code)

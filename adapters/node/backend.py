@@ -10,7 +10,10 @@ Pinning: a runtime image with a registry digest (``RepoDigests``) is pinned as
 ``name@sha256:…``, which every node can pull; an image built only in this engine is pinned by
 its image id, which nodes can run only if they hold the very same image (one machine, or the
 image loaded on each node). A runtime registered by digest (docs/runtimes.md) is pinned to
-exactly that image, or refused. See docs/node-backend.md.
+exactly that image, or refused. Where nodes run members as host processes
+(``TUNEPLANE_NODE_EXECUTOR=process``), no image runs: a runtime is pinned as on Slurm, to its
+registered digest or a digest of its image's name, without the image's package list (the
+node's environment of that runtime is what runs). See docs/node-backend.md.
 """
 
 from __future__ import annotations
@@ -30,8 +33,9 @@ class NodeBackend:
     # on the nodes (not yet recorded as artifacts)
     storage = StorageCapabilities(capsule=True, shared_mounts=False, shared_outputs=False)
 
-    def __init__(self, images: ContainerEngine | None) -> None:
+    def __init__(self, images: ContainerEngine | None, *, host_processes: bool = False) -> None:
         self.images = images  # the engine whose images runtimes are pinned from
+        self.host_processes = host_processes  # members run as host processes: no image runs
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
         """A repository digest (``repo@sha256:…``) that nodes can pull, else the image id.

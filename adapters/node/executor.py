@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import re
 import shutil
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -38,7 +36,6 @@ from adapters.container_engine.spec import (
     LABEL_MEMBER,
     LABEL_NODE,
     WORKDIR,
-    checkpoint_mounts,
     container_name,
     create_body,
     gpus_by_index,
@@ -47,8 +44,9 @@ from adapters.container_engine.spec import (
     source_tar,
 )
 from adapters.node.collector_feed import METRICS_MOUNT
+from adapters.node.host_ports import port_free
+from adapters.node.member_view import NodeDirs
 from domain.artifact_ports import CheckpointStorage, OutputStorage
-from domain.artifacts import OUTPUT_DIR, OUTPUT_ENV
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
 from domain.node_ports import FoundContainer, ProgressCallback
@@ -61,7 +59,6 @@ log = logging.getLogger("tuneplane.node.executor")
 Source = bytes | str | os.PathLike[str]
 _IMAGE_ID = re.compile(r"^(sha256:)?[0-9a-f]{64}$")
 _DONE = ("Download complete", "Pull complete", "Already exists")
-SHARED_MOUNT = "/shared"  # where a node's --shared-dir appears in every member
 LABEL_INSTALLATION = "tuneplane.installation"  # the control plane the member belongs to
 
 
@@ -87,10 +84,9 @@ class NodeExecutor:
         checkpoints: CheckpointStorage | None = None,
     ) -> None:
         self.node = node
-        self.checkpoints = checkpoints  # an attempt's checkpoint directories (docs/checkpoints.md)
-        self.metrics_dir = metrics_dir  # a member's metrics directory on this host (collected)
-        self.shared_dir = shared_dir  # the site's shared storage on this host, for every member
-        self.outputs = outputs  # a directory per member, mounted at OUTPUT_DIR (artifacts)
+        # the site's shared storage, each member's metrics (collected), outputs (artifacts) and
+        # its attempt's checkpoint directories (docs/checkpoints.md), mounted into every member
+        self.dirs = NodeDirs(shared_dir, metrics_dir, outputs, checkpoints)
         self.engine = ContainerEngine(docker_host, network_mode=network_mode, init=True)
         self.host = self.engine.host
         self.gpu_check = gpu_check
@@ -168,24 +164,7 @@ class NodeExecutor:
 
     async def _config(self, order: PrepareOrder) -> dict[str, Any]:
         ref = order.ref
-        env = dict(order.env)
-        env.setdefault("TUNEPLANE_JOB_ID", order.job_id)
-        env.setdefault("TUNEPLANE_ATTEMPT_ID", ref.attempt_id)
-        env.setdefault("TUNEPLANE_MEMBER_INDEX", str(ref.index))
-        binds = [f"{self.shared_dir}:{SHARED_MOUNT}"] if self.shared_dir else []
-        if self.shared_dir:
-            env["TUNEPLANE_SHARED_DIR"] = SHARED_MOUNT
-        if self.metrics_dir is not None and order.collector_token:
-            binds.append(f"{self.metrics_dir(ref.member_id)}:{METRICS_MOUNT}")
-            env["TUNEPLANE_METRICS_DIR"] = METRICS_MOUNT
-        if self.outputs is not None:
-            host = await self.outputs.prepare(order.job_id, ref.attempt_id, ref.index)
-            binds.append(f"{host}:{OUTPUT_DIR}")
-            env[OUTPUT_ENV] = OUTPUT_DIR
-        if self.checkpoints is not None and order.attempt >= 1:
-            work, resume_root = await self.checkpoints.prepare(order.job_id, order.attempt)
-            resume = order.resume.name if order.resume else None
-            binds += checkpoint_mounts(env, work, resume_root, resume)
+        view = await self.dirs.view(order)
         labels = member_labels(order.job_id, ref.attempt_id, ref.member_id, ref.index)
         labels.update(
             {
@@ -197,7 +176,7 @@ class NodeExecutor:
         return create_body(
             image=order.image,
             command=order.command,
-            env=env,
+            env=view.env,
             labels=labels,
             cpus=order.cpus,
             memory_mb=order.memory_mb,
@@ -205,7 +184,7 @@ class NodeExecutor:
             init=self.engine.init,
             host_cpus=await self.engine.host_cpus(),
             device_requests=gpus_by_index(order.gpu_indices) if order.gpu_indices else None,
-            binds=binds,
+            binds=[b.spec() for b in view.binds],
         )
 
     async def _engine_info(self) -> dict[str, Any]:
@@ -335,27 +314,7 @@ class NodeExecutor:
 
     # -- the host -----------------------------------------------------------------------------
 
-    def port_free(self, port: int) -> bool:
-        """Can a TCP port be bound on this host (all addresses)? Ports in TIME_WAIT count as
-        free, as they do for a listener that sets SO_REUSEADDR (torch's TCPStore does)."""
-        for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-            try:
-                sock = socket.socket(family, socket.SOCK_STREAM)
-            except OSError:
-                continue  # no IPv6 on this host
-            with sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    with contextlib.suppress(OSError):
-                        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                try:
-                    sock.bind((addr, port))
-                except OSError as exc:
-                    if family == socket.AF_INET6 and exc.errno == errno.EADDRNOTAVAIL:
-                        continue
-                    return False
-        return True
-
+    port_free = staticmethod(port_free)
     check_port_free = port_free
 
 

@@ -6,9 +6,7 @@ import grp
 import importlib.util
 import logging
 import os
-import pwd
 import re
-import shutil
 import socket
 import stat
 import subprocess
@@ -17,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters.child_env import child_environ
+from adapters.system_users import ensure_account, exists
 
 log = logging.getLogger(__name__)
 
@@ -183,44 +182,13 @@ def server_user(explicit: str | None = None) -> ServerUser | None:
     """
     if os.geteuid() != 0:
         return None
-    name = explicit or ("postgres" if _exists("postgres") else DEFAULT_ROOT_USER)
-    if not _exists(name):
-        _create_user(name)
-    entry = pwd.getpwnam(name)
-    return ServerUser(name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
-
-
-def _exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
-def _create_user(name: str) -> None:
-    useradd = shutil.which("useradd")
-    if useradd is None:
-        raise RuntimeError(
-            f"PostgreSQL refuses to run as root and user {name!r} does not exist; "
-            "create an unprivileged user and set TUNEPLANE_PG_USER to it, or run as non-root"
-        )
-    log.warning("creating system user %s to run the embedded PostgreSQL", name)
-    subprocess.run(
-        [
-            useradd,
-            "--system",
-            "--user-group",
-            "--no-create-home",
-            "--shell",
-            "/usr/sbin/nologin",
-            "--home-dir",
-            "/nonexistent",
-            name,
-        ],
-        check=True,
-        capture_output=True,
+    name = explicit or ("postgres" if exists("postgres") else DEFAULT_ROOT_USER)
+    account = ensure_account(
+        name,
+        "PostgreSQL refuses to run as root",
+        "create an unprivileged user and set TUNEPLANE_PG_USER to it, or run as non-root",
     )
+    return ServerUser(account.name, account.uid, account.gid, account.home)
 
 
 def free_port() -> int:

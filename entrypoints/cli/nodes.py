@@ -180,9 +180,31 @@ def run(
             "host, port 8472; off: collect no metrics)"
         ),
     ] = None,
+    executor: Annotated[
+        str | None,
+        Parameter(
+            help="how members run: container (the engine; the default) or process (host "
+            "processes, no engine; TUNEPLANE_NODE_EXECUTOR)"
+        ),
+    ] = None,
+    runtime_dir: Annotated[
+        tuple[str, ...],
+        Parameter(
+            help="with --executor process: RUNTIME=DIR puts DIR first on the PATH of members of "
+            "jobs on that runtime (repeatable; TUNEPLANE_NODE_RUNTIMES)"
+        ),
+    ] = (),
+    member_user: Annotated[
+        str | None,
+        Parameter(
+            help="with --executor process as root: the account members run as "
+            "(default tuneplane-member, made if missing)"
+        ),
+    ] = None,
 ) -> int:
     """Run a node daemon: connects outbound to the gateway over TLS, runs members as
-    containers, keeps a journal. The first start needs --join-token (`tp node token create`)."""
+    containers (or host processes), keeps a journal. The first start needs --join-token
+    (`tp node token create`)."""
     from entrypoints.node_daemon import DaemonOptions, run_daemon
 
     options = DaemonOptions(
@@ -200,6 +222,9 @@ def run(
         shared_dir=shared_dir,
         outputs_dir=outputs_dir,
         telemetry_gateway=telemetry_gateway,
+        executor=executor,
+        runtime_dirs=runtime_dir,
+        member_user=member_user,
     )
     return run_daemon(options)
 

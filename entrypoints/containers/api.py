@@ -28,6 +28,8 @@ from entrypoints.containers import database
 from entrypoints.containers.blobs import blob_store
 from entrypoints.kubernetes import kubernetes_backends
 from entrypoints.settings import Settings
+from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import NodeSettings
 from entrypoints.slurm_wiring import slurm_resource
 
 
@@ -60,7 +62,8 @@ def _context(
             **kubernetes,
             **({"slurm": slurm} if slurm is not None else {}),  # docs/slurm.md
         },
-        coordinated={"node": NodeBackend(docker)},  # its gangs launch through the ledger
+        # its gangs launch through the ledger; host-process nodes run no image (node-backend.md)
+        coordinated={"node": NodeBackend(docker, host_processes=_host_processes())},
         capacity={"slurm": slurm} if slurm is not None else {},  # Slurm reports its own
         blobs=blobs,
         new_secret=new_secret,
@@ -74,6 +77,10 @@ def _context(
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
         backend_checkpoints={"slurm": slurm.checkpoints} if slurm is not None else {},
     )
+
+
+def _host_processes() -> bool:
+    return bool(load_one(NodeSettings, "executor") == "process")
 
 
 def _lease(settings: Settings) -> PostgresLeaderLease:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from dependency_injector import containers, providers
@@ -18,6 +18,8 @@ from adapters.grpc.node_client import NodeLink, StoredCredential
 from adapters.node.collector_feed import CollectorFeed
 from adapters.node.executor import NodeExecutor
 from adapters.node.journal import SqliteJournal
+from adapters.node.member_view import NodeDirs
+from adapters.node.processes import Isolation, ProcessExecutor
 from adapters.outputs import FilesystemOutputs
 from application.node_agent import NodeAgent
 from application.node_checkpoint_carrier import CheckpointCarrier
@@ -26,6 +28,7 @@ from entrypoints.node_collector import CollectorProcess
 
 JOURNAL_FILE = "journal.sqlite"
 CHECKPOINTS_DIR = "checkpoints"  # attempts' checkpoint directories (docs/checkpoints.md)
+PROCESSES_DIR = "processes"  # host-process members' directories (adapters/node/processes.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,9 @@ class NodePlan:
     telemetry_gateway: str | None  # HOST:PORT the collector ships to; None: no collector
     retry_max: float
     version: str
+    isolation: Isolation | None = None  # members as host processes (None: as containers)
+    runtime_dirs: dict[str, str] = field(default_factory=dict)  # host processes: runtime → PATH dir
+    gpu_uuids: dict[int, str] = field(default_factory=dict)  # host processes: GPU index → UUID
 
 
 class Outbox:
@@ -95,7 +101,19 @@ async def _runtime(
     feed: CollectorFeed | None,
     outputs: FilesystemOutputs,
     checkpoints: FilesystemCheckpoints,
-) -> AsyncIterator[NodeExecutor]:
+) -> AsyncIterator[NodeExecutor | ProcessExecutor]:
+    if plan.isolation is not None:
+        dirs = NodeDirs(plan.shared_dir, feed.metrics_dir if feed else None, outputs, checkpoints)
+        yield ProcessExecutor(
+            plan.name,
+            plan.state_dir / PROCESSES_DIR,
+            plan.state_dir,
+            plan.isolation,
+            gpu_uuids=plan.gpu_uuids,
+            runtime_dirs=plan.runtime_dirs,
+            dirs=dirs,
+        )
+        return
     runtime = NodeExecutor(
         plan.name,
         plan.docker_host,
@@ -114,7 +132,7 @@ async def _runtime(
 async def _agent(
     plan: NodePlan,
     journal: SqliteJournal,
-    runtime: NodeExecutor,
+    runtime: NodeExecutor | ProcessExecutor,
     outbox: Outbox,
     feed: CollectorFeed | None,
     outputs: FilesystemOutputs,

@@ -1,6 +1,8 @@
 """Contract: the MemberRuntime port (domain/node_ports.py), the same assertions on both twins.
 
 ``docker``: adapters/node/executor.py, a real node's runtime, on the real engine with busybox.
+``process``: adapters/node/processes.py, a real node's runtime without a container engine
+(`--executor process`): the same commands run as host processes in a temporary state directory.
 ``sim``: adapters/sim/node_runtime.py, the simulator's, whose members run no command: where a
 real member's command prints and exits, the rig ends the simulated one with the same code and
 output (``SimRuntime.finish``), and a restarted daemon gets the same runtime back, as the
@@ -15,18 +17,21 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import BUSYBOX
 from adapters.node.executor import NodeExecutor
+from adapters.node.processes import ProcessExecutor
 from adapters.sim.node_runtime import SimRuntime
 from domain.node_messages import PrepareOrder
 from domain.node_ports import MemberRuntime
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from tests.fixtures.docker import remove_labelled
+from tests.support.host_processes import process_isolation
 
 pytestmark = pytest.mark.contract
 
@@ -52,6 +57,7 @@ class Rig:
     job_id: str
     ended: Callable[[MemberRuntime, PrepareOrder, str], Awaitable[Observation]]
     restart: Callable[[], Awaitable[MemberRuntime]]  # the daemon dies; another one starts
+    stage: str = "creating the container"  # what its preparation reports
 
     def order(self, script: str, index: int = 0, installation: str = INST) -> PrepareOrder:
         ref = MemberRef(f"att-{self.job_id[4:]}-1", f"mem-{self.job_id[4:]}-{index}", index, 7)
@@ -86,17 +92,38 @@ def _script_of(order: PrepareOrder) -> str:
 
 
 # the docker case reaches the engine through getfixturevalue, which the tiers cannot see
-@pytest.fixture(params=["sim", pytest.param("docker", marks=pytest.mark.engine)])
+@pytest.fixture(params=["sim", "process", pytest.param("docker", marks=pytest.mark.engine)])
 def engine(request: pytest.FixtureRequest) -> str | None:
-    """The real engine's address for ``docker`` (started if need be); None for ``sim``."""
-    return None if request.param == "sim" else str(request.getfixturevalue("docker_host"))
+    """The real engine's address for ``docker`` (started if need be); the name otherwise."""
+    if request.param == "docker":
+        return str(request.getfixturevalue("docker_host"))
+    return str(request.param)
 
 
 @pytest.fixture
-async def rig(engine: str | None) -> AsyncIterator[Rig]:
+async def rig(engine: str, tmp_path: Path) -> AsyncIterator[Rig]:
     job_id = f"job-{uuid.uuid4().hex[:12]}"
     node = f"node-{uuid.uuid4().hex[:8]}"
-    if engine is None:
+    if engine == "process":
+        isolation = process_isolation(node)
+        made = [ProcessExecutor(node, tmp_path / "processes", tmp_path, isolation)]
+
+        async def ends(runtime: MemberRuntime, order: PrepareOrder, cid: str) -> Observation:
+            return await until(runtime, cid, "exited")
+
+        async def again() -> MemberRuntime:
+            made.append(ProcessExecutor(node, tmp_path / "processes", tmp_path, isolation))
+            return made[-1]
+
+        try:
+            yield Rig(made[0], node, "sha256:" + "cd" * 32, job_id, ends, again, "preparing")
+        finally:
+            for cid in (await made[-1].held(INST)).values():
+                await made[-1].remove(cid)
+            for cid in (await made[-1].held("inst-another")).values():
+                await made[-1].remove(cid)
+        return
+    if engine == "sim":
         sim = SimRuntime(node)
 
         async def finish(runtime: MemberRuntime, order: PrepareOrder, cid: str) -> Observation:
@@ -137,7 +164,7 @@ async def test_prepare_creates_without_starting_and_start_commits_once(rig: Rig)
     rt, o = rig.runtime, rig.order("exit3")
     stages: list[str] = []
     cid = await rt.prepare(o, None, lambda stage, share, detail: stages.append(stage))
-    assert "creating the container" in stages
+    assert rig.stage in stages
     assert await rt.observe(cid) == Observation("starting")  # created, never started
     created = await rt.found(cid)
     assert created is not None and created.ref == o.ref and not created.started

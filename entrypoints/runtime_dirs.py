@@ -1,0 +1,36 @@
+"""``runtime=/dir,...``: where a runtime's environment is on hosts that run members as host
+processes (Slurm nodes, node daemons with ``--executor process``): the directory put first on
+the members' ``PATH``, as an image's environment is in a container."""
+
+from __future__ import annotations
+
+from domain.errors import InvalidInput
+
+
+def runtime_dirs(raw: str, where: str) -> dict[str, str]:
+    """``runtime=/dir,runtime2=/dir2`` → {runtime: directory}; InvalidInput naming ``where``."""
+    out: dict[str, str] = {}
+    for item in filter(None, (s.strip() for s in raw.split(","))):
+        name, eq, directory = (part.strip() for part in item.partition("="))
+        if not eq or not name or not directory:
+            raise InvalidInput(
+                f"{where} item {item!r} is not RUNTIME=DIRECTORY",
+                fix="write it as pytorch-trl=/opt/envs/trl/bin,verl=/opt/envs/verl/bin",
+                field=where,
+            )
+        if not directory.startswith("/") or any(ch in directory for ch in ":\n\0"):
+            raise InvalidInput(
+                f"{where} gives runtime {name} the directory {directory!r},"
+                " which is not an absolute directory that can go on PATH (no ':')",
+                fix=f"give the absolute directory holding {name}'s python3 on the hosts,"
+                " e.g. /opt/envs/trl/bin",
+                field=where,
+            )
+        if name in out:
+            raise InvalidInput(
+                f"{where} names runtime {name} twice",
+                fix="give each runtime one directory",
+                field=where,
+            )
+        out[name] = directory
+    return out
