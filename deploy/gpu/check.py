@@ -51,7 +51,8 @@ def say(text: str) -> None:
 
 
 class Up:
-    """`tp up` in a state directory of its own, on free ports, with the process executor."""
+    """`tp up` in a state directory of its own, on free ports; its node daemon runs members as
+    host processes (TUNEPLANE_NODE_EXECUTOR=process, which `tp up` passes on)."""
 
     def __init__(self, work: Path, env: dict[str, str]) -> None:
         self.state = work / "state"
@@ -69,9 +70,8 @@ class Up:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float) -> None:
-        args = [*TP, "up", "--state-dir", str(self.state), "--port", str(self.port)]
         self.proc = subprocess.Popen(
-            [*args, "--executor", "process"],
+            [*TP, "up", "--state-dir", str(self.state), "--port", str(self.port)],
             env=self.env,
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
@@ -119,14 +119,17 @@ def bare(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     report = work / "bare-report.json"
     cmd = [args.python, str(HERE / "train.py"), "--metrics-dir", str(work / "bare-metrics")]
     cmd += ["--report", str(report), *_size(args)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # TunePlane's wheels: not
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.train_timeout)
     if proc.returncode != 0:
         raise Failed(f"the bare training run exited {proc.returncode}: {proc.stderr[-1500:]}")
     return dict(json.loads(report.read_text()))
 
 
 def _size(args: argparse.Namespace) -> list[str]:
-    out = ["--size", "cpu" if args.cpu else "gpu"]
+    # CPU mode: one thread in both runs (the member's cgroup gives it one CPU; two threads on a
+    # busy machine wait on each other)
+    out = ["--size", "cpu", "--threads", "1"] if args.cpu else ["--size", "gpu"]
     return out + (["--steps", str(args.steps)] if args.steps else [])
 
 
@@ -148,9 +151,8 @@ def profile_for(api: httpx.Client, wanted: str | None, cpu: bool) -> tuple[str, 
 def wait_node(api: httpx.Client, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        nodes = api.get("/v1/nodes").json()
-        nodes = nodes.get("nodes", nodes) if isinstance(nodes, dict) else nodes
-        if any(n.get("name", n.get("node")) == "local" for n in nodes):
+        links = api.get("/v1/node-links").raise_for_status().json()
+        if any(link.get("node") == "local" for link in links):
             return
         time.sleep(0.5)
     raise Failed(f"the local node daemon did not connect in {timeout:.0f} s")
@@ -163,7 +165,7 @@ def submit(up: Up, args: argparse.Namespace, work: Path, profile: str) -> str:
     exp = ws / WORKLOAD
     exp.mkdir()
     shutil.copy(HERE / "train.py", exp / "train.py")
-    command = " ".join(["python3 train.py", *_size(args), "--report", str(work / "tp-report.json")])
+    command = " ".join(["python3 train.py", *_size(args)])  # its report: in its outputs
     (exp / "experiment.toml").write_text(
         f'name = "{WORKLOAD}"\nmethod = "custom/custom"\nruntime = "{args.runtime}"\n\n'
         f"[params]\ncommand = {json.dumps(command)}\n"
@@ -173,6 +175,13 @@ def submit(up: Up, args: argparse.Namespace, work: Path, profile: str) -> str:
         if word.startswith("job-"):
             return word
     raise Failed(f"tp submit printed no job id: {out[-800:]}")
+
+
+def member_report(state: Path) -> dict[str, Any] | None:
+    """train.py's report, from the member's outputs directory on this host (the node daemon's
+    outputs/, one directory per member)."""
+    found = sorted((state / "node" / "outputs").glob("**/train-report.json"))
+    return dict(json.loads(found[-1].read_text())) if found else None
 
 
 def follow(api: httpx.Client, job_id: str, timeout: float) -> dict[str, Any]:
@@ -218,7 +227,8 @@ def run(args: argparse.Namespace, report: Report) -> None:
     say(f"bare training run ({'CPU' if args.cpu else 'GPU'}) for the baseline")
     report.bare = bare(args, work)
     env = dict(os.environ)
-    env["TUNEPLANE_NODE_RUNTIMES"] = f"{args.runtime}={Path(args.python).parent.parent}"
+    # the job's runtime is the training Python's environment: its bin/ first on members' PATH
+    env["TUNEPLANE_NODE_RUNTIMES"] = f"{args.runtime}={Path(args.python).parent}"
     if args.cpu:
         env.setdefault("TUNEPLANE_GPU_SAMPLE_SECONDS", "1")  # a run of seconds gets samples
     up = Up(work, env)
@@ -237,8 +247,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
             report.job_id = job_id
             report.job = follow(api, job_id, args.train_timeout + 120)
             say(f"job {job_id} {report.job['state']}; reading its metrics")
-            tp_report = work / "tp-report.json"
-            report.member = json.loads(tp_report.read_text()) if tp_report.exists() else None
+            report.member = member_report(up.state)
             want = len(report.member["losses"]) if report.member else 1
             report.metrics = series(api, job_id, want, args.metrics_timeout)
             report.cli_metrics = json.loads(up.tp("job", "metrics", job_id, "--all", "--json"))
@@ -246,7 +255,10 @@ def run(args: argparse.Namespace, report: Report) -> None:
             report.raw_loss = raw(api, job_id, loss[0]) if loss else []
             gpu = [s for s in report.metrics["series"] if s["tag"] == "sys/gpu0/utilization"]
             report.raw_utilization = raw(api, job_id, gpu[0]) if gpu else []
-            report.inventory = api.get("/v1/fleet").json()
+            report.inventory = {  # where the node's GPU UUIDs are reported
+                "fleet": api.get("/v1/fleet").json(),
+                "node_links": api.get("/v1/node-links").json(),
+            }
             report.logs = up.tp("job", "logs", job_id, ok=False)[-4000:]
     finally:
         say("stopping tp up")

@@ -41,7 +41,10 @@ def _job(r: Report) -> dict[str, str]:
         return _check("job succeeded", False, "no job ran")
     state = r.job.get("state")
     why = r.job.get("reason") or ""
-    return _check("job succeeded", state == "succeeded", f"{r.job_id} {state} {why}".strip())
+    detail = f"{r.job_id} {state} {why}".strip()
+    if state != "succeeded" and r.logs:
+        detail += "; its log ends: " + " | ".join(r.logs.strip().splitlines()[-6:])
+    return _check("job succeeded", state == "succeeded", detail)
 
 
 def _uuids(value: Any) -> set[str]:

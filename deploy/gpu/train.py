@@ -61,6 +61,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int)
     parser.add_argument("--size", choices=sorted(SIZES))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, help="torch's intra-op threads (CPU mode: 1)")
     args = parser.parse_args()
     metrics = args.metrics_dir or os.environ.get("TUNEPLANE_METRICS_DIR")
     report_path = args.report or (
@@ -79,6 +80,8 @@ def main() -> int:
     info = device_info(device)
     print(f"device: {json.dumps(info)}", flush=True)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     layers: list[nn.Module] = []
