@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import httpx
 
@@ -133,18 +134,27 @@ def _size(args: argparse.Namespace) -> list[str]:
     return out + (["--steps", str(args.steps)] if args.steps else [])
 
 
-def profile_for(api: httpx.Client, wanted: str | None, cpu: bool) -> tuple[str, str | None]:
+def profile_for(up: Up, api: httpx.Client, wanted: str | None, cpu: bool) -> tuple[str, str | None]:
     """The profile to submit with and the GPU model it names: one GPU of the model the local
-    node reported (its pool's shape), else one CPU."""
+    node reported. Where its pool has no GPU shape yet (`tp up` makes pool ``local`` from the
+    host's CPUs and memory), the pool is given the node's GPUs first, as an operator would
+    (`tp fleet pool set local --gpus N --gpu-model M`). No GPU at all: one CPU (CPU mode)."""
     if wanted:
-        return wanted, wanted.split(":")[0] if not wanted.startswith("cpu") else None
-    pools = api.get("/v1/fleet").raise_for_status().json()
-    pools = pools.get("pools", pools) if isinstance(pools, dict) else pools
-    for pool in pools:
-        if pool.get("name") == "local" and pool.get("gpu_model") and pool.get("gpus_per_node"):
-            return f"{pool['gpu_model']}:1", pool["gpu_model"]
+        return wanted, None if wanted.startswith("cpu") else wanted.split(":")[0]
+    fleet = api.get("/v1/fleet").raise_for_status().json()
+    pools = fleet.get("pools", []) if isinstance(fleet, dict) else fleet
+    pool = next((p for p in pools if p.get("name") == "local"), {})
+    if pool.get("gpu_model") and pool.get("gpus_per_node"):
+        return f"{pool['gpu_model']}:1", str(pool["gpu_model"])
+    links = api.get("/v1/node-links").raise_for_status().json()
+    link = next((n for n in links if n.get("node") == "local"), {})
+    if link.get("gpus") and link.get("gpu_model"):
+        model, gpus = str(link["gpu_model"]), str(link["gpus"])
+        say(f"pool local takes the node's {gpus} {model} GPU(s)")
+        up.tp("fleet", "pool", "set", "local", "--gpus", gpus, "--gpu-model", model)
+        return f"{model}:1", model
     if not cpu:
-        raise Failed(f"the local pool reports no GPU: {json.dumps(pools)[:800]}")
+        raise Failed(f"the local node reports no GPU: {json.dumps(link)[:800]}")
     return "cpu:1", None
 
 
@@ -175,6 +185,20 @@ def submit(up: Up, args: argparse.Namespace, work: Path, profile: str) -> str:
         if word.startswith("job-"):
             return word
     raise Failed(f"tp submit printed no job id: {out[-800:]}")
+
+
+def host_uuids(fake: str | None) -> list[str]:
+    """The UUIDs of this host's GPUs: from the recorded ``nvidia-smi -q -x`` output the node's
+    probe answers from (CPU mode), else from nvidia-smi."""
+    if fake:
+        root = ElementTree.parse(fake).getroot()
+        return [(u.text or "").strip() for u in root.iter("uuid")]
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    query = [smi, "--query-gpu=uuid", "--format=csv,noheader"]
+    done = subprocess.run(query, capture_output=True, text=True, timeout=30)
+    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
 
 
 def member_report(state: Path) -> dict[str, Any] | None:
@@ -240,7 +264,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
             token = (up.state / "admin-token").read_text().strip()
             up.tp("login", "--server", up.url, "--token", token)
             wait_node(api, 60)
-            profile, report.gpu_model = profile_for(api, args.profile, args.cpu)
+            profile, report.gpu_model = profile_for(up, api, args.profile, args.cpu)
             report.profile = profile
             say(f"submitting the training job ({profile})")
             job_id = submit(up, args, work, profile)
@@ -258,6 +282,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
             report.inventory = {  # where the node's GPU UUIDs are reported
                 "fleet": api.get("/v1/fleet").json(),
                 "node_links": api.get("/v1/node-links").json(),
+                "host": host_uuids(report.fake_nvml),
             }
             report.logs = up.tp("job", "logs", job_id, ok=False)[-4000:]
     finally:
@@ -280,6 +305,7 @@ def main() -> int:
     parser.add_argument("--metrics-timeout", type=float, default=60)
     args = parser.parse_args()
     report = Report(mode="cpu" if args.cpu else "gpu", max_ratio=args.max_ratio)
+    report.fake_nvml = os.environ.get("TUNEPLANE_FAKE_NVML") or None
     started = time.monotonic()
     code = 0
     try:

@@ -24,7 +24,8 @@ class Report:
     cli_metrics: dict[str, Any] | None = None  # tp job metrics ID --all --json
     raw_loss: list[dict[str, Any]] = field(default_factory=list)
     raw_utilization: list[dict[str, Any]] = field(default_factory=list)
-    inventory: Any = None  # GET /v1/fleet
+    inventory: Any = None  # what the node reported (the API), and the host's own GPU UUIDs
+    fake_nvml: str | None = None  # CPU mode: the recorded NVML the node's probe answers from
     logs: str = ""
     up_log: str = ""
     error: str | None = None
@@ -120,8 +121,9 @@ def _utilization(r: Report) -> dict[str, str]:
     tags = sorted(s["tag"] for s in every if s["tag"].startswith("sys/"))
     seen = f"{len(values)} samples, max {max(values) if values else None}; system series: {tags}"
     if r.mode == "cpu":
-        if not r.gpu_model:
-            return _check(name, None, f"a CPU profile; {seen}")
+        if not r.gpu_model or not r.fake_nvml:
+            why = "a CPU profile" if not r.gpu_model else "no recorded NVML (TUNEPLANE_FAKE_NVML)"
+            return _check(name, None, f"{why}; {seen}")
         return _check(name + " (values from the recorded NVML)", bool(values), seen)
     return _check(name, bool(values) and max(values) > 0, seen)
 

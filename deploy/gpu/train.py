@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.tensorboard import SummaryWriter
 
 SIZES = {  # width, depth, batch, steps
-    "gpu": (4096, 6, 8192, 3000),
+    "gpu": (4096, 6, 8192, 6000),
     "cpu": (128, 3, 128, 150),
 }
 LOG_EVERY = 10  # steps per logged point (a .item() there syncs the device)
