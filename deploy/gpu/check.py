@@ -51,6 +51,19 @@ def say(text: str) -> None:
     print(f"==> {text}", file=sys.stderr, flush=True)
 
 
+def _term_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the parent (this script) dies, however it dies
+    (Linux's PR_SET_PDEATHSIG), so that no `tp up` outlives the run."""
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
+def _stop_on_term(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # unwinds through run()'s finally, which stops tp up
+
+
 class Up:
     """`tp up` in a state directory of its own, on free ports; its node daemon runs members as
     host processes (TUNEPLANE_NODE_EXECUTOR=process, which `tp up` passes on)."""
@@ -77,6 +90,7 @@ class Up:
             stdout=self.log.open("ab"),
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C of check.sh reaches tp up through stop() only
+            preexec_fn=_term_with_parent,  # and a check.py killed with -9 still stops it
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -290,13 +304,19 @@ def run(args: argparse.Namespace, report: Report) -> None:
         up.stop()
 
 
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 20:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 20 steps")
+    return int(text)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", required=True, help="the Python that trains (has torch)")
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--report", type=Path, required=True)
     parser.add_argument("--cpu", action="store_true")
-    parser.add_argument("--steps", type=int)
+    parser.add_argument("--steps", type=_positive)
     parser.add_argument("--profile")
     parser.add_argument("--runtime", default="busybox")
     parser.add_argument("--max-ratio", type=float, default=1.02)
@@ -306,6 +326,7 @@ def main() -> int:
     args = parser.parse_args()
     report = Report(mode="cpu" if args.cpu else "gpu", max_ratio=args.max_ratio)
     report.fake_nvml = os.environ.get("TUNEPLANE_FAKE_NVML") or None
+    signal.signal(signal.SIGTERM, _stop_on_term)
     started = time.monotonic()
     code = 0
     try:

@@ -53,6 +53,10 @@ if [ $cpu -eq 1 ] && [ -z "${TUNEPLANE_FAKE_NVML:-}" ]; then
 fi
 [ $cpu -eq 1 ] && echo "==> CPU mode; TUNEPLANE_FAKE_NVML=${TUNEPLANE_FAKE_NVML:-(unset: no GPUs)}" >&2
 
+if [ -n "$state" ] && [ -e "$state" ] && [ -n "$(ls -A "$state" 2>/dev/null || echo x)" ]; then
+  echo "error: --state-dir $state is not an empty directory (fix: give a new or empty one; each run starts from nothing)" >&2
+  exit 2
+fi
 state="${state:-$(mktemp -d "${TMPDIR:-/tmp}/tuneplane-gpu-check.XXXXXX")}"
 mkdir -p "$state"
 state="$(cd "$state" && pwd)"
@@ -60,7 +64,9 @@ report="${report:-$state/report.json}"
 
 if [ -n "$wheels" ]; then
   tp_py="${TUNEPLANE_PYTHON:-python3}"
-  mapfile -t need < <("$tp_py" deploy/gpu/select_wheels.py "$wheels")
+  [ -d "$wheels" ] || { echo "error: --wheels $wheels is not a directory (fix: bash deploy/gpu/wheels.sh, then pass its folder)" >&2; exit 2; }
+  "$tp_py" deploy/gpu/select_wheels.py "$wheels" >"$state/wheels.txt" || exit 2
+  mapfile -t need <"$state/wheels.txt"
   echo "==> installing ${#need[@]} wheels from $wheels into $state/site (offline)" >&2
   if [ ${#need[@]} -gt 0 ]; then
     "$tp_py" -m pip install -q --no-index --no-deps --disable-pip-version-check \
