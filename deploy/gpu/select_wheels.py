@@ -1,7 +1,7 @@
-"""Which of the carried wheels this machine needs (deploy/gpu/check.sh): every wheel whose
-distribution is not installed here, and those installed at a version TunePlane's own wheel does
-not accept (protobuf on a machine with an older one). Standard library only (it runs before
-anything is installed); prints the wheels' paths, one a line.
+"""Which of the carried wheels this machine needs (deploy/gpu/check.sh): TunePlane's own, every
+wheel whose distribution is not installed here, and those installed at a version TunePlane's
+own wheel does not accept (protobuf on a machine with an older one). Standard library only (it
+runs before anything is installed); prints the wheels' paths, one a line.
 
     python3 deploy/gpu/select_wheels.py DIR
 """
@@ -52,8 +52,11 @@ def main() -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     wanted = requirements(own[0])
+    print(own[0])  # always: the TunePlane this run proves, whatever else is installed
     for wheel in wheels:
         name = canonical(wheel.name.split("-")[0])
+        if wheel == own[0]:
+            continue
         try:
             have = md.version(name)
         except md.PackageNotFoundError:
