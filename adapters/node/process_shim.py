@@ -22,6 +22,7 @@ cgroup, not the shim.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -100,12 +101,10 @@ def _child(launch: dict[str, object], log: int, ready: int, go: int) -> None:
 def end_the_rest(pid: int, groups: list[str]) -> None:
     """The member's first process ended: nothing of it runs on (as a container ends with its
     init), neither its process group nor what left the group but not its cgroups."""
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
     for _ in range(100):
-        left = set()
+        left: set[int] = set()
         for group in groups:
             try:
                 with open(os.path.join(group, "cgroup.procs")) as f:
@@ -115,10 +114,8 @@ def end_the_rest(pid: int, groups: list[str]) -> None:
         if not left:
             return
         for other in left:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(other, signal.SIGKILL)
-            except OSError:
-                pass
         time.sleep(0.02)
 
 
@@ -157,10 +154,8 @@ def main(directory: str) -> int:
         "at": time.time(),
     }
     write_atomic(path("started.json"), record)
-    try:
+    with contextlib.suppress(OSError):  # else the child ended before its go (its log says why)
         os.write(go_write, b"x")
-    except OSError:
-        pass  # the child ended before it was told to go (its log says why)
     os.close(go_write)
     while True:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
 import signal
@@ -18,6 +19,7 @@ import pytest
 
 from tests.e2e.test_node_backend import cli_for, submit
 from tests.fixtures.nodes import NodeCluster
+from tests.integration.test_process_executor import runs
 
 pytestmark = [pytest.mark.e2e]
 
@@ -58,7 +60,7 @@ async def test_a_member_outlives_its_daemons_kill_and_is_readopted(
     cluster = await node_cluster_factory(1, **PROCESSES)
     cli = await cli_for(cluster, tmp_path)
     seen = Path(tempfile.mkdtemp(prefix="tp-go-"))  # where the member's account can look
-    seen.chmod(0o755)
+    os.chmod(seen, 0o755)
     go = seen / "go"
     job_id = submit(
         cli,
@@ -70,7 +72,7 @@ async def test_a_member_outlives_its_daemons_kill_and_is_readopted(
     [record] = (daemon.state_dir / "processes").glob("*/started.json")
     started = json.loads(record.read_text())
     cluster.kill_daemon("n1", signal.SIGKILL)
-    assert Path(f"/proc/{started['pid']}").exists()  # the member runs on without its daemon
+    assert runs(started["pid"])  # the member runs on without its daemon
     cluster.start_daemon("n1")
     await asyncio.to_thread(cluster.wait_connected, ["n1"])
     go.touch()

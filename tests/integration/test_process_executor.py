@@ -7,7 +7,6 @@ process group, and the limits."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import os
@@ -54,6 +53,18 @@ def order(command: tuple[str, ...], **kw: object) -> PrepareOrder:
     return PrepareOrder(**fields)  # type: ignore[arg-type]
 
 
+def exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def runs(pid: int) -> bool:
+    """The process exists and is no zombie (a zombie's entry goes once its parent reaps it)."""
+    try:
+        return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
 @pytest.fixture
 def executor(tmp_path: Path) -> ProcessExecutor:
     tmp_path.chmod(0o755)
@@ -84,7 +95,7 @@ async def test_gpus_are_bound_by_uuid_and_a_runtime_directory_comes_first(
     executor: ProcessExecutor, tmp_path: Path
 ) -> None:
     env_bin = Path(tempfile.mkdtemp(prefix="tp-runtime-"))  # the member's account can enter it
-    env_bin.chmod(0o755)
+    os.chmod(env_bin, 0o755)
     (env_bin / "trainer").write_text("#!/bin/sh\necho trainer from the runtime\n")
     (env_bin / "trainer").chmod(0o755)
     executor.runtime_dirs["mine"] = str(env_bin)
@@ -200,10 +211,7 @@ async def test_stop_ends_processes_that_left_the_process_group(
     await executor.stop(cid, 1)
     assert (await executor.observe(cid)).status == "exited"
     deadline = time.monotonic() + 5
-    while Path(f"/proc/{child}").exists():  # a zombie's entry goes once its parent reaps it
-        with contextlib.suppress(OSError):
-            if "State:\tZ" in Path(f"/proc/{child}/status").read_text():
-                break
+    while runs(child):
         assert time.monotonic() < deadline, f"{child} survived the stop"
         await asyncio.sleep(0.05)
     await executor.remove(cid)
@@ -224,4 +232,4 @@ async def test_limits_are_set_in_the_members_cgroups(executor: ProcessExecutor) 
     else:
         assert values == {"cpu.cfs_quota_us": "25000", "memory.limit_in_bytes": str(96 << 20)}
     await executor.remove(cid)
-    assert not any(Path(d).exists() for d in record["cgroups"])
+    assert not any(map(exists, record["cgroups"]))
