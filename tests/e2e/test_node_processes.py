@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import tempfile
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import pytest
 
 from tests.e2e.test_node_backend import cli_for, submit
 from tests.fixtures.nodes import NodeCluster
-from tests.integration.test_process_executor import runs
+from tests.integration.test_process_executor import exists, runs
 
 pytestmark = [pytest.mark.e2e]
 
@@ -30,6 +31,7 @@ LOOK = (
     " grep -c ' source.tar.gz$' /tuneplane/capsule/SHA256SUMS;"
     " env | grep -c -e DATABASE_URL -e JOIN_TOKEN -e GATEWAY_KEY;"
     " echo listed=$(ls -A {state} 2>&1 | wc -l) credential=$(cat {state}/credential 2>&1 | wc -c)"
+    " tmp=$(ls -A /tmp | wc -l); touch /tmp/{mark}"
 )
 
 
@@ -39,7 +41,8 @@ async def test_a_gang_runs_as_host_processes_with_the_containers_contract(
     cluster = await node_cluster_factory(2, **PROCESSES)
     cli = await cli_for(cluster, tmp_path)
     state = cluster.daemons["n1"].state_dir
-    job_id = submit(cli, LOOK.format(state=state), profile="nodes/cpu:1")
+    mark = f"tp-member-mark-{uuid.uuid4().hex}"
+    job_id = submit(cli, LOOK.format(state=state, mark=mark), profile="nodes/cpu:1")
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
     assert job["state"] == "succeeded", (job, cli("job", "logs", job_id, ok=False).stdout)
     for index in range(2):
@@ -49,8 +52,10 @@ async def test_a_gang_runs_as_host_processes_with_the_containers_contract(
         assert capsule == "1"  # the runner checked the Job Capsule, source archive listed
         assert secrets == "0"  # nothing of the daemon's environment reaches the member
         # the state directory is an empty tmpfs the member cannot even list
-        credential = int(hidden.split("credential=")[1])
+        credential = int(hidden.split("credential=")[1].split()[0])
         assert hidden.startswith("listed=1 ") and credential < 200, log  # one error line each
+        assert hidden.endswith(" tmp=0"), log  # its own /tmp, empty at its start
+    assert not exists(f"/tmp/{mark}")  # and not the host's
     assert (state / "credential").exists()  # while the daemon has it
 
 
@@ -59,7 +64,7 @@ async def test_a_member_outlives_its_daemons_kill_and_is_readopted(
 ) -> None:
     cluster = await node_cluster_factory(1, **PROCESSES)
     cli = await cli_for(cluster, tmp_path)
-    seen = Path(tempfile.mkdtemp(prefix="tp-go-"))  # where the member's account can look
+    seen = Path(tempfile.mkdtemp(prefix="tp-go-", dir="/var/tmp"))  # members have their own /tmp
     os.chmod(seen, 0o755)
     go = seen / "go"
     job_id = submit(

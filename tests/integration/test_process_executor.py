@@ -94,7 +94,7 @@ async def output(executor: ProcessExecutor, cid: str) -> str:
 async def test_gpus_are_bound_by_uuid_and_a_runtime_directory_comes_first(
     executor: ProcessExecutor, tmp_path: Path
 ) -> None:
-    env_bin = Path(tempfile.mkdtemp(prefix="tp-runtime-"))  # the member's account can enter it
+    env_bin = Path(tempfile.mkdtemp(prefix="tp-runtime-", dir="/var/tmp"))  # members: own /tmp
     os.chmod(env_bin, 0o755)
     (env_bin / "trainer").write_text("#!/bin/sh\necho trainer from the runtime\n")
     (env_bin / "trainer").chmod(0o755)
