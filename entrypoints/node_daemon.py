@@ -153,6 +153,7 @@ def plan(options: DaemonOptions) -> NodePlan:
             gpu_model=options.gpu_model,
             cpus=options.cpus,
             memory_mb=options.memory_mb,
+            fake_nvml=load_one(NodeSettings, "fake_nvml"),
         ),
         docker_host=options.docker_host or load_one(NodeSettings, "docker_host"),
         shared_dir=shared,
