@@ -1,8 +1,8 @@
 """GPU inventory end to end (issue 23), with real servers, gateway, daemon and CLI on loopback:
 a daemon reading a recorded H200 (TUNEPLANE_FAKE_NVML, tests/fixtures/nvml/h200.txt: a real
 machine's nvidia-smi output) enrolls into an h200 pool, which a daemon detecting no GPU cannot;
-the API (/v1/node-links, /v1/fleet) and `tp fleet ls` show its GPUs; `--profile h200:1` is
-placed on it."""
+the API (/v1/node-links, /v1/fleet), `tp fleet ls` and the console's Fleet page show its GPUs;
+`--profile h200:1` is placed on it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from playwright.async_api import Page, expect
 
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 
@@ -20,7 +21,7 @@ LISTED = "1× NVIDIA H200 140.4 GiB NVLink, driver 590.48.01, CUDA 13.1 (recorde
 
 
 async def test_a_node_with_recorded_h200s_enrolls_is_listed_and_takes_h200_work(
-    node_cluster_factory: Factory, tmp_path: Path
+    node_cluster_factory: Factory, tmp_path: Path, page: Page
 ) -> None:
     cluster = await node_cluster_factory(0, TUNEPLANE_FAKE_NVML=str(H200))
     cluster.api(
@@ -46,6 +47,13 @@ async def test_a_node_with_recorded_h200s_enrolls_is_listed_and_takes_h200_work(
     cli = await cli_for(cluster, tmp_path)
     [row] = [line for line in cli("fleet", "ls").stdout.splitlines() if " g1 " in line]
     assert row.endswith(LISTED), row
+
+    await page.goto(cluster.servers.url + "/console/#/fleet")  # the Fleet page says the same
+    await page.get_by_label("API token").fill(cluster.servers.token)
+    await page.get_by_label("API token").press("Enter")
+    nodes = page.get_by_role("table", name="Nodes of pool gpu")
+    await expect(nodes.get_by_role("columnheader", name="Detected GPUs")).to_have_count(1)
+    await expect(nodes.get_by_role("row").filter(has_text="g1")).to_contain_text(LISTED)
 
     job_id = submit(cli, "nvidia-smi -L || true", "h200:1")
     job = await asyncio.to_thread(
