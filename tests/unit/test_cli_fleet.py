@@ -248,3 +248,21 @@ def test_profiles_named_and_implicit(stub: Stub, capsys: pytest.CaptureFixture[s
     assert lines[2].split()[:2] == ["h200:N", "implicit"] and "1 to 8" in lines[2]
     assert run(["profiles", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == PROFILES
+
+
+def test_node_ls_shows_what_each_daemon_detected(
+    stub: Stub,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    link = {"node": "a-0", "connected_at": "2026-12-05T13:00:00Z",
+            "heartbeat_at": "2026-12-05T13:00:05Z", "gateway": "gw-1", "address": "10.0.0.1",
+            "gpus": 8, "gpu_model": "h200", "cpus": 96.0, "memory_mb": 1048576,
+            "daemon_version": "0.23", "epoch": 1}  # fmt: skip
+    older = link | {"node": "a-1"}  # an older daemon: no gpu_inventory at all
+    stub.answers[("GET", "/v1/node-links")] = (200, [link | {"gpu_inventory": H200_X8}, older])
+    assert run(["node", "ls"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-2:] == ["DETECTED", "GPUS"]
+    detected = "8× NVIDIA H200 140.4 GiB MIG on 1 NVLink, driver 580.159.03, CUDA 13.0"
+    assert lines[1].endswith(detected)
+    assert lines[2].split()[-1] == "0.23"  # nothing detected: an empty cell
