@@ -251,7 +251,7 @@ class NvmlProbe:
 
 
 def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _load_nvml() -> NvmlProbe | None:
