@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.test_gpu_inventory import H200
 from tests.e2e.test_node_backend import cli_for, submit
 from tests.fixtures.nodes import NodeCluster
 from tests.integration.test_process_executor import exists, runs
@@ -102,3 +103,25 @@ async def test_a_member_over_its_memory_is_killed_and_named(
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=90)
     assert job["state"] == "failed"
     assert "OOMKilled" in json.dumps(job), job
+
+
+async def test_an_h200_job_runs_bound_to_the_uuid_the_node_detected(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    """A host-process node reading a recorded H200 (tests/fixtures/nvml/h200.txt): an `h200:1`
+    job runs to its end with exactly that GPU bound, by the UUID the inventory gave."""
+    cluster = await node_cluster_factory(0, TUNEPLANE_FAKE_NVML=str(H200), **PROCESSES)
+    cluster.api(
+        "POST",
+        "/v1/pools",
+        {"name": "gpu", "backend": "node", "gpus_per_node": 1, "gpu_model": "h200",
+         "cpus_per_node": cluster.cpus, "memory_mb_per_node": cluster.memory_mb},
+    )  # fmt: skip
+    cluster.pool = "gpu"
+    cluster.start_daemon("g1")
+    await asyncio.to_thread(cluster.wait_connected, ["g1"])
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, 'echo "bound=[$CUDA_VISIBLE_DEVICES]"', "h200:1")
+    job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=90)
+    assert job["state"] == "succeeded", job
+    assert "bound=[GPU-00000000-0000-0000-0000-000000000000]" in cli("job", "logs", job_id).stdout
