@@ -32,7 +32,7 @@ class GpuInventory:
     devices: tuple[GpuDevice, ...] = ()
     driver: str = ""  # driver version, e.g. "580.159.03"
     cuda: str = ""  # the newest CUDA version the driver supports, e.g. "13.0"
-    source: str = ""  # how it was read: "nvml", "nvidia-smi", or "" (no GPU found)
+    source: str = ""  # how it was read: "nvml", "nvidia-smi", "recorded" (the fake), "" (none)
 
 
 @dataclass(frozen=True, slots=True)

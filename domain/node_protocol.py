@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from domain.artifacts import Manifest
+from domain.gpus import GpuInventory
 
 
 class Phase(StrEnum):
@@ -78,6 +79,9 @@ class NodeCapacity:
     gpu_model: str | None
     cpus: float
     memory_mb: int
+    # the GPUs the daemon detected (NVML, nvidia-smi, or a recording): None where it found none
+    # or is older than issue 23 (unknown); the count and model above are what it offers
+    gpu_inventory: GpuInventory | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,10 +26,11 @@ from pathlib import Path
 
 from adapters.grpc.node_client import CREDENTIAL_FILE, load_credential
 from adapters.node import processes
-from adapters.node.capacity import detect, detect_gpus
+from adapters.node.capacity import detect
 from adapters.tls import client_context
 from application.node_sessions import check_address
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
+from domain.node_protocol import NodeCapacity
 from entrypoints.cli.errors import render
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
@@ -95,6 +96,12 @@ def _outputs_root(given: Path | None, state_dir: Path) -> Path:
         _keep_outside(root, state, "--outputs-dir")
     root.mkdir(parents=True, exist_ok=True, mode=0o755)
     return root
+
+
+def _gpu_uuids(capacity: NodeCapacity) -> dict[int, str]:
+    """GPU index → UUID, as detected: how host-process members' GPUs are bound."""
+    found = capacity.gpu_inventory.devices if capacity.gpu_inventory else ()
+    return {g.index: g.uuid for g in found}
 
 
 def retry_max() -> float:
@@ -164,6 +171,7 @@ def plan(options: DaemonOptions) -> NodePlan:
         gpu_model=options.gpu_model,
         cpus=options.cpus,
         memory_mb=options.memory_mb,
+        fake_nvml=load_one(NodeSettings, "fake_nvml"),
     )
     member_user = options.member_user or load_one(NodeSettings, "member_user")
     name = stored.node if stored else (options.name or socket.gethostname())
@@ -190,7 +198,7 @@ def plan(options: DaemonOptions) -> NodePlan:
         version=_version(),
         isolation=isolation,
         runtime_dirs=runtimes,
-        gpu_uuids={g.index: g.uuid for g in detect_gpus()} if isolation else {},
+        gpu_uuids=_gpu_uuids(capacity) if isolation else {},
     )
 
 

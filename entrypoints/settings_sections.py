@@ -231,6 +231,15 @@ class NodeSettings:
         default_doc="`tuneplane-member` (made if missing)",
         doc="`tp node run --executor process` as root: the unprivileged account members run as",
     )
+    fake_nvml: str | None = var(
+        None,
+        env="TUNEPLANE_FAKE_NVML",
+        section="node",
+        doc="TESTS AND DEMOS ONLY: a recorded `nvidia-smi -q -x` output (or capture) the node "
+        "daemon and its collector read their GPUs from instead of NVML, e.g. "
+        "`tests/fixtures/nvml/h200.txt` (logged as a warning; "
+        "[fleet.md](fleet.md#gpu-inventory))",
+    )
 
 
 def default_config_dir() -> Path:

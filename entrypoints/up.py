@@ -25,6 +25,8 @@ from entrypoints.server import (
     serve,
 )
 from entrypoints.settings import Settings
+from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import NodeSettings
 from entrypoints.up_nodes import NodePath, start_node_path
 
 console = Console(stderr=True)
@@ -115,7 +117,8 @@ def run_up(settings: Settings) -> int:
         assert settings.database_url
         with console.status("migrating the database"):
             migrate.upgrade(settings.database_url)
-        asyncio.run(_ensure_runtime(settings))
+        if load_one(NodeSettings, "executor") != "process":  # host processes run no image
+            asyncio.run(_ensure_runtime(settings))
         token = asyncio.run(_set_up(settings))
         with console.status("starting the node gateway and the local node daemon"):
             nodes = start_node_path(settings)

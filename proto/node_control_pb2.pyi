@@ -29,18 +29,48 @@ EXITED: Phase
 MISSING: Phase
 
 class Capacity(_message.Message):
-    __slots__ = ("gpus", "gpu_model", "cpus", "memory_mb", "gpu_uuids")
+    __slots__ = ("gpus", "gpu_model", "cpus", "memory_mb", "gpu_uuids", "gpu_inventory")
     GPUS_FIELD_NUMBER: _ClassVar[int]
     GPU_MODEL_FIELD_NUMBER: _ClassVar[int]
     CPUS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
     GPU_UUIDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_INVENTORY_FIELD_NUMBER: _ClassVar[int]
     gpus: int
     gpu_model: str
     cpus: float
     memory_mb: int
     gpu_uuids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_uuids: _Optional[_Iterable[str]] = ...) -> None: ...
+    gpu_inventory: GpuInventory
+    def __init__(self, gpus: _Optional[int] = ..., gpu_model: _Optional[str] = ..., cpus: _Optional[float] = ..., memory_mb: _Optional[int] = ..., gpu_uuids: _Optional[_Iterable[str]] = ..., gpu_inventory: _Optional[_Union[GpuInventory, _Mapping]] = ...) -> None: ...
+
+class GpuInventory(_message.Message):
+    __slots__ = ("devices", "driver", "cuda", "source")
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_FIELD_NUMBER: _ClassVar[int]
+    CUDA_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    devices: _containers.RepeatedCompositeFieldContainer[GpuDevice]
+    driver: str
+    cuda: str
+    source: str
+    def __init__(self, devices: _Optional[_Iterable[_Union[GpuDevice, _Mapping]]] = ..., driver: _Optional[str] = ..., cuda: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class GpuDevice(_message.Message):
+    __slots__ = ("index", "uuid", "name", "memory_mb", "mig", "nvlink")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    UUID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    MIG_FIELD_NUMBER: _ClassVar[int]
+    NVLINK_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    uuid: str
+    name: str
+    memory_mb: int
+    mig: bool
+    nvlink: bool
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., memory_mb: _Optional[int] = ..., mig: _Optional[bool] = ..., nvlink: _Optional[bool] = ...) -> None: ...
 
 class EnrollRequest(_message.Message):
     __slots__ = ("join_token", "node_name", "capacity", "address")

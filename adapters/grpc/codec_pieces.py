@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import MAX_FILES, ResumeFrom, check_name
 from domain.errors import InvalidInput
+from domain.gpus import GpuDevice, GpuInventory
 from domain.node_protocol import EngineScan, MemberRef, MemberReport, NodeCapacity, Phase
 from proto import node_control_pb2 as pb
 
@@ -48,13 +49,71 @@ def _text(value: str, field: str) -> str:
 
 
 def capacity_to(c: NodeCapacity) -> pb.Capacity:
-    return pb.Capacity(gpus=c.gpus, gpu_model=c.gpu_model or "", cpus=c.cpus, memory_mb=c.memory_mb)
+    m = pb.Capacity(gpus=c.gpus, gpu_model=c.gpu_model or "", cpus=c.cpus, memory_mb=c.memory_mb)
+    if c.gpu_inventory is not None:
+        m.gpu_inventory.CopyFrom(inventory_to(c.gpu_inventory))
+    return m
 
 
 def capacity_from(m: pb.Capacity) -> NodeCapacity:
     if m.cpus < 0:
         raise _bad("capacity.cpus is negative")
-    return NodeCapacity(m.gpus, m.gpu_model or None, m.cpus, m.memory_mb)
+    inventory = inventory_from(m.gpu_inventory) if m.HasField("gpu_inventory") else None
+    return NodeCapacity(m.gpus, m.gpu_model or None, m.cpus, m.memory_mb, inventory)
+
+
+MAX_GPUS = 256  # per host: NVML numbers a few dozen at most
+_MAX_GPU_TEXT = 256
+
+
+def inventory_to(inv: GpuInventory) -> pb.GpuInventory:
+    return pb.GpuInventory(
+        devices=[
+            pb.GpuDevice(
+                index=d.index, uuid=d.uuid, name=d.name, memory_mb=d.memory_mb, mig=d.mig,
+                nvlink=d.nvlink,
+            )
+            for d in inv.devices
+        ],
+        driver=inv.driver,
+        cuda=inv.cuda,
+        source=inv.source,
+    )  # fmt: skip
+
+
+def _gpu_text(value: str, field: str) -> str:
+    if len(value) > _MAX_GPU_TEXT or any(c < " " for c in value):
+        raise _bad(f"{field} is longer than {_MAX_GPU_TEXT} characters or holds a NUL or control")
+    return value
+
+
+def inventory_from(m: pb.GpuInventory) -> GpuInventory:
+    """A reported inventory, checked: at most MAX_GPUS devices, unique indices and UUIDs (each
+    ``GPU-…``), short texts. A daemon that sends a malformed one is refused (its capacity is
+    what the scheduler trusts)."""
+    if len(m.devices) > MAX_GPUS:
+        raise _bad(f"gpu_inventory lists {len(m.devices)} GPUs, more than {MAX_GPUS}")
+    devices = []
+    for i, d in enumerate(m.devices):
+        field = f"gpu_inventory.devices[{i}]"
+        if not d.uuid.startswith("GPU-"):
+            raise _bad(f"{field}.uuid {d.uuid[:40]!r} does not start with GPU-")
+        devices.append(
+            GpuDevice(
+                d.index, _gpu_text(d.uuid, f"{field}.uuid"), _gpu_text(d.name, f"{field}.name"),
+                d.memory_mb, d.mig, d.nvlink,
+            )
+        )  # fmt: skip
+    if len({d.index for d in devices}) < len(devices):
+        raise _bad("gpu_inventory lists a GPU index twice")
+    if len({d.uuid for d in devices}) < len(devices):
+        raise _bad("gpu_inventory lists a GPU UUID twice")
+    return GpuInventory(
+        tuple(devices),
+        _gpu_text(m.driver, "gpu_inventory.driver"),
+        _gpu_text(m.cuda, "gpu_inventory.cuda"),
+        _gpu_text(m.source, "gpu_inventory.source"),
+    )
 
 
 def ref_to(r: MemberRef) -> pb.MemberRef:

@@ -1,28 +1,22 @@
-"""What a node offers: GPUs from nvidia-smi where present (else as configured), CPUs the
-daemon may use, and memory from /proc/meminfo. Configured values override detection."""
+"""What a node offers: GPUs from the GPU probe (NVML, else nvidia-smi, else the recording
+``TUNEPLANE_FAKE_NVML`` names: adapters/node/nvml.py) where present, else as configured; CPUs
+the daemon may use; memory from /proc/meminfo. Configured values override detection; the
+detected inventory is reported beside them either way (docs/fleet.md#gpu-inventory)."""
 
 from __future__ import annotations
 
 import math
 import os
 import re
-import shutil
-import subprocess
-from dataclasses import dataclass
+from collections import Counter
+from pathlib import Path
 
+from adapters.node.nvml import open_probe
 from domain.errors import InvalidInput
+from domain.gpus import GpuInventory, GpuProbe
 from domain.node_protocol import NodeCapacity
 
-QUERY = "index,name,uuid,memory.total"
 _VENDOR = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
-
-
-@dataclass(frozen=True, slots=True)
-class Gpu:
-    index: int
-    name: str
-    uuid: str
-    memory_mb: int
 
 
 def model_name(name: str) -> str:
@@ -36,37 +30,20 @@ def model_name(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", words[0]) or "gpu"
 
 
-def parse_nvidia_smi(text: str) -> list[Gpu]:
-    """Lines of ``nvidia-smi --query-gpu=index,name,uuid,memory.total
-    --format=csv,noheader,nounits``."""
-    gpus = []
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4:
-            raise ValueError(f"unexpected nvidia-smi line: {line!r}")
-        index, name, uuid, memory = parts
-        gpus.append(Gpu(int(index), name, uuid, int(float(memory))))
-    return gpus
-
-
-def detect_gpus(nvidia_smi: str | None = None) -> list[Gpu]:
-    """The GPUs nvidia-smi lists; [] where there is no nvidia-smi or no driver."""
-    binary = nvidia_smi or shutil.which("nvidia-smi")
-    if binary is None:
-        return []
+def detect_inventory(
+    probe: GpuProbe | None = None,
+    *,
+    fake_nvml: str | Path | None = None,
+    nvidia_smi: str | None = None,
+) -> GpuInventory:
+    """The host's GPUs: through ``probe`` (left open), or a probe opened and closed here."""
+    if probe is not None:
+        return probe.inventory()
+    opened = open_probe(fake_nvml, nvidia_smi)
     try:
-        out = subprocess.run(
-            [binary, f"--query-gpu={QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return parse_nvidia_smi(out)
+        return opened.inventory()
+    finally:
+        opened.close()
 
 
 def host_cpus() -> float:
@@ -94,8 +71,12 @@ def detect(
     cpus: float | None = None,
     memory_mb: int | None = None,
     nvidia_smi: str | None = None,
+    fake_nvml: str | Path | None = None,
+    probe: GpuProbe | None = None,
 ) -> NodeCapacity:
-    """The node's capacity: detected, with any configured value taking precedence."""
+    """The node's capacity: detected, with any configured value taking precedence. A host
+    with GPUs of several models offers none of them by itself: ``--gpu-model`` (and
+    ``--gpus``) must say which it offers (a pool is one model)."""
     given = (("--gpus", gpus, 0), ("--cpus", cpus, 0.001), ("--memory-mb", memory_mb, 1))
     for flag, value, least in given:
         if value is not None and not (math.isfinite(value) and value >= least):
@@ -104,12 +85,21 @@ def detect(
                 fix=f"give {least} or more, or leave {flag} out to detect it",
                 field=flag.removeprefix("--").replace("-", "_"),
             )
-    found = detect_gpus(nvidia_smi) if gpus is None or gpu_model is None else []
+    inventory = detect_inventory(probe, fake_nvml=fake_nvml, nvidia_smi=nvidia_smi)
+    found = inventory.devices
     count = gpus if gpus is not None else len(found)
-    model = gpu_model or (model_name(found[0].name) if found else None)
+    models = Counter(model_name(d.name) for d in found)
+    if gpu_model is None and len(models) > 1 and count:
+        mix = ", ".join(f"{n}× {m}" for m, n in sorted(models.items()))
+        raise InvalidInput(
+            f"this host has GPUs of several models ({mix}): a node offers one model",
+            fix="pass --gpu-model and --gpus to say which GPUs this node offers",
+            field="gpu_model",
+        )
+    model = gpu_model or (next(iter(models)) if models else None)
     if count and model is None:
         raise InvalidInput(
-            f"{count} GPUs configured but their model is unknown (nvidia-smi found none)",
+            f"{count} GPUs configured but their model is unknown (no GPU was detected)",
             fix="pass --gpu-model too, e.g. --gpu-model h200",
             field="gpu_model",
         )
@@ -118,4 +108,5 @@ def detect(
         gpu_model=model if count else None,
         cpus=cpus if cpus is not None else host_cpus(),
         memory_mb=memory_mb if memory_mb is not None else host_memory_mb(),
+        gpu_inventory=inventory if found else None,
     )

@@ -7,7 +7,8 @@ included) and the member is re-adopted at the daemon's next start. It:
 1. holds ``shim.lock`` for its whole life (the daemon's proof that a supervisor is alive);
 2. never starts a member twice: a member directory with ``started.json`` is left alone;
 3. forks the member's first process, which makes its own session and process group, joins the
-   member's cgroups and then WAITS for a byte on a pipe before it execs the member's command;
+   member's cgroups, says so on a pipe and then WAITS for a byte on another before it execs
+   the member's command;
 4. records ``started.json`` (the member's pid and start time, its own, and the boot id), synced
    to disk, and only then sends the byte: a member never runs without a durable record of it. A
    shim that dies before (kill -9) leaves a child that reads end-of-file and exits unstarted;
@@ -21,6 +22,7 @@ cgroup, not the shim.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -69,13 +71,15 @@ def write_atomic(path: str, body: Mapping[str, object]) -> None:
         os.close(dfd)
 
 
-def _child(launch: dict[str, object], log: int, go: int) -> None:
+def _child(launch: dict[str, object], log: int, ready: int, go: int) -> None:
     """In the forked child: never returns."""
     try:
-        os.setsid()
+        os.setsid()  # its own session and process group, which a stop signals as a whole
         for group in launch.get("cgroups") or []:  # type: ignore[attr-defined]
             with open(os.path.join(str(group), "cgroup.procs"), "w") as f:
                 f.write(str(os.getpid()))
+        os.write(ready, b"r")  # the group exists: the parent may record it
+        os.close(ready)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(log, 1)
@@ -94,6 +98,27 @@ def _child(launch: dict[str, object], log: int, go: int) -> None:
             os._exit(127)
 
 
+def end_the_rest(pid: int, groups: list[str]) -> None:
+    """The member's first process ended: nothing of it runs on (as a container ends with its
+    init), neither its process group nor what left the group but not its cgroups."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    for _ in range(100):
+        left: set[int] = set()
+        for group in groups:
+            try:
+                with open(os.path.join(group, "cgroup.procs")) as f:
+                    left.update(int(p) for p in f.read().split() if p.isdigit())
+            except OSError:
+                continue
+        if not left:
+            return
+        for other in left:
+            with contextlib.suppress(OSError):
+                os.kill(other, signal.SIGKILL)
+        time.sleep(0.02)
+
+
 def main(directory: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
@@ -109,12 +134,17 @@ def main(directory: str) -> int:
         launch = json.load(f)
     log = os.open(path("log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     go_read, go_write = os.pipe()
+    ready_read, ready_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(go_write)
+        os.close(ready_read)
         os.close(lock)
-        _child(launch, log, go_read)
+        _child(launch, log, ready_write, go_read)
     os.close(go_read)
+    os.close(ready_write)
+    os.read(ready_read, 1)  # b"": the child failed before it made its group (its exit says why)
+    os.close(ready_read)
     record = {
         "pid": pid,
         "start": start_time(pid),
@@ -124,7 +154,8 @@ def main(directory: str) -> int:
         "at": time.time(),
     }
     write_atomic(path("started.json"), record)
-    os.write(go_write, b"x")
+    with contextlib.suppress(OSError):  # else the child ended before its go (its log says why)
+        os.write(go_write, b"x")
     os.close(go_write)
     while True:
         try:
@@ -133,6 +164,7 @@ def main(directory: str) -> int:
         except InterruptedError:
             continue
     code = os.waitstatus_to_exitcode(status)
+    end_the_rest(pid, launch.get("cgroups") or [])
     write_atomic(path("exit.json"), {"code": code if code >= 0 else 128 - code, "at": time.time()})
     return 0
 

@@ -59,6 +59,7 @@ from domain.requests import require_limits
 log = logging.getLogger("tuneplane.node.processes")
 
 PREFIX = "proc-"
+STAGED_TMP = "/tuneplane/.tmp"  # where a member's own /tmp waits while its view is built
 MEMBER_USER = "tuneplane-member"
 SHIM = Path(__file__).with_name("process_shim.py")
 RUNTIME_ENV = "TUNEPLANE_RUNTIME"  # the job's runtime's name, in every member's environment
@@ -150,8 +151,14 @@ class ProcessExecutor:
         gpu_uuids: Mapping[int, str] | None = None,
         runtime_dirs: Mapping[str, str] | None = None,
         dirs: NodeDirs | None = None,
+        hidden: tuple[Path, ...] = (),
     ) -> None:
         self.node = node
+        # covered by an empty tmpfs in every member's view, as the state directory is: the
+        # roots that hold other members' files (their outputs, when kept outside the state)
+        self.hidden = tuple(
+            p for p in hidden if not p.resolve().is_relative_to(state_dir.resolve())
+        )
         self.root = root
         self.state_dir = state_dir
         self.isolation = isolation
@@ -232,6 +239,8 @@ class ProcessExecutor:
         try:
             fs = tmp / "fs"
             (fs / "workspace").mkdir(parents=True, mode=0o755)
+            (fs / "tmp").mkdir(mode=0o1777)  # its own /tmp, as a container has
+            os.chmod(fs / "tmp", 0o1777)
             if tar is not None:
                 where = fs if order.capsule else fs / "workspace"
                 _unpack(tar, where, capsule=order.capsule)
@@ -278,6 +287,7 @@ class ProcessExecutor:
         mounts = [
             ("tmpfs", "/tuneplane", False),
             (str(final / "workspace"), WORKDIR, False),
+            (str(final / "tmp"), STAGED_TMP, False),  # moved onto /tmp once the rest is hidden
         ]
         if (fs / CAPSULE_DIR.lstrip("/")).is_dir():
             mounts.append((str(final / CAPSULE_DIR.lstrip("/")), CAPSULE_DIR, True))
@@ -292,7 +302,9 @@ class ProcessExecutor:
             lines.append(f"mount --bind {_q(source)} {_q(target)}")
             if read_only:
                 lines.append(f"mount -o remount,bind,ro {_q(target)}")
-        lines.append(f"mount -t tmpfs -o mode=0700,size=64k hidden {_q(str(self.state_dir))}")
+        for hide in (*self.hidden, self.state_dir):
+            lines.append(f"mount -t tmpfs -o mode=0700,size=64k hidden {_q(str(hide))}")
+        lines.append(f"mount --move {STAGED_TMP} /tmp && rmdir {STAGED_TMP}")
         lines.append(f"cd {WORKDIR}")
         iso = self.isolation
         if iso.account is not None and iso.setpriv is not None:

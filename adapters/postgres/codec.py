@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,6 +10,7 @@ from domain.admission import mcpu
 from domain.auth import ApiToken, Role, User
 from domain.checkpoints import Resume
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Validation
+from domain.gpus import GpuDevice, GpuInventory
 from domain.jobs import Attempt, Job, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.requests import Profile
@@ -253,4 +255,33 @@ def user_from_row(r: Row) -> User:
         teams=tuple(r["teams"] or ()),
         created_at=r["created_at"],
         disabled=r["disabled"],
+    )
+
+
+def gpu_inventory_json(inv: GpuInventory | None) -> str | None:
+    """``node_links.gpu_inventory``: the inventory as JSON, None (NULL) for none."""
+    if inv is None:
+        return None
+    devices = [
+        {"index": d.index, "uuid": d.uuid, "name": d.name, "memory_mb": d.memory_mb,
+         "mig": d.mig, "nvlink": d.nvlink}
+        for d in inv.devices
+    ]  # fmt: skip
+    return json.dumps(
+        {"devices": devices, "driver": inv.driver, "cuda": inv.cuda, "source": inv.source}
+    )
+
+
+def gpu_inventory_from(raw: Mapping[str, Any] | str | None) -> GpuInventory | None:
+    if raw is None:
+        return None
+    doc = json.loads(raw) if isinstance(raw, str) else raw
+    return GpuInventory(
+        tuple(
+            GpuDevice(d["index"], d["uuid"], d["name"], d["memory_mb"], d["mig"], d["nvlink"])
+            for d in doc["devices"]
+        ),
+        doc["driver"],
+        doc["cuda"],
+        doc["source"],
     )

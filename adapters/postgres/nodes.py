@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import bindparam, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from adapters.postgres.codec import gpu_inventory_from, gpu_inventory_json
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import fetch_one, insert_new
 from adapters.postgres.tables import join_tokens, node_credentials, nodes, pools
@@ -154,23 +155,27 @@ class PostgresEnrollmentRepository:
 
 _LINK_COLUMNS = (
     "l.node, l.session, l.gateway, l.connected_at, l.heartbeat_at, l.gpus, l.gpu_model, "
-    "l.cpus, l.memory_mb, l.address, l.daemon_version, n.epoch, l.closed_at, l.peer, l.instance"
+    "l.cpus, l.memory_mb, l.address, l.daemon_version, n.epoch, l.closed_at, l.peer, l.instance, "
+    "l.gpu_inventory"
 )
 # The node row first (its lock orders two opens of one node), then the link: a new session.
 _OPEN = text(
     "WITH n AS (UPDATE nodes SET connectivity = 'connected', address = :address, "
     "           updated_at = :now WHERE name = :node RETURNING name, epoch), "
     "l AS (INSERT INTO node_links AS o (node, session, gateway, connected_at, heartbeat_at, "
-    "             gpus, gpu_model, cpus, memory_mb, address, daemon_version, peer, instance) "
+    "             gpus, gpu_model, cpus, memory_mb, address, daemon_version, peer, instance, "
+    "             gpu_inventory) "
     "      SELECT n.name, 1, :gateway, :now, :now, :gpus, :gpu_model, :cpus, :memory_mb, "
-    "             :address, :daemon_version, :peer, :instance FROM n "
+    "             :address, :daemon_version, :peer, :instance, "
+    "             CAST(:gpu_inventory AS jsonb) FROM n "
     "      ON CONFLICT (node) DO UPDATE SET session = o.session + 1, "
     "        gateway = excluded.gateway, connected_at = excluded.connected_at, "
     "        heartbeat_at = excluded.heartbeat_at, gpus = excluded.gpus, "
     "        gpu_model = excluded.gpu_model, cpus = excluded.cpus, "
     "        memory_mb = excluded.memory_mb, address = excluded.address, "
     "        daemon_version = excluded.daemon_version, closed_at = NULL, "
-    "        peer = excluded.peer, instance = excluded.instance "
+    "        peer = excluded.peer, instance = excluded.instance, "
+    "        gpu_inventory = excluded.gpu_inventory "
     "      RETURNING *) "
     f"SELECT {_LINK_COLUMNS} FROM l JOIN n ON n.name = l.node"
 )
@@ -231,7 +236,13 @@ def _link(r: Any) -> NodeLink:
         gateway=r["gateway"],
         connected_at=r["connected_at"],
         heartbeat_at=r["heartbeat_at"],
-        capacity=NodeCapacity(r["gpus"], r["gpu_model"], r["cpus"], r["memory_mb"]),
+        capacity=NodeCapacity(
+            r["gpus"],
+            r["gpu_model"],
+            r["cpus"],
+            r["memory_mb"],
+            gpu_inventory_from(r["gpu_inventory"]),
+        ),
         address=r["address"],
         daemon_version=r["daemon_version"],
         epoch=r["epoch"],
@@ -267,6 +278,7 @@ class PostgresNodeLinkRepository:
             "gpu_model": capacity.gpu_model,
             "cpus": capacity.cpus,
             "memory_mb": capacity.memory_mb,
+            "gpu_inventory": gpu_inventory_json(capacity.gpu_inventory),
             "address": address,
             "daemon_version": daemon_version,
             "now": now,

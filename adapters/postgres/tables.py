@@ -352,6 +352,7 @@ node_links = Table(  # one row per node: its latest control stream
     ts("closed_at", nullable=True),  # its gateway saw the stream end (migration 0014)
     Column("peer", Text, nullable=False, server_default=""),  # the stream's IP address
     Column("instance", Text, nullable=False, server_default=""),  # the daemon process's id
+    Column("gpu_inventory", JSONB, nullable=True),  # the GPUs it detected (migration 0024)
     CheckConstraint("session >= 1", name="session"),
     CheckConstraint("gpus >= 0 AND cpus >= 0 AND memory_mb >= 0", name="capacity"),
 )

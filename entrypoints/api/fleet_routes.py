@@ -22,7 +22,12 @@ from domain.auth import Principal
 from domain.catalog import Resources
 from domain.fleet import Node, Pool, SchedState
 from domain.requests import Profile
-from entrypoints.api.node_routes import CheckOut, check_out
+from entrypoints.api.node_routes import (
+    CheckOut,
+    GpuInventoryOut,
+    check_out,
+    gpu_inventory_out,
+)
 from entrypoints.api.problems import responses
 from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Text
 from entrypoints.wire import Name
@@ -120,6 +125,9 @@ class NodeStatusOut(Struct):
     validation: str
     validation_reason: str
     validated_at: datetime | None
+    # the GPUs its daemon detected, as its latest control stream reported them (node pools;
+    # None: no GPU detected, an older daemon, or a backend that reports none)
+    gpu_inventory: GpuInventoryOut | None = None
 
 
 class PoolStatusOut(Struct):
@@ -226,6 +234,8 @@ def resources_out(r: Resources) -> ResourcesOut:
 @get("/v1/fleet", responses=responses(400, 401), summary="Pools with their nodes, states and usage")
 async def read_fleet(state: State, principal: Principal) -> FleetOut:
     out = []
+    async with _ctx(state).units.nodes() as uow:
+        inventories = {link.node: link.capacity.gpu_inventory for link in await uow.links.all()}
     for ps in await fleet.list_fleet(_ctx(state)):
         p = ps.pool
         nodes = [
@@ -234,6 +244,7 @@ async def read_fleet(state: State, principal: Principal) -> FleetOut:
                 n.node.eligible, p.gpus_per_node, n.gpus_used, p.cpus_per_node, n.cpus_used,
                 p.memory_mb_per_node, n.memory_mb_used, n.members, str(n.node.validation),
                 n.node.validation_reason, n.node.validated_at,
+                gpu_inventory_out(inventories.get(n.node.name)),
             )
             for n in ps.nodes
         ]  # fmt: skip

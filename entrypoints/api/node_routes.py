@@ -16,6 +16,7 @@ from application.context import Context
 from domain.auth import Principal
 from domain.errors import NotFound
 from domain.fleet_check import PoolCheck
+from domain.gpus import GpuInventory
 from entrypoints.api.problems import responses
 from entrypoints.wire import Name
 
@@ -35,6 +36,33 @@ class JoinTokenOut(Struct):
     expires_at: datetime
 
 
+class GpuDeviceOut(Struct):
+    index: int
+    uuid: str
+    name: str  # the driver's product name, e.g. "NVIDIA H200"
+    memory_mb: int
+    mig: bool  # MIG mode enabled
+    nvlink: bool  # at least one NVLink link active
+
+
+class GpuInventoryOut(Struct):
+    """The GPUs a node daemon detected (docs/fleet.md#gpu-inventory)."""
+
+    devices: list[GpuDeviceOut]
+    driver: str
+    cuda: str
+    source: str  # nvml, nvidia-smi, or recorded (TUNEPLANE_FAKE_NVML: a test or demo node)
+
+
+def gpu_inventory_out(inv: GpuInventory | None) -> GpuInventoryOut | None:
+    if inv is None:
+        return None
+    devices = [
+        GpuDeviceOut(d.index, d.uuid, d.name, d.memory_mb, d.mig, d.nvlink) for d in inv.devices
+    ]
+    return GpuInventoryOut(devices, inv.driver, inv.cuda, inv.source)
+
+
 class LinkOut(Struct):
     node: str
     connected_at: datetime
@@ -47,6 +75,7 @@ class LinkOut(Struct):
     memory_mb: int
     daemon_version: str
     epoch: int
+    gpu_inventory: GpuInventoryOut | None = None  # None: none detected, or an older daemon
 
 
 class NodeEventOut(Struct):
@@ -134,6 +163,7 @@ async def node_links(state: State, principal: Principal) -> list[LinkOut]:
             link.capacity.memory_mb,
             link.daemon_version,
             link.epoch,
+            gpu_inventory_out(link.capacity.gpu_inventory),
         )
         for link in links
     ]

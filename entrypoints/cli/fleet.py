@@ -30,6 +30,30 @@ def _gib(mb: Any) -> str:
     return f"{float(mb or 0) / 1024:.1f}"
 
 
+def gpu_inventory_text(inv: dict[str, Any] | None) -> str:
+    """What a node's daemon detected, in one cell: "8× NVIDIA H200 140.4 GiB, driver
+    580.159.03, CUDA 13.0, NVLink" (a mixed host lists each model; MIG and NVLink where on;
+    "(recorded)" for a fake); "" when it reported none."""
+    if not inv or not inv.get("devices"):
+        return ""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for d in inv["devices"]:
+        groups.setdefault((d["name"], d["memory_mb"]), []).append(d)
+    parts = []
+    for (name, memory_mb), ds in groups.items():
+        mig = sum(d["mig"] for d in ds)
+        flags = [
+            ("MIG" if mig == len(ds) else f"MIG on {mig}") if mig else "",
+            "NVLink" if any(d["nvlink"] for d in ds) else "",
+        ]
+        part = f"{len(ds)}× {name} {_gib(memory_mb)} GiB"
+        parts.append(" ".join([part, *(f for f in flags if f)]))
+    versions = [f"driver {inv['driver']}" if inv.get("driver") else ""]
+    versions.append(f"CUDA {inv['cuda']}" if inv.get("cuda") else "")
+    text = ", ".join([*parts, *(v for v in versions if v)])
+    return text + (" (recorded)" if inv.get("source") == "recorded" else "")
+
+
 def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
     gpus = f"{n['gpus_used']}/{n['gpus_total']}" if p.get("gpus_per_node") else "-"
     return (
@@ -42,6 +66,7 @@ def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
         gpus + (f" {p['gpu_model']}" if p.get("gpu_model") else ""),
         f"{_num(n.get('cpus_used'))}/{_num(n.get('cpus_total'))}",
         f"{_gib(n.get('memory_mb_used'))}/{_gib(n.get('memory_mb_total'))} GiB",
+        gpu_inventory_text(n.get("gpu_inventory")),
     )
 
 
@@ -49,7 +74,8 @@ def _node_row(p: dict[str, Any], n: dict[str, Any]) -> tuple[Any, ...]:
 def ls(*, json: JsonFlag = False) -> int:
     """List pools and nodes: scheduling state (schedulable, cordoned, draining), control
     connectivity (connected, disconnected, lost) and the last pool check (unchecked, passed,
-    failed) apart, and GPUs, CPUs and memory reserved out of each node's capacity; then why a
+    failed) apart, GPUs, CPUs and memory reserved out of each node's capacity, and the GPUs its
+    daemon detected (model × count, memory each, driver and CUDA versions, MIG, NVLink); then why a
     pool takes no new work (its backend does not report it, e.g. a Slurm partition that does
     not exist) and each node pool's last check (`tp fleet check POOL --last` shows it whole)."""
     with connect() as api:
@@ -61,7 +87,7 @@ def ls(*, json: JsonFlag = False) -> int:
     for p in data.get("pools") or []:
         nodes = p.get("nodes") or []
         if not nodes:
-            rows.append((p.get("fleet"), p.get("name"), "(no nodes)", "", "", "", "", "", ""))
+            rows.append((p.get("fleet"), p.get("name"), "(no nodes)", *[""] * 7))
         rows.extend(_node_row(p, n) for n in nodes)
     output.table(
         [
@@ -74,6 +100,7 @@ def ls(*, json: JsonFlag = False) -> int:
             "GPUS USED",
             "CPUS USED",
             "MEMORY USED",
+            "DETECTED GPUS",
         ],
         rows,
     )

@@ -12,6 +12,7 @@ from cyclopts import App, Parameter
 from domain.errors import InvalidInput
 from entrypoints.cli import output
 from entrypoints.cli.client import connect, seg
+from entrypoints.cli.fleet import gpu_inventory_text
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 node_app = App(name="node", help="Node daemons: join tokens, running a daemon, fencing.")
@@ -87,7 +88,7 @@ def fence(
 @node_app.command(name="ls")
 def links(*, json: JsonFlag = False) -> int:
     """Node daemons' control links: gateway, address, last heartbeat, reported capacity, epoch,
-    daemon version."""
+    daemon version, and the GPUs the daemon detected (docs/fleet.md#gpu-inventory)."""
     with connect() as api:
         answer = api.get("/v1/node-links")
     if json:
@@ -104,11 +105,12 @@ def links(*, json: JsonFlag = False) -> int:
             str(a["memory_mb"]),
             str(a["epoch"]),
             a["daemon_version"],
+            gpu_inventory_text(a.get("gpu_inventory")),
         ]
         for a in answer
     ]
     columns = ["NODE", "GATEWAY", "ADDRESS", "HEARTBEAT", "GPUS", "CPUS", "MEMORY MB", "EPOCH"]
-    output.table([*columns, "VERSION"], rows)
+    output.table([*columns, "VERSION", "DETECTED GPUS"], rows)
     if not rows:
         output.info("no node daemon has connected yet (`tp node token create --pool POOL`)")
     return 0

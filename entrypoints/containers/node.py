@@ -112,6 +112,7 @@ async def _runtime(
             gpu_uuids=plan.gpu_uuids,
             runtime_dirs=plan.runtime_dirs,
             dirs=dirs,
+            hidden=(plan.outputs_dir,),
         )
         return
     runtime = NodeExecutor(

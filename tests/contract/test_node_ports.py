@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from domain.enrollment import JoinToken, NodeCredential
 from domain.errors import Conflict, NotFound
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
+from domain.gpus import GpuDevice, GpuInventory
 from domain.node_ports import NodeLink
 from domain.node_protocol import NodeCapacity
 from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
@@ -246,6 +247,40 @@ async def test_open_raises_the_session_and_marks_the_node_connected(
         assert [link.node for link in await uow.links.all()] == ["n-0", "n-1"]
         with pytest.raises(NotFound):
             await uow.links.open("missing", "gw-1", CAP, "", "", at(4))
+
+
+H200_X2 = GpuInventory(
+    (
+        GpuDevice(
+            0, "GPU-6f2c1f0e-5a1b-4c3d-9e8f-0a1b2c3d4e5f", "NVIDIA H200", 143771, nvlink=True
+        ),
+        GpuDevice(1, "GPU-7a3d2e1f-6b2c-4d4e-8f9a-1b2c3d4e5f60", "NVIDIA H200", 143771, mig=True),
+    ),
+    "580.159.03",
+    "13.0",
+    "nvml",
+)
+
+
+async def test_a_link_keeps_the_gpu_inventory_its_daemon_reported(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """The inventory round-trips whole; a later stream without one (an older daemon) leaves
+    none (unknown), not the earlier stream's."""
+    await setup_fleet(uow_factory)
+    reported = replace(CAP, gpus=2, gpu_inventory=H200_X2)
+    async with uow_factory() as uow:
+        opened = await uow.links.open("n-0", "gw-1", reported, "10.0.0.1", "1.0", at(1))
+        await uow.commit()
+    assert opened.capacity == reported
+    async with uow_factory() as uow:
+        [link] = await uow.links.all()
+        assert link.capacity.gpu_inventory == H200_X2
+        await uow.links.open("n-0", "gw-1", CAP, "10.0.0.1", "0.9", at(2))
+        await uow.commit()
+    async with uow_factory() as uow:
+        again = await uow.links.get("n-0")
+    assert again is not None and again.capacity.gpu_inventory is None
 
 
 async def test_a_stale_session_neither_closes_nor_beats(uow_factory: UnitOfWorkFactory) -> None:

@@ -1,4 +1,5 @@
-"""Node capacity detection: nvidia-smi's CSV, model names, configured overrides."""
+"""Node capacity detection: the GPU probe's inventory, model names, configured overrides,
+mixed models."""
 
 from __future__ import annotations
 
@@ -7,16 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from adapters.node.capacity import detect, host_memory_mb, model_name, parse_nvidia_smi
+from adapters.node import gpu_records
+from adapters.node.capacity import detect, host_memory_mb, model_name
 from domain.errors import InvalidInput
+from tests.support.nvml_standin import NvmlStandIn
 
 pytestmark = pytest.mark.unit
 
-# The format of `nvidia-smi --query-gpu=index,name,uuid,memory.total --format=csv,noheader,
-# nounits` (driver 550+): one line per GPU, comma and space separated, memory in MiB.
-H200_X2 = """0, NVIDIA H200, GPU-6f2c1f0e-5a1b-4c3d-9e8f-0a1b2c3d4e5f, 143771
-1, NVIDIA H200, GPU-7a3d2e1f-6b2c-4d4e-8f9a-1b2c3d4e5f60, 143771
-"""
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvml"
+A100 = FIXTURES / "a100-sxm4-80gb-mig.xml"  # a real `nvidia-smi -q -x` (README.md there)
 
 
 @pytest.mark.parametrize(
@@ -34,37 +34,55 @@ def test_model_names(name: str, model: str) -> None:
     assert model_name(name) == model
 
 
-def test_parse() -> None:
-    gpus = parse_nvidia_smi(H200_X2)
-    assert [g.index for g in gpus] == [0, 1]
-    assert gpus[0].name == "NVIDIA H200" and gpus[0].memory_mb == 143771
-
-
-def test_parse_rejects_other_formats() -> None:
-    with pytest.raises(ValueError, match="unexpected nvidia-smi line"):
-        parse_nvidia_smi("0, NVIDIA H200\n")
-
-
-def _fake_smi(tmp_path: Path, output: str) -> str:
+def _fake_smi(tmp_path: Path, xml: Path) -> str:
     script = tmp_path / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\ncat <<'EOT'\n{output}EOT\n")
+    script.write_text(f'#!/bin/sh\n[ "$1" = "-q" ] && exec cat "{xml}"\nexit 1\n')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return str(script)
 
 
 def test_detect_reads_nvidia_smi(tmp_path: Path) -> None:
-    cap = detect(nvidia_smi=_fake_smi(tmp_path, H200_X2), cpus=16, memory_mb=1000)
-    assert (cap.gpus, cap.gpu_model, cap.cpus, cap.memory_mb) == (2, "h200", 16, 1000)
+    cap = detect(nvidia_smi=_fake_smi(tmp_path, A100), cpus=16, memory_mb=1000)
+    assert (cap.gpus, cap.gpu_model, cap.cpus, cap.memory_mb) == (1, "a100", 16, 1000)
+    assert cap.gpu_inventory is not None and cap.gpu_inventory.source == "nvidia-smi"
+    assert cap.gpu_inventory.devices[0].mig
 
 
-def test_configured_values_win(tmp_path: Path) -> None:
-    cap = detect(gpus=8, gpu_model="h200", nvidia_smi=_fake_smi(tmp_path, H200_X2))
+def test_detect_reads_the_recording_the_fake_names() -> None:
+    cap = detect(fake_nvml=FIXTURES / "h200.txt", nvidia_smi="/nonexistent")
+    assert (cap.gpus, cap.gpu_model) == (1, "h200")
+    assert cap.gpu_inventory is not None
+    assert (cap.gpu_inventory.source, cap.gpu_inventory.cuda) == ("recorded", "13.1")
+
+
+def test_configured_values_win_and_the_inventory_stays(tmp_path: Path) -> None:
+    cap = detect(gpus=8, gpu_model="h200", nvidia_smi=_fake_smi(tmp_path, A100))
     assert (cap.gpus, cap.gpu_model) == (8, "h200")
+    assert cap.gpu_inventory is not None and len(cap.gpu_inventory.devices) == 1
+
+
+def _mixed() -> NvmlStandIn:
+    h200 = gpu_records.parse((FIXTURES / "h200.txt").read_bytes())
+    a100 = gpu_records.parse(A100.read_bytes()).gpus[0]
+    gpus = (h200.gpus[0], gpu_records.RecordedGpu(1, a100.uuid, a100.name, a100.memory_mb))
+    return NvmlStandIn(gpu_records.Recording(gpus, h200.driver, h200.cuda))
+
+
+def test_a_host_of_mixed_models_must_say_which_it_offers() -> None:
+    from adapters.node.nvml import NvmlProbe
+
+    with pytest.raises(InvalidInput, match=r"several models \(1× a100, 1× h200\)") as e:
+        detect(probe=NvmlProbe(_mixed()))
+    assert e.value.field == "gpu_model" and "--gpu-model" in (e.value.fix or "")
+    cap = detect(probe=NvmlProbe(_mixed()), gpus=1, gpu_model="h200")
+    assert (cap.gpus, cap.gpu_model) == (1, "h200")
+    assert cap.gpu_inventory is not None and len(cap.gpu_inventory.devices) == 2
 
 
 def test_no_nvidia_smi_means_no_gpus(tmp_path: Path) -> None:
     cap = detect(nvidia_smi=str(tmp_path / "absent"))
     assert cap.gpus == 0 and cap.gpu_model is None and cap.cpus >= 1
+    assert cap.gpu_inventory is None
     assert cap.memory_mb == host_memory_mb() > 0
 
 

@@ -40,11 +40,18 @@ CHECK = {
 }
 
 
+H200_X8 = {
+    "devices": [{"index": i, "uuid": f"GPU-{i}", "name": "NVIDIA H200", "memory_mb": 143771,
+                 "mig": i == 7, "nvlink": True} for i in range(8)],
+    "driver": "580.159.03", "cuda": "13.0", "source": "nvml",
+}  # fmt: skip
+
 FLEET = {"pools": [
     {"name": "a", "fleet": "dc1", "backend": "node", "gpu_model": "h200", "gpus_per_node": 8,
      "cpus_per_node": 96.0, "memory_mb_per_node": 1048576, "description": "",
      "gpus_total": 16, "gpus_used": 8, "last_check": CHECK,
-     "nodes": [_node("a-0", "a", 8, 8), _node("a-1", "a", 8, 0, "cordoned")]},
+     "nodes": [_node("a-0", "a", 8, 8) | {"gpu_inventory": H200_X8},
+               _node("a-1", "a", 8, 0, "cordoned")]},
     {"name": "b", "fleet": "dc1", "backend": "node", "gpu_model": "h100", "gpus_per_node": 8,
      "cpus_per_node": 64.0, "memory_mb_per_node": 524288, "description": "",
      "gpus_total": 0, "gpus_used": 0, "nodes": [], "last_check": None},
@@ -61,9 +68,12 @@ def test_fleet_ls_shows_states_apart_and_usage(
     assert run(["fleet", "ls"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["FLEET", "POOL", "NODE", "SCHED", "CONNECTIVITY", "CHECK", "GPUS",
-                                "USED", "CPUS", "USED", "MEMORY", "USED"]  # fmt: skip
+                                "USED", "CPUS", "USED", "MEMORY", "USED", "DETECTED",
+                                "GPUS"]  # fmt: skip
     assert lines[1].split() == ["dc1", "a", "a-0", "schedulable", "connected", "unchecked", "8/8",
-                                "h200", "96/96", "1024.0/1024.0", "GiB"]  # fmt: skip
+                                "h200", "96/96", "1024.0/1024.0", "GiB", "8×", "NVIDIA", "H200",
+                                "140.4", "GiB", "MIG", "on", "1", "NVLink,", "driver",
+                                "580.159.03,", "CUDA", "13.0"]  # fmt: skip
     assert lines[2].split()[2:7] == ["a-1", "cordoned", "connected", "failed", "0/8"]
     assert "(no nodes)" in lines[3]
     assert lines[4] == "pool a: check chk-1 FAILED at 2026-12-03T18:34:29Z: a-1"  # pool b: none
@@ -238,3 +248,21 @@ def test_profiles_named_and_implicit(stub: Stub, capsys: pytest.CaptureFixture[s
     assert lines[2].split()[:2] == ["h200:N", "implicit"] and "1 to 8" in lines[2]
     assert run(["profiles", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == PROFILES
+
+
+def test_node_ls_shows_what_each_daemon_detected(
+    stub: Stub,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    link = {"node": "a-0", "connected_at": "2026-12-05T13:00:00Z",
+            "heartbeat_at": "2026-12-05T13:00:05Z", "gateway": "gw-1", "address": "10.0.0.1",
+            "gpus": 8, "gpu_model": "h200", "cpus": 96.0, "memory_mb": 1048576,
+            "daemon_version": "0.23", "epoch": 1}  # fmt: skip
+    older = link | {"node": "a-1"}  # an older daemon: no gpu_inventory at all
+    stub.answers[("GET", "/v1/node-links")] = (200, [link | {"gpu_inventory": H200_X8}, older])
+    assert run(["node", "ls"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[-2:] == ["DETECTED", "GPUS"]
+    detected = "8× NVIDIA H200 140.4 GiB MIG on 1 NVLink, driver 580.159.03, CUDA 13.0"
+    assert lines[1].endswith(detected)
+    assert lines[2].split()[-1] == "0.23"  # nothing detected: an empty cell

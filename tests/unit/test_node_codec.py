@@ -19,6 +19,7 @@ from adapters.grpc.node_codec import (
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import MAX_FILES, ResumeFrom
 from domain.errors import InvalidInput
+from domain.gpus import GpuDevice, GpuInventory
 from domain.node_messages import (
     CheckpointOffer,
     Hello,
@@ -186,3 +187,53 @@ def test_a_vote_round_trips_and_a_yes_is_never_busy() -> None:
     ):
         wire = node_message_to(3, body).SerializeToString()
         assert node_message_from(pb.NodeMessage.FromString(wire)) == (3, back or body)
+
+
+H200 = GpuInventory(
+    (
+        GpuDevice(
+            0, "GPU-6f2c1f0e-5a1b-4c3d-9e8f-0a1b2c3d4e5f", "NVIDIA H200", 143771, False, True
+        ),
+        GpuDevice(1, "GPU-7a3d2e1f-6b2c-4d4e-8f9a-1b2c3d4e5f60", "NVIDIA H200", 143771, True),
+    ),
+    "580.159.03",
+    "13.0",
+    "nvml",
+)
+
+
+def _hello_back(capacity: NodeCapacity) -> NodeCapacity:
+    hello = Hello("n1", capacity, "10.0.0.1", "v", 3, ())
+    wire = node_message_to(1, hello)
+    _, back = node_message_from(pb.NodeMessage.FromString(wire.SerializeToString()))
+    assert isinstance(back, Hello)
+    return back.capacity
+
+
+def test_a_hello_carries_the_gpu_inventory_and_an_older_daemon_none() -> None:
+    cap = NodeCapacity(2, "h200", 16.0, 4096, H200)
+    assert _hello_back(cap) == cap
+    assert _hello_back(replace(cap, gpu_inventory=None)).gpu_inventory is None
+    empty = GpuInventory((), "580.159.03", "13.0", "nvml")  # present but empty stays present
+    assert _hello_back(replace(cap, gpu_inventory=empty)).gpu_inventory == empty
+
+
+@pytest.mark.parametrize(
+    ("devices", "error"),
+    [
+        ([pb.GpuDevice(index=0, uuid="6f2c1f0e", name="x")], "does not start with GPU-"),
+        ([pb.GpuDevice(index=0, uuid="GPU-a"), pb.GpuDevice(index=0, uuid="GPU-b")], "index twice"),
+        ([pb.GpuDevice(index=0, uuid="GPU-a"), pb.GpuDevice(index=1, uuid="GPU-a")], "UUID twice"),
+        ([pb.GpuDevice(index=0, uuid="GPU-a", name="x" * 300)], "longer than 256"),
+        ([pb.GpuDevice(index=0, uuid="GPU-a", name="H\x00")], "NUL"),
+        ([pb.GpuDevice(index=i, uuid=f"GPU-{i}") for i in range(257)], "more than 256"),
+    ],
+)
+def test_a_malformed_gpu_inventory_is_refused(devices: list[pb.GpuDevice], error: str) -> None:
+    hello = pb.Hello(
+        node_name="n1",
+        capacity=pb.Capacity(gpus=1, gpu_inventory=pb.GpuInventory(devices=devices)),
+        address="10.0.0.1",
+    )
+    with pytest.raises(InvalidInput, match=error):
+        node_message_from(pb.NodeMessage(seq=1, hello=hello))

@@ -40,3 +40,37 @@ def test_an_address_the_gateway_would_refuse_stops_the_daemon_at_once(
     assert run_daemon(options) == 1
     out = capsys.readouterr().out
     assert "advertised address" in out and "fix: start the daemon with --advertise-address" in out
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"executor": "vm"}, "--executor 'vm' is not an executor"),
+        ({"runtime_dirs": ("torch=/opt/torch/bin",)}, "only applies to host processes"),
+        ({"executor": "process", "runtime_dirs": ("torch",)}, "is not RUNTIME=DIRECTORY"),
+        ({"executor": "process", "runtime_dirs": ("t=rel/bin",)}, "not an absolute directory"),
+        ({"executor": "process", "runtime_dirs": ("t=/a:/b",)}, "not an absolute directory"),
+        ({"executor": "process", "member_user": "root"}, "is root: members would read"),
+    ],
+)
+def test_a_bad_executor_setting_stops_the_daemon_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: dict[str, object], said: str
+) -> None:
+    ca = ensure_dev_pki(tmp_path, ["localhost"]).ca.cert
+    options = DaemonOptions(
+        server="127.0.0.1:1", ca=ca, state_dir=tmp_path / "node", join_token="x", **given
+    )  # type: ignore[arg-type]
+    assert run_daemon(options) == 1
+    out = capsys.readouterr().out
+    assert said in out and "fix:" in out, out
+    assert not (tmp_path / "node" / "processes").exists()
+
+
+def test_a_bad_executor_in_the_environment_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TUNEPLANE_NODE_EXECUTOR", "proccess")
+    ca = ensure_dev_pki(tmp_path, ["localhost"]).ca.cert
+    options = DaemonOptions(server="127.0.0.1:1", ca=ca, state_dir=tmp_path / "n", join_token="x")
+    assert run_daemon(options) == 1
+    assert "TUNEPLANE_NODE_EXECUTOR='proccess' is not an executor" in capsys.readouterr().out

@@ -15,6 +15,19 @@ interface FleetNode {
   memory_mb_total: number;
   memory_mb_used: number;
   members: number;
+  gpu_inventory?: GpuInventory | null; // what its daemon detected (absent: none, or an older daemon)
+}
+interface GpuDevice {
+  name: string;
+  memory_mb: number;
+  mig: boolean;
+  nvlink: boolean;
+}
+interface GpuInventory {
+  devices: GpuDevice[];
+  driver: string;
+  cuda: string;
+  source: string; // nvml, nvidia-smi, or recorded (a test or demo node: TUNEPLANE_FAKE_NVML)
 }
 interface Pool {
   name: string;
@@ -52,6 +65,24 @@ const NEXT: Record<string, string[]> = {
 };
 let timer = 0;
 const used = (u: number, t: number): string => `${u} / ${t}`;
+
+// A node's detected GPUs in one cell, as `tp fleet ls` writes them: "8× NVIDIA H200 140.4 GiB
+// NVLink, driver 580.159.03, CUDA 13.0" (each model of a mixed host; MIG where on).
+export function detectedGpus(inv: GpuInventory | null | undefined): string {
+  if (!inv || inv.devices.length === 0) return "";
+  const groups = new Map<string, GpuDevice[]>();
+  for (const d of inv.devices) {
+    const key = `${d.name}\u0000${d.memory_mb}`;
+    groups.set(key, [...(groups.get(key) ?? []), d]);
+  }
+  const parts = [...groups.values()].map((ds) => {
+    const mig = ds.filter((d) => d.mig).length;
+    const flags = [mig === 0 ? "" : mig === ds.length ? "MIG" : `MIG on ${mig}`, ds.some((d) => d.nvlink) ? "NVLink" : ""];
+    return [`${ds.length}× ${ds[0].name} ${(ds[0].memory_mb / 1024).toFixed(1)} GiB`, ...flags.filter((f) => f)].join(" ");
+  });
+  const versions = [inv.driver ? `driver ${inv.driver}` : "", inv.cuda ? `CUDA ${inv.cuda}` : ""].filter((v) => v);
+  return [...parts, ...versions].join(", ") + (inv.source === "recorded" ? " (recorded)" : "");
+}
 
 // Pools and their nodes: scheduling state and connectivity in separate columns, capacity and
 // usage, and each node daemon's last heartbeat.
@@ -95,6 +126,7 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
       used(n.gpus_used, n.gpus_total),
       used(n.cpus_used, n.cpus_total),
       used(n.memory_mb_used, n.memory_mb_total),
+      detectedGpus(n.gpu_inventory),
       n.members,
       when(heartbeat.get(n.name)),
       ...(operator ? [buttons(n)] : []),
@@ -107,7 +139,7 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
       h("p", {}, summary, pool.description ? ` — ${pool.description}` : ""),
       pool.unavailable ? h("p", { class: "error", id: `pool-${pool.name}-unavailable` }, `Takes no new work: ${pool.unavailable}`) : "",
       pool.nodes.length
-        ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows)
+        ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Detected GPUs", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows)
         : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
     );
   });
