@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-from xml.etree import ElementTree
 
 import httpx
 
@@ -202,17 +201,15 @@ def submit(up: Up, args: argparse.Namespace, work: Path, profile: str) -> str:
 
 
 def host_uuids(fake: str | None) -> list[str]:
-    """The UUIDs of this host's GPUs: from the recorded ``nvidia-smi -q -x`` output the node's
-    probe answers from (CPU mode), else from nvidia-smi."""
-    if fake:
-        root = ElementTree.parse(fake).getroot()
-        return [(u.text or "").strip() for u in root.iter("uuid")]
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return []
-    query = [smi, "--query-gpu=uuid", "--format=csv,noheader"]
-    done = subprocess.run(query, capture_output=True, text=True, timeout=30)
-    return [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    """The UUIDs of this host's GPUs as TunePlane's own probe reads them: the recording
+    ``fake`` names (CPU mode), else NVML, else nvidia-smi."""
+    from adapters.node.nvml import open_probe
+
+    probe = open_probe(fake)
+    try:
+        return [device.uuid for device in probe.inventory().devices]
+    finally:
+        probe.close()
 
 
 def member_report(state: Path) -> dict[str, Any] | None:

@@ -15,8 +15,8 @@
 #                (pip install --no-index --no-deps --target); without it, this checkout's
 #                .venv (or the python3 on PATH) runs TunePlane
 # --cpu          CPU mode (also when the training Python sees no GPU): the node's GPUs come from
-#                the recorded NVML in TUNEPLANE_FAKE_NVML (default: the recorded H200 under
-#                tests/fixtures/nvml/); training runs on the CPU; what needs a GPU is reported
+#                the recorded NVML in TUNEPLANE_FAKE_NVML (default: the recorded H200,
+#                tests/fixtures/nvml/h200.txt); training runs on the CPU; what needs a GPU is reported
 #                "not checked (CPU mode)"
 # --python PY    the Python that trains (has torch; default python3); the job's runtime maps to
 #                its prefix (TUNEPLANE_NODE_RUNTIMES=RUNTIME=<PY's dir>/..)
@@ -48,8 +48,8 @@ if [ $cpu -eq 0 ] && ! "$train_py" -c "import sys, torch; sys.exit(not torch.cud
   cpu=1
 fi
 if [ $cpu -eq 1 ] && [ -z "${TUNEPLANE_FAKE_NVML:-}" ]; then
-  fake="$(ls "$ROOT"/tests/fixtures/nvml/*[hH]200*.xml 2>/dev/null | head -1 || true)"
-  if [ -n "$fake" ]; then export TUNEPLANE_FAKE_NVML="$fake"; fi
+  fake="$ROOT/tests/fixtures/nvml/h200.txt"  # a recorded H200 (tests/fixtures/nvml/README.md)
+  if [ -f "$fake" ]; then export TUNEPLANE_FAKE_NVML="$fake"; fi
 fi
 [ $cpu -eq 1 ] && echo "==> CPU mode; TUNEPLANE_FAKE_NVML=${TUNEPLANE_FAKE_NVML:-(unset: no GPUs)}" >&2
 
