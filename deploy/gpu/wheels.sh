@@ -37,6 +37,15 @@ for req in "${needed[@]}"; do
     || { echo "error: no Python 3.12 x86-64 wheel of $req (fix: pin a version that has one)" >&2; exit 1; }
 done
 
+# a wheel left from an earlier run whose version is no longer wanted would travel and be installed
+for whl in "$DIR"/*.whl; do
+  base=$(basename "$whl"); dist=$(echo "${base%%-*}" | tr '_' '-' | tr '[:upper:]' '[:lower:]')
+  ver=$(echo "$base" | cut -d- -f2)
+  [ "$dist" = tuneplane ] && continue
+  printf '%s\n' "${needed[@]}" | tr '_' '-' | tr '[:upper:]' '[:lower:]' | grep -qx "$dist==$ver" \
+    || { echo "removing $base: no longer needed" >&2; rm -f "$whl"; }
+done
+
 echo "==> TunePlane itself, as a wheel (with the built console when entrypoints/api/console_dist exists)"
 rm -f "$DIR"/tuneplane-*.whl
 build=$(mktemp -d)
