@@ -256,11 +256,27 @@ def raw(api: httpx.Client, job_id: str, one: dict[str, Any]) -> list[dict[str, A
         params.update(start=page["next_start"], after_offset=page["next_after_offset"])
 
 
+CONTRACT = "tests/contract/test_gpu_probe_contract.py"
+
+
+def contract() -> dict[str, Any]:
+    """The real adapters' GPU probe contract (NVML, nvidia-smi) on this host's GPUs: the test
+    the CI machine skips for want of a GPU, run here by pytest alone (--noconftest)."""
+    cmd = [sys.executable, "-m", "pytest", "--noconftest", "-q", "-rs", "-p", "no:cacheprovider"]
+    cmd += [CONTRACT, "-k", "real_adapters"]
+    done = subprocess.run(cmd, cwd=HERE.parent.parent, capture_output=True, text=True, timeout=120)
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    return {"rc": done.returncode, "summary": lines[-1] if lines else "", "tail": lines[-12:]}
+
+
 def run(args: argparse.Namespace, report: Report) -> None:
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     say(f"bare training run ({'CPU' if args.cpu else 'GPU'}) for the baseline")
     report.bare = bare(args, work)
+    if not args.cpu:
+        say("the real NVML and nvidia-smi adapters against the probe contract")
+        report.contract = contract()
     env = dict(os.environ)
     # the job's runtime is the training Python's environment: its bin/ first on members' PATH
     env["TUNEPLANE_NODE_RUNTIMES"] = f"{args.runtime}={Path(args.python).parent}"

@@ -25,6 +25,7 @@ class Report:
     raw_loss: list[dict[str, Any]] = field(default_factory=list)
     raw_utilization: list[dict[str, Any]] = field(default_factory=list)
     inventory: Any = None  # what the node reported (the API), and the host's own GPU UUIDs
+    contract: dict[str, Any] | None = None  # pytest's result of the real probes' contract
     fake_nvml: str | None = None  # CPU mode: the recorded NVML the node's probe answers from
     logs: str = ""
     up_log: str = ""
@@ -139,10 +140,21 @@ def _ratio(r: Report) -> tuple[dict[str, str], float | None]:
     return _check(name, ratio is not None and ratio <= r.max_ratio, detail), ratio
 
 
+def _contract(r: Report) -> dict[str, str]:
+    name = "the real NVML and nvidia-smi probes pass the GPU probe contract"
+    if r.mode == "cpu":
+        return _check(name, None, "no GPU; CI runs the contract on the recordings")
+    if r.contract is None:
+        return _check(name, False, "not run")
+    summary = r.contract.get("summary", "")
+    ok = r.contract.get("rc") == 0 and "2 passed" in summary
+    return _check(name, ok, summary if ok else " | ".join(r.contract.get("tail", [])))
+
+
 def judge(r: Report) -> dict[str, Any]:
     """The report: each check, the figures, and whether every check made passed."""
     ratio_check, ratio = _ratio(r)
-    checks = [_job(r), _one_gpu(r), _loss(r), _utilization(r), ratio_check]
+    checks = [_contract(r), _job(r), _one_gpu(r), _loss(r), _utilization(r), ratio_check]
     if r.mode == "gpu":
         checks.append(_check("finished in under 8 minutes", r.elapsed_s < 480, f"{r.elapsed_s} s"))
     if r.error:

@@ -21,6 +21,11 @@ mkdir -p "$DIR"
 # protobuf is on the machine, but TunePlane's generated code needs a newer one than many
 # machines have: its wheel travels, and check.sh installs it only where the machine's is older.
 mapfile -t needed < <("$PY" deploy/gpu/needed.py --also protobuf)
+# the proof run's own tool: pytest runs the real NVML adapters' contract on the GPU
+# (tests/contract/test_gpu_probe_contract.py); installed only where the machine lacks it
+for tool in pytest pluggy iniconfig; do
+  needed+=("$tool==$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$tool")")
+done
 echo "==> ${#needed[@]} distributions the GPU machine lacks (deploy/gpu/present.txt)"
 for req in "${needed[@]}"; do
   name=${req%%==*}; version=${req#*==}

@@ -46,6 +46,7 @@ def a_report(mode: str = "gpu", **changes: Any) -> Any:
         raw_utilization=[{"value": 0.0}, {"value": 97.0}],
         inventory={"host": [UUID, OTHER]},
         elapsed_s=300.0,
+        contract={"rc": 0, "summary": "2 passed, 60 deselected in 0.4s", "tail": []},
     )
     for key, value in changes.items():
         setattr(report, key, value)
@@ -92,6 +93,20 @@ def test_a_uuid_the_host_does_not_have_fails() -> None:
     )
 
 
+def test_the_real_probes_failing_their_contract_fails_and_shows_pytest() -> None:
+    said = {"rc": 1, "summary": "1 failed, 1 passed", "tail": ["E assert [] == [0]", "1 failed"]}
+    result = checks.judge(a_report(contract=said))
+    [check] = [c for c in result["checks"] if c["name"].startswith("the real NVML")]
+    assert check["status"] == "FAILED" and "E assert [] == [0]" in check["detail"]
+    skipped = {"rc": 0, "summary": "2 skipped, 60 deselected", "tail": []}  # no GPU seen
+    assert (
+        statuses(a_report(contract=skipped))[
+            "the real NVML and nvidia-smi probes pass the GPU probe contract"
+        ]
+        == "FAILED"
+    )
+
+
 def test_no_utilisation_above_zero_fails_on_a_gpu() -> None:
     seen = statuses(a_report(raw_utilization=[{"value": 0.0}]))
     assert seen["GPU utilisation > 0 in the member's system series"] == "FAILED"
@@ -113,6 +128,7 @@ def test_cpu_mode_on_a_cpu_profile_leaves_the_gpu_checks_unchecked() -> None:
     seen = statuses(report)
     assert seen["job succeeded"] == seen[LOSS] == "passed"
     for name in ("the member saw exactly its GPU", "step time through TunePlane / bare ≤ 1.02",
+                 "the real NVML and nvidia-smi probes pass the GPU probe contract",
                  "GPU utilisation > 0 in the member's system series"):  # fmt: skip
         assert seen[name] == checks.NOT_CPU
     assert "finished in under 8 minutes" not in seen
