@@ -34,6 +34,24 @@ def _retry_max(text: str) -> float:
     return value
 
 
+GPU_SAMPLE_ENV = "TUNEPLANE_GPU_SAMPLE_SECONDS"
+
+
+def _sample_seconds(text: str) -> float:
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and 0 < value <= 3600):
+        raise InvalidInput(
+            f"{GPU_SAMPLE_ENV}={text!r} is not a positive number of seconds (at most 3600)",
+            fix=f"set {GPU_SAMPLE_ENV} to e.g. 5, or unset it (5)",
+            field=GPU_SAMPLE_ENV,
+        )
+    return value
+
+
 def _yes(raw: str) -> bool:
     return raw.strip() in ("1", "true", "yes")
 
@@ -194,6 +212,22 @@ class NodeSettings:
         section="node",
         default_doc="the engine's default socket",
         doc="`tp node run`: the container engine (`--docker-host` wins)",
+    )
+    gpu_sample_seconds: float = var(
+        5.0,
+        env=GPU_SAMPLE_ENV,
+        section="node",
+        parse=_sample_seconds,
+        doc="`tp collector`: seconds between two samples of each member's GPUs, CPU and memory "
+        "(its `system` source; [telemetry.md](telemetry.md#the-system-source))",
+    )
+    fake_nvml: Path | None = var(
+        None,
+        env="TUNEPLANE_FAKE_NVML",
+        section="node",
+        default_doc="unset: the host's GPUs through NVML",
+        doc="tests and demos only: an `nvidia-smi -q -x` file whose GPUs the node's processes "
+        "(daemon, collector) see instead of the host's (logged as a warning)",
     )
 
 
