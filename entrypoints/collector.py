@@ -73,9 +73,9 @@ async def serve_collector(options: CollectorOptions) -> None:
 
 def run_collector(options: CollectorOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    period = float(load_one(NodeSettings, "gpu_sample_seconds"))  # exits naming a bad value
-    options = replace(options, gpu_sample_seconds=period)
     try:
+        period = float(load_one(NodeSettings, "gpu_sample_seconds"))
+        options = replace(options, gpu_sample_seconds=period)
         run_server(serve_collector(options))
     except TunePlaneError as exc:
         print(render(exc), file=sys.stderr)

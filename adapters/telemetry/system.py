@@ -175,7 +175,7 @@ class SystemSampler:
     def _append(self, t: Target, st: _State, wall: float, metrics: dict[str, float]) -> None:
         path = self.path(t.member)
         if st.step < 0:
-            st.step = _last_step(path)
+            st.step = _resume(path)
         try:
             size, ident = _size(path)
         except OSError as exc:
@@ -244,15 +244,28 @@ def _rotate(path: Path) -> None:
     os.replace(fresh, path)
 
 
-def _last_step(path: Path) -> int:
-    """The step of the file's last complete record (-1: none), to go on counting from."""
+def _resume(path: Path) -> int:
+    """The step of the file's last complete record (-1: none), to go on counting from. A last
+    line cut short (the file's writer killed mid-write) is taken back first, so that the next
+    record does not merge with it."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            f.seek(max(0, size - 65536))
-            tail = f.read()
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return -1
+    try:
+        size = os.fstat(fd).st_size
+        start = max(0, size - 65536)
+        tail = os.pread(fd, size - start, start)
+        if tail and not tail.endswith(b"\n"):
+            cut = tail.rfind(b"\n")
+            if cut >= 0:
+                os.ftruncate(fd, start + cut + 1)
+            else:  # a line longer than we look at: end it (it counts as corrupt)
+                os.write(fd, b"\n")
+    except OSError:
+        return -1
+    finally:
+        os.close(fd)
     for line in reversed(tail.split(b"\n")[:-1]):
         with contextlib.suppress(ValueError, TypeError, AttributeError):
             step = json.loads(line).get("step")
