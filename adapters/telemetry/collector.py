@@ -19,10 +19,11 @@ from grpclib.client import Channel
 
 from adapters.grpc.telemetry_client import Shipper, Ticket
 from adapters.telemetry.spool import Spool
-from adapters.telemetry.system import SYSTEM_SOURCE, SystemSampler, Target
+from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
 from domain.errors import InvalidInput, TunePlaneError
 from domain.node_ports import UsageSource
+from domain.telemetry import SYSTEM_SOURCE
 
 log = logging.getLogger("tuneplane.collector")
 

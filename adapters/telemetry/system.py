@@ -38,7 +38,6 @@ from domain.node_ports import UsageSource
 
 log = logging.getLogger("tuneplane.collector")
 
-SYSTEM_SOURCE = "system"  # its path name in the member's tail: no metrics file can be named so
 DEFAULT_PERIOD = 5.0
 MAX_UNREAD = 8 * 1024 * 1024
 ROTATE_BYTES = 64 * 1024 * 1024

@@ -18,7 +18,7 @@ from adapters.telemetry import system
 from adapters.telemetry.collector import read_member_file
 from adapters.telemetry.interim_gpu_probe import InterimRecordedProbe
 from adapters.telemetry.spool import Spool
-from adapters.telemetry.system import SYSTEM_SOURCE, SystemSampler, Target
+from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import MemberTail
 from application.node_usage import MemberUsage
 from domain.errors import InvalidInput, Unavailable
@@ -26,6 +26,7 @@ from domain.gpus import GpuInventory, GpuReading
 from domain.node_messages import PrepareOrder
 from domain.node_ports import JournalEntry, UsageSource
 from domain.node_protocol import MemberRef, Phase
+from domain.telemetry import SYSTEM_SOURCE
 from entrypoints.settings_loader import load_one
 from entrypoints.settings_sections import NodeSettings
 
