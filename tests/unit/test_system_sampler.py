@@ -20,6 +20,8 @@ from adapters.telemetry.interim_gpu_probe import InterimRecordedProbe
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import MemberTail
+from application import metrics
+from application.metrics import MetricsSummary
 from application.node_usage import MemberUsage
 from domain.errors import InvalidInput, Unavailable
 from domain.gpus import GpuInventory, GpuReading
@@ -27,6 +29,7 @@ from domain.node_messages import PrepareOrder
 from domain.node_ports import JournalEntry, UsageSource
 from domain.node_protocol import MemberRef, Phase
 from domain.telemetry import SYSTEM_SOURCE
+from domain.telemetry_ports import SeriesInfo
 from entrypoints.settings_loader import load_one
 from entrypoints.settings_sections import NodeSettings
 
@@ -321,3 +324,30 @@ def test_the_sample_period_defaults_to_five_seconds() -> None:
     assert load_one(NodeSettings, "gpu_sample_seconds", {}) == 5.0
     env = {"TUNEPLANE_GPU_SAMPLE_SECONDS": " 0.25 "}
     assert load_one(NodeSettings, "gpu_sample_seconds", env) == 0.25
+
+
+# -- reading them back ------------------------------------------------------------------------
+
+
+def _series(member: int, source: str, tag: str) -> SeriesInfo:
+    return SeriesInfo(1, "a1", 1, f"m{member}", member, source, tag, 0, 9, 10, 1.0, 1.0)
+
+
+def test_system_series_are_a_group_of_their_own_not_canonical_metrics() -> None:
+    summary = MetricsSummary(
+        (),
+        [
+            _series(0, "train.jsonl#0", "train/loss"),
+            _series(0, "system#0", "sys/memory/used_mb"),
+            _series(0, "system#1", "sys/gpu10/utilization"),
+            _series(0, "system#0", "sys/gpu2/power_w"),
+            _series(0, "system#0", "sys/cpu/utilization"),
+            _series(1, "system#0", "sys/gpu0/utilization"),  # member 1's: not shown
+            _series(0, "system#0.jsonl#0", "written/by/the/job"),  # a file, not the collector
+        ],
+        [],
+    )
+    assert metrics.canonical_tags(summary) == ["train/loss", "written/by/the/job"]
+    assert metrics.system_tags(summary) == [
+        "sys/gpu2/power_w", "sys/gpu10/utilization", "sys/cpu/utilization", "sys/memory/used_mb"
+    ]  # fmt: skip
