@@ -66,13 +66,23 @@ class ProcessTable:
     def stats(self) -> dict[int, ProcStat]:
         if self._stats is None:
             self._stats = {}
+            root = str(self.proc)
             with contextlib.suppress(OSError):
-                for entry in os.scandir(self.proc):
-                    if entry.name.isdigit():
-                        with contextlib.suppress(OSError):
-                            st = parse_stat((self.proc / entry.name / "stat").read_text())
-                            if st is not None:
-                                self._stats[int(entry.name)] = st
+                names = [n for n in os.listdir(root) if n.isdigit()]
+                for name in names:
+                    try:  # plain os calls: this runs over every process of the host
+                        fd = os.open(f"{root}/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
+                    except OSError:
+                        continue  # exited since the listing
+                    try:
+                        text = os.read(fd, 4096).decode(errors="replace")
+                    except OSError:
+                        continue
+                    finally:
+                        os.close(fd)
+                    st = parse_stat(text)
+                    if st is not None:
+                        self._stats[int(name)] = st
         return self._stats
 
     def tree(self, pid: int) -> Iterator[ProcStat]:

@@ -88,7 +88,8 @@ def metrics(
     if training_tags or not system:
         output.table(headers, _rows(training_tags, curves))
     if system:  # its own group, after the training curves
-        output.info("system (member 0's GPUs, CPU and memory, sampled by its node; STEP: sample)")
+        heading = "system (member 0's GPUs, CPU and memory, sampled by its node; STEP: sample)"
+        output.out.print(("\n" if training_tags else "") + heading, markup=False)
         output.table(headers, _rows(system, curves))
     for c in summary.get("collectors") or []:
         skipped = c["corrupt_records"] + c["dropped_records"]

@@ -1,0 +1,101 @@
+"""A member's system series end to end on the node backend: the daemon tells its collector where
+the member's use can be read, the collector samples it every TUNEPLANE_GPU_SAMPLE_SECONDS and
+ships it as the member's system source; `tp job metrics` and the API show it beside the
+training curves, never among them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.test_node_backend import Factory, cli_for, submit
+from tests.e2e.test_telemetry_e2e import wait_for
+from tests.fixtures.server import TP
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+GPUS = Path(__file__).parents[1] / "fixtures" / "gpus" / "interim-two-gpus.xml"
+BUSY = (
+    'd="$TUNEPLANE_METRICS_DIR"; '
+    """printf '{"step": 0, "metrics": {"train/loss": 1}}\\n' > "$d/l.jsonl"; """
+    "end=$(($(date +%s) + 8)); while [ $(date +%s) -lt $end ]; do :; done; echo done"
+)
+
+
+def series(cluster: Any, job_id: str) -> dict[str, Any]:
+    return cluster.api("GET", f"/v1/jobs/{job_id}/metrics")  # type: ignore[no-any-return]
+
+
+async def test_a_cpu_member_s_cpu_and_memory_arrive_beside_its_curves(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    cluster = await node_cluster_factory(1, TUNEPLANE_GPU_SAMPLE_SECONDS="0.5")
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, BUSY, profile="nodes/cpu:0.5")
+    (daemon,) = cluster.daemons.values()
+    members = daemon.state_dir / "collector" / "members"
+    usage: dict[str, Any] | None = None
+    deadline = time.monotonic() + 120
+    while cluster.api("GET", f"/v1/jobs/{job_id}")["state"] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, cli("job", "logs", job_id).stdout
+        for path in members.glob("*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                usage = usage or json.loads(path.read_text())["usage"]
+        await asyncio.sleep(0.3)
+    assert usage is not None and usage["pid"] > 1 and usage["cgroups"], usage  # the container's
+
+    def arrived() -> dict[str, Any] | None:
+        s = series(cluster, job_id)
+        return s if {"sys/cpu/utilization", "sys/memory/used_mb"} <= set(s["system"]) else None
+
+    found = wait_for(arrived, 60, "the member's system series")
+    assert found["canonical"] == ["train/loss"]  # not among the training curves
+    sources = {s["source"] for s in found["series"] if s["tag"].startswith("sys/")}
+    assert sources == {"system#0"}
+    cpu = cluster.api("GET", f"/v1/jobs/{job_id}/metrics/curve?tag=sys/cpu/utilization")
+    assert max(p["max"] for p in cpu["merged"]) > 0  # the member's busy loop, in cores
+    out = cli("job", "metrics", job_id).stdout
+    training, _, system = out.partition("system (member 0's")
+    assert "train/loss" in training and "sys/" not in training
+    assert "sys/cpu/utilization" in system and "sys/memory/used_mb" in system
+
+
+def _has_process_executor() -> bool:
+    help_text = subprocess.run([TP, "node", "run", "--help"], capture_output=True, text=True)
+    return "--executor" in help_text.stdout
+
+
+@pytest.mark.skipif(
+    not _has_process_executor(),
+    reason="a GPU member without a GPU needs the host-process executor (issue 23 item 1)",
+)
+async def test_a_gpu_member_s_gpus_arrive_under_the_recorded_probe(
+    node_cluster_factory: Factory, tmp_path: Path
+) -> None:
+    """Under TUNEPLANE_FAKE_NVML the daemon and its collector see the recorded GPUs: a member
+    bound to one of them gets its sys/gpu0/* series (the member's own ordinal)."""
+    cluster = await node_cluster_factory(
+        1, TUNEPLANE_GPU_SAMPLE_SECONDS="0.5", TUNEPLANE_FAKE_NVML=str(GPUS)
+    )
+    name = next(iter(cluster.daemons))
+    cluster.kill_daemon(name)
+    gpus = ["--gpus", "2", "--gpu-model", "h100"]
+    cluster.start_daemon(name, extra=["--executor", "process", *gpus])
+    cluster.wait_connected([name])
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, "sleep 6; echo done", profile="nodes/h100:1")
+
+    def arrived() -> dict[str, Any] | None:
+        s = series(cluster, job_id)
+        return s if "sys/gpu0/utilization" in s["system"] else None
+
+    found = wait_for(arrived, 90, "the member's GPU series")
+    assert {"sys/gpu0/memory_used_mb", "sys/gpu0/temperature_c"} <= set(found["system"])
+    assert "sys/gpu1/utilization" not in found["system"]  # one GPU bound: its cuda:0 only
