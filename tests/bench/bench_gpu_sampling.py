@@ -9,8 +9,9 @@ memory) (c) 8 GPUs and no usage. The CPU time is the process's (``time.process_t
 
 What it cannot measure here: NVML itself (no GPU on this machine). nvmlDeviceGetUtilizationRates,
 GetMemoryInfo, GetPowerUsage and GetTemperature are each an ioctl into the driver; their cost
-must be measured on a GPU host (issue 23's proof run on a real GPU). The figures are the collector's own work
-around them: the probe call, the JSON record, the append, the cgroup and /proc reads.
+must be measured on a GPU host (issue 23's proof run on a real GPU). The figures are the
+collector's own work around them: the probe call, the JSON record, the append, the cgroup and
+/proc reads.
 
 Run: ``.venv/bin/pytest tests/bench/bench_gpu_sampling.py -m bench -s``
 """

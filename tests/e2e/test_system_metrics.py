@@ -14,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Page, expect
 
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 from tests.e2e.test_telemetry_e2e import wait_for
+from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import TP
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -65,6 +67,35 @@ async def test_a_cpu_member_s_cpu_and_memory_arrive_beside_its_curves(
     training, _, system = out.partition("system (member 0's")
     assert "train/loss" in training and "sys/" not in training
     assert "sys/cpu/utilization" in system and "sys/memory/used_mb" in system
+
+
+async def test_the_job_page_charts_the_system_group_beside_the_training_charts(
+    node_cluster_factory: Factory, tmp_path: Path, page: Page, screenshots: Path
+) -> None:
+    cluster = await node_cluster_factory(1, TUNEPLANE_GPU_SAMPLE_SECONDS="0.5")
+    cli = await cli_for(cluster, tmp_path)
+    job_id = submit(cli, BUSY, profile="nodes/cpu:0.5")
+    cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
+    wait_for(
+        lambda: "sys/cpu/utilization" in series(cluster, job_id)["system"], 60, "system series"
+    )
+    await page.goto(cluster.servers.url + "/console/")
+    await page.get_by_label("API token").fill(cluster.servers.token)
+    await page.get_by_label("API token").press("Enter")
+    await page.goto(cluster.servers.url + f"/console/#/jobs/{job_id}")
+    training = page.get_by_role("region", name="Metrics")
+    loss = training.get_by_role("img", name="Line chart of train/loss by step")
+    await expect(loss).to_be_visible()
+    system = page.get_by_role("region", name="System")
+    for tag in ("sys/cpu/utilization", "sys/memory/used_mb"):
+        chart = system.get_by_role("img", name=f"Line chart of {tag} by step")
+        await expect(chart).to_be_visible()
+        await expect(chart.locator("canvas")).to_have_count(1)
+        await expect(
+            training.get_by_role("img", name=f"Line chart of {tag} by step")
+        ).to_have_count(0)
+    await page.screenshot(path=screenshots / "01-system-group.png", full_page=True)
+    assert not await accessibility_violations(page)
 
 
 def _has_process_executor() -> bool:
