@@ -43,6 +43,7 @@ from typing import Any
 from adapters.child_env import passed_on
 from adapters.container_engine.spec import WORKDIR, exit_reason, source_tar
 from adapters.node import cgroups
+from adapters.node.cgroup_paths import usage_source_of
 from adapters.node.cgroups import CgroupHost
 from adapters.node.host_ports import port_free
 from adapters.node.member_view import NodeDirs
@@ -51,7 +52,7 @@ from adapters.system_users import Account, ensure_account
 from domain.capsule import CAPSULE_DIR
 from domain.errors import Conflict, InvalidInput
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
+from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits
@@ -421,6 +422,14 @@ class ProcessExecutor:
         record = _json(path / "member.json") or {}
         await asyncio.to_thread(cgroups.remove, tuple(record.get("cgroups") or ()))
         await asyncio.to_thread(shutil.rmtree, path, True)
+
+    async def usage_source(self, container_id: str) -> UsageSource | None:
+        """The member's first process (as recorded, if it is still that process) and its
+        cgroups, where its CPU and memory use are read; None unless it runs."""
+        started = _json(self._dir(container_id) / "started.json")
+        if started is None or not _alive(started):
+            return None
+        return await asyncio.to_thread(usage_source_of, int(started["pid"]))
 
     async def held(self, installation: str) -> dict[str, str]:
         """member id → id of every member of this node and ``installation`` under the root."""
