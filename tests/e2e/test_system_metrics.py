@@ -109,13 +109,7 @@ async def test_a_gpu_member_s_gpus_arrive_under_the_recorded_probe(
         TUNEPLANE_FAKE_NVML=str(H200),
         TUNEPLANE_NODE_EXECUTOR="process",
     )
-    cluster.api(
-        "POST",
-        "/v1/pools",
-        {"name": "gpu", "backend": "node", "gpus_per_node": 1, "gpu_model": "h200",
-         "cpus_per_node": cluster.cpus, "memory_mb_per_node": cluster.memory_mb},
-    )  # fmt: skip
-    cluster.pool = "gpu"
+    cluster.gpu_pool()
     cluster.start_daemon("g1")
     await asyncio.to_thread(cluster.wait_connected, ["g1"])
     cli = await cli_for(cluster, tmp_path)
