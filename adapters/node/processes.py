@@ -356,21 +356,26 @@ class ProcessExecutor:
     inspect = observe
 
     def _observe(self, container_id: str) -> Observation:
+        """What the member's records and the host prove. Records damaged on disk never read as
+        an end: while anything of the member may run, it is running or unknown."""
         path = self._dir(container_id)
-        record = _json(path / "member.json")
-        if record is None:
+        if not path.is_dir():
             return Observation("missing")
+        groups = tuple((_json(path / "member.json") or {}).get("cgroups") or ())
         ended = _json(path / "exit.json")
-        groups = tuple(record.get("cgroups") or ())
-        if ended is not None:
-            return self._exited(container_id, int(ended.get("code", 0)), groups)
+        if ended is not None and isinstance(ended.get("code"), int):
+            return self._exited(container_id, ended["code"], groups)
         started = _json(path / "started.json")
+        supervised = _locked(path / "shim.lock")
         if started is None:
+            damaged = (path / "started.json").exists() or (path / "exit.json").exists()
+            if supervised or (damaged and cgroups.pids(groups)):
+                return Observation("running")
+            if damaged:
+                return Observation("unknown", reason=f"the records in {path} are damaged")
             return Observation("starting")
-        if _alive(started) or _locked(path / "shim.lock"):
+        if _alive(started) or supervised or cgroups.pids(groups):
             return Observation("running")  # or its shim is about to record the exit
-        if _json(path / "exit.json") is not None:  # recorded since we looked
-            return self._observe(container_id)
         return Observation(
             "exited",
             None,
@@ -432,14 +437,20 @@ class ProcessExecutor:
         return await asyncio.to_thread(usage_source_of, int(started["pid"]))
 
     async def held(self, installation: str) -> dict[str, str]:
-        """member id → id of every member of this node and ``installation`` under the root."""
+        """member id → id of every member of this node and ``installation`` under the root, and
+        of every member whose record cannot be read (it may be one of them)."""
 
         def scan() -> dict[str, str]:
             found = {}
-            for record_path in self.root.glob("*/member.json"):
-                record = _json(record_path) or {}
-                if record.get("node") == self.node and record.get("installation") == installation:
-                    found[record_path.parent.name] = PREFIX + record_path.parent.name
+            for path in self.root.iterdir():
+                if path.name.startswith(".") or not path.is_dir():
+                    continue  # a prepare under way, or cut short (removed at the next one)
+                record = _json(path / "member.json")
+                mine = record is None or (  # damaged: listed, never proved gone by omission
+                    record.get("node") == self.node and record.get("installation") == installation
+                )
+                if mine:
+                    found[path.name] = PREFIX + path.name
             return found
 
         return await asyncio.to_thread(scan)

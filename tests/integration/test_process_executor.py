@@ -236,3 +236,20 @@ async def test_limits_are_set_in_the_members_cgroups(executor: ProcessExecutor) 
         assert values == {"cpu.cfs_quota_us": "25000", "memory.limit_in_bytes": str(96 << 20)}
     await executor.remove(cid)
     assert not any(map(exists, record["cgroups"]))
+
+
+@pytest.mark.parametrize("damaged", ["member.json", "started.json", "both"])
+async def test_damaged_records_of_a_running_member_never_read_as_its_end(
+    executor: ProcessExecutor, damaged: str
+) -> None:
+    cid, path, started = await sleeping(executor)
+    for name in ("member.json", "started.json") if damaged == "both" else (damaged,):
+        (path / name).write_bytes(b"\x00{not json")
+    assert (await executor.observe(cid)).status == "running"  # its shim still supervises it
+    assert cid in (await executor.held(INST)).values()  # listed, not proved gone by omission
+    os.kill(started["shim_pid"], signal.SIGKILL)  # now only the process itself is left
+    await asyncio.sleep(0.2)
+    obs = await executor.observe(cid)
+    assert obs.status in ("running", "unknown"), obs  # never an end while it may run
+    os.kill(started["pid"], signal.SIGKILL)
+    await executor.remove(cid)
