@@ -20,6 +20,7 @@ from domain.telemetry import (
     DEFAULT_POINTS,
     Bucket,
     View,
+    is_system_source,
     later_attempts_win,
     plan_view,
 )
@@ -86,10 +87,33 @@ async def summary(ctx: Context, principal: Principal, job_id: str) -> MetricsSum
 
 
 def canonical_tags(summary: MetricsSummary) -> list[str]:
-    """The recipe's primary metrics that have points, else every tag member 0 reported."""
-    reported = sorted({s.tag for s in summary.series if s.member == CANONICAL_MEMBER})
+    """The recipe's primary metrics that have points, else every tag member 0 reported (its
+    system source's apart: ``system_tags``)."""
+    reported = sorted(
+        {
+            s.tag
+            for s in summary.series
+            if s.member == CANONICAL_MEMBER and not is_system_source(s.source)
+        }
+    )
     primary = [t for t in summary.primary if t in reported]
     return primary or reported
+
+
+def system_tags(summary: MetricsSummary) -> list[str]:
+    """Member 0's GPU, CPU and memory series, sampled by its collector (the system source),
+    in a stable order: GPUs by ordinal, then CPU and memory."""
+    tags = {
+        s.tag for s in summary.series if s.member == CANONICAL_MEMBER and is_system_source(s.source)
+    }
+    return sorted(tags, key=_system_order)
+
+
+def _system_order(tag: str) -> tuple[int, int, str]:
+    parts = tag.split("/")
+    if len(parts) == 3 and parts[1].startswith("gpu") and parts[1][3:].isdigit():
+        return (0, int(parts[1][3:]), parts[2])
+    return (1, 0, tag)
 
 
 async def curve(

@@ -23,6 +23,7 @@ from application.node_adoption import adopt, learn_installation, listing
 from application.node_agent_output import MemberOutput
 from application.node_checkpoint_carrier import CheckpointCarrier
 from application.node_sources import SourceArchives
+from application.node_usage import MemberUsage
 from domain.artifact_ports import OutputStorage
 from domain.errors import TunePlaneError, Unavailable
 from domain.node_messages import (
@@ -36,7 +37,12 @@ from domain.node_messages import (
     TokenRenewal,
     Vote,
 )
-from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
+from domain.node_ports import (
+    JournalEntry,
+    MemberJournal,
+    MemberRuntime,
+    MetricsFeed,
+)
 from domain.node_protocol import (
     LIVE_PHASES,
     Command,
@@ -91,6 +97,7 @@ class NodeAgent(MemberOutput):
         self.outputs = outputs  # members' output directories on this host (artifacts)
         self._scans: set[asyncio.Task[None]] = set()
         self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
+        self.usage = MemberUsage(runtime)  # where running members' use is read (collector)
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -431,7 +438,8 @@ class NodeAgent(MemberOutput):
     async def _feed(self) -> None:
         if self.feed is not None:
             entries = await journal_call(self.journal, self.journal.entries)
-            await asyncio.to_thread(self.feed.sync, entries)
+            usage = await self.usage.of(entries)
+            await asyncio.to_thread(self.feed.sync, entries, usage)
 
     async def observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
         obs = await self.runtime.observe(cid) if cid else None

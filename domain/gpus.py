@@ -1,7 +1,7 @@
 """GPUs as a node sees them: the inventory it reports with its capacity, and the readings its
 collector samples for the GPUs bound to each member (docs/fleet.md, docs/telemetry.md).
 
-Pure: the adapters (``adapters/node/nvml.py``, NVML through ``nvidia-ml-py``, with
+Pure: the adapters (``adapters/gpu/nvml.py``, NVML through ``nvidia-ml-py``, with
 ``nvidia-smi`` as the fallback) fill these in; the fake in the tests answers from recorded
 ``nvidia-smi -q -x`` outputs of real machines.
 """

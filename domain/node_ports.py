@@ -9,7 +9,7 @@ decisions; a gateway records what nodes vote and report, and reads what it must 
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -368,6 +368,22 @@ class FoundContainer:
     metrics: bool  # its metrics directory is mounted: it was launched with a collector token
 
 
+@dataclass(frozen=True, slots=True)
+class UsageSource:
+    """Where a started member's CPU and memory use can be read on its host (the collector
+    samples it: docs/telemetry.md, "The system source").
+
+    ``pid``: the member's first process as the host sees it (None: not known). ``cgroups``:
+    the absolute directories of its control groups, all of whose processes are the member's:
+    on a cgroup v2 host the one directory (``cpu.stat``, ``memory.current``), on a v1 host the
+    ``cpuacct`` and ``memory`` controllers' directories (``cpuacct.usage``,
+    ``memory.usage_in_bytes``); empty when the member has no cgroup of its own (a host process
+    in the daemon's cgroup): then its process tree is read through ``/proc``."""
+
+    pid: int | None = None
+    cgroups: tuple[str, ...] = ()
+
+
 class ProgressCallback(Protocol):
     def __call__(self, stage: str, fraction: float, detail: str) -> None: ...
 
@@ -419,16 +435,30 @@ class MemberRuntime(Protocol):
         """Can a TCP port be bound on this host (a gang's rendezvous port)?"""
         ...
 
+    async def usage_source(self, container_id: str) -> UsageSource | None:
+        """Where the started member's CPU and memory use can be read on this host, asked once
+        it runs: its first process's host pid and the cgroup directories holding it and only
+        it (a member runtime that gives every member a cgroup of its own names it; one that
+        runs members in a shared cgroup names none, and the pid's process tree is read).
+        None: not running (not started yet, exited, gone) or nothing can be read for it (a
+        simulated runtime); the caller asks again later. Never raises for a member that is
+        gone; Unavailable when the runtime cannot answer now."""
+        ...
+
 
 class MetricsFeed(Protocol):
     """Tells the host's collector which members to collect (adapters/node/collector_feed.py).
 
     ``sync`` is given the journal's entries: members with a collector token that are (or were)
-    started are collected; those that ended are read to their end and then let go.
+    started are collected; those that ended are read to their end and then let go. ``usage``:
+    member id → where its CPU and memory use can be read (``MemberRuntime.usage_source``), for
+    the members whose runtime said; the member file carries it, with the member's GPUs.
     ``forgotten``: a member left the journal (its last lines are still collected).
     """
 
-    def sync(self, entries: Sequence[JournalEntry]) -> None: ...
+    def sync(
+        self, entries: Sequence[JournalEntry], usage: Mapping[str, UsageSource] | None = None
+    ) -> None: ...
 
     def forgotten(self, member_id: str) -> None: ...
 

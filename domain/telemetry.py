@@ -34,6 +34,15 @@ DEFAULT_POINTS = 1000
 MAX_POINTS = 10_000
 MAX_TAG = 256
 MAX_SOURCE = 512
+# The collector's own samples of a member's GPUs, CPU and memory (docs/telemetry.md, "The
+# system source"): sources named system#<generation>, which no metrics file can be named
+SYSTEM_SOURCE = "system"
+
+
+def is_system_source(source: str) -> bool:
+    return source.rpartition("#")[0] == SYSTEM_SOURCE
+
+
 MAX_STEP = 2**63 - 1  # steps are int64 on the wire and in the database
 
 

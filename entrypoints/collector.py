@@ -19,6 +19,7 @@ import logging
 import resource
 import signal
 import sys
+from dataclasses import replace
 
 from adapters.telemetry.collector import CollectorOptions
 from domain.errors import InvalidInput, TunePlaneError
@@ -26,6 +27,8 @@ from entrypoints.cli.errors import render
 from entrypoints.containers.collector import CollectorContainer
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
+from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import NodeSettings
 
 log = logging.getLogger("tuneplane.collector")
 
@@ -71,6 +74,8 @@ async def serve_collector(options: CollectorOptions) -> None:
 def run_collector(options: CollectorOptions) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
+        period = float(load_one(NodeSettings, "gpu_sample_seconds"))
+        options = replace(options, gpu_sample_seconds=period)
         run_server(serve_collector(options))
     except TunePlaneError as exc:
         print(render(exc), file=sys.stderr)

@@ -48,6 +48,24 @@ def _executor(text: str) -> str:
     return value
 
 
+GPU_SAMPLE_ENV = "TUNEPLANE_GPU_SAMPLE_SECONDS"
+
+
+def _sample_seconds(text: str) -> float:
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (math.isfinite(value) and 0 < value <= 3600):
+        raise InvalidInput(
+            f"{GPU_SAMPLE_ENV}={text!r} is not a positive number of seconds (at most 3600)",
+            fix=f"set {GPU_SAMPLE_ENV} to e.g. 5, or unset it (5)",
+            field=GPU_SAMPLE_ENV,
+        )
+    return value
+
+
 def _yes(raw: str) -> bool:
     return raw.strip() in ("1", "true", "yes")
 
@@ -239,6 +257,14 @@ class NodeSettings:
         "daemon and its collector read their GPUs from instead of NVML, e.g. "
         "`tests/fixtures/nvml/h200.txt` (logged as a warning; "
         "[fleet.md](fleet.md#gpu-inventory))",
+    )
+    gpu_sample_seconds: float = var(
+        5.0,
+        env=GPU_SAMPLE_ENV,
+        section="node",
+        parse=_sample_seconds,
+        doc="`tp collector`: seconds between two samples of each member's GPUs, CPU and memory "
+        "(its `system` source; [telemetry.md](telemetry.md#the-system-source))",
     )
 
 

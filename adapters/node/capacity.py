@@ -1,5 +1,5 @@
 """What a node offers: GPUs from the GPU probe (NVML, else nvidia-smi, else the recording
-``TUNEPLANE_FAKE_NVML`` names: adapters/node/nvml.py) where present, else as configured; CPUs
+``TUNEPLANE_FAKE_NVML`` names: adapters/gpu/nvml.py) where present, else as configured; CPUs
 the daemon may use; memory from /proc/meminfo. Configured values override detection; the
 detected inventory is reported beside them either way (docs/fleet.md#gpu-inventory)."""
 
@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from adapters.node.nvml import open_probe
+from adapters.gpu.nvml import open_probe
 from domain.errors import InvalidInput
 from domain.gpus import GpuInventory, GpuProbe
 from domain.node_protocol import NodeCapacity

@@ -48,6 +48,7 @@ class CgroupHost:
     v2: Path | None = None  # the unified hierarchy's mount
     cpu: Path | None = None  # v1: the cpu controller's mount
     memory: Path | None = None  # v1: the memory controller's mount
+    cpuacct: Path | None = None  # v1: the cpuacct controller's mount, where apart from cpu's
     why: str = ""
 
     def describe(self) -> str:
@@ -89,7 +90,12 @@ class CgroupHost:
             _write(memory / "memory.limit_in_bytes", str(memory_mb * MIB))
             with contextlib.suppress(OSError):  # absent without swap accounting
                 _write(memory / "memory.memsw.limit_in_bytes", str(memory_mb * MIB))
-            return (str(cpu), str(memory))
+            made: tuple[str, ...] = (str(cpu), str(memory))
+            if self.cpuacct is not None:  # its CPU use is read there (docs/telemetry.md)
+                acct = self.cpuacct / "tuneplane" / node / member
+                acct.mkdir(parents=True, exist_ok=True)
+                made += (str(acct),)
+            return made
         return ()
 
 
@@ -159,7 +165,9 @@ def detect(node: str, base: Path = BASE) -> CgroupHost:
     )
     memory = base / "memory"
     if cpu is not None and (memory / "memory.limit_in_bytes").exists():
-        host = CgroupHost("v1", cpu=cpu, memory=memory)
+        acct = base / "cpuacct"
+        apart = (acct / "cpuacct.usage").exists() and not (cpu / "cpuacct.usage").exists()
+        host = CgroupHost("v1", cpu=cpu, memory=memory, cpuacct=acct if apart else None)
         try:
             remove(host.make(node, ".probe", 1.0, 64))
             return host

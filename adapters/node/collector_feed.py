@@ -6,6 +6,11 @@ its container at ``/tuneplane/metrics`` (``TUNEPLANE_METRICS_DIR``), and a 0600 
 directory"): the token never enters the container. When the member has ended, its file says
 ``"ended": true``; once the collector wrote ``<member>.drained`` (everything read and
 acknowledged), the member file, the marker and the metrics directory are removed.
+
+The file also names the member's GPUs (``gpus``: the host's indices, in the member's own order:
+``gpus[i]`` is its ``cuda:i``) and, once it runs, where its CPU and memory use can be read
+(``usage``: its first process's pid and its cgroup directories), for the collector's ``system``
+source; it is rewritten only when something in it changed.
 """
 
 from __future__ import annotations
@@ -14,11 +19,11 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from adapters.grpc.node_client import write_private
-from domain.node_ports import JournalEntry
+from domain.node_ports import JournalEntry, UsageSource
 from domain.node_protocol import LIVE_PHASES, Phase
 
 log = logging.getLogger("tuneplane.node")
@@ -44,12 +49,16 @@ class CollectorFeed:
         os.chmod(path, 0o777)
         return path
 
-    def sync(self, entries: Sequence[JournalEntry]) -> None:
+    def sync(
+        self, entries: Sequence[JournalEntry], usage: Mapping[str, UsageSource] | None = None
+    ) -> None:
+        usage = usage or {}
         for e in entries:
             token = e.order.collector_token
             if not token or e.phase not in LIVE_PHASES | _ENDED or e.member_id in self._done:
                 continue
-            self._put(e, ended=e.phase in _ENDED)
+            ended = e.phase in _ENDED
+            self._put(e, ended=ended, usage=None if ended else usage.get(e.member_id))
         self._sweep()
 
     def forgotten(self, member_id: str) -> None:
@@ -64,7 +73,7 @@ class CollectorFeed:
             write_private(path, text)
             self._written[member_id] = text
 
-    def _put(self, e: JournalEntry, *, ended: bool) -> None:
+    def _put(self, e: JournalEntry, *, ended: bool, usage: UsageSource | None) -> None:
         o = e.order
         body = {
             "job": o.job_id,
@@ -74,6 +83,8 @@ class CollectorFeed:
             "token": o.collector_token,
             "metrics_dir": str(self.metrics_dir(e.member_id)),
             "ended": ended,
+            "gpus": list(o.gpu_indices),  # the host's indices, in the member's order (cuda:i)
+            "usage": None if usage is None else {"pid": usage.pid, "cgroups": list(usage.cgroups)},
         }
         text = json.dumps(body)
         if self._written.get(e.member_id) == text:

@@ -43,13 +43,14 @@ from adapters.container_engine.spec import (
     never_started,
     source_tar,
 )
+from adapters.node.cgroup_paths import usage_source_of
 from adapters.node.collector_feed import METRICS_MOUNT
 from adapters.node.host_ports import port_free
 from adapters.node.member_view import NodeDirs
 from domain.artifact_ports import CheckpointStorage, OutputStorage
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
+from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits
@@ -311,6 +312,16 @@ class NodeExecutor:
     def follow_logs(self, container_id: str) -> AsyncIterator[bytes]:
         """Its output from the start, as it comes, until it exits."""
         return self.engine.logs(container_id, follow=True)
+
+    async def usage_source(self, container_id: str) -> UsageSource | None:
+        """Its first process's host pid (the engine's ``State.Pid``: tini) and that process's
+        cgroup directories (the container's own group); None unless it runs."""
+        info = await self.engine.inspect(container_id)
+        state = (info or {}).get("State") or {}
+        pid = state.get("Pid")
+        if not state.get("Running") or not isinstance(pid, int) or pid <= 0:
+            return None
+        return await asyncio.to_thread(usage_source_of, pid)
 
     # -- the host -----------------------------------------------------------------------------
 

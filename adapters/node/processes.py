@@ -43,6 +43,7 @@ from typing import Any
 from adapters.child_env import passed_on
 from adapters.container_engine.spec import WORKDIR, exit_reason, source_tar
 from adapters.node import cgroups
+from adapters.node.cgroup_paths import usage_source_of
 from adapters.node.cgroups import CgroupHost
 from adapters.node.host_ports import port_free
 from adapters.node.member_view import NodeDirs
@@ -51,7 +52,7 @@ from adapters.system_users import Account, ensure_account
 from domain.capsule import CAPSULE_DIR
 from domain.errors import Conflict, InvalidInput
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
+from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits
@@ -355,21 +356,26 @@ class ProcessExecutor:
     inspect = observe
 
     def _observe(self, container_id: str) -> Observation:
+        """What the member's records and the host prove. Records damaged on disk never read as
+        an end: while anything of the member may run, it is running or unknown."""
         path = self._dir(container_id)
-        record = _json(path / "member.json")
-        if record is None:
+        if not path.is_dir():
             return Observation("missing")
+        groups = tuple((_json(path / "member.json") or {}).get("cgroups") or ())
         ended = _json(path / "exit.json")
-        groups = tuple(record.get("cgroups") or ())
-        if ended is not None:
-            return self._exited(container_id, int(ended.get("code", 0)), groups)
+        if ended is not None and isinstance(ended.get("code"), int):
+            return self._exited(container_id, ended["code"], groups)
         started = _json(path / "started.json")
+        supervised = _locked(path / "shim.lock")
         if started is None:
+            damaged = (path / "started.json").exists() or (path / "exit.json").exists()
+            if supervised or (damaged and cgroups.pids(groups)):
+                return Observation("running")
+            if damaged:
+                return Observation("unknown", reason=f"the records in {path} are damaged")
             return Observation("starting")
-        if _alive(started) or _locked(path / "shim.lock"):
+        if _alive(started) or supervised or cgroups.pids(groups):
             return Observation("running")  # or its shim is about to record the exit
-        if _json(path / "exit.json") is not None:  # recorded since we looked
-            return self._observe(container_id)
         return Observation(
             "exited",
             None,
@@ -422,15 +428,29 @@ class ProcessExecutor:
         await asyncio.to_thread(cgroups.remove, tuple(record.get("cgroups") or ()))
         await asyncio.to_thread(shutil.rmtree, path, True)
 
+    async def usage_source(self, container_id: str) -> UsageSource | None:
+        """The member's first process (as recorded, if it is still that process) and its
+        cgroups, where its CPU and memory use are read; None unless it runs."""
+        started = _json(self._dir(container_id) / "started.json")
+        if started is None or not _alive(started):
+            return None
+        return await asyncio.to_thread(usage_source_of, int(started["pid"]))
+
     async def held(self, installation: str) -> dict[str, str]:
-        """member id → id of every member of this node and ``installation`` under the root."""
+        """member id → id of every member of this node and ``installation`` under the root, and
+        of every member whose record cannot be read (it may be one of them)."""
 
         def scan() -> dict[str, str]:
             found = {}
-            for record_path in self.root.glob("*/member.json"):
-                record = _json(record_path) or {}
-                if record.get("node") == self.node and record.get("installation") == installation:
-                    found[record_path.parent.name] = PREFIX + record_path.parent.name
+            for path in self.root.iterdir():
+                if path.name.startswith(".") or not path.is_dir():
+                    continue  # a prepare under way, or cut short (removed at the next one)
+                record = _json(path / "member.json")
+                mine = record is None or (  # damaged: listed, never proved gone by omission
+                    record.get("node") == self.node and record.get("installation") == installation
+                )
+                if mine:
+                    found[path.name] = PREFIX + path.name
             return found
 
         return await asyncio.to_thread(scan)

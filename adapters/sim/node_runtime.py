@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from domain.errors import InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
+from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
 from domain.ports import Observation
 
 Refusal = Callable[[PrepareOrder], str | None]
@@ -153,6 +153,10 @@ class SimRuntime:
 
     def port_free(self, port: int) -> bool:
         return port not in self.busy_ports
+
+    async def usage_source(self, container_id: str) -> UsageSource | None:
+        """Simulated members have no processes to measure."""
+        return None
 
     def running(self) -> list[SimContainer]:
         return [c for c in self.containers.values() if c.state == "running"]

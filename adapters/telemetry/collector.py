@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,11 @@ from grpclib.client import Channel
 
 from adapters.grpc.telemetry_client import Shipper, Ticket
 from adapters.telemetry.spool import Spool
+from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
 from domain.errors import InvalidInput, TunePlaneError
+from domain.node_ports import UsageSource
+from domain.telemetry import SYSTEM_SOURCE
 
 log = logging.getLogger("tuneplane.collector")
 
@@ -36,6 +40,7 @@ class CollectorOptions:
     max_spool_mb: int = DEFAULT_SPOOL_MB
     poll: float = 0.5
     ignore_term: bool = False  # only SIGINT stops it (a Slurm member's: docs/slurm.md)
+    gpu_sample_seconds: float = 5.0  # the system source's period (TUNEPLANE_GPU_SAMPLE_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +52,15 @@ class MemberFile:
     token: str
     metrics_dir: Path
     ended: bool
+    gpus: tuple[int, ...] = ()  # the host's indices of its GPUs, in its own order (cuda:i)
+    usage: UsageSource | None = None  # where its CPU and memory use is read (once it runs)
 
 
-_FIELDS = "job, attempt, member (the file's name), index, token, metrics_dir and ended"
+_FIELDS = (
+    "job, attempt, member (the file's name), index, token, metrics_dir and ended (and "
+    "optionally gpus and usage)"
+)
+MAX_GPUS = 256
 
 
 def read_member_file(path: Path) -> MemberFile:
@@ -82,10 +93,35 @@ def read_member_file(path: Path) -> MemberFile:
         raise bad(f'"member" is {body["member"]!r}, but the file is named {path.name}')
     if not os.path.isabs(body["metrics_dir"]):
         raise bad(f'"metrics_dir" {body["metrics_dir"]!r} is not an absolute path')
+    gpus = body.get("gpus", [])
+    if (
+        not isinstance(gpus, list)
+        or len(gpus) > MAX_GPUS
+        or any(isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < 2**31 for g in gpus)
+        or len(set(gpus)) != len(gpus)
+    ):
+        raise bad('"gpus" must be a list of distinct GPU indices (integers >= 0)')
     return MemberFile(
         body["job"], body["attempt"], body["member"], index, body["token"],
-        Path(body["metrics_dir"]), ended,
+        Path(body["metrics_dir"]), ended, tuple(gpus), _usage(body.get("usage"), bad),
     )  # fmt: skip
+
+
+def _usage(raw: Any, bad: Callable[[str], InvalidInput]) -> UsageSource | None:
+    if raw is None:
+        return None
+    what = '"usage" must be null or {"pid": null or an integer > 0, "cgroups": [absolute paths]}'
+    if not isinstance(raw, dict):
+        raise bad(what)
+    pid, cgroups = raw.get("pid"), raw.get("cgroups", [])
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
+        raise bad(what)
+    if not isinstance(cgroups, list) or len(cgroups) > 8:
+        raise bad(what)
+    for c in cgroups:
+        if not isinstance(c, str) or not os.path.isabs(c) or "\0" in c or ".." in c.split("/"):
+            raise bad(what)
+    return UsageSource(pid, tuple(cgroups))
 
 
 @dataclass
@@ -102,6 +138,7 @@ class Collector:
     options: CollectorOptions
     spool: Spool
     channel: Channel
+    sampler: SystemSampler | None = None  # the members' system source (GPUs, CPU, memory)
     runs: dict[str, _Run] = field(default_factory=dict)
     _complained: dict[Path, tuple[float, int]] = field(default_factory=dict)
     _drained: set[str] = field(default_factory=set)  # marker written, spool forgotten
@@ -125,6 +162,8 @@ class Collector:
             if (self.options.members / f"{f.member}.drained").exists():
                 if f.member not in self.runs and f.member not in self._drained:
                     self.spool.forget(f.member)  # a restart between the marker and forgetting
+                    if self.sampler is not None:
+                        self.sampler.forget(f.member, remove=True)
                     self._drained.add(f.member)
                 continue
             found[f.member] = f
@@ -158,7 +197,16 @@ class Collector:
         return any(p.read >= PER_POLL and p.behind for p in progress.values())
 
     def _poll(self, runs: dict[str, _Run]) -> dict[str, Progress]:
-        """Every member's new bytes into the spool (in a worker thread)."""
+        """A system sample of the live members when one is due, then every member's new bytes
+        into the spool (in a worker thread)."""
+        if self.sampler is not None and self.sampler.due():
+            self.sampler.sample(
+                [
+                    Target(m, r.file.gpus, r.file.usage, r.tail.position(SYSTEM_SOURCE))
+                    for m, r in runs.items()
+                    if not r.file.ended
+                ]
+            )
         out = {}
         for member, run in runs.items():
             try:
@@ -169,7 +217,8 @@ class Collector:
         return out
 
     def _start(self, f: MemberFile) -> None:
-        tail = MemberTail(f.member, f.metrics_dir, self.spool)
+        extra = {SYSTEM_SOURCE: self.sampler.path(f.member)} if self.sampler else None
+        tail = MemberTail(f.member, f.metrics_dir, self.spool, extra=extra)
         shipper = Shipper(self.channel, self.spool, Ticket(f.attempt, f.member, f.token))
         task = asyncio.create_task(shipper.run())
         self.runs[f.member] = _Run(f, tail, shipper, task)
@@ -195,11 +244,15 @@ class Collector:
         fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.close(fd)
         await asyncio.to_thread(self.spool.forget, member)
+        if self.sampler is not None:
+            self.sampler.forget(member, remove=True)
         self._drained.add(member)
         log.info("member %s: collected to its end", member)
 
     async def _stop(self, member: str) -> None:
         run = self.runs.pop(member)
+        if self.sampler is not None:
+            self.sampler.forget(member)
         run.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await run.task

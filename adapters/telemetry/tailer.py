@@ -29,12 +29,14 @@ import contextlib
 import logging
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from adapters.telemetry.columns import Parsed, Points, SourceParser
+from adapters.telemetry.jsonl import JsonlParser
 from adapters.telemetry.parsers import parser_for
 from adapters.telemetry.spool import SourceState, Spool
 from adapters.telemetry.tfrecord import MAX_RECORD as MAX_TFRECORD
@@ -66,11 +68,25 @@ class _Source:
 
 
 class MemberTail:
-    def __init__(self, member: str, metrics_dir: Path, spool: Spool, *, chunk: int = CHUNK):
+    """``extra``: source name → a JSONL file outside the metrics directory read as that source
+    (the collector's own ``system`` samples); its name is one no file of the directory can
+    have as a source (a name no parser claims)."""
+
+    def __init__(
+        self,
+        member: str,
+        metrics_dir: Path,
+        spool: Spool,
+        *,
+        chunk: int = CHUNK,
+        extra: Mapping[str, Path] | None = None,
+    ):
         self.member = member
         self.root = metrics_dir
         self.spool = spool
         self.chunk = chunk
+        self.extra = dict(extra or {})
+        assert not any(parser_for(Path(name)) for name in self.extra)
         self._kinds: dict[str, SourceKind | None] = {}
         self._good_tags: set[str] = set()
         self._warned: set[str] = set()
@@ -79,7 +95,7 @@ class MemberTail:
         self._current: dict[str, _Source] = {}
         spool.settle_retired(member)
         for path, state in spool.sources(member).items():
-            parser = parser_for(Path(path))
+            parser = self._parser(path)
             if parser is not None:
                 self._current[path] = _Source(state, parser)
 
@@ -92,15 +108,24 @@ class MemberTail:
         to its end and take a cut-short last record as corrupt."""
         progress = Progress()
         found = self._scan()
-        if found is None:  # no metrics directory (yet): nothing vanished
-            return progress
+        extra = self._scan_extra()
+        if found is None and not extra and not self._retiring:
+            return progress  # no metrics directory (yet): nothing vanished
         for src in list(self._retiring):
             self._finish(src, final, progress)
-        for rel, st in sorted(found.items()):
+        for rel, st in sorted({**(found or {}), **extra}.items()):
             self._poll_path(rel, st, final, progress)
-        for rel in [r for r in self._current if r not in found]:
-            self._retire(self._current.pop(rel), final, progress)
+        for rel in list(self._current):
+            # a file of the directory vanished only if the directory could be listed
+            seen = extra if rel in self.extra else found
+            if seen is not None and rel not in seen:
+                self._retire(self._current.pop(rel), final, progress)
         return progress
+
+    def position(self, name: str) -> tuple[int, int, int] | None:
+        """(device, inode, read position) of the file the source ``name`` reads now."""
+        src = self._current.get(name)
+        return None if src is None else (src.state.device, src.state.inode, src.state.position)
 
     # -- finding files ------------------------------------------------------------------------
 
@@ -112,13 +137,25 @@ class MemberTail:
             for name in names:
                 full = os.path.join(top, name)
                 rel = os.path.relpath(full, self.root)
-                if self._kind(rel) is None or rel in self._given_up:
+                if self._kind(rel) is None or rel in self._given_up or rel in self.extra:
                     continue
                 with contextlib.suppress(OSError):
                     st = os.lstat(full)
                     if stat.S_ISREG(st.st_mode):
                         found[rel] = st
         return found
+
+    def _scan_extra(self) -> dict[str, os.stat_result]:
+        found = {}
+        for name, path in self.extra.items():
+            with contextlib.suppress(OSError):
+                st = os.lstat(path)
+                if stat.S_ISREG(st.st_mode) and name not in self._given_up:
+                    found[name] = st
+        return found
+
+    def _parser(self, rel: str) -> SourceParser | None:
+        return JsonlParser() if rel in self.extra else parser_for(Path(rel))
 
     def _kind(self, rel: str) -> SourceKind | None:
         if rel not in self._kinds:
@@ -158,19 +195,19 @@ class MemberTail:
         self._read(src, st.st_size, final, progress)
 
     def _new(self, rel: str, inode: tuple[int, int], size: int) -> _Source:
-        parser = parser_for(Path(rel))
+        parser = self._parser(rel)
         assert parser is not None
         state = self.spool.new_source(self.member, rel, parser.kind, *inode, size)
         return _Source(state, parser)
 
     def _open(self, src: _Source, rel: str) -> bool:
         try:
-            fd = os.open(self.root / rel, _OPEN)
+            fd = os.open(self.extra.get(rel) or self.root / rel, _OPEN)
         except OSError as exc:
             self._warn(rel, f"cannot open {rel}: {exc.strerror}")
             return False
         st = os.fstat(fd)
-        inside = _inside(fd, self.root)
+        inside = rel in self.extra or _inside(fd, self.root)
         if (st.st_dev, st.st_ino) != (src.state.device, src.state.inode) or not inside:
             os.close(fd)  # replaced since it was listed (seen at the next poll), or moved out
             return False

@@ -203,7 +203,7 @@ def submit(up: Up, args: argparse.Namespace, work: Path, profile: str) -> str:
 def host_uuids(fake: str | None) -> list[str]:
     """The UUIDs of this host's GPUs as TunePlane's own probe reads them: the recording
     ``fake`` names (CPU mode), else NVML, else nvidia-smi."""
-    from adapters.node.nvml import open_probe
+    from adapters.gpu.nvml import open_probe
 
     probe = open_probe(fake)
     try:

@@ -54,6 +54,8 @@ class MetricsOut(Struct):
     canonical: list[str]
     series: list[SeriesOut]
     collectors: list[CollectorOut]
+    # member 0's GPU, CPU and memory series, sampled by its node's collector (source system#N)
+    system: list[str] = []
 
 
 class PointOut(Struct):
@@ -147,6 +149,7 @@ async def job_metrics(job_id: str, state: State, principal: Principal) -> Metric
         metrics.canonical_tags(found),
         [_series_out(s) for s in found.series],
         [_collector_out(c) for c in found.counts],
+        metrics.system_tags(found),
     )
 
 

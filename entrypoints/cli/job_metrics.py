@@ -1,4 +1,5 @@
-"""`tp job metrics ID`: the latest value of each canonical metric with a text sparkline."""
+"""`tp job metrics ID`: the latest value of each canonical metric with a text sparkline, then
+member 0's system series (GPUs, CPU, memory) in a group of their own."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated, Any
 
 from cyclopts import Parameter
 
-from domain.telemetry import sparkline
+from domain.telemetry import is_system_source, sparkline
 from entrypoints.cli import output
 from entrypoints.cli.client import connect
 from entrypoints.cli.jobs import JsonFlag, job_app, job_path
@@ -25,6 +26,20 @@ def _trend(curve: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
     merged = curve.get("merged") or []
     values = [p["last"] if p["last"] is not None else math.nan for p in merged]
     return sparkline(values, TREND_POINTS), (merged[-1] if merged else None)
+
+
+def _rows(tags: list[str], curves: dict[str, Any]) -> list[tuple[Any, ...]]:
+    rows = []
+    for t in tags:
+        trend, last = _trend(curves[t])
+        if last is None:
+            continue
+        attempts = len(curves[t]["attempts"])
+        rows.append(
+            (t, last["last_step"], _number(last["last"]), trend,
+             f"#{last['attempt']}" + (f" of {attempts}" if attempts > 1 else ""))
+        )  # fmt: skip
+    return rows
 
 
 @job_app.command(name="metrics")
@@ -50,12 +65,17 @@ def metrics(
     """
     with connect() as api:
         summary = api.get(job_path(job_id, "/metrics"))
-        tags = tag or (
-            sorted({s["tag"] for s in summary["series"]}) if all_tags else summary["canonical"]
-        )
+        system = [] if tag else list(summary.get("system") or [])
+        if tag:
+            tags = tag
+        elif all_tags:
+            training = {s["tag"] for s in summary["series"] if not is_system_source(s["source"])}
+            tags = sorted(training) + system
+        else:
+            tags = summary["canonical"] + system
         curves = {
             t: api.get(job_path(job_id, "/metrics/curve"), {"tag": t, "points": TREND_POINTS})
-            for t in tags
+            for t in dict.fromkeys(tags)
         }
     if json:
         output.print_json({"summary": summary, "curves": curves})
@@ -63,17 +83,14 @@ def metrics(
     if not tags:
         output.info(f"no metrics yet for job {job_id}{_why_none(job_id)}")
         return 0
-    rows = []
-    for t in tags:
-        trend, last = _trend(curves[t])
-        if last is None:
-            continue
-        attempts = len(curves[t]["attempts"])
-        rows.append(
-            (t, last["last_step"], _number(last["last"]), trend,
-             f"#{last['attempt']}" + (f" of {attempts}" if attempts > 1 else ""))
-        )  # fmt: skip
-    output.table(["METRIC", "STEP", "LAST", "TREND", "ATTEMPT"], rows)
+    headers = ["METRIC", "STEP", "LAST", "TREND", "ATTEMPT"]
+    training_tags = [t for t in tags if t not in system]
+    if training_tags or not system:
+        output.table(headers, _rows(training_tags, curves))
+    if system:  # its own group, after the training curves
+        heading = "system (member 0's GPUs, CPU and memory, sampled by its node; STEP: sample)"
+        output.out.print(("\n" if training_tags else "") + heading, markup=False)
+        output.table(headers, _rows(system, curves))
     for c in summary.get("collectors") or []:
         skipped = c["corrupt_records"] + c["dropped_records"]
         if skipped or c["dropped_bytes"]:

@@ -1,6 +1,7 @@
 """The collector's container (`tp collector`): the durable spool, the TLS channel to the
-telemetry gateway, and the collector that tails members into one and ships through the other.
-No database, no blob store, no backend."""
+telemetry gateway, the host's GPUs (the probe the system source samples them with), and the
+collector that tails members into one and ships through the other. No database, no blob store,
+no backend."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from grpclib.client import Channel
 from adapters.grpc.telemetry_client import open_channel
 from adapters.telemetry.collector import Collector, CollectorOptions
 from adapters.telemetry.spool import Spool
+from adapters.telemetry.system import SystemSampler
+from domain.gpus import GpuProbe
+from entrypoints.gpu_probe import open_gpu_probe
 from entrypoints.process import TELEMETRY_PORT, split_server
 
 
@@ -32,10 +36,23 @@ def _channel(options: CollectorOptions) -> Iterator[Channel]:
         channel.close()
 
 
+def _probe() -> Iterator[GpuProbe | None]:
+    probe = open_gpu_probe()
+    try:
+        yield probe
+    finally:
+        if probe is not None:
+            probe.close()
+
+
+def _sampler(options: CollectorOptions, probe: GpuProbe | None) -> SystemSampler:
+    return SystemSampler(options.spool / "system", probe, options.gpu_sample_seconds)
+
+
 async def _collector(
-    options: CollectorOptions, spool: Spool, channel: Channel
+    options: CollectorOptions, spool: Spool, channel: Channel, sampler: SystemSampler
 ) -> AsyncIterator[Collector]:
-    collector = Collector(options, spool, channel)
+    collector = Collector(options, spool, channel, sampler)
     try:
         yield collector
     finally:
@@ -46,4 +63,6 @@ class CollectorContainer(containers.DeclarativeContainer):
     options = providers.Dependency(instance_of=CollectorOptions)
     spool = providers.Resource(_spool, options)
     channel = providers.Resource(_channel, options)
-    collector = providers.Resource(_collector, options, spool, channel)
+    probe = providers.Resource(_probe)  # opened once per collector process
+    sampler = providers.Singleton(_sampler, options, probe)
+    collector = providers.Resource(_collector, options, spool, channel, sampler)

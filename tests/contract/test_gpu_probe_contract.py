@@ -1,4 +1,4 @@
-"""Contract: every ``domain.gpus.GpuProbe`` (adapters/node/nvml.py) — the recorded probe (the
+"""Contract: every ``domain.gpus.GpuProbe`` (adapters/gpu/nvml.py) — the recorded probe (the
 fake) over each fixture of tests/fixtures/nvml/ (real H100, H200 and A100 outputs, README.md
 there), ``NvmlProbe`` over a stand-in ``pynvml`` built from the same recordings, ``SmiProbe``
 running a real executable that prints them, and, where a GPU is present, ``NvmlProbe`` over
@@ -16,8 +16,8 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from adapters.node import gpu_records
-from adapters.node.nvml import NvmlProbe, RecordedProbe, SmiProbe
+from adapters.gpu import records as gpu_records
+from adapters.gpu.nvml import NvmlProbe, RecordedProbe, SmiProbe
 from domain.gpus import GpuProbe, GpuReading
 from tests.support.nvml_standin import NvmlStandIn
 

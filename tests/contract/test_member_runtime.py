@@ -244,3 +244,25 @@ async def test_final_log_keeps_the_tail_and_following_gives_it_all(rig: Rig) -> 
     assert await rt.final_log(cid, 10_000) == (COUNT, False)
     assert await rt.final_log(cid, 1000) == (COUNT[-1000:], True)
     assert b"".join([c async for c in rt.follow_logs(cid)]) == COUNT
+
+
+async def test_where_a_member_s_use_is_read_is_known_only_while_it_runs(rig: Rig) -> None:
+    """A runtime with processes names the member's first process and the cgroup directories
+    that hold it (the container's own); the simulator's members have none to measure. Never
+    while it is only created, nor once it is gone."""
+    rt = rig.runtime
+    cid = await rt.prepare(rig.order("sleep"), None, lambda *a: None)
+    assert await rt.usage_source(cid) is None  # created, not started
+    await rt.start(cid)
+    await until(rt, cid, "running")
+    found = await rt.usage_source(cid)
+    if isinstance(rt, SimRuntime):
+        assert found is None
+    else:
+        assert found is not None and found.pid is not None and found.pid > 1
+        assert found.cgroups, "a container has cgroups of its own"
+        for d in found.cgroups:
+            procs = (await asyncio.to_thread(Path(d, "cgroup.procs").read_text)).split()
+            assert str(found.pid) in procs, (d, procs)
+    await rt.remove(cid)
+    assert await rt.usage_source(cid) is None  # gone: None, no error

@@ -24,13 +24,7 @@ async def test_a_node_with_recorded_h200s_enrolls_is_listed_and_takes_h200_work(
     node_cluster_factory: Factory, tmp_path: Path, page: Page
 ) -> None:
     cluster = await node_cluster_factory(0, TUNEPLANE_FAKE_NVML=str(H200))
-    cluster.api(
-        "POST",
-        "/v1/pools",
-        {"name": "gpu", "backend": "node", "gpus_per_node": 1, "gpu_model": "h200",
-         "cpus_per_node": cluster.cpus, "memory_mb_per_node": cluster.memory_mb},
-    )  # fmt: skip
-    cluster.pool = "gpu"
+    cluster.gpu_pool()
     cluster.start_daemon("g1")
     await asyncio.to_thread(cluster.wait_connected, ["g1"])
 
@@ -71,13 +65,7 @@ async def test_a_node_detecting_no_gpu_cannot_join_a_gpu_pool(
     node_cluster_factory: Factory, tmp_path: Path
 ) -> None:
     cluster = await node_cluster_factory(0)
-    cluster.api(
-        "POST",
-        "/v1/pools",
-        {"name": "gpu", "backend": "node", "gpus_per_node": 1, "gpu_model": "h200",
-         "cpus_per_node": cluster.cpus, "memory_mb_per_node": cluster.memory_mb},
-    )  # fmt: skip
-    cluster.pool = "gpu"
+    cluster.gpu_pool()
     daemon = cluster.start_daemon("g0")
     assert daemon.proc is not None
     code = await asyncio.to_thread(daemon.proc.wait, 60)

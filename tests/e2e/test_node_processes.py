@@ -111,13 +111,7 @@ async def test_an_h200_job_runs_bound_to_the_uuid_the_node_detected(
     """A host-process node reading a recorded H200 (tests/fixtures/nvml/h200.txt): an `h200:1`
     job runs to its end with exactly that GPU bound, by the UUID the inventory gave."""
     cluster = await node_cluster_factory(0, TUNEPLANE_FAKE_NVML=str(H200), **PROCESSES)
-    cluster.api(
-        "POST",
-        "/v1/pools",
-        {"name": "gpu", "backend": "node", "gpus_per_node": 1, "gpu_model": "h200",
-         "cpus_per_node": cluster.cpus, "memory_mb_per_node": cluster.memory_mb},
-    )  # fmt: skip
-    cluster.pool = "gpu"
+    cluster.gpu_pool()
     cluster.start_daemon("g1")
     await asyncio.to_thread(cluster.wait_connected, ["g1"])
     cli = await cli_for(cluster, tmp_path)

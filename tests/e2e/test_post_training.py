@@ -64,7 +64,7 @@ def trl_logs(log: str) -> list[dict[str, float]]:
 
 def collected(cli: Cli, job_id: str) -> dict[str, dict[str, Any]]:
     summary = json.loads(cli("job", "metrics", job_id, "--all", "--json").stdout)["summary"]
-    return {s["tag"]: s for s in summary["series"] if s["source"] != "system"}
+    return {s["tag"]: s for s in summary["series"] if not s["source"].startswith("system#")}
 
 
 async def wait_collected(cli: Cli, job_id: str, tags: tuple[str, ...], steps: int) -> dict:

@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,13 +158,18 @@ async def test_a_capsule_changed_after_the_commit_is_refused_by_the_runner(
     assert obs.exit_code != 0 and "ran" not in await output(executor, cid)
 
 
-async def test_a_killed_supervisor_is_an_end_proved_with_its_code_lost(
-    executor: ProcessExecutor,
-) -> None:
+async def sleeping(executor: ProcessExecutor) -> tuple[str, Path, dict[str, Any]]:
+    """A started member that sleeps: its id, its directory and its start record."""
     cid = await executor.prepare(order(("sleep", "600")), None)
     await executor.start(cid)
     path = executor.root / cid.removeprefix("proc-")
-    started = json.loads((path / "started.json").read_text())
+    return cid, path, json.loads((path / "started.json").read_text())
+
+
+async def test_a_killed_supervisor_is_an_end_proved_with_its_code_lost(
+    executor: ProcessExecutor,
+) -> None:
+    cid, _, started = await sleeping(executor)
     assert await executor.observe(cid) == Observation("running")
     os.kill(started["shim_pid"], signal.SIGKILL)
     await asyncio.sleep(0.2)
@@ -181,10 +187,7 @@ async def test_a_killed_supervisor_is_an_end_proved_with_its_code_lost(
 async def test_a_pid_reused_by_another_process_is_not_the_member(
     executor: ProcessExecutor,
 ) -> None:
-    cid = await executor.prepare(order(("sleep", "600")), None)
-    await executor.start(cid)
-    path = executor.root / cid.removeprefix("proc-")
-    started = json.loads((path / "started.json").read_text())
+    cid, path, started = await sleeping(executor)
     os.kill(started["shim_pid"], signal.SIGKILL)
     os.kill(started["pid"], signal.SIGKILL)
     await asyncio.sleep(0.3)
@@ -233,3 +236,20 @@ async def test_limits_are_set_in_the_members_cgroups(executor: ProcessExecutor) 
         assert values == {"cpu.cfs_quota_us": "25000", "memory.limit_in_bytes": str(96 << 20)}
     await executor.remove(cid)
     assert not any(map(exists, record["cgroups"]))
+
+
+@pytest.mark.parametrize("damaged", ["member.json", "started.json", "both"])
+async def test_damaged_records_of_a_running_member_never_read_as_its_end(
+    executor: ProcessExecutor, damaged: str
+) -> None:
+    cid, path, started = await sleeping(executor)
+    for name in ("member.json", "started.json") if damaged == "both" else (damaged,):
+        (path / name).write_bytes(b"\x00{not json")
+    assert (await executor.observe(cid)).status == "running"  # its shim still supervises it
+    assert cid in (await executor.held(INST)).values()  # listed, not proved gone by omission
+    os.kill(started["shim_pid"], signal.SIGKILL)  # now only the process itself is left
+    await asyncio.sleep(0.2)
+    obs = await executor.observe(cid)
+    assert obs.status in ("running", "unknown"), obs  # never an end while it may run
+    os.kill(started["pid"], signal.SIGKILL)
+    await executor.remove(cid)

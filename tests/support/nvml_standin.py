@@ -12,7 +12,7 @@ from typing import Any
 
 import pynvml
 
-from adapters.node.gpu_records import RecordedGpu, Recording
+from adapters.gpu.records import RecordedGpu, Recording
 
 MIB = 1024 * 1024
 

@@ -302,7 +302,11 @@ def _shipped(rig: Rig, job_id: str, workload: Workload) -> bool:
 
 def expected_series(summary: dict[str, Any], workload: Workload) -> str | None:
     """None when every member's TensorBoard and JSONL points are all there; else what is not."""
-    counts = {(s["member"], s["tag"]): s["count"] for s in summary["series"]}
+    counts = {  # the workload's own files (a node's collector adds its system series)
+        (s["member"], s["tag"]): s["count"]
+        for s in summary["series"]
+        if not s["source"].startswith("system#")
+    }
     want = {
         (m, tag): n
         for m in (0, 1)

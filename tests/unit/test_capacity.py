@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.node import gpu_records
+from adapters.gpu import records as gpu_records
 from adapters.node.capacity import detect, host_memory_mb, model_name
 from domain.errors import InvalidInput
 from tests.support.nvml_standin import NvmlStandIn
@@ -69,7 +69,7 @@ def _mixed() -> NvmlStandIn:
 
 
 def test_a_host_of_mixed_models_must_say_which_it_offers() -> None:
-    from adapters.node.nvml import NvmlProbe
+    from adapters.gpu.nvml import NvmlProbe
 
     with pytest.raises(InvalidInput, match=r"several models \(1× a100, 1× h200\)") as e:
         detect(probe=NvmlProbe(_mixed()))

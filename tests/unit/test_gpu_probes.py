@@ -1,4 +1,4 @@
-"""The GPU probes against hostile input (adapters/node/nvml.py, gpu_records.py): a broken
+"""The GPU probes against hostile input (adapters/gpu/nvml.py, gpu_records.py): a broken
 recording is refused naming the file; a broken, missing or hanging nvidia-smi, or a GPU that
 errors under NVML, leaves an empty inventory or readings of None, never an exception."""
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.node import gpu_records
-from adapters.node.gpu_records import GpuRecordError
-from adapters.node.nvml import NoGpus, NvmlProbe, RecordedProbe, SmiProbe, cuda_version, open_probe
+from adapters.gpu import records as gpu_records
+from adapters.gpu.nvml import NoGpus, NvmlProbe, RecordedProbe, SmiProbe, cuda_version, open_probe
+from adapters.gpu.records import GpuRecordError
 from domain.errors import InvalidInput
 from domain.gpus import GpuInventory, GpuReading
 from tests.support.nvml_standin import NvmlStandIn

@@ -16,6 +16,7 @@ interface Metrics {
   primary: string[];
   canonical: string[];
   series: Series[];
+  system?: string[]; // member 0's GPU, CPU and memory series (its node's collector samples them)
 }
 interface JobEvent {
   stage: string;
@@ -164,6 +165,14 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const charts = h("section", { "aria-labelledby": "charts-title" }, h("h2", { id: "charts-title" }, "Metrics"));
   const chartNote = h("div", {});
   charts.append(chartNote);
+  // The system group: member 0's GPUs, CPU and memory, beside the training charts (shown once
+  // it has a series).
+  const systemBox = h(
+    "section",
+    { "aria-labelledby": "system-title", class: "system" },
+    h("h3", { id: "system-title" }, "System"),
+    h("p", { class: "muted" }, "Member 0's GPUs (gpu0 is its cuda:0), CPU (cores used) and memory (MiB), sampled by its node; the step counts samples."),
+  );
   const inspectorBox = h("div", {});
   const artifactsBox = h("section", { "aria-labelledby": "artifacts-title" }, h("h2", { id: "artifacts-title" }, "Artifacts"), h("p", { "aria-busy": "true" }, "Loading…"));
   const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Job log" }, "Loading…");
@@ -219,17 +228,19 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     chartNote.replaceChildren(
       tags.length ? "" : h("p", {}, metrics?.primary.length ? `No metrics reported yet (this recipe charts ${metrics.primary.join(", ")}).` : "No metrics reported yet."),
     );
-    for (const tag of tags) {
+    const system = metrics?.system ?? [];
+    if (system.length && !systemBox.isConnected) charts.after(systemBox);
+    for (const [tag, box] of [...tags.map((t) => [t, charts] as const), ...system.map((t) => [t, systemBox] as const)]) {
       const chart = drawn.get(tag);
       try {
         if (chart) await chart.refresh();
         else {
           const made = await metricChart(id, tag, width);
           drawn.set(tag, made);
-          charts.append(made.el);
+          box.append(made.el);
         }
       } catch (err) {
-        if (!chart) charts.append(h("p", { class: "muted" }, `${tag}: ${err instanceof Error ? err.message : String(err)}`));
+        if (!chart) box.append(h("p", { class: "muted" }, `${tag}: ${err instanceof Error ? err.message : String(err)}`));
       }
     }
     const series = metrics?.series ?? [];

@@ -19,8 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from adapters.node import gpu_records
-from adapters.node.gpu_records import GpuRecordError, Recording
+from adapters.gpu import records as gpu_records
+from adapters.gpu.records import GpuRecordError, Recording
 from domain.errors import InvalidInput
 from domain.gpus import GpuDevice, GpuInventory, GpuProbe, GpuReading
 

@@ -1,5 +1,5 @@
 """What ``nvidia-smi`` prints about a host's GPUs, parsed into one record: the fallback probe
-reads it live, the fake replays it from a file (``adapters/node/nvml.py``).
+reads it live, the fake replays it from a file (``adapters/gpu/nvml.py``).
 
 Two inputs, one result:
 
