@@ -281,7 +281,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
     # the job's runtime is the training Python's environment: its bin/ first on members' PATH
     env["TUNEPLANE_NODE_RUNTIMES"] = f"{args.runtime}={Path(args.python).parent}"
     if args.cpu:
-        env.setdefault("TUNEPLANE_GPU_SAMPLE_SECONDS", "1")  # a run of seconds gets samples
+        env.setdefault("TUNEPLANE_GPU_SAMPLE_SECONDS", "0.5")  # a run of seconds gets samples
     up = Up(work, env)
     report.up_log = str(up.log)
     try:
