@@ -18,9 +18,10 @@ PY=.venv/bin/python
 [ -x "$PY" ] || { echo "error: no .venv here (fix: source deploy/dev/setup.sh)" >&2; exit 2; }
 mkdir -p "$DIR"
 
-# protobuf is on the machine, but TunePlane's generated code needs a newer one than many
-# machines have: its wheel travels, and check.sh installs it only where the machine's is older.
-mapfile -t needed < <("$PY" deploy/gpu/needed.py --also protobuf)
+# protobuf and nvidia-ml-py are on the machine, but TunePlane may need newer ones than it has
+# (generated code needs protobuf >= 7.35.1): their wheels travel (0.4 MiB), and check.sh
+# installs one only where the machine's version is not accepted.
+mapfile -t needed < <("$PY" deploy/gpu/needed.py --also protobuf --also nvidia-ml-py)
 # the proof run's own tool: pytest runs the real NVML adapters' contract on the GPU
 # (tests/contract/test_gpu_probe_contract.py); installed only where the machine lacks it
 for tool in pytest pluggy iniconfig; do
