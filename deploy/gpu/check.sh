@@ -19,22 +19,30 @@
 #                tests/fixtures/nvml/h200.txt); training runs on the CPU; what needs a GPU is reported
 #                "not checked (CPU mode)"
 # --python PY    the Python that trains (has torch; default python3); the job's runtime maps to
-#                its prefix (TUNEPLANE_NODE_RUNTIMES=RUNTIME=<PY's dir>/..)
+#                its directory (TUNEPLANE_NODE_RUNTIMES=RUNTIME=<PY's directory>), first on the
+#                member's PATH; as root, members run as tuneplane-member, which must be able
+#                to run it (a Python under /root cannot be)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+CALLER="$PWD"
 cd "$ROOT"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 
 wheels="" cpu=0 state="" report="" train_py="python3" extra=()
+# a path given relative to where check.sh was started from
+path() { case "$1" in /*) echo "$1" ;; *) echo "$CALLER/$1" ;; esac; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --wheels) wheels="$2"; shift 2 ;;
-    --cpu) cpu=1; shift ;;
-    --state-dir) state="$2"; shift 2 ;;
-    --report) report="$2"; shift 2 ;;
-    --python) train_py="$2"; shift 2 ;;
-    --steps|--profile|--runtime|--max-ratio) extra+=("$1" "$2"); shift 2 ;;
+    --cpu) cpu=1; shift; continue ;;
     -h|--help) usage; exit 0 ;;
+  esac
+  [ $# -ge 2 ] || { echo "error: $1 needs a value (fix: see bash $0 --help)" >&2; exit 2; }
+  case "$1" in
+    --wheels) wheels="$(path "$2")"; shift 2 ;;
+    --state-dir) state="$(path "$2")"; shift 2 ;;
+    --report) report="$(path "$2")"; shift 2 ;;
+    --python) case "$2" in */*) train_py="$(path "$2")" ;; *) train_py="$2" ;; esac; shift 2 ;;
+    --steps|--profile|--runtime|--max-ratio) extra+=("$1" "$2"); shift 2 ;;
     *) echo "error: unknown argument $1 (fix: see bash $0 --help)" >&2; exit 2 ;;
   esac
 done
