@@ -29,10 +29,8 @@ import base64
 import contextlib
 import hashlib
 import logging
-import re
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from aiobotocore.config import AioConfig
@@ -58,39 +56,15 @@ from adapters.blobs_s3_errors import (
     no_bucket,
 )
 from adapters.blobs_s3_errors import Misconfigured as Misconfigured  # raised from here
+from adapters.blobs_s3_location import S3Location as S3Location  # parsed without the SDK
 from domain.blob_ports import StoredBlob
-from domain.errors import InvalidInput, NotFound
+from domain.errors import NotFound
 from domain.submission import DIGEST_RE
 
 log = logging.getLogger(__name__)
 
 PART_SIZE = 8 * 1024 * 1024  # S3's smallest part is 5 MiB (all but the last)
 _PIECE = 1024 * 1024  # read size of a blob sent on in pieces (``chunks``)
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
-
-
-@dataclass(frozen=True)
-class S3Location:
-    bucket: str
-    prefix: str  # "" or ending in "/"
-
-    @classmethod
-    def parse(cls, url: str) -> S3Location:
-        """``s3://bucket`` or ``s3://bucket/some/prefix/`` (the trailing slash is implied)."""
-        rest = url.removeprefix("s3://")
-        bucket, _, prefix = rest.partition("/")
-        if not url.startswith("s3://") or not _BUCKET_RE.match(bucket):
-            raise InvalidInput(
-                f"{url!r} is not an S3 location",
-                fix="write s3://BUCKET/PREFIX/ (a bucket name of 3-63 lower-case letters, "
-                "digits, dots and hyphens; the prefix is optional)",
-                field="TUNEPLANE_BLOB_STORE",
-            )
-        prefix = prefix.strip("/")
-        return cls(bucket, prefix + "/" if prefix else "")
-
-    def __str__(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
 
 
 class S3BlobStore:

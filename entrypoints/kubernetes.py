@@ -1,6 +1,8 @@
 """The Kubernetes backend's wiring (docs/kubernetes.md#configuration): enabled when
 ``TUNEPLANE_KUBERNETES_CONFIG`` names its TOML file, else absent (a profile of a Kubernetes pool
-then gets "backend 'kubernetes' is not enabled on this control plane")."""
+then gets "backend 'kubernetes' is not enabled on this control plane"). Its client is an optional
+extra (``pip install 'tuneplane[kubernetes]'``, adapters/extras.py), imported only when
+configured."""
 
 from __future__ import annotations
 
@@ -8,9 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-from adapters.kubernetes.backend import KubernetesBackend
-from adapters.kubernetes.client import Kube
-from adapters.kubernetes.config import load
+from adapters.extras import require
 from adapters.system import SystemClock
 from domain.errors import TunePlaneError
 from domain.ports import ExecutionBackend
@@ -31,6 +31,11 @@ async def kubernetes_backends(
         yield {}
         return
     try:
+        require("kubernetes")
+        from adapters.kubernetes.backend import KubernetesBackend
+        from adapters.kubernetes.client import Kube
+        from adapters.kubernetes.config import load
+
         options = load(path)
         kube = await Kube.connect(
             options.kubeconfig, options.context, in_cluster=bool(settings.kubernetes.service_host)

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
+from adapters.blobs_s3_location import S3Location  # no SDK: S3 is an optional extra
 from application.context import Limits
 from domain.errors import InvalidInput
 from entrypoints.settings_loader import (
@@ -35,9 +36,6 @@ from entrypoints.settings_sections import (
     PostgresSettings,
     SlurmSettings,
 )
-
-if TYPE_CHECKING:
-    from adapters.blobs_s3 import S3Location
 
 DEFAULT_DOCKER_SOCKET = "/var/run/tuneplane-docker/docker.sock"
 
@@ -84,8 +82,6 @@ def _blob_store(raw: str) -> str:
     ``s3://bucket/prefix/``."""
     raw = raw.strip()
     if raw.startswith("s3://"):
-        from adapters.blobs_s3 import S3Location  # only where S3 is used: the SDK is big
-
         try:
             S3Location.parse(raw)
         except InvalidInput as exc:
@@ -447,8 +443,6 @@ class Settings:
         """The S3 location of the blobs, or None when they are on a filesystem."""
         if not self.blob_store.startswith("s3://"):
             return None
-        from adapters.blobs_s3 import S3Location
-
         return S3Location.parse(self.blob_store)
 
     @property

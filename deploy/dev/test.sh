@@ -27,6 +27,10 @@ else
   # TRL and verl on the CPU, for the post-training recipes (~2 min the first time)
   TUNEPLANE_POST_TRAINING_PYTHON="${TUNEPLANE_POST_TRAINING_PYTHON:-$(bash deploy/dev/post-training-env.sh)}"
   export TUNEPLANE_POST_TRAINING_PYTHON
+  # CPU PyTorch that host-process members (an unprivileged account) can run, for the proof run's
+  # CPU mode (tests/e2e/test_gpu_check.py; about a minute the first time)
+  TUNEPLANE_TORCH_PYTHON="${TUNEPLANE_TORCH_PYTHON:-$(bash deploy/dev/torch-env.sh)}"
+  export TUNEPLANE_TORCH_PYTHON
   # Two workers, one module each at a time (a module's servers are started once); each worker's
   # control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
   pytest_args=(-n 2 --dist loadfile --durations=30)

@@ -6,8 +6,9 @@ import logging
 from collections.abc import AsyncIterator
 
 from adapters.blobs import FilesystemBlobStore
+from adapters.extras import require
 from domain.blob_ports import BlobStore
-from domain.errors import Unavailable
+from domain.errors import InvalidInput, Unavailable
 from entrypoints.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -21,7 +22,11 @@ async def blob_store(settings: Settings) -> AsyncIterator[BlobStore]:
     if location is None:
         yield FilesystemBlobStore(settings.blob_dir)
         return
-    from adapters.blobs_s3 import Misconfigured, S3BlobStore  # the AWS SDK only for S3
+    try:
+        require("s3")  # the AWS SDK is an optional extra, imported only for S3
+    except InvalidInput as exc:  # stops the process, as the Kubernetes backend's does
+        raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
+    from adapters.blobs_s3 import Misconfigured, S3BlobStore
 
     async with S3BlobStore.connect(
         location,

@@ -1,0 +1,82 @@
+"""deploy/gpu/check.sh in CPU mode (the proof run's CI form, deploy/gpu/README.md): the same
+script that proves TunePlane on a GPU machine trains once bare, starts `tp up` with the
+host-process executor, runs the PyTorch training as a job, and checks what came back; here on
+the CPU, with the node's GPUs from the recorded H200 (tests/fixtures/nvml/h200.txt). Every check
+that can be made on a CPU must pass: the job, the loss curve through `tp job metrics` and the
+raw inspector equal to what torch's SummaryWriter wrote, the member bound to one UUID of the
+recording, its sys/gpu0/utilization series (the recording's values); the step time ratio says
+"not checked (CPU mode)".
+
+Needs a CPU PyTorch that the member account can run: `export TUNEPLANE_TORCH_PYTHON="$(bash
+deploy/dev/torch-env.sh)"` (deploy/dev/test.sh does); skipped without it, saying so."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+TORCH_PYTHON = os.environ.get("TUNEPLANE_TORCH_PYTHON", "")
+NOT_CPU = "not checked (CPU mode)"
+UTILIZATION = "GPU utilisation > 0 in the member's system series"
+
+
+@pytest.mark.skipif(
+    not TORCH_PYTHON,
+    reason="no PyTorch for members: "
+    'export TUNEPLANE_TORCH_PYTHON="$(bash deploy/dev/torch-env.sh)"',
+)
+def test_the_proof_run_in_cpu_mode_passes_what_a_cpu_can_check(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
+    proc = subprocess.run(
+        ["bash", "deploy/gpu/check.sh", "--cpu", "--python", TORCH_PYTHON,
+         "--state-dir", str(tmp_path / "state"), "--report", str(report)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    said = f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    assert report.exists(), said
+    result = json.loads(report.read_text())
+    checks = {c["name"].split(" (")[0]: c for c in result["checks"]}
+    assert result["ok"] and proc.returncode == 0, said
+    assert checks["job succeeded"]["status"] == "passed", said
+    loss = checks["the loss curve through TunePlane equals what the script wrote"]
+    assert loss["status"] == "passed", said
+    assert loss["detail"].startswith("15/15 points equal"), loss  # every logged step, exactly
+    # the node reads a recorded H200 (TUNEPLANE_FAKE_NVML): the job asked for h200:1 and got one
+    # UUID of the recording
+    assert result["figures"]["profile"] == "h200:1", said
+    assert checks["the member saw exactly its GPU"]["status"] == "passed", said
+    assert "GPU-" in checks["the member saw exactly its GPU"]["detail"]
+    # the node's collector sampled the recorded GPU for the member: its sys/gpu0/utilization
+    assert checks[UTILIZATION]["status"] == "passed", said
+    assert not checks[UTILIZATION]["detail"].startswith("0 samples")
+    assert checks["step time through TunePlane / bare ≤ 1.02"]["status"] == NOT_CPU
+    assert checks["the real NVML and nvidia-smi probes pass the GPU probe contract"]["status"] == (
+        NOT_CPU
+    )
+    assert result["figures"]["mode"] == "cpu"
+    assert result["figures"]["step_time_bare_s"] > 0
+    assert result["figures"]["step_time_tuneplane_s"] > 0
+    # and everything was stopped: no process names the state directory any more (`tp up`,
+    # its gateways, the node daemon, its collector, the private PostgreSQL, the member)
+    assert not _holding(str(tmp_path / "state")), said
+
+
+def _holding(path: str) -> list[str]:
+    """The processes whose command line or environment names ``path``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if path.encode() in seen and int(proc.name) != os.getpid():
+            command = (proc / "cmdline").read_bytes().replace(b"\0", b" ")
+            found.append(command.decode(errors="replace"))
+    return found
