@@ -177,16 +177,26 @@ async def _at(path: str, write: Awaitable[None]) -> None:
 
 
 async def ensure_defaults(
-    ctx: Context, cpus: float, memory_mb: int, backend: str = LOCAL
+    ctx: Context,
+    cpus: float,
+    memory_mb: int,
+    backend: str = LOCAL,
+    gpus: int = 0,
+    gpu_model: str | None = None,
 ) -> list[str]:
-    """Make an empty system usable: without any pool, fleet ``local`` with CPU pool ``local``
-    (this host's CPUs and memory) of ``backend``: with the local backend also its node
+    """Make an empty system usable: without any pool, fleet ``local`` with pool ``local`` (this
+    host's CPUs, memory and, when given, its ``gpus`` of ``gpu_model``) of ``backend``: with the
+    local backend also its node
     ``local``; with the node backend the node is the local daemon, which enrolls itself.
     Without any queue, team and queue ``default``. Returns what it created (idempotent)."""
     created: list[str] = []
     async with ctx.units.fleet() as uow:
         if not await uow.fleet.pools():
-            pool = Pool(LOCAL, LOCAL, backend, 0, float(cpus), int(memory_mb), None, "this host")
+            model = gpu_model if gpus else None
+            pool = Pool(
+                LOCAL, LOCAL, backend, gpus if model else 0, float(cpus), int(memory_mb), model,
+                "this host",
+            )  # fmt: skip
             await uow.fleet.put_pool(check_pool(pool))
             created.append(f"pool {LOCAL}")
             if backend == LOCAL:

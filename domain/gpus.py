@@ -8,9 +8,12 @@ Pure: the adapters (``adapters/gpu/nvml.py``, NVML through ``nvidia-ml-py``, wit
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+_VENDOR = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,3 +61,23 @@ class GpuProbe(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+def model_name(name: str) -> str:
+    """The driver's product name as a short model, as pools name GPUs: "NVIDIA H200" → "h200",
+    "NVIDIA A100-SXM4-80GB" → "a100", "NVIDIA GeForce RTX 4090" → "rtx4090"."""
+    words = _VENDOR.sub(" ", name).replace("-", " ").lower().split()
+    if not words:
+        return "gpu"
+    if words[0] in ("rtx", "gtx") and len(words) > 1:
+        return words[0] + words[1]
+    return re.sub(r"[^a-z0-9]", "", words[0]) or "gpu"
+
+
+def one_model(inventory: GpuInventory) -> tuple[int, str | None]:
+    """How many GPUs of one model the host offers, and the model: (0, None) without GPUs or
+    with GPUs of several models (a pool is one model: the operator says which)."""
+    models = {model_name(d.name) for d in inventory.devices}
+    if len(models) != 1:
+        return 0, None
+    return len(inventory.devices), models.pop()

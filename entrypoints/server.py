@@ -12,12 +12,14 @@ from pathlib import Path
 
 import uvicorn
 
+from adapters.gpu.nvml import open_probe
 from application.auth import bootstrap_admin
 from application.context import Context
 from application.fleet_config import apply_fleet_config, ensure_defaults
 from application.gang import GangSettings
 from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict
+from domain.gpus import one_model
 from entrypoints import fleet_config
 from entrypoints.api.app import create_app
 from entrypoints.cli.config import write_private
@@ -27,6 +29,8 @@ from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen
 from entrypoints.settings import Settings
+from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import NodeSettings
 
 log = logging.getLogger("tuneplane")
 ADMIN_TOKEN_FILE = "admin-token"
@@ -111,8 +115,13 @@ async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> 
                     len(summary.changed),
                     summary.unchanged,
                 )
+            gpus, model = _local_gpus(settings)
             created = await ensure_defaults(
-                ctx, *fleet_config.host_resources(), backend=settings.default_backend
+                ctx,
+                *fleet_config.host_resources(),
+                backend=settings.default_backend,
+                gpus=gpus,
+                gpu_model=model,
             )
         except Conflict:
             if attempt == attempts:
@@ -122,6 +131,19 @@ async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> 
         if created:
             log.info("defaults created: %s", ", ".join(created))
         return
+
+
+def _local_gpus(settings: Settings) -> tuple[int, str | None]:
+    """The GPUs pool ``local`` offers: with the node backend (its node is this host's daemon),
+    this host's GPUs of one model as the daemon will detect them; none otherwise (the local
+    backend runs CPU members) or where the host has several models (`tp fleet pool set`)."""
+    if settings.default_backend != "node":
+        return 0, None
+    probe = open_probe(load_one(NodeSettings, "fake_nvml"))
+    try:
+        return one_model(probe.inventory())
+    finally:
+        probe.close()
 
 
 async def first_admin_token(settings: Settings) -> str | None:

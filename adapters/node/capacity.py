@@ -7,27 +7,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections import Counter
 from pathlib import Path
 
 from adapters.gpu.nvml import open_probe
 from domain.errors import InvalidInput
-from domain.gpus import GpuInventory, GpuProbe
+from domain.gpus import GpuInventory, GpuProbe, model_name
 from domain.node_protocol import NodeCapacity
-
-_VENDOR = re.compile(r"\b(nvidia|tesla|geforce|quadro)\b", re.IGNORECASE)
-
-
-def model_name(name: str) -> str:
-    """nvidia-smi's product name as a short model: "NVIDIA H200" → "h200",
-    "NVIDIA A100-SXM4-80GB" → "a100", "NVIDIA GeForce RTX 4090" → "rtx4090"."""
-    words = _VENDOR.sub(" ", name).replace("-", " ").lower().split()
-    if not words:
-        return "gpu"
-    if words[0] in ("rtx", "gtx") and len(words) > 1:
-        return words[0] + words[1]
-    return re.sub(r"[^a-z0-9]", "", words[0]) or "gpu"
 
 
 def detect_inventory(

@@ -147,11 +147,10 @@ def _size(args: argparse.Namespace) -> list[str]:
     return out + (["--steps", str(args.steps)] if args.steps else [])
 
 
-def profile_for(up: Up, api: httpx.Client, wanted: str | None, cpu: bool) -> tuple[str, str | None]:
-    """The profile to submit with and the GPU model it names: one GPU of the model the local
-    node reported. Where its pool has no GPU shape yet (`tp up` makes pool ``local`` from the
-    host's CPUs and memory), the pool is given the node's GPUs first, as an operator would
-    (`tp fleet pool set local --gpus N --gpu-model M`). No GPU at all: one CPU (CPU mode)."""
+def profile_for(api: httpx.Client, wanted: str | None, cpu: bool) -> tuple[str, str | None]:
+    """The profile to submit with and the GPU model it names: one GPU of the model `tp up`
+    gave pool ``local`` (the host's GPUs, as its daemon detects them). No GPU at all: one CPU
+    (CPU mode)."""
     if wanted:
         return wanted, None if wanted.startswith("cpu") else wanted.split(":")[0]
     fleet = api.get("/v1/fleet").raise_for_status().json()
@@ -159,15 +158,8 @@ def profile_for(up: Up, api: httpx.Client, wanted: str | None, cpu: bool) -> tup
     pool = next((p for p in pools if p.get("name") == "local"), {})
     if pool.get("gpu_model") and pool.get("gpus_per_node"):
         return f"{pool['gpu_model']}:1", str(pool["gpu_model"])
-    links = api.get("/v1/node-links").raise_for_status().json()
-    link = next((n for n in links if n.get("node") == "local"), {})
-    if link.get("gpus") and link.get("gpu_model"):
-        model, gpus = str(link["gpu_model"]), str(link["gpus"])
-        say(f"pool local takes the node's {gpus} {model} GPU(s)")
-        up.tp("fleet", "pool", "set", "local", "--gpus", gpus, "--gpu-model", model)
-        return f"{model}:1", model
     if not cpu:
-        raise Failed(f"the local node reports no GPU: {json.dumps(link)[:800]}")
+        raise Failed(f"pool local has no GPU (tp up found none on this host): {pool}")
     return "cpu:1", None
 
 
@@ -291,7 +283,7 @@ def run(args: argparse.Namespace, report: Report) -> None:
             token = (up.state / "admin-token").read_text().strip()
             up.tp("login", "--server", up.url, "--token", token)
             wait_node(api, 60)
-            profile, report.gpu_model = profile_for(up, api, args.profile, args.cpu)
+            profile, report.gpu_model = profile_for(api, args.profile, args.cpu)
             report.profile = profile
             say(f"submitting the training job ({profile})")
             job_id = submit(up, args, work, profile)

@@ -129,6 +129,14 @@ async def test_an_empty_system_gets_a_local_pool_and_a_default_queue(tmp_path: P
     assert entries == ["cpu:N"]
 
 
+async def test_a_gpu_host_s_local_node_pool_offers_its_gpus(tmp_path: Path) -> None:
+    ctx = empty_context(tmp_path)
+    await ensure_defaults(ctx, 12, 64_000, backend="node", gpus=8, gpu_model="h200")
+    [local] = await fleet.list_fleet(ctx)
+    assert local.pool == Pool("local", "local", "node", 8, 12.0, 64_000, "h200", "this host")
+    assert "h200:N" in {e.name for e in await fleet.list_profiles(ctx)}
+
+
 async def test_a_configured_fleet_gets_no_local_pool(tmp_path: Path) -> None:
     ctx = empty_context(tmp_path)
     await apply_fleet_config(ctx, CONFIG)

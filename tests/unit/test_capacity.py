@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from adapters.gpu import records as gpu_records
-from adapters.node.capacity import detect, host_memory_mb, model_name
+from adapters.node.capacity import detect, host_memory_mb
 from domain.errors import InvalidInput
+from domain.gpus import GpuDevice, GpuInventory, model_name, one_model
 from tests.support.nvml_standin import NvmlStandIn
 
 pytestmark = pytest.mark.unit
@@ -89,3 +90,12 @@ def test_no_nvidia_smi_means_no_gpus(tmp_path: Path) -> None:
 def test_gpus_without_a_model_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="--gpu-model"):
         detect(gpus=2, nvidia_smi=str(tmp_path / "absent"))
+
+
+def test_a_host_offers_its_gpus_only_when_they_are_of_one_model() -> None:
+    def inventory(*names: str) -> GpuInventory:
+        return GpuInventory(tuple(GpuDevice(i, f"GPU-{i}", n, 1) for i, n in enumerate(names)))
+
+    assert one_model(inventory()) == (0, None)
+    assert one_model(inventory("NVIDIA H200", "NVIDIA H200")) == (2, "h200")
+    assert one_model(inventory("NVIDIA H200", "NVIDIA A100-SXM4-80GB")) == (0, None)
