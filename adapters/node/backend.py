@@ -19,6 +19,7 @@ node's environment of that runtime is what runs). See docs/node-backend.md.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 from adapters.container_engine.containers import ContainerEngine
 from domain.capsule import StorageCapabilities
@@ -40,7 +41,12 @@ class NodeBackend:
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
         """A repository digest (``repo@sha256:…``) that nodes can pull, else the image id.
         Without an image engine, only a runtime registered with its manifest digest can be
-        pinned: to ``repo@digest``, as written (the nodes pull it)."""
+        pinned: to ``repo@digest``, as written (the nodes pull it). Host-process nodes run no
+        image: the registered digest, else a digest of the image's name, without its package
+        list (the node's environment of that runtime runs)."""
+        if self.host_processes:
+            named = "sha256:" + hashlib.sha256(runtime.image.encode()).hexdigest()
+            return dataclasses.replace(pin_of(runtime, runtime.digest or named), packages={})
         if self.images is None:
             if runtime.digest is None:
                 raise InvalidInput(

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A CPU PyTorch environment that host-process members can run (deploy/gpu/check.sh --cpu and its
-# test, tests/e2e/test_gpu_check.py): the node's host-process executor runs members as an
+# A CPU PyTorch environment, with TRL (the proof run's trl/sft step), that host-process members
+# can run (deploy/gpu/check.sh --cpu and its test, tests/e2e/test_gpu_check.py): the node's host-process executor runs members as an
 # unprivileged account when the daemon is root (docs/node-backend.md), so the environment must
 # be readable by every user: made from the system Python (/usr/bin/python3, not one under a
 # home directory) in /var/cache/tuneplane, never under ~.
@@ -12,7 +12,8 @@
 # stdout line is the environment's python.
 set -euo pipefail
 
-PINS=(torch==2.13.0 tensorboard==2.21.0 numpy)
+PINS=(torch==2.13.0 tensorboard==2.21.0 numpy trl==1.16.0 transformers==5.10.4 datasets==5.2.0
+      accelerate==1.16.0)
 PY=${TORCH_ENV_PYTHON:-/usr/bin/python3}
 key=$( (printf '%s\n' "${PINS[@]}"; "$PY" -V) | sha256sum | cut -c1-12)
 ENV_DIR="${TUNEPLANE_TORCH_ENV_ROOT:-/var/cache/tuneplane}/torch-cpu-$key"
@@ -23,7 +24,7 @@ if [ ! -f "$ENV_DIR/.installed" ]; then
   chmod 755 "$(dirname "$ENV_DIR")"
   "$PY" -m venv "$ENV_DIR"
   (umask 022 && "$ENV_DIR/bin/python" -m pip install -q "${PINS[@]}" 2>&1 | grep -v "WARNING: Location" >&2 || true)
-  "$ENV_DIR/bin/python" -c "import torch, torch.utils.tensorboard" >&2
+  "$ENV_DIR/bin/python" -c "import torch, torch.utils.tensorboard, trl" >&2
   chmod -R a+rX "$ENV_DIR"
   touch "$ENV_DIR/.installed"
 fi

@@ -29,7 +29,8 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from checks import Report, judge  # noqa: E402  (beside this file)
+import trl_step  # noqa: E402  (beside this file)
+from checks import Report, judge  # noqa: E402
 
 TP = [sys.executable, "-m", "entrypoints.cli.main"]
 JOB_ENDED = {"succeeded", "failed", "cancelled"}
@@ -271,7 +272,8 @@ def run(args: argparse.Namespace, report: Report) -> None:
         report.contract = contract()
     env = dict(os.environ)
     # the job's runtime is the training Python's environment: its bin/ first on members' PATH
-    env["TUNEPLANE_NODE_RUNTIMES"] = f"{args.runtime}={Path(args.python).parent}"
+    where = Path(args.python).parent
+    env["TUNEPLANE_NODE_RUNTIMES"] = f"{args.runtime}={where},{trl_step.RUNTIME}={where}"
     if args.cpu:
         env.setdefault("TUNEPLANE_GPU_SAMPLE_SECONDS", "0.5")  # a run of seconds gets samples
     up = Up(work, env)
@@ -304,9 +306,35 @@ def run(args: argparse.Namespace, report: Report) -> None:
                 "host": host_uuids(report.fake_nvml),
             }
             report.logs = up.tp("job", "logs", job_id, ok=False)[-4000:]
+            report.trl = run_trl(up, api, args, work, profile)
     finally:
         say("stopping tp up")
         up.stop()
+
+
+def run_trl(
+    up: Up, api: httpx.Client, args: argparse.Namespace, work: Path, profile: str
+) -> dict[str, Any] | None:
+    """The `trl/sft` recipe on the same profile, where the training Python has TRL (None: it
+    has not, so the step is not made)."""
+    versions = trl_step.host_versions(args.python)
+    if versions is None:
+        say("no TRL in the training Python: the trl/sft step is not made")
+        return None
+    say(f"trl/sft on runtime {trl_step.RUNTIME} ({versions['frameworks']['trl']})")
+    trl_step.register(up.tp, versions)
+    job_id = trl_step.submit(up.tp, work / "ws", profile)
+    job = follow(api, job_id, args.train_timeout + 120)
+    summary = series(api, job_id, trl_step.STEPS, args.metrics_timeout)
+    loss = [s for s in summary["series"] if s["tag"] == "train/loss"]
+    return {
+        "job_id": job_id,
+        "state": job["state"],
+        "reason": job.get("reason", ""),
+        "steps": trl_step.STEPS,
+        "loss_points": loss[0]["count"] if loss else 0,
+        "log": up.tp("job", "logs", job_id, ok=False)[-3000:],
+    }
 
 
 def _positive(text: str) -> int:

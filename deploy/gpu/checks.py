@@ -27,6 +27,7 @@ class Report:
     inventory: Any = None  # what the node reported (the API), and the host's own GPU UUIDs
     contract: dict[str, Any] | None = None  # pytest's result of the real probes' contract
     fake_nvml: str | None = None  # CPU mode: the recorded NVML the node's probe answers from
+    trl: dict[str, Any] | None = None  # the trl/sft step (None: no TRL in the training Python)
     logs: str = ""
     up_log: str = ""
     error: str | None = None
@@ -36,6 +37,16 @@ class Report:
 def _check(name: str, ok: bool | None, detail: str) -> dict[str, str]:
     status = "passed" if ok else ("FAILED" if ok is not None else NOT_CPU)
     return {"name": name, "status": status, "detail": detail}
+
+
+def _trl(r: Report) -> dict[str, str]:
+    name = "trl/sft (tiny Llama) ran through the host-process executor"
+    if r.trl is None:
+        return {"name": name, "status": "not made", "detail": "no TRL in the training Python"}
+    done = f"tuneplane-recipe: trl/sft done after {r.trl['steps']} steps" in r.trl["log"]
+    ok = r.trl["state"] == "succeeded" and done and r.trl["loss_points"] >= r.trl["steps"]
+    detail = f"{r.trl['state']}, {r.trl['loss_points']} train/loss points of {r.trl['steps']}"
+    return _check(name, ok, detail + ("" if ok else f": {r.trl['reason']}"))
 
 
 def _job(r: Report) -> dict[str, str]:
@@ -154,7 +165,7 @@ def _contract(r: Report) -> dict[str, str]:
 def judge(r: Report) -> dict[str, Any]:
     """The report: each check, the figures, and whether every check made passed."""
     ratio_check, ratio = _ratio(r)
-    checks = [_contract(r), _job(r), _one_gpu(r), _loss(r), _utilization(r), ratio_check]
+    checks = [_contract(r), _job(r), _one_gpu(r), _loss(r), _utilization(r), ratio_check, _trl(r)]
     if r.mode == "gpu":
         checks.append(_check("finished in under 8 minutes", r.elapsed_s < 480, f"{r.elapsed_s} s"))
     if r.error:
@@ -170,4 +181,7 @@ def judge(r: Report) -> dict[str, Any]:
         "elapsed_s": r.elapsed_s,
     }
     ok = all(c["status"] != "FAILED" for c in checks)
-    return {"ok": ok, "checks": checks, "figures": figures, "job_id": r.job_id, "up_log": r.up_log}
+    return {
+        "ok": ok, "checks": checks, "figures": figures, "job_id": r.job_id, "up_log": r.up_log,
+        "trl": r.trl,
+    }  # fmt: skip

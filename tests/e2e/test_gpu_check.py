@@ -5,7 +5,7 @@ the CPU, with the node's GPUs from the recorded H200 (tests/fixtures/nvml/h200.t
 that can be made on a CPU must pass: the job, the loss curve through `tp job metrics` and the
 raw inspector equal to what torch's SummaryWriter wrote, the member bound to one UUID of the
 recording, its sys/gpu0/utilization series (the recording's values); the step time ratio says
-"not checked (CPU mode)".
+"not checked (CPU mode)". TRL is in that PyTorch too: the trl/sft recipe runs as a second job.
 
 Needs a CPU PyTorch that the member account can run: `export TUNEPLANE_TORCH_PYTHON="$(bash
 deploy/dev/torch-env.sh)"` (deploy/dev/test.sh does); skipped without it, saying so."""
@@ -37,7 +37,7 @@ def test_the_proof_run_in_cpu_mode_passes_what_a_cpu_can_check(tmp_path: Path) -
     proc = subprocess.run(
         ["bash", "deploy/gpu/check.sh", "--cpu", "--python", TORCH_PYTHON,
          "--state-dir", str(tmp_path / "state"), "--report", str(report)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=280,
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=420,
     )  # fmt: skip
     said = f"{proc.stdout}\n{proc.stderr[-3000:]}"
     assert report.exists(), said
@@ -60,6 +60,10 @@ def test_the_proof_run_in_cpu_mode_passes_what_a_cpu_can_check(tmp_path: Path) -
     assert checks["the real NVML and nvidia-smi probes pass the GPU probe contract"]["status"] == (
         NOT_CPU
     )
+    # TRL is in the members' Python: the trl/sft recipe ran on the same h200:1 through the
+    # host-process executor, on a runtime registered from that Python's own versions
+    trl = checks["trl/sft"]
+    assert trl["status"] == "passed", (trl, result.get("trl"), said)
     assert result["figures"]["mode"] == "cpu"
     assert result["figures"]["step_time_bare_s"] > 0
     assert result["figures"]["step_time_tuneplane_s"] > 0

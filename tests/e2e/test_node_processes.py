@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.e2e]
 
 Factory = Callable[..., Awaitable[NodeCluster]]
 PROCESSES = {"TUNEPLANE_NODE_EXECUTOR": "process"}
+NO_ENGINE = "unix:///nonexistent/no-container-engine-here.sock"
 LOOK = (
     "echo rank=$RANK world=$WORLD_SIZE user=$(id -un) cwd=$(pwd) gpus=[$CUDA_VISIBLE_DEVICES];"
     " grep -c ' source.tar.gz$' /tuneplane/capsule/SHA256SUMS;"
@@ -39,7 +40,9 @@ LOOK = (
 async def test_a_gang_runs_as_host_processes_with_the_containers_contract(
     node_cluster_factory: Factory, tmp_path: Path
 ) -> None:
-    cluster = await node_cluster_factory(2, **PROCESSES)
+    # no container engine anywhere: the control plane pins runtimes without one, and the
+    # daemons need none
+    cluster = await node_cluster_factory(2, DOCKER_HOST=NO_ENGINE, **PROCESSES)
     cli = await cli_for(cluster, tmp_path)
     state = cluster.daemons["n1"].state_dir
     mark = f"tp-member-mark-{uuid.uuid4().hex}"

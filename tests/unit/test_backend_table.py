@@ -91,3 +91,15 @@ def test_an_outcome_reason_must_be_fragments_in_backticks() -> None:
 def test_tp_job_metrics_says_which_backends_collect_none() -> None:
     table = capabilities()["metrics"]
     assert {b for b, cell in table.items() if cell == "no"} == NO_METRICS, table
+
+
+async def test_host_process_nodes_pin_runtimes_without_any_engine() -> None:
+    from domain.catalog import RuntimeSpec
+
+    backend = NodeBackend(None, host_processes=True)
+    spec = RuntimeSpec("busybox", "localhost/tuneplane/runtime-busybox:1", None, "single-process")
+    pin = await backend.pin(spec)
+    assert pin.digest.startswith("sha256:") and pin.packages == {}
+    assert pin == await backend.pin(spec)  # the same name pins the same way every time
+    registered = RuntimeSpec("t", "host/t:1", "3.12", "single-process", digest="sha256:" + "a" * 64)
+    assert (await backend.pin(registered)).digest == "sha256:" + "a" * 64
