@@ -98,11 +98,12 @@ async def test_the_job_page_charts_the_system_group_beside_the_training_charts(
 
 
 async def test_a_gpu_member_s_gpus_arrive_under_the_recorded_probe(
-    node_cluster_factory: Factory, tmp_path: Path
+    node_cluster_factory: Factory, tmp_path: Path, page: Page, screenshots: Path
 ) -> None:
     """Under TUNEPLANE_FAKE_NVML (a real H200's recorded output) the daemon and its collector see
     that GPU; a host-process member bound to it gets its sys/gpu0/* series (the member's own
-    ordinal) beside its CPU and memory, read from its own cgroups."""
+    ordinal) beside its CPU and memory, read from its own cgroups; the job's page charts them in
+    its System group."""
     cluster = await node_cluster_factory(
         0,
         TUNEPLANE_GPU_SAMPLE_SECONDS="0.5",
@@ -123,3 +124,13 @@ async def test_a_gpu_member_s_gpus_arrive_under_the_recorded_probe(
     found = wait_for(arrived, 90, "the member's GPU series")
     assert {"sys/gpu0/memory_used_mb", "sys/gpu0/temperature_c"} <= set(found["system"])
     assert not any(t.startswith("sys/gpu1/") for t in found["system"])  # one GPU bound
+    await page.goto(cluster.servers.url + "/console/")
+    await page.get_by_label("API token").fill(cluster.servers.token)
+    await page.get_by_label("API token").press("Enter")
+    await page.goto(cluster.servers.url + f"/console/#/jobs/{job_id}")
+    system = page.get_by_role("region", name="System")
+    for tag in ("sys/gpu0/utilization", "sys/gpu0/memory_used_mb", "sys/cpu/utilization"):
+        chart = system.get_by_role("img", name=f"Line chart of {tag} by step")
+        await expect(chart).to_be_visible()
+    await page.screenshot(path=screenshots / "02-gpu-series.png", full_page=True)
+    assert not await accessibility_violations(page)

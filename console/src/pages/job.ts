@@ -175,7 +175,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   );
   const inspectorBox = h("div", {});
   const artifactsBox = h("section", { "aria-labelledby": "artifacts-title" }, h("h2", { id: "artifacts-title" }, "Artifacts"), h("p", { "aria-busy": "true" }, "Loading…"));
-  const logs = h("pre", { class: "logs", tabindex: "0", "aria-label": "Job log" }, "Loading…");
+  const logs = h("pre", { class: "logs", role: "log", tabindex: "0", "aria-label": "Job log" }, "Loading…");
   // Every member's log is kept (docs/lifecycles.md): a picker when the attempt has several.
   let chosen = 0;
   let repick = false; // a stream aborted for another member, not because the user left

@@ -188,7 +188,7 @@ function showPreview(out: HTMLElement, preview: Preview, wait: Wait | null): voi
         h("dt", {}, "Queue"), h("dd", {}, String(preview.spec.queue ?? "—")),
         h("dt", {}, "Estimated wait"), h("dd", { class: "estimate" }, estimate(wait)),
       ),
-      h("pre", { class: "spec", tabindex: "0", "aria-label": "What will run" }, JSON.stringify(preview.spec, null, 2)),
+      h("pre", { class: "spec", role: "region", tabindex: "0", "aria-label": "What will run" }, JSON.stringify(preview.spec, null, 2)),
       confirm,
       status,
     ),
