@@ -25,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from adapters.grpc.node_client import CREDENTIAL_FILE, load_credential
-from adapters.node import processes
+from adapters.node import process_isolation
 from adapters.node.capacity import detect
 from adapters.tls import client_context
 from application.node_sessions import check_address
@@ -175,7 +175,9 @@ def plan(options: DaemonOptions) -> NodePlan:
     )
     member_user = options.member_user or load_one(NodeSettings, "member_user")
     name = stored.node if stored else (options.name or socket.gethostname())
-    isolation = processes.isolation(name, member_user, None) if executor == "process" else None
+    isolation = (
+        process_isolation.isolation(name, member_user, None) if executor == "process" else None
+    )
     telemetry = options.telemetry_gateway or f"{host}:{TELEMETRY_PORT}"
     if telemetry != "off":  # a clear error now rather than a collector crash loop
         split_server(telemetry, "--telemetry-gateway", "the telemetry gateway", TELEMETRY_PORT)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -36,7 +35,6 @@ import sys
 import tarfile
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +42,19 @@ from adapters.child_env import passed_on
 from adapters.container_engine.spec import WORKDIR, exit_reason, source_tar
 from adapters.node import cgroups
 from adapters.node.cgroup_paths import usage_source_of
-from adapters.node.cgroups import CgroupHost
 from adapters.node.host_ports import port_free
 from adapters.node.member_view import NodeDirs
-from adapters.node.process_shim import boot_id, start_time, write_atomic
-from adapters.system_users import Account, ensure_account
+from adapters.node.process_isolation import Isolation, member_argv
+from adapters.node.process_records import (
+    alive,
+    machine_id,
+    member_record,
+    read_from,
+    read_json,
+    signal_group,
+    supervised,
+)
+from adapters.node.process_shim import write_atomic
 from domain.capsule import CAPSULE_DIR
 from domain.errors import Conflict, InvalidInput
 from domain.node_messages import PrepareOrder
@@ -60,8 +66,6 @@ from domain.requests import require_limits
 log = logging.getLogger("tuneplane.node.processes")
 
 PREFIX = "proc-"
-STAGED_TMP = "/tuneplane/.tmp"  # where a member's own /tmp waits while its view is built
-MEMBER_USER = "tuneplane-member"
 SHIM = Path(__file__).with_name("process_shim.py")
 RUNTIME_ENV = "TUNEPLANE_RUNTIME"  # the job's runtime's name, in every member's environment
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -72,70 +76,6 @@ Source = bytes | str | os.PathLike[str]
 
 def _quiet(stage: str, fraction: float, detail: str) -> None:
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class Isolation:
-    """How this host runs members: ``unshare`` (mount namespace), ``setpriv`` and the account
-    (as root), the cgroup hierarchy."""
-
-    unshare: str
-    setpriv: str | None
-    account: Account | None
-    cgroups: CgroupHost
-
-    def describe(self) -> str:
-        who = f"as {self.account.name}" if self.account else "as the daemon's user"
-        return f"host processes {who}; limits: {self.cgroups.describe()}"
-
-
-def isolation(node: str, member_user: str | None, cgroup_host: CgroupHost | None) -> Isolation:
-    """What this host offers, checked once at the daemon's start (a clear refusal now rather
-    than failing every member later)."""
-    unshare, setpriv = shutil.which("unshare"), shutil.which("setpriv")
-    if unshare is None:
-        raise InvalidInput(
-            "the host-process executor needs `unshare` (util-linux) and this host has none",
-            fix="install util-linux, or run members as containers (--executor container)",
-            field="executor",
-        )
-    root = os.geteuid() == 0
-    probe = [unshare, "-m", "--propagation", "private"] + ([] if root else ["-r"])
-    done = subprocess.run([*probe, "true"], capture_output=True, text=True, timeout=30)
-    if done.returncode != 0:
-        raise InvalidInput(
-            "this host cannot give members a mount namespace of their own "
-            f"(`{' '.join(probe)} true` says: {done.stderr.strip() or done.returncode})",
-            fix="run the daemon as root (or allow unprivileged user namespaces: "
-            "sysctl kernel.unprivileged_userns_clone=1), or use --executor container",
-            field="executor",
-        )
-    account = None
-    if root:
-        if setpriv is None:
-            raise InvalidInput(
-                "the host-process executor needs `setpriv` (util-linux) to run members as "
-                "another user than root",
-                fix="install util-linux",
-                field="executor",
-            )
-        try:
-            account = ensure_account(
-                member_user or MEMBER_USER,
-                "host-process members run as an unprivileged account",
-                "create it, or name another with --member-user",
-            )
-        except (RuntimeError, subprocess.CalledProcessError) as exc:
-            raise InvalidInput(
-                str(exc), fix="pass --member-user NAME", field="member_user"
-            ) from None
-        if account.uid == 0:
-            raise InvalidInput(
-                f"--member-user {account.name} is root: members would read the node's credential",
-                fix="name an unprivileged account",
-                field="member_user",
-            )
-    return Isolation(unshare, setpriv, account, cgroup_host or cgroups.detect(node))
 
 
 class ProcessExecutor:
@@ -217,7 +157,7 @@ class ProcessExecutor:
             return cid
 
     def _check_owner(self, path: Path, installation: str) -> None:
-        record = _json(path / "member.json") or {}
+        record = read_json(path / "member.json") or {}
         if record.get("node") != self.node or record.get("installation") != installation:
             raise Conflict(
                 f"member directory {path} belongs to node {record.get('node')!r} of installation "
@@ -253,13 +193,15 @@ class ProcessExecutor:
                     if bind.member_writes:
                         os.chown(bind.source, account.uid, account.gid)
             groups = self.isolation.cgroups.make(self.node, member, order.cpus, order.memory_mb)
+            final = self.root / member / "fs"  # where ``fs`` is once renamed into place
+            hidden = (*self.hidden, self.state_dir)
             launch = {
-                "argv": self._argv(order, fs, binds),
+                "argv": member_argv(self.isolation, order, final, binds, hidden),
                 "env": self._env(order, env),
                 "cgroups": list(groups),
             }
             write_atomic(str(tmp / "launch.json"), launch)
-            write_atomic(str(tmp / "member.json"), _record(order, self.node, groups))
+            write_atomic(str(tmp / "member.json"), member_record(order, self.node, groups))
             os.replace(tmp, done)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -280,44 +222,6 @@ class ProcessExecutor:
     def _user(self) -> str:
         account = self.isolation.account
         return account.name if account else (passed_on(("USER",)).get("USER") or "member")
-
-    def _argv(self, order: PrepareOrder, fs: Path, binds: list[Any]) -> list[str]:
-        """``unshare`` into a private mount namespace, bind the member's view, cover the state
-        directory, drop to the member's account, exec the command (same pid throughout)."""
-        final = self.root / order.ref.member_id / "fs"  # where ``fs`` is once renamed into place
-        mounts = [
-            ("tmpfs", "/tuneplane", False),
-            (str(final / "workspace"), WORKDIR, False),
-            (str(final / "tmp"), STAGED_TMP, False),  # moved onto /tmp once the rest is hidden
-        ]
-        if (fs / CAPSULE_DIR.lstrip("/")).is_dir():
-            mounts.append((str(final / CAPSULE_DIR.lstrip("/")), CAPSULE_DIR, True))
-        mounts += [(b.source, b.target, b.read_only) for b in binds]
-        lines = ["set -e"]
-        for source, target, read_only in mounts:
-            if source == "tmpfs":
-                lines.append(f"mkdir -p {_q(target)} 2>/dev/null || true")
-                lines.append(f"mount -t tmpfs -o mode=0755 tuneplane {_q(target)}")
-                continue
-            lines.append(f"mkdir -p {_q(target)} 2>/dev/null || true")
-            lines.append(f"mount --bind {_q(source)} {_q(target)}")
-            if read_only:
-                lines.append(f"mount -o remount,bind,ro {_q(target)}")
-        for hide in (*self.hidden, self.state_dir):
-            lines.append(f"mount -t tmpfs -o mode=0700,size=64k hidden {_q(str(hide))}")
-        lines.append(f"mount --move {STAGED_TMP} /tmp && rmdir {STAGED_TMP}")
-        lines.append(f"cd {WORKDIR}")
-        iso = self.isolation
-        if iso.account is not None and iso.setpriv is not None:
-            a = iso.account
-            drop = f"exec {iso.setpriv} --reuid={a.uid} --regid={a.gid} --clear-groups "
-            lines.append(drop + '--inh-caps=-all --bounding-set=-all -- "$@"')
-        else:
-            lines.append('exec "$@"')
-        head = [iso.unshare, "-m", "--propagation", "private"]
-        if iso.account is None and os.geteuid() != 0:
-            head.append("-r")
-        return [*head, "/bin/sh", "-c", "\n".join(lines), "tuneplane-member", *order.command]
 
     # -- commit, watch, stop, abort -----------------------------------------------------------
 
@@ -361,20 +265,20 @@ class ProcessExecutor:
         path = self._dir(container_id)
         if not path.is_dir():
             return Observation("missing")
-        groups = tuple((_json(path / "member.json") or {}).get("cgroups") or ())
-        ended = _json(path / "exit.json")
+        groups = tuple((read_json(path / "member.json") or {}).get("cgroups") or ())
+        ended = read_json(path / "exit.json")
         if ended is not None and isinstance(ended.get("code"), int):
             return self._exited(container_id, ended["code"], groups)
-        started = _json(path / "started.json")
-        supervised = _locked(path / "shim.lock")
+        started = read_json(path / "started.json")
+        watched = supervised(path / "shim.lock")
         if started is None:
             damaged = (path / "started.json").exists() or (path / "exit.json").exists()
-            if supervised or (damaged and cgroups.pids(groups)):
+            if watched or (damaged and cgroups.pids(groups)):
                 return Observation("running")
             if damaged:
                 return Observation("unknown", reason=f"the records in {path} are damaged")
             return Observation("starting")
-        if _alive(started) or supervised or cgroups.pids(groups):
+        if alive(started) or watched or cgroups.pids(groups):
             return Observation("running")  # or its shim is about to record the exit
         return Observation(
             "exited",
@@ -394,13 +298,13 @@ class ProcessExecutor:
         """SIGTERM to the member's process group, SIGKILL to it and its cgroup after the
         grace; a member never started is removed instead."""
         path = self._dir(container_id)
-        started = _json(path / "started.json")
-        if started is None and not _locked(path / "shim.lock"):
+        started = read_json(path / "started.json")
+        if started is None and not supervised(path / "shim.lock"):
             await self.remove(container_id)
             return
         self._stopped.add(container_id)
-        if started is not None and _alive(started):
-            _signal_group(started, signal.SIGTERM)
+        if started is not None and alive(started):
+            signal_group(started, signal.SIGTERM)
         deadline = time.monotonic() + max(0.0, grace_seconds)
         while time.monotonic() < deadline:
             if (await self.observe(container_id)).status != "running":
@@ -409,13 +313,13 @@ class ProcessExecutor:
         await asyncio.to_thread(self._kill, path)
 
     def _kill(self, path: Path) -> None:
-        started = _json(path / "started.json")
-        if started is not None and _alive(started):
-            _signal_group(started, signal.SIGKILL)
-        record = _json(path / "member.json") or {}
+        started = read_json(path / "started.json")
+        if started is not None and alive(started):
+            signal_group(started, signal.SIGKILL)
+        record = read_json(path / "member.json") or {}
         cgroups.kill(tuple(record.get("cgroups") or ()))
         deadline = time.monotonic() + 5
-        while _locked(path / "shim.lock") and time.monotonic() < deadline:
+        while supervised(path / "shim.lock") and time.monotonic() < deadline:
             time.sleep(0.02)  # its shim records the exit
 
     async def remove(self, container_id: str) -> None:
@@ -424,15 +328,15 @@ class ProcessExecutor:
         if not path.exists():
             return
         await asyncio.to_thread(self._kill, path)
-        record = _json(path / "member.json") or {}
+        record = read_json(path / "member.json") or {}
         await asyncio.to_thread(cgroups.remove, tuple(record.get("cgroups") or ()))
         await asyncio.to_thread(shutil.rmtree, path, True)
 
     async def usage_source(self, container_id: str) -> UsageSource | None:
         """The member's first process (as recorded, if it is still that process) and its
         cgroups, where its CPU and memory use are read; None unless it runs."""
-        started = _json(self._dir(container_id) / "started.json")
-        if started is None or not _alive(started):
+        started = read_json(self._dir(container_id) / "started.json")
+        if started is None or not alive(started):
             return None
         return await asyncio.to_thread(usage_source_of, int(started["pid"]))
 
@@ -445,7 +349,7 @@ class ProcessExecutor:
             for path in self.root.iterdir():
                 if path.name.startswith(".") or not path.is_dir():
                     continue  # a prepare under way, or cut short (removed at the next one)
-                record = _json(path / "member.json")
+                record = read_json(path / "member.json")
                 mine = record is None or (  # damaged: listed, never proved gone by omission
                     record.get("node") == self.node and record.get("installation") == installation
                 )
@@ -457,12 +361,12 @@ class ProcessExecutor:
 
     async def engine_id(self) -> str:
         """This host's processes under this root: the machine's id and the root."""
-        machine = await asyncio.to_thread(_machine_id)
+        machine = await asyncio.to_thread(machine_id)
         return f"host-processes:{machine or socket.gethostname()}:{self.root}"
 
     async def found(self, container_id: str) -> FoundContainer | None:
         path = self._dir(container_id)
-        record = _json(path / "member.json")
+        record = read_json(path / "member.json")
         if record is None:
             return None
         ref = None
@@ -504,7 +408,7 @@ class ProcessExecutor:
         offset = 0
         while True:
             ended = (path / "exit.json").exists() or not path.exists()
-            chunk = await asyncio.to_thread(_read_from, path / "log", offset)
+            chunk = await asyncio.to_thread(read_from, path / "log", offset)
             if chunk:
                 offset += len(chunk)
                 yield chunk
@@ -515,85 +419,6 @@ class ProcessExecutor:
 
     port_free = staticmethod(port_free)
     check_port_free = port_free
-
-
-def _machine_id() -> str:
-    try:
-        return Path("/etc/machine-id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
-def _record(order: PrepareOrder, node: str, groups: tuple[str, ...]) -> dict[str, Any]:
-    ref = order.ref
-    return {
-        "node": node,
-        "installation": order.installation,
-        "ref": {
-            "attempt_id": ref.attempt_id,
-            "member_id": ref.member_id,
-            "index": ref.index,
-            "epoch": ref.epoch,
-        },
-        "job_id": order.job_id,
-        "image": order.image,
-        "gpu_indices": list(order.gpu_indices),
-        "cpus": order.cpus,
-        "memory_mb": order.memory_mb,
-        "metrics": bool(order.collector_token),
-        "cgroups": list(groups),
-    }
-
-
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        body = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return body if isinstance(body, dict) else None
-
-
-def _alive(started: dict[str, Any]) -> bool:
-    """The recorded member process still runs: same boot, same pid, same start time."""
-    if started.get("boot_id") != boot_id():
-        return False
-    pid, when = started.get("pid"), started.get("start")
-    return isinstance(pid, int) and when is not None and start_time(pid) == when
-
-
-def _signal_group(started: dict[str, Any], sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(int(started["pid"]), sig)
-
-
-def _locked(path: Path) -> bool:
-    """Its shim holds the lock: a supervisor is alive."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # shared: never delays a shim's own
-    except OSError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
-def _read_from(path: Path, offset: int, size: int = 1 << 16) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(size)
-    except FileNotFoundError:
-        return b""
 
 
 def _reap_later(proc: subprocess.Popen[bytes]) -> None:

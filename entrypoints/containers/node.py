@@ -19,7 +19,8 @@ from adapters.node.collector_feed import CollectorFeed
 from adapters.node.executor import NodeExecutor
 from adapters.node.journal import SqliteJournal
 from adapters.node.member_view import NodeDirs
-from adapters.node.processes import Isolation, ProcessExecutor
+from adapters.node.process_isolation import Isolation
+from adapters.node.processes import ProcessExecutor
 from adapters.outputs import FilesystemOutputs
 from application.node_agent import NodeAgent
 from application.node_checkpoint_carrier import CheckpointCarrier

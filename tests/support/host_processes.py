@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from adapters.node.processes import Isolation, isolation
+from adapters.node.process_isolation import Isolation, isolation
 
 
 @functools.cache
