@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
+import os
 import re
 import secrets
 import shlex
 import shutil
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +52,7 @@ from domain.errors import Unavailable
 log = logging.getLogger(__name__)
 
 SUPERUSER = "postgres"
+MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path, less its final NUL)
 START_TIMEOUT_S = 60
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
 _FAST_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
@@ -97,7 +102,14 @@ class EmbeddedPostgres:
 
     @property
     def socket_dir(self) -> Path:
-        return self.data_dir / "run"
+        """``run/`` in the data directory, unless its socket's path would pass the 107 bytes a
+        Unix socket path may have (a deep state directory): then a directory of its own in the
+        system's temporary directory, named by the data directory."""
+        here = self.data_dir / "run"
+        if len(str(here / ".s.PGSQL.65535")) <= MAX_SOCKET_PATH:
+            return here
+        key = hashlib.sha256(str(self.data_dir.resolve()).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"tuneplane-pg-{key}"
 
     @property
     def log_file(self) -> Path:
@@ -172,10 +184,25 @@ class EmbeddedPostgres:
             pw_file.write_text(secrets.token_urlsafe(24))
             pw_file.chmod(0o600)
         self.socket_dir.mkdir(mode=0o700, exist_ok=True)
+        self._check_socket_dir()
         if self._user is not None:
             self._user.own(self.data_dir, exclude={pw_file, self.data_dir / ".lock"})
+            if not self.socket_dir.is_relative_to(self.data_dir):
+                self._user.own(self.socket_dir, exclude=set())
         if wanted is None:
             self._initdb(pw_file)
+
+    def _check_socket_dir(self) -> None:
+        """A socket directory in the shared temporary directory must be ours: a real directory
+        (not a link another user planted), owned by us or the server's user, closed to others."""
+        st = self.socket_dir.lstat()
+        owners = {os.geteuid()} | ({self._user.uid} if self._user is not None else set())
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in owners or st.st_mode & 0o077:
+            raise Unavailable(
+                f"the PostgreSQL socket directory {self.socket_dir} is not this server's own "
+                "(a link, another user's, or open to others)",
+                fix=f"remove {self.socket_dir}, or use a shorter --state-dir",
+            )
 
     def _pick_tools(self) -> str | None:
         """Choose the server user and the binaries matching the cluster's version (if any)."""

@@ -210,7 +210,8 @@ async def test_after_tp_up_the_console_shows_a_running_job_with_live_curves(
     await page.get_by_role("link", name="Jobs").click()
     await page.get_by_role("link", name=job_id).click()
     await expect(page.locator(".facts")).to_contain_text("running")
-    chart = page.locator("figure.chart")
+    loss = page.get_by_role("img", name="Line chart of train/loss by step")
+    chart = page.locator("figure.chart").filter(has=loss)  # the System group has charts too
     await expect(chart).to_have_count(1, timeout=60_000)  # once the first points are collected
     await expect(page.get_by_role("img", name="Line chart of train/loss by step")).to_be_visible()
     before = int(await chart.get_attribute("data-points") or 0)
@@ -221,7 +222,9 @@ async def test_after_tp_up_the_console_shows_a_running_job_with_live_curves(
     async with page.expect_response(lambda r: "/metrics/curve?" in r.url, timeout=60_000):
         pass
     await page.wait_for_function(
-        f"() => Number(document.querySelector('figure.chart').dataset.lastStep) > {last}",
+        "() => Number([...document.querySelectorAll('figure.chart')].find(f =>"
+        " f.querySelector('figcaption').textContent === 'train/loss').dataset.lastStep)"
+        f" > {last}",
         timeout=60_000,
     )
     after = int(await chart.get_attribute("data-points") or 0)

@@ -97,3 +97,23 @@ def test_url_needs_a_start(data_dir: Path) -> None:
 def test_database_names_are_checked(data_dir: Path) -> None:
     with pytest.raises(ValueError, match="database name"):
         EmbeddedPostgres(data_dir, database='x"; DROP')
+
+
+async def test_a_state_directory_too_deep_for_a_unix_socket_still_starts(data_dir: Path) -> None:
+    deep = data_dir / ("d" * 60) / ("e" * 60)  # its run/ socket would pass 107 bytes
+    server = EmbeddedPostgres(deep)
+    try:
+        url = server.start()
+        assert await _query(url, "SELECT 1") == 1
+        assert not server.socket_dir.is_relative_to(deep)  # a directory of its own in /tmp
+        assert (server.socket_dir.stat().st_mode & 0o077) == 0
+    finally:
+        server.stop()
+    planted = server.socket_dir
+    shutil.rmtree(planted)
+    planted.symlink_to(data_dir)  # another user's link where its socket directory goes
+    try:
+        with pytest.raises(Exception, match="is not this server's own"):
+            EmbeddedPostgres(deep).start()
+    finally:
+        planted.unlink()

@@ -47,10 +47,28 @@ def a_report(mode: str = "gpu", **changes: Any) -> Any:
         inventory={"host": [UUID, OTHER]},
         elapsed_s=300.0,
         contract={"rc": 0, "summary": "2 passed, 60 deselected in 0.4s", "tail": []},
+        trl=dict(TRL),
     )
     for key, value in changes.items():
         setattr(report, key, value)
     return report
+
+
+TRL = {
+    "job_id": "job-2", "state": "succeeded", "reason": "", "steps": 8, "loss_points": 8,
+    "log": "tuneplane-recipe: trl/sft done after 8 steps\n",
+}  # fmt: skip
+
+
+def test_the_trl_step_fails_on_a_failed_job_or_a_short_curve_and_is_not_made_without_trl() -> None:
+    for wrong in ({"state": "failed", "reason": "exited 1"}, {"loss_points": 7}, {"log": ""}):
+        report = a_report()
+        report.trl = {**TRL, **wrong}
+        assert statuses(report)["trl/sft"] == "FAILED", wrong
+    report = a_report()
+    report.trl = None
+    assert statuses(report)["trl/sft"] == "not made"
+    assert checks.judge(report)["ok"]  # a Python without TRL fails nothing
 
 
 def statuses(report: Any) -> dict[str, str]:
