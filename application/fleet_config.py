@@ -11,7 +11,7 @@ nothing is written.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from application.auth import DEFAULT_QUEUE, DEFAULT_TEAM
@@ -181,20 +181,20 @@ async def ensure_defaults(
     cpus: float,
     memory_mb: int,
     backend: str = LOCAL,
-    gpus: int = 0,
-    gpu_model: str | None = None,
+    gpus: Callable[[], tuple[int, str | None]] | None = None,
 ) -> list[str]:
     """Make an empty system usable: without any pool, fleet ``local`` with pool ``local`` (this
-    host's CPUs, memory and, when given, its ``gpus`` of ``gpu_model``) of ``backend``: with the
+    host's CPUs, memory and, when given, the GPUs ``gpus()`` finds: how many of which model,
+    asked only when the pool is made) of ``backend``: with the
     local backend also its node
     ``local``; with the node backend the node is the local daemon, which enrolls itself.
     Without any queue, team and queue ``default``. Returns what it created (idempotent)."""
     created: list[str] = []
     async with ctx.units.fleet() as uow:
         if not await uow.fleet.pools():
-            model = gpu_model if gpus else None
+            count, model = gpus() if gpus is not None else (0, None)
             pool = Pool(
-                LOCAL, LOCAL, backend, gpus if model else 0, float(cpus), int(memory_mb), model,
+                LOCAL, LOCAL, backend, count if model else 0, float(cpus), int(memory_mb), model,
                 "this host",
             )  # fmt: skip
             await uow.fleet.put_pool(check_pool(pool))

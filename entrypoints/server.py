@@ -115,13 +115,11 @@ async def prepare_fleet(ctx: Context, settings: Settings, attempts: int = 3) -> 
                     len(summary.changed),
                     summary.unchanged,
                 )
-            gpus, model = _local_gpus(settings)
             created = await ensure_defaults(
                 ctx,
                 *fleet_config.host_resources(),
                 backend=settings.default_backend,
-                gpus=gpus,
-                gpu_model=model,
+                gpus=lambda: _local_gpus(settings),  # detected only for a new pool
             )
         except Conflict:
             if attempt == attempts:

@@ -131,7 +131,7 @@ async def test_an_empty_system_gets_a_local_pool_and_a_default_queue(tmp_path: P
 
 async def test_a_gpu_host_s_local_node_pool_offers_its_gpus(tmp_path: Path) -> None:
     ctx = empty_context(tmp_path)
-    await ensure_defaults(ctx, 12, 64_000, backend="node", gpus=8, gpu_model="h200")
+    await ensure_defaults(ctx, 12, 64_000, backend="node", gpus=lambda: (8, "h200"))
     [local] = await fleet.list_fleet(ctx)
     assert local.pool == Pool("local", "local", "node", 8, 12.0, 64_000, "h200", "this host")
     assert "h200:N" in {e.name for e in await fleet.list_profiles(ctx)}
@@ -140,5 +140,6 @@ async def test_a_gpu_host_s_local_node_pool_offers_its_gpus(tmp_path: Path) -> N
 async def test_a_configured_fleet_gets_no_local_pool(tmp_path: Path) -> None:
     ctx = empty_context(tmp_path)
     await apply_fleet_config(ctx, CONFIG)
-    assert await ensure_defaults(ctx, cpus=12, memory_mb=64_000) == []
+    never = lambda: pytest.fail("the host's GPUs are detected only for a new pool")  # noqa: E731
+    assert await ensure_defaults(ctx, cpus=12, memory_mb=64_000, gpus=never) == []
     assert "local" not in [p.pool.name for p in await fleet.list_fleet(ctx)]
