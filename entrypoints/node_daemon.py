@@ -35,7 +35,7 @@ from entrypoints.cli.errors import render
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
-from entrypoints.runtime_dirs import runtime_dirs
+from entrypoints.runtime_dirs import runtime_dirs, seen_by_host_members
 from entrypoints.settings_loader import load_one
 from entrypoints.settings_sections import EXECUTORS, NodeSettings, default_node_state_dir
 from entrypoints.settings_sections import RETRY_MAX_ENV as RETRY_MAX_ENV
@@ -166,6 +166,7 @@ def plan(options: DaemonOptions) -> NodePlan:
             "runtime is its image",
             field="runtime_dirs",
         )
+    seen_by_host_members(runtimes, state_dir, "--runtime-dir (TUNEPLANE_NODE_RUNTIMES)")
     capacity = detect(
         gpus=options.gpus,
         gpu_model=options.gpu_model,

@@ -4,6 +4,8 @@ the members' ``PATH``, as an image's environment is in a container."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from domain.errors import InvalidInput
 
 
@@ -34,3 +36,24 @@ def runtime_dirs(raw: str, where: str) -> dict[str, str]:
             )
         out[name] = directory
     return out
+
+
+def seen_by_host_members(dirs: dict[str, str], state_dir: Path, where: str) -> None:
+    """Refuse a runtime directory a host-process member cannot see: its own ``/tmp`` is
+    private and the node's state directory is covered (docs/node-backend.md), so a runtime
+    there would silently leave ``python3`` to whatever else is on ``PATH``."""
+    hidden = {
+        state_dir.resolve(): "it is the node's state directory, which members never see",
+        Path("/tmp"): "members get a private /tmp",
+    }
+    for name, directory in dirs.items():
+        path = Path(directory).resolve()
+        for root, why in hidden.items():
+            if path == root or root in path.parents:
+                raise InvalidInput(
+                    f"{where} gives runtime {name} the directory {directory}, under {root}: "
+                    f"{why}, so its members would not find it",
+                    fix=f"install {name}'s environment elsewhere (e.g. /opt/envs/{name}) "
+                    "and name its bin/ directory",
+                    field=where,
+                )

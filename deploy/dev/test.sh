@@ -31,6 +31,12 @@ else
   # CPU mode (tests/e2e/test_gpu_check.py; about a minute the first time)
   TUNEPLANE_TORCH_PYTHON="${TUNEPLANE_TORCH_PYTHON:-$(bash deploy/dev/torch-env.sh)}"
   export TUNEPLANE_TORCH_PYTHON
+  # the proof run's TRL wheels, as they travel to a GPU machine whose Python has no TRL
+  # (deploy/gpu/train-wheels.sh; 1.8 MiB), for that PyTorch's Python version
+  TUNEPLANE_TRAIN_WHEELS="${TUNEPLANE_TRAIN_WHEELS:-$(bash deploy/gpu/train-wheels.sh \
+    /var/cache/tuneplane/train-wheels --python-version "$("$TUNEPLANE_TORCH_PYTHON" -c \
+    'import sys; print("%d.%d" % sys.version_info[:2])')")}"
+  export TUNEPLANE_TRAIN_WHEELS
   # Two workers, one module each at a time (a module's servers are started once); each worker's
   # control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
   pytest_args=(-n 2 --dist loadfile --durations=30)

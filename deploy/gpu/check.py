@@ -317,13 +317,14 @@ def run_trl(
 ) -> dict[str, Any] | None:
     """The `trl/sft` recipe on the same profile, where the training Python has TRL (None: it
     has not, so the step is not made)."""
-    versions = trl_step.host_versions(args.python)
+    versions = trl_step.host_versions(args.python, args.train_site)
     if versions is None:
-        say("no TRL in the training Python: the trl/sft step is not made")
+        say("no TRL in the training Python (and no --train-wheels): the trl/sft step is not made")
         return None
-    say(f"trl/sft on runtime {trl_step.RUNTIME} ({versions['frameworks']['trl']})")
+    carried = f", carried in {args.train_site}" if args.train_site else ""
+    say(f"trl/sft on runtime {trl_step.RUNTIME} (TRL {versions['frameworks']['trl']}{carried})")
     trl_step.register(up.tp, versions)
-    job_id = trl_step.submit(up.tp, work / "ws", profile)
+    job_id = trl_step.submit(up.tp, work / "ws", profile, args.train_site)
     job = follow(api, job_id, args.train_timeout + 120)
     summary = series(api, job_id, trl_step.STEPS, args.metrics_timeout)
     loss = [s for s in summary["series"] if s["tag"] == "train/loss"]
@@ -352,6 +353,9 @@ def main() -> int:
     parser.add_argument("--steps", type=_positive)
     parser.add_argument("--profile")
     parser.add_argument("--runtime", default="busybox")
+    parser.add_argument(
+        "--train-site", help="TRL's own directory for the trl/sft job's members (PYTHONPATH)"
+    )
     parser.add_argument("--max-ratio", type=float, default=1.02)
     parser.add_argument("--up-timeout", type=float, default=180)
     parser.add_argument("--train-timeout", type=float, default=240)

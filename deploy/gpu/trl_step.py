@@ -1,12 +1,17 @@
 """The proof run's TRL step (deploy/gpu/check.py): where the training Python has TRL, the
 `trl/sft` recipe (the tiny Llama it builds from a config, synthetic data: no download) runs as a
 job on the same GPU through the host-process executor, on a runtime registered from that
-Python's own versions (`host-trl`), and its loss curve comes back through the collector."""
+Python's own versions (`host-trl`), and its loss curve comes back through the collector.
+
+Where that Python lacks TRL, check.sh installs the carried wheels (`--train-wheels`) into a
+directory of their own (``site``): the versions are read with it on PYTHONPATH, and the job's
+experiment.toml puts it on its members' PYTHONPATH ([env])."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -32,10 +37,14 @@ VERSIONS = (
 )
 
 
-def host_versions(python: str) -> dict[str, Any] | None:
-    """The training Python's version and its frameworks' versions; None without TRL."""
+def host_versions(python: str, site: str | None = None) -> dict[str, Any] | None:
+    """The training Python's version and its frameworks' versions (with ``site`` first on its
+    path); None without TRL."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # TunePlane's wheels: not
+    if site:
+        env["PYTHONPATH"] = site
     done = subprocess.run(
-        [python, "-c", VERSIONS, *FRAMEWORKS], capture_output=True, text=True, timeout=60
+        [python, "-c", VERSIONS, *FRAMEWORKS], env=env, capture_output=True, text=True, timeout=60
     )
     if done.returncode != 0:
         return None
@@ -55,8 +64,14 @@ def register(tp: Callable[..., str], versions: dict[str, Any]) -> None:
     tp(*args)
 
 
-def submit(tp: Callable[..., str], ws: Path, profile: str) -> str:
+def submit(tp: Callable[..., str], ws: Path, profile: str, site: str | None = None) -> str:
     tp("new", "sft", "--method", "trl/sft", cwd=ws)
+    if site:  # the carried TRL, on the members' PYTHONPATH
+        toml = ws / "sft" / "experiment.toml"
+        text = toml.read_text()
+        if "\n[env]\n" not in text:
+            raise RuntimeError(f"tp new wrote no [env] table in {toml}: {text[-400:]}")
+        toml.write_text(text.replace("\n[env]\n", f"\n[env]\nPYTHONPATH = {json.dumps(site)}\n", 1))
     sets = [arg for k, v in SETS.items() for arg in ("--set", f"{k}={v}")]
     out = tp("submit", "sft", "--profile", profile, "--runtime", RUNTIME, "--yes", *sets, cwd=ws)
     for word in out.split():

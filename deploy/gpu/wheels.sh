@@ -52,6 +52,9 @@ for whl in "$DIR"/*.whl; do
     || { echo "removing $base: no longer needed" >&2; rm -f "$whl"; }
 done
 
+echo "==> the trl/sft step's wheels for a training Python without TRL (check.sh: <DIR>/train)"
+bash deploy/gpu/train-wheels.sh "$DIR/train" --python-version 3.12 >/dev/null
+
 echo "==> TunePlane itself, as a wheel (with the built console when entrypoints/api/console_dist exists)"
 rm -f "$DIR"/tuneplane-*.whl
 build=$(mktemp -d)
@@ -60,12 +63,12 @@ trap 'rm -rf "$build"' EXIT
   || { cat "$build/log" >&2; echo "error: TunePlane's wheel did not build" >&2; exit 1; }
 cp "$build"/tuneplane-*.whl "$DIR"/
 
-ls -l "$DIR"/*.whl | awk '{printf "%10d  %s\n", $5, $NF}'
-wheels=$(cat "$DIR"/*.whl | wc -c)
+ls -l "$DIR"/*.whl "$DIR"/train/*.whl | awk '{printf "%10d  %s\n", $5, $NF}'
+wheels=$(cat "$DIR"/*.whl "$DIR"/train/*.whl | wc -c)
 repo=$(git ls-files -z --cached --others --exclude-standard | xargs -0 cat 2>/dev/null | wc -c)
 total=$((wheels + repo))
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
-echo "wheels: $(ls "$DIR"/*.whl | wc -l) files, $(mib "$wheels"); repository: $(mib "$repo"); total $(mib "$total") of $(mib "$LIMIT")"
+echo "wheels: $(ls "$DIR"/*.whl "$DIR"/train/*.whl | wc -l) files, $(mib "$wheels"); repository: $(mib "$repo"); total $(mib "$total") of $(mib "$LIMIT")"
 if [ "$total" -gt "$LIMIT" ]; then
   echo "error: the repository and the wheels exceed 64 MiB (fix: make a large dependency an optional extra, adapters/extras.py, or list it in deploy/gpu/present.txt if the machine has it)" >&2
   exit 1

@@ -51,6 +51,9 @@ def test_an_address_the_gateway_would_refuse_stops_the_daemon_at_once(
         ({"executor": "process", "runtime_dirs": ("t=rel/bin",)}, "not an absolute directory"),
         ({"executor": "process", "runtime_dirs": ("t=/a:/b",)}, "not an absolute directory"),
         ({"executor": "process", "member_user": "root"}, "is root: members would read"),
+        # a member's /tmp is its own: a runtime there would leave python3 to the rest of PATH
+        ({"executor": "process", "runtime_dirs": ("t=/tmp/envs/t/bin",)}, "members get a private"),
+        ({"executor": "process", "runtime_dirs": ("t=/tmp",)}, "under /tmp: members get"),
     ],
 )
 def test_a_bad_executor_setting_stops_the_daemon_before_anything_starts(
@@ -74,3 +77,17 @@ def test_a_bad_executor_in_the_environment_is_named(
     options = DaemonOptions(server="127.0.0.1:1", ca=ca, state_dir=tmp_path / "n", join_token="x")
     assert run_daemon(options) == 1
     assert "TUNEPLANE_NODE_EXECUTOR='proccess' is not an executor" in capsys.readouterr().out
+
+
+def test_a_runtime_inside_the_node_state_directory_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ca = ensure_dev_pki(tmp_path, ["localhost"]).ca.cert
+    state = tmp_path / "node"
+    options = DaemonOptions(
+        server="127.0.0.1:1", ca=ca, state_dir=state, join_token="x", executor="process",
+        runtime_dirs=(f"torch={state}/envs/torch/bin",),
+    )  # fmt: skip
+    assert run_daemon(options) == 1
+    out = capsys.readouterr().out
+    assert "the node's state directory, which members never see" in out and "fix:" in out, out
