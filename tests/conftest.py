@@ -2,6 +2,7 @@
 
 pytest_plugins = [
     "tests.fixtures.tiers",
+    "tests.fixtures.schedule",
     "tests.fixtures.postgres",
     "tests.fixtures.docker",
     "tests.fixtures.server",

@@ -37,9 +37,10 @@ else
     /var/cache/tuneplane/train-wheels --python-version "$("$TUNEPLANE_TORCH_PYTHON" -c \
     'import sys; print("%d.%d" % sys.version_info[:2])')")}"
   export TUNEPLANE_TRAIN_WHEELS
-  # Two workers, one module each at a time (a module's servers are started once); each worker's
-  # control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
-  pytest_args=(-n 2 --dist loadfile --durations=30)
+  # Two workers, one module each at a time (a module's servers are started once), the longest
+  # modules first (tests/fixtures/schedule.py, not xdist's order by number of tests); each
+  # worker's control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
+  pytest_args=(-n 2 --dist loadfile --no-loadscope-reorder --durations=30)
 fi
 
 echo "==> generated code is current"
