@@ -39,6 +39,7 @@ from litestar.types.empty import Empty
 from litestar.utils import normalize_path
 
 from entrypoints.api.problems import PROBLEM_JSON, MalformedRequest, problem_json
+from entrypoints.api.request_ids import traced
 
 MAX_DEPTH = 32
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -140,19 +141,25 @@ class GuardedLitestar(Litestar):
         send: Send | LifeSpanSend,
     ) -> None:
         if scope["type"] == ScopeType.HTTP:
-            http, out = cast(Scope, scope), cast(Send, send)
-            try:
-                refused = _check_path_and_query(http)
-            except MalformedRequest as exc:
-                body = problem_json(400, exc.code, exc.message, exc.fix, exc.field)
-                await _send(out, 400, body)
-                return
-            if refused is not None:
-                await _send(out, 404, refused)
-                return
-            if http.get("method") == "OPTIONS" and await self._options(http, out):
-                return
+            http = cast(Scope, scope)
+            with traced(http, cast(Send, send)) as out:  # its ids on its log lines and answer
+                await self._http(http, cast(Receive, receive), out)
+            return
         await super().__call__(scope, receive, send)
+
+    async def _http(self, http: Scope, receive: Receive, out: Send) -> None:
+        try:
+            refused = _check_path_and_query(http)
+        except MalformedRequest as exc:
+            body = problem_json(400, exc.code, exc.message, exc.fix, exc.field)
+            await _send(out, 400, body)
+            return
+        if refused is not None:
+            await _send(out, 404, refused)
+            return
+        if http.get("method") == "OPTIONS" and await self._options(http, out):
+            return
+        await super().__call__(http, receive, out)
 
     async def _options(self, scope: Scope, send: Send) -> bool:
         try:

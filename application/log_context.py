@@ -1,0 +1,62 @@
+"""The ids a log line carries where known (docs/operations.md#logs): the API request, the job,
+its attempt (number), the member (index) and the node. Bound at a few chokepoints (the API's
+request layer, the supervisor per job, the node daemon per member order, the collector per
+member) with ``bound``; every log line written meanwhile, in this task and the tasks it starts,
+carries them (the processes' log set-up reads ``current``). Standard library only: contextvars.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+
+FIELDS = ("request_id", "job_id", "attempt", "member", "node")
+
+_VARS: dict[str, ContextVar[str | int | None]] = {
+    name: ContextVar(f"tuneplane_log_{name}", default=None) for name in FIELDS
+}
+
+
+@contextlib.contextmanager
+def bound(
+    *,
+    request_id: str | None = None,
+    job_id: str | None = None,
+    attempt: int | None = None,
+    member: int | None = None,
+    node: str | None = None,
+) -> Iterator[None]:
+    """Within the block, log lines carry the ids given (None: what was bound before stays).
+    Not for use across an async generator's ``yield`` (a context variable is reset in the
+    context that set it)."""
+    given = {
+        "request_id": request_id,
+        "job_id": job_id,
+        "attempt": attempt,
+        "member": member,
+        "node": node,
+    }
+    tokens = [(_VARS[k], _VARS[k].set(v)) for k, v in given.items() if v is not None]
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+def bind_process(*, node: str | None = None) -> None:
+    """For the rest of this task (a process's main one) and the tasks it starts: e.g. the node
+    daemon's node name, on every line it logs."""
+    if node is not None:
+        _VARS["node"].set(node)
+
+
+def current() -> dict[str, str | int]:
+    """The ids bound here now (those not known are left out)."""
+    out: dict[str, str | int] = {}
+    for name, var in _VARS.items():
+        value = var.get()
+        if value is not None:
+            out[name] = value
+    return out
