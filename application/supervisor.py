@@ -487,7 +487,7 @@ def _moved(job: Job, now: Job) -> None:
     """One INFO line per change of a job's state (its id is bound: docs/operations.md#logs)."""
     if now.state is not job.state:
         why = f": {now.reason}" if now.reason else ""
-        log.info("job %s is %s (was %s)%s", job.id, now.state, job.state, why)
+        log.info("job %s now %s (was %s)%s", job.id, now.state, job.state, why)
 
 
 async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:

@@ -127,6 +127,8 @@ class GuardedLitestar(Litestar):
     """litestar, with the checks of the path and the query made before routing (one place, no
     middleware layer on every request):
 
+    * every request gets its id, bound for its log lines and sent back in ``X-Request-Id``
+      (``request_ids.traced``; its problem answers are logged);
     * a NUL character in the path or in a query parameter is 400;
     * an API path with an empty segment (``/v1/jobs//cancel``, a trailing ``/``: an empty path
       parameter) is 404, instead of being routed as the path without it (``/v1/jobs/cancel``:

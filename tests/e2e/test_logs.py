@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import re
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,38 +17,12 @@ import pytest
 
 from tests.e2e.test_up import Up
 from tests.e2e.test_walkthrough import JOB_ID
+from tests.support.log_lines import records
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-RFC3339_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 HEX_ID = re.compile(r"[0-9a-f]{32}")
-
-
-def records(path: Path, role: str) -> list[dict[str, Any]]:
-    """Every line of ``path`` as a JSON object written by a process of ``role`` (an assertion
-    error naming the first line that is not)."""
-    found = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            raise AssertionError(f"{path}:{n} is not JSON: {line[:300]!r}") from None
-        assert isinstance(record, dict), (path, n, line)
-        assert record.get("role") == role, (path, n, record)
-        assert RFC3339_UTC.fullmatch(record["ts"]), (path, n, record)
-        assert record["level"] in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), record
-        assert isinstance(record["logger"], str) and isinstance(record["msg"], str), record
-        found.append(record)
-    assert found, f"{path} is empty"
-    return found
-
-
-def wait_for(what: str, found: Callable[[], object], timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := found()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
-    return value
 
 
 def raw_request(port: int, token: str, request_id: bytes) -> bytes:
@@ -91,9 +63,9 @@ def test_tp_up_in_json_mode_logs_json_lines_with_roles_and_ids(up: Up, tmp_path:
         assert answer.status_code == 404 and answer.headers["x-request-id"] == "trace-42.a"
         fresh = api.get("/v1/jobs/nope", headers=auth).headers["x-request-id"]
         assert HEX_ID.fullmatch(fresh)  # none sent: one made
-    line = wait_for(
-        "the request's log line",
-        lambda: [r for r in records(up.log, "up") if r.get("request_id") == "trace-42.a"],
+    line = wait_until(
+        what="the request's log line",
+        probe=lambda: [r for r in records(up.log, "up") if r.get("request_id") == "trace-42.a"],
     )
     assert line[0]["job_id"] == "nope" and "answered 404 not-found" in line[0]["msg"], line
 
@@ -118,13 +90,15 @@ def test_tp_up_in_json_mode_logs_json_lines_with_roles_and_ids(up: Up, tmp_path:
     def of_job(path: Path, role: str) -> list[dict[str, Any]]:
         return [r for r in records(path, role) if r.get("job_id") == job_id]
 
-    ended = wait_for("the supervisor's line", lambda: of_job(up.log, "up"))
-    assert any(f"job {job_id} is failed" in r["msg"] and r["attempt"] == 1 for r in ended)
-    node = wait_for("the daemon's lines", lambda: of_job(up.state / "node.log", "node"))
+    ended = wait_until(what="the supervisor's line", probe=lambda: of_job(up.log, "up"))
+    assert any(f"job {job_id} now failed" in r["msg"] and r["attempt"] == 1 for r in ended)
+    node = wait_until(
+        what="the daemon's lines", probe=lambda: of_job(up.state / "node.log", "node")
+    )
     assert any("exited with 3" in r["msg"] for r in node), node
     assert {(r["node"], r["member"], r.get("attempt")) for r in node} == {("local", 0, 1)}
     collector = up.state / "node" / "collector" / "collector.log"
-    assert wait_for("the collector's lines", lambda: of_job(collector, "collector"))
+    assert wait_until(what="the collector's lines", probe=lambda: of_job(collector, "collector"))
 
     # and nothing but JSON lines of each role in every log
     records(up.state / "gateway.log", "node-gateway")

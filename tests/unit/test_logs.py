@@ -97,7 +97,7 @@ def test_json_lines_carry_exactly_the_documented_keys(
     with log_context.bound(request_id="r-1", job_id="job-1"):
         with log_context.bound(attempt=1, member=3):
             try:
-                {}["k"]
+                raise KeyError("k")
             except KeyError:
                 log.exception("réponse %s", HOSTILE)
         log.info("after the inner block")
