@@ -7,9 +7,7 @@ carries them (the processes' log set-up reads ``current``). Standard library onl
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 
 FIELDS = ("request_id", "job_id", "attempt", "member", "node")
 
@@ -18,30 +16,40 @@ _VARS: dict[str, ContextVar[str | int | None]] = {
 }
 
 
-@contextlib.contextmanager
-def bound(
-    *,
-    request_id: str | None = None,
-    job_id: str | None = None,
-    attempt: int | None = None,
-    member: int | None = None,
-    node: str | None = None,
-) -> Iterator[None]:
+class bound:  # lower case: used as a function, ``with bound(job_id=...):``
     """Within the block, log lines carry the ids given (None: what was bound before stays).
     Not for use across an async generator's ``yield`` (a context variable is reset in the
-    context that set it)."""
-    given = {
-        "request_id": request_id,
-        "job_id": job_id,
-        "attempt": attempt,
-        "member": member,
-        "node": node,
-    }
-    tokens = [(_VARS[k], _VARS[k].set(v)) for k, v in given.items() if v is not None]
-    try:
-        yield
-    finally:
-        for var, token in reversed(tokens):
+    context that set it). A class rather than a generator: it is on every API request."""
+
+    __slots__ = ("_given", "_tokens")
+
+    def __init__(
+        self,
+        *,
+        request_id: str | None = None,
+        job_id: str | None = None,
+        attempt: int | None = None,
+        member: int | None = None,
+        node: str | None = None,
+    ) -> None:
+        self._given = (
+            ("request_id", request_id),
+            ("job_id", job_id),
+            ("attempt", attempt),
+            ("member", member),
+            ("node", node),
+        )
+        self._tokens: list[tuple[ContextVar[str | int | None], Token[str | int | None]]] = []
+
+    def __enter__(self) -> None:
+        for name, value in self._given:
+            if value is not None:
+                var = _VARS[name]
+                self._tokens.append((var, var.set(value)))
+
+    def __exit__(self, *exc: object) -> None:
+        while self._tokens:
+            var, token = self._tokens.pop()
             var.reset(token)
 
 

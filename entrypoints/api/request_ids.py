@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
-import uuid
 from collections.abc import Iterator
 
 import msgspec
@@ -35,8 +35,12 @@ def request_id(scope: Scope) -> str:
     for name, value in scope.get("headers", ()):
         if name == HEADER:
             given = value.decode("latin-1")
-            return given if _SANE.fullmatch(given) else uuid.uuid4().hex
-    return uuid.uuid4().hex
+            return given if _SANE.fullmatch(given) else _new()
+    return _new()
+
+
+def _new() -> str:
+    return os.urandom(16).hex()  # 128 random bits, as a UUID4's 122, without building one
 
 
 @contextlib.contextmanager
