@@ -53,9 +53,10 @@ class bound:  # lower case: used as a function, ``with bound(job_id=...):``
             var.reset(token)
 
 
-def bind_process(*, node: str | None = None) -> None:
-    """For the rest of this task (a process's main one) and the tasks it starts: e.g. the node
-    daemon's node name, on every line it logs."""
+def bind_rest_of_task(*, node: str | None = None) -> None:
+    """For the rest of this task and the tasks it starts from now on (never reset: a process's
+    main task, or a task of its own such as a gRPC stream's handler): e.g. the node daemon's
+    node name on every line it logs, a node control stream's node on the gateway's."""
     if node is not None:
         _VARS["node"].set(node)
 

@@ -208,7 +208,7 @@ def plan(options: DaemonOptions) -> NodePlan:
 
 async def serve_daemon(options: DaemonOptions) -> None:
     node = plan(options)
-    log_context.bind_process(node=node.name)
+    log_context.bind_rest_of_task(node=node.name)
     async with started(NodeContainer(plan=node)) as container:
         agent = await resolve(container.agent)
         link = await resolve(container.link)
