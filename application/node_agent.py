@@ -18,6 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from application import log_context
 from application.journal_io import journal_call
 from application.node_adoption import adopt, learn_installation, listing
 from application.node_agent_output import MemberOutput
@@ -198,6 +199,10 @@ class NodeAgent(MemberOutput):
         self.sources.add(chunk)
 
     async def on_prepare(self, order: PrepareOrder) -> None:
+        with _ids(order):  # its lines, and its prepare task's, carry the member's ids
+            await self._on_prepare(order)
+
+    async def _on_prepare(self, order: PrepareOrder) -> None:
         if self._stale(Command(CommandKind.PREPARE, order.ref), await self._epoch()):
             return
         order = replace(order, installation=self.installation or "")  # in its labels
@@ -302,6 +307,12 @@ class NodeAgent(MemberOutput):
         await self._say(Vote(entry.order.ref, entry.phase is Phase.PREPARED, entry.reason))
 
     async def on_command(self, command: Command, grace: float = 10.0) -> None:
+        entry = await self.entry(command.ref.member_id)
+        ids = _ids(entry.order) if entry else log_context.bound(member=command.ref.index)
+        with ids:
+            await self._on_command(command, grace)
+
+    async def _on_command(self, command: Command, grace: float) -> None:
         if self._stale(command, await self._epoch()):
             return
         mid = command.ref.member_id
@@ -442,6 +453,10 @@ class NodeAgent(MemberOutput):
             await asyncio.to_thread(self.feed.sync, entries, usage)
 
     async def observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
+        with _ids(e.order):
+            await self._observe(e, cid, report=report)
+
+    async def _observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
         obs = await self.runtime.observe(cid) if cid else None
         if obs is None or obs.status == "missing":
             gone = ended_outside("its container is gone from the engine (removed)")
@@ -455,6 +470,8 @@ class NodeAgent(MemberOutput):
             return  # starting, or the engine cannot say now
         if new == e:
             return
+        how = f" with {new.exit_code}" if new.phase is Phase.EXITED else ""
+        log.info("member %s %s%s", e.member_id, new.phase, how)
         if new.phase is Phase.EXITED and new.exit_code == 0:
             new = replace(new, outputs=await self._scan(new.order))
         if self.checkpoints is not None and new.phase in (Phase.EXITED, Phase.MISSING):
@@ -469,6 +486,13 @@ class NodeAgent(MemberOutput):
         await self.journalled(new)
         if report:
             await self._say(new.report())
+
+
+def _ids(order: PrepareOrder) -> contextlib.AbstractContextManager[None]:
+    """Log lines within carry the member's job id, attempt number and index."""
+    return log_context.bound(
+        job_id=order.job_id, attempt=order.attempt or None, member=order.ref.index
+    )
 
 
 def _collected(order: PrepareOrder) -> bool:

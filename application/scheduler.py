@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from application import log_context
 from application.capacity_sync import capacity_sources, sync_capacity
 from application.context import Context
 from domain.admission import Decisions, Placement, Reservation, Snapshot, decide
@@ -90,7 +91,8 @@ class Scheduler:
                 started = await self._start(chunk, attempts)
             except (Conflict, NotFound) as exc:
                 if len(chunk) == 1:
-                    log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
+                    with log_context.bound(job_id=chunk[0].job_id):
+                        log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
                     lost.append(chunk[0].job_id)
                     continue
                 started = []
@@ -98,7 +100,8 @@ class Scheduler:
                     try:
                         started += await self._start([p], attempts)
                     except (Conflict, NotFound) as exc:
-                        log.info("placement of %s lost a race: %s", p.job_id, exc)
+                        with log_context.bound(job_id=p.job_id):
+                            log.info("placement of %s lost a race: %s", p.job_id, exc)
             reserved += started
             lost += [p.job_id for p in chunk if p.job_id not in set(started)]
         return reserved, lost

@@ -18,7 +18,7 @@ from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
-from application import checkpoints, checkpoints_in_place
+from application import checkpoints, checkpoints_in_place, log_context
 from application.capacity_sync import sync_capacity
 from application.context import Context
 from application.gang import GangCoordinator
@@ -122,7 +122,8 @@ class Supervisor:
             async with self.ctx.units.jobs() as uow:
                 page = await uow.jobs.list(owner=None, states=ACTIVE, limit=100, cursor=cursor)
             for job in page.jobs:
-                await self._lost_race_is_fine(job, self._advance(job))
+                with log_context.bound(job_id=job.id):  # on every line this step logs
+                    await self._lost_race_is_fine(job, self._advance(job))
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor
@@ -214,7 +215,8 @@ class Supervisor:
                 saved.resume if saved else None,
             )
             try:
-                handle = await backend.launch(request)
+                with log_context.bound(member=member.index):
+                    handle = await backend.launch(request)
             except Unavailable as exc:
                 log.warning("launch of %s deferred: %s", member.id, exc)
                 return
@@ -266,6 +268,7 @@ class Supervisor:
             await uow.jobs.update(ended, job.state)
             await uow.reservations.release(attempt.id)
             await uow.commit()
+        _moved(job, ended)
         for m in launched:
             if m.handle is not None:
                 with contextlib.suppress(TunePlaneError):
@@ -279,6 +282,12 @@ class Supervisor:
             attempt = attempts[-1]
             members = await uow.members.for_attempt(attempt.id)
             placed = await _assignments(uow, attempt.id)
+        with log_context.bound(attempt=attempt.number):
+            await self._advance_attempt(job, attempt, members, placed)
+
+    async def _advance_attempt(
+        self, job: Job, attempt: Attempt, members: list[Member], placed: dict[int, Assignment]
+    ) -> None:
         backend = self.ctx.direct(job.spec.backend)
         if backend is None:  # a coordinated backend: the gang coordinator launches its members
             await self._advance_gang(job, attempt, members)
@@ -420,6 +429,7 @@ class Supervisor:
             if all(m.state in MEMBER_FINAL for m in updated):  # every member known stopped
                 await uow.reservations.release(attempt.id)
             await uow.commit()
+        _moved(job, job_now)
         return released
 
     async def _adopt(self, backend: ExecutionBackend, members: list[Member]) -> list[Member] | None:
@@ -471,6 +481,13 @@ class Supervisor:
         except TunePlaneError as exc:
             chunks.append(f"\n[tuneplane: log collection failed: {exc}]\n".encode())
         return b"".join(chunks)
+
+
+def _moved(job: Job, now: Job) -> None:
+    """One INFO line per change of a job's state (its id is bound: docs/operations.md#logs)."""
+    if now.state is not job.state:
+        why = f": {now.reason}" if now.reason else ""
+        log.info("job %s now %s (was %s)%s", job.id, now.state, job.state, why)
 
 
 async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:

@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from adapters.telemetry.collector import CollectorOptions
 from domain.errors import InvalidInput, TunePlaneError
-from entrypoints.cli.errors import render
+from entrypoints import logs
 from entrypoints.containers.collector import CollectorContainer
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
@@ -72,12 +72,12 @@ async def serve_collector(options: CollectorOptions) -> None:
 
 
 def run_collector(options: CollectorOptions) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.setup("collector")
     try:
         period = float(load_one(NodeSettings, "gpu_sample_seconds"))
         options = replace(options, gpu_sample_seconds=period)
         run_server(serve_collector(options))
     except TunePlaneError as exc:
-        print(render(exc), file=sys.stderr)
+        logs.report(exc, stream=sys.stderr)
         return 2
     return 0

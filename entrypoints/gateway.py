@@ -18,7 +18,7 @@ from adapters.postgres.metric_compaction import keep_compacting
 from adapters.tls import dev_server_context, server_context
 from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError, Unavailable
-from entrypoints.cli.errors import render
+from entrypoints import logs
 from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
@@ -75,11 +75,10 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             Server([gateway]), settings.node_gateway_host, settings.node_gateway_port, tls, "node"
         )
         try:
-            print(
+            logs.say(
                 announce
                 or f"node gateway on {settings.node_gateway_host}:{settings.node_gateway_port} "
-                f"(TLS; nodes trust {ca})",
-                flush=True,
+                f"(TLS; nodes trust {ca})"
             )
             announce_ready()
             await until_signalled(gateway.run())
@@ -93,7 +92,7 @@ def _run(
     port: int | None,
 ) -> int:  # fmt: skip
     """Run a gateway process with ``which``'s listen address overridden; the exit code."""
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.setup(f"{which}-gateway")
     changes: dict[str, Any] = {}
     if host is not None:
         changes[f"{which}_gateway_host"] = host
@@ -103,7 +102,7 @@ def _run(
     try:
         run_server(serve(settings))
     except TunePlaneError as exc:
-        print(render(exc), flush=True)
+        logs.report(exc)
         return 1
     return 0
 
@@ -122,10 +121,7 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
         gateway = await resolve(container.gateway)
         server = await _listen(Server([gateway]), host, port, tls, "telemetry")
         try:
-            print(
-                announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})",
-                flush=True,
-            )
+            logs.say(announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})")
             announce_ready()
             every = settings.telemetry_compact_seconds
             pool = await resolve(container.pool)

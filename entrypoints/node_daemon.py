@@ -28,10 +28,11 @@ from adapters.grpc.node_client import CREDENTIAL_FILE, load_credential
 from adapters.node import process_isolation
 from adapters.node.capacity import detect
 from adapters.tls import client_context
+from application import log_context
 from application.node_sessions import check_address
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
 from domain.node_protocol import NodeCapacity
-from entrypoints.cli.errors import render
+from entrypoints import logs
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
@@ -207,6 +208,7 @@ def plan(options: DaemonOptions) -> NodePlan:
 
 async def serve_daemon(options: DaemonOptions) -> None:
     node = plan(options)
+    log_context.bind_rest_of_task(node=node.name)
     async with started(NodeContainer(plan=node)) as container:
         agent = await resolve(container.agent)
         link = await resolve(container.link)
@@ -214,7 +216,7 @@ async def serve_daemon(options: DaemonOptions) -> None:
         if stored is None:
             assert node.join_token is not None
             stored = await link.enroll(node.join_token, node.name)
-            print(f"enrolled as node {stored.node} in pool {stored.pool}", flush=True)
+            logs.say(f"enrolled as node {stored.node} in pool {stored.pool}")
         if stored.node != node.name:  # the gateway may normalise the name
             raise InvalidInput(
                 f"the gateway enrolled this node as {stored.node!r}, not {node.name!r}"
@@ -224,11 +226,10 @@ async def serve_daemon(options: DaemonOptions) -> None:
             log.warning("journal not reconciled with the container engine yet: %s", why)
         capacity = node.capacity
         runs = node.isolation.describe() if node.isolation else "containers"
-        print(
+        logs.say(
             f"node {node.name} connecting to {node.host}:{node.port} (TLS; state "
             f"{node.state_dir}; {capacity.gpus} GPUs, {capacity.cpus:g} CPUs, "
-            f"{capacity.memory_mb} MiB; members run as {runs})",
-            flush=True,
+            f"{capacity.memory_mb} MiB; members run as {runs})"
         )
         process = await resolve(container.collector)
         collector = asyncio.create_task(process.run()) if process is not None else None
@@ -242,10 +243,10 @@ async def serve_daemon(options: DaemonOptions) -> None:
 
 
 def run_daemon(options: DaemonOptions) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.setup("node")
     try:
         run_server(serve_daemon(options))
     except TunePlaneError as exc:
-        print(render(exc), flush=True)
+        logs.report(exc)
         return CREDENTIAL_REFUSED if isinstance(exc, Unauthenticated) else 1
     return 0

@@ -20,7 +20,7 @@ from application.gang import GangSettings
 from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict
 from domain.gpus import one_model
-from entrypoints import fleet_config
+from entrypoints import fleet_config, logs
 from entrypoints.api.app import create_app
 from entrypoints.cli.config import write_private
 from entrypoints.containers.api import ApiContainer
@@ -47,10 +47,9 @@ async def serve(
     async with started(ApiContainer(settings=settings)) as container:
         ctx = await resolve(container.context)
         if bootstrap and (path := await _first_admin(ctx, settings.state_dir)) is not None:
-            print(
+            logs.say(
                 f"first start: created user admin and its token, written to {path} (0600); "
-                f"log in with:  tp login --server {settings.url} --token $(cat {path})",
-                flush=True,
+                f"log in with:  tp login --server {settings.url} --token $(cat {path})"
             )
         await prepare_fleet(ctx, settings)
         lease: LeaderLease | None = None
@@ -68,7 +67,8 @@ async def serve(
             app,
             host=settings.host,
             port=settings.port,
-            log_level=settings.log_level,
+            log_level=logs.uvicorn_level(settings.logs.level),
+            log_config=None,  # its lines go to the process's log (entrypoints/logs.py)
             access_log=False,
             lifespan="on",
         )
@@ -86,7 +86,7 @@ class _AnnouncingServer(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.announce and self.started:
-            print(self.announce, flush=True)
+            logs.say(self.announce)
 
 
 def gang_settings(settings: Settings) -> GangSettings:
@@ -175,11 +175,11 @@ def _keep_admin_token(state_dir: Path, token: str) -> Path | None:
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         write_private(path, (token + "\n").encode())
     except OSError as exc:
-        print(
+        logs.say(
             f"warning: cannot write the first admin token to {path}: {exc.strerror or exc}\n"
             f"the admin token (shown once, keep it): {token}",
-            file=sys.stderr,
-            flush=True,
+            stream=sys.stderr,
+            level=logging.WARNING,
         )
         return None
     return path

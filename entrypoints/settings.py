@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Literal
 
 from adapters.blobs_s3_location import S3Location  # no SDK: S3 is an optional extra
 from application.context import Limits
@@ -33,6 +32,7 @@ from entrypoints.settings_loader import (
 from entrypoints.settings_sections import (
     BuildSettings,
     KubernetesSettings,
+    LoggingSettings,
     PostgresSettings,
     SlurmSettings,
 )
@@ -189,12 +189,6 @@ class Settings:
         env="TUNEPLANE_HTTP_PORT",
         section="api",
         doc="the API's port (`tp up --port`, `tp serve --port`)",
-    )
-    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = var(
-        "warning",
-        env="TUNEPLANE_LOG_LEVEL",
-        section="logging",
-        doc="the API server's (uvicorn's) log level",
     )
     console_dir: Path | None = var(
         None,
@@ -406,6 +400,7 @@ class Settings:
     kubernetes: KubernetesSettings = field(default_factory=KubernetesSettings)
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     build: BuildSettings = field(default_factory=BuildSettings)
+    logs: LoggingSettings = field(default_factory=LoggingSettings)  # every process's
     # the fields the environment or the settings file set (`tp up` defaults some others)
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from msgspec import Meta
 
@@ -350,6 +350,32 @@ class BuildSettings:
         section="build",
         default_doc="unset → the mirror apt uses here",
         doc="the Debian mirror runtime builds download from",
+    )
+
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+LogFormat = Literal["text", "json"]
+
+
+@section
+@dataclass(frozen=True)
+class LoggingSettings:
+    """How every long-running process writes its log (docs/operations.md#logs; set up by
+    ``entrypoints.logs.setup``)."""
+
+    level: LogLevel = var(
+        "info",
+        env="TUNEPLANE_LOG_LEVEL",
+        section="logging",
+        doc="the lowest level every process logs (`trace`: `debug` and uvicorn's own trace); "
+        "uvicorn's and alembic's own lines only from `warning` unless `debug` or `trace`",
+    )
+    format: LogFormat = var(
+        "text",
+        env="TUNEPLANE_LOG_FORMAT",
+        section="logging",
+        doc="`text` (one line per record: time, level, process role, logger, message, then the "
+        "ids known as `key=value`) or `json` (one JSON object per line); [Logs](#logs)",
     )
 
 

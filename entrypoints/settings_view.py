@@ -19,10 +19,10 @@ PROCESSES: dict[str, tuple[str, ...]] = {
         "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
         "telemetry", "slurm", "kubernetes", "postgres", "build", "supervision",
     ),
-    "node-gateway": ("general", "database", "node-gateway", "tls", "supervision"),
-    "telemetry-gateway": ("general", "database", "telemetry", "tls", "supervision"),
-    "node": ("node", "supervision"),
-    "collector": ("supervision",),
+    "node-gateway": ("general", "database", "logging", "node-gateway", "tls", "supervision"),
+    "telemetry-gateway": ("general", "database", "logging", "telemetry", "tls", "supervision"),
+    "node": ("logging", "node", "supervision"),
+    "collector": ("logging", "supervision"),
 }  # fmt: skip
 SECTION_ORDER = (
     "general", "database", "api", "logging", "console", "docker", "blobs", "limits",

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import signal
+import sys
 
 from rich.console import Console
 
@@ -14,7 +16,7 @@ from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import InvalidInput, TunePlaneError
-from entrypoints.cli.errors import render
+from entrypoints import logs
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen, run_server
@@ -39,8 +41,12 @@ async def _ensure_runtime(settings: Settings) -> None:
         try:
             await backend.ping()
         except TunePlaneError as exc:
-            console.print(f"[yellow]warning:[/] local backend unavailable: {exc}")
-            console.print("  jobs will wait until it answers (`bash deploy/dev/dockerd.sh`)")
+            logs.say(
+                f"warning: local backend unavailable: {exc}\n"
+                "  jobs will wait until it answers (`bash deploy/dev/dockerd.sh`)",
+                stream=sys.stderr,
+                level=logging.WARNING,
+            )
             return
         with console.status("checking the busybox runtime image") as status:
 
@@ -97,7 +103,7 @@ def run_up(settings: Settings) -> int:
     try:
         _check(settings)
     except TunePlaneError as exc:
-        console.print(render(exc), markup=False)
+        logs.report(exc, stream=sys.stderr)
         return 2
     if "default_backend" not in settings.explicit:  # members run through the local daemon
         settings = dataclasses.replace(settings, default_backend="node")
@@ -144,7 +150,7 @@ def run_up(settings: Settings) -> int:
             run_server(serve(settings, announce="\n".join(lines), bootstrap=False))
         return 0
     except TunePlaneError as exc:
-        console.print(render(exc), markup=False)
+        logs.report(exc, stream=sys.stderr)
         return 1
     finally:
         if nodes is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import sys
 import threading
 from collections.abc import Coroutine
@@ -118,13 +119,32 @@ async def _listening(port: int, proc: Process, log: Path, what: str) -> None:
         raise Unavailable(
             f"the {what} did not listen on {port} in {LISTEN_SECONDS} s", fix=f"see {log}"
         ) from None
-    lines = _tail(log).splitlines()
-    fixes = [line.removeprefix("fix: ") for line in lines if line.startswith("fix: ")]
-    said = "\n".join(line for line in lines if not line.startswith("fix: ")).strip()
+    said, fixes = _what_it_said(_tail(log))
     raise Unavailable(
         f"the {what} exited with {proc.returncode}: {said}",
         fix=f"{fixes[-1]} (log {log})" if fixes else f"see {log}",  # the child's own fix
     )
+
+
+def _what_it_said(tail: str) -> tuple[str, list[str]]:
+    """The end of a child's log as (what it said, the fixes it gave): its lines but the
+    ``fix: …`` ones (text), or its records' ``msg`` and ``fix`` (TUNEPLANE_LOG_FORMAT=json)."""
+    said: list[str] = []
+    fixes: list[str] = []
+    for line in tail.splitlines():
+        record = None
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                record = json.loads(line)
+        if isinstance(record, dict) and "msg" in record:
+            said.append(str(record["msg"]))
+            if record.get("fix"):
+                fixes.append(str(record["fix"]))
+        elif line.startswith("fix: "):
+            fixes.append(line.removeprefix("fix: "))
+        else:
+            said.append(line)
+    return "\n".join(said).strip(), fixes
 
 
 def _ready_file(log: Path) -> Path:

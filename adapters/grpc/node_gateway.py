@@ -30,6 +30,7 @@ from adapters.grpc.codec_pieces import capacity_from
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.grpc.node_checkpoint_service import CheckpointCalls
 from adapters.grpc.node_codec import GatewayBody
+from application import log_context
 from application.enrollment import authenticate_node, enroll
 from application.node_control import NodeControl, Outgoing, Session
 from application.node_sessions import Caller
@@ -123,6 +124,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
         except TunePlaneError as exc:
             raise grpc_error(exc) from None
         session.last_seq = seq
+        log_context.bind_rest_of_task(node=session.node)  # this stream's task, its reader's
         previous = self.links.pop(session.node, None)
         if previous is not None:  # the node reconnected before we noticed the old stream end
             previous.outbox.put_nowait(_Replaced(f"session {session.number} replaced it"))

@@ -21,6 +21,7 @@ from adapters.grpc.telemetry_client import Shipper, Ticket
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
+from application import log_context
 from domain.errors import InvalidInput, TunePlaneError
 from domain.node_ports import UsageSource
 from domain.telemetry import SYSTEM_SOURCE
@@ -124,6 +125,11 @@ def _usage(raw: Any, bad: Callable[[str], InvalidInput]) -> UsageSource | None:
     return UsageSource(pid, tuple(cgroups))
 
 
+def _ids(f: MemberFile) -> contextlib.AbstractContextManager[None]:
+    """Log lines within carry the member's job id and index (docs/operations.md#logs)."""
+    return log_context.bound(job_id=f.job, member=f.index)
+
+
 @dataclass
 class _Run:
     file: MemberFile
@@ -193,7 +199,8 @@ class Collector:
             run.caught_up = run.file.ended and not p.behind
         for member, run in list(self.runs.items()):
             if run.file.ended and (run.caught_up or run.shipper.refused):
-                await self._maybe_drained(member, run)
+                with _ids(run.file):
+                    await self._maybe_drained(member, run)
         return any(p.read >= PER_POLL and p.behind for p in progress.values())
 
     def _poll(self, runs: dict[str, _Run]) -> dict[str, Progress]:
@@ -212,7 +219,8 @@ class Collector:
             try:
                 out[member] = run.tail.poll(final=run.file.ended)
             except Exception:  # the spool's disk full, a bug: log, keep going, try again
-                log.exception("member %s: reading its metrics failed", member)
+                with _ids(run.file):
+                    log.exception("member %s: reading its metrics failed", member)
                 out[member] = Progress(behind=True)
         return out
 
@@ -220,9 +228,10 @@ class Collector:
         extra = {SYSTEM_SOURCE: self.sampler.path(f.member)} if self.sampler else None
         tail = MemberTail(f.member, f.metrics_dir, self.spool, extra=extra)
         shipper = Shipper(self.channel, self.spool, Ticket(f.attempt, f.member, f.token))
-        task = asyncio.create_task(shipper.run())
+        with _ids(f):  # the shipper's task, and its log lines, carry the member's ids
+            task = asyncio.create_task(shipper.run())
+            log.info("member %s: collecting %s", f.member, f.metrics_dir)
         self.runs[f.member] = _Run(f, tail, shipper, task)
-        log.info("member %s: collecting %s", f.member, f.metrics_dir)
 
     async def _maybe_drained(self, member: str, run: _Run) -> None:
         if await asyncio.to_thread(run.shipper.settled):

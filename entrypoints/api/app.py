@@ -120,6 +120,7 @@ def create_app(
         state=State(state),
         lifespan=[lifespan],
         request_max_body_size=1024 * 1024,
+        logging_config=None,  # the process's own log set-up (entrypoints/logs.py), not litestar's
         openapi_config=OpenAPIConfig(
             title="TunePlane control plane",
             version=VERSION,

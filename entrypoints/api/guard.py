@@ -39,6 +39,7 @@ from litestar.types.empty import Empty
 from litestar.utils import normalize_path
 
 from entrypoints.api.problems import PROBLEM_JSON, MalformedRequest, problem_json
+from entrypoints.api.request_ids import traced
 
 MAX_DEPTH = 32
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -126,6 +127,8 @@ class GuardedLitestar(Litestar):
     """litestar, with the checks of the path and the query made before routing (one place, no
     middleware layer on every request):
 
+    * every request gets its id, bound for its log lines and sent back in ``X-Request-Id``
+      (``request_ids.traced``; its problem answers are logged);
     * a NUL character in the path or in a query parameter is 400;
     * an API path with an empty segment (``/v1/jobs//cancel``, a trailing ``/``: an empty path
       parameter) is 404, instead of being routed as the path without it (``/v1/jobs/cancel``:
@@ -140,19 +143,25 @@ class GuardedLitestar(Litestar):
         send: Send | LifeSpanSend,
     ) -> None:
         if scope["type"] == ScopeType.HTTP:
-            http, out = cast(Scope, scope), cast(Send, send)
-            try:
-                refused = _check_path_and_query(http)
-            except MalformedRequest as exc:
-                body = problem_json(400, exc.code, exc.message, exc.fix, exc.field)
-                await _send(out, 400, body)
-                return
-            if refused is not None:
-                await _send(out, 404, refused)
-                return
-            if http.get("method") == "OPTIONS" and await self._options(http, out):
-                return
+            http = cast(Scope, scope)
+            with traced(http, cast(Send, send)) as out:  # its ids on its log lines and answer
+                await self._http(http, cast(Receive, receive), out)
+            return
         await super().__call__(scope, receive, send)
+
+    async def _http(self, http: Scope, receive: Receive, out: Send) -> None:
+        try:
+            refused = _check_path_and_query(http)
+        except MalformedRequest as exc:
+            body = problem_json(400, exc.code, exc.message, exc.fix, exc.field)
+            await _send(out, 400, body)
+            return
+        if refused is not None:
+            await _send(out, 404, refused)
+            return
+        if http.get("method") == "OPTIONS" and await self._options(http, out):
+            return
+        await super().__call__(http, receive, out)
 
     async def _options(self, scope: Scope, send: Send) -> bool:
         try:

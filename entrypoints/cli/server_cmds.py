@@ -79,10 +79,10 @@ def up(
     TUNEPLANE_PG_PORT (a free port). The addresses: TUNEPLANE_HTTP_HOST,
     TUNEPLANE_NODE_GATEWAY_HOST, TUNEPLANE_TELEMETRY_GATEWAY_HOST. `tp config show` prints
     every setting and where it came from."""
+    from entrypoints import logs
     from entrypoints.up import run_up
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # one line per migration is noise
+    logs.setup("up")
     settings = _settings(
         state_dir,
         port,
@@ -104,10 +104,11 @@ def serve(
     behind a load balancer for more throughput; each also supervises jobs unless told not to.
     On an empty database the first one creates user admin and writes its token to
     STATE/admin-token (0600), printing the path."""
+    from entrypoints import logs
     from entrypoints.process import run_server
     from entrypoints.server import serve as serve_async
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logs.setup("api")
     settings = _settings(None, port, host)
     with contextlib.suppress(KeyboardInterrupt):
         run_server(serve_async(settings, supervise=not no_supervisor))

@@ -24,7 +24,9 @@ def _quiet_logs(verbose: bool) -> Iterator[None]:
     logger = logging.getLogger("tuneplane")
     level = logger.level
     if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        from entrypoints import logs
+
+        logs.setup("sim", hooks=False)  # in the `tp` process: its hooks stay Python's
     else:
         logger.setLevel(logging.ERROR)
     try:

@@ -16,6 +16,7 @@ import pytest
 
 from adapters.postgres.engine import plain_url
 from tests.fixtures.server import TP, _wait_ready, free_port
+from tests.support.log_lines import records
 
 pytestmark = pytest.mark.e2e
 FIRST = "first start: created user admin and its token"
@@ -69,13 +70,19 @@ async def test_two_api_processes_on_an_empty_database_make_one_admin_token(
         for proc, _ in procs:
             proc.terminate()
             proc.wait(15)
-    # a later start finds the token: nothing is created or printed again
+    # a later start finds the token: nothing is created or printed again (in json mode, the
+    # API's log is JSON lines of role api: docs/operations.md#logs)
     again = tmp_path / "serve-2.log"
-    proc, url = _serve(env, again)
+    proc, url = _serve({**env, "TUNEPLANE_LOG_FORMAT": "json"}, again)
     try:
         _wait_ready(url, proc, again)
+        async with httpx.AsyncClient(base_url=url) as http:
+            refused = await http.get("/v1/whoami", headers={"X-Request-Id": "first-start-1"})
+        assert refused.status_code == 401 and refused.headers["x-request-id"] == "first-start-1"
     finally:
         proc.terminate()
         proc.wait(15)
     assert FIRST not in again.read_text()
+    [line] = [r for r in records(again, "api") if r.get("request_id") == "first-start-1"]
+    assert "GET /v1/whoami answered 401" in line["msg"], line
     assert await _tokens(pg_url) == ["admin"] and path.read_text().strip() == token

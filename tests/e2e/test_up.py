@@ -21,6 +21,7 @@ from tests.e2e.test_node_backend import docker_events, starts
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import TP, free_port
+from tests.support.log_lines import text_records
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -148,6 +149,10 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     [attempt] = job["attempts"]
     assert starts(docker_host, attempt["id"], since) == {attempt["members"][0]["id"]: 1}
     assert "kept" in cli("job", "logs", job_id).stdout
+    # text logs (the default): one format in every process, readable in the terminal
+    for log, role in ((up.log, "up"), (up.state / "gateway.log", "node-gateway"),
+                      (up.state / "node.log", "node")):  # fmt: skip
+        text_records(log, role)
 
 
 @pytest.mark.timeout(900)
