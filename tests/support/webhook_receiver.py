@@ -54,10 +54,13 @@ def receiver() -> Iterator[Receiver]:
                 r.release.wait(60)
                 with r.lock:
                     r.waiting -= 1
-            self.send_response(status)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
+            try:
+                self.send_response(status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+            except OSError:  # the sender is gone (killed, or it gave up waiting)
+                self.close_connection = True
 
         def log_message(self, *args: Any) -> None:
             return None
