@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
-from domain.webhooks import Format, Scope
+from domain.webhooks import Format, Scope, parse_states
 from entrypoints.cli import output
 from entrypoints.cli.admin import JsonFlag, send
 from entrypoints.cli.client import connect, seg
@@ -64,7 +64,13 @@ def add(
     """Send the state changes of your jobs (or a team's, a queue's) to URL, signed with a
     secret shown once. https only (http to loopback where the operator allows it)."""
     scope, target = _scope(team, queue, user)
-    body = {"url": url, "scope": scope, "states": list(state), "format": _format(format)}
+    try:
+        states = [s.value for s in parse_states(state)]
+    except InvalidInput as exc:
+        raise InvalidInput(exc.message, fix=exc.fix, field="--state") from None
+    body: dict[str, object] = {
+        "url": url, "scope": scope, "states": states, "format": _format(format),
+    }  # fmt: skip
     if target is not None:
         body["target"] = target
     with connect() as api:
@@ -131,7 +137,7 @@ def test(webhook_id: str, /, *, json: JsonFlag = False) -> int:
     else:
         answer = done.get("status")
         output.err.print(
-            f"webhook {webhook_id}: test event {done.get('event_id')} not delivered: "
+            f"error: webhook {webhook_id}: test event {done.get('event_id')} not delivered: "
             f"{done.get('error') or f'HTTP {answer}'}",
             markup=False,
         )

@@ -88,7 +88,7 @@ class Rig:
 async def rig(tmp_path: Path, pg_engine: AsyncEngine) -> AsyncIterator[Rig]:
     sender = HttpWebhookSender()
     notifications = Notifications(
-        PostgresWebhooks(pg_engine), sender, retry=FAST, timeout=timedelta(seconds=2),
+        PostgresWebhooks(pg_engine), sender, retry=FAST, timeout=timedelta(seconds=30),
         allow_loopback=True, jitter=lambda: 0.0,
     )  # fmt: skip
     ctx = dataclasses.replace(
