@@ -78,9 +78,9 @@ def add(
     if json:
         output.print_json(made)
         return 0
-    states = ", ".join(made.get("states") or []) or "every state"
+    wanted = ", ".join(made.get("states") or []) or "every state"
     output.out.print(
-        f"webhook {made.get('id')}: {_what(made)}'s jobs ({states}) to {made.get('url')}, "
+        f"webhook {made.get('id')}: {_what(made)}'s jobs ({wanted}) to {made.get('url')}, "
         f"format {made.get('format')}",
         markup=False,
     )
