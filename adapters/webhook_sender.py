@@ -1,12 +1,14 @@
 """Sends webhook bodies over HTTP(S) with httpx (``domain.webhook_ports.WebhookSender``).
 
 One connection pool per process; certificates are verified (the system's trust store, or
-``SSL_CERT_FILE``); redirects are not followed (a 3xx is a failed delivery, so a receiver
-cannot bounce the signed body elsewhere); the answer's body is never read past 1 KiB."""
+``SSL_CERT_FILE`` as OpenSSL reads it; httpx's bundle where the system has none); redirects
+are not followed (a 3xx is a failed delivery, so a receiver cannot bounce the signed body
+elsewhere); the answer's body is never read past 1 KiB."""
 
 from __future__ import annotations
 
 import random
+import ssl
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -15,11 +17,18 @@ import httpx
 from domain.webhooks import SendResult, one_line
 
 
+def trust() -> ssl.SSLContext | bool:
+    """The system's trust store (or SSL_CERT_FILE's); where it holds no CA, httpx's own
+    (certifi's bundle)."""
+    context = ssl.create_default_context()
+    return context if context.cert_store_stats().get("x509_ca") else True
+
+
 class HttpWebhookSender:
-    def __init__(self, *, verify: bool | str = True) -> None:
+    def __init__(self, *, verify: ssl.SSLContext | bool | None = None) -> None:
         self._client = httpx.AsyncClient(
             follow_redirects=False,
-            verify=verify,
+            verify=verify if verify is not None else trust(),
             trust_env=False,  # no proxy from the environment: the operator's URL is the target
             limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
         )

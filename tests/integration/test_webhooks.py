@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import ssl
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -20,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.postgres.webhook_tables import webhook_outbox, webhook_subscriptions
 from adapters.postgres.webhooks import PostgresWebhooks
+from adapters.tls import dev_server_context
 from adapters.webhook_sender import HttpWebhookSender
 from application.auth import bootstrap_admin, create_token
 from application.context import Context, Notifications
@@ -281,3 +283,26 @@ async def test_removing_a_webhook_drops_its_undelivered_changes(rig: Rig) -> Non
     assert await rig.outbox() == []
     assert not await rig.deliverer.deliver_due()
     assert rig.receiver.at("/gone") == []
+
+
+async def test_https_receivers_are_verified_and_redirects_not_followed(tmp_path: Path) -> None:
+    """The sender on its own: a certificate the system does not trust is a failed delivery
+    naming it; trusted (here: the test's CA), the same receiver gets the body; a 3xx is a
+    failure, never followed."""
+    server, ca = dev_server_context(tmp_path, ["127.0.0.1"])
+    headers = {"Content-Type": "application/json"}
+    with receiver(server) as rec:
+        rec.plans["/moved"] = [307]
+        system = HttpWebhookSender()
+        trusting = HttpWebhookSender(verify=ssl.create_default_context(cafile=str(ca)))
+        try:
+            refused = await system.send(rec.url + "/x", headers, b"{}", timedelta(seconds=30))
+            sent = await trusting.send(rec.url + "/x", headers, b"{}", timedelta(seconds=30))
+            moved = await trusting.send(rec.url + "/moved", headers, b"{}", timedelta(seconds=30))
+        finally:
+            await system.close()
+            await trusting.close()
+    assert refused.status is None and "CERTIFICATE_VERIFY_FAILED" in refused.error
+    assert sent.ok and sent.status == 200
+    assert (moved.ok, moved.status) == (False, 307) and moved.error.startswith("HTTP 307")
+    assert [r.path for r in rec.received] == ["/x", "/moved"]  # the refused one sent nothing

@@ -4,6 +4,7 @@ statuses to answer in turn (then 200), or hang until the test releases it."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +36,8 @@ class Receiver:
 
 
 @contextmanager
-def receiver() -> Iterator[Receiver]:
+def receiver(tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+    """A receiver on 127.0.0.1 (https with ``tls``, a server context)."""
     box: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):
@@ -67,7 +69,10 @@ def receiver() -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
-    box["r"] = Receiver(f"http://127.0.0.1:{server.server_address[1]}")
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    scheme = "https" if tls is not None else "http"
+    box["r"] = Receiver(f"{scheme}://127.0.0.1:{server.server_address[1]}")
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
