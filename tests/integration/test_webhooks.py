@@ -207,6 +207,14 @@ async def test_a_hanging_receiver_does_not_block_others(rig: Rig) -> None:
     await passing
 
 
+async def test_a_disabled_owners_webhooks_send_nothing(rig: Rig) -> None:
+    await rig.add(rig.alice, "/mine")
+    r = await rig.admin.patch("/v1/users/alice", json={"disabled": True})
+    assert r.status_code == 200, r.text
+    await rig.job(owner="alice")
+    assert await rig.outbox() == []
+
+
 async def test_a_rolled_back_change_sends_nothing(rig: Rig) -> None:
     await rig.add(rig.alice, "/mine")
     job = await rig.job(owner="alice")

@@ -18,7 +18,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # One outbox row per subscription that wants the change: a user's jobs, a team's queues' jobs,
-# a queue's jobs, filtered by state. The jobs row is already the moved one (record_job_event
+# a queue's jobs, filtered by state; none for a disabled owner (as their tokens stop). The jobs row is already the moved one (record_job_event
 # runs AFTER the jobs statement), so owner, queue and reason are what the job holds now.
 # pg_notify is delivered at commit, and not at all on rollback: a wake-up, never a promise.
 _FUNCTION = """
@@ -37,6 +37,7 @@ BEGIN
     OR (s.scope = 'team' AND s.target = (SELECT q.team FROM queues q WHERE q.name = j.queue))
   WHERE j.id = NEW.job_id
     AND (cardinality(s.states) = 0 OR NEW.state = ANY (s.states))
+    AND NOT EXISTS (SELECT 1 FROM users u WHERE u.name = s.owner AND u.disabled)
   ORDER BY s.id;
   IF FOUND THEN
     PERFORM pg_notify('tuneplane_webhook_outbox', '');
