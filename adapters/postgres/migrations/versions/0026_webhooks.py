@@ -23,19 +23,23 @@ depends_on: str | Sequence[str] | None = None
 # pg_notify is delivered at commit, and not at all on rollback: a wake-up, never a promise.
 _FUNCTION = """
 CREATE OR REPLACE FUNCTION webhook_outbox_fill() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  j jobs%ROWTYPE;
+  team text;
 BEGIN
+  IF NOT EXISTS (SELECT 1 FROM webhook_subscriptions) THEN
+    RETURN NULL;  -- no webhook at all: the common case costs one look at an empty table
+  END IF;
+  SELECT * INTO j FROM jobs WHERE id = NEW.job_id;
+  SELECT q.team INTO team FROM queues q WHERE q.name = j.queue;
   INSERT INTO webhook_outbox
     (subscription_id, job_id, seq, state, previous_state, reason, owner, queue, at,
      status, attempts, next_at, created_at)
   SELECT s.id, NEW.job_id, NEW.seq, NEW.state,
          (SELECT p.state FROM job_events p WHERE p.job_id = NEW.job_id AND p.seq = NEW.seq - 1),
          j.reason, j.owner, j.queue, NEW.at, 'pending', 0, now(), now()
-  FROM jobs j
-  JOIN webhook_subscriptions s ON
-       (s.scope = 'user' AND s.target = j.owner)
-    OR (s.scope = 'queue' AND s.target = j.queue)
-    OR (s.scope = 'team' AND s.target = (SELECT q.team FROM queues q WHERE q.name = j.queue))
-  WHERE j.id = NEW.job_id
+  FROM webhook_subscriptions s
+  WHERE (s.scope, s.target) IN (('user', j.owner), ('queue', j.queue), ('team', team))
     AND (cardinality(s.states) = 0 OR NEW.state = ANY (s.states))
     AND NOT EXISTS (SELECT 1 FROM users u WHERE u.name = s.owner AND u.disabled)
   ORDER BY s.id;
