@@ -15,6 +15,8 @@ from domain.errors import InvalidInput, Unavailable
 from domain.ports import Clock, Ids
 from domain.telemetry_ports import MetricsStore, TokenSigner
 from domain.unit_of_work import UnitOfWorkFactory, Units
+from domain.webhook_ports import WebhookSender, WebhookStore
+from domain.webhooks import Retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,22 @@ class Limits:
 class TelemetrySettings:
     token_lifetime: timedelta = timedelta(days=30)
     grace: timedelta = timedelta(minutes=10)  # after an attempt ended, its tokens still ship
+
+
+@dataclass(frozen=True, slots=True)
+class Notifications:
+    """Webhooks on job state changes (docs/notifications.md): the subscriptions and their
+    outbox, the sender, and how deliveries are timed and retried."""
+
+    store: WebhookStore
+    sender: WebhookSender
+    retry: Retry = field(default_factory=Retry)
+    timeout: timedelta = timedelta(seconds=10)  # one send, connection to answer
+    poll: timedelta = timedelta(seconds=5)  # the outbox is read this often without a wake-up
+    allow_loopback: bool = False  # receivers on this host's loopback may be subscribed
+    jitter: Callable[[], float] = lambda: 0.5  # a number in [0, 1): spreads retries apart
+    batch: int = 32  # rows claimed (and sent at once) per pass
+    retention: timedelta = timedelta(days=7)  # delivered and dead rows are kept this long
 
 
 NO_CATALOG = Catalog(methods=())  # a process that resolves no submission
@@ -72,6 +90,7 @@ class Context:
     coordinated: Mapping[str, CoordinatedBackend] = field(default_factory=dict)
     # backends whose own scheduler reports their pools and nodes (Slurm), by backend name
     capacity: Mapping[str, CapacityReporter] = field(default_factory=dict)
+    notifications: Notifications | None = None  # None: this process sends no webhooks
 
     @property
     def units(self) -> Units:

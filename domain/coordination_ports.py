@@ -7,6 +7,8 @@ from typing import Protocol
 
 NODE_WORK = "node_work"  # a launch began, was decided, or a member is to stop: gateways re-read
 LAUNCH_NEWS = "launch_news"  # a node voted or reported: the coordinator re-reads
+# a job state change was put in the webhook outbox (sent by the database, in its commit)
+WEBHOOK_OUTBOX = "webhook_outbox"
 
 
 class Signals(Protocol):

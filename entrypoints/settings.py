@@ -36,6 +36,7 @@ from entrypoints.settings_sections import (
     PostgresSettings,
     SlurmSettings,
 )
+from entrypoints.settings_webhooks import WebhookSettings
 
 DEFAULT_DOCKER_SOCKET = "/var/run/tuneplane-docker/docker.sock"
 
@@ -401,6 +402,7 @@ class Settings:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     build: BuildSettings = field(default_factory=BuildSettings)
     logs: LoggingSettings = field(default_factory=LoggingSettings)  # every process's
+    webhooks: WebhookSettings = field(default_factory=WebhookSettings)
     # the fields the environment or the settings file set (`tp up` defaults some others)
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 

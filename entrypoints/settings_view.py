@@ -17,7 +17,7 @@ MASK = "****"
 PROCESSES: dict[str, tuple[str, ...]] = {
     "api": (
         "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
-        "telemetry", "slurm", "kubernetes", "postgres", "build", "supervision",
+        "telemetry", "slurm", "kubernetes", "postgres", "build", "webhooks", "supervision",
     ),
     "node-gateway": ("general", "database", "logging", "node-gateway", "tls", "supervision"),
     "telemetry-gateway": ("general", "database", "logging", "telemetry", "tls", "supervision"),
@@ -26,7 +26,8 @@ PROCESSES: dict[str, tuple[str, ...]] = {
 }  # fmt: skip
 SECTION_ORDER = (
     "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
-    "node-gateway", "tls", "telemetry", "slurm", "kubernetes", "postgres", "build", "node",
+    "node-gateway", "tls", "telemetry", "slurm", "kubernetes", "postgres", "build", "webhooks",
+    "node",
     "cli", "supervision",
 )  # fmt: skip
 

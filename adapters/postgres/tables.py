@@ -464,6 +464,7 @@ from adapters.postgres import (  # noqa: E402, F401
     plugin_tables,
     telemetry_tables,
     timeline_tables,
+    webhook_tables,
 )
 
 runtimes = Table(  # the runtime registry (docs/runtimes.md); the built-in runtimes are not here

@@ -18,6 +18,7 @@ from application.blob_gc import keep_collecting
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
+from application.webhook_delivery import Deliverer
 from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
@@ -40,6 +41,7 @@ from entrypoints.api.security import (
     TokenCache,
     provide_principal,
 )
+from entrypoints.api.webhook_routes import WEBHOOK_ROUTES
 
 VERSION = "0.1.0"
 
@@ -73,6 +75,9 @@ def create_app(
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
     if supervisor is not None:  # a node voted or reported: decide and record at once
         ctx.signals.subscribe(LAUNCH_NEWS, supervisor.wake)
+    # webhooks: every API process delivers (claims skip each other's; docs/notifications.md)
+    notifications = ctx.notifications
+    deliverer = Deliverer(ctx, notifications) if notifications is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -83,9 +88,14 @@ def create_app(
             if every
             else None
         )
+        hooks = asyncio.create_task(deliverer.run()) if deliverer is not None else None
         try:
             yield
         finally:
+            if hooks is not None:
+                hooks.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await hooks
             if gc is not None:
                 gc.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -108,10 +118,16 @@ def create_app(
         *PLUGIN_ROUTES,
         *RUNTIME_ROUTES,
         *BLOB_ROUTES,
+        *WEBHOOK_ROUTES,
     ]
     for handler in protected:
         handler.security = SECURITY
-    state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
+    state: dict[str, Any] = {
+        "ctx": ctx,
+        "supervisor": supervisor,
+        "token_cache": TokenCache(),
+        "deliverer": deliverer,
+    }
     return GuardedLitestar(
         route_handlers=[healthz, readyz, *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},

@@ -34,6 +34,7 @@ from entrypoints.cli import (
     server_cmds,
     sim,
     submit,
+    webhooks,
 )
 
 
@@ -57,6 +58,7 @@ def build_app() -> App:
     fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
     nodes.register(app)
     queues.register(app)
+    webhooks.register(app)
     admin.register(app)
     config_show.register(app)
     server_cmds.register(app)

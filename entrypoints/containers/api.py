@@ -18,8 +18,10 @@ from adapters.outputs import FilesystemOutputs
 from adapters.postgres.lease import PostgresLeaderLease
 from adapters.postgres.metrics import PostgresMetrics
 from adapters.postgres.uow import PostgresUnitOfWork
+from adapters.postgres.webhooks import PostgresWebhooks
 from adapters.slurm.backend import SlurmBackend
 from adapters.system import RandomIds, SystemClock, new_secret
+from adapters.webhook_sender import HttpWebhookSender, jitter
 from application.context import Context
 from domain.blob_ports import BlobStore
 from domain.coordination_ports import Signals
@@ -31,6 +33,14 @@ from entrypoints.settings import Settings
 from entrypoints.settings_loader import load_one
 from entrypoints.settings_sections import NodeSettings
 from entrypoints.slurm_wiring import slurm_resource
+
+
+async def _webhook_sender() -> AsyncIterator[HttpWebhookSender]:
+    sender = HttpWebhookSender()
+    try:
+        yield sender
+    finally:
+        await sender.close()
 
 
 async def _docker(settings: Settings) -> AsyncIterator[DockerBackend]:
@@ -50,6 +60,7 @@ def _context(
     metrics: PostgresMetrics,
     tokens: CollectorTokens,
     kubernetes: dict[str, ExecutionBackend],
+    webhook_sender: HttpWebhookSender,
     slurm: SlurmBackend | None = None,
 ) -> Context:
     return Context(
@@ -76,6 +87,9 @@ def _context(
         checkpoints=FilesystemCheckpoints(settings.checkpoint_dir),
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
         backend_checkpoints={"slurm": slurm.checkpoints} if slurm is not None else {},
+        notifications=settings.webhooks.notifications(
+            PostgresWebhooks(engine), webhook_sender, jitter
+        ),
     )
 
 
@@ -106,6 +120,7 @@ class ApiContainer(containers.DeclarativeContainer):
         token_lifetime_seconds=settings.provided.collector_token_seconds,
     )
     lease = providers.Singleton(_lease, settings=settings)
+    webhook_sender = providers.Resource(_webhook_sender)
     context = providers.Singleton(
         _context,
         settings=settings,
@@ -116,5 +131,6 @@ class ApiContainer(containers.DeclarativeContainer):
         metrics=metrics,
         tokens=tokens,
         kubernetes=kubernetes,
+        webhook_sender=webhook_sender,
         slurm=slurm,
     )

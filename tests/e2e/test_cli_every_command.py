@@ -31,7 +31,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +40,7 @@ import pytest
 
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.server import TP
+from tests.support.webhook_receiver import receiver
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN = ROOT / "docs" / "examples" / "plugins" / "exact-match"
@@ -195,6 +196,19 @@ ROWS: list[Row] = [
     ok("queue set", "night", "--max-attempts", "3", out="attempts 3"),
     bad(2, "queue set", "night", "--max-attempts", "0", out="--max-attempts"),
     bad(2, "queue set", "night", "--priority", "5000", out="priority"),
+    # -- webhooks (a receiver on loopback: the fixture's, answering 200) ---------------------
+    ok("webhook add", "{hook}/ok", "--queue", "night", "--state", "failed",
+       out="secret (shown once", capture={"webhook": r"webhook (wh-[^:\s]+):"}),
+    bad(2, "webhook add", "http://hooks.example.org/x", out="plain http"),
+    bad(2, "webhook add", "{hook}/ok", "--team", "default", "--queue", "night",
+        out="one user, team or queue"),
+    bad(2, "webhook add", "{hook}/ok", "--state", "runing", out="not a job state"),
+    ok("webhook ls", out="{webhook}"),
+    bad(2, "webhook ls", "--bogus", out="--bogus"),
+    ok("webhook test", "{webhook}", out="answered 200"),
+    bad(3, "webhook test", "wh-nope", out="no webhook"),
+    ok("webhook rm", "{webhook}", out="removed"),
+    bad(3, "webhook rm", "{webhook}", out="no webhook"),
     # -- administration ----------------------------------------------------------------------
     ok("admin team add", "research"),
     bad(2, "admin team add", "Bad Name", out="expected a name: 1-63 characters"),
@@ -337,8 +351,10 @@ class Live:
 
 
 @pytest.fixture
-async def live(node_cluster_factory: Callable[..., Awaitable[NodeCluster]], tmp_path: Path) -> Live:
-    cluster = await node_cluster_factory(nodes=0)
+async def live(
+    node_cluster_factory: Callable[..., Awaitable[NodeCluster]], tmp_path: Path
+) -> AsyncIterator[Live]:
+    cluster = await node_cluster_factory(nodes=0, TUNEPLANE_WEBHOOK_ALLOW_LOOPBACK="on")
     shared = tmp_path / "shared"
     shared.mkdir()
     for name in ("n1", "n2"):
@@ -362,7 +378,9 @@ async def live(node_cluster_factory: Callable[..., Awaitable[NodeCluster]], tmp_
         fleet_file=str(fleet_file),
         bad_fleet_file=str(bad_fleet),
     )
-    return live
+    with receiver() as hooks:  # `tp webhook`'s receiver
+        live.values["hook"] = hooks.url
+        yield live
 
 
 def check(row: Row, proc: subprocess.CompletedProcess[str], live: Live) -> list[str]:

@@ -24,6 +24,7 @@ POSTGRES_ONLY = {
     "plugin_tables": "schema",
     "telemetry_tables": "schema",
     "timeline_tables": "schema",
+    "webhook_tables": "schema",
     "codec": "rows to domain values",
     "rows": "SQL row helpers (adapters/memory/db.py has the in-memory ones)",
     "engine": "connections",
@@ -35,6 +36,8 @@ POSTGRES_ONLY = {
     "metric_compaction": "telemetry",
     "ingest_arrays": "telemetry",
     "signing_keys": "telemetry: collector token keys",
+    "webhooks": "notifications: the outbox is filled by a trigger in the job's transaction; "
+    "not part of the unit of work, no in-memory twin (docs/notifications.md)",
 }
 
 

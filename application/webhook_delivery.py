@@ -1,0 +1,102 @@
+"""The webhook deliverer (docs/notifications.md#delivery): a loop in every API process that
+claims due outbox rows, sends each signed (all of a pass at once, each bounded by the timeout,
+so a hanging receiver delays no other), and records the outcome: delivered on 2xx, else due
+again after an exponential back-off with jitter, dead after ``max_attempts``.
+
+At least once: a process that dies between a send and its record leaves the row claimed; the
+claim's lease runs out and another pass sends it again. Receivers deduplicate by the event id
+(``TunePlane-Event-Id``). Several API processes may run it: claims skip each other's rows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import timedelta
+
+from application.context import Context, Notifications
+from domain.coordination_ports import WEBHOOK_OUTBOX
+from domain.errors import TunePlaneError
+from domain.webhooks import Delivery, SendResult, body, event, headers, one_line
+
+log = logging.getLogger("tuneplane.webhooks")
+PRUNE_EVERY = timedelta(minutes=10)
+
+
+class Deliverer:
+    def __init__(self, ctx: Context, notifications: Notifications) -> None:
+        self._ctx = ctx
+        self._n = notifications
+        self._wake = asyncio.Event()
+        self._since_prune = PRUNE_EVERY  # prune at the first pass
+        self.sent = 0  # sends attempted by this process (tests, logs)
+
+    @property
+    def lease(self) -> timedelta:
+        """How long a claimed row waits for this process's record before it is due again."""
+        return self._n.timeout * 2 + timedelta(seconds=1)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Deliver until cancelled; a pass that fails (the database away) is logged and the
+        next one tries again."""
+        self._ctx.signals.subscribe(WEBHOOK_OUTBOX, self.wake)
+        while True:
+            try:
+                busy = await self.deliver_due()
+            except TunePlaneError as exc:
+                log.warning("webhook delivery pass failed: %s", exc)
+                busy = False
+            except Exception:  # a bug must not end delivery for the process's life
+                log.exception("webhook delivery pass failed")
+                busy = False
+            if busy:  # a full batch: more may be due at once
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._n.poll.total_seconds())
+            self._since_prune += self._n.poll
+
+    async def deliver_due(self) -> bool:
+        """One pass: claim, send, record. True when the batch was full."""
+        store = self._n.store
+        if self._since_prune >= PRUNE_EVERY:
+            self._since_prune = timedelta(0)
+            await store.prune(self._n.retention)
+        claimed = await store.claim(self._n.batch, self.lease)
+        if claimed:
+            await asyncio.gather(*(self._deliver(d) for d in claimed))
+        return len(claimed) >= self._n.batch
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        change = delivery.change
+        payload = body(event(change), delivery.format)
+        now = int(self._ctx.clock.now().timestamp())
+        sent = headers(delivery.secret, change.event_id, delivery.subscription_id, now, payload)
+        try:
+            result = await asyncio.wait_for(
+                self._n.sender.send(delivery.url, sent, payload, self._n.timeout),
+                self._n.timeout.total_seconds() + 1,
+            )
+        except TimeoutError:
+            result = SendResult(None, f"no answer in {self._n.timeout.total_seconds():g} s")
+        self.sent += 1
+        try:
+            if result.ok:
+                assert result.status is not None
+                await self._n.store.delivered(delivery.id, result.status)
+                return
+            failed = delivery.attempts + 1
+            retry = self._n.retry
+            wait = None if retry.gives_up(failed) else retry.delay(failed, self._n.jitter())
+            error = one_line(result.error or f"HTTP {result.status}")
+            await self._n.store.failed(delivery.id, SendResult(result.status, error), wait)
+            if wait is None:
+                log.warning(
+                    "webhook %s: event %s dead after %d attempts: %s",
+                    delivery.subscription_id, change.event_id, failed, error,
+                )  # fmt: skip
+        except TunePlaneError as exc:  # the row stays claimed: resent once its lease ends
+            log.warning("webhook %s: outcome not recorded: %s", delivery.subscription_id, exc)
