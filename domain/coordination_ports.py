@@ -7,6 +7,7 @@ from typing import Protocol
 
 NODE_WORK = "node_work"  # a launch began, was decided, or a member is to stop: gateways re-read
 LAUNCH_NEWS = "launch_news"  # a node voted or reported: the coordinator re-reads
+TOKENS_REVOKED = "tokens_revoked"  # a token was revoked: API processes drop their token caches
 
 
 class Signals(Protocol):

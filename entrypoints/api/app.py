@@ -18,7 +18,7 @@ from application.blob_gc import keep_collecting
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
-from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
+from domain.coordination_ports import LAUNCH_NEWS, TOKENS_REVOKED, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.blob_routes import BLOB_ROUTES
@@ -40,6 +40,7 @@ from entrypoints.api.security import (
     TokenCache,
     provide_principal,
 )
+from entrypoints.api.token_routes import TOKEN_ROUTES
 
 VERSION = "0.1.0"
 
@@ -102,6 +103,7 @@ def create_app(
         *SCHEDULING_ROUTES,
         *FLEET_ROUTES,
         *POLICY_ROUTES,
+        *TOKEN_ROUTES,
         *NODE_ROUTES,
         *METRICS_ROUTES,
         *ARTIFACT_ROUTES,
@@ -111,7 +113,9 @@ def create_app(
     ]
     for handler in protected:
         handler.security = SECURITY
-    state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
+    token_cache = TokenCache()
+    ctx.signals.subscribe(TOKENS_REVOKED, token_cache.clear)  # revoked in another API process
+    state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": token_cache}
     return GuardedLitestar(
         route_handlers=[healthz, readyz, *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},
