@@ -1,12 +1,16 @@
 """`--expires` of `tp admin token create` (issue 24): durations in m, h, d, w, y and dates;
-what cannot be an expiry is refused naming the flag, before any request."""
+what cannot be an expiry is refused naming the flag, before any request. And what `tp serve`'s
+bootstrap prints: the token itself only on a terminal."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from domain.errors import InvalidInput
 from entrypoints.cli.tokens import parse_expires
+from entrypoints.server import first_start_text
 
 pytestmark = pytest.mark.unit
 
@@ -47,3 +51,11 @@ def test_bad_expiries(text: str, says: str) -> None:
     with pytest.raises(InvalidInput, match=says) as err:
         parse_expires(text)
     assert err.value.field == "--expires" and "30d" in (err.value.fix or "")
+
+
+def test_serve_shows_the_first_token_only_on_a_terminal(tmp_path: Path) -> None:
+    path = tmp_path / "admin-token"
+    logged = first_start_text(path, "tp_secret", "http://h:1", terminal=False)
+    assert str(path) in logged and "tp_secret" not in logged
+    shown = first_start_text(path, "tp_secret", "http://h:1", terminal=True)
+    assert str(path) in shown and "the admin token (shown once): tp_secret" in shown
