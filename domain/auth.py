@@ -83,8 +83,8 @@ def token_expiry(
                 field=where,
             )
         lifetime = at - now
-    elif in_seconds is not None:
-        lifetime = timedelta(seconds=in_seconds)
+    elif in_seconds is not None:  # capped first: timedelta overflows past ~2.7 million years
+        lifetime = timedelta(seconds=max(min(in_seconds, 2**40), -(2**40)))
     else:
         return None
     if lifetime < MIN_TOKEN_LIFETIME:

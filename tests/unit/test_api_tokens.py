@@ -84,7 +84,9 @@ async def test_create_list_and_expire(client: Any, ctx: Context, clock: FakeCloc
         ({"expires_in_seconds": -5}, 400, None),
         ({"expires_in_seconds": 59}, 422, "expires_in_seconds"),
         ({"expires_in_seconds": 10_000 * 365 * 86400}, 422, "expires_in_seconds"),
+        ({"expires_in_seconds": 2**53}, 422, "expires_in_seconds"),  # past timedelta's range
         ({"expires_in_seconds": "30d"}, 400, None),
+        ({"expires_at": "9999-12-31T23:59:59Z"}, 422, "expires_at"),
         ({"expires_at": "2020-01-01T00:00:00Z"}, 422, "expires_at"),
         ({"expires_at": "2024-06-01T00:00:00"}, 422, "expires_at"),  # no zone
         ({"expires_at": "2024-06-01T00:00:00Z", "expires_in_seconds": 60}, 422, "expires_at"),
