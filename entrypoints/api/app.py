@@ -66,10 +66,12 @@ def create_app(
     debug: bool = False,
     gangs: GangSettings | None = None,
     collect_blobs_every: timedelta | None = None,
+    token_cache_seconds: float = 5.0,
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
     pass + supervisor); with a ``lease`` it ticks only while it leads. With
-    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``)."""
+    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``).
+    ``token_cache_seconds``: how long a token lookup is kept (``security.TokenCache``)."""
     coordinator = GangCoordinator(ctx, gangs)
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
     if supervisor is not None:  # a node voted or reported: decide and record at once
@@ -113,7 +115,7 @@ def create_app(
     ]
     for handler in protected:
         handler.security = SECURITY
-    token_cache = TokenCache()
+    token_cache = TokenCache(token_cache_seconds)
     ctx.signals.subscribe(TOKENS_REVOKED, token_cache.clear)  # revoked in another API process
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": token_cache}
     return GuardedLitestar(
