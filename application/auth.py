@@ -124,7 +124,8 @@ async def authenticate_token(ctx: Context, secret: str | None) -> tuple[Principa
     async with ctx.units.fleet() as uow:
         token = await uow.tokens.by_hash(hash_token(secret))
         user = await uow.policy.user(token.name) if token is not None else None
-        if token is not None and token.usable(now) and token.needs_touch(now):
+        works = token is not None and user is not None and not user.disabled
+        if works and token is not None and token.usable(now) and token.needs_touch(now):
             await uow.tokens.touch(token.id, now)  # at most once a minute a token
             await uow.commit()
     if token is None or not token.usable(now):
