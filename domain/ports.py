@@ -183,6 +183,29 @@ class TokenRepository(Protocol):
 
     async def by_hash(self, token_hash: str) -> ApiToken | None: ...
 
+    async def get(self, token_id: str) -> ApiToken | None: ...
+
+    async def list(self, user: str | None = None) -> builtins.list[ApiToken]:
+        """Every token (revoked and expired ones too), or ``user``'s; by user, then creation
+        time, then id."""
+        ...
+
+    async def live_admin_tokens(self, now: datetime) -> builtins.list[ApiToken]:
+        """The tokens that can act as an admin at ``now`` (not revoked, not expired, their user
+        an admin and enabled), each locked until the unit ends: a racing revocation of the
+        last of them waits for this unit, then sees what it did."""
+        ...
+
+    async def revoke(self, token_id: str, by: str, now: datetime) -> ApiToken | None:
+        """Mark the token revoked at ``now`` by user ``by``; one already revoked keeps its
+        first revocation. The token as stored after it, or None if there is no such token."""
+        ...
+
+    async def touch(self, token_id: str, now: datetime) -> None:
+        """Record a use at ``now``, unless the stored last use is less than
+        ``LAST_USED_PRECISION`` before it (or later): at most one write a minute a token."""
+        ...
+
     async def count(self) -> int: ...
 
 

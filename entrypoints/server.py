@@ -46,11 +46,10 @@ async def serve(
     await reach_database(settings)
     async with started(ApiContainer(settings=settings)) as container:
         ctx = await resolve(container.context)
-        if bootstrap and (path := await _first_admin(ctx, settings.state_dir)) is not None:
-            logs.say(
-                f"first start: created user admin and its token, written to {path} (0600); "
-                f"log in with:  tp login --server {settings.url} --token $(cat {path})"
-            )
+        if bootstrap and (token := await bootstrap_admin(ctx)) is not None:
+            path = _keep_admin_token(settings.state_dir, token)
+            if path is not None:
+                logs.say(first_start_text(path, token, settings.url, sys.stdout.isatty()))
         await prepare_fleet(ctx, settings)
         lease: LeaderLease | None = None
         if supervise:  # the control loop runs in the one process holding the lease
@@ -159,11 +158,17 @@ async def first_admin(ctx: Context, state_dir: Path) -> str | None:
     return token
 
 
-async def _first_admin(ctx: Context, state_dir: Path) -> Path | None:
-    """`tp serve`'s bootstrap: on an empty database, the admin token's 0600 file (None when the
-    database had a token: a later start, or another process won the race)."""
-    token = await bootstrap_admin(ctx)
-    return _keep_admin_token(state_dir, token) if token is not None else None
+def first_start_text(path: Path, token: str, url: str, terminal: bool) -> str:
+    """What `tp serve`'s bootstrap prints: the file's path and how to log in; the token itself
+    only on a terminal (an operator reading it once, as `tp up` shows it), never into a log
+    collector or a file (where the 0600 copy is the one to use)."""
+    text = (
+        f"first start: created user admin and its token, written to {path} (0600); "
+        f"log in with:  tp login --server {url} --token $(cat {path})"
+    )
+    if terminal:
+        text += f"\nthe admin token (shown once): {token}"
+    return text
 
 
 def _keep_admin_token(state_dir: Path, token: str) -> Path | None:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import replace
+from datetime import datetime
 
 from adapters.memory.db import Tx, require
-from domain.auth import ApiToken, User
+from domain.auth import ApiToken, Role, User
 from domain.errors import NotFound
 from domain.fleet import Queue, Team
 
@@ -22,6 +23,40 @@ class MemoryTokenRepository:
     async def by_hash(self, token_hash: str) -> ApiToken | None:
         found: ApiToken | None = self._tx.find("api_tokens", "token_hash", token_hash)
         return found
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        found: ApiToken | None = self._tx.get("api_tokens", token_id)
+        return found
+
+    async def list(self, user: str | None = None) -> builtins.list[ApiToken]:
+        rows: list[ApiToken] = self._tx.select(
+            "api_tokens", lambda t: user is None or t.name == user
+        )
+        return sorted(rows, key=lambda t: (t.name, t.created_at, t.id))
+
+    async def live_admin_tokens(self, now: datetime) -> builtins.list[ApiToken]:
+        await self._tx.lock(("api_tokens", "admins", None))  # one admin revocation at a time
+
+        def admin(t: ApiToken) -> bool:
+            user: User | None = self._tx.get("users", t.name)
+            return user is not None and user.role == Role.ADMIN and not user.disabled
+
+        return [t for t in await self.list() if t.usable(now) and admin(t)]
+
+    async def revoke(self, token_id: str, by: str, now: datetime) -> ApiToken | None:
+        await self._tx.lock(("api_tokens", "pk", token_id))
+        token: ApiToken | None = self._tx.get("api_tokens", token_id)
+        if token is None or token.revoked:
+            return token
+        token = replace(token, revoked_at=now, revoked_by=by)
+        self._tx.write("api_tokens", token)
+        return token
+
+    async def touch(self, token_id: str, now: datetime) -> None:
+        await self._tx.lock(("api_tokens", "pk", token_id))
+        token: ApiToken | None = self._tx.get("api_tokens", token_id)
+        if token is not None and token.needs_touch(now):
+            self._tx.write("api_tokens", replace(token, last_used_at=now))
 
     async def count(self) -> int:
         return self._tx.count("api_tokens")

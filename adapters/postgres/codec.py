@@ -167,7 +167,11 @@ def token_values(t: ApiToken) -> dict[str, Any]:
         "name": t.name,
         "token_hash": t.token_hash,
         "created_at": t.created_at,
-        "revoked": t.revoked,
+        "label": t.label,
+        "expires_at": t.expires_at,
+        "last_used_at": t.last_used_at,
+        "revoked_at": t.revoked_at,
+        "revoked_by": t.revoked_by,
     }
 
 
@@ -177,7 +181,11 @@ def token_from_row(r: Row) -> ApiToken:
         name=r["name"],
         token_hash=r["token_hash"],
         created_at=r["created_at"],
-        revoked=r["revoked"],
+        label=r["label"],
+        expires_at=r["expires_at"],
+        last_used_at=r["last_used_at"],
+        revoked_at=r["revoked_at"],
+        revoked_by=r["revoked_by"],
     )
 
 

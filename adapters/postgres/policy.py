@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from datetime import datetime
 
 from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -12,7 +13,7 @@ from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import fetch_one, insert_new
 from adapters.postgres.tables import api_tokens, queues, teams
-from domain.auth import ApiToken, User
+from domain.auth import LAST_USED_PRECISION, ApiToken, User
 from domain.errors import NotFound
 from domain.fleet import Queue, Team
 
@@ -59,6 +60,29 @@ _PUT_QUEUE = text(
 )
 _QUEUE = select(queues).where(queues.c.name == bindparam("name"))
 _ALL_QUEUES = select(queues).order_by(queues.c.name.collate("C"))
+
+_TOKEN_ORDER = (api_tokens.c.name.collate("C"), api_tokens.c.created_at, api_tokens.c.id)
+_ALL_TOKENS = select(api_tokens).order_by(*_TOKEN_ORDER)
+_TOKENS_OF = (
+    select(api_tokens).where(api_tokens.c.name == bindparam("name")).order_by(*_TOKEN_ORDER)
+)
+# rows locked (FOR UPDATE): a second revocation of an admin's token waits, then re-reads them
+_LIVE_ADMIN_TOKENS = text(
+    "SELECT t.* FROM api_tokens t JOIN users u ON u.name = t.name "
+    "WHERE u.role = 'admin' AND NOT u.disabled AND t.revoked_at IS NULL "
+    "AND (t.expires_at IS NULL OR t.expires_at > :now) "
+    'ORDER BY t.name COLLATE "C", t.created_at, t.id FOR UPDATE OF t'
+)
+_REVOKE = text(
+    "UPDATE api_tokens SET revoked_at = :now, revoked_by = :by "
+    "WHERE id = :id AND revoked_at IS NULL"
+)
+# a use is written only when the stored one is a minute old: not a write per request
+_TOUCH = text(
+    "UPDATE api_tokens SET last_used_at = :now WHERE id = :id "
+    "AND (last_used_at IS NULL "
+    "     OR last_used_at <= CAST(:now AS timestamptz) - CAST(:every AS interval))"
+)
 
 
 def _no_team(name: str) -> NotFound:
@@ -137,6 +161,33 @@ class PostgresTokenRepository:
         with translated("look up a token"):
             row = await fetch_one(self._conn, api_tokens, "token_hash", token_hash)
         return codec.token_from_row(row) if row else None
+
+    async def get(self, token_id: str) -> ApiToken | None:
+        with translated(f"get token {token_id}"):
+            row = await fetch_one(self._conn, api_tokens, "id", token_id)
+        return codec.token_from_row(row) if row else None
+
+    async def list(self, user: str | None = None) -> builtins.list[ApiToken]:
+        stmt = _ALL_TOKENS if user is None else _TOKENS_OF
+        with translated("list tokens"):
+            rows = (await self._conn.execute(stmt, {"name": user})).mappings().all()
+        return [codec.token_from_row(r) for r in rows]
+
+    async def live_admin_tokens(self, now: datetime) -> builtins.list[ApiToken]:
+        with translated("lock the admins' tokens"):
+            rows = (await self._conn.execute(_LIVE_ADMIN_TOKENS, {"now": now})).mappings().all()
+        return [codec.token_from_row(r) for r in rows]
+
+    async def revoke(self, token_id: str, by: str, now: datetime) -> ApiToken | None:
+        with translated(f"revoke token {token_id}"):
+            await self._conn.execute(_REVOKE, {"id": token_id, "by": by, "now": now})
+        return await self.get(token_id)
+
+    async def touch(self, token_id: str, now: datetime) -> None:
+        with translated(f"record a use of token {token_id}"):
+            await self._conn.execute(
+                _TOUCH, {"id": token_id, "now": now, "every": LAST_USED_PRECISION}
+            )
 
     async def count(self) -> int:
         with translated("count tokens"):

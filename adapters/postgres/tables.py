@@ -201,7 +201,12 @@ api_tokens = Table(
     Column("name", Text, ForeignKey("users.name"), nullable=False),  # its user
     Column("token_hash", Text, nullable=False, unique=True),
     ts("created_at"),
-    Column("revoked", Boolean, nullable=False, server_default="false"),
+    Column("label", Text, nullable=False, server_default=""),
+    ts("expires_at", nullable=True),  # NULL: never
+    ts("last_used_at", nullable=True),  # written at most once a minute a token
+    ts("revoked_at", nullable=True),
+    Column("revoked_by", Text, nullable=True),  # a user's name, kept if the user goes
+    Index("ix_api_tokens_name", "name"),
 )
 
 queues = Table(

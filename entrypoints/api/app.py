@@ -19,7 +19,7 @@ from application.context import Context
 from application.gang import GangCoordinator, GangSettings
 from application.supervisor import Supervisor
 from application.webhook_delivery import Deliverer
-from domain.coordination_ports import LAUNCH_NEWS, LeaderLease
+from domain.coordination_ports import LAUNCH_NEWS, TOKENS_REVOKED, LeaderLease
 from entrypoints.api import schemas as s
 from entrypoints.api.artifact_routes import ARTIFACT_ROUTES
 from entrypoints.api.blob_routes import BLOB_ROUTES
@@ -41,6 +41,7 @@ from entrypoints.api.security import (
     TokenCache,
     provide_principal,
 )
+from entrypoints.api.token_routes import TOKEN_ROUTES
 from entrypoints.api.webhook_routes import WEBHOOK_ROUTES
 
 VERSION = "0.1.0"
@@ -67,10 +68,12 @@ def create_app(
     debug: bool = False,
     gangs: GangSettings | None = None,
     collect_blobs_every: timedelta | None = None,
+    token_cache_seconds: float = 5.0,
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
     pass + supervisor); with a ``lease`` it ticks only while it leads. With
-    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``)."""
+    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``).
+    ``token_cache_seconds``: how long a token lookup is kept (``security.TokenCache``)."""
     coordinator = GangCoordinator(ctx, gangs)
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
     if supervisor is not None:  # a node voted or reported: decide and record at once
@@ -112,6 +115,7 @@ def create_app(
         *SCHEDULING_ROUTES,
         *FLEET_ROUTES,
         *POLICY_ROUTES,
+        *TOKEN_ROUTES,
         *NODE_ROUTES,
         *METRICS_ROUTES,
         *ARTIFACT_ROUTES,
@@ -122,10 +126,12 @@ def create_app(
     ]
     for handler in protected:
         handler.security = SECURITY
+    token_cache = TokenCache(token_cache_seconds)
+    ctx.signals.subscribe(TOKENS_REVOKED, token_cache.clear)  # revoked in another API process
     state: dict[str, Any] = {
         "ctx": ctx,
         "supervisor": supervisor,
-        "token_cache": TokenCache(),
+        "token_cache": token_cache,
         "deliverer": deliverer,
     }
     return GuardedLitestar(

@@ -1,7 +1,7 @@
 """HTTP routes of users, tokens, teams and queues.
 
-Admins manage users and tokens (anyone may mint a token for themselves); admins and operators
-manage teams and queues; everyone may list teams and queues. The use cases check.
+Admins manage users; admins and operators manage teams and queues; everyone may list teams and
+queues. The use cases check. Tokens: ``token_routes.py``.
 """
 
 from __future__ import annotations
@@ -53,11 +53,6 @@ class UserOut(Struct):
     teams: list[str]
     disabled: bool
     created_at: datetime | None
-
-
-class TokenOut(Struct):
-    user: str
-    token: str  # shown once; only its hash is stored
 
 
 class TeamIn(Struct, forbid_unknown_fields=True):
@@ -155,15 +150,6 @@ async def update_user(name: str, data: UserPatchIn, state: State, principal: Pri
     return user_out(user)
 
 
-@post(
-    "/v1/users/{name:str}/tokens",
-    responses=responses(400, 401, 403, 404, 422),
-    summary="Create an API token for a user (admin; or a user for themselves). Shown once.",
-)
-async def create_token(name: str, state: State, principal: Principal) -> TokenOut:
-    return TokenOut(name, await policy.create_token_for(_ctx(state), principal, name))
-
-
 @get("/v1/teams", responses=responses(400, 401), summary="Teams")
 async def list_teams(state: State, principal: Principal) -> list[TeamOut]:
     return [TeamOut(t.name) for t in await policy.list_teams(_ctx(state))]
@@ -232,7 +218,6 @@ POLICY_ROUTES = [
     list_users,
     create_user,
     update_user,
-    create_token,
     list_teams,
     create_team,
     list_queues,

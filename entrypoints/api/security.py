@@ -1,18 +1,22 @@
 """Bearer-token authentication with a short in-process cache.
 
 Looking a token up costs a database round trip per request; a cache of a few seconds keeps that
-off the hot path. A revoked token therefore stays usable for at most ``ttl`` seconds.
+off the hot path. An entry never outlives its token's expiry; a revocation clears the cache of
+the process that made it at once and, through the TOKENS_REVOKED signal, of every other API
+process (if that hint is lost, a revoked token stays usable there for at most ``ttl`` seconds,
+as does a disabled user's).
 """
 
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import Any
 
 from litestar import Request
 from litestar.openapi.spec import Components, SecurityScheme
 
-from application.auth import authenticate
+from application.auth import authenticate_token
 from application.context import Context
 from domain.auth import Principal
 
@@ -28,19 +32,24 @@ class TokenCache:
     def __init__(self, ttl: float = 5.0, max_entries: int = 10_000) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
-        self._entries: dict[str, tuple[float, Principal]] = {}
+        # secret → (monotonic deadline, principal, the token's expiry by the context's clock)
+        self._entries: dict[str, tuple[float, Principal, datetime | None]] = {}
 
     async def principal(self, ctx: Context, secret: str | None) -> Principal:
         now = time.monotonic()
         if secret:
             hit = self._entries.get(secret)
-            if hit and hit[0] > now:
+            if hit and hit[0] > now and (hit[2] is None or ctx.clock.now() < hit[2]):
                 return hit[1]
-        principal = await authenticate(ctx, secret)
+        principal, token = await authenticate_token(ctx, secret)
         if len(self._entries) >= self.max_entries:
             self._entries.clear()
-        self._entries[secret or ""] = (now + self.ttl, principal)
+        self._entries[secret or ""] = (now + self.ttl, principal, token.expires_at)
         return principal
+
+    def clear(self) -> None:
+        """Forget every lookup: a token was revoked (here, or in another process)."""
+        self._entries.clear()
 
 
 def bearer(request: Request[Any, Any, Any]) -> str | None:

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
-from entrypoints.cli import output
+from entrypoints.cli import output, tokens
 from entrypoints.cli.client import Api, connect, seg
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
@@ -16,7 +16,6 @@ Reason = Annotated[str, Parameter(name="--reason", help="why (kept with the memb
 
 admin_app = App(name="admin", help="Users, tokens and teams; explicit operator decisions.")
 user_app = App(name="user", help="Users: a role (admin, operator, member, viewer) and teams.")
-token_app = App(name="token", help="API tokens.")
 team_app = App(name="team", help="Teams: who may use which queues.")
 node_app = App(name="node", help="Explicit decisions about nodes.")
 reservation_app = App(name="reservation", help="Explicit decisions about reservations.")
@@ -142,25 +141,6 @@ def user_set(
     return 0
 
 
-@token_app.command(name="create")
-def token_create(user: str, /) -> int:
-    """Create an API token for a user and print it once (admins; anyone for themselves).
-
-    Parameters
-    ----------
-    user
-        The user the token authenticates as; it must exist (`tp admin user add`).
-    """
-    with connect() as api:
-        _, answer = api.post(f"/v1/users/{seg(user)}/tokens")
-    output.out.print(answer["token"], markup=False)
-    output.info(
-        f"token for {user}: shown once, only its hash is stored; log in with "
-        f"`tp login --server {api.server} --token <token>`"
-    )
-    return 0
-
-
 @team_app.command(name="add")
 def team_add(name: str, /) -> int:
     """Create a team (admins and operators).
@@ -266,7 +246,6 @@ def blobs_collect(
 
 
 admin_app.command(user_app)
-admin_app.command(token_app)
 admin_app.command(team_app)
 admin_app.command(node_app)
 admin_app.command(reservation_app)
@@ -275,3 +254,4 @@ admin_app.command(blobs_app)
 
 def register(app: App) -> None:
     app.command(admin_app)
+    tokens.register(app, admin_app)  # `tp admin token …`, `tp admin bootstrap`, `tp token …`

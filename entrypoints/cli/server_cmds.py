@@ -103,7 +103,8 @@ def serve(
     """Serve one API process against TUNEPLANE_DATABASE_URL (already migrated). Run several
     behind a load balancer for more throughput; each also supervises jobs unless told not to.
     On an empty database the first one creates user admin and writes its token to
-    STATE/admin-token (0600), printing the path."""
+    STATE/admin-token (0600), printing the path (and the token, on a terminal); `tp admin
+    bootstrap` does that step alone."""
     from entrypoints import logs
     from entrypoints.process import run_server
     from entrypoints.server import serve as serve_async

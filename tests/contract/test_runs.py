@@ -9,7 +9,7 @@ from domain.checkpoints import Resume
 from domain.errors import Conflict, NotFound
 from domain.lifecycle import AttemptState, MemberState
 from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
-from tests.contract.builders import a_job, a_member, a_token, an_attempt, at
+from tests.contract.builders import T0, a_job, a_member, a_token, an_attempt, at
 
 pytestmark = pytest.mark.contract
 
@@ -214,7 +214,7 @@ async def test_a_log_needs_its_attempt(uow_factory: UnitOfWorkFactory) -> None:
 
 async def test_tokens_by_hash_and_count(uow_factory: UnitOfWorkFactory) -> None:
     admin = a_token(name="root")
-    viewer = a_token(name="carol", revoked=True)
+    viewer = a_token(name="carol", revoked_at=T0, revoked_by="root")
     async with uow_factory() as uow:
         assert await uow.tokens.count() == 0
         await uow.policy.put_user(User("root", Role.ADMIN))  # a token names an existing user

@@ -72,16 +72,17 @@ def bad(code: int, command: str, *args: str, **kw: object) -> Row:
 
 LONG = "long-running: --help here; the fixture's own processes are its real start"
 NO_LOGIN = {"TUNEPLANE_CONFIG_DIR": "{tmp}/no-login"}
+CAROL = {"TUNEPLANE_SERVER": "{url}", "TUNEPLANE_TOKEN": "{carol_secret}"}
 
 # fmt: off
 ROWS: list[Row] = [
     # -- account -----------------------------------------------------------------------------
     bad(2, "login", "--server", "ftp://x", "--token", "t", out="not an http(s) URL"),
-    bad(5, "login", "--server", "{url}", "--token", "tp_bogus", out="unknown or revoked"),
+    bad(5, "login", "--server", "{url}", "--token", "tp_bogus", out="unknown, expired or revoked"),
     bad(6, "login", "--server", "http://127.0.0.1:1", "--token", "t", out="check that the server"),
     ok("login", "--server", "{url}", "--token", "{token}", out="as admin (admin)"),
     ok("whoami", out="admin (admin) on {url}"),
-    bad(5, "whoami", env={"TUNEPLANE_TOKEN": "tp_bogus"}, out="unknown or revoked"),
+    bad(5, "whoami", env={"TUNEPLANE_TOKEN": "tp_bogus"}, out="unknown, expired or revoked"),
     bad(5, "job ls", env=NO_LOGIN, out="not logged in", note="any API command, not logged in"),
     # -- workspace and experiments -----------------------------------------------------------
     ok("init", "{ws}", out="initialised"),
@@ -222,6 +223,26 @@ ROWS: list[Row] = [
     bad(3, "admin user set", "nope", "--role", "viewer", out="nope"),
     ok("admin token create", "carol", out="tp_"),
     bad(3, "admin token create", "nope", out="nope"),
+    # -- tokens (issue 24): carol's own, then revoked by herself; the admin's is the last one
+    ok("admin token create", "carol", "--label", "table", "--expires", "30d",
+       capture={"carol_secret": r"(tp_[A-Za-z0-9_-]+)", "carol_tok": r"token (tok-\S+) for carol"}),
+    bad(2, "admin token create", "carol", "--expires", "10000y", out="past the limit of 5 years",
+        note="other bad values: tests/unit/test_cli_tokens.py"),
+    ok("admin token ls", "carol", "--json", out='"label": "table"'),
+    bad(2, "admin token ls", "--bogus", out="--bogus"),
+    ok("token ls", env=CAROL, out="{carol_tok}"),
+    bad(3, "token revoke", "tok-first-admin", env=CAROL, out="you have no token tok-first-admin",
+        note="another's token: answered as one that does not exist"),
+    bad(4, "admin token revoke", "tok-first-admin", out="last token that can act as an admin"),
+    ok("token revoke", "{carol_tok}", env=CAROL, out="that is the token this command used"),
+    bad(5, "token ls", env=CAROL, out="unknown, expired or revoked",
+        note="the very next request with it is refused"),
+    ok("admin token revoke", "{carol_tok}", out="already revoked"),
+    ok("admin bootstrap", "--state-dir", "{tmp}/boot", env={"TUNEPLANE_DATABASE_URL": "{spare_db}"},
+       out="created user admin and its token", anytime=True,
+       note="an empty database of its own; `tp serve` bootstraps too (test_first_start.py)"),
+    bad(4, "admin bootstrap", "--state-dir", "{tmp}/boot",
+        env={"TUNEPLANE_DATABASE_URL": "{spare_db}"}, out="has an admin already", anytime=True),
     ok("admin blobs collect", "--dry-run", out="would delete"),
     bad(2, "admin blobs collect", "--grace-hours", "nan", out="out of range",
         note="crashed: NaN hours to seconds"),
@@ -352,7 +373,7 @@ class Live:
 
 @pytest.fixture
 async def live(
-    node_cluster_factory: Callable[..., Awaitable[NodeCluster]], tmp_path: Path
+    node_cluster_factory: Callable[..., Awaitable[NodeCluster]], tmp_path: Path, spare_pg_url: str
 ) -> AsyncIterator[Live]:
     cluster = await node_cluster_factory(nodes=0, TUNEPLANE_WEBHOOK_ALLOW_LOOPBACK="on")
     shared = tmp_path / "shared"
@@ -377,6 +398,7 @@ async def live(
         gateway_port=str(cluster.gateway_port),
         fleet_file=str(fleet_file),
         bad_fleet_file=str(bad_fleet),
+        spare_db=spare_pg_url,
     )
     with receiver() as hooks:  # `tp webhook`'s receiver
         live.values["hook"] = hooks.url

@@ -138,11 +138,13 @@ def test_user_add_ls_and_set(stub: Stub, capsys: pytest.CaptureFixture[str]) -> 
 def test_token_create_prints_the_token_alone_on_stdout(
     stub: Stub, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stub.answers[("POST", "/v1/users/carol/tokens")] = (201, {"user": "carol", "token": "tp_x"})
+    made = {"user": "carol", "token": "tp_x", "id": "tok-1", "label": "", "expires_at": None}
+    stub.answers[("POST", "/v1/users/carol/tokens")] = (201, made)
     assert run(["admin", "token", "create", "carol"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "tp_x\n"
     assert "shown once" in captured.err and "tp login --server" in captured.err
+    assert "token tok-1 for carol (expires: never)" in captured.err
     stub.answers[("POST", "/v1/users/nobody/tokens")] = problem(
         404, "not-found", "no user nobody", "create the user first: `tp admin user add nobody`",
         "user",

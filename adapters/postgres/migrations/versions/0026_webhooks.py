@@ -2,7 +2,7 @@
 transaction that moved the job, so no state change is lost or invented (docs/notifications.md)
 
 Revision ID: 0026
-Revises: 0024 (merged after 0025, the token migration: the lead sets down_revision to "0025")
+Revises: 0025
 Create Date: 2026-12-05
 """
 
@@ -13,7 +13,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import ARRAY
 
 revision: str = "0026"
-down_revision: str | Sequence[str] | None = "0024"
+down_revision: str | Sequence[str] | None = "0025"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
