@@ -41,9 +41,9 @@ def install(
     state_dir: Annotated[
         Path | None, Parameter(help="the daemon's state directory, absolute (required)")
     ] = None,
-    unit_dir: Annotated[
-        Path, Parameter(help="where the unit files go")
-    ] = Path("/etc/systemd/system"),
+    unit_dir: Annotated[Path, Parameter(help="where the unit files go")] = Path(
+        "/etc/systemd/system"
+    ),
     no_enable: Annotated[
         bool, Parameter(negative="", help="write the units only; enable nothing")
     ] = False,

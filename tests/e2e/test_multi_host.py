@@ -167,7 +167,7 @@ def leader_pid(dep: Deployment, db_url: str) -> int:
         "import asyncio, asyncpg, sys\n"
         "async def main():\n"
         "    c = await asyncpg.connect(sys.argv[1])\n"
-        "    print(await c.fetchval(\"SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity"
+        '    print(await c.fetchval("SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity'
         " a USING (pid) WHERE l.locktype = 'advisory' AND l.granted"
         " AND a.application_name = 'tuneplane-leader'\"))\n"
         "asyncio.run(main())\n"
@@ -227,7 +227,11 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
     telemetry = issue_server_cert(pki, pki / "tel", [hosts["tel"].name, hosts["tel"].address])
     migrate = [sys.executable, "-m", "adapters.postgres.migrate", "upgrade", "--url", db_url]
     subprocess.run(lab.argv("api", migrate), env=dep.env, check=True, timeout=120)
-    control_plane = {"TUNEPLANE_DATABASE_URL": db_url, "TUNEPLANE_STATE_DIR": str(tmp_path / "cp")}
+    control_plane = {
+        "TUNEPLANE_DATABASE_URL": db_url,
+        "TUNEPLANE_STATE_DIR": str(tmp_path / "cp"),
+        "TUNEPLANE_NODE_EXECUTOR": "process",  # nodes run host processes: pin no image
+    }
     serve = [TP, "serve", "--host", hosts["api"].address, "--port"]
     dep.start("api-0", "api", [*serve, str(API_PORTS[0])], **control_plane)
     dep.wait_ready(0)
@@ -271,8 +275,8 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
     cli("init", str(tmp_path / "ws"))
     cli.cwd = tmp_path / "ws"
     cli("new", "hello", "--method", "custom/custom")
-    metric = '{"step": 1, "metrics": {"hosts/rank": $RANK}}'
-    first = submit(cli, f"echo rank=$RANK master=$MASTER_ADDR; echo '{metric}' > "
+    metric = '{\\"step\\": 1, \\"metrics\\": {\\"hosts/rank\\": $RANK}}'
+    first = submit(cli, f'echo rank=$RANK master=$MASTER_ADDR; echo "{metric}" > '
                         '"$TUNEPLANE_METRICS_DIR/m.jsonl"')  # fmt: skip
     job = cli.wait_state(first, {"succeeded", "failed", "cancelled"}, timeout=90)
     assert job["state"] == "succeeded", (job, cli("job", "logs", first, ok=False).stdout)
@@ -284,10 +288,12 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
 
     def arrived() -> dict[str, Any] | None:
         summary = dep.api("GET", f"/v1/jobs/{first}/metrics")
-        counts = {s["tag"]: s["count"] for s in summary["series"]}
-        return summary if counts.get("hosts/rank") == 2 else None
+        points = sum(s["count"] for s in summary["series"] if s["tag"] == "hosts/rank")
+        return summary if points == 2 else None
 
-    wait_until(arrived, what="both members' metrics through the telemetry gateway", within=60)
+    found = wait_until(arrived, what="both members' metrics through the telemetry gateway")
+    assert {(x["member"], x["last_value"]) for x in found["series"]} == {(0, 0.0), (1, 1.0)}
+    assert all(c["corrupt_records"] == 0 for c in found["collectors"]), found
 
     # the firewall holds: only the flows of the table open
     assert lab.can_connect("api", hosts["db"].address, POSTGRES)

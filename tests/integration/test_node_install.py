@@ -55,8 +55,8 @@ def test_units_are_valid_and_run_the_daemon_and_collector_as_given(
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is missing (the Debian package systemd; deploy/dev/setup.sh)"
     state = tmp_path / "state"
-    done = install(tmp_path, ca, "--state-dir", str(state), "--name", NAME, "--executor",
-                   "process", "--cpus", "2", "--join-token", "tp_join_secret", "--no-enable")  # fmt: skip
+    given = ["--state-dir", str(state), "--name", NAME, "--executor", "process", "--cpus", "2"]
+    done = install(tmp_path, ca, *given, "--join-token", "tp_join_secret", "--no-enable")
     assert done.returncode == 0, done.stderr
     assert "systemctl daemon-reload && systemctl enable --now" in done.stdout
     node = (tmp_path / "units" / "tuneplane-node.service").read_text()
@@ -96,8 +96,8 @@ def call(tmp_path: Path, default_ca: Path, **given: object) -> int:
     """The command's function in this process (no interpreter start per case): the same
     checks; its exit codes and output through `tp` are tests/e2e/test_cli_every_command.py's."""
     (tmp_path / "units").mkdir(exist_ok=True)
-    options: dict[str, object] = {"systemd": True, "server": "gw.example.org:8471", "ca": default_ca,
-                                  "unit_dir": tmp_path / "units", **given}  # fmt: skip
+    options: dict[str, object] = {"systemd": True, "server": "gw.example.org:8471"}
+    options.update(ca=default_ca, unit_dir=tmp_path / "units", **given)
     return node_install.install(**options)  # type: ignore[arg-type]
 
 

@@ -18,6 +18,7 @@ Nothing is sent anywhere but to the lab's own addresses.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import shutil
@@ -50,10 +51,15 @@ def _namespaces() -> list[str]:
 
 
 def _alive(pid: int) -> bool:
+    """Whether the test process that made a lab still runs (a pytest-xdist worker's command line
+    does not say pytest: any process of that pid counts, a reused pid keeps its lab a run more)."""
     try:
-        return "pytest" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
-    except OSError:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _kill_all(ns: str) -> None:
@@ -63,14 +69,12 @@ def _kill_all(ns: str) -> None:
         if not pids:
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.1)  # the kernel reaps them; ask again (a wait on a condition)
 
 
-def remove(namespaces: Iterable[str], root_links: Iterable[str]) -> None:
+def remove(namespaces: Sequence[str], root_links: Iterable[str]) -> None:
     for ns in namespaces:
         _kill_all(ns)
     for link in root_links:
@@ -203,4 +207,4 @@ class Lab:
         return done.returncode == 0
 
     def close(self) -> None:
-        remove(reversed(self.made), [self.operator_link, f"{PREFIX}{self.pid}x"])
+        remove(list(reversed(self.made)), [self.operator_link, f"{PREFIX}{self.pid}x"])
