@@ -97,7 +97,7 @@ def call(tmp_path: Path, default_ca: Path, **given: object) -> int:
     checks; its exit codes and output through `tp` are tests/e2e/test_cli_every_command.py's."""
     (tmp_path / "units").mkdir(exist_ok=True)
     options: dict[str, object] = {"systemd": True, "server": "gw.example.org:8471"}
-    options.update(ca=default_ca, unit_dir=tmp_path / "units", **given)
+    options.update({"ca": default_ca, "unit_dir": tmp_path / "units"} | given)
     return node_install.install(**options)  # type: ignore[arg-type]
 
 
