@@ -24,7 +24,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,7 +193,7 @@ def deployment(tmp_path: Path) -> Iterator[tuple[Deployment, str]]:
         pytest.fail("the multi-host test needs root and nftables (deploy/dev/setup.sh)")
     netlab.sweep()
     lab = netlab.Lab(ROLES)
-    data = Path(tempfile.mkdtemp(prefix="tpmh-pg-", dir="/var/tmp"))  # a short socket path
+    data = netlab.scratch("pg")  # a short path for its socket
     env = {k: v for k, v in os.environ.items() if not k.startswith("TUNEPLANE_")}
     env.update(
         DOCKER_HOST=NO_ENGINE,

@@ -52,10 +52,12 @@ def test_sweep_removes_a_dead_runs_lab_and_keeps_a_live_ones() -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     left = netlab.Lab(["x"], pid=dead.pid).up()  # as a run killed by SIGKILL leaves it
+    data = netlab.SCRATCH / f"{netlab.PREFIX}-{dead.pid}-pg-left"
+    data.mkdir()
     live = netlab.Lab(["y"], pid=os.getpid()).up()
     try:
         netlab.sweep()
-        assert _ours(f"{netlab.PREFIX}-{dead.pid}-") == []
+        assert _ours(f"{netlab.PREFIX}-{dead.pid}-") == [] and not data.exists()
         assert len(_ours(f"{netlab.PREFIX}-{os.getpid()}-")) == 4  # 2 namespaces, etc, link
     finally:
         left.close()

@@ -24,6 +24,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from pathlib import Path
 
 PREFIX = "tpmh"
 NETNS_ETC = Path("/etc/netns")
+SCRATCH = Path("/var/tmp")  # scratch(): short paths (a PostgreSQL socket's), swept as the rest
 
 
 @dataclass(frozen=True)
@@ -95,11 +97,22 @@ def sweep() -> None:
         parts = path.name.split("-")
         if len(parts) >= 3 and parts[1].isdigit():
             owners.setdefault(int(parts[1]), [])
+    for path in SCRATCH.glob(f"{PREFIX}-*"):
+        parts = path.name.split("-")
+        if len(parts) >= 3 and parts[1].isdigit():
+            owners.setdefault(int(parts[1]), [])
     for pid, namespaces in owners.items():
         if not _alive(pid):
+            for path in SCRATCH.glob(f"{PREFIX}-{pid}-*"):
+                shutil.rmtree(path, ignore_errors=True)
             remove(namespaces, [f"{PREFIX}{pid}", f"{PREFIX}{pid}x"])
             for path in NETNS_ETC.glob(f"{PREFIX}-{pid}-*"):
                 shutil.rmtree(path, ignore_errors=True)
+
+
+def scratch(what: str) -> Path:
+    """A directory of this test process's in /var/tmp (removed by the caller; else swept)."""
+    return Path(tempfile.mkdtemp(prefix=f"{PREFIX}-{os.getpid()}-{what}-", dir=SCRATCH))
 
 
 def _free_subnet() -> str:
