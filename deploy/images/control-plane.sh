@@ -4,7 +4,7 @@
 #   bash deploy/images/control-plane.sh [--tag REF] [--docker-host unix:///...] [--force]
 #
 # The project (this checkout, the web console included when built) and its runtime dependencies
-# are installed with pip into a build context's site/ here (the wheels for Python 3.11 and
+# are installed with pip into the build context here (the wheels for Python 3.11 and
 # glibc: the image's Python is Debian 12's 3.11), then `docker build` lays them over the
 # `python-numpy` runtime image (Debian 12 with the whole standard library of its Python 3.11;
 # the `python` runtime has python3-minimal only), built first by build.sh when missing. Nothing
@@ -40,9 +40,20 @@ docker image inspect "$base" >/dev/null 2>&1 || bash "$ROOT/deploy/images/build.
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp deploy/images/control-plane/Dockerfile deploy/images/control-plane/entrypoint.sh "$ctx/"
+# The dependencies change with pyproject.toml only: installed once per version of it, kept in
+# the image cache and in a layer of their own (the engine reuses it); the project is its own.
+deps=${TUNEPLANE_IMAGE_CACHE:-$HOME/.cache/tuneplane/images}/control-plane-deps-$(sha256sum pyproject.toml | cut -c1-16)
+pip_target=("$PY" -m pip install -q --disable-pip-version-check --no-warn-script-location)
+if [ ! -d "$deps" ]; then
+  echo "control-plane.sh: installing the dependencies into $deps" >&2
+  rm -rf "$deps.tmp"
+  "${pip_target[@]}" --target "$deps.tmp" "$ROOT" >&2
+  rm -rf "$deps.tmp"/{domain,application,adapters,entrypoints,proto} "$deps.tmp"/tuneplane-*.dist-info
+  mv "$deps.tmp" "$deps"
+fi
+cp -al "$deps" "$ctx/deps" 2>/dev/null || cp -a "$deps" "$ctx/deps"
 echo "control-plane.sh: installing the project into the build context" >&2
-"$PY" -m pip install -q --disable-pip-version-check --no-warn-script-location \
-  --target "$ctx/site" "$ROOT" >&2
+"${pip_target[@]}" --no-deps --target "$ctx/project" "$ROOT" >&2
 echo "control-plane.sh: docker build -t $TAG" >&2
 docker build -q --build-arg "BASE=$base" -t "$TAG" "$ctx" >&2
 echo "$TAG"

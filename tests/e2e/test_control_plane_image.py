@@ -52,7 +52,9 @@ def test_the_image_serves_the_api_against_postgresql(
 
         def ready() -> bool:
             state = docker(docker_host, "inspect", "-f", "{{.State.Running}}", name).stdout
-            assert state.strip() == "true", docker(docker_host, "logs", name).stderr[-3000:]
+            if state.strip() != "true":
+                logs = docker(docker_host, "logs", name)
+                raise AssertionError(f"the API's container stopped:\n{logs.stdout}{logs.stderr}")
             try:
                 return httpx.get(url + "/readyz", timeout=5).status_code == 200
             except httpx.HTTPError:
