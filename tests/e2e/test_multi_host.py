@@ -292,7 +292,8 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
         return summary if points == 2 else None
 
     found = wait_until(arrived, what="both members' metrics through the telemetry gateway")
-    assert {(x["member"], x["last_value"]) for x in found["series"]} == {(0, 0.0), (1, 1.0)}
+    ranks = {(x["member"], x["last_value"]) for x in found["series"] if x["tag"] == "hosts/rank"}
+    assert ranks == {(0, 0.0), (1, 1.0)}  # each member's own point (system series aside)
     assert all(c["corrupt_records"] == 0 for c in found["collectors"]), found
 
     # the firewall holds: only the flows of the table open
