@@ -70,6 +70,7 @@ class DaemonOptions:
     executor: str | None = None
     runtime_dirs: tuple[str, ...] = ()  # RUNTIME=DIR, added to TUNEPLANE_NODE_RUNTIMES
     member_user: str | None = None  # host processes as root: the account members run as
+    separate_collector: bool = False  # the collector is a service of its own: start no child
 
 
 def default_state_dir() -> Path:
@@ -203,6 +204,7 @@ def plan(options: DaemonOptions) -> NodePlan:
         isolation=isolation,
         runtime_dirs=runtimes,
         gpu_uuids=_gpu_uuids(capacity) if isolation else {},
+        collector_child=not options.separate_collector,
     )
 
 

@@ -14,6 +14,12 @@ command -v git >/dev/null 2>&1 || need_apt+=(git)
 # The web console: Node 20 + npm build it (console/); headless Chromium runs its browser tests.
 command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 [ -x /usr/bin/chromium ] || need_apt+=(chromium)
+# The multi-host test (tests/e2e/test_multi_host.py): network namespaces, veth pairs and `ss`
+# (iproute2), a firewall in each namespace (nftables); `tp node install --systemd`'s units are
+# checked with systemd-analyze (the systemd package; systemd need not run).
+command -v ip >/dev/null 2>&1 && command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

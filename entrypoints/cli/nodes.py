@@ -203,6 +203,14 @@ def run(
             "(default tuneplane-member, made if missing)"
         ),
     ] = None,
+    separate_collector: Annotated[
+        bool,
+        Parameter(
+            negative="",
+            help="the collector runs as a service of its own (`tp node install --systemd`): "
+            "write members' metrics files for it, start no collector child",
+        ),
+    ] = False,
 ) -> int:
     """Run a node daemon: connects outbound to the gateway over TLS, runs members as
     containers (or host processes), keeps a journal. The first start needs --join-token
@@ -227,6 +235,7 @@ def run(
         executor=executor,
         runtime_dirs=runtime_dir,
         member_user=member_user,
+        separate_collector=separate_collector,
     )
     return run_daemon(options)
 
@@ -260,6 +269,9 @@ def gateway_telemetry(
 
 
 def register(app: App) -> None:
+    from entrypoints.cli import node_install
+
     node_app.command(token_app)
+    node_install.register(node_app)
     app.command(node_app)
     app.command(gateway_app)

@@ -55,6 +55,9 @@ class NodePlan:
     isolation: Isolation | None = None  # members as host processes (None: as containers)
     runtime_dirs: dict[str, str] = field(default_factory=dict)  # host processes: runtime → PATH dir
     gpu_uuids: dict[int, str] = field(default_factory=dict)  # host processes: GPU index → UUID
+    # False: the collector runs as a service of its own (`tp node install --systemd`); the
+    # daemon still writes the members' files it reads, and starts no collector child
+    collector_child: bool = True
 
 
 class Outbox:
@@ -166,7 +169,7 @@ def _link(plan: NodePlan, agent: NodeAgent, outbox: Outbox) -> NodeLink:
 
 
 def _collector(plan: NodePlan) -> CollectorProcess | None:
-    if plan.telemetry_gateway is None:
+    if plan.telemetry_gateway is None or not plan.collector_child:
         return None
     return CollectorProcess(plan.state_dir / "collector", plan.telemetry_gateway, plan.ca)
 

@@ -275,6 +275,12 @@ ROWS: list[Row] = [
         anytime=True),
     bad(1, "node run", "--server", "127.0.0.1:1", "--ca", "{ca}", "--state-dir", "{tmp}/n11",
         "--join-token", "tp_bogus", out="that the gateway runs", note="had no fix", anytime=True),
+    ok("node install", "--systemd", "--server", "gw.example:8471", "--ca", "{ca}",
+       "--state-dir", "{tmp}/installed", "--unit-dir", "{tmp}", "--no-enable",
+       out="tuneplane-collector.service", note="units written; their validity: "
+       "tests/integration/test_node_install.py", anytime=True),
+    bad(2, "node install", "--systemd", "--server", "gw.example:8471", "--ca", "{ca}",
+        "--state-dir", "relative/dir", "--unit-dir", "{tmp}", out="is relative", anytime=True),
     ok("gateway node", "--help", out="--port", note=LONG, anytime=True),
     bad(1, "gateway node", env={"TUNEPLANE_DATABASE_URL": ""}, out="no database configured",
         note="was a traceback from the container's resources", anytime=True),

@@ -1,21 +1,21 @@
-"""deploy/ for Kubernetes: the Helm chart renders to valid manifests (with `helm template` when a
-helm binary is on PATH, else tests/support/helm_template.py, which renders the Go-template subset
-the chart uses), the RBAC manifest and the chart grant the same least privilege, and the example
-configs are what the backend and Kueue expect."""
+"""deploy/ for Kubernetes: the Helm chart renders, with Helm's own engine (its Go SDK, v4, through
+the `helm-python-sdk` wheel: no helm binary is packaged for these machines), to manifests that
+pass `helm lint --strict` and Kubernetes' own OpenAPI schemas (`kubernetes-validate`, strict:
+an unknown field is an error); the RBAC manifest and the chart grant the same least privilege,
+and the example configs are what the backend and Kueue expect."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
+import copy
 from pathlib import Path
 from typing import Any
 
+import helm_python
+import kubernetes_validate
 import pytest
 import yaml
 
 from adapters.kubernetes.config import load, parse
-from tests.support.helm_template import template
 
 pytestmark = pytest.mark.unit
 
@@ -27,16 +27,13 @@ NAMESPACED = {"Deployment", "Service", "ServiceAccount", "ConfigMap", "Role", "R
 
 
 def rendered(values: dict[str, Any]) -> list[dict[str, Any]]:
-    helm = shutil.which("helm")
-    if helm:  # the real renderer, where one is installed
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
-            yaml.safe_dump(values, f)
-            f.flush()
-            args = [helm, "template", "tp", str(CHART), "--namespace", "tuneplane", "-f", f.name]
-            text = subprocess.run(args, check=True, capture_output=True, text=True).stdout
-    else:
-        text = template(CHART, "tp", "tuneplane", values)
-    return [d for d in yaml.safe_load_all(text) if d]
+    """`helm template tp CHART --namespace tuneplane` with ``values``, by Helm's engine."""
+    chart = helm_python.Chart.load(CHART)
+    try:
+        files = chart.render(values, name="tp", namespace="tuneplane", is_install=True)
+    finally:
+        chart.close()
+    return [d for _, text in sorted(files.items()) for d in yaml.safe_load_all(text) if d]
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +141,28 @@ def test_the_examples_agree_with_each_other() -> None:
     (cq,) = by_kind(kueue, "ClusterQueue")
     used = {f["name"] for g in cq["spec"]["resourceGroups"] for f in g["flavors"]}
     assert used == set(flavors)
+
+
+KUBERNETES = kubernetes_validate.latest_version()  # the schemas the wheel ships
+
+
+@pytest.mark.parametrize("values", [{}, {"telemetry": {"caCert": CA}}], ids=["bare", "with-ca"])
+def test_the_chart_lints_and_every_manifest_passes_the_kubernetes_schema(
+    values: dict[str, Any],
+) -> None:
+    linted = helm_python.lint(CHART, values, strict=True, namespace="tuneplane")
+    assert linted["errors"] == [], linted
+    rbac = [d for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()) if d]
+    for doc in [*rendered(values), *rbac]:
+        kubernetes_validate.validate(doc, KUBERNETES, strict=True)
+
+
+def test_the_schema_check_refuses_a_manifest_kubernetes_would(docs: list[dict[str, Any]]) -> None:
+    api = copy.deepcopy(by_kind(docs, "Deployment")[0])  # the module's docs stay as rendered
+    api["spec"]["replicas"] = "two"
+    with pytest.raises(kubernetes_validate.ValidationError, match="'two' is not of type"):
+        kubernetes_validate.validate(api, KUBERNETES, strict=True)
+    api["spec"]["replicas"] = 2
+    api["spec"]["template"]["spec"]["containers"][0]["comand"] = ["tp"]  # a typo: unknown field
+    with pytest.raises(kubernetes_validate.ValidationError, match="comand"):
+        kubernetes_validate.validate(api, KUBERNETES, strict=True)
