@@ -249,7 +249,7 @@ def submit(
         output.info(f"submission file: {shown(path)}")
         if preview:
             output.out.print(f"next: tp submit --commit {shown(path)}", markup=False)
-            output.out.print("  (or: tp submit --commit latest, the newest preview)", markup=False)
+            output.info("(or: tp submit --commit latest, the workspace's newest preview)")
             return 0
         if not yes and not Confirm.ask("submit this job?", console=output.err, default=False):
             output.out.print(
