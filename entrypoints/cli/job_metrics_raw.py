@@ -145,12 +145,14 @@ def raw_inspector(job_id: str, tags: list[str], o: RawOptions, json: bool) -> in
     if json:
         output.print_json(page)
         return 0
+    output.info(
+        f"{chosen['tag']}: attempt {chosen['attempt']}, member {chosen['member']},"
+        f" source {chosen['source']} ({chosen['count']} points)"
+    )
     output.table(
         ["STEP", "VALUE", "WALL TIME", "OFFSET"],
         [(p["step"], output.metric_value(p["value"]), _when(p["wall_time"]), p["offset"])
          for p in page["points"]],
-        title=f"{chosen['tag']}: attempt {chosen['attempt']}, member {chosen['member']},"
-        f" source {chosen['source']}",
     )  # fmt: skip
     if page.get("next_start") is not None:
         output.info(
