@@ -97,6 +97,28 @@ async def test_forced_build_reports_progress_and_moves_the_tag(
     assert (await docker_backend.pin(BUSYBOX)).digest == image_id
 
 
+async def test_an_image_from_an_older_recipe_is_made_again(
+    docker_host, docker_backend, tmp_path, monkeypatch
+):
+    """The `python` runtime moved from python3-minimal to python3 (recipe version 2): an image
+    built from the older recipe is found by its `tuneplane.inputs` label and made again, not
+    kept as "already built"; the current one is kept."""
+    newer = dataclasses.replace(RECIPES["busybox"], version="test-newer")
+    monkeypatch.setitem(RECIPES, "busybox", newer)
+    seen: list[BuildProgress] = []
+    made = await build_runtime(docker_host, "busybox", seen.append, cache_dir=tmp_path)
+    assert [p.stage for p in seen][:2] == ["check", "check"] and "older recipe" in seen[1].message
+    assert "exists" not in [p.stage for p in seen] and seen[-1].stage == "done"
+    seen.clear()
+    assert await build_runtime(docker_host, "busybox", seen.append, cache_dir=tmp_path) == made
+    assert [p.stage for p in seen] == ["check", "exists"]
+    monkeypatch.undo()  # the real recipe: made again from it, so the engine's image is current
+    assert await build_runtime(docker_host, "busybox", cache_dir=tmp_path) != made
+    assert (await docker_backend.pin(BUSYBOX)).digest != made
+    with contextlib.suppress(aiodocker.DockerError):  # the superseded image, untagged now
+        await _remove_image(docker_host, made)
+
+
 async def test_unknown_runtime_is_invalid_input(docker_host):
     with pytest.raises(InvalidInput) as err:
         await build_runtime(docker_host, "cobol")
