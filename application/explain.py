@@ -6,6 +6,7 @@ same function the scheduler runs — so the text always matches what the schedul
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from application.context import Context
@@ -100,6 +101,22 @@ async def explain_job(ctx: Context, principal: Principal, job_id: str) -> Explan
     return replace(await _explain(ctx, details), checkpoints=said)
 
 
+async def pending_waits(ctx: Context, job_ids: Collection[str]) -> dict[str, str]:
+    """Why each of these pending jobs waits (quota, capacity, holds), from one snapshot and
+    one admission pass of their own: ``tp job ls`` shows it as the job's reason. Jobs the pass
+    would place now say so; jobs it does not see (too far back, or not pending) are left out."""
+    if not job_ids:
+        return {}
+    async with ctx.units.admission() as uow:
+        snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT, ctx.clock.now())
+    decisions = decide(snapshot)
+    found = {j: w.text for j, w in decisions.waits.items() if j in job_ids}
+    for p in decisions.placements:
+        if p.job_id in job_ids:
+            found[p.job_id] = "fits now: the scheduler reserves it on its next pass"
+    return found
+
+
 async def _explain(ctx: Context, details: JobDetails) -> Explanation:
     job = details.job
     now = ctx.clock.now()
@@ -123,8 +140,7 @@ async def _explain(ctx: Context, details: JobDetails) -> Explanation:
     async with ctx.units.fleet() as uow:
         held = await uow.reservations.get(attempt.attempt.id) if attempt else None
     if job.state in JOB_FINAL and held is None:
-        text = f"finished: {job.state}" + (f" ({job.reason})" if job.reason else "")
-        return Explanation(job.id, job.state, "finished", text)
+        return Explanation(job.id, job.state, "finished", _why_ended(details))
     if held is None:
         return Explanation(job.id, job.state, job.state, f"{job.state}, holding no reservation")
     nodes = sorted({a.node for a in held.assignments})
@@ -149,6 +165,31 @@ async def _explain(ctx: Context, details: JobDetails) -> Explanation:
             text += f"; waiting for {len(waiting)} member(s) to be known stopped"
         text += _waiting_to_start(waiting)
     return Explanation(job.id, job.state, "reserved", text)
+
+
+def _why_ended(details: JobDetails) -> str:
+    """Why an ended job ended, in words: "it succeeded: its member of attempt 1 exited with
+    code 0", "it failed: member 1 exited with code 3 (exit code 3)", "it was cancelled: stop
+    requested by alice"."""
+    job = details.job
+    verb = "was cancelled" if job.state is JobState.CANCELLED else job.state.value
+    text = f"it {verb}"
+    attempt = details.attempts[-1] if details.attempts else None
+    if job.state is JobState.SUCCEEDED and attempt is not None:
+        n = len(attempt.members)
+        who = "its member" if n == 1 else f"every member ({n})"
+        text += f": {who} of attempt {attempt.attempt.number} exited with code 0"
+    elif job.reason:
+        text += f": {job.reason}"
+    elif attempt is not None and attempt.attempt.reason:
+        text += f": {attempt.attempt.reason}"
+    if job.state is not JobState.SUCCEEDED and job.exit_code is not None:
+        text += f" (exit code {job.exit_code})"
+    if len(details.attempts) > 1:
+        text += f"; {len(details.attempts)} attempts ran (`tp job status {job.id}` lists them)"
+    if job.state is not JobState.SUCCEEDED:
+        text += f"; its output: `tp job logs {job.id}`"
+    return text
 
 
 def _waiting_to_start(members: list[Member]) -> str:

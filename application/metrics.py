@@ -23,6 +23,7 @@ from domain.telemetry import (
     is_system_source,
     later_attempts_win,
     plan_view,
+    run_of,
 )
 from domain.telemetry_ports import MetricsStore, RawPoint, SeriesInfo, TelemetryCounts
 
@@ -36,6 +37,7 @@ class AttemptCurve:
     series: SeriesInfo
     buckets: list[Bucket]
     shown: list[tuple[int, int]]  # the step ranges where this attempt is the canonical one
+    run: str = ""  # the sub-run (``domain.telemetry.run_of``); "" for the top directory
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +46,17 @@ class Curve:
     start: int
     end: int
     width: int  # steps per bucket (1: raw points)
-    attempts: list[AttemptCurve]
+    attempts: list[AttemptCurve]  # one per (attempt, run), by run then attempt
 
     @property
-    def merged(self) -> list[tuple[int, Bucket]]:
-        """(attempt number, bucket) in step order: per bucket, the latest attempt shown there."""
-        chosen: dict[int, tuple[int, Bucket]] = {}
-        for curve in sorted(self.attempts, key=lambda c: c.attempt):
+    def merged(self) -> list[tuple[int, str, Bucket]]:
+        """(attempt number, run, bucket), by run then step: per run and bucket, the latest
+        attempt shown there. Runs are never merged with each other."""
+        chosen: dict[tuple[str, int], tuple[int, str, Bucket]] = {}
+        for curve in sorted(self.attempts, key=lambda c: (c.run, c.attempt)):
             for b in curve.buckets:
                 if any(lo <= b.last_step and b.first_step <= hi for lo, hi in curve.shown):
-                    chosen[b.bucket] = (curve.attempt, b)
+                    chosen[(curve.run, b.bucket)] = (curve.attempt, curve.run, b)
         return [chosen[k] for k in sorted(chosen)]
 
 
@@ -127,9 +130,13 @@ async def curve(
     start_time: float | None = None,
     end_time: float | None = None,
     points: int = DEFAULT_POINTS,
+    run: str | None = None,
 ) -> Curve:
     """Member 0's series of ``tag`` in each attempt over a step range, or over a wall-time
-    range (each attempt's steps logged in it), at most ``points`` buckets per attempt."""
+    range (each attempt's steps logged in it), at most ``points`` buckets per attempt and run.
+
+    Series of ``tag`` in different runs (``add_scalars`` sub-runs: ``run_of``) are separate
+    curves; ``run`` asks for one of them, None for every run."""
     by_time = start_time is not None or end_time is not None
     if by_time and (start is not None or end is not None):
         raise InvalidInput(
@@ -139,29 +146,40 @@ async def curve(
         )
     await _primary(ctx, principal, job_id)
     store = _store(ctx)
-    per_attempt: dict[int, SeriesInfo] = {}
+    chosen: dict[tuple[str, int], SeriesInfo] = {}  # (run, attempt) → series
+    runs: set[str] = set()
     for s in await store.series(job_id, [tag]):
         if s.member != CANONICAL_MEMBER:
             continue
-        best = per_attempt.get(s.attempt)
-        if best is None or s.count > best.count:  # several files of one tag: the fullest
-            per_attempt[s.attempt] = s
-    if not per_attempt:
+        runs.add(run_of(s.source))
+        if run is not None and run_of(s.source) != run:
+            continue
+        key = (run_of(s.source), s.attempt)
+        best = chosen.get(key)
+        if best is None or s.count > best.count:  # several files of one tag and run: the fullest
+            chosen[key] = s
+    if not chosen:
+        if run is not None and runs:
+            raise NotFound(
+                f"job {job_id} has no run {run!r} of metric {tag!r}",
+                fix="ask for one of its runs: " + ", ".join(repr(r) for r in sorted(runs)),
+                field="run",
+            )
         raise NotFound(
             f"job {job_id} has no metric {tag!r}",
             fix=f"list its metrics with `tp job metrics {job_id}`",
             field="tag",
         )
-    spans = {n: (s.first_step, s.last_step) for n, s in per_attempt.items()}
+    spans = {k: (s.first_step, s.last_step) for k, s in chosen.items()}
     if by_time:
         t0 = -math.inf if start_time is None else start_time
         t1 = math.inf if end_time is None else end_time
-        for n, s in per_attempt.items():
+        for k, s in chosen.items():
             found = await store.steps_between(s.id, t0, t1)
             if found is None:
-                del spans[n]
+                del spans[k]
             else:
-                spans[n] = found
+                spans[k] = found
         if not spans:
             return Curve(tag, 0, 0, 1, [])
         lo, hi = min(a for a, _ in spans.values()), max(b for _, b in spans.values())
@@ -169,16 +187,29 @@ async def curve(
         lo = min(a for a, _ in spans.values()) if start is None else start
         hi = max(b for _, b in spans.values()) if end is None else end
     view = plan_view(lo, hi, points)
-    shown = later_attempts_win([(n, s.first_step, s.last_step) for n, s in per_attempt.items()])
+    shown: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in sorted({r for r, _ in chosen}):
+        mine = [(n, s.first_step, s.last_step) for (rr, n), s in chosen.items() if rr == r]
+        shown.update({(r, n): ranges for n, ranges in later_attempts_win(mine).items()})
     curves = []
-    for n in sorted(spans):
+    for key in sorted(spans):
         own = view
         if by_time:  # the same bucket grid, this attempt's steps in the time range only
-            own = View(spans[n][0], spans[n][1], view.width)
-        curves.append(
-            AttemptCurve(n, per_attempt[n], await store.view(per_attempt[n].id, own), shown[n])
-        )
+            own = View(spans[key][0], spans[key][1], view.width)
+        s = chosen[key]
+        buckets = await store.view(s.id, own)
+        curves.append(AttemptCurve(key[1], s, buckets, shown[key], key[0]))
     return Curve(tag, view.start, view.end, view.width, curves)
+
+
+def runs_by_tag(summary: MetricsSummary) -> dict[str, list[str]]:
+    """Member 0's runs of each tag it reported (``run_of``), sorted; a tag of one run in the
+    top directory has ``[""]``."""
+    found: dict[str, set[str]] = {}
+    for s in summary.series:
+        if s.member == CANONICAL_MEMBER:
+            found.setdefault(s.tag, set()).add(run_of(s.source))
+    return {t: sorted(r) for t, r in sorted(found.items())}
 
 
 async def raw_points(

@@ -312,6 +312,8 @@ def _pick_pool(kind: str, pool_name: str | None, pools: list[Pool], text: str, w
     if not matches:
         models = sorted({p.gpu_model for p in pools if p.gpu_model})
         offered = ", ".join(["cpu:N", *(f"{m}:N" for m in models)]) if pools else "none"
+        if kind != "cpu" and kind not in models and ":" not in text:
+            raise _not_a_profile(kind, pool_name, models, offered, text, where)
         raise InvalidInput(
             f"no {what}{' named ' + pool_name if pool_name else ''} serves profile {text!r}",
             fix=f"requests offered here: {offered} (see `tp profiles` and `tp fleet ls`)",
@@ -323,6 +325,29 @@ def _pick_pool(kind: str, pool_name: str | None, pools: list[Pool], text: str, w
         fix=f"name the pool, e.g. {matches[0].name}/{text}",
         field=where,
     )
+
+
+def _not_a_profile(
+    kind: str, pool_name: str | None, models: list[str], offered: str, text: str, where: str
+) -> InvalidInput:
+    """``cpu1`` (or ``h2008``) is no profile, no CPU request and no GPU model: suggest the
+    request it resembles (``cpu:1``)."""
+    fix = f"requests offered here: {offered} (see `tp profiles` and `tp fleet ls`)"
+    for known in ("cpu", *models):
+        count = kind[len(known) :]
+        if kind.startswith(known) and count and _COUNT.fullmatch(count):
+            prefix = f"{pool_name}/" if pool_name else ""
+            fix = f"did you mean {prefix}{known}:{count}? ({fix})"
+            break
+    return InvalidInput(
+        f"profile {text!r} is not a profile name, a CPU request (cpu:N) or a GPU model of any"
+        " pool here",
+        fix=fix,
+        field=where,
+    )
+
+
+_COUNT = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def envelope_gpus(roles: Iterable[RoleSpec]) -> int:

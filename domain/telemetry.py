@@ -43,6 +43,15 @@ def is_system_source(source: str) -> bool:
     return source.rpartition("#")[0] == SYSTEM_SOURCE
 
 
+def run_of(source: str) -> str:
+    """The *run* a source belongs to: the directory of its file below the metrics directory
+    (``loss_train`` for ``loss_train/events.out.tfevents.1#0``; ``""`` at the top). TensorBoard
+    writes each ``add_scalars`` sub-run to a directory of its own under one tag, so series that
+    share a tag but not a run are separate curves."""
+    path = source.rpartition("#")[0] or source
+    return path.rpartition("/")[0]
+
+
 MAX_STEP = 2**63 - 1  # steps are int64 on the wire and in the database
 
 
@@ -287,12 +296,21 @@ def _subtract(spans: list[tuple[int, int]], lo: int, hi: int) -> list[tuple[int,
     return out
 
 
-def sparkline(values: Sequence[float], width: int = 24) -> str:
-    """A text sparkline of the last ``width`` finite values (``tp job metrics``)."""
+def sparkline(peaks: Sequence[float], width: int = 24) -> str:
+    """A text sparkline ``width`` characters wide (``tp job metrics``): ``peaks`` are the
+    buckets' maxima in step order; when there are more than ``width``, each character draws
+    the largest of the buckets it covers, so a one-step spike stays visible. Fewer finite
+    values than ``width`` draw one character each (nothing is invented between them)."""
     ticks = "▁▂▃▄▅▆▇█"
-    finite = [v for v in values if math.isfinite(v)][-width:]
-    if not finite:
+    finite = [v for v in peaks if math.isfinite(v)]
+    if not finite or width < 1:
         return ""
+    if len(finite) > width:
+        columns: list[float] = [-math.inf] * width
+        for i, v in enumerate(finite):
+            c = i * width // len(finite)
+            columns[c] = max(columns[c], v)
+        finite = columns
     lo, hi = min(finite), max(finite)
     if hi == lo:
         return ticks[3] * len(finite)

@@ -95,8 +95,11 @@ async def build_runtime(
     docker = EngineApi(host)
     try:
         report(BuildProgress(name, "check", f"looking for {spec.image} at {host}"))
-        existing = await _image_id(docker, host, spec.image)
-        if existing and not force:
+        existing, made_from = await _image_inputs(docker, host, spec.image)
+        if existing and made_from not in (None, inputs_key(name, recipe)):
+            # built from an older recipe or lock (its label says so): made again
+            report(BuildProgress(name, "check", f"{spec.image} is from an older recipe"))
+        elif existing and not force:
             report(BuildProgress(name, "exists", f"{spec.image} is already built ({existing})"))
             return existing
         tar, size = await _rootfs(
@@ -112,6 +115,20 @@ async def build_runtime(
         return image_id
     finally:
         await docker.close()
+
+
+async def _image_inputs(docker: EngineApi, host: str, image: str) -> tuple[str | None, str | None]:
+    """The image's id and the ``tuneplane.inputs`` label it was built with (None: absent, or
+    an image made another way, which is left as it is)."""
+    try:
+        info = await docker.json(f"images/{image}/json")
+    except EngineError as exc:
+        if exc.status == 404:
+            return None, None
+        raise Unavailable(f"cannot inspect {image}: {exc.message}") from None
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    made_from = labels.get("tuneplane.inputs")
+    return str(info["Id"]), (str(made_from) if made_from is not None else None)
 
 
 async def _image_id(docker: EngineApi, host: str, image: str) -> str | None:

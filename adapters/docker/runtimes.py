@@ -23,7 +23,8 @@ PYTHON = RuntimeSpec(
     image="localhost/tuneplane/runtime-python:3.11",
     python="3.11",
     process_model="single-process",
-    description="Debian 12 minbase with python3-minimal (Python 3.11, `python` and `python3`)",
+    description="Debian 12 minbase with python3 (Python 3.11 and its whole standard library,"
+    " `python` and `python3`)",
 )
 
 PYTHON_NUMPY = RuntimeSpec(
@@ -111,9 +112,10 @@ class Recipe:
 
 RECIPES: dict[str, Recipe] = {
     "busybox": Recipe(kind="busybox", version="1"),
-    "python": Recipe(
-        kind="debootstrap", version="1", suite="bookworm", include=("python3-minimal",)
-    ),
+    # python3, not python3-minimal: the minimal package lacks most of the standard library
+    # (json, importlib.metadata, sqlite3, ...), so `report.log` failed there with "No module
+    # named 'json'"; version 2 is that change (an image of version 1 is rebuilt)
+    "python": Recipe(kind="debootstrap", version="2", suite="bookworm", include=("python3",)),
     "python-numpy": Recipe(
         kind="debootstrap",
         version="1",

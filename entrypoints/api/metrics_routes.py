@@ -1,11 +1,15 @@
 """HTTP routes of training metrics: a job's series, bounded curves and the raw inspector.
 
-Values that are not finite (a diverged loss) are JSON ``null``: JSON has no NaN.
+JSON has no NaN or infinities, so a value that is not finite (a diverged loss) is the string
+``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` in the fields that carry a value as logged
+(``value``, ``last``, ``last_value``); a bucket's ``min``, ``max`` and ``mean`` cover its
+finite values only and are ``null`` when it has none (docs/http-api.md, Numbers).
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+from typing import Annotated, Literal
 
 from litestar import get
 from litestar.datastructures import State
@@ -15,9 +19,22 @@ from msgspec import Struct
 from application import metrics
 from application.context import Context
 from domain.auth import Principal
-from domain.telemetry import DEFAULT_POINTS, MAX_POINTS, Bucket
+from domain.telemetry import DEFAULT_POINTS, MAX_POINTS, Bucket, run_of
 from domain.telemetry_ports import SeriesInfo, TelemetryCounts
 from entrypoints.api.problems import responses
+
+NonFinite = Literal["NaN", "Infinity", "-Infinity"]
+Number = float | NonFinite  # a logged value: a JSON number, or one of these three strings
+
+
+def number(value: float) -> Number:
+    """A logged value for JSON: itself when finite, else "NaN", "Infinity" or "-Infinity"."""
+    if math.isfinite(value):
+        return value
+    if math.isnan(value):
+        return "NaN"
+    return "Infinity" if value > 0 else "-Infinity"
+
 
 INT64 = 2**63 - 1
 # (litestar leaves a bound of 0 out of the document; schema_extra puts it back)
@@ -36,8 +53,9 @@ class SeriesOut(Struct):
     first_step: int
     last_step: int
     count: int
-    last_value: float
+    last_value: Number
     last_wall_time: float
+    run: str = ""  # the sub-run: the source's directory below the metrics directory
 
 
 class CollectorOut(Struct):
@@ -56,6 +74,8 @@ class MetricsOut(Struct):
     collectors: list[CollectorOut]
     # member 0's GPU, CPU and memory series, sampled by its node's collector (source system#N)
     system: list[str] = []
+    # member 0's runs of each tag (add_scalars sub-runs: a directory each; "" the top one)
+    runs: dict[str, list[str]] = {}
 
 
 class PointOut(Struct):
@@ -64,7 +84,7 @@ class PointOut(Struct):
     min: float | None
     max: float | None
     mean: float | None
-    last: float
+    last: Number
     count: int
     first_wall_time: float
     last_wall_time: float
@@ -72,6 +92,7 @@ class PointOut(Struct):
 
 class MergedPointOut(PointOut):
     attempt: int
+    run: str = ""
 
 
 class AttemptCurveOut(Struct):
@@ -80,6 +101,7 @@ class AttemptCurveOut(Struct):
     source: str
     shown: list[tuple[int, int]]
     points: list[PointOut]
+    run: str = ""  # one entry per (attempt, run): runs are separate curves
 
 
 class CurveOut(Struct):
@@ -94,7 +116,7 @@ class CurveOut(Struct):
 class RawPointOut(Struct):
     step: int
     wall_time: float
-    value: float
+    value: Number
     offset: int
 
 
@@ -108,14 +130,14 @@ class RawOut(Struct):
 def _series_out(s: SeriesInfo) -> SeriesOut:
     return SeriesOut(
         s.attempt, s.attempt_id, s.member, s.member_id, s.source, s.tag, s.first_step,
-        s.last_step, s.count, s.last_value, s.last_wall,
+        s.last_step, s.count, number(s.last_value), s.last_wall, run_of(s.source),
     )  # fmt: skip
 
 
 def _point(b: Bucket) -> PointOut:
     return PointOut(
-        b.first_step, b.last_step, b.minimum, b.maximum, b.mean, b.last, b.count, b.min_wall,
-        b.max_wall,
+        b.first_step, b.last_step, b.minimum, b.maximum, b.mean, number(b.last), b.count,
+        b.min_wall, b.max_wall,
     )  # fmt: skip
 
 
@@ -125,10 +147,10 @@ def _collector_out(c: TelemetryCounts) -> CollectorOut:
     )
 
 
-def _merged(attempt: int, b: Bucket) -> MergedPointOut:
+def _merged(attempt: int, run: str, b: Bucket) -> MergedPointOut:
     return MergedPointOut(
-        b.first_step, b.last_step, b.minimum, b.maximum, b.mean, b.last, b.count, b.min_wall,
-        b.max_wall, attempt,
+        b.first_step, b.last_step, b.minimum, b.maximum, b.mean, number(b.last), b.count,
+        b.min_wall, b.max_wall, attempt, run,
     )  # fmt: skip
 
 
@@ -150,6 +172,7 @@ async def job_metrics(job_id: str, state: State, principal: Principal) -> Metric
         [_series_out(s) for s in found.series],
         [_collector_out(c) for c in found.counts],
         metrics.system_tags(found),
+        metrics.runs_by_tag(found),
     )
 
 
@@ -168,6 +191,14 @@ async def job_curve(
     start_time: Seconds = None,
     end_time: Seconds = None,
     points: Annotated[int, Parameter(ge=1, le=MAX_POINTS)] = DEFAULT_POINTS,
+    run: Annotated[
+        str | None,
+        Parameter(
+            max_length=512,
+            description='only this sub-run (a directory below the metrics directory; "" the'
+            " top one); default: every run, each a curve of its own",
+        ),
+    ] = None,
 ) -> CurveOut:
     c = await metrics.curve(
         _ctx(state),
@@ -179,6 +210,7 @@ async def job_curve(
         start_time=start_time,
         end_time=end_time,
         points=points,
+        run=run,
     )
     return CurveOut(
         c.tag,
@@ -192,10 +224,11 @@ async def job_curve(
                 a.series.source,
                 a.shown,
                 [_point(b) for b in a.buckets],
+                a.run,
             )
             for a in c.attempts
         ],
-        [_merged(n, b) for n, b in c.merged],
+        [_merged(n, r, b) for n, r, b in c.merged],
     )
 
 
@@ -233,7 +266,7 @@ async def job_raw_metrics(
     full = len(points) == limit
     return RawOut(
         _series_out(series),
-        [RawPointOut(p.step, p.wall_time, p.value, p.offset) for p in points],
+        [RawPointOut(p.step, p.wall_time, number(p.value), p.offset) for p in points],
         points[-1].step if full else None,
         points[-1].offset if full else None,
     )

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from application import archives, jobs, submissions
+from application import archives, explain, jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
@@ -117,6 +118,10 @@ async def list_jobs(
     queue: Annotated[
         str | None, Parameter(min_length=1, max_length=200, description="jobs of this queue")
     ] = None,
+    why: Annotated[
+        bool,
+        Parameter(description="say why each pending job waits (`waits`): one admission pass more"),
+    ] = False,
 ) -> s.JobPageOut:
     page = await jobs.list_jobs(
         _ctx(state),
@@ -128,7 +133,12 @@ async def list_jobs(
         owner=owner,
         queue=queue,
     )
-    return s.JobPageOut([s.job_out(j) for j in page.jobs], page.next_cursor)
+    out = [s.job_out(j) for j in page.jobs]
+    if why:
+        pending = {j.id for j in page.jobs if j.state is JobState.PENDING}
+        waits = await explain.pending_waits(_ctx(state), pending)
+        out = [msgspec.structs.replace(j, waits=waits.get(j.id)) for j in out]
+    return s.JobPageOut(out, page.next_cursor)
 
 
 @get("/v1/jobs/{job_id:str}", responses=responses(400, 401, 404), summary="A job with its attempts")

@@ -215,6 +215,8 @@ class JobOut(Struct):
     queue: str = ""
     retry: dict[str, Any] = {}  # its retry policy (docs/lifecycles.md#retries)
     next_attempt_at: datetime | None = None  # pending again: its next attempt not before
+    # why a pending job waits (quota, capacity, holds), only when the list is asked why=true
+    waits: str | None = None
 
 
 class JobPageOut(Struct):

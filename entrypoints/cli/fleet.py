@@ -16,7 +16,7 @@ from entrypoints.cli.client import connect, seg
 
 fleet_app = App(name="fleet", help="Pools, nodes and their states; `tp fleet apply FILE`.")
 pool_app = App(name="pool", help="Pools: homogeneous nodes of one backend.")
-node_app = App(name="node", help="Nodes: add, move, cordon, drain, uncordon.")
+node_app = App(name="node", help="Nodes: add, set (move to another pool), cordon, drain, uncordon.")
 
 Backend = Annotated[str, Parameter(name="--backend", help="local, node, kubernetes or slurm")]
 

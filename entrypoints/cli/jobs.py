@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from cyclopts import App, Parameter
 
-from domain.errors import InvalidInput, NotFound
+from domain.errors import Conflict, InvalidInput, NotFound
 from domain.lifecycle import JOB_FINAL, JobState
 from entrypoints.cli import errors, output
 from entrypoints.cli.client import Api, connect, seg
@@ -76,9 +76,30 @@ def stream_logs(api: Api, job_id: str, follow: bool, member: int = 0) -> None:
                 sys.stdout.flush()
 
 
+def wait_to_start(api: Api, job_id: str) -> dict[str, Any]:
+    """Poll a job until it has started (or ended), saying on stderr why it waits: a line each
+    time the reason changes (quota, capacity, a cordoned node, backoff; `tp job why`), so a
+    job that cannot start is never a silent wait."""
+    job = get_job(api, job_id)
+    said = ""
+    while job["state"] in NOT_STARTED:
+        if job["state"] == JobState.PENDING.value:
+            why = api.get(job_path(job_id, "/why"))
+            text = f"job {job_id} is pending: {why['text']}"
+        else:
+            reason = f": {job['reason']}" if job.get("reason") else ""
+            text = f"job {job_id} is starting{reason}"
+        if text != said:
+            output.info(f"waiting: {text}")
+            said = text
+        time.sleep(POLL_INTERVAL)
+        job = get_job(api, job_id)
+    return job
+
+
 def follow_job(api: Api, job_id: str) -> int:
     """Wait for the job to start, stream its logs until it ends, report how it ended."""
-    job = wait_while(api, job_id, NOT_STARTED, "waiting for")
+    job = wait_to_start(api, job_id)
     stream_logs(api, job_id, follow=job["state"] not in FINAL)
     job = wait_while(api, job_id, ACTIVE_VALUES, "ending")
     output.info(describe_end(job))
@@ -131,6 +152,8 @@ def ls(
     with connect() as api:
         while len(jobs) < limit:
             params: dict[str, Any] = {"state": states, "limit": min(limit - len(jobs), 100)}
+            if not states or JobState.PENDING.value in states:
+                params["why"] = "true"  # why each pending job waits, in REASON
             if everyone:
                 params["everyone"] = "true"
             if queue:
@@ -153,7 +176,7 @@ def ls(
         [
             (j.get("id"), j.get("state"), j.get("experiment"), j.get("method"),
              j.get("profile"), j.get("backend"), output.short_time(j.get("created_at")),
-             j.get("reason"))
+             j.get("reason") or j.get("waits"))
             for j in jobs
         ],
     )  # fmt: skip
@@ -252,7 +275,10 @@ def why(job_id: str, /, *, json: JsonFlag = False) -> int:
     where = ""
     if answer.get("position") is not None:
         where = f" (position {answer['position']} of {answer.get('pending_total')} pending)"
-    p(f"job {answer['job_id']} is {answer['state']}{where}", markup=False)
+    if answer.get("kind") == "finished":  # the text says how and why it ended
+        p(f"job {answer['job_id']} has ended", markup=False)
+    else:
+        p(f"job {answer['job_id']} is {answer['state']}{where}", markup=False)
     p(answer["text"], markup=False)
     for line in answer.get("checkpoints") or []:
         p(line, markup=False)
@@ -302,6 +328,10 @@ def stop(
 ) -> int:
     """Ask a job to stop; with --wait, wait until every member is known stopped.
 
+    A job that has already ended is not stopped again: one that was cancelled says so (exit
+    code 0: stopping is idempotent), one that succeeded or failed is refused (exit code 4)
+    with how it ended.
+
     Parameters
     ----------
     job_id
@@ -310,12 +340,27 @@ def stop(
         Wait until the job reaches a final state.
     """
     with connect() as api:
-        _, job = api.post(job_path(job_id, "/cancel"))
+        before = get_job(api, job_id)
+        if before["state"] not in FINAL:
+            _, job = api.post(job_path(job_id, "/cancel"))
+            before = job if job["state"] in FINAL - {JobState.CANCELLED.value} else before
+        if before["state"] in FINAL:  # it had ended before the stop (or while it was sent)
+            return _already_ended(before)
         output.out.print(f"stop requested for job {job_id} (state: {job['state']})", markup=False)
         if wait:
             job = wait_while(api, job_id, ACTIVE_VALUES, "stopping")
             output.out.print(describe_end(job), markup=False)
     return 0
+
+
+def _already_ended(job: dict[str, Any]) -> int:
+    if job["state"] == JobState.CANCELLED.value:
+        output.out.print(f"{describe_end(job)}: already stopped", markup=False)
+        return errors.OK
+    raise Conflict(
+        f"{describe_end(job)}; it has already ended, there is nothing to stop",
+        fix=f"see how it ended with `tp job why {job['id']}`",
+    )
 
 
 def register(app: App) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 
 from cyclopts import App, CycloptsError, Parameter
 
@@ -38,12 +39,21 @@ from entrypoints.cli import (
 )
 
 
+def _version() -> str:
+    """`tp --version`: the installed distribution's version."""
+    try:
+        return f"tp (TunePlane) {metadata.version('tuneplane')}"
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "tp (TunePlane) unknown version (not installed: bash deploy/dev/setup.sh)"
+
+
 def build_app() -> App:
     app = App(
         name="tp",
         help="TunePlane: submit, watch and stop ML training jobs.",
         default_parameter=Parameter(negative=()),
-        version_flags=(),
+        version=_version,
+        version_flags=("--version",),
     )
     account.register(app)
     experiments.register(app)

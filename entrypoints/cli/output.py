@@ -57,6 +57,16 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     out.print(t)
 
 
+def metric_value(value: Any) -> str:
+    """A metric value of the API: a number (6 significant digits), or "NaN", "Infinity",
+    "-Infinity" as the API writes values that are not finite; "-" for none."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "-"
+    return f"{value:.6g}"
+
+
 def short_time(iso: Any) -> str:
     """``2026-12-02T21:41:40.887896Z`` → ``2026-12-02 21:41:40`` (UTC as the server sent it)."""
     text = "" if iso is None else str(iso)

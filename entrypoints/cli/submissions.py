@@ -19,7 +19,7 @@ from domain.errors import InvalidInput
 from domain.retry import RetryPolicy
 from entrypoints.cli import output
 from entrypoints.cli.config import write_private_json
-from entrypoints.cli.workspace import submissions_dir
+from entrypoints.cli.workspace import find_workspace, submissions_dir
 
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -45,6 +45,27 @@ def write_submission(workspace: Path, server: str, preview: dict[str, Any]) -> P
     path = submissions_dir(workspace) / f"{pid}.json"
     write_private_json(path, {"server": server, "preview": preview, "retry_key": str(uuid.uuid4())})
     return path
+
+
+LATEST = "latest"
+
+
+def commit_file(path: Path) -> Path:
+    """``--commit latest``: the workspace's newest submission file (by the time it was
+    written); any other path as given (a file actually named ``latest`` wins)."""
+    if str(path) != LATEST or path.exists():
+        return path
+    folder = submissions_dir(find_workspace())
+    files = [f for f in folder.glob("*.json") if f.is_file()] if folder.is_dir() else []
+    if not files:
+        raise InvalidInput(
+            f"no submission file in {folder}",
+            fix="preview first: `tp submit NAME --profile P --preview`",
+            field="--commit",
+        )
+    newest = max(files, key=lambda f: (f.stat().st_mtime_ns, f.name))
+    output.info(f"submission file: {shown(newest)} (the newest of {len(files)})")
+    return newest
 
 
 def read_submission(path: Path) -> dict[str, Any]:

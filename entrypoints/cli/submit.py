@@ -16,11 +16,11 @@ from rich.prompt import Confirm
 
 from domain.errors import InvalidInput
 from domain.retry import RetryPolicy
-from entrypoints.cli import errors, output
+from entrypoints.cli import errors, output, submissions
 from entrypoints.cli.archive import pack
 from entrypoints.cli.catalog import fetch_method
 from entrypoints.cli.client import Api, connect, with_retries
-from entrypoints.cli.jobs import NOT_STARTED, describe_end, end_code, follow_job, wait_while
+from entrypoints.cli.jobs import describe_end, end_code, follow_job, wait_to_start
 from entrypoints.cli.recipe_lock import read_lock
 from entrypoints.cli.submissions import (
     parse_sets,
@@ -115,7 +115,7 @@ def after_commit(api: Api, job_id: str, wait: bool, follow: bool) -> int:
     if follow:
         return follow_job(api, job_id)
     if wait:
-        job = wait_while(api, job_id, NOT_STARTED, "waiting for")
+        job = wait_to_start(api, job_id)
         output.out.print(
             f"job {job_id} {job['state']}" if job["state"] == "running" else describe_end(job),
             markup=False,
@@ -169,7 +169,7 @@ def submit(
     preview
         Only preview: resolve, write the submission file, create no job.
     commit_file
-        Commit a submission file written by --preview.
+        Commit a submission file written by --preview; `latest`: the workspace's newest.
     yes
         Preview and commit without asking.
     wait
@@ -194,6 +194,7 @@ def submit(
                 fix="run `tp submit --commit FILE`; to change the submission, preview again",
                 field="--commit",
             )
+        commit_file = submissions.commit_file(commit_file)
         submission = read_submission(commit_file)
         with connect() as api:
             if submission.get("server") and submission["server"].rstrip("/") != api.server:
@@ -248,6 +249,7 @@ def submit(
         output.info(f"submission file: {shown(path)}")
         if preview:
             output.out.print(f"next: tp submit --commit {shown(path)}", markup=False)
+            output.info("(or: tp submit --commit latest, the workspace's newest preview)")
             return 0
         if not yes and not Confirm.ask("submit this job?", console=output.err, default=False):
             output.out.print(

@@ -13,7 +13,7 @@ from adapters.memory import MemoryLeaderLease, MemoryLeases
 from adapters.memory.backend import MemoryBackend
 from application import jobs, reconcile, submissions
 from application.context import Context
-from application.explain import explain_job
+from application.explain import explain_job, pending_waits
 from application.supervisor import Supervisor
 from domain.errors import InvalidInput
 from domain.fleet import Pool
@@ -104,6 +104,9 @@ async def test_a_second_gang_that_does_not_fit_waits_holding_nothing(ctx: Contex
     assert why.text == (
         "needs 2×8 h200 GPUs in pool a; 1 of 3 nodes in pool a has room for a member now"
     )
+    # `tp job ls` (GET /v1/jobs?why=true): the same words for every pending job of a page,
+    # from one admission pass; a running job is left out
+    assert await pending_waits(ctx, {first, second}) == {second: why.text}
     running = await explain_job(ctx, ALICE, first)
     assert running.text == (
         "holds a reservation of 16 GPUs for 2 members on a-0, a-1 (queue default)"
@@ -165,6 +168,10 @@ async def test_an_out_of_contact_member_keeps_the_reservation_until_its_node_is_
     assert d.job.state is JobState.FAILED
     assert d.attempts[0].members[1].reason == ("node a-1 declared lost by admin: host burned down")
     assert await reservation(ctx, job_id) is None
+    why = await explain_job(ctx, ALICE, job_id)  # why it ended, not "is failed"
+    assert why.kind == "finished"
+    assert why.text.startswith(f"it failed: {d.job.reason}"), why.text
+    assert why.text.endswith(f"; its output: `tp job logs {job_id}`")
     async with ctx.uow() as uow:
         node = await uow.fleet.node("a-1")
     assert node is not None and node.why_not == "lost"

@@ -69,6 +69,11 @@ async def test_a_job_runs_to_success_and_its_log_is_kept(
     assert handle not in backend.members  # released after its log was stored
     chunks = [c async for c in await stream_logs(ctx, ALICE, job_id, follow=False)]
     assert b"".join(chunks) == b"hi\n"
+    why = await explain_job(ctx, ALICE, job_id)  # `tp job why`: how it ended, not "is succeeded"
+    assert (why.kind, why.text) == (
+        "finished",
+        "it succeeded: its member of attempt 1 exited with code 0",
+    )
 
 
 async def test_a_failing_member_fails_the_job_with_its_code(
@@ -298,6 +303,8 @@ async def test_every_member_keeps_its_own_log_after_the_end(
     await sup.tick()
     d = await state(ctx, receipt.job_id)
     assert d.job.state is JobState.SUCCEEDED and len(d.attempts[0].members) == 2
+    why = await explain_job(ctx, ALICE, receipt.job_id)
+    assert why.text == "it succeeded: every member (2) of attempt 1 exited with code 0"
     assert backend.members == {}  # both released: only the stored copies are left
     for index in (0, 1):
         stream = await stream_logs(ctx, ALICE, receipt.job_id, follow=False, member=index)

@@ -11,6 +11,7 @@ import asyncio
 import re
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.async_api import Page, expect
@@ -166,6 +167,16 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
                 [1.7e9 + s for s in steps], [value] * n,
             )  # fmt: skip
             await store.append(scope, [batch], CollectorCounters(), datetime.now(UTC))
+        # add_scalars("acc", {"train", "val"}) in attempt 1: one tag, two sub-runs, a NaN
+        runs = []
+        for run, value in (("acc/train", 0.5), ("acc/val", 0.25)):
+            steps = range(0, 10)
+            runs.append(source_batch(
+                f"{run}/events.out.tfevents.1#0", "tfevents", ["acc"] * 10,
+                [s * 50 for s in steps], steps, [1.7e9 + s for s in steps], [value] * 10,
+            ))  # fmt: skip
+        runs[1].points.value[3] = float("nan")  # type: ignore[attr-defined]
+        await store.append(scopes[0], runs, CollectorCounters(), datetime.now(UTC))
     finally:
         await pool.close()
         await engine.dispose()
@@ -173,7 +184,12 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     await page.goto(api_server.url + f"/console/#/jobs/{job.id}")
     await page.get_by_label("API token").fill(api_server.token)
     await page.get_by_label("API token").press("Enter")
-    figure = page.locator("figure.chart")
+
+    def chart(tag: str) -> Any:
+        caption = page.locator("figcaption", has_text=re.compile(f"^{re.escape(tag)}$"))
+        return page.locator("figure.chart").filter(has=caption)
+
+    figure = chart("train/loss")
     await expect(figure).to_have_attribute("data-attempts", "2")
     await expect(figure).to_have_attribute("data-points", str(800 + 500))  # every step, each line
     legend = figure.locator(".u-legend")
@@ -182,6 +198,11 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     ends = page.get_by_role("table", name="Attempts").locator("tbody tr")
     await expect(ends.nth(0)).to_contain_text("node-lost")  # how attempt 1 ended
     await expect(ends.nth(1)).to_contain_text("failed")
+    # the sub-runs are two lines, not one merged curve; the NaN bucket is a gap in its line
+    acc = chart("acc")
+    await expect(acc).to_have_attribute("data-lines", "attempt 1 · acc/train\nattempt 1 · acc/val")
+    await expect(acc).to_have_attribute("data-points", str(10 + 9))
+    await expect(acc.locator(".u-legend")).to_contain_text("attempt 1 · acc/val")
     await expect(ends.nth(0).get_by_role("cell").nth(3)).to_have_text("—")  # a first attempt
     resumed = ends.nth(1).get_by_role("cell").nth(3)
     await expect(resumed).to_contain_text("checkpoint-500 (step 500, attempt 1)")
@@ -196,6 +217,8 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     assert not await accessibility_violations(page)
 
     inspector = page.get_by_role("region", name="Raw scalars")
+    await inspector.get_by_label("Source").select_option("train.jsonl#0")
+    await inspector.get_by_label("Tag").select_option("train/loss")
     for attempt, value in (("1", "1"), ("2", "2")):
         await inspector.get_by_label("Attempt").select_option(attempt)
         await inspector.get_by_label("From step").fill("600")
@@ -204,6 +227,15 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
         row = table.locator("tbody tr").first.get_by_role("cell")
         await expect(row.nth(0)).to_have_text("600")
         await expect(row.nth(1)).to_have_text(value)
+    # a value that is not finite reads as such (the API's "NaN"), in its sub-run's series
+    await inspector.get_by_label("Attempt").select_option("1")
+    await inspector.get_by_label("Source").select_option("acc/val/events.out.tfevents.1#0")
+    await inspector.get_by_label("Tag").select_option("acc")
+    await inspector.get_by_label("From step").fill("3")
+    await inspector.get_by_role("button", name="Show raw points").click()
+    row = inspector.locator("table tbody tr").first.get_by_role("cell")
+    await expect(row.nth(0)).to_have_text("3")
+    await expect(row.nth(1)).to_have_text("NaN")
 
 
 async def test_the_job_page_shows_each_members_own_log(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,16 @@ async def test_a_submitted_job_shows_its_curves(
         for step in range(STEPS):
             writer.add_scalar("train/loss", loss(step), step)
             writer.add_scalar("train/reward", step * 0.01, step)
+            # one tag, two sub-runs: runs/acc/train/…tfevents…, runs/acc/val/…tfevents…
+            # (tensorboardX's layout; torch.utils.tensorboard's is acc_train/, acc_val/)
+            writer.add_scalars("acc", {"train": step / STEPS, "val": step / STEPS / 2}, step)
     (event_file,) = runs.glob("*tfevents*")
     (exp / "events.bin").write_bytes(event_file.read_bytes())
+    for run in ("train", "val"):
+        (sub,) = (runs / "acc" / run).glob("*tfevents*")
+        (exp / f"acc_{run}.bin").write_bytes(sub.read_bytes())
     lines = [json.dumps({"step": s, "metrics": {"eval/acc": s / 10}}) for s in range(10)]
+    lines.append(json.dumps({"step": 10, "metrics": {"eval/acc": math.nan}}))  # JSON's NaN
     (exp / "eval.jsonl").write_text("\n".join(lines) + "\n")
     # the job writes its event file in two halves, a second apart, then its JSONL
     size = len(event_file.read_bytes())
@@ -58,7 +66,8 @@ async def test_a_submitted_job_shows_its_curves(
         "env | grep -c eyJ; "  # a JWT in the environment would start so
         f'head -c {size // 2} events.bin > "$d/events.out.tfevents.1.job"; sleep 1; '
         f'tail -c +{size // 2 + 1} events.bin >> "$d/events.out.tfevents.1.job"; '
-        'cp eval.jsonl "$d/"; sleep 1; echo wrote'
+        'cp eval.jsonl "$d/"; for r in train val; do mkdir -p "$d/acc/$r"; '
+        'cp acc_$r.bin "$d/acc/$r/events.out.tfevents.2.job"; done; sleep 1; echo wrote'
     )
     job_id = submit(cli, command, profile="nodes/cpu:0.5")
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
@@ -68,23 +77,41 @@ async def test_a_submitted_job_shows_its_curves(
 
     def summary() -> dict[str, Any] | None:
         s = cluster.api("GET", f"/v1/jobs/{job_id}/metrics")
-        counts = {x["tag"]: x["count"] for x in s["series"] if not x["tag"].startswith("sys/")}
-        want = {"train/loss": STEPS, "train/reward": STEPS, "eval/acc": 10}
+        counts = {
+            (x["tag"], x["run"]): x["count"] for x in s["series"] if not x["tag"].startswith("sys/")
+        }
+        want = {("train/loss", ""): STEPS, ("train/reward", ""): STEPS, ("eval/acc", ""): 11,
+                ("acc", "acc/train"): STEPS, ("acc", "acc/val"): STEPS}  # fmt: skip
         return s if counts == want else None
 
     found = wait_for(summary, 60, "every point of the job's metrics")
-    assert found["canonical"] == ["eval/acc", "train/loss", "train/reward"]
+    assert found["canonical"] == ["acc", "eval/acc", "train/loss", "train/reward"]
+    assert found["runs"]["acc"] == ["acc/train", "acc/val"]
     assert found["collectors"][0]["corrupt_records"] == 0
     curve = cluster.api("GET", f"/v1/jobs/{job_id}/metrics/curve?tag=train/loss")
     assert curve["width"] == 1 and len(curve["merged"]) == STEPS
     float32 = [p["last"] for p in curve["merged"]]
     assert float32 == pytest.approx([loss(s) for s in range(STEPS)], rel=1e-6)
-    out = cli("job", "metrics", job_id).stdout
-    row = next(line for line in out.splitlines() if "train/loss" in line)
-    assert str(STEPS - 1) in row and f"{loss(STEPS - 1):.6g}"[:5] in row
+    acc = cluster.api("GET", f"/v1/jobs/{job_id}/metrics/curve?tag=acc")  # two curves
+    assert [(a["attempt"], a["run"]) for a in acc["attempts"]] == [(1, "acc/train"), (1, "acc/val")]
+    out = cli("job", "metrics", job_id, "--width", "40").stdout
+    training_table = out.split("\n\n")[0].splitlines()[1:]  # the system group comes after
+    rows = {line.split()[0] + line.split()[1]: line.split() for line in training_table}
+    row = rows["train/loss" + str(STEPS - 1)]
+    assert f"{loss(STEPS - 1):.6g}"[:5] in row[2]
+    assert len(row[3]) == 40  # the width asked for, each character a bucket's max
+    assert rows["acc(acc/train)"][2:4] == [str(STEPS - 1), f"{(STEPS - 1) / STEPS:.6g}"]
+    assert rows["acc(acc/val)"][3] == f"{(STEPS - 1) / STEPS / 2:.6g}"
+    assert rows["eval/acc10"][2] == "NaN"  # not finite: said so, not "nan" or null
+    raw = cli("job", "metrics", job_id, "--raw", "--tag", "eval/acc", "--start", "9")
+    assert [line.split()[:2] for line in raw.stdout.splitlines()] == [
+        ["STEP", "VALUE"], ["9", "0.9"], ["10", "NaN"]
+    ]  # fmt: skip
+    listed = cli("job", "metrics", job_id, "--raw").stdout
+    assert "acc/train/events.out.tfevents.2.job#0" in listed
     as_json = json.loads(cli("job", "metrics", job_id, "--json").stdout)
     training = {t for t in as_json["curves"] if not t.startswith("sys/")}
-    assert training == {"eval/acc", "train/loss", "train/reward"}
+    assert training == {"acc", "eval/acc", "train/loss", "train/reward"}
 
 
 async def test_a_run_longer_than_its_collector_token_ships_every_point(

@@ -247,3 +247,56 @@ def test_a_stale_recipe_lock_is_refused_until_upgraded(cli: Cli) -> None:
     assert json.loads(lock_file.read_text())["digest"] == lock["digest"]
     cli("validate", "locked")
     cli("submit", "locked", "--profile", "cpu:1", "--preview")
+
+
+def _waiting_line(lines: Any, *words: str, unless: str = "") -> str:
+    """The next `waiting: …` line of `tp submit --follow`'s stderr holding every word (and
+    not ``unless``)."""
+    for line in lines:
+        said = line.startswith("waiting: ") and all(w in line for w in words)
+        if said and not (unless and unless in line):
+            return str(line)
+    raise AssertionError(f"--follow ended without a waiting line saying {words}")
+
+
+def test_follow_says_why_a_job_waits_and_the_readme_uncordons(cli: Cli) -> None:
+    """The README's quota walk-through, then what a newcomer hit after it: a job held by a
+    quota shows why in `tp job ls`; `--follow` on it says that it waits and why, and again as
+    that changes (quota, then the cordoned node); uncordoning lets it run, as the README now
+    says. Before, the walk-through left the only node cordoned and `--follow` hung silently.
+    The set-up and the admin's steps go through the HTTP API (each `tp` start costs seconds of
+    a busy 2-core machine); what is under test runs as `tp`."""
+    creds = json.loads((Path(cli.env["TUNEPLANE_CONFIG_DIR"]) / "credentials.json").read_text())
+    api = httpx.Client(
+        base_url=creds["server"], headers={"Authorization": f"Bearer {creds['token']}"}
+    )
+    cli("new", "hello", "--method", "custom/custom")
+    api.post("/v1/teams", json={"name": "vision"}).raise_for_status()
+    queue = {"name": "research", "team": "vision", "priority": 10, "job_quota": 1}
+    api.post("/v1/queues", json=queue).raise_for_status()
+    submit = ["submit", "hello", "--profile", "cpu:1", "--queue", "research", "--yes"]
+    # exits on SIGTERM at once (PID 1 ignores a signal it has no handler for)
+    out = cli(*submit, "--set", "command=trap 'exit 0' TERM; sleep 300 & wait").stdout
+    first = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    follow = subprocess.Popen(
+        [TP, *submit, "--set", "command=echo second-ran", "--follow"],
+        cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert follow.stderr is not None
+        lines = iter(follow.stderr.readline, "")
+        held = _waiting_line(lines, "is pending", "queue research (team vision) quota 1/1")
+        second = JOB_ID.search(held).group(0)  # type: ignore[union-attr]
+        listed = cli("job", "ls").stdout  # the REASON column
+        assert second in listed and "quota 1/1" in " ".join(listed.split()), listed
+        api.post("/v1/nodes/local/cordon").raise_for_status()
+        api.post(f"/v1/jobs/{first}/cancel").raise_for_status()
+        _waiting_line(lines, second, "cordoned", unless="quota 1/1")  # said again as it changed
+        api.post("/v1/nodes/local/uncordon").raise_for_status()  # the README's last step now
+        out, _ = follow.communicate(timeout=120)
+        assert follow.returncode == 0 and "second-ran" in out, out
+    finally:
+        api.close()
+        if follow.poll() is None:
+            follow.kill()
+            follow.wait()

@@ -62,6 +62,12 @@ async def setup(tmp_path: Path, pg_url: str, pg_engine: AsyncEngine) -> AsyncIte
     resumed = points("ev#0", "loss", range(500, 800), 2.0)
     resumed.points.value[-1] = float("nan")  # type: ignore[attr-defined]
     await store.append(scopes[2], [resumed], CollectorCounters(3, 0, 17), NOW)
+    # add_scalars("acc", {"train": ..., "val": ...}): one tag, a directory per sub-run
+    train = points("acc_train/events.out.tfevents.1#0", "acc", range(0, 10), 0.5)
+    val = points("acc_val/events.out.tfevents.1#0", "acc", range(0, 10), 0.25)
+    val.points.value[3] = float("inf")  # type: ignore[attr-defined]
+    val.points.value[4] = float("-inf")  # type: ignore[attr-defined]
+    await store.append(scopes[0], [train, val], none, NOW)
     app = create_app(ctx, supervise=False)
     # httpx's ASGI transport runs the app on this test's event loop (the database pools are
     # bound to it); litestar's test client would run it on a loop of its own
@@ -77,15 +83,18 @@ async def test_the_summary_names_canonical_metrics_and_counters(setup: Any) -> N
     r = await client.get(f"/v1/jobs/{job_id}/metrics")
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["canonical"] == ["loss"]  # member 1's metric is not canonical
-    assert {(s["attempt"], s["member"], s["tag"]) for s in body["series"]} == {
-        (1, 0, "loss"),
-        (1, 1, "other"),
-        (2, 0, "loss"),
+    assert body["canonical"] == ["acc", "loss"]  # member 1's metric is not canonical
+    assert {(s["attempt"], s["member"], s["tag"], s["run"]) for s in body["series"]} == {
+        (1, 0, "loss", ""),
+        (1, 1, "other", ""),
+        (2, 0, "loss", ""),
+        (1, 0, "acc", "acc_train"),
+        (1, 0, "acc", "acc_val"),
     }
+    assert body["runs"] == {"acc": ["acc_train", "acc_val"], "loss": [""]}
     resumed = next(s for s in body["series"] if s["attempt"] == 2)
     assert (resumed["first_step"], resumed["last_step"], resumed["count"]) == (500, 799, 300)
-    assert resumed["last_value"] is None  # NaN is JSON null
+    assert resumed["last_value"] == "NaN"  # JSON has no NaN: a string (docs/http-api.md)
     counters = {c["member_id"]: c for c in body["collectors"]}
     assert sorted((c["corrupt_records"], c["dropped_bytes"]) for c in counters.values()) == [
         (0, 0),
@@ -118,6 +127,38 @@ async def test_a_curve_is_bounded_and_a_later_attempt_wins_its_steps(setup: Any)
         (499, 1, 1.0),
         (500, 2, 2.0),
     ]
+
+
+async def test_sub_runs_of_one_tag_are_separate_curves(setup: Any) -> None:
+    """add_scalars writes each sub-run to a directory of its own under one tag: two curves,
+    never merged, each answerable alone; a value that is not finite is a string."""
+    client, _, job_id = setup
+    base = f"/v1/jobs/{job_id}/metrics/curve"
+    curve = (await client.get(base, params={"tag": "acc"})).json()
+    assert [(a["attempt"], a["run"]) for a in curve["attempts"]] == [
+        (1, "acc_train"),
+        (1, "acc_val"),
+    ]
+    merged = {(p["run"], p["first_step"]): p for p in curve["merged"]}
+    assert len(merged) == 20  # ten steps of each run, none merged into the other
+    assert (merged[("acc_train", 3)]["last"], merged[("acc_val", 3)]["last"]) == (0.5, "Infinity")
+    assert merged[("acc_val", 4)]["last"] == "-Infinity"
+    assert merged[("acc_val", 4)]["max"] is None  # a bucket's max covers finite values only
+    one = (await client.get(base, params={"tag": "acc", "run": "acc_val"})).json()
+    assert [a["run"] for a in one["attempts"]] == ["acc_val"]
+    assert {p["run"] for p in one["merged"]} == {"acc_val"}
+    r = await client.get(base, params={"tag": "acc", "run": "acc_test"})
+    assert r.status_code == 404 and r.json()["field"] == "run"
+    assert "'acc_train', 'acc_val'" in r.json()["fix"]
+    raw = await client.get(
+        f"/v1/jobs/{job_id}/metrics/raw",
+        params={"attempt": 1, "source": "acc_val/events.out.tfevents.1#0", "tag": "acc"},
+    )
+    values = [p["value"] for p in raw.json()["points"]]
+    assert values[2:5] == [0.25, "Infinity", "-Infinity"]
+    doc = (await client.get("/schema/openapi.json")).json()
+    number = doc["components"]["schemas"]["RawPointOut"]["properties"]["value"]
+    assert "NaN" in str(number) and "Infinity" in str(number)
 
 
 async def test_the_raw_inspector_pages_through_one_series(setup: Any) -> None:

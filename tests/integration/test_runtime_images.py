@@ -97,6 +97,28 @@ async def test_forced_build_reports_progress_and_moves_the_tag(
     assert (await docker_backend.pin(BUSYBOX)).digest == image_id
 
 
+async def test_an_image_from_an_older_recipe_is_made_again(
+    docker_host, docker_backend, tmp_path, monkeypatch
+):
+    """The `python` runtime moved from python3-minimal to python3 (recipe version 2): an image
+    built from the older recipe is found by its `tuneplane.inputs` label and made again, not
+    kept as "already built"; the current one is kept."""
+    newer = dataclasses.replace(RECIPES["busybox"], version="test-newer")
+    monkeypatch.setitem(RECIPES, "busybox", newer)
+    seen: list[BuildProgress] = []
+    made = await build_runtime(docker_host, "busybox", seen.append, cache_dir=tmp_path)
+    assert [p.stage for p in seen][:2] == ["check", "check"] and "older recipe" in seen[1].message
+    assert "exists" not in [p.stage for p in seen] and seen[-1].stage == "done"
+    seen.clear()
+    assert await build_runtime(docker_host, "busybox", seen.append, cache_dir=tmp_path) == made
+    assert [p.stage for p in seen] == ["check", "exists"]
+    monkeypatch.undo()  # the real recipe: made again from it, so the engine's image is current
+    assert await build_runtime(docker_host, "busybox", cache_dir=tmp_path) != made
+    assert (await docker_backend.pin(BUSYBOX)).digest != made
+    with contextlib.suppress(aiodocker.DockerError):  # the superseded image, untagged now
+        await _remove_image(docker_host, made)
+
+
 async def test_unknown_runtime_is_invalid_input(docker_host):
     with pytest.raises(InvalidInput) as err:
         await build_runtime(docker_host, "cobol")
@@ -155,7 +177,7 @@ async def test_python_image_builds_with_debootstrap_and_runs_python(
     out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()[-3000:]
     print(f"python runtime built in {time.monotonic() - started:.1f}s")
-    assert b"debootstrap --variant=minbase --include=python3-minimal bookworm" in err
+    assert b"debootstrap --variant=minbase --include=python3 bookworm" in err
     image_id = out.decode().strip()
     assert (await docker_backend.pin(PYTHON)).digest == image_id
     if previous and previous != image_id:  # the superseded image, unless a container uses it
@@ -170,6 +192,19 @@ async def test_python_image_builds_with_debootstrap_and_runs_python(
         docker_backend, PYTHON, docker_job_id, "python3", "--version", index=1
     )
     assert logs.startswith(b"Python 3.11.")
+    # the SDK's report.log, as a job copies it next to its code (docs/telemetry.md): it failed
+    # here with "No module named 'json'" when the image had python3-minimal only
+    sdk = (ROOT / "adapters/sdk/report.py").read_text()
+    use = sdk + (
+        "\nos.environ['TUNEPLANE_METRICS_DIR'] = '/tmp/m'\n"
+        "log({'train/loss': 0.5, 'bad': float('nan')}, step=3)\n"
+        "print(open('/tmp/m/report-rank0.jsonl').read(), errors())\n"
+    )
+    obs, logs = await run_to_exit(
+        docker_backend, PYTHON, docker_job_id, "python", "-c", use, index=2
+    )
+    assert obs.exit_code == 0, logs.decode()
+    assert b'"train/loss": 0.5' in logs and b'"bad": NaN' in logs and logs.endswith(b" 0\n")
 
 
 async def _image_id_or_none(backend: DockerBackend, runtime: RuntimeSpec) -> str | None:

@@ -131,6 +131,12 @@ def _route(stub: Stub, method: str, path: str, q: dict[str, list[str]], body: An
         found = [j for j in reversed(stub.jobs.values())
                  if not q.get("state") or j["state"] in q["state"]]  # fmt: skip
         return 200, {"jobs": found[: int(q.get("limit", ["50"])[0])], "next_cursor": None}
+    m = re.fullmatch(r"/v1/jobs/([^/]+)/why", path)
+    if m and m.group(1) in stub.jobs:
+        job = stub.jobs[m.group(1)]
+        return 200, {"job_id": job["id"], "state": job["state"], "kind": "capacity",
+                     "text": "no node of pool local has 1 CPU free", "position": 1,
+                     "pending_total": 1, "checkpoints": []}  # fmt: skip
     m = re.fullmatch(r"/v1/jobs/([^/]+)(/cancel)?", path)
     if m and m.group(1) in stub.jobs:
         job = stub.jobs[m.group(1)]

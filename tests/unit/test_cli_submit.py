@@ -151,6 +151,8 @@ def test_yes_follow_streams_logs_and_reports_the_end(
     assert "job job-1 created" in captured.out
     assert "step 1\nstep 2\nfollowed to the end\n" in captured.out
     assert "job job-1 succeeded" in captured.err
+    # a pending job: --follow says that it waits and why (`tp job why`), once per change
+    assert captured.err.count("waiting: job job-1 is pending: no node of pool local has") == 1
     stub.states = ["pending", "failed"]
     assert run(["submit", "hello", "--profile", "cpu:1", "--yes", "--wait"]) == errors.FAILED
     assert "job job-2 failed (exit code 3): exited with 3" in capsys.readouterr().out
@@ -168,9 +170,20 @@ def test_job_commands(stub: Stub, ws: Path, capsys: pytest.CaptureFixture[str]) 
     assert run(["job", "logs"]) == 0  # defaults to the most recent job
     captured = capsys.readouterr()
     assert captured.out == "step 1\nstep 2\n" and "logs of job job-1" in captured.err
+    stub.jobs["job-1"]["_states"] = []  # it stays running until stopped
     assert run(["job", "stop", "job-1", "--wait"]) == 0
     out = capsys.readouterr().out
     assert "stop requested for job job-1 (state: stopping)" in out and "cancelled" in out
+    # stopping a job that has ended: a cancelled one says so and succeeds (idempotent) ...
+    assert run(["job", "stop", "job-1"]) == 0
+    assert "job job-1 cancelled: already stopped" in capsys.readouterr().out
+    # ... one that succeeded or failed is refused, with how it ended
+    stub.jobs["job-1"]["state"] = "succeeded"
+    assert run(["job", "stop", "job-1"]) == errors.CONFLICT
+    err = capsys.readouterr().err
+    assert "job job-1 succeeded; it has already ended, there is nothing to stop" in err
+    assert "tp job why job-1" in err
+    stub.jobs["job-1"]["state"] = "cancelled"
     assert run(["job", "ls"]) == 0 and "job-1" not in capsys.readouterr().out  # ended
     assert run(["job", "ls", "--all"]) == 0 and "job-1" in capsys.readouterr().out
     assert run(["job", "status", "job-404"]) == errors.NOT_FOUND

@@ -142,3 +142,29 @@ def test_a_trailing_newline_is_not_part_of_a_valid_name() -> None:
         check_name("pool-a\n", "pool name", "name")
     with pytest.raises(InvalidInput):
         resolve_roles(["local\n/cpu:1"], POOLS, [])
+
+
+@pytest.mark.parametrize(
+    ("text", "suggested"),
+    [("cpu1", "cpu:1"), ("cpu0.5", "cpu:0.5"), ("h2008", "h200:8"), ("local/cpu2", "local/cpu:2")],
+)
+def test_a_request_without_its_colon_is_not_a_profile_and_the_fix_names_it(
+    text: str, suggested: str
+) -> None:
+    """`--profile cpu1` answered "no pool of cpu1 GPUs": it is no profile, and the fix
+    suggests the request it resembles."""
+    with pytest.raises(InvalidInput) as e:
+        one(text)
+    assert e.value.message == (
+        f"profile {text!r} is not a profile name, a CPU request (cpu:N) or a GPU model of any"
+        " pool here"
+    )
+    assert e.value.fix.startswith(f"did you mean {suggested}? (requests offered here: cpu:N")
+    assert "GPUs" not in e.value.message
+
+
+def test_a_name_like_no_request_lists_what_is_offered() -> None:
+    with pytest.raises(InvalidInput) as e:
+        one("bigone")
+    assert "is not a profile name" in e.value.message
+    assert e.value.fix.startswith("requests offered here: cpu:N, h100:N, h200:N")

@@ -14,6 +14,9 @@ interface AttemptCurve {
   attempt: number;
   member_id: string;
   source: string;
+  // the sub-run (add_scalars writes each to a directory of its own under one tag): one entry
+  // per (attempt, run), each its own line; "" for the top directory
+  run?: string;
   points: Point[];
 }
 interface Curve {
@@ -43,16 +46,18 @@ async function curve(jobId: string, tag: string, range?: [number, number]): Prom
   return getJson<Curve>(`/v1/jobs/${encodeURIComponent(jobId)}/metrics/curve?${q.toString()}`);
 }
 
-// One series per attempt (member 0 of each, as the API returns them), joined on the step axis.
+// One series per attempt and run (member 0 of each, as the API returns them), joined on the
+// step axis. A bucket whose values are all NaN or infinite has a null mean: a gap in its line.
 function columns(c: Curve): uPlot.AlignedData {
   const tables: uPlot.AlignedData[] = c.attempts.map((a) => [a.points.map((p) => p.last_step), a.points.map((p) => p.mean)]);
   if (!tables.length) return [[], []];
   return tables.length === 1 ? tables[0] : uPlot.join(tables);
 }
 
-const labels = (c: Curve): string[] => (c.attempts.length ? c.attempts.map((a) => `attempt ${a.attempt}`) : ["no points yet"]);
+const label = (a: AttemptCurve): string => `attempt ${a.attempt}` + (a.run ? ` · ${a.run}` : "");
+const labels = (c: Curve): string[] => (c.attempts.length ? c.attempts.map(label) : ["no points yet"]);
 
-// One metric as an interactive line chart, one line per attempt with a legend. Drag to zoom:
+// One metric as an interactive line chart, one line per attempt (and sub-run) with a legend. Drag to zoom:
 // the zoomed step range is fetched again at full resolution (at most POINTS buckets per attempt),
 // so a long run never ships every point at once. Double-click goes back to the whole series.
 export async function metricChart(jobId: string, tag: string, width: number): Promise<Chart> {
@@ -74,6 +79,7 @@ export async function metricChart(jobId: string, tag: string, width: number): Pr
     box.dataset.lastStep = String(Math.max(-1, ...c.attempts.flatMap((a) => a.points.map((p) => p.last_step))));
     box.dataset.attempts = String(c.attempts.length);
     const names = labels(c);
+    box.dataset.lines = names.join("\n"); // "attempt 1 · loss_train", one per line drawn
     if (plot && names.join("\n") === drawn) {
       plot.setData(data);
       return;

@@ -13,7 +13,8 @@ export interface Series {
 interface RawPoint {
   step: number;
   wall_time: number;
-  value: number | null;
+  // JSON has no NaN or infinities: the API writes them as these strings (docs/http-api.md#numbers)
+  value: number | "NaN" | "Infinity" | "-Infinity";
   offset: number;
 }
 interface Raw {
@@ -67,7 +68,7 @@ export function rawInspector(jobId: string, series: Series[]): HTMLElement {
     next.addEventListener("click", () => void show(raw.next_start!, raw.next_after_offset!));
     out.replaceChildren(
       raw.points.length
-        ? table(caption, ["Step", "Value", "Wall time", "Record offset"], raw.points.map((p) => [p.step, p.value ?? "non-finite", new Date(p.wall_time * 1000).toISOString(), p.offset]))
+        ? table(caption, ["Step", "Value", "Wall time", "Record offset"], raw.points.map((p) => [p.step, p.value, new Date(p.wall_time * 1000).toISOString(), p.offset]))
         : h("p", {}, "No points in that range."),
       h("p", { class: "muted" }, `${picked.count} points in this series, steps ${picked.first_step}–${picked.last_step}; ${LIMIT} shown at a time.`),
       more ? next : "",
