@@ -34,6 +34,7 @@ from domain.node_protocol import NodeCapacity
 from entrypoints.cli.errors import render
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
+from entrypoints.metrics_listener import checked_port, start_metrics
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 from entrypoints.runtime_dirs import runtime_dirs, seen_by_host_members
 from entrypoints.settings_loader import load_one
@@ -69,6 +70,7 @@ class DaemonOptions:
     executor: str | None = None
     runtime_dirs: tuple[str, ...] = ()  # RUNTIME=DIR, added to TUNEPLANE_NODE_RUNTIMES
     member_user: str | None = None  # host processes as root: the account members run as
+    metrics_port: int | None = None  # /metrics here (else TUNEPLANE_NODE_METRICS_PORT, else none)
 
 
 def default_state_dir() -> Path:
@@ -207,6 +209,7 @@ def plan(options: DaemonOptions) -> NodePlan:
 
 async def serve_daemon(options: DaemonOptions) -> None:
     node = plan(options)
+    metrics_port = checked_port("node", options.metrics_port)  # refused before anything starts
     async with started(NodeContainer(plan=node)) as container:
         agent = await resolve(container.agent)
         link = await resolve(container.link)
@@ -230,6 +233,8 @@ async def serve_daemon(options: DaemonOptions) -> None:
             f"{capacity.memory_mb} MiB; members run as {runs})",
             flush=True,
         )
+        if metrics_port is not None:
+            start_metrics("node", metrics_port)
         process = await resolve(container.collector)
         collector = asyncio.create_task(process.run()) if process is not None else None
         try:

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import Entry, load_entries
+from entrypoints.settings_metrics import MetricsSettings
 from entrypoints.settings_sections import CliSettings, NodeSettings, SupervisionSettings
 
 MASK = "****"
@@ -17,24 +18,24 @@ MASK = "****"
 PROCESSES: dict[str, tuple[str, ...]] = {
     "api": (
         "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
-        "telemetry", "slurm", "kubernetes", "postgres", "build", "supervision",
+        "telemetry", "slurm", "kubernetes", "postgres", "build", "metrics", "supervision",
     ),
-    "node-gateway": ("general", "database", "node-gateway", "tls", "supervision"),
-    "telemetry-gateway": ("general", "database", "telemetry", "tls", "supervision"),
-    "node": ("node", "supervision"),
-    "collector": ("supervision",),
+    "node-gateway": ("general", "database", "node-gateway", "tls", "metrics", "supervision"),
+    "telemetry-gateway": ("general", "database", "telemetry", "tls", "metrics", "supervision"),
+    "node": ("node", "metrics", "supervision"),
+    "collector": ("metrics", "supervision"),
 }  # fmt: skip
 SECTION_ORDER = (
     "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
     "node-gateway", "tls", "telemetry", "slurm", "kubernetes", "postgres", "build", "node",
-    "cli", "supervision",
+    "metrics", "cli", "supervision",
 )  # fmt: skip
 
 
 def entries(environ: Mapping[str, str] | None = None) -> list[Entry]:
     """Every setting, in section order (SystemExit on a bad value, as at a process's start)."""
     found: list[Entry] = []
-    for cls in (Settings, NodeSettings, CliSettings, SupervisionSettings):
+    for cls in (Settings, NodeSettings, MetricsSettings, CliSettings, SupervisionSettings):
         found += load_entries(cls, environ)[1]
     return sorted(found, key=lambda e: SECTION_ORDER.index(e.var.section))
 

@@ -25,6 +25,7 @@ from entrypoints.api.blob_routes import BLOB_ROUTES
 from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.guard import GuardedLitestar, GuardedRequest
+from entrypoints.api.instrumentation import metrics_route
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.openapi import TightJsonRenderPlugin
@@ -65,10 +66,12 @@ def create_app(
     debug: bool = False,
     gangs: GangSettings | None = None,
     collect_blobs_every: timedelta | None = None,
+    metrics: str = "open",
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
     pass + supervisor); with a ``lease`` it ticks only while it leads. With
-    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``)."""
+    ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``).
+    ``metrics`` says who may read ``GET /metrics`` (TUNEPLANE_API_METRICS: open, token, off)."""
     coordinator = GangCoordinator(ctx, gangs)
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
     if supervisor is not None:  # a node voted or reported: decide and record at once
@@ -113,7 +116,7 @@ def create_app(
         handler.security = SECURITY
     state: dict[str, Any] = {"ctx": ctx, "supervisor": supervisor, "token_cache": TokenCache()}
     return GuardedLitestar(
-        route_handlers=[healthz, readyz, *protected, console_router()],
+        route_handlers=[healthz, readyz, *metrics_route(metrics), *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
         request_class=GuardedRequest,  # JSON bodies checked once decoded (guard.py)

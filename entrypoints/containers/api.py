@@ -14,6 +14,7 @@ from adapters.collector_tokens import CollectorTokens
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.node.backend import NodeBackend
+from adapters.observability.prometheus import process_instruments
 from adapters.outputs import FilesystemOutputs
 from adapters.postgres.lease import PostgresLeaderLease
 from adapters.postgres.metrics import PostgresMetrics
@@ -76,6 +77,7 @@ def _context(
         checkpoints=FilesystemCheckpoints(settings.checkpoint_dir),
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
         backend_checkpoints={"slurm": slurm.checkpoints} if slurm is not None else {},
+        instruments=process_instruments(),  # docs/operations.md#metrics
     )
 
 
