@@ -23,7 +23,7 @@ from application.instruments import NO_INSTRUMENTS
 from domain.errors import InvalidInput, Unavailable
 from entrypoints.settings_loader import load
 from entrypoints.settings_metrics import MetricsSettings
-from tests.support.promql import expressions, exposed, metric_names
+from tests.support.promql import exposed, expressions, metric_names
 
 ROOT = Path(__file__).resolve().parents[2]
 # labels that would take unbounded values: ids and names of users, jobs, nodes, tokens
