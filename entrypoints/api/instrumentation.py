@@ -1,5 +1,5 @@
 """The API's own metrics (docs/operations.md#metrics): every request counted and timed by its
-route *template* (``/v1/jobs/{job_id:str}``, never the raw path: no id reaches a label), method
+route *template* (``/v1/jobs/{job_id}``, never the raw path: no id reaches a label), method
 and status class, and ``GET /metrics``, the process's registry in Prometheus' text format.
 
 ``instrumented`` wraps the whole ASGI app, outside routing, so a 404 and a refused path are
