@@ -208,8 +208,8 @@ def plan(options: DaemonOptions) -> NodePlan:
 
 
 async def serve_daemon(options: DaemonOptions) -> None:
-    node = plan(options)
     metrics_port = checked_port("node", options.metrics_port)  # refused before anything starts
+    node = plan(options)
     async with started(NodeContainer(plan=node)) as container:
         agent = await resolve(container.agent)
         link = await resolve(container.link)

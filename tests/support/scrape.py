@@ -35,10 +35,15 @@ def wait_for(
 ) -> tuple[str, Samples]:
     """Scrape ``url`` until ``ready`` holds (a condition, not a sleep); the last scrape."""
     deadline = time.monotonic() + timeout
+    text = ""
     while True:
-        text, samples = scrape(url)
-        if ready(samples):
-            return text, samples
+        try:
+            text, samples = scrape(url)
+        except httpx.TransportError as exc:  # not listening yet
+            text = str(exc)
+        else:
+            if ready(samples):
+                return text, samples
         if time.monotonic() > deadline:
             raise AssertionError(f"{url}: condition not met in {timeout} s:\n{text[-3000:]}")
         time.sleep(0.2)
