@@ -179,7 +179,7 @@ async def _ingest_round(
         rig.start_gateway()
         for i in range(MEMBERS):
             rig.start_collector(i, *(["--metrics-port", str(ports[i])] if scraped else []))
-        await asyncio.sleep(5)  # gateway and collectors started and idle before the clock
+        await _started(rig)  # gateway and collectors started and idle before the clock
         base = await rig.stored()  # the earlier rounds' points, in the same database
         with scraping(urls) if scraped else _nothing() as count:
             t0 = time.perf_counter()
@@ -192,6 +192,18 @@ async def _ingest_round(
     finally:
         rig.stop()
     return MEMBERS * RECORDS * len(TAGS) / took, count[0]
+
+
+async def _started(rig: Rig, within: float = 300) -> None:
+    """Until the gateway listens and every collector runs (their logs say so; the same wait in
+    both arms), then a second more."""
+    logs = {rig.root / "gateway.log": "telemetry gateway on"}
+    logs |= {rig.root / f"collector-{i}.log": "collecting members of" for i in range(MEMBERS)}
+    deadline = time.monotonic() + within
+    while not all(p.exists() and text in p.read_text() for p, text in logs.items()):
+        assert time.monotonic() < deadline, f"not started in {within} s: see {rig.root}"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1)
 
 
 @contextmanager
