@@ -19,6 +19,7 @@ from prometheus_client import (
     Histogram,
     PlatformCollector,
     ProcessCollector,
+    disable_created_metrics,
     generate_latest,
     start_http_server,
 )
@@ -27,6 +28,9 @@ from adapters.observability.catalog import BY_NAME, CATALOG, Metric
 from domain.errors import InvalidInput, Unavailable
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+# no `_created` sample beside every counter and histogram: it doubles a scrape's size and
+# Prometheus' text format ignores it (docs/benchmarks.md#cost-of-the-metrics)
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class PrometheusInstruments:

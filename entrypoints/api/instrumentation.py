@@ -44,10 +44,7 @@ def instrumented(app: ASGIApp) -> ASGIApp:
                 status = int(message["status"])
                 if not timed:
                     timed = True
-                    method = _method(scope)
-                    measure.observe(
-                        i.HTTP_SECONDS, time.perf_counter() - start, route=route(), method=method
-                    )
+                    measure.observe(i.HTTP_SECONDS, time.perf_counter() - start, route=route())
             await send(message)
 
         try:
