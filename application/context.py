@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.artifact_ports import CheckpointsInPlace, CheckpointStorage, OutputStorage
 from domain.backend_ports import Backend, CapacityReporter, CoordinatedBackend, ExecutionBackend
 from domain.blob_ports import BlobStore
@@ -91,6 +92,8 @@ class Context:
     # backends whose own scheduler reports their pools and nodes (Slurm), by backend name
     capacity: Mapping[str, CapacityReporter] = field(default_factory=dict)
     notifications: Notifications | None = None  # None: this process sends no webhooks
+    # where use cases report their own measurements (docs/operations.md#metrics); none: kept
+    instruments: Instruments = NO_INSTRUMENTS
 
     @property
     def units(self) -> Units:

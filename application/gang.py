@@ -21,6 +21,7 @@ import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from application import instruments as i
 from application.context import Context
 from application.fleet_check import settle as settle_checks
 from application.node_checkpoints import record_resumed
@@ -112,7 +113,7 @@ class GangCoordinator:
         if plan.decision is Decision.ABORT:
             await self._aborted(job, attempt, plan)
             return None
-        return await self._observe(job, attempt, members)
+        return await self._observe(job, attempt, members, plan)
 
     # -- phase 1: begin ---------------------------------------------------------------------
 
@@ -161,6 +162,12 @@ class GangCoordinator:
                 await uow.commit()
                 await self.ctx.signals.notify(NODE_WORK)  # Commit or Abort goes out now
                 log.info("launch of %s: %s (%s)", job.id, decision, reason)
+                self.ctx.instruments.observe(
+                    i.GANG_PHASE_SECONDS,
+                    _seconds(now - plan.began_at),
+                    phase="prepare",
+                    outcome=str(decision.value),
+                )
             current = await uow.launches.plan(plan.attempt_id)
         return current or plan
 
@@ -264,7 +271,7 @@ class GangCoordinator:
     # -- phase 3b: committed ----------------------------------------------------------------
 
     async def _observe(
-        self, job: Job, attempt: Attempt, members: list[Member]
+        self, job: Job, attempt: Attempt, members: list[Member], plan: LaunchPlan | None = None
     ) -> dict[str, Observation]:
         now = self.ctx.clock.now()
         async with self.ctx.units.gang() as uow:
@@ -284,6 +291,11 @@ class GangCoordinator:
             if stop:
                 await uow.launches.request_stop(stop, now)
             await uow.commit()
+        decided = plan.decided_at if plan is not None else None
+        if pending and decided is not None:  # once: its members leave pending together
+            self.ctx.instruments.observe(
+                i.GANG_PHASE_SECONDS, _seconds(now - decided), phase="commit", outcome="starting"
+            )
         if stop:
             await self.ctx.signals.notify(NODE_WORK)
         seen: dict[str, Observation] = {}
@@ -292,6 +304,10 @@ class GangCoordinator:
             if m.state not in MEMBER_FINAL and found is not None:
                 seen[m.id] = _observation(found, connectivity[found.node])
         return seen
+
+
+def _seconds(elapsed: timedelta) -> float:
+    return max(0.0, elapsed.total_seconds())
 
 
 def _ports_from(ports: range, attempt_id: str) -> list[int]:

@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from application import instruments as i
 from application.context import Context
 from application.enrollment import (
     NodeIdentity,
@@ -164,9 +165,10 @@ class NodeControl:
             beats, self._beats = self._beats, {}
             if not beats:
                 return 0
-            async with self.ctx.units.nodes() as uow:
-                stale = await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
-                await uow.commit()
+            with self.ctx.instruments.timer(i.HEARTBEAT_FLUSH_SECONDS):
+                async with self.ctx.units.nodes() as uow:
+                    stale = await uow.links.beat([(n, s, at) for n, (s, at) in beats.items()])
+                    await uow.commit()
             self.superseded.update(stale)
             async with self.ctx.units.nodes() as uow:
                 revived = await uow.links.revive(

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from application import instruments as i
 from application import log_context
 from application.capacity_sync import capacity_sources, sync_capacity
 from application.context import Context
@@ -53,13 +54,48 @@ class Scheduler:
     _snapshot: Snapshot | None = None
 
     async def pass_once(self) -> PassResult:
-        decisions, attempts = await self.decide()
-        if decisions.placements and await self._refreshed(decisions.placements):
+        with self.ctx.instruments.timer(i.ADMISSION_SECONDS):
             decisions, attempts = await self.decide()
-        reserved, lost = await self.apply(decisions.placements, attempts)
+            if decisions.placements and await self._refreshed(decisions.placements):
+                decisions, attempts = await self.decide()
+            reserved, lost = await self.apply(decisions.placements, attempts)
         if reserved or lost:
             log.info("scheduling pass: %d reserved, %d lost a race", len(reserved), len(lost))
+        self._measure(decisions.placements, set(reserved))
         return PassResult(decisions, reserved, lost)
+
+    def _measure(self, placements: Sequence[Placement], reserved: set[str]) -> None:
+        """Queue and pool gauges from this pass's snapshot (docs/operations.md#metrics): the
+        jobs a placement was stored for move from pending to reserved."""
+        snapshot, measure = self._snapshot, self.ctx.instruments
+        if snapshot is None:
+            return
+        for p in placements:
+            outcome = "reserved" if p.job_id in reserved else "lost"
+            measure.inc(i.PLACEMENTS, queue=p.queue, outcome=outcome)
+        pending = dict.fromkeys(snapshot.queues, 0)
+        for job in snapshot.pending:
+            pending[job.queue] = pending.get(job.queue, 0) + (job.id not in reserved)
+        jobs = {name: q.jobs_in_use for name, q in snapshot.queues.items()}
+        gpus = {name: q.gpus_in_use for name, q in snapshot.queues.items()}
+        for p in placements:
+            if p.job_id in reserved:
+                jobs[p.queue] = jobs.get(p.queue, 0) + 1
+                gpus[p.queue] = gpus.get(p.queue, 0) + sum(len(a.gpus) for a in p.assignments)
+        free = dict.fromkeys(snapshot.pools, 0)
+        for node in snapshot.nodes:
+            if not node.why_not:
+                free[node.pool] = free.get(node.pool, 0) + len(node.free_gpus)
+        pool_of = {n.name: n.pool for n in snapshot.nodes} if reserved else {}
+        for p in placements:
+            if p.job_id in reserved:
+                for a in p.assignments:
+                    if (pool := pool_of.get(a.node)) is not None:
+                        free[pool] = max(0, free.get(pool, 0) - len(a.gpus))
+        measure.replace(i.PENDING_JOBS, pending)
+        measure.replace(i.RESERVED_JOBS, jobs)
+        measure.replace(i.RESERVED_GPUS, gpus)
+        measure.replace(i.FREE_GPUS, free)
 
     async def _refreshed(self, placements: Sequence[Placement]) -> bool:
         """Read the capacity of the self-reporting backends the placements use; True when the

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from application import archives, plugins
 from application.context import Context
+from application.instruments import COMMITS, PREVIEWS
 from application.policy import choose_queue
 from application.runtimes import runtime_for
 from domain import capsule
@@ -119,6 +120,7 @@ async def create_preview(ctx: Context, principal: Principal, intent: SubmissionI
     async with ctx.units.jobs() as uow:
         await uow.previews.add(preview)
         await uow.commit()
+    ctx.instruments.inc(PREVIEWS)
     return preview
 
 
@@ -251,7 +253,9 @@ async def commit(
         claim = Submission(retry_key, preview_id, digest, job_id, principal.name, now)
         existing = await uow.submissions.claim(claim)
         if existing is not None:
-            return await _replay(uow, existing, preview_id, digest, retry_key)
+            replayed = await _replay(uow, existing, preview_id, digest, retry_key)
+            ctx.instruments.inc(COMMITS, outcome="replayed")
+            return replayed
         preview.check_commit(digest, now)  # raising here rolls the claim back
         await plugins.check_commit(uow, preview.spec.plugins)  # one disabled since: refused
         job = Job(
@@ -265,4 +269,5 @@ async def commit(
         )
         await uow.jobs.add(job)
         await uow.commit()
+    ctx.instruments.inc(COMMITS, outcome="created")
     return Receipt(job_id, preview_id, retry_key, created=True, job=job)

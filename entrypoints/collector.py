@@ -26,6 +26,7 @@ from domain.errors import InvalidInput, TunePlaneError
 from entrypoints import logs
 from entrypoints.containers.collector import CollectorContainer
 from entrypoints.containers.lifecycle import resolve, started
+from entrypoints.metrics_listener import checked_port, start_metrics
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 from entrypoints.settings_loader import load_one
 from entrypoints.settings_sections import NodeSettings
@@ -41,7 +42,7 @@ def _more_descriptors() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
 
 
-async def serve_collector(options: CollectorOptions) -> None:
+async def serve_collector(options: CollectorOptions, metrics_port: int | None = None) -> None:
     host, port = split_server(options.gateway, "--gateway", "the telemetry gateway", TELEMETRY_PORT)
     if not options.members.is_dir():
         raise InvalidInput(
@@ -55,7 +56,10 @@ async def serve_collector(options: CollectorOptions) -> None:
             fix="pass the CA certificate (PEM) that signed the telemetry gateway's certificate",
             field="ca",
         )
+    metrics_at = checked_port("collector", metrics_port)
     _more_descriptors()
+    if metrics_at is not None:
+        start_metrics("collector", metrics_at)
     async with started(CollectorContainer(options=options)) as container:
         collector = await resolve(container.collector)
         log.info(
@@ -71,12 +75,12 @@ async def serve_collector(options: CollectorOptions) -> None:
         await until_signalled(collector.run(), stops)
 
 
-def run_collector(options: CollectorOptions) -> int:
+def run_collector(options: CollectorOptions, metrics_port: int | None = None) -> int:
     logs.setup("collector")
     try:
         period = float(load_one(NodeSettings, "gpu_sample_seconds"))
         options = replace(options, gpu_sample_seconds=period)
-        run_server(serve_collector(options))
+        run_server(serve_collector(options, metrics_port))
     except TunePlaneError as exc:
         logs.report(exc, stream=sys.stderr)
         return 2

@@ -14,6 +14,7 @@ from typing import Any
 
 from grpclib.server import Server
 
+from adapters.observability.prometheus import process_instruments
 from adapters.postgres.metric_compaction import keep_compacting
 from adapters.tls import dev_server_context, server_context
 from domain.coordination_ports import NODE_WORK
@@ -23,6 +24,7 @@ from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
 from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
+from entrypoints.metrics_listener import start_metrics
 from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
 
@@ -89,9 +91,11 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
 
 def _run(
     which: str, serve: Callable[[Settings], Coroutine[Any, Any, None]], host: str | None,
-    port: int | None,
+    port: int | None, metrics_port: int | None = None,
 ) -> int:  # fmt: skip
-    """Run a gateway process with ``which``'s listen address overridden; the exit code."""
+    """Run a gateway process with ``which``'s listen address overridden, serving its metrics on
+    ``metrics_port`` (else TUNEPLANE_<WHICH>_GATEWAY_METRICS_PORT, else nowhere); the exit
+    code."""
     logs.setup(f"{which}-gateway")
     changes: dict[str, Any] = {}
     if host is not None:
@@ -100,6 +104,7 @@ def _run(
         changes[f"{which}_gateway_port"] = port
     settings = dataclasses.replace(Settings.from_env(), **changes)
     try:
+        start_metrics(f"{which}_gateway", metrics_port)
         run_server(serve(settings))
     except TunePlaneError as exc:
         logs.report(exc)
@@ -107,8 +112,8 @@ def _run(
     return 0
 
 
-def run_node_gateway(host: str | None, port: int | None) -> int:
-    return _run("node", serve_node_gateway, host, port)
+def run_node_gateway(host: str | None, port: int | None, metrics_port: int | None = None) -> int:
+    return _run("node", serve_node_gateway, host, port, metrics_port)
 
 
 async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
@@ -126,11 +131,18 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
             every = settings.telemetry_compact_seconds
             pool = await resolve(container.pool)
             # serve until told to stop, merging the small blocks of slow collectors meanwhile
-            await until_signalled(keep_compacting(pool, every) if every else asyncio.Event().wait())
+            measure = process_instruments()
+            await until_signalled(
+                keep_compacting(pool, every, instruments=measure)
+                if every
+                else asyncio.Event().wait()
+            )
         finally:
             server.close()
             await server.wait_closed()
 
 
-def run_telemetry_gateway(host: str | None, port: int | None) -> int:
-    return _run("telemetry", serve_telemetry_gateway, host, port)
+def run_telemetry_gateway(
+    host: str | None, port: int | None, metrics_port: int | None = None
+) -> int:
+    return _run("telemetry", serve_telemetry_gateway, host, port, metrics_port)

@@ -35,6 +35,7 @@ from domain.node_protocol import NodeCapacity
 from entrypoints import logs
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node import NodeContainer, NodePlan
+from entrypoints.metrics_listener import checked_port, start_metrics
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 from entrypoints.runtime_dirs import runtime_dirs, seen_by_host_members
 from entrypoints.settings_loader import load_one
@@ -71,6 +72,7 @@ class DaemonOptions:
     runtime_dirs: tuple[str, ...] = ()  # RUNTIME=DIR, added to TUNEPLANE_NODE_RUNTIMES
     member_user: str | None = None  # host processes as root: the account members run as
     separate_collector: bool = False  # the collector is a service of its own: start no child
+    metrics_port: int | None = None  # /metrics here (else TUNEPLANE_NODE_METRICS_PORT, else none)
 
 
 def default_state_dir() -> Path:
@@ -209,6 +211,7 @@ def plan(options: DaemonOptions) -> NodePlan:
 
 
 async def serve_daemon(options: DaemonOptions) -> None:
+    metrics_port = checked_port("node", options.metrics_port)  # refused before anything starts
     node = plan(options)
     log_context.bind_rest_of_task(node=node.name)
     async with started(NodeContainer(plan=node)) as container:
@@ -233,6 +236,8 @@ async def serve_daemon(options: DaemonOptions) -> None:
             f"{node.state_dir}; {capacity.gpus} GPUs, {capacity.cpus:g} CPUs, "
             f"{capacity.memory_mb} MiB; members run as {runs})"
         )
+        if metrics_port is not None:
+            start_metrics("node", metrics_port)
         process = await resolve(container.collector)
         collector = asyncio.create_task(process.run()) if process is not None else None
         try:

@@ -22,6 +22,7 @@ from domain.errors import Conflict
 from domain.gpus import one_model
 from entrypoints import fleet_config, logs
 from entrypoints.api.app import create_app
+from entrypoints.api.instrumentation import instrumented
 from entrypoints.cli.config import write_private
 from entrypoints.containers.api import ApiContainer
 from entrypoints.containers.database import reach_database
@@ -30,6 +31,7 @@ from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import load_one
+from entrypoints.settings_metrics import MetricsSettings
 from entrypoints.settings_sections import NodeSettings
 
 log = logging.getLogger("tuneplane")
@@ -61,9 +63,10 @@ async def serve(
             lease=lease,
             gangs=gang_settings(settings),
             collect_blobs_every=gc_every if supervise else None,
+            metrics=str(load_one(MetricsSettings, "api")),
         )
         config = uvicorn.Config(
-            app,
+            instrumented(app),  # every request counted and timed (docs/operations.md#metrics)
             host=settings.host,
             port=settings.port,
             log_level=logs.uvicorn_level(settings.logs.level),

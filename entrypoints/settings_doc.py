@@ -11,6 +11,7 @@ from typing import Any
 
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import Entry, Var, load_entries
+from entrypoints.settings_metrics import MetricsSettings
 from entrypoints.settings_sections import CliSettings, NodeSettings, SupervisionSettings
 from entrypoints.settings_view import PROCESSES, SECTION_ORDER
 
@@ -22,7 +23,7 @@ END = "<!-- end of the generated settings table -->"
 def _entries() -> list[Entry]:
     """Every setting with its default (from no environment and no file)."""
     found: list[Entry] = []
-    for cls in (Settings, NodeSettings, CliSettings, SupervisionSettings):
+    for cls in (Settings, NodeSettings, MetricsSettings, CliSettings, SupervisionSettings):
         found += load_entries(cls, {}, {})[1]
     return sorted(found, key=lambda e: SECTION_ORDER.index(e.var.section))
 

@@ -10,6 +10,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import Entry, load_entries
+from entrypoints.settings_metrics import MetricsSettings
 from entrypoints.settings_sections import CliSettings, NodeSettings, SupervisionSettings
 
 MASK = "****"
@@ -17,25 +18,29 @@ MASK = "****"
 PROCESSES: dict[str, tuple[str, ...]] = {
     "api": (
         "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
-        "telemetry", "slurm", "kubernetes", "postgres", "build", "webhooks", "supervision",
+        "telemetry", "slurm", "kubernetes", "postgres", "build", "webhooks", "metrics",
+        "supervision",
     ),
-    "node-gateway": ("general", "database", "logging", "node-gateway", "tls", "supervision"),
-    "telemetry-gateway": ("general", "database", "logging", "telemetry", "tls", "supervision"),
-    "node": ("logging", "node", "supervision"),
-    "collector": ("logging", "supervision"),
+    "node-gateway": (
+        "general", "database", "logging", "node-gateway", "tls", "metrics", "supervision",
+    ),
+    "telemetry-gateway": (
+        "general", "database", "logging", "telemetry", "tls", "metrics", "supervision",
+    ),
+    "node": ("logging", "node", "metrics", "supervision"),
+    "collector": ("logging", "metrics", "supervision"),
 }  # fmt: skip
 SECTION_ORDER = (
     "general", "database", "api", "logging", "console", "docker", "blobs", "limits",
     "node-gateway", "tls", "telemetry", "slurm", "kubernetes", "postgres", "build", "webhooks",
-    "node",
-    "cli", "supervision",
+    "node", "metrics", "cli", "supervision",
 )  # fmt: skip
 
 
 def entries(environ: Mapping[str, str] | None = None) -> list[Entry]:
     """Every setting, in section order (SystemExit on a bad value, as at a process's start)."""
     found: list[Entry] = []
-    for cls in (Settings, NodeSettings, CliSettings, SupervisionSettings):
+    for cls in (Settings, NodeSettings, MetricsSettings, CliSettings, SupervisionSettings):
         found += load_entries(cls, environ)[1]
     return sorted(found, key=lambda e: SECTION_ORDER.index(e.var.section))
 

@@ -39,6 +39,8 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, wait_exp
 from adapters.grpc import node_codec as codec
 from adapters.grpc.codec_pieces import capacity_to
 from adapters.grpc.errors import from_grpc
+from application import instruments as i
+from application.instruments import NO_INSTRUMENTS, Instruments
 from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated, Unavailable
 from domain.node_messages import (
@@ -159,8 +161,10 @@ class NodeLink:
         connect_timeout: float = 30.0,
         retry_max: float = 10.0,
         healthy_after: float = 30.0,
+        instruments: Instruments = NO_INSTRUMENTS,
     ) -> None:
         self.host, self.port, self.tls = host, port, tls
+        self.instruments = instruments
         self.state_dir = state_dir
         self.agent = agent
         self.capacity = capacity
@@ -344,6 +348,9 @@ class NodeLink:
                 elif isinstance(body, HeartbeatAck):
                     now = int(time.time() * 1000)
                     self.heartbeat_rtts.append((now - body.sent_unix_ms) / 1000)
+                    self.instruments.observe(
+                        i.HEARTBEAT_RTT_SECONDS, max(0.0, (now - body.sent_unix_ms) / 1000)
+                    )
                     del self.heartbeat_rtts[:-1000]
                 elif isinstance(body, SourceChunk):
                     await self.agent.on_source(body)

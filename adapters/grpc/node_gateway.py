@@ -30,6 +30,7 @@ from adapters.grpc.codec_pieces import capacity_from
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.grpc.node_checkpoint_service import CheckpointCalls
 from adapters.grpc.node_codec import GatewayBody
+from application import instruments as i
 from application import log_context
 from application.enrollment import authenticate_node, enroll
 from application.node_control import NodeControl, Outgoing, Session
@@ -130,6 +131,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
             previous.outbox.put_nowait(_Replaced(f"session {session.number} replaced it"))
         link = _Link(session)
         self.links[session.node] = link
+        self.ctx.instruments.set(i.NODE_STREAMS, len(self.links))
         heartbeat = self.control.settings.heartbeat.total_seconds()
         now_ms = int(self.ctx.clock.now().timestamp() * 1000)
         link.outbox.put_nowait(Welcome(session.epoch, int(heartbeat), now_ms, session.installation))
@@ -145,6 +147,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
                 await reader
             if self.links.get(session.node) is link:
                 del self.links[session.node]
+            self.ctx.instruments.set(i.NODE_STREAMS, len(self.links))
             await self.control.close(session)
         if isinstance(ended, _Replaced):
             log.info("node %s: session %d ended: %s", session.node, session.number, ended.why)
@@ -181,6 +184,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
                 if seq > session.last_seq:
                     session.last_seq = seq
                     self.control.heartbeat(session)
+                    self.ctx.instruments.inc(i.NODE_HEARTBEATS)
                     link.outbox.put_nowait(HeartbeatAck(body.sent_unix_ms))
                 continue
             if isinstance(body, Hello):

@@ -15,6 +15,8 @@ from grpclib.server import Stream
 
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.telemetry.columns import BadColumns, Points
+from application import instruments as i
+from application.instruments import NO_INSTRUMENTS, Instruments
 from application.telemetry import TelemetryIngest
 from domain.errors import InvalidInput, TunePlaneError
 from domain.telemetry import SourceBatch
@@ -43,8 +45,11 @@ def source_batch(message: pb.SourceBatch) -> SourceBatch:
 
 
 class TelemetryGateway(TelemetryBase):
-    def __init__(self, ingest: TelemetryIngest) -> None:
+    def __init__(
+        self, ingest: TelemetryIngest, *, instruments: Instruments = NO_INSTRUMENTS
+    ) -> None:
         self.ingest = ingest
+        self.instruments = instruments
         self.batches = 0
         self.points = 0
 
@@ -63,14 +68,20 @@ class TelemetryGateway(TelemetryBase):
             last = message.seq
             c = message.counters
             counters = CollectorCounters(c.corrupt_records, c.dropped_records, c.dropped_bytes)
+            measure = self.instruments
             try:
-                batches = [source_batch(s) for s in message.sources]
-                result = await self.ingest.append(
-                    claims, message.attempt, message.member, batches, counters
-                )
+                with measure.timer(i.BATCH_SECONDS):
+                    batches = [source_batch(s) for s in message.sources]
+                    result = await self.ingest.append(
+                        claims, message.attempt, message.member, batches, counters
+                    )
             except TunePlaneError as exc:
                 log.warning("refused a batch for member %s: %s", message.member, exc)
+                measure.inc(i.BATCHES, outcome="refused")
                 raise grpc_error(exc) from None
+            measure.inc(i.BATCHES, outcome="stored")
+            measure.inc(i.POINTS_STORED, result.accepted)
+            measure.inc(i.POINTS_DUPLICATE, result.duplicates)
             self.batches += 1
             self.points += result.accepted
             await stream.send_message(

@@ -35,6 +35,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from application import instruments as i
+from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.artifacts import Manifest
 from domain.checkpoints import ResumeFrom, check_name
 from domain.errors import InvalidInput
@@ -229,8 +231,15 @@ class SqliteJournal:
 
     in_memory = False  # every call may fsync: callers run it off the event loop
 
-    def __init__(self, path: str | os.PathLike[str], *, node_name: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        node_name: str | None = None,
+        instruments: Instruments = NO_INSTRUMENTS,
+    ) -> None:
         self.path = Path(path)
+        self.instruments = instruments
         self.corrupt: list[CorruptRow] = []
         self._lock = threading.Lock()
         if not self.path.exists():
@@ -301,6 +310,7 @@ class SqliteJournal:
             rows = db.execute(f"SELECT {_COLUMNS}, crc FROM members").fetchall()
             for row in rows:
                 self._check(db, row)
+            self._count_phases(db)
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -313,7 +323,8 @@ class SqliteJournal:
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
-            db.execute("COMMIT")
+            with self.instruments.timer(i.JOURNAL_FSYNC_SECONDS):
+                db.execute("COMMIT")
 
     def _check(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> JournalEntry | None:
         """The row's entry, or None after quarantining it (inside a write transaction)."""
@@ -369,6 +380,7 @@ class SqliteJournal:
                 f"INSERT OR REPLACE INTO members ({_COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (*values, row_crc(values)),
             )
+            self._count_phases(db)
             if entry.outputs is None:
                 db.execute("DELETE FROM outputs WHERE member_id = ?", (entry.member_id,))
             else:
@@ -381,6 +393,12 @@ class SqliteJournal:
         with self._write() as db:
             db.execute("DELETE FROM members WHERE member_id = ?", (member_id,))
             db.execute("DELETE FROM outputs WHERE member_id = ?", (member_id,))
+            self._count_phases(db)
+
+    def _count_phases(self, db: sqlite3.Connection) -> None:
+        """The members gauge by phase (a node holds few members: one small query a write)."""
+        rows = db.execute("SELECT phase, count(*) FROM members GROUP BY phase").fetchall()
+        self.instruments.replace(i.NODE_MEMBERS, {str(p): float(n) for p, n in rows})
 
     def epoch(self) -> int:
         """The highest epoch this node was welcomed with (0: never)."""

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from application import instruments as i
+from application.instruments import NO_INSTRUMENTS, Instruments
+
 log = logging.getLogger(__name__)
 
 COMPACTION_LOCK = 0x7470_636F_6D70  # "tpcomp": the advisory lock one compactor holds
@@ -68,13 +71,20 @@ async def compact_blocks(
 
 
 async def keep_compacting(
-    pool: asyncpg.Pool, every_seconds: float, *, min_blocks: int = 8, limit: int = 1000
+    pool: asyncpg.Pool,
+    every_seconds: float,
+    *,
+    min_blocks: int = 8,
+    limit: int = 1000,
+    instruments: Instruments = NO_INSTRUMENTS,
 ) -> None:
     """Compact every ``every_seconds`` (at once again while a pass is full), forever; a failed
     pass (the database away) is logged and tried again at the next period."""
     while True:
         try:
-            done = await compact_blocks(pool, min_blocks=min_blocks, limit=limit)
+            with instruments.timer(i.COMPACTION_SECONDS):
+                done = await compact_blocks(pool, min_blocks=min_blocks, limit=limit)
+            instruments.inc(i.COMPACTED_BLOCKS, done.removed)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("metric block compaction failed, trying again later: %s", exc)
             done = Compacted(0, 0)

@@ -10,6 +10,7 @@ import contextlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,9 @@ from adapters.grpc.telemetry_client import Shipper, Ticket
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
+from application import instruments as i
 from application import log_context
+from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.errors import InvalidInput, TunePlaneError
 from domain.node_ports import UsageSource
 from domain.telemetry import SYSTEM_SOURCE
@@ -139,6 +142,9 @@ class _Run:
     caught_up: bool = False  # ended, and every source was read to its end
 
 
+DEPTH_EVERY = 5.0  # seconds between two readings of the spool's depth
+
+
 @dataclass
 class Collector:
     options: CollectorOptions
@@ -149,6 +155,9 @@ class Collector:
     _complained: dict[Path, tuple[float, int]] = field(default_factory=dict)
     _drained: set[str] = field(default_factory=set)  # marker written, spool forgotten
     _polling: asyncio.Future[dict[str, Progress]] | None = None
+    instruments: Instruments = NO_INSTRUMENTS
+    _shipped: dict[str, int] = field(default_factory=dict)  # points acknowledged, counted
+    _depth_read: float = -DEPTH_EVERY
 
     def scan(self) -> dict[str, MemberFile]:
         found: dict[str, MemberFile] = {}
@@ -201,7 +210,24 @@ class Collector:
             if run.file.ended and (run.caught_up or run.shipper.refused):
                 with _ids(run.file):
                     await self._maybe_drained(member, run)
+        self._measure(progress)
         return any(p.read >= PER_POLL and p.behind for p in progress.values())
+
+    def _measure(self, progress: dict[str, Progress]) -> None:
+        """The collector's gauges after a poll (docs/operations.md#metrics)."""
+        measure = self.instruments
+        measure.set(i.COLLECTOR_MEMBERS, len(self.runs))
+        measure.set(i.COLLECTOR_LAG_BYTES, sum(p.lag for p in progress.values()))
+        measure.set(i.SPOOL_BYTES, self.spool.bytes)
+        for member, run in self.runs.items():
+            self._count_shipped(member, run)
+
+    def _count_shipped(self, member: str, run: _Run) -> None:
+        shipped = run.shipper.shipped
+        delta = shipped - self._shipped.get(member, 0)
+        if delta > 0:
+            self.instruments.inc(i.COLLECTOR_SHIPPED, delta)
+        self._shipped[member] = shipped
 
     def _poll(self, runs: dict[str, _Run]) -> dict[str, Progress]:
         """A system sample of the live members when one is due, then every member's new bytes
@@ -222,6 +248,10 @@ class Collector:
                 with _ids(run.file):
                     log.exception("member %s: reading its metrics failed", member)
                 out[member] = Progress(behind=True)
+        now = time.monotonic()
+        if now - self._depth_read >= DEPTH_EVERY:  # a scan of the spool: not at every poll
+            self._depth_read = now
+            self.instruments.set(i.SPOOL_RECORDS, self.spool.depth())
         return out
 
     def _start(self, f: MemberFile) -> None:
@@ -260,6 +290,8 @@ class Collector:
 
     async def _stop(self, member: str) -> None:
         run = self.runs.pop(member)
+        self._count_shipped(member, run)
+        self._shipped.pop(member, None)
         if self.sampler is not None:
             self.sampler.forget(member)
         run.task.cancel()

@@ -40,6 +40,8 @@ import msgspec
 
 from adapters.telemetry.columns import Points
 from adapters.telemetry.localfs import check_local
+from application import instruments as i
+from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.errors import InvalidInput
 from domain.telemetry import Record, Scalar, SourceKind
 
@@ -115,9 +117,15 @@ class SpoolBatch:
 
 class Spool:
     def __init__(
-        self, directory: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, row_points: int = ROW_POINTS
+        self,
+        directory: Path,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        row_points: int = ROW_POINTS,
+        instruments: Instruments = NO_INSTRUMENTS,
     ) -> None:
         check_local(directory)
+        self.instruments = instruments
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.path = directory / SPOOL_FILE
         self.max_bytes = max_bytes
@@ -284,6 +292,14 @@ class Spool:
             self._db.execute("DELETE FROM chunks WHERE member = ? AND id <= ?", (m, up_to))
         self.bytes -= freed
 
+    def depth(self) -> int:
+        """Records of every member not acknowledged yet (reads the whole table: a gauge's
+        reading, taken seldom)."""
+        with self._lock:
+            return int(
+                self._db.execute("SELECT coalesce(sum(records), 0) FROM chunks").fetchone()[0]
+            )
+
     def pending(self, member: str) -> int:
         """Records of the member not acknowledged yet."""
         with self._lock:
@@ -378,6 +394,9 @@ class Spool:
         )  # fmt: skip
 
     def _count(self, member: str, counter: Counter, n: int) -> None:
+        if n and counter != "dropped_bytes":
+            reason = "corrupt" if counter == "corrupt_records" else "dropped"
+            self.instruments.inc(i.COLLECTOR_DROPS, n, reason=reason)
         if n:
             self._db.execute(
                 f"UPDATE members SET {counter} = {counter} + ? WHERE id = ?",

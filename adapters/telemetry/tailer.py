@@ -56,6 +56,7 @@ _OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 class Progress:
     read: int = 0  # bytes parsed by this poll
     behind: bool = False  # something is left to read (the spool is full, a file grows, …)
+    lag: int = 0  # bytes in the files beyond what was read, after this poll
 
 
 @dataclass
@@ -185,6 +186,7 @@ class MemberTail:
                 self._given_up.add(rel)
             else:
                 progress.behind |= st.st_size > src.state.position
+                progress.lag += max(0, st.st_size - src.state.position)
             return
         assert src.fd is not None
         if st.st_size < src.state.position or not self._mark_holds(src, st.st_size):
@@ -193,6 +195,7 @@ class MemberTail:
             src = self._current[rel] = self._new(rel, inode, st.st_size)
             src.fd = fd
         self._read(src, st.st_size, final, progress)
+        progress.lag += max(0, st.st_size - src.state.position)
 
     def _new(self, rel: str, inode: tuple[int, int], size: int) -> _Source:
         parser = self._parser(rel)

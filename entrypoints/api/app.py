@@ -26,6 +26,7 @@ from entrypoints.api.blob_routes import BLOB_ROUTES
 from entrypoints.api.console import console_router
 from entrypoints.api.fleet_routes import FLEET_ROUTES
 from entrypoints.api.guard import GuardedLitestar, GuardedRequest
+from entrypoints.api.instrumentation import metrics_route
 from entrypoints.api.metrics_routes import METRICS_ROUTES
 from entrypoints.api.node_routes import NODE_ROUTES
 from entrypoints.api.openapi import TightJsonRenderPlugin
@@ -69,11 +70,13 @@ def create_app(
     gangs: GangSettings | None = None,
     collect_blobs_every: timedelta | None = None,
     token_cache_seconds: float = 5.0,
+    metrics: str = "open",
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
     pass + supervisor); with a ``lease`` it ticks only while it leads. With
     ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``).
-    ``token_cache_seconds``: how long a token lookup is kept (``security.TokenCache``)."""
+    ``token_cache_seconds``: how long a token lookup is kept (``security.TokenCache``).
+    ``metrics`` says who may read ``GET /metrics`` (TUNEPLANE_API_METRICS: open, token, off)."""
     coordinator = GangCoordinator(ctx, gangs)
     supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
     if supervisor is not None:  # a node voted or reported: decide and record at once
@@ -135,7 +138,7 @@ def create_app(
         "deliverer": deliverer,
     }
     return GuardedLitestar(
-        route_handlers=[healthz, readyz, *protected, console_router()],
+        route_handlers=[healthz, readyz, *metrics_route(metrics), *protected, console_router()],
         dependencies={"principal": Provide(provide_principal)},
         exception_handlers=EXCEPTION_HANDLERS,
         request_class=GuardedRequest,  # JSON bodies checked once decoded (guard.py)

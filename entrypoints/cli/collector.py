@@ -32,6 +32,13 @@ def collector(
             help="ignore SIGTERM, stop on SIGINT only (a Slurm member's collector: docs/slurm.md)",
         ),
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        Parameter(
+            help="serve /metrics on this port (TUNEPLANE_COLLECTOR_METRICS_PORT; address "
+            "TUNEPLANE_METRICS_HOST, default 127.0.0.1; default: no metrics listener)"
+        ),
+    ] = None,
 ) -> int:
     """Collect members' metrics (TensorBoard event files, JSONL) into a durable spool and ship
     them to the telemetry gateway with each member's collector token (docs/telemetry.md)."""
@@ -55,7 +62,7 @@ def collector(
     options = CollectorOptions(
         spool, members, gateway, ca, server_name, max_spool_mb, poll, ignore_term
     )
-    return run_collector(options)
+    return run_collector(options, metrics_port)
 
 
 def register(app: App) -> None:

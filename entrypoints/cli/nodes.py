@@ -211,6 +211,13 @@ def run(
             "write members' metrics files for it, start no collector child",
         ),
     ] = False,
+    metrics_port: Annotated[
+        int | None,
+        Parameter(
+            help="serve /metrics on this port (TUNEPLANE_NODE_METRICS_PORT; address "
+            "TUNEPLANE_METRICS_HOST, default 127.0.0.1; default: no metrics listener)"
+        ),
+    ] = None,
 ) -> int:
     """Run a node daemon: connects outbound to the gateway over TLS, runs members as
     containers (or host processes), keeps a journal. The first start needs --join-token
@@ -236,6 +243,7 @@ def run(
         runtime_dirs=runtime_dir,
         member_user=member_user,
         separate_collector=separate_collector,
+        metrics_port=metrics_port,
     )
     return run_daemon(options)
 
@@ -245,13 +253,20 @@ def gateway_node(
     *,
     host: Annotated[str | None, Parameter(help="listen address (default 127.0.0.1)")] = None,
     port: Annotated[int | None, Parameter(help="listen port (default 8471)")] = None,
+    metrics_port: Annotated[
+        int | None,
+        Parameter(
+            help="serve /metrics on this port (TUNEPLANE_NODE_GATEWAY_METRICS_PORT; address "
+            "TUNEPLANE_METRICS_HOST, default 127.0.0.1; default: no metrics listener)"
+        ),
+    ] = None,
 ) -> int:
     """Run the node control gateway (gRPC over TLS only) against TUNEPLANE_DATABASE_URL.
     Certificates: TUNEPLANE_GATEWAY_CERT and TUNEPLANE_GATEWAY_KEY, else a dev CA in the state
     directory (docs/tls.md)."""
     from entrypoints.gateway import run_node_gateway
 
-    return run_node_gateway(host, port)
+    return run_node_gateway(host, port, metrics_port)
 
 
 @gateway_app.command(name="telemetry")
@@ -259,13 +274,20 @@ def gateway_telemetry(
     *,
     host: Annotated[str | None, Parameter(help="listen address (default 127.0.0.1)")] = None,
     port: Annotated[int | None, Parameter(help="listen port (default 8472)")] = None,
+    metrics_port: Annotated[
+        int | None,
+        Parameter(
+            help="serve /metrics on this port (TUNEPLANE_TELEMETRY_GATEWAY_METRICS_PORT; address "
+            "TUNEPLANE_METRICS_HOST, default 127.0.0.1; default: no metrics listener)"
+        ),
+    ] = None,
 ) -> int:
     """Run the telemetry gateway (gRPC over TLS only) against TUNEPLANE_DATABASE_URL: collectors
     ship members' metrics to it with collector tokens. Its own process, independent of node
     control; certificates as for `tp gateway node` (docs/telemetry.md)."""
     from entrypoints.gateway import run_telemetry_gateway
 
-    return run_telemetry_gateway(host, port)
+    return run_telemetry_gateway(host, port, metrics_port)
 
 
 def register(app: App) -> None:

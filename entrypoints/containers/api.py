@@ -14,6 +14,7 @@ from adapters.collector_tokens import CollectorTokens
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.node.backend import NodeBackend
+from adapters.observability.prometheus import process_instruments
 from adapters.outputs import FilesystemOutputs
 from adapters.postgres.lease import PostgresLeaderLease
 from adapters.postgres.metrics import PostgresMetrics
@@ -90,6 +91,7 @@ def _context(
         notifications=settings.webhooks.notifications(
             PostgresWebhooks(engine), webhook_sender, jitter
         ),
+        instruments=process_instruments(),  # docs/operations.md#metrics
     )
 
 

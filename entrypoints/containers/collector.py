@@ -11,6 +11,7 @@ from dependency_injector import containers, providers
 from grpclib.client import Channel
 
 from adapters.grpc.telemetry_client import open_channel
+from adapters.observability.prometheus import process_instruments
 from adapters.telemetry.collector import Collector, CollectorOptions
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler
@@ -20,7 +21,11 @@ from entrypoints.process import TELEMETRY_PORT, split_server
 
 
 def _spool(options: CollectorOptions) -> Iterator[Spool]:
-    spool = Spool(options.spool, max_bytes=options.max_spool_mb * 1024 * 1024)
+    spool = Spool(
+        options.spool,
+        max_bytes=options.max_spool_mb * 1024 * 1024,
+        instruments=process_instruments(),
+    )
     try:
         yield spool
     finally:
@@ -52,7 +57,7 @@ def _sampler(options: CollectorOptions, probe: GpuProbe | None) -> SystemSampler
 async def _collector(
     options: CollectorOptions, spool: Spool, channel: Channel, sampler: SystemSampler
 ) -> AsyncIterator[Collector]:
-    collector = Collector(options, spool, channel, sampler)
+    collector = Collector(options, spool, channel, sampler, instruments=process_instruments())
     try:
         yield collector
     finally:

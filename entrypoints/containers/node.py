@@ -21,6 +21,7 @@ from adapters.node.journal import SqliteJournal
 from adapters.node.member_view import NodeDirs
 from adapters.node.process_isolation import Isolation
 from adapters.node.processes import ProcessExecutor
+from adapters.observability.prometheus import process_instruments
 from adapters.outputs import FilesystemOutputs
 from application.node_agent import NodeAgent
 from application.node_checkpoint_carrier import CheckpointCarrier
@@ -77,7 +78,9 @@ class Outbox:
 
 
 def _journal(plan: NodePlan) -> Iterator[SqliteJournal]:
-    journal = SqliteJournal(plan.state_dir / JOURNAL_FILE, node_name=plan.name)
+    journal = SqliteJournal(
+        plan.state_dir / JOURNAL_FILE, node_name=plan.name, instruments=process_instruments()
+    )
     try:
         yield journal
     finally:
@@ -163,6 +166,7 @@ def _link(plan: NodePlan, agent: NodeAgent, outbox: Outbox) -> NodeLink:
         address=plan.address,
         version=plan.version,
         retry_max=plan.retry_max,
+        instruments=process_instruments(),
     )
     outbox.attach(link)
     return link

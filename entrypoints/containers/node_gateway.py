@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.collector_tokens import CollectorTokens
 from adapters.grpc.node_gateway import NodeGateway
+from adapters.observability.prometheus import process_instruments
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context
@@ -41,6 +42,7 @@ def _context(
         signals=signals,
         tokens=tokens,
         telemetry=database.telemetry_settings(settings),
+        instruments=process_instruments(),  # docs/operations.md#metrics
     )
 
 

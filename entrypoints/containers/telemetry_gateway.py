@@ -9,6 +9,7 @@ from dependency_injector import containers, providers
 
 from adapters.collector_tokens import CollectorTokens
 from adapters.grpc.telemetry_gateway import TelemetryGateway
+from adapters.observability.prometheus import process_instruments
 from adapters.postgres.metrics import PostgresMetrics
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.system import SystemClock
@@ -33,4 +34,6 @@ class TelemetryGatewayContainer(containers.DeclarativeContainer):
         clock,
         grace=providers.Callable(_grace, settings),
     )
-    gateway = providers.Singleton(TelemetryGateway, ingest)
+    gateway = providers.Singleton(
+        TelemetryGateway, ingest, instruments=providers.Callable(process_instruments)
+    )

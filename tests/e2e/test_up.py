@@ -13,7 +13,9 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from playwright.async_api import Page, expect
 
@@ -22,10 +24,13 @@ from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import TP, free_port
 from tests.support.log_lines import text_records
+from tests.support.promql import exposed, expressions, metric_names
+from tests.support.scrape import scrape, value, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TOKEN = re.compile(r"--token (tp_\S+)")
+METRICS_PROCESSES = ("node_gateway", "telemetry_gateway", "node", "collector")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,6 +47,12 @@ class Up:
             TUNEPLANE_PG_PORT=str(self.pg_port),
             TUNEPLANE_HEARTBEAT_SECONDS="1",
             PYTHONUNBUFFERED="1",
+        )
+        # every child serves its metrics (docs/operations.md#metrics); the daemon's collector
+        # child inherits its variable
+        self.metrics = {p: free_port() for p in METRICS_PROCESSES}
+        self.env.update(
+            {f"TUNEPLANE_{p.upper()}_METRICS_PORT": str(port) for p, port in self.metrics.items()}
         )
         self.log = tmp_path / "up.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -109,7 +120,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     assert f"node gateway: 127.0.0.1:{up.gateway_port} (TLS" in printed
     assert f"embedded PostgreSQL ready on 127.0.0.1:{up.pg_port}" in printed
     assert "local node daemon: node local" in printed
-    cli, _ = up.workspace(printed, tmp_path)
+    cli, token = up.workspace(printed, tmp_path)
 
     since = time.time() - 1
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", "command=echo via node", "--yes")
@@ -127,6 +138,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     assert start["Actor"]["Attributes"]["tuneplane.node"] == "local"
     assert "tuneplane.epoch" in start["Actor"]["Attributes"]  # the node daemon's container
     assert "via node" in cli("job", "logs", job_id).stdout
+    api = metrics_of_the_api(up, token, job_id, job)
 
     # stopping `tp up` stops its gateways, daemon and collector, never a running member
     since = time.time() - 1
@@ -135,6 +147,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     )
     job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
     job = cli.wait_state(job_id, {"running"}, 60)
+    metrics_of_the_other_processes(up, api, [job_id, *ids_of(job)])
     kinds = sorted(
         next(k for k in ("gateway node", "gateway telemetry", "node run", "collector") if k in c)
         for c in up.children()
@@ -153,6 +166,94 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     for log, role in ((up.log, "up"), (up.state / "gateway.log", "node-gateway"),
                       (up.state / "node.log", "node")):  # fmt: skip
         text_records(log, role)
+
+
+def ids_of(job: dict[str, Any]) -> list[str]:
+    return [job["id"]] + [
+        x for a in job["attempts"] for x in [a["id"], *(m["id"] for m in a["members"])]
+    ]
+
+
+def metrics_of_the_api(up: Up, token: str, job_id: str, job: dict[str, Any]) -> str:
+    """The API's /metrics (open by default) after real requests: counts move by route template,
+    method and status class; the node path's admission and gang phases were measured; no id,
+    user name or token anywhere. Returns the exposition."""
+    base = f"http://127.0.0.1:{up.port}"
+    headers = {"Authorization": f"Bearer {token}"}
+    route = "/v1/jobs/{job_id}"
+    _, before = scrape(base + "/metrics")
+    for _ in range(3):
+        assert httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers).status_code == 200
+    assert httpx.get(f"{base}/v1/jobs/job-nope", headers=headers).status_code == 404
+    assert httpx.get(f"{base}/v1/no/such/route").status_code == 404
+    text, after = scrape(base + "/metrics")
+    for status, more in (("2xx", 3), ("4xx", 1)):
+        labels = {"route": route, "method": "GET", "status": status}
+        moved = value(after, "tuneplane_api_requests_total", **labels) - value(
+            before, "tuneplane_api_requests_total", **labels
+        )
+        assert moved == more, (status, moved)
+    unmatched = {"route": "unmatched", "status": "4xx"}
+    assert value(after, "tuneplane_api_requests_total", **unmatched) >= 1
+    timed = value(after, "tuneplane_api_request_duration_seconds_count", route=route)
+    assert timed - value(before, "tuneplane_api_request_duration_seconds_count", route=route) == 4
+    assert value(after, "tuneplane_submissions_commits_total", outcome="created") >= 1
+    assert value(after, "tuneplane_submissions_previews_total") >= 1
+    assert value(after, "tuneplane_scheduler_pass_duration_seconds_count") >= 1
+    assert ("tuneplane_scheduler_pending_jobs", frozenset({("queue", "default")})) in after
+    assert value(after, "tuneplane_scheduler_placements_total", outcome="reserved") >= 1
+    prepared = {"phase": "prepare", "outcome": "commit"}
+    assert value(after, "tuneplane_gang_phase_duration_seconds_count", **prepared) >= 1
+    assert value(after, "tuneplane_gang_phase_duration_seconds_count", phase="commit") >= 1
+    routes = {dict(ls)["route"] for (_, ls) in after if "route" in dict(ls)}
+    assert {route, "/v1/jobs", "unmatched", "/metrics"} <= routes, routes  # templates only
+    for secret in [*ids_of(job), token, "job-nope", "/v1/no/such/route"]:
+        assert secret not in text, secret
+    assert not any(v == "admin" for (_, ls) in after for k, v in ls if k != "route")
+    return text
+
+
+def metrics_of_the_other_processes(up: Up, api: str, ids: list[str]) -> None:
+    """Each child of `tp up` on its metrics port, while a member runs: streams, heartbeats,
+    the journal, the collector's spool and shipping, the telemetry gateway's points; then every
+    dashboard panel's and alert rule's metric names, against what the live processes offer."""
+    url = {p: f"http://127.0.0.1:{port}/metrics" for p, port in up.metrics.items()}
+    node_gateway, _ = wait_for(
+        url["node_gateway"],
+        lambda s: (
+            value(s, "tuneplane_node_gateway_streams") == 1
+            and value(s, "tuneplane_node_gateway_heartbeats_total") > 0
+            and value(s, "tuneplane_node_gateway_heartbeat_flush_seconds_count") > 0
+        ),
+    )
+    node, _ = wait_for(
+        url["node"],
+        lambda s: (
+            value(s, "tuneplane_node_heartbeat_round_trip_seconds_count") > 0
+            and value(s, "tuneplane_node_journal_commit_seconds_count") > 0
+            and value(s, "tuneplane_node_members") >= 1
+        ),
+    )
+    collector, _ = wait_for(  # the member's system source is sampled while it runs
+        url["collector"],
+        lambda s: (
+            value(s, "tuneplane_collector_members") >= 1
+            and value(s, "tuneplane_collector_shipped_points_total") > 0
+        ),
+    )
+    telemetry, _ = wait_for(
+        url["telemetry_gateway"],
+        lambda s: (
+            value(s, "tuneplane_telemetry_points_stored_total") > 0
+            and value(s, "tuneplane_telemetry_batches_total", outcome="stored") > 0
+        ),
+    )
+    texts = [api, node_gateway, node, collector, telemetry]
+    for text in texts:
+        assert not any(x in text for x in ids), [x for x in ids if x in text]
+    offered = set().union(*(exposed(t) for t in texts))
+    for where, expr in expressions().items():
+        assert metric_names(expr) <= offered, (where, sorted(metric_names(expr) - offered))
 
 
 @pytest.mark.timeout(900)

@@ -70,6 +70,7 @@ class Rig:
     gateway: subprocess.Popen[bytes] | None = None
     collectors: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. metrics ports
 
     @property
     def ca(self) -> Path:
@@ -147,6 +148,7 @@ class Rig:
             TUNEPLANE_TELEMETRY_GATEWAY_PORT=str(self.port),
             PYTHONUNBUFFERED="1",
         )
+        env.update(self.extra_env)
         return env
 
     def start_gateway(self) -> None:
@@ -165,7 +167,7 @@ class Rig:
             self.gateway.wait(10)
             self.gateway = None
 
-    def start_collector(self, i: int) -> None:
+    def start_collector(self, i: int, *more: str) -> None:
         log = self.root / f"collector-{i}.log"
         args = [
             TP, "collector",
@@ -173,7 +175,7 @@ class Rig:
             "--members", str(self.root / f"c{i}" / "members"),
             "--gateway", f"127.0.0.1:{self.port}",
             "--ca", str(self.ca),
-            "--poll", "0.2",
+            "--poll", "0.2", *more,
         ]  # fmt: skip
         self.collectors[i] = subprocess.Popen(
             args, env=self.env(), stdout=log.open("ab"), stderr=subprocess.STDOUT

@@ -1,0 +1,1 @@
+"""TunePlane's own metrics: the ``Instruments`` port on prometheus_client, and its exposition."""
