@@ -7,16 +7,16 @@ from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, Parameter
 from msgspec import Struct
 
 from application import artifacts
 from application.context import Context
 from application.node_outputs import SCAN_WAIT
 from domain.artifacts import ArtifactRecord
-from domain.auth import Principal
 from entrypoints.api.problems import responses
 from entrypoints.api.schemas import FileOut
+from entrypoints.api.security import Caller
 
 
 class MemberArtifactsOut(Struct):
@@ -75,7 +75,7 @@ def _member(r: ArtifactRecord) -> MemberArtifactsOut:
     responses=responses(400, 401, 404),
     summary="The output manifests recorded when the job's members completed",
 )
-async def job_artifacts(job_id: str, state: State, principal: Principal) -> ArtifactsOut:
+async def job_artifacts(job_id: FromPath[str], state: State, principal: Caller) -> ArtifactsOut:
     records = await artifacts.list_artifacts(_ctx(state), principal, job_id)
     return ArtifactsOut([_member(r) for r in records])
 
@@ -88,9 +88,9 @@ async def job_artifacts(job_id: str, state: State, principal: Principal) -> Arti
     " compare them with their manifests",
 )
 async def verify_job_artifacts(
-    job_id: str,
+    job_id: FromPath[str],
     state: State,
-    principal: Principal,
+    principal: Caller,
     wait_seconds: Annotated[
         float,
         Parameter(ge=0.5, le=300, description="how long nodes holding files may take to answer"),

@@ -7,12 +7,13 @@ from typing import Annotated
 
 from litestar import post
 from litestar.datastructures import State
+from litestar.params import JSONBody
 from msgspec import Meta, Struct
 
 from application.blob_gc import collect_as
 from application.context import Context
-from domain.auth import Principal
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 
 
 class CollectIn(Struct, forbid_unknown_fields=True, kw_only=True):
@@ -48,7 +49,7 @@ class CollectOut(Struct):
     responses=responses(400, 401, 403, 422),
     summary="Delete the blobs nothing refers to any more (admin); dry_run only counts them",
 )
-async def collect(data: CollectIn, state: State, principal: Principal) -> CollectOut:
+async def collect(data: JSONBody[CollectIn], state: State, principal: Caller) -> CollectOut:
     ctx: Context = state.ctx
     grace = None if data.grace_seconds is None else timedelta(seconds=data.grace_seconds)
     done = await collect_as(ctx, principal, grace, dry_run=data.dry_run)

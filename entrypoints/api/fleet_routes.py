@@ -11,14 +11,13 @@ from typing import Annotated, TypeVar
 from litestar import Response, get, patch, post, put
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, QueryParameter
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from application import fleet
 from application.context import Context
 from application.fleet_config import apply_fleet_config
 from application.policy import KEEP, Keep
-from domain.auth import Principal
 from domain.catalog import Resources
 from domain.fleet import Node, Pool, SchedState
 from domain.requests import Profile
@@ -29,6 +28,7 @@ from entrypoints.api.node_routes import (
     gpu_inventory_out,
 )
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 from entrypoints.fleet_config import Backend, Cpus, FleetFile, Gpus, MemoryMb, Text
 from entrypoints.wire import Name
 
@@ -232,7 +232,7 @@ def resources_out(r: Resources) -> ResourcesOut:
 
 
 @get("/v1/fleet", responses=responses(400, 401), summary="Pools with their nodes, states and usage")
-async def read_fleet(state: State, principal: Principal) -> FleetOut:
+async def read_fleet(state: State, principal: Caller) -> FleetOut:
     out = []
     async with _ctx(state).units.nodes() as uow:
         inventories = {link.node: link.capacity.gpu_inventory for link in await uow.links.all()}
@@ -265,7 +265,7 @@ async def read_fleet(state: State, principal: Principal) -> FleetOut:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Apply a whole fleet file (docs/fleet.md) in one transaction (admin, operator)",
 )
-async def apply(data: FleetFile, state: State, principal: Principal) -> ApplyOut:
+async def apply(data: JSONBody[FleetFile], state: State, principal: Caller) -> ApplyOut:
     summary = await apply_fleet_config(_ctx(state), data.to_config(), principal)
     _wake(state)
     return ApplyOut(list(summary.created), list(summary.changed), summary.unchanged)
@@ -277,7 +277,7 @@ async def apply(data: FleetFile, state: State, principal: Principal) -> ApplyOut
     responses=responses(400, 401, 403, 409, 422),
     summary="Create a pool (admin, operator)",
 )
-async def create_pool(data: PoolIn, state: State, principal: Principal) -> PoolOut:
+async def create_pool(data: JSONBody[PoolIn], state: State, principal: Caller) -> PoolOut:
     return pool_out(await fleet.add_pool(_ctx(state), principal, data.to_pool()))
 
 
@@ -291,7 +291,7 @@ async def create_pool(data: PoolIn, state: State, principal: Principal) -> PoolO
     summary="Create or replace a pool (admin, operator)",
 )
 async def replace_pool(
-    name: str, data: PoolPutIn, state: State, principal: Principal
+    name: FromPath[str], data: JSONBody[PoolPutIn], state: State, principal: Caller
 ) -> Response[PoolOut]:
     pool = Pool(
         name, data.fleet, data.backend, data.gpus_per_node, data.cpus_per_node,
@@ -312,7 +312,9 @@ def _keep(value: T | UnsetType) -> T | Keep:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Change some fields of a pool (admin, operator)",
 )
-async def update_pool(name: str, data: PoolPatchIn, state: State, principal: Principal) -> PoolOut:
+async def update_pool(
+    name: FromPath[str], data: JSONBody[PoolPatchIn], state: State, principal: Caller
+) -> PoolOut:
     pool = await fleet.update_pool(
         _ctx(state),
         principal,
@@ -335,7 +337,7 @@ async def update_pool(name: str, data: PoolPatchIn, state: State, principal: Pri
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Add a node to a pool (admin, operator)",
 )
-async def create_node(data: NodeIn, state: State, principal: Principal) -> NodeOut:
+async def create_node(data: JSONBody[NodeIn], state: State, principal: Caller) -> NodeOut:
     node = await fleet.add_node(_ctx(state), principal, data.name, data.pool)
     _wake(state)
     return node_out(node)
@@ -347,13 +349,15 @@ async def create_node(data: NodeIn, state: State, principal: Principal) -> NodeO
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Create a node or move it to another pool; its states are kept (admin, operator)",
 )
-async def replace_node(name: str, data: NodePutIn, state: State, principal: Principal) -> NodeOut:
+async def replace_node(
+    name: FromPath[str], data: JSONBody[NodePutIn], state: State, principal: Caller
+) -> NodeOut:
     node = await fleet.put_node(_ctx(state), principal, name, data.pool)
     _wake(state)
     return node_out(node)
 
 
-async def _set_state(state: State, principal: Principal, name: str, sched: SchedState) -> NodeOut:
+async def _set_state(state: State, principal: Caller, name: str, sched: SchedState) -> NodeOut:
     node = await fleet.set_node_state(_ctx(state), principal, name, sched)
     _wake(state)
     return node_out(node)
@@ -364,19 +368,19 @@ _STATE_RESPONSES = responses(400, 401, 403, 404)
 
 @post("/v1/nodes/{name:str}/cordon", status_code=200, responses=_STATE_RESPONSES,
       summary="Cordon a node: no new work; running work stays (admin, operator)")  # fmt: skip
-async def cordon(name: str, state: State, principal: Principal) -> NodeOut:
+async def cordon(name: FromPath[str], state: State, principal: Caller) -> NodeOut:
     return await _set_state(state, principal, name, SchedState.CORDONED)
 
 
 @post("/v1/nodes/{name:str}/drain", status_code=200, responses=_STATE_RESPONSES,
       summary="Drain a node: no new work, to be emptied (admin, operator)")  # fmt: skip
-async def drain(name: str, state: State, principal: Principal) -> NodeOut:
+async def drain(name: FromPath[str], state: State, principal: Caller) -> NodeOut:
     return await _set_state(state, principal, name, SchedState.DRAINING)
 
 
 @post("/v1/nodes/{name:str}/uncordon", status_code=200, responses=_STATE_RESPONSES,
       summary="Make a node schedulable again (admin, operator)")  # fmt: skip
-async def uncordon(name: str, state: State, principal: Principal) -> NodeOut:
+async def uncordon(name: FromPath[str], state: State, principal: Caller) -> NodeOut:
     return await _set_state(state, principal, name, SchedState.SCHEDULABLE)
 
 
@@ -385,7 +389,7 @@ async def uncordon(name: str, state: State, principal: Principal) -> NodeOut:
     responses=responses(400, 401),
     summary="Profiles: the operator's named ones, then each pool's implicit request forms",
 )
-async def list_profiles(state: State, principal: Principal) -> list[ProfileOut]:
+async def list_profiles(state: State, principal: Caller) -> list[ProfileOut]:
     return [
         ProfileOut(
             e.name, e.kind, e.request, e.pool, e.backend, e.description, e.members,
@@ -402,7 +406,7 @@ async def list_profiles(state: State, principal: Principal) -> list[ProfileOut]:
     responses=responses(400, 401, 403, 422),
     summary="Create or replace a named profile (admin, operator)",
 )
-async def put_profile(data: ProfileIn, state: State, principal: Principal) -> ProfileOut:
+async def put_profile(data: JSONBody[ProfileIn], state: State, principal: Caller) -> ProfileOut:
     profile = Profile(data.name, data.request, data.description)
     await fleet.put_profile(_ctx(state), principal, profile)
     entry = next(e for e in await fleet.list_profiles(_ctx(state)) if e.name == data.name)
@@ -419,10 +423,10 @@ async def put_profile(data: ProfileIn, state: State, principal: Principal) -> Pr
 )
 async def resolve_profiles(
     state: State,
-    principal: Principal,
+    principal: Caller,
     profile: Annotated[
         list[Annotated[str, Meta(min_length=1, max_length=128)]],
-        Parameter(query="profile", min_items=1, max_items=16),
+        QueryParameter(name="profile", min_items=1, max_items=16),
     ],
 ) -> ResolutionOut:
     r = await fleet.resolve_profiles(_ctx(state), list(profile))

@@ -13,15 +13,15 @@ from typing import Annotated, Literal
 
 from litestar import get
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, Parameter
 from msgspec import Struct
 
 from application import metrics
 from application.context import Context
-from domain.auth import Principal
 from domain.telemetry import DEFAULT_POINTS, MAX_POINTS, Bucket, run_of
 from domain.telemetry_ports import SeriesInfo, TelemetryCounts
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 
 NonFinite = Literal["NaN", "Infinity", "-Infinity"]
 Number = float | NonFinite  # a logged value: a JSON number, or one of these three strings
@@ -164,7 +164,7 @@ def _ctx(state: State) -> Context:
     responses=responses(400, 401, 404),
     summary="A job's metric series, its canonical metrics and its collectors' counters",
 )
-async def job_metrics(job_id: str, state: State, principal: Principal) -> MetricsOut:
+async def job_metrics(job_id: FromPath[str], state: State, principal: Caller) -> MetricsOut:
     found = await metrics.summary(_ctx(state), principal, job_id)
     return MetricsOut(
         list(found.primary),
@@ -182,9 +182,9 @@ async def job_metrics(job_id: str, state: State, principal: Principal) -> Metric
     summary="One canonical metric over a step or time range, at most `points` buckets per attempt",
 )
 async def job_curve(
-    job_id: str,
+    job_id: FromPath[str],
     state: State,
-    principal: Principal,
+    principal: Caller,
     tag: Annotated[str, Parameter(min_length=1, max_length=256)],
     start: Step = None,
     end: Step = None,
@@ -238,9 +238,9 @@ async def job_curve(
     summary="Raw scalars of one series (attempt, member, source, tag), a page at a time",
 )
 async def job_raw_metrics(
-    job_id: str,
+    job_id: FromPath[str],
     state: State,
-    principal: Principal,
+    principal: Caller,
     attempt: Annotated[int, Parameter(ge=1, le=2**31 - 1)],
     source: Annotated[str, Parameter(min_length=1, max_length=512)],
     tag: Annotated[str, Parameter(min_length=1, max_length=256)],

@@ -8,16 +8,16 @@ from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, Parameter
 from msgspec import Meta, Struct
 
 from application import enrollment, fleet_check, node_sessions
 from application.context import Context
-from domain.auth import Principal
 from domain.errors import NotFound
 from domain.fleet_check import PoolCheck
 from domain.gpus import GpuInventory
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 from entrypoints.wire import Name
 
 Ttl = Annotated[int, Meta(ge=60, le=7 * 24 * 3600)]
@@ -135,7 +135,9 @@ def _ctx(state: State) -> Context:
     responses=responses(400, 401, 403, 404, 422),
     summary="Create a one-time join token for a node daemon (operator); shown once",
 )
-async def create_join_token(data: JoinTokenIn, state: State, principal: Principal) -> JoinTokenOut:
+async def create_join_token(
+    data: JSONBody[JoinTokenIn], state: State, principal: Caller
+) -> JoinTokenOut:
     secret, token = await enrollment.create_join_token(
         _ctx(state), principal, data.pool, data.node, timedelta(seconds=data.ttl_seconds)
     )
@@ -147,7 +149,7 @@ async def create_join_token(data: JoinTokenIn, state: State, principal: Principa
     responses=responses(401),
     summary="The control link of every node daemon: heartbeat, reported capacity, epoch",
 )
-async def node_links(state: State, principal: Principal) -> list[LinkOut]:
+async def node_links(state: State, principal: Caller) -> list[LinkOut]:
     async with _ctx(state).units.nodes() as uow:
         links = await uow.links.all()
     return [
@@ -176,9 +178,9 @@ async def node_links(state: State, principal: Principal) -> list[LinkOut]:
     "control session refused while its session was alive",
 )
 async def node_events(
-    node: str,
+    node: FromPath[str],
     state: State,
-    principal: Principal,
+    principal: Caller,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 100,
 ) -> list[NodeEventOut]:
     found = await node_sessions.node_events(_ctx(state), principal, node, limit)
@@ -194,7 +196,9 @@ async def node_events(
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Check a node pool: peers reachable on the rendezvous ports, shared storage (operator)",
 )
-async def start_check(pool: str, data: CheckIn, state: State, principal: Principal) -> CheckOut:
+async def start_check(
+    pool: FromPath[str], data: JSONBody[CheckIn], state: State, principal: Caller
+) -> CheckOut:
     check = await fleet_check.start_check(_ctx(state), principal, pool, data.timeout_seconds)
     supervisor = state.supervisor
     if supervisor is not None:
@@ -207,7 +211,7 @@ async def start_check(pool: str, data: CheckIn, state: State, principal: Princip
     responses=responses(401, 404),
     summary="The pool's last check: running, or its result per node and when",
 )
-async def latest_check(pool: str, state: State, principal: Principal) -> CheckOut:
+async def latest_check(pool: FromPath[str], state: State, principal: Caller) -> CheckOut:
     check = await fleet_check.latest(_ctx(state), pool)
     if check is None:
         raise NotFound(f"pool {pool} was never checked", fix=f"run `tp fleet check {pool}`")

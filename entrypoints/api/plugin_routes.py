@@ -10,15 +10,15 @@ from typing import Annotated, Any
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import HeaderParameter, JSONBody, Parameter
 from msgspec import Meta, Struct
 
 from application import plugins
 from application.context import Context
-from domain.auth import Principal
 from domain.plugins import CAPABILITIES, EXECUTES, GROUPS, PluginRecord
 from entrypoints.api.problems import responses
 from entrypoints.api.schemas import FileOut
+from entrypoints.api.security import Caller
 
 DIGEST = r"^sha256:[0-9a-f]{64}$"
 NamePath = Annotated[str, Parameter(max_length=127)]
@@ -116,14 +116,14 @@ def detail_out(r: PluginRecord) -> PluginDetailOut:
 async def publish_plugin(
     request: Request[Any, Any, Any],
     state: State,
-    principal: Principal,
+    principal: Caller,
     plugin_digest: Annotated[
         str | None,
-        Parameter(header="X-Plugin-Digest", pattern=DIGEST, description="the package's digest"),
+        HeaderParameter(name="X-Plugin-Digest", pattern=DIGEST, description="the package's digest"),
     ] = None,
     content_digest: Annotated[
         str | None,
-        Parameter(header="X-Content-Digest", pattern=DIGEST, description="the body's sha256"),
+        HeaderParameter(name="X-Content-Digest", pattern=DIGEST, description="the body's sha256"),
     ] = None,
 ) -> Response[PluginDetailOut]:
     declared = request.headers.get("content-length")
@@ -145,7 +145,7 @@ async def publish_plugin(
 )
 async def list_plugins(
     state: State,
-    principal: Principal,
+    principal: Caller,
     group: Annotated[str | None, Parameter(max_length=64)] = None,
 ) -> PluginListOut:
     found = await plugins.list_plugins(_ctx(state), principal, group)
@@ -163,7 +163,7 @@ async def list_plugins(
     responses=responses(400, 401, 404, 422),
     summary="Every version of one plugin, newest first",
 )
-async def plugin_versions(name: NamePath, state: State, principal: Principal) -> VersionsOut:
+async def plugin_versions(name: NamePath, state: State, principal: Caller) -> VersionsOut:
     found = await plugins.plugin_versions(_ctx(state), principal, name)
     return VersionsOut(name, [plugin_out(r) for r in found])
 
@@ -174,7 +174,7 @@ async def plugin_versions(name: NamePath, state: State, principal: Principal) ->
     summary="One plugin version with its file manifest",
 )
 async def read_plugin(
-    name: NamePath, version: VersionPath, state: State, principal: Principal
+    name: NamePath, version: VersionPath, state: State, principal: Caller
 ) -> PluginDetailOut:
     return detail_out(await plugins.get_plugin(_ctx(state), principal, name, version))
 
@@ -187,7 +187,7 @@ async def read_plugin(
     summary="Refuse a plugin version to new submissions (admins); committed jobs keep it",
 )
 async def disable_plugin(
-    name: NamePath, version: VersionPath, data: DisableIn, state: State, principal: Principal
+    name: NamePath, version: VersionPath, data: JSONBody[DisableIn], state: State, principal: Caller
 ) -> PluginDetailOut:
     record = await plugins.disable(_ctx(state), principal, name, version, data.reason)
     return detail_out(record)
@@ -200,7 +200,7 @@ async def disable_plugin(
     summary="Offer a disabled plugin version to new submissions again (admins)",
 )
 async def enable_plugin(
-    name: NamePath, version: VersionPath, state: State, principal: Principal
+    name: NamePath, version: VersionPath, state: State, principal: Caller
 ) -> PluginDetailOut:
     return detail_out(await plugins.enable(_ctx(state), principal, name, version))
 

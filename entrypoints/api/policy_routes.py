@@ -11,14 +11,16 @@ from typing import Annotated
 
 from litestar import get, patch, post
 from litestar.datastructures import State
+from litestar.params import FromPath, JSONBody
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from application import policy
 from application.context import Context
-from domain.auth import Principal, Role, User
+from domain.auth import Role, User
 from domain.fleet import Queue
 from domain.retry import MAX_ATTEMPTS
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 from entrypoints.fleet_config import Quota
 from entrypoints.wire import Name
 
@@ -115,7 +117,7 @@ def queue_out(q: Queue, gpus: int = 0, jobs: int = 0) -> QueueOut:
 
 
 @get("/v1/users", responses=responses(400, 401, 403), summary="Users (admin, operator)")
-async def list_users(state: State, principal: Principal) -> list[UserOut]:
+async def list_users(state: State, principal: Caller) -> list[UserOut]:
     return [user_out(u) for u in await policy.list_users(_ctx(state), principal)]
 
 
@@ -125,7 +127,7 @@ async def list_users(state: State, principal: Principal) -> list[UserOut]:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Create a user with a role and teams (admin)",
 )
-async def create_user(data: UserIn, state: State, principal: Principal) -> UserOut:
+async def create_user(data: JSONBody[UserIn], state: State, principal: Caller) -> UserOut:
     user = await policy.add_user(_ctx(state), principal, data.name, data.role, data.teams)
     return user_out(user)
 
@@ -136,7 +138,9 @@ async def create_user(data: UserIn, state: State, principal: Principal) -> UserO
     responses=responses(400, 401, 403, 404, 422),
     summary="Change a user's role or teams, or disable or enable it (admin)",
 )
-async def update_user(name: str, data: UserPatchIn, state: State, principal: Principal) -> UserOut:
+async def update_user(
+    name: FromPath[str], data: JSONBody[UserPatchIn], state: State, principal: Caller
+) -> UserOut:
     user = await policy.update_user(
         _ctx(state),
         principal,
@@ -151,7 +155,7 @@ async def update_user(name: str, data: UserPatchIn, state: State, principal: Pri
 
 
 @get("/v1/teams", responses=responses(400, 401), summary="Teams")
-async def list_teams(state: State, principal: Principal) -> list[TeamOut]:
+async def list_teams(state: State, principal: Caller) -> list[TeamOut]:
     return [TeamOut(t.name) for t in await policy.list_teams(_ctx(state))]
 
 
@@ -161,7 +165,7 @@ async def list_teams(state: State, principal: Principal) -> list[TeamOut]:
     responses=responses(400, 401, 403, 409, 422),
     summary="Create a team (admin, operator)",
 )
-async def create_team(data: TeamIn, state: State, principal: Principal) -> TeamOut:
+async def create_team(data: JSONBody[TeamIn], state: State, principal: Caller) -> TeamOut:
     return TeamOut((await policy.add_team(_ctx(state), principal, data.name)).name)
 
 
@@ -170,7 +174,7 @@ async def create_team(data: TeamIn, state: State, principal: Principal) -> TeamO
     responses=responses(400, 401),
     summary="Queues with their quotas and what their live reservations hold",
 )
-async def list_queues(state: State, principal: Principal) -> list[QueueOut]:
+async def list_queues(state: State, principal: Caller) -> list[QueueOut]:
     return [
         queue_out(u.queue, u.gpus_in_use, u.jobs_in_use)
         for u in await policy.list_queues(_ctx(state))
@@ -183,7 +187,7 @@ async def list_queues(state: State, principal: Principal) -> list[QueueOut]:
     responses=responses(400, 401, 403, 404, 409, 422),
     summary="Create a queue of a team (admin, operator)",
 )
-async def create_queue(data: QueueIn, state: State, principal: Principal) -> QueueOut:
+async def create_queue(data: JSONBody[QueueIn], state: State, principal: Caller) -> QueueOut:
     queue = Queue(
         data.name, data.team, data.priority, data.gpu_quota, data.job_quota, data.max_attempts
     )
@@ -197,7 +201,7 @@ async def create_queue(data: QueueIn, state: State, principal: Principal) -> Que
     summary="Change a queue's team, priority or quotas (admin, operator)",
 )
 async def update_queue(
-    name: str, data: QueuePatchIn, state: State, principal: Principal
+    name: FromPath[str], data: JSONBody[QueuePatchIn], state: State, principal: Caller
 ) -> QueueOut:
     queue = await policy.update_queue(
         _ctx(state),

@@ -8,18 +8,25 @@ import msgspec
 from litestar import Request, Response, get, post
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import (
+    FromPath,
+    FromQuery,
+    HeaderParameter,
+    JSONBody,
+    Parameter,
+    QueryParameter,
+)
 from litestar.response import Stream
 
 from application import archives, explain, jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
-from domain.auth import Principal
 from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JobState
 from entrypoints.api import schemas as s
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 
 JSON_LIMIT = 1024 * 1024
 
@@ -45,8 +52,8 @@ def _wake(state: State) -> None:
 async def upload_archive(
     request: Request[Any, Any, Any],
     state: State,
-    principal: Principal,
-    content_digest: Annotated[str | None, Parameter(header="X-Content-Digest")] = None,
+    principal: Caller,
+    content_digest: Annotated[str | None, HeaderParameter(name="X-Content-Digest")] = None,
 ) -> s.ArchiveOut:
     declared = request.headers.get("content-length")
     ref = await archives.upload_archive(
@@ -66,13 +73,15 @@ async def upload_archive(
     responses=responses(400, 401, 403, 404, 409, 422, 503),
     summary="Resolve a submission into an immutable preview (creates no job)",
 )
-async def create_preview(data: s.PreviewIn, state: State, principal: Principal) -> s.PreviewOut:
+async def create_preview(
+    data: JSONBody[s.PreviewIn], state: State, principal: Caller
+) -> s.PreviewOut:
     preview = await submissions.create_preview(_ctx(state), principal, data.to_intent())
     return s.preview_out(preview)
 
 
 @get("/v1/previews/{preview_id:str}", responses=responses(400, 401, 404), summary="Read a preview")
-async def read_preview(preview_id: str, state: State, principal: Principal) -> s.PreviewOut:
+async def read_preview(preview_id: FromPath[str], state: State, principal: Caller) -> s.PreviewOut:
     return s.preview_out(await submissions.get_preview(_ctx(state), principal, preview_id))
 
 
@@ -86,7 +95,9 @@ async def read_preview(preview_id: str, state: State, principal: Principal) -> s
     status_code=200,
     summary="Commit a preview: 201 with a new job, or 200 with the job an identical commit made",
 )
-async def commit(data: s.CommitIn, state: State, principal: Principal) -> Response[s.ReceiptOut]:
+async def commit(
+    data: JSONBody[s.CommitIn], state: State, principal: Caller
+) -> Response[s.ReceiptOut]:
     ctx = _ctx(state)
     receipt = await submissions.commit(ctx, principal, data.preview_id, data.digest, data.retry_key)
     if receipt.created:
@@ -97,8 +108,8 @@ async def commit(data: s.CommitIn, state: State, principal: Principal) -> Respon
 @get("/v1/jobs", responses=responses(400, 401, 403, 422), summary="List jobs, newest first")
 async def list_jobs(
     state: State,
-    principal: Principal,
-    job_state: Annotated[list[JobState] | None, Parameter(query="state")] = None,
+    principal: Caller,
+    job_state: Annotated[list[JobState] | None, QueryParameter(name="state")] = None,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 50,
     cursor: Annotated[
         str | None,
@@ -142,7 +153,7 @@ async def list_jobs(
 
 
 @get("/v1/jobs/{job_id:str}", responses=responses(400, 401, 404), summary="A job with its attempts")
-async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
+async def read_job(job_id: FromPath[str], state: State, principal: Caller) -> s.JobOut:
     details = await jobs.get_job(_ctx(state), principal, job_id)
     return s.job_out(details.job, details)
 
@@ -153,9 +164,9 @@ async def read_job(job_id: str, state: State, principal: Principal) -> s.JobOut:
     summary="The job's timeline: its preview and every state transition, oldest first",
 )
 async def job_events(
-    job_id: str,
+    job_id: FromPath[str],
     state: State,
-    principal: Principal,
+    principal: Caller,
     limit: Annotated[int, Parameter(ge=1, le=500)] = 200,
 ) -> s.JobEventsOut:
     stages = await jobs.job_timeline(_ctx(state), principal, job_id, limit)
@@ -174,7 +185,7 @@ async def job_events(
     responses=responses(400, 401, 403, 404, 409),
     summary="Stop a job (idempotent)",
 )
-async def cancel(job_id: str, state: State, principal: Principal) -> s.JobOut:
+async def cancel(job_id: FromPath[str], state: State, principal: Caller) -> s.JobOut:
     details = await jobs.cancel_job(_ctx(state), principal, job_id)
     _wake(state)
     return s.job_out(details.job, details)
@@ -187,10 +198,10 @@ async def cancel(job_id: str, state: State, principal: Principal) -> s.JobOut:
     summary="The job's stdout and stderr; with follow=true, until it ends",
 )
 async def logs(
-    job_id: str,
+    job_id: FromPath[str],
     state: State,
-    principal: Principal,
-    follow: bool = False,
+    principal: Caller,
+    follow: FromQuery[bool] = False,
     member: Annotated[int, Parameter(ge=0, le=1024)] = 0,
 ) -> Stream:
     chunks = await stream_logs(_ctx(state), principal, job_id, follow=follow, member=member)
@@ -198,7 +209,7 @@ async def logs(
 
 
 @get("/v1/methods", responses=responses(400, 401), summary="Methods (recipes) and their parameters")
-async def list_methods(state: State, principal: Principal) -> list[s.MethodOut]:
+async def list_methods(state: State, principal: Caller) -> list[s.MethodOut]:
     return [s.method_out(m) for m in _ctx(state).catalog.methods]
 
 
@@ -208,7 +219,7 @@ async def list_methods(state: State, principal: Principal) -> list[s.MethodOut]:
     summary="One method, by its name <framework>/<method>",
 )
 async def read_method(
-    framework: str, method: str, state: State, principal: Principal
+    framework: FromPath[str], method: FromPath[str], state: State, principal: Caller
 ) -> s.MethodOut:
     try:
         return s.method_out(_ctx(state).catalog.method(f"{framework}/{method}"))
@@ -217,7 +228,7 @@ async def read_method(
 
 
 @get("/v1/whoami", responses=responses(400, 401), summary="The caller's identity")
-async def whoami(principal: Principal) -> s.WhoAmI:
+async def whoami(principal: Caller) -> s.WhoAmI:
     return s.WhoAmI(principal.name, str(principal.role), list(principal.teams))
 
 

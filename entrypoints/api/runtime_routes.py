@@ -8,14 +8,15 @@ from typing import Annotated, Literal
 from litestar import Response, get, post
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import FromPath, JSONBody
 from msgspec import Meta, Struct
 
 from application import runtimes
 from application.context import Context
-from domain.auth import Principal
 from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput, NotFound
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 from entrypoints.wire import Digest, Name
 
 ProcessModel = Literal["single-process", "torch-process-group", "ray", "cpu"]
@@ -88,12 +89,12 @@ def _ctx(state: State) -> Context:
 
 
 @get("/v1/runtimes", responses=responses(400, 401), summary="Runtimes (images and their contract)")
-async def list_runtimes(state: State, principal: Principal) -> list[RuntimeOut]:
+async def list_runtimes(state: State, principal: Caller) -> list[RuntimeOut]:
     return [runtime_out(r) for r in await runtimes.list_runtimes(_ctx(state))]
 
 
 @get("/v1/runtimes/{name:str}", responses=responses(400, 401, 404), summary="One runtime")
-async def read_runtime(name: str, state: State, principal: Principal) -> RuntimeOut:
+async def read_runtime(name: FromPath[str], state: State, principal: Caller) -> RuntimeOut:
     try:
         return runtime_out(await runtimes.find_runtime(_ctx(state), name))
     except InvalidInput as exc:
@@ -111,7 +112,7 @@ async def read_runtime(name: str, state: State, principal: Principal) -> Runtime
     summary="Register a runtime pinned by digest (admin); 200 when it was replaced or unchanged",
 )
 async def add_runtime(
-    data: RuntimeIn, state: State, principal: Principal
+    data: JSONBody[RuntimeIn], state: State, principal: Caller
 ) -> Response[RuntimeAddOut]:
     added = await runtimes.add_runtime(
         _ctx(state), principal, data.to_runtime(), replace=data.replace

@@ -6,12 +6,13 @@ from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
+from litestar.params import FromPath, JSONBody
 from msgspec import Meta, Struct
 
 from application import explain, reconcile
 from application.context import Context
-from domain.auth import Principal
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 
 Reason = Annotated[str, Meta(min_length=1, max_length=500)]
 
@@ -70,7 +71,7 @@ def _ctx(state: State) -> Context:
     responses=responses(400, 401, 404),
     summary="Why a job waits, or what it holds",
 )
-async def why(job_id: str, state: State, principal: Principal) -> WhyOut:
+async def why(job_id: FromPath[str], state: State, principal: Caller) -> WhyOut:
     e = await explain.explain_job(_ctx(state), principal, job_id)
     return WhyOut(
         e.job_id, e.state, e.kind, e.text, e.position, e.pending_total, list(e.checkpoints)
@@ -82,7 +83,7 @@ async def why(job_id: str, state: State, principal: Principal) -> WhyOut:
     responses=responses(400, 401, 404),
     summary="Estimated wait of a preview if committed now: start at once, or its queue position",
 )
-async def preview_wait(preview_id: str, state: State, principal: Principal) -> WaitOut:
+async def preview_wait(preview_id: FromPath[str], state: State, principal: Caller) -> WaitOut:
     e = await explain.estimate_wait(_ctx(state), principal, preview_id)
     return WaitOut(
         e.preview_id, e.starts_now, e.kind, e.text, e.position, e.pending_total, e.ahead,
@@ -96,7 +97,9 @@ async def preview_wait(preview_id: str, state: State, principal: Principal) -> W
     responses=responses(400, 401, 403, 404, 409, 422),  # 409: lost a race five times
     summary="Declare a node lost: fence it and fail its unfinished members (operator)",
 )
-async def node_lost(name: str, data: ReasonIn, state: State, principal: Principal) -> NodeLostOut:
+async def node_lost(
+    name: FromPath[str], data: JSONBody[ReasonIn], state: State, principal: Caller
+) -> NodeLostOut:
     failed = await reconcile.declare_node_lost(_ctx(state), principal, name, data.reason)
     _wake(state)
     return NodeLostOut(name, failed)
@@ -109,7 +112,7 @@ async def node_lost(name: str, data: ReasonIn, state: State, principal: Principa
     summary="Release an attempt's reservation after confirming its members stopped (operator)",
 )
 async def release(
-    attempt_id: str, data: ReasonIn, state: State, principal: Principal
+    attempt_id: FromPath[str], data: JSONBody[ReasonIn], state: State, principal: Caller
 ) -> ReleaseOut:
     done = await reconcile.release_reservation(_ctx(state), principal, attempt_id, data.reason)
     _wake(state)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 from litestar.openapi.spec import Components, SecurityScheme
 
 from application.auth import authenticate_token
@@ -56,6 +57,10 @@ def bearer(request: Request[Any, Any, Any]) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+Caller = NamedDependency[Principal]
+"""A handler's ``principal``: the caller, from ``provide_principal`` (app.py's dependency)."""
 
 
 async def provide_principal(request: Request[Any, Any, Any]) -> Principal:

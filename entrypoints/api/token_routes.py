@@ -12,14 +12,14 @@ from typing import Annotated
 
 from litestar import get, post
 from litestar.datastructures import State
-from litestar.params import Parameter
+from litestar.params import FromPath, JSONBody, Parameter
 from msgspec import Meta, Struct
 
 from application import tokens
 from application.context import Context
-from domain.auth import MAX_LABEL_CHARS, MAX_TOKEN_LIFETIME, ApiToken, Principal
+from domain.auth import MAX_LABEL_CHARS, MAX_TOKEN_LIFETIME, ApiToken
 from entrypoints.api.problems import responses
-from entrypoints.api.security import TokenCache
+from entrypoints.api.security import Caller, TokenCache
 from entrypoints.wire import Name
 
 JSON_LIMIT = 16 * 1024
@@ -98,7 +98,7 @@ def token_info(t: ApiToken, now: datetime) -> TokenInfo:
     "and an expiry. Shown once.",
 )
 async def create_token(
-    name: str, state: State, principal: Principal, data: TokenIn | None = None
+    name: FromPath[str], state: State, principal: Caller, data: JSONBody[TokenIn | None] = None
 ) -> TokenOut:
     body = data or TokenIn()
     new = await tokens.create(
@@ -121,7 +121,7 @@ async def create_token(
 )
 async def list_tokens(
     state: State,
-    principal: Principal,
+    principal: Caller,
     user: Annotated[Name | None, Parameter(description="only this user's (admins)")] = None,
     mine: Annotated[bool, Parameter(description="only the caller's own")] = False,
 ) -> list[TokenInfo]:
@@ -141,7 +141,7 @@ async def list_tokens(
 async def revoke_token(
     token_id: Annotated[str, Parameter(min_length=1, max_length=80)],
     state: State,
-    principal: Principal,
+    principal: Caller,
     mine: Annotated[bool, Parameter(description="only if it is the caller's own")] = False,
 ) -> RevokedOut:
     ctx = _ctx(state)

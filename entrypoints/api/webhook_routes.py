@@ -9,14 +9,15 @@ from typing import Annotated, Literal
 
 from litestar import delete, get, post
 from litestar.datastructures import State
+from litestar.params import JSONBody
 from msgspec import Meta, Struct
 
 from application import webhooks
 from application.context import Context
-from domain.auth import Principal
 from domain.lifecycle import JobState
 from domain.webhooks import MAX_URL_LENGTH, Format, Scope, SubscriptionSummary
 from entrypoints.api.problems import responses
+from entrypoints.api.security import Caller
 from entrypoints.wire import Ident, Name
 
 JSON_LIMIT = 16 * 1024
@@ -93,7 +94,7 @@ def _out(summary: SubscriptionSummary) -> WebhookOut:
     responses=responses(400, 401, 403, 404, 409, 422, 503),
     summary="Subscribe a URL to job state changes: a user's, a team's or a queue's jobs",
 )
-async def add_webhook(data: WebhookIn, state: State, principal: Principal) -> WebhookCreated:
+async def add_webhook(data: JSONBody[WebhookIn], state: State, principal: Caller) -> WebhookCreated:
     s = await webhooks.add(
         _ctx(state), principal, data.url, scope=data.scope, target=data.target,
         states=data.states, fmt=data.format,
@@ -110,7 +111,7 @@ async def add_webhook(data: WebhookIn, state: State, principal: Principal) -> We
     responses=responses(400, 401, 503),
     summary="Webhooks: the caller's (an admin's: all), with their deliveries so far",
 )
-async def list_webhooks(state: State, principal: Principal) -> list[WebhookOut]:
+async def list_webhooks(state: State, principal: Caller) -> list[WebhookOut]:
     return [_out(s) for s in await webhooks.list_mine(_ctx(state), principal)]
 
 
@@ -120,7 +121,7 @@ async def list_webhooks(state: State, principal: Principal) -> list[WebhookOut]:
     responses=responses(400, 401, 404, 503),
     summary="Remove a webhook and its undelivered changes",
 )
-async def remove_webhook(webhook_id: Ident, state: State, principal: Principal) -> Removed:
+async def remove_webhook(webhook_id: Ident, state: State, principal: Caller) -> Removed:
     await webhooks.remove(_ctx(state), principal, webhook_id)
     return Removed(webhook_id)
 
@@ -131,7 +132,7 @@ async def remove_webhook(webhook_id: Ident, state: State, principal: Principal) 
     responses=responses(400, 401, 404, 503),
     summary="Send a signed test event to a webhook now; the receiver's answer",
 )
-async def test_webhook(webhook_id: Ident, state: State, principal: Principal) -> TestOut:
+async def test_webhook(webhook_id: Ident, state: State, principal: Caller) -> TestOut:
     done = await webhooks.send_test(_ctx(state), principal, webhook_id)
     r = done.result
     return TestOut(done.event_id, r.ok, r.status, r.error)

@@ -159,6 +159,8 @@ def test_the_process_tree_of_a_real_child(tmp_path: Path) -> None:
     finally:
         parent.kill()
         parent.wait()
+        if parent.stdout is not None:  # close the pipe, or a ResourceWarning when collected
+            parent.stdout.close()
         os.kill(grandchild, 9)
 
 
