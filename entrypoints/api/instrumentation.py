@@ -16,7 +16,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from adapters.observability.prometheus import CONTENT_TYPE, process_instruments
 from application import instruments as i
-from entrypoints.api.security import SECURITY
+from entrypoints.api.security import SECURITY, Caller
 
 UNMATCHED = "unmatched"
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -69,7 +69,7 @@ def metrics_route(mode: str) -> list[Any]:
     if mode == "token":
 
         @get("/metrics", include_in_schema=False, security=SECURITY)
-        async def metrics_with_token(principal: Any) -> Response[bytes]:  # any valid token
+        async def metrics_with_token(principal: Caller) -> Response[bytes]:  # any valid token
             return _exposition()
 
         return [metrics_with_token]
