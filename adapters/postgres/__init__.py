@@ -3,9 +3,11 @@
 Use from composition roots::
 
     from adapters.postgres import EmbeddedPostgres, PostgresUnitOfWork, create_engine, migrate
+
+``migrate`` (and with it Alembic, a third of a second) is imported only where it is named: the
+API and the gateways need a migrated database, never the migrations.
 """
 
-from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres, EmbeddedPostgresError
 from adapters.postgres.engine import create_engine
 from adapters.postgres.uow import PostgresUnitOfWork
@@ -15,5 +17,4 @@ __all__ = [
     "EmbeddedPostgresError",
     "PostgresUnitOfWork",
     "create_engine",
-    "migrate",
 ]

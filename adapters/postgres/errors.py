@@ -19,7 +19,7 @@ DB_FIX = (
     "check that PostgreSQL is running and that TUNEPLANE_DATABASE_URL points at it "
     "(unset, `tp up` starts an embedded server)"
 )
-MIGRATE_FIX = "apply the schema migrations (adapters.postgres.migrate.upgrade / `tp db upgrade`)"
+MIGRATE_FIX = "apply the schema migrations: `python -m adapters.postgres.migrate upgrade --url URL`"
 
 _UNAVAILABLE_CLASSES = ("08", "53", "57", "58")  # connection, resources, operator, system
 _RACE_STATES = {"40001", "40P01"}

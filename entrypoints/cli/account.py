@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from cyclopts import App, Parameter
+from cyclopts import Parameter
 
 from entrypoints.cli import output
 from entrypoints.cli.client import Api, connect
@@ -59,9 +59,3 @@ def whoami() -> int:
         markup=False,
     )
     return 0
-
-
-def register(app: App) -> None:
-    app.command(login)
-    app.command(logout)
-    app.command(whoami)

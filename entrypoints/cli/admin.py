@@ -8,8 +8,9 @@ from typing import Annotated, Any
 from cyclopts import App, Parameter
 
 from domain.errors import InvalidInput
-from entrypoints.cli import output, tokens
+from entrypoints.cli import output
 from entrypoints.cli.client import Api, connect, seg
+from entrypoints.cli.lazy import lazy
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 Reason = Annotated[str, Parameter(name="--reason", help="why (kept with the members' end)")]
@@ -250,8 +251,15 @@ admin_app.command(team_app)
 admin_app.command(node_app)
 admin_app.command(reservation_app)
 admin_app.command(blobs_app)
-
-
-def register(app: App) -> None:
-    app.command(admin_app)
-    tokens.register(app, admin_app)  # `tp admin token …`, `tp admin bootstrap`, `tp token …`
+lazy(
+    admin_app,
+    "token",
+    "tokens:token_app",
+    "API tokens: create, list and revoke (admins: anyone's).",
+)
+lazy(
+    admin_app,
+    "bootstrap",
+    "tokens:bootstrap",
+    "Create the first admin on an empty database, as `tp serve` and `tp up` do.",
+)

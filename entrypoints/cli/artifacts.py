@@ -79,7 +79,3 @@ def verify(job_id: str, /, *, wait: float = 30.0, json: JsonFlag = False) -> int
     if checked["ok"]:
         return 0
     return EXIT_TAMPERED if any(m["differences"] for m in checked["members"]) else UNAVAILABLE
-
-
-def register(app: App) -> None:
-    app.command(artifacts_app)

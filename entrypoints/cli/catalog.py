@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from cyclopts import App, Parameter
+from cyclopts import Parameter
 
 from domain.catalog import Method
 from domain.errors import InvalidInput, NotFound
@@ -155,8 +155,3 @@ def profiles(*, json: JsonFlag = False) -> int:
 def check_profile(api: Api, text: str) -> None:
     """Raise the server's error when ``text`` is not a request it can resolve."""
     api.get("/v1/profiles/resolve", {"profile": text})
-
-
-def register(app: App) -> None:
-    app.command(methods)
-    app.command(profiles)

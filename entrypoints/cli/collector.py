@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from cyclopts import App, Parameter
+from cyclopts import Parameter
 
 DEFAULT_SPOOL_MB = (
     2048  # adapters.telemetry.collector.DEFAULT_SPOOL_MB (not imported: keep `tp` light)
@@ -63,7 +63,3 @@ def collector(
         spool, members, gateway, ca, server_name, max_spool_mb, poll, ignore_term
     )
     return run_collector(options, metrics_port)
-
-
-def register(app: App) -> None:
-    app.command(collector, name="collector")

@@ -35,7 +35,3 @@ def show(
         ["SECTION", "VARIABLE", "VALUE", "SOURCE"],
         [[r["section"], r["variable"], r["value"], r["source"]] for r in found],
     )
-
-
-def register(app: App) -> None:
-    app.command(config_app)

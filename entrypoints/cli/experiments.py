@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from cyclopts import App, Parameter
+from cyclopts import Parameter
 
 from domain.catalog import NAME_RE, Method
 from domain.errors import InvalidInput, Unavailable
@@ -222,9 +222,3 @@ def _framework_problems(
                                          field="runtime"))  # fmt: skip
     lock_problem = stale(exp.path, method_json, runtime_json)
     return [*problems, lock_problem] if lock_problem is not None else problems
-
-
-def register(app: App) -> None:
-    app.command(init)
-    app.command(new)
-    app.command(validate)

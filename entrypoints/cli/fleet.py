@@ -13,6 +13,7 @@ from entrypoints import fleet_config
 from entrypoints.cli import output
 from entrypoints.cli.admin import JsonFlag, send
 from entrypoints.cli.client import connect, seg
+from entrypoints.cli.lazy import lazy
 
 fleet_app = App(name="fleet", help="Pools, nodes and their states; `tp fleet apply FILE`.")
 pool_app = App(name="pool", help="Pools: homogeneous nodes of one backend.")
@@ -313,7 +314,9 @@ def uncordon(name: str, /) -> int:
 
 fleet_app.command(pool_app)
 fleet_app.command(node_app)
-
-
-def register(app: App) -> None:
-    app.command(fleet_app)
+lazy(
+    fleet_app,
+    "check",
+    "fleet_check:check",
+    "Check a node pool (operators): a small member on each node, reaching every other.",
+)

@@ -11,13 +11,11 @@ from cyclopts import Parameter
 from domain.errors import Unavailable
 from entrypoints.cli import output
 from entrypoints.cli.client import connect, seg
-from entrypoints.cli.fleet import fleet_app
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 POLL_SECONDS = 1.0
 
 
-@fleet_app.command(name="check")
 def check(
     pool: str,
     /,

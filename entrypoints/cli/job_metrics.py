@@ -20,7 +20,7 @@ from domain.telemetry import MAX_POINTS, is_system_source, sparkline
 from entrypoints.cli import output
 from entrypoints.cli.client import connect
 from entrypoints.cli.job_metrics_raw import RawOptions, raw_inspector
-from entrypoints.cli.jobs import JsonFlag, job_app, job_path
+from entrypoints.cli.jobs import JsonFlag, job_path
 
 DEFAULT_WIDTH = 24
 MAX_WIDTH = 500
@@ -69,7 +69,6 @@ def _with_runs(tags: list[str], runs: dict[str, list[str]]) -> list[tuple[str, s
     return [(t, r) for t in tags for r in (runs.get(t) or [""])]
 
 
-@job_app.command(name="metrics")
 def metrics(
     job_id: str,
     /,

@@ -11,9 +11,10 @@ from cyclopts import App, Parameter
 
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.lifecycle import JOB_FINAL, JobState
+from domain.retry import RetryPolicy
 from entrypoints.cli import errors, output
 from entrypoints.cli.client import Api, connect, seg
-from entrypoints.cli.submissions import retry_words
+from entrypoints.cli.lazy import lazy
 
 POLL_INTERVAL = 1.0  # seconds between state polls; tests shorten it
 ACTIVE = (JobState.PENDING, JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
@@ -23,6 +24,14 @@ ACTIVE_VALUES = frozenset(s.value for s in ACTIVE)
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 job_app = App(name="job", help="List, inspect, follow and stop jobs.")
+
+
+def retry_words(policy: Any) -> str:
+    """A spec's retry policy in words ("no retry (1 attempt)" when absent)."""
+    try:
+        return RetryPolicy.parse(policy or {}).words()
+    except (InvalidInput, TypeError, AttributeError):  # a server newer than this CLI
+        return str(policy)
 
 
 def job_path(job_id: str, tail: str = "") -> str:
@@ -363,5 +372,9 @@ def _already_ended(job: dict[str, Any]) -> int:
     )
 
 
-def register(app: App) -> None:
-    app.command(job_app)
+lazy(
+    job_app,
+    "metrics",
+    "job_metrics:metrics",
+    "Print a job's latest metric values with a sparkline of each curve.",
+)

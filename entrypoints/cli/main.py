@@ -13,29 +13,79 @@ from importlib import metadata
 from cyclopts import App, CycloptsError, Parameter
 
 from domain.errors import TunePlaneError
-from entrypoints.cli import (
-    account,
-    admin,
-    artifacts,
-    catalog,
-    collector,
-    config_show,
-    errors,
-    experiments,
-    fleet,
-    fleet_check,  # noqa: F401  (registers `tp fleet check` on the fleet app)
-    job_metrics,  # noqa: F401  (registers `tp job metrics` on the job app)
-    jobs,
-    nodes,
-    output,
-    plugins,
-    queues,
-    recipe_lock,
-    runtimes,
-    server_cmds,
-    sim,
-    submit,
-    webhooks,
+from entrypoints.cli import errors, output
+from entrypoints.cli.lazy import lazy
+
+# Every top-level command, imported only when it runs (or its own --help is asked for): a `tp`
+# process loads the modules of the one command it runs, not those of all of them (a third of the
+# start-up). Each entry is (name, "module:object" under entrypoints.cli, the line `tp --help`
+# shows); tests/unit/test_cli_lazy.py checks each.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("login", "account:login", "Check a token against a server and store both for later commands."),
+    ("logout", "account:logout", "Forget the stored login."),
+    ("whoami", "account:whoami", "Show who the stored (or environment) token belongs to."),
+    (
+        "init",
+        "experiments:init",
+        "Make DIR a TunePlane workspace (git repo, .gitignore, "
+        "tuneplane.toml, README). Idempotent.",
+    ),
+    (
+        "new",
+        "experiments:new",
+        "Create an experiment directory NAME with experiment.toml and a starter train.sh.",
+    ),
+    (
+        "validate",
+        "experiments:validate",
+        "Check NAME/experiment.toml: keys, types, name, and params against the method.",
+    ),
+    ("methods", "catalog:methods", "List methods, or show one method's parameters."),
+    (
+        "profiles",
+        "catalog:profiles",
+        "List what --profile accepts: named profiles and each pool's implicit forms.",
+    ),
+    ("runtime", "runtimes:runtime_app", "Runtime images jobs run in, pinned by digest."),
+    (
+        "collector",
+        "collector:collector",
+        "Collect members' metrics into a durable spool and ship them to the telemetry gateway.",
+    ),
+    (
+        "submit",
+        "submit:submit",
+        "Submit an experiment: --preview (then --commit FILE), or --yes for both in one go.",
+    ),
+    ("job", "jobs:job_app", "List, inspect, follow and stop jobs."),
+    ("artifacts", "artifacts:artifacts_app", "A job's output files and their manifests."),
+    ("plugin", "plugins:plugin_app", "Plugins: versioned packages jobs can use."),
+    ("recipe", "recipe_lock:recipe_app", "The recipe an experiment is locked to."),
+    ("fleet", "fleet:fleet_app", "Pools, nodes and their states; tp fleet apply FILE."),
+    ("node", "nodes:node_app", "Node daemons: join tokens, running a daemon, fencing."),
+    ("gateway", "nodes:gateway_app", "The gateway processes (node control, telemetry)."),
+    ("queue", "queues:queue_app", "Queues: priorities and quotas of each team's jobs."),
+    (
+        "webhook",
+        "webhooks:webhook_app",
+        "Webhooks: job state changes sent to a URL, signed (notifications.md).",
+    ),
+    ("admin", "admin:admin_app", "Users, tokens and teams; explicit operator decisions."),
+    ("token", "tokens:own_app", "Your own API tokens: list and revoke them."),
+    ("config", "config_show:config_app", "TunePlane's own settings (environment, settings file)."),
+    (
+        "up",
+        "server_cmds:up",
+        "Start the control plane on embedded defaults: a private "
+        "PostgreSQL, the API, the gateways and this machine's node daemon.",
+    ),
+    ("serve", "server_cmds:serve", "Serve one API process against TUNEPLANE_DATABASE_URL."),
+    (
+        "sim",
+        "sim:sim",
+        "Run the real admission, reservation and launch code over a simulated "
+        "fleet, checking the reservation invariants.",
+    ),
 )
 
 
@@ -55,24 +105,8 @@ def build_app() -> App:
         version=_version,
         version_flags=("--version",),
     )
-    account.register(app)
-    experiments.register(app)
-    catalog.register(app)
-    runtimes.register(app)  # before server_cmds, which adds `tp runtime build`
-    collector.register(app)
-    submit.register(app)
-    jobs.register(app)
-    artifacts.register(app)
-    plugins.register(app)
-    recipe_lock.register(app)
-    fleet.register(app)  # with `tp fleet check` (entrypoints/cli/fleet_check.py)
-    nodes.register(app)
-    queues.register(app)
-    webhooks.register(app)
-    admin.register(app)
-    config_show.register(app)
-    server_cmds.register(app)
-    sim.register(app)
+    for name, target, summary in COMMANDS:
+        lazy(app, name, target, summary)
     return app
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from cyclopts import App, Parameter
+from cyclopts import Parameter
 
 from domain.errors import InvalidInput
 from entrypoints.cli import output
@@ -133,7 +133,3 @@ def install(
         return UNAVAILABLE
     output.out.print(f"enabled and started {', '.join(names)}", markup=False)
     return 0
-
-
-def register(node_app: App) -> None:
-    node_app.command(install, name="install")

@@ -13,6 +13,7 @@ from domain.errors import InvalidInput
 from entrypoints.cli import output
 from entrypoints.cli.client import connect, seg
 from entrypoints.cli.fleet import gpu_inventory_text
+from entrypoints.cli.lazy import lazy
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
 node_app = App(name="node", help="Node daemons: join tokens, running a daemon, fencing.")
@@ -290,10 +291,10 @@ def gateway_telemetry(
     return run_telemetry_gateway(host, port, metrics_port)
 
 
-def register(app: App) -> None:
-    from entrypoints.cli import node_install
-
-    node_app.command(token_app)
-    node_install.register(node_app)
-    app.command(node_app)
-    app.command(gateway_app)
+node_app.command(token_app)
+lazy(
+    node_app,
+    "install",
+    "node_install:install",
+    "Install this machine's node daemon and its metrics collector as systemd services.",
+)

@@ -324,7 +324,3 @@ def enable(ref: str, /) -> int:
         NAME@VERSION.
     """
     return _admin(ref, "enable")
-
-
-def register(app: App) -> None:
-    app.command(plugin_app)

@@ -161,7 +161,3 @@ def set_(
         q = send(api, "PATCH", f"/v1/queues/{seg(name)}", body)
     output.out.print(_line(q), markup=False)
     return 0
-
-
-def register(app: App) -> None:
-    app.command(queue_app)

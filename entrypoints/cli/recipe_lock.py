@@ -169,7 +169,3 @@ def upgrade(name: str, /) -> int:
         markup=False,
     )
     return 0
-
-
-def register(app: App) -> None:
-    app.command(recipe_app)

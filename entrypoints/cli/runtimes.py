@@ -13,6 +13,7 @@ from domain.runtimes import PROCESS_MODELS, parse_frameworks
 from entrypoints.cli import output
 from entrypoints.cli.admin import JsonFlag
 from entrypoints.cli.client import Api, connect, seg
+from entrypoints.cli.lazy import lazy
 
 runtime_app = App(name="runtime", help="Runtime images jobs run in, pinned by digest.")
 
@@ -139,5 +140,9 @@ def runtime_add(
     return 0
 
 
-def register(app: App) -> None:
-    app.command(runtime_app)
+lazy(
+    runtime_app,
+    "build",
+    "server_cmds:runtime_build",
+    "Build a runtime image in the local container engine (DOCKER_HOST), no registry needed.",
+)

@@ -131,10 +131,3 @@ def runtime_build(
     from entrypoints.runtime_build import build
 
     return build(name, force=force)
-
-
-def register(app: Any) -> None:
-    """Add the server commands to ``app``."""
-    app.command(up, name="up")
-    app.command(serve, name="serve")
-    app["runtime"].command(runtime_build, name="build")

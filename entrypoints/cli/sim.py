@@ -103,7 +103,3 @@ def sim(
         for line in summary.lines():
             output.out.print(line, markup=False)
     return errors.OK
-
-
-def register(app: object) -> None:
-    app.command(sim, name="sim")  # type: ignore[attr-defined]

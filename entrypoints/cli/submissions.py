@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from domain.errors import InvalidInput
-from domain.retry import RetryPolicy
 from entrypoints.cli import output
 from entrypoints.cli.config import write_private_json
+from entrypoints.cli.jobs import retry_words
 from entrypoints.cli.workspace import find_workspace, submissions_dir
 
 _ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -119,14 +119,6 @@ def _role_rows(spec: dict[str, Any]) -> list[tuple[str, str]]:
             f"{r.get('memory_mb')} MB{gpus}) in pool {role.get('pool')}",
         ))  # fmt: skip
     return rows
-
-
-def retry_words(policy: Any) -> str:
-    """A spec's retry policy in words ("no retry (1 attempt)" when absent)."""
-    try:
-        return RetryPolicy.parse(policy or {}).words()
-    except (InvalidInput, TypeError, AttributeError):  # a server newer than this CLI
-        return str(policy)
 
 
 def print_summary(preview: dict[str, Any], n_files: int) -> None:

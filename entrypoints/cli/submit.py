@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
-from cyclopts import App, Parameter
+from cyclopts import Parameter
 from rich.prompt import Confirm
 
 from domain.errors import InvalidInput
@@ -258,7 +258,3 @@ def submit(
             return 0
         job_id = commit(api, read_submission(path))
         return after_commit(api, job_id, wait, follow)
-
-
-def register(app: App) -> None:
-    app.command(submit)

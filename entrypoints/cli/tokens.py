@@ -236,9 +236,3 @@ def bootstrap(
         f"`tp login --server URL --token <token>`"
     )
     return 0
-
-
-def register(app: App, admin_app: App) -> None:
-    admin_app.command(token_app)
-    admin_app.command(bootstrap, name="bootstrap")
-    app.command(own_app)

@@ -142,7 +142,3 @@ def test(webhook_id: str, /, *, json: JsonFlag = False) -> int:
             markup=False,
         )
     return 0 if done.get("delivered") else FAILED
-
-
-def register(app: App) -> None:
-    app.command(webhook_app)

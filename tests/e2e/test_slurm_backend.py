@@ -295,10 +295,15 @@ async def test_gpu_pool_from_gres_and_a_gpu_job(
     slurm = await setup_for(api_servers_factory, gpu_cluster, tmp_path)
     [pool] = [p for p in slurm.api("GET", "/v1/fleet")["pools"] if p["name"] == "debug"]
     assert (pool["gpus_per_node"], pool["gpu_model"]) == (2, "fake")
-    job_id = slurm.submit("echo nproc=$NPROC_PER_NODE; sleep 4", profile="debug/fake:2")
+    # the job runs until the test has seen it in Slurm (a fixed sleep ended first under load,
+    # and an ended attempt's directory, with the Slurm job id in it, is gone)
+    go = slurm.shared / "go-gpu"
+    wait = f"for i in $(seq 600); do [ -e {go} ] && break; sleep 0.2; done"
+    job_id = slurm.submit(f"echo nproc=$NPROC_PER_NODE; {wait}", profile="debug/fake:2")
     slurm.cli.wait_state(job_id, {"running"}, timeout=120)
     slurm_id = slurm.slurm_job(job_id)
     assert "gpu:2" in slurm.squeue("-j", str(slurm_id), "-o", "%b")  # GRES asked of Slurm
+    go.touch()
     job = slurm.finished(job_id)
     assert job["state"] == "succeeded", (job["log"], job["reason"])
     assert "nproc=2" in job["log"]
