@@ -26,7 +26,7 @@ from application.context import Context
 from application.fleet_check import settle as settle_checks
 from application.node_checkpoints import record_resumed
 from application.reconcile import fence_node
-from application.supervisor_chores import retry_or_end
+from application.supervisor_chores import log_moved, retry_or_end
 from domain.coordination_ports import NODE_WORK
 from domain.errors import Conflict
 from domain.fleet import Connectivity
@@ -239,7 +239,9 @@ class GangCoordinator:
                 attempt.moved(AttemptState.FAILED, now, reason, cause=REQUEUED), attempt.state
             )
         text = f"attempt {attempt.number} {reason}; queued again"
-        await uow.jobs.update(job.moved(JobState.PENDING, now, text), job.state)
+        queued = job.moved(JobState.PENDING, now, text)
+        await uow.jobs.update(queued, job.state)
+        log_moved(job, queued)
         await uow.reservations.release(attempt.id)
 
     @staticmethod
@@ -266,6 +268,7 @@ class GangCoordinator:
         if not stopping:  # its retry policy may start another attempt
             job_now = await retry_or_end(uow, job, job_now, ended, now)
         await uow.jobs.update(job_now, job.state)
+        log_moved(job, job_now)
         await uow.reservations.release(attempt.id)
 
     # -- phase 3b: committed ----------------------------------------------------------------

@@ -23,7 +23,7 @@ from application.capacity_sync import sync_capacity
 from application.context import Context
 from application.gang import GangCoordinator
 from application.scheduler import Scheduler
-from application.supervisor_chores import release_finished, retry_or_end
+from application.supervisor_chores import log_moved, release_finished, retry_or_end
 from domain.admission import Assignment
 from domain.artifacts import ArtifactRecord, Manifest
 from domain.backend_ports import ExecutionBackend, LaunchRequest, Observation
@@ -268,7 +268,7 @@ class Supervisor:
             await uow.jobs.update(ended, job.state)
             await uow.reservations.release(attempt.id)
             await uow.commit()
-        _moved(job, ended)
+        log_moved(job, ended)
         for m in launched:
             if m.handle is not None:
                 with contextlib.suppress(TunePlaneError):
@@ -429,7 +429,7 @@ class Supervisor:
             if all(m.state in MEMBER_FINAL for m in updated):  # every member known stopped
                 await uow.reservations.release(attempt.id)
             await uow.commit()
-        _moved(job, job_now)
+        log_moved(job, job_now)
         return released
 
     async def _adopt(self, backend: ExecutionBackend, members: list[Member]) -> list[Member] | None:
@@ -481,13 +481,6 @@ class Supervisor:
         except TunePlaneError as exc:
             chunks.append(f"\n[tuneplane: log collection failed: {exc}]\n".encode())
         return b"".join(chunks)
-
-
-def _moved(job: Job, now: Job) -> None:
-    """One INFO line per change of a job's state (its id is bound: docs/operations.md#logs)."""
-    if now.state is not job.state:
-        why = f": {now.reason}" if now.reason else ""
-        log.info("job %s now %s (was %s)%s", job.id, now.state, job.state, why)
 
 
 async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:

@@ -18,6 +18,14 @@ from domain.unit_of_work import JobsUnit
 log = logging.getLogger("tuneplane.supervisor")
 
 
+def log_moved(job: Job, now: Job) -> None:
+    """One INFO line per change of a job's state, wherever it is made (the supervisor, the gang
+    coordinator); its id is bound (docs/operations.md#logs)."""
+    if now.state is not job.state:
+        why = f": {now.reason}" if now.reason else ""
+        log.info("job %s now %s (was %s)%s", job.id, now.state, job.state, why)
+
+
 async def retry_or_end(uow: JobsUnit, job: Job, ended: Job, attempt: Attempt, now: datetime) -> Job:
     """``ended``, or the job pending again when its retry policy starts another attempt
     (``attempt``: the one that ended, as it is now written in this transaction)."""

@@ -16,11 +16,12 @@ from grpclib.server import Stream
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.telemetry.columns import BadColumns, Points
 from application import instruments as i
+from application import log_context
 from application.instruments import NO_INSTRUMENTS, Instruments
 from application.telemetry import TelemetryIngest
 from domain.errors import InvalidInput, TunePlaneError
 from domain.telemetry import SourceBatch
-from domain.telemetry_ports import CollectorCounters
+from domain.telemetry_ports import CollectorCounters, TokenClaims
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryBase
 
@@ -58,6 +59,11 @@ class TelemetryGateway(TelemetryBase):
             claims = await self.ingest.authenticate(bearer(stream.metadata))
         except TunePlaneError as exc:
             raise grpc_error(exc) from None
+        scope = claims.scope  # every line of this stream names the member's job and index
+        with log_context.bound(job_id=scope.job_id, member=scope.member_index):
+            await self._batches(stream, claims)
+
+    async def _batches(self, stream: Stream[pb.Batch, pb.Ack], claims: TokenClaims) -> None:
         last = 0
         async for message in stream:
             if message.seq <= last:

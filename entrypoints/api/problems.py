@@ -16,6 +16,7 @@ from litestar.exceptions import (
 )
 from litestar.openapi.datastructures import ResponseSpec
 
+from application import log_context
 from domain import errors
 from entrypoints.api.schemas import Problem
 from entrypoints.wire import explain
@@ -61,7 +62,9 @@ TITLES = {
 def problem_json(
     status: int, code: str, detail: str, fix: str = "", field: str | None = None
 ) -> bytes:
-    """The body of a problem answer."""
+    """The body of a problem answer, with the id of the request being answered (bound by
+    ``request_ids.traced`` around every request)."""
+    rid = log_context.current().get("request_id")
     body = Problem(
         type=f"https://tuneplane.dev/errors/{code}",
         title=TITLES.get(status, "Error"),
@@ -69,6 +72,7 @@ def problem_json(
         detail=detail,
         fix=fix,
         field=field,
+        request_id=rid if isinstance(rid, str) else None,
     )
     return msgspec.json.encode(body)
 

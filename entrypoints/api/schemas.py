@@ -23,7 +23,8 @@ Text = Annotated[str, Meta(max_length=65536)]
 
 
 class Problem(Struct, kw_only=True):
-    """RFC 9457 problem details, plus ``fix`` and ``field``."""
+    """RFC 9457 problem details, plus ``fix``, ``field`` and the request's id (the one in
+    ``X-Request-Id`` and on the server's log lines of the request)."""
 
     type: str
     title: str
@@ -31,6 +32,7 @@ class Problem(Struct, kw_only=True):
     detail: str
     fix: str = ""
     field: str | None = None
+    request_id: str | None = None
 
 
 class SourceIn(Struct, forbid_unknown_fields=True):

@@ -115,6 +115,9 @@ def from_problem(status: int, content_type: str, body: bytes) -> TunePlaneError:
     field = problem.get("field")
     if not fix and problem.get("extra"):  # litestar's own validation errors carry "extra"
         fix = "check the request: " + json.dumps(problem["extra"])[:300]
+    rid = problem.get("request_id")
+    if status >= 500 and isinstance(rid, str) and rid:  # the server's fault: its logs say more
+        fix = (f"{fix}; " if fix else "") + f"the server's log lines of this request carry {rid}"
     return cls(str(detail), fix=fix, field=str(field) if field else None)
 
 

@@ -61,6 +61,7 @@ def test_tp_up_in_json_mode_logs_json_lines_with_roles_and_ids(up: Up, tmp_path:
     with httpx.Client(base_url=f"http://127.0.0.1:{up.port}", timeout=30) as api:
         answer = api.get("/v1/jobs/nope", headers={**auth, "X-Request-Id": "trace-42.a"})
         assert answer.status_code == 404 and answer.headers["x-request-id"] == "trace-42.a"
+        assert answer.json()["request_id"] == "trace-42.a"  # in the problem body as well
         fresh = api.get("/v1/jobs/nope", headers=auth).headers["x-request-id"]
         assert HEX_ID.fullmatch(fresh)  # none sent: one made
     line = wait_until(

@@ -5,6 +5,7 @@ each other's credentials."""
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,10 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.collector_tokens import CollectorTokens
 from adapters.grpc.node_gateway import NodeGateway
 from adapters.grpc.telemetry_gateway import TelemetryGateway
+from adapters.grpc.telemetry_gateway import log as gateway_log
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.tls import client_context, ensure_dev_pki, server_context
+from application import log_context
 from application.node_control import ControlSettings, NodeControl
 from application.telemetry import TelemetryIngest
 from domain.telemetry import MemberScope
@@ -162,9 +165,22 @@ async def test_every_token_is_refused_for_every_other_scope(telemetry: Telemetry
     assert await telemetry.written() == (72, 24, 24, 24)
 
 
+class Contexts(logging.Handler):
+    """The log ids bound when each line was written (the processes' log set-up reads them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: list[tuple[str, dict[str, str | int]]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((record.getMessage(), log_context.current()))
+
+
 async def test_a_mixed_batch_for_another_member_writes_nothing(telemetry: Telemetry) -> None:
     own, other = telemetry.scopes[0], telemetry.scopes[1]
     token = await telemetry.tokens.issue(own, T0, DAY)
+    contexts = Contexts()
+    logging.getLogger(gateway_log.name).addHandler(contexts)
     # the right attempt with another member, and the right member with another attempt
     for scope in (
         MemberScope(own.job_id, own.attempt_id, other.member_id, 1),
@@ -172,6 +188,11 @@ async def test_a_mixed_batch_for_another_member_writes_nothing(telemetry: Teleme
     ):
         assert await refused(telemetry.send(token, scope)) == Status.PERMISSION_DENIED
     assert await telemetry.written() == (0, 0, 0, 0)
+    logging.getLogger(gateway_log.name).removeHandler(contexts)
+    # each refusal's line names the job and member the token speaks for
+    assert [c for m, c in contexts.seen if m.startswith("refused a batch")] == [
+        {"job_id": own.job_id, "member": own.member_index}
+    ] * 2
 
 
 async def test_expired_and_post_attempt_tokens_are_refused(telemetry: Telemetry) -> None:

@@ -10,6 +10,7 @@ started twice by a lost connection or a daemon restart.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import random
 import uuid
 from datetime import timedelta
@@ -136,7 +137,10 @@ async def test_a_four_member_gang_runs_once_and_completes(world: World) -> None:
     assert [s.at for s in timeline] == sorted(s.at for s in timeline)
 
 
-async def test_a_no_vote_aborts_the_gang_and_nothing_starts(tmp_path: Path) -> None:
+async def test_a_no_vote_aborts_the_gang_and_nothing_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "tuneplane.supervisor")
     w = World(tmp_path)
     w.fleet = SimNodeFleet(
         w.ctx, NODES, refusal=lambda o: "image missing" if o.ref.index == 2 else None
@@ -150,14 +154,17 @@ async def test_a_no_vote_aborts_the_gang_and_nothing_starts(tmp_path: Path) -> N
     assert [s.stage for s in aborted] == ["launch aborted"]
     assert "refused: image missing" in aborted[0].reason
     assert "prepared" not in [s.stage for s in timeline]  # not every member voted yes
+    # the coordinator's end of the job has its line, as every other change of state
+    assert f"job {job_id} now failed (was starting)" in caplog.text
     await w.fleet.pump()
     assert w.fleet.starts() == {} and w.fleet.containers() == {}
     assert await w.live_reservations() == 0
 
 
 async def test_a_rendezvous_port_held_by_a_stranger_queues_the_job_again_on_another_port(
-    world: World,
+    world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, "tuneplane.supervisor")
     for node in world.fleet.nodes.values():  # a process we know nothing of holds every port
         node.runtime.busy_ports = set(range(29500, 30000))
     job_id = await world.submit()
@@ -173,6 +180,7 @@ async def test_a_rendezvous_port_held_by_a_stranger_queues_the_job_again_on_anot
     held = plan.master_port
     assert f"rendezvous port {held} is in use" in d.job.reason
     assert d.job.state is JobState.PENDING and await world.live_reservations() == 0
+    assert f"job {job_id} now pending (was starting): attempt 1" in caplog.text
     for node in world.fleet.nodes.values():  # the stranger lets go of all but that port
         node.runtime.busy_ports = {held}
     d = await world.until(job_id, {JobState.RUNNING})

@@ -131,6 +131,18 @@ def test_unknown_type_falls_back_to_the_status() -> None:
     assert isinstance(err, Conflict) and errors.exit_code(err) == errors.CONFLICT
 
 
+def test_a_server_error_names_its_request_id_for_the_logs() -> None:
+    def answer(status: int) -> bytes:
+        body = {"type": "https://tuneplane.dev/errors/internal", "status": status,
+                "detail": "boom", "fix": "retry later", "request_id": "rid-7"}  # fmt: skip
+        return json.dumps(body).encode()
+
+    err = errors.from_problem(500, "application/problem+json", answer(500))
+    assert err.fix == "retry later; the server's log lines of this request carry rid-7"
+    # the caller's own mistake needs no operator: its fix stays as the server wrote it
+    assert errors.from_problem(404, "application/problem+json", answer(404)).fix == "retry later"
+
+
 def test_non_json_error_bodies_still_read_well() -> None:
     err = errors.from_problem(502, "text/html", b"<h1>Bad Gateway</h1>")
     assert isinstance(err, errors.ServerError) and errors.is_transient(err)
