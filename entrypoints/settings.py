@@ -173,6 +173,14 @@ class Settings:
         section="database",
         doc="connections per API process (no overflow)",
     )
+    db_keepalive_seconds: Positive = var(
+        60,
+        env="TUNEPLANE_DB_KEEPALIVE_SECONDS",
+        section="database",
+        doc="how soon PostgreSQL ends the sessions of a process whose host was cut off (TCP "
+        "keepalives: silent half of it, then three probes), freeing its leader lease and its "
+        "open transactions' locks ([operations.md](operations.md#several-api-processes))",
+    )
     # -- docker
     docker_host: str | None = var(
         default_factory=default_docker_host,

@@ -24,6 +24,22 @@ def plain_url(url: str) -> str:
     return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+KEEPALIVE_SECONDS = 60.0
+
+
+def keepalives(seconds: float = KEEPALIVE_SECONDS) -> dict[str, str]:
+    """Session settings under which the server notices, within about ``seconds``, a client
+    whose host vanished without a word (cut off, powered down: no FIN, no RST) and ends its
+    session, freeing its locks (a leader lease, an open transaction's rows): the server
+    socket's TCP keepalives, silent for half of it, then three probes a sixth of it apart.
+    The operating system's default is two hours."""
+    return {
+        "tcp_keepalives_idle": str(max(1, round(seconds / 2))),
+        "tcp_keepalives_interval": str(max(1, round(seconds / 6))),
+        "tcp_keepalives_count": "3",
+    }
+
+
 def create_engine(
     url: str,
     pool_size: int = 10,
@@ -32,6 +48,7 @@ def create_engine(
     pool_timeout: float = 30.0,
     connect_timeout: float = 10.0,
     application_name: str = "tuneplane",
+    keepalive_seconds: float = KEEPALIVE_SECONDS,
     echo: bool = False,
 ) -> AsyncEngine:
     """An engine for ``url``; any PostgreSQL URL form is accepted (the driver is asyncpg).
@@ -49,7 +66,10 @@ def create_engine(
         echo=echo,
         connect_args={
             "timeout": connect_timeout,
-            "server_settings": {"application_name": application_name},
+            "server_settings": {
+                "application_name": application_name,
+                **keepalives(keepalive_seconds),
+            },
         },
     )
 

@@ -4,7 +4,9 @@
 fixed 64-bit number derived from ``name`` — on a dedicated connection of its own (asyncpg,
 outside every engine pool and transaction). The lock lives exactly as long as that session:
 a process that dies, or whose connection is cut (``pg_terminate_backend``, a network failure
-noticed by the server's TCP keepalives), loses it, and another process's ``acquire`` gets it.
+noticed by the server's TCP keepalives within ``keepalive_seconds``), loses it, and another
+process's ``acquire`` gets it. A leader cut off stops leading sooner: its next ``acquire``
+finds its connection silent for ``timeout`` seconds.
 
 ``acquire()`` never blocks on the lock: it asks with ``pg_try_advisory_lock``, and every
 database call is bounded by ``timeout`` seconds. While it holds the lock, each call checks
@@ -20,17 +22,9 @@ import logging
 
 import asyncpg
 
-from adapters.postgres.engine import plain_url
+from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
 
 log = logging.getLogger("tuneplane.lease")
-
-_SERVER_SETTINGS = {
-    "application_name": "tuneplane-leader",
-    # the server notices a vanished leader host within about a minute and ends its session
-    "tcp_keepalives_idle": "30",
-    "tcp_keepalives_interval": "10",
-    "tcp_keepalives_count": "3",
-}
 
 
 def lease_key(name: str) -> int:
@@ -44,8 +38,16 @@ class PostgresLeaderLease:
     """One process's claim on lease ``name`` in the database at ``url`` (any PostgreSQL URL
     form). ``acquire`` / ``release`` as ``domain.coordination_ports.LeaderLease``."""
 
-    def __init__(self, url: str, name: str = "scheduler", timeout: float = 5.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str = "scheduler",
+        timeout: float = 5.0,
+        keepalive_seconds: float = KEEPALIVE_SECONDS,
+    ) -> None:
         self._url = plain_url(url)
+        # the server ends the session of a leader whose host was cut off within about this
+        self._settings = {"application_name": "tuneplane-leader", **keepalives(keepalive_seconds)}
         self.name = name
         self.key = lease_key(name)
         self._timeout = timeout
@@ -68,7 +70,7 @@ class PostgresLeaderLease:
             try:
                 if self._conn is None or self._conn.is_closed():
                     self._conn = await asyncpg.connect(
-                        self._url, timeout=self._timeout, server_settings=_SERVER_SETTINGS
+                        self._url, timeout=self._timeout, server_settings=self._settings
                     )
                 got = await self._conn.fetchval(
                     "SELECT pg_try_advisory_lock($1)", self.key, timeout=self._timeout

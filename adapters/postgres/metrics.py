@@ -21,7 +21,7 @@ from typing import Any, cast
 import asyncpg
 import numpy as np
 
-from adapters.postgres.engine import plain_url
+from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
 from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, BLOCK_STEPS, Rows
 from adapters.telemetry.columns import Points
 from domain.lifecycle import AttemptState
@@ -142,7 +142,9 @@ ON CONFLICT (member_id) DO UPDATE SET
 """
 
 
-async def create_pool(url: str, *, min_size: int = 1, max_size: int = 4) -> asyncpg.Pool:
+async def create_pool(
+    url: str, *, min_size: int = 1, max_size: int = 4, keepalive_seconds: float = KEEPALIVE_SECONDS
+) -> asyncpg.Pool:
     pool = await asyncpg.create_pool(
         plain_url(url),
         min_size=min_size,
@@ -150,6 +152,7 @@ async def create_pool(url: str, *, min_size: int = 1, max_size: int = 4) -> asyn
         server_settings={
             "application_name": "tuneplane-metrics",
             "plan_cache_mode": "force_custom_plan",
+            **keepalives(keepalive_seconds),
         },
     )
     assert pool is not None

@@ -101,7 +101,9 @@ def _host_processes() -> bool:
 
 def _lease(settings: Settings) -> PostgresLeaderLease:
     """The lock that makes one API process the leader, which runs the control loop."""
-    return PostgresLeaderLease(database.require_database(settings))
+    return PostgresLeaderLease(
+        database.require_database(settings), keepalive_seconds=settings.db_keepalive_seconds
+    )
 
 
 class ApiContainer(containers.DeclarativeContainer):

@@ -50,7 +50,12 @@ async def database_engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
     url = require_database(settings)
     # no overflow: connections beyond the pool would be opened and closed per request (a fork
     # and a SCRAM handshake each); waiting for a pooled connection is cheaper
-    engine = create_engine(url, pool_size=settings.db_pool_size, max_overflow=0)
+    engine = create_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        max_overflow=0,
+        keepalive_seconds=settings.db_keepalive_seconds,
+    )
     try:
         yield engine
     finally:
@@ -70,7 +75,11 @@ async def signals(settings: Settings) -> AsyncIterator[Signals]:
 
 
 async def metrics_pool(settings: Settings, max_size: int = 4) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(require_database(settings), max_size=max_size)
+    pool = await create_pool(
+        require_database(settings),
+        max_size=max_size,
+        keepalive_seconds=settings.db_keepalive_seconds,
+    )
     try:
         yield pool
     finally:

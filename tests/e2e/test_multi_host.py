@@ -2,15 +2,19 @@
 network namespace with its own address and name, a firewall that lets through only the flows
 docs/operations.md's traffic table names, TLS verified against the hosts' real names.
 
-    api  (10.213.X.2)  two `tp serve` (8470, 8480) and `tp gateway node` (8471)
+    api  (10.213.X.2)  `tp serve` (8470), the leader
     tel  (10.213.X.3)  `tp gateway telemetry` (8472)
     db   (10.213.X.4)  PostgreSQL (5432)
     n1, n2             `tp node run --executor process`, each with its collector
+    api2 (10.213.X.7)  a second `tp serve` (8470) and `tp gateway node` (8471)
     the test process   the operator's machine (10.213.X.254): `tp` and HTTP to the APIs
 
 A 2-member gang runs to success across n1 and n2, its metrics arrive through the telemetry
-gateway, a flow the table does not name is refused; then the API process that leads is killed
-and the other takes over: a second job runs, submitted through the second API's address.
+gateway, a flow the table does not name is refused. Then host api, whose API leads, is cut off
+as by a pulled cable (no reset, no FIN: its processes run on, unreachable): PostgreSQL ends its
+sessions after TUNEPLANE_DB_KEEPALIVE_SECONDS, the API on api2 takes the lease, and a second
+job runs, submitted through api2. When api is plugged back in, its API follows and serves.
+(Each API on a host of its own: cutting a host that held both would leave none to take over.)
 The lab (tests/support/netlab.py) is removed whatever happens, and leftovers of a killed run
 are swept at the start."""
 
@@ -19,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import secrets
 import shutil
 import signal
@@ -46,15 +49,17 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 NO_ENGINE = "unix:///nonexistent/no-container-engine-here.sock"
-ROLES = ("api", "tel", "db", "n1", "n2")
-API_PORTS = (8470, 8480)
-NODE_GATEWAY, TELEMETRY_GATEWAY, POSTGRES = 8471, 8472, 5432
+ROLES = ("api", "tel", "db", "n1", "n2", "api2")
+API_HOSTS = ("api", "api2")
+API_PORT, NODE_GATEWAY, TELEMETRY_GATEWAY, POSTGRES = 8470, 8471, 8472, 5432
+KEEPALIVE = 6  # TUNEPLANE_DB_KEEPALIVE_SECONDS: how soon PostgreSQL drops a cut-off host
 RENDEZVOUS = "29500-29999"
 # docs/operations.md#traffic-between-hosts: who may open a connection to whom, on which port
 FLOWS: dict[str, list[tuple[str, str]]] = {
-    "api": [("operator", "{8470, 8480}"), ("n1", str(NODE_GATEWAY)), ("n2", str(NODE_GATEWAY))],
+    "api": [("operator", str(API_PORT))],
+    "api2": [("operator", str(API_PORT)), ("n1", str(NODE_GATEWAY)), ("n2", str(NODE_GATEWAY))],
     "tel": [("n1", str(TELEMETRY_GATEWAY)), ("n2", str(TELEMETRY_GATEWAY))],
-    "db": [("api", str(POSTGRES)), ("tel", str(POSTGRES))],
+    "db": [("api", str(POSTGRES)), ("api2", str(POSTGRES)), ("tel", str(POSTGRES))],
     "n1": [("n2", RENDEZVOUS)],
     "n2": [("n1", RENDEZVOUS)],
 }
@@ -104,7 +109,7 @@ class Deployment:
         wait_until(ready, what=f"{key} to answer /readyz")
 
     def url(self, index: int) -> str:
-        return f"http://{self.lab.hosts['api'].address}:{API_PORTS[index]}"
+        return f"http://{self.lab.hosts[API_HOSTS[index]].address}:{API_PORT}"
 
     def api(self, method: str, path: str, body: Any = None, index: int = 0) -> Any:
         headers = {"Authorization": f"Bearer {self.token}"}
@@ -160,27 +165,23 @@ def start_postgres(lab: netlab.Lab, data: Path) -> str:
     return f"postgresql+asyncpg://postgres:{password}@{db.name}:{POSTGRES}/tuneplane"
 
 
-def leader_pid(dep: Deployment, db_url: str) -> int:
-    """The pid of the API process that holds the leader lease: its lease connection's port
-    (pg_stat_activity, asked from host api) mapped to a process by `ss` on host api."""
+def leader_host(dep: Deployment, db_url: str) -> str | None:
+    """The host whose API process holds the leader lease (its lease session's client address,
+    from pg_stat_activity, asked from api2), or None while no session holds it."""
     query = (
         "import asyncio, asyncpg, sys\n"
         "async def main():\n"
         "    c = await asyncpg.connect(sys.argv[1])\n"
-        '    print(await c.fetchval("SELECT a.client_port FROM pg_locks l JOIN pg_stat_activity'
-        " a USING (pid) WHERE l.locktype = 'advisory' AND l.granted"
+        '    print(await c.fetchval("SELECT host(a.client_addr) FROM pg_locks l JOIN'
+        " pg_stat_activity a USING (pid) WHERE l.locktype = 'advisory' AND l.granted"
         " AND a.application_name = 'tuneplane-leader'\"))\n"
         "asyncio.run(main())\n"
     )
     plain = db_url.replace("postgresql+asyncpg://", "postgresql://")
-    argv = dep.lab.argv("api", [sys.executable, "-c", query, plain])
-    port = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
-    assert port.strip().isdigit(), f"no leader holds the lease: {port!r}"
-    ss = ["ss", "-Htnp", "state", "established", f"( sport = :{port.strip()} )"]
-    out = subprocess.run(dep.lab.argv("api", ss), capture_output=True, text=True, timeout=30)
-    found = re.search(r"pid=(\d+)", out.stdout)
-    assert found, out.stdout
-    return int(found[1])
+    argv = dep.lab.argv("api2", [sys.executable, "-c", query, plain])
+    address = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=30).stdout
+    by_address = {h.address: role for role, h in dep.lab.hosts.items()}
+    return by_address.get(address.strip())
 
 
 def submit(cli: Cli, command: str) -> str:
@@ -216,14 +217,14 @@ def deployment(tmp_path: Path) -> Iterator[tuple[Deployment, str]]:
             shutil.rmtree(data, ignore_errors=True)
 
 
-def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
+def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leader_host_cut_off(
     deployment: tuple[Deployment, str], tmp_path: Path
 ) -> None:
     dep, db_url = deployment
     lab, hosts = dep.lab, dep.lab.hosts
     pki = tmp_path / "pki"
     ca = generate_ca(pki).cert
-    control = issue_server_cert(pki, pki / "api", [hosts["api"].name, hosts["api"].address])
+    control = issue_server_cert(pki, pki / "api2", [hosts["api2"].name, hosts["api2"].address])
     telemetry = issue_server_cert(pki, pki / "tel", [hosts["tel"].name, hosts["tel"].address])
     migrate = [sys.executable, "-m", "adapters.postgres.migrate", "upgrade", "--url", db_url]
     subprocess.run(lab.argv("api", migrate), env=dep.env, check=True, timeout=120)
@@ -231,15 +232,22 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
         "TUNEPLANE_DATABASE_URL": db_url,
         "TUNEPLANE_STATE_DIR": str(tmp_path / "cp"),
         "TUNEPLANE_NODE_EXECUTOR": "process",  # nodes run host processes: pin no image
+        "TUNEPLANE_DB_KEEPALIVE_SECONDS": str(KEEPALIVE),
     }
-    serve = [TP, "serve", "--host", hosts["api"].address, "--port"]
-    dep.start("api-0", "api", [*serve, str(API_PORTS[0])], **control_plane)
+
+    def serve(index: int) -> None:
+        host = API_HOSTS[index]
+        argv = [TP, "serve", "--host", hosts[host].address, "--port", str(API_PORT)]
+        dep.start(f"api-{index}", host, argv, **control_plane)
+
+    serve(0)
     dep.wait_ready(0)
-    dep.start("api-1", "api", [*serve, str(API_PORTS[1])], **control_plane)
+    wait_until(lambda: leader_host(dep, db_url) == "api", what="the API on host api to lead")
+    serve(1)
     gateway_tls = {"TUNEPLANE_GATEWAY_CERT": str(control.cert),
                    "TUNEPLANE_GATEWAY_KEY": str(control.key)}  # fmt: skip
-    gateway = [TP, "gateway", "node", "--host", hosts["api"].address, "--port", str(NODE_GATEWAY)]
-    dep.start("node-gateway", "api", gateway, **control_plane, **gateway_tls)
+    gateway = [TP, "gateway", "node", "--host", hosts["api2"].address, "--port", str(NODE_GATEWAY)]
+    dep.start("node-gateway", "api2", gateway, **control_plane, **gateway_tls)
     telemetry_tls = {"TUNEPLANE_GATEWAY_CERT": str(telemetry.cert),
                      "TUNEPLANE_GATEWAY_KEY": str(telemetry.key)}  # fmt: skip
     tel = [TP, "gateway", "telemetry", "--host", hosts["tel"].address,
@@ -256,7 +264,7 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
     for node in ("n1", "n2"):
         token = dep.api("POST", "/v1/node-tokens", {"pool": "nodes", "node": node})["token"]
         dep.start(node, node, [
-            TP, "node", "run", "--server", f"{hosts['api'].name}:{NODE_GATEWAY}",
+            TP, "node", "run", "--server", f"{hosts['api2'].name}:{NODE_GATEWAY}",
             "--ca", str(ca), "--state-dir", str(tmp_path / node), "--name", node,
             "--advertise-address", hosts[node].address, "--cpus", "1", "--memory-mb", "512",
             "--telemetry-gateway", f"{hosts['tel'].name}:{TELEMETRY_GATEWAY}",
@@ -301,19 +309,26 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leaders_death(
     assert not lab.can_connect("n1", hosts["db"].address, POSTGRES)
     assert not lab.can_connect("n1", hosts["tel"].address, NODE_GATEWAY)
 
-    leader = leader_pid(dep, db_url)
-    key = next(k for k, p in dep.procs.items() if k.startswith("api-") and _runs(leader, p))
-    dep.procs[key].kill()  # SIGKILL to `ip netns exec`'s exec'd child: the API itself
-    dep.procs[key].wait(10)
-    survivor = 1 - int(key[-1])
-    cli("login", "--server", dep.url(survivor), "--token", dep.token)
+    # host api, whose API leads, is cut off: api2's API takes over once PostgreSQL has ended
+    # the cut-off sessions, and runs the next job
+    assert leader_host(dep, db_url) == "api"
+    lab.cut("api")
+    cut_at = time.monotonic()
+    wait_until(lambda: leader_host(dep, db_url) == "api2", what="api2's API to take the lease",
+               within=KEEPALIVE + 60)  # fmt: skip
+    took_over = time.monotonic() - cut_at
+    assert dep.procs["api-0"].poll() is None  # the cut-off API runs on, unreachable
+    cli("login", "--server", dep.url(1), "--token", dep.token)
     second = submit(cli, "echo second")
     job = cli.wait_state(second, {"succeeded", "failed", "cancelled"}, timeout=90)
-    assert job["state"] == "succeeded", (job, dep.log(f"api-{survivor}")[-3000:])
-    assert leader_pid(dep, db_url) == dep.procs[f"api-{survivor}"].pid
+    assert job["state"] == "succeeded", (job, dep.log("api-1")[-3000:])
+
+    # plugged back in, api's API follows: it serves, and the lease stays where it went
+    lab.heal("api")
+    dep.wait_ready(0)
+    # it knows it no longer leads: at its next tick if the cut found it between two, else once
+    # the query it had in flight fails (the server ended that session)
+    dep.wait_log("api-0", "leadership lost")
+    assert dep.api("GET", f"/v1/jobs/{second}", index=0)["state"] == "succeeded"
+    assert leader_host(dep, db_url) == "api2", f"took over after {took_over:.1f} s"
     assert json.loads(cli("job", "status", second, "--json").stdout)["state"] == "succeeded"
-
-
-def _runs(pid: int, proc: subprocess.Popen[bytes]) -> bool:
-    """``ip netns exec`` execs its command: the Popen's pid is the API process itself."""
-    return proc.pid == pid

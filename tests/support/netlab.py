@@ -207,6 +207,16 @@ class Lab:
             input=ruleset, text=True, check=True, capture_output=True, timeout=30,
         )  # fmt: skip
 
+    def cut(self, role: str) -> None:
+        """Cut ``role`` off as a pulled cable would: its port on the switch goes down, so
+        nothing it sends arrives and nothing sent to it is answered (no reset, no FIN); its
+        processes run on."""
+        ip("-n", self.switch, "link", "set", f"p{list(self.roles).index(role)}", "down")
+
+    def heal(self, role: str) -> None:
+        """Plug ``role`` back in."""
+        ip("-n", self.switch, "link", "set", f"p{list(self.roles).index(role)}", "up")
+
     def argv(self, role: str, argv: Sequence[str]) -> list[str]:
         return ["ip", "netns", "exec", self.hosts[role].ns, *argv]
 

@@ -1,0 +1,48 @@
+"""Every connection TunePlane opens to PostgreSQL asks the server to notice a client host that
+vanished without a word (cut off, powered down) within ``TUNEPLANE_DB_KEEPALIVE_SECONDS``, so
+that its leader lease and its open transactions' locks are freed (the operating system's
+default is two hours). tests/e2e/test_multi_host.py cuts a leader's host off for real."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from adapters.postgres.engine import create_engine, keepalives
+from adapters.postgres.lease import PostgresLeaderLease
+from adapters.postgres.metrics import create_pool
+
+pytestmark = pytest.mark.integration
+
+NAMES = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+
+
+def test_the_settings_split_the_time_between_silence_and_three_probes() -> None:
+    assert keepalives(60) == dict(zip(NAMES, ("30", "10", "3"), strict=True))
+    assert keepalives(6) == dict(zip(NAMES, ("3", "1", "3"), strict=True))
+    assert keepalives(1) == dict(zip(NAMES, ("1", "1", "3"), strict=True))  # never 0: the OS's
+
+
+async def test_the_engine_the_metrics_pool_and_the_lease_each_ask_for_them(pg_url: str) -> None:
+    engine = create_engine(pg_url, pool_size=1, keepalive_seconds=6)
+    try:
+        async with engine.connect() as conn:
+            seen = [(await conn.execute(text(f"SHOW {n}"))).scalar() for n in NAMES]
+    finally:
+        await engine.dispose()
+    assert seen == ["3", "1", "3"]
+
+    pool = await create_pool(pg_url, keepalive_seconds=12)
+    try:
+        assert [await pool.fetchval(f"SHOW {n}") for n in NAMES] == ["6", "2", "3"]
+    finally:
+        await pool.close()
+
+    lease = PostgresLeaderLease(pg_url, "keepalive-check", keepalive_seconds=30)
+    try:
+        assert await lease.acquire()
+        conn = lease._conn  # the lease's own session, which holds the lock
+        assert conn is not None
+        assert [await conn.fetchval(f"SHOW {n}") for n in NAMES] == ["15", "5", "3"]
+    finally:
+        await lease.release()
