@@ -15,16 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.auth import ApiToken
 from tests.fixtures.server import Servers
+from tests.support.problems import said
 
 pytestmark = pytest.mark.e2e
-
-
-def said(answer: httpx.Response) -> dict[str, object]:
-    """A problem answer's words, without its request's own id: an unknown, an expired and a
-    revoked token must be told apart by nothing else."""
-    body = dict(answer.json())
-    assert isinstance(body.pop("request_id"), str)
-    return body
 
 
 async def test_tokens_on_a_live_server(api_server: Servers, pg_engine: AsyncEngine) -> None:
