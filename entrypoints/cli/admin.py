@@ -121,7 +121,7 @@ def user_set(
     no_teams
         Remove the user from every team.
     disable
-        Disable the user: every token of it stops working (within a few seconds).
+        Disable the user: every token of it stops working on its next request.
     enable
         Enable a disabled user again.
     """
