@@ -263,3 +263,9 @@ lazy(
     "tokens:bootstrap",
     "Create the first admin on an empty database, as `tp serve` and `tp up` do.",
 )
+lazy(
+    admin_app,
+    "recover",
+    "recover:recover",
+    "A new token for an admin, on the database directly, when every admin token is lost.",
+)
