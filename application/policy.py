@@ -15,6 +15,7 @@ from application.auth import create_token
 from application.context import Context
 from domain.auth import Principal, Role, User
 from domain.catalog import check_name
+from domain.coordination_ports import TOKENS_REVOKED
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from domain.fleet import Queue, Team
 from domain.unit_of_work import FleetUnit
@@ -107,8 +108,9 @@ async def update_user(
     disabled: bool | None = None,
 ) -> User:
     """Change a user (admins only): its role; its teams (``teams`` replaces the list, then
-    ``add_teams`` and ``remove_teams`` apply); or whether it is disabled (its tokens stop
-    working at once)."""
+    ``add_teams`` and ``remove_teams`` apply); or whether it is disabled. It takes effect on
+    the next request: the caller's API process drops its token cache (the route does), the
+    others on the TOKENS_REVOKED signal sent here, as for a revoked token."""
     require(principal, ADMIN, "change users")
     replace_with = _check_teams(teams, "teams") if teams is not None else None
     added = _check_teams(add_teams, "add_teams")
@@ -136,6 +138,7 @@ async def update_user(
         )
         await uow.policy.put_user(user)
         await uow.commit()
+    await ctx.signals.notify(TOKENS_REVOKED)  # cached principals carry the old role and teams
     return user
 
 

@@ -6,19 +6,28 @@ answer says nothing about other users' tokens. The last token that can act as an
 be revoked (nobody could then manage users or tokens); revoking the token of the request itself
 is allowed, and the answer says so. Revocation takes effect on the next request: the API
 process that revoked drops its token cache at once, the others on the TOKENS_REVOKED signal.
+
+``recover_admin`` is the way back in when every admin token is lost: an operator with the
+database's credentials (`tp admin recover`, no HTTP route) makes a new token for an enabled
+admin; possession of the database is the proof, and a WARNING line records it.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
 from application.auth import add_token
 from application.context import Context
 from application.policy import ADMIN, require
-from domain.auth import ApiToken, Principal, Role, token_expiry
+from domain.auth import ApiToken, Principal, Role, User, token_expiry
+from domain.catalog import check_name
 from domain.coordination_ports import TOKENS_REVOKED
-from domain.errors import Conflict, NotFound
+from domain.errors import Conflict, InvalidInput, NotFound
+
+log = logging.getLogger("tuneplane.auth")
+RECOVERY_LABEL = "admin access recovered"  # `tp admin recover`'s token label unless given one
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +117,63 @@ async def revoke(
         raise _not_found(token_id, principal, mine)
     await ctx.signals.notify(TOKENS_REVOKED)
     return Revoked(revoked, False, token.id == principal.token_id)
+
+
+async def recover_admin(
+    ctx: Context,
+    user: str,
+    *,
+    by: str,
+    label: str = "",
+    expires_in_seconds: int | None = None,
+    expires_at: datetime | None = None,
+) -> NewToken:
+    """A new token for the enabled admin ``user``, for an operator who holds the database's
+    credentials but no admin token (``by``: who and where, for the log). No principal: whoever
+    can write the database can make one anyway. A user that does not exist, is not an admin or
+    is disabled is refused, the fix naming the enabled admins. The label says it was a
+    recovery unless one is given; a WARNING line records it."""
+    check_name(user, "user name", "user")
+    expiry = token_expiry(ctx.clock.now(), in_seconds=expires_in_seconds, at=expires_at)
+    async with ctx.units.fleet() as uow:
+        found = await uow.policy.user(user)
+        admins = sorted(
+            u.name for u in await uow.policy.users() if u.role == Role.ADMIN and not u.disabled
+        )
+        if found is None or found.role != Role.ADMIN or found.disabled:
+            raise _not_recoverable(user, found, admins)
+        token, secret = await add_token(
+            ctx, uow, user, label=label or RECOVERY_LABEL, expires_at=expiry
+        )
+        await uow.commit()
+    log.warning(
+        "admin access recovered: token %s for user %s made on the database directly "
+        "(`tp admin recover`) by %s",
+        token.id,
+        user,
+        by,
+    )
+    return NewToken(token, secret)
+
+
+def _not_recoverable(user: str, found: User | None, admins: list[str]) -> Exception:
+    if admins:
+        fix = f"recover an enabled admin: `tp admin recover --user {admins[0]}` (admins: "
+        fix += ", ".join(admins) + ")"
+    else:  # the API never leaves none (an admin cannot disable or demote themselves)
+        fix = "no user is an enabled admin: `tp admin bootstrap` on a new database, or ask "
+        fix += "whoever changed the users table by hand"
+    if found is None:
+        return NotFound(f"no user {user}", fix=fix, field="user")
+    then = f", then log in with it and {{}} `tp admin user set {user} {{}}`" if admins else ""
+    if found.disabled:
+        return InvalidInput(
+            f"user {user} is disabled",
+            fix=fix + then.format("enable it:", "--enable"),
+            field="user",
+        )
+    return InvalidInput(
+        f"user {user} has role {found.role}, not admin: its token would not recover admin access",
+        fix=fix + then.format("make it an admin:", "--role admin"),
+        field="user",
+    )

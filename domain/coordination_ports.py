@@ -9,7 +9,9 @@ NODE_WORK = "node_work"  # a launch began, was decided, or a member is to stop: 
 LAUNCH_NEWS = "launch_news"  # a node voted or reported: the coordinator re-reads
 # a job state change was put in the webhook outbox (sent by the database, in its commit)
 WEBHOOK_OUTBOX = "webhook_outbox"
-TOKENS_REVOKED = "tokens_revoked"  # a token was revoked: API processes drop their token caches
+# a token was revoked, or a user changed (role, teams, disabled): API processes drop their token
+# caches (a cached lookup holds the user's role and teams)
+TOKENS_REVOKED = "tokens_revoked"
 
 
 class Signals(Protocol):

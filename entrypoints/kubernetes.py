@@ -16,6 +16,7 @@ from domain.errors import TunePlaneError
 from domain.ports import ExecutionBackend
 from domain.telemetry_ports import TokenSigner
 from entrypoints.settings import Settings
+from entrypoints.settings_loader import SettingExit
 
 log = logging.getLogger(__name__)
 CONFIG_ENV = "TUNEPLANE_KUBERNETES_CONFIG"
@@ -41,12 +42,13 @@ async def kubernetes_backends(
             options.kubeconfig, options.context, in_cluster=bool(settings.kubernetes.service_host)
         )
     except TunePlaneError as exc:
-        raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
+        raise SettingExit(exc.message, exc.fix or "", CONFIG_ENV) from None
     except Exception as exc:  # kubernetes-asyncio's ConfigException and friends
-        raise SystemExit(
-            f"error: cannot load the Kubernetes credentials: {exc} (fix: run in a pod with a"
-            " service account, or set kubeconfig in the file that TUNEPLANE_KUBERNETES_CONFIG"
-            " names, or KUBECONFIG)"
+        raise SettingExit(
+            f"cannot load the Kubernetes credentials: {exc}",
+            "run in a pod with a service account, or set kubeconfig in the file that "
+            "TUNEPLANE_KUBERNETES_CONFIG names, or KUBECONFIG",
+            CONFIG_ENV,
         ) from None
     backend = KubernetesBackend(
         options,

@@ -16,7 +16,8 @@ layer, the supervisor per job, the node daemon per member order, the collector p
 ``TUNEPLANE_LOG_LEVEL`` is the lowest level logged. What a process says to its operator rather
 than logs (its listen address, an error with its fix) goes through ``say`` and ``report``: as
 before in text mode (printed as is), one JSON record in json mode, so that a json-mode process
-writes nothing but JSON lines.
+writes nothing but JSON lines; a bad setting that stops it (``SettingExit``) too, through
+``stop_record`` (called by `tp`'s ``run``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from typing import Any, TextIO
 from pythonjsonlogger.json import JsonFormatter
 
 from application.log_context import FIELDS, current
-from domain.errors import TunePlaneError
-from entrypoints.settings_loader import load
+from domain.errors import InvalidInput, TunePlaneError
+from entrypoints.settings_loader import SettingExit, load, load_one
 from entrypoints.settings_sections import LoggingSettings
 
 ROLES = ("api", "up", "node-gateway", "telemetry-gateway", "node", "collector", "sim")
@@ -152,21 +153,20 @@ class _Ours(logging.StreamHandler[TextIO]):
 def setup(role: str, *, stream: TextIO | None = None, hooks: bool = True) -> LoggingSettings:
     """Log as ``TUNEPLANE_LOG_FORMAT`` and ``TUNEPLANE_LOG_LEVEL`` say, to ``stream`` (stderr),
     every line naming ``role``. A bad value of either stops the process (SystemExit naming the
-    variable and the fix). With ``hooks``, an uncaught exception (of the main thread or
+    variable and the fix; when TUNEPLANE_LOG_FORMAT=json is good, the json handler is installed
+    first, for ``stop_record``). With ``hooks``, an uncaught exception (of the main thread or
     another) is logged too, and Python's warnings go to the log."""
     global _json
     if role not in ROLES:
         raise ValueError(f"unknown process role {role!r}")
-    settings = load(LoggingSettings)
-    handler = _Ours(stream or sys.stderr)
-    handler.setFormatter(formatter(role, settings.format))
-    handler.addFilter(ContextIds())
-    root = logging.getLogger()
-    for old in [h for h in root.handlers if isinstance(h, _Ours)]:
-        root.removeHandler(old)
-    root.addHandler(handler)
-    level = LEVELS[settings.level]
-    root.setLevel(level)
+    try:
+        settings = load(LoggingSettings)
+    except SettingExit:
+        if _json_wanted():  # a bad TUNEPLANE_LOG_LEVEL (or file): the stop is a json record too
+            _install(role, "json", stream)
+            _json = True
+        raise
+    level = _install(role, settings.format, stream, settings.level)
     for name in QUIET:
         logging.getLogger(name).setLevel(level if level <= logging.DEBUG else max(level, 30))
     _json = settings.format == "json"
@@ -175,6 +175,43 @@ def setup(role: str, *, stream: TextIO | None = None, hooks: bool = True) -> Log
         sys.excepthook = _uncaught
         threading.excepthook = _uncaught_in_thread
     return settings
+
+
+def _install(role: str, fmt: str, stream: TextIO | None, level_name: str = "info") -> int:
+    """Our one handler on the root logger (replacing a previous one), at ``level_name``."""
+    handler = _Ours(stream or sys.stderr)
+    handler.setFormatter(formatter(role, fmt))
+    handler.addFilter(ContextIds())
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Ours)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    level = LEVELS[level_name]
+    root.setLevel(level)
+    return level
+
+
+def _json_wanted() -> bool:
+    """Whether TUNEPLANE_LOG_FORMAT asks for json although another logging setting is bad (the
+    environment's value alone when the settings file is what is bad)."""
+    files: tuple[dict[str, str] | None, ...] = (None, {})
+    for file in files:
+        try:
+            return bool(load_one(LoggingSettings, "format", file=file) == "json")
+        except SystemExit:
+            continue
+    return False
+
+
+def stop_record(exc: SystemExit) -> bool:
+    """A bad setting that stops a process logging json (``SettingExit``, raised at its start or
+    later): written as one ERROR record (``msg``, ``fix``, ``field``, ``code``, the role) as
+    ``report`` writes an error, instead of SystemExit's plain line; True when it was. In text
+    mode, or for another SystemExit, False: the caller lets it go its own way."""
+    if not _json or not isinstance(exc, SettingExit):
+        return False
+    report(InvalidInput(exc.message, fix=exc.fix, field=exc.field or None))
+    return True
 
 
 def uvicorn_level(level: str) -> str:

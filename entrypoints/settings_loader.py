@@ -34,16 +34,30 @@ Source = Literal["default", "env", "file"]
 T = TypeVar("T")
 
 
-class SettingError(Exception):
-    """A bad value: ``message`` names the variable and the value, ``fix`` says what to do."""
+class SettingExit(SystemExit):
+    """A bad setting stops the process: ``error: MESSAGE (fix: FIX)`` on stderr, exit status 1
+    (SystemExit's own way); a process logging json writes it as one record instead
+    (``entrypoints.logs.stop_record``). ``field`` is the variable at fault ("" unknown)."""
 
-    def __init__(self, message: str, fix: str) -> None:
+    def __init__(self, message: str, fix: str, field: str = "") -> None:
+        super().__init__(f"error: {message} (fix: {fix})")
+        self.message = message
+        self.fix = fix
+        self.field = field
+
+
+class SettingError(Exception):
+    """A bad value: ``message`` names the variable and the value, ``fix`` says what to do,
+    ``field`` the variable when the raiser knows it better than its caller."""
+
+    def __init__(self, message: str, fix: str, field: str = "") -> None:
         super().__init__(message)
         self.message = message
         self.fix = fix
+        self.field = field
 
-    def exit(self) -> SystemExit:
-        return SystemExit(f"error: {self.message} (fix: {self.fix})")
+    def exit(self, field: str = "") -> SettingExit:
+        return SettingExit(self.message, self.fix, self.field or field)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,18 +110,20 @@ def read_file(environ: Mapping[str, str]) -> dict[str, str]:
     if not raw:
         return {}
     if "\0" in raw:
-        raise SettingError(f"{FILE_ENV} holds a NUL byte", "set it to the file's path")
+        raise SettingError(f"{FILE_ENV} holds a NUL byte", "set it to the file's path", FILE_ENV)
     try:
         data = tomllib.loads(Path(raw).expanduser().read_text())
     except OSError as exc:
         raise SettingError(
             f"{FILE_ENV}={raw!r} cannot be read: {exc.strerror or exc}",
             f"point {FILE_ENV} at a TOML file of NAME = value lines, or unset it",
+            FILE_ENV,
         ) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingError(
             f"{FILE_ENV}={raw!r} is not TOML: {exc}",
             "write one NAME = value line per setting, e.g. TUNEPLANE_HTTP_PORT = 8470",
+            FILE_ENV,
         ) from None
     out: dict[str, str] = {}
     for name, value in data.items():
@@ -115,6 +131,7 @@ def read_file(environ: Mapping[str, str]) -> dict[str, str]:
             raise SettingError(
                 f"{FILE_ENV}: {name} is a {type(value).__name__}, not a text or a number",
                 f'write it as in the environment, e.g. {name} = "value"',
+                FILE_ENV,
             )
         out[name] = str(value)
     known = {v.env for cls in ALL_SECTIONS for _, v in variables(cls)}
@@ -123,6 +140,7 @@ def read_file(environ: Mapping[str, str]) -> dict[str, str]:
         raise SettingError(
             f"{FILE_ENV} names unknown settings: {', '.join(unknown)}",
             "use the names of docs/operations.md#settings (as in the environment)",
+            FILE_ENV,
         )
     return out
 
@@ -153,7 +171,7 @@ def load_entries(
     try:
         file = read_file(environ) if file is None else file
     except SettingError as exc:
-        raise exc.exit() from None
+        raise exc.exit(FILE_ENV) from None
     hints = typing.get_type_hints(cls, include_extras=True)
     values: dict[str, Any] = {}
     entries: list[Entry] = []
@@ -171,7 +189,7 @@ def load_entries(
             try:
                 values[f.name] = convert(v, hints[f.name], raw)
             except SettingError as exc:
-                raise exc.exit() from None
+                raise exc.exit(v.env) from None
         entries.append(
             Entry(f.name, v, values.get(f.name, getattr(defaults, f.name)), source,
                   getattr(defaults, f.name))
@@ -179,18 +197,24 @@ def load_entries(
     return cls(**values), entries
 
 
-def load_one(cls: type, name: str, environ: Mapping[str, str] | None = None) -> Any:
-    """One field of ``cls`` (a bad value of another does not stop the process)."""
+def load_one(
+    cls: type,
+    name: str,
+    environ: Mapping[str, str] | None = None,
+    file: Mapping[str, str] | None = None,
+) -> Any:
+    """One field of ``cls`` (a bad value of another does not stop the process); ``file``
+    instead of the settings file's pairs ({}: the environment alone)."""
     environ = os.environ if environ is None else environ
     f = next(f for f in dataclasses.fields(cls) if f.name == name)
     try:
-        raw, _ = _raw(f.metadata["var"], environ, read_file(environ))
+        raw, _ = _raw(f.metadata["var"], environ, read_file(environ) if file is None else file)
         if raw is None:
             return getattr(cls(), name)
         hint = typing.get_type_hints(cls, include_extras=True)[name]
         return convert(f.metadata["var"], hint, raw)
     except SettingError as exc:
-        raise exc.exit() from None
+        raise exc.exit(f.metadata["var"].env) from None
 
 
 def _raw(v: Var, environ: Mapping[str, str], file: Mapping[str, str]) -> tuple[str | None, Source]:

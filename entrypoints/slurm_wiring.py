@@ -43,14 +43,14 @@ from domain.errors import InvalidInput
 from domain.telemetry_ports import TokenSigner
 from entrypoints.process import TELEMETRY_PORT, split_server
 from entrypoints.runtime_dirs import runtime_dirs
-from entrypoints.settings_loader import load
+from entrypoints.settings_loader import SettingExit, load
 from entrypoints.settings_sections import SlurmSettings
 
 log = logging.getLogger(__name__)
 
 
 def _fail(message: str, fix: str) -> SystemExit:
-    return SystemExit(f"error: {message} (fix: {fix})")
+    return SettingExit(message, fix)
 
 
 def partitions_of(raw: str) -> dict[str, str]:

@@ -20,7 +20,7 @@ from domain.auth import Role, User
 from domain.fleet import Queue
 from domain.retry import MAX_ATTEMPTS
 from entrypoints.api.problems import responses
-from entrypoints.api.security import Caller
+from entrypoints.api.security import Caller, TokenCache
 from entrypoints.fleet_config import Quota
 from entrypoints.wire import Name
 
@@ -151,6 +151,8 @@ async def update_user(
         remove_teams=data.remove_teams,
         disabled=data.disabled,
     )
+    cache: TokenCache = state.token_cache
+    cache.clear()  # this process: the user's next request sees the change (others: the signal)
     return user_out(user)
 
 

@@ -1,10 +1,10 @@
 """Bearer-token authentication with a short in-process cache.
 
 Looking a token up costs a database round trip per request; a cache of a few seconds keeps that
-off the hot path. An entry never outlives its token's expiry; a revocation clears the cache of
-the process that made it at once and, through the TOKENS_REVOKED signal, of every other API
-process (if that hint is lost, a revoked token stays usable there for at most ``ttl`` seconds,
-as does a disabled user's).
+off the hot path. An entry never outlives its token's expiry; a revocation, or a change of a
+user (disabled, role, teams), clears the cache of the process that made it at once and, through
+the TOKENS_REVOKED signal, of every other API process (if that hint is lost, a revoked token or
+a disabled user's stays usable there for at most ``ttl`` seconds).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ class TokenCache:
         return principal
 
     def clear(self) -> None:
-        """Forget every lookup: a token was revoked (here, or in another process)."""
+        """Forget every lookup: a token was revoked or a user changed (here, or in another
+        process)."""
         self._entries.clear()
 
 

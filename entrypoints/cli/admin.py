@@ -121,7 +121,7 @@ def user_set(
     no_teams
         Remove the user from every team.
     disable
-        Disable the user: every token of it stops working (within a few seconds).
+        Disable the user: every token of it stops working on its next request.
     enable
         Enable a disabled user again.
     """
@@ -262,4 +262,10 @@ lazy(
     "bootstrap",
     "tokens:bootstrap",
     "Create the first admin on an empty database, as `tp serve` and `tp up` do.",
+)
+lazy(
+    admin_app,
+    "recover",
+    "recover:recover",
+    "A new token for an admin, on the database directly, when every admin token is lost.",
 )

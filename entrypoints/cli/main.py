@@ -131,9 +131,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a local file or directory that cannot be used
         output.err.print(errors.render(errors.from_os_error(exc)), markup=False)
         return errors.FAILED
+    except SystemExit as exc:
+        if _logged(exc):
+            return errors.FAILED
+        raise  # a bad setting in text mode: its one `error: … (fix: …)` line, status 1
     if isinstance(result, bool) or not isinstance(result, int):
         return errors.OK
     return result
+
+
+def _logged(exc: SystemExit) -> bool:
+    """A bad setting stopping a long-running process that logs json (TUNEPLANE_LOG_FORMAT):
+    written as one json record, in the shape of its other lines (``entrypoints.logs``, loaded
+    only by such a process; a client command never logs)."""
+    logs = sys.modules.get("entrypoints.logs")
+    return logs is not None and bool(logs.stop_record(exc))
 
 
 def main() -> None:

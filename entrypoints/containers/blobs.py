@@ -10,6 +10,7 @@ from adapters.extras import require
 from domain.blob_ports import BlobStore
 from domain.errors import InvalidInput, Unavailable
 from entrypoints.settings import Settings
+from entrypoints.settings_loader import SettingExit
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +26,7 @@ async def blob_store(settings: Settings) -> AsyncIterator[BlobStore]:
     try:
         require("s3")  # the AWS SDK is an optional extra, imported only for S3
     except InvalidInput as exc:  # stops the process, as the Kubernetes backend's does
-        raise SystemExit(f"error: {exc.message} (fix: {exc.fix})") from None
+        raise SettingExit(exc.message, exc.fix or "", "TUNEPLANE_BLOB_STORE") from None
     from adapters.blobs_s3 import Misconfigured, S3BlobStore
 
     async with S3BlobStore.connect(

@@ -10,6 +10,7 @@ import json
 import logging
 import re
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,64 @@ async def test_every_answer_carries_the_request_id_and_a_problem_is_logged_with_
     assert "job_id" not in by_id["nul-1"]  # a path parameter that is not a sane id is not one
     assert "answered 400 invalid-input" in by_id["nul-1"]["msg"]
     assert log_context.current() == {}  # nothing is left bound after the requests
+
+
+@pytest.fixture
+def process_hooks(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """What a long-running command's ``setup`` changes beyond the handlers, put back."""
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)
+    monkeypatch.setattr(threading, "excepthook", threading.excepthook)
+    yield
+    logging.captureWarnings(False)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("TUNEPLANE_NODE_GATEWAY_PORT", "abc"), ("TUNEPLANE_LOG_LEVEL", "loud")],
+)
+def test_a_bad_setting_stops_a_json_process_with_one_json_record(
+    monkeypatch: pytest.MonkeyPatch,
+    restore_logging: None,
+    process_hooks: None,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+) -> None:
+    """`tp gateway node` as `tp` runs it (``main.run``): in json mode a bad setting, even the
+    log level, is one record in the shape of its other lines, not the plain `error:` line."""
+    from entrypoints.cli.main import run
+
+    monkeypatch.setenv("TUNEPLANE_LOG_FORMAT", "json")
+    monkeypatch.setenv(variable, value)
+    assert run(["gateway", "node"]) == 1
+    printed = capsys.readouterr()
+    assert printed.out == ""
+    [line] = printed.err.splitlines()
+    record = json.loads(line)
+    assert set(record) == {"ts", "level", "role", "logger", "msg", "code", "field", "fix"}
+    assert (record["level"], record["role"], record["logger"]) == (
+        "ERROR",
+        "node-gateway",
+        "tuneplane",
+    )
+    assert record["msg"].startswith(f"{variable}={value!r} is not ")
+    assert record["field"] == variable and variable in record["fix"]
+
+
+def test_a_bad_setting_stops_a_text_process_with_its_plain_line_as_before(
+    monkeypatch: pytest.MonkeyPatch,
+    restore_logging: None,
+    process_hooks: None,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from entrypoints.cli.main import run
+
+    monkeypatch.setenv("TUNEPLANE_LOG_FORMAT", "text")
+    monkeypatch.setenv("TUNEPLANE_NODE_GATEWAY_PORT", "abc")
+    with pytest.raises(SystemExit) as stopped:  # Python prints its text on stderr, status 1
+        run(["gateway", "node"])
+    assert str(stopped.value) == (
+        "error: TUNEPLANE_NODE_GATEWAY_PORT='abc' is not a whole number from 1 to 65535 "
+        "(fix: set TUNEPLANE_NODE_GATEWAY_PORT to a whole number from 1 to 65535, or unset it)"
+    )
+    assert capsys.readouterr().err == ""
