@@ -75,7 +75,7 @@ class HttpWebhookSender:
             target = httpx.URL(url)
         except httpx.InvalidURL as exc:
             return SendResult(None, one_line(f"the URL cannot be parsed: {exc}"))
-        host = target.host
+        host = target.raw_host.decode("ascii")  # an IDN in its xn-- form, as check_url wants
         pinned = await self._address(host, seconds)
         if isinstance(pinned, SendResult):
             return pinned

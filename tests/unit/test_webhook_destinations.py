@@ -9,6 +9,7 @@ import pytest
 from domain.errors import InvalidInput
 from domain.webhook_destinations import Destinations, Kind
 from domain.webhooks import check_url
+from entrypoints.settings import Settings
 
 DEFAULT = Destinations()
 STRICT = Destinations(allow_loopback=False, allow_private=False)
@@ -113,3 +114,12 @@ def test_private_literals_follow_the_setting() -> None:
         check_url("https://10.0.0.7/h", allow_loopback=False, allow_private=False)
     assert "TUNEPLANE_WEBHOOK_PRIVATE" in caught.value.fix
     assert check_url("https://hooks.example.org/h", allow_loopback=False, allow_private=False)
+
+
+def test_the_settings_make_the_policy() -> None:
+    assert Settings.from_env({}).webhooks.destinations() == Destinations()
+    strict = Settings.from_env(
+        {"TUNEPLANE_WEBHOOK_PRIVATE": " Refuse ", "TUNEPLANE_WEBHOOK_ALLOW_LOOPBACK": "on"}
+    )
+    assert strict.webhooks.destinations() == Destinations(allow_loopback=True, allow_private=False)
+    assert strict.webhooks.notifications(None, None, lambda: 0.0).allow_private is False  # type: ignore[arg-type]
