@@ -11,7 +11,9 @@ one the destination policy refuses, and then connects to the address it checked,
 name: the request goes to the IP URL with the name in the ``Host`` header and, over https, in
 the TLS SNI (httpcore's ``sni_hostname`` extension), which is also the name the certificate is
 verified against. No second resolution happens, so DNS that answers differently a moment later
-(rebinding) cannot move the delivery. Connections are not kept alive: a pooled connection is
+(rebinding) cannot move the delivery. Where the name has several addresses and one cannot be
+connected to (refused, no route: not a TLS failure), the next is tried, in the resolver's
+order, within the same time. Connections are not kept alive: a pooled connection is
 keyed by the IP, and reusing one verified for another name at that IP would skip the check of
 this name's certificate."""
 
@@ -76,33 +78,45 @@ class HttpWebhookSender:
         except httpx.InvalidURL as exc:
             return SendResult(None, one_line(f"the URL cannot be parsed: {exc}"))
         host = target.raw_host.decode("ascii")  # an IDN in its xn-- form, as check_url wants
-        pinned = await self._address(host, seconds)
-        if isinstance(pinned, SendResult):
-            return pinned
+        checked = await self._addresses(host, seconds)
+        if isinstance(checked, SendResult):
+            return checked
         sent = {**headers, "Host": target.netloc.decode("ascii")}
         extensions = {"sni_hostname": host} if target.scheme == "https" else {}
-        left = max(deadline - loop.time(), 0.001)
-        try:
-            async with self._client.stream(
-                "POST", target.copy_with(host=pinned), headers=sent, content=body,
-                timeout=left, extensions=extensions,
-            ) as answer:  # fmt: skip
-                status = answer.status_code
-                text = ""
-                if not 200 <= status < 300:
-                    async for chunk in answer.aiter_bytes():
-                        text = chunk[:1024].decode(errors="replace")
-                        break
-        except httpx.TimeoutException:
-            return SendResult(None, f"no answer in {seconds:g} s")
-        except httpx.HTTPError as exc:
-            return SendResult(None, one_line(f"{type(exc).__name__}: {exc}") or type(exc).__name__)
+        for n, address in enumerate(checked):
+            left = max(deadline - loop.time(), 0.001)
+            try:
+                return await self._post(target.copy_with(host=address), sent, body, left,
+                                         extensions)  # fmt: skip
+            except httpx.ConnectError as exc:
+                if n + 1 == len(checked) or not _unreachable(exc):
+                    return SendResult(None, one_line(f"ConnectError: {exc}"))
+            except httpx.TimeoutException:
+                return SendResult(None, f"no answer in {seconds:g} s")
+            except httpx.HTTPError as exc:
+                return SendResult(None, one_line(f"{type(exc).__name__}: {exc}"))
+        raise AssertionError("unreachable: the last address returns")  # pragma: no cover
+
+    async def _post(
+        self, url: httpx.URL, headers: dict[str, str], body: bytes, seconds: float,
+        extensions: dict[str, str],
+    ) -> SendResult:  # fmt: skip
+        async with self._client.stream(
+            "POST", url, headers=headers, content=body, timeout=seconds, extensions=extensions
+        ) as answer:
+            status = answer.status_code
+            text = ""
+            if not 200 <= status < 300:
+                async for chunk in answer.aiter_bytes():
+                    text = chunk[:1024].decode(errors="replace")
+                    break
         if 200 <= status < 300:
             return SendResult(status)
         return SendResult(status, one_line(f"HTTP {status}: {text}" if text else f"HTTP {status}"))
 
-    async def _address(self, host: str, seconds: float) -> str | SendResult:
-        """The checked address to connect to, or the failed result that says why none is."""
+    async def _addresses(self, host: str, seconds: float) -> list[str] | SendResult:
+        """The checked addresses to connect to, in the resolver's order, or the failed result
+        that says why there are none."""
         literal = ip_literal(host)
         if literal is not None:
             addresses: Sequence[str] = [str(literal)]
@@ -121,12 +135,24 @@ class HttpWebhookSender:
         except ValueError as exc:
             return SendResult(None, one_line(f"{host} resolved to a non-address: {exc}"))
         if refused is None:
-            return str(self._destinations.judge(addresses[0]).address)
+            return list(dict.fromkeys(str(self._destinations.judge(a).address) for a in addresses))
         if literal is not None:
             return SendResult(None, one_line(f"refused: {host} is {refused.why}"))
         return SendResult(
             None, one_line(f"refused: {host} resolves to {refused.address}, {refused.why}")
         )
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The connection itself failed (refused, no route), not TLS: the next address may do."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ssl.SSLError):
+            return False
+        if isinstance(cause, OSError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def jitter() -> float:

@@ -154,3 +154,20 @@ async def test_a_pinned_https_delivery_verifies_the_certificate_against_the_name
     assert [r.path for r in rec.received] == ["/x"]
     assert rec.received[0].headers["Host"] == f"hooks.test:{port}"
     assert names.asked == ["hooks.test", "other.test"]
+
+
+async def test_an_address_that_refuses_the_connection_falls_to_the_next() -> None:
+    """Nothing listens on 127.0.0.2 at the receiver's port (it is bound to 127.0.0.1): the
+    first address refuses, the second (checked too) takes the delivery."""
+    names = Names({"two.test": ["127.0.0.2", "127.0.0.1"], "one.test": ["127.0.0.2"]})
+    sender = HttpWebhookSender(destinations=Destinations(allow_loopback=True), resolve=names)
+    with receiver() as rec:
+        port = rec.url.rsplit(":", 1)[1]
+        try:
+            sent = await sender.send(f"http://two.test:{port}/x", HEADERS, b"{}", WITHIN)
+            down = await sender.send(f"http://one.test:{port}/x", HEADERS, b"{}", WITHIN)
+        finally:
+            await sender.close()
+    assert sent.ok, sent.error
+    assert down.status is None and down.error.startswith("ConnectError:"), down.error
+    assert [r.headers["Host"] for r in rec.received] == [f"two.test:{port}"]
