@@ -52,6 +52,7 @@ class Notifications:
     timeout: timedelta = timedelta(seconds=10)  # one send, connection to answer
     poll: timedelta = timedelta(seconds=5)  # the outbox is read this often without a wake-up
     allow_loopback: bool = False  # receivers on this host's loopback may be subscribed
+    allow_private: bool = True  # receivers on private networks may be subscribed
     jitter: Callable[[], float] = lambda: 0.5  # a number in [0, 1): spreads retries apart
     batch: int = 32  # rows claimed (and sent at once) per pass
     retention: timedelta = timedelta(days=7)  # delivered and dead rows are kept this long

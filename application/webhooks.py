@@ -57,7 +57,7 @@ async def add(
     """Subscribe ``url`` to the job state changes of ``scope``/``target`` (the caller's own
     jobs by default). The answer holds the secret: it is never shown again."""
     n = notifications(ctx)
-    url = check_url(url, allow_loopback=n.allow_loopback)
+    url = check_url(url, allow_loopback=n.allow_loopback, allow_private=n.allow_private)
     target = principal.name if target is None else target
     check_name(target, f"{scope.value} name", scope.value)
     await _may_subscribe(ctx, principal, scope, target)

@@ -54,6 +54,7 @@ class WebhookSender(Protocol):
         self, url: str, headers: Mapping[str, str], body: bytes, within: timedelta
     ) -> SendResult:
         """POST ``body`` once, answered ``within`` or failed; never raises for the receiver's
-        faults (refused, timed out, answered 5xx, redirected): they come back as the result.
-        Redirects are not followed."""
+        faults (refused, timed out, answered 5xx, redirected) nor for a host whose address
+        the destination policy refuses (domain/webhook_destinations.py): they come back as
+        the result. Redirects are not followed."""
         ...

@@ -9,6 +9,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from urllib.parse import urlsplit
 
 from domain.errors import InvalidInput
 from domain.lifecycle import JobState
+from domain.webhook_destinations import Destinations, ip_literal
 
 MAX_URL_LENGTH = 2048
 MAX_SUBSCRIPTIONS_PER_OWNER = 50  # each is a row the outbox trigger matches per job event
@@ -132,10 +134,12 @@ class Retry:
         return failed >= self.max_attempts
 
 
-def check_url(url: object, *, allow_loopback: bool) -> str:
+def check_url(url: object, *, allow_loopback: bool, allow_private: bool = True) -> str:
     """``url`` if a webhook may be sent to it: https (http only to a loopback address, and
     loopback only where the operator allows it), a host, no credentials, no fragment, at most
-    2,048 characters, nothing but printable ASCII. InvalidInput naming the problem otherwise."""
+    2,048 characters, nothing but printable ASCII, and a literal address only where the
+    destination policy allows it (domain/webhook_destinations.py; a name's addresses are
+    judged when it is sent to). InvalidInput naming the problem otherwise."""
     field = "url"
     if not isinstance(url, str):
         raise InvalidInput("the webhook URL is not text", fix="give an https:// URL", field=field)
@@ -175,6 +179,7 @@ def check_url(url: object, *, allow_loopback: bool) -> str:
         )  # fmt: skip
     if port == 0:
         raise InvalidInput("the webhook URL's port is 0", fix="give a port 1-65535", field=field)
+    _check_host(parts.hostname, Destinations(allow_loopback, allow_private))
     loopback = is_loopback(parts.hostname)
     if loopback and not allow_loopback:
         raise InvalidInput(
@@ -189,6 +194,28 @@ def check_url(url: object, *, allow_loopback: bool) -> str:
             fix="give an https:// URL", field=field,
         )  # fmt: skip
     return url
+
+
+NUMERIC_LABEL = re.compile(r"(0x[0-9a-f]*|[0-9]+)")
+
+
+def _check_host(host: str, destinations: Destinations) -> None:
+    """A literal address the policy allows, or a name that is no IPv4 address in disguise
+    (``2130706433``, ``127.1``, ``0x7f.0.0.1``: resolvers read them as addresses)."""
+    literal = ip_literal(host)
+    if literal is not None:
+        verdict = destinations.judge(literal)
+        if not verdict.allowed:
+            raise InvalidInput(
+                f"the webhook URL's host {verdict.reason}", fix=verdict.fix, field="url"
+            )
+        return
+    if NUMERIC_LABEL.fullmatch(host.lower().rstrip(".").rpartition(".")[2]):
+        raise InvalidInput(
+            f"the webhook URL's host {host!r} is neither a host name (whose last label is "
+            "never a number) nor an IPv4 address written as four decimal numbers",
+            fix="give a host name, or the address as a.b.c.d", field="url",
+        )  # fmt: skip
 
 
 def is_loopback(host: str) -> bool:

@@ -11,11 +11,23 @@ from typing import Annotated
 from msgspec import Meta
 
 from application.context import Notifications
+from domain.webhook_destinations import Destinations
 from domain.webhook_ports import WebhookSender, WebhookStore
 from domain.webhooks import Retry
 from entrypoints.settings_loader import Positive, SettingError, section, var
 
 Interval = Annotated[float, Meta(gt=0, le=86400)]
+
+
+def _private(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value not in ("allow", "refuse"):
+        raise SettingError(
+            f"TUNEPLANE_WEBHOOK_PRIVATE={raw!r} is neither allow nor refuse",
+            "set refuse where no receiver lives on a private network (10/8, 172.16/12, "
+            "192.168/16, 100.64/10, fc00::/7), allow (the default) where some do",
+        )
+    return value == "allow"
 
 
 def _on_off(raw: str) -> bool:
@@ -73,6 +85,21 @@ class WebhookSettings:
         doc="`on`: webhooks may name this host's loopback (`127.0.0.0/8`, `::1`, `localhost`), "
         "over http too; off, users cannot make the API call its own host's services",
     )
+    allow_private: bool = var(
+        True,
+        env="TUNEPLANE_WEBHOOK_PRIVATE",
+        section="webhooks",
+        parse=_private,
+        default_doc="`allow`",
+        doc="`refuse`: webhooks may not go to private networks (`10/8`, `172.16/12`, "
+        "`192.168/16`, `100.64/10`, `fc00::/7`), whether named by address or by a name that "
+        "resolves there when sent; link-local (cloud metadata), multicast, reserved addresses "
+        "are always refused (notifications.md#where-webhooks-may-go)",
+    )
+
+    def destinations(self) -> Destinations:
+        """The policy the sender judges every resolved address by."""
+        return Destinations(allow_loopback=self.allow_loopback, allow_private=self.allow_private)
 
     def notifications(
         self, store: WebhookStore, sender: WebhookSender, jitter: Callable[[], float]
@@ -88,5 +115,6 @@ class WebhookSettings:
             timeout=timedelta(seconds=self.timeout_seconds),
             poll=timedelta(seconds=self.poll_seconds),
             allow_loopback=self.allow_loopback,
+            allow_private=self.allow_private,
             jitter=jitter,
         )

@@ -36,8 +36,8 @@ from entrypoints.settings_sections import NodeSettings
 from entrypoints.slurm_wiring import slurm_resource
 
 
-async def _webhook_sender() -> AsyncIterator[HttpWebhookSender]:
-    sender = HttpWebhookSender()
+async def _webhook_sender(settings: Settings) -> AsyncIterator[HttpWebhookSender]:
+    sender = HttpWebhookSender(destinations=settings.webhooks.destinations())
     try:
         yield sender
     finally:
@@ -124,7 +124,7 @@ class ApiContainer(containers.DeclarativeContainer):
         token_lifetime_seconds=settings.provided.collector_token_seconds,
     )
     lease = providers.Singleton(_lease, settings=settings)
-    webhook_sender = providers.Resource(_webhook_sender)
+    webhook_sender = providers.Resource(_webhook_sender, settings=settings)
     context = providers.Singleton(
         _context,
         settings=settings,

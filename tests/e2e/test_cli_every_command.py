@@ -220,6 +220,7 @@ ROWS: list[Row] = [
     ok("webhook add", "{hook}/ok", "--queue", "night", "--state", "failed",
        out="secret (shown once", capture={"webhook": r"webhook (wh-[^:\s]+):"}),
     bad(2, "webhook add", "http://hooks.example.org/x", out="plain http"),
+    bad(2, "webhook add", "https://169.254.169.254/latest/meta-data/", out="link-local"),
     bad(2, "webhook add", "{hook}/ok", "--team", "default", "--queue", "night",
         out="one user, team or queue"),
     bad(2, "webhook add", "{hook}/ok", "--state", "runing", out="not a job state"),

@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.postgres.webhook_tables import webhook_outbox, webhook_subscriptions
 from adapters.postgres.webhooks import PostgresWebhooks
 from adapters.tls import dev_server_context
-from adapters.webhook_sender import HttpWebhookSender
+from adapters.webhook_sender import HttpWebhookSender, system_resolver
 from application.auth import bootstrap_admin, create_token
 from application.context import Context, Notifications
 from application.webhook_delivery import Deliverer
@@ -30,6 +30,7 @@ from domain.auth import Role, User
 from domain.fleet import Queue, Team
 from domain.jobs import Job
 from domain.lifecycle import JobState
+from domain.webhook_destinations import Destinations
 from domain.webhooks import Retry, verify
 from entrypoints.api.app import create_app
 from tests.contract.builders import a_job, a_spec
@@ -49,9 +50,11 @@ class Rig:
     receiver: Receiver
     admin: httpx.AsyncClient
     alice: httpx.AsyncClient
+    names: dict[str, list[str]]  # the one fake: names resolved as the test says (no DNS here)
 
     async def add(self, client: httpx.AsyncClient, path: str, **body: Any) -> dict[str, Any]:
-        r = await client.post("/v1/webhooks", json={"url": self.receiver.url + path, **body})
+        body.setdefault("url", self.receiver.url + path)
+        r = await client.post("/v1/webhooks", json=body)
         assert r.status_code == 201, r.text
         return dict(r.json())
 
@@ -88,7 +91,12 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path, pg_engine: AsyncEngine) -> AsyncIterator[Rig]:
-    sender = HttpWebhookSender()
+    names: dict[str, list[str]] = {}
+
+    async def resolve(host: str) -> Sequence[str]:
+        return names[host] if host in names else await system_resolver(host)
+
+    sender = HttpWebhookSender(destinations=Destinations(allow_loopback=True), resolve=resolve)
     notifications = Notifications(
         PostgresWebhooks(pg_engine), sender, retry=FAST, timeout=timedelta(seconds=30),
         allow_loopback=True, jitter=lambda: 0.0,
@@ -116,7 +124,7 @@ async def rig(tmp_path: Path, pg_engine: AsyncEngine) -> AsyncIterator[Rig]:
             httpx.AsyncClient(transport=transport, base_url="http://t",
                               headers={"Authorization": f"Bearer {alice_token}"}) as alice,
         ):  # fmt: skip
-            yield Rig(ctx, pg_engine, Deliverer(ctx, notifications), rec, admin, alice)
+            yield Rig(ctx, pg_engine, Deliverer(ctx, notifications), rec, admin, alice, names)
     await sender.close()
 
 
@@ -223,6 +231,27 @@ async def test_a_rolled_back_change_sends_nothing(rig: Rig) -> None:
     assert [r["seq"] for r in await rig.outbox()] == [1]
 
 
+async def test_a_name_resolving_to_the_metadata_service_is_refused_until_dead(rig: Rig) -> None:
+    """Subscribed by name (the name is not judged then), refused at each send: retried as any
+    failure, dead after the maximum, and `test` answers the same words."""
+    rig.names["meta.hooks.test"] = ["169.254.169.254"]
+    made = await rig.add(rig.alice, "", url="https://meta.hooks.test/x")
+    await rig.job(owner="alice")
+
+    async def dead() -> bool:
+        await rig.deliverer.deliver_due()
+        return [r["status"] for r in await rig.outbox()] == ["dead"]
+
+    await until(dead, what="the refused change dead", within=30, every=0.02)
+    row = (await rig.outbox())[0]
+    assert row["attempts"] == FAST.max_attempts and row["last_status"] is None
+    says = "refused: meta.hooks.test resolves to 169.254.169.254, in 169.254.0.0/16, link-local"
+    assert row["last_error"].startswith(says), row["last_error"]
+    answer = (await rig.alice.post(f"/v1/webhooks/{made['id']}/test")).json()
+    assert (answer["delivered"], answer["status"]) == (False, None)
+    assert answer["error"].startswith(says)
+
+
 async def test_test_sends_a_signed_test_event_and_reports_the_answer(rig: Rig) -> None:
     made = await rig.add(rig.alice, "/t", format="slack")
     r = await rig.alice.post(f"/v1/webhooks/{made['id']}/test")
@@ -264,6 +293,9 @@ async def test_hostile_input_is_refused_and_stores_nothing(rig: Rig) -> None:
     bad = [
         {"url": "http://hooks.example.org/x"},
         {"url": "https://u:p@hooks.example.org/x"},
+        {"url": "https://169.254.169.254/latest/meta-data/"},  # the destination policy
+        {"url": "https://[::ffff:169.254.169.254]/x"},
+        {"url": "https://2130706433/x"},  # 127.0.0.1 to a resolver
         {"url": "https://hooks.example.org/\u0000"},
         {"url": "https://hooks.example.org/x\r\nX: y"},
         {"url": "https://hooks.example.org/" + "a" * 5000},
@@ -301,8 +333,11 @@ async def test_https_receivers_are_verified_and_redirects_not_followed(tmp_path:
     headers = {"Content-Type": "application/json"}
     with receiver(server) as rec:
         rec.plans["/moved"] = [307]
-        system = HttpWebhookSender()
-        trusting = HttpWebhookSender(verify=ssl.create_default_context(cafile=str(ca)))
+        loopback = Destinations(allow_loopback=True)
+        system = HttpWebhookSender(destinations=loopback)
+        trusting = HttpWebhookSender(
+            verify=ssl.create_default_context(cafile=str(ca)), destinations=loopback
+        )
         try:
             refused = await system.send(rec.url + "/x", headers, b"{}", timedelta(seconds=30))
             sent = await trusting.send(rec.url + "/x", headers, b"{}", timedelta(seconds=30))
