@@ -7,8 +7,9 @@ import logging
 from collections.abc import Sequence
 
 from domain.errors import TunePlaneError
-from domain.node_ports import JournalEntry, MemberRuntime, UsageSource
+from domain.node_ports import JournalEntry, MemberRuntime
 from domain.node_protocol import Phase
+from domain.telemetry import UsageSource
 
 log = logging.getLogger("tuneplane.node")
 

@@ -21,6 +21,7 @@ from domain.node_events import NodeEvent
 from domain.node_messages import PrepareOrder
 from domain.node_protocol import Decision, MemberRef, MemberReport, NodeCapacity, Phase, Placed
 from domain.submission import JobSpec
+from domain.telemetry import UsageSource
 
 if TYPE_CHECKING:
     from domain.ports import Observation
@@ -366,22 +367,6 @@ class FoundContainer:
     memory_mb: int
     started: bool  # a start was attempted (running or exited); False: created only
     metrics: bool  # its metrics directory is mounted: it was launched with a collector token
-
-
-@dataclass(frozen=True, slots=True)
-class UsageSource:
-    """Where a started member's CPU and memory use can be read on its host (the collector
-    samples it: docs/telemetry.md, "The system source").
-
-    ``pid``: the member's first process as the host sees it (None: not known). ``cgroups``:
-    the absolute directories of its control groups, all of whose processes are the member's:
-    on a cgroup v2 host the one directory (``cpu.stat``, ``memory.current``), on a v1 host the
-    ``cpuacct`` and ``memory`` controllers' directories (``cpuacct.usage``,
-    ``memory.usage_in_bytes``); empty when the member has no cgroup of its own (a host process
-    in the daemon's cgroup): then its process tree is read through ``/proc``."""
-
-    pid: int | None = None
-    cgroups: tuple[str, ...] = ()
 
 
 class ProgressCallback(Protocol):

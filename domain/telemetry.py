@@ -315,3 +315,19 @@ def sparkline(peaks: Sequence[float], width: int = 24) -> str:
     if hi == lo:
         return ticks[3] * len(finite)
     return "".join(ticks[round((v - lo) / (hi - lo) * (len(ticks) - 1))] for v in finite)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSource:
+    """Where a started member's CPU and memory use can be read on its host (the collector
+    samples it: docs/telemetry.md, "The system source").
+
+    ``pid``: the member's first process as the host sees it (None: not known). ``cgroups``:
+    the absolute directories of its control groups, all of whose processes are the member's:
+    on a cgroup v2 host the one directory (``cpu.stat``, ``memory.current``), on a v1 host the
+    ``cpuacct`` and ``memory`` controllers' directories (``cpuacct.usage``,
+    ``memory.usage_in_bytes``); empty when the member has no cgroup of its own (a host process
+    in the daemon's cgroup): then its process tree is read through ``/proc``."""
+
+    pid: int | None = None
+    cgroups: tuple[str, ...] = ()

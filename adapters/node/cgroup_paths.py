@@ -1,5 +1,5 @@
 """Where a process's CPU and memory use can be read: its control groups' directories on this
-host (``domain.node_ports.UsageSource``; the collector reads them: docs/telemetry.md).
+host (``domain.telemetry.UsageSource``; the collector reads them: docs/telemetry.md).
 
 ``/proc/<pid>/cgroup`` names the process's group in each hierarchy, ``/proc/self/mountinfo``
 where each hierarchy is mounted. A cgroup v2 host has one hierarchy (``0::/path``); a v1 or
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from domain.node_ports import UsageSource
+from domain.telemetry import UsageSource
 
 V1_CONTROLLERS = ("cpuacct", "memory")
 _OCTAL = re.compile(r"\\([0-7]{3})")

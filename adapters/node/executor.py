@@ -50,10 +50,11 @@ from adapters.node.member_view import NodeDirs
 from domain.artifact_ports import CheckpointStorage, OutputStorage
 from domain.errors import Conflict, InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
+from domain.node_ports import FoundContainer, ProgressCallback
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits
+from domain.telemetry import UsageSource
 
 log = logging.getLogger("tuneplane.node.executor")
 

@@ -58,10 +58,11 @@ from adapters.node.process_shim import write_atomic
 from domain.capsule import CAPSULE_DIR
 from domain.errors import Conflict, InvalidInput
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
+from domain.node_ports import FoundContainer, ProgressCallback
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits
+from domain.telemetry import UsageSource
 
 log = logging.getLogger("tuneplane.node.processes")
 

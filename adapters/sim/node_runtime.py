@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from domain.errors import InvalidInput, Unavailable
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback, UsageSource
+from domain.node_ports import FoundContainer, ProgressCallback
 from domain.ports import Observation
+from domain.telemetry import UsageSource
 
 Refusal = Callable[[PrepareOrder], str | None]
 

@@ -26,8 +26,7 @@ from application import instruments as i
 from application import log_context
 from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.errors import InvalidInput, TunePlaneError
-from domain.node_ports import UsageSource
-from domain.telemetry import SYSTEM_SOURCE
+from domain.telemetry import SYSTEM_SOURCE, UsageSource
 
 log = logging.getLogger("tuneplane.collector")
 

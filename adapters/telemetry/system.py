@@ -34,7 +34,7 @@ from pathlib import Path
 
 from adapters.telemetry.usage import ProcessTable, UsageReader
 from domain.gpus import GpuProbe, GpuReading
-from domain.node_ports import UsageSource
+from domain.telemetry import UsageSource
 
 log = logging.getLogger("tuneplane.collector")
 

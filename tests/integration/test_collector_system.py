@@ -24,7 +24,7 @@ from adapters.node.cgroup_paths import usage_source_of
 from adapters.telemetry.collector import Collector, CollectorOptions
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler
-from domain.node_ports import UsageSource
+from domain.telemetry import UsageSource
 from tests.fixtures.recording_telemetry import Net, until
 
 pytestmark = pytest.mark.integration

@@ -21,7 +21,7 @@ from adapters.telemetry.usage import (
     cgroup_memory_bytes,
     parse_stat,
 )
-from domain.node_ports import UsageSource
+from domain.telemetry import UsageSource
 
 HYBRID = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
