@@ -28,7 +28,10 @@ async function route(): Promise<void> {
     loginPage(main, notice, (user) => {
       notice = null;
       showUser(user);
-      location.hash = path && path !== "/login" ? `#${path}${query ? `?${query}` : ""}` : "#/fleet";
+      // The address asked for now, not when the form was drawn: it may have changed while the
+      // token was being checked, and the user's latest choice wins.
+      const asked = location.hash.replace(/^#/, "").split("?", 1)[0];
+      if (!asked || asked === "/login") location.hash = "#/fleet";
       void route();
     });
     return;

@@ -114,6 +114,32 @@ async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
     await expect(page.get_by_role("heading", name="Fleet", level=1)).to_have_count(0)
 
 
+async def test_an_address_changed_while_signing_in_is_the_page_shown(
+    api_server: Servers, page: Page
+) -> None:
+    """The token's check (GET /v1/whoami) is held back 2 s; meanwhile the address changes to the
+    Jobs page. Once signed in, the Jobs page is shown: the address asked for last wins (it used to
+    be replaced by the Fleet page, the default of the empty address the form was drawn at)."""
+    held = asyncio.Event()
+
+    async def slow(route):  # type: ignore[no-untyped-def]
+        if route.request.headers.get("authorization") and not held.is_set():
+            held.set()
+            await asyncio.sleep(2)
+        await route.continue_()
+
+    await page.route(re.compile(r".*/v1/whoami$"), slow)
+    await page.goto(api_server.url + "/console/")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    await asyncio.wait_for(held.wait(), 20)  # the check is under way
+    await page.goto(api_server.url + "/console/#/jobs")
+    await expect(page.get_by_role("button", name="Sign out")).to_be_visible()
+    await page.wait_for_load_state("networkidle")  # the held answer arrived and was handled
+    await expect(page.get_by_role("heading", name="Jobs", level=1)).to_be_visible()
+    await expect(page.get_by_role("heading", name="Fleet", level=1)).to_have_count(0)
+
+
 async def test_members_get_no_fleet_buttons(
     api_server: Servers, cli: Cli, page: Page, expected_statuses: set[int]
 ) -> None:
