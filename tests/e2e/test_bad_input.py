@@ -1,5 +1,9 @@
 """Bad input over HTTP gets a clear 4xx problem that names the field and the fix, and leaves no
-rows (and no stored blobs) behind. Real server process, real PostgreSQL, real container engine."""
+rows (and no stored blobs) behind. Real server process, real PostgreSQL, real container engine.
+
+The module's tests share one server and database (``module_api_server``): none of them makes a
+row, so each still asserts that the tables are empty; blobs that a test stores on purpose (a
+good archive) are compared before and after instead."""
 
 from __future__ import annotations
 
@@ -8,12 +12,14 @@ import hashlib
 import io
 import tarfile
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from tests.fixtures.server import Servers
 from tests.support.db import table_counts
 
 pytestmark = pytest.mark.e2e
@@ -44,9 +50,19 @@ def _problem(r: httpx.Response, status: int) -> dict[str, Any]:
     return body
 
 
+@pytest.fixture(scope="module")
+def module_api_server_env() -> dict[str, str]:
+    return {"TUNEPLANE_MAX_ARCHIVE_BYTES": "4096"}
+
+
 @pytest.fixture
-async def client(api_servers_factory) -> httpx.AsyncClient:  # type: ignore[no-untyped-def]
-    servers = await api_servers_factory(1, TUNEPLANE_MAX_ARCHIVE_BYTES="4096")
+def pg_url(module_pg_url: str) -> str:
+    return module_pg_url  # the tables the shared server writes to
+
+
+@pytest.fixture
+async def client(module_api_server: Servers) -> AsyncIterator[httpx.AsyncClient]:
+    servers = module_api_server
     async with httpx.AsyncClient(base_url=servers.url, headers=servers.headers, timeout=30) as c:
         c.state_dir = servers.state_dir  # type: ignore[attr-defined]
         yield c
@@ -138,6 +154,7 @@ async def test_unresolvable_intents_are_422(
 
 async def test_oversized_archive_is_413_and_stores_nothing(client: httpx.AsyncClient) -> None:
     blobs = Path(client.state_dir) / "blobs"  # type: ignore[attr-defined]
+    before = _blob_files(client)
     big = bytes(range(256)) * 64  # 16 KiB against a 4 KiB limit
     body = _problem(await client.post("/v1/archives", content=big), 413)
     assert "4096" in body["detail"] and body["fix"]
@@ -147,17 +164,17 @@ async def test_oversized_archive_is_413_and_stores_nothing(client: httpx.AsyncCl
             yield bytes(range(256)) * 4
 
     _problem(await client.post("/v1/archives", content=chunked()), 413)  # no content-length
-    assert list((blobs / "sha256").rglob("*")) == [] and list((blobs / "tmp").iterdir()) == []
+    assert _blob_files(client) == before and list((blobs / "tmp").iterdir()) == []
 
 
 async def test_archive_digest_header_is_checked(client: httpx.AsyncClient) -> None:
-    data = _tar_gz({"train.sh": b"echo hi\n"})
+    data = _tar_gz({"train.sh": b"echo digest checked\n"})
+    before = _blob_files(client)
     r = await client.post(
         "/v1/archives", content=data, headers={"X-Content-Digest": "sha256:" + "2" * 64}
     )
     assert _problem(r, 422)["field"] == "header.X-Content-Digest"
-    blobs = Path(client.state_dir) / "blobs"  # type: ignore[attr-defined]
-    assert list((blobs / "sha256").rglob("*")) == []  # the mismatching body was not kept
+    assert _blob_files(client) == before  # the mismatching body was not kept
     r = await client.post("/v1/archives", content=data)
     assert r.status_code == 201 and r.json()["size"] == len(data)
 
@@ -185,9 +202,9 @@ async def test_auth_and_unknown_objects(client: httpx.AsyncClient) -> None:
     assert r.status_code == 400
 
 
-def _blob_files(client: httpx.AsyncClient) -> list[Path]:
+def _blob_files(client: httpx.AsyncClient) -> set[Path]:
     blobs = Path(client.state_dir) / "blobs"  # type: ignore[attr-defined]
-    return [p for p in (blobs / "sha256").rglob("*") if p.is_file()]
+    return {p for p in (blobs / "sha256").rglob("*") if p.is_file()}
 
 
 async def test_nul_and_deep_nesting_are_400_and_write_nothing(
@@ -195,6 +212,7 @@ async def test_nul_and_deep_nesting_are_400_and_write_nothing(
 ) -> None:
     """Issue 18, defect 7: these were 500s (PostgreSQL cannot store NUL; the decoder recursed
     until RecursionError), and the NUL preview left its capsule blobs behind."""
+    before = _blob_files(client)
     for name in ("owner", "queue"):
         body = _problem(await client.get("/v1/jobs", params={name: "a\x00b"}), 400)
         assert body["field"] == f"query.{name}" and "NUL" in body["detail"] and body["fix"]
@@ -225,7 +243,7 @@ async def test_nul_and_deep_nesting_are_400_and_write_nothing(
     assert await table_counts(pg_url) == dict.fromkeys(
         ("previews", "submissions", "jobs", "attempts", "members"), 0
     )
-    assert _blob_files(client) == []
+    assert _blob_files(client) == before
 
 
 async def test_only_source_archives_the_runner_can_unpack_are_stored_or_previewed(
@@ -233,6 +251,7 @@ async def test_only_source_archives_the_runner_can_unpack_are_stored_or_previewe
 ) -> None:
     """Issue 18, defect 9: any bytes were stored, and the member failed only when the runner
     could not unpack them (exit 94)."""
+    before = _blob_files(client)
     for data, words in (
         (b"hello, not an archive", "not a readable gzip-compressed tar"),
         (_tar_gz({"/etc/cron.d/x": b"* * * * * root sh\n"}), "unsafe path"),
@@ -240,7 +259,7 @@ async def test_only_source_archives_the_runner_can_unpack_are_stored_or_previewe
     ):
         body = _problem(await client.post("/v1/archives", content=data), 422)
         assert words in body["detail"] and body["field"] == "body" and body["fix"]
-    assert _blob_files(client) == []
+    assert _blob_files(client) == before
     good = _tar_gz({"train.sh": b"echo hi\n"})
     assert (await client.post("/v1/archives", content=good)).status_code == 201
 
