@@ -53,6 +53,7 @@ class PostgresLeaderLease:
         self._timeout = timeout
         self._conn: asyncpg.Connection | None = None
         self._held = False
+        self._failures = 0  # tries in a row that could not reach the database
         self._mutex = asyncio.Lock()
 
     @property
@@ -76,11 +77,31 @@ class PostgresLeaderLease:
                     "SELECT pg_try_advisory_lock($1)", self.key, timeout=self._timeout
                 )
             except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.info("lease %s: cannot ask the database (%s); not leader", self.name, exc)
+                self._unreachable(exc)
                 await self._drop()
                 return False
+            if self._failures:
+                log.warning(
+                    "lease %s: the database answers again (after %d failed tries)",
+                    self.name,
+                    self._failures,
+                )
+                self._failures = 0
             self._held = bool(got)
             return self._held
+
+    def _unreachable(self, exc: BaseException) -> None:
+        """Said once per outage at WARNING (a cut-off host tries every few seconds, for as long
+        as the outage lasts), then at DEBUG until the database answers again."""
+        self._failures += 1
+        level = logging.WARNING if self._failures == 1 else logging.DEBUG
+        log.log(
+            level,
+            "lease %s: cannot ask the database (%s); not leader until it answers%s",
+            self.name,
+            exc,
+            "" if self._failures == 1 else f" ({self._failures} tries so far)",
+        )
 
     async def release(self) -> None:
         async with self._mutex:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
@@ -290,8 +291,15 @@ def test_lease_keys_are_fixed_64_bit_numbers() -> None:
     assert -(2**63) <= lease_key("scheduler") < 2**63
 
 
-async def test_an_unreachable_database_means_not_leader_without_blocking() -> None:
+async def test_an_unreachable_database_means_not_leader_without_blocking(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     lease = PostgresLeaderLease("postgresql://tp@127.0.0.1:9/none", timeout=2.0)
-    assert not await lease.acquire()
-    assert not await lease.acquire()
+    with caplog.at_level(logging.DEBUG, "tuneplane.lease"):
+        for _ in range(3):
+            assert not await lease.acquire()
     await lease.release()
+    # said once per outage, not at every try (a cut-off API tries every few seconds)
+    said = [r for r in caplog.records if "cannot ask the database" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    assert "3 tries so far" in said[-1].getMessage()
