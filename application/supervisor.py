@@ -69,6 +69,7 @@ class Supervisor:
         self._stops: dict[str, asyncio.Task[None]] = {}
         self._keeping: asyncio.Task[None] | None = None  # checkpoints being kept
         self._kept_at: datetime | None = None
+        self._unreachable: set[str] = set()  # backends whose last sweep was skipped
 
     def wake(self) -> None:
         """Ask for a tick now instead of at the next poll (after a commit or a cancel)."""
@@ -134,7 +135,7 @@ class Supervisor:
 
     async def sweep(self) -> int:
         """Release members held although recorded finished (``release_finished``)."""
-        return await release_finished(self.ctx)
+        return await release_finished(self.ctx, self._unreachable)
 
     def _keep_checkpoints(self, now: bool) -> None:
         """Beside the ticks (hashing a large checkpoint takes seconds), at the sweep and every

@@ -33,19 +33,30 @@ async def retry_or_end(uow: JobsUnit, job: Job, ended: Job, attempt: Attempt, no
     return retried(job, ended, attempts, now)
 
 
-async def release_finished(ctx: Context) -> int:
+async def release_finished(ctx: Context, unreachable: set[str] | None = None) -> int:
     """Release members the backends still hold although they are recorded as finished (a
     supervisor died between recording the exit and releasing). Members the database does not
     know are left alone: they may belong to another control plane. Returns how many were
     released. Coordinated backends are not swept: their nodes forget finished members
-    themselves (told by the gateway)."""
+    themselves (told by the gateway).
+
+    ``unreachable`` (the caller's, kept between sweeps) names the backends whose last sweep was
+    skipped: a backend that stays unreachable (e.g. no container engine on a host whose members
+    run as processes) is warned about once, then at DEBUG, and its return is said."""
     released = 0
+    unreachable = set() if unreachable is None else unreachable
     for backend in ctx.backends.values():
         try:
             held = await backend.held()
         except Unavailable as exc:
-            log.warning("sweep of %s skipped: %s", backend.name, exc)
+            first = backend.name not in unreachable
+            unreachable.add(backend.name)
+            level = logging.WARNING if first else logging.DEBUG
+            log.log(level, "sweep of %s skipped: %s", backend.name, exc)
             continue
+        if backend.name in unreachable:
+            unreachable.discard(backend.name)
+            log.warning("sweep of %s: the backend answers again", backend.name)
         async with ctx.units.jobs() as uow:
             finished = [
                 handle

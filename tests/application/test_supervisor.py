@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from pathlib import Path
 
@@ -208,6 +209,37 @@ async def test_sweep_releases_finished_members_left_behind(
     backend.members["mem-stranger"] = MemoryMember(stranger)
     assert await sup.sweep() == 1
     assert handle not in backend.members and "mem-stranger" in backend.members  # not ours: kept
+
+
+async def test_a_backend_that_stays_unreachable_is_warned_about_once_per_outage(
+    ctx: Context, backend: MemoryBackend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """E.g. `tp up` whose members run as host processes, with no container engine: the sweep
+    of the local backend used to warn every minute for as long as the control plane ran."""
+    sup = Supervisor(ctx)
+    backend.available = False
+    with caplog.at_level(logging.DEBUG, "tuneplane"):
+        for _ in range(3):
+            assert await sup.sweep() == 0
+        backend.available = True
+        assert await sup.sweep() == 0
+        backend.available = False
+        assert await sup.sweep() == 0  # a new outage is said again
+    said = [
+        (r.levelno, r.getMessage())
+        for r in caplog.records
+        if r.getMessage().startswith(f"sweep of {backend.name}")
+    ]
+    skipped = (
+        f"sweep of {backend.name} skipped: backend {backend.name} is unavailable (retry later)"
+    )
+    assert said == [
+        (logging.WARNING, skipped),
+        (logging.DEBUG, skipped),
+        (logging.DEBUG, skipped),
+        (logging.WARNING, f"sweep of {backend.name}: the backend answers again"),
+        (logging.WARNING, skipped),
+    ]
 
 
 async def test_a_tampered_job_capsule_fails_the_job_and_is_never_launched(tmp_path: Path) -> None:
