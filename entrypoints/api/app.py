@@ -130,7 +130,8 @@ def create_app(
     for handler in protected:
         handler.security = SECURITY
     token_cache = TokenCache(token_cache_seconds)
-    ctx.signals.subscribe(TOKENS_REVOKED, token_cache.clear)  # revoked in another API process
+    # a token revoked, or a user disabled or changed, in another API process
+    ctx.signals.subscribe(TOKENS_REVOKED, token_cache.clear)
     state: dict[str, Any] = {
         "ctx": ctx,
         "supervisor": supervisor,
