@@ -52,11 +52,11 @@ RETURNING w.id, w.subscription_id, w.job_id, w.seq, w.state, w.previous_state, w
           w.owner, w.queue, w.at, w.attempts, s.url, s.secret, s.sealed_secret, s.format
 """)
 
-# each subscription's latest outcome: its newest finished row, else its newest failed send
+# each subscription's latest outcome: its newest finished row, else its newest failed (or held) send
 _LAST = text("""
 SELECT DISTINCT ON (subscription_id) subscription_id, last_status, last_error
 FROM webhook_outbox
-WHERE subscription_id = ANY(:ids) AND (attempts > 0 OR status = 'delivered')
+WHERE subscription_id = ANY(:ids) AND (attempts > 0 OR status = 'delivered' OR last_error <> '')
 ORDER BY subscription_id, finished_at DESC NULLS FIRST, id DESC
 """)
 
