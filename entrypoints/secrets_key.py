@@ -5,6 +5,7 @@ checked and the clear ones sealed once it has."""
 from __future__ import annotations
 
 import logging
+import stat
 
 from adapters.postgres.engine import create_engine
 from adapters.postgres.webhooks import PostgresWebhooks
@@ -25,6 +26,12 @@ async def ensure_key_file(settings: Settings) -> None:
     (another host's, or a state directory that was lost), and a new key would open none."""
     path = settings.webhooks.key_path(settings.state_dir)
     if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            log.warning(
+                "the secrets key file %s is readable by others (mode %o): chmod 600 it",
+                path, mode,
+            )  # fmt: skip
         return
     engine = create_engine(require_database(settings), pool_size=1)
     try:

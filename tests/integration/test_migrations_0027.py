@@ -7,6 +7,7 @@ refused while a secret is sealed."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import stat
 from pathlib import Path
 
@@ -25,7 +26,9 @@ from entrypoints.settings import Settings
 pytestmark = pytest.mark.integration
 
 
-async def test_clear_secrets_are_kept_then_sealed_at_start(empty_db: str, tmp_path: Path) -> None:
+async def test_clear_secrets_are_kept_then_sealed_at_start(
+    empty_db: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     await migrate.upgrade_async(empty_db, "0026")
     conn = await asyncpg.connect(plain_url(empty_db))
     try:
@@ -54,7 +57,10 @@ async def test_clear_secrets_are_kept_then_sealed_at_start(empty_db: str, tmp_pa
         row = await conn.fetchrow("SELECT secret, sealed_secret FROM webhook_subscriptions")
         assert row is not None and row["secret"] is None
         assert box.open(row["sealed_secret"]) == "whsec_old"
-        await secrets_key.ensure_key_file(settings)  # there: kept as it is
+        key.chmod(0o644)
+        with caplog.at_level(logging.WARNING, "tuneplane"):
+            await secrets_key.ensure_key_file(settings)  # there: kept as it is
+        assert f"{key} is readable by others (mode 644)" in caplog.text
         assert read_key_file(key).open(row["sealed_secret"]) == "whsec_old"
         key.unlink()  # a lost state directory, or another host's process without the file
         with pytest.raises(InvalidInput, match="1 webhook secrets in the database are sealed"):
