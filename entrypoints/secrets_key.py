@@ -19,7 +19,7 @@ from entrypoints.settings import Settings
 log = logging.getLogger("tuneplane")
 
 
-async def ensure_key_file(settings: Settings) -> None:
+async def ensure_key_file(settings: Settings, *, embedded: bool = False) -> None:
     """A key file at the settings' path, or a clear refusal. Unset TUNEPLANE_SECRETS_KEY_FILE
     means ``<state>/secrets.key``; when no file is there it is made (0600) only while the
     database holds no sealed secret: one that does was sealed under a key this process lacks
@@ -54,7 +54,9 @@ async def ensure_key_file(settings: Settings) -> None:
             fix=f"set TUNEPLANE_SECRETS_KEY_FILE to a key file ({KEYGEN})",
             field="TUNEPLANE_SECRETS_KEY_FILE",
         ) from None
-    if made:
+    if made and embedded:
+        log.info("made the secrets key %s (0600; keep it with the state directory)", path)
+    elif made:
         log.warning(
             "made a new secrets key at %s (0600): webhook secrets are sealed under it. Every "
             "API process must use this same file (TUNEPLANE_SECRETS_KEY_FILE); keep a copy "
