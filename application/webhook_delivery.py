@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from application import webhook_secrets
 from application.context import Context, Notifications
@@ -24,6 +24,7 @@ from domain.webhooks import Delivery, SendResult, body, event, headers, one_line
 log = logging.getLogger("tuneplane.webhooks")
 PRUNE_EVERY = timedelta(minutes=10)
 HOLD = timedelta(minutes=1)  # a row whose secret no key opens is tried again this much later
+SAY_HELD_EVERY = timedelta(minutes=10)  # such a webhook is logged at most this often
 
 
 class Deliverer:
@@ -33,6 +34,7 @@ class Deliverer:
         self._wake = asyncio.Event()
         self._since_prune = PRUNE_EVERY  # prune at the first pass
         self.sent = 0  # sends attempted by this process (tests, logs)
+        self._held_said: dict[str, datetime] = {}  # webhook -> when its hold was last logged
 
     @property
     def lease(self) -> timedelta:
@@ -116,10 +118,13 @@ class Deliverer:
     async def _hold(self, delivery: Delivery, exc: SecretUnreadable) -> None:
         """Not sent: due again after HOLD, no send counted (it never goes dead for a key an
         operator can put back), the error on the row for `tp webhook ls`."""
-        log.error(
-            "webhook %s: event %s not sent: %s (fix: %s)",
-            delivery.subscription_id, delivery.change.event_id, exc.message, exc.fix,
-        )  # fmt: skip
+        now, said = self._ctx.clock.now(), self._held_said.get(delivery.subscription_id)
+        if said is None or now - said >= SAY_HELD_EVERY:  # one line per webhook, not per row
+            self._held_said[delivery.subscription_id] = now
+            log.error(
+                "webhook %s: event %s not sent (its deliveries are held): %s (fix: %s)",
+                delivery.subscription_id, delivery.change.event_id, exc.message, exc.fix,
+            )  # fmt: skip
         try:
             await self._n.store.held(delivery.id, one_line(f"not sent: {exc.message}"), HOLD)
         except TunePlaneError as failed:  # the row stays claimed: due again once its lease ends
