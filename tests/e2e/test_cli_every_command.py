@@ -233,6 +233,8 @@ ROWS: list[Row] = [
        out="resealed 1 webhook secrets under the newest key"),
     bad(2, "admin secrets reseal", env={"TUNEPLANE_SECRETS_KEY_FILE": "{tmp}/no-such-key"},
         out="no secrets key file", anytime=True),
+    bad(2, "serve", out="webhook secrets in the database are sealed under a key",
+        note="no key file (STATE/secrets.key) once a secret is sealed: refused, none made"),
     ok("webhook test", "{webhook}", out="answered 200", note="signed as before the reseal"),
     bad(3, "webhook test", "wh-nope", out="no webhook"),
     ok("webhook rm", "{webhook}", out="removed"),
