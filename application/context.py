@@ -14,6 +14,7 @@ from domain.catalog import Catalog
 from domain.coordination_ports import NO_SIGNALS, Signals
 from domain.errors import InvalidInput, Unavailable
 from domain.ports import Clock, Ids
+from domain.secret_ports import SecretBox
 from domain.telemetry_ports import MetricsStore, TokenSigner
 from domain.unit_of_work import UnitOfWorkFactory, Units
 from domain.webhook_ports import WebhookSender, WebhookStore
@@ -56,6 +57,7 @@ class Notifications:
     jitter: Callable[[], float] = lambda: 0.5  # a number in [0, 1): spreads retries apart
     batch: int = 32  # rows claimed (and sent at once) per pass
     retention: timedelta = timedelta(days=7)  # delivered and dead rows are kept this long
+    secrets: SecretBox | None = None  # seals signing secrets at rest; None: none can be made
 
 
 NO_CATALOG = Catalog(methods=())  # a process that resolves no submission

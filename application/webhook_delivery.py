@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
+from application import webhook_secrets
 from application.context import Context, Notifications
 from domain.coordination_ports import WEBHOOK_OUTBOX
 from domain.errors import TunePlaneError
+from domain.secret_ports import SecretUnreadable
 from domain.webhooks import Delivery, SendResult, body, event, headers, one_line
 
 log = logging.getLogger("tuneplane.webhooks")
 PRUNE_EVERY = timedelta(minutes=10)
+HOLD = timedelta(minutes=1)  # a row whose secret no key opens is tried again this much later
+SAY_HELD_EVERY = timedelta(minutes=10)  # such a webhook is logged at most this often
 
 
 class Deliverer:
@@ -30,6 +34,7 @@ class Deliverer:
         self._wake = asyncio.Event()
         self._since_prune = PRUNE_EVERY  # prune at the first pass
         self.sent = 0  # sends attempted by this process (tests, logs)
+        self._held_said: dict[str, datetime] = {}  # webhook -> when its hold was last logged
 
     @property
     def lease(self) -> timedelta:
@@ -72,9 +77,18 @@ class Deliverer:
 
     async def _deliver(self, delivery: Delivery) -> None:
         change = delivery.change
+        try:
+            secret = webhook_secrets.signing_secret(
+                self._n, delivery.subscription_id, delivery.secret
+            )
+        except SecretUnreadable as exc:  # never sent unsigned or with another secret
+            await self._hold(delivery, exc)
+            return
+        if not delivery.secret.sealed:  # written before 0027 or by an older API process
+            await self._seal(delivery)
         payload = body(event(change), delivery.format)
         now = int(self._ctx.clock.now().timestamp())
-        sent = headers(delivery.secret, change.event_id, delivery.subscription_id, now, payload)
+        sent = headers(secret, change.event_id, delivery.subscription_id, now, payload)
         try:
             result = await asyncio.wait_for(
                 self._n.sender.send(delivery.url, sent, payload, self._n.timeout),
@@ -100,3 +114,24 @@ class Deliverer:
                 )  # fmt: skip
         except TunePlaneError as exc:  # the row stays claimed: resent once its lease ends
             log.warning("webhook %s: outcome not recorded: %s", delivery.subscription_id, exc)
+
+    async def _hold(self, delivery: Delivery, exc: SecretUnreadable) -> None:
+        """Not sent: due again after HOLD, no send counted (it never goes dead for a key an
+        operator can put back), the error on the row for `tp webhook ls`."""
+        now, said = self._ctx.clock.now(), self._held_said.get(delivery.subscription_id)
+        if said is None or now - said >= SAY_HELD_EVERY:  # one line per webhook, not per row
+            self._held_said[delivery.subscription_id] = now
+            log.error(
+                "webhook %s: event %s not sent (its deliveries are held): %s (fix: %s)",
+                delivery.subscription_id, delivery.change.event_id, exc.message, exc.fix,
+            )  # fmt: skip
+        try:
+            await self._n.store.held(delivery.id, one_line(f"not sent: {exc.message}"), HOLD)
+        except TunePlaneError as failed:  # the row stays claimed: due again once its lease ends
+            log.warning("webhook %s: hold not recorded: %s", delivery.subscription_id, failed)
+
+    async def _seal(self, delivery: Delivery) -> None:
+        try:
+            await webhook_secrets.seal_clear_one(self._n, delivery.subscription_id, delivery.secret)
+        except TunePlaneError as exc:  # sent all the same; sealed at the next start
+            log.warning("webhook %s: secret not sealed: %s", delivery.subscription_id, exc)

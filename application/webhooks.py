@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from application import webhook_secrets
 from application.context import Context, Notifications
 from domain.auth import Principal, Role
 from domain.catalog import check_name
@@ -28,6 +29,12 @@ from domain.webhooks import (
     parse_states,
     ping_event,
 )
+
+
+@dataclass(frozen=True, slots=True)
+class NewSubscription:
+    subscription: Subscription  # as stored: its secret sealed
+    secret: str  # the clear secret, shown to its maker once and never again
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,14 +60,16 @@ async def add(
     target: str | None = None,
     states: Iterable[object] = (),
     fmt: Format = Format.TUNEPLANE,
-) -> Subscription:
+) -> NewSubscription:
     """Subscribe ``url`` to the job state changes of ``scope``/``target`` (the caller's own
-    jobs by default). The answer holds the secret: it is never shown again."""
+    jobs by default). The answer holds the secret in clear: it is stored sealed, and never
+    shown again."""
     n = notifications(ctx)
     url = check_url(url, allow_loopback=n.allow_loopback, allow_private=n.allow_private)
     target = principal.name if target is None else target
     check_name(target, f"{scope.value} name", scope.value)
     await _may_subscribe(ctx, principal, scope, target)
+    secret = "whsec_" + ctx.new_secret()
     subscription = Subscription(
         id=ctx.ids.new("wh"),
         owner=principal.name,
@@ -70,10 +79,10 @@ async def add(
         states=parse_states(states),
         format=fmt,
         created_at=ctx.clock.now(),
-        secret="whsec_" + ctx.new_secret(),
+        secret=webhook_secrets.seal(n, secret),
     )
     await n.store.add(subscription, MAX_SUBSCRIPTIONS_PER_OWNER)
-    return subscription
+    return NewSubscription(subscription, secret)
 
 
 async def _may_subscribe(ctx: Context, principal: Principal, scope: Scope, target: str) -> None:
@@ -141,6 +150,7 @@ async def send_test(ctx: Context, principal: Principal, subscription_id: str) ->
     now = ctx.clock.now()
     event_id = ctx.ids.new("test")
     payload = body(ping_event(event_id, subscription, now), subscription.format)
-    sent = headers(subscription.secret, event_id, subscription.id, int(now.timestamp()), payload)
+    secret = webhook_secrets.signing_secret(n, subscription.id, subscription.secret)
+    sent = headers(secret, event_id, subscription.id, int(now.timestamp()), payload)
     result = await n.sender.send(subscription.url, sent, payload, n.timeout)
     return TestOutcome(event_id, SendResult(result.status, one_line(result.error)))

@@ -12,7 +12,13 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Protocol
 
-from domain.webhooks import Delivery, SendResult, Subscription, SubscriptionSummary
+from domain.webhooks import (
+    Delivery,
+    SendResult,
+    StoredSecret,
+    Subscription,
+    SubscriptionSummary,
+)
 
 
 class WebhookStore(Protocol):
@@ -42,6 +48,20 @@ class WebhookStore(Protocol):
         self, delivery_id: int, result: SendResult, retry_in: timedelta | None
     ) -> None:
         """Record a failed send: due again after ``retry_in``, or dead (None)."""
+        ...
+
+    async def held(self, delivery_id: int, error: str, retry_in: timedelta) -> None:
+        """Record that a claimed row was not sent (its secret could not be read): due again
+        after ``retry_in``, its error shown, no send counted (it never goes dead for it)."""
+        ...
+
+    async def secrets(self) -> Sequence[tuple[str, StoredSecret]]:
+        """Every subscription's id and stored secret (sealing and re-sealing them)."""
+        ...
+
+    async def replace_secret(self, subscription_id: str, old: StoredSecret, sealed: str) -> bool:
+        """Store ``sealed`` as the subscription's secret if it still holds ``old`` (a
+        compare-and-set: a secret changed meanwhile is left alone); False if not replaced."""
         ...
 
     async def prune(self, older_than: timedelta) -> int:

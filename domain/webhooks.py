@@ -11,7 +11,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from urllib.parse import urlsplit
@@ -29,6 +29,20 @@ REPLAY_TOLERANCE = timedelta(minutes=5)  # what receivers are told to accept (do
 STATE_CHANGED = "job.state_changed"
 TEST_EVENT = "webhook.test"
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain"})
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSecret:
+    """A webhook's signing secret as the store keeps it: sealed (``domain.secret_ports``), or
+    still clear where a row was written before migration 0027 (or by an older API process);
+    the API seals a clear one when it starts and where a delivery meets one. Never printed:
+    its repr hides the value."""
+
+    value: str = field(repr=False)
+    sealed: bool = True
+
+    def __repr__(self) -> str:
+        return f"StoredSecret({'sealed' if self.sealed else 'clear'}, <hidden>)"
 
 
 class Scope(StrEnum):
@@ -58,7 +72,7 @@ class Subscription:
     states: tuple[JobState, ...]  # empty: every state
     format: Format
     created_at: datetime
-    secret: str  # signs every body; shown once, when made
+    secret: StoredSecret  # signs every body; sealed at rest, shown in clear once, when made
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +113,7 @@ class Delivery:
     id: int
     subscription_id: str
     url: str
-    secret: str
+    secret: StoredSecret
     format: Format
     change: JobChange
     attempts: int  # failed sends so far

@@ -20,7 +20,7 @@ from application.gang import GangSettings
 from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict
 from domain.gpus import one_model
-from entrypoints import fleet_config, logs
+from entrypoints import fleet_config, logs, secrets_key
 from entrypoints.api.app import create_app
 from entrypoints.api.instrumentation import instrumented
 from entrypoints.cli.config import write_private
@@ -46,8 +46,11 @@ async def serve(
     to the state directory (``bootstrap``; `tp up` has done so already and prints the token)."""
     check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
     await reach_database(settings)
+    await secrets_key.ensure_key_file(settings)
     async with started(ApiContainer(settings=settings)) as container:
         ctx = await resolve(container.context)
+        if ctx.notifications is not None:
+            await secrets_key.seal_stored(ctx.notifications)
         if bootstrap and (token := await bootstrap_admin(ctx)) is not None:
             path = _keep_admin_token(settings.state_dir, token)
             if path is not None:

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated
 
 from msgspec import Meta
 
 from application.context import Notifications
+from domain.secret_ports import SecretBox
 from domain.webhook_destinations import Destinations
 from domain.webhook_ports import WebhookSender, WebhookStore
 from domain.webhooks import Retry
@@ -97,12 +99,30 @@ class WebhookSettings:
         "are always refused (notifications.md#where-webhooks-may-go)",
     )
 
+    secrets_key_file: Path | None = var(
+        None,
+        env="TUNEPLANE_SECRETS_KEY_FILE",
+        section="webhooks",
+        default_doc="unset → `<state>/secrets.key`",
+        doc="the key file webhook signing secrets are sealed under (Fernet keys, one a line, "
+        "newest first; `tp admin secrets keygen`): give every API process the same file, and "
+        "keep a copy apart from the database's backups (notifications.md#the-secret-at-rest)",
+    )
+
     def destinations(self) -> Destinations:
         """The policy the sender judges every resolved address by."""
         return Destinations(allow_loopback=self.allow_loopback, allow_private=self.allow_private)
 
+    def key_path(self, state_dir: Path) -> Path:
+        """Where the secrets key file is (``<state>/secrets.key`` unless set)."""
+        return (self.secrets_key_file or state_dir / "secrets.key").expanduser()
+
     def notifications(
-        self, store: WebhookStore, sender: WebhookSender, jitter: Callable[[], float]
+        self,
+        store: WebhookStore,
+        sender: WebhookSender,
+        jitter: Callable[[], float],
+        secrets: SecretBox | None = None,
     ) -> Notifications:
         return Notifications(
             store=store,
@@ -117,4 +137,5 @@ class WebhookSettings:
             allow_loopback=self.allow_loopback,
             allow_private=self.allow_private,
             jitter=jitter,
+            secrets=secrets,
         )

@@ -16,7 +16,7 @@ from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
 from domain.errors import InvalidInput, TunePlaneError
-from entrypoints import logs
+from entrypoints import logs, secrets_key
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen, run_server
@@ -123,6 +123,8 @@ def run_up(settings: Settings) -> int:
         assert settings.database_url
         with console.status("migrating the database"):
             migrate.upgrade(settings.database_url)
+        # the key webhook secrets are sealed under: made 0600 in the state dir at the first start
+        asyncio.run(secrets_key.ensure_key_file(settings, embedded=True))
         if load_one(NodeSettings, "executor") != "process":  # host processes run no image
             asyncio.run(_ensure_runtime(settings))
         token = asyncio.run(_set_up(settings))

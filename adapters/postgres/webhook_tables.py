@@ -31,7 +31,11 @@ webhook_subscriptions = Table(
     Column("states", ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")),
     Column("format", Text, nullable=False),
     ts("created_at"),
-    Column("secret", Text, nullable=False),  # HMAC key: needed in clear to sign
+    # the HMAC key, sealed under the secrets key (migration 0027; notifications.md): never
+    # clear here, but in a row from before 0027 (or an older API process), sealed at start
+    Column("secret", Text, nullable=True),  # clear: only such a row's, until it is sealed
+    Column("sealed_secret", Text, nullable=True),
+    CheckConstraint("num_nonnulls(secret, sealed_secret) = 1", name="one_secret"),
     one_of("scope", Scope),
     one_of("format", Format),
     Index("ix_webhook_subscriptions_scope_target", "scope", "target"),

@@ -26,6 +26,7 @@ from domain.webhooks import (
     JobChange,
     Scope,
     SendResult,
+    StoredSecret,
     Subscription,
     SubscriptionSummary,
 )
@@ -48,16 +49,23 @@ UPDATE webhook_outbox w SET next_at = now() + make_interval(secs => :lease)
 FROM due, webhook_subscriptions s
 WHERE w.id = due.id AND s.id = w.subscription_id
 RETURNING w.id, w.subscription_id, w.job_id, w.seq, w.state, w.previous_state, w.reason,
-          w.owner, w.queue, w.at, w.attempts, s.url, s.secret, s.format
+          w.owner, w.queue, w.at, w.attempts, s.url, s.secret, s.sealed_secret, s.format
 """)
 
-# each subscription's latest outcome: its newest finished row, else its newest failed send
+# each subscription's latest outcome: its newest finished row, else its newest failed (or held) send
 _LAST = text("""
 SELECT DISTINCT ON (subscription_id) subscription_id, last_status, last_error
 FROM webhook_outbox
-WHERE subscription_id = ANY(:ids) AND (attempts > 0 OR status = 'delivered')
+WHERE subscription_id = ANY(:ids) AND (attempts > 0 OR status = 'delivered' OR last_error <> '')
 ORDER BY subscription_id, finished_at DESC NULLS FIRST, id DESC
 """)
+
+
+def _secret(row: Any) -> StoredSecret:
+    sealed = row["sealed_secret"]
+    if sealed is not None:
+        return StoredSecret(sealed, sealed=True)
+    return StoredSecret(row["secret"], sealed=False)
 
 
 def _subscription(row: Any) -> Subscription:
@@ -70,7 +78,7 @@ def _subscription(row: Any) -> Subscription:
         states=tuple(JobState(s) for s in row["states"]),
         format=Format(row["format"]),
         created_at=row["created_at"],
-        secret=row["secret"],
+        secret=_secret(row),
     )
 
 
@@ -80,7 +88,7 @@ def _delivery(row: Any) -> Delivery:
         id=row["id"],
         subscription_id=row["subscription_id"],
         url=row["url"],
-        secret=row["secret"],
+        secret=_secret(row),
         format=Format(row["format"]),
         attempts=row["attempts"],
         change=JobChange(
@@ -94,6 +102,12 @@ def _delivery(row: Any) -> Delivery:
             at=row["at"],
         ),
     )
+
+
+def _columns(secret: StoredSecret) -> dict[str, str | None]:
+    if secret.sealed:
+        return {"secret": None, "sealed_secret": secret.value}
+    return {"secret": secret.value, "sealed_secret": None}
 
 
 class PostgresWebhooks:
@@ -122,7 +136,7 @@ class PostgresWebhooks:
                     webhook_subscriptions.insert().values(
                         id=s.id, owner=s.owner, scope=s.scope.value, target=s.target,
                         url=s.url, states=[x.value for x in s.states], format=s.format.value,
-                        created_at=s.created_at, secret=s.secret,
+                        created_at=s.created_at, **_columns(s.secret),
                     )
                 )  # fmt: skip
 
@@ -215,6 +229,34 @@ class PostgresWebhooks:
         with translated(f"record webhook delivery {delivery_id}"):
             async with self._engine.begin() as conn:
                 await conn.execute(query)
+
+    async def held(self, delivery_id: int, error: str, retry_in: timedelta) -> None:
+        await self._finish(
+            delivery_id,
+            last_error=error,
+            next_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, retry_in.total_seconds()),
+        )
+
+    async def secrets(self) -> builtins.list[tuple[str, StoredSecret]]:
+        s = webhook_subscriptions
+        query = select(s.c.id, s.c.secret, s.c.sealed_secret).order_by(s.c.id)
+        with translated("read the webhook secrets"):
+            async with self._engine.connect() as conn:
+                rows = (await conn.execute(query)).mappings().all()
+        return [(r["id"], _secret(r)) for r in rows]
+
+    async def replace_secret(self, subscription_id: str, old: StoredSecret, sealed: str) -> bool:
+        s = webhook_subscriptions
+        held = s.c.sealed_secret if old.sealed else s.c.secret
+        query = (
+            update(s)
+            .where(s.c.id == subscription_id, held == old.value)
+            .values(secret=None, sealed_secret=sealed)
+            .returning(s.c.id)
+        )
+        with translated(f"seal the secret of webhook {subscription_id}"):
+            async with self._engine.begin() as conn:
+                return (await conn.execute(query)).first() is not None
 
     async def prune(self, older_than: timedelta) -> int:
         o = webhook_outbox

@@ -95,14 +95,15 @@ def _out(summary: SubscriptionSummary) -> WebhookOut:
     summary="Subscribe a URL to job state changes: a user's, a team's or a queue's jobs",
 )
 async def add_webhook(data: JSONBody[WebhookIn], state: State, principal: Caller) -> WebhookCreated:
-    s = await webhooks.add(
+    made = await webhooks.add(
         _ctx(state), principal, data.url, scope=data.scope, target=data.target,
         states=data.states, fmt=data.format,
     )  # fmt: skip
+    s = made.subscription
     return WebhookCreated(
         id=s.id, owner=s.owner, scope=s.scope.value, target=s.target, url=s.url,
         states=[x.value for x in s.states], format=s.format.value, created_at=s.created_at,
-        secret=s.secret,
+        secret=made.secret,
     )  # fmt: skip
 
 

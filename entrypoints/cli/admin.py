@@ -269,3 +269,9 @@ lazy(
     "recover:recover",
     "A new token for an admin, on the database directly, when every admin token is lost.",
 )
+lazy(
+    admin_app,
+    "secrets",
+    "secrets:secrets_app",
+    "The key webhook secrets are sealed under: make one, re-seal with it.",
+)

@@ -20,6 +20,7 @@ from adapters.postgres.lease import PostgresLeaderLease
 from adapters.postgres.metrics import PostgresMetrics
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.postgres.webhooks import PostgresWebhooks
+from adapters.secret_box import read_key_file
 from adapters.slurm.backend import SlurmBackend
 from adapters.system import RandomIds, SystemClock, new_secret
 from adapters.webhook_sender import HttpWebhookSender, jitter
@@ -89,7 +90,10 @@ def _context(
         backend_outputs={"slurm": slurm.outputs} if slurm is not None else {},
         backend_checkpoints={"slurm": slurm.checkpoints} if slurm is not None else {},
         notifications=settings.webhooks.notifications(
-            PostgresWebhooks(engine), webhook_sender, jitter
+            PostgresWebhooks(engine),
+            webhook_sender,
+            jitter,
+            read_key_file(settings.webhooks.key_path(settings.state_dir)),
         ),
         instruments=process_instruments(),  # docs/operations.md#metrics
     )

@@ -28,7 +28,7 @@ from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.postgres.webhook_tables import webhook_outbox, webhook_subscriptions
 from adapters.postgres.webhooks import PostgresWebhooks
 from domain.lifecycle import JobState
-from domain.webhooks import Format, Scope, Subscription
+from domain.webhooks import Format, Scope, StoredSecret, Subscription
 from tests.contract.builders import a_job
 
 pytestmark = pytest.mark.bench
@@ -62,7 +62,7 @@ async def _subscribe(engine: AsyncEngine, targets: list[str]) -> None:
     for i, target in enumerate(targets):
         await store.add(
             Subscription(f"wh-{i}", "admin", Scope.USER, target, "https://hooks.invalid/b", (),
-                         Format.TUNEPLANE, AT, "whsec_bench"),
+                         Format.TUNEPLANE, AT, StoredSecret("sealed-bench")),
             limit_per_owner=len(targets),
         )  # fmt: skip
 

@@ -226,7 +226,16 @@ ROWS: list[Row] = [
     bad(2, "webhook add", "{hook}/ok", "--state", "runing", out="not a job state"),
     ok("webhook ls", out="{webhook}"),
     bad(2, "webhook ls", "--bogus", out="--bogus"),
-    ok("webhook test", "{webhook}", out="answered 200"),
+    # -- the key webhook secrets are sealed under (the servers' key file: STATE/secrets.key)
+    ok("admin secrets keygen", out="=", anytime=True),
+    bad(2, "admin secrets keygen", "--bogus", out="--bogus", anytime=True),
+    ok("admin secrets reseal", env={"TUNEPLANE_SECRETS_KEY_FILE": "{server_key}"},
+       out="resealed 1 webhook secrets under the newest key"),
+    bad(2, "admin secrets reseal", env={"TUNEPLANE_SECRETS_KEY_FILE": "{tmp}/no-such-key"},
+        out="no secrets key file", anytime=True),
+    bad(2, "serve", out="webhook secrets in the database are sealed under a key",
+        note="no key file (STATE/secrets.key) once a secret is sealed: refused, none made"),
+    ok("webhook test", "{webhook}", out="answered 200", note="signed as before the reseal"),
     bad(3, "webhook test", "wh-nope", out="no webhook"),
     ok("webhook rm", "{webhook}", out="removed"),
     bad(3, "webhook rm", "{webhook}", out="no webhook"),
@@ -443,6 +452,7 @@ async def live(
         fleet_file=str(fleet_file),
         bad_fleet_file=str(bad_fleet),
         spare_db=spare_pg_url,
+        server_key=str(cluster.servers.state_dir / "secrets.key"),
     )
     with receiver() as hooks:  # `tp webhook`'s receiver
         live.values["hook"] = hooks.url

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres.uow import PostgresUnitOfWork
-from adapters.postgres.webhook_tables import webhook_outbox
+from adapters.postgres.webhook_tables import webhook_outbox, webhook_subscriptions
 from domain.lifecycle import JobState
 from domain.webhooks import verify
 from tests.contract.builders import a_job
@@ -51,6 +51,10 @@ async def test_a_killed_api_process_loses_no_webhook(
                 r = await c.post(f"{first.url}/v1/webhooks", json={"url": rec.url + "/h"})
                 assert r.status_code == 201, r.text
                 secret = r.json()["secret"]
+            async with pg_engine.connect() as conn:  # sealed at rest, under STATE/secrets.key
+                stored = (await conn.execute(select(webhook_subscriptions))).mappings().one()
+            assert stored["secret"] is None and secret not in stored["sealed_secret"]
+            assert (state / "secrets.key").stat().st_mode & 0o777 == 0o600
             job = a_job(owner="admin")
             async with PostgresUnitOfWork(pg_engine) as uow:
                 await uow.jobs.add(job)

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.postgres.webhook_tables import webhook_outbox, webhook_subscriptions
 from adapters.postgres.webhooks import PostgresWebhooks
+from adapters.secret_box import FernetSecretBox, new_key
 from adapters.tls import dev_server_context
 from adapters.webhook_sender import HttpWebhookSender, system_resolver
 from application.auth import bootstrap_admin, create_token
@@ -39,6 +40,7 @@ from tests.support.waiting import until
 from tests.support.webhook_receiver import Receiver, receiver
 
 pytestmark = pytest.mark.integration
+KEY = new_key().encode()  # the rig's secrets key (test_webhook_secrets.py rotates it)
 FAST = Retry(max_attempts=3, base=timedelta(milliseconds=10), cap=timedelta(milliseconds=40))
 
 
@@ -99,7 +101,7 @@ async def rig(tmp_path: Path, pg_engine: AsyncEngine) -> AsyncIterator[Rig]:
     sender = HttpWebhookSender(destinations=Destinations(allow_loopback=True), resolve=resolve)
     notifications = Notifications(
         PostgresWebhooks(pg_engine), sender, retry=FAST, timeout=timedelta(seconds=30),
-        allow_loopback=True, jitter=lambda: 0.0,
+        allow_loopback=True, jitter=lambda: 0.0, secrets=FernetSecretBox([KEY]),
     )  # fmt: skip
     ctx = dataclasses.replace(
         memory_context(tmp_path),

@@ -87,6 +87,19 @@ def test_the_deployments_run_tp_with_the_database_secret(docs: list[dict[str, An
     assert api["spec"]["template"]["spec"]["serviceAccountName"] == "tp"
 
 
+def test_every_api_replica_reads_one_secrets_key_file(docs: list[dict[str, Any]]) -> None:
+    api = next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"] == "tp-api")
+    pod = api["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    path = Path(env["TUNEPLANE_SECRETS_KEY_FILE"])
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "tuneplane-secrets-key"
+    assert volume["secret"]["items"] == [{"key": "secrets.key", "path": path.name}]
+    assert volume["secret"]["defaultMode"] == 0o400 and mount["readOnly"] is True
+
+
 def test_the_backend_config_in_the_chart_is_one_the_backend_reads(
     docs: list[dict[str, Any]],
 ) -> None:

@@ -19,6 +19,7 @@ from domain.webhooks import (
     JobChange,
     Retry,
     Scope,
+    StoredSecret,
     Subscription,
     body,
     check_url,
@@ -116,7 +117,9 @@ def test_the_slack_body_is_one_text() -> None:
     assert (
         slack["text"] == "TunePlane: job job-2 (bob, queue q) is now *failed* (was running): exit 3"
     )
-    sub = Subscription("wh-1", "bob", Scope.USER, "bob", "https://x.org", (), Format.SLACK, AT, "s")
+    sub = Subscription(
+        "wh-1", "bob", Scope.USER, "bob", "https://x.org", (), Format.SLACK, AT, StoredSecret("s")
+    )
     assert (
         "test of webhook" in json.loads(body(ping_event("test-1", sub, AT), Format.SLACK))["text"]
     )
