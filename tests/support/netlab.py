@@ -52,7 +52,7 @@ def _namespaces() -> list[str]:
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
     """Whether the test process that made a lab still runs (a pytest-xdist worker's command line
     does not say pytest: any process of that pid counts, a reused pid keeps its lab a run more)."""
     try:
@@ -102,7 +102,7 @@ def sweep() -> None:
         if len(parts) >= 3 and parts[1].isdigit():
             owners.setdefault(int(parts[1]), [])
     for pid, namespaces in owners.items():
-        if not _alive(pid):
+        if not alive(pid):
             for path in SCRATCH.glob(f"{PREFIX}-{pid}-*"):
                 shutil.rmtree(path, ignore_errors=True)
             remove(namespaces, [f"{PREFIX}{pid}", f"{PREFIX}{pid}x"])

@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.netlab import alive
+
 SYSTEMD = Path("/lib/systemd/system")
 TARGETS = (
     "sysinit", "basic", "multi-user", "network", "network-online", "network-pre", "shutdown",
@@ -105,7 +107,7 @@ def sweep_stale() -> None:
     clean-up): their cgroups are named ``tp-systemd-<pytest pid>-…`` in every hierarchy."""
     tops = [Path(p) for p in glob.glob("/sys/fs/cgroup/*/tp-systemd-*")]
     tops += [Path(p) for p in glob.glob("/sys/fs/cgroup/memory/**/tp-systemd-*", recursive=True)]
-    stale = [t for t in tops if not _alive(int(t.name.split("-")[2]))]
+    stale = [t for t in tops if not alive(int(t.name.split("-")[2]))]
     for top in stale:
         for procs in top.rglob("cgroup.procs"):
             for pid in procs.read_text().split():
@@ -115,16 +117,6 @@ def sweep_stale() -> None:
     listed.write_text("\n".join(str(t) for t in stale))
     _remove_cgroups(listed)
     listed.unlink()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager
