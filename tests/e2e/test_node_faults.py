@@ -77,8 +77,10 @@ async def cluster(pair: NodeCluster) -> NodeCluster:
     return pair
 
 
-async def connectivity(cluster: NodeCluster, node: str, want: str, within: float = 30) -> None:
-    """Until the control plane shows ``node`` ``want`` (connected, disconnected)."""
+async def connectivity(cluster: NodeCluster, node: str, want: str, within: float = 60) -> None:
+    """Until the control plane shows ``node`` ``want`` (connected, disconnected). The default
+    bound outlasts the control plane's own 30 s limit for a silent node, which marks it
+    disconnected where its gateway missed the end of its stream."""
     deadline = time.monotonic() + within
     while (await asyncio.to_thread(cluster.nodes))[node]["connectivity"] != want:
         assert time.monotonic() < deadline, f"node {node} never became {want}"
@@ -250,7 +252,7 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
     job = await wait_members(cluster, job_id, "running")
     attempt_id = job["attempts"][-1]["id"]
     cluster.kill_daemon("n1", signal.SIGTERM)  # its member keeps running; the test speaks for it
-    await connectivity(cluster, "n1", "disconnected")  # one session per node: until it is closed
+    await connectivity(cluster, "n1", "disconnected", 30)  # one session per node: until closed
     state_dir = cluster.daemons["n1"].state_dir
     stored = load_credential(state_dir)
     assert stored is not None
