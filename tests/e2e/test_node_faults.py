@@ -59,8 +59,8 @@ def pair(
     """Nodes n1 and n2 (heartbeat 1 s), shared by the tests below that leave them as they found
     them: both daemons running and connected straight to the gateway, none of their jobs
     unfinished. Each test submits its own job and looks only at its own attempt, containers
-    and the log lines written after it began. (The fenced node is lost for good, and credential
-    rotation needs its own settings: those two tests start their own clusters.)"""
+    and the log lines written after it began. (A fenced node is lost for good: that test adds
+    two nodes of its own. Credential rotation needs its own settings: its own cluster.)"""
     state = tmp_path_factory.mktemp("pair")
     with shared_node_cluster(module_pg_url, docker_host, state, 2) as cluster:
         yield cluster
@@ -415,36 +415,47 @@ async def hello_with(cluster: NodeCluster, credential: str) -> None:
 
 
 async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
-    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+    cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
-    """The machine of n2 hangs (SIGSTOP); the operator fences it: its member fails, the gang
-    ends, the envelope is released. When n2 wakes up and reconnects (welcomed with the raised
+    """The machine of n4 hangs (SIGSTOP); the operator fences it: its member fails, the gang
+    ends, the envelope is released. When n4 wakes up and reconnects (welcomed with the raised
     epoch), what it says about the old member changes nothing, it is told to remove the
-    member's container, and it stays cordoned."""
-    cluster = await node_cluster_factory(2)
+    member's container, and it stays cordoned.
+
+    A fenced node is lost for good: this test's gang runs on two nodes of their own (n3, n4 in
+    the pool ``fence``) beside the shared pair, which it leaves as it found it."""
+    cluster.api(
+        "POST",
+        "/v1/pools",
+        {"name": "fence", "backend": "node", "cpus_per_node": NODE_CPUS,
+         "memory_mb_per_node": NODE_MEMORY_MB},
+    )  # fmt: skip
+    for name in ("n3", "n4"):
+        cluster.start_daemon(name, pool="fence")
+    await asyncio.to_thread(cluster.wait_connected, ["n3", "n4"])
     cli = await cli_for(cluster, tmp_path)
     since = time.time() - 1
-    job_id = submit(cli, "sleep 600", PAIR)
+    job_id = submit(cli, "sleep 600", "fence/cpu:1")  # a gang of n3 and n4, whole
     job = await wait_members(cluster, job_id, "running")
     [attempt] = job["attempts"]
-    [lost] = [m for m in attempt["members"] if m["node"] == "n2"]
-    daemon = cluster.daemons["n2"].proc
+    [lost] = [m for m in attempt["members"] if m["node"] == "n4"]
+    daemon = cluster.daemons["n4"].proc
     assert daemon is not None
     gateway_log = cluster.servers.state_dir / "gateway.log"
     begun = size(gateway_log)
     daemon.send_signal(signal.SIGSTOP)
     try:
-        out = cli("node", "fence", "n2", "--reason", "machine hung").stdout
-        assert "node n2 fenced; 1 member(s) recorded failed" in out
+        out = cli("node", "fence", "n4", "--reason", "machine hung").stdout
+        assert "node n4 fenced; 1 member(s) recorded failed" in out
         job = await asyncio.to_thread(cli.wait_state, job_id, {"failed"}, 60)
         assert await live_reservations(cluster, attempt["id"]) == 0
         deadline = time.monotonic() + 30  # silent for 3 heartbeats: the gateway drops its stream
-        while "node n2 disconnected" not in tail(gateway_log, begun):
+        while "node n4 disconnected" not in tail(gateway_log, begun):
             assert time.monotonic() < deadline, tail(gateway_log, begun)
             await asyncio.sleep(0.2)
     finally:
         daemon.send_signal(signal.SIGCONT)
-    await asyncio.to_thread(cluster.wait_connected, ["n2"])  # it comes back: a new stream
+    await asyncio.to_thread(cluster.wait_connected, ["n4"])  # it comes back: a new stream
 
     def removed() -> bool:
         return "destroy" in actions(docker_host, attempt["id"], since).get(lost["id"], [])
@@ -458,8 +469,8 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     [member] = [m for m in job["attempts"][0]["members"] if m["id"] == lost["id"]]
     assert member["state"] == "failed" and "machine hung" in member["reason"]
     nodes = await asyncio.to_thread(cluster.nodes)
-    assert nodes["n2"]["sched"] == "cordoned"  # back in contact, but no new work until uncordoned
-    assert not nodes["n2"]["eligible"]
+    assert nodes["n4"]["sched"] == "cordoned"  # back in contact, but no new work until uncordoned
+    assert not nodes["n4"]["eligible"]
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
 
 
