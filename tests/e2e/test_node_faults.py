@@ -14,6 +14,7 @@ import asyncio
 import signal
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,7 @@ from domain.node_messages import Heartbeat, Hello, Refused, Vote, Welcome
 from domain.node_protocol import MemberRef, MemberReport, NodeCapacity, Phase
 from proto.node_control_grpc import NodeControlStub
 from tests.e2e.test_node_backend import Factory, actions, cli_for, events, starts, submit
-from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
+from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster, shared_node_cluster
 from tests.fixtures.server import free_port
 from tests.support.db import plain_dsn
 from tests.support.tcp_proxy import TcpProxy
@@ -51,12 +52,83 @@ STATE_TABLES = (
 )
 
 
-async def live_reservations(cluster: NodeCluster) -> int:
+@pytest.fixture(scope="module")
+def pair(
+    module_pg_url: str, docker_host: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NodeCluster]:
+    """Nodes n1 and n2 (heartbeat 1 s), shared by the tests below that leave them as they found
+    them: both daemons running and connected straight to the gateway, none of their jobs
+    unfinished. Each test submits its own job and looks only at its own attempt, containers
+    and the log lines written after it began. (A fenced node is lost for good: that test adds
+    two nodes of its own. Credential rotation needs its own settings: its own cluster.)"""
+    state = tmp_path_factory.mktemp("pair")
+    with shared_node_cluster(module_pg_url, docker_host, state, 2) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def cluster(pair: NodeCluster) -> NodeCluster:
+    """The shared pair, both daemons up and connected (restarted if a failed test left one
+    dead), so that each test passes alone and in any order."""
+    for name, daemon in pair.daemons.items():
+        if daemon.proc is None or daemon.proc.poll() is not None:
+            pair.start_daemon(name)
+    await asyncio.to_thread(pair.wait_connected, list(pair.daemons))
+    return pair
+
+
+async def connectivity(cluster: NodeCluster, node: str, want: str, within: float = 60) -> None:
+    """Until the control plane shows ``node`` ``want`` (connected, disconnected). The default
+    bound outlasts the control plane's own 30 s limit for a silent node, which marks it
+    disconnected where its gateway missed the end of its stream."""
+    deadline = time.monotonic() + within
+    while (await asyncio.to_thread(cluster.nodes))[node]["connectivity"] != want:
+        assert time.monotonic() < deadline, f"node {node} never became {want}"
+        await asyncio.sleep(0.2)
+
+
+async def restart(cluster: NodeCluster, node: str, port: int | None = None) -> None:
+    """Stop ``node``'s daemon (SIGTERM), and once its gateway closed its session start it again
+    (through ``port``, else straight to the gateway) and wait until it is connected."""
+    cluster.kill_daemon(node, signal.SIGTERM)
+    await connectivity(cluster, node, "disconnected")
+    cluster.start_daemon(node, port=port)
+    await asyncio.to_thread(cluster.wait_connected, [node])
+
+
+def tail(path: Path, since: int) -> str:
+    """What was written to the log ``path`` from byte ``since`` on (a shared cluster's logs
+    hold the earlier tests' lines too)."""
+    with path.open("rb") as f:
+        f.seek(since)
+        return f.read().decode(errors="replace")
+
+
+def size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+async def live_reservations(cluster: NodeCluster, attempt_id: str) -> int:
+    """Whether the attempt's envelope is still reserved (1) or released (0)."""
     conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
     try:
-        return int(await conn.fetchval("SELECT count(*) FROM reservations"))
+        return int(
+            await conn.fetchval(
+                "SELECT count(*) FROM reservations WHERE attempt_id = $1", attempt_id
+            )
+        )
     finally:
         await conn.close()
+
+
+def listeners(ports: tuple[int, int]) -> str:
+    """A gang command whose member of rank r waits until told on the host's port ``ports[r]``
+    (``_tell``), then ends by itself, 0: the test decides when the work is done instead of
+    sleeping for a guess of how long its faults take."""
+    return (
+        f'if [ "$RANK" = 0 ]; then nc -l -p {ports[0]}; else nc -l -p {ports[1]}; fi; '
+        "echo rank $RANK done"
+    )
 
 
 async def snapshot(cluster: NodeCluster) -> dict[str, list[Any]]:
@@ -89,19 +161,29 @@ async def wait_members(
 
 
 async def test_killing_a_daemon_repeatedly_never_kills_or_restarts_its_workload(
-    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+    cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
-    cluster = await node_cluster_factory(2)
     cli = await cli_for(cluster, tmp_path)
     since = time.time() - 1
-    job_id = submit(cli, "sleep 25; echo rank $RANK done", PAIR)
+    ports = (free_port(), free_port())
+    job_id = submit(cli, listeners(ports), PAIR)
     job = await wait_members(cluster, job_id, "running")
+    daemon_log, gateway_log = cluster.daemons["n1"].log, cluster.servers.state_dir / "gateway.log"
+    begun = size(daemon_log)
     for _ in range(5):  # SIGKILL n1's daemon, restart it a moment later, again and again
+        hellos = gateway_log.read_text().count("node n1 connected (session ")
         cluster.kill_daemon("n1", signal.SIGKILL)
-        await asyncio.sleep(1)
+        await connectivity(cluster, "n1", "disconnected")  # its gateway saw it gone
         cluster.start_daemon("n1")
         await asyncio.to_thread(cluster.wait_connected, ["n1"])
-        await asyncio.sleep(2)
+        deadline = time.monotonic() + 30  # and recorded what its Hello said (the log's line)
+        while gateway_log.read_text().count("node n1 connected (session ") == hellos:
+            assert time.monotonic() < deadline, tail(gateway_log, 0)[-3000:]
+            await asyncio.sleep(0.2)
+    job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
+    assert job["state"] == "running", job  # it ran through
+    for port in ports:  # then the members end by themselves
+        await _tell(port, b"go\n")
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
     assert job["state"] == "succeeded", job
     [attempt] = job["attempts"]
@@ -110,8 +192,8 @@ async def test_killing_a_daemon_repeatedly_never_kills_or_restarts_its_workload(
     assert events(docker_host, attempt["id"], since, "kill") == {}  # never killed
     assert events(docker_host, attempt["id"], since, "die") == ids  # each ended once, by itself
     assert "rank 0 done" in cli("job", "logs", job_id).stdout
-    recovered = cluster.daemons["n1"].log.read_text()
-    assert recovered.count("connecting to") == 6  # the first start and five restarts
+    recovered = tail(daemon_log, begun)
+    assert recovered.count("connecting to") == 5  # five restarts, nothing more
 
 
 # The node gateway's longest timer: a session whose heartbeats stopped max(6 heartbeats, 30 s) ago
@@ -122,19 +204,18 @@ PARTITION = LONGEST_TIMER + 10
 
 
 async def test_a_partition_past_every_timer_keeps_the_workload_and_its_reservation(
-    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+    cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
-    cluster = await node_cluster_factory(1)
     proxy = TcpProxy("127.0.0.1", cluster.gateway_port)
     await proxy.start()
     try:
-        cluster.start_daemon("n2", port=proxy.port)
-        await asyncio.to_thread(cluster.wait_connected, ["n2"])
+        await restart(cluster, "n2", port=proxy.port)  # n2 reaches its gateway through the proxy
         cli = await cli_for(cluster, tmp_path)
         since = time.time() - 1
-        work = PARTITION + 25  # outlives the partition and the reconnection
-        job_id = await asyncio.to_thread(submit, cli, f"sleep {work}; echo rank $RANK done", PAIR)
-        await wait_members(cluster, job_id, "running")
+        ports = (free_port(), free_port())  # the work outlives the partition and the reconnection
+        job_id = await asyncio.to_thread(submit, cli, listeners(ports), PAIR)
+        job = await wait_members(cluster, job_id, "running")
+        attempt_id = job["attempts"][0]["id"]
         proxy.partition()
         job = await wait_members(cluster, job_id, {"n1": "running", "n2": "unknown"}, 30)
         assert job["state"] == "running"
@@ -143,48 +224,49 @@ async def test_a_partition_past_every_timer_keeps_the_workload_and_its_reservati
         await asyncio.sleep(PARTITION)
         job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
         assert job["state"] == "running" and len(job["attempts"]) == 1, job
-        assert await live_reservations(cluster) == 1  # unknown is not stopped: still held
+        assert await live_reservations(cluster, attempt_id) == 1  # unknown is not stopped
         proxy.heal()
         await wait_members(cluster, job_id, {"n1": "running", "n2": "running"}, 60)
+        for port in ports:
+            await _tell(port, b"go\n")
         job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
     finally:
         await proxy.close()
+        await restart(cluster, "n2")  # straight to the gateway again, as the other tests expect
     assert job["state"] == "succeeded", job
     [attempt] = job["attempts"]
     ids = {m["id"]: 1 for m in attempt["members"]}
     assert starts(docker_host, attempt["id"], since) == ids
     assert events(docker_host, attempt["id"], since, "kill") == {}
-    assert await live_reservations(cluster) == 0
+    assert await live_reservations(cluster, attempt["id"]) == 0
 
 
 async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
-    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+    cluster: NodeCluster, tmp_path: Path
 ) -> None:
     """A stream opened with n1's own credential (as a replaying or confused peer would) sends
     10,000 messages that must all be refused: replayed sequence numbers, stale epochs, members of
     another node or attempt. The database is the same before and after, row for row."""
-    cluster = await node_cluster_factory(2)
     cli = await cli_for(cluster, tmp_path)
     job_id = submit(cli, "sleep 600", PAIR)
     job = await wait_members(cluster, job_id, "running")
+    attempt_id = job["attempts"][-1]["id"]
     cluster.kill_daemon("n1", signal.SIGTERM)  # its member keeps running; the test speaks for it
-    deadline = time.monotonic() + 30  # one session per node: until the gateway closed n1's
-    while (await asyncio.to_thread(cluster.nodes))["n1"]["connectivity"] != "disconnected":
-        assert time.monotonic() < deadline, "the gateway never closed n1's stream"
-        await asyncio.sleep(0.2)
+    await connectivity(cluster, "n1", "disconnected", 30)  # one session per node: until closed
     state_dir = cluster.daemons["n1"].state_dir
     stored = load_credential(state_dir)
     assert stored is not None
     journal = SqliteJournal(state_dir / "journal.sqlite")
     try:
-        [mine] = journal.entries()
+        entries = journal.entries()  # (the shared n1's journal may hold earlier tests' rows)
+        [mine] = [e for e in entries if e.order.ref.attempt_id == attempt_id]
         hello = Hello(
             "n1",
             NodeCapacity(0, None, NODE_CPUS, NODE_MEMORY_MB),
             "127.0.0.1",
             "test",
             journal.epoch(),
-            (mine.report(),),
+            tuple(e.report() for e in entries),  # what n1 itself would say
         )
     finally:
         journal.close()
@@ -254,9 +336,8 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
 
 
 async def test_a_workload_cannot_read_its_nodes_credential(
-    node_cluster_factory: Factory, tmp_path: Path
+    cluster: NodeCluster, tmp_path: Path
 ) -> None:
-    cluster = await node_cluster_factory(1)
     cli = await cli_for(cluster, tmp_path)
     jwt = "eyJhbGciOiJFZERTQSIsImtpZCI6"  # how every collector token begins
     # the patterns are put together in the shell: the command itself travels in the Job
@@ -273,7 +354,9 @@ async def test_a_workload_cannot_read_its_nodes_credential(
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 60)
     out = cli("job", "logs", job_id).stdout
     assert "scan-done" in out, (job, out)
-    stored = load_credential(cluster.daemons["n1"].state_dir)
+    [member] = job["attempts"][-1]["members"]
+    node = member["node"]  # n1 or n2
+    stored = load_credential(cluster.daemons[node].state_dir)
     assert stored is not None and stored.credential.startswith("tpn_")
     assert stored.credential not in out
     assert "tpn_" not in out  # no file, variable or mount holds any node credential
@@ -281,7 +364,7 @@ async def test_a_workload_cannot_read_its_nodes_credential(
     assert "holds a secret: " not in out  # no file the workload can read holds either
     # of the node's state directory only the member's own metrics, outputs and its attempt's
     # checkpoint directories are mounted
-    state = str(cluster.daemons["n1"].state_dir)
+    state = str(cluster.daemons[node].state_dir)
     mounts = {line.split()[4]: line.split()[3] for line in out.splitlines() if state in line}
     assert sorted(mounts) == [
         "/tuneplane/checkpoints", "/tuneplane/metrics", "/tuneplane/outputs", "/tuneplane/resume"
@@ -332,31 +415,47 @@ async def hello_with(cluster: NodeCluster, credential: str) -> None:
 
 
 async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
-    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+    cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
-    """The machine of n2 hangs (SIGSTOP); the operator fences it: its member fails, the gang
-    ends, the envelope is released. When n2 wakes up and reconnects (welcomed with the raised
+    """The machine of n4 hangs (SIGSTOP); the operator fences it: its member fails, the gang
+    ends, the envelope is released. When n4 wakes up and reconnects (welcomed with the raised
     epoch), what it says about the old member changes nothing, it is told to remove the
-    member's container, and it stays cordoned."""
-    cluster = await node_cluster_factory(2)
+    member's container, and it stays cordoned.
+
+    A fenced node is lost for good: this test's gang runs on two nodes of their own (n3, n4 in
+    the pool ``fence``) beside the shared pair, which it leaves as it found it."""
+    cluster.api(
+        "POST",
+        "/v1/pools",
+        {"name": "fence", "backend": "node", "cpus_per_node": NODE_CPUS,
+         "memory_mb_per_node": NODE_MEMORY_MB},
+    )  # fmt: skip
+    for name in ("n3", "n4"):
+        cluster.start_daemon(name, pool="fence")
+    await asyncio.to_thread(cluster.wait_connected, ["n3", "n4"])
     cli = await cli_for(cluster, tmp_path)
     since = time.time() - 1
-    job_id = submit(cli, "sleep 600", PAIR)
+    job_id = submit(cli, "sleep 600", "fence/cpu:1")  # a gang of n3 and n4, whole
     job = await wait_members(cluster, job_id, "running")
     [attempt] = job["attempts"]
-    [lost] = [m for m in attempt["members"] if m["node"] == "n2"]
-    daemon = cluster.daemons["n2"].proc
+    [lost] = [m for m in attempt["members"] if m["node"] == "n4"]
+    daemon = cluster.daemons["n4"].proc
     assert daemon is not None
+    gateway_log = cluster.servers.state_dir / "gateway.log"
+    begun = size(gateway_log)
     daemon.send_signal(signal.SIGSTOP)
     try:
-        out = cli("node", "fence", "n2", "--reason", "machine hung").stdout
-        assert "node n2 fenced; 1 member(s) recorded failed" in out
+        out = cli("node", "fence", "n4", "--reason", "machine hung").stdout
+        assert "node n4 fenced; 1 member(s) recorded failed" in out
         job = await asyncio.to_thread(cli.wait_state, job_id, {"failed"}, 60)
-        assert await live_reservations(cluster) == 0
-        await asyncio.sleep(4)  # silent for 3 heartbeats: the gateway drops its stream
+        assert await live_reservations(cluster, attempt["id"]) == 0
+        deadline = time.monotonic() + 30  # silent for 3 heartbeats: the gateway drops its stream
+        while "node n4 disconnected" not in tail(gateway_log, begun):
+            assert time.monotonic() < deadline, tail(gateway_log, begun)
+            await asyncio.sleep(0.2)
     finally:
         daemon.send_signal(signal.SIGCONT)
-    await asyncio.to_thread(cluster.wait_connected, ["n2"])  # it comes back: a new stream
+    await asyncio.to_thread(cluster.wait_connected, ["n4"])  # it comes back: a new stream
 
     def removed() -> bool:
         return "destroy" in actions(docker_host, attempt["id"], since).get(lost["id"], [])
@@ -370,8 +469,8 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     [member] = [m for m in job["attempts"][0]["members"] if m["id"] == lost["id"]]
     assert member["state"] == "failed" and "machine hung" in member["reason"]
     nodes = await asyncio.to_thread(cluster.nodes)
-    assert nodes["n2"]["sched"] == "cordoned"  # back in contact, but no new work until uncordoned
-    assert not nodes["n2"]["eligible"]
+    assert nodes["n4"]["sched"] == "cordoned"  # back in contact, but no new work until uncordoned
+    assert not nodes["n4"]["eligible"]
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
 
 
@@ -405,13 +504,12 @@ async def _tell(port: int, line: bytes, within: float = 60) -> None:
 
 
 async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
-    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+    cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
     """Issue 18, defect 1 (a): the journal row of a running gang member is damaged on disk and
     its daemon is killed (-9) and restarted. The daemon quarantines the row and re-adopts the
     member from its container's labels: nothing is stopped, the job runs on with its
     reservation held, and when the member ends its real exit code and final log are kept."""
-    cluster = await node_cluster_factory(2)
     cli = await cli_for(cluster, tmp_path)
     since = time.time() - 1
     port = free_port()
@@ -429,22 +527,23 @@ async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
     journal.execute("UPDATE members SET reason = 'a bit flip' WHERE member_id = ?", (first["id"],))
     journal.commit()
     journal.close()
-    gateway_log = cluster.servers.state_dir / "gateway.log"
+    gateway_log, daemon_log = cluster.servers.state_dir / "gateway.log", cluster.daemons[node].log
+    begun, daemon_begun = size(gateway_log), size(daemon_log)
     cluster.start_daemon(node)
 
     def reconciled() -> bool:  # logged once the gateway has recorded what the Hello said
-        return f"node {node} connected (session 2" in gateway_log.read_text()
+        return f"node {node} connected (session " in tail(gateway_log, begun)
 
     deadline = time.monotonic() + 60
     while not reconciled():
         assert time.monotonic() < deadline, gateway_log.read_text()[-3000:]
         await asyncio.sleep(0.2)
-    log = cluster.daemons[node].log.read_text()
+    log = tail(daemon_log, daemon_begun)
     assert "its checksum does not match its contents" in log
     assert f"member {first['id']} re-adopted from its container" in log
     assert await _phases(cluster, attempt["id"]) == {0: ("running", False), 1: ("running", False)}
     job = await wait_members(cluster, job_id, "running")
-    assert job["state"] == "running" and await live_reservations(cluster) == 1
+    assert job["state"] == "running" and await live_reservations(cluster, attempt["id"]) == 1
     assert events(docker_host, attempt["id"], since, "kill") == {}
     assert events(docker_host, attempt["id"], since, "die") == {}  # nothing ended, or stopped
 
@@ -455,4 +554,4 @@ async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
     assert ended["reason"] == "exited with code 3"
     assert "go\nrank 0 last words" in cli("job", "logs", job_id).stdout
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
-    assert await live_reservations(cluster) == 0
+    assert await live_reservations(cluster, attempt["id"]) == 0
