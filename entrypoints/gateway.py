@@ -87,6 +87,7 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         finally:
             server.close()
             await server.wait_closed()
+            await gateway.closing()  # every stream's session recorded as ended
 
 
 def _run(

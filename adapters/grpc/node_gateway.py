@@ -84,6 +84,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
         self.stop_grace = stop_grace
         self.links: dict[str, _Link] = {}
         self._wake = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()  # sessions' ends being recorded
 
     # -- Enroll -----------------------------------------------------------------------------
 
@@ -148,12 +149,28 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
             if self.links.get(session.node) is link:
                 del self.links[session.node]
             self.ctx.instruments.set(i.NODE_STREAMS, len(self.links))
-            await self.control.close(session)
+            await self._close(session)
         if isinstance(ended, _Replaced):
             log.info("node %s: session %d ended: %s", session.node, session.number, ended.why)
             raise GRPCError(
                 Status.ABORTED, f"this control stream of node {session.node} ended: {ended.why}"
             )
+
+    async def _close(self, session: Session) -> None:
+        """Record the end of ``session`` even if this handler is cancelled again meanwhile
+        (grpclib cancels the handler of a lost connection, and again at shutdown): the close
+        runs as a task of its own, which the gateway's shutdown waits for (``closing``). Cut
+        short, the node would stay "connected" until the control plane's heartbeat timeout, and
+        its daemon's next session be refused as a second one until then."""
+        task = asyncio.create_task(self.control.close(session))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        await asyncio.shield(task)
+
+    async def closing(self) -> None:
+        """Wait for the sessions being closed (at shutdown, after the server closed)."""
+        if self._closing:
+            await asyncio.wait(set(self._closing))
 
     async def _read(
         self, stream: Stream[pb.NodeMessage, pb.GatewayMessage], link: _Link, silence: float

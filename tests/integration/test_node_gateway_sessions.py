@@ -171,3 +171,29 @@ async def test_the_same_daemon_replaces_its_session_and_the_old_stream_ends(
     await new.send_message(codec.node_message_to(2, Heartbeat(0)))
     assert (await new.recv_message()).WhichOneof("body") == "heartbeat_ack"
     assert not await rig.link_closed()
+
+
+async def test_a_lost_stream_ends_the_session_even_if_its_handler_is_cancelled_again(
+    rig: Rig,
+) -> None:
+    """The stream drops while the gateway cannot record the session's end yet (its writes
+    held), and the stream's handler is cancelled again meanwhile (as grpclib does at shutdown):
+    the end is still recorded once the writes go on. It used to be cut short, and the node stayed
+    "connected" until the control plane's heartbeat timeout, refusing its daemon's next session
+    as a second one."""
+    gateway = rig.gateways[0]
+    stream = await rig.stream(0)
+    handlers = {t for t in asyncio.all_tasks() if "request_handler" in repr(t.get_coro())}
+    async with gateway.control._writing:  # the session's end cannot be written yet
+        await stream.cancel()  # the stream is reset: grpclib cancels the handler
+        for _ in range(200):
+            if "n1" not in gateway.links:  # the handler is in its clean-up
+                break
+            await asyncio.sleep(0.01)
+        assert "n1" not in gateway.links
+        for task in handlers:
+            task.cancel()  # and again
+        await asyncio.sleep(0.05)
+        assert not await rig.link_closed()
+    await asyncio.wait_for(gateway.closing(), 10)
+    assert await rig.link_closed()
