@@ -15,11 +15,11 @@ from adapters.docker.backend import DockerBackend
 from adapters.docker.images import BuildProgress, build_runtime
 from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
-from domain.errors import InvalidInput, TunePlaneError
+from domain.errors import TunePlaneError
 from entrypoints import logs, secrets_key
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
-from entrypoints.process import check_listen, run_server
+from entrypoints.process import run_server
 from entrypoints.server import (
     first_admin,
     prepare_fleet,
@@ -29,6 +29,7 @@ from entrypoints.server import (
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import load_one
 from entrypoints.settings_sections import NodeSettings
+from entrypoints.up_check import refusal
 from entrypoints.up_nodes import NodePath, start_node_path
 
 console = Console(stderr=True)
@@ -77,34 +78,9 @@ async def _set_up(settings: Settings) -> str | None:
         return token
 
 
-def _check(settings: Settings) -> None:
-    """What can be refused before anything starts: the state directory, the listen addresses."""
-    try:
-        settings.state_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InvalidInput(
-            f"cannot use the state directory {settings.state_dir}: {exc.strerror or exc}",
-            fix="pass --state-dir (or set TUNEPLANE_STATE_DIR to) a directory you can write",
-        ) from None
-    check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
-    for which in ("node", "telemetry"):
-        host = getattr(settings, f"{which}_gateway_host")
-        port = getattr(settings, f"{which}_gateway_port")
-        check_listen(
-            host,
-            port,
-            f"--{which}-gateway-port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT",
-        )
-    if settings.postgres.port is not None:  # checked even when TUNEPLANE_DATABASE_URL is set
-        check_listen("127.0.0.1", settings.postgres.port, "--pg-port or TUNEPLANE_PG_PORT")
-
-
 def run_up(settings: Settings) -> int:
-    try:
-        _check(settings)
-    except TunePlaneError as exc:
-        logs.report(exc, stream=sys.stderr)
-        return 2
+    if (refused := refusal(settings)) is not None:
+        return refused
     if "default_backend" not in settings.explicit:  # members run through the local daemon
         settings = dataclasses.replace(settings, default_backend="node")
     nodes: NodePath | None = None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 
 from cyclopts import App, CycloptsError, Parameter
 
@@ -91,6 +90,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 
 def _version() -> str:
     """`tp --version`: the installed distribution's version."""
+    from importlib import metadata  # here: a tenth of every other `tp` start
+
     try:
         return f"tp (TunePlane) {metadata.version('tuneplane')}"
     except metadata.PackageNotFoundError:  # run from a source tree that is not installed

@@ -6,19 +6,15 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
-from rich.table import Table
-from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+# rich.progress and rich.table are imported where used: every `tp` process imports this module,
+# and most print neither a bar nor a table on a terminal (a few hundredths of a second each)
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -49,6 +45,9 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
             sys.stdout.write(text + "\n")
         sys.stdout.flush()
         return
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=title, show_edge=False, header_style="bold")
     for i, c in enumerate(columns):
         t.add_column(c, overflow="fold", no_wrap=i == 0)
@@ -107,6 +106,15 @@ def byte_progress(description: str, total: int | None) -> Iterator[Bar]:
     if not err.is_terminal:
         yield Bar(None, None)
         return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TransferSpeedColumn,
+    )
+
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),

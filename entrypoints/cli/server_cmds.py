@@ -80,7 +80,7 @@ def up(
     TUNEPLANE_NODE_GATEWAY_HOST, TUNEPLANE_TELEMETRY_GATEWAY_HOST. `tp config show` prints
     every setting and where it came from."""
     from entrypoints import logs
-    from entrypoints.up import run_up
+    from entrypoints.up_check import refusal
 
     logs.setup("up")
     settings = _settings(
@@ -91,6 +91,10 @@ def up(
         telemetry_gateway_port=telemetry_gateway_port,
         pg_port=pg_port,
     )
+    if (refused := refusal(settings)) is not None:  # before the server's modules load
+        sys.exit(refused)
+    from entrypoints.up import run_up
+
     sys.exit(run_up(settings))
 
 
@@ -106,11 +110,14 @@ def serve(
     STATE/admin-token (0600), printing the path (and the token, on a terminal); `tp admin
     bootstrap` does that step alone."""
     from entrypoints import logs
-    from entrypoints.process import run_server
-    from entrypoints.server import serve as serve_async
+    from entrypoints.process import check_listen, run_server
 
     logs.setup("api")
     settings = _settings(None, port, host)
+    # a bad address is refused before the server's modules load (a second and a half of CPU)
+    check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
+    from entrypoints.server import serve as serve_async
+
     with contextlib.suppress(KeyboardInterrupt):
         run_server(serve_async(settings, supervise=not no_supervisor))
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from cyclopts import App
@@ -22,18 +23,24 @@ ALWAYS = {"entrypoints.cli", "entrypoints.cli.main", "entrypoints.cli.errors",
           "entrypoints.cli.output", "entrypoints.cli.lazy"}  # fmt: skip
 
 
-def cli_modules_after(*argv: str) -> set[str]:
-    """The entrypoints.cli modules a fresh `tp ARGV` process has imported when it exits."""
+def modules_after(*argv: str, env: dict[str, str] | None = None) -> set[str]:
+    """The modules a fresh `tp ARGV` process has imported when it exits."""
     code = (
         "import json, sys\n"
         "from entrypoints.cli.main import run\n"
         f"code = run({list(argv)!r})\n"
-        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('entrypoints.cli'))))\n"
+        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+        env=env,
+    )  # fmt: skip
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def cli_modules_after(*argv: str) -> set[str]:
+    """The entrypoints.cli modules a fresh `tp ARGV` process has imported when it exits."""
+    return {m for m in modules_after(*argv) if m.startswith("entrypoints.cli")}
 
 
 def test_tp_help_lists_every_command_and_imports_none() -> None:
@@ -52,6 +59,23 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
     assert "entrypoints.cli.jobs" in loaded
     others = {"fleet", "admin", "server_cmds", "submit", "plugins", "sim", "job_metrics", "nodes"}
     assert not {f"entrypoints.cli.{m}" for m in others} & loaded, loaded
+
+
+def test_a_client_command_leaves_out_what_it_never_uses(tmp_path: Path) -> None:
+    """About a quarter of a client command's start: httpx's own command line (click, pygments,
+    rich.progress: `tp` never runs it), importlib.metadata (only `tp --version` needs it),
+    rich's progress bars and tables (imported when one is drawn on a terminal)."""
+    env = dict(os.environ, TUNEPLANE_CONFIG_DIR=str(tmp_path), TUNEPLANE_TOKEN="")
+    loaded = modules_after("job", "status", "job-1", env=env)  # "not logged in"
+    assert "httpx" in loaded and "entrypoints.cli.client" in loaded
+    unused = {"httpx._main", "click", "pygments", "importlib.metadata", "rich.progress",
+              "rich.table"}  # fmt: skip
+    assert not unused & loaded, unused & loaded
+    version = subprocess.run(
+        [sys.executable, "-m", "entrypoints.cli.main", "--version"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert version.returncode == 0 and version.stdout.startswith("tp (TunePlane) 0."), version
 
 
 def test_each_entry_resolves_to_a_command_of_its_name_with_its_own_full_help() -> None:
