@@ -8,12 +8,12 @@ import hashlib
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e.test_runtimes import member
 from tests.e2e.test_walkthrough import Cli
 from tests.fixtures.server import Servers
+from tests.support import http
 from tests.support.archives import tar_gz
 
 pytestmark = [pytest.mark.e2e]
@@ -31,7 +31,7 @@ def test_unused_archives_go_and_live_previews_keep_theirs(cli: Cli, api_server: 
     assert collect(cli, "--dry-run")["deleted"] == 0
     data = tar_gz({"train.py": b"an archive nobody previews"})
     digest = "sha256:" + hashlib.sha256(data).hexdigest()
-    up = httpx.post(
+    up = http.post(
         api_server.url + "/v1/archives",
         content=data,
         headers={**api_server.headers, "X-Content-Digest": digest},

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.fixtures.server import free_port
+from tests.support import http
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.engine]
@@ -56,12 +57,12 @@ def test_the_image_serves_the_api_against_postgresql(
                 logs = docker(docker_host, "logs", name)
                 raise AssertionError(f"the API's container stopped:\n{logs.stdout}{logs.stderr}")
             try:
-                return httpx.get(url + "/readyz", timeout=5).status_code == 200
+                return http.get(url + "/readyz", timeout=5).status_code == 200
             except httpx.HTTPError:
                 return False
 
         wait_until(ready, what="the image's API to answer /readyz", within=120)
-        assert httpx.get(url + "/healthz", timeout=5).status_code == 200
+        assert http.get(url + "/healthz", timeout=5).status_code == 200
         logs = docker(docker_host, "logs", name)
         assert "created user admin" in logs.stdout + logs.stderr  # the first start's bootstrap
     finally:

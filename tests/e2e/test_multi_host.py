@@ -43,7 +43,7 @@ from entrypoints.settings_loader import load
 from entrypoints.settings_sections import PostgresSettings
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.server import TP
-from tests.support import netlab
+from tests.support import http, netlab
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -102,7 +102,7 @@ class Deployment:
             proc = self.procs[key]
             assert proc.poll() is None, f"{key} exited {proc.returncode}:\n{self.log(key)[-3000:]}"
             try:
-                return httpx.get(self.url(index) + "/readyz", timeout=5).status_code == 200
+                return http.get(self.url(index) + "/readyz", timeout=5).status_code == 200
             except httpx.HTTPError:
                 return False
 
@@ -113,7 +113,7 @@ class Deployment:
 
     def api(self, method: str, path: str, body: Any = None, index: int = 0) -> Any:
         headers = {"Authorization": f"Bearer {self.token}"}
-        resp = httpx.request(method, self.url(index) + path, json=body, headers=headers, timeout=30)
+        resp = http.request(method, self.url(index) + path, json=body, headers=headers, timeout=30)
         assert resp.status_code < 400, f"{method} {path}: {resp.status_code} {resp.text}"
         return resp.json() if resp.content else None
 

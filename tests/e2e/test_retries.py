@@ -21,6 +21,7 @@ from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.postgres import _admin, database_url
 from tests.fixtures.server import Servers, _admin_token, start_servers, stop_servers
+from tests.support import http
 from tests.support.db import plain_dsn
 from tests.support.waiting import wait_until
 
@@ -229,7 +230,7 @@ async def test_a_gang_on_nodes_resumes_on_the_others_from_its_last_checkpoint(
         """The last step of member 0's loss curve in attempt 1, as collected so far: the
         summary `tp job metrics` starts from, asked in this process (polled every 0.2 s, a `tp`
         process each time took a CPU from the training it waits on)."""
-        answer = httpx.get(
+        answer = http.get(
             f"{cluster.servers.url}/v1/jobs/{job_id}/metrics",
             headers=cluster.servers.headers,
             timeout=30,

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.server import Servers
 from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
+from tests.support import http
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.slurm]  # module clusters too
 
@@ -37,7 +37,7 @@ class Setup:
     cluster: SlurmCluster
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
-        resp = httpx.request(
+        resp = http.request(
             method, self.servers.url + path, json=body, headers=self.servers.headers, timeout=30
         )
         assert resp.status_code < 300, resp.text

@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.async_api import Page, expect
 
@@ -23,6 +22,7 @@ from tests.e2e.test_node_backend import docker_events, starts
 from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import TP, free_port
+from tests.support import http
 from tests.support.log_lines import text_records
 from tests.support.promql import exposed, expressions, metric_names
 from tests.support.scrape import scrape, value, wait_for
@@ -183,9 +183,9 @@ def metrics_of_the_api(up: Up, token: str, job_id: str, job: dict[str, Any]) -> 
     route = "/v1/jobs/{job_id}"
     _, before = scrape(base + "/metrics")
     for _ in range(3):
-        assert httpx.get(f"{base}/v1/jobs/{job_id}", headers=headers).status_code == 200
-    assert httpx.get(f"{base}/v1/jobs/job-nope", headers=headers).status_code == 404
-    assert httpx.get(f"{base}/v1/no/such/route").status_code == 404
+        assert http.get(f"{base}/v1/jobs/{job_id}", headers=headers).status_code == 200
+    assert http.get(f"{base}/v1/jobs/job-nope", headers=headers).status_code == 404
+    assert http.get(f"{base}/v1/no/such/route").status_code == 404
     text, after = scrape(base + "/metrics")
     for status, more in (("2xx", 3), ("4xx", 1)):
         labels = {"route": route, "method": "GET", "status": status}

@@ -19,6 +19,7 @@ from tests.e2e.test_walkthrough import JOB_ID, Cli
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.server import TP, Servers
 from tests.fixtures.slurm import SlurmCluster
+from tests.support import http
 
 FINAL = {"succeeded", "failed", "cancelled"}
 
@@ -40,7 +41,7 @@ class Rig:
     profile: str  # a profile that makes two members
 
     def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        return httpx.request(
+        return http.request(
             method, self.servers.url + path, headers=self.servers.headers, timeout=30, **kw
         )
 

@@ -8,13 +8,15 @@ from collections.abc import Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support import http
+
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
 def scrape(url: str, headers: dict[str, str] | None = None) -> tuple[str, Samples]:
     """The exposition at ``url`` (raises unless 200 in Prometheus' text format) and its
     samples."""
-    answer = httpx.get(url, headers=headers or {}, timeout=10)
+    answer = http.get(url, headers=headers or {}, timeout=10)
     assert answer.status_code == 200, (url, answer.status_code, answer.text[:500])
     assert answer.headers["content-type"].startswith("text/plain"), answer.headers
     samples: Samples = {}
