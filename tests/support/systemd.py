@@ -19,7 +19,6 @@ import glob
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -113,10 +112,7 @@ def sweep_stale() -> None:
             for pid in procs.read_text().split():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
-    listed = Path(tempfile.mkstemp(prefix="tp-systemd-stale-")[1])
-    listed.write_text("\n".join(str(t) for t in stale))
-    _remove_cgroups(listed)
-    listed.unlink()
+    _remove_cgroups(stale)
 
 
 @contextlib.contextmanager
@@ -134,13 +130,14 @@ def booted(root: Path, timeout: float = 30) -> Iterator[Systemd]:
         (root / name).write_text(text)
         (root / name).chmod(0o755)
     cgroups = root / "cgroups"
-    log = (root / "launch.log").open("wb")
-    launcher = subprocess.Popen(
-        [str(root / "launch.sh"), str(root), f"tp-systemd-{os.getpid()}-{root.name}", str(cgroups)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    with (root / "launch.log").open("wb") as log:
+        launcher = subprocess.Popen(
+            [str(root / "launch.sh"), str(root), f"tp-systemd-{os.getpid()}-{root.name}",
+             str(cgroups)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
     deadline = time.monotonic() + timeout
     pid = 0
     try:
@@ -162,14 +159,12 @@ def booted(root: Path, timeout: float = 30) -> Iterator[Systemd]:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(launcher.pid, signal.SIGKILL)
         launcher.wait(30)
-        _remove_cgroups(cgroups)
+        if cgroups.exists():
+            _remove_cgroups([Path(line) for line in cgroups.read_text().split()])
 
 
-def _remove_cgroups(listed: Path, timeout: float = 10) -> None:
-    """The subtree made for systemd, in every hierarchy, once its processes are gone."""
-    if not listed.exists():
-        return
-    tops = [Path(line) for line in listed.read_text().split()]
+def _remove_cgroups(tops: list[Path], timeout: float = 10) -> None:
+    """The subtrees made for systemd (one per hierarchy), once their processes are gone."""
     deadline = time.monotonic() + timeout
     while tops and time.monotonic() < deadline:
         left = []
