@@ -1,5 +1,5 @@
 import "./style.css";
-import { getJson, token } from "./api";
+import { api, must, token } from "./api";
 import { alertBox, h } from "./dom";
 import { fleetPage } from "./pages/fleet";
 import { jobPage } from "./pages/job";
@@ -36,7 +36,7 @@ async function route(): Promise<void> {
     });
     return;
   }
-  if (nav.hidden) showUser(await getJson<Whoami>("/v1/whoami").catch(() => null));
+  if (nav.hidden) showUser(await must(api.GET("/v1/whoami")).catch(() => null));
   if (!token.get()) return route();
   for (const link of nav.querySelectorAll("a")) {
     const current = path.startsWith(link.getAttribute("href")!.slice(1));

@@ -199,6 +199,16 @@ class AttemptOut(Struct):
     resume: ResumeOut | None = None
 
 
+class RetryOut(Struct):
+    """A job's retry policy, every field filled in (docs/lifecycles.md#retries)."""
+
+    max_attempts: int
+    on: list[str]
+    exit_codes: list[int]
+    backoff_seconds: float
+    max_backoff_seconds: float
+
+
 class JobOut(Struct):
     id: str
     state: str
@@ -215,7 +225,7 @@ class JobOut(Struct):
     spec: dict[str, Any]
     attempts: list[AttemptOut] = []
     queue: str = ""
-    retry: dict[str, Any] = {}  # its retry policy (docs/lifecycles.md#retries)
+    retry: RetryOut | None = None  # its retry policy (docs/lifecycles.md#retries)
     next_attempt_at: datetime | None = None  # pending again: its next attempt not before
     # why a pending job waits (quota, capacity, holds), only when the list is asked why=true
     waits: str | None = None
@@ -336,7 +346,7 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
         spec=job.spec.to_dict(),
         attempts=attempts,
         queue=job.spec.queue,
-        retry=job.spec.retry.to_dict(),
+        retry=RetryOut(**job.spec.retry.to_dict()),
         next_attempt_at=job.not_before,
     )
 

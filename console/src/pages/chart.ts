@@ -1,31 +1,10 @@
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
-import { getJson } from "../api";
+import { api, must, type Schemas } from "../api";
 import { h } from "../dom";
 
-interface Point {
-  first_step: number;
-  last_step: number;
-  mean: number | null;
-  min: number | null;
-  max: number | null;
-}
-interface AttemptCurve {
-  attempt: number;
-  member_id: string;
-  source: string;
-  // the sub-run (add_scalars writes each to a directory of its own under one tag): one entry
-  // per (attempt, run), each its own line; "" for the top directory
-  run?: string;
-  points: Point[];
-}
-interface Curve {
-  tag: string;
-  start: number;
-  end: number;
-  width: number;
-  attempts: AttemptCurve[];
-}
+type AttemptCurve = Schemas["AttemptCurveOut"];
+type Curve = Schemas["CurveOut"];
 
 export interface Chart {
   el: HTMLElement;
@@ -38,12 +17,8 @@ const POINTS = 1000;
 const COLOURS = ["#2563eb", "#c2410c", "#15803d", "#7e22ce", "#be123c", "#0f766e"];
 
 async function curve(jobId: string, tag: string, range?: [number, number]): Promise<Curve> {
-  const q = new URLSearchParams({ tag, points: String(POINTS) });
-  if (range) {
-    q.set("start", String(Math.max(0, Math.floor(range[0]))));
-    q.set("end", String(Math.ceil(range[1])));
-  }
-  return getJson<Curve>(`/v1/jobs/${encodeURIComponent(jobId)}/metrics/curve?${q.toString()}`);
+  const query = range ? { tag, points: POINTS, start: Math.max(0, Math.floor(range[0])), end: Math.ceil(range[1]) } : { tag, points: POINTS };
+  return must(api.GET("/v1/jobs/{job_id}/metrics/curve", { params: { path: { job_id: jobId }, query } }));
 }
 
 // One series per attempt and run (member 0 of each, as the API returns them), joined on the

@@ -1,64 +1,20 @@
-import { getJson, postJson } from "../api";
+import { api, must, type Schemas } from "../api";
 import { alertBox, h, shown, table, view, when } from "../dom";
 
-interface FleetNode {
-  name: string;
-  sched: string;
-  connectivity: string;
-  eligible: boolean;
-  validation: string;
-  validation_reason: string;
-  gpus_total: number;
-  gpus_used: number;
-  cpus_total: number;
-  cpus_used: number;
-  memory_mb_total: number;
-  memory_mb_used: number;
-  members: number;
-  gpu_inventory?: GpuInventory | null; // what its daemon detected (absent: none, or an older daemon)
-}
-interface GpuDevice {
-  name: string;
-  memory_mb: number;
-  mig: boolean;
-  nvlink: boolean;
-}
-interface GpuInventory {
-  devices: GpuDevice[];
-  driver: string;
-  cuda: string;
-  source: string; // nvml, nvidia-smi, or recorded (a test or demo node: TUNEPLANE_FAKE_NVML)
-}
-interface Pool {
-  name: string;
-  fleet: string;
-  backend: string;
-  gpu_model: string | null;
-  description: string;
-  gpus_total: number;
-  gpus_used: number;
-  nodes: FleetNode[];
-  unavailable?: string; // why it takes no new work (e.g. its Slurm partition does not exist)
-}
-interface NodeLink {
-  node: string;
-  heartbeat_at: string;
-}
-
-interface Whoami {
-  name: string;
-  role: string;
-}
+type FleetNode = Schemas["NodeOut"];
+type GpuInventory = Schemas["GpuInventoryOut"];
+type GpuDevice = Schemas["GpuDeviceOut"];
 
 const REFRESH_MS = 15_000;
 const OPERATORS = new Set(["admin", "operator"]); // who may cordon, drain and uncordon (the API's rule)
 // What each action does, for the confirmation and the button's description.
-const ACTIONS: Record<string, { verb: string; done: string; means: string }> = {
+type Action = "cordon" | "drain" | "uncordon";
+const ACTIONS: Record<Action, { verb: string; done: string; means: string }> = {
   cordon: { verb: "Cordon", done: "cordoned", means: "no new work is placed on it; running work stays" },
   drain: { verb: "Drain", done: "draining", means: "no new work is placed on it, and it is to be emptied" },
   uncordon: { verb: "Uncordon", done: "schedulable", means: "it takes new work again" },
 };
-const NEXT: Record<string, string[]> = {
+const NEXT: Record<string, Action[]> = {
   schedulable: ["cordon", "drain"],
   cordoned: ["uncordon", "drain"],
   draining: ["uncordon"],
@@ -92,17 +48,17 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
   const mine = view(main);
   if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
   const [fleet, links, me] = await Promise.all([
-    getJson<{ pools: Pool[] }>("/v1/fleet"),
-    getJson<NodeLink[]>("/v1/node-links").catch(() => [] as NodeLink[]),
-    getJson<Whoami>("/v1/whoami").catch(() => null),
+    must(api.GET("/v1/fleet")),
+    must(api.GET("/v1/node-links")).catch(() => []),
+    must(api.GET("/v1/whoami")).catch(() => null),
   ]);
   if (!shown(main, mine)) return; // the user moved on meanwhile
   const operator = me !== null && OPERATORS.has(me.role);
   const status = h("div", { "aria-live": "polite", class: "status" }, notice);
-  const act = (node: string, action: string): void => {
+  const act = (node: string, action: Action): void => {
     const a = ACTIONS[action];
     if (!window.confirm(`${a.verb} node ${node}? Then ${a.means}.`)) return;
-    postJson<{ sched: string }>(`/v1/nodes/${encodeURIComponent(node)}/${action}`)
+    must(api.POST(`/v1/nodes/{name}/${action}`, { params: { path: { name: node } } }))
       .then((n) => fleetPage(main, true, h("p", { role: "status" }, `Node ${node} is now ${n.sched}.`)))
       .catch((err: unknown) => status.replaceChildren(alertBox(`${a.verb} ${node} refused: ${err instanceof Error ? err.message : String(err)}`)));
   };

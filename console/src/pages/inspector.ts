@@ -1,27 +1,7 @@
-import { getJson } from "../api";
+import { api, must, type Schemas } from "../api";
 import { h, table } from "../dom";
 
-export interface Series {
-  attempt: number;
-  member: number;
-  source: string;
-  tag: string;
-  first_step: number;
-  last_step: number;
-  count: number;
-}
-interface RawPoint {
-  step: number;
-  wall_time: number;
-  // JSON has no NaN or infinities: the API writes them as these strings (docs/http-api.md#numbers)
-  value: number | "NaN" | "Infinity" | "-Infinity";
-  offset: number;
-}
-interface Raw {
-  points: RawPoint[];
-  next_start: number | null;
-  next_after_offset: number | null;
-}
+export type Series = Schemas["SeriesOut"];
 
 const LIMIT = 100; // raw points per request (the API allows up to 5,000)
 
@@ -60,8 +40,8 @@ export function rawInspector(jobId: string, series: Series[]): HTMLElement {
       out.replaceChildren(h("p", { role: "alert", class: "error" }, `No series ${tag.value} for attempt ${attempt.value}, member ${member.value}, source ${source.value}: pick another combination.`));
       return;
     }
-    const q = new URLSearchParams({ attempt: attempt.value, member: member.value, source: source.value, tag: tag.value, start: String(from), after_offset: String(after), limit: String(LIMIT) });
-    const raw = await getJson<Raw>(`/v1/jobs/${encodeURIComponent(jobId)}/metrics/raw?${q.toString()}`);
+    const query = { attempt: picked.attempt, member: picked.member, source: picked.source, tag: picked.tag, start: from, after_offset: after, limit: LIMIT };
+    const raw = await must(api.GET("/v1/jobs/{job_id}/metrics/raw", { params: { path: { job_id: jobId }, query } }));
     const caption = `Raw points of ${picked.tag} (attempt ${picked.attempt}, member ${picked.member}, ${picked.source}) from step ${raw.points.length ? raw.points[0].step : from}`;
     const more = raw.next_start !== null && raw.next_after_offset !== null;
     const next = h("button", { type: "button" }, "Next raw points");

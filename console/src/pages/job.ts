@@ -1,49 +1,21 @@
-import { call, getJson, postJson } from "../api";
+import { api, call, must, type Schemas } from "../api";
 import { alertBox, h, shown, table, view, when } from "../dom";
 import { type Chart, metricChart } from "./chart";
-import { rawInspector, type Series } from "./inspector";
-import type { Job, Resume, RetryPolicy } from "./jobs";
+import { rawInspector } from "./inspector";
+import type { Job } from "./jobs";
 
-interface Why {
-  state: string;
-  kind: string;
-  text: string;
-  position: number | null;
-  pending_total: number | null;
-  checkpoints?: string[]; // what each attempt resumed from, and checkpoints skipped
-}
-interface Metrics {
-  primary: string[];
-  canonical: string[];
-  series: Series[];
-  system?: string[]; // member 0's GPU, CPU and memory series (its node's collector samples them)
-}
-interface JobEvent {
-  stage: string;
-  at: string;
-  state: string | null;
-  reason: string;
-}
-interface ArtifactFile {
-  path: string;
-  size: number;
-  sha256: string;
-}
-interface MemberArtifacts {
-  attempt: number;
-  member: number;
-  digest: string;
-  node: string | null;
-  recorded_at: string;
-  files: ArtifactFile[];
-}
+type Why = Schemas["WhyOut"];
+type JobEvent = Schemas["JobEventOut"];
+type Resume = Schemas["ResumeOut"];
+type RetryPolicy = Schemas["RetryOut"];
 
 const ENDED = new Set(["succeeded", "failed", "cancelled"]);
 const LIVE = new Set(["starting", "running", "stopping"]);
 export const REFRESH_MS = 5_000; // facts, timeline and charts of a job not yet ended
 let generation = 0; // the latest drawing of a job page; older refresh loops stop
 
-const events = (base: string): Promise<{ events: JobEvent[] }> => getJson(`${base}/events`);
+const path = (job_id: string) => ({ params: { path: { job_id } } });
+const events = (id: string) => must(api.GET("/v1/jobs/{job_id}/events", path(id)));
 
 function facts(job: Job): HTMLElement {
   const dl = h("dl", { class: "facts" });
@@ -67,7 +39,7 @@ function facts(job: Job): HTMLElement {
 }
 
 // The retry policy in words, as `tp job status` says it (docs/lifecycles.md#retries).
-function retryWords(p: RetryPolicy | undefined): string {
+function retryWords(p: RetryPolicy | null): string {
   if (!p || p.max_attempts <= 1) return "no retry (1 attempt)";
   const codes = p.exit_codes.length ? ` (exit codes ${p.exit_codes.join(", ")})` : "";
   return `${p.max_attempts} attempts, a new one after ${p.on.join(", ")}${codes}; backoff ${p.backoff_seconds} s doubling to ${p.max_backoff_seconds} s`;
@@ -122,8 +94,8 @@ function size(bytes: number): string {
   return bytes < 1024 ? `${bytes} B` : bytes < 1024 ** 2 ? `${(bytes / 1024).toFixed(1)} KiB` : `${(bytes / 1024 ** 2).toFixed(1)} MiB`;
 }
 
-async function artifacts(base: string): Promise<HTMLElement> {
-  const found = await getJson<{ members: MemberArtifacts[] }>(`${base}/artifacts`);
+async function artifacts(id: string): Promise<HTMLElement> {
+  const found = await must(api.GET("/v1/jobs/{job_id}/artifacts", path(id)));
   const rows = found.members.flatMap((m) =>
     m.files.map((f) => [m.attempt, m.member, f.path, size(f.size), h("code", { title: f.sha256 }, f.sha256.slice(0, 12)), m.node ? `node ${m.node}` : "control plane"]),
   );
@@ -141,9 +113,9 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const base = `/v1/jobs/${encodeURIComponent(id)}`;
   main.replaceChildren(h("h1", {}, `Job ${id}`), h("p", { "aria-busy": "true" }, "Loading…"));
   const [job, why, history] = await Promise.all([
-    getJson<Job>(base),
-    getJson<Why>(`${base}/why`).catch(() => null),
-    events(base).catch(() => ({ events: [] as JobEvent[] })),
+    must(api.GET("/v1/jobs/{job_id}", path(id))),
+    must(api.GET("/v1/jobs/{job_id}/why", path(id))).catch(() => null),
+    events(id).catch(() => ({ events: [] as JobEvent[] })),
   ]);
   if (!shown(main, shownView)) return; // the user moved on meanwhile
   const status = h("div", { "aria-live": "polite" });
@@ -151,7 +123,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   stop.addEventListener("click", () => {
     if (!window.confirm(`Stop job ${id}?`)) return;
     stop.disabled = true;
-    postJson<Job>(`${base}/cancel`)
+    must(api.POST("/v1/jobs/{job_id}/cancel", path(id)))
       .then(() => jobPage(main, id))
       .catch((err: unknown) => {
         status.replaceChildren(alertBox(String(err instanceof Error ? err.message : err)));
@@ -223,7 +195,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const drawn = new Map<string, Chart>();
   let inspected = 0; // 0: not built; -1: built without series; else the number of series
   const drawCharts = async (): Promise<void> => {
-    const metrics = await getJson<Metrics>(`${base}/metrics`).catch(() => null);
+    const metrics = await must(api.GET("/v1/jobs/{job_id}/metrics", path(id))).catch(() => null);
     const tags = metrics?.canonical ?? [];
     chartNote.replaceChildren(
       tags.length ? "" : h("p", {}, metrics?.primary.length ? `No metrics reported yet (this recipe charts ${metrics.primary.join(", ")}).` : "No metrics reported yet."),
@@ -251,7 +223,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     }
   };
   await drawCharts();
-  void artifacts(base)
+  void artifacts(id)
     .then((el) => artifactsBox.replaceChildren(artifactsBox.firstElementChild!, el))
     .catch((err: unknown) => artifactsBox.replaceChildren(artifactsBox.firstElementChild!, h("p", { class: "muted" }, `Artifacts unavailable: ${err instanceof Error ? err.message : String(err)}`)));
 
@@ -260,7 +232,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     const tick = async (): Promise<void> => {
       if (!current()) return;
       if (!document.hidden) {
-        const [now, whyNow, historyNow] = await Promise.all([getJson<Job>(base), getJson<Why>(`${base}/why`).catch(() => null), events(base)]);
+        const [now, whyNow, historyNow] = await Promise.all([must(api.GET("/v1/jobs/{job_id}", path(id))), must(api.GET("/v1/jobs/{job_id}/why", path(id))).catch(() => null), events(id)]);
         if (!current()) return;
         // From pending to anything: draw again (to follow the log). A live job's end is drawn by
         // the log stream's end below.
@@ -287,7 +259,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
       // after. Draw the page again once it has ended (never while it has not, so a stream that
       // ends early cannot loop); give up after a minute and say so.
       for (let i = 0; i < 60 && current(); i++) {
-        if (ENDED.has((await getJson<Job>(base)).state)) return jobPage(main, id);
+        if (ENDED.has((await must(api.GET("/v1/jobs/{job_id}", path(id)))).state)) return jobPage(main, id);
         await new Promise((resolve) => window.setTimeout(resolve, 1000));
       }
       if (current()) logs.append("\n(the job has not ended yet; reload for its state)");

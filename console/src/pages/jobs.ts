@@ -1,74 +1,26 @@
-import { getJson } from "../api";
+import { api, must, type Schemas } from "../api";
 import { h, shown, table, view, when } from "../dom";
 
-export interface Member {
-  id: string;
-  index: number;
-  state: string;
-  handle: string | null;
-  exit_code: number | null;
-  reason: string | null;
-  node: string | null;
-  role: string;
-}
-export interface Attempt {
-  id: string;
-  number: number;
-  state: string;
-  reason: string | null;
-  exit_code: number | null;
-  created_at: string;
-  updated_at: string;
-  members: Member[];
-  end?: string; // node-lost, preempted, launch-failed, failed, cancelled, requeued; "" otherwise
-  resume?: Resume | null; // what it resumed from (docs/checkpoints.md); null: not recorded
-}
-export interface Resume {
-  checkpoint: string | null; // null: from the beginning
-  attempt: number | null; // the attempt that wrote it
-  step: number | null;
-  skipped: string[]; // newer ones that did not verify, each with why
-  words: string[];
-}
-export interface RetryPolicy {
-  max_attempts: number;
-  on: string[];
-  exit_codes: number[];
-  backoff_seconds: number;
-  max_backoff_seconds: number;
-}
-export interface Job {
-  id: string;
-  state: string;
-  owner: string;
-  experiment: string;
-  method: string;
-  profile: string;
-  backend: string;
-  queue: string;
-  created_at: string;
-  updated_at: string;
-  reason: string | null;
-  exit_code: number | null;
-  attempts: Attempt[];
-  retry?: RetryPolicy;
-  next_attempt_at?: string | null; // pending again after a retry: not before
-}
+export type Job = Schemas["JobOut"];
+export type Attempt = Schemas["AttemptOut"];
 
-const STATES = ["", "pending", "starting", "running", "stopping", "succeeded", "failed", "cancelled"];
+const STATES = ["pending", "starting", "running", "stopping", "succeeded", "failed", "cancelled"] as const;
+type State = (typeof STATES)[number];
+const isState = (s: string | null): s is State => STATES.some((t) => t === s);
 const PAGE = 50;
 
 // The jobs list, filtered and paged by the API (?state=, ?queue=, ?owner=, ?everyone=, ?cursor=).
 // Filters and the page's cursor live in the URL hash, so a view (and a page of it) can be shared.
 export async function jobsPage(main: HTMLElement, params: URLSearchParams): Promise<void> {
-  const state = params.get("state") ?? "";
+  const asked = params.get("state");
+  const state: State | "" = isState(asked) ? asked : "";
   const queue = params.get("queue") ?? "";
   const owner = params.get("owner") ?? "";
   const everyone = params.get("everyone") === "true";
   const cursor = params.get("cursor") ?? "";
   const size = Math.min(200, Math.max(1, Number(params.get("limit")) || PAGE)); // #/jobs?limit=N
 
-  const stateSel = h("select", { id: "f-state", name: "state" }, ...STATES.map((s) => h("option", { value: s, selected: s === state }, s || "any")));
+  const stateSel = h("select", { id: "f-state", name: "state" }, ...(["", ...STATES] as const).map((s) => h("option", { value: s, selected: s === state }, s || "any")));
   const queueIn = h("input", { id: "f-queue", name: "queue", value: queue });
   const ownerIn = h("input", { id: "f-owner", name: "owner", value: owner });
   const everyoneIn = h("input", { id: "f-everyone", name: "everyone", type: "checkbox", checked: everyone });
@@ -100,10 +52,11 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
 
   const mine = view(main);
   main.replaceChildren(h("h1", {}, "Jobs"), filters, h("p", { "aria-busy": "true" }, "Loading…"));
-  const api = new URLSearchParams(filtered);
-  api.set("limit", String(size));
-  if (cursor) api.set("cursor", cursor);
-  const page = await getJson<{ jobs: Job[]; next_cursor: string | null }>(`/v1/jobs?${api.toString()}`);
+  const page = await must(
+    api.GET("/v1/jobs", {
+      params: { query: { state: state ? [state] : undefined, queue: queue || undefined, owner: owner || undefined, everyone: everyone || undefined, limit: size, cursor: cursor || undefined } },
+    }),
+  );
   if (!shown(main, mine)) return; // the user moved on meanwhile
   const rows = page.jobs.map((j) => [
     h("a", { href: `#/jobs/${encodeURIComponent(j.id)}` }, j.id),

@@ -1,11 +1,7 @@
-import { ApiError, getJson, token } from "../api";
+import { api, ApiError, must, type Schemas, token, withToken } from "../api";
 import { alertBox, h } from "../dom";
 
-export interface Whoami {
-  name: string;
-  role: string;
-  teams: string[];
-}
+export type Whoami = Schemas["WhoAmI"];
 
 // Sign in with an API token (the same tokens as the CLI: `tp login --token …`). The token is
 // checked against GET /v1/whoami before it is kept.
@@ -40,7 +36,7 @@ export function loginPage(main: HTMLElement, notice: string | null, onSignedIn: 
       return;
     }
     button.disabled = true;
-    getJson<Whoami>("/v1/whoami", secret)
+    must(api.GET("/v1/whoami", { headers: withToken(secret) }))
       .then((who) => {
         token.set(secret);
         input.value = "";

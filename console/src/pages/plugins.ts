@@ -1,31 +1,13 @@
-import { getJson } from "../api";
+import { api, must } from "../api";
 import { h, shown, table, view, when } from "../dom";
 
-interface Plugin {
-  name: string;
-  version: string;
-  group: string;
-  executes: string;
-  executes_description: string;
-  description: string;
-  capabilities: { name: string; description: string }[];
-  digest: string;
-  published_by: string;
-  published_at: string;
-  disabled: { at: string; by: string; reason: string } | null;
-}
-interface Group {
-  group: string;
-  description: string;
-  plugins: Plugin[];
-}
 
 // Published plugins grouped by purpose, with their capabilities and where each one executes
 // (control plane, node or workload). Every group is listed, an empty one too.
 export async function pluginsPage(main: HTMLElement): Promise<void> {
   const mine = view(main);
   main.replaceChildren(h("h1", {}, "Plugins"), h("p", { "aria-busy": "true" }, "Loading…"));
-  const { groups } = await getJson<{ groups: Group[] }>("/v1/plugins");
+  const { groups } = await must(api.GET("/v1/plugins"));
   if (!shown(main, mine)) return; // the user moved on meanwhile
   const sections = groups.map((g) =>
     h(

@@ -1,46 +1,16 @@
-import { call, getJson, postJson } from "../api";
+import { api, must, type Schemas } from "../api";
 import { alertBox, h, shown, view } from "../dom";
 
-interface Param {
-  name: string;
-  type: "str" | "int" | "float" | "bool";
-  help: string;
-  required: boolean;
-  default: string | number | boolean | null;
-  choices: (string | number | boolean)[];
-}
-interface Method {
-  name: string;
-  description: string;
-  params: Param[];
-}
-interface Profile {
-  name: string;
-  kind: string;
-}
-interface Preview {
-  id: string;
-  digest: string;
-  expires_at: string;
-  spec: Record<string, unknown>;
-}
-interface Wait {
-  starts_now: boolean;
-  kind: string;
-  text: string;
-  position: number;
-  pending_total: number;
-  ahead: number;
-  placements: { role: string; request: string; pool: string; fleet: string | null; backend: string | null }[];
-}
-interface Runtime {
-  name: string;
-  image: string;
-  digest: string;
-}
-interface Commit {
-  job_id: string;
-  created: boolean;
+type Param = Schemas["ParamOut"];
+type Preview = Schemas["PreviewOut"];
+type Wait = Schemas["WaitOut"];
+
+// The runtime the preview resolved, as the spec holds it.
+function runtimeOf(spec: Record<string, unknown>): { name: string; image: string; digest: string } | null {
+  const r = spec.runtime;
+  if (typeof r !== "object" || r === null) return null;
+  const text = (k: string): string => (k in r ? String((r as Record<string, unknown>)[k] ?? "") : "");
+  return { name: text("name"), image: text("image"), digest: text("digest") };
 }
 
 // A fresh uuid4 for the retry key, as the CLI makes one (crypto.randomUUID needs a secure
@@ -82,7 +52,7 @@ function paramValue(p: Param, raw: string): string | number | boolean {
 export async function submitPage(main: HTMLElement): Promise<void> {
   const mine = view(main);
   main.replaceChildren(h("h1", {}, "Submit a job"), h("p", { "aria-busy": "true" }, "Loading…"));
-  const [methods, profiles] = await Promise.all([getJson<Method[]>("/v1/methods"), getJson<Profile[]>("/v1/profiles")]);
+  const [methods, profiles] = await Promise.all([must(api.GET("/v1/methods")), must(api.GET("/v1/profiles"))]);
   if (!shown(main, mine)) return; // the user moved on meanwhile
   const experiment = h("input", { id: "s-experiment", name: "experiment", required: true, value: "console" });
   const method = h("select", { id: "s-method", name: "method" }, ...methods.map((m) => h("option", { value: m.name }, m.name)));
@@ -135,8 +105,8 @@ export async function submitPage(main: HTMLElement): Promise<void> {
     };
     previewButton.disabled = true;
     out.replaceChildren();
-    postJson<Preview>("/v1/previews", body)
-      .then(async (preview) => showPreview(out, preview, await getJson<Wait>(`/v1/previews/${encodeURIComponent(preview.id)}/wait`).catch(() => null)))
+    must(api.POST("/v1/previews", { body }))
+      .then(async (preview) => showPreview(out, preview, await must(api.GET("/v1/previews/{preview_id}/wait", { params: { path: { preview_id: preview.id } } })).catch(() => null)))
       .catch((err: unknown) => out.replaceChildren(alertBox(`Preview refused: ${err instanceof Error ? err.message : String(err)}`)))
       .finally(() => {
         previewButton.disabled = false;
@@ -156,7 +126,7 @@ function estimate(wait: Wait | null): string {
 // queue position and its reason, GET /v1/previews/{id}/wait: nobody knows how long the jobs
 // ahead will run). Nothing exists yet; "Confirm and submit" commits exactly this preview.
 function showPreview(out: HTMLElement, preview: Preview, wait: Wait | null): void {
-  const runtime = preview.spec.runtime as Runtime | undefined;
+  const runtime = runtimeOf(preview.spec);
   const where = wait?.placements ?? [];
   const roles = where.length > 1;
   const confirm = h("button", { type: "button" }, "Confirm and submit");
@@ -164,8 +134,7 @@ function showPreview(out: HTMLElement, preview: Preview, wait: Wait | null): voi
   confirm.addEventListener("click", () => {
     confirm.disabled = true;
     const triple = { preview_id: preview.id, digest: preview.digest, retry_key: retryKey(preview.id) };
-    call("/v1/jobs", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(triple) })
-      .then((res) => res.json() as Promise<Commit>)
+    must(api.POST("/v1/jobs", { body: triple }))
       .then((commit) => {
         location.hash = `#/jobs/${encodeURIComponent(commit.job_id)}`;
       })
