@@ -1016,7 +1016,9 @@ export interface components {
         };
         /** ArtifactsOut */
         ArtifactsOut: {
+            backend: string;
             members: components["schemas"]["MemberArtifactsOut"][];
+            records_outputs: boolean;
         };
         /** AttemptCurveOut */
         AttemptCurveOut: {

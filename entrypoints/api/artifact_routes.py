@@ -37,6 +37,10 @@ class MemberArtifactsOut(Struct):
 
 class ArtifactsOut(Struct):
     members: list[MemberArtifactsOut]
+    backend: str  # the job's backend
+    # whether that backend records members' outputs (a manifest when a member exits 0);
+    # false: its members get no output directory (Kubernetes: docs/backends.md)
+    records_outputs: bool
 
 
 class DifferenceOut(Struct):
@@ -80,8 +84,8 @@ def _member(r: ArtifactRecord) -> MemberArtifactsOut:
     summary="The output manifests recorded when the job's members completed",
 )
 async def job_artifacts(job_id: FromPath[str], state: State, principal: Caller) -> ArtifactsOut:
-    records = await artifacts.list_artifacts(_ctx(state), principal, job_id)
-    return ArtifactsOut([_member(r) for r in records])
+    listed = await artifacts.list_artifacts(_ctx(state), principal, job_id)
+    return ArtifactsOut([_member(r) for r in listed.records], listed.backend, listed.recorded)
 
 
 @post(
