@@ -20,7 +20,8 @@ export function logView(download: () => Promise<void>): LogView {
   let match: Matcher | null = null;
   let current: HTMLElement | null = null; // the selected <mark>
   let follow = true;
-  let partialEl: HTMLElement | null = null;
+  let partialEl: Node | null = null;
+  let nodes: Node[] = []; // one per complete line shown, in order
 
   const pre = h("pre", { class: "logs", role: "log", tabindex: "0", "aria-label": "Job log" });
   const search = h("input", { type: "search", id: "log-search", autocomplete: "off", "aria-describedby": "log-search-help" });
@@ -41,12 +42,15 @@ export function logView(download: () => Promise<void>): LogView {
     count.textContent = countWords(current ? all.indexOf(current) : -1, all.length);
   };
 
-  // One line as an element: its text, with the matches marked (text nodes only, never HTML).
-  const lineEl = (text: string, newline: boolean): HTMLElement => {
-    const el = h("span", { class: "line" });
+  // One line: a text node, or a span with its matches marked (text nodes only, never HTML).
+  // Plain text nodes keep a long log light (5,000 elements made axe-core and layout slow).
+  const lineEl = (text: string, newline: boolean): Node => {
     const ranges = match && "find" in match ? match.find(text) : [];
+    const end = newline ? "\n" : "";
+    if (!ranges.length) return document.createTextNode(text + end);
+    const el = h("span", { class: "line" });
     for (const p of pieces(text, ranges)) el.append(p.mark ? h("mark", {}, p.text) : document.createTextNode(p.text));
-    if (newline) el.append("\n");
+    el.append(end);
     return el;
   };
 
@@ -71,16 +75,19 @@ export function logView(download: () => Promise<void>): LogView {
 
   const append = (chunk: string): void => {
     const pushed = buffer.push(chunk);
-    partialEl?.remove();
+    if (partialEl) pre.removeChild(partialEl);
     partialEl = null;
     const frag = document.createDocumentFragment();
-    for (const line of pushed.added) frag.append(lineEl(line, true));
+    for (const line of pushed.added) {
+      const node = lineEl(line, true);
+      nodes.push(node);
+      frag.append(node);
+    }
     if (pushed.partial) frag.append((partialEl = lineEl(pushed.partial, false)));
     pre.append(frag);
-    for (let i = 0; i < pushed.removeOld; i++) {
-      const first = pre.firstElementChild;
-      if (first?.contains(current)) current = null;
-      first?.remove();
+    for (const old of nodes.splice(0, pushed.removeOld)) {
+      if (current && old.contains(current)) current = null;
+      pre.removeChild(old);
     }
     if (pushed.removeOld || pushed.added.length >= MAX_LINES) showDropped();
     showCount();
@@ -96,7 +103,8 @@ export function logView(download: () => Promise<void>): LogView {
     search.setAttribute("aria-invalid", String(!problem.hidden));
     current = null;
     const frag = document.createDocumentFragment();
-    for (const line of buffer.lines) frag.append(lineEl(line, true));
+    nodes = buffer.lines.map((line) => lineEl(line, true));
+    frag.append(...nodes);
     partialEl = buffer.partial ? lineEl(buffer.partial, false) : null;
     if (partialEl) frag.append(partialEl);
     pre.replaceChildren(frag);
@@ -164,6 +172,7 @@ export function logView(download: () => Promise<void>): LogView {
       buffer = new LineBuffer();
       current = null;
       partialEl = null;
+      nodes = [];
       pre.replaceChildren();
       dropped.hidden = true;
       status.textContent = "";
