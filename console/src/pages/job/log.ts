@@ -55,8 +55,10 @@ export function logView(download: () => Promise<void>): LogView {
   };
 
   const atBottom = (): boolean => pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+  let paused = false; // Follow turned off with its button or by moving to a match
   const setFollow = (on: boolean): void => {
     follow = on;
+    if (on) paused = false;
     followBtn.setAttribute("aria-pressed", String(on));
     if (on) pre.scrollTop = pre.scrollHeight;
   };
@@ -65,7 +67,10 @@ export function logView(download: () => Promise<void>): LogView {
     const bottom = atBottom();
     if (bottom !== follow) setFollow(bottom); // up: paused; back at the bottom: on again
   });
-  followBtn.addEventListener("click", () => setFollow(!follow));
+  followBtn.addEventListener("click", () => {
+    paused = follow;
+    setFollow(!follow);
+  });
 
   const showDropped = (): void => {
     dropped.hidden = buffer.dropped === 0;
@@ -74,6 +79,11 @@ export function logView(download: () => Promise<void>): LogView {
   };
 
   const append = (chunk: string): void => {
+    // Stick to the bottom when the view is there now, unless the user paused Follow: a scroll
+    // up whose event is not handled yet is not undone by lines arriving meanwhile, and a
+    // scroll back to the bottom is not lost to them either.
+    const stick = !followBtn.hidden && !paused && atBottom();
+    if (stick && !follow) setFollow(true);
     const pushed = buffer.push(chunk);
     if (partialEl) pre.removeChild(partialEl);
     partialEl = null;
@@ -91,7 +101,7 @@ export function logView(download: () => Promise<void>): LogView {
     }
     if (pushed.removeOld || pushed.added.length >= MAX_LINES) showDropped();
     showCount();
-    if (follow && !followBtn.hidden) pre.scrollTop = pre.scrollHeight;
+    if (stick) pre.scrollTop = pre.scrollHeight;
   };
 
   // Search again over every line kept (a new query): the marks are drawn anew.
@@ -118,7 +128,10 @@ export function logView(download: () => Promise<void>): LogView {
     current?.classList.remove("current");
     current = all[(at + step + all.length) % all.length];
     current.classList.add("current");
-    if (!followBtn.hidden) setFollow(false); // the user is reading a match: stop scrolling away
+    if (!followBtn.hidden) {
+      paused = true; // the user is reading a match: stop scrolling away
+      setFollow(false);
+    }
     current.scrollIntoView({ block: "nearest" });
     showCount();
   };
