@@ -24,6 +24,7 @@ from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 
 pytestmark = pytest.mark.e2e
+EXAMPLE_PLUGIN = Path(__file__).resolve().parents[2] / "docs/examples/plugins/exact-match"
 LIMIT = 200_000  # the module's server takes archives of at most this many bytes
 
 
@@ -194,6 +195,11 @@ async def test_an_archive_is_uploaded_as_it_is_and_bad_sources_are_refused_with_
 ) -> None:
     expected_statuses.add(422)  # the unsafe archive
     server = module_api_server
+    plugin = {f.name: f.read_bytes() for f in EXAMPLE_PLUGIN.iterdir()}
+    published = await page.request.post(
+        server.url + "/v1/plugins", data=targz(plugin), headers=server.headers
+    )
+    assert published.status in (200, 201), await published.text()
     await signed_in(page, server)
     archive = page.get_by_label("Archive (.tar.gz or .tar)")
     status = page.locator(".source-status")
@@ -205,9 +211,15 @@ async def test_an_archive_is_uploaded_as_it_is_and_bad_sources_are_refused_with_
     good.write_bytes(targz({"note.txt": b"from the archive\n"}))
     await archive.set_input_files(good)
     await expect(status).to_contain_text("Uploaded source.tar.gz")
+    # ... previewed with a plugin pinned by its digest.
+    await page.get_by_label("exact-match 1.0.0").check()
     await preview_custom(page, "cat note.txt")
     sha = "sha256:" + hashlib.sha256(good.read_bytes()).hexdigest()
     assert (await fact(page, "Source")).startswith(sha)
+    assert await fact(page, "Plugins") == "exact-match 1.0.0"
+    await expect(page.locator("#preview-summary")).to_contain_text("plugins exact-match 1.0.0.")
+    pinned = (await published.json())["digest"]
+    await expect(page.get_by_label("What will run")).to_contain_text(pinned)
     assert len(uploads) == 1
 
     # Refused before a byte is sent: a zip, a folder over the limit, a secret-looking file.
