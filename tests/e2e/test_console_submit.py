@@ -148,6 +148,7 @@ async def test_a_folder_uploaded_from_the_browser_runs_with_env_runtime_and_retr
     assert (await answer.value).status == 201
     status = page.locator(".source-status")
     await expect(status).to_contain_text("Uploaded the folder")
+    await expect(page.get_by_label("Upload progress")).to_have_js_property("value", 1)
     await expect(status).to_contain_text("3 files: .gitignore, hello.txt, pkg/mod.txt")
     await expect(status).to_contain_text("Left out (3): ")
     for left in (".git/HEAD", "data/big.bin", "pkg/__pycache__/m.pyc"):

@@ -19,6 +19,9 @@ export interface SourceField {
 export function sourceField(limits: Limits): SourceField {
   let chosen: Source | null = null;
   let working = false;
+  // Each choice is a new generation: a slower upload of an earlier choice never replaces the
+  // latest one (nor its refusal).
+  let generation = 0;
   const folder = h("input", { id: "s-folder", type: "file", webkitdirectory: true, "aria-describedby": "s-source-help" });
   const archive = h("input", { id: "s-archive", type: "file", accept: ".tar.gz,.tgz,.tar,application/gzip,application/x-tar", "aria-describedby": "s-source-help" });
   const progress = h("progress", { max: 1, value: 0, "aria-label": "Upload progress", hidden: true });
@@ -37,27 +40,34 @@ export function sourceField(limits: Limits): SourceField {
     const text = err instanceof Refused ? `Not uploaded: ${err.message}. Fix: ${err.fix}` : `Upload refused: ${err instanceof Error ? err.message : String(err)}`;
     status.replaceChildren(alertBox(text));
   };
-  const send = async (blob: Blob, what: string, extra: string[]): Promise<void> => {
+  const send = async (blob: Blob, what: string, extra: string[], mine: number): Promise<void> => {
+    if (mine !== generation) return; // another choice came meanwhile
     checkSize(what, blob.size, limits.max_bytes, sizeWords);
     progress.hidden = false;
     progress.value = 0;
     status.replaceChildren(h("p", {}, `Uploading ${what} (${sizeWords(blob.size)})…`));
     const done = await upload(blob, await sha256(blob), (sent, total) => {
+      if (mine !== generation) return;
       progress.value = total ? sent / total : 0;
       status.firstElementChild!.textContent = `Uploading ${what}: ${sizeWords(sent)} of ${sizeWords(total)}`;
     });
+    if (mine !== generation) return;
     chosen = { digest: done.digest, size: done.size };
     progress.value = 1;
     clear.hidden = false;
     status.replaceChildren(h("p", { class: "source-done" }, `Uploaded ${what}: ${sizeWords(done.size)}, ${digestShort(done.digest)}.`), ...extra.map((t) => h("p", { class: "muted" }, t)));
   };
-  const run = (job: () => Promise<void>): void => {
+  const run = (job: (mine: number) => Promise<void>): void => {
+    const mine = ++generation;
     working = true;
     chosen = null;
-    job()
-      .catch(refuse)
+    clear.hidden = true;
+    job(mine)
+      .catch((err: unknown) => {
+        if (mine === generation) refuse(err);
+      })
       .finally(() => {
-        working = false;
+        if (mine === generation) working = false;
       });
   };
 
@@ -65,30 +75,34 @@ export function sourceField(limits: Limits): SourceField {
     archive.value = "";
     const files = Array.from(folder.files ?? []);
     if (!files.length) return;
-    run(async () => {
+    run(async (mine) => {
       const byPath = new Map<string, File>();
       for (const f of files) byPath.set(f.webkitRelativePath.slice(f.webkitRelativePath.indexOf("/") + 1) || f.name, f);
       const ignore = byPath.get(".gitignore");
       const picked = files.map((f) => ({ path: f.webkitRelativePath || f.name, size: f.size }));
-      const { kept, left } = folderSelection(picked, ignore ? await ignore.text() : null);
+      const rules = ignore ? await ignore.text() : null;
+      if (mine !== generation) return;
+      const { kept, left } = folderSelection(picked, rules);
       const total = kept.reduce((n, f) => n + f.size, 0);
       checkSize("the folder", total, limits.max_unpacked_bytes, sizeWords);
       status.replaceChildren(h("p", {}, `Packing ${kept.length} files (${sizeWords(total)})…`));
       const blob = await packFolder(byPath, kept);
       const files_ = `${kept.length} ${kept.length === 1 ? "file" : "files"}: ${kept.map((f) => f.path).slice(0, 20).join(", ")}${kept.length > 20 ? ", …" : ""}`;
-      await send(blob, "the folder", [files_, left.length ? `Left out (${left.length}): ${left.slice(0, 20).join(", ")}${left.length > 20 ? ", …" : ""}` : ""].filter(Boolean));
+      await send(blob, "the folder", [files_, left.length ? `Left out (${left.length}): ${left.slice(0, 20).join(", ")}${left.length > 20 ? ", …" : ""}` : ""].filter(Boolean), mine);
     });
   });
   archive.addEventListener("change", () => {
     folder.value = "";
     const file = archive.files?.[0];
     if (!file) return;
-    run(async () => {
+    run(async (mine) => {
       archiveKind(file.name, new Uint8Array(await file.slice(0, 512).arrayBuffer()));
-      await send(file, file.name, []);
+      await send(file, file.name, [], mine);
     });
   });
   clear.addEventListener("click", () => {
+    generation++;
+    working = false;
     reset();
     progress.hidden = true;
     status.replaceChildren(h("p", {}, "No source: the method runs without your files."));
