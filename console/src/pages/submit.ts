@@ -75,7 +75,7 @@ export async function submitPage(main: HTMLElement): Promise<void> {
     field("s-runtime", "Runtime", runtime, "the image the job runs in, pinned by digest at preview"),
     env.element,
     pins.element,
-    field("s-attempts", "Attempts", attempts, "1: no retry; more: a new attempt after a lost node, a preemption or a failed launch, as the queue allows"),
+    field("s-attempts", "Attempts", attempts, "in all, as tp submit --retry N: 1 is no retry; more is a new attempt after any end but a stop (a lost node, a preemption, a failed launch, a failure), as the queue allows"),
     previewButton,
   );
   form.addEventListener("submit", (event) => {
