@@ -72,6 +72,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/archives/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The limits a source archive upload must keep (say them before uploading) */
+        get: operations["V1ArchivesLimitsArchiveLimits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/attempts/{attempt_id}/release": {
         parameters: {
             query?: never;
@@ -992,6 +1009,17 @@ export interface components {
             created: string[];
             unchanged: number;
         };
+        /**
+         * ArchiveLimitsOut
+         * @description What `POST /v1/archives` accepts: the compressed size, what it may unpack to, its
+         *     entries, and the formats (a gzip-compressed tar, or a plain tar).
+         */
+        ArchiveLimitsOut: {
+            formats: string[];
+            max_bytes: number;
+            max_entries: number;
+            max_unpacked_bytes: number;
+        };
         /** ArchiveOut */
         ArchiveOut: {
             digest: string;
@@ -1481,6 +1509,14 @@ export interface components {
             name: string;
             version: string;
         };
+        /** PluginSummaryOut */
+        PluginSummaryOut: {
+            digest: string;
+            executes: string;
+            group: string;
+            name: string;
+            version: string;
+        };
         /** PointOut */
         PointOut: {
             count: number;
@@ -1644,6 +1680,20 @@ export interface components {
             intent: Record<string, unknown>;
             owner: string;
             spec: Record<string, unknown>;
+            summary: components["schemas"]["PreviewSummaryOut"];
+        };
+        /** PreviewSummaryOut */
+        PreviewSummaryOut: {
+            backend: string;
+            command: string[];
+            env: string[];
+            plugins: components["schemas"]["PluginSummaryOut"][];
+            queue: string;
+            retry: string;
+            retry_attempts: number;
+            roles: components["schemas"]["RoleSummaryOut"][];
+            runtime: components["schemas"]["RuntimeSummaryOut"];
+            source: components["schemas"]["SourceSummaryOut"] | null;
         };
         /**
          * Problem
@@ -1874,6 +1924,21 @@ export interface components {
             profile: string;
             resources: components["schemas"]["ResourcesOut"];
         };
+        /**
+         * RoleSummaryOut
+         * @description One role: ``members`` identical members in ``pool``, each with these resources.
+         */
+        RoleSummaryOut: {
+            cpus: number;
+            gpu_model: string | null;
+            gpus: number;
+            members: number;
+            memory_mb: number;
+            name: string;
+            pool: string;
+            profile: string;
+            words: string;
+        };
         /** RuntimeAddOut */
         RuntimeAddOut: {
             outcome: string;
@@ -1934,6 +1999,12 @@ export interface components {
             /** @default 0 */
             revision: number;
         };
+        /** RuntimeSummaryOut */
+        RuntimeSummaryOut: {
+            digest: string;
+            image: string;
+            name: string;
+        };
         /**
          * Scope
          * @enum {unknown}
@@ -1958,6 +2029,11 @@ export interface components {
         /** SourceIn */
         SourceIn: {
             /** @description sha256:<64 hex digits> */
+            digest: string;
+            size: number;
+        };
+        /** SourceSummaryOut */
+        SourceSummaryOut: {
             digest: string;
             size: number;
         };
@@ -2351,6 +2427,44 @@ export interface operations {
             };
             /** @description Unprocessable request */
             422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    V1ArchivesLimitsArchiveLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArchiveLimitsOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthenticated */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

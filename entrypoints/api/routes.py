@@ -22,6 +22,7 @@ from application import archives, explain, jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
+from domain import tarball
 from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JobState
 from entrypoints.api import schemas as s
@@ -64,6 +65,21 @@ async def upload_archive(
         declared_digest=content_digest,
     )
     return s.ArchiveOut(ref.digest, ref.size)
+
+
+@get(
+    "/v1/archives/limits",
+    responses=responses(401),
+    summary="The limits a source archive upload must keep (say them before uploading)",
+)
+async def archive_limits(state: State, principal: Caller) -> s.ArchiveLimitsOut:
+    limits = _ctx(state).limits
+    return s.ArchiveLimitsOut(
+        max_bytes=limits.max_archive_bytes,
+        max_unpacked_bytes=limits.max_archive_unpacked_bytes,
+        max_entries=tarball.MAX_SOURCE_ENTRIES,
+        formats=["tar.gz", "tar"],
+    )
 
 
 @post(
@@ -234,6 +250,7 @@ async def whoami(principal: Caller) -> s.WhoAmI:
 
 PROTECTED = [
     upload_archive,
+    archive_limits,
     create_preview,
     read_preview,
     commit,

@@ -17,6 +17,7 @@ from domain.jobs import Attempt, Job, Receipt
 from domain.plugins import PluginPin
 from domain.retry import RetryPolicy
 from domain.submission import Preview, SourceRef, SubmissionIntent
+from entrypoints.api.preview_summary import PreviewSummaryOut, preview_summary
 from entrypoints.wire import Digest, Ident, Name
 
 Text = Annotated[str, Meta(max_length=65536)]
@@ -150,6 +151,16 @@ class ArchiveOut(Struct):
     size: int
 
 
+class ArchiveLimitsOut(Struct, kw_only=True):
+    """What `POST /v1/archives` accepts: the compressed size, what it may unpack to, its
+    entries, and the formats (a gzip-compressed tar, or a plain tar)."""
+
+    max_bytes: int
+    max_unpacked_bytes: int
+    max_entries: int
+    formats: list[str]
+
+
 class PreviewOut(Struct):
     id: str
     digest: str
@@ -158,6 +169,7 @@ class PreviewOut(Struct):
     expires_at: datetime
     intent: dict[str, Any]
     spec: dict[str, Any]
+    summary: PreviewSummaryOut  # the spec's resolution in typed fields (and words)
 
 
 class MemberOut(Struct):
@@ -298,7 +310,14 @@ class Health(Struct):
 
 def preview_out(p: Preview) -> PreviewOut:
     return PreviewOut(
-        p.id, p.digest, p.owner, p.created_at, p.expires_at, p.intent.to_dict(), p.spec.to_dict()
+        p.id,
+        p.digest,
+        p.owner,
+        p.created_at,
+        p.expires_at,
+        p.intent.to_dict(),
+        p.spec.to_dict(),
+        preview_summary(p.spec),
     )
 
 

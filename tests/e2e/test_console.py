@@ -331,7 +331,8 @@ async def test_submit_dialog_previews_then_commits_that_preview(
     }
     assert facts["Fleet / pool"] == "fleet local, pool local", facts
     assert facts["Backend"] == "local" and facts["Queue"] == "default", facts
-    assert facts["GPU request"] == "1 CPU in pool local", facts
+    assert facts["CPU request"] == "1 CPU in pool local (fleet local)", facts
+    assert "GPU request" not in facts, facts  # a CPU job never says GPU
     assert facts["Runtime"].startswith("busybox ("), facts
     assert facts["Estimated wait"] == "none: it would start at once", facts
 
