@@ -49,22 +49,29 @@ describe("non-finite marks", () => {
 });
 
 describe("aligning runs on one x axis (bucket merging)", () => {
-  it("the sorted union of x; a run is null where it has no point", () => {
+  it("the sorted union of x; a run is undefined (drawn across) where it has no point", () => {
     const out = align([[0, 10, 20], [5, 10]], [[[1, 2, 3]], [[7, 8]]]);
     expect(out.x).toEqual([0, 5, 10, 20]);
-    expect(out.ys[0][0]).toEqual([1, null, 2, 3]);
-    expect(out.ys[1][0]).toEqual([null, 7, 8, null]);
+    expect(out.ys[0][0]).toEqual([1, undefined, 2, 3]);
+    expect(out.ys[1][0]).toEqual([undefined, 7, 8, undefined]);
+  });
+  it("a run's own gap (null) stays null, so its line breaks there and only there", () => {
+    const out = align([[0, 1, 2], [0.5]], [[[1, null, 3]], [[9]]]);
+    expect(out.ys[0][0]).toEqual([1, undefined, null, 3]);
+  });
+  it("negative and huge x sort as numbers", () => {
+    expect(align([[1e15, -5], [2]], [[[1, 2]], [[3]]]).x).toEqual([-5, 2, 1e15]);
   });
   it("empty runs and no runs", () => {
     expect(align([], [])).toEqual({ x: [], ys: [] });
-    expect(align([[], [1]], [[[]], [[9]]]).ys).toEqual([[[null]], [[9]]]);
+    expect(align([[], [1]], [[[]], [[9]]]).ys).toEqual([[[undefined]], [[9]]]);
   });
   it("20 runs of 1,000 buckets each on different grids stay bounded by their union", () => {
     const xs = Array.from({ length: 20 }, (_, r) => Array.from({ length: 1000 }, (_, i) => i * (r + 1)));
     const ys = xs.map((x) => [x.map((v) => v / 2)]);
     const out = align(xs, ys);
     expect(out.x.length).toBeLessThanOrEqual(20_000);
-    expect(out.ys[3][0].filter((v) => v !== null)).toHaveLength(1000);
+    expect(out.ys[3][0].filter((v) => v !== undefined)).toHaveLength(1000);
   });
 });
 

@@ -36,7 +36,7 @@ function withAlpha(colour: string, alpha: number): string {
 interface Drawn {
   run: Run;
   cols: Columns;
-  shown: (number | null)[]; // smoothed (or raw when smoothing is off), as drawn
+  shown: (number | null | undefined)[]; // smoothed (or raw when smoothing is off), as drawn
   first: number; // its first series' index in the plot
   count: number; // how many plot series it has
   colour: string;
@@ -93,10 +93,10 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
 
   const valueAt = (d: Drawn, idx: number | null | undefined): string => {
     if (idx !== null && idx !== undefined && plot) {
-      const v = (plot.data[d.first] as (number | null)[])[idx];
+      const v = (plot.data[d.first] as (number | null | undefined)[])[idx];
       return fmt(v);
     }
-    for (let i = d.shown.length - 1; i >= 0; i--) if (d.shown[i] !== null) return `last ${fmt(d.shown[i])}`;
+    for (let i = d.shown.length - 1; i >= 0; i--) if (d.shown[i] !== null && d.shown[i] !== undefined) return `last ${fmt(d.shown[i])}`;
     return "no value";
   };
 

@@ -76,23 +76,27 @@ export function columns(run: Run, mode: XMode): Columns {
   return out;
 }
 
-// Several runs' columns on one x axis (the sorted union of their x values); a run has null where
-// it has no point. Runs never share a point by accident: a null is a gap, not a zero.
-export function align(xs: ReadonlyArray<ReadonlyArray<number>>, ys: ReadonlyArray<ReadonlyArray<ReadonlyArray<number | null>>>): { x: number[]; ys: (number | null)[][][] } {
+// Several runs' columns on one x axis (the sorted union of their x values). Where a run has no
+// point the value is `undefined`, which uPlot draws across (the line joins its neighbours);
+// a run's own null (a bucket without a finite value) stays null: a gap in its line.
+export type Cell = number | null | undefined;
+export function align(xs: ReadonlyArray<ReadonlyArray<number>>, ys: ReadonlyArray<ReadonlyArray<ReadonlyArray<number | null>>>): { x: number[]; ys: Cell[][][] } {
   const all = new Set<number>();
   for (const list of xs) for (const v of list) all.add(v);
-  const x = [...all].sort((a, b) => a - b);
-  if (xs.length === 1) return { x, ys: ys.map((cols) => cols.map((c) => c.slice())) };
+  const x = Float64Array.from(all).sort();
+  const xsSorted = Array.from(x);
+  if (xs.length === 1) return { x: xsSorted, ys: ys.map((cols) => cols.map((c) => c.slice())) };
   const index = new Map<number, number>();
-  x.forEach((v, i) => index.set(v, i));
-  const out = ys.map((cols, r) =>
-    cols.map((col) => {
-      const full: (number | null)[] = new Array<number | null>(x.length).fill(null);
-      xs[r].forEach((v, i) => (full[index.get(v)!] = col[i]));
+  xsSorted.forEach((v, i) => index.set(v, i));
+  const out = ys.map((cols, r) => {
+    const at = xs[r].map((v) => index.get(v)!);
+    return cols.map((col) => {
+      const full: Cell[] = new Array<Cell>(x.length);
+      for (let i = 0; i < at.length; i++) full[at[i]] = col[i];
       return full;
-    }),
-  );
-  return { x, ys: out };
+    });
+  });
+  return { x: xsSorted, ys: out };
 }
 
 // A log-scale axis cannot show zero or a negative value: such points are not drawn and counted.
