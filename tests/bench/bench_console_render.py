@@ -46,27 +46,50 @@ def curve(runs: int, shared_grid: bool) -> dict[str, Any]:
             step = i * width
             mean = 5 * math.exp(-i / 300) + rnd.random() * 0.3 + r * 0.1
             nan = i == 500
+            wall = 1.7e9 + step
             points.append(
                 {
-                    "first_step": step, "last_step": step + width - 1,
-                    "min": None if nan else mean - 0.2, "max": None if nan else mean + 0.2,
-                    "mean": None if nan else mean, "last": "NaN" if nan else mean,
-                    "count": width, "first_wall_time": 1.7e9 + step, "last_wall_time": 1.7e9 + step + width - 1,
+                    "first_step": step,
+                    "last_step": step + width - 1,
+                    "min": None if nan else mean - 0.2,
+                    "max": None if nan else mean + 0.2,
+                    "mean": None if nan else mean,
+                    "last": "NaN" if nan else mean,
+                    "count": width,
+                    "first_wall_time": wall,
+                    "last_wall_time": wall + width - 1,
                 }
-            )  # fmt: skip
+            )
         attempts.append(
-            {"attempt": r + 1, "member_id": f"m{r}", "source": "train.jsonl#0", "shown": [], "points": points, "run": ""}
-        )  # fmt: skip
-    return {"tag": "train/loss", "start": 0, "end": BUCKETS * 30, "width": 10, "attempts": attempts, "merged": []}
+            {
+                "attempt": r + 1,
+                "member_id": f"m{r}",
+                "source": "train.jsonl#0",
+                "shown": [],
+                "points": points,
+                "run": "",
+            }
+        )
+    return {"tag": "train/loss", "start": 0, "end": BUCKETS * 30, "width": 10,
+            "attempts": attempts, "merged": []}  # fmt: skip
+
+
+METRICS = {
+    "canonical": ["train/loss"],
+    "collectors": [],
+    "primary": [],
+    "runs": {"train/loss": [""]},
+    "series": [],
+    "system": [],
+}
 
 
 async def answer_from_memory(page: Page, body: dict[str, Any]) -> None:
     job = {"state": "succeeded", "id": "job-bench"}
-    metrics = {"canonical": ["train/loss"], "collectors": [], "primary": [], "runs": {"train/loss": [""]}, "series": [], "system": []}
 
     async def handle(route: Route) -> None:
         url = route.request.url
-        data = body if "/metrics/curve" in url else metrics if url.endswith("/metrics") else job
+        data = body if "/metrics/curve" in url else METRICS if url.endswith("/metrics") else job
         await route.fulfill(status=200, content_type="application/json", body=json.dumps(data))
 
     await page.route("**/v1/jobs/job-bench**", handle)
@@ -103,14 +126,13 @@ async def test_render_20_runs_of_1000_buckets(api_server: Servers, page: Page) -
             await page.reload()  # a fresh page for each case (the token stays in the tab)
             figure = page.locator('figure.chart[data-tag="train/loss"]')
             await expect(figure).to_have_attribute("data-attempts", str(runs))
-            slider = page.get_by_label("Smoothing")
             bands = page.get_by_label("Min/max bands")
 
             async def smooth(i: int) -> None:
-                await slider.fill(f"{0.5 + (i % 40) / 100:.2f}")
+                await page.get_by_label("Smoothing").fill(f"{0.5 + (i % 40) / 100:.2f}")
 
             async def rebuild(i: int) -> None:
-                await bands.set_checked(i % 2 == 1)
+                await page.get_by_label("Min/max bands").set_checked(i % 2 == 1)
 
             results[(runs, shared, "setData")] = summary(await rounds(page, figure, smooth))
             await bands.set_checked(True)
@@ -121,5 +143,6 @@ async def test_render_20_runs_of_1000_buckets(api_server: Servers, page: Page) -
     for shared in (True, False):
         for how in ("setData", "rebuild"):
             ratio = results[(20, shared, how)][0] / results[(1, shared, how)][0]
-            print(f"ratio 20 runs / 1 run ({'shared grid' if shared else 'own grids'}, {how}): {ratio:.1f}")
+            grids = "shared grid" if shared else "own grids"
+            print(f"ratio 20 runs / 1 run ({grids}, {how}): {ratio:.1f}")
     assert all(v[0] == v[0] for v in results.values())  # every round drew

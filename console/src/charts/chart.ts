@@ -10,6 +10,7 @@ import "./charts.css";
 import { h } from "../dom";
 import { type Row, fileName, toCSV, toJSON } from "./exports";
 import { type Columns, type Run, align, columns, forLog, num, xOf, X_MODES } from "./model";
+import { drawMarks } from "./marks";
 import { style } from "./palette";
 import type { Settings, SettingsStore } from "./settings";
 import { ema } from "./smooth";
@@ -108,12 +109,17 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
 
   const applyHighlight = (): void => {
     if (!plot) return;
+    let changed = false;
     for (const d of drawn) {
-      for (let i = d.first; i < d.first + d.count; i++) plot.series[i].alpha = highlight === null || highlight === d.run.key ? 1 : 0.2;
+      const alpha = highlight === null || highlight === d.run.key ? 1 : 0.2;
+      for (let i = d.first; i < d.first + d.count; i++) {
+        changed ||= (plot.series[i].alpha ?? 1) !== alpha;
+        plot.series[i].alpha = alpha;
+      }
     }
     box.dataset.highlight = highlight ?? "";
     legend.querySelectorAll("button").forEach((b) => b.classList.toggle("highlight", b.dataset.key === highlight));
-    plot.redraw(false);
+    if (changed) plot.redraw(false); // only when a run's emphasis changed (a redraw costs a draw)
   };
 
   const toggle = (key: string): void => {
@@ -277,46 +283,12 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
     applyHighlight();
   };
 
-  // ▲ +∞ at the top, ▼ −∞ at the bottom, × NaN on the line where it broke.
-  const markNonFinite = (u: uPlot): void => {
-    const ctx = u.ctx;
-    const r = devicePixelRatio || 1;
-    const { left, top, width: w, height: ht } = u.bbox;
-    ctx.save();
-    ctx.lineWidth = 2 * r;
-    for (const d of drawn) {
-      if (hidden.has(d.run.key)) continue;
-      ctx.strokeStyle = d.colour;
-      ctx.fillStyle = d.colour;
-      ctx.globalAlpha = highlight === null || highlight === d.run.key ? 1 : 0.2;
-      for (const m of d.cols.marks) {
-        const x = u.valToPos(m.x, "x", true);
-        if (x < left || x > left + w) continue;
-        const s = 5 * r;
-        ctx.beginPath();
-        if (m.kind === "+inf") {
-          ctx.moveTo(x, top + 1);
-          ctx.lineTo(x - s, top + 1 + 1.6 * s);
-          ctx.lineTo(x + s, top + 1 + 1.6 * s);
-          ctx.fill();
-        } else if (m.kind === "-inf") {
-          ctx.moveTo(x, top + ht - 1);
-          ctx.lineTo(x - s, top + ht - 1 - 1.6 * s);
-          ctx.lineTo(x + s, top + ht - 1 - 1.6 * s);
-          ctx.fill();
-        } else {
-          const yv = m.at === null || (store.value.logY && m.at <= 0) ? null : u.valToPos(m.at, "y", true);
-          const y = yv === null || !Number.isFinite(yv) ? top + ht / 2 : Math.min(top + ht - s, Math.max(top + s, yv));
-          ctx.moveTo(x - s, y - s);
-          ctx.lineTo(x + s, y + s);
-          ctx.moveTo(x + s, y - s);
-          ctx.lineTo(x - s, y + s);
-          ctx.stroke();
-        }
-      }
-    }
-    ctx.restore();
-  };
+  const markNonFinite = (u: uPlot): void =>
+    drawMarks(
+      u,
+      drawn.filter((d) => !hidden.has(d.run.key)).map((d) => ({ colour: d.colour, faded: highlight !== null && highlight !== d.run.key, marks: d.cols.marks })),
+      store.value.logY,
+    );
 
   const zoomTo = async (window: [number, number] | null): Promise<void> => {
     busy = true;
