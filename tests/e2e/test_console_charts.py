@@ -157,8 +157,18 @@ async def test_compare_three_collected_jobs(
     run_a = legend.get_by_role("button", name=f"{a} · attempt 1")
     await expect(run_a).to_contain_text("last ")
     plot = loss.get_by_role("img", name="Line chart of train/loss by step")
-    card, canvas = await loss.bounding_box(), await plot.bounding_box()
-    assert card and canvas and canvas["width"] >= 0.6 * card["width"], (card, canvas)
+    # the plot fills two thirds of its card, the legend the rest (the plot follows its column)
+    await page.wait_for_function(
+        "() => { const f = document.querySelector('figure.chart[data-tag=\"train/loss\"]');"
+        " return f.querySelector('canvas').getBoundingClientRect().width"
+        " >= 0.62 * f.getBoundingClientRect().width; }"
+    )
+    card, canvas = await loss.bounding_box(), await loss.locator("canvas").bounding_box()
+    items = await legend.bounding_box()
+    assert card and canvas and items, (card, canvas, items)
+    await expect(plot).to_be_visible()
+    assert 0.62 * card["width"] <= canvas["width"] <= 0.7 * card["width"], (card, canvas)
+    assert canvas["x"] + canvas["width"] <= items["x"], (canvas, items)
     await page.screenshot(path=screenshots / "01-compare.png", full_page=True)
     assert not await accessibility_violations(page)
 

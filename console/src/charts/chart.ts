@@ -46,7 +46,9 @@ interface Drawn {
 
 export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, width: number): ChartCard {
   const narrow = width < 800; // a tablet (820 px wide) or narrower: the legend goes under the plot
-  const plotWidth = Math.max(240, Math.floor(narrow ? width - 20 : ((width - 28) * 2) / 3));
+  // A first guess; once in the page the plot takes its grid column's width (two thirds of the
+  // card, all of it when narrow) and follows it when the window is resized.
+  let plotWidth = Math.max(240, Math.floor(narrow ? width - 20 : ((width - 28) * 2) / 3));
   const box = h("figure", { class: "chart", "data-tag": tag });
   const target = h("div", { class: "chart-plot", role: "img", tabindex: "0" });
   const describe = (): void =>
@@ -212,7 +214,7 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
     note.textContent = words.join(" ");
     reset.disabled = !zoom;
 
-    const key = [s.xMode, s.logY, s.bands, smooth, plotWidth, ...drawn.map((d) => d.run.key)].join("|");
+    const key = [s.xMode, s.logY, s.bands, smooth, ...drawn.map((d) => d.run.key)].join("|");
     if (plot && key === layout) {
       plot.setData(data, true);
       if (zoom) plot.setScale("x", { min: zoom[0], max: zoom[1] });
@@ -241,7 +243,7 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
     const xAxis: uPlot.Axis = { label: X_MODES.find(([m]) => m === s.xMode)![1], stroke: fg, grid, ticks: grid };
     if (s.xMode === "step")
       xAxis.splits = (_u, _i, min, max) => {
-        const ticks = stepTicks(min, max, Math.max(2, Math.floor(plotWidth / 70)));
+        const ticks = stepTicks(min, max, Math.max(2, Math.floor((plot?.width ?? plotWidth) / 70)));
         box.dataset.xTicks = ticks.join(","); // the canvas's tick labels, for a test to read
         return ticks;
       };
@@ -331,6 +333,19 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
   csv.addEventListener("click", () => save(toCSV(rows(), X_MODES.find(([m]) => m === store.value.xMode)![1]), "text/csv", "csv"));
   json.addEventListener("click", () => save(toJSON(tag, store.value.xMode, store.value.smoothing, zoom, rows()), "application/json", "json"));
 
+  // Deferred to the next frame, so resizing never feeds back into the same layout pass.
+  let sizing = 0;
+  const fit = new ResizeObserver(() => {
+    cancelAnimationFrame(sizing);
+    sizing = requestAnimationFrame(() => {
+      const w = Math.floor(target.clientWidth);
+      if (w < 120 || !plot || Math.abs(w - plot.width) < 2) return;
+      plotWidth = w;
+      plot.setSize({ width: w, height: plot.height });
+    });
+  });
+  fit.observe(target);
+
   reset.addEventListener("click", () => void zoomTo(null));
   target.addEventListener("dblclick", () => void zoomTo(null));
   target.addEventListener("mouseleave", () => paintLegend(null));
@@ -366,6 +381,7 @@ export function chartCard(tag: string, fetchRuns: Fetch, store: SettingsStore, w
     },
     destroy: () => {
       unsubscribe();
+      fit.disconnect();
       plot?.destroy();
     },
   };
