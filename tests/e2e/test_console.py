@@ -235,7 +235,7 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     await page.screenshot(path=screenshots / "03-zoomed.png", full_page=True)
     figure = page.locator("figure.chart")
     await expect(figure).to_have_attribute("data-attempts", "1")  # one line per attempt
-    await expect(figure.locator(".u-legend")).to_contain_text("attempt 1")
+    await expect(figure.locator(".legend")).to_contain_text("attempt 1")
 
     # The raw scalar inspector: attempt, member, source and tag; the points as logged.
     inspector = page.get_by_role("region", name="Raw scalars")

@@ -218,7 +218,7 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     figure = chart("train/loss")
     await expect(figure).to_have_attribute("data-attempts", "2")
     await expect(figure).to_have_attribute("data-points", str(800 + 500))  # every step, each line
-    legend = figure.locator(".u-legend")
+    legend = figure.locator(".legend")
     await expect(legend).to_contain_text("attempt 1")
     await expect(legend).to_contain_text("attempt 2")
     ends = page.get_by_role("table", name="Attempts").locator("tbody tr")
@@ -228,7 +228,7 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     acc = chart("acc")
     await expect(acc).to_have_attribute("data-lines", "attempt 1 · acc/train\nattempt 1 · acc/val")
     await expect(acc).to_have_attribute("data-points", str(10 + 9))
-    await expect(acc.locator(".u-legend")).to_contain_text("attempt 1 · acc/val")
+    await expect(acc.locator(".legend")).to_contain_text("attempt 1 · acc/val")
     await expect(ends.nth(0).get_by_role("cell").nth(3)).to_have_text("—")  # a first attempt
     resumed = ends.nth(1).get_by_role("cell").nth(3)
     await expect(resumed).to_contain_text("checkpoint-500 (step 500, attempt 1)")

@@ -1,5 +1,6 @@
 import { api, call, must, type Schemas } from "../api";
 import { alertBox, h, shown, table, view, when } from "../dom";
+import { SettingsStore, settingsBar } from "../charts/settings";
 import { type Chart, metricChart } from "./chart";
 import { rawInspector } from "./inspector";
 import type { Job } from "./jobs";
@@ -136,7 +137,8 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const membersBox = h("div", {}, attempts(job), members(job));
   const charts = h("section", { "aria-labelledby": "charts-title" }, h("h2", { id: "charts-title" }, "Metrics"));
   const chartNote = h("div", {});
-  charts.append(chartNote);
+  const chartSettings = new SettingsStore(); // shared by the training and System charts
+  charts.append(settingsBar(chartSettings), chartNote);
   // The system group: member 0's GPUs, CPU and memory, beside the training charts (shown once
   // it has a series).
   const systemBox = h(
@@ -207,7 +209,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
       try {
         if (chart) await chart.refresh();
         else {
-          const made = await metricChart(id, tag, width);
+          const made = await metricChart(id, tag, width, chartSettings);
           drawn.set(tag, made);
           box.append(made.el);
         }
