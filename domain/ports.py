@@ -25,7 +25,7 @@ from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it us
 from domain.checkpoints import Resume
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
 from domain.fleet_check import NodeResult, PoolCheck
-from domain.jobs import Attempt, Job, JobEvent, Member, Submission
+from domain.jobs import Attempt, Job, JobEvent, JobProgress, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.requests import Profile
 from domain.submission import Preview
@@ -99,9 +99,17 @@ class JobRepository(Protocol):
         limit: int,
         cursor: str | None,
         queue: str | None = None,
+        search: str | None = None,
     ) -> JobPage:
         """Newest first. ``cursor`` is an opaque value from a previous page's ``next_cursor``
-        (a cursor is only meaningful with the same filters)."""
+        (a cursor is only meaningful with the same filters). ``search``: only jobs whose
+        experiment, id or owner holds that text, case-insensitively and literally (``%`` and
+        ``_`` are characters, not wildcards: ``domain.jobs.search_matches``)."""
+        ...
+
+    async def progress(self, job_ids: Collection[str]) -> dict[str, JobProgress]:
+        """Each of these jobs' attempts and start/pending times, in one bounded read (a page of
+        a list: at most ``limit`` ids). Unknown ids are left out."""
         ...
 
     async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:

@@ -1195,9 +1195,13 @@ export interface components {
             /** @default [] */
             attempts: components["schemas"]["AttemptOut"][];
             backend: string;
+            /** @default 0 */
+            cpus: number;
             created_at: string;
             exit_code: number | null;
             experiment: string;
+            /** @default 0 */
+            gpus: number;
             id: string;
             method: string;
             /** @default null */
@@ -1205,6 +1209,8 @@ export interface components {
             owner: string;
             preview_id: string;
             profile: string;
+            /** @default null */
+            progress: components["schemas"]["JobProgressOut"] | null;
             /** @default  */
             queue: string;
             reason: string;
@@ -1220,6 +1226,19 @@ export interface components {
         JobPageOut: {
             jobs: components["schemas"]["JobOut"][];
             next_cursor: string | null;
+            /** @default null */
+            pending_total: number | null;
+        };
+        /**
+         * JobProgressOut
+         * @description What a jobs list shows beside each job, read for the whole page at once.
+         */
+        JobProgressOut: {
+            attempts: number;
+            ended_at: string | null;
+            pending_since: string | null;
+            queue_position: number | null;
+            started_at: string | null;
         };
         /**
          * JobState
@@ -2575,6 +2594,8 @@ export interface operations {
                 limit?: number;
                 /** @description this user's jobs (another user's: admins, operators, viewers) */
                 owner?: string | null;
+                /** @description jobs whose experiment, id or owner holds this text (case-insensitive; % and _ match themselves) */
+                q?: string | null;
                 /** @description jobs of this queue */
                 queue?: string | null;
                 state?: components["schemas"]["JobState"][] | null;
