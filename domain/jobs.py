@@ -220,8 +220,13 @@ def search_pattern(text: str) -> str:
 
 
 def search_matches(job: Job, text: str) -> bool:
-    """The in-memory twin of the SQL search: case-insensitive substring of the experiment, the
-    job id or the owner (``casefold`` against PostgreSQL's ILIKE ``lower``: the same for the
-    ids and names TunePlane accepts)."""
-    wanted = text.casefold()
-    return any(wanted in f.casefold() for f in (job.spec.experiment, job.id, job.owner))
+    """The in-memory twin of the SQL search: a substring of the experiment, the job id or the
+    owner, ignoring the case of ASCII letters only (PostgreSQL's ILIKE under the "C" collation,
+    which the adapter asks for: the same answer whatever locale the database was made with;
+    "É" and "é" are different characters to the search)."""
+    wanted = text.translate(_ASCII_LOWER)
+    fields = (job.spec.experiment, job.id, job.owner)
+    return any(wanted in f.translate(_ASCII_LOWER) for f in fields)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

@@ -52,10 +52,11 @@ class PostgresJobRepository:
         if search is not None:
             pattern = search_pattern(search)
             query = query.where(
-                or_(
-                    jobs.c.spec["experiment"].astext.ilike(pattern, escape="\\"),
-                    jobs.c.id.ilike(pattern, escape="\\"),
-                    jobs.c.owner.ilike(pattern, escape="\\"),
+                or_(  # "C": ASCII letters fold, whatever the database's locale
+                    *(
+                        c.collate("C").ilike(pattern, escape="\\")
+                        for c in (jobs.c.spec["experiment"].astext, jobs.c.id, jobs.c.owner)
+                    )
                 )
             )
         if owner is not None:

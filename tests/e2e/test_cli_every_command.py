@@ -129,7 +129,7 @@ ROWS: list[Row] = [
        "--wait", capture={"long": r"(job-[0-9a-f]+)"}, timeout=180),
     ok("job ls", out="{long}"),
     ok("job ls", "--search", "{long}", out="{long}"),
-    bad(2, "job ls", "--search", "x" * 201, out="at most 200 characters",
+    bad(2, "job ls", "--search", "x" * 201, out="length <= 200",
         note="the API bounds q= (200 characters)"),
     bad(2, "job ls", "--state", "bogus", out="bogus"),
     bad(2, "job ls", "--limit", "0", out="--limit 0 lists nothing"),
