@@ -20,11 +20,11 @@ async def _store(uow_factory: UnitOfWorkFactory, *jobs: Job) -> None:
         await uow.commit()
 
 
-async def _found(uow_factory: UnitOfWorkFactory, text: str, **kw: object) -> set[str]:
+async def _found(uow_factory: UnitOfWorkFactory, text: str, queue: str | None = None) -> set[str]:
     async with uow_factory() as uow:
         page = await uow.jobs.list(
-            owner=None, states=None, limit=50, cursor=None, search=text, **kw
-        )  # type: ignore[arg-type]
+            owner=None, states=None, limit=50, cursor=None, search=text, queue=queue
+        )
     return {j.id for j in page.jobs}
 
 
