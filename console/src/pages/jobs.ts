@@ -147,7 +147,7 @@ export async function jobsPage(main: HTMLElement, params: URLSearchParams): Prom
     const focused = results.contains(document.activeElement) ? document.activeElement?.id : undefined;
     results.replaceChildren(
       n
-        ? table(`${n} job${n === 1 ? "" : "s"}${cursor ? " (a later page)" : ""}, newest first`, ["Select", "Job", "State", "Experiment", "Owner", "Queue", "GPUs", "Duration", "Attempts", "Queue position", "Created"], rows)
+        ? table(`${n} job${n === 1 ? "" : "s"}${cursor ? " (a later page)" : ""}, newest first`, ["Select", "Job", "State", "Experiment", "Owner", "Queue", "GPUs / CPUs", "Duration", "Attempts", "Queue position", "Created"], rows)
         : h("p", {}, cursor ? "No more jobs." : search ? `No jobs match “${search}”.` : "No jobs match. Submit one with `tp submit` or the Submit page."),
       h(
         "nav",
