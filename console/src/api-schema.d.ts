@@ -123,6 +123,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/fleet/connectivity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Each node's last connectivity changes, newest first (the Fleet page's history) */
+        get: operations["V1FleetConnectivityConnectivityHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs": {
         parameters: {
             query?: never;
@@ -1085,6 +1102,11 @@ export interface components {
             /** @description printable ASCII (a uuid4); the caller's own: another user's keys do not collide with it */
             retry_key: string;
         };
+        /** ConnectivityChangeOut */
+        ConnectivityChangeOut: {
+            at: string;
+            connectivity: string;
+        };
         /** CurveOut */
         CurveOut: {
             attempts: components["schemas"]["AttemptCurveOut"][];
@@ -1366,6 +1388,11 @@ export interface components {
             /** @default [] */
             system: string[];
         };
+        /** NodeConnectivityOut */
+        NodeConnectivityOut: {
+            changes: components["schemas"]["ConnectivityChangeOut"][];
+            node: string;
+        };
         /** NodeEventOut */
         NodeEventOut: {
             count: number;
@@ -1391,10 +1418,14 @@ export interface components {
         /** NodeOut */
         NodeOut: {
             connectivity: string;
+            /** @default null */
+            connectivity_changed_at: string | null;
             eligible: boolean;
             name: string;
             pool: string;
             sched: string;
+            /** @default null */
+            sched_changed_at: string | null;
             validated_at: string | null;
             validation: string;
             validation_reason: string;
@@ -1413,6 +1444,8 @@ export interface components {
         /** NodeStatusOut */
         NodeStatusOut: {
             connectivity: string;
+            /** @default null */
+            connectivity_changed_at: string | null;
             cpus_total: number;
             cpus_used: number;
             eligible: boolean;
@@ -1426,6 +1459,8 @@ export interface components {
             name: string;
             pool: string;
             sched: string;
+            /** @default null */
+            sched_changed_at: string | null;
             validated_at: string | null;
             validation: string;
             validation_reason: string;
@@ -2566,6 +2601,56 @@ export interface operations {
             };
             /** @description Payload too large */
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    V1FleetConnectivityConnectivityHistory: {
+        parameters: {
+            query?: {
+                /** @description changes per node (the store keeps 50) */
+                per_node?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeConnectivityOut"][];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthenticated */
+            401: {
                 headers: {
                     [name: string]: unknown;
                 };

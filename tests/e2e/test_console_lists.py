@@ -12,8 +12,12 @@ attempts needs no backend.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import AsyncIterator
+import signal
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -29,6 +33,7 @@ from domain.lifecycle import AttemptState, JobState
 from domain.requests import RoleSpec
 from tests.contract.builders import a_job, a_spec, an_attempt
 from tests.fixtures.browser import accessibility_violations
+from tests.fixtures.nodes import NodeCluster, shared_node_cluster
 from tests.fixtures.server import Servers
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +74,17 @@ async def _sign_in(page: Page, server: Servers, route: str) -> None:
     await page.get_by_label("API token").press("Enter")
 
 
+@pytest.fixture(scope="module")
+def cluster(
+    module_pg_url: str, docker_host: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[NodeCluster]:
+    """One `tp serve` with its gateways and one node daemon (n1, pool "nodes", 0.5 CPU),
+    shared by the module: the Jobs list's tests write their own jobs beside it."""
+    state = tmp_path_factory.mktemp("lists")
+    with shared_node_cluster(module_pg_url, docker_host, state, 1) as made:
+        yield made
+
+
 @pytest.fixture
 async def dark(browser: Browser) -> AsyncIterator[Page]:
     context = await browser.new_context(
@@ -79,9 +95,9 @@ async def dark(browser: Browser) -> AsyncIterator[Page]:
 
 
 async def test_jobs_list_columns_search_refresh_and_compare_selection(
-    module_api_server: Servers, page: Page, dark: Page, screenshots: Path
+    cluster: NodeCluster, page: Page, dark: Page, screenshots: Path
 ) -> None:
-    server = module_api_server
+    server = cluster.servers
     now = datetime.now(UTC)
     first = _pending("lr_100", now - timedelta(minutes=3))
     second = _pending("lrx100", now - timedelta(minutes=2))
@@ -175,3 +191,105 @@ async def test_jobs_list_columns_search_refresh_and_compare_selection(
     await expect(dark.get_by_role("table")).to_contain_text(a)
     await dark.screenshot(path=screenshots / "03-jobs-dark-820.png", full_page=True)
     assert not await accessibility_violations(dark)
+
+
+def _submit_sleeper(cluster: NodeCluster) -> str:
+    """A job holding all of n1's 0.5 CPU until cancelled."""
+    intent = {
+        "experiment": "hold",
+        "method": "custom/custom",
+        "profile": "nodes/cpu:0.5",
+        "params": {"command": "sleep 300"},
+    }
+    preview = cluster.api("POST", "/v1/previews", intent)
+    body = {
+        "preview_id": preview["id"],
+        "digest": preview["digest"],
+        "retry_key": str(uuid.uuid4()),
+    }
+    job_id: str = cluster.api("POST", "/v1/jobs", body)["job_id"]
+    deadline = time.monotonic() + 90
+    while cluster.api("GET", f"/v1/jobs/{job_id}")["state"] != "running":
+        assert time.monotonic() < deadline, f"job {job_id} did not start"
+        time.sleep(0.3)
+    return job_id
+
+
+def _connectivity(cluster: NodeCluster, node: str) -> str:
+    return str(cluster.nodes()[node]["connectivity"])
+
+
+def _until(check: Callable[[], str], want: str) -> None:
+    deadline = time.monotonic() + 60
+    while (got := check()) != want:
+        assert time.monotonic() < deadline, f"still {got}, not {want}"
+        time.sleep(0.2)
+
+
+async def test_fleet_bars_state_times_and_connectivity_history(
+    cluster: NodeCluster, page: Page, dark: Page, screenshots: Path
+) -> None:
+    server = cluster.servers
+    # n1 goes away (its daemon stops: the session closes) and comes back.
+    cluster.kill_daemon("n1", signal.SIGTERM)
+    await asyncio.to_thread(_until, lambda: _connectivity(cluster, "n1"), "disconnected")
+    cluster.start_daemon("n1")
+    await asyncio.to_thread(_until, lambda: _connectivity(cluster, "n1"), "connected")
+    job_id = await asyncio.to_thread(_submit_sleeper, cluster)
+    cluster.api("POST", "/v1/nodes/n1/cordon")
+    try:
+        n1 = cluster.nodes()["n1"]
+        [history] = [h for h in cluster.api("GET", "/v1/fleet/connectivity") if h["node"] == "n1"]
+        assert [c["connectivity"] for c in history["changes"][:2]] == ["connected", "disconnected"]
+
+        await page.clock.install()  # the page's 15 s refresh runs on this clock
+        await _sign_in(page, server, "#/fleet")
+        row = page.get_by_role("table", name="Nodes of pool nodes").get_by_role("row").nth(1)
+        cells = row.get_by_role("cell")
+        # Node, Scheduling, Connectivity, Last 24 h, Validation, GPUs, CPUs, Memory MB, ...
+        since = await page.evaluate(
+            "iso => 'since ' + new Date(iso).toLocaleString()", n1["sched_changed_at"]
+        )
+        await expect(cells.nth(1)).to_have_text(f"cordoned {since}")
+        conn_since = await page.evaluate(
+            "iso => 'since ' + new Date(iso).toLocaleString()", n1["connectivity_changed_at"]
+        )
+        await expect(cells.nth(2)).to_have_text(f"connected {conn_since}")
+        cpus = page.get_by_role("meter", name="CPUs reserved on n1: 0.5 of 0.5 reserved (100%)")
+        await expect(cpus).to_have_attribute("value", "0.5")
+        await expect(cells.nth(6)).to_have_text("0.5 of 0.5 reserved (100%)")
+        await expect(cells.nth(5)).to_have_text("none")  # a CPU node: no GPU bar
+        await expect(
+            page.get_by_role("meter", name=re.compile(r"^Memory MB reserved on n1: "))
+        ).to_have_count(1)
+        pool_cpus = page.get_by_role(
+            "meter", name="CPUs reserved in pool nodes: 0.5 of 0.5 reserved (100%)"
+        )
+        await expect(pool_cpus).to_be_visible()
+
+        # The history: a strip with its words, and the changes behind a disclosure (keyboard).
+        strip = page.get_by_role("img", name=re.compile(r"^Connectivity of n1 in the last 24 h: "))
+        label = await strip.get_attribute("aria-label") or ""
+        assert "disconnected from" in label and label.rstrip().count("connected from") >= 2, label
+        summary = cells.nth(3).locator("summary")
+        await summary.focus()
+        await page.keyboard.press("Enter")
+        changes = cells.nth(3).get_by_role("listitem")
+        await expect(changes.nth(0)).to_have_text(re.compile(r" connected$"))
+        await expect(changes.nth(1)).to_have_text(re.compile(r" disconnected$"))
+        await page.screenshot(path=screenshots / "01-fleet-1280.png", full_page=True)
+        assert not await accessibility_violations(page)
+
+        async with page.expect_response(lambda r: "/v1/fleet/connectivity" in r.url):
+            await page.clock.fast_forward(16_000)  # still refreshes every 15 s
+        await expect(cells.nth(1)).to_contain_text("cordoned")
+
+        await _sign_in(dark, server, "#/fleet")
+        await expect(
+            dark.get_by_role("meter", name=re.compile(r"^CPUs reserved on n1"))
+        ).to_be_visible()
+        await dark.screenshot(path=screenshots / "02-fleet-dark-820.png", full_page=True)
+        assert not await accessibility_violations(dark)
+    finally:
+        cluster.api("POST", "/v1/nodes/n1/uncordon")
+        cluster.api("POST", f"/v1/jobs/{job_id}/cancel")
