@@ -279,6 +279,9 @@ async def test_fleet_bars_state_times_and_connectivity_history(
         await expect(changes.nth(1)).to_have_text(re.compile(r" disconnected$"))
         await page.screenshot(path=screenshots / "01-fleet-1280.png", full_page=True)
         assert not await accessibility_violations(page)
+        await page.keyboard.press("Escape")  # closes it again
+        await expect(changes.nth(0)).to_be_hidden()
+        await expect(summary).to_be_focused()
 
         async with page.expect_response(lambda r: "/v1/fleet/connectivity" in r.url):
             await page.clock.fast_forward(16_000)  # still refreshes every 15 s

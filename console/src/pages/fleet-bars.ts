@@ -45,17 +45,16 @@ export function history(node: string, changes: readonly Change[], now: number): 
       return seg;
     }),
   );
-  return h(
-    "span",
-    { class: "history" },
-    strip,
-    changes.length
-      ? h(
-          "details",
-          {},
-          h("summary", {}, `${changes.length} last change${changes.length === 1 ? "" : "s"}`),
-          h("ol", { class: "changes" }, ...changes.map((c) => h("li", {}, h("time", { datetime: c.at }, when(c.at)), ` ${c.connectivity}`))),
-        )
-      : h("span", { class: "muted" }, "no changes recorded"),
+  const list = h(
+    "details",
+    {},
+    h("summary", {}, `${changes.length} last change${changes.length === 1 ? "" : "s"}`),
+    h("ol", { class: "changes" }, ...changes.map((c) => h("li", {}, h("time", { datetime: c.at }, when(c.at)), ` ${c.connectivity}`))),
   );
+  list.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape" || !list.open) return;
+    list.open = false; // Escape closes what Enter opened, and the focus goes back to its summary
+    list.querySelector("summary")?.focus();
+  });
+  return h("span", { class: "history" }, strip, changes.length ? list : h("span", { class: "muted" }, "no changes recorded"));
 }
