@@ -3,7 +3,7 @@
 connectivity (``node_connectivity``, at most 50 per node), for the Fleet page
 (docs/console.md#fleet, docs/http-api.md#node-state-times).
 
-Both are written by one trigger on ``nodes`` in the statement that changes the node, so every
+Both are written by triggers on ``nodes`` in the statement that changes the node, so every
 path that moves a node (cordon, drain, uncordon, a session's open and close, a revive, an
 expiry, a node declared lost, `tp fleet apply`) keeps them true without its own code. The time
 is the row's new ``updated_at`` (every such statement sets it). Existing nodes start with their
@@ -88,7 +88,8 @@ def upgrade() -> None:
     op.execute(_TIMES)
     op.execute(_HISTORY)
     op.execute(
-        "CREATE TRIGGER nodes_state_times BEFORE INSERT OR UPDATE ON nodes "
+        "CREATE TRIGGER nodes_state_times BEFORE INSERT OR UPDATE OF sched, connectivity "
+        "ON nodes "
         "FOR EACH ROW EXECUTE FUNCTION node_state_times()"
     )
     op.execute(
