@@ -140,6 +140,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/fleet/connectivity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Each node's last connectivity changes, newest first (the Fleet page's history) */
+        get: operations["V1FleetConnectivityConnectivityHistory"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs": {
         parameters: {
             query?: never;
@@ -1113,6 +1130,11 @@ export interface components {
             /** @description printable ASCII (a uuid4); the caller's own: another user's keys do not collide with it */
             retry_key: string;
         };
+        /** ConnectivityChangeOut */
+        ConnectivityChangeOut: {
+            at: string;
+            connectivity: string;
+        };
         /** CurveOut */
         CurveOut: {
             attempts: components["schemas"]["AttemptCurveOut"][];
@@ -1223,9 +1245,13 @@ export interface components {
             /** @default [] */
             attempts: components["schemas"]["AttemptOut"][];
             backend: string;
+            /** @default 0 */
+            cpus: number;
             created_at: string;
             exit_code: number | null;
             experiment: string;
+            /** @default 0 */
+            gpus: number;
             id: string;
             method: string;
             /** @default null */
@@ -1233,6 +1259,8 @@ export interface components {
             owner: string;
             preview_id: string;
             profile: string;
+            /** @default null */
+            progress: components["schemas"]["JobProgressOut"] | null;
             /** @default  */
             queue: string;
             reason: string;
@@ -1248,6 +1276,19 @@ export interface components {
         JobPageOut: {
             jobs: components["schemas"]["JobOut"][];
             next_cursor: string | null;
+            /** @default null */
+            pending_total: number | null;
+        };
+        /**
+         * JobProgressOut
+         * @description What a jobs list shows beside each job, read for the whole page at once.
+         */
+        JobProgressOut: {
+            attempts: number;
+            ended_at: string | null;
+            pending_since: string | null;
+            queue_position: number | null;
+            started_at: string | null;
         };
         /**
          * JobState
@@ -1375,6 +1416,11 @@ export interface components {
             /** @default [] */
             system: string[];
         };
+        /** NodeConnectivityOut */
+        NodeConnectivityOut: {
+            changes: components["schemas"]["ConnectivityChangeOut"][];
+            node: string;
+        };
         /** NodeEventOut */
         NodeEventOut: {
             count: number;
@@ -1400,10 +1446,14 @@ export interface components {
         /** NodeOut */
         NodeOut: {
             connectivity: string;
+            /** @default null */
+            connectivity_changed_at: string | null;
             eligible: boolean;
             name: string;
             pool: string;
             sched: string;
+            /** @default null */
+            sched_changed_at: string | null;
             validated_at: string | null;
             validation: string;
             validation_reason: string;
@@ -1422,6 +1472,8 @@ export interface components {
         /** NodeStatusOut */
         NodeStatusOut: {
             connectivity: string;
+            /** @default null */
+            connectivity_changed_at: string | null;
             cpus_total: number;
             cpus_used: number;
             eligible: boolean;
@@ -1435,6 +1487,8 @@ export interface components {
             name: string;
             pool: string;
             sched: string;
+            /** @default null */
+            sched_changed_at: string | null;
             validated_at: string | null;
             validation: string;
             validation_reason: string;
@@ -2679,6 +2733,56 @@ export interface operations {
             };
         };
     };
+    V1FleetConnectivityConnectivityHistory: {
+        parameters: {
+            query?: {
+                /** @description changes per node (the store keeps 50) */
+                per_node?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeConnectivityOut"][];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     V1JobsListJobs: {
         parameters: {
             query?: {
@@ -2689,6 +2793,8 @@ export interface operations {
                 limit?: number;
                 /** @description this user's jobs (another user's: admins, operators, viewers) */
                 owner?: string | null;
+                /** @description jobs whose experiment, id or owner holds this text (case-insensitive; % and _ match themselves) */
+                q?: string | null;
                 /** @description jobs of this queue */
                 queue?: string | null;
                 state?: components["schemas"]["JobState"][] | null;
