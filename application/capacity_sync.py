@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 
 from application.context import Context
 from domain.backend_ports import CapacityReporter
@@ -58,6 +59,7 @@ async def _write(
     ctx: Context, source: CapacityReporter, pools: list[Pool], nodes: list[Node]
 ) -> int:
     backend = source.name
+    now = ctx.clock.now()
     async with ctx.units.fleet() as uow:
         old_pools = {p.name: p for p in await uow.fleet.pools()}
         old_nodes = {n.name: n for n in await uow.fleet.nodes()}
@@ -89,11 +91,11 @@ async def _write(
             old = node if old is None else dataclasses.replace(old, pool=node.pool)
             writes.append(_put_node(old))
         if (old.sched, old.connectivity) != (node.sched, node.connectivity):
-            writes.append(_set_state(node.name, node.sched, node.connectivity))
+            writes.append(_set_state(node.name, node.sched, node.connectivity, now))
     for name, old in old_nodes.items():
         gone = old.pool in ours and name not in seen
         if (gone or old.pool in missing) and old.connectivity is Connectivity.CONNECTED:
-            writes.append(_set_state(name, None, Connectivity.DISCONNECTED))
+            writes.append(_set_state(name, None, Connectivity.DISCONNECTED, now))
     changed = 0
     for write in writes:
         changed += await _in_own_unit(ctx, write)
@@ -115,9 +117,9 @@ def _put_node(node: Node) -> Callable[[FleetUnit], Awaitable[object]]:
 
 
 def _set_state(
-    name: str, sched: SchedState | None, connectivity: Connectivity
+    name: str, sched: SchedState | None, connectivity: Connectivity, at: datetime
 ) -> Callable[[FleetUnit], Awaitable[object]]:
-    return lambda uow: uow.fleet.set_node_state(name, sched, connectivity)
+    return lambda uow: uow.fleet.set_node_state(name, sched, connectivity, at)
 
 
 async def _in_own_unit(ctx: Context, write: Callable[[FleetUnit], Awaitable[object]]) -> int:

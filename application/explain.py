@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from application.context import Context
 from application.jobs import JobDetails, get_job
 from application.submissions import get_preview
-from domain.admission import PendingJob, Snapshot, decide
+from domain.admission import PendingJob, Snapshot, decide, queue_order
 from domain.auth import Principal
 from domain.jobs import Member
 from domain.lifecycle import JOB_FINAL, MEMBER_FINAL, JobState, MemberState
@@ -115,6 +115,29 @@ async def pending_waits(ctx: Context, job_ids: Collection[str]) -> dict[str, str
         if p.job_id in job_ids:
             found[p.job_id] = "fits now: the scheduler reserves it on its next pass"
     return found
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePositions:
+    """Where pending jobs stand in queue order (the scheduler's: priority, then FIFO)."""
+
+    positions: dict[str, int]  # job id -> 1-based rank among every pending job
+    pending_total: int  # pending jobs the pass saw (at most WHY_SNAPSHOT_LIMIT)
+
+
+async def queue_positions(ctx: Context, job_ids: Collection[str]) -> QueuePositions | None:
+    """The queue positions of these jobs, from one bounded snapshot (the one ``tp job why``
+    reads) and no admission pass: a page of a jobs list asks once for all its pending jobs.
+    None when none is asked; a job the snapshot does not hold (not pending, or past the
+    snapshot's bound) gets no position."""
+    if not job_ids:
+        return None
+    async with ctx.units.admission() as uow:
+        snapshot = await uow.scheduling.snapshot(WHY_SNAPSHOT_LIMIT, ctx.clock.now())
+    order = queue_order(snapshot.pending, snapshot.queues)
+    wanted = set(job_ids)
+    found = {j.id: n for n, j in enumerate(order, start=1) if j.id in wanted}
+    return QueuePositions(found, len(order))
 
 
 async def _explain(ctx: Context, details: JobDetails) -> Explanation:

@@ -16,7 +16,7 @@ from application.policy import KEEP, OPERATORS, Keep, require
 from domain.auth import Principal
 from domain.catalog import Resources, check_name
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError
-from domain.fleet import Node, Pool, SchedState
+from domain.fleet import ConnectivityChange, Node, Pool, SchedState
 from domain.fleet_check import PoolCheck
 from domain.requests import MAX_MEMBERS, Profile, RoleSpec, resolve_request, resolve_roles
 from domain.unit_of_work import FleetUnit
@@ -182,7 +182,7 @@ async def set_node_state(ctx: Context, principal: Principal, name: str, sched: S
     async with ctx.units.fleet() as uow:
         if await uow.fleet.node(name) is None:
             raise NotFound(f"no node {name}", fix="see `tp fleet ls`", field="name")
-        node = await uow.fleet.set_node_state(name, sched=sched)
+        node = await uow.fleet.set_node_state(name, sched=sched, at=ctx.clock.now())
         await uow.commit()
     return node
 
@@ -212,6 +212,13 @@ class PoolStatus:
     @property
     def gpus_used(self) -> int:
         return sum(n.gpus_used for n in self.nodes)
+
+
+async def connectivity_history(ctx: Context, per_node: int) -> dict[str, list[ConnectivityChange]]:
+    """Every node's last ``per_node`` connectivity changes, newest first (the Fleet page's
+    history strip): one bounded read, ``per_node`` × the nodes."""
+    async with ctx.units.fleet() as uow:
+        return await uow.fleet.connectivity_history(per_node)
 
 
 async def list_fleet(ctx: Context) -> list[PoolStatus]:

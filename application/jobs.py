@@ -9,7 +9,7 @@ from datetime import datetime
 from application.context import Context
 from domain.auth import Principal
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
-from domain.jobs import Attempt, Job, JobEvent, Member
+from domain.jobs import SEARCH_MAX, Attempt, Job, JobEvent, JobProgress, Member
 from domain.lifecycle import JOB_FINAL, AttemptState, JobState
 from domain.node_ports import LaunchPlan, MemberLaunch
 from domain.node_protocol import Decision
@@ -130,9 +130,12 @@ async def list_jobs(
     everyone: bool,
     owner: str | None = None,
     queue: str | None = None,
+    search: str | None = None,
 ) -> JobPage:
     """``owner`` names whose jobs (only someone who sees every job may name another user;
-    otherwise the caller's own); ``everyone`` lists every user's (for those who may)."""
+    otherwise the caller's own); ``everyone`` lists every user's (for those who may);
+    ``search`` keeps the jobs whose experiment, id or owner holds that text (literally)."""
+    search = _search(search)
     if not 1 <= limit <= ctx.limits.list_limit_max:
         raise InvalidInput(
             f"limit {limit} is out of range",
@@ -148,8 +151,36 @@ async def list_jobs(
         owner = None if everyone and principal.sees_all_jobs else principal.name
     async with ctx.units.jobs() as uow:
         return await uow.jobs.list(
-            owner=owner, states=states, limit=limit, cursor=cursor, queue=queue
+            owner=owner, states=states, limit=limit, cursor=cursor, queue=queue, search=search
         )
+
+
+def _search(text: str | None) -> str | None:
+    """A list's search text, checked: at most SEARCH_MAX characters, no NUL or other control
+    character; surrounding spaces dropped; empty means no search."""
+    if text is None or not text.strip():
+        return None
+    if len(text) > SEARCH_MAX:
+        raise InvalidInput(
+            f"the search text is {len(text)} characters long",
+            fix=f"search for at most {SEARCH_MAX} characters (part of an experiment, id or owner)",
+            field="q",
+        )
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise InvalidInput(
+            "the search text holds a control character (such as NUL or a line break)",
+            fix="search for printable text only",
+            field="q",
+        )
+    return text.strip()
+
+
+async def progress(ctx: Context, page: Collection[Job]) -> dict[str, JobProgress]:
+    """The attempts and start/pending times of a page of jobs, in one bounded read."""
+    if not page:
+        return {}
+    async with ctx.units.jobs() as uow:
+        return await uow.jobs.progress([j.id for j in page])
 
 
 async def cancel_job(ctx: Context, principal: Principal, job_id: str) -> JobDetails:

@@ -8,11 +8,13 @@ from domain.capsule import DIGEST_ENV, ENTRY, IMAGE_ENV, RUNNER
 from domain.node_messages import PrepareOrder
 from domain.node_ports import NodeWork
 from domain.rendezvous import ray_wrap, rendezvous_env
+from domain.threads import thread_env
 
 
 def prepare_order(work: NodeWork) -> PrepareOrder:
     spec, a, ref = work.spec, work.assignment, work.placed.ref
     env = dict(spec.env)
+    env.update(thread_env(a.mcpu / 1000, max(1, len(a.gpus)), spec.env))
     env.update(
         TUNEPLANE_JOB_ID=work.placed.job_id,
         TUNEPLANE_ATTEMPT_ID=ref.attempt_id,

@@ -87,7 +87,7 @@ async def _fence_once(ctx: Context, node: str, text: str) -> int:
         current = await uow.fleet.node(node)
         if current is None or current.connectivity is Connectivity.LOST:
             return 0
-        await uow.fleet.set_node_state(node, SchedState.CORDONED, Connectivity.LOST)
+        await uow.fleet.set_node_state(node, SchedState.CORDONED, Connectivity.LOST, now)
         await uow.links.fence(node)
         for r in await uow.reservations.live():
             if not any(a.node == node for a in r.assignments):

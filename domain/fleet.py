@@ -8,7 +8,7 @@ and its reservations stay held, and a cordoned node is still connected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -104,6 +104,30 @@ class Node:
     validation: Validation = Validation.UNCHECKED
     validation_reason: str = ""  # why it failed
     validated_at: datetime | None = None  # when the check that set ``validation`` ended
+    # when ``sched`` and ``connectivity`` last changed (None: not known); bookkeeping kept by
+    # the store on every change, so not part of a node's equality
+    sched_changed_at: datetime | None = field(default=None, compare=False)
+    connectivity_changed_at: datetime | None = field(default=None, compare=False)
+
+    def moved(
+        self,
+        at: datetime,
+        sched: SchedState | None = None,
+        connectivity: Connectivity | None = None,
+    ) -> Node:
+        """This node in the given states, each change's time ``at`` (what the store does in
+        the statement that changes a node; the in-memory store calls it on every change)."""
+        s = sched if sched is not None else self.sched
+        c = connectivity if connectivity is not None else self.connectivity
+        return replace(
+            self,
+            sched=s,
+            connectivity=c,
+            sched_changed_at=at if s is not self.sched else self.sched_changed_at,
+            connectivity_changed_at=(
+                at if c is not self.connectivity else self.connectivity_changed_at
+            ),
+        )
 
     @property
     def eligible(self) -> bool:
@@ -167,3 +191,15 @@ class Queue:
                 field="priority",
             )
         return self
+
+
+CONNECTIVITY_KEPT = 50  # connectivity changes a store keeps per node (migration 0029)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectivityChange:
+    """A node's connectivity became ``connectivity`` at ``at`` (its history, newest first)."""
+
+    node: str
+    at: datetime
+    connectivity: Connectivity

@@ -196,3 +196,37 @@ def attempt_outcome(members: list[Member]) -> tuple[str, str, int | None]:
         first = failed[0]
         return "failed", first.reason or f"member {first.index} failed", first.exit_code
     return "succeeded", "", 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobProgress:
+    """What a list of jobs shows beside each job (``JobRepository.progress``): how many
+    attempts it has had, when it first ran, and when it last entered ``pending``."""
+
+    job_id: str
+    attempts: int
+    started_at: datetime | None  # its first entry into running; None: it never ran
+    pending_since: datetime | None  # its latest entry into pending (created or requeued)
+
+
+SEARCH_MAX = 200  # characters of a jobs list's text search (``q=``)
+
+
+def search_pattern(text: str) -> str:
+    """``text`` as a LIKE pattern that matches it anywhere, literally: ``\\``, ``%`` and ``_``
+    escaped with a backslash (the pattern's ESCAPE character)."""
+    escaped = text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def search_matches(job: Job, text: str) -> bool:
+    """The in-memory twin of the SQL search: a substring of the experiment, the job id or the
+    owner, ignoring the case of ASCII letters only (PostgreSQL's ILIKE under the "C" collation,
+    which the adapter asks for: the same answer whatever locale the database was made with;
+    "É" and "é" are different characters to the search)."""
+    wanted = text.translate(_ASCII_LOWER)
+    fields = (job.spec.experiment, job.id, job.owner)
+    return any(wanted in f.translate(_ASCII_LOWER) for f in fields)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")

@@ -23,9 +23,18 @@ from domain.backend_ports import LaunchRequest as LaunchRequest
 from domain.backend_ports import Observation as Observation
 from domain.blob_ports import BlobStore as BlobStore  # re-exported: where it used to live
 from domain.checkpoints import Resume
-from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team, Validation
+from domain.fleet import (
+    Connectivity,
+    ConnectivityChange,
+    Node,
+    Pool,
+    Queue,
+    SchedState,
+    Team,
+    Validation,
+)
 from domain.fleet_check import NodeResult, PoolCheck
-from domain.jobs import Attempt, Job, JobEvent, Member, Submission
+from domain.jobs import Attempt, Job, JobEvent, JobProgress, Member, Submission
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.requests import Profile
 from domain.submission import Preview
@@ -99,9 +108,17 @@ class JobRepository(Protocol):
         limit: int,
         cursor: str | None,
         queue: str | None = None,
+        search: str | None = None,
     ) -> JobPage:
         """Newest first. ``cursor`` is an opaque value from a previous page's ``next_cursor``
-        (a cursor is only meaningful with the same filters)."""
+        (a cursor is only meaningful with the same filters). ``search``: only jobs whose
+        experiment, id or owner holds that text, case-insensitively and literally (``%`` and
+        ``_`` are characters, not wildcards: ``domain.jobs.search_matches``)."""
+        ...
+
+    async def progress(self, job_ids: Collection[str]) -> dict[str, JobProgress]:
+        """Each of these jobs' attempts and start/pending times, in one bounded read (a page of
+        a list: at most ``limit`` ids). Unknown ids are left out."""
         ...
 
     async def events(self, job_id: str, limit: int) -> builtins.list[JobEvent]:
@@ -243,8 +260,20 @@ class FleetRepository(Protocol):
         name: str,
         sched: SchedState | None = None,
         connectivity: Connectivity | None = None,
+        at: datetime | None = None,
     ) -> Node:
-        """Change a node's scheduling state and/or connectivity. NotFound if absent."""
+        """Change a node's scheduling state and/or connectivity, at ``at`` (None: the store's
+        clock): a changed state's ``*_changed_at`` becomes ``at``, and a changed connectivity
+        joins the node's history. NotFound if absent."""
+        ...
+
+    async def connectivity_history(
+        self, per_node: int
+    ) -> dict[str, builtins.list[ConnectivityChange]]:
+        """Each node's last ``per_node`` connectivity changes (1 to CONNECTIVITY_KEPT), newest
+        first, by node name; a store keeps CONNECTIVITY_KEPT per node. Every write that changes
+        a node's connectivity adds one (sessions opened and closed, revived, expired, a node
+        declared lost, set_node_state), and a new node starts with one."""
         ...
 
     async def set_validation(

@@ -202,7 +202,8 @@ class World:
             current = await uow.fleet.node(node)
             if current is None or current.connectivity is not Connectivity.CONNECTED:
                 return False
-            await uow.fleet.set_node_state(node, connectivity=Connectivity.DISCONNECTED)
+            at = self.api.clock.now()
+            await uow.fleet.set_node_state(node, connectivity=Connectivity.DISCONNECTED, at=at)
             await uow.commit()
         for b in self.backends.values():
             b.disconnect(node)
@@ -214,7 +215,8 @@ class World:
             current = await uow.fleet.node(node)
             if current is None or current.connectivity is not Connectivity.DISCONNECTED:
                 return False
-            await uow.fleet.set_node_state(node, connectivity=Connectivity.CONNECTED)
+            at = self.api.clock.now()
+            await uow.fleet.set_node_state(node, connectivity=Connectivity.CONNECTED, at=at)
             await uow.commit()
         for b in self.backends.values():
             b.reconnect(node)

@@ -25,6 +25,7 @@ from domain.errors import InvalidInput
 from domain.ports import LaunchRequest, Observation
 from domain.progress import signal_words
 from domain.requests import require_limits
+from domain.threads import thread_env
 
 WORKDIR = "/workspace"
 LABEL_JOB = "tuneplane.job"
@@ -69,6 +70,8 @@ def container_config(
     """The create body. ``host_cpus`` caps the CPU quota (the engine refuses more than it has)."""
     spec = request.spec
     env = dict(spec.env)
+    cpus = min(spec.resources.cpus, host_cpus) if host_cpus else spec.resources.cpus
+    env.update(thread_env(cpus, spec.resources.gpus, spec.env))
     env.update(
         TUNEPLANE_JOB_ID=request.job_id,
         TUNEPLANE_ATTEMPT_ID=request.attempt_id,

@@ -47,6 +47,7 @@ from domain.rendezvous import rendezvous_env
 from domain.requests import require_limits
 from domain.runtimes import PROCESS_MODELS
 from domain.submission import JobSpec
+from domain.threads import thread_env
 
 Obj = dict[str, Any]
 WORKDIR = "/workspace"
@@ -150,6 +151,7 @@ def _member_env(
     spec: JobSpec, job_id: str, attempt_id: str, attempt: int, target: PoolTarget
 ) -> dict[str, str]:
     env = dict(spec.env)
+    env.update(thread_env(spec.resources.cpus, spec.resources.gpus, spec.env))
     if target.checkpoint_claim is not None:
         env.update(checkpoints.env(attempt))
     env.update(

@@ -7,11 +7,12 @@ from dataclasses import replace
 from datetime import datetime
 
 from adapters.memory.db import Tx
+from adapters.memory.node_states import history, write_moved
 from domain.admission import (
     mcpu,
 )
 from domain.errors import Conflict, NotFound
-from domain.fleet import Connectivity, Node, Pool, SchedState, Validation
+from domain.fleet import Connectivity, ConnectivityChange, Node, Pool, SchedState, Validation
 from domain.requests import Profile
 
 
@@ -98,18 +99,26 @@ class MemoryFleetRepository:
         name: str,
         sched: SchedState | None = None,
         connectivity: Connectivity | None = None,
+        at: datetime | None = None,
     ) -> Node:
         await self._tx.lock(("nodes", "pk", name))
         node: Node | None = self._tx.get("nodes", name)
         if node is None:
             raise NotFound(f"node {name} does not exist", fix="see `tp fleet ls`")
-        node = replace(
-            node,
-            sched=sched if sched is not None else node.sched,
-            connectivity=connectivity if connectivity is not None else node.connectivity,
-        )
-        self._tx.write("nodes", node)
-        return node
+        if at is None:  # no clock in this store: the states change, their times stay unknown
+            node = replace(
+                node,
+                sched=sched if sched is not None else node.sched,
+                connectivity=connectivity if connectivity is not None else node.connectivity,
+            )
+            self._tx.write("nodes", node)
+            return node
+        return write_moved(self._tx, node, at, sched, connectivity)
+
+    async def connectivity_history(
+        self, per_node: int
+    ) -> dict[str, builtins.list[ConnectivityChange]]:
+        return history(self._tx, per_node)
 
     async def put_profile(self, profile: Profile) -> None:
         await self._tx.lock(("profiles", "pk", profile.name))

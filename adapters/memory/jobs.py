@@ -7,7 +7,7 @@ from collections.abc import Collection
 
 from adapters.memory.db import Tx, compare_and_set
 from adapters.paging import check_limit, decode_cursor, encode_cursor
-from domain.jobs import Job, JobEvent
+from domain.jobs import Job, JobEvent, JobProgress, search_matches
 from domain.lifecycle import JobState
 from domain.ports import JobPage
 
@@ -51,6 +51,7 @@ class MemoryJobRepository:
         limit: int,
         cursor: str | None,
         queue: str | None = None,
+        search: str | None = None,
     ) -> JobPage:
         check_limit(limit)
         after = decode_cursor(cursor) if cursor is not None else None
@@ -62,6 +63,7 @@ class MemoryJobRepository:
                 and (queue is None or j.spec.queue == queue)
                 and (wanted is None or j.state in wanted)
                 and (after is None or (j.created_at, j.id) < after)
+                and (search is None or search_matches(j, search))
             ),
         )
         rows.sort(key=lambda j: (j.created_at, j.id), reverse=True)
@@ -88,3 +90,25 @@ class MemoryJobRepository:
                 if current is not None and current.state in wanted:
                     claimed.append(current)
         return claimed
+
+    async def progress(self, job_ids: Collection[str]) -> dict[str, JobProgress]:
+        ids = sorted(set(job_ids))
+        check_limit(len(ids) or 1)
+        wanted = set(ids)
+        tries: dict[str, int] = {}
+        for a in self._tx.select("attempts", lambda a: a.job_id in wanted):  # one pass
+            tries[a.job_id] = tries.get(a.job_id, 0) + 1
+        found: dict[str, JobProgress] = {}
+        for job_id in ids:
+            events = self._events(job_id)
+            if not events:
+                continue
+            ran = [e.at for e in events if e.state is JobState.RUNNING]
+            waited = [e.at for e in events if e.state is JobState.PENDING]
+            found[job_id] = JobProgress(
+                job_id,
+                tries.get(job_id, 0),
+                min(ran) if ran else None,
+                max(waited) if waited else None,
+            )
+        return found

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from adapters.memory.db import TableDef, Tx
+from adapters.memory.node_states import write_moved
 from domain.enrollment import JoinToken, NodeCredential
 from domain.errors import NotFound
 from domain.fleet import Connectivity, Node
@@ -135,7 +136,7 @@ class MemoryNodeLinkRepository:
         current: Node | None = tx.get("nodes", node)
         if current is None:
             raise _no_node(node)
-        tx.write("nodes", replace(current, connectivity=Connectivity.CONNECTED))
+        write_moved(tx, current, now, connectivity=Connectivity.CONNECTED)
         extra = replace(node_extra(tx, node), address=address)
         tx.write("node_extras", extra)
         await tx.lock(("node_links", "pk", node))
@@ -162,7 +163,7 @@ class MemoryNodeLinkRepository:
             tx.write("node_links", replace(link, closed_at=now))
         current: Node | None = tx.get("nodes", node)
         if current is not None and current.connectivity is Connectivity.CONNECTED:
-            tx.write("nodes", replace(current, connectivity=Connectivity.DISCONNECTED))
+            write_moved(tx, current, now, connectivity=Connectivity.DISCONNECTED)
         return True
 
     async def beat(
@@ -203,7 +204,7 @@ class MemoryNodeLinkRepository:
                 and link.closed_at is None
                 and node.connectivity is Connectivity.DISCONNECTED
             ):
-                tx.write("nodes", replace(node, connectivity=Connectivity.CONNECTED))
+                write_moved(tx, node, now, connectivity=Connectivity.CONNECTED)
                 revived.append(name)
         return revived
 
@@ -223,7 +224,7 @@ class MemoryNodeLinkRepository:
                 and node.connectivity is Connectivity.CONNECTED
                 and link.heartbeat_at < older_than
             ):
-                tx.write("nodes", replace(node, connectivity=Connectivity.DISCONNECTED))
+                write_moved(tx, node, now, connectivity=Connectivity.DISCONNECTED)
                 expired.append(name)
         return expired
 

@@ -9,6 +9,7 @@ from adapters.memory.artifacts import ARTIFACT_TABLES, SCAN_TABLES
 from adapters.memory.checks import CHECK_TABLES
 from adapters.memory.db import Database, TableDef
 from adapters.memory.lease import MemoryLeases
+from adapters.memory.node_states import HISTORY_TABLES
 from adapters.memory.nodes import NODE_TABLES
 from adapters.memory.plugins import PLUGIN_TABLES
 from adapters.memory.runtimes import RUNTIME_TABLES
@@ -68,6 +69,7 @@ TABLES = [
     TableDef("reserved_gpus", pk=lambda g: (g.node, g.index), immutable=True),
     TableDef("node_usage", pk=lambda u: u.node, immutable=True),
     *NODE_TABLES,  # the node backend's (adapters/memory/nodes.py)
+    *HISTORY_TABLES,
     *CHECK_TABLES,
     *ARTIFACT_TABLES,
     *SCAN_TABLES,

@@ -226,6 +226,8 @@ def node_from_row(r: Row) -> Node:
         validation=Validation(r["validation"]),
         validation_reason=r["validation_reason"],
         validated_at=r["validated_at"],
+        sched_changed_at=r.get("sched_changed_at"),
+        connectivity_changed_at=r.get("connectivity_changed_at"),
     )
 
 

@@ -21,8 +21,16 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.tables import nodes, pools, profiles
-from domain.errors import Conflict, NotFound
-from domain.fleet import Connectivity, Node, Pool, SchedState, Validation
+from domain.errors import Conflict, InvalidInput, NotFound
+from domain.fleet import (
+    CONNECTIVITY_KEPT,
+    Connectivity,
+    ConnectivityChange,
+    Node,
+    Pool,
+    SchedState,
+    Validation,
+)
 from domain.requests import Profile
 
 _SHAPE = ("backend", "gpus_per_node", "mcpu_per_node", "memory_mb_per_node")
@@ -79,11 +87,20 @@ _PUT_NODE = text(
 )
 _SET_NODE_STATE = text(
     "UPDATE nodes SET sched = coalesce(CAST(:sched AS text), sched), "
-    "connectivity = coalesce(CAST(:connectivity AS text), connectivity), updated_at = now() "
+    "connectivity = coalesce(CAST(:connectivity AS text), connectivity), "
+    "updated_at = coalesce(CAST(:at AS timestamptz), now()) "
     "WHERE name = :name "
-    "RETURNING name, pool, sched, connectivity, validation, validation_reason, validated_at"
+    "RETURNING name, pool, sched, connectivity, validation, validation_reason, validated_at, "
+    "sched_changed_at, connectivity_changed_at"
 )
 
+# Each node's newest changes: the (node, seq) index read backwards per node.
+_HISTORY = text(
+    "SELECT h.node, h.at, h.connectivity FROM nodes n CROSS JOIN LATERAL ("
+    "  SELECT node, at, connectivity, seq FROM node_connectivity c WHERE c.node = n.name "
+    "  ORDER BY seq DESC LIMIT :n) h "
+    'ORDER BY h.node COLLATE "C", h.seq DESC'
+)
 _ALL_POOLS = select(pools).order_by(pools.c.name.collate("C"))
 _NODE_COLUMNS = (
     nodes.c.name,
@@ -93,6 +110,8 @@ _NODE_COLUMNS = (
     nodes.c.validation,
     nodes.c.validation_reason,
     nodes.c.validated_at,
+    nodes.c.sched_changed_at,
+    nodes.c.connectivity_changed_at,
 )
 _SET_VALIDATION = text(
     "UPDATE nodes SET validation = :validation, validation_reason = :reason, "
@@ -208,17 +227,36 @@ class PostgresFleetRepository:
         name: str,
         sched: SchedState | None = None,
         connectivity: Connectivity | None = None,
+        at: datetime | None = None,
     ) -> Node:
         params = {
             "name": name,
             "sched": sched.value if sched is not None else None,
             "connectivity": connectivity.value if connectivity is not None else None,
+            "at": at,
         }
         with translated(f"change the state of node {name}"):
             row = (await self._conn.execute(_SET_NODE_STATE, params)).mappings().first()
         if row is None:
             raise NotFound(f"node {name} does not exist", fix="see `tp fleet ls`", field="node")
         return codec.node_from_row(row)
+
+    async def connectivity_history(
+        self, per_node: int
+    ) -> dict[str, builtins.list[ConnectivityChange]]:
+        if not 1 <= per_node <= CONNECTIVITY_KEPT:
+            raise InvalidInput(
+                f"per_node {per_node} is out of range",
+                fix=f"ask for 1 to {CONNECTIVITY_KEPT} changes per node",
+                field="per_node",
+            )
+        with translated("read the connectivity history of nodes"):
+            rows = (await self._conn.execute(_HISTORY, {"n": per_node})).all()
+        found: dict[str, builtins.list[ConnectivityChange]] = {}
+        for r in rows:
+            change = ConnectivityChange(r.node, r.at, Connectivity(r.connectivity))
+            found.setdefault(r.node, []).append(change)
+        return found
 
     async def put_profile(self, profile: Profile) -> None:
         values = {

@@ -8,16 +8,16 @@ from __future__ import annotations
 import builtins
 from collections.abc import Collection
 
-from sqlalchemy import Select, select, tuple_
+from sqlalchemy import Select, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.paging import check_limit, decode_cursor, encode_cursor
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.rows import compare_and_set, fetch_one, insert_new
-from adapters.postgres.tables import jobs
+from adapters.postgres.tables import attempts, jobs
 from adapters.postgres.timeline_tables import job_events
-from domain.jobs import Job, JobEvent
+from domain.jobs import Job, JobEvent, JobProgress, search_pattern
 from domain.lifecycle import JobState
 from domain.ports import JobPage
 
@@ -45,9 +45,20 @@ class PostgresJobRepository:
         limit: int,
         cursor: str | None,
         queue: str | None = None,
+        search: str | None = None,
     ) -> JobPage:
         check_limit(limit)
         query: Select[tuple[object, ...]] = select(jobs)
+        if search is not None:
+            pattern = search_pattern(search)
+            query = query.where(
+                or_(  # "C": ASCII letters fold, whatever the database's locale
+                    *(
+                        c.collate("C").ilike(pattern, escape="\\")
+                        for c in (jobs.c.spec["experiment"].astext, jobs.c.id, jobs.c.owner)
+                    )
+                )
+            )
         if owner is not None:
             query = query.where(jobs.c.owner == owner)
         if queue is not None:
@@ -94,3 +105,34 @@ class PostgresJobRepository:
         with translated("claim jobs"):
             rows = (await self._conn.execute(query)).mappings().all()
         return [codec.job_from_row(r) for r in rows]
+
+    async def progress(self, job_ids: Collection[str]) -> dict[str, JobProgress]:
+        ids = sorted(set(job_ids))
+        check_limit(len(ids) or 1)
+        if not ids:
+            return {}
+        counted = (
+            select(attempts.c.job_id, func.count().label("n"))
+            .where(attempts.c.job_id.in_(ids))
+            .group_by(attempts.c.job_id)
+        )
+        timed = (
+            select(
+                job_events.c.job_id,
+                func.min(job_events.c.at)
+                .filter(job_events.c.state == JobState.RUNNING.value)
+                .label("started_at"),
+                func.max(job_events.c.at)
+                .filter(job_events.c.state == JobState.PENDING.value)
+                .label("pending_since"),
+            )
+            .where(job_events.c.job_id.in_(ids))
+            .group_by(job_events.c.job_id)
+        )
+        with translated("read the progress of jobs"):
+            counts = {r.job_id: r.n for r in await self._conn.execute(counted)}
+            times = (await self._conn.execute(timed)).all()
+        return {
+            r.job_id: JobProgress(r.job_id, counts.get(r.job_id, 0), r.started_at, r.pending_since)
+            for r in times
+        }

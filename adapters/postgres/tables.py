@@ -23,6 +23,7 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     ForeignKeyConstraint,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -258,6 +259,9 @@ nodes = Table(
     Column("validation", Text, nullable=False, server_default="unchecked"),
     Column("validation_reason", Text, nullable=False, server_default=""),
     ts("validated_at", nullable=True),  # when that check ended (migration 0005)
+    # when sched / connectivity last changed: the nodes_state_times trigger (migration 0029)
+    ts("sched_changed_at", nullable=True),
+    ts("connectivity_changed_at", nullable=True),
     one_of("sched", SchedState),
     one_of("validation", Validation),
     one_of("connectivity", Connectivity),
@@ -265,6 +269,19 @@ nodes = Table(
     CheckConstraint("used_memory_mb BETWEEN 0 AND memory_mb", name="used_memory_mb"),
     CheckConstraint("epoch >= 1", name="epoch"),
     Index("ix_nodes_pool", "pool"),
+)
+
+# A node's last connectivity changes (at most 50), written by the nodes_connectivity_history
+# trigger in the statement that changed it (migration 0029).
+node_connectivity = Table(
+    "node_connectivity",
+    metadata,
+    Column("seq", BigInteger, Identity(), primary_key=True),
+    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), nullable=False),
+    ts("at"),
+    Column("connectivity", Text, nullable=False),
+    one_of("connectivity", Connectivity),
+    Index("ix_node_connectivity_node_seq", "node", "seq"),
 )
 
 node_gpus = Table(

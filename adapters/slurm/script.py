@@ -33,6 +33,7 @@ from domain.capsule import CAPSULE_DIR, DIGEST_ENV, ENTRY, IMAGE_ENV
 from domain.checkpoints import CHECKPOINT_ENV, RESUME_ENV
 from domain.ports import LaunchRequest
 from domain.rendezvous import RAY
+from domain.threads import thread_env
 
 WORKSPACE = "/workspace"
 
@@ -130,6 +131,7 @@ def member_script(
     gpus = max((r.resources.gpus for r in spec.roles), default=0)
     env = {
         **spec.env,
+        **thread_env(spec.resources.cpus, gpus, spec.env),
         "TUNEPLANE_JOB_ID": request.job_id,
         "TUNEPLANE_ATTEMPT_ID": request.attempt_id,
         "TUNEPLANE_ATTEMPT": str(request.attempt),

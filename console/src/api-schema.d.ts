@@ -72,6 +72,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/archives/limits": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The limits a source archive upload must keep (say them before uploading) */
+        get: operations["V1ArchivesLimitsArchiveLimits"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/attempts/{attempt_id}/release": {
         parameters: {
             query?: never;
@@ -117,6 +134,23 @@ export interface paths {
         put?: never;
         /** Apply a whole fleet file (docs/fleet.md) in one transaction (admin, operator) */
         post: operations["V1FleetApplyApply"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/fleet/connectivity": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Each node's last connectivity changes, newest first (the Fleet page's history) */
+        get: operations["V1FleetConnectivityConnectivityHistory"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -1009,6 +1043,17 @@ export interface components {
             created: string[];
             unchanged: number;
         };
+        /**
+         * ArchiveLimitsOut
+         * @description What `POST /v1/archives` accepts: the compressed size, what it may unpack to, its
+         *     entries, and the formats (a gzip-compressed tar, or a plain tar).
+         */
+        ArchiveLimitsOut: {
+            formats: string[];
+            max_bytes: number;
+            max_entries: number;
+            max_unpacked_bytes: number;
+        };
         /** ArchiveOut */
         ArchiveOut: {
             digest: string;
@@ -1103,6 +1148,11 @@ export interface components {
             preview_id: string;
             /** @description printable ASCII (a uuid4); the caller's own: another user's keys do not collide with it */
             retry_key: string;
+        };
+        /** ConnectivityChangeOut */
+        ConnectivityChangeOut: {
+            at: string;
+            connectivity: string;
         };
         /** CurveOut */
         CurveOut: {
@@ -1214,9 +1264,13 @@ export interface components {
             /** @default [] */
             attempts: components["schemas"]["AttemptOut"][];
             backend: string;
+            /** @default 0 */
+            cpus: number;
             created_at: string;
             exit_code: number | null;
             experiment: string;
+            /** @default 0 */
+            gpus: number;
             id: string;
             method: string;
             /** @default null */
@@ -1224,6 +1278,8 @@ export interface components {
             owner: string;
             preview_id: string;
             profile: string;
+            /** @default null */
+            progress: components["schemas"]["JobProgressOut"] | null;
             /** @default  */
             queue: string;
             reason: string;
@@ -1239,6 +1295,19 @@ export interface components {
         JobPageOut: {
             jobs: components["schemas"]["JobOut"][];
             next_cursor: string | null;
+            /** @default null */
+            pending_total: number | null;
+        };
+        /**
+         * JobProgressOut
+         * @description What a jobs list shows beside each job, read for the whole page at once.
+         */
+        JobProgressOut: {
+            attempts: number;
+            ended_at: string | null;
+            pending_since: string | null;
+            queue_position: number | null;
+            started_at: string | null;
         };
         /**
          * JobState
@@ -1366,6 +1435,11 @@ export interface components {
             /** @default [] */
             system: string[];
         };
+        /** NodeConnectivityOut */
+        NodeConnectivityOut: {
+            changes: components["schemas"]["ConnectivityChangeOut"][];
+            node: string;
+        };
         /** NodeEventOut */
         NodeEventOut: {
             count: number;
@@ -1391,10 +1465,14 @@ export interface components {
         /** NodeOut */
         NodeOut: {
             connectivity: string;
+            /** @default null */
+            connectivity_changed_at: string | null;
             eligible: boolean;
             name: string;
             pool: string;
             sched: string;
+            /** @default null */
+            sched_changed_at: string | null;
             validated_at: string | null;
             validation: string;
             validation_reason: string;
@@ -1413,6 +1491,8 @@ export interface components {
         /** NodeStatusOut */
         NodeStatusOut: {
             connectivity: string;
+            /** @default null */
+            connectivity_changed_at: string | null;
             cpus_total: number;
             cpus_used: number;
             eligible: boolean;
@@ -1426,6 +1506,8 @@ export interface components {
             name: string;
             pool: string;
             sched: string;
+            /** @default null */
+            sched_changed_at: string | null;
             validated_at: string | null;
             validation: string;
             validation_reason: string;
@@ -1497,6 +1579,14 @@ export interface components {
         PluginPinIn: {
             /** @default null */
             digest?: string | null;
+            name: string;
+            version: string;
+        };
+        /** PluginSummaryOut */
+        PluginSummaryOut: {
+            digest: string;
+            executes: string;
+            group: string;
             name: string;
             version: string;
         };
@@ -1663,6 +1753,20 @@ export interface components {
             intent: Record<string, unknown>;
             owner: string;
             spec: Record<string, unknown>;
+            summary: components["schemas"]["PreviewSummaryOut"];
+        };
+        /** PreviewSummaryOut */
+        PreviewSummaryOut: {
+            backend: string;
+            command: string[];
+            env: string[];
+            plugins: components["schemas"]["PluginSummaryOut"][];
+            queue: string;
+            retry: string;
+            retry_attempts: number;
+            roles: components["schemas"]["RoleSummaryOut"][];
+            runtime: components["schemas"]["RuntimeSummaryOut"];
+            source: components["schemas"]["SourceSummaryOut"] | null;
         };
         /**
          * Problem
@@ -1893,6 +1997,21 @@ export interface components {
             profile: string;
             resources: components["schemas"]["ResourcesOut"];
         };
+        /**
+         * RoleSummaryOut
+         * @description One role: ``members`` identical members in ``pool``, each with these resources.
+         */
+        RoleSummaryOut: {
+            cpus: number;
+            gpu_model: string | null;
+            gpus: number;
+            members: number;
+            memory_mb: number;
+            name: string;
+            pool: string;
+            profile: string;
+            words: string;
+        };
         /** RuntimeAddOut */
         RuntimeAddOut: {
             outcome: string;
@@ -1953,6 +2072,12 @@ export interface components {
             /** @default 0 */
             revision: number;
         };
+        /** RuntimeSummaryOut */
+        RuntimeSummaryOut: {
+            digest: string;
+            image: string;
+            name: string;
+        };
         /**
          * Scope
          * @enum {unknown}
@@ -1977,6 +2102,11 @@ export interface components {
         /** SourceIn */
         SourceIn: {
             /** @description sha256:<64 hex digits> */
+            digest: string;
+            size: number;
+        };
+        /** SourceSummaryOut */
+        SourceSummaryOut: {
             digest: string;
             size: number;
         };
@@ -2379,6 +2509,44 @@ export interface operations {
             };
         };
     };
+    V1ArchivesLimitsArchiveLimits: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ArchiveLimitsOut"];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     V1AttemptsAttemptIdReleaseRelease: {
         parameters: {
             query?: never;
@@ -2584,6 +2752,56 @@ export interface operations {
             };
         };
     };
+    V1FleetConnectivityConnectivityHistory: {
+        parameters: {
+            query?: {
+                /** @description changes per node (the store keeps 50) */
+                per_node?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Request fulfilled, document follows */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["NodeConnectivityOut"][];
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unprocessable request */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
     V1JobsListJobs: {
         parameters: {
             query?: {
@@ -2594,6 +2812,8 @@ export interface operations {
                 limit?: number;
                 /** @description this user's jobs (another user's: admins, operators, viewers) */
                 owner?: string | null;
+                /** @description jobs whose experiment, id or owner holds this text (case-insensitive; % and _ match themselves) */
+                q?: string | null;
                 /** @description jobs of this queue */
                 queue?: string | null;
                 state?: components["schemas"]["JobState"][] | null;

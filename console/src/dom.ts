@@ -26,10 +26,13 @@ export function append(el: Element, ...children: Child[]): void {
   }
 }
 
+// A table wider than the page scrolls sideways in its own box (style.css); it is focusable so
+// that the keyboard can scroll it (WCAG 2.1.1; axe's scrollable-region-focusable), named by its
+// caption.
 export function table(caption: string, headers: string[], rows: Child[][]): HTMLTableElement {
   return h(
     "table",
-    {},
+    { tabindex: "0" },
     h("caption", {}, caption),
     h("thead", {}, h("tr", {}, ...headers.map((t) => h("th", { scope: "col" }, t)))),
     h("tbody", {}, ...rows.map((r) => h("tr", {}, ...r.map((c) => h("td", {}, c))))),

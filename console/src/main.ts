@@ -1,6 +1,7 @@
 import "./style.css";
 import { api, must, token } from "./api";
 import { alertBox, h } from "./dom";
+import { comparePage } from "./pages/compare";
 import { fleetPage } from "./pages/fleet";
 import { jobPage } from "./pages/job";
 import { jobsPage } from "./pages/jobs";
@@ -8,7 +9,7 @@ import { loginPage, type Whoami } from "./pages/login";
 import { pluginsPage } from "./pages/plugins";
 import { submitPage } from "./pages/submit";
 
-// Hash routes (#/fleet, #/jobs?state=…, #/jobs/ID, #/login): the server serves one index.html
+// Hash routes (#/fleet, #/jobs?state=…, #/jobs/ID, #/compare?jobs=ID,ID, #/login): the server serves one index.html
 // and never sees the route, so a reload keeps the page.
 const main = document.getElementById("main") as HTMLElement;
 const nav = document.getElementById("nav") as HTMLElement;
@@ -49,6 +50,7 @@ async function route(): Promise<void> {
     const job = /^\/jobs\/([^/]+)$/.exec(path);
     if (job) await jobPage(main, decodeURIComponent(job[1]));
     else if (path === "/jobs") await jobsPage(main, new URLSearchParams(query));
+    else if (path === "/compare") await comparePage(main, new URLSearchParams(query));
     else if (path === "/fleet") await fleetPage(main);
     else if (path === "/plugins") await pluginsPage(main);
     else if (path === "/submit") await submitPage(main);

@@ -107,6 +107,8 @@ class NodeOut(Struct):
     validation: str  # unchecked, passed, failed: its result in its pool's last check
     validation_reason: str
     validated_at: datetime | None  # when that check ended
+    sched_changed_at: datetime | None = None  # when sched last changed (null: not known)
+    connectivity_changed_at: datetime | None = None  # when connectivity last changed
 
 
 class NodeStatusOut(Struct):
@@ -128,6 +130,8 @@ class NodeStatusOut(Struct):
     # the GPUs its daemon detected, as its latest control stream reported them (node pools;
     # None: no GPU detected, an older daemon, or a backend that reports none)
     gpu_inventory: GpuInventoryOut | None = None
+    sched_changed_at: datetime | None = None  # when sched last changed (null: not known)
+    connectivity_changed_at: datetime | None = None  # when connectivity last changed
 
 
 class PoolStatusOut(Struct):
@@ -224,6 +228,8 @@ def node_out(n: Node) -> NodeOut:
         str(n.validation),
         n.validation_reason,
         n.validated_at,
+        n.sched_changed_at,
+        n.connectivity_changed_at,
     )
 
 
@@ -245,6 +251,7 @@ async def read_fleet(state: State, principal: Caller) -> FleetOut:
                 p.memory_mb_per_node, n.memory_mb_used, n.members, str(n.node.validation),
                 n.node.validation_reason, n.node.validated_at,
                 gpu_inventory_out(inventories.get(n.node.name)),
+                n.node.sched_changed_at, n.node.connectivity_changed_at,
             )
             for n in ps.nodes
         ]  # fmt: skip

@@ -11,9 +11,10 @@ from litestar.datastructures import State
 from litestar.params import FromPath, JSONBody, Parameter
 from msgspec import Meta, Struct
 
-from application import enrollment, fleet_check, node_sessions
+from application import enrollment, fleet, fleet_check, node_sessions
 from application.context import Context
 from domain.errors import NotFound
+from domain.fleet import CONNECTIVITY_KEPT
 from domain.fleet_check import PoolCheck
 from domain.gpus import GpuInventory
 from entrypoints.api.problems import responses
@@ -190,6 +191,40 @@ async def node_events(
     ]
 
 
+class ConnectivityChangeOut(Struct):
+    at: datetime
+    connectivity: str  # connected, disconnected, lost: what it became at that time
+
+
+class NodeConnectivityOut(Struct):
+    node: str
+    changes: list[ConnectivityChangeOut]  # newest first
+
+
+@get(
+    "/v1/fleet/connectivity",
+    responses=responses(400, 401, 422),
+    summary="Each node's last connectivity changes, newest first (the Fleet page's history)",
+)
+async def connectivity_history(
+    state: State,
+    principal: Caller,
+    per_node: Annotated[
+        int,
+        Parameter(
+            ge=1,
+            le=CONNECTIVITY_KEPT,
+            description=f"changes per node (the store keeps {CONNECTIVITY_KEPT})",
+        ),
+    ] = 10,
+) -> list[NodeConnectivityOut]:
+    found = await fleet.connectivity_history(_ctx(state), per_node)
+    return [
+        NodeConnectivityOut(node, [ConnectivityChangeOut(c.at, str(c.connectivity)) for c in cs])
+        for node, cs in found.items()
+    ]
+
+
 @post(
     "/v1/pools/{pool:str}/checks",
     status_code=201,
@@ -218,4 +253,11 @@ async def latest_check(pool: FromPath[str], state: State, principal: Caller) -> 
     return check_out(check)
 
 
-NODE_ROUTES = [create_join_token, node_links, node_events, start_check, latest_check]
+NODE_ROUTES = [
+    create_join_token,
+    node_links,
+    node_events,
+    connectivity_history,
+    start_check,
+    latest_check,
+]

@@ -22,6 +22,7 @@ from application import archives, explain, jobs, submissions
 from application.context import Context
 from application.logs import stream_logs
 from application.supervisor import Supervisor
+from domain import tarball
 from domain.errors import InvalidInput, NotFound
 from domain.lifecycle import JobState
 from entrypoints.api import schemas as s
@@ -64,6 +65,21 @@ async def upload_archive(
         declared_digest=content_digest,
     )
     return s.ArchiveOut(ref.digest, ref.size)
+
+
+@get(
+    "/v1/archives/limits",
+    responses=responses(401),
+    summary="The limits a source archive upload must keep (say them before uploading)",
+)
+async def archive_limits(state: State, principal: Caller) -> s.ArchiveLimitsOut:
+    limits = _ctx(state).limits
+    return s.ArchiveLimitsOut(
+        max_bytes=limits.max_archive_bytes,
+        max_unpacked_bytes=limits.max_archive_unpacked_bytes,
+        max_entries=tarball.MAX_SOURCE_ENTRIES,
+        formats=["tar.gz", "tar"],
+    )
 
 
 @post(
@@ -133,9 +149,18 @@ async def list_jobs(
         bool,
         Parameter(description="say why each pending job waits (`waits`): one admission pass more"),
     ] = False,
+    q: Annotated[
+        str | None,
+        Parameter(
+            max_length=200,
+            description="jobs whose experiment, id or owner holds this text (case-insensitive; "
+            "% and _ match themselves)",
+        ),
+    ] = None,
 ) -> s.JobPageOut:
+    ctx = _ctx(state)
     page = await jobs.list_jobs(
-        _ctx(state),
+        ctx,
         principal,
         states=job_state,
         limit=limit,
@@ -143,13 +168,16 @@ async def list_jobs(
         everyone=everyone,
         owner=owner,
         queue=queue,
+        search=q,
     )
-    out = [s.job_out(j) for j in page.jobs]
+    pending = {j.id for j in page.jobs if j.state is JobState.PENDING}
+    progress = await jobs.progress(ctx, page.jobs)
+    ranks = await explain.queue_positions(ctx, pending)
+    out = [s.job_out(j, progress=s.progress_out(j, progress.get(j.id), ranks)) for j in page.jobs]
     if why:
-        pending = {j.id for j in page.jobs if j.state is JobState.PENDING}
-        waits = await explain.pending_waits(_ctx(state), pending)
+        waits = await explain.pending_waits(ctx, pending)
         out = [msgspec.structs.replace(j, waits=waits.get(j.id)) for j in out]
-    return s.JobPageOut(out, page.next_cursor)
+    return s.JobPageOut(out, page.next_cursor, ranks.pending_total if ranks else None)
 
 
 @get("/v1/jobs/{job_id:str}", responses=responses(400, 401, 404), summary="A job with its attempts")
@@ -234,6 +262,7 @@ async def whoami(principal: Caller) -> s.WhoAmI:
 
 PROTECTED = [
     upload_archive,
+    archive_limits,
     create_preview,
     read_preview,
     commit,

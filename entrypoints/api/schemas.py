@@ -8,15 +8,18 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta, Struct
 
+from application.explain import QueuePositions
 from application.jobs import JobDetails
 from application.submissions import RETRY_KEY_MAX, RETRY_KEY_MIN, RETRY_KEY_PATTERN
 from domain import plugins
 from domain.catalog import Method, RecipeLock, method_digest
 from domain.errors import InvalidInput
-from domain.jobs import Attempt, Job, Receipt
+from domain.jobs import Attempt, Job, JobProgress, Receipt
+from domain.lifecycle import JOB_FINAL, JobState
 from domain.plugins import PluginPin
 from domain.retry import RetryPolicy
 from domain.submission import Preview, SourceRef, SubmissionIntent
+from entrypoints.api.preview_summary import PreviewSummaryOut, preview_summary
 from entrypoints.wire import Digest, Ident, Name
 
 Text = Annotated[str, Meta(max_length=65536)]
@@ -150,6 +153,16 @@ class ArchiveOut(Struct):
     size: int
 
 
+class ArchiveLimitsOut(Struct, kw_only=True):
+    """What `POST /v1/archives` accepts: the compressed size, what it may unpack to, its
+    entries, and the formats (a gzip-compressed tar, or a plain tar)."""
+
+    max_bytes: int
+    max_unpacked_bytes: int
+    max_entries: int
+    formats: list[str]
+
+
 class PreviewOut(Struct):
     id: str
     digest: str
@@ -158,6 +171,7 @@ class PreviewOut(Struct):
     expires_at: datetime
     intent: dict[str, Any]
     spec: dict[str, Any]
+    summary: PreviewSummaryOut  # the spec's resolution in typed fields (and words)
 
 
 class MemberOut(Struct):
@@ -229,11 +243,29 @@ class JobOut(Struct):
     next_attempt_at: datetime | None = None  # pending again: its next attempt not before
     # why a pending job waits (quota, capacity, holds), only when the list is asked why=true
     waits: str | None = None
+    gpus: int = 0  # the job's whole GPU request (every member of every role)
+    cpus: float = 0.0  # the job's whole CPU request
+    progress: JobProgressOut | None = None  # in a list (GET /v1/jobs) only
+
+
+class JobProgressOut(Struct):
+    """What a jobs list shows beside each job, read for the whole page at once."""
+
+    attempts: int  # attempts it has had (0 while it never started)
+    started_at: datetime | None  # its first entry into running
+    ended_at: datetime | None  # its entry into its final state (succeeded, failed, cancelled)
+    pending_since: datetime | None  # its latest entry into pending (null when not pending)
+    # a pending job's 1-based rank in queue order among every pending job (the scheduler's
+    # order: queue priority, then FIFO); null when not pending or waiting for its backoff
+    queue_position: int | None
 
 
 class JobPageOut(Struct):
     jobs: list[JobOut]
     next_cursor: str | None
+    # pending jobs in the queue-order pass that gave the positions; null when the page held
+    # no pending job (no pass was made)
+    pending_total: int | None = None
 
 
 class JobEventOut(Struct):
@@ -298,7 +330,14 @@ class Health(Struct):
 
 def preview_out(p: Preview) -> PreviewOut:
     return PreviewOut(
-        p.id, p.digest, p.owner, p.created_at, p.expires_at, p.intent.to_dict(), p.spec.to_dict()
+        p.id,
+        p.digest,
+        p.owner,
+        p.created_at,
+        p.expires_at,
+        p.intent.to_dict(),
+        p.spec.to_dict(),
+        preview_summary(p.spec),
     )
 
 
@@ -309,7 +348,9 @@ def resume_out(attempt: Attempt) -> ResumeOut | None:
     return ResumeOut(r.name, r.attempt, r.step, list(r.skipped), r.words(attempt.number))
 
 
-def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
+def job_out(
+    job: Job, details: JobDetails | None = None, progress: JobProgressOut | None = None
+) -> JobOut:
     attempts = [
         AttemptOut(
             a.attempt.id,
@@ -348,6 +389,24 @@ def job_out(job: Job, details: JobDetails | None = None) -> JobOut:
         queue=job.spec.queue,
         retry=RetryOut(**job.spec.retry.to_dict()),
         next_attempt_at=job.not_before,
+        gpus=job.spec.gpus,
+        cpus=sum(r.members * r.resources.cpus for r in job.spec.roles),
+        progress=progress,
+    )
+
+
+def progress_out(
+    job: Job, progress: JobProgress | None, ranks: QueuePositions | None
+) -> JobProgressOut:
+    """A listed job's progress: its final state's time is the job's ``updated_at`` (a final
+    job never changes again)."""
+    pending = job.state is JobState.PENDING
+    return JobProgressOut(
+        attempts=progress.attempts if progress else 0,
+        started_at=progress.started_at if progress else None,
+        ended_at=job.updated_at if job.state in JOB_FINAL else None,
+        pending_since=(progress.pending_since if progress else None) if pending else None,
+        queue_position=ranks.positions.get(job.id) if ranks and pending else None,
     )
 
 

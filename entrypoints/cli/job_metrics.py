@@ -77,7 +77,7 @@ def metrics(
         list[str] | None, Parameter(name="--tag", help="only these metrics (repeatable)")
     ] = None,
     all_tags: Annotated[
-        bool, Parameter(name="--all", help="every metric, not only the canonical ones")
+        bool, Parameter(name="--all", help="every metric of member 0, not only the canonical ones")
     ] = False,
     width: Annotated[
         int, Parameter(name="--width", help="characters per sparkline (1 to 500)")
@@ -120,13 +120,7 @@ def metrics(
     with connect() as api:
         summary = api.get(job_path(job_id, "/metrics"))
         system = [] if tag else list(summary.get("system") or [])
-        if tag:
-            tags = tag
-        elif all_tags:
-            training = {s["tag"] for s in summary["series"] if not is_system_source(s["source"])}
-            tags = sorted(training) + system
-        else:
-            tags = summary["canonical"] + system
+        tags = tag or chosen_tags(summary, all_tags)
         curves = {
             t: api.get(job_path(job_id, "/metrics/curve"), {"tag": t, "points": points})
             for t in dict.fromkeys(tags)
@@ -154,6 +148,21 @@ def metrics(
                 f" dropped {c['dropped_records']} records, {c['dropped_bytes']} bytes unread"
             )
     return 0
+
+
+def chosen_tags(summary: dict[str, Any], all_tags: bool) -> list[str]:
+    """The metrics drawn without --tag: the canonical ones, or with --all every training tag,
+    then the system group. Only member 0's: a curve is member 0's series (as in the console),
+    so a tag that only another member reported has no curve to ask for."""
+    system = list(summary.get("system") or [])
+    if not all_tags:
+        return list(summary["canonical"]) + system
+    training = {
+        s["tag"]
+        for s in summary["series"]
+        if s["member"] == 0 and not is_system_source(s["source"])
+    }
+    return sorted(training) + system
 
 
 def _why_none(job_id: str) -> str:

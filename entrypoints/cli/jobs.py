@@ -131,6 +131,7 @@ def ls(
     everyone: Annotated[bool, Parameter(name="--everyone")] = False,
     queue: Annotated[str | None, Parameter(name="--queue")] = None,
     owner: Annotated[str | None, Parameter(name="--owner")] = None,
+    search: Annotated[str | None, Parameter(name="--search")] = None,
     json: JsonFlag = False,
 ) -> int:
     """List your jobs, newest first (by default only those not yet ended).
@@ -150,6 +151,9 @@ def ls(
         Only jobs of this queue.
     owner
         Only this user's jobs (another user's: admins, operators and viewers).
+    search
+        Only jobs whose experiment, id or owner holds this text (case-insensitive; ``%`` and
+        ``_`` are matched as themselves).
     """
     if limit < 1:
         raise InvalidInput(
@@ -169,6 +173,8 @@ def ls(
                 params["queue"] = queue
             if owner:
                 params["owner"] = owner
+            if search is not None:
+                params["q"] = search
             if cursor:
                 params["cursor"] = cursor
             page = api.get("/v1/jobs", params)

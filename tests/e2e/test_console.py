@@ -235,7 +235,7 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
     await page.screenshot(path=screenshots / "03-zoomed.png", full_page=True)
     figure = page.locator("figure.chart")
     await expect(figure).to_have_attribute("data-attempts", "1")  # one line per attempt
-    await expect(figure.locator(".u-legend")).to_contain_text("attempt 1")
+    await expect(figure.locator(".legend")).to_contain_text("attempt 1")
 
     # The raw scalar inspector: attempt, member, source and tag; the points as logged.
     inspector = page.get_by_role("region", name="Raw scalars")
@@ -331,7 +331,8 @@ async def test_submit_dialog_previews_then_commits_that_preview(
     }
     assert facts["Fleet / pool"] == "fleet local, pool local", facts
     assert facts["Backend"] == "local" and facts["Queue"] == "default", facts
-    assert facts["GPU request"] == "1 CPU in pool local", facts
+    assert facts["CPU request"] == "1 CPU in pool local (fleet local)", facts
+    assert "GPU request" not in facts, facts  # a CPU job never says GPU
     assert facts["Runtime"].startswith("busybox ("), facts
     assert facts["Estimated wait"] == "none: it would start at once", facts
 

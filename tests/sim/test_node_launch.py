@@ -115,6 +115,17 @@ async def world(tmp_path: Path) -> World:
     return w
 
 
+async def test_each_members_libraries_get_one_thread_per_cpu_of_its_share(world: World) -> None:
+    """domain/threads.py on the node backend: the Prepare order's environment."""
+    job_id = await world.submit(profile="nodes/cpu:3", command="train")
+    await world.all_running(job_id)
+    orders = [c.order for n in world.fleet.nodes.values() for c in n.runtime.containers.values()]
+    assert orders
+    for o in orders:  # each member of cpu:3 (a gang of 3) is one CPU's worth
+        assert o.cpus == 1.0
+        assert o.env["OMP_NUM_THREADS"] == o.env["OPENBLAS_NUM_THREADS"] == "1"
+
+
 async def test_a_four_member_gang_runs_once_and_completes(world: World) -> None:
     job_id = await world.submit()
     d = await world.until(job_id, {JobState.RUNNING})

@@ -17,6 +17,8 @@ MEMORY_ONLY = {
     "store": "the in-memory database's tables (tables.py and migrations on the other side)",
     "backend": "an ExecutionBackend: its twins are the real backends",
     "journal": "a node's MemberJournal: its twin is adapters/node/journal.py (SQLite)",
+    "node_states": "node state times and connectivity history: migration 0029's triggers on "
+    "the other side",
 }
 POSTGRES_ONLY = {
     "tables": "schema",

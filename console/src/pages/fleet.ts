@@ -1,11 +1,14 @@
 import { api, must, type Schemas } from "../api";
 import { alertBox, h, shown, table, view, when } from "../dom";
+import { bar, history, stateSince } from "./fleet-bars";
 
 type FleetNode = Schemas["NodeOut"];
+type NodeStatus = Schemas["NodeStatusOut"];
 type GpuInventory = Schemas["GpuInventoryOut"];
 type GpuDevice = Schemas["GpuDeviceOut"];
 
 const REFRESH_MS = 15_000;
+const HISTORY = 10; // connectivity changes per node the page asks for
 const OPERATORS = new Set(["admin", "operator"]); // who may cordon, drain and uncordon (the API's rule)
 // What each action does, for the confirmation and the button's description.
 type Action = "cordon" | "drain" | "uncordon";
@@ -47,11 +50,14 @@ export function detectedGpus(inv: GpuInventory | null | undefined): string {
 export async function fleetPage(main: HTMLElement, refresh = false, notice: HTMLElement | null = null): Promise<void> {
   const mine = view(main);
   if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
-  const [fleet, links, me] = await Promise.all([
+  const [fleet, links, me, changes] = await Promise.all([
     must(api.GET("/v1/fleet")),
     must(api.GET("/v1/node-links")).catch(() => []),
     must(api.GET("/v1/whoami")).catch(() => null),
+    must(api.GET("/v1/fleet/connectivity", { params: { query: { per_node: HISTORY } } })).catch(() => []),
   ]);
+  const now = Date.now();
+  const past = new Map(changes.map((c) => [c.node, c.changes]));
   if (!shown(main, mine)) return; // the user moved on meanwhile
   const operator = me !== null && OPERATORS.has(me.role);
   const status = h("div", { "aria-live": "polite", class: "status" }, notice);
@@ -76,26 +82,44 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
   const sections = fleet.pools.map((pool) => {
     const rows = pool.nodes.map((n) => [
       n.name,
-      h("span", { class: `badge sched-${n.sched}` }, n.sched),
-      h("span", { class: `badge conn-${n.connectivity}` }, n.connectivity),
+      stateSince("sched", n.sched, n.sched_changed_at),
+      stateSince("conn", n.connectivity, n.connectivity_changed_at),
+      history(n.name, past.get(n.name) ?? [], now),
       n.validation + (n.validation_reason ? ` (${n.validation_reason})` : ""),
-      used(n.gpus_used, n.gpus_total),
-      used(n.cpus_used, n.cpus_total),
-      used(n.memory_mb_used, n.memory_mb_total),
+      bar(`GPUs reserved on ${n.name}`, n.gpus_used, n.gpus_total),
+      bar(`CPUs reserved on ${n.name}`, n.cpus_used, n.cpus_total),
+      bar(`Memory MB reserved on ${n.name}`, n.memory_mb_used, n.memory_mb_total),
       detectedGpus(n.gpu_inventory),
       n.members,
       when(heartbeat.get(n.name)),
       ...(operator ? [buttons(n)] : []),
     ]);
     const summary = `${pool.backend}${pool.gpu_model ? `, ${pool.gpu_model}` : ""}; GPUs used ${used(pool.gpus_used, pool.gpus_total)}`;
+    const sum = (f: (n: NodeStatus) => number): number => pool.nodes.reduce((a, n) => a + f(n), 0);
+    const totals = h(
+      "div",
+      { class: "pool-bars" },
+      ...(
+        [
+          ["GPUs", pool.gpus_used, pool.gpus_total],
+          ["CPUs", sum((n) => n.cpus_used), sum((n) => n.cpus_total)],
+          ["Memory MB", sum((n) => n.memory_mb_used), sum((n) => n.memory_mb_total)],
+        ] as const
+      ).map(([what, u, t]) => h("div", {}, h("span", { class: "bar-label" }, what), bar(`${what} reserved in pool ${pool.name}`, u, t))),
+    );
     return h(
       "section",
       { "aria-labelledby": `pool-${pool.name}` },
       h("h2", { id: `pool-${pool.name}` }, `Pool ${pool.name}`, h("span", { class: "muted" }, ` (fleet ${pool.fleet})`)),
       h("p", {}, summary, pool.description ? ` — ${pool.description}` : ""),
+      pool.nodes.length ? totals : "",
       pool.unavailable ? h("p", { class: "error", id: `pool-${pool.name}-unavailable` }, `Takes no new work: ${pool.unavailable}`) : "",
       pool.nodes.length
-        ? table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Validation", "GPUs used", "CPUs used", "Memory MB used", "Detected GPUs", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows)
+        ? h(
+            "div",
+            { class: "fleet-table", tabindex: 0, role: "region", "aria-label": `Nodes of pool ${pool.name}, scrolls sideways` },
+            table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Last 24 h", "Validation", "GPUs reserved", "CPUs reserved", "Memory MB reserved", "Detected GPUs", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows),
+          )
         : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
     );
   });

@@ -1,4 +1,5 @@
 import { api, call, must } from "../api";
+import { SettingsStore, settingsBar } from "../charts/settings";
 import { alertBox, h, shown, view } from "../dom";
 import { type Chart, metricChart } from "./chart";
 import { rawInspector } from "./inspector";
@@ -59,6 +60,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
   const membersBox = h("div", {}, members(job));
   const charts = h("section", { "aria-labelledby": "metrics-title charts-title", class: "training" }, h("h3", { id: "charts-title" }, "Training"));
   const chartNote = h("div", {});
+  const chartSettings = new SettingsStore(); // shared by the training and System charts
   charts.append(chartNote);
   // The system group: member 0's GPUs, CPU and memory, beside the training charts (shown once
   // it has a series).
@@ -111,6 +113,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
     attemptsBox,
     membersBox,
     h("h2", { id: "metrics-title" }, "Metrics"),
+    settingsBar(chartSettings), // for the training and System charts alike
     metricsGrid,
     inspectorBox,
     artifactsBox,
@@ -140,7 +143,7 @@ export async function jobPage(main: HTMLElement, id: string): Promise<void> {
       try {
         if (chart) await chart.refresh();
         else {
-          const made = await metricChart(id, tag, width);
+          const made = await metricChart(id, tag, width, chartSettings);
           drawn.set(tag, made);
           box.append(made.el);
         }

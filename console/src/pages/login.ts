@@ -22,7 +22,7 @@ export function loginPage(main: HTMLElement, notice: string | null, onSignedIn: 
     { "aria-labelledby": "login-title" },
     h("label", { for: "token" }, "API token"),
     input,
-    h("p", { id: "token-help", class: "help" }, "A token from `tp users token` or the first admin token printed by `tp serve`. Kept in this tab only."),
+    h("p", { id: "token-help", class: "help" }, "A token from `tp admin token create USER`, or the admin token `tp up` prints on its first start (`tp serve` writes it to STATE/admin-token). Kept in this tab only."),
     button,
     status,
   );
@@ -45,7 +45,7 @@ export function loginPage(main: HTMLElement, notice: string | null, onSignedIn: 
       .catch((err: unknown) => {
         const msg =
           err instanceof ApiError && err.status === 401
-            ? "That token was refused. Check it, or ask an admin for a new one (`tp users token NAME`)."
+            ? "That token was refused. Check it, or ask an admin for a new one (`tp admin token create USER`)."
             : `Could not sign in: ${err instanceof Error ? err.message : String(err)}`;
         status.append(alertBox(msg));
         input.focus();

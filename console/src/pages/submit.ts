@@ -1,38 +1,11 @@
+import "../submit/submit.css";
 import { api, must, type Schemas } from "../api";
 import { alertBox, h, shown, view } from "../dom";
+import { envRows, pluginPins, runtimeSelect } from "../submit/options";
+import { showPreview } from "../submit/preview";
+import { sourceField } from "../submit/source-field";
 
 type Param = Schemas["ParamOut"];
-type Preview = Schemas["PreviewOut"];
-type Wait = Schemas["WaitOut"];
-
-// The runtime the preview resolved, as the spec holds it.
-function runtimeOf(spec: Record<string, unknown>): { name: string; image: string; digest: string } | null {
-  const r = spec.runtime;
-  if (typeof r !== "object" || r === null) return null;
-  const text = (k: string): string => (k in r ? String((r as Record<string, unknown>)[k] ?? "") : "");
-  return { name: text("name"), image: text("image"), digest: text("digest") };
-}
-
-// A fresh uuid4 for the retry key, as the CLI makes one (crypto.randomUUID needs a secure
-// context; getRandomValues does not).
-function uuid4(): string {
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  const x = Array.from(b, (v) => v.toString(16).padStart(2, "0")).join("");
-  return `${x.slice(0, 8)}-${x.slice(8, 12)}-${x.slice(12, 16)}-${x.slice(16, 20)}-${x.slice(20)}`;
-}
-
-// The retry key belongs to one preview and is kept for this tab, so confirming again after a
-// lost answer sends the same (preview id, digest, retry key) triple and gets the same job back.
-function retryKey(previewId: string): string {
-  const key = `tuneplane.retry.${previewId}`;
-  const known = sessionStorage.getItem(key);
-  if (known) return known;
-  const fresh = uuid4();
-  sessionStorage.setItem(key, fresh);
-  return fresh;
-}
 
 function field(id: string, label: string, control: HTMLElement, help = ""): HTMLElement {
   if (help) control.setAttribute("aria-describedby", `${id}-help`);
@@ -46,19 +19,31 @@ function paramValue(p: Param, raw: string): string | number | boolean {
   return raw;
 }
 
-// Submit without the CLI: choose a method, a profile and its parameters, preview (POST
-// /v1/previews), then confirm that exact preview (POST /v1/jobs with its id, digest and a retry
-// key), as `tp submit` does. No source upload: a method that needs the user's files is for the CLI.
+// Submit without the CLI: a method, a profile and its parameters, the source (a folder or an
+// archive, uploaded as `tp submit` uploads it), runtime, environment, plugin pins and retries;
+// preview (POST /v1/previews, then its estimated wait), and confirm that exact preview (POST
+// /v1/jobs with its id, digest and a retry key).
 export async function submitPage(main: HTMLElement): Promise<void> {
   const mine = view(main);
   main.replaceChildren(h("h1", {}, "Submit a job"), h("p", { "aria-busy": "true" }, "Loading…"));
-  const [methods, profiles] = await Promise.all([must(api.GET("/v1/methods")), must(api.GET("/v1/profiles"))]);
+  const [methods, profiles, runtimes, plugins, limits] = await Promise.all([
+    must(api.GET("/v1/methods")),
+    must(api.GET("/v1/profiles")),
+    must(api.GET("/v1/runtimes")),
+    must(api.GET("/v1/plugins")),
+    must(api.GET("/v1/archives/limits")),
+  ]);
   if (!shown(main, mine)) return; // the user moved on meanwhile
   const experiment = h("input", { id: "s-experiment", name: "experiment", required: true, value: "console" });
   const method = h("select", { id: "s-method", name: "method" }, ...methods.map((m) => h("option", { value: m.name }, m.name)));
   const profile = h("input", { id: "s-profile", name: "profile", required: true, list: "s-profiles", value: "cpu:1" });
   const queue = h("input", { id: "s-queue", name: "queue", placeholder: "your default queue" });
   const params = h("fieldset", {}, h("legend", {}, "Parameters"));
+  const source = sourceField(limits);
+  const runtime = runtimeSelect(runtimes);
+  const env = envRows();
+  const pins = pluginPins(plugins);
+  const attempts = h("input", { id: "s-attempts", name: "attempts", type: "number", min: 1, max: 100, step: 1, value: 1, inputmode: "numeric" });
   const out = h("div", { "aria-live": "polite" });
   const previewButton = h("button", { type: "submit" }, "Preview");
 
@@ -79,32 +64,52 @@ export async function submitPage(main: HTMLElement): Promise<void> {
 
   const form = h(
     "form",
-    { "aria-labelledby": "submit-title" },
+    { "aria-labelledby": "submit-title", class: "submit-form" },
     field("s-experiment", "Experiment", experiment),
     field("s-method", "Method", method),
     field("s-profile", "Profile", profile, "e.g. cpu:1, h200:8 or a named profile"),
     h("datalist", { id: "s-profiles" }, ...profiles.map((p) => h("option", { value: p.name }))),
     field("s-queue", "Queue", queue),
     params,
+    source.element,
+    field("s-runtime", "Runtime", runtime, "the image the job runs in, pinned by digest at preview"),
+    env.element,
+    pins.element,
+    field("s-attempts", "Attempts", attempts, "in all, as tp submit --retry N: 1 is no retry; more is a new attempt after any end but a stop (a lost node, a preemption, a failed launch, a failure), as the queue allows"),
     previewButton,
   );
   form.addEventListener("submit", (event) => {
     event.preventDefault();
+    out.replaceChildren();
+    if (source.busy()) {
+      out.replaceChildren(alertBox("The source is still uploading. Fix: wait for “Uploaded”, then preview."));
+      return;
+    }
+    const { env: variables, problem } = env.read();
+    if (problem) {
+      out.replaceChildren(alertBox(problem.message));
+      return;
+    }
     const m = methods.find((x) => x.name === method.value);
     const values: Record<string, string | number | boolean> = {};
     for (const el of params.querySelectorAll<HTMLInputElement | HTMLSelectElement>("[data-param]")) {
       const p = m?.params.find((x) => x.name === el.dataset.param);
       if (p && el.value !== "" && el.value !== (p.default === null ? "" : String(p.default))) values[p.name] = paramValue(p, el.value);
     }
+    const tries = parseInt(attempts.value, 10);
     const body = {
       experiment: experiment.value.trim(),
       method: method.value,
       profile: profile.value.trim(),
       queue: queue.value.trim() || null,
       params: values,
+      runtime: runtime.value || null,
+      source: source.value(),
+      env: variables,
+      plugins: pins.read(),
+      retry: Number.isFinite(tries) && tries > 1 ? { max_attempts: tries } : null,
     };
     previewButton.disabled = true;
-    out.replaceChildren();
     must(api.POST("/v1/previews", { body }))
       .then(async (preview) => showPreview(out, preview, await must(api.GET("/v1/previews/{preview_id}/wait", { params: { path: { preview_id: preview.id } } })).catch(() => null)))
       .catch((err: unknown) => out.replaceChildren(alertBox(`Preview refused: ${err instanceof Error ? err.message : String(err)}`)))
@@ -113,54 +118,4 @@ export async function submitPage(main: HTMLElement): Promise<void> {
       });
   });
   main.replaceChildren(h("h1", { id: "submit-title" }, "Submit a job"), form, out);
-}
-
-function estimate(wait: Wait | null): string {
-  if (!wait) return "unknown (the estimate could not be computed)";
-  if (wait.starts_now) return "none: it would start at once";
-  const ahead = wait.ahead === 1 ? "1 job" : `${wait.ahead} jobs`;
-  return `would wait behind ${ahead} (position ${wait.position} of ${wait.pending_total} pending): ${wait.text}`;
-}
-
-// The preview, resolved: where it runs, on what, with which runtime, and the estimated wait (a
-// queue position and its reason, GET /v1/previews/{id}/wait: nobody knows how long the jobs
-// ahead will run). Nothing exists yet; "Confirm and submit" commits exactly this preview.
-function showPreview(out: HTMLElement, preview: Preview, wait: Wait | null): void {
-  const runtime = runtimeOf(preview.spec);
-  const where = wait?.placements ?? [];
-  const roles = where.length > 1;
-  const confirm = h("button", { type: "button" }, "Confirm and submit");
-  const status = h("div", { "aria-live": "polite" });
-  confirm.addEventListener("click", () => {
-    confirm.disabled = true;
-    const triple = { preview_id: preview.id, digest: preview.digest, retry_key: retryKey(preview.id) };
-    must(api.POST("/v1/jobs", { body: triple }))
-      .then((commit) => {
-        location.hash = `#/jobs/${encodeURIComponent(commit.job_id)}`;
-      })
-      .catch((err: unknown) => {
-        status.replaceChildren(alertBox(`Not submitted: ${err instanceof Error ? err.message : String(err)}. Confirming again is safe: it cannot start a second job.`));
-        confirm.disabled = false;
-      });
-  });
-  out.replaceChildren(
-    h("section", { "aria-labelledby": "preview-title", class: "preview" },
-      h("h2", { id: "preview-title" }, "Preview"),
-      h("dl", { class: "facts" },
-        h("dt", {}, "Preview"), h("dd", {}, preview.id),
-        h("dt", {}, "Digest"), h("dd", {}, h("code", {}, preview.digest)),
-        h("dt", {}, "Expires"), h("dd", {}, new Date(preview.expires_at).toLocaleString()),
-        h("dt", {}, "Fleet / pool"), h("dd", {}, where.map((p) => `${roles ? `${p.role}: ` : ""}fleet ${p.fleet ?? "(pool not in the fleet)"}, pool ${p.pool}`).join("; ") || "—"),
-        h("dt", {}, "Backend"), h("dd", {}, String(preview.spec.backend ?? "—")),
-        h("dt", {}, "GPU request"), h("dd", {}, where.map((p) => `${roles ? `${p.role}: ` : ""}${p.request}`).join("; ") || "—"),
-        h("dt", {}, "Runtime"), h("dd", {}, runtime ? `${runtime.name} (${runtime.image}${runtime.digest ? `@${runtime.digest.slice(0, 19)}…` : ""})` : "—"),
-        h("dt", {}, "Queue"), h("dd", {}, String(preview.spec.queue ?? "—")),
-        h("dt", {}, "Estimated wait"), h("dd", { class: "estimate" }, estimate(wait)),
-      ),
-      h("pre", { class: "spec", role: "region", tabindex: "0", "aria-label": "What will run" }, JSON.stringify(preview.spec, null, 2)),
-      confirm,
-      status,
-    ),
-  );
-  confirm.focus();
 }
