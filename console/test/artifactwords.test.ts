@@ -28,6 +28,11 @@ describe("artifactNotes", () => {
     expect(notes).toEqual(["Attempt 1 member 1 completed without a recorded manifest (it exited with code 137: stopped: the driver succeeded): files are recorded when a member exits 0."]);
   });
 
+  it("says a member that exited 0 without a manifest had an unreadable directory", () => {
+    const notes = artifactNotes(job("succeeded", [{ index: 0, state: "succeeded" }]), [], true);
+    expect(notes).toEqual(["Attempt 1 member 0 completed, but no manifest of its output directory was recorded: the directory was missing or could not be read, or held more than 10,000 files (`tp artifacts verify` and the member's log say more)."]);
+  });
+
   it("says why there are none yet, or none at all", () => {
     expect(artifactNotes(job("running", [{ index: 0, state: "running" }]), [], true)).toEqual(["No output files yet: each member's are recorded when it exits 0."]);
     expect(artifactNotes(job("failed", [{ index: 0, state: "failed", exit_code: 1 }]), [], true)).toEqual(["No output files: they are recorded when a member exits 0, and none of this job's did."]);

@@ -30,8 +30,8 @@ export function artifactNotes(job: JobMembers, records: Recorded[], recordsOutpu
       const who = `Attempt ${a.number} member ${m.index}`;
       if (r && !r.files.length) notes.push(`${who} completed and left no files in its output directory ($TUNEPLANE_OUTPUT_DIR).`);
       else if (!r) {
-        const how = m.exit_code !== null && m.exit_code !== 0 ? ` (it exited with code ${m.exit_code}${m.reason ? `: ${m.reason}` : ""})` : "";
-        notes.push(`${who} completed without a recorded manifest${how}: files are recorded when a member exits 0.`);
+        if (m.exit_code !== null && m.exit_code !== 0) notes.push(`${who} completed without a recorded manifest (it exited with code ${m.exit_code}${m.reason ? `: ${m.reason}` : ""}): files are recorded when a member exits 0.`);
+        else notes.push(`${who} completed, but no manifest of its output directory was recorded: the directory was missing or could not be read, or held more than 10,000 files (\`tp artifacts verify\` and the member's log say more).`);
       }
     }
   }
