@@ -9,12 +9,16 @@ followed: the workload wrote them).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import hashlib
 import os
+import stat
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
-from domain.artifacts import ArtifactFile, Manifest
-from domain.errors import InvalidInput
+from domain.artifacts import ArtifactFile, Manifest, check_artifact_path
+from domain.errors import Conflict, InvalidInput, NotFound
 
 _CHUNK = 1024 * 1024
 
@@ -37,6 +41,24 @@ class FilesystemOutputs:
     async def scan(self, job_id: str, attempt_id: str, member_index: int) -> Manifest | None:
         path = self._dir(job_id, attempt_id, member_index)
         return await asyncio.to_thread(self._scan, path)
+
+    async def open(
+        self, job_id: str, attempt_id: str, member_index: int, path: str
+    ) -> tuple[int, AsyncGenerator[bytes, None]]:
+        where = self._dir(job_id, attempt_id, member_index)
+        parts = [*where.relative_to(self.root).parts, *check_artifact_path(path).split("/")]
+        fd = await asyncio.to_thread(_open_beneath, self.root, parts)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise Conflict(
+                    f"{path} is not a regular file now",
+                    fix="`tp artifacts verify` shows what changed",
+                )
+        except BaseException:
+            os.close(fd)
+            raise
+        return info.st_size, _chunks(fd)
 
     def _scan(self, path: Path) -> Manifest | None:
         """None when a directory on the way from the root is a symbolic link: a member that
@@ -74,3 +96,47 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def _open_beneath(root: Path, parts: list[str]) -> int:
+    """A read-only descriptor of ``root/parts…``, each part opened relative to the one before
+    with O_NOFOLLOW: a symbolic link anywhere on the way (a member may have replaced a
+    directory with one) is refused, so nothing outside ``root`` is ever read."""
+    at = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO never blocks the open
+            if not last:
+                flags |= os.O_DIRECTORY
+            try:
+                nxt = os.open(part, flags, dir_fd=at)
+            except FileNotFoundError:
+                raise NotFound(
+                    f"{'/'.join(parts[3:])} is no longer in the member's output directory",
+                    fix="`tp artifacts verify JOB` shows what is missing",
+                ) from None
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise Conflict(
+                    f"{'/'.join(parts[3:])}: {'/'.join(parts[: i + 1][3:]) or part} is a symbolic"
+                    " link or not a directory now (a link's manifest entry is its text, and links"
+                    " are never followed)",
+                    fix="`tp artifacts verify JOB` shows what changed",
+                ) from None
+            os.close(at)
+            at = nxt
+        return at
+    except BaseException:
+        os.close(at)
+        raise
+
+
+async def _chunks(fd: int) -> AsyncGenerator[bytes, None]:
+    try:
+        while chunk := await asyncio.to_thread(os.read, fd, _CHUNK):
+            yield chunk
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -23,10 +23,28 @@ class Verified:
         return not self.differences and not self.unchecked
 
 
-async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> list[ArtifactRecord]:
+@dataclass(frozen=True, slots=True)
+class Listed:
+    records: list[ArtifactRecord]
+    backend: str  # the job's backend
+    recorded: bool  # whether that backend records members' outputs at all (docs/backends.md)
+
+
+def records_outputs(ctx: Context, backend: str) -> bool:
+    """Whether members of ``backend`` get an output directory whose files are recorded when
+    they exit 0: a node backend's daemons report them; another backend when this control
+    plane (or the backend's own storage) keeps them. Kubernetes members get none."""
+    if backend in ctx.coordinated:
+        return True
+    known = ctx.backends.get(backend)
+    return known is not None and ctx.outputs_of(known) is not None
+
+
+async def list_artifacts(ctx: Context, principal: Principal, job_id: str) -> Listed:
     job = (await get_job(ctx, principal, job_id)).job  # NotFound unless the caller may see it
     async with ctx.units.artifacts() as uow:
-        return await uow.artifacts.for_job(job.id)
+        records = await uow.artifacts.for_job(job.id)
+    return Listed(records, job.spec.backend, records_outputs(ctx, job.spec.backend))
 
 
 async def verify_artifacts(

@@ -268,10 +268,14 @@ class NodeControl:
         return why
 
     async def _report(self, session: Session, report: MemberReport) -> None:
-        await record_report(self.ctx, session, report)
+        # The manifest first: once the exit is in the ledger the supervisor may end the job,
+        # and a job page drawn then showed a completed member with "No output files recorded"
+        # until the manifest's own transaction landed (issue 25). A manifest recorded for an
+        # exit whose report then fails is harmless: the node sends the exit again, with it.
         placed = session.placed.get(report.ref.member_id)
         if placed is not None and report.outputs is not None:
             await record_reported(self.ctx, session.node, placed.job_id, report)
+        await record_report(self.ctx, session, report)
 
     async def scans(self, sessions: list[Session]) -> list[tuple[Session, ScanOutputs]]:
         """Output scan requests (``tp artifacts verify``) for these nodes, due now."""

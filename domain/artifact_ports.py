@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Protocol
 
 from domain.artifacts import ArtifactRecord, Manifest
@@ -34,6 +34,16 @@ class OutputStorage(Protocol):
 
     async def scan(self, job_id: str, attempt_id: str, member_index: int) -> Manifest | None:
         """The manifest of what the member's directory holds now; None if it has none."""
+        ...
+
+    async def open(
+        self, job_id: str, attempt_id: str, member_index: int, path: str
+    ) -> tuple[int, AsyncGenerator[bytes, None]]:
+        """(size, content) of the regular file ``path`` (checked with
+        ``domain.artifacts.check_artifact_path``) below the member's directory, opened now
+        without following a symbolic link on the way: NotFound when it is gone, Conflict when
+        something on the way is a link or it is not a regular file. The content is read as it
+        is iterated; closing the iterator closes the file."""
         ...
 
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from domain.canonical import digest as content_digest
+from domain.errors import InvalidInput
 
 OUTPUT_DIR = "/tuneplane/outputs"  # where a member writes its outputs, in its container
 OUTPUT_ENV = "TUNEPLANE_OUTPUT_DIR"
@@ -125,3 +126,32 @@ def compare(recorded: Manifest, found: Manifest) -> list[Difference]:
                 detail += f", {a.size} → {b.size} bytes"
             out.append(Difference(path, "changed", detail))
     return out
+
+
+MAX_ARTIFACT_PATH = 4096  # characters of a manifest path a download may name
+
+
+def check_artifact_path(path: str) -> str:
+    """``path`` as a manifest names a file: relative, "/"-separated, no empty, "." or ".."
+    part, no control character, at most MAX_ARTIFACT_PATH characters. A download names a file
+    by it; the file is then looked up in the manifest, never opened from the user's text."""
+
+    def bad(problem: str) -> InvalidInput:
+        return InvalidInput(
+            f"path {path[:80]!r} {problem}",
+            fix="give a file's path as `tp artifacts ls JOB` lists it (relative to the member's"
+            " output directory, e.g. model/weights.bin)",
+            field="query.path",
+        )
+
+    if not path:
+        raise bad("is empty")
+    if len(path) > MAX_ARTIFACT_PATH:
+        raise bad(f"is {len(path)} characters long, over {MAX_ARTIFACT_PATH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise bad("holds a control character")
+    if path.startswith("/") or "\\" in path:
+        raise bad("is absolute or holds a backslash")
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        raise bad('has an empty, "." or ".." part')
+    return path

@@ -209,6 +209,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/jobs/{job_id}/artifacts/{attempt}/{member}/file": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** Download one file a member's manifest lists, checked against its SHA-256 as it streams */
+        get: operations["V1JobsJobIdArtifactsAttemptMemberFileDownloadArtifact"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/jobs/{job_id}/artifacts/verify": {
         parameters: {
             query?: never;
@@ -1044,7 +1061,9 @@ export interface components {
         };
         /** ArtifactsOut */
         ArtifactsOut: {
+            backend: string;
             members: components["schemas"]["MemberArtifactsOut"][];
+            records_outputs: boolean;
         };
         /** AttemptCurveOut */
         AttemptCurveOut: {
@@ -3057,6 +3076,71 @@ export interface operations {
             };
             /** @description Not found */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    V1JobsJobIdArtifactsAttemptMemberFileDownloadArtifact: {
+        parameters: {
+            query: {
+                /** @description the file's path as the manifest lists it (relative to the member's output directory) */
+                path: string;
+            };
+            header?: never;
+            path: {
+                /** @description the attempt's number */
+                attempt: number;
+                job_id: string;
+                /** @description the member's index */
+                member: number;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Stream Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": unknown;
+                };
+            };
+            /** @description Bad request */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unauthenticated */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Not found */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Conflict */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -1,13 +1,23 @@
-"""`tp artifacts ls JOB` and `tp artifacts verify JOB`: a job's output manifests, and checking
-its files against them (docs/capsule.md, "Artifacts")."""
+"""`tp artifacts ls JOB`, `tp artifacts verify JOB` and `tp artifacts get JOB PATH`: a job's
+output manifests, checking its files against them, and downloading one (docs/capsule.md,
+"Artifacts")."""
 
 from __future__ import annotations
 
-from cyclopts import App
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
 
+from cyclopts import App, Parameter
+
+from domain.errors import Conflict, NotFound
 from entrypoints.cli import output
 from entrypoints.cli.client import connect
-from entrypoints.cli.errors import UNAVAILABLE
+from entrypoints.cli.errors import UNAVAILABLE, ServerError
 from entrypoints.cli.jobs import JsonFlag, job_path
 
 artifacts_app = App(name="artifacts", help="A job's output files and their manifests.")
@@ -79,3 +89,87 @@ def verify(job_id: str, /, *, wait: float = 30.0, json: JsonFlag = False) -> int
     if checked["ok"]:
         return 0
     return EXIT_TAMPERED if any(m["differences"] for m in checked["members"]) else UNAVAILABLE
+
+
+@artifacts_app.command(name="get")
+def get(
+    job_id: str,
+    path: str,
+    /,
+    *,
+    output_file: Annotated[Path | None, Parameter(name=["--output", "-o"])] = None,
+    attempt: int | None = None,
+    member: int = 0,
+    force: bool = False,
+) -> int:
+    """Download one output file of a job, as its member's manifest lists it; its size and
+    SHA-256 are checked against the manifest, and the file appears only once whole and
+    checked. Files kept on a node are not downloadable (the answer says where they are).
+
+    Parameters
+    ----------
+    job_id
+        The job id (`tp job ls`).
+    path
+        The file's path as `tp artifacts ls` lists it.
+    output_file
+        Where to write it (default: the file's name in the current directory); `-` writes it
+        to standard output.
+    attempt
+        The attempt's number (default: the latest that recorded PATH for the member).
+    member
+        The member's index.
+    force
+        Replace OUTPUT_FILE when it exists.
+    """
+    with connect() as api:
+        if attempt is None:
+            found = api.get(job_path(job_id, "/artifacts"))
+            listed = [m["attempt"] for m in found["members"] if m["member"] == member
+                      and any(f["path"] == path for f in m["files"])]  # fmt: skip
+            if not listed:
+                raise NotFound(
+                    f"no recorded output of member {member} of job {job_id} is named {path!r}",
+                    fix=f"`tp artifacts ls {job_id}` lists the files",
+                )
+            attempt = max(listed)
+        target = output_file or Path(path.rsplit("/", 1)[-1])
+        to_stdout = str(target) == "-"
+        if not to_stdout and target.exists() and not force:
+            raise Conflict(f"{target} exists", fix="name another file with -o, or add --force")
+        where = job_path(job_id, f"/artifacts/{attempt}/{member}/file")
+        with api.download(where, params={"path": path}) as (headers, chunks):
+            expected = headers.get("x-content-digest", "").removeprefix("sha256:")
+            digest = hashlib.sha256()
+            if to_stdout:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.flush()
+            else:
+                _write_checked(target, chunks, digest)
+    if digest.hexdigest() != expected:
+        if not to_stdout:
+            target.unlink(missing_ok=True)
+        raise ServerError(
+            f"{path}: received sha256 {digest.hexdigest()}, the server announced {expected}",
+            fix="download it again; `tp artifacts verify` checks the stored files",
+        )
+    if not to_stdout:
+        output.info(f"{path} (attempt {attempt} member {member}) → {target}, sha256 {expected}")
+    return 0
+
+
+def _write_checked(target: Path, chunks: Iterator[bytes], digest: Any) -> None:
+    """Into a temporary file beside ``target``, renamed onto it once whole: an interrupted
+    download leaves no half-written file under the name asked for."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for chunk in chunks:
+                digest.update(chunk)
+                f.write(chunk)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

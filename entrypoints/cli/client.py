@@ -115,6 +115,22 @@ class Api:
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
 
+    @contextmanager
+    def download(
+        self, path: str, params: Mapping[str, Any] | None = None
+    ) -> Iterator[tuple[httpx.Headers, Iterator[bytes]]]:
+        """As ``stream``, with the answer's headers (a download's size and digest)."""
+        try:
+            with self._client.stream("GET", path, params=params, timeout=UPLOAD_TIMEOUT) as resp:
+                if resp.status_code >= 400:
+                    resp.read()
+                    raise from_problem(
+                        resp.status_code, resp.headers.get("content-type", ""), resp.content
+                    )
+                yield resp.headers, self._chunks(resp)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
     def _chunks(self, resp: httpx.Response) -> Iterator[bytes]:
         try:
             yield from resp.iter_bytes()

@@ -129,7 +129,10 @@ def check_succeeded_job(rig: Rig, job_id: str, work: Workload, f: Findings) -> N
     else:
         f.check("member_logs", not own, "?member=1 after the end gave member 1's log")
 
-    artifacts = rig.json(f"/v1/jobs/{job_id}/artifacts")["members"]
+    listed = rig.json(f"/v1/jobs/{job_id}/artifacts")
+    artifacts = listed["members"]
+    recorded = listed["records_outputs"]  # what the console says of a member without files
+    f.check("artifacts", recorded == (f.cell("artifacts") == "yes"), f"records_outputs {recorded}")
     if f.cell("artifacts") == "yes":
         files = {a["member"]: {x["path"]: x["sha256"] for x in a["files"]} for a in artifacts}
         want = {

@@ -111,7 +111,8 @@ ROWS: list[Row] = [
        note="the image exists (the fixtures built it): checked, not rebuilt"),
     bad(2, "runtime build", "nosuch", out="no local recipe"),
     # -- submitting and jobs -----------------------------------------------------------------
-    ok("submit", "hello", "--profile", "local/cpu:1", "--set", "command=echo every-command",
+    ok("submit", "hello", "--profile", "local/cpu:1", "--set",
+       'command=echo every-command; echo kept > "$TUNEPLANE_OUTPUT_DIR/out.txt"',
        "--retry", "2", "--preview", out="retry      2 attempts",
        capture={"preview": r"tp submit --commit (\S+\.json)"}),
     bad(2, "submit", "hello", "--profile", "local/cpu:999", "--yes", out="error"),
@@ -170,6 +171,13 @@ ROWS: list[Row] = [
     bad(3, "artifacts ls", "job-nope", out="job-nope"),
     ok("artifacts verify", "{job}"),
     bad(3, "artifacts verify", "job-nope", out="job-nope"),
+    ok("artifacts get", "{job}", "out.txt", "-o", "{tmp}/out.txt", out="sha256 ",
+       note="the file the job wrote, checked against its manifest"),
+    bad(4, "artifacts get", "{job}", "out.txt", "-o", "{tmp}/out.txt", out="--force",
+        note="never overwrites a file unasked"),
+    bad(3, "artifacts get", "{job}", "nope.txt", "-o", "{tmp}/nope.txt", out="nope.txt"),
+    bad(2, "artifacts get", "{job}", "../etc/passwd", "--attempt", "1", "-o", "{tmp}/x",
+        out="part"),
     # -- plugins -----------------------------------------------------------------------------
     ok("plugin publish", str(PLUGIN), out="exact-match"),
     bad(2, "plugin publish", "{tmp}/empty", out="plugin.toml"),
