@@ -312,7 +312,7 @@ async def test_the_fleet_page_says_why_a_pool_takes_no_new_work(
     await page.goto(api_server.url + "/console/#/fleet")
     await page.get_by_label("API token").fill(api_server.token)
     await page.get_by_label("API token").press("Enter")
-    pool = page.get_by_role("region", name="Pool local", exact=True)
+    pool = page.get_by_role("region", name="Pool local (fleet local)", exact=True)
     await expect(pool).to_contain_text(f"Takes no new work: {reason}")
     await page.screenshot(path=screenshots / "01-unavailable.png", full_page=True)
     assert not await accessibility_violations(page)
