@@ -104,24 +104,23 @@ class Api:
         self, path: str, params: Mapping[str, Any] | None = None
     ) -> Iterator[Iterator[bytes]]:
         """Yield an iterator over the body's bytes as they arrive."""
-        try:
-            with self._client.stream("GET", path, params=params, timeout=STREAM_TIMEOUT) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise from_problem(
-                        resp.status_code, resp.headers.get("content-type", ""), resp.content
-                    )
-                yield self._chunks(resp)
-        except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
+        with self._opened(path, params, STREAM_TIMEOUT) as (_, chunks):
+            yield chunks
 
     @contextmanager
     def download(
         self, path: str, params: Mapping[str, Any] | None = None
     ) -> Iterator[tuple[httpx.Headers, Iterator[bytes]]]:
         """As ``stream``, with the answer's headers (a download's size and digest)."""
+        with self._opened(path, params, UPLOAD_TIMEOUT) as opened:
+            yield opened
+
+    @contextmanager
+    def _opened(
+        self, path: str, params: Mapping[str, Any] | None, timeout: httpx.Timeout
+    ) -> Iterator[tuple[httpx.Headers, Iterator[bytes]]]:
         try:
-            with self._client.stream("GET", path, params=params, timeout=UPLOAD_TIMEOUT) as resp:
+            with self._client.stream("GET", path, params=params, timeout=timeout) as resp:
                 if resp.status_code >= 400:
                     resp.read()
                     raise from_problem(
