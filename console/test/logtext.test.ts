@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { countWords, LineBuffer, matcher, pieces } from "../src/pages/job/logtext";
+import { countWords, LineBuffer, matcher, pieces, MAX_LINE } from "../src/pages/job/logtext";
 
 describe("LineBuffer", () => {
   it("joins lines cut across chunks", () => {
@@ -52,5 +52,28 @@ describe("pieces and count", () => {
 
   it("counts in words", () => {
     expect([countWords(2, 17), countWords(-1, 1), countWords(-1, 4), countWords(-1, 0)]).toEqual(["3 of 17", "1 match", "4 matches", "No matches"]);
+  });
+});
+
+describe("LineBuffer keeps every line bounded", () => {
+  it("cuts a huge line and says how much was not kept", () => {
+    const b = new LineBuffer(10);
+    const pushed = b.push("x".repeat(MAX_LINE + 5) + "\nok\n");
+    expect(pushed.added).toEqual([`${"x".repeat(MAX_LINE)}… (5 more characters not shown)`, "ok"]);
+  });
+
+  it("bounds a log that never writes a newline, counting across chunks", () => {
+    const b = new LineBuffer(10);
+    for (let i = 0; i < 10; i++) b.push("y".repeat(MAX_LINE));
+    expect(b.partial.length).toBe(MAX_LINE);
+    const last = b.push("z\nnext");
+    expect(last.added).toEqual([`${"y".repeat(MAX_LINE)}… (${9 * MAX_LINE + 1} more characters not shown)`]);
+    expect(last.partial).toBe("next"); // the next line starts whole
+  });
+
+  it("says the unfinished line was cut while it is still arriving", () => {
+    const b = new LineBuffer(10);
+    const pushed = b.push("w".repeat(MAX_LINE + 3));
+    expect(pushed.partial).toBe(`${"w".repeat(MAX_LINE)}… (3 more characters not shown)`);
   });
 });

@@ -9,23 +9,38 @@ export interface Pushed {
   removeOld: number; // lines shown before this push to remove from the top
 }
 
-// The last `max` lines of a log that arrives in chunks cut anywhere.
+export const MAX_LINE = 16_384; // characters of one line kept; the rest is counted, not kept
+
+// What a line keeps: its first MAX_LINE characters, then how many were not kept.
+function clipped(line: string, cut: number): string {
+  const over = Math.max(0, line.length - MAX_LINE) + cut;
+  return over ? `${line.slice(0, MAX_LINE)}… (${over} more characters not shown)` : line;
+}
+
+// The last `max` lines of a log that arrives in chunks cut anywhere, each at most MAX_LINE
+// characters: a log that never writes a newline, or one huge line, stays bounded too.
 export class LineBuffer {
   lines: string[] = [];
   partial = "";
   dropped = 0; // every line dropped so far
+  private cut = 0; // characters of the unfinished line not kept
 
   constructor(readonly max = MAX_LINES) {}
 
   push(chunk: string): Pushed {
     const parts = (this.partial + chunk).split("\n");
-    this.partial = parts.pop() ?? "";
-    this.lines.push(...parts);
+    const rest = parts.pop() ?? "";
+    const done = parts.map((line, i) => clipped(line, i === 0 ? this.cut : 0));
+    if (parts.length) this.cut = 0; // the unfinished line ended: the next one starts whole
+    this.cut += Math.max(0, rest.length - MAX_LINE);
+    this.partial = rest.slice(0, MAX_LINE);
+    this.lines.push(...done);
     const over = Math.max(0, this.lines.length - this.max);
     if (over) this.lines.splice(0, over);
     this.dropped += over;
-    const kept = Math.min(parts.length, this.max);
-    return { added: parts.slice(parts.length - kept), partial: this.partial, removeOld: over - (parts.length - kept) };
+    const kept = Math.min(done.length, this.max);
+    const partial = this.cut ? clipped(this.partial, this.cut) : this.partial;
+    return { added: done.slice(done.length - kept), partial, removeOld: over - (done.length - kept) };
   }
 }
 
