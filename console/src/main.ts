@@ -46,6 +46,8 @@ async function route(): Promise<void> {
   }
   main.dataset.page = path.slice(1);
   main.dataset.view = String(++views);
+  const mine = main.dataset.view;
+  const focused = document.activeElement; // where the user was when this view was asked for
   try {
     const job = /^\/jobs\/([^/]+)$/.exec(path);
     if (job) await jobPage(main, decodeURIComponent(job[1]));
@@ -55,8 +57,12 @@ async function route(): Promise<void> {
     else if (path === "/plugins") await pluginsPage(main);
     else if (path === "/submit") await submitPage(main);
     else location.hash = "#/fleet";
-    // A new view: move focus to its content, so keyboard and screen-reader users start there.
-    if (document.activeElement === document.body || nav.contains(document.activeElement)) main.focus();
+    // A new view: move focus to its content, so keyboard and screen-reader users start there;
+    // not when the user moved the focus while the page loaded (tabbing through the menu), nor
+    // when another view has replaced this one meanwhile.
+    const now = document.activeElement;
+    const untouched = now === document.body || now === focused;
+    if (main.dataset.view === mine && untouched && (now === document.body || nav.contains(now))) main.focus();
   } catch (err) {
     if (!token.get()) return route();
     main.replaceChildren(h("h1", {}, "Something went wrong"), alertBox(err instanceof Error ? err.message : String(err)));

@@ -114,6 +114,30 @@ async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
     await expect(page.get_by_role("heading", name="Fleet", level=1)).to_have_count(0)
 
 
+async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
+    api_server: Servers, page: Page
+) -> None:
+    """Signing in opens the Fleet page, whose data is held back; meanwhile the keyboard user
+    moves into the menu. When the page is drawn, the focus stays on the menu's link (it used to
+    be moved to the page's content, under the user's fingers)."""
+    release = asyncio.Event()
+
+    async def held(route):  # type: ignore[no-untyped-def]
+        await release.wait()
+        await route.continue_()
+
+    await page.route(re.compile(r".*/v1/fleet$"), held)
+    await page.goto(api_server.url + "/console/")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    await expect(page.get_by_text("Loading…")).to_be_visible()
+    link = page.get_by_role("link", name="Submit")
+    await link.focus()
+    release.set()
+    await expect(page.get_by_text(re.compile(r"^Updated .*refreshes every"))).to_be_visible()
+    await expect(link).to_be_focused()
+
+
 async def test_an_address_changed_while_signing_in_is_the_page_shown(
     api_server: Servers, page: Page
 ) -> None:
