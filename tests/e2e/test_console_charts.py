@@ -23,7 +23,7 @@ from playwright.async_api import Browser, Page, Request, expect
 
 from tests.e2e.test_node_backend import submit
 from tests.e2e.test_telemetry_e2e import wait_for
-from tests.e2e.test_walkthrough import Cli
+from tests.e2e.test_walkthrough import hello_workspace
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.nodes import NodeCluster, start_node_cluster
 from tests.fixtures.server import servers_with_admin, stop_servers
@@ -82,12 +82,7 @@ def jobs(
     try:
         cluster = start_node_cluster(servers, settings, 1, cpus=2)  # the three jobs at once
         try:
-            home = tmp_path_factory.mktemp("cli")
-            cli = Cli(home, home)
-            cli("login", "--server", servers.url, "--token", servers.token)
-            cli("init", str(home / "ws"))
-            cli.cwd = home / "ws"
-            cli("new", "hello", "--method", "custom/custom")
+            cli = hello_workspace(servers.url, servers.token, tmp_path_factory.mktemp("cli"))
             ids = [submit(cli, cmd, profile="nodes/cpu:0.5") for cmd in (JOB_A, JOB_B, JOB_C)]
             for job in ids[:2]:
                 done = cli.wait_state(job, {"succeeded", "failed", "cancelled"}, timeout=120)

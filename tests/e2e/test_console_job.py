@@ -29,7 +29,7 @@ from domain.retry import RetryPolicy
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.contract.builders import a_job, a_member, a_spec, an_attempt
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import JOB_ID, Cli, hello_workspace
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 from tests.support import http
@@ -47,13 +47,7 @@ def server(module_api_server: Servers) -> Iterator[Servers]:
 
 @pytest.fixture(scope="module")
 def jobs_cli(server: Servers, tmp_path_factory: pytest.TempPathFactory) -> Cli:
-    home = tmp_path_factory.mktemp("cli")
-    c = Cli(home, home)
-    c("login", "--server", server.url, "--token", server.token)
-    c("init", str(home / "ws"))
-    c.cwd = home / "ws"
-    c("new", "hello", "--method", "custom/custom")
-    return c
+    return hello_workspace(server.url, server.token, tmp_path_factory.mktemp("cli"))
 
 
 def submit(cli: Cli, command: str) -> str:

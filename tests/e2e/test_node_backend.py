@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import JOB_ID, Cli, hello_workspace
 from tests.fixtures.docker import engine_call
 from tests.fixtures.nodes import NodeCluster
 
@@ -59,12 +59,7 @@ def starts(docker_host: str, attempt_id: str, since: float) -> dict[str, int]:
 
 
 async def cli_for(cluster: NodeCluster, tmp_path: Path) -> Cli:
-    c = Cli(tmp_path, tmp_path)
-    c("login", "--server", cluster.servers.url, "--token", cluster.servers.token)
-    c("init", str(tmp_path / "ws"))
-    c.cwd = tmp_path / "ws"
-    c("new", "hello", "--method", "custom/custom")
-    return c
+    return hello_workspace(cluster.servers.url, cluster.servers.token, tmp_path)
 
 
 def submit(cli: Cli, command: str, profile: str = "nodes/cpu:2") -> str:

@@ -74,6 +74,17 @@ class Cli:
                 time.sleep(0.2)
 
 
+def hello_workspace(url: str, token: str, home: Path) -> Cli:
+    """A `tp` logged in to ``url`` with a workspace under ``home`` holding the experiment
+    `hello` (custom/custom: submit it with ``--set command=…``)."""
+    c = Cli(home, home)
+    c("login", "--server", url, "--token", token)
+    c("init", str(home / "ws"))
+    c.cwd = home / "ws"
+    c("new", "hello", "--method", "custom/custom")
+    return c
+
+
 def test_submit_run_and_read_logs(cli: Cli) -> None:
     cli("new", "hello", "--method", "custom/custom")
     exp = cli.cwd / "hello"
