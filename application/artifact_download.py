@@ -1,7 +1,8 @@
 """Downloading one file of a job's artifacts (``GET /v1/jobs/{id}/artifacts/{attempt}/{member}/
 file?path=…``, ``tp artifacts get``): the caller must see the job, the path must be one the
-member's manifest lists, and the file is streamed from where the job's backend kept it, its
-size and SHA-256 checked against the manifest as it goes (docs/capsule.md#downloading-a-file)."""
+member's manifest lists, and the file is streamed from where the job's backend kept it (a file a
+node keeps is first sent by its node into the blob store), its size and SHA-256 checked against
+the manifest as it goes (docs/capsule.md#downloading-a-file)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 from application.context import Context
 from application.jobs import get_job
+from application.node_output_fetch import FETCH_WAIT, fetch_from_node
 from domain.artifacts import ArtifactFile, ArtifactRecord, check_artifact_path
 from domain.auth import Principal
 from domain.errors import Conflict, NotFound
@@ -39,8 +41,11 @@ def _record(
 
 
 async def download(
-    ctx: Context, principal: Principal, job_id: str, attempt: int, member: int, path: str
-) -> Download:
+    ctx: Context, principal: Principal, job_id: str, attempt: int, member: int, path: str,
+    wait: float = FETCH_WAIT,
+) -> Download:  # fmt: skip
+    """The file, checked as it streams; ``wait``: how long a node keeping it may take to send
+    it (application/node_output_fetch.py)."""
     check_artifact_path(path)
     job = (await get_job(ctx, principal, job_id)).job  # NotFound unless the caller may see it
     async with ctx.units.artifacts() as uow:
@@ -53,16 +58,10 @@ async def download(
             fix=f"`tp artifacts ls {job.id}` lists its files",
             field="query.path",
         )
-    if record.node is not None:
-        # the control plane cannot read a node's disk, and the node protocol carries no file
-        # back (docs/capsule.md#on-the-node-backend)
-        raise Conflict(
-            f"{path} is kept on node {record.node}, in its daemon's outputs directory under"
-            f" {job.id}/{record.attempt_id}/{record.member_index}/{path}; the control plane"
-            " does not hold a copy",
-            fix=f"copy it from node {record.node} (`tp node run --outputs-dir`, default"
-            " outputs/ in the daemon's state directory), e.g. with scp",
-        )
+    if record.node is not None:  # the node sends it into the blob store first
+        digest = await fetch_from_node(ctx, record, file, wait)
+        chunks = ctx.blob_store().chunks(digest)
+        return Download(record, file, await _verified(job.id, file, _closable(chunks)))
     store = ctx.backend_outputs.get(job.spec.backend, ctx.outputs)
     if store is None:
         raise Conflict(
@@ -75,6 +74,11 @@ async def download(
         await chunks.aclose()
         raise _changed(job.id, file, f"{size} bytes now, {file.size} recorded")
     return Download(record, file, await _verified(job.id, file, chunks))
+
+
+async def _closable(chunks: AsyncIterator[bytes]) -> AsyncGenerator[bytes, None]:
+    async for chunk in chunks:
+        yield chunk
 
 
 def _changed(job_id: str, file: ArtifactFile, detail: str) -> Conflict:

@@ -25,7 +25,7 @@ from application.node_agent_output import MemberOutput
 from application.node_checkpoint_carrier import CheckpointCarrier
 from application.node_sources import SourceArchives
 from application.node_usage import MemberUsage
-from domain.artifact_ports import OutputStorage
+from domain.artifact_ports import OutputCourier, OutputStorage
 from domain.errors import TunePlaneError, Unavailable
 from domain.node_messages import (
     Hello,
@@ -76,6 +76,7 @@ class NodeAgent(MemberOutput):
         feed: MetricsFeed | None = None,
         outputs: OutputStorage | None = None,
         checkpoints: CheckpointCarrier | None = None,
+        courier: OutputCourier | None = None,
     ) -> None:
         self.node = node
         self.journal = journal
@@ -96,7 +97,8 @@ class NodeAgent(MemberOutput):
         self.flush_seconds = 0.5
         self.feed = feed  # tells the host's collector which members to collect
         self.outputs = outputs  # members' output directories on this host (artifacts)
-        self._scans: set[asyncio.Task[None]] = set()
+        self._scans: dict[str, asyncio.Task[None]] = {}
+        self.courier = courier  # sends an output file the gateway asks for
         self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
         self.usage = MemberUsage(runtime)  # where running members' use is read (collector)
 
@@ -408,7 +410,7 @@ class NodeAgent(MemberOutput):
     async def close(self) -> None:
         """Stop this process's own tasks (never a member): a prepare cut short stays PREPARING in
         the journal and is refused by ``recover`` at the next start."""
-        tasks = [*self._tasks.values(), *self._followers.values(), *self._scans]
+        tasks = [*self._tasks.values(), *self._followers.values(), *self._scans.values()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

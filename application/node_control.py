@@ -40,6 +40,7 @@ from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
     CredentialAck,
+    FetchOutput,
     Hello,
     Inventory,
     LogChunk,
@@ -277,8 +278,11 @@ class NodeControl:
             await record_reported(self.ctx, session.node, placed.job_id, report)
         await record_report(self.ctx, session, report)
 
-    async def scans(self, sessions: list[Session]) -> list[tuple[Session, ScanOutputs]]:
-        """Output scan requests (``tp artifacts verify``) for these nodes, due now."""
+    async def scans(
+        self, sessions: list[Session]
+    ) -> list[tuple[Session, ScanOutputs | FetchOutput]]:
+        """Output scan and fetch requests (``tp artifacts verify``, a download of a file a node
+        keeps) for these nodes, due now."""
         by_node = {s.node: s for s in sessions}
         due = await due_scans(self.ctx, list(by_node), self._scans_sent)
         return [(by_node[node], message) for node, message in due]

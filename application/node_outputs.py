@@ -14,7 +14,7 @@ does not answer: the caller says so, never "verified".
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 
 from application.context import Context
@@ -22,8 +22,8 @@ from domain.artifact_ports import OutputStorage
 from domain.artifacts import MAX_REPORTED_FILES, ArtifactRecord, Manifest, ScanRequest, ScanResult
 from domain.coordination_ports import NODE_WORK
 from domain.errors import TunePlaneError
-from domain.fleet import Connectivity
-from domain.node_messages import OutputsScanned, ScanOutputs
+from domain.fleet import Connectivity, Node
+from domain.node_messages import FetchOutput, OutputsScanned, ScanOutputs
 from domain.node_protocol import MemberRef, MemberReport, Phase
 
 SCAN_LIFETIME = timedelta(minutes=2)  # an unanswered request lapses (and is pruned) after this
@@ -80,9 +80,10 @@ async def record_answer(ctx: Context, node: str, answer: OutputsScanned) -> bool
 
 async def due_scans(
     ctx: Context, nodes: Sequence[str], sent: dict[str, datetime]
-) -> list[tuple[str, ScanOutputs]]:
-    """The scan requests to send now, as (node, message); ``sent`` remembers when each was
-    sent (by this gateway) so an unanswered one goes again only after ``SCAN_RESEND``."""
+) -> list[tuple[str, ScanOutputs | FetchOutput]]:
+    """The scan and fetch requests to send now, as (node, message); ``sent`` remembers when
+    each was sent (by this gateway) so an unanswered one goes again only after
+    ``SCAN_RESEND`` (a node sending the file still sends it once: it knows the request)."""
     if not nodes:
         return []
     now = ctx.clock.now()
@@ -90,15 +91,44 @@ async def due_scans(
         pending = await uow.output_scans.pending(nodes, now - SCAN_LIFETIME)
     for request_id in [r for r, at in sent.items() if now - at > SCAN_LIFETIME]:
         del sent[request_id]
-    out = []
+    out: list[tuple[str, ScanOutputs | FetchOutput]] = []
     for r in pending:
         last = sent.get(r.id)
         if last is not None and now - last < SCAN_RESEND:
             continue
         sent[r.id] = now
         ref = MemberRef(r.attempt_id, r.member_id, r.member_index, 0)
-        out.append((r.node, ScanOutputs(r.id, ref, r.job_id)))
+        if r.fetch is None:
+            out.append((r.node, ScanOutputs(r.id, ref, r.job_id)))
+        else:
+            out.append((r.node, FetchOutput(r.id, ref, r.job_id, r.fetch)))
     return out
+
+
+def unreachable(node: Node | None, name: str) -> str | None:
+    """Why node ``name`` cannot answer a request now (None: it is connected)."""
+    if node is not None and node.connectivity is Connectivity.CONNECTED:
+        return None
+    return f"node {name} is {'gone from the fleet' if node is None else node.connectivity.value}"
+
+
+async def answers(ctx: Context, request_ids: Collection[str], wait: float) -> dict[str, ScanResult]:
+    """The answers recorded to these requests within ``wait`` seconds, by request id (after
+    waking the gateways, which carry them to their nodes)."""
+    await ctx.signals.notify(NODE_WORK)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    found: dict[str, ScanResult] = {}
+    while True:
+        async with ctx.units.nodes() as uow:
+            for request_id in request_ids:
+                if request_id not in found:
+                    result = await uow.output_scans.result(request_id)
+                    if result is not None:
+                        found[request_id] = result
+        if len(found) == len(request_ids) or loop.time() >= deadline:
+            return found
+        await asyncio.sleep(_POLL)
 
 
 def _request(ctx: Context, r: ArtifactRecord, node: str, now: datetime) -> ScanRequest:
@@ -115,40 +145,26 @@ async def scan_on_nodes(
     requests = {r.member_id: _request(ctx, r, r.node, now) for r in records if r.node is not None}
     if not requests:
         return {}
-    answers: dict[str, ScanResult | str] = {}
+    out: dict[str, ScanResult | str] = {}
     async with ctx.units.node_fleet() as uow:
         await uow.output_scans.prune(now - SCAN_LIFETIME)
         for member_id, request in list(requests.items()):
-            node = await uow.fleet.node(request.node)
-            if node is None or node.connectivity is not Connectivity.CONNECTED:
-                state = "gone from the fleet" if node is None else node.connectivity.value
-                answers[member_id] = (
-                    f"node {request.node} holds these files and is {state}: they cannot be "
-                    "checked now (`tp node ls`; verify again once it is connected)"
+            why = unreachable(await uow.fleet.node(request.node), request.node)
+            if why is not None:
+                out[member_id] = (
+                    f"{why}; it holds these files: they cannot be checked now (`tp node ls`;"
+                    " verify again once it is connected)"
                 )
                 del requests[member_id]
             else:
                 await uow.output_scans.request(request)
         await uow.commit()
     if not requests:
-        return answers
-    await ctx.signals.notify(NODE_WORK)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
-        async with ctx.units.nodes() as uow:
-            for member_id, request in requests.items():
-                if member_id not in answers:
-                    result = await uow.output_scans.result(request.id)
-                    if result is not None:
-                        answers[member_id] = result
-        if all(m in answers for m in requests) or loop.time() >= deadline:
-            break
-        await asyncio.sleep(_POLL)
+        return out
+    found = await answers(ctx, [r.id for r in requests.values()], wait)
     for member_id, request in requests.items():
-        answers.setdefault(
-            member_id,
+        out[member_id] = found.get(request.id) or (
             f"node {request.node} did not answer within {wait:g} s: its files cannot be "
-            "checked now (is its daemon connected? `tp node ls`; or wait longer: --wait)",
+            "checked now (is its daemon connected? `tp node ls`; or wait longer: --wait)"
         )
-    return answers
+    return out

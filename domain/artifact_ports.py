@@ -142,6 +142,19 @@ class CheckpointCourier(Protocol):
         ...
 
 
+class OutputCourier(Protocol):
+    """A node daemon's way to send the gateway an output file it asked for (``FetchOutput``,
+    docs/capsule.md#on-the-node-backend). A refusal raises the gateway's domain error (the
+    request answered or lapsed: Forbidden; content not the one recorded: InvalidInput), a lost
+    connection Unavailable."""
+
+    async def put_output(
+        self, request_id: str, content: AsyncIterator[bytes] | None, error: str = ""
+    ) -> None:
+        """Send the file's ``content``, or (``content`` None) ``error``: why it cannot."""
+        ...
+
+
 class CheckpointsInPlace(Protocol):
     """Checkpoint directories a backend's members write where the next attempt reads them, and
     this control plane reads too (Slurm: ``<shared dir>/checkpoints/<job>/<attempt>/``): a

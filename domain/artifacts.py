@@ -83,12 +83,15 @@ class ScanRequest:
     member_id: str
     member_index: int
     requested_at: datetime
+    # not None: send this file instead (a download of a file the node keeps); its answer is
+    # the file stored in the blob store under its digest (error ""), or why not
+    fetch: ArtifactFile | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ScanResult:
     """A node's answer: what the directory holds now (None: it is gone), or why it could not
-    say (``error``)."""
+    say (``error``). To a fetch: the file is in the blob store (error ""), or why not."""
 
     request_id: str
     manifest: Manifest | None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from domain.artifacts import Manifest
+from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import ResumeFrom
 from domain.node_protocol import EngineScan, MemberRef, MemberReport, NodeCapacity
 
@@ -174,6 +174,18 @@ class ScanOutputs:
     request_id: str
     ref: MemberRef
     job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOutput:
+    """Send one file of a member's recorded outputs (a download of a file kept on the node):
+    the node answers with a ``PutOutputFile`` call naming ``request_id``, its content the
+    file's, or the reason it cannot (docs/capsule.md#on-the-node-backend)."""
+
+    request_id: str
+    ref: MemberRef
+    job_id: str
+    file: ArtifactFile  # as the member's manifest recorded it
 
 
 @dataclass(frozen=True, slots=True)

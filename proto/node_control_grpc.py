@@ -34,6 +34,10 @@ class NodeControlBase(abc.ABC):
     async def GetCheckpointFile(self, stream: 'grpclib.server.Stream[proto.node_control_pb2.CheckpointFileRequest, proto.node_control_pb2.CheckpointFilePiece]') -> None:
         pass
 
+    @abc.abstractmethod
+    async def PutOutputFile(self, stream: 'grpclib.server.Stream[proto.node_control_pb2.OutputFilePiece, proto.node_control_pb2.OutputFileStored]') -> None:
+        pass
+
     def __mapping__(self) -> typing.Dict[str, grpclib.const.Handler]:
         return {
             '/tuneplane.node.v1.NodeControl/Enroll': grpclib.const.Handler(
@@ -65,6 +69,12 @@ class NodeControlBase(abc.ABC):
                 grpclib.const.Cardinality.UNARY_STREAM,
                 proto.node_control_pb2.CheckpointFileRequest,
                 proto.node_control_pb2.CheckpointFilePiece,
+            ),
+            '/tuneplane.node.v1.NodeControl/PutOutputFile': grpclib.const.Handler(
+                self.PutOutputFile,
+                grpclib.const.Cardinality.STREAM_UNARY,
+                proto.node_control_pb2.OutputFilePiece,
+                proto.node_control_pb2.OutputFileStored,
             ),
         }
 
@@ -101,4 +111,10 @@ class NodeControlStub:
             '/tuneplane.node.v1.NodeControl/GetCheckpointFile',
             proto.node_control_pb2.CheckpointFileRequest,
             proto.node_control_pb2.CheckpointFilePiece,
+        )
+        self.PutOutputFile = grpclib.client.StreamUnaryMethod(
+            channel,
+            '/tuneplane.node.v1.NodeControl/PutOutputFile',
+            proto.node_control_pb2.OutputFilePiece,
+            proto.node_control_pb2.OutputFileStored,
         )

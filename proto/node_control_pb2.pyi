@@ -464,7 +464,7 @@ class Refused(_message.Message):
     def __init__(self, seq: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GatewayMessage(_message.Message):
-    __slots__ = ("seq", "welcome", "heartbeat_ack", "source", "prepare", "commit", "abort", "stop", "forget", "rotate", "refused", "scan_outputs", "collector_token")
+    __slots__ = ("seq", "welcome", "heartbeat_ack", "source", "prepare", "commit", "abort", "stop", "forget", "rotate", "refused", "scan_outputs", "collector_token", "fetch_output")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
@@ -478,6 +478,7 @@ class GatewayMessage(_message.Message):
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     SCAN_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     COLLECTOR_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    FETCH_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     welcome: Welcome
     heartbeat_ack: HeartbeatAck
@@ -491,7 +492,8 @@ class GatewayMessage(_message.Message):
     refused: Refused
     scan_outputs: ScanOutputs
     collector_token: CollectorToken
-    def __init__(self, seq: _Optional[int] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., source: _Optional[_Union[SourceChunk, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., rotate: _Optional[_Union[RotateCredential, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ..., scan_outputs: _Optional[_Union[ScanOutputs, _Mapping]] = ..., collector_token: _Optional[_Union[CollectorToken, _Mapping]] = ...) -> None: ...
+    fetch_output: FetchOutput
+    def __init__(self, seq: _Optional[int] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., source: _Optional[_Union[SourceChunk, _Mapping]] = ..., prepare: _Optional[_Union[Prepare, _Mapping]] = ..., commit: _Optional[_Union[Commit, _Mapping]] = ..., abort: _Optional[_Union[Abort, _Mapping]] = ..., stop: _Optional[_Union[Stop, _Mapping]] = ..., forget: _Optional[_Union[Forget, _Mapping]] = ..., rotate: _Optional[_Union[RotateCredential, _Mapping]] = ..., refused: _Optional[_Union[Refused, _Mapping]] = ..., scan_outputs: _Optional[_Union[ScanOutputs, _Mapping]] = ..., collector_token: _Optional[_Union[CollectorToken, _Mapping]] = ..., fetch_output: _Optional[_Union[FetchOutput, _Mapping]] = ...) -> None: ...
 
 class ScanOutputs(_message.Message):
     __slots__ = ("request_id", "ref", "job_id")
@@ -502,3 +504,33 @@ class ScanOutputs(_message.Message):
     ref: MemberRef
     job_id: str
     def __init__(self, request_id: _Optional[str] = ..., ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class FetchOutput(_message.Message):
+    __slots__ = ("request_id", "ref", "job_id", "path", "size", "sha256")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REF_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    ref: MemberRef
+    job_id: str
+    path: str
+    size: int
+    sha256: str
+    def __init__(self, request_id: _Optional[str] = ..., ref: _Optional[_Union[MemberRef, _Mapping]] = ..., job_id: _Optional[str] = ..., path: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class OutputFilePiece(_message.Message):
+    __slots__ = ("request_id", "error", "data")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    error: str
+    data: bytes
+    def __init__(self, request_id: _Optional[str] = ..., error: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class OutputFileStored(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

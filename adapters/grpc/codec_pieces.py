@@ -134,16 +134,19 @@ def files_to(manifest: Manifest) -> list[pb.OutputFile]:
     return [pb.OutputFile(path=f.path, size=f.size, sha256=f.sha256) for f in manifest.files]
 
 
+def output_file(f: pb.OutputFile | pb.FetchOutput) -> ArtifactFile:
+    """One output file from the wire: a relative path without ``..``, a hex sha256."""
+    parts = f.path.split("/")
+    if not f.path or f.path.startswith("/") or "" in parts or ".." in parts or "." in parts:
+        raise _bad(f"output path {f.path[:200]!r} is not a relative path")
+    if len(f.sha256) != 64 or not _HEX.issuperset(f.sha256):
+        raise _bad(f"output {f.path[:200]!r}: sha256 {f.sha256[:80]!r} is not 64 hex digits")
+    return ArtifactFile(_text(f.path, "output path"), f.size, f.sha256)
+
+
 def files_from(files: Sequence[pb.OutputFile]) -> Manifest:
     """A manifest from the wire: relative paths without ``..``, hex sha256, no duplicates."""
-    out = []
-    for f in files:
-        parts = f.path.split("/")
-        if not f.path or f.path.startswith("/") or "" in parts or ".." in parts or "." in parts:
-            raise _bad(f"output path {f.path[:200]!r} is not a relative path")
-        if len(f.sha256) != 64 or not _HEX.issuperset(f.sha256):
-            raise _bad(f"output {f.path[:200]!r}: sha256 {f.sha256[:80]!r} is not 64 hex digits")
-        out.append(ArtifactFile(_text(f.path, "output path"), f.size, f.sha256))
+    out = [output_file(f) for f in files]
     if len({f.path for f in out}) != len(out):
         raise _bad("the output files list a path twice")
     return Manifest.of(out)

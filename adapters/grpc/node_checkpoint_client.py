@@ -1,7 +1,7 @@
-"""The node daemon's end of the gateway's checkpoint calls (``domain.artifact_ports.
-CheckpointCourier``; docs/checkpoints.md): one TLS channel beside the control stream, each call
-authenticated with the node's control credential as read from its file at that moment (so a
-rotation is followed)."""
+"""The node daemon's end of the gateway's file calls (``domain.artifact_ports.
+CheckpointCourier`` and ``OutputCourier``; docs/checkpoints.md, docs/capsule.md): one TLS
+channel beside the control stream, each call authenticated with the node's control credential
+as read from its file at that moment (so a rotation is followed)."""
 
 from __future__ import annotations
 
@@ -79,6 +79,22 @@ class GrpcCheckpointCourier:
                 await stream.end()
                 await stream.recv_message()
 
+    async def put_output(
+        self, request_id: str, content: AsyncIterator[bytes] | None, error: str = ""
+    ) -> None:
+        with self._call(f"sending the output file of request {request_id}"):
+            async with self._stub().PutOutputFile.open(metadata=self._metadata()) as stream:
+                first = pb.OutputFilePiece(request_id=request_id, error=error)
+                async for data in content or _nothing():  # the first piece names the request
+                    for offset in range(0, len(data), PIECE):
+                        first.data = data[offset : offset + PIECE]
+                        await stream.send_message(first)
+                        first = pb.OutputFilePiece()
+                if first.request_id:  # an empty file, or an error: one piece
+                    await stream.send_message(first)
+                await stream.end()
+                await stream.recv_message()
+
     async def get_file(
         self, ref: MemberRef, job_id: str, sha256: str, path: str
     ) -> tuple[str, int]:
@@ -102,6 +118,11 @@ class GrpcCheckpointCourier:
         if self._channel is not None:
             self._channel.close()
             self._channel = None
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""
 
 
 def _write_all(fd: int, data: bytes) -> None:

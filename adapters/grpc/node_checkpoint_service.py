@@ -1,7 +1,8 @@
-"""The node gateway's checkpoint calls (``OfferCheckpoint``, ``PutCheckpointFile``,
-``GetCheckpointFile``; docs/checkpoints.md): authenticated by the node's control credential as
-the control stream is, beside it so that a large file never delays a heartbeat. The rules are
-``application/node_checkpoints.py``'s."""
+"""The node gateway's file calls: checkpoints (``OfferCheckpoint``, ``PutCheckpointFile``,
+``GetCheckpointFile``; docs/checkpoints.md) and an output file asked for (``PutOutputFile``;
+docs/capsule.md#on-the-node-backend). Authenticated by the node's control credential as the
+control stream is, beside it so that a large file never delays a heartbeat. The rules are
+``application/node_checkpoints.py``'s and ``application/node_output_fetch.py``'s."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from grpclib.server import Stream
 
 from adapters.grpc.checkpoint_codec import file_named, offer_from
 from adapters.grpc.errors import bearer, grpc_error
-from application import node_checkpoints
+from application import node_checkpoints, node_output_fetch
 from application.context import Context
 from application.enrollment import authenticate_node
 from domain.errors import InvalidInput, TunePlaneError
@@ -68,3 +69,20 @@ class CheckpointCalls:
                 await stream.send_message(pb.CheckpointFilePiece(data=chunk))
         except TunePlaneError as exc:
             raise grpc_error(exc) from None
+
+    async def PutOutputFile(self, stream: Stream[pb.OutputFilePiece, pb.OutputFileStored]) -> None:
+        try:
+            node = await self._node(stream.metadata)
+            first = await stream.recv_message()
+            if first is None or not first.request_id:
+                raise InvalidInput("the first piece names no request", fix="upgrade the daemon")
+
+            async def pieces() -> AsyncIterator[bytes]:
+                yield first.data
+                async for piece in stream:
+                    yield piece.data
+
+            await node_output_fetch.receive(self.ctx, node, first.request_id, first.error, pieces())
+        except TunePlaneError as exc:
+            raise grpc_error(exc) from None
+        await stream.send_message(pb.OutputFileStored())

@@ -45,6 +45,7 @@ from application.node_agent import NodeAgent
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated, Unavailable
 from domain.node_messages import (
     CredentialAck,
+    FetchOutput,
     Heartbeat,
     HeartbeatAck,
     PrepareOrder,
@@ -360,7 +361,7 @@ class NodeLink:
                     await self.agent.on_command(body, grace)
                 elif isinstance(body, Rotation):
                     stored = await self._rotate(stored, body)
-                elif isinstance(body, ScanOutputs):
+                elif isinstance(body, ScanOutputs | FetchOutput):
                     self.agent.start_scan(body)
                 elif isinstance(body, TokenRenewal):
                     await self.agent.on_token(body)

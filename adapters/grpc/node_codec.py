@@ -18,6 +18,7 @@ from adapters.grpc.codec_pieces import (
     capacity_to,
     files_from,
     files_to,
+    output_file,
     ref_from,
     ref_to,
     report_from,
@@ -27,8 +28,11 @@ from adapters.grpc.codec_pieces import (
     scan_from,
     scan_to,
 )
+from domain.artifacts import check_artifact_path
+from domain.errors import InvalidInput
 from domain.node_messages import (
     CredentialAck,
+    FetchOutput,
     Heartbeat,
     HeartbeatAck,
     Hello,
@@ -72,6 +76,7 @@ GatewayBody = (
     | Rotation
     | Refused
     | ScanOutputs
+    | FetchOutput
     | TokenRenewal
 )
 
@@ -266,6 +271,11 @@ def gateway_message_to(
         msg.scan_outputs.CopyFrom(
             pb.ScanOutputs(request_id=body.request_id, ref=ref_to(body.ref), job_id=body.job_id)
         )
+    elif isinstance(body, FetchOutput):
+        f = body.file
+        fetch = pb.FetchOutput(request_id=body.request_id, ref=ref_to(body.ref), job_id=body.job_id)
+        fetch.path, fetch.size, fetch.sha256 = f.path, f.size, f.sha256
+        msg.fetch_output.CopyFrom(fetch)
     elif isinstance(body, TokenRenewal):
         msg.collector_token.CopyFrom(
             pb.CollectorToken(
@@ -330,6 +340,13 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
     elif kind == "scan_outputs":
         s = m.scan_outputs
         body = ScanOutputs(s.request_id, ref_from(s.ref), s.job_id)
+    elif kind == "fetch_output":
+        f = m.fetch_output
+        try:  # a file a download may name (no control character either)
+            check_artifact_path(f.path)
+        except InvalidInput as exc:
+            raise _bad(exc.message) from None
+        body = FetchOutput(f.request_id, ref_from(f.ref), f.job_id, output_file(f))
     elif kind == "collector_token":
         t = m.collector_token
         expires = _at(t.expires_unix_ms)

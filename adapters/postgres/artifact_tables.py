@@ -4,7 +4,17 @@
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, ForeignKey, Index, Integer, Table, Text, text
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    Table,
+    Text,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 
 from adapters.postgres.tables import metadata, ts
@@ -52,6 +62,15 @@ output_scans = Table(  # tp artifacts verify of outputs kept on a node: the requ
     ts("done_at", nullable=True),
     Column("manifest", Text),  # canonical JSON of domain.artifacts.Manifest; NULL: none found
     Column("error", Text, nullable=False, server_default=""),
+    # a fetch (0030): the file to send instead of a scan; its answer is the blob stored
+    Column("fetch_path", Text, nullable=True),
+    Column("fetch_size", BigInteger, nullable=True),
+    Column("fetch_sha256", Text, nullable=True),
+    CheckConstraint(
+        "(fetch_path IS NULL) = (fetch_size IS NULL) AND (fetch_path IS NULL) ="
+        " (fetch_sha256 IS NULL)",
+        name="fetch_whole",
+    ),
     Index(
         "ix_output_scans_pending", "node", "requested_at", postgresql_where=text("done_at IS NULL")
     ),

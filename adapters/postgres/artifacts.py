@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres.artifact_tables import artifacts, checkpoints, output_scans
 from adapters.postgres.errors import translated
-from domain.artifacts import ArtifactRecord, Manifest, ScanRequest, ScanResult
+from domain.artifacts import ArtifactFile, ArtifactRecord, Manifest, ScanRequest, ScanResult
 from domain.canonical import canonical_json
 from domain.checkpoints import Checkpoint
 
@@ -133,6 +133,9 @@ class PostgresOutputScanRepository:
             member_id=scan.member_id,
             member_index=scan.member_index,
             requested_at=scan.requested_at,
+            fetch_path=None if scan.fetch is None else scan.fetch.path,
+            fetch_size=None if scan.fetch is None else scan.fetch.size,
+            fetch_sha256=None if scan.fetch is None else scan.fetch.sha256,
         )
         with translated(f"record output scan {scan.id}"):
             await self._conn.execute(stmt)
@@ -141,13 +144,19 @@ class PostgresOutputScanRepository:
         t = output_scans.c
         query = (
             select(t.id, t.node, t.job_id, t.attempt_id, t.member_id, t.member_index)
-            .add_columns(t.requested_at)
+            .add_columns(t.requested_at, t.fetch_path, t.fetch_size, t.fetch_sha256)
             .where(t.node.in_(list(nodes)), t.done_at.is_(None), t.requested_at >= since)
             .order_by(t.requested_at, t.id)
         )
         with translated("read pending output scans"):
             rows = (await self._conn.execute(query)).all()
-        return [ScanRequest(*r) for r in rows]
+        return [
+            ScanRequest(
+                r.id, r.node, r.job_id, r.attempt_id, r.member_id, r.member_index,
+                r.requested_at, _fetch(r.fetch_path, r.fetch_size, r.fetch_sha256),
+            )
+            for r in rows
+        ]  # fmt: skip
 
     async def answer(self, node: str, result: ScanResult) -> bool:
         t = output_scans.c
@@ -179,6 +188,12 @@ class PostgresOutputScanRepository:
         stmt = delete(output_scans).where(output_scans.c.requested_at < before)
         with translated("prune output scans"):
             return (await self._conn.execute(stmt)).rowcount or 0
+
+
+def _fetch(path: str | None, size: int | None, sha256: str | None) -> ArtifactFile | None:
+    return (
+        None if path is None or size is None or sha256 is None else ArtifactFile(path, size, sha256)
+    )
 
 
 def _manifest_json(manifest: Manifest) -> str:

@@ -15,6 +15,7 @@ from msgspec import Struct
 from application import artifacts
 from application.artifact_download import download
 from application.context import Context
+from application.node_output_fetch import FETCH_WAIT
 from application.node_outputs import SCAN_WAIT
 from domain.artifacts import ArtifactRecord, check_artifact_path
 from domain.errors import InvalidInput
@@ -133,7 +134,7 @@ def _attachment(path: str) -> str:
 @get(
     "/v1/jobs/{job_id:str}/artifacts/{attempt:int}/{member:int}/file",
     media_type="application/octet-stream",
-    responses=responses(400, 401, 404, 409),
+    responses=responses(400, 401, 404, 409, 503),
     summary="Download one file a member's manifest lists, checked against its SHA-256 as it"
     " streams",
 )
@@ -152,12 +153,18 @@ async def download_artifact(
     ],
     state: State,
     principal: Caller,
+    wait_seconds: Annotated[
+        float,
+        Parameter(
+            ge=0.5, le=600, description="how long a node keeping the file may take to send it"
+        ),
+    ] = FETCH_WAIT,
 ) -> Stream:
     try:
         check_artifact_path(path)
     except InvalidInput as exc:  # a path no manifest can list: malformed input, 400
         raise MalformedRequest(exc.message, fix=exc.fix, field=exc.field) from None
-    got = await download(_ctx(state), principal, job_id, attempt, member, path)
+    got = await download(_ctx(state), principal, job_id, attempt, member, path, wait_seconds)
     return Stream(
         got.content,
         media_type="application/octet-stream",

@@ -97,14 +97,18 @@ def get(
     path: str,
     /,
     *,
-    output_file: Annotated[Path | None, Parameter(name=["--output", "-o"])] = None,
+    output_file: Annotated[
+        Path | None, Parameter(name=["--output", "-o"], allow_leading_hyphen=True)
+    ] = None,  # `-o -`: standard output
     attempt: int | None = None,
     member: int = 0,
     force: bool = False,
+    wait: float = 60.0,
 ) -> int:
     """Download one output file of a job, as its member's manifest lists it; its size and
     SHA-256 are checked against the manifest, and the file appears only once whole and
-    checked. Files kept on a node are not downloadable (the answer says where they are).
+    checked. A file kept on a node is first sent by its daemon to the control plane (the node
+    must be connected); exits 6 when it cannot be now.
 
     Parameters
     ----------
@@ -121,6 +125,8 @@ def get(
         The member's index.
     force
         Replace OUTPUT_FILE when it exists.
+    wait
+        How long a node keeping the file may take to send it, seconds (0.5 to 600).
     """
     with connect() as api:
         if attempt is None:
@@ -138,7 +144,8 @@ def get(
         if not to_stdout and target.exists() and not force:
             raise Conflict(f"{target} exists", fix="name another file with -o, or add --force")
         where = job_path(job_id, f"/artifacts/{attempt}/{member}/file")
-        with api.download(where, params={"path": path}) as (headers, chunks):
+        params = {"path": path, "wait_seconds": wait}
+        with api.download(where, params, first_byte=wait) as (headers, chunks):
             expected = headers.get("x-content-digest", "").removeprefix("sha256:")
             digest = hashlib.sha256()
             if to_stdout:

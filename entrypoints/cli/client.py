@@ -109,10 +109,13 @@ class Api:
 
     @contextmanager
     def download(
-        self, path: str, params: Mapping[str, Any] | None = None
+        self, path: str, params: Mapping[str, Any] | None = None, first_byte: float = 0.0
     ) -> Iterator[tuple[httpx.Headers, Iterator[bytes]]]:
-        """As ``stream``, with the answer's headers (a download's size and digest)."""
-        with self._opened(path, params, UPLOAD_TIMEOUT) as opened:
+        """As ``stream``, with the answer's headers (a download's size and digest);
+        ``first_byte``: how long the server may take to start answering, seconds, when that
+        is longer than an upload's timeout (a file fetched from a node first)."""
+        read = max(UPLOAD_TIMEOUT.read or 0.0, first_byte + 30.0)
+        with self._opened(path, params, httpx.Timeout(read, connect=10.0)) as opened:
             yield opened
 
     @contextmanager

@@ -145,10 +145,12 @@ async def _agent(
     feed: CollectorFeed | None,
     outputs: FilesystemOutputs,
     carrier: CheckpointCarrier,
+    courier: GrpcCheckpointCourier,
 ) -> AsyncIterator[NodeAgent]:
     agent = NodeAgent(
-        plan.name, journal, runtime, outbox.send, feed=feed, outputs=outputs, checkpoints=carrier
-    )
+        plan.name, journal, runtime, outbox.send, feed=feed, outputs=outputs,
+        checkpoints=carrier, courier=courier,
+    )  # fmt: skip
     try:
         yield agent
     finally:
@@ -188,6 +190,8 @@ class NodeContainer(containers.DeclarativeContainer):
     carrier = providers.Singleton(CheckpointCarrier, checkpoint_dirs, courier)
     runtime = providers.Resource(_runtime, plan, feed, outputs, checkpoint_dirs)
     outbox = providers.Singleton(Outbox)
-    agent = providers.Resource(_agent, plan, journal, runtime, outbox, feed, outputs, carrier)
+    agent = providers.Resource(
+        _agent, plan, journal, runtime, outbox, feed, outputs, carrier, courier
+    )
     link = providers.Singleton(_link, plan, agent, outbox)
     collector = providers.Singleton(_collector, plan)

@@ -1,7 +1,10 @@
-"""Contract: output scan requests (tp artifacts verify of files kept on nodes) are pending for
-their node until answered, answered once and only by that node, lapse, and are pruned."""
+"""Contract: output scan requests (tp artifacts verify of files kept on nodes) and fetch
+requests (a download of one) are pending for their node until answered, answered once and only
+by that node, lapse, and are pruned."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -46,3 +49,19 @@ async def test_requests_are_pending_until_their_node_answers_once(
     async with uow_factory() as uow:
         assert await uow.output_scans.result("a") is None
         assert [r.id for r in await uow.output_scans.pending(["n1", "n2"], at(0))] == ["b"]
+
+
+async def test_a_fetch_request_keeps_the_file_it_names(uow_factory: UnitOfWorkFactory) -> None:
+    big = ArtifactFile("model/wéights.bin", 300 * 1024**3, "ab" * 32)  # past 32 bits
+    fetch = replace(request("f", "n1", 2), fetch=big)
+    async with uow_factory() as uow:
+        await uow.output_scans.request(fetch)
+        await uow.output_scans.request(request("s", "n1", 3))
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.output_scans.pending(["n1"], at(0)) == [fetch, request("s", "n1", 3)]
+        assert await uow.output_scans.answer("n1", ScanResult("f", None, "", at(4)))
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.output_scans.result("f") == ScanResult("f", None, "", at(4))
+        assert [r.id for r in await uow.output_scans.pending(["n1"], at(0))] == ["s"]

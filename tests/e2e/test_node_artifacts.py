@@ -1,5 +1,6 @@
 """Artifacts of node-backend jobs: the files stay on the nodes, the manifest is reported with each
-member's exit, and `tp artifacts verify` hashes them again there (docs/capsule.md, Artifacts)."""
+member's exit, `tp artifacts verify` hashes them again there, and `tp artifacts get` has the
+node send one through the control plane (docs/capsule.md, Artifacts)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,17 @@ async def test_node_outputs_are_recorded_verified_on_their_node_and_tampering_is
     assert out.count("2 files match manifest") == 2, out
     assert f"(on node {nodes[0]})" in out and f"(on node {nodes[1]})" in out
 
+    # a file kept on a node is downloaded through the control plane, byte for byte
+    def kept(member: int, path: str) -> bytes:
+        root = cluster.daemons[nodes[member]].state_dir / "outputs" / job_id / attempt["id"]
+        return (root / str(member) / path).read_bytes()
+
+    first = tmp_path / "w0.bin"
+    cli("artifacts", "get", job_id, "ckpt/weights.bin", "--member", "0", "-o", str(first))
+    assert first.read_bytes() == kept(0, "ckpt/weights.bin")
+    got = cli("artifacts", "get", job_id, "report.txt", "--member", "1", "-o", "-").stdout
+    assert got == "rank 1\n"
+
     # a byte changed and a file added on member 1's node are reported file by file
     daemon = cluster.daemons[nodes[1]]
     member_dir = daemon.state_dir / "outputs" / job_id / attempt["id"] / "1"
@@ -63,6 +75,12 @@ async def test_node_outputs_are_recorded_verified_on_their_node_and_tampering_is
     assert by_member[0]["ok"] and not by_member[0]["differences"]
     problems = {(d["path"], d["problem"]) for d in by_member[1]["differences"]}
     assert problems == {("ckpt/weights.bin", "changed"), ("extra.txt", "added")}
+    # and the changed file is not handed out as the recorded one
+    changed = tmp_path / "w1.bin"
+    args = ("artifacts", "get", job_id, "ckpt/weights.bin", "--member", "1", "-o", str(changed))
+    proc = cli(*args, ok=False)
+    assert proc.returncode == 4 and "not the one recorded" in proc.stderr, proc
+    assert not changed.exists()
 
     # a node that is away cannot vouch for its files: said so, never "verified"
     cluster.kill_daemon(nodes[0])
@@ -76,3 +94,11 @@ async def test_node_outputs_are_recorded_verified_on_their_node_and_tampering_is
     unchecked = {m["member"]: m["unchecked"] for m in checked["members"]}
     assert nodes[0] in unchecked[0] and not checked["ok"]
     assert unchecked[1] == ""
+
+    # a file fetched before is still served, its node away; another is unavailable, not missing
+    again = tmp_path / "again.bin"
+    cli("artifacts", "get", job_id, "ckpt/weights.bin", "--member", "0", "-o", str(again))
+    assert again.read_bytes() == first.read_bytes()
+    args = ("artifacts", "get", job_id, "report.txt", "--member", "0", "--wait", "2", "-o", "-")
+    proc = cli(*args, ok=False)
+    assert proc.returncode == 6 and f"node {nodes[0]} is" in proc.stderr, proc

@@ -189,10 +189,12 @@ def test_a_link_or_a_removed_file_is_never_followed(server: Servers) -> None:
     assert "symbolic link" in got.json()["detail"]
 
 
-def test_a_file_kept_on_a_node_is_409_saying_where(server: Servers) -> None:
+def test_a_file_kept_on_a_node_that_is_not_there_is_503_saying_where(server: Servers) -> None:
+    # the node is asked to send it (tests/e2e/test_node_artifacts.py); one not in the fleet
+    # cannot be: unavailable now, never "missing"
     stored = _store(server, {"ckpt.pt": b"on the node"}, node="gpu-7")
     got = _get(server, stored.url(server), "ckpt.pt")
-    assert got.status_code == 409, got.text
+    assert got.status_code == 503, got.text
     problem = got.json()
-    assert "node gpu-7" in problem["detail"] and stored.job_id in problem["detail"]
-    assert "--outputs-dir" in problem["fix"]
+    assert "node gpu-7 is gone from the fleet" in problem["detail"], problem
+    assert stored.job_id in problem["detail"] and "tp node ls" in problem["fix"]

@@ -1,5 +1,6 @@
-"""An in-process courier (``domain.artifact_ports.CheckpointCourier``) for node ``node``: it
-calls the gateway's rules (``application/node_checkpoints.py``) directly, as the gRPC calls do
+"""An in-process courier (``domain.artifact_ports.CheckpointCourier`` and ``OutputCourier``)
+for node ``node``: it calls the gateway's rules (``application/node_checkpoints.py``,
+``node_output_fetch.py``) directly, as the gRPC calls do
 after authenticating the node (adapters/grpc/node_checkpoint_service.py; the real calls over
 TLS are exercised end to end by tests/e2e/test_retries.py). It counts the files it carried."""
 
@@ -10,7 +11,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from application import node_checkpoints
+from application import node_checkpoints, node_output_fetch
 from application.context import Context
 from domain.node_messages import CheckpointOffer
 from domain.node_protocol import MemberRef
@@ -31,6 +32,11 @@ class DirectCourier:
         await node_checkpoints.put_file(self.ctx, self.node, ref, job_id, sha256, content)
         self.sent.append(sha256)
 
+    async def put_output(
+        self, request_id: str, content: AsyncIterator[bytes] | None, error: str = ""
+    ) -> None:
+        await node_output_fetch.receive(self.ctx, self.node, request_id, error, content or _no())
+
     async def get_file(
         self, ref: MemberRef, job_id: str, sha256: str, path: str
     ) -> tuple[str, int]:
@@ -40,3 +46,8 @@ class DirectCourier:
         await asyncio.to_thread(Path(path).write_bytes, data)
         self.fetched.append(sha256)
         return hashlib.sha256(data).hexdigest(), len(data)
+
+
+async def _no() -> AsyncIterator[bytes]:
+    return
+    yield b""

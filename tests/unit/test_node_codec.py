@@ -22,6 +22,7 @@ from domain.errors import InvalidInput
 from domain.gpus import GpuDevice, GpuInventory
 from domain.node_messages import (
     CheckpointOffer,
+    FetchOutput,
     Hello,
     Inventory,
     OutputsScanned,
@@ -112,6 +113,24 @@ def test_an_exit_with_its_outputs_and_a_scan_round_trip() -> None:
     scan = ScanOutputs("scan-1", ref, "job-1")
     wire = gateway_message_to(4, scan).SerializeToString()
     assert gateway_message_from(pb.GatewayMessage.FromString(wire))[:2] == (4, scan)
+    fetch = FetchOutput("fetch-1", ref, "job-1", ArtifactFile("ckpt/w é.bin", 2**40, "ab" * 32))
+    wire = gateway_message_to(6, fetch).SerializeToString()
+    assert gateway_message_from(pb.GatewayMessage.FromString(wire))[:2] == (6, fetch)
+
+
+@pytest.mark.parametrize(
+    ("path", "sha", "why"),
+    [("../../etc/shadow", "ab" * 32, '".." part'), ("a\x00b", "ab" * 32, "control character"),
+     ("ok", "../" * 21 + "a", "not 64 hex digits")],
+)  # fmt: skip
+def test_a_fetch_naming_a_path_out_of_the_directory_is_refused_by_the_node(
+    path: str, sha: str, why: str
+) -> None:
+    ref = entry("w", 1).order.ref
+    msg = gateway_message_to(1, FetchOutput("f", ref, "job-1", ArtifactFile("a", 1, "ab" * 32)))
+    msg.fetch_output.path, msg.fetch_output.sha256 = path, sha
+    with pytest.raises(InvalidInput, match=why):
+        gateway_message_from(msg)
 
 
 @pytest.mark.parametrize(
