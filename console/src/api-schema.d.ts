@@ -3090,6 +3090,8 @@ export interface operations {
             query: {
                 /** @description the file's path as the manifest lists it (relative to the member's output directory) */
                 path: string;
+                /** @description how long a node keeping the file may take to send it */
+                wait_seconds?: number;
             };
             header?: never;
             path: {
@@ -3141,6 +3143,15 @@ export interface operations {
             };
             /** @description Conflict */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Unavailable */
+            503: {
                 headers: {
                     [name: string]: unknown;
                 };

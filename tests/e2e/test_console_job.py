@@ -22,7 +22,7 @@ from playwright.async_api import Page, expect
 from adapters.postgres.engine import create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
-from domain.artifacts import ArtifactRecord, Manifest
+from domain.artifacts import ArtifactFile, ArtifactRecord, Manifest
 from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import AttemptState, JobState, MemberState
 from domain.retry import RetryPolicy
@@ -142,6 +142,27 @@ async def test_the_attempts_band_says_how_each_ended_and_the_backoff(
     await page.set_viewport_size({"width": 820, "height": 1180})  # a tablet
     await expect(segments.nth(1)).to_be_visible()
     await page.screenshot(path=screenshots / "02-band-tablet.png", full_page=True)
+
+
+async def test_a_file_kept_on_a_node_that_is_away_says_so_and_saves_nothing(
+    server: Servers, page: Page, expected_statuses: set[int]
+) -> None:
+    """A file a node keeps has its Download button too (its node sends it through the control
+    plane: tests/e2e/test_node_artifacts.py); when the node cannot, the alert says why."""
+    expected_statuses.add(503)  # the download below
+    job = a_job(owner="admin", state=JobState.SUCCEEDED, created_at=T0, updated_at=T0)
+    attempt = an_attempt(job, 1, state=AttemptState.SUCCEEDED, created_at=T0, updated_at=T0)
+    member = a_member(attempt, 0, state=MemberState.SUCCEEDED, exit_code=0)
+    files = Manifest.of([ArtifactFile("ckpt/model.pt", 11, "ab" * 32)])
+    kept = ArtifactRecord(member.id, job.id, attempt.id, 1, 0, files, T0, "n-away")
+    await store(server, job, [attempt], [member], [kept])
+    await open_job(page, server, job.id)
+    row = page.get_by_role("row").filter(has_text="ckpt/model.pt")
+    await expect(row).to_contain_text("node n-away")
+    await row.get_by_role("button", name="Download ckpt/model.pt (attempt 1, member 0)").click()
+    alert = page.get_by_role("alert").filter(has_text="ckpt/model.pt")
+    await expect(alert).to_contain_text("node n-away is gone from the fleet")
+    await expect(page.get_by_role("status").filter(has_text="Downloaded")).to_have_count(0)
 
 
 async def test_the_log_of_a_running_job_is_searched_as_it_arrives_and_followed(

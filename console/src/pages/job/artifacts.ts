@@ -1,6 +1,7 @@
-// The job's output files (`GET /v1/jobs/{id}/artifacts`), each downloadable when the control
-// plane holds it (`…/artifacts/{attempt}/{member}/file?path=`; the server checks its SHA-256 as
-// it streams, and the page checks it again where the browser can hash).
+// The job's output files (`GET /v1/jobs/{id}/artifacts`), each downloadable
+// (`…/artifacts/{attempt}/{member}/file?path=`; a file kept on a node is sent by its node
+// first; the server checks its SHA-256 as it streams, and the page checks it again where the
+// browser can hash).
 import { api, must } from "../../api";
 import { h, table } from "../../dom";
 import type { Job } from "../jobs";
@@ -25,13 +26,12 @@ export async function artifacts(job: Job): Promise<HTMLElement> {
   const rows = found.members.flatMap((m) =>
     m.files.map((f) => {
       let action: HTMLElement | string;
-      if (m.node) action = `on node ${m.node}: copy it from there`;
-      else if (f.size > MAX_PAGE_DOWNLOAD) action = h("code", {}, `tp artifacts get ${job.id} ${f.path} --attempt ${m.attempt} --member ${m.member}`);
+      if (f.size > MAX_PAGE_DOWNLOAD) action = h("code", {}, `tp artifacts get ${job.id} ${f.path} --attempt ${m.attempt} --member ${m.member}`);
       else {
         const button = h("button", { type: "button", "aria-label": `Download ${f.path} (attempt ${m.attempt}, member ${m.member})` }, "Download");
         button.addEventListener("click", () => {
           button.disabled = true;
-          status.textContent = `Downloading ${f.path}…`;
+          status.textContent = `Downloading ${f.path}${m.node ? ` (node ${m.node} sends it first)` : ""}…`;
           const path = `/v1/jobs/${encodeURIComponent(job.id)}/artifacts/${m.attempt}/${m.member}/file?path=${encodeURIComponent(f.path)}`;
           saveAs(path, f.path.split("/").pop() || "artifact")
             .then(async (blob) => {
