@@ -114,4 +114,8 @@ async def receive(
         why = f"the file there is not the one recorded when its member completed ({exc.message})"
         await _answer(ctx, node, request, why)
         raise InvalidInput(why, fix="nothing to do on the node: the download is refused") from None
+    except OSError as exc:  # the control plane's side (a full disk): said, not waited out
+        why = f"the control plane cannot store it now ({exc.strerror or exc})"
+        await _answer(ctx, node, request, why)
+        raise Unavailable(why, fix="nothing to do on the node; an operator frees space") from None
     await _answer(ctx, node, request, "")

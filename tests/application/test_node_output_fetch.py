@@ -8,6 +8,7 @@ over TLS against real daemons in tests/e2e/test_node_artifacts.py."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -229,3 +230,18 @@ async def test_a_request_sent_again_while_the_file_goes_is_sent_once(
     digest = await fetch
     assert courier.calls == 1
     assert await ctx.blob_store().read(digest) == b"good"
+
+
+async def test_a_full_blob_store_is_said_at_once_not_waited_out(
+    ctx: Context, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    n0 = Node(ctx, tmp_path, "n-0", DirectCourier(ctx, "n-0"))
+    record = await n0.kept({"ckpt.pt": b"good"})
+    store = ctx.blob_store()
+
+    async def full(*args: object, **kwargs: object) -> tuple[str, int]:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(type(store), "put", full)
+    with pytest.raises(Conflict, match="cannot store it now \\(No space left on device\\)"):
+        await fetched(ctx, n0, record, "ckpt.pt", wait=30)
