@@ -1,5 +1,6 @@
-"""For fake node gateways in tests that only speak the control stream: the checkpoint calls
-answer UNIMPLEMENTED (a daemon then keeps nothing, and says so in its log)."""
+"""For fake node gateways in tests that only speak the control stream: the file calls
+(checkpoints, an output file asked for) answer UNIMPLEMENTED (a daemon then keeps nothing, and
+says so in its log)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,6 @@ class NoCheckpointCalls:
 
     async def GetCheckpointFile(self, stream: Any) -> None:
         raise GRPCError(Status.UNIMPLEMENTED, "this test gateway keeps no checkpoints")
+
+    async def PutOutputFile(self, stream: Any) -> None:
+        raise GRPCError(Status.UNIMPLEMENTED, "this test gateway asks for no output file")
