@@ -56,10 +56,25 @@ class PendingJob:
     created_at: datetime
     roles: tuple[RoleSpec, ...]
     attempts: int = 0  # attempts it already had (the next one is number attempts + 1)
+    not_before: datetime | None = None  # its retry backoff: not admitted before (decide ignores)
 
     @property
     def gpus(self) -> int:
         return sum(r.gpus for r in self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChanges:
+    """What changed among the jobs since a mark (``SchedulingRepository.pending_changes``).
+
+    ``full``: ``pending`` is every pending job (the reader replaces its view); otherwise it is
+    the jobs changed since the mark that are pending now, and ``gone`` those that are not (any
+    more). ``mark`` is opaque: give it back to the next call."""
+
+    mark: int | None
+    full: bool
+    pending: tuple[PendingJob, ...]
+    gone: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
