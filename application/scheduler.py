@@ -39,6 +39,8 @@ from domain.ports import Start
 
 log = logging.getLogger("tuneplane.scheduler")
 
+RETRY_BATCH = 100  # a batch that hit a conflict is stored again in batches of this many
+
 
 @dataclass(frozen=True, slots=True)
 class PassResult:
@@ -57,7 +59,7 @@ class Scheduler:
         self,
         ctx: Context,
         snapshot_limit: int = 20_000,
-        batch: int = 100,
+        batch: int = 2_000,
         resync_every: int = 300,
     ) -> None:
         self.ctx = ctx
@@ -164,39 +166,30 @@ class Scheduler:
     async def apply(
         self, placements: Sequence[Placement], attempts: Mapping[str, int] | None = None
     ) -> tuple[list[str], list[str]]:
-        """Store placements: all of the pass's in one transaction first (two statements); if
-        that hits a conflict, in batches, and a batch that hits one is retried one by one, so
-        one lost race costs only its own job. Returns (started, lost)."""
+        """Store placements in batches of ``batch`` (one transaction each, two statements on
+        PostgreSQL whatever its size); a batch that hits a conflict is retried in batches of
+        at most ``RETRY_BATCH`` and those one by one, so one lost race costs only its own job.
+        Returns (started, lost)."""
         attempts = attempts or {}
-        if len(placements) > self.batch:
-            try:
-                started = await self._start(placements, attempts)
-                done = set(started)
-                return started, [p.job_id for p in placements if p.job_id not in done]
-            except (Conflict, NotFound) as exc:
-                log.info("the pass's placements hit a conflict, storing them in batches: %s", exc)
         reserved: list[str] = []
-        lost: list[str] = []
         for first in range(0, len(placements), self.batch):
-            chunk = placements[first : first + self.batch]
-            try:
-                started = await self._start(chunk, attempts)
-            except (Conflict, NotFound) as exc:
-                if len(chunk) == 1:
-                    with log_context.bound(job_id=chunk[0].job_id):
-                        log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
-                    lost.append(chunk[0].job_id)
-                    continue
-                started = []
-                for p in chunk:
-                    try:
-                        started += await self._start([p], attempts)
-                    except (Conflict, NotFound) as exc:
-                        with log_context.bound(job_id=p.job_id):
-                            log.info("placement of %s lost a race: %s", p.job_id, exc)
-            reserved += started
-            lost += [p.job_id for p in chunk if p.job_id not in set(started)]
-        return reserved, lost
+            reserved += await self._store(placements[first : first + self.batch], attempts)
+        done = set(reserved)
+        return reserved, [p.job_id for p in placements if p.job_id not in done]
+
+    async def _store(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
+        try:
+            return await self._start(chunk, attempts)
+        except (Conflict, NotFound) as exc:
+            if len(chunk) == 1:
+                with log_context.bound(job_id=chunk[0].job_id):
+                    log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
+                return []
+        size = RETRY_BATCH if len(chunk) > RETRY_BATCH else 1
+        started: list[str] = []
+        for first in range(0, len(chunk), size):
+            started += await self._store(chunk[first : first + size], attempts)
+        return started
 
     async def _start(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
         now = self.ctx.clock.now()

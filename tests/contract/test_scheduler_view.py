@@ -18,6 +18,7 @@ from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import T0
 from tests.contract.test_pending_changes import add
 from tests.contract.test_reservations import gpu_job, setup_fleet
+from tests.contract.test_start import start_of
 
 pytestmark = pytest.mark.contract
 
@@ -29,7 +30,7 @@ def scheduler(uow_factory: UnitOfWorkFactory, ids: CountingIds) -> Scheduler:
         ids=ids,
         catalog=Catalog(methods=()),
         backends={},
-        blobs=None,  # type: ignore[arg-type]  # the scheduler stores no blob
+        blobs=None,  # the scheduler stores no blob
         new_secret=lambda: "x",
     )
     return Scheduler(ctx, batch=2)
@@ -94,3 +95,28 @@ async def test_two_schedulers_racing_on_kept_views_reserve_each_job_once(
     async with uow_factory() as uow:
         attempts = [len(await uow.attempts.for_job(j.id)) for j in jobs]
     assert sorted(attempts) == [0, 0, 1, 1, 1, 1]
+
+
+async def test_a_conflict_in_a_large_batch_costs_only_its_own_job(
+    uow_factory: UnitOfWorkFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that hits a conflict is stored again in smaller batches, then one by one."""
+    monkeypatch.setattr("application.scheduler.RETRY_BATCH", 2)
+    await setup_fleet(uow_factory, nodes=2)
+    ids = CountingIds()
+    one = scheduler(uow_factory, ids)
+    one.batch = 8
+    jobs = [gpu_job(2) for _ in range(8)]
+    await add(uow_factory, *jobs)
+    decisions, attempts = await one.decide()
+    assert len(decisions.placements) == 8
+    rival = decisions.placements[5]  # its GPUs go to another job first
+    other = gpu_job(2)
+    async with uow_factory() as uow:
+        await uow.jobs.add(other)
+        taken = rival.assignments[0]
+        await uow.scheduling.start([start_of(other, taken.node, *taken.gpus)], T0)
+        await uow.commit()
+    reserved, lost = await one.apply(decisions.placements, attempts)
+    assert lost == [rival.job_id]
+    assert reserved == [p.job_id for p in decisions.placements if p is not rival]
