@@ -22,13 +22,24 @@ from application import instruments as i
 from application import log_context
 from application.capacity_sync import capacity_sources, sync_capacity
 from application.context import Context
-from domain.admission import Decisions, Placement, Reservation, Snapshot, decide
+from domain.admission import (
+    Decisions,
+    PendingChanges,
+    PendingJob,
+    Placement,
+    Reservation,
+    Snapshot,
+    decide,
+    queue_order,
+)
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, MemberState
 from domain.ports import Start
 
 log = logging.getLogger("tuneplane.scheduler")
+
+RETRY_BATCH = 100  # a batch that hit a conflict is stored again in batches of this many
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +50,54 @@ class PassResult:
 
 
 class Scheduler:
-    def __init__(self, ctx: Context, snapshot_limit: int = 20_000, batch: int = 100) -> None:
+    """Keeps the pending jobs between passes (``_view``) and reads only the jobs changed since
+    its last read (``pending_changes``), every ``resync_every`` passes all of them again; pools,
+    nodes and queues are read whole every pass. The database stays the truth: a stale view
+    only makes a placement that the store skips or refuses (docs/scheduling.md)."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        snapshot_limit: int = 20_000,
+        batch: int = 2_000,
+        resync_every: int = 300,
+    ) -> None:
         self.ctx = ctx
         self.snapshot_limit = snapshot_limit
         self.batch = batch
+        self.resync_every = resync_every
+        self._view: dict[str, PendingJob] = {}
+        self._mark: int | None = None
+        self._reads = 0  # incremental reads since the last full one
 
     async def decide(self) -> tuple[Decisions, dict[str, int]]:
         """The decisions, and how many attempts each pending job already had."""
+        now = self.ctx.clock.now()
+        since = self._mark if self._reads < self.resync_every else None
         async with self.ctx.units.admission() as uow:
-            snapshot = await uow.scheduling.snapshot(self.snapshot_limit, self.ctx.clock.now())
+            fleet = await uow.scheduling.snapshot(0, now)
+            changes = await uow.scheduling.pending_changes(since)
+        self._merge(changes)
+        eligible = [j for j in self._view.values() if j.not_before is None or j.not_before <= now]
+        pending = queue_order(eligible, fleet.queues)[: self.snapshot_limit]
+        snapshot = Snapshot(fleet.pools, fleet.nodes, fleet.queues, pending)
         self._snapshot = snapshot
-        return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in snapshot.pending}
+        return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in pending}
+
+    def _merge(self, changes: PendingChanges) -> None:
+        if changes.full:
+            self._view = {j.id: j for j in changes.pending}
+            self._reads = 0
+        else:
+            for gone in changes.gone:
+                self._view.pop(gone, None)
+            self._view.update((j.id, j) for j in changes.pending)
+            self._reads += 1
+        self._mark = changes.mark
+
+    def forget(self) -> None:
+        """Drop the view: the next pass reads every pending job again."""
+        self._view, self._mark = {}, None
 
     _snapshot: Snapshot | None = None
 
@@ -59,6 +107,8 @@ class Scheduler:
             if decisions.placements and await self._refreshed(decisions.placements):
                 decisions, attempts = await self.decide()
             reserved, lost = await self.apply(decisions.placements, attempts)
+        for job_id in reserved:  # starting now (the next read says so too)
+            self._view.pop(job_id, None)
         if reserved or lost:
             log.info("scheduling pass: %d reserved, %d lost a race", len(reserved), len(lost))
         self._measure(decisions.placements, set(reserved))
@@ -116,31 +166,30 @@ class Scheduler:
     async def apply(
         self, placements: Sequence[Placement], attempts: Mapping[str, int] | None = None
     ) -> tuple[list[str], list[str]]:
-        """Store placements in batches (one transaction each); a batch that hits a conflict is
-        retried one by one, so one lost race costs only its own job. Returns (started, lost)."""
+        """Store placements in batches of ``batch`` (one transaction each, two statements on
+        PostgreSQL whatever its size); a batch that hits a conflict is retried in batches of
+        at most ``RETRY_BATCH`` and those one by one, so one lost race costs only its own job.
+        Returns (started, lost)."""
         attempts = attempts or {}
         reserved: list[str] = []
-        lost: list[str] = []
         for first in range(0, len(placements), self.batch):
-            chunk = placements[first : first + self.batch]
-            try:
-                started = await self._start(chunk, attempts)
-            except (Conflict, NotFound) as exc:
-                if len(chunk) == 1:
-                    with log_context.bound(job_id=chunk[0].job_id):
-                        log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
-                    lost.append(chunk[0].job_id)
-                    continue
-                started = []
-                for p in chunk:
-                    try:
-                        started += await self._start([p], attempts)
-                    except (Conflict, NotFound) as exc:
-                        with log_context.bound(job_id=p.job_id):
-                            log.info("placement of %s lost a race: %s", p.job_id, exc)
-            reserved += started
-            lost += [p.job_id for p in chunk if p.job_id not in set(started)]
-        return reserved, lost
+            reserved += await self._store(placements[first : first + self.batch], attempts)
+        done = set(reserved)
+        return reserved, [p.job_id for p in placements if p.job_id not in done]
+
+    async def _store(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
+        try:
+            return await self._start(chunk, attempts)
+        except (Conflict, NotFound) as exc:
+            if len(chunk) == 1:
+                with log_context.bound(job_id=chunk[0].job_id):
+                    log.info("placement of %s lost a race: %s", chunk[0].job_id, exc)
+                return []
+        size = RETRY_BATCH if len(chunk) > RETRY_BATCH else 1
+        started: list[str] = []
+        for first in range(0, len(chunk), size):
+            started += await self._store(chunk[first : first + size], attempts)
+        return started
 
     async def _start(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
         now = self.ctx.clock.now()

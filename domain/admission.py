@@ -56,10 +56,25 @@ class PendingJob:
     created_at: datetime
     roles: tuple[RoleSpec, ...]
     attempts: int = 0  # attempts it already had (the next one is number attempts + 1)
+    not_before: datetime | None = None  # its retry backoff: not admitted before (decide ignores)
 
     @property
     def gpus(self) -> int:
         return sum(r.gpus for r in self.roles)
+
+
+@dataclass(frozen=True, slots=True)
+class PendingChanges:
+    """What changed among the jobs since a mark (``SchedulingRepository.pending_changes``).
+
+    ``full``: ``pending`` is every pending job (the reader replaces its view); otherwise it is
+    the jobs changed since the mark that are pending now, and ``gone`` those that are not (any
+    more). ``mark`` is opaque: give it back to the next call."""
+
+    mark: int | None
+    full: bool
+    pending: tuple[PendingJob, ...]
+    gone: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +148,41 @@ class Decisions:
 
 def queue_order(pending: Sequence[PendingJob], queues: Mapping[str, QueueView]) -> list[PendingJob]:
     """Higher queue priority first; FIFO (commit time, then id) within a priority."""
-
-    def key(j: PendingJob) -> tuple[int, datetime, str]:
-        q = queues.get(j.queue)
-        return (-(q.queue.priority if q else 0), j.created_at, j.id)
-
-    return sorted(pending, key=key)
+    rank = {name: -q.queue.priority for name, q in queues.items()}
+    return sorted(pending, key=lambda j: (rank.get(j.queue, 0), j.created_at, j.id))
 
 
 # -- the decision ---------------------------------------------------------------------------
+
+
+class _Shape:
+    """What a pass works out once per distinct ``roles`` (most jobs ask for one of a few):
+    each role's need, the GPUs, why it could never fit the pools, whether the pools have too
+    few eligible nodes for it, and whether it is known to wait ``held`` for the rest of the
+    pass (it failed on capacity and on holds: both only shrink while a pass goes on)."""
+
+    __slots__ = ("gpus", "missing", "needs", "never", "no_nodes", "roles", "saturated")
+
+    def __init__(self, roles: tuple[RoleSpec, ...], pools: Mapping[str, PoolState]) -> None:
+        self.roles = roles
+        self.needs = tuple(Need.of(r) for r in roles)
+        self.gpus = sum(r.gpus for r in roles)
+        self.saturated = False
+        self.never = ""
+        self.no_nodes = False
+        self.missing = next((r.pool for r in roles if r.pool not in pools), "")
+        if self.missing:  # waits "config": nothing else is worked out
+            return
+        for role in roles:
+            p = pools[role.pool]
+            why = fits_pool(role, p.pool, len(p.nodes))
+            if why:
+                self.never = f"; {why}, so it can never start: cancel it and ask for less"
+                break
+        self.no_nodes = any(
+            role.members > _fits_empty(pools[role.pool].eligible, pools[role.pool].capacity, need)
+            for role, need in zip(roles, self.needs, strict=True)
+        )
 
 
 def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
@@ -156,58 +197,65 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
     usage = {name: [q.gpus_in_use, q.jobs_in_use] for name, q in snapshot.queues.items()}
     out = Decisions()
     explain = _Explainer(pools, snapshot.queues, usage, explain_waits)
+    shapes: dict[tuple[RoleSpec, ...], _Shape] = {}
+    by_id: dict[int, _Shape] = {}  # the same, by id(roles): the shape keeps its roles alive
     for position, job in enumerate(queue_order(snapshot.pending, snapshot.queues), start=1):
+        shape = by_id.get(id(job.roles))
+        if shape is None or shape.roles is not job.roles:
+            shape = shapes.get(job.roles)
+            if shape is None:
+                shape = shapes[job.roles] = _Shape(job.roles, pools)
+            by_id[id(job.roles)] = shape
         qv = snapshot.queues.get(job.queue)
-        missing = [r.pool for r in job.roles if r.pool not in pools]
-        if qv is None or missing:
-            what = f"pool {missing[0]}" if missing else f"queue {job.queue}"
+        if qv is None or shape.missing:
+            what = f"pool {shape.missing}" if shape.missing else f"queue {job.queue}"
             text = f"{what} no longer exists; cancel it and submit again"
             out.waits[job.id] = Wait(job.id, WaitKind.CONFIG, text, position)
             continue
-        never = _never(job, qv.queue, pools)
+        never = _never(shape, qv.queue)
         if never:
             text = explain.need(job) + never if explain_waits else ""
             out.waits[job.id] = Wait(job.id, WaitKind.NEVER, text, position)
             continue
-        quota = _quota_block(job, qv.queue, usage[job.queue])
+        used = usage[job.queue]
+        quota = _quota_block(shape.gpus, qv.queue, used)
         if quota:
             text = explain.need(job) + explain.capacity(job) + quota if explain_waits else ""
             out.waits[job.id] = Wait(job.id, WaitKind.QUOTA, text, position)
             continue
-        placed = _place(job, pools)
+        if shape.saturated:  # fails at once, as _place then _blocked would
+            text = explain.need(job) + explain.capacity(job) + explain.quota(job.queue)
+            out.waits[job.id] = Wait(job.id, WaitKind.HELD, text if explain_waits else "", position)
+            continue
+        placed = _place(job, shape, pools)
         if placed is not None:
             out.placements.append(Placement(job.id, job.queue, placed))
-            usage[job.queue][0] += job.gpus
-            usage[job.queue][1] += 1
+            used[0] += shape.gpus
+            used[1] += 1
             continue
         text = explain.need(job) + explain.capacity(job) + explain.quota(job.queue)
-        kind = _blocked(job, pools)  # takes holds: the text above is from before them
+        kind = _blocked(job, shape, pools)  # takes holds: the text above is from before them
         out.waits[job.id] = Wait(job.id, kind, text, position)
     return out
 
 
-def _never(job: PendingJob, queue: Queue, pools: Mapping[str, PoolState]) -> str:
+def _never(shape: _Shape, queue: Queue) -> str:
     if queue.job_quota == 0:
         return f"; queue {queue.name} is closed (its job quota is 0)"
-    if queue.gpu_quota is not None and job.gpus > queue.gpu_quota:
+    if queue.gpu_quota is not None and shape.gpus > queue.gpu_quota:
         return (
             f"; queue {queue.name} allows at most {queue.gpu_quota} GPUs, so it can never start "
             "there: submit it to a queue with a larger quota"
         )
-    for role in job.roles:
-        p = pools[role.pool]
-        why = fits_pool(role, p.pool, len(p.nodes))
-        if why:
-            return f"; {why}, so it can never start: cancel it and ask for less"
-    return ""
+    return shape.never
 
 
-def _quota_block(job: PendingJob, queue: Queue, used: list[int]) -> str:
+def _quota_block(job_gpus: int, queue: Queue, used: list[int]) -> str:
     gpus, jobs = used
-    if queue.gpu_quota is not None and gpus + job.gpus > queue.gpu_quota:
+    if queue.gpu_quota is not None and gpus + job_gpus > queue.gpu_quota:
         return (
             f"; queue {queue.name} (team {queue.team}) quota {gpus}/{queue.gpu_quota} GPUs in "
-            f"use, it needs {job.gpus} more"
+            f"use, it needs {job_gpus} more"
         )
     if queue.job_quota is not None and jobs + 1 > queue.job_quota:
         return (
@@ -216,20 +264,22 @@ def _quota_block(job: PendingJob, queue: Queue, used: list[int]) -> str:
     return ""
 
 
-def _place(job: PendingJob, pools: Mapping[str, PoolState]) -> tuple[Assignment, ...] | None:
+def _place(
+    job: PendingJob, shape: _Shape, pools: Mapping[str, PoolState]
+) -> tuple[Assignment, ...] | None:
     """Place every member or none (best fit, holds of earlier jobs respected)."""
-    for role in job.roles:
-        if dominated(pools[role.pool].no_fit, role.members, Need.of(role)):
+    for role, need in zip(job.roles, shape.needs, strict=True):
+        if dominated(pools[role.pool].no_fit, role.members, need):
             return None
     taken: list[tuple[PoolState, NodeState, Need, Assignment]] = []
     member = 0
-    for role in job.roles:
-        state, need = pools[role.pool], Need.of(role)
+    for role, need in zip(job.roles, shape.needs, strict=True):
+        state = pools[role.pool]
         for _ in range(role.members):
             node = state.best_fit(need)
             if node is None:
                 if not any(s is state for s, *_ in taken):  # failed on untouched capacity
-                    state.no_fit.append((role.members, need))
+                    state.refuse(state.no_fit, role.members, need)
                 for s, n, nd, a in reversed(taken):
                     s.give_back(n, nd, a.gpus)
                 return None
@@ -240,27 +290,31 @@ def _place(job: PendingJob, pools: Mapping[str, PoolState]) -> tuple[Assignment,
     return tuple(a for *_, a in taken)
 
 
-def _blocked(job: PendingJob, pools: Mapping[str, PoolState]) -> WaitKind:
+def _blocked(job: PendingJob, shape: _Shape, pools: Mapping[str, PoolState]) -> WaitKind:
     """The job does not fit now: hold capacity for it if possible; say how it waits."""
-    for role in job.roles:
+    if shape.no_nodes:
+        return WaitKind.NO_NODES
+    held: list[tuple[PoolState, Need, list[NodeState]]] = []
+    for role, need in zip(job.roles, shape.needs, strict=True):
         state = pools[role.pool]
-        if role.members > _fits_empty(state.eligible, state.capacity, Need.of(role)):
-            return WaitKind.NO_NODES
-    held: list[tuple[PoolState, RoleSpec, list[NodeState]]] = []
-    for role in job.roles:
-        state, need = pools[role.pool], Need.of(role)
         got = None
-        if not dominated(state.no_hold, role.members, need):
+        refused = dominated(state.no_hold, role.members, need)
+        if not refused:
             got = state.hold(job.id, role.members, need)
         if got is None:
-            if not any(s is state for s, *_ in held):  # failed on untouched headroom
-                state.no_hold.append((role.members, need))
-            for s, r, nodes in held:
+            if not held:  # failed on untouched headroom
+                state.refuse(state.no_hold, role.members, need)
+                # nothing it needs can come back in this pass: it waits "held" to the end
+                shape.saturated = any(
+                    dominated(pools[r.pool].no_fit, r.members, n)
+                    for r, n in zip(job.roles, shape.needs, strict=True)
+                )
+            for s, nd, nodes in held:
                 for n in nodes:
-                    s._adjust_hold(n, Need.of(r), -1)
+                    s._adjust_hold(n, nd, -1)
                     n.held_for.remove(job.id)
             return WaitKind.HELD
-        held.append((state, role, got))
+        held.append((state, need, got))
     return WaitKind.CAPACITY
 
 

@@ -145,6 +145,13 @@ class PoolState:
             n.held_for.remove(job_id)
         return None
 
+    @staticmethod
+    def refuse(seen: list[tuple[int, Need]], members: int, need: Need) -> None:
+        """Remember a request that failed (``no_fit`` or ``no_hold``), unless one it dominates
+        is already there: the list stays as short as the distinct failures."""
+        if not dominated(seen, members, need):
+            seen.append((members, need))
+
     def _no_headroom(self, n: NodeState) -> bool:
         """Earlier holds claim the whole node: no later hold can use it (skipped for good)."""
         if self.pool.is_gpu:

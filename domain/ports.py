@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from domain.admission import Reservation, Snapshot
+from domain.admission import PendingChanges, Reservation, Snapshot
 from domain.auth import ApiToken, User
 from domain.backend_ports import (  # re-exported: where they used to live
     ExecutionBackend as ExecutionBackend,
@@ -384,6 +384,14 @@ class SchedulingRepository(Protocol):
         queue order (queue priority, then commit time, then id), each with the number of
         attempts it already had. With ``now``, a job waiting for its retry backoff (``not_before``
         later than ``now``) is left out."""
+        ...
+
+    async def pending_changes(self, since: int | None) -> PendingChanges:
+        """The pending jobs changed since the mark ``since`` (a previous answer's ``mark``),
+        each with its attempts so far and its ``not_before``, and the ids of the jobs changed
+        since that are not pending; with ``since`` None (or where the adapter keeps no marks)
+        every pending job, ``full``. Applying every answer in turn to a view gives the pending
+        jobs as of the last read: no change committed before a read is missed by it."""
         ...
 
     async def start(self, starts: Sequence[Start], now: datetime) -> builtins.list[str]:

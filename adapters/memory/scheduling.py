@@ -12,6 +12,7 @@ from adapters.memory.reservations import MemoryReservationRepository
 from adapters.memory.runs import MemoryAttemptRepository, MemoryMemberRepository
 from domain.admission import (
     NodeView,
+    PendingChanges,
     PendingJob,
     QueueView,
     Reservation,
@@ -64,6 +65,8 @@ class MemorySchedulingRepository:
             q.name: QueueView(q, *queue_use.get(q.name, [0, 0]))
             for q in tx.select("queues", lambda q: True)
         }
+        if limit == 0:
+            return Snapshot(pools, views, queues, [])
         pending: list[PendingJob] = tx.project(
             "jobs",
             lambda j: (
@@ -74,6 +77,20 @@ class MemorySchedulingRepository:
         )
         pending = [replace(p, attempts=self._attempts(p.id)) for p in pending]
         return Snapshot(pools, views, queues, queue_order(pending, queues)[:limit])
+
+    async def pending_changes(self, since: int | None) -> PendingChanges:
+        """Every pending job, always (``full``): the in-memory store keeps no change marks, and
+        reading it costs no round trip."""
+        pending: list[PendingJob] = self._tx.project(
+            "jobs",
+            lambda j: j.state is JobState.PENDING,
+            lambda j: PendingJob(
+                j.id, j.spec.queue, j.created_at, j.spec.roles, not_before=j.not_before
+            ),
+        )
+        return PendingChanges(
+            None, True, tuple(replace(p, attempts=self._attempts(p.id)) for p in pending)
+        )
 
     def _attempts(self, job_id: str) -> int:
         n = 0

@@ -15,15 +15,15 @@ import functools
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
-from sqlalchemy import insert, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
 from adapters.postgres.errors import translated
 from adapters.postgres.reservations import PostgresReservationRepository
-from adapters.postgres.tables import attempts, members
-from domain.admission import NodeView, PendingJob, QueueView, Snapshot
+from domain.admission import NodeView, PendingChanges, PendingJob, QueueView, Snapshot
 from domain.errors import InvalidInput
 from domain.fleet import Connectivity, Node, Queue, SchedState, Validation
 from domain.lifecycle import JobState
@@ -32,9 +32,32 @@ from domain.requests import RoleSpec
 from domain.submission import JobSpec
 
 _ANY_TIME = datetime(9999, 1, 1, tzinfo=UTC)  # no time given: every pending job
+# One statement for the jobs, their attempts and members, whatever the number of placements:
+# the rows travel as arrays; only the jobs still pending move, and only theirs are inserted.
 _START = text(
-    "UPDATE jobs SET state = 'starting', updated_at = :now, reason = '', not_before = NULL "
-    "WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id"
+    "WITH moved AS (UPDATE jobs SET state = 'starting', updated_at = :now, reason = '', "
+    "               not_before = NULL "
+    "               WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id), "
+    "a AS (INSERT INTO attempts (id, job_id, number, state, created_at, updated_at, reason, "
+    "                            exit_code, cause) "
+    "      SELECT x.* FROM unnest(CAST(:a_id AS text[]), CAST(:a_job AS text[]), "
+    "             CAST(:a_number AS int[]), CAST(:a_state AS text[]), "
+    "             CAST(:a_created AS timestamptz[]), CAST(:a_updated AS timestamptz[]), "
+    "             CAST(:a_reason AS text[]), CAST(:a_exit AS int[]), CAST(:a_cause AS text[])) "
+    "             AS x(id, job_id, number, state, created_at, updated_at, reason, exit_code, "
+    "                  cause) "
+    "      WHERE x.job_id IN (SELECT id FROM moved) RETURNING id), "
+    "m AS (INSERT INTO members (id, attempt_id, index, state, handle, exit_code, reason, "
+    "                           updated_at, node, role) "
+    "      SELECT y.* FROM unnest(CAST(:m_id AS text[]), CAST(:m_attempt AS text[]), "
+    "             CAST(:m_index AS int[]), CAST(:m_state AS text[]), CAST(:m_handle AS text[]), "
+    "             CAST(:m_exit AS int[]), CAST(:m_reason AS text[]), "
+    "             CAST(:m_updated AS timestamptz[]), CAST(:m_node AS text[]), "
+    "             CAST(:m_role AS text[])) "
+    "             AS y(id, attempt_id, index, state, handle, exit_code, reason, updated_at, "
+    "                  node, role) "
+    "      WHERE y.attempt_id IN (SELECT id FROM a)) "
+    "SELECT id FROM moved"
 )
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
@@ -64,10 +87,57 @@ _PENDING = text(
     "LIMIT :limit"
 )
 
+# The jobs changed since a mark (or every pending job), and the next mark: the oldest
+# transaction still running when this statement's snapshot was taken (every one below it had
+# ended, so what it wrote is visible here). Migration 0031 keeps ``jobs.changed``.
+_CHANGES = (
+    "SELECT m.mark, j.* FROM "
+    "(SELECT CAST(CAST(pg_snapshot_xmin(pg_current_snapshot()) AS text) AS bigint) AS mark) m "
+    "LEFT JOIN LATERAL ("
+    "  SELECT j.id, j.state = :pending AS pending, j.queue, j.created_at, j.not_before, "
+    "  CASE WHEN j.state = :pending THEN CAST(j.spec->'roles' AS text) END AS roles, "
+    "  CASE WHEN j.state = :pending AND j.spec->'roles' IS NULL THEN CAST(j.spec AS text) END "
+    "       AS legacy, "
+    "  CASE WHEN j.state = :pending THEN "
+    "       (SELECT count(*) FROM attempts a WHERE a.job_id = j.id) END AS attempts "
+    "  FROM jobs j WHERE {where}) j ON true"
+)
+_ALL_PENDING = text(_CHANGES.format(where="j.state = :pending"))
+_CHANGED_SINCE = text(_CHANGES.format(where="j.changed >= :since"))
+
 
 @functools.lru_cache(maxsize=1024)
 def _roles(roles_json: str) -> tuple[RoleSpec, ...]:
     return tuple(RoleSpec.from_dict(r) for r in json.loads(roles_json))
+
+
+def start_params(starts: Sequence[Start], now: datetime) -> dict[str, Any]:
+    """``_START``'s parameters: every attempt's and member's columns as arrays."""
+    atts = [s.attempt for s in starts]
+    mems = [m for s in starts for m in s.members]
+    return {
+        "now": now,
+        "ids": [s.job_id for s in starts],
+        "a_id": [a.id for a in atts],
+        "a_job": [a.job_id for a in atts],
+        "a_number": [a.number for a in atts],
+        "a_state": [a.state.value for a in atts],
+        "a_created": [a.created_at for a in atts],
+        "a_updated": [a.updated_at for a in atts],
+        "a_reason": [a.reason for a in atts],
+        "a_exit": [a.exit_code for a in atts],
+        "a_cause": [a.cause for a in atts],
+        "m_id": [m.id for m in mems],
+        "m_attempt": [m.attempt_id for m in mems],
+        "m_index": [m.index for m in mems],
+        "m_state": [m.state.value for m in mems],
+        "m_handle": [m.handle for m in mems],
+        "m_exit": [m.exit_code for m in mems],
+        "m_reason": [m.reason for m in mems],
+        "m_updated": [m.updated_at for m in mems],
+        "m_node": [m.node for m in mems],
+        "m_role": [m.role for m in mems],
+    }
 
 
 class PostgresSchedulingRepository:
@@ -83,11 +153,19 @@ class PostgresSchedulingRepository:
             node_rows = (await conn.execute(_NODES)).all()
             queue_rows = (await conn.execute(_QUEUES)).all()
             job_rows = (
-                await conn.execute(
-                    _PENDING,
-                    {"pending": JobState.PENDING.value, "limit": limit, "now": now or _ANY_TIME},
-                )
-            ).all()
+                (
+                    await conn.execute(
+                        _PENDING,
+                        {
+                            "pending": JobState.PENDING.value,
+                            "limit": limit,
+                            "now": now or _ANY_TIME,
+                        },
+                    )
+                ).all()
+                if limit
+                else []
+            )
         pools = {r["name"]: codec.pool_from_row(r) for r in pool_rows}
         nodes = [
             NodeView(
@@ -128,24 +206,40 @@ class PostgresSchedulingRepository:
         ]
         return Snapshot(pools, nodes, queues, pending)
 
+    async def pending_changes(self, since: int | None) -> PendingChanges:
+        pending = JobState.PENDING.value
+        with translated("read the pending jobs' changes"):
+            if since is None:
+                rows = (await self._conn.execute(_ALL_PENDING, {"pending": pending})).all()
+            else:
+                params = {"pending": pending, "since": since}
+                rows = (await self._conn.execute(_CHANGED_SINCE, params)).all()
+        jobs = [
+            PendingJob(
+                r.id,
+                r.queue,
+                r.created_at,
+                _roles(r.roles)
+                if r.roles is not None
+                else JobSpec.from_dict(json.loads(r.legacy)).roles,
+                r.attempts,
+                r.not_before,
+            )
+            for r in rows
+            if r.pending
+        ]
+        gone = tuple(r.id for r in rows if r.id is not None and not r.pending)
+        return PendingChanges(rows[0].mark, since is None, tuple(jobs), gone)
+
     async def start(self, starts: Sequence[Start], now: datetime) -> list[str]:
-        """Four round trips whatever the batch: one UPDATE for the jobs, one multi-row INSERT
-        each for attempts and members, one statement for every reservation (reservations.py)."""
+        """Two round trips whatever the batch: one statement moves the jobs still pending and
+        inserts their attempts and members, one reserves every envelope (reservations.py)."""
         conn = self._conn
         if not starts:
             return []
         with translated("start the placed jobs"):
-            moved = set(
-                (
-                    await conn.execute(_START, {"ids": [s.job_id for s in starts], "now": now})
-                ).scalars()
-            )
-            chosen = [s for s in starts if s.job_id in moved]
-            if not chosen:
-                return []
-            await conn.execute(insert(attempts), [codec.attempt_values(s.attempt) for s in chosen])
-            await conn.execute(
-                insert(members), [codec.member_values(m) for s in chosen for m in s.members]
-            )
-        await PostgresReservationRepository(conn).reserve_many([s.reservation for s in chosen])
+            moved = set((await conn.execute(_START, start_params(starts, now))).scalars())
+        chosen = [s for s in starts if s.job_id in moved]
+        if chosen:
+            await PostgresReservationRepository(conn).reserve_many([s.reservation for s in chosen])
         return [s.job_id for s in chosen]

@@ -102,6 +102,14 @@ jobs = Table(
     Column("exit_code", Integer, nullable=True),
     Column("queue", Text, nullable=False, server_default="default"),  # = spec.queue
     ts("not_before", nullable=True),  # pending again: not admitted before (its retry backoff)
+    # the transaction that last wrote the row (default and trigger, migration 0031): the
+    # scheduler reads the jobs changed since its last pass
+    Column(
+        "changed",
+        BigInteger,
+        nullable=False,
+        server_default=text("(pg_current_xact_id())::text::bigint"),
+    ),
     one_of("state", JobState),
     Index("ix_jobs_created_at_id", "created_at", "id"),
     Index("ix_jobs_owner_created_at_id", "owner", "created_at", "id"),
@@ -109,6 +117,7 @@ jobs = Table(
     # pending jobs of one queue, FIFO (the scheduler's snapshot)
     Index("ix_jobs_state_queue_created_at_id", "state", "queue", "created_at", "id"),
     Index("ix_jobs_queue_created_at_id", "queue", "created_at", "id"),  # GET /v1/jobs?queue=
+    Index("ix_jobs_changed", "changed"),
 )
 
 attempts = Table(
