@@ -39,7 +39,7 @@ async def events(conn: asyncpg.Connection) -> list[tuple[str, int, str, str]]:
 async def test_jobs_carry_the_last_writer_and_events_are_recorded_per_statement(
     empty_db: str,
 ) -> None:
-    await migrate.upgrade_async(empty_db, "0029")
+    await migrate.upgrade_async(empty_db, "0030")
     conn = await asyncpg.connect(plain_url(empty_db))
     try:
         await add_job(conn, "old")
@@ -63,7 +63,7 @@ async def test_jobs_carry_the_last_writer_and_events_are_recorded_per_statement(
             ("old", 1, "pending", ""),
             ("old", 2, "cancelled", "stop"),
         ]
-        await migrate.downgrade_async(empty_db, "0029")
+        await migrate.downgrade_async(empty_db, "0030")
         await conn.execute("UPDATE jobs SET state = 'pending', updated_at = $1", AT)
         assert len(await events(conn)) == 6  # the row trigger is back
         await migrate.upgrade_async(empty_db, "head")

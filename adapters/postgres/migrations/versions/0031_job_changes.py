@@ -16,7 +16,7 @@ per job. What they record is unchanged: an insert is event 1, an update that cha
 is the next event, with the new reason if the update changed it.
 
 Revision ID: 0031
-Revises: 0029
+Revises: 0030
 Create Date: 2026-12-06
 """
 
@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0031"
-down_revision: str | Sequence[str] | None = "0029"
+down_revision: str | Sequence[str] | None = "0030"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
