@@ -9,17 +9,18 @@ It mimics PostgreSQL at READ COMMITTED, which is what the contract tests pin dow
 * A wait that would close a cycle raises Conflict, as PostgreSQL's deadlock detector does.
 
 Everything runs on one event loop; check-then-act sequences between awaits are atomic.
-Values are deep-copied on the way in and out so that callers never share mutable state.
+Values are copied on the way in and out so that callers never share mutable state
+(``copies.fresh``: only the mutable parts; rows of immutable tables are shared).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.memory.copies import fresh
 from domain.errors import Conflict, NotFound
 
 KeyFn = Callable[[Any], Hashable]
@@ -129,7 +130,7 @@ class Tx:
 
     @staticmethod
     def _out(t: Table, row: Any) -> Any:
-        return row if t.definition.immutable or row is None else copy.deepcopy(row)
+        return row if t.definition.immutable or row is None else fresh(row)
 
     def select(self, table: str, where: Callable[[Any], bool]) -> list[Any]:
         """Copies of the visible rows of ``table`` that satisfy ``where`` (unordered)."""
@@ -137,6 +138,18 @@ class Tx:
         t = self.store.tables[table]
         merged = {**t.rows, **self.writes[table]}
         return [self._out(t, r) for r in merged.values() if r is not DELETED and where(r)]
+
+    def scan(self, table: str, where: Callable[[Any], bool]) -> list[Any]:
+        """The visible rows of ``table`` that satisfy ``where`` (unordered), NOT copied: to
+        filter and sort before copying only what is returned, through ``copied``."""
+        self._check_open()
+        merged = {**self.store.tables[table].rows, **self.writes[table]}
+        return [r for r in merged.values() if r is not DELETED and where(r)]
+
+    def copied(self, table: str, rows: list[Any]) -> list[Any]:
+        """Copies of rows that ``scan`` returned, as ``select`` would give them."""
+        t = self.store.tables[table]
+        return [self._out(t, r) for r in rows]
 
     def project(
         self, table: str, where: Callable[[Any], bool], fn: Callable[[Any], Any]
@@ -157,7 +170,7 @@ class Tx:
     def write(self, table: str, row: Any) -> None:
         self._check_open()
         definition = self.store.tables[table].definition
-        self.writes[table][definition.pk(row)] = row if definition.immutable else copy.deepcopy(row)
+        self.writes[table][definition.pk(row)] = row if definition.immutable else fresh(row)
 
     def delete(self, table: str, pk: Hashable) -> None:
         """Delete the row with primary key ``pk`` when this transaction commits (the caller

@@ -56,7 +56,7 @@ class MemoryJobRepository:
         check_limit(limit)
         after = decode_cursor(cursor) if cursor is not None else None
         wanted = None if states is None else {JobState(s) for s in states}
-        rows: list[Job] = self._tx.select(
+        rows: list[Job] = self._tx.scan(
             "jobs",
             lambda j: (
                 (owner is None or j.owner == owner)
@@ -67,7 +67,7 @@ class MemoryJobRepository:
             ),
         )
         rows.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-        page = rows[:limit]
+        page: list[Job] = self._tx.copied("jobs", rows[:limit])  # copy only what is returned
         more = len(rows) > limit
         return JobPage(
             jobs=page,
@@ -78,7 +78,7 @@ class MemoryJobRepository:
         check_limit(limit)
         wanted = {JobState(s) for s in states}
         candidates: list[Job] = sorted(
-            self._tx.select("jobs", lambda j: j.state in wanted),
+            self._tx.scan("jobs", lambda j: j.state in wanted),  # ids only: read again below
             key=lambda j: (j.created_at, j.id),
         )
         claimed: builtins.list[Job] = []
