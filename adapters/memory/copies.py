@@ -36,8 +36,8 @@ ATOMIC: frozenset[type] = frozenset(
     {str, int, float, bool, bytes, complex, type(None), datetime, date, time, timedelta, Decimal}
 )
 
-# frozen dataclass type → (the names of its fields that may hold something mutable, of all)
-_plans: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+# type → how to copy a value of it (made once per type)
+_COPIERS: dict[type, Callable[[Any], Any]] = {}
 _immutable_types: dict[type, bool] = {}
 
 
@@ -47,13 +47,38 @@ def fresh(value: Any) -> Any:
     if kind in ATOMIC:
         return value
     copier = _COPIERS.get(kind)
-    if copier is not None:
-        return copier(value)
+    if copier is None:
+        copier = _COPIERS[kind] = _copier_for(kind)
+    return copier(value)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _copier_for(kind: type) -> Callable[[Any], Any]:
     if dataclasses.is_dataclass(kind) and kind.__dataclass_params__.frozen:  # type: ignore[attr-defined]
-        return _copy_frozen(value)
-    if isinstance(value, enum.Enum | PurePath):
-        return value
-    return copy.deepcopy(value)
+        return _frozen_copier(kind)
+    if issubclass(kind, enum.Enum | PurePath):
+        return _same
+    if kind is tuple or (issubclass(kind, tuple) and hasattr(kind, "_fields")):  # named tuples
+        return _copy_tuple
+    return copy.deepcopy  # anything else (a dict subclass, a class of its own): as before
+
+
+def _copy_dict(value: dict[Any, Any]) -> dict[Any, Any]:
+    for k, v in value.items():
+        if type(v) not in ATOMIC or type(k) not in ATOMIC:
+            return {fresh(k): fresh(v) for k, v in value.items()}
+    return dict(value)  # strings, numbers, …: a shallow copy is a deep one
+
+
+def _copy_list(value: list[Any]) -> list[Any]:
+    return [fresh(v) for v in value]
+
+
+def _copy_set(value: set[Any]) -> set[Any]:
+    return {fresh(v) for v in value}
 
 
 def _copy_tuple(value: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -70,36 +95,40 @@ def _copy_frozenset(value: frozenset[Any]) -> frozenset[Any]:
     return frozenset(items)
 
 
-_COPIERS: dict[type, Callable[[Any], Any]] = {
-    dict: lambda d: {fresh(k): fresh(v) for k, v in d.items()},
-    list: lambda xs: [fresh(x) for x in xs],
-    set: lambda xs: {fresh(x) for x in xs},
-    tuple: _copy_tuple,
-    frozenset: _copy_frozenset,
-    bytearray: bytearray,
-}
+_COPIERS.update(
+    {
+        dict: _copy_dict,
+        list: _copy_list,
+        set: _copy_set,
+        tuple: _copy_tuple,
+        frozenset: _copy_frozenset,
+        bytearray: bytearray,
+    }
+)
 
 
-def _copy_frozen(value: Any) -> Any:
-    kind = type(value)
-    plan = _plans.get(kind)
-    if plan is None:
-        plan = _plans[kind] = (_mutable_fields(kind), _field_names(kind))
-    mutable, every = plan
+def _frozen_copier(kind: type) -> Callable[[Any], Any]:
+    """How to copy a frozen dataclass: the fields that may hold something mutable are
+    copied, the others shared; a value with nothing mutable in it is shared whole."""
+    mutable, every = _mutable_fields(kind), _field_names(kind)
     if not mutable:
-        return value
-    changed = {}
-    for name in mutable:
-        old = getattr(value, name)
-        new = fresh(old)
-        if new is not old:
-            changed[name] = new
-    if not changed:
-        return value
-    out = object.__new__(kind)  # as deepcopy rebuilds it: no __init__, no __post_init__
-    for name in every:
-        object.__setattr__(out, name, changed[name] if name in changed else getattr(value, name))
-    return out
+        return _same
+
+    def copy_frozen(value: Any) -> Any:
+        changed: dict[str, Any] = {}
+        for name in mutable:
+            old = getattr(value, name)
+            new = fresh(old)
+            if new is not old:
+                changed[name] = new
+        if not changed:
+            return value
+        out: Any = object.__new__(kind)  # as deepcopy rebuilds it: no __init__, no __post_init__
+        for name in every:
+            object.__setattr__(out, name, changed.get(name, getattr(value, name)))
+        return out
+
+    return copy_frozen
 
 
 def _field_names(kind: type) -> tuple[str, ...]:
