@@ -72,13 +72,17 @@ class Table:
         self.rows: dict[Hashable, Any] = {}
         self.index: dict[str, dict[Hashable, Hashable]] = {n: {} for n in definition.uniques}
         self.groups: dict[str, dict[Hashable, set[Hashable]]] = {n: {} for n in definition.groups}
+        self.version = 0  # moves on with every committed change
+        self.orders: dict[str, tuple[int, list[Any]]] = {}  # name → (version, rows in order)
 
     def remove(self, pk: Hashable) -> None:
+        self.version += 1
         old = self.rows.pop(pk, None)
         if old is not None:
             self._unindex(pk, old)
 
     def put(self, row: Any) -> None:
+        self.version += 1
         pk = self.definition.pk(row)
         old = self.rows.get(pk)
         if old is not None:
@@ -196,6 +200,20 @@ class Tx:
             r for r in writes.values() if r is not DELETED and key(r) in values and where(r)
         )
         return found
+
+    def ordered(self, table: str, name: str, key: Callable[[Any], Any]) -> list[Any]:
+        """Every visible row of immutable ``table``, sorted by ``key`` (``name`` names that
+        order): kept between transactions until the table changes (a pool's 1,000 nodes are
+        read by every preview), sorted afresh while this transaction has written to it."""
+        self._check_open()
+        t = self.store.tables[table]
+        assert t.definition.immutable, "only rows that are shared may be kept in order"
+        if self.writes.get(table):
+            return sorted(self.scan(table, lambda r: True), key=key)
+        kept = t.orders.get(name)
+        if kept is None or kept[0] != t.version:
+            kept = t.orders[name] = (t.version, sorted(t.rows.values(), key=key))
+        return list(kept[1])
 
     def copied(self, table: str, rows: list[Any]) -> list[Any]:
         """Copies of rows that ``scan`` returned, as ``select`` would give them."""

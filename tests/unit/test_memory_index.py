@@ -62,3 +62,24 @@ def test_scan_by_agrees_with_a_scan_after_many_moves() -> None:
             tx.commit()
         else:
             tx.rollback()
+
+
+def test_ordered_rows_follow_every_change_committed_or_own() -> None:
+    d = Database([TableDef("t", pk=lambda r: r.id, immutable=True)])
+    tx, other = d.begin(), d.begin()
+    for i in (3, 1, 2):
+        tx.write("t", Row(f"r{i}", "a", -i))
+    by_n = "n"
+    assert ids(tx.ordered("t", by_n, lambda r: r.n)) == ["r1", "r2", "r3"]  # own writes
+    assert other.ordered("t", by_n, lambda r: r.n) == []
+    tx.commit()
+    first = other.ordered("t", by_n, lambda r: r.n)
+    assert [r.id for r in first] == ["r3", "r2", "r1"]
+    first.clear()  # the caller's list: the kept order is not changed by it
+    assert [r.id for r in other.ordered("t", by_n, lambda r: r.n)] == ["r3", "r2", "r1"]
+    tx.write("t", Row("r0", "a", -10))
+    tx.delete("t", "r3")
+    assert [r.id for r in tx.ordered("t", by_n, lambda r: r.n)] == ["r0", "r2", "r1"]
+    assert [r.id for r in other.ordered("t", by_n, lambda r: r.n)] == ["r3", "r2", "r1"]
+    tx.commit()
+    assert [r.id for r in other.ordered("t", by_n, lambda r: r.n)] == ["r0", "r2", "r1"]
