@@ -57,6 +57,8 @@ async def main(args: argparse.Namespace) -> None:
     ticks_each: list[float] = []
     passes_each: list[float] = []
     checks_each: list[float] = []
+    tick_cpu: list[float] = []  # this process's CPU time in each tick (whatever share it had)
+    check_cpu: list[float] = []
 
     async def decide_and_keep() -> Any:
         if not snapshot_holder:  # the first pass's snapshot, for the baseline
@@ -75,18 +77,20 @@ async def main(args: argparse.Namespace) -> None:
             passes_each.append(time.perf_counter() - started)
 
     async def timed_tick(crash: Any = None) -> Any:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return await original_tick(crash)
         finally:
             ticks_each.append(time.perf_counter() - started)
+            tick_cpu.append(time.process_time() - cpu)
 
     async def timed_inspect(settled: bool = True) -> Any:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         try:
             return await original_inspect(settled)
         finally:
             checks_each.append(time.perf_counter() - started)
+            check_cpu.append(time.process_time() - cpu)
 
     world.supervisor.scheduler.decide = decide_and_keep  # type: ignore[method-assign]
     world.supervisor.scheduler.pass_once = timed_pass  # type: ignore[method-assign]
@@ -122,6 +126,10 @@ async def main(args: argparse.Namespace) -> None:
     print(
         f"  invariant checks: step 1 {ms(checks_each[:1])}, "
         f"steps 2-{steps} {ms(checks_each[1:])} each"
+    )
+    print(
+        f"  CPU time of this process (not wall): tick mean {ms(tick_cpu)} (tick 1 "
+        f"{ms(tick_cpu[:1])}, ticks 2-{steps} {ms(tick_cpu[1:])}); check mean {ms(check_cpu)}"
     )
     print(
         f"placements: {summary.placements} in {summary.passes} passes; "
