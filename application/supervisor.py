@@ -383,43 +383,59 @@ class Supervisor:
         manifests: dict[str, Manifest] | None = None,
     ) -> list[str]:
         """Write what was observed (and the manifests of members that completed); return the
-        handles that may now be released."""
+        handles that may now be released. Nothing changed (the usual tick of a running job):
+        no transaction at all."""
         now = self.ctx.clock.now()
         stopping = job.state is JobState.STOPPING
         failing = first_failure(members)
         done = driver_ended(members, job.spec.runtime.process_model)
         released: list[str] = []
         updated: list[Member] = []
+        logs: dict[int, bytes] = {}  # member index → its log, kept after the end
+        artifacts: dict[int, ArtifactRecord] = {}
+        for m in members:
+            new = m
+            if m.state not in MEMBER_FINAL and m.handle is None and stopping:
+                new = m.moved(MemberState.STOPPED, now, "stopped before it started")
+            elif m.state not in MEMBER_FINAL and m.handle is None and failing is not None:
+                new = m.moved(MemberState.FAILED, now, f"not started: {failing}")
+            elif m.id in seen:
+                obs, text = seen[m.id]
+                new = member_after(m, obs, stopping, failing, now, done)
+                if text is not None:
+                    logs[m.index] = text
+                if new.state in MEMBER_FINAL and m.handle:
+                    released.append(m.handle)
+                manifest = (manifests or {}).get(m.id)
+                if manifest is not None and new.state is MemberState.SUCCEEDED:
+                    artifacts[m.index] = ArtifactRecord(
+                        m.id, job.id, attempt.id, attempt.number, m.index, manifest, now
+                    )
+            updated.append(new)
+        caused = attempt
+        for obs, _ in seen.values():  # the first cause a backend proved is the attempt's
+            if obs.cause and obs.status in ("exited", "missing") and not attempt.end:
+                caused = caused.caused(obs.cause, now)
+        job_now, attempt_now = job_after(job, caused, updated, now)
+        finished = all(m.state in MEMBER_FINAL for m in updated)  # every member known stopped
+        if (
+            all(new is old for new, old in zip(updated, members, strict=True))
+            and not logs
+            and not artifacts
+            and attempt_now is attempt
+            and job_now is job
+            and not finished
+        ):
+            return released
         async with self.ctx.units.outcome() as uow:
-            for m in members:
-                new = m
-                if m.state not in MEMBER_FINAL and m.handle is None and stopping:
-                    new = m.moved(MemberState.STOPPED, now, "stopped before it started")
-                elif m.state not in MEMBER_FINAL and m.handle is None and failing is not None:
-                    new = m.moved(MemberState.FAILED, now, f"not started: {failing}")
-                elif m.id in seen:
-                    obs, logs = seen[m.id]
-                    new = member_after(m, obs, stopping, failing, now, done)
-                    if logs is not None:  # every member's own, kept after the end
-                        limit = self.ctx.limits.max_log_bytes
-                        await uow.logs.save(attempt.id, m.index, logs[-limit:], len(logs) > limit)
-                    if new.state in MEMBER_FINAL and m.handle:
-                        released.append(m.handle)
-                    manifest = (manifests or {}).get(m.id)
-                    if manifest is not None and new.state is MemberState.SUCCEEDED:
-                        await uow.artifacts.record(
-                            ArtifactRecord(
-                                m.id, job.id, attempt.id, attempt.number, m.index, manifest, now
-                            )
-                        )
-                if new is not m:
-                    await uow.members.update(new, m.state)
-                updated.append(new)
-            caused = attempt
-            for obs, _ in seen.values():  # the first cause a backend proved is the attempt's
-                if obs.cause and obs.status in ("exited", "missing") and not attempt.end:
-                    caused = caused.caused(obs.cause, now)
-            job_now, attempt_now = job_after(job, caused, updated, now)
+            for old, new in zip(members, updated, strict=True):
+                if new.index in logs:
+                    data, limit = logs[new.index], self.ctx.limits.max_log_bytes
+                    await uow.logs.save(attempt.id, new.index, data[-limit:], len(data) > limit)
+                if new.index in artifacts:
+                    await uow.artifacts.record(artifacts[new.index])
+                if new is not old:
+                    await uow.members.update(new, old.state)
             if attempt_now is not attempt:
                 await uow.attempts.update(attempt_now, attempt.state)
             if job_now.state is JobState.FAILED and job.state is not JobState.FAILED:
@@ -427,7 +443,7 @@ class Supervisor:
                 self._due(job_now)
             if job_now is not job:
                 await uow.jobs.update(job_now, job.state)
-            if all(m.state in MEMBER_FINAL for m in updated):  # every member known stopped
+            if finished:
                 await uow.reservations.release(attempt.id)
             await uow.commit()
         log_moved(job, job_now)

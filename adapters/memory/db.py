@@ -9,17 +9,18 @@ It mimics PostgreSQL at READ COMMITTED, which is what the contract tests pin dow
 * A wait that would close a cycle raises Conflict, as PostgreSQL's deadlock detector does.
 
 Everything runs on one event loop; check-then-act sequences between awaits are atomic.
-Values are deep-copied on the way in and out so that callers never share mutable state.
+Values are copied on the way in and out so that callers never share mutable state
+(``copies.fresh``: only the mutable parts; rows of immutable tables are shared).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.memory.copies import fresh
 from domain.errors import Conflict, NotFound
 
 KeyFn = Callable[[Any], Hashable]
@@ -36,11 +37,22 @@ DELETED: Any = _Deleted()
 LockKey = tuple[str, str, Hashable]
 
 
+class _Writes(dict[str, dict[Hashable, Any]]):
+    """A transaction's writes by table, made for a table when first touched."""
+
+    def __missing__(self, table: str) -> dict[Hashable, Any]:
+        rows: dict[Hashable, Any] = {}
+        self[table] = rows
+        return rows
+
+
 @dataclass(frozen=True)
 class TableDef:
     name: str
     pk: KeyFn
     uniques: dict[str, KeyFn] = field(default_factory=dict)
+    # non-unique indexes (a job's state): ``Tx.scan_by`` reads the rows of a few values
+    groups: dict[str, KeyFn] = field(default_factory=dict)
     # True when rows are deeply immutable (frozen dataclasses of tuples, str, int, …): they are
     # shared instead of deep-copied on the way in and out
     immutable: bool = False
@@ -52,29 +64,45 @@ class TableDef:
 
 
 class Table:
-    """Committed rows plus a unique index per unique key."""
+    """Committed rows plus a unique index per unique key and a set of keys per value of each
+    non-unique one."""
 
     def __init__(self, definition: TableDef) -> None:
         self.definition = definition
         self.rows: dict[Hashable, Any] = {}
         self.index: dict[str, dict[Hashable, Hashable]] = {n: {} for n in definition.uniques}
+        self.groups: dict[str, dict[Hashable, set[Hashable]]] = {n: {} for n in definition.groups}
+        self.version = 0  # moves on with every committed change
+        self.orders: dict[str, tuple[int, list[Any]]] = {}  # name → (version, rows in order)
 
     def remove(self, pk: Hashable) -> None:
+        self.version += 1
         old = self.rows.pop(pk, None)
         if old is not None:
-            for name, fn in self.definition.uniques.items():
-                if self.index[name].get(fn(old)) == pk:
-                    del self.index[name][fn(old)]
+            self._unindex(pk, old)
 
     def put(self, row: Any) -> None:
+        self.version += 1
         pk = self.definition.pk(row)
         old = self.rows.get(pk)
-        for name, fn in self.definition.uniques.items():
-            if old is not None and self.index[name].get(fn(old)) == pk:
-                del self.index[name][fn(old)]
+        if old is not None:
+            self._unindex(pk, old)
         self.rows[pk] = row
         for name, fn in self.definition.uniques.items():
             self.index[name][fn(row)] = pk
+        for name, fn in self.definition.groups.items():
+            self.groups[name].setdefault(fn(row), set()).add(pk)
+
+    def _unindex(self, pk: Hashable, old: Any) -> None:
+        for name, fn in self.definition.uniques.items():
+            if self.index[name].get(fn(old)) == pk:
+                del self.index[name][fn(old)]
+        for name, fn in self.definition.groups.items():
+            members = self.groups[name].get(fn(old))
+            if members is not None:
+                members.discard(pk)
+                if not members:
+                    del self.groups[name][fn(old)]
 
     def find(self, key: str, value: Hashable) -> Any | None:
         if key == "pk":
@@ -99,7 +127,7 @@ class Tx:
 
     def __init__(self, store: Database) -> None:
         self.store = store
-        self.writes: dict[str, dict[Hashable, Any]] = {n: {} for n in store.tables}
+        self.writes: dict[str, dict[Hashable, Any]] = _Writes()  # table → pk → row
         self.held: set[LockKey] = set()
         self.done = asyncio.Event()
         self.waiting_for: Tx | None = None
@@ -108,6 +136,16 @@ class Tx:
     # -- reads (read committed + own writes) ----------------------------------------------
     def get(self, table: str, pk: Hashable) -> Any | None:
         return self.find(table, "pk", pk)
+
+    def peek(self, table: str, pk: Hashable) -> Any | None:
+        """The visible row, NOT copied: for this module's own checks (existence, a state),
+        never to hand out."""
+        self._check_open()
+        writes = self.writes.get(table)
+        if writes and pk in writes:
+            row = writes[pk]
+            return None if row is DELETED else row
+        return self.store.tables[table].rows.get(pk)
 
     def find(self, table: str, key: str, value: Hashable) -> Any | None:
         self._check_open()
@@ -129,14 +167,58 @@ class Tx:
 
     @staticmethod
     def _out(t: Table, row: Any) -> Any:
-        return row if t.definition.immutable or row is None else copy.deepcopy(row)
+        return row if t.definition.immutable or row is None else fresh(row)
 
     def select(self, table: str, where: Callable[[Any], bool]) -> list[Any]:
         """Copies of the visible rows of ``table`` that satisfy ``where`` (unordered)."""
         self._check_open()
         t = self.store.tables[table]
-        merged = {**t.rows, **self.writes[table]}
-        return [self._out(t, r) for r in merged.values() if r is not DELETED and where(r)]
+        return [self._out(t, r) for r in self._visible(table) if r is not DELETED and where(r)]
+
+    def scan(self, table: str, where: Callable[[Any], bool]) -> list[Any]:
+        """The visible rows of ``table`` that satisfy ``where`` (unordered), NOT copied: to
+        filter and sort before copying only what is returned, through ``copied``."""
+        self._check_open()
+        return [r for r in self._visible(table) if r is not DELETED and where(r)]
+
+    def scan_by(
+        self, table: str, group: str, values: Collection[Hashable], where: Callable[[Any], bool]
+    ) -> list[Any]:
+        """As ``scan``, over only the rows whose ``group`` key (a non-unique index of the
+        table) is one of ``values``."""
+        self._check_open()
+        t = self.store.tables[table]
+        key = t.definition.groups[group]
+        writes = self.writes.get(table) or {}
+        found = [
+            t.rows[pk]
+            for value in set(values)
+            for pk in t.groups[group].get(value, ())
+            if pk not in writes and where(t.rows[pk])
+        ]
+        found.extend(
+            r for r in writes.values() if r is not DELETED and key(r) in values and where(r)
+        )
+        return found
+
+    def ordered(self, table: str, name: str, key: Callable[[Any], Any]) -> list[Any]:
+        """Every visible row of immutable ``table``, sorted by ``key`` (``name`` names that
+        order): kept between transactions until the table changes (a pool's 1,000 nodes are
+        read by every preview), sorted afresh while this transaction has written to it."""
+        self._check_open()
+        t = self.store.tables[table]
+        assert t.definition.immutable, "only rows that are shared may be kept in order"
+        if self.writes.get(table):
+            return sorted(self.scan(table, lambda r: True), key=key)
+        kept = t.orders.get(name)
+        if kept is None or kept[0] != t.version:
+            kept = t.orders[name] = (t.version, sorted(t.rows.values(), key=key))
+        return list(kept[1])
+
+    def copied(self, table: str, rows: list[Any]) -> list[Any]:
+        """Copies of rows that ``scan`` returned, as ``select`` would give them."""
+        t = self.store.tables[table]
+        return [self._out(t, r) for r in rows]
 
     def project(
         self, table: str, where: Callable[[Any], bool], fn: Callable[[Any], Any]
@@ -144,8 +226,13 @@ class Tx:
         """``fn(row)`` for the visible rows that satisfy ``where``, without copying the rows:
         ``fn`` must return only immutable values (ids, tuples of frozen values, …)."""
         self._check_open()
-        merged = {**self.store.tables[table].rows, **self.writes[table]}
-        return [fn(r) for r in merged.values() if r is not DELETED and where(r)]
+        return [fn(r) for r in self._visible(table) if r is not DELETED and where(r)]
+
+    def _visible(self, table: str) -> Iterable[Any]:
+        """The committed rows with this transaction's writes over them (and tombstones)."""
+        rows = self.store.tables[table].rows
+        writes = self.writes.get(table)
+        return {**rows, **writes}.values() if writes else rows.values()
 
     def count(self, table: str) -> int:
         self._check_open()
@@ -157,7 +244,7 @@ class Tx:
     def write(self, table: str, row: Any) -> None:
         self._check_open()
         definition = self.store.tables[table].definition
-        self.writes[table][definition.pk(row)] = row if definition.immutable else copy.deepcopy(row)
+        self.writes[table][definition.pk(row)] = row if definition.immutable else fresh(row)
 
     def delete(self, table: str, pk: Hashable) -> None:
         """Delete the row with primary key ``pk`` when this transaction commits (the caller
@@ -228,8 +315,7 @@ class Tx:
         self.closed = True
 
     def _release(self) -> None:
-        for name in self.writes:
-            self.writes[name] = {}
+        self.writes = _Writes()
         for key in self.held:
             del self.store._locks[key]
         self.held.clear()
@@ -253,10 +339,10 @@ async def compare_and_set(
     another transaction is changing is waited for, then re-checked. ``expected`` None: any
     state. ``keep(current, row)``: the row written, from the locked current one (columns an
     UPDATE leaves as they are)."""
-    if tx.get(table, row.id) is None:
+    if tx.peek(table, row.id) is None:
         raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
     await tx.lock((table, "pk", row.id))
-    current = tx.get(table, row.id)
+    current = tx.peek(table, row.id)  # not copied: ``write`` copies what it keeps
     if current is None:  # pragma: no cover - rows are never deleted
         raise NotFound(f"{what} {row.id} does not exist", fix=f"check the {what} id")
     if expected is not None and current.state != expected:
@@ -269,5 +355,5 @@ async def compare_and_set(
 
 def require(tx: Tx, table: str, pk: str, what: str) -> None:
     """The foreign-key check: the parent must be visible to this transaction."""
-    if tx.get(table, pk) is None:
+    if tx.peek(table, pk) is None:
         raise NotFound(f"{what} {pk} does not exist", fix=f"create the {what} first")

@@ -91,8 +91,8 @@ class MemoryFleetRepository:
         return found
 
     async def nodes(self) -> builtins.list[Node]:
-        rows: list[Node] = self._tx.select("nodes", lambda n: True)
-        return sorted(rows, key=lambda n: (n.pool, n.name))
+        rows: list[Node] = self._tx.ordered("nodes", "pool, name", lambda n: (n.pool, n.name))
+        return rows
 
     async def set_node_state(
         self,

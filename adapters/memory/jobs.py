@@ -25,7 +25,7 @@ class MemoryJobRepository:
         return found
 
     async def update(self, job: Job, expected: JobState) -> None:
-        before: Job | None = self._tx.get("jobs", job.id)
+        before: Job | None = self._tx.peek("jobs", job.id)  # its state and reason only
         await compare_and_set(self._tx, "jobs", "job", job, expected.value)
         if before is not None and before.state != job.state:  # as the trigger in postgres
             seq = len(self._events(job.id)) + 1
@@ -56,18 +56,23 @@ class MemoryJobRepository:
         check_limit(limit)
         after = decode_cursor(cursor) if cursor is not None else None
         wanted = None if states is None else {JobState(s) for s in states}
-        rows: list[Job] = self._tx.select(
-            "jobs",
-            lambda j: (
+
+        def where(j: Job) -> bool:
+            return (
                 (owner is None or j.owner == owner)
                 and (queue is None or j.spec.queue == queue)
                 and (wanted is None or j.state in wanted)
                 and (after is None or (j.created_at, j.id) < after)
                 and (search is None or search_matches(j, search))
-            ),
+            )
+
+        rows: list[Job] = (
+            self._tx.scan("jobs", where)
+            if wanted is None
+            else self._tx.scan_by("jobs", "state", wanted, where)  # by the state index
         )
         rows.sort(key=lambda j: (j.created_at, j.id), reverse=True)
-        page = rows[:limit]
+        page: list[Job] = self._tx.copied("jobs", rows[:limit])  # copy only what is returned
         more = len(rows) > limit
         return JobPage(
             jobs=page,
@@ -78,7 +83,7 @@ class MemoryJobRepository:
         check_limit(limit)
         wanted = {JobState(s) for s in states}
         candidates: list[Job] = sorted(
-            self._tx.select("jobs", lambda j: j.state in wanted),
+            self._tx.scan_by("jobs", "state", wanted, lambda j: True),  # read again below
             key=lambda j: (j.created_at, j.id),
         )
         claimed: builtins.list[Job] = []

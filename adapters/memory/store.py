@@ -36,8 +36,14 @@ TABLES = [
         "submissions",
         pk=lambda s: (s.owner, s.retry_key),
         uniques={"preview_id": lambda s: s.preview_id, "job_id": lambda s: s.job_id},
+        immutable=True,
     ),
-    TableDef("jobs", pk=lambda j: j.id, uniques={"preview_id": lambda j: j.preview_id}),
+    TableDef(
+        "jobs",
+        pk=lambda j: j.id,
+        uniques={"preview_id": lambda j: j.preview_id},
+        groups={"state": lambda j: j.state},
+    ),
     TableDef("job_events", pk=lambda e: (e.job_id, e.seq), immutable=True),
     TableDef(
         "attempts",

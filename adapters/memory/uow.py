@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Any, Self
 
 from adapters.memory.artifacts import (
     MemoryArtifactRepository,
@@ -99,30 +100,21 @@ class MemoryUnitOfWork:
     async def __aenter__(self) -> Self:
         if self._tx is not None:
             raise RuntimeError("a MemoryUnitOfWork cannot be entered twice")
-        tx = self._tx = self._store.begin()
-        self.previews = MemoryPreviewRepository(tx)
-        self.submissions = MemorySubmissionLedger(tx)
-        self.jobs = MemoryJobRepository(tx)
-        self.attempts = MemoryAttemptRepository(tx)
-        self.members = MemoryMemberRepository(tx)
-        self.logs = MemoryLogRepository(tx)
-        self.tokens = MemoryTokenRepository(tx)
-        self.fleet = MemoryFleetRepository(tx)
-        self.policy = MemoryPolicyRepository(tx)
-        self.reservations = MemoryReservationRepository(tx)
-        self.scheduling = MemorySchedulingRepository(tx)
-        self.enrollment = MemoryEnrollmentRepository(tx)
-        self.links = MemoryNodeLinkRepository(tx)
-        self.node_events = MemoryNodeEventRepository(tx)
-        self.launches = MemoryLaunchLedger(tx)
-        self.checks = MemoryCheckRepository(tx)
-        self.artifacts = MemoryArtifactRepository(tx)
-        self.checkpoints = MemoryCheckpointRepository(tx)
-        self.output_scans = MemoryOutputScanRepository(tx)
-        self.plugins = MemoryPluginRepository(tx)
-        self.runtimes = MemoryRuntimeRepository(tx)
-        self.blob_refs = MemoryBlobReferences(tx)
+        self._tx = self._store.begin()
         return self
+
+    if not TYPE_CHECKING:  # mypy keeps checking attribute names against the ones above
+
+        def __getattr__(self, name: str) -> Any:
+            """A repository, made on first use in this unit (most units use two or three
+            of the twenty-two): only for the names above, once entered."""
+            make = _REPOSITORIES.get(name)
+            tx = self.__dict__.get("_tx")
+            if make is None or tx is None:
+                raise AttributeError(f"{type(self).__name__} has no {name!r} (enter it first)")
+            repository = make(tx)
+            setattr(self, name, repository)
+            return repository
 
     async def __aexit__(
         self,
@@ -137,3 +129,29 @@ class MemoryUnitOfWork:
         if self._tx is None:
             raise RuntimeError("commit() outside `async with`")
         self._tx.commit()
+
+
+_REPOSITORIES: dict[str, Callable[[Tx], object]] = {
+    "previews": MemoryPreviewRepository,
+    "submissions": MemorySubmissionLedger,
+    "jobs": MemoryJobRepository,
+    "attempts": MemoryAttemptRepository,
+    "members": MemoryMemberRepository,
+    "logs": MemoryLogRepository,
+    "tokens": MemoryTokenRepository,
+    "fleet": MemoryFleetRepository,
+    "policy": MemoryPolicyRepository,
+    "reservations": MemoryReservationRepository,
+    "scheduling": MemorySchedulingRepository,
+    "enrollment": MemoryEnrollmentRepository,
+    "links": MemoryNodeLinkRepository,
+    "node_events": MemoryNodeEventRepository,
+    "launches": MemoryLaunchLedger,
+    "checks": MemoryCheckRepository,
+    "artifacts": MemoryArtifactRepository,
+    "checkpoints": MemoryCheckpointRepository,
+    "output_scans": MemoryOutputScanRepository,
+    "plugins": MemoryPluginRepository,
+    "runtimes": MemoryRuntimeRepository,
+    "blob_refs": MemoryBlobReferences,
+}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from domain.artifact_ports import ArtifactRepository, CheckpointRepository
 from domain.blob_ports import BlobReferences
@@ -136,30 +136,18 @@ class CrashingUnitOfWork:
         self._plan = plan
 
     async def __aenter__(self) -> Self:
-        inner = await self._inner.__aenter__()
-        self.previews = inner.previews
-        self.submissions = inner.submissions
-        self.jobs = inner.jobs
-        self.attempts = inner.attempts
-        self.members = inner.members
-        self.logs = inner.logs
-        self.tokens = inner.tokens
-        self.fleet = inner.fleet
-        self.policy = inner.policy
-        self.reservations = inner.reservations
-        self.scheduling = inner.scheduling
-        self.enrollment = inner.enrollment
-        self.links = inner.links
-        self.node_events = inner.node_events
-        self.launches = inner.launches
-        self.checks = inner.checks
-        self.artifacts = inner.artifacts
-        self.checkpoints = inner.checkpoints
-        self.output_scans = inner.output_scans
-        self.plugins = inner.plugins
-        self.runtimes = inner.runtimes
-        self.blob_refs = inner.blob_refs
+        await self._inner.__aenter__()
         return self
+
+    if not TYPE_CHECKING:  # mypy keeps checking attribute names against the ones above
+
+        def __getattr__(self, name: str) -> Any:
+            """The inner unit's repository of that name (read when first used)."""
+            if name not in _REPOSITORY_NAMES:
+                raise AttributeError(f"{type(self).__name__} has no {name!r}")
+            repository = getattr(self.__dict__["_inner"], name)
+            setattr(self, name, repository)
+            return repository
 
     async def __aexit__(
         self,
@@ -173,6 +161,9 @@ class CrashingUnitOfWork:
         self._plan.before_commit()
         await self._inner.commit()
         self._plan.after_commit()
+
+
+_REPOSITORY_NAMES = frozenset(CrashingUnitOfWork.__annotations__) - {"_inner", "_plan"}
 
 
 class CrashingBackend:

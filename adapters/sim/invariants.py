@@ -154,15 +154,19 @@ async def inspect(
                         f"job {job.id} is {job.state} but its last attempt holds no reservation",
                     )
                 )
+        holding = {r.job_id for r in live}
+        tried: list[str] = []  # pending jobs with attempts before, queued again
         for p in snapshot.pending:
             earlier = await u.attempts.for_job(p.id)
-            if any(a.state not in ATTEMPT_FINAL for a in earlier) or any(
-                r.job_id == p.id for r in live
-            ):
+            if any(a.state not in ATTEMPT_FINAL for a in earlier) or p.id in holding:
                 out.append(
                     Violation("held-by-live-attempt", f"pending job {p.id} has a live attempt")
                 )
-        pending = [await u.jobs.get(p.id) for p in snapshot.pending]
+            if earlier:
+                tried.append(p.id)
+        # a job never attempted has nothing the retries check could find (no attempt at all)
+        # and no backoff (``not_before`` is set only when a retry policy queues it again)
+        pending = [await u.jobs.get(job_id) for job_id in tried]
         for job in [*active, *(j for j in pending if j is not None)]:
             out.extend(await _check_retries(u, job))
 

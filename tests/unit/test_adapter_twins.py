@@ -15,6 +15,7 @@ ADAPTERS = Path(__file__).resolve().parents[2] / "adapters"
 MEMORY_ONLY = {
     "db": "the in-memory transaction engine (PostgreSQL itself on the other side)",
     "store": "the in-memory database's tables (tables.py and migrations on the other side)",
+    "copies": "the in-memory database's copies of rows (the driver decodes new values there)",
     "backend": "an ExecutionBackend: its twins are the real backends",
     "journal": "a node's MemberJournal: its twin is adapters/node/journal.py (SQLite)",
     "node_states": "node state times and connectivity history: migration 0029's triggers on "
