@@ -105,6 +105,48 @@ async def test_concurrent_resends_store_once(
     assert await points(store) == 1000
 
 
+async def test_batches_arriving_together_share_one_transaction_and_each_gets_its_own_answer(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """Group commit: what many streams send at once is stored in one transaction, each batch
+    cut at its source's watermark in arrival order (a resend beside its original stores
+    nothing twice), the counters summed per member."""
+    before = store.groups.groups
+    sent = [
+        (scopes[0], [loss(range(0, 10))]),
+        (scopes[1], [loss(range(0, 5)), loss(range(0, 3), "other.jsonl#0")]),
+        (scopes[0], [loss(range(5, 15))]),  # overlaps the first: 5 records new
+        (scopes[2], []),  # counters only
+        (scopes[3], [loss(range(0, 7))]),
+    ]
+    results = await asyncio.gather(*(store.append(s, b, NONE, NOW) for s, b in sent))
+    assert [(r.accepted, r.duplicates) for r in results] == [
+        (20, 0), (16, 0), (10, 10), (0, 0), (14, 0)
+    ]  # fmt: skip
+    assert store.groups.groups == before + 1
+    assert await points(store) == 60
+    counts = {c.member_id: (c.points, c.duplicates) for c in await store.counts(scopes[0].job_id)}
+    assert counts[scopes[0].member_id] == (30, 10) and counts[scopes[1].member_id] == (16, 0)
+    assert counts[scopes[2].member_id] == (0, 0)
+
+
+async def test_a_batch_that_cannot_be_stored_fails_alone_in_its_group(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    stranger = MemberScope(scopes[0].job_id, scopes[0].attempt_id, "mem-unknown", 9)
+    results = await asyncio.gather(
+        store.append(scopes[0], [loss(range(0, 10))], NONE, NOW),
+        store.append(stranger, [loss(range(0, 10))], NONE, NOW),  # no such member: refused
+        store.append(scopes[1], [loss(range(0, 4))], NONE, NOW),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], Exception)
+    assert [(r.accepted, r.duplicates) for r in (results[0], results[2])] == [(20, 0), (8, 0)]  # type: ignore[union-attr]
+    assert await points(store) == 28
+    again = await store.append(scopes[0], [loss(range(0, 12))], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (4, 20)
+
+
 async def test_rollups_equal_a_brute_force_aggregation(
     store: PostgresMetrics, scopes: list[MemberScope]
 ) -> None:
