@@ -30,7 +30,7 @@ from domain.telemetry_ports import (
 )
 
 DEFAULT_GRACE = timedelta(minutes=10)
-STATUS_SECONDS = 5.0
+STATUS_SECONDS = 60.0
 MAX_REMEMBERED = 100_000  # members whose status is kept; all forgotten beyond
 
 

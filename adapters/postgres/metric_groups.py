@@ -19,9 +19,8 @@ its own stream.
 from __future__ import annotations
 
 import asyncio
-import io
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -243,7 +242,7 @@ class GroupedAppends:
         )
         await conn.copy_to_table(
             "metric_blocks",
-            source=io.BytesIO(rows.copy_payload()),
+            source=_chunks(rows.copy_payload()),
             columns=BLOCK_COLUMNS,
             format="binary",
         )
@@ -291,6 +290,12 @@ class GroupedAppends:
             per[entry.scope.member_id] = now
         members = sorted(per)
         await conn.execute(_COUNTERS, members, *([per[m][i] for m in members] for i in range(6)))
+
+
+async def _chunks(payload: bytes) -> AsyncIterator[bytes]:
+    """The payload as asyncpg's COPY source (a file object would be read in a thread pool,
+    one hop per chunk: a tenth of the gateway's time at thousands of streams)."""
+    yield payload
 
 
 def _settle(done: asyncio.Future[Appended], outcome: Appended | BaseException) -> None:

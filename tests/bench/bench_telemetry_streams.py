@@ -56,7 +56,8 @@ POINTS = int(os.environ.get("BENCH_POINTS", "100"))
 SECONDS = float(os.environ.get("BENCH_SECONDS", "30"))
 WARMUP = float(os.environ.get("BENCH_WARMUP", "5"))
 LOADERS = int(os.environ.get("BENCH_LOADERS", "2"))
-KILL = os.environ.get("BENCH_KILL", "1") == "1"
+CONFIGS = os.environ.get("BENCH_CONFIGS", "1,2,2k").split(",")  # gateways; k: kill one
+PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -229,21 +230,35 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         pg_pids = family(postmaster)
         watched = {"gateways": [p.pid for p in procs], "postgres": pg_pids,
                    "load": [p.pid for p in loaders]}  # fmt: skip
-        before = {k: sum(cpu_seconds(p) for p in v) for k, v in watched.items()}
+        cpu0 = {p: cpu_seconds(p) for v in watched.values() for p in v}
         load_before, w0 = loadavg(), time.monotonic()
+        spy = None
+        if PYSPY:
+            spy = subprocess.Popen(
+                [PYSPY, "record", "-p", str(procs[0].pid), "-d", str(int(SECONDS - WARMUP) - 1),
+                 "-f", "raw", "-o", str(root / f"gateway-{gateways}.folded"), "--nonblocking"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
         killed_at = None
         if kill:
             time.sleep((SECONDS - WARMUP) / 2)
+            last = cpu_seconds(procs[0].pid)  # its CPU until it dies (gone from /proc after)
             procs[0].send_signal(signal.SIGKILL)
             procs[0].wait(10)
             killed_at = time.time()
         time.sleep(max(0.0, start + SECONDS - time.time()))
         window = time.monotonic() - w0
-        after = {k: sum(cpu_seconds(p) for p in v) for k, v in watched.items()}
+        cpu1 = {p: cpu_seconds(p) for v in watched.values() for p in v}
+        if kill:
+            cpu1[procs[0].pid] = last
+        used = {k: sum(max(0.0, cpu1[p] - cpu0[p]) for p in v) for k, v in watched.items()}
         rss = [rss_mib(p.pid) for p in procs if p.poll() is None]
         load_after = loadavg()
         for p in loaders:
             assert p.wait(300) == 0
+        if spy is not None:
+            spy.wait(60)
+            print(f"\nprofile: {root / f'gateway-{gateways}.folded'}")
     finally:
         for p in loaders:
             if p.poll() is None:
@@ -258,7 +273,8 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     lat = np.array([x for o in outs for x in o["latencies"]]).reshape(-1, 2)
     steady = lat[lat[:, 0] >= start + WARMUP][:, 1] * 1000
     problems, stored = asyncio.run(check_stored(url, records))
-    cores = {k: (after[k] - before[k]) / window for k in after}
+    cores = {k: used[k] / window for k in used}
+    after_kill = lat[lat[:, 0] >= (killed_at or float("inf"))][:, 1] * 1000
     return {
         "gateways": gateways,
         "connect_s": connect_s,
@@ -275,6 +291,9 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         "reconnects": sum(o["reconnects"] for o in outs),
         "problems": problems,
         "killed": killed_at is not None,
+        "after_kill": (float(np.percentile(after_kill, 99)), float(after_kill.max()))
+        if len(after_kill)
+        else None,
         "load": (load_before, load_after),
     }
 
@@ -282,8 +301,9 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
 def test_collector_streams(durable_pg: tuple[str, int]) -> None:
     url, postmaster = durable_pg
     root = Path(tempfile.mkdtemp(prefix="tp-bench-streams-"))
-    results = [run_config(root, url, postmaster, 1, False)]
-    results.append(run_config(root, url, postmaster, 2, KILL))
+    results = [
+        run_config(root, url, postmaster, int(c.rstrip("k")), c.endswith("k")) for c in CONFIGS
+    ]
     print(
         f"\n{STREAMS:,} streams x {POINTS} points/s, {SECONDS:.0f} s ({WARMUP:.0f} s warm-up),"
         f" {LOADERS} load generator processes, machine: {os.cpu_count()} cores"
@@ -299,7 +319,13 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
             f" load generators {c['load']:.2f}; gateway RSS {r['rss']} MiB"
             f"\n  connecting the streams: {r['connect_s']:.1f} s; reconnects {r['reconnects']};"
             f" unacked at the end {r['unacked']}; loadavg {r['load'][0]} -> {r['load'][1]}"
-            f"\n  points sent {r['sent']:,}, stored {r['stored']:,};"
+            + (
+                f"\n  batches sent after the kill: ack p99 {r['after_kill'][0]:.0f} ms,"
+                f" max {r['after_kill'][1]:.0f} ms"
+                if r["after_kill"]
+                else ""
+            )
+            + f"\n  points sent {r['sent']:,}, stored {r['stored']:,};"
             f" problems: {r['problems'] or 'none'}"
         )
     for r in results:
