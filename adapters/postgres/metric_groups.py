@@ -28,7 +28,7 @@ from typing import Any, cast
 import asyncpg
 import numpy as np
 
-from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, Rows
+from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS, Rows
 from adapters.telemetry.columns import Points
 from domain.telemetry import Appended, MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
@@ -37,12 +37,20 @@ MAX_GROUP = 512  # batches in one transaction
 FLUSHERS = 2  # transactions under way at once (one gathers while the other commits)
 _NO_STEP = 2**63 - 1
 
+# The rollups come in by binary COPY into a temporary table (a few dozen rows per batch, twelve
+# numbers each: passed as query arguments, asyncpg encoded each number, a sixth of the gateway's
+# time), then merge with one statement. ``rollups_in`` lives as long as its connection.
+_ROLLUPS_IN = """
+CREATE TEMPORARY TABLE IF NOT EXISTS rollups_in (series_id bigint, width int, bucket bigint,
+    first_step bigint, last_step bigint, minimum float8, maximum float8, total float8,
+    count bigint, last float8, min_wall float8, max_wall float8) ON COMMIT DELETE ROWS
+"""
+
 _MERGE_ROLLUPS = """
 INSERT INTO metric_rollups AS r (series_id, width, bucket, first_step, last_step, minimum,
     maximum, total, count, last, min_wall, max_wall)
-SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[],
-    $6::float8[], $7::float8[], $8::float8[], $9::bigint[], $10::float8[], $11::float8[],
-    $12::float8[])
+SELECT series_id, width, bucket, first_step, last_step, NULLIF(minimum, 'NaN'),
+    NULLIF(maximum, 'NaN'), total, count, last, min_wall, max_wall FROM rollups_in
 ON CONFLICT (series_id, width, bucket) DO UPDATE SET
     first_step = LEAST(r.first_step, EXCLUDED.first_step),
     last = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last ELSE r.last END,
@@ -246,7 +254,14 @@ class GroupedAppends:
             columns=BLOCK_COLUMNS,
             format="binary",
         )
-        await conn.execute(_MERGE_ROLLUPS, *rows.rollups())
+        await conn.execute(_ROLLUPS_IN)
+        await conn.copy_to_table(
+            "rollups_in",
+            source=_chunks(rows.rollup_payload()),
+            columns=ROLLUP_COLUMNS,
+            format="binary",
+        )
+        await conn.execute(_MERGE_ROLLUPS)
         await conn.execute(_UPDATE_SERIES, *rows.latest())
 
     async def _series_ids(
