@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import asyncpg
 import numpy as np
@@ -313,7 +313,49 @@ async def _chunks(payload: bytes) -> AsyncIterator[bytes]:
     yield payload
 
 
-def _settle(done: asyncio.Future[Appended], outcome: Appended | BaseException) -> None:
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+@dataclass
+class Coalesced(Generic[K, V]):
+    """Lookups by key asked for while one is under way, answered by the next one for them all
+    (``fetch`` gets the keys, at most ``MAX_GROUP`` times 4, and returns what it found)."""
+
+    fetch: Callable[[list[K]], Awaitable[dict[K, V]]]
+    waiting: dict[K, list[asyncio.Future[V | None]]] = field(default_factory=dict)
+    reading: bool = False
+
+    async def read(self, key: K) -> V | None:
+        done: asyncio.Future[V | None] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(key, []).append(done)
+        if not self.reading:
+            self.reading = True
+            asyncio.get_running_loop().create_task(self._read())
+        return await asyncio.shield(done)
+
+    async def _read(self) -> None:
+        try:
+            while self.waiting:
+                keys = list(self.waiting)[: MAX_GROUP * 4]
+                futures = [self.waiting.pop(k) for k in keys]
+                try:
+                    found = await self.fetch(keys)
+                except BaseException as exc:
+                    for waiters in futures:
+                        for f in waiters:
+                            _settle(f, exc)
+                    if isinstance(exc, asyncio.CancelledError):
+                        raise
+                    continue
+                for key, waiters in zip(keys, futures, strict=True):
+                    for f in waiters:
+                        _settle(f, found.get(key))
+        finally:
+            self.reading = False
+
+
+def _settle(done: asyncio.Future[Any], outcome: object) -> None:
     if done.done():  # its caller was cancelled
         return
     if isinstance(outcome, BaseException):

@@ -21,7 +21,7 @@ import asyncpg
 
 from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
 from adapters.postgres.ingest_arrays import BLOCK_STEPS
-from adapters.postgres.metric_groups import GroupedAppends
+from adapters.postgres.metric_groups import Coalesced, GroupedAppends
 from domain.lifecycle import AttemptState
 from domain.telemetry import (
     STORED_TIERS,
@@ -118,17 +118,30 @@ class PostgresMetrics:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.groups = GroupedAppends(pool)  # batches of many streams, one transaction
+        self.statuses = Coalesced(self._statuses)  # members' statuses, many in one query
 
     async def member_status(self, member_id: str) -> MemberStatus | None:
-        row = await self.pool.fetchrow(
-            "SELECT a.job_id, m.attempt_id, m.index, a.state, a.updated_at FROM members m"
-            " JOIN attempts a ON a.id = m.attempt_id WHERE m.id = $1",
-            member_id,
+        """Read together with every other member's asked for meanwhile: one query for all (at
+        thousands of streams opening at once, a query each starved the pool that the ingest
+        transactions need)."""
+        return await self.statuses.read(member_id)
+
+    async def _statuses(self, member_ids: list[str]) -> dict[str, MemberStatus]:
+        rows = await self.pool.fetch(
+            "SELECT m.id, a.job_id, m.attempt_id, m.index, a.state, a.updated_at FROM members m"
+            " JOIN attempts a ON a.id = m.attempt_id WHERE m.id = ANY($1::text[])",
+            member_ids,
         )
-        if row is None:
-            return None
-        ended = row["updated_at"] if row["state"] in ENDED else None
-        return MemberStatus(row["job_id"], row["attempt_id"], row["index"], row["state"], ended)
+        return {
+            r["id"]: MemberStatus(
+                r["job_id"],
+                r["attempt_id"],
+                r["index"],
+                r["state"],
+                r["updated_at"] if r["state"] in ENDED else None,
+            )
+            for r in rows
+        }
 
     async def append(
         self,

@@ -21,7 +21,7 @@ from adapters.postgres.metric_compaction import (
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
-from domain.telemetry_ports import CollectorCounters
+from domain.telemetry_ports import CollectorCounters, MemberStatus
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.support.points import source_batch
 
@@ -223,6 +223,25 @@ async def test_member_status_says_when_the_attempt_ended(
     ended = await store.member_status(scopes[0].member_id)
     assert ended is not None and ended.attempt_ended_at == NOW
     assert await store.member_status("mem-unknown") is None
+
+
+async def test_statuses_asked_for_together_are_read_in_one_query(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    asked: list[list[str]] = []
+    fetch = store.statuses.fetch
+
+    async def counting(ids: list[str]) -> dict[str, MemberStatus]:
+        asked.append(ids)
+        return await fetch(ids)
+
+    store.statuses.fetch = counting
+    ids = [s.member_id for s in scopes] + ["mem-unknown", scopes[0].member_id]
+    got = await asyncio.gather(*(store.member_status(i) for i in ids))
+    assert len(asked) == 1 and sorted(asked[0]) == sorted(set(ids))
+    assert [g.attempt_id if g else None for g in got] == [
+        *(s.attempt_id for s in scopes), None, scopes[0].attempt_id
+    ]  # fmt: skip
 
 
 async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
