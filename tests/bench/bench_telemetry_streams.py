@@ -222,6 +222,8 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         connect_s = time.monotonic() - t0
         start = time.time() + 1.0
+        whole = {p.pid: cpu_seconds(p.pid) for p in procs}  # the run: from go to the last ack
+        whole.update({p: cpu_seconds(p) for p in family(postmaster)})
         for p in loaders:
             assert p.stdin is not None
             p.stdin.write(f"go {start} {SECONDS}\n")
@@ -256,6 +258,13 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         load_after = loadavg()
         for p in loaders:
             assert p.wait(300) == 0
+        ran = {p: cpu_seconds(p) - c for p, c in whole.items()}
+        if kill:
+            ran[procs[0].pid] = last - whole[procs[0].pid]
+        run_cpu = {
+            "gateways": sum(ran[p.pid] for p in procs),
+            "postgres": sum(max(0.0, c) for p, c in ran.items() if p not in [g.pid for g in procs]),
+        }
         if spy is not None:
             spy.wait(60)
             print(f"\nprofile: {root / f'gateway-{gateways}.folded'}")
@@ -274,6 +283,10 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     steady = lat[lat[:, 0] >= start + WARMUP][:, 1] * 1000
     problems, stored = asyncio.run(check_stored(url, records))
     cores = {k: used[k] / window for k in used}
+    run_cpu["load"] = sum(o["cpu"] for o in outs)
+    batches = sum(records.values()) * 4 / POINTS
+    per_batch = {k: 1e6 * v / batches for k, v in run_cpu.items()}  # µs of CPU per batch
+    drain = max(o["drained"] for o in outs) - (start + SECONDS)
     after_kill = lat[lat[:, 0] >= (killed_at or float("inf"))][:, 1] * 1000
     return {
         "gateways": gateways,
@@ -295,6 +308,8 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         if len(after_kill)
         else None,
         "load": (load_before, load_after),
+        "per_batch": per_batch,
+        "drain": drain,
     }
 
 
@@ -309,14 +324,16 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
         f" {LOADERS} load generator processes, machine: {os.cpu_count()} cores"
     )
     for r in results:
-        c = r["cores"]
-        assert isinstance(c, dict)
+        c, b = r["cores"], r["per_batch"]
         print(
             f"\n{r['gateways']} gateway(s){' (one killed halfway)' if r['killed'] else ''}:"
             f" {r['batches_per_s']:,.0f} batches/s = {r['points_per_s']:,.0f} points/s acked;"
             f" ack p50 {r['p50']:.1f} ms, p99 {r['p99']:.1f} ms, max {r['max']:.0f} ms"
             f"\n  CPU (cores): gateways {c['gateways']:.2f}, PostgreSQL {c['postgres']:.2f},"
             f" load generators {c['load']:.2f}; gateway RSS {r['rss']} MiB"
+            f"\n  CPU per batch over the whole run (µs): gateways {b['gateways']:.0f},"
+            f" PostgreSQL {b['postgres']:.0f}, load generators {b['load']:.0f};"
+            f" last ack {r['drain']:.1f} s after the last batch was due"
             f"\n  connecting the streams: {r['connect_s']:.1f} s; reconnects {r['reconnects']};"
             f" unacked at the end {r['unacked']}; loadavg {r['load'][0]} -> {r['load'][1]}"
             + (

@@ -160,6 +160,7 @@ async def main(plan_file: Path) -> None:
     _, start, seconds = line.split()
     start_at, end_at = float(start), float(start) + float(seconds)
     await asyncio.sleep(max(0.0, start_at - time.time()))
+    cpu0 = time.process_time()
 
     async def beat(i: int, p: Player) -> None:
         t = start_at + i / len(players)  # phases spread over the second
@@ -172,6 +173,8 @@ async def main(plan_file: Path) -> None:
     deadline = time.time() + plan.get("drain_seconds", 120)
     while any(p.unacked for p in players) and time.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
+    cpu = time.process_time() - cpu0  # sending until the last ack
+    drained = time.time()
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -184,6 +187,8 @@ async def main(plan_file: Path) -> None:
         "records": {p.member["member"]: p.next_record for p in players},
         "unacked": sum(len(p.unacked) for p in players),
         "reconnects": sum(p.reconnects for p in players),
+        "cpu": cpu,
+        "drained": drained,
     }
     Path(str(plan_file) + ".out.json").write_text(json.dumps(out))  # noqa: ASYNC240 - the end
 
