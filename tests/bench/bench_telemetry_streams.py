@@ -313,6 +313,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     }
 
 
+@pytest.mark.timeout(3600)
 def test_collector_streams(durable_pg: tuple[str, int]) -> None:
     url, postmaster = durable_pg
     root = Path(tempfile.mkdtemp(prefix="tp-bench-streams-"))
