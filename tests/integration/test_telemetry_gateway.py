@@ -29,7 +29,7 @@ from adapters.tls import client_context, ensure_dev_pki, server_context
 from application import log_context
 from application.node_control import ControlSettings, NodeControl
 from application.telemetry import STATUS_SECONDS, TelemetryIngest
-from domain.errors import Forbidden
+from domain.errors import Forbidden, Unavailable
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters, MemberStatus
 from proto import node_control_pb2 as node_pb
@@ -352,3 +352,23 @@ async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Teleme
             assert await stream.recv_message() is None
     assert info.value.status == Status.INVALID_ARGUMENT
     assert (await telemetry.written())[0] == 3
+
+
+async def test_gateways_share_a_port_only_when_told_to(tmp_path: Path) -> None:
+    """TUNEPLANE_TELEMETRY_GATEWAY_SHARE_PORT: several processes listen on one port
+    (SO_REUSEPORT); without it, a second gateway on a port in use is refused, as before."""
+    from entrypoints.gateway import _listen
+
+    pki = ensure_dev_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
+    tls = server_context(pki.server.cert, pki.server.key)
+    port = free_port()
+    servers = [Server([]) for _ in range(3)]
+    try:
+        await _listen(servers[0], "127.0.0.1", port, tls, "telemetry", share=True)
+        await _listen(servers[1], "127.0.0.1", port, tls, "telemetry", share=True)
+        with pytest.raises(Unavailable, match=f"cannot listen on 127.0.0.1:{port}"):
+            await _listen(servers[2], "127.0.0.1", port, tls, "telemetry")
+    finally:
+        for server in servers[:2]:
+            server.close()
+            await server.wait_closed()
