@@ -4,6 +4,12 @@ A collector token speaks for one member of one attempt. Every batch names its at
 member; a batch for anything else is refused before anything is written, as is a batch whose
 token expired or whose attempt ended more than ``grace`` ago (the grace lets a collector ship
 the last lines a member wrote before it exited).
+
+The member's status is read at most once per ``STATUS_SECONDS`` per member while its attempt
+runs (not once per batch: at thousands of streams, a query per batch cost as much as storing
+it). That changes no answer while ``STATUS_SECONDS`` is below the grace: an attempt seen running
+at ``t`` that ended at ``e >= t`` has ``now - e <= now - t``, within the grace, so a fresh read
+would accept the batch too. An ended attempt's status is read every time.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from domain.ports import Clock
 from domain.telemetry import Appended, MemberScope, SourceBatch
 from domain.telemetry_ports import (
     CollectorCounters,
+    MemberStatus,
     MetricsStore,
     TokenClaims,
     TokenSigner,
@@ -23,6 +30,8 @@ from domain.telemetry_ports import (
 )
 
 DEFAULT_GRACE = timedelta(minutes=10)
+STATUS_SECONDS = 60.0
+MAX_REMEMBERED = 100_000  # members whose status is kept; all forgotten beyond
 
 
 class TelemetryIngest:
@@ -38,6 +47,8 @@ class TelemetryIngest:
         self.verifier = verifier
         self.clock = clock
         self.grace = grace
+        self.fresh = min(timedelta(seconds=STATUS_SECONDS), grace)
+        self._running: dict[str, tuple[MemberStatus, datetime]] = {}  # member -> (status, read)
 
     async def authenticate(self, token: str) -> TokenClaims:
         if not token:
@@ -67,7 +78,7 @@ class TelemetryIngest:
                 f" only, not member {member_id!r} of attempt {attempt_id!r}",
                 fix="use each member's own token for its metrics",
             )
-        status = await self.store.member_status(member_id)
+        status = await self._status(member_id, now)
         if status is None or (status.job_id, status.attempt_id) != (
             scope.job_id,
             scope.attempt_id,
@@ -86,6 +97,19 @@ class TelemetryIngest:
         for batch in batches:
             batch.check()
         return await self.store.append(scope, batches, counters, now)
+
+    async def _status(self, member_id: str, now: datetime) -> MemberStatus | None:
+        known = self._running.get(member_id)
+        if known is not None and timedelta(0) <= now - known[1] < self.fresh:
+            return known[0]
+        status = await self.store.member_status(member_id)
+        if status is not None and status.attempt_ended_at is None:
+            if len(self._running) >= MAX_REMEMBERED:
+                self._running.clear()
+            self._running[member_id] = (status, now)
+        else:
+            self._running.pop(member_id, None)
+        return status
 
 
 async def collector_token(

@@ -53,10 +53,13 @@ def _where(which: str) -> str:
     return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
 
 
-async def _listen(grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str) -> Server:
-    """Start ``grpc`` on host:port; a clear error when it cannot listen there."""
+async def _listen(
+    grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str, *, share: bool = False
+) -> Server:
+    """Start ``grpc`` on host:port (``share``: beside other processes that share it, with
+    SO_REUSEPORT); a clear error when it cannot listen there."""
     try:
-        await grpc.start(host, port, ssl=tls)
+        await grpc.start(host, port, ssl=tls, reuse_port=share or None)
     except OSError as exc:
         raise Unavailable(
             f"the {which} gateway cannot listen on {host}:{port}: {exc.strerror or exc}",
@@ -125,7 +128,8 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
     tls, ca = gateway_tls(settings)
     async with started(TelemetryGatewayContainer(settings=settings)) as container:
         gateway = await resolve(container.gateway)
-        server = await _listen(Server([gateway]), host, port, tls, "telemetry")
+        share = settings.telemetry_gateway_share_port
+        server = await _listen(Server([gateway]), host, port, tls, "telemetry", share=share)
         try:
             logs.say(announce or f"telemetry gateway on {host}:{port} (TLS; collectors trust {ca})")
             announce_ready()

@@ -298,6 +298,14 @@ class Settings:
         section="telemetry",
         doc="the telemetry gateway's port",
     )
+    telemetry_gateway_share_port: bool = var(
+        False,
+        env="TUNEPLANE_TELEMETRY_GATEWAY_SHARE_PORT",
+        section="telemetry",
+        doc="let several telemetry gateway processes on this host listen on the same port "
+        "(SO_REUSEPORT: the kernel spreads collectors' connections between them; a collector "
+        "whose gateway dies reconnects to a live one and resends what was not acknowledged)",
+    )
     telemetry_grace_seconds: Seconds = var(
         600,
         env="TUNEPLANE_TELEMETRY_GRACE_SECONDS",

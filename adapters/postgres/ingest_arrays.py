@@ -26,6 +26,17 @@ _INT8, _FLOAT8 = 20, 701  # PostgreSQL type oids of the array elements
 _BLOCK = struct.Struct("!hiqiq")  # 6 fields; series_id, bucket (int8)
 _ARRAY = struct.Struct("!iiiiii")  # byte length; 1 dimension, no NULL, element oid, n, from 1
 _ELEMENT = {dt: np.dtype([("length", ">i4"), ("value", dt)]) for dt in (">i8", ">f8")}
+# metric_rollups' columns, and a binary COPY row of them: field count, then (length, value) each
+ROLLUP_TYPES = {
+    "series_id": ">i8", "width": ">i4", "bucket": ">i8", "first_step": ">i8", "last_step": ">i8",
+    "minimum": ">f8", "maximum": ">f8", "total": ">f8", "count": ">i8", "last": ">f8",
+    "min_wall": ">f8", "max_wall": ">f8",
+}  # fmt: skip
+ROLLUP_COLUMNS = list(ROLLUP_TYPES)
+_ROLLUP_ROW = np.dtype(
+    [("fields", ">i2")]
+    + [f for name, t in ROLLUP_TYPES.items() for f in ((name + "_size", ">i4"), (name, t))]
+)
 
 
 @dataclass(slots=True)
@@ -100,7 +111,27 @@ class Rows:
         ]
 
     def rollups(self) -> list[list[Any]]:
-        """The 12 columns of ``metric_rollups`` rows for every tier, as lists."""
+        """The 12 columns of ``metric_rollups`` rows for every tier, as lists (None: no finite
+        value)."""
+        columns = self._rollup_columns()
+        out: list[list[Any]] = [c.tolist() for c in columns]
+        out[5], out[6] = _none_for_nan(columns[5]), _none_for_nan(columns[6])
+        return out
+
+    def rollup_payload(self) -> bytes:
+        """The same rows as a binary COPY payload (``ROLLUP_COLUMNS``; NaN for a minimum or
+        maximum of no finite value), built without a Python object per value."""
+        columns = self._rollup_columns()
+        rows = np.empty(len(columns[0]), dtype=_ROLLUP_ROW)
+        rows["fields"] = len(ROLLUP_COLUMNS)
+        for name, column in zip(ROLLUP_COLUMNS, columns, strict=True):
+            rows[name + "_size"] = rows.dtype[name].itemsize
+            rows[name] = column
+        return _HEADER + rows.tobytes() + _TRAILER
+
+    def _rollup_columns(self) -> list[np.ndarray]:
+        if not len(self):
+            return [np.empty(0, np.dtype(t)) for t in ROLLUP_TYPES.values()]
         finite = np.isfinite(self.value)
         level = _Level(
             series=self.series,
@@ -114,12 +145,12 @@ class Rows:
             min_wall=self.wall,
             max_wall=self.wall,
         )
-        out: list[list[Any]] = [[] for _ in range(12)]
+        parts: list[list[np.ndarray]] = []
         for width in TIERS:
             level = level.coarser(width)
             if width in STORED_TIERS:
-                level.append_to(out, width)
-        return out
+                parts.append(level.columns(width))
+        return [np.concatenate(c) for c in zip(*parts, strict=True)]
 
 
 def _groups(*keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -166,25 +197,23 @@ class _Level:
             bucket=bucket[starts],
         )
 
-    def append_to(self, out: list[list[Any]], width: int) -> None:
+    def columns(self, width: int) -> list[np.ndarray]:
         assert self.bucket is not None
         n = len(self.series)
-        cols: tuple[Any, ...] = (
-            self.series.tolist(),
-            [width] * n,
-            self.bucket.tolist(),
-            self.first.tolist(),
-            self.last.tolist(),
-            _none_for_nan(self.minimum),
-            _none_for_nan(self.maximum),
-            self.total.tolist(),
-            self.count.tolist(),
-            self.last_value.tolist(),
-            self.min_wall.tolist(),
-            self.max_wall.tolist(),
-        )
-        for column, values in zip(out, cols, strict=True):
-            column.extend(values)
+        return [
+            self.series,
+            np.full(n, width, dtype=np.int64),
+            self.bucket,
+            self.first,
+            self.last,
+            self.minimum,
+            self.maximum,
+            self.total,
+            self.count,
+            self.last_value,
+            self.min_wall,
+            self.max_wall,
+        ]
 
 
 def _none_for_nan(a: np.ndarray) -> list[float | None]:

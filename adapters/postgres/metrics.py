@@ -1,10 +1,11 @@
 """The metrics store on PostgreSQL (``domain.telemetry_ports.MetricsStore``), on asyncpg directly.
 
-Ingest is one transaction per collector batch: lock each source's watermark row, keep only the
-records above it, create missing series, COPY the raw points (sorted by series and step: the
-B-tree index grows at its right edge, see shared perf notes), merge the batch's rollups into
-``metric_rollups`` with one ``INSERT … ON CONFLICT DO UPDATE`` over arrays, update the series'
-latest values and raise the watermarks. A resent batch therefore stores nothing twice.
+Ingest (``metric_groups.py``) stores the batches that arrive together, from many streams, in one
+transaction: lock each source's watermark row, keep only the records above it, create missing
+series, COPY the raw points (sorted by series and step: the B-tree index grows at its right
+edge, see shared perf notes), merge the rollups into ``metric_rollups`` with one ``INSERT … ON
+CONFLICT DO UPDATE`` over arrays, update the series' latest values and raise the watermarks. A
+resent batch therefore stores nothing twice.
 
 Queries read at most one row per bucket. asyncpg prepares statements; after five executions
 PostgreSQL may switch a prepared statement to a generic plan, which is much slower for these
@@ -13,17 +14,14 @@ range queries, so the pool sets ``plan_cache_mode = force_custom_plan``.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
 
 import asyncpg
-import numpy as np
 
 from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
-from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, BLOCK_STEPS, Rows
-from adapters.telemetry.columns import Points
+from adapters.postgres.ingest_arrays import BLOCK_STEPS
+from adapters.postgres.metric_groups import Coalesced, GroupedAppends
 from domain.lifecycle import AttemptState
 from domain.telemetry import (
     STORED_TIERS,
@@ -44,36 +42,6 @@ from domain.telemetry_ports import (
 
 ENDED = {AttemptState.SUCCEEDED.value, AttemptState.FAILED.value, AttemptState.CANCELLED.value}
 _NO_STEP = 2**63 - 1
-
-_MERGE_ROLLUPS = """
-INSERT INTO metric_rollups AS r (series_id, width, bucket, first_step, last_step, minimum,
-    maximum, total, count, last, min_wall, max_wall)
-SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[],
-    $6::float8[], $7::float8[], $8::float8[], $9::bigint[], $10::float8[], $11::float8[],
-    $12::float8[])
-ON CONFLICT (series_id, width, bucket) DO UPDATE SET
-    first_step = LEAST(r.first_step, EXCLUDED.first_step),
-    last = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last ELSE r.last END,
-    last_step = GREATEST(r.last_step, EXCLUDED.last_step),
-    minimum = LEAST(r.minimum, EXCLUDED.minimum),
-    maximum = GREATEST(r.maximum, EXCLUDED.maximum),
-    total = r.total + EXCLUDED.total,
-    count = r.count + EXCLUDED.count,
-    min_wall = LEAST(r.min_wall, EXCLUDED.min_wall),
-    max_wall = GREATEST(r.max_wall, EXCLUDED.max_wall)
-"""
-
-_UPDATE_SERIES = """
-UPDATE metric_series s SET
-    first_step = LEAST(s.first_step, u.first_step),
-    last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
-    last_wall = CASE WHEN u.last_step >= s.last_step THEN u.last_wall ELSE s.last_wall END,
-    last_step = GREATEST(s.last_step, u.last_step),
-    count = s.count + u.n
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[], $6::bigint[])
-    AS u(id, first_step, last_step, last_value, last_wall, n)
-WHERE s.id = u.id
-"""
 
 # The raw points of series $1 with steps $2 … $3: the blocks of those buckets, unnested.
 _POINTS = f"""
@@ -128,19 +96,6 @@ WHERE step > $2 OR record_offset > $4 ORDER BY step, record_offset LIMIT $5
 _NEXT_BLOCK = "SELECT min(bucket) FROM metric_blocks WHERE series_id = $1 AND bucket >= $2"
 RAW_WINDOW = 8 * BLOCK_STEPS  # steps the raw inspector reads a page from at a time
 
-_COUNTERS = """
-INSERT INTO telemetry_members AS t (member_id, points, duplicates, corrupt_records,
-    dropped_records, dropped_bytes, last_batch_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (member_id) DO UPDATE SET
-    points = t.points + EXCLUDED.points,
-    duplicates = t.duplicates + EXCLUDED.duplicates,
-    corrupt_records = GREATEST(t.corrupt_records, EXCLUDED.corrupt_records),
-    dropped_records = GREATEST(t.dropped_records, EXCLUDED.dropped_records),
-    dropped_bytes = GREATEST(t.dropped_bytes, EXCLUDED.dropped_bytes),
-    last_batch_at = EXCLUDED.last_batch_at
-"""
-
 
 async def create_pool(
     url: str, *, min_size: int = 1, max_size: int = 4, keepalive_seconds: float = KEEPALIVE_SECONDS
@@ -162,18 +117,31 @@ async def create_pool(
 class PostgresMetrics:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self._series: dict[tuple[str, str, str], int] = {}  # (member, source, tag) -> id
+        self.groups = GroupedAppends(pool)  # batches of many streams, one transaction
+        self.statuses = Coalesced(self._statuses)  # members' statuses, many in one query
 
     async def member_status(self, member_id: str) -> MemberStatus | None:
-        row = await self.pool.fetchrow(
-            "SELECT a.job_id, m.attempt_id, m.index, a.state, a.updated_at FROM members m"
-            " JOIN attempts a ON a.id = m.attempt_id WHERE m.id = $1",
-            member_id,
+        """Read together with every other member's asked for meanwhile: one query for all (at
+        thousands of streams opening at once, a query each starved the pool that the ingest
+        transactions need)."""
+        return await self.statuses.read(member_id)
+
+    async def _statuses(self, member_ids: list[str]) -> dict[str, MemberStatus]:
+        rows = await self.pool.fetch(
+            "SELECT m.id, a.job_id, m.attempt_id, m.index, a.state, a.updated_at FROM members m"
+            " JOIN attempts a ON a.id = m.attempt_id WHERE m.id = ANY($1::text[])",
+            member_ids,
         )
-        if row is None:
-            return None
-        ended = row["updated_at"] if row["state"] in ENDED else None
-        return MemberStatus(row["job_id"], row["attempt_id"], row["index"], row["state"], ended)
+        return {
+            r["id"]: MemberStatus(
+                r["job_id"],
+                r["attempt_id"],
+                r["index"],
+                r["state"],
+                r["updated_at"] if r["state"] in ENDED else None,
+            )
+            for r in rows
+        }
 
     async def append(
         self,
@@ -182,126 +150,7 @@ class PostgresMetrics:
         counters: CollectorCounters,
         now: datetime,
     ) -> Appended:
-        accepted = duplicates = 0
-        fresh: dict[tuple[str, str, str], int] = {}  # series made by this transaction
-        async with self.pool.acquire() as conn, conn.transaction():
-            kept: list[tuple[str, Points]] = []
-            marks: list[tuple[str, int]] = []
-            for batch in sorted(batches, key=lambda b: b.source):  # one lock order everywhere
-                points = cast(Points, batch.points)
-                if not len(points):
-                    continue
-                mark = await self._watermark(conn, scope.member_id, batch)
-                cut = int(np.searchsorted(points.offset, mark, side="right"))
-                duplicates += cut
-                if cut < len(points):
-                    kept.append((batch.source, points.take(slice(cut, None))))
-                    marks.append((batch.source, int(points.offset[-1])))
-            if kept:
-                accepted = await self._store(conn, scope, kept, fresh)
-                await conn.execute(
-                    "UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $2"
-                    " FROM unnest($3::text[], $4::bigint[]) AS u(source, mark)"
-                    " WHERE t.member_id = $1 AND t.source = u.source",
-                    scope.member_id,
-                    now,
-                    [s for s, _ in marks],
-                    [m for _, m in marks],
-                )
-            await conn.execute(
-                _COUNTERS,
-                scope.member_id,
-                accepted,
-                duplicates,
-                counters.corrupt_records,
-                counters.dropped_records,
-                counters.dropped_bytes,
-                now,
-            )
-        # only now: a series id cached from a transaction that rolled back (a stream cancelled
-        # mid-batch) would file every later point of that series under a row that is not there
-        self._series.update(fresh)
-        return Appended(accepted, duplicates)
-
-    async def _watermark(self, conn: Any, member_id: str, batch: SourceBatch) -> int:
-        """The source's watermark, its row made where missing and locked for the transaction
-        (one round trip: an upsert that changes nothing locks the row it returns)."""
-        mark: int = await conn.fetchval(
-            "INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)"
-            " VALUES ($1, $2, $3, -1, now()) ON CONFLICT (member_id, source)"
-            " DO UPDATE SET kind = t.kind RETURNING t.watermark",
-            member_id,
-            batch.source,
-            batch.kind,
-        )
-        return mark
-
-    async def _store(
-        self,
-        conn: Any,
-        scope: MemberScope,
-        kept: list[tuple[str, Points]],
-        fresh: dict[tuple[str, str, str], int],
-    ) -> int:
-        ids = await self._series_ids(conn, scope, kept, fresh)
-        series = [
-            np.array([ids.get((source, t), -1) for t in p.tags], dtype=np.int64)[p.tag]
-            for source, p in kept
-        ]
-        points = Rows.of(
-            np.concatenate(series),
-            np.concatenate([p.step for _, p in kept]),
-            np.concatenate([p.wall for _, p in kept]),
-            np.concatenate([p.value for _, p in kept]),
-            np.concatenate([p.offset for _, p in kept]),
-        )
-        await conn.copy_to_table(
-            "metric_blocks",
-            source=io.BytesIO(points.copy_payload()),
-            columns=BLOCK_COLUMNS,
-            format="binary",
-        )
-        await conn.execute(_MERGE_ROLLUPS, *points.rollups())
-        await conn.execute(_UPDATE_SERIES, *points.latest())
-        return len(points)
-
-    async def _series_ids(
-        self,
-        conn: Any,
-        scope: MemberScope,
-        kept: list[tuple[str, Points]],
-        fresh: dict[tuple[str, str, str], int],
-    ) -> dict[tuple[str, str], int]:
-        """Ids of the batch's series, made where missing; ``fresh`` gets the ones looked up
-        in this transaction (cached by the caller once it committed)."""
-        wanted = {(source, p.tags[i]) for source, p in kept for i in np.unique(p.tag).tolist()}
-        member = scope.member_id
-        missing = [k for k in wanted if (member, *k) not in self._series]
-        if missing:
-            await conn.execute(
-                "INSERT INTO metric_series (job_id, attempt_id, member_id, source, tag,"
-                " first_step, last_step, count, last_value, last_wall)"
-                " SELECT $1, $2, $3, u.source, u.tag, $6, -1, 0, 'NaN', 0"
-                " FROM unnest($4::text[], $5::text[]) AS u(source, tag)"
-                " ON CONFLICT (member_id, source, tag) DO NOTHING",
-                scope.job_id,
-                scope.attempt_id,
-                member,
-                [s for s, _ in missing],
-                [t for _, t in missing],
-                _NO_STEP,
-            )
-            found = await conn.fetch(
-                "SELECT s.id, s.source, s.tag FROM metric_series s"
-                " JOIN unnest($2::text[], $3::text[]) AS u(source, tag)"
-                " ON s.source = u.source AND s.tag = u.tag WHERE s.member_id = $1",
-                member,
-                [s for s, _ in missing],
-                [t for _, t in missing],
-            )
-            for row in found:
-                fresh[(member, row["source"], row["tag"])] = row["id"]
-        return {k: self._series.get((member, *k)) or fresh[(member, *k)] for k in wanted}
+        return await self.groups.append(scope, batches, counters, now)
 
     async def series(self, job_id: str, tags: Sequence[str] | None = None) -> list[SeriesInfo]:
         rows = await self.pool.fetch(

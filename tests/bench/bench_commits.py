@@ -1,10 +1,14 @@
 """Benchmark: commits per second through the HTTP API into PostgreSQL.
 
 One `tp serve` process (supervisor off: this measures the commit path, not container launches)
-on a private, durable embedded PostgreSQL. Distinct previews are created beforehand; then wrk
-drives POST /v1/jobs with 64 connections, each request committing a different preview. In the
-same run, wrk measures GET /healthz on the same server as the ceiling, and a replay run (every
-request the same, already-committed triple) for the idempotent path.
+on a private, durable embedded PostgreSQL. Before each round, distinct previews are created
+through the API, as many as the highest rate measured so far (a short replay run calibrates the
+first round) times the run's seconds times ``--margin``; then wrk drives POST /v1/jobs with 64
+connections, each request committing a different preview, never one twice (commit.lua's "once"
+mode: a thread out of bodies stops instead of cycling into replays, and says so). Each round
+checks new jobs = requests from the jobs table. In the same run, wrk measures GET /healthz on
+the same server as the ceiling, and a replay run (every request the same, already-committed
+triple) for the idempotent path.
 
 Run: bash tests/bench/run.sh   (or: .venv/bin/python -m tests.bench.bench_commits --help)
 """
@@ -15,6 +19,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import os
 import re
 import statistics
@@ -49,11 +54,15 @@ def wrk(
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     total = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    exhausted = re.search(r"exhausted: (\d+)", out)
+    created = re.search(r"created: (\d+)", out)
     lat = dict(re.findall(r"\s+(50|99)%\s+([\d.]+\w+)", out))
     return {
         "rps": rps,
         "requests": total,
         "non2xx": int(bad.group(1)) if bad else 0,
+        "exhausted": int(exhausted.group(1)) if exhausted else 0,
+        "created": int(created.group(1)) if created else 0,
         "p50": lat.get("50", "?"),
         "p99": lat.get("99", "?"),
     }  # type: ignore[dict-item]
@@ -83,11 +92,31 @@ async def make_previews(url: str, token: str, count: int) -> list[dict[str, str]
     return bodies
 
 
+def _every_one_new(r: dict[str, float], connections: int) -> bool:
+    """Each answered request of a distinct-previews run made a new job (201, none a replay of
+    another), none was sent without a fresh preview, and the jobs table grew by exactly those
+    plus at most one request per connection still in flight when wrk stopped (wrk does not
+    count a request whose answer it did not read; the server commits it all the same)."""
+    return (
+        r["non2xx"] == 0
+        and r["exhausted"] == 0
+        and r["created"] == r["requests"]
+        and 0 <= r["jobs"] - r["requests"] <= connections
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--previews", type=int, default=18000, help="distinct previews made beforehand")
+    ap.add_argument(
+        "--margin",
+        type=float,
+        default=1.5,
+        help="previews made before each round: this many times the highest rate measured so far"
+        " times --seconds",
+    )
+    ap.add_argument("--previews", type=int, default=1000, help="at least this many per round")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of (health, commits, replays)")
     ap.add_argument("--seconds", type=int, default=8, help="duration of each wrk run")
     ap.add_argument("--connections", type=int, default=64)
@@ -125,45 +154,52 @@ def main() -> int:
                     break
             except httpx.HTTPError:
                 time.sleep(0.1)
-        t0 = time.perf_counter()
-        bodies = asyncio.run(make_previews(api, token, args.previews))
-        preview_s = time.perf_counter() - t0
         lua = str(HERE / "commit.lua")
         replay_file = tmp / "replay.jsonl"
-        replay_file.write_text(json.dumps(bodies[0]) + "\n")
+        replay = asyncio.run(make_previews(api, token, 1))
+        replay_file.write_text(json.dumps(replay[0]) + "\n")
+        calibration = wrk(api, args.connections, 2, [lua, str(replay_file), token, "2", "cycle"])
+        rate = calibration["rps"]  # the highest rate measured so far, commits or replays
+        made: list[tuple[int, float]] = []  # (previews, seconds) per round
         runs: list[tuple[str, dict[str, float]]] = []
-        per_round = len(bodies) // args.rounds
         for n in range(args.rounds):  # interleaved, so drift hits every kind of run alike
+            want = max(args.previews, math.ceil(rate * args.seconds * args.margin))
+            t0 = time.perf_counter()
+            mine = asyncio.run(make_previews(api, token, want))
+            made.append((want, time.perf_counter() - t0))
             runs.append(
                 ("GET /healthz (ceiling)", wrk(f"{api}/healthz", args.connections, args.seconds))
             )
             chunk = tmp / f"bodies-{n}.jsonl"
-            mine = bodies[n * per_round : (n + 1) * per_round]
             chunk.write_text("".join(json.dumps(b) + "\n" for b in mine))
             before = asyncio.run(count_rows(url, "jobs"))
-            r = wrk(api, args.connections, args.seconds, [lua, str(chunk), token, "2"])
+            r = wrk(api, args.connections, args.seconds, [lua, str(chunk), token, "2", "once"])
             r["jobs"] = asyncio.run(count_rows(url, "jobs")) - before
+            r["previews"] = want
             runs.append(("POST /v1/jobs, distinct previews", r))
-            runs.append(
-                (
-                    "POST /v1/jobs, replay of one",
-                    wrk(api, args.connections, args.seconds, [lua, str(replay_file), token, "2"]),
-                )
+            again = wrk(
+                api, args.connections, args.seconds, [lua, str(replay_file), token, "2", "cycle"]
             )
+            runs.append(("POST /v1/jobs, replay of one", again))
+            rate = max(rate, r["rps"], again["rps"])
 
         print(
-            f"\nprevious step: {args.previews} previews created in {preview_s:.1f} s "
-            f"({args.previews / preview_s:.0f}/s, 32 clients)"
+            f"\ncalibration: replays at {calibration['rps']:.0f} req/s; previews made per round"
+            f" (--margin {args.margin}):"
+            + "".join(f" {k:,} in {s:.1f} s ({k / s:.0f}/s);" for k, s in made)
         )
         print(
             f"{'run':<34}{'req/s':>10}{'requests':>10}{'non-2xx':>9}"
-            f"{'p50':>10}{'p99':>10}{'new jobs':>10}"
+            f"{'p50':>10}{'p99':>10}{'previews':>10}{'new jobs':>10}"
         )
+        short = []
         for name, r in runs:
             print(
                 f"{name:<34}{r['rps']:>10.0f}{r['requests']:>10.0f}{r['non2xx']:>9.0f}"
-                f"{r['p50']:>10}{r['p99']:>10}{r.get('jobs', ''):>10}"
+                f"{r['p50']:>10}{r['p99']:>10}{r.get('previews', ''):>10}{r.get('jobs', ''):>10}"
             )
+            if "jobs" in r and not _every_one_new(r, args.connections):
+                short.append(r)
         print(
             f"\nmedian over {args.rounds} rounds; ratio to the ceiling measured in the same rounds:"
         )
@@ -171,7 +207,19 @@ def main() -> int:
         for name in dict(runs):
             med = statistics.median(r["rps"] for n, r in runs if n == name)
             print(f"  {name:<34}{med:>8.0f} req/s  {med / ceiling:>6.3f} of the ceiling")
-        return 0
+        for _, r in runs:
+            if "jobs" in r:
+                print(
+                    f"distinct previews: {r['requests']:.0f} requests answered, {r['created']:.0f}"
+                    f" of them 201 Created; {r['jobs']:.0f} new jobs = those"
+                    f" + {r['jobs'] - r['requests']:.0f} in flight when wrk stopped;"
+                    f" {r['exhausted']:.0f} sent after the previews ran out"
+                )
+        if short:
+            print("NOT every request made a new job (raise --margin if the previews ran out)")
+        else:
+            print("every distinct-previews request made a new job (new jobs = requests)")
+        return 1 if short else 0
     finally:
         if server is not None:
             server.terminate()

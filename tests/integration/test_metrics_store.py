@@ -21,7 +21,7 @@ from adapters.postgres.metric_compaction import (
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
-from domain.telemetry_ports import CollectorCounters
+from domain.telemetry_ports import CollectorCounters, MemberStatus
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.support.points import source_batch
 
@@ -105,6 +105,48 @@ async def test_concurrent_resends_store_once(
     assert await points(store) == 1000
 
 
+async def test_batches_arriving_together_share_one_transaction_and_each_gets_its_own_answer(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """Group commit: what many streams send at once is stored in one transaction, each batch
+    cut at its source's watermark in arrival order (a resend beside its original stores
+    nothing twice), the counters summed per member."""
+    before = store.groups.groups
+    sent = [
+        (scopes[0], [loss(range(0, 10))]),
+        (scopes[1], [loss(range(0, 5)), loss(range(0, 3), "other.jsonl#0")]),
+        (scopes[0], [loss(range(5, 15))]),  # overlaps the first: 5 records new
+        (scopes[2], []),  # counters only
+        (scopes[3], [loss(range(0, 7))]),
+    ]
+    results = await asyncio.gather(*(store.append(s, b, NONE, NOW) for s, b in sent))
+    assert [(r.accepted, r.duplicates) for r in results] == [
+        (20, 0), (16, 0), (10, 10), (0, 0), (14, 0)
+    ]  # fmt: skip
+    assert store.groups.groups == before + 1
+    assert await points(store) == 60
+    counts = {c.member_id: (c.points, c.duplicates) for c in await store.counts(scopes[0].job_id)}
+    assert counts[scopes[0].member_id] == (30, 10) and counts[scopes[1].member_id] == (16, 0)
+    assert counts[scopes[2].member_id] == (0, 0)
+
+
+async def test_a_batch_that_cannot_be_stored_fails_alone_in_its_group(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    stranger = MemberScope(scopes[0].job_id, scopes[0].attempt_id, "mem-unknown", 9)
+    results = await asyncio.gather(
+        store.append(scopes[0], [loss(range(0, 10))], NONE, NOW),
+        store.append(stranger, [loss(range(0, 10))], NONE, NOW),  # no such member: refused
+        store.append(scopes[1], [loss(range(0, 4))], NONE, NOW),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], Exception)
+    assert [(r.accepted, r.duplicates) for r in (results[0], results[2])] == [(20, 0), (8, 0)]  # type: ignore[union-attr]
+    assert await points(store) == 28
+    again = await store.append(scopes[0], [loss(range(0, 12))], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (4, 20)
+
+
 async def test_rollups_equal_a_brute_force_aggregation(
     store: PostgresMetrics, scopes: list[MemberScope]
 ) -> None:
@@ -183,6 +225,25 @@ async def test_member_status_says_when_the_attempt_ended(
     assert await store.member_status("mem-unknown") is None
 
 
+async def test_statuses_asked_for_together_are_read_in_one_query(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    asked: list[list[str]] = []
+    fetch = store.statuses.fetch
+
+    async def counting(ids: list[str]) -> dict[str, MemberStatus]:
+        asked.append(ids)
+        return await fetch(ids)
+
+    store.statuses.fetch = counting
+    ids = [s.member_id for s in scopes] + ["mem-unknown", scopes[0].member_id]
+    got = await asyncio.gather(*(store.member_status(i) for i in ids))
+    assert len(asked) == 1 and sorted(asked[0]) == sorted(set(ids))
+    assert [g.attempt_id if g else None for g in got] == [
+        *(s.attempt_id for s in scopes), None, scopes[0].attempt_id
+    ]  # fmt: skip
+
+
 async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
     store: PostgresMetrics, scopes: list[MemberScope], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -190,13 +251,13 @@ async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
     series it made; the next batch must not file its points under their ids (seen in CI)."""
     from adapters.postgres import ingest_arrays
 
-    real = ingest_arrays.Rows.rollups
+    real = ingest_arrays.Rows.rollup_payload
 
-    def fail_once(self: ingest_arrays.Rows) -> list[list[object]]:
-        monkeypatch.setattr(ingest_arrays.Rows, "rollups", real)
+    def fail_once(self: ingest_arrays.Rows) -> bytes:
+        monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", real)
         raise ConnectionResetError("the stream went away mid-batch")
 
-    monkeypatch.setattr(ingest_arrays.Rows, "rollups", fail_once)
+    monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", fail_once)
     with pytest.raises(ConnectionResetError):
         await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
     assert await points(store) == 0

@@ -28,8 +28,10 @@ from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.tls import client_context, ensure_dev_pki, server_context
 from application import log_context
 from application.node_control import ControlSettings, NodeControl
-from application.telemetry import TelemetryIngest
+from application.telemetry import STATUS_SECONDS, TelemetryIngest
+from domain.errors import Forbidden, Unavailable
 from domain.telemetry import MemberScope
+from domain.telemetry_ports import CollectorCounters, MemberStatus
 from proto import node_control_pb2 as node_pb
 from proto import telemetry_pb2 as pb
 from proto.node_control_grpc import NodeControlStub
@@ -37,10 +39,12 @@ from proto.telemetry_grpc import TelemetryStub
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import free_port
 from tests.support.context import FakeClock, memory_context
+from tests.support.points import source_batch
 
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2026, 12, 3, 12, tzinfo=UTC)
+NONE = CollectorCounters()
 DAY = 86400
 
 
@@ -217,6 +221,48 @@ async def test_expired_and_post_attempt_tokens_are_refused(telemetry: Telemetry)
     assert (await telemetry.written())[0] == 6
 
 
+class CountingStore(PostgresMetrics):
+    """The real store, counting its member status reads."""
+
+    reads = 0
+
+    async def member_status(self, member_id: str) -> MemberStatus | None:
+        self.reads += 1
+        return await super().member_status(member_id)
+
+
+async def test_a_running_members_status_is_read_once_per_interval_not_per_batch(
+    telemetry: Telemetry,
+) -> None:
+    scope = telemetry.scopes[0]
+    store = CountingStore(telemetry.store.pool)
+    clock = telemetry.clock
+    ingest = TelemetryIngest(store, telemetry.tokens, clock, grace=timedelta(minutes=10))
+    claims = await ingest.authenticate(await telemetry.tokens.issue(scope, clock.now(), DAY))
+
+    async def send(first: int) -> int:
+        batch = source_batch("m.jsonl#0", "jsonl", ["x"], [first], [first], [1.0], [2.0])
+        got = await ingest.append(claims, scope.attempt_id, scope.member_id, [batch], NONE)
+        return got.accepted
+
+    assert [await send(i) for i in range(5)] == [1] * 5
+    assert store.reads == 1
+    clock.advance(seconds=STATUS_SECONDS)  # read again once the interval passed
+    assert await send(5) == 1 and store.reads == 2
+    # an ended attempt's status is read every time, and refused past the grace
+    await store.pool.execute(
+        "UPDATE attempts SET state = 'succeeded', updated_at = $2 WHERE id = $1",
+        scope.attempt_id,
+        clock.now(),
+    )
+    clock.advance(seconds=STATUS_SECONDS)
+    assert await send(6) == 1 and store.reads == 3
+    assert await send(7) == 1 and store.reads == 4
+    clock.advance(minutes=11)
+    with pytest.raises(Forbidden):
+        await send(8)
+
+
 async def test_forged_and_foreign_credentials_are_refused(telemetry: Telemetry) -> None:
     scope = telemetry.scopes[0]
     token = await telemetry.tokens.issue(scope, T0, DAY)
@@ -306,3 +352,23 @@ async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Teleme
             assert await stream.recv_message() is None
     assert info.value.status == Status.INVALID_ARGUMENT
     assert (await telemetry.written())[0] == 3
+
+
+async def test_gateways_share_a_port_only_when_told_to(tmp_path: Path) -> None:
+    """TUNEPLANE_TELEMETRY_GATEWAY_SHARE_PORT: several processes listen on one port
+    (SO_REUSEPORT); without it, a second gateway on a port in use is refused, as before."""
+    from entrypoints.gateway import _listen
+
+    pki = ensure_dev_pki(tmp_path / "pki", ["localhost", "127.0.0.1"])
+    tls = server_context(pki.server.cert, pki.server.key)
+    port = free_port()
+    servers = [Server([]) for _ in range(3)]
+    try:
+        await _listen(servers[0], "127.0.0.1", port, tls, "telemetry", share=True)
+        await _listen(servers[1], "127.0.0.1", port, tls, "telemetry", share=True)
+        with pytest.raises(Unavailable, match=f"cannot listen on 127.0.0.1:{port}"):
+            await _listen(servers[2], "127.0.0.1", port, tls, "telemetry")
+    finally:
+        for server in servers[:2]:
+            server.close()
+            await server.wait_closed()

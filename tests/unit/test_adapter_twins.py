@@ -37,6 +37,7 @@ POSTGRES_ONLY = {
     "migrate": "schema migrations",
     "metrics": "telemetry: the MetricsStore has no in-memory twin (not part of the unit of work)",
     "metric_compaction": "telemetry",
+    "metric_groups": "telemetry: group commit of the metrics store's ingest",
     "ingest_arrays": "telemetry",
     "signing_keys": "telemetry: collector token keys",
     "webhooks": "notifications: the outbox is filled by a trigger in the job's transaction; "

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from adapters.postgres.ingest_arrays import ROLLUP_TYPES
 from adapters.postgres.ingest_arrays import Rows as Points
 from domain.telemetry import STORED_TIERS, rollup
 
@@ -48,6 +49,28 @@ def test_vectorised_rollups_equal_the_specification(points: list) -> None:
         assert same(lo, b.minimum) and same(hi, b.maximum) and same(total, b.total)
         assert same(last_value, b.last)
         assert (min_wall, max_wall) == (b.min_wall, b.max_wall)
+
+
+@given(st.lists(point, min_size=0, max_size=100))
+@settings(max_examples=50, deadline=None)
+def test_the_rollups_copy_payload_holds_the_same_rows(points: list) -> None:
+    columns = [list(c) for c in zip(*points, strict=True)] or [[], [], [], []]
+    arrays = Points.of(*columns, list(range(len(points))))
+    payload = arrays.rollup_payload()
+    assert payload.startswith(b"PGCOPY\n\xff\r\n\x00") and payload.endswith(b"\xff\xff")
+    codes = [{">i8": "q", ">i4": "i", ">f8": "d"}[t] for t in ROLLUP_TYPES.values()]
+    row = struct.Struct("!h" + "".join("i" + c for c in codes))
+    body = payload[19:-2]
+    assert len(body) % row.size == 0
+    got = []
+    for fields, *rest in row.iter_unpack(body):
+        assert fields == 12 and rest[0::2] == [struct.calcsize(c) for c in codes]
+        got.append([None if v != v and k in (5, 6) else v for k, v in enumerate(rest[1::2])])
+    want = [list(r) for r in zip(*arrays.rollups(), strict=True)]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        pairs = zip(g, w, strict=True)
+        assert all(same(a, b) if isinstance(b, float) else a == b for a, b in pairs)
 
 
 def test_latest_values_per_series() -> None:

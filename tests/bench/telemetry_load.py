@@ -1,0 +1,197 @@
+"""Load generator for bench_telemetry_streams.py: one process playing many collectors.
+
+``python -m tests.bench.telemetry_load PLAN`` reads a JSON plan (gateway addresses, CA file, the
+members it plays with their tokens, points per batch), opens one TLS connection and one
+``Append`` stream per member (as collectors on separate hosts would), prints ``ready``, and waits
+for ``go START SECONDS`` on stdin (START: epoch seconds). From START, each stream sends a batch of
+``points`` points (``points / 4`` records of 4 tags) every second, its phase spread over the
+second, until START + SECONDS; then it waits until every batch is acknowledged and writes the
+results (``PLAN.out.json``) and exits.
+
+Like the collector's shipper, a stream that fails is opened again (the same address; after a
+short jittered pause) and every unacknowledged batch is sent again on it, with the same record
+offsets: the gateway's watermarks store each record once. Records are numbered per member
+(step = offset = record index), so the database can be checked exactly afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import uvloop
+from grpclib.client import Channel
+
+from adapters.grpc.telemetry_client import open_channel
+from proto import telemetry_pb2 as pb
+from proto.telemetry_grpc import TelemetryStub
+
+TAGS = ["train/loss", "train/reward", "train/lr", "grad_norm"]
+
+
+def batch(member: dict[str, str], first: int, records: int) -> pb.SourceBatch:
+    steps = np.repeat(np.arange(first, first + records, dtype="<i8"), len(TAGS))
+    tag = np.tile(np.arange(len(TAGS), dtype="<u4"), records)
+    return pb.SourceBatch(
+        source="metrics.jsonl#0",
+        kind="jsonl",
+        tag_names=TAGS,
+        offset=steps.tobytes(),
+        tag=tag.tobytes(),
+        step=steps.tobytes(),
+        wall_time=(steps.astype("<f8") + 1.7e9).tobytes(),
+        value=(steps.astype("<f8") * 4 + tag).tobytes(),
+    )
+
+
+@dataclass
+class Player:
+    member: dict[str, str]
+    address: tuple[str, int]
+    ca: Path
+    records: int  # per batch
+    next_record: int = 0
+    unacked: dict[int, tuple[int, float]] = field(default_factory=dict)  # first record -> (n, t)
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
+    sent: int = 0
+    reconnects: int = 0
+    channel: Channel | None = None
+    wanted: asyncio.Queue[int] = field(default_factory=asyncio.Queue)  # first records to send
+
+    async def connect(self) -> None:
+        self.channel = open_channel(*self.address, self.ca)
+        await self.channel.__connect__()
+
+    async def run(self, ready: asyncio.Event) -> None:
+        """Streams until cancelled, reopening on failure and resending what is unacknowledged."""
+        while True:
+            try:
+                await self._stream(ready)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # any failure: reopen, as the shipper does
+                self.reconnects += 1
+                if self.channel is not None:
+                    self.channel.close()
+                await asyncio.sleep(random.uniform(0.05, 0.5))
+                self.channel = open_channel(*self.address, self.ca)
+                while not self.wanted.empty():  # resend in record order, same offsets
+                    self.wanted.get_nowait()
+                for first in sorted(self.unacked):
+                    self.wanted.put_nowait(first)
+
+    async def _stream(self, ready: asyncio.Event) -> None:
+        assert self.channel is not None
+        stub = TelemetryStub(self.channel)
+        meta = {"authorization": f"Bearer {self.member['token']}"}
+        async with stub.Append.open(metadata=meta) as stream:
+            await stream.send_request()
+            ready.set()
+            in_flight: dict[int, int] = {}  # seq -> first record
+            seq = 0
+
+            async def acks() -> None:
+                async for ack in stream:
+                    first = in_flight.pop(ack.seq)
+                    if first in self.unacked:
+                        _, t = self.unacked.pop(first)
+                        self.latencies.append((t, time.time() - t))
+
+            reader = asyncio.create_task(acks())
+            try:
+                while True:
+                    getter = asyncio.ensure_future(self.wanted.get())
+                    done, _ = await asyncio.wait({getter, reader}, return_when="FIRST_COMPLETED")
+                    if reader in done:
+                        getter.cancel()
+                        reader.result()
+                        raise ConnectionError("the gateway ended the stream")
+                    first = getter.result()
+                    if first not in self.unacked:
+                        continue
+                    n, _ = self.unacked[first]
+                    seq += 1
+                    in_flight[seq] = first
+                    message = pb.Batch(
+                        seq=seq,
+                        attempt=self.member["attempt"],
+                        member=self.member["member"],
+                        sources=[batch(self.member, first, n)],
+                    )
+                    await stream.send_message(message)
+            finally:
+                reader.cancel()
+
+    def tick(self) -> None:
+        """Queue the next batch (new records)."""
+        first = self.next_record
+        self.next_record += self.records
+        self.unacked[first] = (self.records, time.time())
+        self.sent += 1
+        self.wanted.put_nowait(first)
+
+
+async def main(plan_file: Path) -> None:
+    plan = json.loads(plan_file.read_text())  # noqa: ASYNC240 - before anything runs
+    ca = Path(plan["ca"])
+    addresses = [(h, int(p)) for h, p in plan["gateways"]]
+    records = plan["points"] // len(TAGS)
+    players = [
+        Player(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
+    ]
+    sem = asyncio.Semaphore(16)
+
+    async def connect(p: Player) -> None:
+        async with sem:
+            await p.connect()
+
+    await asyncio.gather(*(connect(p) for p in players))
+    events = [asyncio.Event() for _ in players]
+    tasks = [asyncio.create_task(p.run(e)) for p, e in zip(players, events, strict=True)]
+    await asyncio.gather(*(e.wait() for e in events))
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    _, start, seconds = line.split()
+    start_at, end_at = float(start), float(start) + float(seconds)
+    await asyncio.sleep(max(0.0, start_at - time.time()))
+    cpu0 = time.process_time()
+
+    async def beat(i: int, p: Player) -> None:
+        t = start_at + i / len(players)  # phases spread over the second
+        while t < end_at:
+            await asyncio.sleep(max(0.0, t - time.time()))
+            p.tick()
+            t += 1.0
+
+    await asyncio.gather(*(beat(i, p) for i, p in enumerate(players)))
+    deadline = time.time() + plan.get("drain_seconds", 120)
+    while any(p.unacked for p in players) and time.time() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.05)
+    cpu = time.process_time() - cpu0  # sending until the last ack
+    drained = time.time()
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for p in players:
+        if p.channel is not None:
+            p.channel.close()
+    out = {
+        "latencies": [x for p in players for x in p.latencies],
+        "sent": {p.member["member"]: p.sent for p in players},
+        "records": {p.member["member"]: p.next_record for p in players},
+        "unacked": sum(len(p.unacked) for p in players),
+        "reconnects": sum(p.reconnects for p in players),
+        "cpu": cpu,
+        "drained": drained,
+    }
+    Path(str(plan_file) + ".out.json").write_text(json.dumps(out))  # noqa: ASYNC240 - the end
+
+
+if __name__ == "__main__":
+    uvloop.run(main(Path(sys.argv[1])))
