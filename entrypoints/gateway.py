@@ -53,10 +53,16 @@ def _where(which: str) -> str:
     return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
 
 
-async def _listen(grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str) -> Server:
-    """Start ``grpc`` on host:port; a clear error when it cannot listen there."""
+BACKLOG = 4096  # connections not yet accepted: thousands of nodes reconnect at once
+
+
+async def _listen(
+    grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str, reuse_port: bool = False
+) -> Server:
+    """Start ``grpc`` on host:port (shared with other processes that set ``reuse_port`` too);
+    a clear error when it cannot listen there."""
     try:
-        await grpc.start(host, port, ssl=tls)
+        await grpc.start(host, port, ssl=tls, backlog=BACKLOG, reuse_port=reuse_port or None)
     except OSError as exc:
         raise Unavailable(
             f"the {which} gateway cannot listen on {host}:{port}: {exc.strerror or exc}",
@@ -74,7 +80,12 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         gateway = await resolve(container.gateway)
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
         server = await _listen(
-            Server([gateway]), settings.node_gateway_host, settings.node_gateway_port, tls, "node"
+            Server([gateway]),
+            settings.node_gateway_host,
+            settings.node_gateway_port,
+            tls,
+            "node",
+            settings.node_gateway_reuse_port,
         )
         try:
             logs.say(

@@ -56,6 +56,15 @@ def default_docker_host(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
+def _reuse_port(raw: str) -> bool:
+    if raw not in ("on", "off"):
+        raise SettingError(
+            f"TUNEPLANE_NODE_GATEWAY_REUSE_PORT={raw!r} is neither on nor off",
+            "set on to run several node gateways on one address (each with it on), else off",
+        )
+    return raw == "on"
+
+
 def _signals(raw: str) -> bool:
     if raw not in ("on", "off"):
         raise SettingError(
@@ -218,6 +227,16 @@ class Settings:
         env="TUNEPLANE_NODE_GATEWAY_PORT",
         section="node-gateway",
         doc="the node control gateway's port",
+    )
+    node_gateway_reuse_port: bool = var(
+        False,
+        env="TUNEPLANE_NODE_GATEWAY_REUSE_PORT",
+        section="node-gateway",
+        parse=_reuse_port,
+        default_doc="`off`",
+        doc="`on`: several node gateway processes listen on the same host and port (each with "
+        "it on), the kernel spreading new connections between them "
+        "([node-backend.md](node-backend.md#several-gateways-on-one-address))",
     )
     gateway_cert: Path | None = var(
         None,
