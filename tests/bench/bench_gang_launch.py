@@ -109,6 +109,19 @@ def parallel_baseline(docker_host: str, image: str, count: int) -> float:
     return asyncio.run(all_at_once())
 
 
+async def cluster_of(
+    factory: Callable[..., Awaitable[NodeCluster]], daemons: int, **env: str
+) -> NodeCluster:
+    """A cluster with ``daemons`` node daemons, given time to connect on two shared cores (the
+    fixture waits 60 s, too little for 32 daemons and their collectors starting at once)."""
+    cluster = await factory(0, **env)
+    names = [f"n{i}" for i in range(1, daemons + 1)]
+    for name in names:
+        await asyncio.to_thread(cluster.start_daemon, name)
+    await asyncio.to_thread(cluster.wait_connected, names, 60 + 10 * daemons)
+    return cluster
+
+
 async def phases(cluster: NodeCluster, attempt_id: str) -> dict[str, float]:
     conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
     try:
@@ -160,7 +173,7 @@ async def test_gang_launch_latency(
     tmp_path: Path,
 ) -> None:
     gangs = int(os.environ.get("BENCH_GANGS", GANGS))
-    cluster = await node_cluster_factory(MEMBERS, TUNEPLANE_SIGNALS=signals)
+    cluster = await cluster_of(node_cluster_factory, MEMBERS, TUNEPLANE_SIGNALS=signals)
     await cli_for(cluster, tmp_path)  # the experiment `hello` exists in a workspace
     rows: list[dict[str, float]] = []
     image = ""
@@ -231,7 +244,7 @@ async def test_gangs_committed_at_once(
 ) -> None:
     """``BURST`` gangs committed at once on ``BURST_DAEMONS`` daemons: every gang starts, and
     no gang ever starts in part (checked from the launch ledger and from the engine)."""
-    cluster = await node_cluster_factory(BURST_DAEMONS)
+    cluster = await cluster_of(node_cluster_factory, BURST_DAEMONS)
     await cli_for(cluster, tmp_path)
     profile = f"nodes/cpu:{BURST_MEMBERS * cluster.cpus:g}"
     limit = asyncio.Semaphore(8)
