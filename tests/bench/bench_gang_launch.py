@@ -25,9 +25,11 @@ suite).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -237,6 +239,36 @@ async def test_gang_launch_latency(
 STARTED = ("starting", "running", "exited", "missing")  # phases of a member told to start
 
 
+class EngineEvents:
+    """The engine's container events as they happen (its own buffer keeps only the last
+    thousand or so, fewer than 100 gangs make), read by a thread from a streaming request."""
+
+    def __init__(self, docker_host: str, label: str) -> None:
+        self.events: list[dict[str, Any]] = []
+        transport = httpx.HTTPTransport(uds=docker_host.removeprefix("unix://"))
+        self.client = httpx.Client(transport=transport, base_url="http://engine", timeout=None)
+        self.filters = json.dumps({"type": ["container"], "label": [label]})
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._follow, daemon=True)
+        self.thread.start()
+        assert self.ready.wait(30), "the engine's event stream did not open"
+
+    def _follow(self) -> None:
+        params = {"filters": self.filters}
+        # closing the client ends the stream with an error: that is how it stops
+        events = self.client.stream("GET", "/events", params=params)
+        with contextlib.suppress(Exception), events as r:
+            self.ready.set()
+            for line in r.iter_lines():
+                if line.strip():
+                    self.events.append(json.loads(line))
+
+    def close(self) -> list[dict[str, Any]]:
+        self.client.close()
+        self.thread.join(10)
+        return self.events
+
+
 async def test_gangs_committed_at_once(
     node_cluster_factory: Callable[..., Awaitable[NodeCluster]],
     docker_host: str,
@@ -265,7 +297,7 @@ async def test_gangs_committed_at_once(
             return {"preview_id": p["id"], "digest": p["digest"], "retry_key": str(uuid.uuid4())}
 
         bodies = await asyncio.gather(*(preview(i) for i in range(BURST)))
-        since = time.time() - 1
+        follow = await asyncio.to_thread(EngineEvents, docker_host, "tuneplane.attempt")
         t0 = time.monotonic()
         replies = await asyncio.gather(*(api.post(f"{url}/v1/jobs", json=b) for b in bodies))
         committed = time.monotonic() - t0
@@ -291,7 +323,8 @@ async def test_gangs_committed_at_once(
         )
     finally:
         await conn.close()
-    events = await asyncio.to_thread(docker_events, docker_host, "tuneplane.attempt", since)
+    await asyncio.sleep(2)  # the last events reach the stream
+    events = await asyncio.to_thread(follow.close)
     engine: dict[str, set[str]] = {}
     for e in events:
         if e["Action"] == "start":
