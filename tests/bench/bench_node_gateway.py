@@ -231,7 +231,9 @@ async def test_gateway_with_many_node_streams(
             print(f"{stage - connected} more streams connected in {time.monotonic() - t0:.1f} s")
             connected = stage
             rows.append(await measure(pids, workers, SECONDS, stage))
+            print({k: round(v, 2) for k, v in rows[-1].items()}, flush=True)
         report(rows)
+        print(f"load generators' errors: {[c['errors'] for c in await workers.all('welcomed')]}")
         for row in rows:
             assert row["beats"] > 0.9 * row["nodes"] * SECONDS / HEARTBEAT, row
         if FAILOVER and GATEWAYS > 1:

@@ -53,6 +53,7 @@ class SimNode:
         self.task: asyncio.Task[None] | None = None
         self.welcomed = asyncio.Event()
         self.sessions = 0  # streams welcomed so far (>1: it reconnected)
+        self.holding = False  # one of the swarm's connecting slots
 
     def new_channel(self) -> Channel:
         return Channel("127.0.0.1", self.swarm.port, ssl=self.swarm.ssl)
@@ -74,6 +75,8 @@ class SimNode:
     async def run(self, delay: float) -> None:
         """Keep a control stream open, connecting again when it ends (a gateway died)."""
         while True:
+            await self.swarm.connecting.acquire()
+            self.holding = True
             try:
                 await self._stream(delay)
             except asyncio.CancelledError:
@@ -82,6 +85,8 @@ class SimNode:
                 self.swarm.errors[type(exc).__name__] = (
                     self.swarm.errors.get(type(exc).__name__, 0) + 1
                 )
+            finally:
+                self._release()
             self.welcomed.clear()
             self.sent.clear()
             if self.channel is not None:
@@ -107,12 +112,18 @@ class SimNode:
                         if self.sent:
                             self.rtts.append(time.perf_counter() - self.sent.popleft())
                     elif isinstance(body, Welcome):
+                        self._release()
                         self.sessions += 1
                         self.welcomed.set()
                         beats = asyncio.create_task(self._beat(stream, delay))
             finally:
                 if beats is not None:
                     beats.cancel()
+
+    def _release(self) -> None:
+        if self.holding:
+            self.holding = False
+            self.swarm.connecting.release()
 
     async def _beat(self, stream: Any, delay: float) -> None:
         await asyncio.sleep(delay)
@@ -142,6 +153,10 @@ class Swarm:
         self.pool: str = cfg["pool"]
         self.nodes: dict[str, SimNode] = {}
         self.errors: dict[str, int] = {}  # why streams ended, by exception type
+        # streams being opened at once: unpaced, thousands of TLS handshakes starve this
+        # process's loop and the heartbeats of the streams already open (their gateway then
+        # cuts them as silent: a load generator artefact, real nodes have a CPU each)
+        self.connecting = asyncio.Semaphore(cfg.get("connecting", 32))
 
     async def enroll(self, names: list[str], concurrency: int) -> dict[str, list[float]]:
         """Each node: a join token through the API, then Enroll on its own TLS connection.
@@ -154,10 +169,7 @@ class Swarm:
                 node = self.nodes.setdefault(name, SimNode(name, self))
                 async with limit:
                     t0 = time.perf_counter()
-                    r = await api.post(
-                        f"{self.api}/v1/node-tokens", json={"pool": self.pool, "node": name}
-                    )
-                    r.raise_for_status()
+                    r = await self._token(api, name)
                     t1 = time.perf_counter()
                     await node.enroll(r.json()["token"])
                     t2 = time.perf_counter()
@@ -166,6 +178,21 @@ class Swarm:
 
             await asyncio.gather(*(one(n) for n in names))
         return times
+
+    async def _token(self, api: httpx.AsyncClient, name: str) -> httpx.Response:
+        """A join token for ``name``; a kept-alive connection the server closed meanwhile is
+        tried again (an unused token is harmless: it expires)."""
+        for attempt in range(3):
+            try:
+                r = await api.post(
+                    f"{self.api}/v1/node-tokens", json={"pool": self.pool, "node": name}
+                )
+                return r.raise_for_status()
+            except httpx.TransportError:
+                self.errors["token retried"] = self.errors.get("token retried", 0) + 1
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     async def connect(self, names: list[str]) -> int:
         """Open the streams of ``names`` (first beats spread over one interval); the number of
