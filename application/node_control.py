@@ -367,6 +367,8 @@ class NodeControl:
         out: dict[str, list[Outgoing]] = {}
         released: dict[str, list[str]] = {}
         for session in sessions:
+            if not session.held and session.node not in works:
+                continue  # nothing placed on it, nothing held: nothing to say (most nodes)
             todo: list[Outgoing] = []
             known = set()
             copies: set[str] = set()  # members whose copy here belongs to another engine
@@ -426,6 +428,8 @@ class NodeControl:
             works.setdefault(work.placed.node, []).append(work)
         for session in sessions:
             mine = works.get(session.node, [])
+            if not mine and not session.placed and not session.launches:
+                continue  # idle before, idle now
             session.placed = {w.placed.ref.member_id: w.placed for w in mine}
             session.launches = {w.placed.ref.member_id: w.launch for w in mine}
         return works

@@ -53,13 +53,16 @@ def _where(which: str) -> str:
     return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
 
 
+BACKLOG = 4096  # connections not yet accepted: thousands of nodes reconnect at once
+
+
 async def _listen(
     grpc: Server, host: str, port: int, tls: ssl.SSLContext, which: str, *, share: bool = False
 ) -> Server:
     """Start ``grpc`` on host:port (``share``: beside other processes that share it, with
     SO_REUSEPORT); a clear error when it cannot listen there."""
     try:
-        await grpc.start(host, port, ssl=tls, reuse_port=share or None)
+        await grpc.start(host, port, ssl=tls, backlog=BACKLOG, reuse_port=share or None)
     except OSError as exc:
         raise Unavailable(
             f"the {which} gateway cannot listen on {host}:{port}: {exc.strerror or exc}",
@@ -77,7 +80,12 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         gateway = await resolve(container.gateway)
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
         server = await _listen(
-            Server([gateway]), settings.node_gateway_host, settings.node_gateway_port, tls, "node"
+            Server([gateway]),
+            settings.node_gateway_host,
+            settings.node_gateway_port,
+            tls,
+            "node",
+            share=settings.node_gateway_share_port,
         )
         try:
             logs.say(

@@ -219,6 +219,14 @@ class Settings:
         section="node-gateway",
         doc="the node control gateway's port",
     )
+    node_gateway_share_port: bool = var(
+        False,
+        env="TUNEPLANE_NODE_GATEWAY_SHARE_PORT",
+        section="node-gateway",
+        doc="`true`: several node gateway processes listen on the same host and port (each with "
+        "it true; SO_REUSEPORT), the kernel spreading new connections between them "
+        "([node-backend.md](node-backend.md#several-gateways-on-one-address))",
+    )
     gateway_cert: Path | None = var(
         None,
         env="TUNEPLANE_GATEWAY_CERT",

@@ -1,56 +1,89 @@
-"""One node control gateway holding many node streams (not part of the suite).
+"""Node control gateways holding many node streams (not part of the suite).
 
-A real `tp serve` and `tp gateway node` (TLS, dev CA, PostgreSQL) on loopback; this process
-plays the nodes: each enrolls with its own join token, opens its own TLS connection and
-``Connect`` stream with its credential, says Hello, then sends a heartbeat every
-``TUNEPLANE_HEARTBEAT_SECONDS`` (5 s; first beats spread over one interval) and times each
-answer. Measured over a steady window, twice in the same run: with a few nodes connected
-(the baseline) and with all of them: the gateway process's CPU (from /proc, user + system),
-its resident memory, and the heartbeat round trip (p50, p99) as the nodes see it.
+A real `tp serve` and one or two `tp gateway node` processes (TLS, dev CA, PostgreSQL) on
+loopback; two share one address (``TUNEPLANE_NODE_GATEWAY_SHARE_PORT``: the kernel spreads the
+connections). Load generator processes (``node_swarm.py``, ``BENCH_WORKERS`` of them) play the
+nodes: each node enrolls with its own join token (made through the HTTP API), opens its own TLS
+connection and ``Connect`` stream with its credential, says Hello, then sends a heartbeat every
+5 s (first beats spread over one interval) and times each answer.
+
+Measured in one run: enrolment (wall time, and each step's median per node), then a steady
+window at each stage of ``BENCH_STAGES`` nodes connected (the first, a few nodes, is the
+baseline): the gateways' CPU (from /proc, user + system) and resident memory, the load
+generators' CPU, and the heartbeat round trip (p50, p99) as the nodes see it; the cost per
+stream between stages. With two gateways, ``BENCH_FAILOVER=1`` then kills one (SIGKILL) and
+times until every node is welcomed again through the other.
 
 Run: ``.venv/bin/pytest tests/bench/bench_node_gateway.py -m bench -s`` with the test engine in
-``DOCKER_HOST`` as for the suite (``BENCH_NODES``, default 1000; ``BENCH_BASE_NODES``, 10;
-``BENCH_SECONDS``, 60).
+``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``), ``BENCH_SECONDS`` (each
+window, 30), ``BENCH_GATEWAYS`` (1 or 2), ``BENCH_WORKERS`` (load generator processes, 2),
+``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``.
+The benchmark raises its open-file limit to the hard limit (gateways and workers inherit it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import multiprocessing
 import os
+import resource
+import signal
 import statistics
+import subprocess
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
-from grpclib.client import Channel
-from grpclib.exceptions import StreamTerminatedError
 
-from adapters.grpc import node_codec as codec
-from adapters.grpc.codec_pieces import capacity_to
-from adapters.tls import client_context
-from domain.node_messages import Heartbeat, HeartbeatAck, Hello, Welcome
-from domain.node_protocol import NodeCapacity
-from proto import node_control_pb2 as pb
-from proto.node_control_grpc import NodeControlStub
-from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
+from tests.bench import node_swarm
+from tests.fixtures.nodes import NodeCluster, _wait_for
+from tests.fixtures.server import TP
+from tests.support.db import plain_dsn
 
-pytestmark = pytest.mark.bench
+pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 
-NODES = int(os.environ.get("BENCH_NODES", "1000"))
-BASE = int(os.environ.get("BENCH_BASE_NODES", "10"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "60"))
+STAGES = [int(s) for s in os.environ.get("BENCH_STAGES", "10,1000").split(",")]
+SECONDS = float(os.environ.get("BENCH_SECONDS", "30"))
+GATEWAYS = int(os.environ.get("BENCH_GATEWAYS", "1"))
+WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
+CONCURRENCY = int(os.environ.get("BENCH_ENROLL_CONCURRENCY", "32"))
+FAILOVER = os.environ.get("BENCH_FAILOVER", "") == "1"
 HEARTBEAT = 5
-CAP = NodeCapacity(0, None, NODE_CPUS, NODE_MEMORY_MB)
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU of ``pid``, its live children and its reaped ones (PostgreSQL: the postmaster)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    total = sum(int(f) for f in fields[11:15]) / TICKS  # utime stime cutime cstime
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            rest = stat.read_text().rsplit(")", 1)[1].split()
+            if int(rest[1]) == pid:
+                total += (int(rest[11]) + int(rest[12])) / TICKS
+    return total
+
+
+async def postmaster(cluster: NodeCluster) -> int:
+    """The PostgreSQL server process of the cluster's database (it runs on this machine)."""
+    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
+    try:
+        backend = int(await conn.fetchval("SELECT pg_backend_pid()"))
+        stat = await asyncio.to_thread(Path(f"/proc/{backend}/stat").read_text)
+    finally:
+        await conn.close()
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def rss_mib(pid: int) -> float:
@@ -60,140 +93,199 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-class SimNode:
-    def __init__(self, name: str, cluster: NodeCluster) -> None:
-        self.name = name
-        self.cluster = cluster
-        self.credential = ""
-        self.rtts: list[float] = []
-        self.sent: deque[float] = deque()
-        self.channel: Channel | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.welcomed = asyncio.Event()
-
-    def new_channel(self) -> Channel:
-        ssl = client_context(self.cluster.ca)
-        return Channel("127.0.0.1", self.cluster.gateway_port, ssl=ssl)
-
-    async def enroll(self, token: str) -> None:
-        channel = self.new_channel()
-        try:
-            request = pb.EnrollRequest(
-                join_token=token,
-                node_name=self.name,
-                capacity=capacity_to(CAP),
-                address="127.0.0.1",
-            )
-            reply = await NodeControlStub(channel).Enroll(request, timeout=60)
-        finally:
-            channel.close()
-        self.credential = reply.credential
-
-    async def run(self, delay: float) -> None:
-        self.channel = self.new_channel()
-        metadata = {"authorization": f"Bearer {self.credential}"}
-        async with NodeControlStub(self.channel).Connect.open(metadata=metadata) as stream:
-            await stream.send_message(
-                codec.node_message_to(1, Hello(self.name, CAP, "127.0.0.1", "bench", 0, ()))
-            )
-            reader = asyncio.create_task(self._read(stream))
-            await self.welcomed.wait()
-            await asyncio.sleep(delay)
-            seq = 1
-            try:
-                while True:
-                    seq += 1
-                    self.sent.append(time.perf_counter())
-                    now_ms = int(time.time() * 1000)
-                    await stream.send_message(codec.node_message_to(seq, Heartbeat(now_ms)))
-                    await asyncio.sleep(HEARTBEAT)
-            finally:
-                reader.cancel()
-
-    async def _read(self, stream: Any) -> None:
-        with contextlib.suppress(StreamTerminatedError):
-            await self._receive(stream)
-
-    async def _receive(self, stream: Any) -> None:
-        while (message := await stream.recv_message()) is not None:
-            _, body, _ = codec.gateway_message_from(message)
-            if isinstance(body, Welcome):
-                self.welcomed.set()
-            elif isinstance(body, HeartbeatAck) and self.sent:
-                self.rtts.append(time.perf_counter() - self.sent.popleft())
-
-    async def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            await asyncio.gather(self.task, return_exceptions=True)
-        if self.channel is not None:
-            self.channel.close()
+def loadavg() -> str:
+    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
 
 
-async def connect(nodes: list[SimNode]) -> None:
-    for n in nodes:
-        n.task = asyncio.create_task(n.run(delay=HEARTBEAT * (hash(n.name) % 1000) / 1000))
-    pending = [asyncio.create_task(n.welcomed.wait()) for n in nodes]
-    _, late = await asyncio.wait(pending, timeout=300)
-    if late:
-        failed = [n for n in nodes if n.task is not None and n.task.done()]
-        why = failed[0].task.exception() if failed and failed[0].task else "timeout"
-        raise AssertionError(f"{len(late)} of {len(nodes)} nodes were not welcomed: {why}")
+class Workers:
+    """The load generator processes, each given every WORKERS-th node."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.pipes: list[Connection] = []
+        self.procs = []
+        for _ in range(WORKERS):
+            here, there = ctx.Pipe()
+            proc = ctx.Process(target=node_swarm.main, args=(there, cfg), daemon=True)
+            proc.start()
+            self.pipes.append(here)
+            self.procs.append(proc)
+
+    async def ask(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        def one(pipe: Connection, command: tuple[Any, ...]) -> Any:
+            pipe.send(command)
+            return pipe.recv()
+
+        return await asyncio.gather(
+            *(asyncio.to_thread(one, p, c) for p, c in zip(self.pipes, commands, strict=True))
+        )
+
+    async def all(self, *command: Any) -> list[Any]:
+        return await self.ask([command] * len(self.pipes))
+
+    async def split(self, what: str, names: list[str], *rest: Any) -> list[Any]:
+        n = len(self.pipes)
+        return await self.ask([(what, names[i::n], *rest) for i in range(n)])
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(p.pid) for p in self.procs if p.pid is not None)
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+            p.join(10)
 
 
-async def measure(pid: int, nodes: list[SimNode], seconds: float) -> dict[str, float]:
-    await asyncio.sleep(HEARTBEAT * 2)  # every node beats a few times first
-    for n in nodes:
-        n.rtts.clear()
-    cpu0, t0 = cpu_seconds(pid), time.monotonic()
+def start_second_gateway(cluster: NodeCluster) -> subprocess.Popen[bytes]:
+    log = cluster.servers.state_dir / "gateway-2.log"
+    env = dict(cluster.env, TUNEPLANE_NODE_GATEWAY_PORT=str(cluster.gateway_port))
+    proc = subprocess.Popen(
+        [TP, "gateway", "node"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
+    )
+    _wait_for(lambda: "node gateway on" in log.read_text(), 30, "the second gateway", log)
+    return proc
+
+
+async def measure(
+    gateways: list[int], workers: Workers, seconds: float, nodes: int
+) -> dict[str, float]:
+    await asyncio.sleep(HEARTBEAT * 2)  # every node beats a couple of times first
+    await workers.all("clear")
+    cpu0 = [cpu_seconds(p) for p in gateways]
+    w0, t0 = workers.cpu(), time.monotonic()
     await asyncio.sleep(seconds)
-    cpu1, t1 = cpu_seconds(pid), time.monotonic()
-    rtts = sorted(r for n in nodes for r in n.rtts)
-    return {
-        "nodes": len(nodes),
+    cpu1 = [cpu_seconds(p) for p in gateways]
+    w1, t1 = workers.cpu(), time.monotonic()
+    rtts = sorted(r for rs in await workers.all("collect") for r in rs)
+    row = {
+        "nodes": nodes,
         "beats_per_s": len(rtts) / (t1 - t0),
-        "cpu_pct": 100 * (cpu1 - cpu0) / (t1 - t0),
-        "rss_mib": rss_mib(pid),
+        "gateway_cpu_pct": 100 * (sum(cpu1) - sum(cpu0)) / (t1 - t0),
+        "gateway_rss_mib": sum(rss_mib(p) for p in gateways),
+        "loadgen_cpu_pct": 100 * (w1 - w0) / (t1 - t0),
         "p50_ms": 1000 * statistics.median(rtts),
         "p99_ms": 1000 * rtts[min(len(rtts) - 1, int(0.99 * len(rtts)))],
         "beats": len(rtts),
     }
+    for k, (a, b) in enumerate(zip(cpu0, cpu1, strict=True)):
+        row[f"gw{k + 1}_cpu_pct"] = 100 * (b - a) / (t1 - t0)
+    return row
 
 
 async def test_gateway_with_many_node_streams(
     node_cluster_factory: Callable[..., Awaitable[NodeCluster]],
 ) -> None:
-    cluster = await node_cluster_factory(0, TUNEPLANE_HEARTBEAT_SECONDS=str(HEARTBEAT))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the gateways inherit it
+    env = {"TUNEPLANE_HEARTBEAT_SECONDS": str(HEARTBEAT)}
+    if GATEWAYS > 1:
+        env["TUNEPLANE_NODE_GATEWAY_SHARE_PORT"] = "true"
+    cluster = await node_cluster_factory(0, **env)
     assert cluster.gateway is not None
-    pid = cluster.gateway.pid
-    nodes = [SimNode(f"sim-{i:04d}", cluster) for i in range(NODES)]
-    started = time.monotonic()
-    tokens = await asyncio.gather(
-        *(asyncio.to_thread(cluster.join_token, n.name) for n in nodes[:1])
-    )  # warm the API
-    limit = asyncio.Semaphore(16)
-
-    async def enroll(n: SimNode) -> None:
-        async with limit:
-            token = await asyncio.to_thread(cluster.join_token, n.name)
-            await n.enroll(token)
-
-    del tokens
-    await asyncio.gather(*(enroll(n) for n in nodes))
-    enrolled = time.monotonic() - started
+    procs = [cluster.gateway]
+    if GATEWAYS > 1:
+        procs.append(await asyncio.to_thread(start_second_gateway, cluster))
+    pids = [p.pid for p in procs]
+    total = max(STAGES)
+    names = [f"sim-{i:05d}" for i in range(total)]
+    cfg = {
+        "port": cluster.gateway_port,
+        "heartbeat": HEARTBEAT,
+        "ca": str(cluster.ca),
+        "api": cluster.servers.url,
+        "headers": cluster.servers.headers,
+        "pool": cluster.pool,
+    }
+    print(f"\nload average before: {loadavg()}; open-file limit {hard}")
+    workers = Workers(cfg)
+    rows: list[dict[str, float]] = []
     try:
-        await connect(nodes[:BASE])
-        base = await measure(pid, nodes[:BASE], SECONDS / 2)
-        started = time.monotonic()
-        await connect(nodes[BASE:])
-        connected = time.monotonic() - started
-        full = await measure(pid, nodes, SECONDS)
+        await workers.split("enroll", names[:WORKERS], 1)  # warm the API and the gateways
+        api = [p.pid for p in cluster.servers.procs]
+        pg = await postmaster(cluster)
+        api0, pg0 = sum(cpu_seconds(p) for p in api), tree_cpu_seconds(pg)
+        gw0, w0, t0 = sum(cpu_seconds(p) for p in pids), workers.cpu(), time.monotonic()
+        steps = await workers.split("enroll", names[WORKERS:], CONCURRENCY)
+        enrolled = time.monotonic() - t0
+        gw_cpu = sum(cpu_seconds(p) for p in pids) - gw0
+        w_cpu = workers.cpu() - w0
+        api_cpu = sum(cpu_seconds(p) for p in api) - api0
+        pg_cpu = tree_cpu_seconds(pg) - pg0
+        token = statistics.median(t for s in steps for t in s["token"])
+        enroll = statistics.median(t for s in steps for t in s["enroll"])
+        print(f"enrolled {total - WORKERS} nodes in {enrolled:.1f} s "
+              f"({(total - WORKERS) / enrolled:.0f}/s, {WORKERS}x{CONCURRENCY} at a time): "
+              f"median per node {1000 * token:.1f} ms for the join token (HTTP API), "
+              f"{1000 * enroll:.1f} ms for Enroll (TLS connection + call); gateway CPU "
+              f"{gw_cpu:.1f} s, API CPU {api_cpu:.1f} s, PostgreSQL CPU {pg_cpu:.1f} s, "
+              f"load generators' CPU "
+              f"{w_cpu:.1f} s")  # fmt: skip
+        connected = 0
+        for stage in STAGES:
+            t0 = time.monotonic()
+            late = await workers.split("connect", names[connected:stage])
+            if sum(late):
+                why = [c["errors"] for c in await workers.all("welcomed")]
+                raise AssertionError(f"{sum(late)} nodes were not welcomed: {why}")
+            print(f"{stage - connected} more streams connected in {time.monotonic() - t0:.1f} s")
+            connected = stage
+            rows.append(await measure(pids, workers, SECONDS, stage))
+            print({k: round(v, 2) for k, v in rows[-1].items()}, flush=True)
+        report(rows)
+        print(f"load generators' errors: {[c['errors'] for c in await workers.all('welcomed')]}")
+        for row in rows:
+            assert row["beats"] > 0.9 * row["nodes"] * SECONDS / HEARTBEAT, row
+        if FAILOVER and GATEWAYS > 1:
+            await failover(procs[0], workers, connected)
     finally:
-        await asyncio.gather(*(n.stop() for n in nodes))
-    print(f"\nenrolled {NODES} nodes in {enrolled:.1f} s; {NODES - BASE} more connected in "
-          f"{connected:.1f} s; heartbeat every {HEARTBEAT} s")  # fmt: skip
-    print(f"{'':<24}{'baseline':>12}{'all':>12}{'ratio':>8}")
-    for key in ("nodes", "beats_per_s", "cpu_pct", "rss_mib", "p50_ms", "p99_ms"):
-        ratio = full[key] / base[key] if base[key] else float("nan")
-        print(f"{key:<24}{base[key]:>12.2f}{full[key]:>12.2f}{ratio:>8.2f}")
-    assert full["beats"] > 0.9 * NODES * SECONDS / HEARTBEAT, full  # nearly every beat answered
+        await asyncio.to_thread(stop, workers, procs[1:])
+        print(f"load average after: {loadavg()}")
+
+
+def report(rows: list[dict[str, float]]) -> None:
+    keys = [k for k in rows[0] if k != "beats"]
+    print(f"{'':<18}" + "".join(f"{int(r['nodes']):>10}" for r in rows))
+    for key in keys[1:]:
+        print(f"{key:<18}" + "".join(f"{r[key]:>10.2f}" for r in rows))
+    print("per stream, between stages (CPU in % of one core per 1,000 streams; memory in KiB):")
+    for a, b in itertools.pairwise(rows):
+        dn = b["nodes"] - a["nodes"]
+        cpu = 1000 * (b["gateway_cpu_pct"] - a["gateway_cpu_pct"]) / dn
+        mem = 1024 * (b["gateway_rss_mib"] - a["gateway_rss_mib"]) / dn
+        print(f"  {int(a['nodes'])} → {int(b['nodes'])}: CPU {cpu:.2f} %/1k, memory {mem:.1f} KiB")
+
+
+async def failover(victim: subprocess.Popen[bytes], workers: Workers, nodes: int) -> None:
+    """Kill one gateway: its nodes connect again; time until every node is welcomed."""
+    before = sum(c["sessions"] for c in await workers.all("welcomed"))
+    t0 = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(15)
+    last = -1
+    while True:  # every node welcomed, and no more reconnections for a second
+        counts = await workers.all("welcomed")
+        moved = sum(c["sessions"] for c in counts) - before
+        if sum(c["welcomed"] for c in counts) == nodes and moved == last and moved > 0:
+            break
+        last = moved
+        assert time.monotonic() - t0 < 300, counts
+        await asyncio.sleep(1)
+    print(f"failover: one gateway killed; {moved} nodes connected again through the other, "
+          f"all {nodes} welcomed {time.monotonic() - t0:.1f} s after the kill")  # fmt: skip
+
+
+def stop(workers: Workers, extra: list[subprocess.Popen[bytes]]) -> None:
+    try:
+        for pipe in workers.pipes:
+            pipe.send(("stop",))
+        for pipe in workers.pipes:
+            if pipe.poll(30):
+                pipe.recv()
+    except (OSError, EOFError):
+        pass
+    workers.close()
+    for p in extra:
+        if p.poll() is None:
+            p.terminate()
+            p.wait(30)

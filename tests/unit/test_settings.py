@@ -48,6 +48,7 @@ def test_a_stale_docs_table_is_caught(tmp_path: Path, monkeypatch: pytest.Monkey
         ("TUNEPLANE_PG_BIN", "/nonexistent/bin", "does not exist"),
         ("TUNEPLANE_PG_PORT", "65536", "is not a whole number from 1 to 65535"),
         ("TUNEPLANE_SIGNALS", "yes", "is neither on nor off"),
+        ("TUNEPLANE_NODE_GATEWAY_SHARE_PORT", "on", "is not true or false"),
         ("TUNEPLANE_WEBHOOK_PRIVATE", "deny", "is neither allow nor refuse"),
         ("TUNEPLANE_RENDEZVOUS_PORTS", "29500", "is not a range of ports"),
         ("TUNEPLANE_RENDEZVOUS_PORTS", "-1-5", "is not a range of ports"),
