@@ -16,6 +16,14 @@ Engine API (what the engine alone takes for the gang's containers). ``test_gangs
 commits them all at once and checks that every gang's members all started, or none, from the
 database (the launch ledger) and from the engine's events.
 
+With ``BENCH_EXECUTOR=process`` the daemons run members as host processes (``tp node run
+--executor process``, no container engine in the path): a member has started when its shim wrote
+``started.json`` (the time it records, just before the member's program runs), and the baseline
+is one host process spawned straight (``subprocess``), what each member pays at least once. On
+one 2-core machine that is what 32 machines each starting one container would show beyond their
+own container start: the control plane's and the daemons' part, without 32 starts queued on one
+engine.
+
 Run: ``.venv/bin/pytest tests/bench/bench_gang_launch.py -m bench -s`` (``BENCH_GANGS=N`` for
 another count than 10; ``BENCH_MEMBERS``, 4; ``BENCH_SIGNALS``, ``on,off``; ``-k committed``
 for the burst alone) (the engine from ``deploy/dev/dockerd.sh`` in DOCKER_HOST, as for the test
@@ -29,6 +37,7 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import threading
 import time
 import uuid
@@ -40,6 +49,7 @@ import asyncpg
 import httpx
 import pytest
 
+from adapters.node.process_records import read_json
 from tests.e2e.test_node_backend import cli_for, docker_events
 from tests.fixtures.nodes import NodeCluster
 from tests.support.db import plain_dsn
@@ -49,6 +59,7 @@ pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
 GANGS = 10
 MEMBERS = int(os.environ.get("BENCH_MEMBERS", "4"))
 SIGNALS = os.environ.get("BENCH_SIGNALS", "on,off").split(",")
+EXECUTOR = os.environ.get("BENCH_EXECUTOR", "container")  # or "process"
 BURST = int(os.environ.get("BENCH_BURST", "100"))
 BURST_MEMBERS = int(os.environ.get("BENCH_BURST_MEMBERS", "8"))
 BURST_DAEMONS = int(os.environ.get("BENCH_BURST_DAEMONS", "32"))
@@ -74,6 +85,30 @@ def baseline(docker_host: str, image: str, rounds: int) -> list[float]:
             c.post(f"/containers/{cid}/wait")
             c.delete(f"/containers/{cid}", params={"force": "true"})
     return times
+
+
+def process_baseline(rounds: int) -> list[float]:
+    """Seconds to spawn one host process (``true``) and see it running: the process executor's
+    counterpart of one container start."""
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(["true"])
+        times.append(time.perf_counter() - t0)
+        proc.wait()
+    return times
+
+
+def process_starts(cluster: NodeCluster, attempt_id: str) -> list[float]:
+    """When each host-process member of ``attempt_id`` started, from its shim's records in the
+    daemons' state directories (``member.json`` names the attempt, ``started.json`` the time)."""
+    starts = []
+    for member in (cluster.servers.state_dir / "nodes").glob("*/processes/*/member.json"):
+        record = read_json(member)
+        started = read_json(member.parent / "started.json")
+        if record and started and record["ref"]["attempt_id"] == attempt_id:
+            starts.append(float(started["at"]))
+    return starts
 
 
 def parallel_baseline(docker_host: str, image: str, count: int) -> float:
@@ -153,12 +188,13 @@ def print_phases(
         values = [r[key] for r in rows]
         print(f"{key:<16}{statistics.median(values):>10.3f}{pct(values, 0.9):>10.3f}")
     total = statistics.median(r["total"] for r in rows)
-    print(f"{'baseline (1 container create+start)':<36}{b:>8.3f} s")
+    one = "1 host process spawned" if EXECUTOR == "process" else "1 container create+start"
+    print(f"{'baseline (' + one + ')':<36}{b:>8.3f} s")
     if parallel:
         p = statistics.median(parallel)
         print(f"baseline ({MEMBERS} containers created+started at once, median of "
               f"{len(parallel)}): {p:.3f} s; total beyond that: {total - p:.3f} s")  # fmt: skip
-    print(f"beyond container start: {total - b:.3f} s; ratio total/baseline: {total / b:.1f}")
+    print(f"beyond one start: {total - b:.3f} s; ratio total/baseline: {total / b:.1f}")
     return total
 
 
@@ -175,7 +211,8 @@ async def test_gang_launch_latency(
     tmp_path: Path,
 ) -> None:
     gangs = int(os.environ.get("BENCH_GANGS", GANGS))
-    cluster = await cluster_of(node_cluster_factory, MEMBERS, TUNEPLANE_SIGNALS=signals)
+    executor = {"TUNEPLANE_NODE_EXECUTOR": "process"} if EXECUTOR == "process" else {}
+    cluster = await cluster_of(node_cluster_factory, MEMBERS, TUNEPLANE_SIGNALS=signals, **executor)
     await cli_for(cluster, tmp_path)  # the experiment `hello` exists in a workspace
     rows: list[dict[str, float]] = []
     image = ""
@@ -195,17 +232,22 @@ async def test_gang_launch_latency(
             r = await api.post(f"{cluster.servers.url}/v1/jobs", json=body)
             r.raise_for_status()
             job_id = r.json()["job_id"]
-            started: list[dict[str, Any]] = []
-            while len(started) < MEMBERS:
+            starts: list[float] = []
+            while len(starts) < MEMBERS:
                 await asyncio.sleep(0.05)
                 job = (await api.get(f"{cluster.servers.url}/v1/jobs/{job_id}")).json()
                 if not job["attempts"]:
                     continue
                 attempt_id = job["attempts"][-1]["id"]
+                if EXECUTOR == "process":
+                    starts = await asyncio.to_thread(process_starts, cluster, attempt_id)
+                    continue
                 events = docker_events(docker_host, f"tuneplane.attempt={attempt_id}", sent - 1)
                 started = [e for e in events if e["Action"] == "start"]
-            last = max(e["timeNano"] for e in started) / 1e9
-            image = started[0]["Actor"]["Attributes"]["image"]
+                starts = [e["timeNano"] / 1e9 for e in started]
+                if started:
+                    image = started[0]["Actor"]["Attributes"]["image"]
+            last = max(starts)
             got = await phases(cluster, attempt_id)
             if i:
                 rows.append(
@@ -221,9 +263,13 @@ async def test_gang_launch_latency(
                 await asyncio.sleep(0.2)
                 job = (await api.get(f"{cluster.servers.url}/v1/jobs/{job_id}")).json()
             assert job["state"] == "succeeded", job
-    base = await asyncio.to_thread(baseline, docker_host, image, 10)
+    if EXECUTOR == "process":
+        base = await asyncio.to_thread(process_baseline, 10)
+        image = "host processes (--executor process)"
+    else:
+        base = await asyncio.to_thread(baseline, docker_host, image, 10)
     parallel = []
-    if MEMBERS > 4:
+    if MEMBERS > 4 and EXECUTOR != "process":
         for _ in range(5):
             parallel.append(await asyncio.to_thread(parallel_baseline, docker_host, image, MEMBERS))
     title = (
