@@ -354,12 +354,25 @@ class NodeAgent(MemberOutput):
         await self._feed()
 
     async def _commit(self, entry: JournalEntry) -> None:
-        if entry.phase is not Phase.PREPARED:
+        """Start a prepared member, journalled STARTING first. A commit said again to a member
+        still STARTING makes the start again (idempotent): the engine may have been unreachable
+        the first time, and the member waits, created, for a start nobody else would make."""
+        if entry.phase is Phase.STARTING and entry.container_id:
+            try:
+                await self.observe(entry, entry.container_id, report=True)
+            except Unavailable as exc:
+                log.warning("start of %s deferred again: %s", entry.member_id, exc)
+                return
+            current = await self.entry(entry.member_id)
+            if current is None or current.phase is not Phase.STARTING:
+                return  # it had started (running, exited or gone): now reported
+        elif entry.phase is not Phase.PREPARED:
             await self._say(entry.report())  # already started (or gone): say so again
             return
+        else:
+            entry = await self.journalled(replace(entry, phase=Phase.STARTING))  # first
         cid = entry.container_id
         assert cid is not None  # a prepared member has its container
-        entry = await self.journalled(replace(entry, phase=Phase.STARTING))  # journalled first
         await self._say(entry.report())
         try:
             await self.runtime.start(cid)

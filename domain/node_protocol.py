@@ -273,7 +273,10 @@ def command_for(placed: Placed | None, held: Phase | None, ref: MemberRef) -> Co
     if held in LIVE_PHASES:
         if placed.stop_requested or placed.final:
             return cmd(CommandKind.STOP, "stop requested")
-        return None
+        # Starting: the node took the commit but may not have made the start (its engine was
+        # unreachable then). The commit is said again until it reports the member started;
+        # a start is idempotent on the node.
+        return cmd(CommandKind.COMMIT) if held is Phase.STARTING else None
     if held in STOPPED_PHASES and placed.final:
         return cmd(CommandKind.FORGET, "recorded final")
     return None

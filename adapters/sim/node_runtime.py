@@ -36,7 +36,8 @@ class SimContainer:
 
 class SimRuntime:
     """``engine``: the engine's identity (another machine has another); ``down``: when set,
-    the engine cannot list containers or say who it is (Unavailable with this text)."""
+    the engine cannot list containers, say who it is or start one (Unavailable with this
+    text)."""
 
     def __init__(self, node: str, refusal: Refusal | None = None, engine: str = "") -> None:
         self.node = node
@@ -61,6 +62,7 @@ class SimRuntime:
         return cid
 
     async def start(self, container_id: str) -> None:
+        self._up()
         c = self.containers.get(container_id)
         if c is not None and c.state == "created":
             c.state = "running"

@@ -180,6 +180,38 @@ async def test_commit_starts_exactly_once() -> None:
     assert h.phase() is Phase.RUNNING
 
 
+async def test_a_start_the_engine_could_not_make_is_made_when_the_commit_comes_again() -> None:
+    h = Harness()
+    o = await prepared(h)
+    h.runtime.down = "connection refused"  # between the vote and the commit
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    assert h.phase() is Phase.STARTING and h.runtime.starts["m0"] == 0
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))  # said again: still down
+    await h.agent.watch_once()  # nor does watching start or end it
+    assert h.phase() is Phase.STARTING and h.runtime.starts["m0"] == 0
+    h.runtime.down = None
+    for _ in range(2):  # said again once the engine answers, and once more after that
+        await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    assert h.runtime.starts["m0"] == 1
+    assert h.phase() is Phase.RUNNING
+    phases = [b.phase for b in h.sent if isinstance(b, MemberReport)]
+    assert phases[-1] is Phase.RUNNING and Phase.EXITED not in phases
+
+
+async def test_a_stopped_member_that_never_started_is_not_started_by_a_late_commit() -> None:
+    h = Harness()
+    o = await prepared(h)
+    h.runtime.down = "connection refused"
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    h.runtime.down = None
+    await h.agent.on_command(Command(CommandKind.STOP, o.ref, "stop requested"))
+    await h.settle()
+    await h.agent.watch_once()
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))  # one sent before the stop
+    assert h.runtime.starts["m0"] == 0
+    assert h.phase() is Phase.MISSING
+
+
 async def test_stale_commit_is_refused_and_starts_nothing() -> None:
     h = Harness()
     o = await prepared(h)

@@ -77,6 +77,12 @@ class TestCommandFor:
     def test_a_stop_before_start_is_an_abort(self) -> None:
         assert kind(placed(Decision.COMMIT, stop=True), Phase.PREPARED) is CommandKind.ABORT
 
+    def test_a_commit_is_said_again_until_its_member_reports_started(self) -> None:
+        # the node journalled STARTING but its engine may not have made the start
+        assert kind(placed(Decision.COMMIT), Phase.STARTING) is CommandKind.COMMIT
+        assert kind(placed(Decision.COMMIT, stop=True), Phase.STARTING) is CommandKind.STOP
+        assert kind(placed(Decision.COMMIT, final=True), Phase.STARTING) is CommandKind.STOP
+
     def test_running_members_are_stopped_on_request_or_when_final(self) -> None:
         assert kind(placed(Decision.COMMIT), Phase.RUNNING) is None
         assert kind(placed(Decision.COMMIT, stop=True), Phase.RUNNING) is CommandKind.STOP
