@@ -1,0 +1,166 @@
+"""The node daemon's agent, its state and what every part of it uses (``NodeAgent`` is built on
+it; ``application/node_prepare.py`` and ``node_agent.py`` hold the orders): journal helpers, one
+lock per member, what is said to the gateway, and how a member is observed, journalled and
+reported (the same whether the report follows a command, a scan or the periodic watch)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+from application import log_context
+from application.journal_io import journal_call
+from application.node_agent_output import MemberOutput
+from application.node_checkpoint_carrier import CheckpointCarrier
+from application.node_sources import SourceArchives
+from application.node_usage import MemberUsage
+from domain.artifact_ports import OutputCourier, OutputStorage
+from domain.node_messages import Inventory, LogChunk, OutputsScanned, PrepareOrder, Progress, Vote
+from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
+from domain.node_protocol import Command, EngineScan, MemberReport, Phase, stale_command
+from domain.progress import ended_outside
+
+log = logging.getLogger("tuneplane.node")
+
+Body = Vote | Progress | MemberReport | LogChunk | OutputsScanned | Inventory
+Send = Callable[[Body], Awaitable[None]]
+
+
+class AgentBase(MemberOutput):
+    def __init__(
+        self,
+        node: str,
+        journal: MemberJournal,
+        runtime: MemberRuntime,
+        send: Send,
+        *,
+        log_limit: int = 16 * 1024 * 1024,
+        sources_kept: int = 4,
+        feed: MetricsFeed | None = None,
+        outputs: OutputStorage | None = None,
+        checkpoints: CheckpointCarrier | None = None,
+        courier: OutputCourier | None = None,
+    ) -> None:
+        self.node = node
+        self.journal = journal
+        self.runtime = runtime
+        self.send = send
+        self.log_limit = log_limit
+        self.sources = SourceArchives(sources_kept)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.refused = 0  # commands refused as stale or misrouted
+        self.orphans: dict[str, str] = {}  # containers of this node that cannot be re-adopted
+        # the control plane this node belongs to: labels its containers (None: not learnt yet)
+        self.installation: str | None = journal.meta("installation")
+        self.engine = ""  # the container engine's identity, once read
+        self.recovered = False  # the journal was reconciled with the engine since the start
+        self.last_scan: EngineScan | None = None
+        self._followers: dict[str, asyncio.Task[None]] = {}  # live output, per member
+        self.flush_seconds = 0.5
+        self.feed = feed  # tells the host's collector which members to collect
+        self.outputs = outputs  # members' output directories on this host (artifacts)
+        self._scans: dict[str, asyncio.Task[None]] = {}
+        self.courier = courier  # sends an output file the gateway asks for
+        self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
+        self.usage = MemberUsage(runtime)  # where running members' use is read (collector)
+
+    # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
+
+    async def entry(self, member_id: str) -> JournalEntry | None:
+        return await journal_call(self.journal, self.journal.get, member_id)
+
+    async def journalled(self, entry: JournalEntry) -> JournalEntry:
+        await journal_call(self.journal, self.journal.put, entry)
+        return entry
+
+    async def _say(self, body: Body) -> None:
+        """Send if connected; a lost message is recovered from the journal at the next Hello."""
+        with contextlib.suppress(Exception):
+            await self.send(body)
+
+    def lock(self, member_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(member_id, asyncio.Lock())
+
+    def in_flight(self) -> list[asyncio.Task[None]]:
+        """The tasks working on orders now (prepares, stops): the simulator waits for them, or
+        cancels them to crash the daemon."""
+        return list(self._tasks.values())
+
+    async def close(self) -> None:
+        """Stop this process's own tasks (never a member): a prepare cut short stays PREPARING in
+        the journal and is refused by ``recover`` at the next start."""
+        tasks = [*self._tasks.values(), *self._followers.values(), *self._scans.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.checkpoints is not None:
+            await self.checkpoints.close()
+        self._tasks.clear()
+        self._followers.clear()
+
+    async def _epoch(self) -> int:
+        return await journal_call(self.journal, self.journal.epoch)
+
+    def _stale(self, command: Command, epoch: int) -> bool:
+        why = stale_command(command, epoch)
+        if why is not None:
+            self.refused += 1
+            log.warning("refused %s: %s", command.kind, why)
+        return why is not None
+
+    async def _feed(self) -> None:
+        if self.feed is not None:
+            entries = await journal_call(self.journal, self.journal.entries)
+            usage = await self.usage.of(entries)
+            await asyncio.to_thread(self.feed.sync, entries, usage)
+
+    async def observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
+        with ids_of(e.order):
+            await self._observe(e, cid, report=report)
+
+    async def _observe(self, e: JournalEntry, cid: str | None, *, report: bool) -> None:
+        obs = await self.runtime.observe(cid) if cid else None
+        if obs is None or obs.status == "missing":
+            gone = ended_outside("its container is gone from the engine (removed)")
+            new = replace(e, phase=Phase.MISSING, reason=gone)
+        elif obs.status == "running":
+            new = replace(e, phase=Phase.RUNNING, container_id=cid)
+        elif obs.status == "exited":
+            code = obs.exit_code if obs.exit_code is not None else -1
+            new = replace(e, phase=Phase.EXITED, exit_code=code, reason=obs.reason)
+        else:
+            return  # starting, or the engine cannot say now
+        if new == e:
+            return
+        how = f" with {new.exit_code}" if new.phase is Phase.EXITED else ""
+        log.info("member %s %s%s", e.member_id, new.phase, how)
+        if new.phase is Phase.EXITED and new.exit_code == 0:
+            new = replace(new, outputs=await self._scan(new.order))
+        if self.checkpoints is not None and new.phase in (Phase.EXITED, Phase.MISSING):
+            o = new.order  # its last checkpoints are kept before its end is said
+            await self.checkpoints.finish(o.ref, o.job_id, o.attempt)
+        if new.phase is Phase.EXITED and report and cid:
+            follower = self._followers.pop(e.member_id, None)
+            if follower is not None:  # its last live pieces go before the exit
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(follower), 2)
+            await self._send_log(new, cid)  # the log first: it is stored before the exit
+        await self.journalled(new)
+        if report:
+            await self._say(new.report())
+
+
+def ids_of(order: PrepareOrder) -> contextlib.AbstractContextManager[None]:
+    """Log lines within carry the member's job id, attempt number and index."""
+    return log_context.bound(
+        job_id=order.job_id, attempt=order.attempt or None, member=order.ref.index
+    )
+
+
+def collected(order: PrepareOrder) -> bool:
+    """Launched with a collector token (or re-adopted having had one: the token was lost)."""
+    return bool(order.collector_token or order.collector_token_expires_at)
