@@ -24,6 +24,7 @@ from application.context import Context
 from application.gang import GangCoordinator
 from application.scheduler import Scheduler
 from application.supervisor_chores import log_moved, release_finished, retry_or_end
+from application.supervisor_edges import adopt_held, assignments, collect_logs, fail_attempt
 from domain.admission import Assignment
 from domain.artifacts import ArtifactRecord, Manifest
 from domain.backend_ports import ExecutionBackend, LaunchRequest, Observation
@@ -31,15 +32,11 @@ from domain.coordination_ports import LeaderLease
 from domain.errors import Conflict, NotFound, TunePlaneError, Unavailable
 from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import (
-    ATTEMPT_FINAL,
     MEMBER_FINAL,
-    AttemptState,
     JobState,
     MemberState,
 )
 from domain.progress import driver_ended, first_failure, job_after, member_after
-from domain.retry import LAUNCH_FAILED
-from domain.unit_of_work import FleetUnit
 
 log = logging.getLogger("tuneplane.supervisor")
 
@@ -178,7 +175,8 @@ class Supervisor:
                 source = await self.ctx.blob_store().read(spec.source.digest)
         except NotFound as exc:  # absent, or refused by the store's digest check
             what = "Job Capsule" if spec.capsule is not None else "source archive"
-            await self._fail(backend, job, attempt, f"its {what} cannot be read: {exc.message}")
+            why = f"its {what} cannot be read: {exc.message}"
+            await fail_attempt(self.ctx, backend, job, attempt, why, self._due)
             return
         store = self.ctx.outputs_of(backend)
         kept = self.ctx.checkpoints_of(backend)
@@ -222,9 +220,8 @@ class Supervisor:
                 log.warning("launch of %s deferred: %s", member.id, exc)
                 return
             except TunePlaneError as exc:
-                await self._fail(
-                    backend, job, attempt, f"member {member.index} could not launch: {exc}"
-                )
+                why = f"member {member.index} could not launch: {exc}"
+                await fail_attempt(self.ctx, backend, job, attempt, why, self._due)
                 return
             async with self.ctx.units.jobs() as uow:
                 now = self.ctx.clock.now()
@@ -233,48 +230,6 @@ class Supervisor:
                 )
                 await uow.commit()
 
-    async def _fail(
-        self, backend: ExecutionBackend, job: Job, attempt: Attempt, reason: str
-    ) -> None:
-        """The attempt cannot go on: stop what was launched, then record every member failed
-        and release the reservation. If a stop cannot be confirmed, nothing is recorded and
-        the next tick tries again (a member is never recorded stopped on a guess)."""
-        async with self.ctx.units.jobs() as uow:
-            members = await uow.members.for_attempt(attempt.id)
-        adopted = await self._adopt(backend, members)
-        if adopted is None:
-            return
-        launched = [m for m in adopted if m.handle is not None and m.state not in MEMBER_FINAL]
-        for m in launched:
-            assert m.handle is not None
-            try:
-                await backend.stop(m.handle, self.ctx.limits.stop_grace_seconds)
-            except Unavailable as exc:
-                log.warning("cannot stop %s after a failed launch: %s", m.id, exc)
-                return
-        now = self.ctx.clock.now()
-        async with self.ctx.units.placement() as uow:
-            for m in await uow.members.for_attempt(attempt.id):
-                if m.state not in MEMBER_FINAL:
-                    await uow.members.update(m.moved(MemberState.FAILED, now, reason), m.state)
-            current = await uow.attempts.get(attempt.id)
-            if current is not None and current.state not in ATTEMPT_FINAL:
-                current_now = current.moved(AttemptState.FAILED, now, reason, cause=LAUNCH_FAILED)
-                await uow.attempts.update(current_now, current.state)
-                current = current_now
-            ended = job.moved(JobState.FAILED, now, reason)
-            if current is not None:
-                ended = await retry_or_end(uow, job, ended, current, now)
-                self._due(ended)
-            await uow.jobs.update(ended, job.state)
-            await uow.reservations.release(attempt.id)
-            await uow.commit()
-        log_moved(job, ended)
-        for m in launched:
-            if m.handle is not None:
-                with contextlib.suppress(TunePlaneError):
-                    await backend.release(m.handle)
-
     async def _advance(self, job: Job) -> None:
         async with self.ctx.units.placement() as uow:
             attempts = await uow.attempts.for_job(job.id)
@@ -282,7 +237,7 @@ class Supervisor:
                 return
             attempt = attempts[-1]
             members = await uow.members.for_attempt(attempt.id)
-            placed = await _assignments(uow, attempt.id)
+            placed = await assignments(uow, attempt.id)
         with log_context.bound(attempt=attempt.number):
             await self._advance_attempt(job, attempt, members, placed)
 
@@ -312,7 +267,7 @@ class Supervisor:
                 return  # launch deferred (backend unavailable)
         ending = stopping or failing is not None or done is not None
         if ending:
-            adopted = await self._adopt(backend, members)
+            adopted = await adopt_held(self.ctx, backend, members)
             if adopted is None:
                 return  # cannot tell which members started: never record them on a guess
             members = adopted
@@ -327,7 +282,9 @@ class Supervisor:
             except Unavailable as exc:
                 log.warning("cannot observe %s: %s", m.id, exc)
                 continue
-            logs = await self._collect_logs(backend, m.handle) if obs.status == "exited" else None
+            logs = (
+                await collect_logs(self.ctx, backend, m.handle) if obs.status == "exited" else None
+            )
             seen[m.id] = (obs, logs)
         manifests = await self._manifests(backend, job, attempt, members, seen)
         released = await self._record(job, attempt, members, seen, manifests)
@@ -449,31 +406,6 @@ class Supervisor:
         log_moved(job, job_now)
         return released
 
-    async def _adopt(self, backend: ExecutionBackend, members: list[Member]) -> list[Member] | None:
-        """Record the handles of pending members that the backend holds although no handle was
-        recorded (a supervisor died between launching them and recording it), so that they are
-        stopped and observed like the others instead of being recorded stopped on a guess.
-        Returns the members as they are now, or None when the backend cannot say."""
-        if not any(m.handle is None and m.state is MemberState.PENDING for m in members):
-            return members
-        try:
-            held = await backend.held()
-        except Unavailable as exc:
-            log.warning("cannot list the members %s holds: %s", backend.name, exc)
-            return None
-        now = self.ctx.clock.now()
-        adopted = {
-            m.id: m.moved(MemberState.STARTING, now, handle=held[m.id])
-            for m in members
-            if m.handle is None and m.state is MemberState.PENDING and m.id in held
-        }
-        if adopted:
-            async with self.ctx.units.jobs() as uow:
-                for new in adopted.values():
-                    await uow.members.update(new, MemberState.PENDING)
-                await uow.commit()
-        return [adopted.get(m.id, m) for m in members]
-
     def _request_stop(self, backend: ExecutionBackend, handle: str) -> None:
         previous = self._stops.get(handle)
         if previous is not None and not (
@@ -484,22 +416,3 @@ class Supervisor:
         task = asyncio.create_task(backend.stop(handle, grace))
         self._stops[handle] = task
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # mark retrieved
-
-    async def _collect_logs(self, backend: ExecutionBackend, handle: str) -> bytes:
-        limit = self.ctx.limits.max_log_bytes
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            async for chunk in backend.logs(handle, follow=False):
-                chunks.append(chunk)
-                size += len(chunk)
-                while size - len(chunks[0]) > limit:  # keep roughly the last `limit` bytes
-                    size -= len(chunks.pop(0))
-        except TunePlaneError as exc:
-            chunks.append(f"\n[tuneplane: log collection failed: {exc}]\n".encode())
-        return b"".join(chunks)
-
-
-async def _assignments(uow: FleetUnit, attempt_id: str) -> dict[int, Assignment]:
-    reservation = await uow.reservations.get(attempt_id)
-    return {a.member: a for a in reservation.assignments} if reservation else {}
