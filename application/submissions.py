@@ -61,12 +61,11 @@ async def _requests(
     async with ctx.units.fleet() as uow:
         pools = await uow.fleet.pools()
         profiles = await uow.fleet.profiles()
-        nodes = await uow.fleet.nodes()
+        counts = await uow.fleet.node_counts()
     roles = resolve_roles(intent.profiles, pools, profiles)
     by_name = {p.name: p for p in pools}
     for i, role in enumerate(roles):
-        count = sum(1 for n in nodes if n.pool == role.pool)
-        why = fits_pool(role, by_name[role.pool], count)
+        why = fits_pool(role, by_name[role.pool], counts.get(role.pool, 0))
         if why:
             raise InvalidInput(
                 f"this request can never start: {why}",

@@ -255,6 +255,11 @@ class FleetRepository(Protocol):
         """All nodes, by pool then name."""
         ...
 
+    async def node_counts(self) -> dict[str, int]:
+        """How many nodes each pool has, whatever their states (a pool without nodes is
+        absent): what a preview needs, without reading every node."""
+        ...
+
     async def set_node_state(
         self,
         name: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+from collections import Counter
 from dataclasses import replace
 from datetime import datetime
 
@@ -93,6 +94,9 @@ class MemoryFleetRepository:
     async def nodes(self) -> builtins.list[Node]:
         rows: list[Node] = self._tx.ordered("nodes", "pool, name", lambda n: (n.pool, n.name))
         return rows
+
+    async def node_counts(self) -> dict[str, int]:
+        return dict(Counter(self._tx.project("nodes", lambda n: True, lambda n: n.pool)))
 
     async def set_node_state(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 from datetime import datetime
 
-from sqlalchemy import bindparam, select, text, update
+from sqlalchemy import bindparam, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -119,6 +119,7 @@ _SET_VALIDATION = text(
 )
 _NODE = select(*_NODE_COLUMNS).where(nodes.c.name == bindparam("name"))
 _ALL_NODES = select(*_NODE_COLUMNS).order_by(nodes.c.pool.collate("C"), nodes.c.name.collate("C"))
+_NODE_COUNTS = select(nodes.c.pool, func.count()).group_by(nodes.c.pool)
 
 _p = pg_insert(profiles)
 _PUT_PROFILE = _p.on_conflict_do_update(
@@ -221,6 +222,11 @@ class PostgresFleetRepository:
         with translated("list nodes"):
             rows = (await self._conn.execute(_ALL_NODES)).mappings().all()
         return [codec.node_from_row(r) for r in rows]
+
+    async def node_counts(self) -> dict[str, int]:
+        with translated("count the nodes of each pool"):
+            rows = (await self._conn.execute(_NODE_COUNTS)).all()
+        return {pool: count for pool, count in rows}
 
     async def set_node_state(
         self,

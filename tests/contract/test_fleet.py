@@ -92,6 +92,9 @@ async def test_nodes_round_trip_by_pool_then_name(uow_factory: UnitOfWorkFactory
             "z-1", "a", SchedState.DRAINING, Connectivity.LOST
         )
         assert len(await uow.fleet.nodes()) == 4
+        assert await uow.fleet.node_counts() == {"a": 3, "cpu": 1}  # whatever their states
+        await uow.fleet.put_node(Node("c-1", "cpu"))  # this transaction's own writes count
+        assert await uow.fleet.node_counts() == {"a": 3, "cpu": 2}
 
 
 async def test_a_node_needs_its_pool(uow_factory: UnitOfWorkFactory) -> None:
