@@ -128,6 +128,9 @@ class Tx:
     def __init__(self, store: Database) -> None:
         self.store = store
         self.writes: dict[str, dict[Hashable, Any]] = _Writes()  # table → pk → row
+        # (table, unique key) → key value → pk of the last row written with it: ``find`` by a
+        # unique key in a large transaction without scanning its writes
+        self._written: dict[tuple[str, str], dict[Hashable, Hashable]] = {}
         self.held: set[LockKey] = set()
         self.done = asyncio.Event()
         self.waiting_for: Tx | None = None
@@ -157,7 +160,9 @@ class Tx:
                 return None if row is DELETED else self._out(t, row)
             return self._out(t, t.rows.get(value))
         fn = t.definition.uniques[key]
-        for row in writes.values():
+        pk = self._written.get((table, key), {}).get(value)
+        if pk is not None:  # else no write of ours has that key (one that moved it: below)
+            row = writes[pk]
             if row is not DELETED and fn(row) == value:
                 return self._out(t, row)
         found = t.find(key, value)
@@ -244,7 +249,10 @@ class Tx:
     def write(self, table: str, row: Any) -> None:
         self._check_open()
         definition = self.store.tables[table].definition
-        self.writes[table][definition.pk(row)] = row if definition.immutable else fresh(row)
+        pk = definition.pk(row)
+        self.writes[table][pk] = row if definition.immutable else fresh(row)
+        for name, fn in definition.uniques.items():
+            self._written.setdefault((table, name), {})[fn(row)] = pk
 
     def delete(self, table: str, pk: Hashable) -> None:
         """Delete the row with primary key ``pk`` when this transaction commits (the caller
@@ -316,6 +324,7 @@ class Tx:
 
     def _release(self) -> None:
         self.writes = _Writes()
+        self._written = {}
         for key in self.held:
             del self.store._locks[key]
         self.held.clear()
