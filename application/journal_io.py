@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TypeVar
 
-from domain.node_ports import MemberJournal
+from domain.node_daemon_ports import MemberJournal
 
 T = TypeVar("T")
 

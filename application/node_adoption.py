@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 from application.journal_io import journal_call
 from domain.errors import InvalidInput, Unavailable
+from domain.node_daemon_ports import FoundContainer, JournalEntry, MemberJournal, MemberRuntime
 from domain.node_messages import TOKEN_LOST, PrepareOrder
-from domain.node_ports import FoundContainer, JournalEntry, MemberJournal, MemberRuntime
 from domain.node_protocol import EngineScan, Phase
 
 if TYPE_CHECKING:

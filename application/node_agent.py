@@ -23,8 +23,8 @@ from application.node_adoption import adopt, learn_installation, listing
 from application.node_agent_base import collected, ids_of
 from application.node_prepare import MemberPrepare
 from domain.errors import Unavailable
+from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import Hello, Inventory, PrepareOrder, TokenRenewal
-from domain.node_ports import JournalEntry
 from domain.node_protocol import LIVE_PHASES, Command, CommandKind, EngineScan, NodeCapacity, Phase
 
 log = logging.getLogger("tuneplane.node")

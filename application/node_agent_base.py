@@ -18,8 +18,8 @@ from application.node_checkpoint_carrier import CheckpointCarrier
 from application.node_sources import SourceArchives
 from application.node_usage import MemberUsage
 from domain.artifact_ports import OutputCourier, OutputStorage
+from domain.node_daemon_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
 from domain.node_messages import Inventory, LogChunk, OutputsScanned, PrepareOrder, Progress, Vote
-from domain.node_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
 from domain.node_protocol import Command, EngineScan, MemberReport, Phase, stale_command
 from domain.progress import ended_outside
 

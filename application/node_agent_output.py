@@ -15,8 +15,8 @@ from application.node_outputs import scan_member
 from domain.artifact_ports import OutputCourier, OutputStorage
 from domain.artifacts import Manifest
 from domain.errors import NotFound, TunePlaneError
+from domain.node_daemon_ports import JournalEntry, MemberRuntime
 from domain.node_messages import FetchOutput, OutputsScanned, PrepareOrder, ScanOutputs
-from domain.node_ports import JournalEntry, MemberRuntime
 from domain.node_protocol import LIVE_PHASES
 
 log = logging.getLogger("tuneplane.node")

@@ -8,8 +8,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from domain.errors import TunePlaneError
+from domain.node_daemon_ports import MemberRuntime
 from domain.node_messages import LogChunk
-from domain.node_ports import MemberRuntime
 from domain.node_protocol import MemberRef
 
 log = logging.getLogger("tuneplane.node")

@@ -12,8 +12,8 @@ from dataclasses import replace
 from application.journal_io import journal_call
 from application.node_agent_base import AgentBase, ids_of
 from domain.errors import TunePlaneError
+from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder, Progress, SourceChunk, Vote
-from domain.node_ports import JournalEntry
 from domain.node_protocol import Command, CommandKind, Phase
 
 log = logging.getLogger("tuneplane.node")

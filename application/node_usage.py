@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 
 from domain.errors import TunePlaneError
-from domain.node_ports import JournalEntry, MemberRuntime
+from domain.node_daemon_ports import JournalEntry, MemberRuntime
 from domain.node_protocol import Phase
 from domain.telemetry import UsageSource
 

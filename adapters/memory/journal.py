@@ -7,7 +7,7 @@ MemberJournal contract the SQLite journal keeps (tests/contract/test_member_jour
 
 from __future__ import annotations
 
-from domain.node_ports import JournalEntry
+from domain.node_daemon_ports import JournalEntry
 
 RESERVED = frozenset({"format", "schema_version", "epoch"})  # as the SQLite journal's
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from adapters.grpc.node_client import write_private
-from domain.node_ports import JournalEntry
+from domain.node_daemon_ports import JournalEntry
 from domain.node_protocol import LIVE_PHASES, Phase
 from domain.telemetry import UsageSource
 

@@ -49,8 +49,8 @@ from adapters.node.host_ports import port_free
 from adapters.node.member_view import NodeDirs
 from domain.artifact_ports import CheckpointStorage, OutputStorage
 from domain.errors import Conflict, InvalidInput, Unavailable
+from domain.node_daemon_ports import FoundContainer, ProgressCallback
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits

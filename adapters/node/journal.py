@@ -40,8 +40,8 @@ from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.artifacts import Manifest
 from domain.checkpoints import ResumeFrom, check_name
 from domain.errors import InvalidInput
+from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder
-from domain.node_ports import JournalEntry
 from domain.node_protocol import MemberRef, Phase
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "CorruptRow", "JournalEntry", "SqliteJournal"]

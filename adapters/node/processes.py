@@ -57,8 +57,8 @@ from adapters.node.process_records import (
 from adapters.node.process_shim import write_atomic
 from domain.capsule import CAPSULE_DIR
 from domain.errors import Conflict, InvalidInput
+from domain.node_daemon_ports import FoundContainer, ProgressCallback
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from domain.requests import require_limits

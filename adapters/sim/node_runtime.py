@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from domain.errors import InvalidInput, Unavailable
+from domain.node_daemon_ports import FoundContainer, ProgressCallback
 from domain.node_messages import PrepareOrder
-from domain.node_ports import FoundContainer, ProgressCallback
 from domain.ports import Observation
 from domain.telemetry import UsageSource
 

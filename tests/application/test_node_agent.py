@@ -264,7 +264,7 @@ async def test_restart_rolls_back_preparing_and_readopts_running() -> None:
     # m1 was being prepared when the daemon died: its container exists, the vote never left
     caught = order("m1", gpu_indices=(1,), installation=INSTALLATION)
     h.runtime.containers["c-m1"] = type(h.runtime.containers["c-m0"])("c-m1", caught)
-    from domain.node_ports import JournalEntry
+    from domain.node_daemon_ports import JournalEntry
 
     h.journal.put(JournalEntry(caught, Phase.PREPARING))
     h.agent = h.new_agent()  # kill -9: a new daemon on the same journal and engine

@@ -22,7 +22,7 @@ from adapters.memory.journal import MemoryJournal
 from adapters.node.journal import SqliteJournal
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import ResumeFrom
-from domain.node_ports import MemberJournal
+from domain.node_daemon_ports import MemberJournal
 from domain.node_protocol import Phase
 from tests.support.journal_writer import entry
 

@@ -26,8 +26,8 @@ from adapters.docker.runtimes import BUSYBOX
 from adapters.node.executor import NodeExecutor
 from adapters.node.processes import ProcessExecutor
 from adapters.sim.node_runtime import SimRuntime
+from domain.node_daemon_ports import MemberRuntime
 from domain.node_messages import PrepareOrder
-from domain.node_ports import MemberRuntime
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from tests.fixtures.docker import remove_labelled

@@ -26,8 +26,8 @@ from aiohttp import web
 from adapters.node.executor import NodeExecutor, PullProgress
 from domain.catalog import RuntimePin
 from domain.errors import Conflict, InvalidInput
+from domain.node_daemon_ports import MemberRuntime
 from domain.node_messages import PrepareOrder
-from domain.node_ports import MemberRuntime
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from tests.fixtures.docker import containers_of, remove_labelled

@@ -14,8 +14,8 @@ import sys
 import time
 
 from adapters.node.journal import SqliteJournal
+from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder
-from domain.node_ports import JournalEntry
 from domain.node_protocol import MemberRef, Phase
 
 

@@ -25,8 +25,8 @@ from application.metrics import MetricsSummary
 from application.node_usage import MemberUsage
 from domain.errors import InvalidInput, Unavailable
 from domain.gpus import GpuInventory, GpuReading
+from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder
-from domain.node_ports import JournalEntry
 from domain.node_protocol import MemberRef, Phase
 from domain.telemetry import SYSTEM_SOURCE, UsageSource
 from domain.telemetry_ports import SeriesInfo
