@@ -1,5 +1,6 @@
 """Ports of the node backend on the control plane's side: enrollment, the control links of node
-daemons, and the two-phase launch ledger (a daemon's own ports: ``domain/node_daemon_ports.py``). Same conventions as ``domain.ports`` (missing → None, Conflict → lost race).
+daemons, and the two-phase launch ledger (a daemon's own ports: ``domain/node_daemon_ports.py``).
+Same conventions as ``domain.ports`` (missing → None, Conflict → lost race).
 
 The control plane and the node control gateways are separate processes that meet only here, in
 the database: the coordinator (in the control plane's supervisor) begins launches and records
