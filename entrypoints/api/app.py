@@ -33,6 +33,7 @@ from entrypoints.api.openapi import TightJsonRenderPlugin
 from entrypoints.api.plugin_routes import PLUGIN_ROUTES
 from entrypoints.api.policy_routes import POLICY_ROUTES
 from entrypoints.api.problems import EXCEPTION_HANDLERS, responses
+from entrypoints.api.profile_routes import PROFILE_ROUTES
 from entrypoints.api.routes import PROTECTED
 from entrypoints.api.runtime_routes import RUNTIME_ROUTES
 from entrypoints.api.scheduling_routes import SCHEDULING_ROUTES
@@ -117,6 +118,7 @@ def create_app(
         *PROTECTED,
         *SCHEDULING_ROUTES,
         *FLEET_ROUTES,
+        *PROFILE_ROUTES,
         *POLICY_ROUTES,
         *TOKEN_ROUTES,
         *NODE_ROUTES,

@@ -1,4 +1,5 @@
-"""HTTP routes of the fleet: pools, nodes, profiles, the fleet listing and whole-file apply.
+"""HTTP routes of the fleet: pools, nodes, the fleet listing and whole-file apply (profiles:
+``profile_routes.py``).
 
 Reading is for every user; changing is for admins and operators (the use cases check).
 """
@@ -6,13 +7,13 @@ Reading is for every user; changing is for admins and operators (the use cases c
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, TypeVar
+from typing import TypeVar
 
 from litestar import Response, get, patch, post, put
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import FromPath, JSONBody, QueryParameter
-from msgspec import UNSET, Meta, Struct, UnsetType
+from litestar.params import FromPath, JSONBody
+from msgspec import UNSET, Struct, UnsetType
 
 from application import fleet
 from application.context import Context
@@ -20,7 +21,6 @@ from application.fleet_config import apply_fleet_config
 from application.policy import KEEP, Keep
 from domain.catalog import Resources
 from domain.fleet import Node, Pool, SchedState
-from domain.requests import Profile
 from entrypoints.api.node_routes import (
     CheckOut,
     GpuInventoryOut,
@@ -163,44 +163,13 @@ class ResourcesOut(Struct):
     gpu_model: str | None
 
 
-class ProfileOut(Struct):
-    name: str
-    kind: str  # named or implicit
-    request: str
-    pool: str
-    backend: str
-    description: str
-    members: int | None = None
-    resources: ResourcesOut | None = None  # per member
-    max_count: float | None = None
-
-
-class ProfileIn(Struct, forbid_unknown_fields=True, kw_only=True):
-    name: Name
-    request: Annotated[str, Meta(min_length=1, max_length=128)]
-    description: Text = ""
-
-
-class RoleOut(Struct):
-    name: str
-    profile: str
-    pool: str
-    members: int
-    resources: ResourcesOut
-
-
-class ResolutionOut(Struct):
-    backend: str
-    roles: list[RoleOut]
-
-
 class ApplyOut(Struct):
     created: list[str]
     changed: list[str]
     unchanged: int
 
 
-def _ctx(state: State) -> Context:
+def ctx_of(state: State) -> Context:
     ctx: Context = state.ctx
     return ctx
 
@@ -240,9 +209,9 @@ def resources_out(r: Resources) -> ResourcesOut:
 @get("/v1/fleet", responses=responses(400, 401), summary="Pools with their nodes, states and usage")
 async def read_fleet(state: State, principal: Caller) -> FleetOut:
     out = []
-    async with _ctx(state).units.nodes() as uow:
+    async with ctx_of(state).units.nodes() as uow:
         inventories = {link.node: link.capacity.gpu_inventory for link in await uow.links.all()}
-    for ps in await fleet.list_fleet(_ctx(state)):
+    for ps in await fleet.list_fleet(ctx_of(state)):
         p = ps.pool
         nodes = [
             NodeStatusOut(
@@ -273,7 +242,7 @@ async def read_fleet(state: State, principal: Caller) -> FleetOut:
     summary="Apply a whole fleet file (docs/fleet.md) in one transaction (admin, operator)",
 )
 async def apply(data: JSONBody[FleetFile], state: State, principal: Caller) -> ApplyOut:
-    summary = await apply_fleet_config(_ctx(state), data.to_config(), principal)
+    summary = await apply_fleet_config(ctx_of(state), data.to_config(), principal)
     _wake(state)
     return ApplyOut(list(summary.created), list(summary.changed), summary.unchanged)
 
@@ -285,7 +254,7 @@ async def apply(data: JSONBody[FleetFile], state: State, principal: Caller) -> A
     summary="Create a pool (admin, operator)",
 )
 async def create_pool(data: JSONBody[PoolIn], state: State, principal: Caller) -> PoolOut:
-    return pool_out(await fleet.add_pool(_ctx(state), principal, data.to_pool()))
+    return pool_out(await fleet.add_pool(ctx_of(state), principal, data.to_pool()))
 
 
 @put(
@@ -304,7 +273,7 @@ async def replace_pool(
         name, data.fleet, data.backend, data.gpus_per_node, data.cpus_per_node,
         data.memory_mb_per_node, data.gpu_model, data.description,
     )  # fmt: skip
-    created = await fleet.put_pool(_ctx(state), principal, pool)
+    created = await fleet.put_pool(ctx_of(state), principal, pool)
     _wake(state)
     return Response(pool_out(pool), status_code=201 if created else 200)
 
@@ -323,7 +292,7 @@ async def update_pool(
     name: FromPath[str], data: JSONBody[PoolPatchIn], state: State, principal: Caller
 ) -> PoolOut:
     pool = await fleet.update_pool(
-        _ctx(state),
+        ctx_of(state),
         principal,
         name,
         fleet=_keep(data.fleet),
@@ -345,7 +314,7 @@ async def update_pool(
     summary="Add a node to a pool (admin, operator)",
 )
 async def create_node(data: JSONBody[NodeIn], state: State, principal: Caller) -> NodeOut:
-    node = await fleet.add_node(_ctx(state), principal, data.name, data.pool)
+    node = await fleet.add_node(ctx_of(state), principal, data.name, data.pool)
     _wake(state)
     return node_out(node)
 
@@ -359,13 +328,13 @@ async def create_node(data: JSONBody[NodeIn], state: State, principal: Caller) -
 async def replace_node(
     name: FromPath[str], data: JSONBody[NodePutIn], state: State, principal: Caller
 ) -> NodeOut:
-    node = await fleet.put_node(_ctx(state), principal, name, data.pool)
+    node = await fleet.put_node(ctx_of(state), principal, name, data.pool)
     _wake(state)
     return node_out(node)
 
 
 async def _set_state(state: State, principal: Caller, name: str, sched: SchedState) -> NodeOut:
-    node = await fleet.set_node_state(_ctx(state), principal, name, sched)
+    node = await fleet.set_node_state(ctx_of(state), principal, name, sched)
     _wake(state)
     return node_out(node)
 
@@ -391,58 +360,6 @@ async def uncordon(name: FromPath[str], state: State, principal: Caller) -> Node
     return await _set_state(state, principal, name, SchedState.SCHEDULABLE)
 
 
-@get(
-    "/v1/profiles",
-    responses=responses(400, 401),
-    summary="Profiles: the operator's named ones, then each pool's implicit request forms",
-)
-async def list_profiles(state: State, principal: Caller) -> list[ProfileOut]:
-    return [
-        ProfileOut(
-            e.name, e.kind, e.request, e.pool, e.backend, e.description, e.members,
-            resources_out(e.resources) if e.resources else None, e.max_count,
-        )
-        for e in await fleet.list_profiles(_ctx(state))
-    ]  # fmt: skip
-
-
-@post(
-    "/v1/profiles",
-    status_code=200,
-    request_max_body_size=JSON_LIMIT,
-    responses=responses(400, 401, 403, 422),
-    summary="Create or replace a named profile (admin, operator)",
-)
-async def put_profile(data: JSONBody[ProfileIn], state: State, principal: Caller) -> ProfileOut:
-    profile = Profile(data.name, data.request, data.description)
-    await fleet.put_profile(_ctx(state), principal, profile)
-    entry = next(e for e in await fleet.list_profiles(_ctx(state)) if e.name == data.name)
-    return ProfileOut(
-        entry.name, entry.kind, entry.request, entry.pool, entry.backend, entry.description,
-        entry.members, resources_out(entry.resources) if entry.resources else None,
-    )  # fmt: skip
-
-
-@get(
-    "/v1/profiles/resolve",
-    responses=responses(400, 401, 422),
-    summary="What --profile values mean here (the resolution a preview makes)",
-)
-async def resolve_profiles(
-    state: State,
-    principal: Caller,
-    profile: Annotated[
-        list[Annotated[str, Meta(min_length=1, max_length=128)]],
-        QueryParameter(name="profile", min_items=1, max_items=16),
-    ],
-) -> ResolutionOut:
-    r = await fleet.resolve_profiles(_ctx(state), list(profile))
-    roles = [
-        RoleOut(x.name, x.profile, x.pool, x.members, resources_out(x.resources)) for x in r.roles
-    ]
-    return ResolutionOut(r.backend, roles)
-
-
 FLEET_ROUTES = [
     read_fleet,
     apply,
@@ -454,7 +371,4 @@ FLEET_ROUTES = [
     cordon,
     drain,
     uncordon,
-    list_profiles,
-    put_profile,
-    resolve_profiles,
 ]
