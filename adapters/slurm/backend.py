@@ -33,12 +33,13 @@ import contextlib
 import hashlib
 import shutil
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from adapters.outputs import FilesystemOutputs
 from adapters.shared_checkpoints import SharedDirCheckpoints
 from adapters.slurm import ends
+from adapters.slurm.attempt_dirs import AttemptDirs, Handle
 from adapters.slurm.capacity import capacity, unreported
 from adapters.slurm.client import SlurmClient
 from adapters.slurm.collector import SlurmCollector
@@ -60,25 +61,6 @@ NOT_SAID = "scancel or a Slurm operator"  # without accounting, Slurm does not r
 OUTPUTS = "outputs"  # the shared directory's folder of members' outputs (attempt ids differ)
 CHECKPOINTS = "checkpoints"  # its folder of checkpoints, kept in place across attempts
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-@dataclass(frozen=True, slots=True)
-class Handle:
-    job_id: int
-    rank: int
-    attempt_id: str
-
-    def __str__(self) -> str:
-        return f"{self.job_id}:{self.rank}:{self.attempt_id}"
-
-    @staticmethod
-    def parse(text: str) -> Handle | None:
-        parts = text.split(":", 2)
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() or not parts[2]:
-            return None
-        if "/" in parts[2] or parts[2].startswith("."):
-            return None
-        return Handle(int(parts[0]), int(parts[1]), parts[2])
 
 
 class SlurmBackend:
@@ -114,6 +96,7 @@ class SlurmBackend:
         # runtime name → the directory put first on members' PATH (TUNEPLANE_SLURM_RUNTIMES)
         self.runtime_dirs = dict(runtime_dirs or {})
         self.shared_dir = shared_dir
+        self.dirs = AttemptDirs(shared_dir)  # each attempt's directory in it
         self.partitions = dict(partitions or {})  # pool → partition (default: the pool's name)
         self.accounting = accounting
         self.master_port_base = master_port_base
@@ -135,9 +118,6 @@ class SlurmBackend:
     def partition_of(self, pool: str) -> str:
         return self.partitions.get(pool, pool)
 
-    def _dir(self, attempt_id: str) -> Path:
-        return self.shared_dir / attempt_id
-
     # -- ExecutionBackend -----------------------------------------------------------------------
 
     async def pin(self, runtime: RuntimeSpec) -> RuntimePin:
@@ -157,8 +137,8 @@ class SlurmBackend:
             require_limits(r.cpus, r.memory_mb, f"role {role.name} of {request.attempt_id}")
         lock = self._locks.setdefault(request.attempt_id, asyncio.Lock())
         async with lock:
-            directory = self._dir(request.attempt_id)
-            await asyncio.to_thread(self._note_member, directory, request)
+            directory = self.dirs.dir(request.attempt_id)
+            await asyncio.to_thread(self.dirs.note_member, directory, request)
             if self._collector_files is not None:
                 await self._collector_files.write(directory, request)
             job_id = await self._find(request.attempt_id)
@@ -168,7 +148,7 @@ class SlurmBackend:
 
     async def observe(self, handle: str) -> Observation:
         h = Handle.parse(handle)
-        if h is None or self._released(h):
+        if h is None or self.dirs.released(h):
             return Observation("missing")
         try:
             jobs = await self.client.job(h.job_id)
@@ -200,20 +180,20 @@ class SlurmBackend:
                 reason = next((j.reason for j in jobs if j.reason not in ("", "None")), "")
                 why = f"Slurm job {h.job_id} pending" + (f": {reason}" if reason else "")
                 return Observation("starting", reason=why)
-            written = self._exit_file(h)
-            if written is not None and self._others_unfinished(h):
+            written = self.dirs.exit_file(h)
+            if written is not None and self.dirs.others_unfinished(h):
                 # its task ended while others run on (a Ray driver, a failed member): exited
                 # now; the attempt's reservation stays held by the others until Slurm reports
                 # the allocation ended, which the last member waits for
                 why = (
                     runner_failure(written)
-                    or self._stopped_for(h, written)
+                    or self.dirs.stopped_for(h, written)
                     or (exit_words(written) if written else "")
                 )
                 return Observation("exited", exit_code=written, reason=why)
             return Observation("running")
         lead = jobs[0]
-        written = self._exit_file(h)
+        written = self.dirs.exit_file(h)
         if written is not None:
             code = written
         elif lead.state == "CANCELLED":  # scancel: SIGTERM. The batch script's own status
@@ -230,7 +210,7 @@ class SlurmBackend:
             reason = reason or ends.requeued_words(next(j for j in jobs if ends.requeued(j)))
         elif not reason and written is not None and lead.state in ("COMPLETED", "FAILED"):
             # the task's own exit: the words every backend uses (docs/backends.md)
-            reason = self._stopped_for(h, code) or (exit_words(code) if code else "")
+            reason = self.dirs.stopped_for(h, code) or (exit_words(code) if code else "")
         elif not reason and (lead.state != "COMPLETED" or code != 0):
             why = f": {lead.reason}" if lead.reason not in ("", "None") else ""
             reason = f"{source} reports job {h.job_id} {lead.state}{why}, exit code {code}"
@@ -268,7 +248,7 @@ class SlurmBackend:
         """Cancel the attempt's Slurm job (every member: one allocation). Slurm signals the
         tasks with SIGTERM and kills them after its ``KillWait``. Idempotent."""
         h = Handle.parse(handle)
-        if h is None or self._released(h):
+        if h is None or self.dirs.released(h):
             return
         await self.client.cancel(h.job_id)
 
@@ -276,12 +256,12 @@ class SlurmBackend:
         """The member's output (its task's stdout and stderr); member 0's starts with the batch
         step's (capsule checks, srun errors). From the attempt's shared directory."""
         h = Handle.parse(handle)
-        if h is None or self._released(h):
+        if h is None or self.dirs.released(h):
             raise NotFound(
                 f"member {handle} is no longer held by the Slurm backend",
                 fix="its stored log is shown by `tp job logs`",
             )
-        directory = self._dir(h.attempt_id)
+        directory = self.dirs.dir(h.attempt_id)
         files = ([directory / "batch.log"] if h.rank == 0 else []) + [
             directory / f"member-{h.rank}.log"
         ]
@@ -310,9 +290,9 @@ class SlurmBackend:
             attempt_id = parse_comment(job.comment)
             if attempt_id is None:
                 continue
-            for rank, member_id in (await asyncio.to_thread(self._members, attempt_id)).items():
+            for rank, member_id in (await asyncio.to_thread(self.dirs.members, attempt_id)).items():
                 h = Handle(job.job_id, rank, attempt_id)
-                if not self._released(h):
+                if not self.dirs.released(h):
                     out[member_id] = str(h)
         return out
 
@@ -322,7 +302,8 @@ class SlurmBackend:
         h = Handle.parse(handle)
         if h is None:
             return
-        await asyncio.to_thread(self._release, h)
+        if await asyncio.to_thread(self.dirs.release, h):
+            self._jobs.pop(h.attempt_id, None)
 
     async def capacity(self) -> tuple[list[Pool], list[Node]]:
         """Pools from Slurm's partitions, nodes with their state (capacity sync, docs/slurm.md).
@@ -339,62 +320,11 @@ class SlurmBackend:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _note_member(self, directory: Path, request: LaunchRequest) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        write_whole(directory / f"member-{request.member_index}.id", request.member_id.encode())
-
-    def _members(self, attempt_id: str) -> dict[int, str]:
-        directory = self._dir(attempt_id)
-        found = {}
-        for path in directory.glob("member-*.id") if directory.is_dir() else []:
-            rank = path.name.removeprefix("member-").removesuffix(".id")
-            if rank.isdigit():
-                found[int(rank)] = path.read_text().strip()
-        return found
-
-    def _released(self, h: Handle) -> bool:
-        directory = self._dir(h.attempt_id)
-        return not directory.is_dir() or (directory / f"released-{h.rank}").exists()
-
-    def _release(self, h: Handle) -> None:
-        directory = self._dir(h.attempt_id)
-        if not directory.is_dir():
-            return
-        write_whole(directory / f"released-{h.rank}", b"")
-        ranks = self._members(h.attempt_id)
-        if all((directory / f"released-{r}").exists() for r in ranks):
-            shutil.rmtree(directory, ignore_errors=True)
-            self._jobs.pop(h.attempt_id, None)
-
-    def _others_unfinished(self, h: Handle) -> bool:
-        """Another member of the attempt has not written its exit file yet."""
-        directory = self._dir(h.attempt_id)
-        others = [r for r in self._members(h.attempt_id) if r != h.rank]
-        return any(not (directory / f"member-{r}.exit").exists() for r in others)
-
-    def _stopped_for(self, h: Handle, code: int) -> str | None:
-        """``srun --kill-on-bad-exit`` ends the other tasks with SIGTERM once one exits
-        non-zero: a member that died of SIGTERM while another wrote a failing exit status was
-        stopped by that failure, as the gang rule reports it on every backend."""
-        if code != 128 + 15:
-            return None
-        for rank in sorted(self._members(h.attempt_id)):
-            other = self._exit_file(Handle(h.job_id, rank, h.attempt_id))
-            if rank != h.rank and other not in (None, 0, 128 + 15):
-                return f"stopped: member {rank} failed"
-        return None
-
-    def _exit_file(self, h: Handle) -> int | None:
-        path = self._dir(h.attempt_id) / f"member-{h.rank}.exit"
-        with contextlib.suppress(OSError, ValueError):
-            return int(path.read_text().strip())
-        return None
-
     async def _find(self, attempt_id: str) -> int | None:
         """The Slurm job of this attempt if it was submitted (by us or an earlier process)."""
         if attempt_id in self._jobs:
             return self._jobs[attempt_id]
-        recorded = self._dir(attempt_id) / "slurm-job-id"
+        recorded = self.dirs.dir(attempt_id) / "slurm-job-id"
         with contextlib.suppress(OSError, ValueError):
             self._jobs[attempt_id] = int(recorded.read_text())
             return self._jobs[attempt_id]
