@@ -110,10 +110,16 @@ class NodeAgent(MemberPrepare):
     # -- commands -----------------------------------------------------------------------------
 
     async def on_command(self, command: Command, grace: float = 10.0) -> None:
+        """Obey ``command``. One the engine cannot carry out now (it does not answer) is left
+        undone, not failed, and the control stream goes on: the gateway says it again while
+        the member's phase has not moved."""
         entry = await self.entry(command.ref.member_id)
         ids = ids_of(entry.order) if entry else log_context.bound(member=command.ref.index)
         with ids:
-            await self._on_command(command, grace)
+            try:
+                await self._on_command(command, grace)
+            except Unavailable as exc:
+                log.warning("%s of %s deferred: %s", command.kind, command.ref.member_id, exc)
 
     async def _on_command(self, command: Command, grace: float) -> None:
         if self._stale(command, await self._epoch()):

@@ -71,6 +71,7 @@ class NemesisRates:
     member_exit: float = 0.2
     cancel: float = 0.02
     fence: float = 0.005
+    engine_outage: float = 0.04  # a node's engine stops answering for 1-4 steps
     submit: float = 0.15
     # per message
     reset: float = 0.02
@@ -99,6 +100,7 @@ class Machine:
     instance: str = ""  # the daemon process's id (a new one at each start)
     down_until: int | None = None  # a killed daemon restarts at this step
     silent_since: datetime | None = None  # partitioned since (the gateway's clock)
+    engine_back: int | None = None  # its engine, out, answers again at this step
 
 
 @dataclass
@@ -249,6 +251,13 @@ class Nemesis:
         if self.jobs and rng.random() < r.cancel:
             with contextlib.suppress(TunePlaneError):
                 await jobs.cancel_job(self.ctx, self.owner, rng.choice(self.jobs))
+        if rng.random() < r.engine_outage:
+            m = rng.choice(list(self.machines.values()))
+            if m.engine_back is None:
+                self.log.append(f"{self.step_no}: engine of {m.node.name} stops answering")
+                m.node.runtime.down = "the engine does not answer (the nemesis)"
+                m.engine_back = self.step_no + rng.randint(1, 4)
+        self._engines_come_back()
         await self._tick()
         await self._pump()
         await self._daemons_come_back()
@@ -308,6 +317,11 @@ class Nemesis:
 
     def _runtimes(self) -> list[SimRuntime]:
         return [m.node.runtime for m in self.machines.values()] + self.impostor_runtimes
+
+    def _engines_come_back(self, now: bool = False) -> None:
+        for m in self.machines.values():
+            if m.engine_back is not None and (now or self.step_no >= m.engine_back):
+                m.node.runtime.down, m.engine_back = None, None
 
     async def _daemons_come_back(self) -> None:
         for m in self._all():
@@ -432,6 +446,7 @@ class Nemesis:
         for m in self.machines.values():
             m.down_until = None
             m.node.partitioned = False
+        self._engines_come_back(now=True)
         for _ in range(max_steps):
             await self._cancel_pending()  # the fleet may have shrunk: never placed, never will
             for rt in self._runtimes():

@@ -36,8 +36,8 @@ class SimContainer:
 
 class SimRuntime:
     """``engine``: the engine's identity (another machine has another); ``down``: when set,
-    the engine cannot list containers, say who it is or start one (Unavailable with this
-    text)."""
+    the engine cannot list, start, stop or remove containers, nor say who it is (Unavailable
+    with this text)."""
 
     def __init__(self, node: str, refusal: Refusal | None = None, engine: str = "") -> None:
         self.node = node
@@ -93,6 +93,7 @@ class SimRuntime:
         return True
 
     async def stop(self, container_id: str, grace_seconds: float) -> None:
+        self._up()
         c = self.containers.get(container_id)
         if c is not None and c.state == "running":
             c.state, c.exit_code = "exited", 143
@@ -101,6 +102,7 @@ class SimRuntime:
             del self.containers[container_id]
 
     async def remove(self, container_id: str) -> None:
+        self._up()
         c = self.containers.pop(container_id, None)
         if c is not None:
             c.ended.set()

@@ -212,6 +212,21 @@ async def test_a_stopped_member_that_never_started_is_not_started_by_a_late_comm
     assert h.phase() is Phase.MISSING
 
 
+async def test_a_command_the_engine_cannot_carry_out_is_left_undone_until_said_again() -> None:
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.welcomed(1, INSTALLATION)
+    h.runtime.down = "connection refused"
+    # neither raises (that would end the control stream): each is left undone
+    await h.agent.on_command(Command(CommandKind.ABORT, o.ref, "the gang launch was aborted"))
+    stranger = MemberRef("att-9", "m9", 0, 1)
+    await h.agent.on_command(Command(CommandKind.FORGET, stranger, "unknown"))  # lists the engine
+    assert h.phase() is Phase.PREPARED and "c-m0" in h.runtime.containers
+    h.runtime.down = None
+    await h.agent.on_command(Command(CommandKind.ABORT, o.ref, "the gang launch was aborted"))
+    assert h.phase() is Phase.ABORTED and "c-m0" not in h.runtime.containers
+
+
 async def test_stale_commit_is_refused_and_starts_nothing() -> None:
     h = Harness()
     o = await prepared(h)

@@ -1,7 +1,8 @@
 """The node-protocol nemesis (``adapters/sim/nemesis.py``) over many seeds: faults drawn at random
 at every step and message — daemons, the gateway and the coordinator killed, journal rows lost or
 corrupted, a copied credential used from another machine, streams reset, messages lost or
-duplicated, partitions, the gateway's clock skewed — and after every step: no member recorded
+duplicated, partitions, the gateway's clock skewed, a node's container engine not answering
+(between a vote and its commit among others) — and after every step: no member recorded
 ended while its container runs, no reservation released while a member of its attempt runs, no
 member started twice, no live session taken over; at the end, with every fault healed, every job
 ends and every reservation is released.
