@@ -23,6 +23,7 @@ import contextlib
 import gc
 import os
 import random
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -201,16 +202,22 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
 
 
 @contextlib.asynccontextmanager
-async def postgres(keep: Path) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
+async def postgres(
+    keep: Path, explain: Path | None = None
+) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
     from adapters.postgres import migrate
     from adapters.postgres.embedded import EmbeddedPostgres
     from adapters.postgres.engine import create_engine
     from adapters.postgres.uow import PostgresUnitOfWork
 
-    pg = EmbeddedPostgres(keep / "pg")
+    # --explain needs a PostgreSQL with contrib's auto_explain: TUNEPLANE_PG_BIN names one
+    pg_bin = os.environ.get("TUNEPLANE_PG_BIN")
+    pg = EmbeddedPostgres(keep / "pg", bin_dir=Path(pg_bin) if pg_bin else None)
     url = pg.start()
     try:
         await migrate.upgrade_async(url)
+        if explain is not None:
+            await auto_explain(url)
         engine = create_engine(url, pool_size=4)
         try:
             yield (lambda: PostgresUnitOfWork(engine)), url
@@ -218,6 +225,30 @@ async def postgres(keep: Path) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
             await engine.dispose()
     finally:
         pg.stop()
+        if explain is not None:
+            shutil.copyfile(keep / "pg" / "server.log", explain)
+
+
+async def auto_explain(url: str) -> None:
+    """Every statement of 50 ms or more is logged with its plan, its buffers and its
+    triggers' times (``EXPLAIN (ANALYZE, BUFFERS)``) in the server log: ``--explain``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("LOAD 'auto_explain'")  # so that ALTER SYSTEM knows its settings
+        for name, value in [
+            ("session_preload_libraries", "auto_explain"),
+            ("auto_explain.log_min_duration", "50ms"),
+            ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_buffers", "on"),
+            ("auto_explain.log_triggers", "on"),
+            ("auto_explain.log_nested_statements", "on"),
+        ]:
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 async def copy_baseline(url: str, rows: int) -> float:
@@ -248,7 +279,7 @@ async def main(args: argparse.Namespace) -> None:
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
-            async with postgres(Path(tmp)) as (pg_factory, url):
+            async with postgres(Path(tmp), args.explain) as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
                 f = await measure(pg_factory, args.limit, arrivals)
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
@@ -275,4 +306,10 @@ if __name__ == "__main__":
         "--arrivals", type=int, default=100, help="jobs committed between the two reads"
     )
     parser.add_argument("--adapters", nargs="+", default=["memory", "postgres"])
+    parser.add_argument(
+        "--explain",
+        type=Path,
+        help="log every PostgreSQL statement of 50 ms or more with its plan and trigger "
+        "times (auto_explain) and copy the server log to this file",
+    )
     asyncio.run(main(parser.parse_args()))
