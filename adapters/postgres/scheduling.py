@@ -75,7 +75,8 @@ _QUEUES = text(
     "coalesce(u.gpus, 0) AS gpus, coalesce(u.jobs, 0) AS jobs "
     "FROM queues q LEFT JOIN ("
     "  SELECT r.queue, count(DISTINCT r.attempt_id) AS jobs, "
-    "  coalesce(sum((SELECT sum(upper(x) - lower(x)) FROM unnest(m.gpus) AS x)), 0) AS gpus "
+    "  CAST(coalesce(sum((SELECT sum(upper(x) - lower(x)) FROM unnest(m.gpus) AS x)), 0) "
+    "       AS bigint) AS gpus "
     "  FROM reservations r LEFT JOIN reservation_members m ON m.attempt_id = r.attempt_id "
     "  GROUP BY r.queue) u ON u.queue = q.name"
 )

@@ -8,11 +8,16 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
   * jobs admitted per second when draining the whole queue: passes run until every job was
     reserved; between passes the reserved jobs "finish" (their reservations are released,
     not timed);
+  * for the drain's passes that store 500 placements or more, the store per placement (median
+    and best: robust on a shared machine) and, on PostgreSQL, each of its two statements timed
+    from the client;
   * a baseline in the same run: ``decide`` alone (the pure function over the same snapshot),
     and for PostgreSQL a raw asyncpg COPY of as many reserved-GPU rows, so each figure is a
     ratio against something measured on the same machine at the same moment.
 
-Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options).
+Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options). ``--explain FILE``
+logs the plans and trigger times of every statement of 50 ms or more (``auto_explain``; needs
+a server with contrib: ``TUNEPLANE_PG_BIN=/usr/lib/postgresql/15/bin``).
 """
 
 from __future__ import annotations
@@ -125,6 +130,8 @@ class Figures:
     rss_mb: float  # the process's peak resident memory at the end
     # the drain's passes that stored 500 placements or more: (seconds of store, placements)
     stores: list[tuple[float, int]] = field(default_factory=list)
+    # for the same passes, seconds per statement of the store (PostgreSQL: time_statements)
+    statements: list[dict[str, float]] = field(default_factory=list)
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -170,10 +177,12 @@ async def measure(
     apply = sched.apply
 
     async def timed_apply(placements: Any, attempts: Any = None) -> Any:
+        STATEMENTS.clear()
         t = time.perf_counter()
         out = await apply(placements, attempts)
         if len(out[0]) >= 500:
             first.stores.append((time.perf_counter() - t, len(out[0])))
+            first.statements.append(dict(STATEMENTS))
         return out
 
     sched.apply = timed_apply  # type: ignore[method-assign]
@@ -217,6 +226,10 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
               f"placement median {statistics.median(per) * 1e6:.0f} us, best {per[0] * 1e6:.0f} "
               f"us; at the median, 1,277 placements take "
               f"{statistics.median(per) * 1277 * 1000:.0f} ms")  # fmt: skip
+    names = sorted({k for d in f.statements for k in d})
+    for name in names:
+        each = [d.get(name, 0.0) / n for d, (_, n) in zip(f.statements, f.stores, strict=True)]
+        print(f"  of which {name}: per placement median {statistics.median(each) * 1e6:.0f} us")
     print(f"drain: {f.drained} jobs admitted in {f.passes} passes, {f.drain_s:.2f} s of "
           f"scheduler time -> {f.drained / f.drain_s:,.0f} jobs admitted/s; peak resident "
           f"memory of the process {f.rss_mb:.0f} MiB")  # fmt: skip
@@ -240,6 +253,7 @@ async def postgres(
         if explain is not None:
             await auto_explain(url)
         engine = create_engine(url, pool_size=4)
+        time_statements(engine.sync_engine)
         try:
             yield (lambda: PostgresUnitOfWork(engine)), url
         finally:
@@ -248,6 +262,28 @@ async def postgres(
         pg.stop()
         if explain is not None:
             shutil.copyfile(keep / "pg" / "server.log", explain)
+
+
+# seconds per statement of the store, since the last clear (time_statements)
+STATEMENTS: dict[str, float] = {}
+_STORE_STATEMENTS = {"WITH moved AS": "the jobs statement", "WITH d AS": "the reserve statement"}
+
+
+def time_statements(engine: Any) -> None:
+    """Each store statement timed from the client (no EXPLAIN, whose per-row timing inflates
+    per-row triggers): SQLAlchemy's cursor events, summed into ``STATEMENTS``."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        conn.info["tp_t"] = time.perf_counter()
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        for head, name in _STORE_STATEMENTS.items():
+            if statement.startswith(head):
+                spent = time.perf_counter() - conn.info.pop("tp_t", time.perf_counter())
+                STATEMENTS[name] = STATEMENTS.get(name, 0.0) + spent
 
 
 async def auto_explain(url: str) -> None:

@@ -337,6 +337,7 @@ async def test_snapshot_fleet_queues_and_usage(uow_factory: UnitOfWorkFactory) -
         "default": QueueView(Queue("default", "t"), gpus_in_use=1, jobs_in_use=1),
         "high": QueueView(Queue("high", "t", 5, 32), gpus_in_use=3, jobs_in_use=2),
     }
+    assert {type(q.gpus_in_use) for q in snap.queues.values()} == {int}  # not Decimal
     assert snap.pending == []  # the reserved jobs are `starting`
 
 
