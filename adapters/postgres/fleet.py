@@ -1,7 +1,7 @@
 """Pools, nodes and profiles.
 
-A node row carries copies of its pool's CPUs and memory (``mcpu``, ``memory_mb``) and one
-``node_gpus`` row per GPU, so that the reservation store's constraints can see the capacity;
+A node row carries copies of its pool's CPUs, memory and GPU count (``mcpu``, ``memory_mb``,
+``gpus``), so that the reservation store's constraints can see the capacity;
 ``put_pool`` and ``put_node`` keep those copies in step with the pool. Lock order: pool row,
 then node rows (by name), as ``reserve`` takes node rows — no deadlock between them.
 
@@ -54,36 +54,26 @@ _POOL_RESERVED = text(
     "SELECT count(DISTINCT rm.attempt_id) FROM reservation_members rm "
     "JOIN nodes n ON n.name = rm.node WHERE n.pool = :pool"
 )
-# nodes of a pool take its new shape: CPUs, memory and one node_gpus row per GPU
+# nodes of a pool take its new shape: CPUs, memory and GPU count
 _RESHAPE_POOL_NODES = text(
-    "WITH n AS (UPDATE nodes SET mcpu = :mcpu, memory_mb = :memory_mb, updated_at = now() "
-    "           WHERE pool = :pool RETURNING name), "
-    "gone AS (DELETE FROM node_gpus g USING n WHERE g.node = n.name AND g.gpu_index >= :gpus) "
-    "INSERT INTO node_gpus (node, gpu_index) "
-    "SELECT n.name, i FROM n CROSS JOIN generate_series(0, CAST(:gpus AS int) - 1) AS i "
-    "ON CONFLICT DO NOTHING"
+    "UPDATE nodes SET mcpu = :mcpu, memory_mb = :memory_mb, gpus = :gpus, updated_at = now() "
+    "WHERE pool = :pool"
 )
 
 _LOCK_NODE = text("SELECT pool FROM nodes WHERE name = :name FOR UPDATE")
 _NODE_RESERVED = text("SELECT EXISTS (SELECT 1 FROM reservation_members WHERE node = :name)")
 _PUT_NODE = text(
-    "WITH n AS ("
-    "  INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb) "
-    "  VALUES (:name, :pool, :sched, :connectivity, :mcpu, :memory_mb) "
-    "  ON CONFLICT (name) DO UPDATE SET pool = excluded.pool, sched = excluded.sched, "
+    "INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb, gpus) "
+    "VALUES (:name, :pool, :sched, :connectivity, :mcpu, :memory_mb, :gpus) "
+    "ON CONFLICT (name) DO UPDATE SET pool = excluded.pool, sched = excluded.sched, "
     "    connectivity = excluded.connectivity, mcpu = excluded.mcpu, "
-    "    memory_mb = excluded.memory_mb, updated_at = now(), "
+    "    memory_mb = excluded.memory_mb, gpus = excluded.gpus, updated_at = now(), "
     # a node moved to another pool is unchecked again: its result was about other peers
     "    validation = CASE WHEN nodes.pool = excluded.pool THEN nodes.validation "
     "                 ELSE 'unchecked' END, "
     "    validation_reason = CASE WHEN nodes.pool = excluded.pool "
     "                        THEN nodes.validation_reason ELSE '' END, "
-    "    validated_at = CASE WHEN nodes.pool = excluded.pool THEN nodes.validated_at END "
-    "  RETURNING name), "
-    "gone AS (DELETE FROM node_gpus WHERE node = :name AND gpu_index >= :gpus) "
-    "INSERT INTO node_gpus (node, gpu_index) "
-    "SELECT n.name, i FROM n CROSS JOIN generate_series(0, CAST(:gpus AS int) - 1) AS i "
-    "ON CONFLICT DO NOTHING"
+    "    validated_at = CASE WHEN nodes.pool = excluded.pool THEN nodes.validated_at END"
 )
 _SET_NODE_STATE = text(
     "UPDATE nodes SET sched = coalesce(CAST(:sched AS text), sched), "

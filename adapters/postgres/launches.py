@@ -24,6 +24,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres.errors import translated
+from adapters.postgres.reservations import LOCAL_GPUS
 from domain.admission import Assignment
 from domain.errors import Conflict, InvalidInput
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL, MemberState
@@ -103,9 +104,7 @@ _ON_NODES = text(
     "      LEFT JOIN nodes pn ON pn.name = p.node "
     "      WHERE p.attempt_id = ml.attempt_id ORDER BY p.idx) AS peers, "
     "rm.node AS r_node, rm.role AS r_role, rm.mcpu AS r_mcpu, rm.memory_mb AS r_memory_mb, "
-    "ARRAY(SELECT rg.gpu_index FROM reserved_gpus rg "
-    "      WHERE rg.attempt_id = ml.attempt_id AND rg.member = ml.idx "
-    "      ORDER BY rg.gpu_index) AS r_gpus "
+    f"{LOCAL_GPUS.format(t='rm')} AS r_gpus "
     "FROM member_launches ml "
     "JOIN launches l ON l.attempt_id = ml.attempt_id "
     "JOIN members m ON m.id = ml.member_id "

@@ -1,18 +1,23 @@
 """Launch reservations: the whole envelope of an attempt, refused by the database itself when
 it would double-book anything.
 
-* ``reserved_gpus`` has one row per reserved GPU, keyed by (node, gpu_index): a second
-  reservation of a GPU is a unique violation, and a GPU the node does not have is a foreign-key
-  violation (``node_gpus``).
+* each ``reservation_members`` row holds its GPUs as a set of GPU numbers (``gpus``, an
+  ``int4multirange``): node ``n``'s GPU ``i`` is ``n.slot * 64 + i``. An exclusion constraint
+  (``gpus WITH &&``) makes a second reservation of a GPU an exclusion violation; a CHECK keeps
+  the set inside the node's window and below its GPU count (both copied from ``nodes`` under
+  a foreign key that cascades their updates), so a GPU the node does not have is a check
+  violation (migration 0032).
 * ``nodes.used_mcpu`` / ``used_memory_mb`` are counters the reservations add to and release
   takes from, under ``CHECK (used_… BETWEEN 0 AND capacity)``: an over-committed node is a
   check violation.
 
-Each of ``reserve`` and ``release`` is one statement (one round trip, a prepared statement
-whatever the envelope's size: the rows travel as arrays). ``reserve`` first updates the
-counters, which takes the row lock of every node it touches, then inserts its rows; so two
-transactions reserving on one node queue on that lock, and the later one sees the earlier
-one's GPUs once it gets it (a unique violation at once, never a wait on the GPU's key).
+Each of ``reserve`` (``reserve_many``) and ``release`` is one statement (one round trip, a
+prepared statement whatever the envelope's size: the rows travel as arrays). ``reserve`` first
+updates the counters, which takes the row lock of every node it touches, then inserts its rows;
+so two transactions reserving on one node queue on that lock, and the later one sees the
+earlier one's GPUs once it gets it (an exclusion violation at once). A writer that skips the
+counters still cannot double-book: the exclusion constraint waits for the other transaction's
+end, then refuses.
 """
 
 from __future__ import annotations
@@ -31,49 +36,44 @@ from adapters.postgres.errors import translated
 from domain.admission import Assignment, Reservation
 from domain.errors import Conflict
 
-_RESERVE = text(
-    "WITH d AS (SELECT * FROM unnest(CAST(:d_node AS text[]), CAST(:d_mcpu AS int[]), "
-    "                                CAST(:d_memory AS int[])) AS d(node, mcpu, memory_mb)), "
-    "upd AS (UPDATE nodes n SET used_mcpu = n.used_mcpu + d.mcpu, "
-    "               used_memory_mb = n.used_memory_mb + d.memory_mb "
-    "        FROM d WHERE n.name = d.node RETURNING n.name), "
-    # every insert below reads `locked`: the counters (and the node locks) come first
-    "locked AS (SELECT count(*) AS nodes FROM upd), "
-    "r AS (INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
-    "      SELECT :attempt_id, :job_id, :queue, :reserved_at FROM locked), "
-    "m AS (INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb) "
-    "      SELECT :attempt_id, x.* FROM locked CROSS JOIN unnest(CAST(:m_member AS int[]), "
-    "             CAST(:m_role AS text[]), CAST(:m_node AS text[]), CAST(:m_mcpu AS int[]), "
-    "             CAST(:m_memory AS int[])) AS x(member, role, node, mcpu, memory_mb)), "
-    "g AS (INSERT INTO reserved_gpus (node, gpu_index, attempt_id, member) "
-    "      SELECT y.node, y.gpu_index, :attempt_id, y.member FROM locked CROSS JOIN "
-    "             unnest(CAST(:g_node AS text[]), CAST(:g_index AS int[]), "
-    "                    CAST(:g_member AS int[])) AS y(node, gpu_index, member)) "
-    "SELECT nodes FROM locked"
-)
-
-# The same for a batch of attempts: one statement whatever the batch (the scheduler's path).
+# One statement for a batch of attempts, whatever its size: the rows travel as arrays. The
+# counters come first (their UPDATE takes the nodes' row locks, in name order); every insert
+# reads its node's slot and GPU count from that UPDATE. Each member's GPUs travel as runs of
+# consecutive indexes and become one set of GPU numbers (its node's window: slot * 64 + index).
 _RESERVE_MANY = text(
     "WITH d AS (SELECT * FROM unnest(CAST(:d_node AS text[]), CAST(:d_mcpu AS int[]), "
     "                                CAST(:d_memory AS int[])) AS d(node, mcpu, memory_mb)), "
     "upd AS (UPDATE nodes n SET used_mcpu = n.used_mcpu + d.mcpu, "
     "               used_memory_mb = n.used_memory_mb + d.memory_mb "
-    "        FROM d WHERE n.name = d.node RETURNING n.name), "
+    "        FROM d WHERE n.name = d.node RETURNING n.name, n.slot, n.gpus), "
     "locked AS (SELECT count(*) AS nodes FROM upd), "
     "r AS (INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
     "      SELECT x.* FROM locked CROSS JOIN unnest(CAST(:r_attempt AS text[]), "
     "             CAST(:r_job AS text[]), CAST(:r_queue AS text[]), "
     "             CAST(:r_at AS timestamptz[])) AS x(attempt_id, job_id, queue, reserved_at)), "
-    "m AS (INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb) "
-    "      SELECT x.* FROM locked CROSS JOIN unnest(CAST(:m_attempt AS text[]), "
+    "g AS (SELECT y.attempt_id, y.member, "
+    "             range_agg(int4range(u.slot * 64 + y.lo, u.slot * 64 + y.hi)) AS gpus "
+    "      FROM unnest(CAST(:g_attempt AS text[]), CAST(:g_member AS int[]), "
+    "                  CAST(:g_node AS text[]), CAST(:g_lo AS int[]), CAST(:g_hi AS int[])) "
+    "           AS y(attempt_id, member, node, lo, hi) "
+    "      JOIN upd u ON u.name = y.node GROUP BY y.attempt_id, y.member), "
+    # a member whose node does not exist gets no slot: the NOT NULL refuses it
+    "m AS (INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb, "
+    "                                       node_slot, node_gpus, gpus) "
+    "      SELECT x.*, u.slot, u.gpus, coalesce(g.gpus, '{}') "
+    "      FROM locked CROSS JOIN unnest(CAST(:m_attempt AS text[]), "
     "             CAST(:m_member AS int[]), CAST(:m_role AS text[]), CAST(:m_node AS text[]), "
     "             CAST(:m_mcpu AS int[]), CAST(:m_memory AS int[])) "
-    "             AS x(attempt_id, member, role, node, mcpu, memory_mb)), "
-    "g AS (INSERT INTO reserved_gpus (node, gpu_index, attempt_id, member) "
-    "      SELECT y.* FROM locked CROSS JOIN unnest(CAST(:g_node AS text[]), "
-    "             CAST(:g_index AS int[]), CAST(:g_attempt AS text[]), CAST(:g_member AS int[])) "
-    "             AS y(node, gpu_index, attempt_id, member)) "
+    "             AS x(attempt_id, member, role, node, mcpu, memory_mb) "
+    "      LEFT JOIN upd u ON u.name = x.node "
+    "      LEFT JOIN g ON g.attempt_id = x.attempt_id AND g.member = x.member) "
     "SELECT nodes FROM locked"
+)
+
+# A member's GPU indexes, in order, from its set of GPU numbers (``{t}``: the member's alias).
+LOCAL_GPUS = (
+    "ARRAY(SELECT i - {t}.node_slot * 64 FROM unnest({t}.gpus) AS x "
+    "      CROSS JOIN LATERAL generate_series(lower(x), upper(x) - 1) AS i ORDER BY i)"
 )
 
 # The members are read from the statement's snapshot, before the cascade deletes them; a
@@ -92,9 +92,7 @@ _RELEASE = text(
 _READ = (
     "SELECT r.attempt_id, r.job_id, r.queue, r.reserved_at, "
     "rm.member, rm.role, rm.node, rm.mcpu, rm.memory_mb, "
-    "ARRAY(SELECT g.gpu_index FROM reserved_gpus g "
-    "      WHERE g.attempt_id = rm.attempt_id AND g.member = rm.member "
-    "      ORDER BY g.gpu_index) AS gpus "
+    f"{LOCAL_GPUS.format(t='rm')} AS gpus "
     "FROM reservations r LEFT JOIN reservation_members rm ON rm.attempt_id = r.attempt_id "
 )
 _GET = text(_READ + "WHERE r.attempt_id = :attempt_id ORDER BY rm.member")
@@ -102,55 +100,43 @@ _LIVE = text(_READ + 'ORDER BY r.attempt_id COLLATE "C", rm.member')
 
 # what each refusal means (SQLSTATE → reason)
 REFUSALS = {
-    "23505": "a GPU is already reserved, or the attempt already holds a reservation",
-    "23514": "a node would exceed its CPUs or memory",
-    "23503": "a node, GPU index or the attempt does not exist",
+    "23505": "the attempt already holds a reservation",
+    "23P01": "a GPU is already reserved",
+    "23514": "a node would exceed its CPUs or memory, or has no such GPU",
+    "23503": "a node or the attempt does not exist",
+    "23502": "a node does not exist",
     "40P01": "it lost a race with a concurrent transaction (deadlock)",
     "40001": "it lost a race with a concurrent transaction (serialization)",
 }
 
 
-def reserve_params(reservation: Reservation) -> dict[str, Any]:
-    """The statement's parameters: the rows of each table as arrays."""
-    demand: dict[str, list[int]] = {}
-    for a in reservation.assignments:
-        d = demand.setdefault(a.node, [0, 0])
-        d[0] += a.mcpu
-        d[1] += a.memory_mb
-    nodes = sorted(demand)  # row locks in name order
-    members = sorted(reservation.assignments, key=lambda a: a.member)
-    gpus = sorted((a.node, i, a.member) for a in members for i in a.gpus)
-    return {
-        "attempt_id": reservation.attempt_id,
-        "job_id": reservation.job_id,
-        "queue": reservation.queue,
-        "reserved_at": reservation.reserved_at,
-        "d_node": nodes,
-        "d_mcpu": [demand[n][0] for n in nodes],
-        "d_memory": [demand[n][1] for n in nodes],
-        "m_member": [a.member for a in members],
-        "m_role": [a.role for a in members],
-        "m_node": [a.node for a in members],
-        "m_mcpu": [a.mcpu for a in members],
-        "m_memory": [a.memory_mb for a in members],
-        "g_node": [g[0] for g in gpus],
-        "g_index": [g[1] for g in gpus],
-        "g_member": [g[2] for g in gpus],
-    }
+def gpu_runs(gpus: Sequence[int]) -> list[tuple[int, int]]:
+    """Sorted GPU indexes as runs ``[lo, hi)`` of consecutive ones: (0, 1, 2, 5) → [(0, 3),
+    (5, 6)]. An index given twice is refused (it would be one GPU reserved twice)."""
+    runs: list[tuple[int, int]] = []
+    for i in sorted(gpus):
+        if runs and i < runs[-1][1]:
+            raise Conflict(f"GPU {i} is listed twice", fix="decide again")
+        if runs and i == runs[-1][1]:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 def reserve_many_params(batch: Sequence[Reservation]) -> dict[str, Any]:
-    """``reserve_params`` for several attempts: node demand summed over the batch."""
+    """The statement's parameters: the rows of each table as arrays, node demand summed over
+    the batch."""
     demand: dict[str, list[int]] = {}
     members: list[tuple[str, Assignment]] = []
-    gpus: list[tuple[str, int, str, int]] = []
+    runs: list[tuple[str, int, str, int, int]] = []
     for r in batch:
         for a in sorted(r.assignments, key=lambda a: a.member):
             d = demand.setdefault(a.node, [0, 0])
             d[0] += a.mcpu
             d[1] += a.memory_mb
             members.append((r.attempt_id, a))
-            gpus.extend((a.node, i, r.attempt_id, a.member) for i in a.gpus)
+            runs.extend((r.attempt_id, a.member, a.node, lo, hi) for lo, hi in gpu_runs(a.gpus))
     nodes = sorted(demand)  # row locks in name order
     return {
         "d_node": nodes,
@@ -166,10 +152,11 @@ def reserve_many_params(batch: Sequence[Reservation]) -> dict[str, Any]:
         "m_node": [m[1].node for m in members],
         "m_mcpu": [m[1].mcpu for m in members],
         "m_memory": [m[1].memory_mb for m in members],
-        "g_node": [g[0] for g in gpus],
-        "g_index": [g[1] for g in gpus],
-        "g_attempt": [g[2] for g in gpus],
-        "g_member": [g[3] for g in gpus],
+        "g_attempt": [g[0] for g in runs],
+        "g_member": [g[1] for g in runs],
+        "g_node": [g[2] for g in runs],
+        "g_lo": [g[3] for g in runs],
+        "g_hi": [g[4] for g in runs],
     }
 
 
@@ -226,22 +213,21 @@ class PostgresReservationRepository:
         self._conn = conn
 
     async def reserve(self, reservation: Reservation) -> None:
-        what = f"the reservation of attempt {reservation.attempt_id}"
-        params = reserve_params(reservation)
-        with translated(f"store {what}"), _refused_as_conflict(what):
-            nodes = (await self._conn.execute(_RESERVE, params)).scalar()
-        if nodes != len(params["d_node"]):  # not reached: the foreign keys refuse it first
-            raise Conflict(f"{what}: a node does not exist", fix="decide again")
+        await self._reserve([reservation], f"the reservation of attempt {reservation.attempt_id}")
 
     async def reserve_many(self, batch: Sequence[Reservation]) -> None:
         """``reserve`` for several attempts in one statement: all of them or (Conflict) none."""
-        if not batch:
-            return
-        what = f"the reservations of {len(batch)} attempts"
-        params = reserve_many_params(batch)
+        if batch:
+            await self._reserve(batch, f"the reservations of {len(batch)} attempts")
+
+    async def _reserve(self, batch: Sequence[Reservation], what: str) -> None:
+        try:
+            params = reserve_many_params(batch)
+        except Conflict as refused:
+            raise Conflict(f"{what} was refused: {refused.message}", fix=refused.fix) from None
         with translated(f"store {what}"), _refused_as_conflict(what):
             nodes = (await self._conn.execute(_RESERVE_MANY, params)).scalar()
-        if nodes != len(params["d_node"]):
+        if nodes != len(params["d_node"]):  # not reached: the NOT NULL refuses it first
             raise Conflict(f"{what}: a node does not exist", fix="decide again")
 
     async def release(self, attempt_id: str) -> bool:

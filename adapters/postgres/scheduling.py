@@ -63,17 +63,21 @@ _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
     "SELECT n.name, n.pool, n.sched, n.connectivity, n.validation, "
     "n.mcpu - n.used_mcpu AS free_mcpu, n.memory_mb - n.used_memory_mb AS free_memory_mb, "
-    "ARRAY(SELECT g.gpu_index FROM node_gpus g WHERE g.node = n.name AND NOT EXISTS "
-    "        (SELECT 1 FROM reserved_gpus r WHERE r.node = g.node AND r.gpu_index = g.gpu_index)"
-    "      ORDER BY g.gpu_index) AS free_gpus "
+    # its GPUs 0 … gpus-1 less those its reservation members hold (numbers slot * 64 + i)
+    "ARRAY(SELECT i FROM generate_series(0, n.gpus - 1) AS i WHERE NOT EXISTS "
+    "        (SELECT 1 FROM reservation_members r "
+    "         WHERE r.node = n.name AND r.gpus @> n.slot * 64 + i) "
+    "      ORDER BY i) AS free_gpus "
     'FROM nodes n ORDER BY n.name COLLATE "C"'
 )
 _QUEUES = text(
     "SELECT q.name, q.team, q.priority, q.gpu_quota, q.job_quota, q.max_attempts, "
     "coalesce(u.gpus, 0) AS gpus, coalesce(u.jobs, 0) AS jobs "
     "FROM queues q LEFT JOIN ("
-    "  SELECT r.queue, count(DISTINCT r.attempt_id) AS jobs, count(g.gpu_index) AS gpus "
-    "  FROM reservations r LEFT JOIN reserved_gpus g ON g.attempt_id = r.attempt_id "
+    "  SELECT r.queue, count(DISTINCT r.attempt_id) AS jobs, "
+    "  CAST(coalesce(sum((SELECT sum(upper(x) - lower(x)) FROM unnest(m.gpus) AS x)), 0) "
+    "       AS bigint) AS gpus "
+    "  FROM reservations r LEFT JOIN reservation_members m ON m.attempt_id = r.attempt_id "
     "  GROUP BY r.queue) u ON u.queue = q.name"
 )
 # a job whose queue is gone sorts as priority 0 (decide() then explains why it waits)

@@ -4,11 +4,15 @@ Idempotency lives in constraints: ``submissions`` has one row per retry key (pri
 preview (``uq_submissions_preview_id``) and per job (``uq_submissions_job_id``), and ``jobs``
 one row per preview (``uq_jobs_preview_id``).
 
-So does the safety of reservations: ``reserved_gpus`` has one row per physical GPU it reserves
-and its primary key (node, gpu_index) makes a double-booked GPU impossible, whoever writes;
-the CHECKs on ``nodes`` (``used_mcpu BETWEEN 0 AND mcpu``, same for memory) do the same for
-CPUs and memory. ``nodes.mcpu``/``memory_mb`` are copies of the pool's shape, kept in step
-with it, so that a CHECK can see them; ``node_gpus`` has one row per physical GPU.
+So does the safety of reservations: each node owns a window of 64 numbers on one line of GPU
+numbers (``nodes.slot * 64 + gpu_index``); a reservation member's GPUs are a set of those
+numbers (``reservation_members.gpus``, an ``int4multirange``) and the exclusion constraint
+``ex_reservation_members_gpus`` (GiST, ``gpus WITH &&``) makes a double-booked GPU impossible,
+whoever writes; a CHECK keeps the set inside its node's window and below its GPU count, copied
+under a foreign key to ``nodes (name, slot, gpus)`` (migration 0032). The CHECKs on ``nodes``
+(``used_mcpu BETWEEN 0 AND mcpu``, same for memory) do the same for CPUs and memory.
+``nodes.mcpu``/``memory_mb``/``gpus`` are copies of the pool's shape, kept in step with it, so
+that a CHECK can see them.
 """
 
 from __future__ import annotations
@@ -35,7 +39,12 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION, JSONB
+from sqlalchemy.dialects.postgresql import (
+    DOUBLE_PRECISION,
+    INT4MULTIRANGE,
+    JSONB,
+    ExcludeConstraint,
+)
 
 from domain.auth import Role
 from domain.fleet import MAX_GPUS_PER_NODE, Connectivity, SchedState, Validation
@@ -52,6 +61,8 @@ NAMING = {
 }
 
 metadata = MetaData(naming_convention=NAMING)
+
+MAX_NODE_SLOT = 33_554_430  # a node's window, slot * 64 + 64, fits an int4
 
 
 def one_of(column: str, values: type[StrEnum]) -> CheckConstraint:
@@ -278,6 +289,13 @@ nodes = Table(
     CheckConstraint("used_memory_mb BETWEEN 0 AND memory_mb", name="used_memory_mb"),
     CheckConstraint("epoch >= 1", name="epoch"),
     Index("ix_nodes_pool", "pool"),
+    # its window of GPU numbers, slot * 64 … slot * 64 + gpus - 1 (migration 0032)
+    Column("slot", Integer, Identity(maxvalue=MAX_NODE_SLOT), nullable=False),
+    Column("gpus", Integer, nullable=False, server_default="0"),
+    CheckConstraint(f"slot BETWEEN 1 AND {MAX_NODE_SLOT}", name="slot"),
+    CheckConstraint(f"gpus BETWEEN 0 AND {MAX_GPUS_PER_NODE}", name="gpus"),
+    UniqueConstraint("slot"),
+    UniqueConstraint("name", "slot", "gpus"),  # the target of reservation_members' foreign key
 )
 
 # A node's last connectivity changes (at most 50), written by the nodes_connectivity_history
@@ -291,13 +309,6 @@ node_connectivity = Table(
     Column("connectivity", Text, nullable=False),
     one_of("connectivity", Connectivity),
     Index("ix_node_connectivity_node_seq", "node", "seq"),
-)
-
-node_gpus = Table(
-    "node_gpus",
-    metadata,
-    Column("node", Text, ForeignKey("nodes.name", ondelete="CASCADE"), primary_key=True),
-    Column("gpu_index", Integer, primary_key=True),
 )
 
 reservations = Table(
@@ -320,26 +331,24 @@ reservation_members = Table(
     ),
     Column("member", Integer, primary_key=True),
     Column("role", Text, nullable=False),
-    Column("node", Text, ForeignKey("nodes.name"), nullable=False),
+    Column("node", Text, nullable=False),
     Column("mcpu", Integer, nullable=False),
     Column("memory_mb", Integer, nullable=False),
-    Index("ix_reservation_members_node", "node"),
-)
-
-reserved_gpus = Table(
-    "reserved_gpus",
-    metadata,
-    Column("node", Text, primary_key=True),
-    Column("gpu_index", Integer, primary_key=True),
-    Column(
-        "attempt_id",
-        Text,
-        ForeignKey("reservations.attempt_id", ondelete="CASCADE"),
-        nullable=False,
+    # its node's slot and GPU count, copied under the foreign key; its GPUs as numbers of the
+    # node's window (migration 0032)
+    Column("node_slot", Integer, nullable=False),
+    Column("node_gpus", Integer, nullable=False),
+    Column("gpus", INT4MULTIRANGE, nullable=False, server_default="{}"),
+    ForeignKeyConstraint(
+        ["node", "node_slot", "node_gpus"],
+        ["nodes.name", "nodes.slot", "nodes.gpus"],
+        onupdate="CASCADE",
     ),
-    Column("member", Integer, nullable=False),
-    ForeignKeyConstraint(["node", "gpu_index"], ["node_gpus.node", "node_gpus.gpu_index"]),
-    Index("ix_reserved_gpus_attempt_id", "attempt_id"),
+    CheckConstraint(
+        "gpus <@ int4range(node_slot * 64, node_slot * 64 + node_gpus)", name="gpus_on_node"
+    ),
+    ExcludeConstraint(("gpus", "&&"), using="gist", name="ex_reservation_members_gpus"),
+    Index("ix_reservation_members_node", "node"),
 )
 
 profiles = Table(

@@ -8,11 +8,16 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
   * jobs admitted per second when draining the whole queue: passes run until every job was
     reserved; between passes the reserved jobs "finish" (their reservations are released,
     not timed);
+  * for the drain's passes that store 500 placements or more, the store per placement (median
+    and best: robust on a shared machine) and, on PostgreSQL, each of its two statements timed
+    from the client;
   * a baseline in the same run: ``decide`` alone (the pure function over the same snapshot),
     and for PostgreSQL a raw asyncpg COPY of as many reserved-GPU rows, so each figure is a
     ratio against something measured on the same machine at the same moment.
 
-Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options).
+Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options). ``--explain FILE``
+logs the plans and trigger times of every statement of 50 ms or more (``auto_explain``; needs
+a server with contrib: ``TUNEPLANE_PG_BIN=/usr/lib/postgresql/15/bin``).
 """
 
 from __future__ import annotations
@@ -23,12 +28,15 @@ import contextlib
 import gc
 import os
 import random
+import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from adapters.memory import MemoryStore, MemoryUnitOfWork
 from adapters.sim.clock import CountingIds, SimClock
@@ -120,6 +128,10 @@ class Figures:
     passes: int
     view_mb: float  # resident memory the first read added (the kept view of pending jobs)
     rss_mb: float  # the process's peak resident memory at the end
+    # the drain's passes that stored 500 placements or more: (seconds of store, placements)
+    stores: list[tuple[float, int]] = field(default_factory=list)
+    # for the same passes, seconds per statement of the store (PostgreSQL: time_statements)
+    statements: list[dict[str, float]] = field(default_factory=list)
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -162,6 +174,18 @@ async def measure(
         view, 0.0,
     )  # fmt: skip
     await finish_reserved(uow)
+    apply = sched.apply
+
+    async def timed_apply(placements: Any, attempts: Any = None) -> Any:
+        STATEMENTS.clear()
+        t = time.perf_counter()
+        out = await apply(placements, attempts)
+        if len(out[0]) >= 500:
+            first.stores.append((time.perf_counter() - t, len(out[0])))
+            first.statements.append(dict(STATEMENTS))
+        return out
+
+    sched.apply = timed_apply  # type: ignore[method-assign]
     while True:
         t = time.perf_counter()
         result = await sched.pass_once()
@@ -195,29 +219,93 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
         f"{f.cold_s * 1000:.0f} ms; the view it keeps: {f.view_mb:.1f} MiB resident "
         f"({f.view_mb * 1024 * 1024 / max(jobs, 1):.0f} bytes per pending job)"
     )
+    if f.stores:
+        per = sorted(t / n for t, n in f.stores)
+        print(f"drain's stores of 500 placements or more ({len(per)} passes, "
+              f"{min(n for _, n in f.stores)}-{max(n for _, n in f.stores)} placements): per "
+              f"placement median {statistics.median(per) * 1e6:.0f} us, best {per[0] * 1e6:.0f} "
+              f"us; at the median, 1,277 placements take "
+              f"{statistics.median(per) * 1277 * 1000:.0f} ms")  # fmt: skip
+    names = sorted({k for d in f.statements for k in d})
+    for name in names:
+        each = [d.get(name, 0.0) / n for d, (_, n) in zip(f.statements, f.stores, strict=True)]
+        print(f"  of which {name}: per placement median {statistics.median(each) * 1e6:.0f} us")
     print(f"drain: {f.drained} jobs admitted in {f.passes} passes, {f.drain_s:.2f} s of "
           f"scheduler time -> {f.drained / f.drain_s:,.0f} jobs admitted/s; peak resident "
           f"memory of the process {f.rss_mb:.0f} MiB")  # fmt: skip
 
 
 @contextlib.asynccontextmanager
-async def postgres(keep: Path) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
+async def postgres(
+    keep: Path, explain: Path | None = None
+) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
     from adapters.postgres import migrate
     from adapters.postgres.embedded import EmbeddedPostgres
     from adapters.postgres.engine import create_engine
     from adapters.postgres.uow import PostgresUnitOfWork
 
-    pg = EmbeddedPostgres(keep / "pg")
+    # --explain needs a PostgreSQL with contrib's auto_explain: TUNEPLANE_PG_BIN names one
+    pg_bin = os.environ.get("TUNEPLANE_PG_BIN")
+    pg = EmbeddedPostgres(keep / "pg", bin_dir=Path(pg_bin) if pg_bin else None)
     url = pg.start()
     try:
         await migrate.upgrade_async(url)
+        if explain is not None:
+            await auto_explain(url)
         engine = create_engine(url, pool_size=4)
+        time_statements(engine.sync_engine)
         try:
             yield (lambda: PostgresUnitOfWork(engine)), url
         finally:
             await engine.dispose()
     finally:
         pg.stop()
+        if explain is not None:
+            shutil.copyfile(keep / "pg" / "server.log", explain)
+
+
+# seconds per statement of the store, since the last clear (time_statements)
+STATEMENTS: dict[str, float] = {}
+_STORE_STATEMENTS = {"WITH moved AS": "the jobs statement", "WITH d AS": "the reserve statement"}
+
+
+def time_statements(engine: Any) -> None:
+    """Each store statement timed from the client (no EXPLAIN, whose per-row timing inflates
+    per-row triggers): SQLAlchemy's cursor events, summed into ``STATEMENTS``."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        conn.info["tp_t"] = time.perf_counter()
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        for head, name in _STORE_STATEMENTS.items():
+            if statement.startswith(head):
+                spent = time.perf_counter() - conn.info.pop("tp_t", time.perf_counter())
+                STATEMENTS[name] = STATEMENTS.get(name, 0.0) + spent
+
+
+async def auto_explain(url: str) -> None:
+    """Every statement of 50 ms or more is logged with its plan, its buffers and its
+    triggers' times (``EXPLAIN (ANALYZE, BUFFERS)``) in the server log: ``--explain``."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("LOAD 'auto_explain'")  # so that ALTER SYSTEM knows its settings
+        for name, value in [
+            ("session_preload_libraries", "auto_explain"),
+            ("auto_explain.log_min_duration", "50ms"),
+            ("auto_explain.log_analyze", "on"),
+            ("auto_explain.log_buffers", "on"),
+            ("auto_explain.log_triggers", "on"),
+            ("auto_explain.log_nested_statements", "on"),
+        ]:
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
 
 
 async def copy_baseline(url: str, rows: int) -> float:
@@ -248,7 +336,7 @@ async def main(args: argparse.Namespace) -> None:
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
-            async with postgres(Path(tmp)) as (pg_factory, url):
+            async with postgres(Path(tmp), args.explain) as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
                 f = await measure(pg_factory, args.limit, arrivals)
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
@@ -275,4 +363,10 @@ if __name__ == "__main__":
         "--arrivals", type=int, default=100, help="jobs committed between the two reads"
     )
     parser.add_argument("--adapters", nargs="+", default=["memory", "postgres"])
+    parser.add_argument(
+        "--explain",
+        type=Path,
+        help="log every PostgreSQL statement of 50 ms or more with its plan and trigger "
+        "times (auto_explain) and copy the server log to this file",
+    )
     asyncio.run(main(parser.parse_args()))

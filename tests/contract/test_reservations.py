@@ -121,6 +121,9 @@ async def test_a_reserved_gpu_cannot_be_reserved_again(uow_factory: UnitOfWorkFa
         pytest.param(on("c-0", mcpu=4001, mem=1), id="cpus"),
         pytest.param(on("c-0", mcpu=1, mem=8193), id="memory"),
         pytest.param(on("a-0", 8), id="no-such-gpu"),
+        pytest.param(on("a-0", -1), id="negative-gpu"),
+        pytest.param(on("c-0", 0, mcpu=1, mem=1), id="gpu-of-a-node-without-gpus"),
+        pytest.param(on("a-0", 3, 3), id="one-gpu-listed-twice"),
         pytest.param(on("nowhere", 0), id="no-such-node"),
     ],
 )
@@ -334,6 +337,7 @@ async def test_snapshot_fleet_queues_and_usage(uow_factory: UnitOfWorkFactory) -
         "default": QueueView(Queue("default", "t"), gpus_in_use=1, jobs_in_use=1),
         "high": QueueView(Queue("high", "t", 5, 32), gpus_in_use=3, jobs_in_use=2),
     }
+    assert {type(q.gpus_in_use) for q in snap.queues.values()} == {int}  # not Decimal
     assert snap.pending == []  # the reserved jobs are `starting`
 
 

@@ -116,7 +116,7 @@ async def test_the_follower_takes_over_from_a_killed_leader_and_nothing_leaks(
     conn = await asyncpg.connect(plain_dsn(pg_url))
     try:
         assert await conn.fetchval("SELECT count(*) FROM reservations") == 0
-        assert await conn.fetchval("SELECT count(*) FROM reserved_gpus") == 0
+        assert await conn.fetchval("SELECT count(*) FROM reservation_members") == 0
         used = await conn.fetch(
             "SELECT name FROM nodes WHERE used_mcpu <> 0 OR used_memory_mb <> 0"
         )

@@ -60,15 +60,21 @@ async def seed(url: str) -> None:
         await engine.dispose()
 
 
+# every reserved GPU as a row (node, GPU index, attempt): the members' sets of GPU numbers
+GPUS = (
+    "SELECT m.node, i - m.node_slot * 64 AS i, m.attempt_id FROM reservation_members m "
+    "CROSS JOIN LATERAL unnest(m.gpus) AS x CROSS JOIN LATERAL generate_series(lower(x), "
+    "upper(x) - 1) AS i"
+)
+
 # Each query is one statement: one consistent view, even while the racers commit.
 BROKEN = {
     "a GPU in two reservations": (
-        "SELECT node, gpu_index FROM reserved_gpus GROUP BY 1, 2 HAVING count(*) > 1"
+        f"SELECT g.node, g.i FROM ({GPUS}) g GROUP BY 1, 2 HAVING count(*) > 1"
     ),
-    "a GPU reserved for a member on another node": (
-        "SELECT g.node, g.gpu_index FROM reserved_gpus g LEFT JOIN reservation_members m "
-        "ON m.attempt_id = g.attempt_id AND m.member = g.member "
-        "WHERE m.node IS DISTINCT FROM g.node"
+    "a GPU reserved outside its member's node": (
+        "SELECT m.attempt_id, m.member FROM reservation_members m JOIN nodes n ON n.name = m.node "
+        "WHERE n.slot <> m.node_slot OR NOT m.gpus <@ int4range(n.slot * 64, n.slot * 64 + 8)"
     ),
     "used counters that differ from the reserved members": (
         "SELECT n.name, n.used_mcpu, n.used_memory_mb, s.mcpu, s.memory_mb FROM nodes n "
@@ -79,13 +85,13 @@ BROKEN = {
     ),
     "a node over its capacity": (
         "SELECT name FROM nodes WHERE used_mcpu > mcpu OR used_memory_mb > memory_mb "
-        "OR (SELECT count(*) FROM reserved_gpus g WHERE g.node = nodes.name) > 8"
+        f"OR (SELECT count(*) FROM ({GPUS}) g WHERE g.node = nodes.name) > 8"
     ),
     "a partial gang": (
         "SELECT r.attempt_id FROM reservations r JOIN jobs j ON j.id = r.job_id "
         "WHERE (SELECT count(*) FROM reservation_members m WHERE m.attempt_id = r.attempt_id)"
         "   <> (SELECT sum((x->>'members')::int) FROM jsonb_array_elements(j.spec->'roles') x)"
-        " OR (SELECT count(*) FROM reserved_gpus g WHERE g.attempt_id = r.attempt_id)"
+        f" OR (SELECT count(*) FROM ({GPUS}) g WHERE g.attempt_id = r.attempt_id)"
         "   <> (SELECT sum((x->>'members')::int * (x->'resources'->>'gpus')::int)"
         "       FROM jsonb_array_elements(j.spec->'roles') x)"
         " OR (SELECT count(*) FROM members m WHERE m.attempt_id = r.attempt_id)"
