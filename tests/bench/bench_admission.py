@@ -5,6 +5,10 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
     passes and reads only what changed), after ``--arrivals`` jobs were committed since its
     previous read: the read, ``decide`` and storing the reservations, each timed; the first
     read after a start (every pending job) apart, with the resident memory its view took;
+  * the steady pass: the fleet full after that pass, ``--ending`` of its jobs end (their
+    reservations released) and ``--arrivals`` more are committed, then one pass over the
+    10,000-odd pending jobs, timed the same way: what a leader's pass costs once the fleet is
+    busy, the common case (the pass above, which fills an empty fleet, is the worst);
   * jobs admitted per second when draining the whole queue: passes run until every job was
     reserved; between passes the reserved jobs "finish" (their reservations are released,
     not timed);
@@ -108,12 +112,25 @@ async def add_jobs(uow: UnitOfWorkFactory, jobs: list[Job]) -> None:
             await u.commit()
 
 
-async def finish_reserved(uow: UnitOfWorkFactory) -> None:
-    """Not timed: every reservation is released, as if its job had ended."""
+async def finish_reserved(uow: UnitOfWorkFactory, count: int | None = None) -> None:
+    """Not timed: every reservation (or the first ``count``) is released, as if its job had
+    ended."""
     async with uow() as u:
-        for r in await u.reservations.live():
+        for r in (await u.reservations.live())[:count]:
             await u.reservations.release(r.attempt_id)
         await u.commit()
+
+
+@dataclass
+class Steady:
+    """One pass over a busy fleet: some jobs ended and others arrived since the last."""
+
+    ended: int
+    arrived: int
+    read_s: float
+    decide_s: float
+    apply_s: float
+    placed: int
 
 
 @dataclass
@@ -132,6 +149,7 @@ class Figures:
     stores: list[tuple[float, int]] = field(default_factory=list)
     # for the same passes, seconds per statement of the store (PostgreSQL: time_statements)
     statements: list[dict[str, float]] = field(default_factory=list)
+    steady: Steady | None = None
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -142,8 +160,31 @@ def rss_mb(field: str = "VmRSS") -> float:
     return 0.0
 
 
+async def timed_pass(sched: Scheduler) -> tuple[float, float, float, list[str]]:
+    """One ``pass_once`` in its parts: read (the rest), ``decide`` (timed alone again over the
+    same snapshot, the same decisions), store; and the jobs it reserved."""
+    t0 = time.perf_counter()
+    decisions, attempts = await sched.decide()
+    t1 = time.perf_counter()
+    reserved, _ = await sched.apply(decisions.placements, attempts)
+    t2 = time.perf_counter()
+    assert sched._snapshot is not None
+    d0 = time.perf_counter()
+    again = decide(sched._snapshot, explain_waits=False)  # the same work, timed alone
+    decide_s = time.perf_counter() - d0
+    assert again.placements == decisions.placements
+    for job_id in reserved:
+        sched._view.pop(job_id, None)
+    return t1 - t0 - decide_s, decide_s, t2 - t1, list(reserved)
+
+
 async def measure(
-    uow: UnitOfWorkFactory, limit: int, arrivals: list[Job], batch: int = 2_000
+    uow: UnitOfWorkFactory,
+    limit: int,
+    arrivals: list[Job],
+    batch: int = 2_000,
+    later: list[Job] = (),
+    ending: int = 0,
 ) -> Figures:
     """One steady pass as the leader runs it: the scheduler has read the queue before (its
     first read, timed apart as the cost of a start), then ``arrivals`` are committed, then one
@@ -157,22 +198,19 @@ async def measure(
     cold = time.perf_counter() - t
     view = rss_mb() - before
     await add_jobs(uow, arrivals)
-    t0 = time.perf_counter()
-    decisions, attempts = await sched.decide()
-    t1 = time.perf_counter()
-    reserved, _ = await sched.apply(decisions.placements, attempts)
-    t2 = time.perf_counter()
-    assert sched._snapshot is not None
-    d0 = time.perf_counter()
-    again = decide(sched._snapshot, explain_waits=False)  # the same work, timed alone
-    decide_s = time.perf_counter() - d0
-    assert again.placements == decisions.placements
-    for job_id in reserved:
-        sched._view.pop(job_id, None)
+    read_s, decide_s, apply_s, reserved = await timed_pass(sched)
     first = Figures(
-        cold, t1 - t0 - decide_s, decide_s, t2 - t1, len(reserved), len(reserved), t2 - t0, 1,
-        view, 0.0,
+        cold, read_s, decide_s, apply_s, len(reserved), len(reserved),
+        read_s + decide_s + apply_s, 1, view, 0.0,
     )  # fmt: skip
+    if later:  # the fleet is full now: a few jobs end, a few more arrive, one more pass
+        await finish_reserved(uow, ending)
+        await add_jobs(uow, list(later))
+        read_s, decide_s, apply_s, placed = await timed_pass(sched)
+        first.steady = Steady(ending, len(later), read_s, decide_s, apply_s, len(placed))
+        first.drained += len(placed)
+        first.drain_s += read_s + decide_s + apply_s
+        first.passes += 1
     await finish_reserved(uow)
     apply = sched.apply
 
@@ -219,6 +257,16 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
         f"{f.cold_s * 1000:.0f} ms; the view it keeps: {f.view_mb:.1f} MiB resident "
         f"({f.view_mb * 1024 * 1024 / max(jobs, 1):.0f} bytes per pending job)"
     )
+    if f.steady:
+        st = f.steady
+        whole = st.read_s + st.decide_s + st.apply_s
+        print(
+            f"steady pass (the fleet full; {st.ended} jobs ended and {st.arrived} arrived since "
+            f"the last pass): {whole * 1000:.0f} ms = read and decide "
+            f"{(st.read_s + st.decide_s) * 1000:.0f} ms + store {st.apply_s * 1000:.0f} ms; "
+            f"{st.placed} jobs reserved (decide alone, timed again over the same snapshot: "
+            f"{st.decide_s * 1000:.0f} ms)"
+        )
     if f.stores:
         per = sorted(t / n for t, n in f.stores)
         print(f"drain's stores of 500 placements or more ({len(per)} passes, "
@@ -325,20 +373,24 @@ async def copy_baseline(url: str, rows: int) -> float:
 
 
 async def main(args: argparse.Namespace) -> None:
-    every = workload(args.jobs + args.arrivals, args.seed)
-    jobs, arrivals = every[: args.jobs], every[args.jobs :]
+    every = workload(args.jobs + 2 * args.arrivals, args.seed)
+    jobs = every[: args.jobs]
+    arrivals, later = (
+        every[args.jobs : args.jobs + args.arrivals],
+        every[args.jobs + args.arrivals :],
+    )
     print(f"machine: {os.cpu_count()} cores; load average before: {load()}")
     if "memory" in args.adapters:
         store = MemoryStore()
         factory: Callable[[], MemoryUnitOfWork] = lambda: MemoryUnitOfWork(store)  # noqa: E731
         await populate(factory, args.nodes, jobs)
-        f = await measure(factory, args.limit, arrivals, batch=100)  # as the simulator
+        f = await measure(factory, args.limit, arrivals, 100, later, args.ending)  # as the sim
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
             async with postgres(Path(tmp), args.explain) as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
-                f = await measure(pg_factory, args.limit, arrivals)
+                f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending)
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
                 gpus = sum(j.spec.gpus for j in every)
                 base = await copy_baseline(url, gpus)
@@ -361,6 +413,12 @@ if __name__ == "__main__":
     parser.add_argument("--limit", type=int, default=20_000, help="snapshot limit")
     parser.add_argument(
         "--arrivals", type=int, default=100, help="jobs committed between the two reads"
+    )
+    parser.add_argument(
+        "--ending",
+        type=int,
+        default=13,
+        help="jobs that end before the steady pass (13: about 1 %% of what the first placed)",
     )
     parser.add_argument("--adapters", nargs="+", default=["memory", "postgres"])
     parser.add_argument(
