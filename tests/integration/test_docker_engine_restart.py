@@ -9,8 +9,6 @@ backend reads the start of the process serving its socket as the engine's start
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,48 +20,18 @@ from adapters.docker.ends import engine_started_at
 from adapters.docker.runtimes import BUSYBOX
 from domain.ports import Observation
 from tests.fixtures.docker import engine_call, make_request, remove_labelled, wait_for_status
+from tests.support.engine_proxy import EngineProxy, served
 
 pytestmark = pytest.mark.integration
 
 
-class Proxy:
-    """A process of the test's own serving ``path`` as the engine at ``target``."""
-
-    def __init__(self, path: Path, target: str) -> None:
-        self.path, self.target = path, target
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
-            ["socat", f"UNIX-LISTEN:{self.path},fork", f"UNIX-CONNECT:{self.target}"]
-        )
-        deadline = time.monotonic() + 30  # a bound on a hang
-        while not self.path.exists():
-            assert self.proc.poll() is None and time.monotonic() < deadline, "socat did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait(30)
-            self.proc = None
-
-
 @pytest.fixture
-def proxy(docker_host: str, tmp_path: Path) -> Iterator[Proxy]:
-    if not docker_host.startswith("unix://"):
-        pytest.skip("the engine is not on a unix socket")
-    p = Proxy(tmp_path / "engine.sock", docker_host.removeprefix("unix://"))
-    p.start()
-    try:
-        yield p
-    finally:
-        p.stop()
+def proxy(docker_host: str, tmp_path: Path) -> Iterator[EngineProxy]:
+    yield from served(docker_host, tmp_path / "engine.sock")
 
 
 async def test_a_container_lost_with_a_restarted_engine_is_node_lost_a_removed_one_is_not(
-    proxy: Proxy, docker_host: str
+    proxy: EngineProxy, docker_host: str
 ) -> None:
     job_id = f"job-test-{uuid.uuid4().hex[:12]}"
     backend = DockerBackend(f"unix://{proxy.path}")

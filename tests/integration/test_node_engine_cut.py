@@ -4,16 +4,12 @@ created; when the control plane says the commit again (``command_for`` repeats i
 is held STARTING) and the engine answers, the member starts, once.
 
 The daemon's agent, its SQLite journal and its executor are the real ones, against the real
-engine through a socket served by a process of the test's own (socat), which the test kills
-with every connection it forwarded: the shared engine itself is never stopped."""
+engine through a socket served by a process of the test's own (``tests/support/engine_proxy.py``),
+which the test kills with every connection it forwarded: the shared engine is never stopped."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,51 +25,18 @@ from domain.node_messages import Vote
 from domain.node_protocol import Command, CommandKind, MemberReport, Phase
 from tests.fixtures.docker import containers_of, remove_labelled
 from tests.integration.test_node_executor import INST, order
+from tests.support.engine_proxy import EngineProxy, served
 
 pytestmark = pytest.mark.integration
 
 
-class CutProxy:
-    """``path`` served as the engine at ``target`` by socat in its own process group, so that
-    :meth:`cut` ends the listener and every connection it forwarded (keep-alive ones too)."""
-
-    def __init__(self, path: Path, target: str) -> None:
-        self.path, self.target = path, target
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.path.unlink(missing_ok=True)
-        self.proc = subprocess.Popen(
-            ["socat", f"UNIX-LISTEN:{self.path},fork", f"UNIX-CONNECT:{self.target}"],
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 30  # a bound on a hang
-        while not self.path.exists():
-            assert self.proc.poll() is None and time.monotonic() < deadline, "socat did not start"
-            time.sleep(0.05)
-
-    def cut(self) -> None:
-        if self.proc is not None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(30)
-            self.proc = None
-        self.path.unlink(missing_ok=True)
-
-
 @pytest.fixture
-def proxy(docker_host: str, tmp_path: Path) -> Iterator[CutProxy]:
-    if not docker_host.startswith("unix://"):
-        pytest.skip("the engine is not on a unix socket")
-    p = CutProxy(tmp_path / "engine.sock", docker_host.removeprefix("unix://"))
-    p.start()
-    try:
-        yield p
-    finally:
-        p.cut()
+def proxy(docker_host: str, tmp_path: Path) -> Iterator[EngineProxy]:
+    yield from served(docker_host, tmp_path / "engine.sock")
 
 
 async def test_an_engine_cut_between_vote_and_commit_leaves_the_member_starting_until_it_starts(
-    proxy: CutProxy,
+    proxy: EngineProxy,
     docker_host: str,
     busybox_pin: RuntimePin,
     docker_job_id: str,
@@ -95,7 +58,7 @@ async def test_an_engine_cut_between_vote_and_commit_leaves_the_member_starting_
         await asyncio.gather(*agent.in_flight())
         assert [v.yes for v in sent if isinstance(v, Vote)] == [True]
 
-        proxy.cut()  # the engine stops answering between the vote and the commit
+        proxy.stop()  # the engine stops answering between the vote and the commit
         commit = Command(CommandKind.COMMIT, o.ref)
         await agent.on_command(commit)
         await agent.on_command(commit)  # said again while it is still cut
