@@ -8,8 +8,9 @@ them together in the next one (at most ``MAX_GROUP`` batches, ``FLUSHERS`` trans
 time), each with the same statements as one batch: lock the sources' watermark rows (one upsert,
 in (member, source) order, so concurrent groups and gateways cannot deadlock), cut each batch at
 its source's watermark in arrival order (a resend stores nothing twice, even beside its original
-in the same group), make missing series, COPY the points, merge the rollups, update the series'
-latest values, raise the watermarks and the members' counters.
+in the same group), make missing series, COPY the points and the rollups' deltas of the finest
+stored tier (folded into every tier off the ack path: ``metric_rollups.py``), update the
+series' latest values, raise the watermarks and the members' counters.
 
 Every batch gets its own ``Appended``, the same as if it had been stored alone. If a group's
 transaction fails, its batches are stored again one transaction each, so one bad batch fails only
@@ -29,39 +30,14 @@ import asyncpg
 import numpy as np
 
 from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS, Rows
+from adapters.postgres.metric_rollups import Folder
 from adapters.telemetry.columns import Points
-from domain.telemetry import Appended, MemberScope, SourceBatch
+from domain.telemetry import STORED_TIERS, Appended, MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
 
 MAX_GROUP = 512  # batches in one transaction
 FLUSHERS = 2  # transactions under way at once (one gathers while the other commits)
 _NO_STEP = 2**63 - 1
-
-# The rollups come in by binary COPY into a temporary table (a few dozen rows per batch, twelve
-# numbers each: passed as query arguments, asyncpg encoded each number, a sixth of the gateway's
-# time), then merge with one statement. ``rollups_in`` lives as long as its connection.
-_ROLLUPS_IN = """
-CREATE TEMPORARY TABLE IF NOT EXISTS rollups_in (series_id bigint, width int, bucket bigint,
-    first_step bigint, last_step bigint, minimum float8, maximum float8, total float8,
-    count bigint, last float8, min_wall float8, max_wall float8) ON COMMIT DELETE ROWS
-"""
-
-_MERGE_ROLLUPS = """
-INSERT INTO metric_rollups AS r (series_id, width, bucket, first_step, last_step, minimum,
-    maximum, total, count, last, min_wall, max_wall)
-SELECT series_id, width, bucket, first_step, last_step, NULLIF(minimum, 'NaN'),
-    NULLIF(maximum, 'NaN'), total, count, last, min_wall, max_wall FROM rollups_in
-ON CONFLICT (series_id, width, bucket) DO UPDATE SET
-    first_step = LEAST(r.first_step, EXCLUDED.first_step),
-    last = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last ELSE r.last END,
-    last_step = GREATEST(r.last_step, EXCLUDED.last_step),
-    minimum = LEAST(r.minimum, EXCLUDED.minimum),
-    maximum = GREATEST(r.maximum, EXCLUDED.maximum),
-    total = r.total + EXCLUDED.total,
-    count = r.count + EXCLUDED.count,
-    min_wall = LEAST(r.min_wall, EXCLUDED.min_wall),
-    max_wall = GREATEST(r.max_wall, EXCLUDED.max_wall)
-"""
 
 _UPDATE_SERIES = """
 UPDATE metric_series s SET
@@ -141,6 +117,11 @@ class GroupedAppends:
     queue: deque[Entry] = field(default_factory=deque)
     flushers: int = 0
     groups: int = 0  # transactions committed (for benchmarks and tests)
+    folder: Folder = field(init=False)  # folds the rollups' deltas while batches arrive
+    folding: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.folder = Folder(self.pool)
 
     async def append(
         self,
@@ -191,6 +172,8 @@ class GroupedAppends:
         # later point of that series under a row that is not there
         self.series.update(fresh)
         self.groups += 1
+        if self.folder.due():  # off the ack path: the acks of this group do not wait for it
+            self.folding = asyncio.get_running_loop().create_task(self.folder.run())
         return results
 
     async def _write(
@@ -254,14 +237,12 @@ class GroupedAppends:
             columns=BLOCK_COLUMNS,
             format="binary",
         )
-        await conn.execute(_ROLLUPS_IN)
-        await conn.copy_to_table(
-            "rollups_in",
-            source=_chunks(rows.rollup_payload()),
+        await conn.copy_to_table(  # folded into every tier later (metric_rollups.py)
+            "metric_rollup_deltas",
+            source=_chunks(rows.rollup_payload(STORED_TIERS[:1])),
             columns=ROLLUP_COLUMNS,
             format="binary",
         )
-        await conn.execute(_MERGE_ROLLUPS)
         await conn.execute(_UPDATE_SERIES, *rows.latest())
 
     async def _series_ids(

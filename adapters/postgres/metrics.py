@@ -3,9 +3,9 @@
 Ingest (``metric_groups.py``) stores the batches that arrive together, from many streams, in one
 transaction: lock each source's watermark row, keep only the records above it, create missing
 series, COPY the raw points (sorted by series and step: the B-tree index grows at its right
-edge, see shared perf notes), merge the rollups into ``metric_rollups`` with one ``INSERT … ON
-CONFLICT DO UPDATE`` over arrays, update the series' latest values and raise the watermarks. A
-resent batch therefore stores nothing twice.
+edge, see shared perf notes) and the rollups' deltas (folded into ``metric_rollups`` off the
+ack path, and by each reader for its series first: ``metric_rollups.py``), update the series'
+latest values and raise the watermarks. A resent batch therefore stores nothing twice.
 
 Queries read at most one row per bucket. asyncpg prepares statements; after five executions
 PostgreSQL may switch a prepared statement to a generic plan, which is much slower for these
@@ -22,6 +22,7 @@ import asyncpg
 from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
 from adapters.postgres.ingest_arrays import BLOCK_STEPS
 from adapters.postgres.metric_groups import Coalesced, GroupedAppends
+from adapters.postgres.metric_rollups import fold_series
 from domain.lifecycle import AttemptState
 from domain.telemetry import (
     STORED_TIERS,
@@ -166,6 +167,7 @@ class PostgresMetrics:
         return [SeriesInfo(*row.values()) for row in rows]
 
     async def view(self, series_id: int, view: View) -> list[Bucket]:
+        await fold_series(self.pool, series_id)  # what was acked, in the rollups too
         if not view.raw and not view.stored:  # at most 8 × points raw rows, aggregated
             rows = await self.pool.fetch(
                 _AGGREGATE_RAW, series_id, view.start, view.end, view.width
@@ -189,6 +191,7 @@ class PostgresMetrics:
         self, series_id: int, start_time: float, end_time: float
     ) -> tuple[int, int] | None:
         width = STORED_TIERS[0]
+        await fold_series(self.pool, series_id)
         lo = await self.pool.fetchval(_FIRST_STEP_AT, series_id, width, start_time)
         hi = await self.pool.fetchval(_LAST_STEP_AT, series_id, width, end_time)
         if lo is None or hi is None or lo > hi:
