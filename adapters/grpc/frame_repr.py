@@ -30,4 +30,4 @@ def raw_data_repr(data: bytes | memoryview | None) -> str:
 
 def install() -> None:
     if _ORIGINAL is not None:
-        hyperframe.frame._raw_data_repr = raw_data_repr  # type: ignore[attr-defined]
+        hyperframe.frame._raw_data_repr = raw_data_repr
