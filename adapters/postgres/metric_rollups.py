@@ -33,18 +33,24 @@ from domain.telemetry import STORED_TIERS
 log = logging.getLogger(__name__)
 
 FOLD_LOCK = 0x7470_666F_6C64  # "tpfold": one fold at a time
-FOLD_SECONDS = 5.0  # how often the gateway folds while batches arrive
-FOLD_ROWS = 50_000  # deltas folded in one transaction at most
+FOLD_SECONDS = 10.0  # how often the gateway folds while batches arrive
+FOLD_ROWS = 200_000  # deltas folded in one transaction at most
 
 _MERGE = """
-, t AS (
-    SELECT d.series_id, w.width, d.first_step / w.width AS bucket,
-        min(d.first_step) AS first_step, max(d.last_step) AS last_step,
-        min(NULLIF(d.minimum, 'NaN')) AS minimum, max(NULLIF(d.maximum, 'NaN')) AS maximum,
-        sum(d.total) AS total, sum(d.count) AS count,
-        (array_agg(d.last ORDER BY d.last_step DESC, d.seq DESC))[1] AS last,
-        min(d.min_wall) AS min_wall, max(d.max_wall) AS max_wall
-    FROM d, unnest($2::int[]) AS w(width)
+, f AS (  -- the finest stored tier: a series' deltas of one bucket into one row
+    SELECT series_id, bucket, min(first_step) AS first_step, max(last_step) AS last_step,
+        min(NULLIF(minimum, 'NaN')) AS minimum, max(NULLIF(maximum, 'NaN')) AS maximum,
+        sum(total) AS total, sum(count) AS count,
+        (array_agg(last ORDER BY last_step DESC, seq DESC))[1] AS last,
+        min(min_wall) AS min_wall, max(max_wall) AS max_wall
+    FROM d GROUP BY series_id, bucket
+), t AS (  -- every stored tier from it (its buckets' steps do not overlap)
+    SELECT f.series_id, w.width, f.first_step / w.width AS bucket,
+        min(f.first_step) AS first_step, max(f.last_step) AS last_step,
+        min(f.minimum) AS minimum, max(f.maximum) AS maximum, sum(f.total) AS total,
+        sum(f.count) AS count, (array_agg(f.last ORDER BY f.last_step DESC))[1] AS last,
+        min(f.min_wall) AS min_wall, max(f.max_wall) AS max_wall
+    FROM f, unnest($2::int[]) AS w(width)
     GROUP BY 1, 2, 3
 ), merged AS (
     INSERT INTO metric_rollups AS r (series_id, width, bucket, first_step, last_step, minimum,
