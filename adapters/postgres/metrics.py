@@ -71,23 +71,24 @@ SELECT DISTINCT ON (step) step, wall_time, value FROM ({_POINTS}) p
 ORDER BY step, record_offset DESC
 """
 
-# A time range → steps, by the finest stored tier's wall-time indexes and at most one bucket's
-# raw points at each end (wall time grows with the step within a series, as writers log).
+# A time range → steps, by the finest stored tier's wall-time indexes (partial: its rows only)
+# and at most one bucket's raw points at each end (wall time grows with the step within a
+# series, as writers log).
 _FIRST_STEP_AT = f"""
-WITH r AS (SELECT first_step, last_step FROM metric_rollups
-    WHERE series_id = $1 AND width = $2 AND max_wall >= $3 ORDER BY max_wall LIMIT 1)
+WITH r AS (SELECT first_step, last_step FROM metric_rollups WHERE series_id = $1
+    AND width = {STORED_TIERS[0]} AND max_wall >= $2 ORDER BY max_wall LIMIT 1)
 SELECT min(u.step) FROM r, metric_blocks b, unnest(b.steps, b.walls) AS u(step, wall_time)
 WHERE b.series_id = $1
     AND b.bucket BETWEEN r.first_step / {BLOCK_STEPS} AND r.last_step / {BLOCK_STEPS}
-    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time >= $3
+    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time >= $2
 """
 _LAST_STEP_AT = f"""
-WITH r AS (SELECT first_step, last_step FROM metric_rollups
-    WHERE series_id = $1 AND width = $2 AND min_wall <= $3 ORDER BY min_wall DESC LIMIT 1)
+WITH r AS (SELECT first_step, last_step FROM metric_rollups WHERE series_id = $1
+    AND width = {STORED_TIERS[0]} AND min_wall <= $2 ORDER BY min_wall DESC LIMIT 1)
 SELECT max(u.step) FROM r, metric_blocks b, unnest(b.steps, b.walls) AS u(step, wall_time)
 WHERE b.series_id = $1
     AND b.bucket BETWEEN r.first_step / {BLOCK_STEPS} AND r.last_step / {BLOCK_STEPS}
-    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time <= $3
+    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time <= $2
 """
 
 _RAW_PAGE = f"""
@@ -190,10 +191,9 @@ class PostgresMetrics:
     async def steps_between(
         self, series_id: int, start_time: float, end_time: float
     ) -> tuple[int, int] | None:
-        width = STORED_TIERS[0]
         await fold_series(self.pool, series_id)
-        lo = await self.pool.fetchval(_FIRST_STEP_AT, series_id, width, start_time)
-        hi = await self.pool.fetchval(_LAST_STEP_AT, series_id, width, end_time)
+        lo = await self.pool.fetchval(_FIRST_STEP_AT, series_id, start_time)
+        hi = await self.pool.fetchval(_LAST_STEP_AT, series_id, end_time)
         if lo is None or hi is None or lo > hi:
             return None
         return int(lo), int(hi)

@@ -28,10 +28,12 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION
 
 from adapters.postgres.tables import metadata, ts
+from domain.telemetry import STORED_TIERS
 
 signing_keys = Table(  # collector tokens are signed by the newest key of their purpose
     "signing_keys",
@@ -114,9 +116,20 @@ metric_rollups = Table(
     Column("min_wall", DOUBLE_PRECISION, nullable=False),
     Column("max_wall", DOUBLE_PRECISION, nullable=False),
     PrimaryKeyConstraint("series_id", "width", "bucket"),
-    # a time range → the steps it covers (queries by wall time; rollup rows are few)
-    Index("ix_metric_rollups_series_id_width_max_wall", "series_id", "width", "max_wall"),
-    Index("ix_metric_rollups_series_id_width_min_wall", "series_id", "width", "min_wall"),
+    # a time range → the steps it covers, by the finest stored tier only (queries by wall
+    # time; 0033: a fold's coarser rows, most of what it rewrites, add no entries here)
+    Index(
+        "ix_metric_rollups_finest_max_wall",
+        "series_id",
+        "max_wall",
+        postgresql_where=text(f"width = {STORED_TIERS[0]}"),
+    ),
+    Index(
+        "ix_metric_rollups_finest_min_wall",
+        "series_id",
+        "min_wall",
+        postgresql_where=text(f"width = {STORED_TIERS[0]}"),
+    ),
 )
 
 metric_rollup_deltas = Table(  # rollups acked, not yet folded into metric_rollups (0033)

@@ -25,6 +25,8 @@ down_revision: str | Sequence[str] | None = "0031"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+FINEST = 64  # STORED_TIERS[0] (a migration keeps its own constants)
+
 
 def upgrade() -> None:
     op.create_table(
@@ -43,9 +45,21 @@ def upgrade() -> None:
         sa.Column("min_wall", DOUBLE_PRECISION, nullable=False),
         sa.Column("max_wall", DOUBLE_PRECISION, nullable=False),
     )
-    op.create_index(
-        "ix_metric_rollup_deltas_series_id", "metric_rollup_deltas", ["series_id"]
-    )
+    op.create_index("ix_metric_rollup_deltas_series_id", "metric_rollup_deltas", ["series_id"])
+    # the wall-time indexes serve the finest stored tier only (the steps of a time range): a
+    # fold rewrites a series' coarser rows too, which then add no entries to them
+    for wall in ("max_wall", "min_wall"):
+        op.drop_index(f"ix_metric_rollups_series_id_width_{wall}", table_name="metric_rollups")
+        op.create_index(
+            f"ix_metric_rollups_finest_{wall}",
+            "metric_rollups",
+            ["series_id", wall],
+            postgresql_where=sa.text(f"width = {FINEST}"),
+        )
+    # rows updated at every batch: room on their page for the new version (a HOT update: no
+    # index entry), instead of a full page and a new entry in every index each time
+    for table in ("metric_series", "telemetry_sources", "telemetry_members"):
+        op.execute(f"ALTER TABLE {table} SET (fillfactor = 50)")
 
 
 def downgrade() -> None:
@@ -55,6 +69,15 @@ def downgrade() -> None:
         + _MERGE.replace("$2::int[]", "ARRAY[" + ", ".join(str(8**k) for k in range(2, 11)) + "]")
     )
     op.drop_table("metric_rollup_deltas")
+    for wall in ("max_wall", "min_wall"):
+        op.drop_index(f"ix_metric_rollups_finest_{wall}", table_name="metric_rollups")
+        op.create_index(
+            f"ix_metric_rollups_series_id_width_{wall}",
+            "metric_rollups",
+            ["series_id", "width", wall],
+        )
+    for table in ("metric_series", "telemetry_sources", "telemetry_members"):
+        op.execute(f"ALTER TABLE {table} RESET (fillfactor)")
 
 
 _MERGE = """
