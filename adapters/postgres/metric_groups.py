@@ -252,7 +252,7 @@ class GroupedAppends:
         this transaction (cached once it committed)."""
         scopes: dict[SeriesKey, MemberScope] = {}
         for scope, source, p in kept:
-            for i in np.unique(p.tag).tolist():
+            for i in np.flatnonzero(np.bincount(p.tag, minlength=len(p.tags))).tolist():
                 scopes[(scope.member_id, source, p.tags[i])] = scope
         missing = sorted(k for k in scopes if k not in self.series)
         if missing:
