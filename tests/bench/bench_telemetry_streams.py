@@ -16,7 +16,11 @@ to the same address, reach the survivor, and resend what was not acknowledged.
 After each: every series is checked in PostgreSQL: exactly the records sent, each point once
 (count = distinct steps = records sent), and the members' counters agree. CPU (user + system,
 from /proc) of the gateways, of PostgreSQL (the postmaster and its children) and of the load
-generators over the measured window, as shares of one core.
+generators over the measured window, as shares of one core. The rollups' deltas still pending
+at the end are folded (their PostgreSQL CPU counted in the run's) and every series' coarsest
+rollup bucket is checked too: count, first and last step equal to what was sent.
+``BENCH_PGSS`` (a PostgreSQL bin directory with pg_stat_statements, e.g. the Debian server's
+``/usr/lib/postgresql/15/bin``) prints PostgreSQL's costliest statements per configuration.
 
 Run: ``.venv/bin/pytest tests/bench/bench_telemetry_streams.py -m bench -s``
 """
