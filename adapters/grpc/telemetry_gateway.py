@@ -13,6 +13,7 @@ import logging
 from grpclib import GRPCError, Status
 from grpclib.server import Stream
 
+from adapters.grpc import frame_repr
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.telemetry.columns import BadColumns, Points
 from application import instruments as i
@@ -26,6 +27,7 @@ from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryBase
 
 log = logging.getLogger("tuneplane.telemetry")
+frame_repr.install()  # h2 builds every received frame's repr for a log line (frame_repr.py)
 
 
 def source_batch(message: pb.SourceBatch) -> SourceBatch:

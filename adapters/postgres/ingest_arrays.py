@@ -118,10 +118,11 @@ class Rows:
         out[5], out[6] = _none_for_nan(columns[5]), _none_for_nan(columns[6])
         return out
 
-    def rollup_payload(self) -> bytes:
+    def rollup_payload(self, tiers: Sequence[int] = STORED_TIERS) -> bytes:
         """The same rows as a binary COPY payload (``ROLLUP_COLUMNS``; NaN for a minimum or
-        maximum of no finite value), built without a Python object per value."""
-        columns = self._rollup_columns()
+        maximum of no finite value), built without a Python object per value; only the
+        ``tiers`` given (the ingest's deltas: the finest stored tier, ``metric_rollups.py``)."""
+        columns = self._rollup_columns(tiers)
         rows = np.empty(len(columns[0]), dtype=_ROLLUP_ROW)
         rows["fields"] = len(ROLLUP_COLUMNS)
         for name, column in zip(ROLLUP_COLUMNS, columns, strict=True):
@@ -129,7 +130,7 @@ class Rows:
             rows[name] = column
         return _HEADER + rows.tobytes() + _TRAILER
 
-    def _rollup_columns(self) -> list[np.ndarray]:
+    def _rollup_columns(self, tiers: Sequence[int] = STORED_TIERS) -> list[np.ndarray]:
         if not len(self):
             return [np.empty(0, np.dtype(t)) for t in ROLLUP_TYPES.values()]
         finite = np.isfinite(self.value)
@@ -146,9 +147,9 @@ class Rows:
             max_wall=self.wall,
         )
         parts: list[list[np.ndarray]] = []
-        for width in TIERS:
+        for width in TIERS[: TIERS.index(max(tiers)) + 1]:
             level = level.coarser(width)
-            if width in STORED_TIERS:
+            if width in tiers:
                 parts.append(level.columns(width))
         return [np.concatenate(c) for c in zip(*parts, strict=True)]
 

@@ -8,8 +8,9 @@ them together in the next one (at most ``MAX_GROUP`` batches, ``FLUSHERS`` trans
 time), each with the same statements as one batch: lock the sources' watermark rows (one upsert,
 in (member, source) order, so concurrent groups and gateways cannot deadlock), cut each batch at
 its source's watermark in arrival order (a resend stores nothing twice, even beside its original
-in the same group), make missing series, COPY the points, merge the rollups, update the series'
-latest values, raise the watermarks and the members' counters.
+in the same group), make missing series, COPY the points and the rollups' deltas of the finest
+stored tier (folded into every tier off the ack path: ``metric_rollups.py``), update the
+series' latest values, raise the watermarks and the members' counters.
 
 Every batch gets its own ``Appended``, the same as if it had been stored alone. If a group's
 transaction fails, its batches are stored again one transaction each, so one bad batch fails only
@@ -29,51 +30,14 @@ import asyncpg
 import numpy as np
 
 from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS, Rows
+from adapters.postgres.metric_rollups import Folder
 from adapters.telemetry.columns import Points
-from domain.telemetry import Appended, MemberScope, SourceBatch
+from domain.telemetry import STORED_TIERS, Appended, MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
 
 MAX_GROUP = 512  # batches in one transaction
 FLUSHERS = 2  # transactions under way at once (one gathers while the other commits)
 _NO_STEP = 2**63 - 1
-
-# The rollups come in by binary COPY into a temporary table (a few dozen rows per batch, twelve
-# numbers each: passed as query arguments, asyncpg encoded each number, a sixth of the gateway's
-# time), then merge with one statement. ``rollups_in`` lives as long as its connection.
-_ROLLUPS_IN = """
-CREATE TEMPORARY TABLE IF NOT EXISTS rollups_in (series_id bigint, width int, bucket bigint,
-    first_step bigint, last_step bigint, minimum float8, maximum float8, total float8,
-    count bigint, last float8, min_wall float8, max_wall float8) ON COMMIT DELETE ROWS
-"""
-
-_MERGE_ROLLUPS = """
-INSERT INTO metric_rollups AS r (series_id, width, bucket, first_step, last_step, minimum,
-    maximum, total, count, last, min_wall, max_wall)
-SELECT series_id, width, bucket, first_step, last_step, NULLIF(minimum, 'NaN'),
-    NULLIF(maximum, 'NaN'), total, count, last, min_wall, max_wall FROM rollups_in
-ON CONFLICT (series_id, width, bucket) DO UPDATE SET
-    first_step = LEAST(r.first_step, EXCLUDED.first_step),
-    last = CASE WHEN EXCLUDED.last_step >= r.last_step THEN EXCLUDED.last ELSE r.last END,
-    last_step = GREATEST(r.last_step, EXCLUDED.last_step),
-    minimum = LEAST(r.minimum, EXCLUDED.minimum),
-    maximum = GREATEST(r.maximum, EXCLUDED.maximum),
-    total = r.total + EXCLUDED.total,
-    count = r.count + EXCLUDED.count,
-    min_wall = LEAST(r.min_wall, EXCLUDED.min_wall),
-    max_wall = GREATEST(r.max_wall, EXCLUDED.max_wall)
-"""
-
-_UPDATE_SERIES = """
-UPDATE metric_series s SET
-    first_step = LEAST(s.first_step, u.first_step),
-    last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
-    last_wall = CASE WHEN u.last_step >= s.last_step THEN u.last_wall ELSE s.last_wall END,
-    last_step = GREATEST(s.last_step, u.last_step),
-    count = s.count + u.n
-FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[], $6::bigint[])
-    AS u(id, first_step, last_step, last_value, last_wall, n)
-WHERE s.id = u.id
-"""
 
 _WATERMARKS = """
 INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)
@@ -84,17 +48,30 @@ ON CONFLICT (member_id, source) DO UPDATE SET kind = t.kind
 RETURNING t.member_id, t.source, t.watermark
 """  # an upsert that changes nothing still locks the rows it returns, in the rows' order
 
-_RAISE_WATERMARKS = """
-UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $1
-FROM unnest($2::text[], $3::text[], $4::bigint[]) AS u(member_id, source, mark)
-WHERE t.member_id = u.member_id AND t.source = u.source
-"""
-
-_COUNTERS = """
+# The rest of a group in one round trip: the series' latest values, the raised watermarks
+# ($7: now) and the members' counters (data-modifying CTEs run to completion, read or not).
+_FINISH = """
+WITH series AS (
+    UPDATE metric_series s SET
+        first_step = LEAST(s.first_step, u.first_step),
+        last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
+        last_wall = CASE WHEN u.last_step >= s.last_step THEN u.last_wall ELSE s.last_wall END,
+        last_step = GREATEST(s.last_step, u.last_step),
+        count = s.count + u.n
+    FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[],
+        $6::bigint[]) AS u(id, first_step, last_step, last_value, last_wall, n)
+    WHERE s.id = u.id
+    RETURNING 1
+), marks AS (
+    UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $7
+    FROM unnest($8::text[], $9::text[], $10::bigint[]) AS u(member_id, source, mark)
+    WHERE t.member_id = u.member_id AND t.source = u.source
+    RETURNING 1
+)
 INSERT INTO telemetry_members AS t (member_id, points, duplicates, corrupt_records,
     dropped_records, dropped_bytes, last_batch_at)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[],
-    $6::bigint[], $7::timestamptz[]) ORDER BY 1
+SELECT * FROM unnest($11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],
+    $16::bigint[], $17::timestamptz[]) ORDER BY 1
 ON CONFLICT (member_id) DO UPDATE SET
     points = t.points + EXCLUDED.points,
     duplicates = t.duplicates + EXCLUDED.duplicates,
@@ -141,6 +118,11 @@ class GroupedAppends:
     queue: deque[Entry] = field(default_factory=deque)
     flushers: int = 0
     groups: int = 0  # transactions committed (for benchmarks and tests)
+    folder: Folder = field(init=False)  # folds the rollups' deltas while batches arrive
+    folding: asyncio.Task[None] | None = None
+
+    def __post_init__(self) -> None:
+        self.folder = Folder(self.pool)
 
     async def append(
         self,
@@ -191,6 +173,8 @@ class GroupedAppends:
         # later point of that series under a row that is not there
         self.series.update(fresh)
         self.groups += 1
+        if self.folder.due():  # off the ack path: the acks of this group do not wait for it
+            self.folding = asyncio.get_running_loop().create_task(self.folder.run())
         return results
 
     async def _write(
@@ -220,22 +204,25 @@ class GroupedAppends:
                     marks[key] = raised[key] = int(points.offset[-1])
                     accepted += len(points) - cut
             results.append(Appended(accepted, duplicates))
+        latest: list[list[Any]] = [[] for _ in range(6)]
         if kept:
-            await self._points(conn, kept, fresh)
-            ordered = sorted(raised.items())
-            await conn.execute(
-                _RAISE_WATERMARKS,
-                group[-1].now,
-                [m for (m, _), _ in ordered],
-                [s for (_, s), _ in ordered],
-                [v for _, v in ordered],
-            )
-        await self._counters(conn, group, results)
+            latest = await self._points(conn, kept, fresh)
+        ordered = sorted(raised.items())
+        await conn.execute(
+            _FINISH,
+            *latest,
+            group[-1].now,
+            [m for (m, _), _ in ordered],
+            [s for (_, s), _ in ordered],
+            [v for _, v in ordered],
+            *_counters(group, results),
+        )
         return results
 
     async def _points(
         self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
-    ) -> None:
+    ) -> list[list[Any]]:
+        """COPY the points and their rollups' deltas; returns the series' latest values."""
         ids = await self._series_ids(conn, kept, fresh)
         series = [
             np.array([ids[(scope.member_id, source, t)] for t in p.tags], dtype=np.int64)[p.tag]
@@ -254,15 +241,13 @@ class GroupedAppends:
             columns=BLOCK_COLUMNS,
             format="binary",
         )
-        await conn.execute(_ROLLUPS_IN)
-        await conn.copy_to_table(
-            "rollups_in",
-            source=_chunks(rows.rollup_payload()),
+        await conn.copy_to_table(  # folded into every tier later (metric_rollups.py)
+            "metric_rollup_deltas",
+            source=_chunks(rows.rollup_payload(STORED_TIERS[:1])),
             columns=ROLLUP_COLUMNS,
             format="binary",
         )
-        await conn.execute(_MERGE_ROLLUPS)
-        await conn.execute(_UPDATE_SERIES, *rows.latest())
+        return rows.latest()
 
     async def _series_ids(
         self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
@@ -271,7 +256,7 @@ class GroupedAppends:
         this transaction (cached once it committed)."""
         scopes: dict[SeriesKey, MemberScope] = {}
         for scope, source, p in kept:
-            for i in np.unique(p.tag).tolist():
+            for i in np.flatnonzero(np.bincount(p.tag, minlength=len(p.tags))).tolist():
                 scopes[(scope.member_id, source, p.tags[i])] = scope
         missing = sorted(k for k in scopes if k not in self.series)
         if missing:
@@ -292,19 +277,21 @@ class GroupedAppends:
                 fresh[(row["member_id"], row["source"], row["tag"])] = row["id"]
         return {k: self.series.get(k) or fresh[k] for k in scopes}
 
-    async def _counters(self, conn: Any, group: list[Entry], results: list[Appended]) -> None:
-        per: dict[str, list[Any]] = {}  # member -> points, duplicates, corrupt, dropped x2, at
-        for entry, result in zip(group, results, strict=True):
-            c = entry.counters
-            now: list[Any] = [result.accepted, result.duplicates, c.corrupt_records]
-            now += [c.dropped_records, c.dropped_bytes, entry.now]
-            old = per.get(entry.scope.member_id)
-            if old is not None:  # sums, then the cumulative counters' and the clock's highest
-                highest = [max(a, b) for a, b in zip(old[2:], now[2:], strict=True)]
-                now = [old[0] + now[0], old[1] + now[1], *highest]
-            per[entry.scope.member_id] = now
-        members = sorted(per)
-        await conn.execute(_COUNTERS, members, *([per[m][i] for m in members] for i in range(6)))
+
+def _counters(group: list[Entry], results: list[Appended]) -> list[list[Any]]:
+    """The members' counters of a group: members, points, duplicates, corrupt, dropped x2, at."""
+    per: dict[str, list[Any]] = {}
+    for entry, result in zip(group, results, strict=True):
+        c = entry.counters
+        now: list[Any] = [result.accepted, result.duplicates, c.corrupt_records]
+        now += [c.dropped_records, c.dropped_bytes, entry.now]
+        old = per.get(entry.scope.member_id)
+        if old is not None:  # sums, then the cumulative counters' and the clock's highest
+            highest = [max(a, b) for a, b in zip(old[2:], now[2:], strict=True)]
+            now = [old[0] + now[0], old[1] + now[1], *highest]
+        per[entry.scope.member_id] = now
+    members = sorted(per)
+    return [members, *([per[m][i] for m in members] for i in range(6))]
 
 
 async def _chunks(payload: bytes) -> AsyncIterator[bytes]:

@@ -3,9 +3,9 @@
 Ingest (``metric_groups.py``) stores the batches that arrive together, from many streams, in one
 transaction: lock each source's watermark row, keep only the records above it, create missing
 series, COPY the raw points (sorted by series and step: the B-tree index grows at its right
-edge, see shared perf notes), merge the rollups into ``metric_rollups`` with one ``INSERT … ON
-CONFLICT DO UPDATE`` over arrays, update the series' latest values and raise the watermarks. A
-resent batch therefore stores nothing twice.
+edge, see shared perf notes) and the rollups' deltas (folded into ``metric_rollups`` off the
+ack path, and by each reader for its series first: ``metric_rollups.py``), update the series'
+latest values and raise the watermarks. A resent batch therefore stores nothing twice.
 
 Queries read at most one row per bucket. asyncpg prepares statements; after five executions
 PostgreSQL may switch a prepared statement to a generic plan, which is much slower for these
@@ -22,6 +22,7 @@ import asyncpg
 from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
 from adapters.postgres.ingest_arrays import BLOCK_STEPS
 from adapters.postgres.metric_groups import Coalesced, GroupedAppends
+from adapters.postgres.metric_rollups import fold_series
 from domain.lifecycle import AttemptState
 from domain.telemetry import (
     STORED_TIERS,
@@ -70,23 +71,24 @@ SELECT DISTINCT ON (step) step, wall_time, value FROM ({_POINTS}) p
 ORDER BY step, record_offset DESC
 """
 
-# A time range → steps, by the finest stored tier's wall-time indexes and at most one bucket's
-# raw points at each end (wall time grows with the step within a series, as writers log).
+# A time range → steps, by the finest stored tier's wall-time indexes (partial: its rows only)
+# and at most one bucket's raw points at each end (wall time grows with the step within a
+# series, as writers log).
 _FIRST_STEP_AT = f"""
-WITH r AS (SELECT first_step, last_step FROM metric_rollups
-    WHERE series_id = $1 AND width = $2 AND max_wall >= $3 ORDER BY max_wall LIMIT 1)
+WITH r AS (SELECT first_step, last_step FROM metric_rollups WHERE series_id = $1
+    AND width = {STORED_TIERS[0]} AND max_wall >= $2 ORDER BY max_wall LIMIT 1)
 SELECT min(u.step) FROM r, metric_blocks b, unnest(b.steps, b.walls) AS u(step, wall_time)
 WHERE b.series_id = $1
     AND b.bucket BETWEEN r.first_step / {BLOCK_STEPS} AND r.last_step / {BLOCK_STEPS}
-    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time >= $3
+    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time >= $2
 """
 _LAST_STEP_AT = f"""
-WITH r AS (SELECT first_step, last_step FROM metric_rollups
-    WHERE series_id = $1 AND width = $2 AND min_wall <= $3 ORDER BY min_wall DESC LIMIT 1)
+WITH r AS (SELECT first_step, last_step FROM metric_rollups WHERE series_id = $1
+    AND width = {STORED_TIERS[0]} AND min_wall <= $2 ORDER BY min_wall DESC LIMIT 1)
 SELECT max(u.step) FROM r, metric_blocks b, unnest(b.steps, b.walls) AS u(step, wall_time)
 WHERE b.series_id = $1
     AND b.bucket BETWEEN r.first_step / {BLOCK_STEPS} AND r.last_step / {BLOCK_STEPS}
-    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time <= $3
+    AND u.step BETWEEN r.first_step AND r.last_step AND u.wall_time <= $2
 """
 
 _RAW_PAGE = f"""
@@ -166,6 +168,7 @@ class PostgresMetrics:
         return [SeriesInfo(*row.values()) for row in rows]
 
     async def view(self, series_id: int, view: View) -> list[Bucket]:
+        await fold_series(self.pool, series_id)  # what was acked, in the rollups too
         if not view.raw and not view.stored:  # at most 8 × points raw rows, aggregated
             rows = await self.pool.fetch(
                 _AGGREGATE_RAW, series_id, view.start, view.end, view.width
@@ -188,9 +191,9 @@ class PostgresMetrics:
     async def steps_between(
         self, series_id: int, start_time: float, end_time: float
     ) -> tuple[int, int] | None:
-        width = STORED_TIERS[0]
-        lo = await self.pool.fetchval(_FIRST_STEP_AT, series_id, width, start_time)
-        hi = await self.pool.fetchval(_LAST_STEP_AT, series_id, width, end_time)
+        await fold_series(self.pool, series_id)
+        lo = await self.pool.fetchval(_FIRST_STEP_AT, series_id, start_time)
+        hi = await self.pool.fetchval(_LAST_STEP_AT, series_id, end_time)
         if lo is None or hi is None or lo > hi:
             return None
         return int(lo), int(hi)

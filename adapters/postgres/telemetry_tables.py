@@ -9,8 +9,9 @@ inspection and tests; queries read blocks by bucket). No primary key and no fore
 that the gateway can load it with COPY; exactly-once lives in
 ``telemetry_sources.watermark``: the highest record offset of each (member, source) already
 stored, locked and raised in the transaction that stores the records above it.
-``metric_rollups`` has one row per (series, tier width, bucket), merged at ingest; bounded
-queries read it instead of the raw points.
+``metric_rollups`` has one row per (series, tier width, bucket); bounded queries read it instead
+of the raw points. Ingest appends its finest stored tier's rows to ``metric_rollup_deltas``,
+folded into every tier of ``metric_rollups`` off the ack path (``metric_rollups.py``, 0033).
 """
 
 from __future__ import annotations
@@ -20,16 +21,19 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     PrimaryKeyConstraint,
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, DOUBLE_PRECISION
 
 from adapters.postgres.tables import metadata, ts
+from domain.telemetry import STORED_TIERS
 
 signing_keys = Table(  # collector tokens are signed by the newest key of their purpose
     "signing_keys",
@@ -112,7 +116,37 @@ metric_rollups = Table(
     Column("min_wall", DOUBLE_PRECISION, nullable=False),
     Column("max_wall", DOUBLE_PRECISION, nullable=False),
     PrimaryKeyConstraint("series_id", "width", "bucket"),
-    # a time range → the steps it covers (queries by wall time; rollup rows are few)
-    Index("ix_metric_rollups_series_id_width_max_wall", "series_id", "width", "max_wall"),
-    Index("ix_metric_rollups_series_id_width_min_wall", "series_id", "width", "min_wall"),
+    # a time range → the steps it covers, by the finest stored tier only (queries by wall
+    # time; 0033: a fold's coarser rows, most of what it rewrites, add no entries here)
+    Index(
+        "ix_metric_rollups_finest_max_wall",
+        "series_id",
+        "max_wall",
+        postgresql_where=text(f"width = {STORED_TIERS[0]}"),
+    ),
+    Index(
+        "ix_metric_rollups_finest_min_wall",
+        "series_id",
+        "min_wall",
+        postgresql_where=text(f"width = {STORED_TIERS[0]}"),
+    ),
+)
+
+metric_rollup_deltas = Table(  # rollups acked, not yet folded into metric_rollups (0033)
+    "metric_rollup_deltas",
+    metadata,
+    Column("seq", BigInteger, Identity(always=False), primary_key=True),  # order within a series
+    Column("series_id", BigInteger, nullable=False),
+    Column("width", Integer, nullable=False),  # STORED_TIERS[0]
+    Column("bucket", BigInteger, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("minimum", DOUBLE_PRECISION, nullable=False),  # NaN: no finite value
+    Column("maximum", DOUBLE_PRECISION, nullable=False),
+    Column("total", DOUBLE_PRECISION, nullable=False),
+    Column("count", BigInteger, nullable=False),
+    Column("last", DOUBLE_PRECISION, nullable=False),
+    Column("min_wall", DOUBLE_PRECISION, nullable=False),
+    Column("max_wall", DOUBLE_PRECISION, nullable=False),
+    Index("ix_metric_rollup_deltas_series_id", "series_id"),
 )

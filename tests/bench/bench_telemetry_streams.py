@@ -16,7 +16,11 @@ to the same address, reach the survivor, and resend what was not acknowledged.
 After each: every series is checked in PostgreSQL: exactly the records sent, each point once
 (count = distinct steps = records sent), and the members' counters agree. CPU (user + system,
 from /proc) of the gateways, of PostgreSQL (the postmaster and its children) and of the load
-generators over the measured window, as shares of one core.
+generators over the measured window, as shares of one core. The rollups' deltas still pending
+at the end are folded (their PostgreSQL CPU counted in the run's) and every series' coarsest
+rollup bucket is checked too: count, first and last step equal to what was sent.
+``BENCH_PGSS`` (a PostgreSQL bin directory with pg_stat_statements, e.g. the Debian server's
+``/usr/lib/postgresql/15/bin``) prints PostgreSQL's costliest statements per configuration.
 
 Run: ``.venv/bin/pytest tests/bench/bench_telemetry_streams.py -m bench -s``
 """
@@ -42,9 +46,10 @@ import pytest
 
 from adapters.collector_tokens import CollectorTokens
 from adapters.postgres import EmbeddedPostgres, PostgresUnitOfWork, create_engine, migrate
+from adapters.postgres.metric_rollups import fold_oldest
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.tls import ensure_dev_pki
-from domain.telemetry import MemberScope
+from domain.telemetry import STORED_TIERS, MemberScope
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import TP, free_port
 from tests.support.db import plain_dsn
@@ -57,6 +62,7 @@ SECONDS = float(os.environ.get("BENCH_SECONDS", "30"))
 WARMUP = float(os.environ.get("BENCH_WARMUP", "5"))
 LOADERS = int(os.environ.get("BENCH_LOADERS", "2"))
 CONFIGS = os.environ.get("BENCH_CONFIGS", "1,2,2k").split(",")  # gateways; k: kill one
+PGSS = os.environ.get("BENCH_PGSS")  # a PostgreSQL bin dir with pg_stat_statements: its report
 PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -95,8 +101,17 @@ def loadavg() -> str:
 @pytest.fixture(scope="module")
 def durable_pg() -> Iterator[tuple[str, int]]:
     tmp = Path(tempfile.mkdtemp(prefix="tp-bench-tel-"))
-    pg = EmbeddedPostgres(tmp / "pg", durable=True, max_connections=100)
+    pg = EmbeddedPostgres(  # the Debian server has pg_stat_statements, pgserver's has not
+        tmp / "pg", durable=True, max_connections=100, bin_dir=Path(PGSS) if PGSS else None
+    )
     url = pg.start()
+    if PGSS:  # restart with pg_stat_statements loaded
+        (pg.pgdata / "postgresql.auto.conf").open("a").write(
+            "shared_preload_libraries = 'pg_stat_statements'\n"
+            "pg_stat_statements.track_planning = on\n"
+        )
+        pg.stop()
+        url = pg.start()
     migrate.upgrade(url)
     postmaster = int((pg.pgdata / "postmaster.pid").read_text().split()[0])
     try:
@@ -132,11 +147,59 @@ async def add_members(url: str, count: int) -> list[dict[str, object]]:
         await pool.close()
 
 
-async def check_stored(url: str, records: dict[str, int]) -> tuple[list[str], int]:
-    """Differences between what was sent and what PostgreSQL holds (at most 20), and the
-    points stored."""
+async def statements(url: str, reset: bool) -> None:
+    """pg_stat_statements: reset, or print the costliest statements (plan + execution)."""
     conn = await asyncpg.connect(plain_dsn(url))
     try:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        if reset:
+            await conn.execute("SELECT pg_stat_statements_reset()")
+            return
+        rows = await conn.fetch(
+            "SELECT calls, rows, total_plan_time + total_exec_time AS ms, total_plan_time,"
+            " left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q FROM pg_stat_statements"
+            " ORDER BY 3 DESC LIMIT 14"
+        )
+        print("\n  PostgreSQL statements (ms total, of it planning; calls; rows):")
+        for r in rows:
+            print(f"    {r['ms']:9.0f} {r['total_plan_time']:7.0f} {r['calls']:7} {r['rows']:9}"
+                  f"  {r['q']}")  # fmt: skip
+    finally:
+        await conn.close()
+
+
+async def fold_rest(url: str) -> tuple[int, float]:
+    """Fold the rollups' deltas still pending after the run (a fold runs every few seconds
+    while batches arrive: what was acked after the last one); returns how many there were and
+    the CPU seconds their folding took PostgreSQL."""
+    pool = await asyncpg.create_pool(plain_dsn(url), min_size=1, max_size=1)
+    try:
+        backend = int(await pool.fetchval("SELECT pg_backend_pid()"))
+        cpu0 = cpu_seconds(backend)
+        pending = int(await pool.fetchval("SELECT count(*) FROM metric_rollup_deltas"))
+        while await pool.fetchval("SELECT count(*) FROM metric_rollup_deltas"):
+            await fold_oldest(pool)
+        return pending, cpu_seconds(backend) - cpu0
+    finally:
+        await pool.close()
+
+
+async def check_stored(url: str, records: dict[str, int]) -> tuple[list[str], int]:
+    """Differences between what was sent and what PostgreSQL holds (at most 20), and the
+    points stored; the rollups (all folded) hold every point once too (their coarsest tier's
+    count, first and last step per series)."""
+    conn = await asyncpg.connect(plain_dsn(url))
+    try:
+        rollups = {
+            (r["member_id"], r["tag"]): (r["count"], r["first_step"], r["last_step"])
+            for r in await conn.fetch(
+                "SELECT s.member_id, s.tag, r.count, r.first_step, r.last_step"
+                " FROM metric_rollups r JOIN metric_series s ON s.id = r.series_id"
+                " WHERE s.member_id = ANY($1::text[]) AND r.width = $2",
+                list(records),
+                STORED_TIERS[-1],
+            )
+        }
         rows = await conn.fetch(
             "SELECT s.member_id, s.tag, count(*) AS n, count(DISTINCT p.step) AS steps,"
             " min(p.step) AS lo, max(p.step) AS hi, s.count AS series_count"
@@ -162,6 +225,9 @@ async def check_stored(url: str, records: dict[str, int]) -> tuple[list[str], in
             want, want, 0, want - 1, want
         ):  # fmt: skip
             problems.append(f"member {r['member_id']} {r['tag']}: {dict(r)}, {want} sent")
+        got = rollups.get((r["member_id"], r["tag"]))
+        if got != (want, 0, want - 1):
+            problems.append(f"member {r['member_id']} {r['tag']}: rollup {got}, {want} sent")
     for member, want in records.items():
         if want and seen.get(member) != 4:
             problems.append(f"member {member}: {seen.get(member, 0)} series of 4")
@@ -199,6 +265,8 @@ def wait_listening(port: int, within: float = 60) -> None:
 
 def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool) -> dict[str, Any]:
     members = asyncio.run(add_members(url, STREAMS))
+    if PGSS:
+        asyncio.run(statements(url, reset=True))
     ca = ensure_dev_pki(root / "state", ["localhost", "127.0.0.1"]).ca.cert
     port = free_port()
     procs = [start_gateway(root, url, port, f"gateway-{gateways}-{i}", gateways > 1)
@@ -281,6 +349,10 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     records = {m: n for o in outs for m, n in o["records"].items()}
     lat = np.array([x for o in outs for x in o["latencies"]]).reshape(-1, 2)
     steady = lat[lat[:, 0] >= start + WARMUP][:, 1] * 1000
+    pending, fold_cpu = asyncio.run(fold_rest(url))  # the run's: the gateway would fold it later
+    run_cpu["postgres"] += fold_cpu
+    if PGSS:
+        asyncio.run(statements(url, reset=False))
     problems, stored = asyncio.run(check_stored(url, records))
     cores = {k: used[k] / window for k in used}
     run_cpu["load"] = sum(o["cpu"] for o in outs)
@@ -310,6 +382,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         "load": (load_before, load_after),
         "per_batch": per_batch,
         "drain": drain,
+        "pending": pending,
     }
 
 
@@ -337,6 +410,7 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
             f" last ack {r['drain']:.1f} s after the last batch was due"
             f"\n  connecting the streams: {r['connect_s']:.1f} s; reconnects {r['reconnects']};"
             f" unacked at the end {r['unacked']}; loadavg {r['load'][0]} -> {r['load'][1]}"
+            f"\n  rollup deltas not yet folded at the last ack: {r['pending']:,}"
             + (
                 f"\n  batches sent after the kill: ack p99 {r['after_kill'][0]:.0f} ms,"
                 f" max {r['after_kill'][1]:.0f} ms"

@@ -17,6 +17,7 @@ offsets: the gateway's watermarks store each record once. Records are numbered p
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import sys
@@ -35,18 +36,26 @@ from proto.telemetry_grpc import TelemetryStub
 TAGS = ["train/loss", "train/reward", "train/lr", "grad_norm"]
 
 
-def batch(member: dict[str, str], first: int, records: int) -> pb.SourceBatch:
-    steps = np.repeat(np.arange(first, first + records, dtype="<i8"), len(TAGS))
+@functools.cache
+def _shape(records: int) -> tuple[np.ndarray, bytes, np.ndarray]:
+    """Per batch size: each point's record index, the tag column, each point's tag as float."""
     tag = np.tile(np.arange(len(TAGS), dtype="<u4"), records)
+    return np.repeat(np.arange(records, dtype="<i8"), len(TAGS)), tag.tobytes(), tag.astype("<f8")
+
+
+def batch(member: dict[str, str], first: int, records: int) -> pb.SourceBatch:
+    index, tag, tag_f = _shape(records)
+    steps = index + first
+    step_bytes, step_f = steps.tobytes(), steps.astype("<f8")
     return pb.SourceBatch(
         source="metrics.jsonl#0",
         kind="jsonl",
         tag_names=TAGS,
-        offset=steps.tobytes(),
-        tag=tag.tobytes(),
-        step=steps.tobytes(),
-        wall_time=(steps.astype("<f8") + 1.7e9).tobytes(),
-        value=(steps.astype("<f8") * 4 + tag).tobytes(),
+        offset=step_bytes,
+        tag=tag,
+        step=step_bytes,
+        wall_time=(step_f + 1.7e9).tobytes(),
+        value=(step_f * 4 + tag_f).tobytes(),
     )
 
 
@@ -104,15 +113,20 @@ class Player:
                         self.latencies.append((t, time.time() - t))
 
             reader = asyncio.create_task(acks())
+            me = asyncio.current_task()
+            assert me is not None
+            ended = False
+
+            def on_end(task: asyncio.Task[None]) -> None:  # the stream broke: stop sending
+                nonlocal ended
+                if not task.cancelled():
+                    ended = True
+                    me.cancel()
+
+            reader.add_done_callback(on_end)  # no asyncio.wait (a future and a set) per batch
             try:
                 while True:
-                    getter = asyncio.ensure_future(self.wanted.get())
-                    done, _ = await asyncio.wait({getter, reader}, return_when="FIRST_COMPLETED")
-                    if reader in done:
-                        getter.cancel()
-                        reader.result()
-                        raise ConnectionError("the gateway ended the stream")
-                    first = getter.result()
+                    first = await self.wanted.get()
                     if first not in self.unacked:
                         continue
                     n, _ = self.unacked[first]
@@ -125,7 +139,12 @@ class Player:
                         sources=[batch(self.member, first, n)],
                     )
                     await stream.send_message(message)
+            except asyncio.CancelledError:
+                if ended and me.uncancel() == 0:
+                    raise ConnectionError("the gateway ended the stream") from None
+                raise
             finally:
+                reader.remove_done_callback(on_end)
                 reader.cancel()
 
     def tick(self) -> None:

@@ -253,7 +253,7 @@ async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
 
     real = ingest_arrays.Rows.rollup_payload
 
-    def fail_once(self: ingest_arrays.Rows) -> bytes:
+    def fail_once(self: ingest_arrays.Rows, *tiers: object) -> bytes:
         monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", real)
         raise ConnectionResetError("the stream went away mid-batch")
 
