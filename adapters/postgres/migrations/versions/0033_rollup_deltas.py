@@ -10,7 +10,7 @@ in one statement. A delta is written in the same transaction as its points, so w
 folded exactly once, whatever process dies when.
 
 Revision ID: 0033
-Revises: 0031
+Revises: 0032
 Create Date: 2026-12-06
 """
 
@@ -21,7 +21,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import DOUBLE_PRECISION
 
 revision: str = "0033"
-down_revision: str | Sequence[str] | None = "0031"
+down_revision: str | Sequence[str] | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
