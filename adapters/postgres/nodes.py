@@ -21,8 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres.codec import gpu_inventory_from, gpu_inventory_json
 from adapters.postgres.errors import translated
+from adapters.postgres.node_tables import join_tokens, node_credentials
 from adapters.postgres.rows import fetch_one, insert_new
-from adapters.postgres.tables import join_tokens, node_credentials, nodes, pools
+from adapters.postgres.tables import nodes, pools
 from domain.enrollment import JoinToken, NodeCredential
 from domain.errors import NotFound, Unavailable
 from domain.node_events import NodeEvent, NodeEventKind
