@@ -17,7 +17,8 @@ times until every node is welcomed again through the other.
 Run: ``.venv/bin/pytest tests/bench/bench_node_gateway.py -m bench -s`` with the test engine in
 ``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``), ``BENCH_SECONDS`` (each
 window, 30), ``BENCH_GATEWAYS`` (1 or 2), ``BENCH_WORKERS`` (load generator processes, 2),
-``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``.
+``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``, ``BENCH_CONNECT_SECONDS`` (to
+open each stage's streams, 300).
 The benchmark raises its open-file limit to the hard limit (gateways and workers inherit it).
 """
 
@@ -54,6 +55,7 @@ GATEWAYS = int(os.environ.get("BENCH_GATEWAYS", "1"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 CONCURRENCY = int(os.environ.get("BENCH_ENROLL_CONCURRENCY", "32"))
 FAILOVER = os.environ.get("BENCH_FAILOVER", "") == "1"
+CONNECT_SECONDS = float(os.environ.get("BENCH_CONNECT_SECONDS", "300"))  # to open a stage
 HEARTBEAT = 5
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -200,6 +202,7 @@ async def test_gateway_with_many_node_streams(
         "api": cluster.servers.url,
         "headers": cluster.servers.headers,
         "pool": cluster.pool,
+        "connect_seconds": CONNECT_SECONDS,
     }
     print(f"\nload average before: {loadavg()}; open-file limit {hard}")
     workers = Workers(cfg)
@@ -231,7 +234,12 @@ async def test_gateway_with_many_node_streams(
             late = await workers.split("connect", names[connected:stage])
             if sum(late):
                 why = [c["errors"] for c in await workers.all("welcomed")]
-                raise AssertionError(f"{sum(late)} nodes were not welcomed: {why}")
+                if rows:
+                    report(rows)  # the stages measured so far
+                raise AssertionError(
+                    f"{sum(late)} of {stage - connected} nodes were not welcomed within "
+                    f"{CONNECT_SECONDS:.0f} s (BENCH_CONNECT_SECONDS): {why}"
+                )
             print(f"{stage - connected} more streams connected in {time.monotonic() - t0:.1f} s")
             connected = stage
             rows.append(await measure(pids, workers, SECONDS, stage))

@@ -160,6 +160,7 @@ class Swarm:
         self.headers: dict[str, str] = cfg["headers"]
         self.pool: str = cfg["pool"]
         self.nodes: dict[str, SimNode] = {}
+        self.connect_seconds: float = cfg.get("connect_seconds", 300)
         self.errors: dict[str, int] = {}  # why streams ended, by exception type
         # streams being opened at once: unpaced, thousands of TLS handshakes starve this
         # process's loop and the heartbeats of the streams already open (their gateway then
@@ -229,12 +230,12 @@ class Swarm:
 
     async def connect(self, names: list[str]) -> int:
         """Open the streams of ``names`` (first beats spread over one interval); the number of
-        nodes not welcomed within 300 s."""
+        nodes not welcomed within ``connect_seconds``."""
         nodes = [self.nodes[n] for n in names]
         for n in nodes:
             n.task = asyncio.create_task(n.run(delay=random.uniform(0, self.heartbeat)))
         waits = [asyncio.create_task(n.welcomed.wait()) for n in nodes]
-        _, late = await asyncio.wait(waits, timeout=300)
+        _, late = await asyncio.wait(waits, timeout=self.connect_seconds)
         for w in late:
             w.cancel()
         return len(late)
