@@ -320,7 +320,7 @@ async def failover(victim: subprocess.Popen[bytes], workers: Workers, nodes: int
     # a node whose stream waited more than the session timeout (30 s) to be opened again may
     # be marked disconnected meanwhile (its members "unknown"), and connected again by its new
     # session: reported above; none is lost (declared failed), none has two sessions
-    assert states == {"connected": nodes}, states
+    assert set(states) == {"connected"} and states["connected"] >= nodes, states
     assert open_links == nodes and "lost" not in dict(changes) and not refused
 
 
