@@ -10,9 +10,12 @@ connection and ``Connect`` stream with its credential, says Hello, then sends a 
 Measured in one run: enrolment (wall time, and each step's median per node), then a steady
 window at each stage of ``BENCH_STAGES`` nodes connected (the first, a few nodes, is the
 baseline): the gateways' CPU (from /proc, user + system) and resident memory, the load
-generators' CPU, and the heartbeat round trip (p50, p99) as the nodes see it; the cost per
-stream between stages. With two gateways, ``BENCH_FAILOVER=1`` then kills one (SIGKILL) and
-times until every node is welcomed again through the other.
+generators' CPU and their own loop lag (so their lateness is told from the gateways'), and the
+heartbeat round trip (p50, p99) as the nodes see it; the cost per stream between stages. With
+two gateways, ``BENCH_FAILOVER=1`` then kills one (SIGKILL), times until every node is welcomed
+again and beating through the other, and checks the database: every node connected with one
+open session, none lost, no session refused. The teardown ends the streams, then stops the
+gateways (each records its sessions' ends), and says how long each took.
 
 Run: ``.venv/bin/pytest tests/bench/bench_node_gateway.py -m bench -s`` with the test engine in
 ``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``), ``BENCH_SECONDS`` (each
