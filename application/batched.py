@@ -28,15 +28,24 @@ class Batched(Generic[T]):
         await done
 
     async def _drain(self) -> None:
-        while self._queued:
-            batch, self._queued = self._queued, []
-            try:
-                await self._run([item for item, _ in batch])
-            except Exception as exc:
+        batch: list[tuple[T, asyncio.Future[None]]] = []
+        try:
+            while self._queued:
+                batch, self._queued = self._queued, []
+                try:
+                    await self._run([item for item, _ in batch])
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # whatever ended the batch, its callers get it
+                    for _, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    continue
                 for _, done in batch:
                     if not done.done():
-                        done.set_exception(exc)
-                continue
-            for _, done in batch:
-                if not done.done():
-                    done.set_result(None)
+                        done.set_result(None)
+        except asyncio.CancelledError:  # no caller waits for a batch that will not run
+            for _, done in [*batch, *self._queued]:
+                done.cancel()
+            self._queued = []
+            raise
