@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from application import instruments as i
+from application.batched import Batched
 from application.context import Context
 from application.enrollment import (
     NodeIdentity,
@@ -120,6 +121,7 @@ class NodeControl:
         # (node, session) of streams a newer session replaced (seen by ``flush``): to be cut
         self.superseded: set[tuple[str, int]] = set()
         self._installation = ""  # made once with the database; read at the first connect
+        self._ends = Batched(self._close_all)  # streams' ends, recorded together
 
     # -- stream lifecycle -------------------------------------------------------------------
 
@@ -148,12 +150,27 @@ class NodeControl:
         return session
 
     async def close(self, session: Session) -> None:
+        """The stream of ``session`` ended: record it. The ends of streams that end together
+        are written in one transaction (``links.close_all``): ten thousand of them when a
+        gateway stops or a network splits, which one transaction each would queue ahead of
+        the heartbeats' flush (``_writing``) for a minute."""
+        await self._ends(session)
+
+    async def _close_all(self, sessions: list[Session]) -> None:
         async with self._writing:
-            self._beats.pop(session.node, None)
+            for session in sessions:  # their beats not yet written (a newer session's stay)
+                beat = self._beats.get(session.node)
+                if beat is not None and beat[0] == session.number:
+                    del self._beats[session.node]
             async with self.ctx.units.nodes() as uow:
-                if await uow.links.close(session.node, session.number, self.ctx.clock.now()):
-                    log.info("node %s disconnected", session.node)
+                closed = await uow.links.close_all(
+                    [(s.node, s.number) for s in sessions], self.ctx.clock.now()
+                )
                 await uow.commit()
+        if len(closed) > 3:
+            log.info("%d nodes disconnected: %s, …", len(closed), ", ".join(closed[:3]))
+        for node in closed[:3]:
+            log.info("node %s disconnected", node)
 
     def heartbeat(self, session: Session) -> None:
         self._beats[session.node] = (session.number, self.ctx.clock.now())

@@ -112,6 +112,14 @@ class NodeLinkRepository(Protocol):
         ``session`` is still its current one (True) — a newer stream is left alone (False)."""
         ...
 
+    async def close_all(
+        self, sessions: Sequence[tuple[str, int]], now: datetime
+    ) -> builtins.list[str]:
+        """``close`` for many streams (node, session) at once (a gateway whose thousands of
+        streams ended together, or that stops): the nodes whose current session it closed, by
+        name. Node rows are locked in name order."""
+        ...
+
     async def beat(
         self, beats: Sequence[tuple[str, int, datetime]]
     ) -> builtins.list[tuple[str, int]]:

@@ -24,6 +24,7 @@ from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
 from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
+from entrypoints.gc_pauses import keep_pauses_short, stop_policy
 from entrypoints.metrics_listener import start_metrics
 from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
@@ -79,6 +80,8 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         ctx = await resolve(container.context)
         gateway = await resolve(container.gateway)
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
+        # thousands of streams' state: full collections walk only what is new (gc_pauses.py)
+        pauses = keep_pauses_short(asyncio.get_running_loop().call_soon_threadsafe)
         server = await _listen(
             Server([gateway]),
             settings.node_gateway_host,
@@ -99,6 +102,7 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             server.close()
             await server.wait_closed()
             await gateway.closing()  # every stream's session recorded as ended
+            stop_policy(pauses)
 
 
 def _run(

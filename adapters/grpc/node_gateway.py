@@ -50,6 +50,7 @@ from proto.node_control_grpc import NodeControlBase
 log = logging.getLogger("tuneplane.gateway")
 
 SOURCE_CHUNK = 1024 * 1024
+OPENING = 8  # streams authenticated and opened at once (the pool has 20 connections)
 _GONE = object()
 
 
@@ -77,8 +78,20 @@ class _Link:
 
 
 class NodeGateway(CheckpointCalls, NodeControlBase):
-    def __init__(self, control: NodeControl, *, poll: float = 0.5, stop_grace: float = 10.0):
+    def __init__(
+        self,
+        control: NodeControl,
+        *,
+        poll: float = 0.5,
+        stop_grace: float = 10.0,
+        opening: int = OPENING,
+    ) -> None:
         self.control = control
+        # streams being opened at once (a reconnect storm: every node of a dead gateway): each
+        # takes pooled database connections for several transactions, and unbounded they
+        # queued the heartbeats' flush behind thousands of them, past the 30 s after which the
+        # control plane marks a node disconnected
+        self._opening = asyncio.Semaphore(opening)
         self.ctx = control.ctx
         self.poll = poll
         self.stop_grace = stop_grace
@@ -115,14 +128,16 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
 
     async def Connect(self, stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> None:
         try:
-            identity = await authenticate_node(self.ctx, bearer(stream.metadata))
+            async with self._opening:
+                identity = await authenticate_node(self.ctx, bearer(stream.metadata))
             first = await stream.recv_message()
             if first is None:
                 return
             seq, hello = codec.node_message_from(first)
             if not isinstance(hello, Hello):
                 raise InvalidInput("the first message must be Hello", fix="upgrade the daemon")
-            session = await self.control.open(identity, hello, _caller(stream))
+            async with self._opening:
+                session = await self.control.open(identity, hello, _caller(stream))
         except TunePlaneError as exc:
             raise grpc_error(exc) from None
         session.last_seq = seq

@@ -166,6 +166,15 @@ class MemoryNodeLinkRepository:
             write_moved(tx, current, now, connectivity=Connectivity.DISCONNECTED)
         return True
 
+    async def close_all(
+        self, sessions: Sequence[tuple[str, int]], now: datetime
+    ) -> builtins.list[str]:
+        closed = set()
+        for node, session in sorted(sessions):
+            if await self.close(node, session, now):
+                closed.add(node)
+        return sorted(closed)
+
     async def beat(
         self, beats: Sequence[tuple[str, int, datetime]]
     ) -> builtins.list[tuple[str, int]]:

@@ -7,7 +7,8 @@ import json
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Text, any_, bindparam, delete, select, update
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -145,7 +146,13 @@ class PostgresOutputScanRepository:
         query = (
             select(t.id, t.node, t.job_id, t.attempt_id, t.member_id, t.member_index)
             .add_columns(t.requested_at, t.fetch_path, t.fetch_size, t.fetch_sha256)
-            .where(t.node.in_(list(nodes)), t.done_at.is_(None), t.requested_at >= since)
+            .where(
+                # one array parameter: an IN list of every connected node (10,000) was compiled
+                # into as many parameters at each pass of the gateway, stalling its loop
+                t.node == any_(bindparam("nodes", sorted(nodes), type_=ARRAY(Text))),
+                t.done_at.is_(None),
+                t.requested_at >= since,
+            )
             .order_by(t.requested_at, t.id)
         )
         with translated("read pending output scans"):

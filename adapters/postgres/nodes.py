@@ -192,6 +192,19 @@ _CLOSE = text(
     "        WHERE n.name = l.node AND n.connectivity = 'connected') "
     "SELECT count(*) FROM l"
 )
+_LOCK_NODES = text(
+    'SELECT name FROM nodes WHERE name = ANY(CAST(:nodes AS text[])) ORDER BY name COLLATE "C" '
+    "FOR UPDATE"
+)
+_CLOSE_ALL = text(
+    "WITH s AS (SELECT * FROM unnest(CAST(:nodes AS text[]), CAST(:sessions AS bigint[])) "
+    "           AS s(node, session)), "
+    "l AS (UPDATE node_links l SET closed_at = coalesce(l.closed_at, :now) FROM s "
+    "      WHERE l.node = s.node AND l.session = s.session RETURNING l.node), "
+    "upd AS (UPDATE nodes n SET connectivity = 'disconnected', updated_at = :now "
+    "        WHERE n.name IN (SELECT node FROM l) AND n.connectivity = 'connected') "
+    "SELECT DISTINCT node FROM l"
+)
 # The beats of the current sessions are written; those of sessions a newer one replaced are
 # returned (both parts read the same snapshot).
 _BEAT = text(
@@ -303,6 +316,17 @@ class PostgresNodeLinkRepository:
             await self._conn.execute(_LOCK_NODE, {"node": node})
             closed = (await self._conn.execute(_CLOSE, params)).scalar()
         return bool(closed)
+
+    async def close_all(
+        self, sessions: Sequence[tuple[str, int]], now: datetime
+    ) -> builtins.list[str]:
+        if not sessions:
+            return []
+        params = {"nodes": [s[0] for s in sessions], "sessions": [s[1] for s in sessions]}
+        with translated(f"close the control links of {len(sessions)} nodes"):
+            await self._conn.execute(_LOCK_NODES, {"nodes": sorted({s[0] for s in sessions})})
+            names = (await self._conn.execute(_CLOSE_ALL, {**params, "now": now})).scalars()
+            return sorted(names.all())
 
     async def beat(
         self, beats: Sequence[tuple[str, int, datetime]]

@@ -5,6 +5,7 @@ revive nothing."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from pathlib import Path
 
@@ -61,3 +62,21 @@ async def test_a_flush_reconnects_a_node_expired_while_its_stream_lived(tmp_path
     assert await connectivity(control, "b") is Connectivity.DISCONNECTED
     assert await expire(control) == []  # a's heartbeat is recorded: it stays connected
     assert await control.flush() == 0
+
+
+async def test_streams_ending_together_are_all_recorded_and_their_beats_dropped(
+    tmp_path: Path,
+) -> None:
+    """Closes that arrive together are written together (application/batched.py): each node
+    disconnected, its pending heartbeat dropped, a replaced session's end changes nothing."""
+    clock = FakeClock()
+    control = NodeControl(memory_context(tmp_path, clock=clock, pools=(POOL,), nodes=0), "gw")
+    sessions = [await connect(control, f"n{i}") for i in range(12)]
+    for s in sessions[:9] + sessions[10:]:  # n9 has no beat pending
+        control.heartbeat(s)
+    stale = Session("n11", sessions[11].number - 1, 0, sessions[11].identity)  # an older one
+    await asyncio.gather(*(control.close(s) for s in [*sessions[:10], stale]))
+    assert [await connectivity(control, f"n{i}") for i in range(12)] == [
+        Connectivity.DISCONNECTED
+    ] * 10 + [Connectivity.CONNECTED] * 2
+    assert await control.flush() == 2  # only the beats of the two nodes still connected

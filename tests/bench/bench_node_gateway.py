@@ -10,14 +10,18 @@ connection and ``Connect`` stream with its credential, says Hello, then sends a 
 Measured in one run: enrolment (wall time, and each step's median per node), then a steady
 window at each stage of ``BENCH_STAGES`` nodes connected (the first, a few nodes, is the
 baseline): the gateways' CPU (from /proc, user + system) and resident memory, the load
-generators' CPU, and the heartbeat round trip (p50, p99) as the nodes see it; the cost per
-stream between stages. With two gateways, ``BENCH_FAILOVER=1`` then kills one (SIGKILL) and
-times until every node is welcomed again through the other.
+generators' CPU and their own loop lag (so their lateness is told from the gateways'), and the
+heartbeat round trip (p50, p99) as the nodes see it; the cost per stream between stages. With
+two gateways, ``BENCH_FAILOVER=1`` then kills one (SIGKILL), times until every node is welcomed
+again and beating through the other, and checks the database: every node connected with one
+open session, none lost, no session refused. The teardown ends the streams, then stops the
+gateways (each records its sessions' ends), and says how long each took.
 
 Run: ``.venv/bin/pytest tests/bench/bench_node_gateway.py -m bench -s`` with the test engine in
 ``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``), ``BENCH_SECONDS`` (each
 window, 30), ``BENCH_GATEWAYS`` (1 or 2), ``BENCH_WORKERS`` (load generator processes, 2),
-``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``.
+``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``, ``BENCH_CONNECT_SECONDS`` (to
+open each stage's streams, 300).
 The benchmark raises its open-file limit to the hard limit (gateways and workers inherit it).
 """
 
@@ -54,6 +58,7 @@ GATEWAYS = int(os.environ.get("BENCH_GATEWAYS", "1"))
 WORKERS = int(os.environ.get("BENCH_WORKERS", "2"))
 CONCURRENCY = int(os.environ.get("BENCH_ENROLL_CONCURRENCY", "32"))
 FAILOVER = os.environ.get("BENCH_FAILOVER", "") == "1"
+CONNECT_SECONDS = float(os.environ.get("BENCH_CONNECT_SECONDS", "300"))  # to open a stage
 HEARTBEAT = 5
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -158,6 +163,7 @@ async def measure(
     cpu1 = [cpu_seconds(p) for p in gateways]
     w1, t1 = workers.cpu(), time.monotonic()
     rtts = sorted(r for rs in await workers.all("collect") for r in rs)
+    lags = await workers.all("lag")
     row = {
         "nodes": nodes,
         "beats_per_s": len(rtts) / (t1 - t0),
@@ -166,6 +172,9 @@ async def measure(
         "loadgen_cpu_pct": 100 * (w1 - w0) / (t1 - t0),
         "p50_ms": 1000 * statistics.median(rtts),
         "p99_ms": 1000 * rtts[min(len(rtts) - 1, int(0.99 * len(rtts)))],
+        "loadgen_lag_p99_ms": 1000 * max(g["lag_p99"] for g in lags),
+        "loadgen_lag_max_ms": 1000 * max(g["lag_max"] for g in lags),
+        "loadgen_gc_max_ms": 1000 * max(g["gc_max"] for g in lags),
         "beats": len(rtts),
     }
     for k, (a, b) in enumerate(zip(cpu0, cpu1, strict=True)):
@@ -196,6 +205,7 @@ async def test_gateway_with_many_node_streams(
         "api": cluster.servers.url,
         "headers": cluster.servers.headers,
         "pool": cluster.pool,
+        "connect_seconds": CONNECT_SECONDS,
     }
     print(f"\nload average before: {loadavg()}; open-file limit {hard}")
     workers = Workers(cfg)
@@ -227,7 +237,12 @@ async def test_gateway_with_many_node_streams(
             late = await workers.split("connect", names[connected:stage])
             if sum(late):
                 why = [c["errors"] for c in await workers.all("welcomed")]
-                raise AssertionError(f"{sum(late)} nodes were not welcomed: {why}")
+                if rows:
+                    report(rows)  # the stages measured so far
+                raise AssertionError(
+                    f"{sum(late)} of {stage - connected} nodes were not welcomed within "
+                    f"{CONNECT_SECONDS:.0f} s (BENCH_CONNECT_SECONDS): {why}"
+                )
             print(f"{stage - connected} more streams connected in {time.monotonic() - t0:.1f} s")
             connected = stage
             rows.append(await measure(pids, workers, SECONDS, stage))
@@ -237,9 +252,11 @@ async def test_gateway_with_many_node_streams(
         for row in rows:
             assert row["beats"] > 0.9 * row["nodes"] * SECONDS / HEARTBEAT, row
         if FAILOVER and GATEWAYS > 1:
-            await failover(procs[0], workers, connected)
+            dsn = plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"])
+            await failover(procs[0], workers, connected, dsn)
     finally:
-        await asyncio.to_thread(stop, workers, procs[1:])
+        await asyncio.to_thread(stop, workers, procs)
+        cluster.gateway = None  # stopped: the fixture's teardown need not
         print(f"load average after: {loadavg()}")
 
 
@@ -256,36 +273,83 @@ def report(rows: list[dict[str, float]]) -> None:
         print(f"  {int(a['nodes'])} → {int(b['nodes'])}: CPU {cpu:.2f} %/1k, memory {mem:.1f} KiB")
 
 
-async def failover(victim: subprocess.Popen[bytes], workers: Workers, nodes: int) -> None:
-    """Kill one gateway: its nodes connect again; time until every node is welcomed."""
-    before = sum(c["sessions"] for c in await workers.all("welcomed"))
+async def failover(victim: subprocess.Popen[bytes], workers: Workers, nodes: int, dsn: str) -> None:
+    """Kill one gateway (SIGKILL: no stream closed, no session ended): its nodes connect again
+    through the other. Times until every node is welcomed again and until every node's
+    heartbeat is answered again; then checks nothing was lost or doubled: every node connected
+    with one open session, none lost, no session refused (connectivity changes reported)."""
+    before = await workers.all("welcomed")
+    sessions0 = sum(c["sessions"] for c in before)
+    conn = await asyncpg.connect(dsn)
+    try:
+        history0 = await conn.fetchval("SELECT coalesce(max(seq), 0) FROM node_connectivity")
+        t0, wall0 = time.monotonic(), time.time()
+        victim.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(victim.wait, 15)
+        welcomed_in = beating_in = None
+        last = -1
+        while beating_in is None or welcomed_in is None:
+            counts = await workers.all("welcomed", wall0)
+            moved = sum(c["sessions"] for c in counts) - sessions0
+            if welcomed_in is None and sum(c["welcomed"] for c in counts) == nodes and moved > 0:
+                if moved == last:  # no more reconnections for a second
+                    welcomed_in = time.monotonic() - t0
+                last = moved
+            if beating_in is None and sum(c["beating"] for c in counts) == nodes:
+                beating_in = time.monotonic() - t0
+            assert time.monotonic() - t0 < 300, counts
+            await asyncio.sleep(1)
+        await asyncio.sleep(HEARTBEAT * 2)  # the API's expiry had its chance to misjudge
+        states = dict(
+            await conn.fetch("SELECT connectivity, count(*) FROM nodes GROUP BY connectivity")
+        )
+        open_links = await conn.fetchval("SELECT count(*) FROM node_links WHERE closed_at IS NULL")
+        changes = await conn.fetch(
+            "SELECT connectivity, count(*) FROM node_connectivity WHERE seq > $1 "
+            "GROUP BY connectivity",
+            history0,
+        )
+        refused = await conn.fetchval(
+            "SELECT coalesce(sum(count), 0) FROM node_events WHERE kind = 'session_refused'"
+        )
+    finally:
+        await conn.close()
+    errors = [c["errors"] for c in counts]
+    print(f"failover: one gateway killed (SIGKILL); {moved} nodes connected again through the "
+          f"other; all {nodes} welcomed {welcomed_in:.1f} s after the kill, all heartbeats "
+          f"answered again {beating_in:.1f} s after it; nodes by connectivity {states}, open "
+          f"sessions {open_links}, connectivity changes since the kill {dict(changes)}, "
+          f"sessions refused {refused}; load generators' errors {errors}")  # fmt: skip
+    # a node whose stream waited more than the session timeout (30 s) to be opened again may
+    # be marked disconnected meanwhile (its members "unknown"), and connected again by its new
+    # session: reported above; none is lost (declared failed), none has two sessions
+    assert set(states) == {"connected"} and states["connected"] >= nodes, states
+    assert open_links == nodes and "lost" not in dict(changes) and not refused
+
+
+def stop(workers: Workers, gateways: list[subprocess.Popen[bytes]]) -> None:
+    """End the streams (the workers stop), then the gateways (SIGTERM: each records its
+    sessions' ends, in batches, before it exits); says how long each step took."""
     t0 = time.monotonic()
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(15)
-    last = -1
-    while True:  # every node welcomed, and no more reconnections for a second
-        counts = await workers.all("welcomed")
-        moved = sum(c["sessions"] for c in counts) - before
-        if sum(c["welcomed"] for c in counts) == nodes and moved == last and moved > 0:
-            break
-        last = moved
-        assert time.monotonic() - t0 < 300, counts
-        await asyncio.sleep(1)
-    print(f"failover: one gateway killed; {moved} nodes connected again through the other, "
-          f"all {nodes} welcomed {time.monotonic() - t0:.1f} s after the kill")  # fmt: skip
-
-
-def stop(workers: Workers, extra: list[subprocess.Popen[bytes]]) -> None:
     try:
         for pipe in workers.pipes:
             pipe.send(("stop",))
         for pipe in workers.pipes:
-            if pipe.poll(30):
+            if pipe.poll(120):
                 pipe.recv()
     except (OSError, EOFError):
         pass
     workers.close()
-    for p in extra:
+    t1 = time.monotonic()
+    for p in gateways:
         if p.poll() is None:
             p.terminate()
-            p.wait(30)
+    for p in gateways:
+        try:
+            p.wait(120)
+        except subprocess.TimeoutExpired:
+            print(f"gateway {p.pid} still closing sessions after 120 s: killed")
+            p.kill()
+            p.wait(15)
+    print(f"teardown: streams ended in {t1 - t0:.1f} s, gateways stopped "
+          f"{time.monotonic() - t1:.1f} s later")  # fmt: skip

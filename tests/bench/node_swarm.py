@@ -8,13 +8,19 @@ own TLS connection and ``Connect`` stream with its credential and the daemon-ins
 says Hello, sends a heartbeat every interval and times each answer; when its stream ends (its
 gateway died) it connects again after a short random pause, as the daemon's link does.
 
+Each process also samples its own event loop's lag (a 20 ms sleep's overshoot) and its garbage
+collector's pauses, so the benchmark can tell the load generator's lateness from the gateway's.
+
 Commands (a tuple, answered with one object): ("enroll", names, concurrency),
-("connect", names), ("clear",), ("collect",), ("welcomed",), ("stop",).
+("connect", names), ("clear",), ("collect",), ("lag",), ("welcomed", [since]), ("stop",):
+"welcomed" counts the nodes welcomed, those that reconnected, and those whose heartbeat was
+answered after ``since`` (wall time).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import resource
 import secrets
@@ -53,6 +59,7 @@ class SimNode:
         self.task: asyncio.Task[None] | None = None
         self.welcomed = asyncio.Event()
         self.sessions = 0  # streams welcomed so far (>1: it reconnected)
+        self.acked_at = 0.0  # wall time of the last heartbeat answered (any of its streams)
         self.holding = False  # one of the swarm's connecting slots
 
     def new_channel(self) -> Channel:
@@ -109,6 +116,7 @@ class SimNode:
                 while (message := await stream.recv_message()) is not None:
                     _, body, _ = codec.gateway_message_from(message)
                     if isinstance(body, HeartbeatAck):
+                        self.acked_at = time.time()
                         if self.sent:
                             self.rtts.append(time.perf_counter() - self.sent.popleft())
                     elif isinstance(body, Welcome):
@@ -152,11 +160,37 @@ class Swarm:
         self.headers: dict[str, str] = cfg["headers"]
         self.pool: str = cfg["pool"]
         self.nodes: dict[str, SimNode] = {}
+        self.connect_seconds: float = cfg.get("connect_seconds", 300)
         self.errors: dict[str, int] = {}  # why streams ended, by exception type
         # streams being opened at once: unpaced, thousands of TLS handshakes starve this
         # process's loop and the heartbeats of the streams already open (their gateway then
         # cuts them as silent: a load generator artefact, real nodes have a CPU each)
         self.connecting = asyncio.Semaphore(cfg.get("connecting", 32))
+        self.lags: list[float] = []  # this process's loop lag samples, since "clear"
+        self.gc_pauses: list[float] = []  # its collections' durations, since "clear"
+        self._gc_start = 0.0
+        gc.callbacks.append(self._gc)
+
+    def _gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+        else:
+            self.gc_pauses.append(time.perf_counter() - self._gc_start)
+
+    async def sample_lag(self, every: float = 0.02) -> None:
+        """How late this process's loop wakes a sleeper: what it adds to every round trip."""
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(every)
+            self.lags.append(time.perf_counter() - t0 - every)
+
+    def lag(self) -> dict[str, float]:
+        lags = sorted(self.lags) or [0.0]
+        return {
+            "lag_p99": lags[min(len(lags) - 1, int(0.99 * len(lags)))],
+            "lag_max": lags[-1],
+            "gc_max": max(self.gc_pauses, default=0.0),
+        }
 
     async def enroll(self, names: list[str], concurrency: int) -> dict[str, list[float]]:
         """Each node: a join token through the API, then Enroll on its own TLS connection.
@@ -196,19 +230,20 @@ class Swarm:
 
     async def connect(self, names: list[str]) -> int:
         """Open the streams of ``names`` (first beats spread over one interval); the number of
-        nodes not welcomed within 300 s."""
+        nodes not welcomed within ``connect_seconds``."""
         nodes = [self.nodes[n] for n in names]
         for n in nodes:
             n.task = asyncio.create_task(n.run(delay=random.uniform(0, self.heartbeat)))
         waits = [asyncio.create_task(n.welcomed.wait()) for n in nodes]
-        _, late = await asyncio.wait(waits, timeout=300)
+        _, late = await asyncio.wait(waits, timeout=self.connect_seconds)
         for w in late:
             w.cancel()
         return len(late)
 
-    def welcomed(self) -> dict[str, Any]:
+    def welcomed(self, since: float = 0.0) -> dict[str, Any]:
         live = [n for n in self.nodes.values() if n.task is not None]
         return {
+            "beating": sum(1 for n in live if n.acked_at > since),
             "live": len(live),
             "welcomed": sum(1 for n in live if n.welcomed.is_set()),
             "reconnected": sum(1 for n in live if n.sessions > 1),
@@ -218,6 +253,7 @@ class Swarm:
 
     async def serve(self, conn: Connection) -> None:
         loop = asyncio.get_running_loop()
+        self._sampler = asyncio.create_task(self.sample_lag())  # until the process ends
         while True:
             command = await loop.run_in_executor(None, conn.recv)
             what = command[0]
@@ -229,10 +265,14 @@ class Swarm:
             elif what == "clear":
                 for n in self.nodes.values():
                     n.rtts.clear()
+                self.lags.clear()
+                self.gc_pauses.clear()
             elif what == "collect":
                 reply = [r for n in self.nodes.values() for r in n.rtts]
+            elif what == "lag":
+                reply = self.lag()
             elif what == "welcomed":
-                reply = self.welcomed()
+                reply = self.welcomed(*command[1:])
             elif what == "stop":
                 await asyncio.gather(*(n.stop() for n in self.nodes.values()))
                 conn.send(None)

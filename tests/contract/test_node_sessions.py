@@ -10,11 +10,12 @@ from dataclasses import replace
 import pytest
 
 from domain.errors import NotFound
+from domain.fleet import Connectivity
 from domain.node_events import NodeEvent, NodeEventKind, event
 from domain.node_ports import NodeLink
 from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import at
-from tests.contract.test_node_ports import CAP, open_link, racing, setup_fleet
+from tests.contract.test_node_ports import CAP, node_state, open_link, racing, setup_fleet
 
 pytestmark = pytest.mark.contract
 
@@ -53,6 +54,39 @@ async def test_a_link_records_who_opened_it_and_when_its_stream_closed(
         "",
         "",
     )
+
+
+async def test_close_all_closes_the_current_sessions_given_and_only_those(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """Many streams' ends in one call: each as ``close`` would (a replaced session, a node
+    given twice, a node unknown change nothing but what is theirs), the others left open."""
+    await setup_fleet(uow_factory)
+    for node in ("n-0", "n-1", "n-2"):
+        await open_link(uow_factory, node, 1)
+    await open_link(uow_factory, "n-1", 2)  # n-1's session 1 was replaced by session 2
+    async with uow_factory() as uow:
+        closed = await uow.links.close_all(
+            [("n-1", 1), ("n-0", 1), ("n-0", 1), ("missing", 1)], at(3)
+        )
+        assert await uow.links.close_all([], at(3)) == []
+        await uow.commit()
+    assert closed == ["n-0"]
+    n0, n1, n2 = [await get_link(uow_factory, n) for n in ("n-0", "n-1", "n-2")]
+    assert n0 is not None and n0.closed_at == at(3)
+    assert n1 is not None and (n1.session, n1.closed_at) == (2, None)
+    assert n2 is not None and n2.closed_at is None
+    states = {n: await node_state(uow_factory, n) for n in ("n-0", "n-1", "n-2")}
+    assert {n: s.connectivity if s else None for n, s in states.items()} == {
+        "n-0": Connectivity.DISCONNECTED,
+        "n-1": Connectivity.CONNECTED,
+        "n-2": Connectivity.CONNECTED,
+    }
+    async with uow_factory() as uow:  # again, later: the first end is kept
+        assert await uow.links.close_all([("n-0", 1), ("n-1", 2)], at(4)) == ["n-0", "n-1"]
+        await uow.commit()
+    n0 = await get_link(uow_factory, "n-0")
+    assert n0 is not None and n0.closed_at == at(3)
 
 
 async def test_current_locks_the_node_so_that_one_of_racing_opens_wins(

@@ -1,0 +1,97 @@
+"""Short garbage-collector pauses for a process that holds many long-lived objects.
+
+CPython's cycle collector stops the process for a full collection, and a full collection walks
+every tracked object. The node gateway holds each stream's HTTP/2, TLS and asyncio state (a few
+hundred objects a stream, millions at 10,000 streams), and a full collection came every 10 to
+60 s, stalling its event loop 0.2 to 1.3 s each time: the heartbeats answered meanwhile made the
+round trip's p99 (docs/benchmarks.md, "Towards 10,000 node streams").
+
+``keep_pauses_short`` installs a policy on the collector (a callback, no thread):
+
+- what survived a full collection is *frozen* (``gc.freeze``: moved out of the generations the
+  collector walks), so the next full collections walk only what was made since;
+- frozen objects are still freed by reference counting when their stream ends; only cyclic
+  garbage among them waits: once the frozen set has grown by ``regrow`` (half) since the last
+  complete collection, it is handed back (``gc.unfreeze``) and the next full collection walks
+  everything once, then freezes again. As a fleet grows, that is one long pause per half again
+  as many objects (about ten from a cold start to 10,000 streams); at a steady fleet, only
+  the garbage of ended streams makes the frozen set grow;
+- the youngest generation is collected every ``young`` allocations instead of 700: per-message
+  objects (a heartbeat's future, its timeout) then mostly die young instead of being promoted
+  and feeding full collections.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("tuneplane.gc")
+
+YOUNG = 20_000
+REGROW = 0.5
+FLOOR = 200_000  # below this many frozen objects a complete collection is cheap anyway
+
+
+class PausePolicy:
+    """The collector callback; ``defer`` runs a change to the collector's lists outside the
+    collection that called back (the event loop's ``call_soon_threadsafe``)."""
+
+    def __init__(
+        self,
+        defer: Callable[[Callable[[], None]], Any],
+        regrow: float = REGROW,
+        floor: int = FLOOR,
+    ) -> None:
+        self.defer = defer
+        self.regrow = regrow
+        self.floor = floor
+        self.base = 0  # objects frozen right after the last complete collection
+        self.complete = True  # the last full collection walked everything (nothing frozen)
+        self.scheduled = False
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase != "stop" or info["generation"] != 2 or self.scheduled:
+            return
+        self.scheduled = True
+        try:
+            self.defer(self._after_full)
+        except RuntimeError:  # the loop has closed: the process is ending
+            self.scheduled = False
+
+    def _after_full(self) -> None:
+        self.scheduled = False
+        frozen = gc.get_freeze_count()
+        if self.complete:
+            gc.freeze()
+            self.base = gc.get_freeze_count()
+            self.complete = False
+        elif frozen > max(self.floor, self.base * (1 + self.regrow)):
+            gc.unfreeze()  # the next full collection walks everything: ended streams' cycles
+            self.complete = True
+            log.info("collector: %d objects handed back for a complete collection", frozen)
+        else:
+            gc.freeze()
+
+
+def keep_pauses_short(
+    defer: Callable[[Callable[[], None]], Any], young: int = YOUNG, regrow: float = REGROW
+) -> PausePolicy:
+    """Install the policy (see the module); ``defer`` as for ``PausePolicy``."""
+    gc.collect()
+    gc.freeze()  # what the process made before serving: modules, the container
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(young, middle, old)
+    policy = PausePolicy(defer, regrow)
+    policy.base = gc.get_freeze_count()
+    policy.complete = False
+    gc.callbacks.append(policy)
+    return policy
+
+
+def stop_policy(policy: PausePolicy) -> None:
+    """Remove the policy (tests; a process that ends needs nothing)."""
+    if policy in gc.callbacks:
+        gc.callbacks.remove(policy)
