@@ -10,9 +10,8 @@ once and a delta committed meanwhile waits for the next fold. Several deltas of 
 bucket fold into one row per tier: a series' coarse buckets (one row per tier for 8**4 steps and
 more) are written once per fold instead of once per batch.
 
-Who folds: the telemetry gateway, each series every ``FOLD_SECONDS`` while batches arrive, a
-``FOLD_SLICES``-th of the series (by id) each time (at most ``FOLD_ROWS`` deltas a
-transaction, again at once while a fold is full); and every reader of
+Who folds: the telemetry gateway, every ``FOLD_SECONDS`` while batches arrive (at most
+``FOLD_ROWS`` deltas a transaction, again at once while a fold is full); and every reader of
 rollups, for the one series it reads, first (``fold_series``): a query sees what was acked
 before it, exactly as when rollups were merged at ingest. Folds take one transaction-scoped
 advisory lock: the gateway's skip a pass while another runs (another gateway's or a reader's),
@@ -34,8 +33,7 @@ from domain.telemetry import STORED_TIERS
 log = logging.getLogger(__name__)
 
 FOLD_LOCK = 0x7470_666F_6C64  # "tpfold": one fold at a time
-FOLD_SECONDS = 10.0  # how often the gateway folds each series while batches arrive
-FOLD_SLICES = 10  # ... a slice of the series at a time (series_id % 10), one every second
+FOLD_SECONDS = 10.0  # how often the gateway folds while batches arrive
 FOLD_ROWS = 200_000  # deltas folded in one transaction at most
 
 _MERGE = """
@@ -76,11 +74,6 @@ _FOLD_OLDEST = (
     "WITH d AS (DELETE FROM metric_rollup_deltas WHERE seq IN"
     " (SELECT seq FROM metric_rollup_deltas ORDER BY seq LIMIT $1) RETURNING *)" + _MERGE
 )  # the oldest deltas: for each series a prefix of its own, in order
-_FOLD_SLICE = (
-    "WITH d AS (DELETE FROM metric_rollup_deltas WHERE seq IN"
-    " (SELECT seq FROM metric_rollup_deltas WHERE series_id % $3 = $4 ORDER BY seq LIMIT $1)"
-    " RETURNING *)" + _MERGE
-)  # the same, for the series of one slice: each of them still a prefix of its own, in order
 _FOLD_SERIES = (
     "WITH d AS (DELETE FROM metric_rollup_deltas WHERE series_id = $1 RETURNING *)" + _MERGE
 )
@@ -94,18 +87,12 @@ class Folded:
     merged: int  # rollup rows written (one per series, tier and bucket)
 
 
-async def fold_oldest(
-    pool: asyncpg.Pool, limit: int = FOLD_ROWS, part: tuple[int, int] | None = None
-) -> Folded | None:
-    """Fold the oldest ``limit`` deltas (of the series whose id is ``k`` modulo ``n`` when
-    ``part`` is ``(k, n)``); None when another fold holds the lock (skipped)."""
+async def fold_oldest(pool: asyncpg.Pool, limit: int = FOLD_ROWS) -> Folded | None:
+    """Fold the oldest ``limit`` deltas; None when another fold holds the lock (skipped)."""
     async with pool.acquire() as conn, conn.transaction():
         if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", FOLD_LOCK):
             return None
-        if part is None:
-            row = await conn.fetchrow(_FOLD_OLDEST, limit, _WIDTHS)
-        else:
-            row = await conn.fetchrow(_FOLD_SLICE, limit, _WIDTHS, part[1], part[0])
+        row = await conn.fetchrow(_FOLD_OLDEST, limit, _WIDTHS)
     return Folded(int(row["deltas"]), int(row["merged"]))
 
 
@@ -124,8 +111,7 @@ class Folder:
     """The gateway's folds: ``due()`` after each committed group; one fold task at a time."""
 
     pool: asyncpg.Pool
-    every: float = FOLD_SECONDS / FOLD_SLICES  # one slice of the series each time
-    slices: int = FOLD_SLICES
+    every: float = FOLD_SECONDS
     last: float = 0.0
     running: bool = False
     folds: int = 0  # folds done (for benchmarks and tests)
@@ -137,16 +123,11 @@ class Folder:
         return True
 
     async def run(self) -> None:
-        """Fold the next slice of the series until a fold is not full: a tenth of the work
-        every second rather than all of it every ten, so that a fold's burst of PostgreSQL
-        work and WAL does not hold up the acks of every stream at once (a whole fold of 10 s
-        of deltas at 1,000 streams: ack p99 975 ms, against 175 ms with no fold in the run).
-        A failure is logged and tried again later (the deltas stay, and readers fold their
-        series themselves meanwhile)."""
-        part = (self.folds % self.slices, self.slices)
+        """Fold until a fold is not full; a failure is logged and tried again later (the
+        deltas stay, and readers fold their series themselves meanwhile)."""
         try:
             while True:
-                done = await fold_oldest(self.pool, part=part)
+                done = await fold_oldest(self.pool)
                 if done is None or done.deltas < FOLD_ROWS:
                     break
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
