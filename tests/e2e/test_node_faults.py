@@ -143,6 +143,20 @@ async def snapshot(cluster: NodeCluster) -> dict[str, list[Any]]:
         await conn.close()
 
 
+async def settled(cluster: NodeCluster, within: float = 30) -> dict[str, list[Any]]:
+    """A snapshot once two taken half a second apart agree: what the control plane does after
+    a Hello (reconciling, recording reasons) has been written."""
+    deadline = time.monotonic() + within
+    last = await snapshot(cluster)
+    while True:
+        await asyncio.sleep(0.5)
+        now = await snapshot(cluster)
+        if now == last:
+            return now
+        assert time.monotonic() < deadline, "the rows kept changing"
+        last = now
+
+
 async def wait_members(
     cluster: NodeCluster, job_id: str, want: dict[str, str] | str, within: float = 60
 ) -> dict[str, Any]:
@@ -295,8 +309,7 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
             _, welcome, _ = codec.gateway_message_from(await stream.recv_message())
             assert isinstance(welcome, Welcome)
             await stream.send_message(codec.node_message_to(2, Heartbeat(0)))
-            await asyncio.sleep(1)  # the Hello's reconciliation is done
-            before = await snapshot(cluster)
+            before = await settled(cluster)  # the Hello's reconciliation is done
             seq = 2
             for i in range(10_000):
                 body = bad[i % len(bad)]
