@@ -18,12 +18,11 @@ from pathlib import Path
 
 from adapters.blobs_s3_location import S3Location  # no SDK: S3 is an optional extra
 from application.context import Limits
-from domain.errors import InvalidInput
+from entrypoints import settings_parse
 from entrypoints.settings_loader import (
     Port,
     Positive,
     Seconds,
-    SettingError,
     load,
     section,
     var,
@@ -54,68 +53,6 @@ def default_docker_host(environ: Mapping[str, str] | None = None) -> str | None:
     if Path(DEFAULT_DOCKER_SOCKET).exists():
         return "unix://" + DEFAULT_DOCKER_SOCKET
     return None
-
-
-def _signals(raw: str) -> bool:
-    if raw not in ("on", "off"):
-        raise SettingError(
-            f"TUNEPLANE_SIGNALS={raw!r} is neither on nor off",
-            "set on, or off where LISTEN/NOTIFY does not work, e.g. behind PgBouncer in "
-            "transaction mode",
-        )
-    return raw == "on"
-
-
-def _port_range(raw: str) -> range:
-    """``FIRST-LAST`` (both included), e.g. ``29500-29999``."""
-    first, dash, last = raw.strip().partition("-")
-    fix = "write FIRST-LAST with 1024 <= FIRST <= LAST <= 65535, e.g. 29500-29999"
-    if not (dash and first.strip().isdigit() and last.strip().isdigit()):
-        raise SettingError(f"TUNEPLANE_RENDEZVOUS_PORTS={raw!r} is not a range of ports", fix)
-    lo, hi = int(first), int(last)
-    if not 1024 <= lo <= hi <= 65535:
-        raise SettingError(f"TUNEPLANE_RENDEZVOUS_PORTS={raw!r} is out of bounds", fix)
-    return range(lo, hi + 1)
-
-
-def _blob_store(raw: str) -> str:
-    """Empty (the state directory's blobs/), a directory (a shared mount too), or
-    ``s3://bucket/prefix/``."""
-    raw = raw.strip()
-    if raw.startswith("s3://"):
-        try:
-            S3Location.parse(raw)
-        except InvalidInput as exc:
-            raise SettingError(f"TUNEPLANE_BLOB_STORE: {exc.message}", exc.fix or "") from None
-        return raw
-    path = raw.removeprefix("file://")
-    if path and not Path(path).expanduser().is_absolute():
-        raise SettingError(
-            f"TUNEPLANE_BLOB_STORE={raw!r} is neither an absolute directory nor an s3:// URL",
-            "set /path/to/blobs, s3://BUCKET/PREFIX/, or leave it unset for the state "
-            "directory's blobs/",
-        )
-    return path
-
-
-def _endpoint_url(raw: str) -> str:
-    raw = raw.strip()
-    if not raw.startswith(("http://", "https://")):
-        raise SettingError(
-            f"TUNEPLANE_S3_ENDPOINT_URL={raw!r} is not an http(s) URL",
-            "e.g. https://minio.example.org:9000, or unset for AWS",
-        )
-    return raw
-
-
-def _addressing_style(raw: str) -> str:
-    raw = raw.strip()
-    if raw not in ("auto", "path", "virtual"):
-        raise SettingError(
-            f"TUNEPLANE_S3_ADDRESSING_STYLE={raw!r} is not auto, path or virtual",
-            "path for most S3-compatible servers, virtual or auto for AWS",
-        )
-    return raw
 
 
 @section
@@ -152,7 +89,7 @@ class Settings:
         True,
         env="TUNEPLANE_SIGNALS",
         section="general",
-        parse=_signals,
+        parse=settings_parse.signals,
         default_doc="`on`",
         doc="wake-up hints between processes over PostgreSQL `LISTEN/NOTIFY` (the coordinator "
         "and the node gateways wake each other; see [benchmarks.md](benchmarks.md)); `off` "
@@ -269,7 +206,7 @@ class Settings:
         range(29500, 30000),
         env="TUNEPLANE_RENDEZVOUS_PORTS",
         section="node-gateway",
-        parse=_port_range,
+        parse=settings_parse.port_range,
         default_doc="`29500-29999`",
         doc="the host ports a gang's rendezvous (torch `MASTER_PORT`, Ray's GCS) is given on its "
         "first node, `FIRST-LAST`; control planes sharing hosts get ranges of their own",
@@ -346,7 +283,7 @@ class Settings:
         "",
         env="TUNEPLANE_BLOB_STORE",
         section="blobs",
-        parse=_blob_store,
+        parse=settings_parse.blob_store,
         default_doc="unset → `<state>/blobs`",
         doc="where blobs (source archives, Job Capsules, plugin packages) live: an absolute "
         "directory (`/mnt/shared/blobs`, or `file:///…`), or `s3://BUCKET/PREFIX/` "
@@ -356,7 +293,7 @@ class Settings:
         None,
         env="TUNEPLANE_S3_ENDPOINT_URL",
         section="blobs",
-        parse=_endpoint_url,
+        parse=settings_parse.endpoint_url,
         default_doc="unset → AWS (or `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`)",
         doc="the S3 API's URL for MinIO, Ceph RGW, SeaweedFS, ... "
         "(`https://minio.example.org:9000`)",
@@ -373,7 +310,7 @@ class Settings:
         None,
         env="TUNEPLANE_S3_ADDRESSING_STYLE",
         section="blobs",
-        parse=_addressing_style,
+        parse=settings_parse.addressing_style,
         default_doc="`path` with `TUNEPLANE_S3_ENDPOINT_URL`, else `auto`",
         doc="`path` (`https://host/bucket/key`) or `virtual` (`https://bucket.host/key`)",
     )
