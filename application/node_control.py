@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from application import instruments as i
+from application import node_commands
 from application.batched import Batched
 from application.context import Context
 from application.enrollment import (
@@ -27,16 +28,14 @@ from application.enrollment import (
 from application.node_absence import (
     engine_of,
     foreign,
-    owner_of,
     reconcile,
     record_report,
     unaccounted,
 )
-from application.node_checkpoints import with_resume
-from application.node_orders import prepare_order
+from application.node_commands import Outgoing
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.node_sessions import Caller, open_session
-from application.token_renewal import due_renewals, token_expiry, with_token
+from application.token_renewal import due_renewals, token_expiry
 from domain.coordination_ports import LAUNCH_NEWS
 from domain.errors import Unauthenticated
 from domain.node_messages import (
@@ -46,24 +45,20 @@ from domain.node_messages import (
     Inventory,
     LogChunk,
     OutputsScanned,
-    PrepareOrder,
     Progress,
     Rotation,
     ScanOutputs,
     TokenRenewal,
     Vote,
 )
-from domain.node_ports import MemberLaunch, NodeWork
+from domain.node_ports import MemberLaunch
 from domain.node_protocol import (
-    Command,
     CommandKind,
     EngineScan,
     MemberRef,
     MemberReport,
     Phase,
     Placed,
-    command_for,
-    copy_command,
     not_proof,
     refusal,
 )
@@ -80,14 +75,6 @@ class ControlSettings:
     rotate_every: timedelta = timedelta(days=1)
     rotation_grace: timedelta = timedelta(minutes=10)
     session_timeout: timedelta = timedelta(seconds=30)  # a silent session is dead (node_sessions)
-
-
-@dataclass(frozen=True, slots=True)
-class Outgoing:
-    """One command for a node: ``order`` is set for Prepare."""
-
-    command: Command
-    order: PrepareOrder | None = None
 
 
 @dataclass
@@ -140,7 +127,7 @@ class NodeControl:
         )
         session = Session(hello.node, link.session, link.epoch, identity)
         session.installation = await self.installation()
-        await self._refresh([session])
+        await node_commands.refresh(self.ctx, [session])
         await reconcile(self, session, hello.journal, hello.scan)
         if hello.journal:
             await self.ctx.signals.notify(LAUNCH_NEWS)
@@ -209,7 +196,7 @@ class NodeControl:
         if isinstance(message, CredentialAck):
             return await self._rotated(session, message)
         if isinstance(message, Inventory):  # a full scan after one that could not complete
-            await self._refresh([session])
+            await node_commands.refresh(self.ctx, [session])
             await reconcile(self, session, message.journal, message.scan)
             await self.ctx.signals.notify(LAUNCH_NEWS)
             return None
@@ -378,84 +365,5 @@ class NodeControl:
     # -- commands ---------------------------------------------------------------------------
 
     async def commands(self, sessions: list[Session]) -> dict[str, list[Outgoing]]:
-        """What each node must be told now, by node name. One database round trip."""
-        works = await self._refresh(sessions)
-        now = self.ctx.clock.now()
-        out: dict[str, list[Outgoing]] = {}
-        released: dict[str, list[str]] = {}
-        for session in sessions:
-            if not session.held and session.node not in works:
-                continue  # nothing placed on it, nothing held: nothing to say (most nodes)
-            todo: list[Outgoing] = []
-            known = set()
-            copies: set[str] = set()  # members whose copy here belongs to another engine
-            for work in works.get(session.node, []):
-                mid = work.placed.ref.member_id
-                known.add(mid)
-                held = session.held.get(mid)
-                phase = held[1] if held else None
-                if foreign(session, mid) is None:
-                    cmd = command_for(work.placed, phase, work.placed.ref)
-                else:
-                    copies.add(mid)
-                    owner = owner_of(session, mid)
-                    cmd = copy_command(phase, work.placed.ref, engine_of(session), owner)
-                if cmd is not None and self._due(session, mid, cmd.kind, now):
-                    order = None
-                    if cmd.kind is CommandKind.PREPARE:
-                        order = await with_token(self.ctx, prepare_order(work), now)
-                        order = await with_resume(self.ctx, order)
-                        if order.collector_token_expires_at is not None:
-                            session.tokens[mid] = order.collector_token_expires_at
-                    todo.append(Outgoing(cmd, order))
-            for mid, (ref, phase) in list(session.held.items()):
-                if mid in known:
-                    continue
-                cmd = command_for(None, phase, ref)
-                if cmd is not None and self._due(session, mid, cmd.kind, now):
-                    todo.append(Outgoing(cmd))
-            for item in todo:
-                if item.command.kind is CommandKind.FORGET:
-                    mid = item.command.ref.member_id
-                    session.held.pop(mid, None)
-                    if mid not in copies:  # forgetting a copy releases nothing of the member
-                        released.setdefault(session.node, []).append(mid)
-            todo.sort(key=lambda o: _ORDER[o.command.kind])  # stops before starts
-            if todo:
-                out[session.node] = todo
-        if released:
-            async with self.ctx.units.nodes() as uow:
-                for node, member_ids in released.items():
-                    await uow.launches.release(node, member_ids, now)
-                await uow.commit()
-        return out
-
-    def _due(self, session: Session, member_id: str, kind: CommandKind, now: datetime) -> bool:
-        last = session.sent.get(member_id)
-        if last is not None and last[0] is kind and now - last[1] < self.settings.resend_after:
-            return False
-        session.sent[member_id] = (kind, now)
-        return True
-
-    async def _refresh(self, sessions: list[Session]) -> dict[str, list[NodeWork]]:
-        async with self.ctx.units.nodes() as uow:
-            found = await uow.launches.on_nodes([s.node for s in sessions])
-        works: dict[str, list[NodeWork]] = {}
-        for work in found:
-            works.setdefault(work.placed.node, []).append(work)
-        for session in sessions:
-            mine = works.get(session.node, [])
-            if not mine and not session.placed and not session.launches:
-                continue  # idle before, idle now
-            session.placed = {w.placed.ref.member_id: w.placed for w in mine}
-            session.launches = {w.placed.ref.member_id: w.launch for w in mine}
-        return works
-
-
-_ORDER = {
-    CommandKind.FORGET: 0,
-    CommandKind.STOP: 1,
-    CommandKind.ABORT: 2,
-    CommandKind.COMMIT: 3,
-    CommandKind.PREPARE: 4,
-}
+        """What each node must be told now, by node name (``application/node_commands.py``)."""
+        return await node_commands.commands(self.ctx, self.settings.resend_after, sessions)

@@ -33,7 +33,8 @@ from adapters.grpc.node_codec import GatewayBody
 from application import instruments as i
 from application import log_context
 from application.enrollment import authenticate_node, enroll
-from application.node_control import NodeControl, Outgoing, Session
+from application.node_commands import Outgoing
+from application.node_control import NodeControl, Session
 from application.node_sessions import Caller
 from domain.errors import InvalidInput, NotFound, TunePlaneError
 from domain.node_messages import (

@@ -1,0 +1,122 @@
+"""The node gateway's command pass (``NodeControl.commands``): for every connected node, in one
+database round trip, the command each of its members needs (``domain.node_protocol.command_for``;
+a copy of a member on another engine gets ``copy_command``), an unanswered one sent again only
+after ``resend_after`` (every command is idempotent on the node), stops before starts. A Forget
+releases the member's hold on its node in the ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from application.context import Context
+from application.node_absence import engine_of, foreign, owner_of
+from application.node_checkpoints import with_resume
+from application.node_orders import prepare_order
+from application.token_renewal import with_token
+from domain.node_messages import PrepareOrder
+from domain.node_ports import NodeWork
+from domain.node_protocol import Command, CommandKind, command_for, copy_command
+
+if TYPE_CHECKING:
+    from application.node_control import Session
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One command for a node: ``order`` is set for Prepare."""
+
+    command: Command
+    order: PrepareOrder | None = None
+
+
+async def commands(
+    ctx: Context, resend_after: timedelta, sessions: list[Session]
+) -> dict[str, list[Outgoing]]:
+    """What each node must be told now, by node name. One database round trip."""
+    works = await refresh(ctx, sessions)
+    now = ctx.clock.now()
+    out: dict[str, list[Outgoing]] = {}
+    released: dict[str, list[str]] = {}
+    for session in sessions:
+        if not session.held and session.node not in works:
+            continue  # nothing placed on it, nothing held: nothing to say (most nodes)
+        todo: list[Outgoing] = []
+        known = set()
+        copies: set[str] = set()  # members whose copy here belongs to another engine
+        for work in works.get(session.node, []):
+            mid = work.placed.ref.member_id
+            known.add(mid)
+            held = session.held.get(mid)
+            phase = held[1] if held else None
+            if foreign(session, mid) is None:
+                cmd = command_for(work.placed, phase, work.placed.ref)
+            else:
+                copies.add(mid)
+                owner = owner_of(session, mid)
+                cmd = copy_command(phase, work.placed.ref, engine_of(session), owner)
+            if cmd is not None and _due(session, mid, cmd.kind, now, resend_after):
+                order = None
+                if cmd.kind is CommandKind.PREPARE:
+                    order = await with_token(ctx, prepare_order(work), now)
+                    order = await with_resume(ctx, order)
+                    if order.collector_token_expires_at is not None:
+                        session.tokens[mid] = order.collector_token_expires_at
+                todo.append(Outgoing(cmd, order))
+        for mid, (ref, phase) in list(session.held.items()):
+            if mid in known:
+                continue
+            cmd = command_for(None, phase, ref)
+            if cmd is not None and _due(session, mid, cmd.kind, now, resend_after):
+                todo.append(Outgoing(cmd))
+        for item in todo:
+            if item.command.kind is CommandKind.FORGET:
+                mid = item.command.ref.member_id
+                session.held.pop(mid, None)
+                if mid not in copies:  # forgetting a copy releases nothing of the member
+                    released.setdefault(session.node, []).append(mid)
+        todo.sort(key=lambda o: _ORDER[o.command.kind])  # stops before starts
+        if todo:
+            out[session.node] = todo
+    if released:
+        async with ctx.units.nodes() as uow:
+            for node, member_ids in released.items():
+                await uow.launches.release(node, member_ids, now)
+            await uow.commit()
+    return out
+
+
+def _due(
+    session: Session, member_id: str, kind: CommandKind, now: datetime, resend_after: timedelta
+) -> bool:
+    last = session.sent.get(member_id)
+    if last is not None and last[0] is kind and now - last[1] < resend_after:
+        return False
+    session.sent[member_id] = (kind, now)
+    return True
+
+
+async def refresh(ctx: Context, sessions: list[Session]) -> dict[str, list[NodeWork]]:
+    """The ledger's work on these sessions' nodes, by node; each session keeps its own."""
+    async with ctx.units.nodes() as uow:
+        found = await uow.launches.on_nodes([s.node for s in sessions])
+    works: dict[str, list[NodeWork]] = {}
+    for work in found:
+        works.setdefault(work.placed.node, []).append(work)
+    for session in sessions:
+        mine = works.get(session.node, [])
+        if not mine and not session.placed and not session.launches:
+            continue  # idle before, idle now
+        session.placed = {w.placed.ref.member_id: w.placed for w in mine}
+        session.launches = {w.placed.ref.member_id: w.launch for w in mine}
+    return works
+
+
+_ORDER = {
+    CommandKind.FORGET: 0,
+    CommandKind.STOP: 1,
+    CommandKind.ABORT: 2,
+    CommandKind.COMMIT: 3,
+    CommandKind.PREPARE: 4,
+}
