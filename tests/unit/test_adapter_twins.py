@@ -24,6 +24,7 @@ MEMORY_ONLY = {
 POSTGRES_ONLY = {
     "tables": "schema",
     "artifact_tables": "schema",
+    "node_tables": "schema",
     "plugin_tables": "schema",
     "telemetry_tables": "schema",
     "timeline_tables": "schema",

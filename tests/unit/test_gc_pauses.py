@@ -34,8 +34,8 @@ def test_survivors_are_frozen_until_they_grow_by_half_then_walked_once(unfrozen:
     full(policy)  # a second one before the first was handled: handled once
     assert len(deferred) == 1
     deferred.pop()()  # the loop runs it: the last collection was complete, so all is frozen
-    base = gc.get_freeze_count()
-    assert base > 0 and policy.base == base and not policy.complete
+    base = gc.get_freeze_count()  # frozen objects may die since (never more are frozen)
+    assert 0 < base <= policy.base and not policy.complete
     kept = [[i] for i in range(base // 4)]  # a quarter more: frozen at the next full one
     full(policy)
     deferred.pop()()
@@ -49,7 +49,7 @@ def test_survivors_are_frozen_until_they_grow_by_half_then_walked_once(unfrozen:
     assert gc.get_freeze_count() == 0 and policy.complete
     full(policy)  # the complete collection: what survived it is frozen, the new base
     deferred.pop()()
-    assert gc.get_freeze_count() >= base + len(kept) and policy.base == gc.get_freeze_count()
+    assert base + len(kept) <= gc.get_freeze_count() <= policy.base
     assert not policy.complete
 
 
