@@ -12,4 +12,5 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.recording_telemetry",
     "tests.fixtures.ray",
+    "tests.fixtures.recipe_artifacts",
 ]
