@@ -249,12 +249,12 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
         await inspector.get_by_role("button", name="Show raw points").click()
     assert "limit=100" in (await raw.value).url  # a bounded page
     points = inspector.get_by_role("table", name=re.compile(r"^Raw points of train.loss"))
-    first = points.locator("tbody tr").first.get_by_role("cell")
-    await expect(first.nth(0)).to_have_text("100")
-    await expect(first.nth(1)).to_have_text(str(100000 // 110))  # the value the job wrote
+    first_row = points.locator("tbody tr").first.get_by_role("cell")
+    await expect(first_row.nth(0)).to_have_text("100")
+    await expect(first_row.nth(1)).to_have_text(str(100000 // 110))  # the value the job wrote
     await expect(points.locator("tbody tr")).to_have_count(100)
     await inspector.get_by_role("button", name="Next raw points").click()
-    await expect(first.nth(0)).to_have_text("200")
+    await expect(first_row.nth(0)).to_have_text("200")
     await page.screenshot(path=screenshots / "04-raw.png", full_page=True)
     assert not await accessibility_violations(page)
 

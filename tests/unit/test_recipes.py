@@ -17,7 +17,7 @@ from adapters.memory.backend import MemoryBackend
 from adapters.recipes import load_recipe, load_recipes
 from application import submissions
 from domain.capsule import StorageCapabilities
-from domain.catalog import resolve_params
+from domain.catalog import Method, ParamValue, resolve_params
 from domain.errors import InvalidInput
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.unit
 MLP = "numpy/mlp-classification"
 
 
-def mlp():  # type: ignore[no-untyped-def]
+def mlp() -> Method:
     (method,) = [m for m in load_recipes() if m.name == MLP]
     return method
 
@@ -62,10 +62,10 @@ def test_the_mlp_recipe_is_declared_with_its_artifact() -> None:
     ],
 )
 def test_every_violation_names_the_parameter_and_the_fix(
-    given: dict[str, object], message: str, fix: str
+    given: dict[str, ParamValue], message: str, fix: str
 ) -> None:
     with pytest.raises(InvalidInput) as caught:
-        resolve_params(mlp(), given)  # type: ignore[arg-type]
+        resolve_params(mlp(), given)
     assert message in caught.value.message and fix in caught.value.fix
 
 
@@ -92,6 +92,7 @@ async def test_a_backend_without_the_capsule_is_refused_for_the_recipe(tmp_path:
 async def test_the_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -> None:
     backend = MemoryBackend(storage=StorageCapabilities(capsule=True))
     ctx = memory_context(tmp_path, backend)
+    assert ctx.blobs is not None
     intent = an_intent(method=MLP, params={"steps": 12}, runtime="python-numpy")
     preview = await submissions.create_preview(ctx, ALICE, intent)
     assert preview.spec.command == mlp().entry and preview.spec.capsule is not None
@@ -249,6 +250,7 @@ async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_p
         images={PYTORCH_TRL.image: digest}, storage=StorageCapabilities(capsule=True)
     )
     ctx = memory_context(tmp_path, backend)
+    assert ctx.blobs is not None
     params = {"num_generations": "4", "reward_funcs": "length"}
     intent = an_intent(method="trl/grpo", params=params)
     preview = await submissions.create_preview(ctx, ALICE, intent)
