@@ -93,7 +93,8 @@ def first_step_wall(outputs: Path) -> float:
     (events,) = outputs.glob("tensorboard/events.out.tfevents.*")
     tb = EventAccumulator(str(events))
     tb.Reload()
-    return min(e.wall_time for e in tb.Scalars("train/loss"))
+    first: float = min(e.wall_time for e in tb.Scalars("train/loss"))
+    return first
 
 
 def through_tuneplane(cli: Cli, cluster: Any) -> dict[str, float]:

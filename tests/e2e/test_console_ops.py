@@ -269,14 +269,14 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     inspector = page.get_by_role("region", name="Raw scalars")
     await inspector.get_by_label("Source").select_option("train.jsonl#0")
     await inspector.get_by_label("Tag").select_option("train/loss")
-    for attempt, value in (("1", "1"), ("2", "2")):
-        await inspector.get_by_label("Attempt").select_option(attempt)
+    for attempt_no, logged in (("1", "1"), ("2", "2")):
+        await inspector.get_by_label("Attempt").select_option(attempt_no)
         await inspector.get_by_label("From step").fill("600")
         await inspector.get_by_role("button", name="Show raw points").click()
-        table = inspector.get_by_role("table", name=re.compile(f"attempt {attempt}, member 0"))
+        table = inspector.get_by_role("table", name=re.compile(f"attempt {attempt_no}, member 0"))
         row = table.locator("tbody tr").first.get_by_role("cell")
         await expect(row.nth(0)).to_have_text("600")
-        await expect(row.nth(1)).to_have_text(value)
+        await expect(row.nth(1)).to_have_text(logged)
     # a value that is not finite reads as such (the API's "NaN"), in its sub-run's series
     await inspector.get_by_label("Attempt").select_option("1")
     await inspector.get_by_label("Source").select_option("acc/val/events.out.tfevents.1#0")

@@ -300,6 +300,7 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leader_host_cut_
         return summary if points == 2 else None
 
     found = wait_until(arrived, what="both members' metrics through the telemetry gateway")
+    assert found is not None  # wait_until returns a truthy answer
     ranks = {(x["member"], x["last_value"]) for x in found["series"] if x["tag"] == "hosts/rank"}
     assert ranks == {(0, 0.0), (1, 1.0)}  # each member's own point (system series aside)
     assert all(c["corrupt_records"] == 0 for c in found["collectors"]), found

@@ -67,7 +67,9 @@ def collected(cli: Cli, job_id: str) -> dict[str, dict[str, Any]]:
     return {s["tag"]: s for s in summary["series"] if not s["source"].startswith("system#")}
 
 
-async def wait_collected(cli: Cli, job_id: str, tags: tuple[str, ...], steps: int) -> dict:
+async def wait_collected(
+    cli: Cli, job_id: str, tags: tuple[str, ...], steps: int
+) -> dict[str, Any]:
     """The series once every tag has its last step (the collector ships after the member's
     end too: the spool drains on its own time)."""
     for _ in range(240):

@@ -104,7 +104,11 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
         old = _pid(up, kind)
         assert old is not None, name
         os.kill(old, signal.SIGKILL)
-        new = _wait(lambda k=kind, o=old: (p := _pid(up, k)) not in (None, o) and p, name)
+
+        def restarted(k: str = kind, o: int = old) -> object:
+            return (p := _pid(up, k)) not in (None, o) and p
+
+        new = _wait(restarted, name)
         works()
         if name != "collector":  # the daemon logs its collector's restarts in node.log
             assert f"the {name} (pid {old}) was killed by SIGKILL" in up.log.read_text(), name
