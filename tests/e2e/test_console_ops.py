@@ -25,7 +25,7 @@ from domain.retry import RetryPolicy
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.contract.builders import a_job, a_member, a_spec, an_attempt
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 from tests.support.points import source_batch
@@ -67,7 +67,7 @@ async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_
 
     cli("new", "waiter", "--method", "custom/custom")
     out = cli("submit", "waiter", "--profile", "cpu:1", "--set", "command=true", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     assert "(1 cordoned)" in cli("job", "why", job_id).stdout
     assert cli.status(job_id)["state"] == "pending"
 
