@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Dialog, Page, Route, expect
 
 from adapters.postgres.engine import create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
@@ -46,7 +46,7 @@ async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_
     # An admin cordons the node with its button, after a confirmation that says what it means.
     asked: list[str] = []
 
-    async def accept(dialog) -> None:  # type: ignore[no-untyped-def]
+    async def accept(dialog: Dialog) -> None:
         asked.append(dialog.message)
         await dialog.accept()
 
@@ -98,7 +98,7 @@ async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
     user already went to Jobs. The late answer is dropped: the Jobs page stays (it used to be
     replaced by the Fleet page, detaching the link a user or test was about to click)."""
 
-    async def slow(route):  # type: ignore[no-untyped-def]
+    async def slow(route: Route) -> None:
         await asyncio.sleep(2)
         await route.continue_()
 
@@ -122,7 +122,7 @@ async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
     be moved to the page's content, under the user's fingers)."""
     release = asyncio.Event()
 
-    async def held(route):  # type: ignore[no-untyped-def]
+    async def held(route: Route) -> None:
         await release.wait()
         await route.continue_()
 
@@ -146,7 +146,7 @@ async def test_an_address_changed_while_signing_in_is_the_page_shown(
     be replaced by the Fleet page, the default of the empty address the form was drawn at)."""
     held = asyncio.Event()
 
-    async def slow(route):  # type: ignore[no-untyped-def]
+    async def slow(route: Route) -> None:
         if route.request.headers.get("authorization") and not held.is_set():
             held.set()
             await asyncio.sleep(2)

@@ -20,6 +20,7 @@ import pytest
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import BUSYBOX, PYTHON_NUMPY, PYTORCH_TRL
 from adapters.postgres.engine import plain_url
+from domain.catalog import RuntimeSpec
 from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.docker import build_image
 from tests.integration.test_runtime_drift import DRIFT, DRIFT_REPO, commit_copy, remove_images
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 OTHER = "sha256:" + "0" * 63 + "1"
 
 
-def image_id(docker_host: str, runtime=BUSYBOX) -> str:  # type: ignore[no-untyped-def]
+def image_id(docker_host: str, runtime: RuntimeSpec = BUSYBOX) -> str:
     async def pin() -> str:
         async with DockerBackend(docker_host) as backend:
             return (await backend.pin(runtime)).digest

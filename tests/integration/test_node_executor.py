@@ -31,6 +31,7 @@ from domain.node_messages import PrepareOrder
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from tests.fixtures.docker import containers_of, remove_labelled
+from tests.support.archives import member_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -347,9 +348,9 @@ async def _registry(image_tar: bytes) -> tuple[web.AppRunner, int, str]:
         return digest
 
     with tarfile.open(fileobj=io.BytesIO(image_tar)) as tar:
-        (saved,) = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
-        config = tar.extractfile(saved["Config"]).read()  # type: ignore[union-attr]
-        layers = [gzip.compress(tar.extractfile(p).read(), 1) for p in saved["Layers"]]  # type: ignore[union-attr]
+        (saved,) = json.loads(member_bytes(tar, "manifest.json"))
+        config = member_bytes(tar, saved["Config"])
+        layers = [gzip.compress(member_bytes(tar, p), 1) for p in saved["Layers"]]
     manifest = json.dumps(
         {
             "schemaVersion": 2,

@@ -19,6 +19,7 @@ from application import submissions
 from domain.capsule import StorageCapabilities
 from domain.catalog import Method, ParamValue, resolve_params
 from domain.errors import InvalidInput
+from tests.support.archives import member_bytes
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
 
@@ -99,8 +100,8 @@ async def test_the_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -
     tar = await ctx.blobs.read(preview.spec.capsule.blob)
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         names = {m.name for m in t}
-        config = json.loads(t.extractfile("tuneplane/capsule/config.json").read())  # type: ignore[union-attr]
-        sums = t.extractfile("tuneplane/capsule/SHA256SUMS").read().decode()  # type: ignore[union-attr]
+        config = json.loads(member_bytes(t, "tuneplane/capsule/config.json"))
+        sums = member_bytes(t, "tuneplane/capsule/SHA256SUMS").decode()
     assert "tuneplane/capsule/artifact/train.py" in names and config["train"]["steps"] == 12
     assert "  artifact/train.py\n" in sums and "  config.json\n" in sums
 
@@ -140,7 +141,7 @@ def test_a_stale_lock_is_refused_with_the_fix() -> None:
 POST_TRAINING = ("trl/dpo", "trl/grpo", "trl/sft", "verl/grpo")
 
 
-def recipe(name: str):  # type: ignore[no-untyped-def]
+def recipe(name: str) -> Method:
     (method,) = [m for m in load_recipes() if m.name == name]
     return method
 
@@ -259,8 +260,8 @@ async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_p
     assert preview.spec.runtime.frameworks["trl"] == PYTORCH_TRL.frameworks["trl"] == "1.16.0"
     with tarfile.open(fileobj=io.BytesIO(await ctx.blobs.read(preview.spec.capsule.blob))) as t:
         names = {m.name for m in t}
-        config = json.loads(t.extractfile("tuneplane/capsule/config.json").read())  # type: ignore[union-attr]
-        shipped = t.extractfile("tuneplane/capsule/artifact/tiny_lm.py").read()  # type: ignore[union-attr]
+        config = json.loads(member_bytes(t, "tuneplane/capsule/config.json"))
+        shipped = member_bytes(t, "tuneplane/capsule/artifact/tiny_lm.py")
     for file in ("grpo.py", "rewards.py", "tiny_lm.py", "trl_common.py", "tuneplane_recipe.py"):
         assert f"tuneplane/capsule/artifact/{file}" in names
     assert shipped == dict(recipe("trl/grpo").artifact)["tiny_lm.py"]
