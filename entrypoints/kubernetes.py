@@ -7,7 +7,7 @@ configured."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import timedelta
 
 from adapters.extras import require
@@ -24,7 +24,7 @@ CONFIG_ENV = "TUNEPLANE_KUBERNETES_CONFIG"
 
 async def kubernetes_backends(
     settings: Settings, tokens: TokenSigner
-) -> AsyncIterator[dict[str, ExecutionBackend]]:
+) -> AsyncGenerator[dict[str, ExecutionBackend], None]:
     """``{"kubernetes": backend}`` when configured, else ``{}``. A config that cannot be read
     or a kubeconfig that cannot be loaded stops the process with the fix."""
     path = settings.kubernetes.config

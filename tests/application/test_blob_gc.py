@@ -59,12 +59,14 @@ def age_all(root: Path, by: timedelta) -> None:
 
 
 async def stored(ctx: Context) -> set[str]:
+    assert ctx.blobs is not None
     return {b.digest async for b in ctx.blobs.listing()}
 
 
 async def test_unused_blobs_go_and_used_or_young_ones_stay(
     ctx: Context, clock: FakeClock, tmp_path: Path
 ) -> None:
+    assert ctx.blobs is not None
     orphan = await archive(ctx, b"never used")
     used = await archive(ctx, b"the job's source")
     confirmed = await submissions.create_preview(ctx, ALICE, an_intent(source=used))

@@ -15,6 +15,7 @@ from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.capacity import gpus_of
 from application.capacity_sync import sync_capacity
 from application.context import Context
+from domain.backend_ports import ExecutionBackend
 from domain.fleet import Connectivity, Node, Pool, SchedState
 from tests.support.context import LOCAL_POOL, memory_context
 from tests.unit.test_slurm_versions import replaying
@@ -27,7 +28,7 @@ def with_slurm(ctx: Context, tmp_path: Path, **kw: object) -> tuple[Context, Slu
         "v0.0.41", {("GET", f"{P}/nodes"): "nodes", ("GET", f"{P}/partitions"): "partitions"}
     )
     backend = SlurmBackend(client, tmp_path / "shared", **kw)  # type: ignore[arg-type]
-    backends = {"local": MemoryBackend(), "slurm": backend}
+    backends: dict[str, ExecutionBackend] = {"local": MemoryBackend(), "slurm": backend}
     return dataclasses.replace(ctx, backends=backends, capacity={"slurm": backend}), backend
 
 

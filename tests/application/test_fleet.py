@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import pytest
@@ -171,8 +172,13 @@ async def test_a_fence_that_loses_a_race_with_a_member_update_is_tried_again(
             uow.members = RacingMembers(uow.members)
             return uow
 
-        async def __aexit__(self, *exc: object) -> None:
-            await self._uow.__aexit__(*exc)
+        async def __aexit__(
+            self,
+            kind: type[BaseException] | None,
+            exc: BaseException | None,
+            tb: TracebackType | None,
+        ) -> None:
+            await self._uow.__aexit__(kind, exc, tb)
 
     racing = dataclasses.replace(ctx, uow=RacingUow)
     assert await reconcile.fence_node(racing, node, "node lost: the operator says so") == 1

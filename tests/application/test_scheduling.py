@@ -15,6 +15,7 @@ from application import jobs, reconcile, submissions
 from application.context import Context
 from application.explain import explain_job, pending_waits
 from application.supervisor import Supervisor
+from domain.admission import Reservation
 from domain.errors import InvalidInput
 from domain.fleet import Pool
 from domain.lifecycle import JobState, MemberState
@@ -38,7 +39,7 @@ async def details(ctx: Context, job_id: str) -> jobs.JobDetails:
     return await jobs.get_job(ctx, ALICE, job_id)
 
 
-async def reservation(ctx: Context, job_id: str):  # type: ignore[no-untyped-def]
+async def reservation(ctx: Context, job_id: str) -> Reservation | None:
     d = await details(ctx, job_id)
     if not d.attempts:
         return None

@@ -65,7 +65,7 @@ def wrk(
         "created": int(created.group(1)) if created else 0,
         "p50": lat.get("50", "?"),
         "p99": lat.get("99", "?"),
-    }  # type: ignore[dict-item]
+    }
 
 
 async def make_previews(url: str, token: str, count: int) -> list[dict[str, str]]:

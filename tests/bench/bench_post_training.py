@@ -34,7 +34,7 @@ import pytest
 
 from adapters.recipes import load_recipes
 from domain.catalog import resolve_params
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.docker import build_image
 
 pytestmark = pytest.mark.bench
@@ -93,13 +93,14 @@ def first_step_wall(outputs: Path) -> float:
     (events,) = outputs.glob("tensorboard/events.out.tfevents.*")
     tb = EventAccumulator(str(events))
     tb.Reload()
-    return min(e.wall_time for e in tb.Scalars("train/loss"))
+    first: float = min(e.wall_time for e in tb.Scalars("train/loss"))
+    return first
 
 
 def through_tuneplane(cli: Cli, cluster: Any) -> dict[str, float]:
     t0 = time.time()
     out = cli("submit", "sft", "--profile", f"nodes/cpu:{CPUS}", "--yes", *sets_of(GIVEN))
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     # Wait the way a user does, with one process following the log to the end: polling
     # `tp job status` would start a Python every 0.7 s and take a core from the training (at
     # 0.3-0.45 s of CPU per call, that alone cost more than half the steps/s on 2 cores).

@@ -34,6 +34,7 @@ from domain.telemetry import MemberScope, View, plan_view
 from domain.telemetry_ports import CollectorCounters
 from entrypoints.api.app import create_app
 from tests.contract.builders import a_job, a_member, an_attempt
+from tests.support.asgi import asgi_transport
 from tests.support.context import memory_context
 from tests.support.points import source_batch
 
@@ -135,7 +136,7 @@ async def test_bounded_queries(tmp_path: Path, pg_url: str, pg_engine: AsyncEngi
     app = create_app(ctx, supervise=False)
     http_t = []
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://t", headers=headers
+        transport=asgi_transport(app), base_url="http://t", headers=headers
     ) as client:
         for w in windows[:50]:
             t = time.perf_counter()

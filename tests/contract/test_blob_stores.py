@@ -74,7 +74,7 @@ async def rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[R
         yield Rig(fs, files, lambda d: str(path_of(d).relative_to(root)), rewrite)
         return
     server: S3Server = request.getfixturevalue("s3_server")
-    bucket, prefix = server.bucket, request.getfixturevalue("s3_prefix")
+    bucket, prefix = server.bucket, str(request.getfixturevalue("s3_prefix"))
     location = S3Location(bucket, prefix)
     async with (
         server.client() as s3,

@@ -5,6 +5,7 @@ coalesced per (node, kind, source) and capped per node."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 import pytest
@@ -99,7 +100,7 @@ async def test_current_locks_the_node_so_that_one_of_racing_opens_wins(
         assert await uow.links.current("n-0") is None  # no link yet
         assert await uow.links.current("missing") is None
 
-    def admit(instance: str):  # type: ignore[no-untyped-def]
+    def admit(instance: str) -> Callable[[UnitOfWork], Awaitable[bool]]:
         async def call(uow: UnitOfWork) -> bool:
             live = await uow.links.current("n-0")
             if live is not None and live.alive(at(0)):
@@ -210,7 +211,7 @@ async def test_a_node_keeps_only_its_most_recent_events(uow_factory: UnitOfWorkF
 async def test_racing_records_of_one_source_both_count(uow_factory: UnitOfWorkFactory) -> None:
     await setup_fleet(uow_factory)
 
-    def rec(minutes: float):  # type: ignore[no-untyped-def]
+    def rec(minutes: float) -> Callable[[UnitOfWork], Awaitable[NodeEvent]]:
         return lambda uow: uow.node_events.record(refused("192.0.2.7", minutes), 50)
 
     await racing(uow_factory, rec(1), rec(2), rec(3))

@@ -10,7 +10,7 @@ gets S3's 404 for "not there", and anything else a 501 that fails the test.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,7 +91,7 @@ async def test_a_recorded_response_maps_to_its_domain_error(
         secret_key="recorded-secret",
         max_attempts=1,
     ) as store:
-        calls = {
+        calls: dict[str, Callable[[], Awaitable[object]]] = {
             "read": lambda: store.read(DIGEST),
             "size": lambda: store.size(DIGEST),
             "check": store.check,

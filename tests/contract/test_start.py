@@ -62,10 +62,11 @@ async def test_a_double_booked_gpu_in_a_batch_is_a_conflict_and_nothing_stays(
         async with uow_factory() as uow:
             await uow.scheduling.start([start_of(one, "a-0", 0), start_of(two, "a-0", 0)], at(2))
     async with uow_factory() as uow:
-        assert [j.state for j in [await uow.jobs.get(one.id), await uow.jobs.get(two.id)]] == [
+        jobs = [await uow.jobs.get(one.id), await uow.jobs.get(two.id)]
+        assert [None if j is None else j.state for j in jobs] == [
             JobState.PENDING,
             JobState.PENDING,
-        ]  # type: ignore[union-attr]
+        ]
         assert await uow.reservations.live() == []
         assert [p.attempts for p in (await uow.scheduling.snapshot(10)).pending] == [0, 0]
 

@@ -10,10 +10,11 @@ import pytest
 
 from tests.e2e.test_up import Up
 from tests.e2e.test_walkthrough import Cli
+from tests.fixtures.server import Servers
 
 
 @pytest.fixture
-async def cli(api_server, tmp_path: Path) -> Cli:  # type: ignore[no-untyped-def]
+async def cli(api_server: Servers, tmp_path: Path) -> Cli:
     ws = tmp_path / "ws"
     c = Cli(tmp_path, tmp_path)
     c("login", "--server", api_server.url, "--token", api_server.token)

@@ -12,6 +12,7 @@ the node), so fuzzed values never reach a container.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -49,6 +50,10 @@ def _replaced(body: Any, path: Path, new: Any) -> Any:
     return copy
 
 
+def _replaced_at(body: Any, where_and_new: tuple[Path, Any]) -> Any:
+    return _replaced(body, *where_and_new)
+
+
 def _with_key(body: dict[str, Any], key: str) -> dict[str, Any]:
     """``body`` with one more key (a NUL in a key must be refused like one in a value)."""
     return {**body, key: "x"}
@@ -64,7 +69,8 @@ def _deep(body: dict[str, Any]) -> bytes:
 
 def runnable_preview(body: dict[str, Any]) -> dict[str, Any]:
     """A preview this server can resolve, keeping the generated env and plugins-free fields."""
-    env = body.get("env") if isinstance(body.get("env"), dict) else {}
+    given_env = body.get("env")
+    env: dict[str, Any] = given_env if isinstance(given_env, dict) else {}
     return {
         "experiment": "fuzz",
         "method": "custom/custom",
@@ -93,7 +99,7 @@ def flatmap_body(context: schemathesis.HookContext, body: Any) -> Any:
         if where:
             odd.append(
                 st.tuples(st.sampled_from(where), st.sampled_from(ODD_TEXT + ODD_NUMBERS)).map(
-                    lambda pv, b=b: _replaced(b, pv[0], pv[1])
+                    functools.partial(_replaced_at, b)
                 )
             )
     odd.append(st.sampled_from(plain).map(lambda b: _with_key(b, "k\x00")))

@@ -144,8 +144,8 @@ async def test_malformed_bodies_name_the_field(client: httpx.AsyncClient, pg_url
     ],
 )
 async def test_unresolvable_intents_are_422(
-    client: httpx.AsyncClient, pg_url: str, change, field, fix_words
-) -> None:  # type: ignore[no-untyped-def]
+    client: httpx.AsyncClient, pg_url: str, change: dict[str, Any], field: str, fix_words: str
+) -> None:
     body = _problem(await client.post("/v1/previews", json={**GOOD, **change}), 422)
     assert body["field"] == field
     assert fix_words in body["fix"], body
@@ -159,7 +159,7 @@ async def test_oversized_archive_is_413_and_stores_nothing(client: httpx.AsyncCl
     body = _problem(await client.post("/v1/archives", content=big), 413)
     assert "4096" in body["detail"] and body["fix"]
 
-    async def chunked():  # type: ignore[no-untyped-def]
+    async def chunked() -> AsyncIterator[bytes]:
         for _ in range(16):
             yield bytes(range(256)) * 4
 

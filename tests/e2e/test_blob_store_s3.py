@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.s3 import S3Server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -34,7 +34,7 @@ async def test_a_job_runs_from_its_capsule_in_s3(
     (cli.cwd / "big" / "train.sh").write_text("sha256sum data.bin\n")
 
     out = cli("submit", "big", "--profile", "cpu:1", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
     logs = cli("job", "logs", job_id).stdout
     assert job["state"] == "succeeded", (job, logs)

@@ -15,7 +15,7 @@ from playwright.async_api import Page, expect
 from entrypoints.api.console import CSP, DEFAULT_DIST
 from tests.e2e.test_node_backend import Factory, cli_for, submit
 from tests.e2e.test_telemetry_e2e import wait_for
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 
@@ -29,7 +29,7 @@ def submit_job(cli: Cli) -> str:
         "echo 'hello from the console test'\necho ok > \"$TUNEPLANE_OUTPUT_DIR/report.txt\"\n"
     )
     out = cli("submit", "hello", "--profile", "cpu:1", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
     assert job["state"] == "succeeded", job
     return job_id
@@ -89,7 +89,7 @@ async def test_sign_in_fleet_jobs_and_a_job(
     await expect(page.get_by_role("link", name=job_id)).to_be_visible()
 
     # Pages of the list, from the API's cursor: a second (newer) job, one job per page.
-    newer = JOB_ID.search(cli("submit", "hello", "--profile", "cpu:1", "--yes").stdout).group(0)  # type: ignore[union-attr]
+    newer = job_id_in(cli("submit", "hello", "--profile", "cpu:1", "--yes").stdout)
     cli.wait_state(newer, {"succeeded", "failed"}, timeout=120)
     await page.goto(api_server.url + "/console/#/jobs?limit=1&everyone=true")
     await expect(page.get_by_role("link", name=newer)).to_be_visible()
@@ -249,12 +249,12 @@ async def test_a_job_chart_zooms_with_a_bounded_query(
         await inspector.get_by_role("button", name="Show raw points").click()
     assert "limit=100" in (await raw.value).url  # a bounded page
     points = inspector.get_by_role("table", name=re.compile(r"^Raw points of train.loss"))
-    first = points.locator("tbody tr").first.get_by_role("cell")
-    await expect(first.nth(0)).to_have_text("100")
-    await expect(first.nth(1)).to_have_text(str(100000 // 110))  # the value the job wrote
+    first_row = points.locator("tbody tr").first.get_by_role("cell")
+    await expect(first_row.nth(0)).to_have_text("100")
+    await expect(first_row.nth(1)).to_have_text(str(100000 // 110))  # the value the job wrote
     await expect(points.locator("tbody tr")).to_have_count(100)
     await inspector.get_by_role("button", name="Next raw points").click()
-    await expect(first.nth(0)).to_have_text("200")
+    await expect(first_row.nth(0)).to_have_text("200")
     await page.screenshot(path=screenshots / "04-raw.png", full_page=True)
     assert not await accessibility_violations(page)
 
@@ -267,7 +267,7 @@ async def test_a_running_jobs_live_log_and_stop(
         "submit", "sleeper", "--profile", "cpu:1",
         "--set", "command=echo started; sleep 2; echo still here; sleep 600", "--yes",
     )  # fmt: skip
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     cli.wait_state(job_id, {"running"})
 
     await page.goto(api_server.url + f"/console/#/jobs/{job_id}")

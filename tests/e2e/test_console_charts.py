@@ -214,9 +214,9 @@ async def test_compare_three_collected_jobs(
     for label, mode in (("Wall time", "wall"), ("Relative time (s)", "relative"), ("Step", "step")):
         async with page.expect_request(
             lambda r: "/metrics/curve?" in r.url and "tag=train" in r.url
-        ) as asked:
+        ) as curve_request:
             await page.get_by_label("X axis").select_option(label=label)
-        assert "start" not in curve_query(await asked.value)
+        assert "start" not in curve_query(await curve_request.value)
         await expect(loss).to_have_attribute("data-x", mode)
         await expect(loss).to_have_attribute("data-attempts", "3")
 

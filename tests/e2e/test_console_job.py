@@ -29,7 +29,7 @@ from domain.retry import RetryPolicy
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.contract.builders import a_job, a_member, a_spec, an_attempt
-from tests.e2e.test_walkthrough import JOB_ID, Cli, hello_workspace
+from tests.e2e.test_walkthrough import Cli, hello_workspace, job_id_in
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 from tests.support import http
@@ -52,7 +52,7 @@ def jobs_cli(server: Servers, tmp_path_factory: pytest.TempPathFactory) -> Cli:
 
 def submit(cli: Cli, command: str) -> str:
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", f"command={command}", "--yes")
-    return JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    return job_id_in(out.stdout)
 
 
 async def open_job(page: Page, server: Servers, job_id: str) -> None:

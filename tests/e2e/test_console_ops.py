@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.async_api import Page, expect
+from playwright.async_api import Dialog, Page, Route, expect
 
 from adapters.postgres.engine import create_engine
 from adapters.postgres.metrics import PostgresMetrics, create_pool
@@ -25,7 +25,7 @@ from domain.retry import RetryPolicy
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.contract.builders import a_job, a_member, a_spec, an_attempt
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import Servers
 from tests.support.points import source_batch
@@ -46,7 +46,7 @@ async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_
     # An admin cordons the node with its button, after a confirmation that says what it means.
     asked: list[str] = []
 
-    async def accept(dialog) -> None:  # type: ignore[no-untyped-def]
+    async def accept(dialog: Dialog) -> None:
         asked.append(dialog.message)
         await dialog.accept()
 
@@ -67,7 +67,7 @@ async def test_cordon_from_the_fleet_page_a_pending_job_says_why_then_starts_by_
 
     cli("new", "waiter", "--method", "custom/custom")
     out = cli("submit", "waiter", "--profile", "cpu:1", "--set", "command=true", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     assert "(1 cordoned)" in cli("job", "why", job_id).stdout
     assert cli.status(job_id)["state"] == "pending"
 
@@ -98,7 +98,7 @@ async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
     user already went to Jobs. The late answer is dropped: the Jobs page stays (it used to be
     replaced by the Fleet page, detaching the link a user or test was about to click)."""
 
-    async def slow(route):  # type: ignore[no-untyped-def]
+    async def slow(route: Route) -> None:
         await asyncio.sleep(2)
         await route.continue_()
 
@@ -122,7 +122,7 @@ async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
     be moved to the page's content, under the user's fingers)."""
     release = asyncio.Event()
 
-    async def held(route):  # type: ignore[no-untyped-def]
+    async def held(route: Route) -> None:
         await release.wait()
         await route.continue_()
 
@@ -146,7 +146,7 @@ async def test_an_address_changed_while_signing_in_is_the_page_shown(
     be replaced by the Fleet page, the default of the empty address the form was drawn at)."""
     held = asyncio.Event()
 
-    async def slow(route):  # type: ignore[no-untyped-def]
+    async def slow(route: Route) -> None:
         if route.request.headers.get("authorization") and not held.is_set():
             held.set()
             await asyncio.sleep(2)
@@ -269,14 +269,14 @@ async def test_a_chart_overlays_attempts_and_the_inspector_reads_each(
     inspector = page.get_by_role("region", name="Raw scalars")
     await inspector.get_by_label("Source").select_option("train.jsonl#0")
     await inspector.get_by_label("Tag").select_option("train/loss")
-    for attempt, value in (("1", "1"), ("2", "2")):
-        await inspector.get_by_label("Attempt").select_option(attempt)
+    for attempt_no, logged in (("1", "1"), ("2", "2")):
+        await inspector.get_by_label("Attempt").select_option(attempt_no)
         await inspector.get_by_label("From step").fill("600")
         await inspector.get_by_role("button", name="Show raw points").click()
-        table = inspector.get_by_role("table", name=re.compile(f"attempt {attempt}, member 0"))
+        table = inspector.get_by_role("table", name=re.compile(f"attempt {attempt_no}, member 0"))
         row = table.locator("tbody tr").first.get_by_role("cell")
         await expect(row.nth(0)).to_have_text("600")
-        await expect(row.nth(1)).to_have_text(value)
+        await expect(row.nth(1)).to_have_text(logged)
     # a value that is not finite reads as such (the API's "NaN"), in its sub-run's series
     await inspector.get_by_label("Attempt").select_option("1")
     await inspector.get_by_label("Source").select_option("acc/val/events.out.tfevents.1#0")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_the_example_trains_and_its_artifacts_verify(
     assert (lock["framework"], lock["framework_version"]) == ("numpy", "1.24.2"), lock
     cli("validate", "mlp")
     out = cli("submit", "mlp", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=300)
     logs = cli("job", "logs", job_id).stdout
     assert job["state"] == "succeeded", logs

@@ -14,7 +14,7 @@ import aiodocker
 import httpx
 import pytest
 
-from tests.fixtures.server import Servers, start_servers, stop_servers
+from tests.fixtures.server import Servers, ServersFactory, start_servers, stop_servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -36,8 +36,8 @@ async def _wait(
 
 
 async def test_job_survives_a_killed_control_plane(
-    api_servers_factory, pg_url: str, docker_host: str
-) -> None:  # type: ignore[no-untyped-def]
+    api_servers_factory: ServersFactory, pg_url: str, docker_host: str
+) -> None:
     servers: Servers = await api_servers_factory(1)
     async with httpx.AsyncClient(headers=servers.headers, timeout=30) as client:
         intent = {

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -43,7 +43,7 @@ def test_admin_makes_a_team_queue_and_user_who_submits(cli: Cli) -> None:
     cli("fleet", "node", "cordon", "local")
     carol("new", "hello", "--method", "custom/custom")
     out = carol("submit", "hello", "--profile", "cpu:1", "--yes").stdout
-    job_id = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out)
     job = carol.status(job_id)
     assert job["state"] == "pending" and job["spec"]["queue"] == "research"  # her only queue
     assert "cordoned" in carol("job", "why", job_id).stdout

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.fixtures.server import ServersFactory
 from tests.support.db import count_rows, table_counts
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -64,7 +65,9 @@ async def _hammer(
     return responses
 
 
-async def test_identical_commits_make_exactly_one_job(api_servers_factory, pg_url) -> None:  # type: ignore[no-untyped-def]
+async def test_identical_commits_make_exactly_one_job(
+    api_servers_factory: ServersFactory, pg_url: str
+) -> None:
     servers = await api_servers_factory(2)
     async with httpx.AsyncClient(headers=servers.headers, timeout=30) as client:
         preview = await _preview(client, servers.url)
@@ -87,8 +90,8 @@ async def test_identical_commits_make_exactly_one_job(api_servers_factory, pg_ur
 
 
 async def test_reused_retry_key_with_another_preview_is_refused_every_time(
-    api_servers_factory, pg_url
-) -> None:  # type: ignore[no-untyped-def]
+    api_servers_factory: ServersFactory, pg_url: str
+) -> None:
     servers = await api_servers_factory(2)
     key = str(uuid.uuid4())
     async with httpx.AsyncClient(headers=servers.headers, timeout=30) as client:
@@ -113,7 +116,9 @@ async def test_reused_retry_key_with_another_preview_is_refused_every_time(
     assert await count_rows(pg_url, "jobs", "preview_id = $1", other["id"]) == 0
 
 
-async def test_expired_and_tampered_previews_make_no_job(api_servers_factory, pg_url) -> None:  # type: ignore[no-untyped-def]
+async def test_expired_and_tampered_previews_make_no_job(
+    api_servers_factory: ServersFactory, pg_url: str
+) -> None:
     servers = await api_servers_factory(1, TUNEPLANE_PREVIEW_TTL_SECONDS="1")
     async with httpx.AsyncClient(headers=servers.headers, timeout=30) as client:
         fresh = await _preview(client, servers.url)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.kube_api import FakeKubeAPI
 from tests.support.kube_controllers import Controllers
 
@@ -126,7 +126,7 @@ async def test_a_job_on_a_kubernetes_pool_is_admitted_by_kueue_and_succeeds(
     cli("runtime", "add", "bb-k8s", "--image", image, "--digest", DIGEST)
     cli("new", "hello", "--method", "custom/custom", "--runtime", "bb-k8s")
     out = cli("submit", "hello", "--profile", "k8s/cpu:1", "--yes").stdout
-    job_id = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out)
 
     job = until("Job", lambda: next(iter(fake.do(fake.api.all, "jobs", "ml")), None))
     name = job["metadata"]["name"]

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_up import Up
-from tests.e2e.test_walkthrough import JOB_ID
+from tests.e2e.test_walkthrough import job_id_in
 from tests.support.log_lines import records
 from tests.support.waiting import wait_until
 
@@ -85,7 +85,7 @@ def test_tp_up_in_json_mode_logs_json_lines_with_roles_and_ids(up: Up, tmp_path:
 
     # a failing job: its lines carry its id in the API's supervisor, the daemon, the collector
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", "command=exit 3", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     assert cli.wait_state(job_id, {"succeeded", "failed"}, 120)["state"] == "failed"
 
     def of_job(path: Path, role: str) -> list[dict[str, Any]]:

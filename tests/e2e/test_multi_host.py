@@ -41,7 +41,7 @@ from adapters.postgres.embedded_os import find_bin_dir, server_user
 from adapters.tls import generate_ca, issue_server_cert
 from entrypoints.settings_loader import load
 from entrypoints.settings_sections import PostgresSettings
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.server import TP
 from tests.support import http, netlab
 from tests.support.waiting import wait_until
@@ -186,7 +186,7 @@ def leader_host(dep: Deployment, db_url: str) -> str | None:
 
 def submit(cli: Cli, command: str) -> str:
     out = cli("submit", "hello", "--profile", "nodes/cpu:2", "--set", f"command={command}", "--yes")
-    return JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    return job_id_in(out.stdout)
 
 
 @pytest.fixture
@@ -300,6 +300,7 @@ def test_a_deployment_across_hosts_runs_a_gang_and_survives_its_leader_host_cut_
         return summary if points == 2 else None
 
     found = wait_until(arrived, what="both members' metrics through the telemetry gateway")
+    assert found is not None  # wait_until returns a truthy answer
     ranks = {(x["member"], x["last_value"]) for x in found["series"] if x["tag"] == "hosts/rank"}
     assert ranks == {(0, 0.0), (1, 1.0)}  # each member's own point (system series aside)
     assert all(c["corrupt_records"] == 0 for c in found["collectors"]), found

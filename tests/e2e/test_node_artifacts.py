@@ -54,7 +54,7 @@ async def test_node_outputs_are_recorded_verified_on_their_node_and_tampering_is
 
     # a file kept on a node is downloaded through the control plane, byte for byte
     def kept(member: int, path: str) -> bytes:
-        root = cluster.daemons[nodes[member]].state_dir / "outputs" / job_id / attempt["id"]
+        root: Path = cluster.daemons[nodes[member]].state_dir / "outputs" / job_id / attempt["id"]
         return (root / str(member) / path).read_bytes()
 
     first = tmp_path / "w0.bin"
@@ -99,6 +99,6 @@ async def test_node_outputs_are_recorded_verified_on_their_node_and_tampering_is
     again = tmp_path / "again.bin"
     cli("artifacts", "get", job_id, "ckpt/weights.bin", "--member", "0", "-o", str(again))
     assert again.read_bytes() == first.read_bytes()
-    args = ("artifacts", "get", job_id, "report.txt", "--member", "0", "--wait", "2", "-o", "-")
-    proc = cli(*args, ok=False)
+    report = ("artifacts", "get", job_id, "report.txt", "--member", "0", "--wait", "2", "-o", "-")
+    proc = cli(*report, ok=False)
     assert proc.returncode == 6 and f"node {nodes[0]} is" in proc.stderr, proc

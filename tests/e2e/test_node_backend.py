@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli, hello_workspace
+from tests.e2e.test_walkthrough import Cli, hello_workspace, job_id_in
 from tests.fixtures.docker import engine_call
 from tests.fixtures.nodes import NodeCluster
 
@@ -64,7 +64,7 @@ async def cli_for(cluster: NodeCluster, tmp_path: Path) -> Cli:
 
 def submit(cli: Cli, command: str, profile: str = "nodes/cpu:2") -> str:
     out = cli("submit", "hello", "--profile", profile, "--set", f"command={command}", "--yes")
-    return JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    return job_id_in(out.stdout)
 
 
 async def test_a_four_member_gang_runs_to_completion(

@@ -306,7 +306,9 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
             metadata={"authorization": f"Bearer {stored.credential}"}
         ) as stream:
             await stream.send_message(codec.node_message_to(1, hello))
-            _, welcome, _ = codec.gateway_message_from(await stream.recv_message())
+            first = await stream.recv_message()
+            assert first is not None
+            _, welcome, _ = codec.gateway_message_from(first)
             assert isinstance(welcome, Welcome)
             await stream.send_message(codec.node_message_to(2, Heartbeat(0)))
             before = await settled(cluster)  # the Hello's reconciliation is done
@@ -324,8 +326,8 @@ async def test_replayed_stale_and_misrouted_messages_are_refused_without_effect(
             while refused < 10_000:
                 message = await asyncio.wait_for(stream.recv_message(), 30)
                 assert message is not None
-                _, body, _ = codec.gateway_message_from(message)
-                refused += isinstance(body, Refused)
+                _, answer, _ = codec.gateway_message_from(message)
+                refused += isinstance(answer, Refused)
             after = await snapshot(cluster)
             await stream.cancel()
     finally:

@@ -15,7 +15,7 @@ import pytest
 from domain.plugins import open_package
 from entrypoints.cli.errors import CONFLICT
 from entrypoints.cli.plugins import read_package
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs/examples/plugins/exact-match"
@@ -68,7 +68,7 @@ def test_publish_install_submit_disable(cli: Cli, tmp_path: Path) -> None:
     (use,) = spec["plugins"]
     assert (use["name"], use["version"], use["digest"]) == ("exact-match", "1.0.0", digest)
     out = cli("submit", "--commit", str(saved))
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"})
     logs = cli("job", "logs", job_id).stdout
     assert job["state"] == "succeeded", logs

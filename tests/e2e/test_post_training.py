@@ -21,7 +21,7 @@ from playwright.async_api import Page, expect
 
 from adapters.recipes import load_recipes
 from tests.e2e.test_up import CONSOLE, Up
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import JOB_ID, Cli, job_id_in
 from tests.fixtures.docker import build_image
 from tests.integration.test_trl_recipes import RUNS, TINY
 
@@ -67,7 +67,9 @@ def collected(cli: Cli, job_id: str) -> dict[str, dict[str, Any]]:
     return {s["tag"]: s for s in summary["series"] if not s["source"].startswith("system#")}
 
 
-async def wait_collected(cli: Cli, job_id: str, tags: tuple[str, ...], steps: int) -> dict:
+async def wait_collected(
+    cli: Cli, job_id: str, tags: tuple[str, ...], steps: int
+) -> dict[str, Any]:
     """The series once every tag has its last step (the collector ships after the member's
     end too: the spool drains on its own time)."""
     for _ in range(240):
@@ -160,7 +162,7 @@ async def test_trl_sft_trains_as_one_torch_process_group_across_two_node_daemons
     cli.cwd = tmp_path / "ws"
     cli("new", "sft", "--method", "trl/sft")
     out = cli("submit", "sft", "--profile", "nodes/cpu:2", "--yes", *sets("trl/sft"))
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 600)
     logs = {i: cli("job", "logs", job_id, "--member", str(i)).stdout for i in (0, 1)}
     assert job["state"] == "succeeded", logs

@@ -21,7 +21,7 @@ import pytest
 from tests.e2e.test_slurm_backend import Factory
 from tests.e2e.test_slurm_metrics import slurm_with_metrics
 from tests.e2e.test_telemetry_e2e import wait_for
-from tests.e2e.test_walkthrough import JOB_ID
+from tests.e2e.test_walkthrough import job_id_in
 from tests.fixtures.slurm import SlurmCluster
 
 TRL_PYTHON = os.environ.get("TUNEPLANE_POST_TRAINING_PYTHON", "")
@@ -61,7 +61,7 @@ async def test_sft_trains_as_one_process_group_of_two_slurm_members(
         assert spec["runtime"]["name"] == "pytorch-trl", spec
         assert [r["members"] for r in spec["roles"]] == [2], spec
         out = cli("submit", "--commit", str(saved))
-        job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+        job_id = job_id_in(out.stdout)
 
         job = slurm.finished(job_id, timeout=480)
         logs = [cli("job", "logs", job_id, "--member", str(m), ok=False).stdout for m in (0, 1)]
@@ -113,7 +113,7 @@ async def test_sft_trains_as_one_process_group_of_two_slurm_members(
         exp.write_text(exp.read_text().replace("[env]", '[env]\nPATH = "/usr/bin:/bin"', 1))
         out = cli("submit", "hello", "--profile", "debug/cpu:1", "--runtime", "pytorch-trl",
                   "--set", "command=echo user code ran", "--yes")  # fmt: skip
-        job = slurm.finished(JOB_ID.search(out.stdout).group(0))  # type: ignore[union-attr]
+        job = slurm.finished(job_id_in(out.stdout))
         [member] = job["attempts"][-1]["members"]
         assert (job["state"], member["exit_code"]) == ("failed", 95), (job["reason"], job["log"])
         assert "the runtime contract pins accelerate 1.16.0" in job["log"], job["log"]

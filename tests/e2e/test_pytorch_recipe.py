@@ -13,7 +13,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.docker import build_image
 from tests.fixtures.server import Servers
 
@@ -34,7 +34,7 @@ def test_the_cnn_trains_and_its_artifacts_verify(
     cli("new", "cnn", "--method", "pytorch/image-classification")
     cli("validate", "cnn")
     out = cli("submit", "cnn", "--profile", "cpu:1", "--set", "steps=150", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=300)
     logs = cli("job", "logs", job_id).stdout
     assert job["state"] == "succeeded", logs
@@ -83,7 +83,7 @@ def test_trl_grpo_on_the_local_backend_logs_its_metrics_and_its_artifacts_verify
     cli("submit", "rl", "--profile", "cpu:2", *sets, "--preview")
     (saved,) = (cli.cwd / ".tuneplane-data" / "submissions").glob("pv-*.json")
     out = cli("submit", "--commit", str(saved))
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=600)
     logs = cli("job", "logs", job_id).stdout
     assert job["state"] == "succeeded", (job["reason"], logs[-5000:])

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.test_walkthrough import JOB_ID
+from tests.fixtures.server import Servers
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -102,7 +103,7 @@ class Shell:
         return next(text for command, text in reversed(self.outputs) if command.startswith(prefix))
 
 
-def test_the_readme_walkthrough_runs_as_written(api_server, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_readme_walkthrough_runs_as_written(api_server: Servers, tmp_path: Path) -> None:
     blocks = walkthrough_blocks(README.read_text())
     assert len(blocks) == 3, blocks  # the first steps, metrics, queues and quotas
     shell = Shell(tmp_path, api_server.url, api_server.token, tmp_path)

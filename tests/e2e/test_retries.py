@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.e2e.test_node_backend import Factory, cli_for, submit
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.postgres import _admin, database_url
 from tests.fixtures.server import Servers, _admin_token, start_servers, stop_servers
@@ -81,7 +81,7 @@ def test_a_failing_command_is_retried_by_its_policy_then_fails_saying_so(cli: Cl
     assert "retry      2 attempts, a new one after failed; backoff 1 s doubling to 600 s" in (
         out.stdout
     ), out.stdout
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
     assert job["state"] == "failed" and job["exit_code"] == 3, job
     assert [(a["number"], a["state"], a["end"]) for a in job["attempts"]] == [
@@ -123,7 +123,7 @@ def test_an_attempt_that_failed_hands_its_checkpoint_to_the_next(cli: Cli) -> No
     toml.write_text(toml.read_text() + RETRY)
     out = cli("submit", "resumes", "--profile", "cpu:0.5", "--set", "command=sh resume.sh",
               "--yes").stdout  # fmt: skip
-    job_id = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out)
     job = cli.wait_state(job_id, {"succeeded", "failed", "cancelled"}, timeout=120)
     assert job["state"] == "succeeded", job
     assert [a["end"] for a in job["attempts"]] == ["failed", ""], job["attempts"]
@@ -222,7 +222,7 @@ async def test_a_gang_on_nodes_resumes_on_the_others_from_its_last_checkpoint(
     # 8,000 at a load of 8), far from the end
     out = cli("submit", "mlp", "--profile", "nodes/cpu:1", "--set", f"steps={steps}",
               "--set", "batch_size=64", "--yes")  # fmt: skip
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"running"}, timeout=180)
     lost = next(m["node"] for m in job["attempts"][0]["members"] if m["index"] == 1)
 

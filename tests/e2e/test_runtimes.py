@@ -20,7 +20,8 @@ import pytest
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import BUSYBOX, PYTHON_NUMPY, PYTORCH_TRL
 from adapters.postgres.engine import plain_url
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from domain.catalog import RuntimeSpec
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.docker import build_image
 from tests.integration.test_runtime_drift import DRIFT, DRIFT_REPO, commit_copy, remove_images
 
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 OTHER = "sha256:" + "0" * 63 + "1"
 
 
-def image_id(docker_host: str, runtime=BUSYBOX) -> str:  # type: ignore[no-untyped-def]
+def image_id(docker_host: str, runtime: RuntimeSpec = BUSYBOX) -> str:
     async def pin() -> str:
         async with DockerBackend(docker_host) as backend:
             return (await backend.pin(runtime)).digest
@@ -82,7 +83,7 @@ def test_admins_register_runtimes_pinned_by_digest_and_jobs_run_on_them(
 
     carol("new", "hello", "--method", "custom/custom", "--runtime", "bb-pinned")
     out = carol("submit", "hello", "--profile", "cpu:1", "--yes").stdout
-    job_id = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out)
     job = carol.wait_state(job_id, {"succeeded", "failed"})
     assert job["state"] == "succeeded", job
     assert job["spec"]["runtime"]["name"] == "bb-pinned"
@@ -132,7 +133,7 @@ def test_a_runtime_digest_swapped_after_preview_fails_before_user_code(
 
     asyncio.run(swap())
     out = cli("submit", "--commit", str(saved))
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"})
     assert job["state"] == "failed" and job["spec"]["runtime"]["digest"] == swapped, job
     status = cli("job", "status", job_id).stdout
@@ -183,7 +184,7 @@ def test_a_recipe_s_framework_is_required_locked_and_checked_in_the_container(
     cli("validate", "mlp")
 
     out = cli("submit", "mlp", "--profile", "cpu:1", "--set", "steps=5", "--yes").stdout
-    job_id = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=120)
     assert job["state"] == "failed", job
     status = cli("job", "status", job_id).stdout

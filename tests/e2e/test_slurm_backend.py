@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.server import Servers
 from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
 from tests.support import http
@@ -47,7 +47,7 @@ class Setup:
         out = self.cli(
             "submit", "hello", "--profile", profile, "--set", f"command={command}", "--yes"
         )
-        return JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+        return job_id_in(out.stdout)
 
     def finished(self, job_id: str, timeout: float = 120) -> dict[str, Any]:
         """Wait for the job to end; its status, with its log when it failed unexpectedly."""
@@ -328,7 +328,7 @@ async def test_roles_on_two_pools_run_as_one_heterogeneous_slurm_job(
         "submit", "hello", "--profile", "head=debug/cpu:1", "--profile", "workers=extra/cpu:4",
         "--set", f"command={RANKS}", "--yes",
     )  # fmt: skip
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = slurm.finished(job_id, timeout=180)
     assert job["state"] == "succeeded", (job["log"], job["reason"])
     members = job["attempts"][-1]["members"]

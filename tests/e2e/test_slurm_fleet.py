@@ -92,7 +92,7 @@ async def test_a_pool_without_its_partition_says_why_and_admits_nothing(slurm: S
     def bogus() -> dict[str, object] | None:
         pools = slurm.api("GET", "/v1/fleet")["pools"]
         found = next((p for p in pools if p["name"] == "bogus" and p["unavailable"]), None)
-        return found  # type: ignore[no-any-return]
+        return found
 
     pool = await _until(bogus, "pool bogus to be marked")  # within the capacity sync's period
     assert isinstance(pool, dict)

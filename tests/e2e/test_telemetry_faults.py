@@ -9,6 +9,7 @@ What must hold: every point written is stored, none twice, each with the value w
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -95,7 +96,8 @@ async def test_a_gateway_down_until_every_collector_backed_off_costs_nothing(rig
     for attempt in (None, 1, 10, 10):
         if attempt is not None:
             failed = f"sending again (attempt {attempt})"
-            await until(lambda f=failed: every_collector_logged(rig, f), what=failed, within=120)
+            logged = functools.partial(every_collector_logged, rig, failed)
+            await until(logged, what=failed, within=120)
         rig.write(1000)
     assert await rig.stored() == 0
     rig.start_gateway()

@@ -19,7 +19,7 @@ import pytest
 from playwright.async_api import Page, expect
 
 from tests.e2e.test_node_backend import docker_events, starts
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.browser import accessibility_violations
 from tests.fixtures.server import TP, free_port
 from tests.support import http
@@ -124,7 +124,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
 
     since = time.time() - 1
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", "command=echo via node", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, 120)
     assert job["state"] == "succeeded", job
     [attempt] = job["attempts"]
@@ -145,7 +145,7 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     out = cli(
         "submit", "hello", "--profile", "cpu:1", "--set", "command=sleep 15; echo kept", "--yes"
     )
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"running"}, 60)
     metrics_of_the_other_processes(up, api, [job_id, *ids_of(job)])
     kinds = sorted(
@@ -274,7 +274,7 @@ def test_the_readme_example_runs_through_its_recipe_and_its_artifacts_verify(
     assert lock["framework"] == "numpy" and lock["framework_version"], lock
     out = cli("submit", "mlp", "--yes", "--follow", "--set", "steps=600", timeout=600)
     assert "step 600: loss" in out.stdout and "final: loss" in out.stdout, out.stdout
-    job_id = JOB_ID.search(out.stdout + out.stderr).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout + out.stderr)
     assert cli.status(job_id)["state"] == "succeeded"
     [member] = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)["members"]
     assert member["node"] == "local"
@@ -307,7 +307,7 @@ async def test_after_tp_up_the_console_shows_a_running_job_with_live_curves(
     assert url, printed
     cli, token = up.workspace(printed, tmp_path)
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", f"command={LIVE_JSONL}", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     await asyncio.to_thread(cli.wait_state, job_id, {"running"}, 120)
 
     await page.goto(url.group(1))

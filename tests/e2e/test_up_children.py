@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.test_node_backend import starts
 from tests.e2e.test_up import Up
-from tests.e2e.test_walkthrough import JOB_ID
+from tests.e2e.test_walkthrough import job_id_in
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -72,7 +72,7 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
     api = httpx.Client(base_url=f"http://127.0.0.1:{up.port}", headers=headers, timeout=30)
     since = time.time() - 1
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", f"command={WRITER}", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"running"}, 120)
     attempt = job["attempts"][0]["id"]
 
@@ -104,7 +104,11 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
         old = _pid(up, kind)
         assert old is not None, name
         os.kill(old, signal.SIGKILL)
-        new = _wait(lambda k=kind, o=old: (p := _pid(up, k)) not in (None, o) and p, name)
+
+        def restarted(k: str = kind, o: int = old) -> object:
+            return (p := _pid(up, k)) not in (None, o) and p
+
+        new = _wait(restarted, name)
         works()
         if name != "collector":  # the daemon logs its collector's restarts in node.log
             assert f"the {name} (pid {old}) was killed by SIGKILL" in up.log.read_text(), name
@@ -116,7 +120,7 @@ def test_each_child_of_tp_up_killed_comes_back_and_works(
     assert collector_log  # the restarted collectors kept writing their log
 
     out = cli("submit", "hello", "--profile", "cpu:1", "--set", "command=echo after", "--yes")
-    second = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    second = job_id_in(out.stdout)
     assert cli.wait_state(second, {"succeeded", "failed"}, 120)["state"] == "succeeded"
     assert cli.status(job_id)["state"] == "running"
     assert starts(docker_host, attempt, since) == {job["attempts"][0]["members"][0]["id"]: 1}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.docker import build_image
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -28,7 +28,7 @@ def test_verl_grpo_on_a_cpu_is_refused_by_its_artifact_saying_why(
     cli("new", "vg", "--method", "verl/grpo")
     cli("validate", "vg")
     out = cli("submit", "vg", "--profile", "cpu:1", "--set", "synthetic_samples=8", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"}, timeout=300)
     logs = cli("job", "logs", job_id).stdout
     assert (job["state"], job["exit_code"]) == ("failed", 2), logs

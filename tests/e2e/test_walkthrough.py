@@ -26,6 +26,13 @@ TP = str(Path(sys.executable).parent / "tp")
 JOB_ID = re.compile(r"\bjob-[0-9a-f]+\b")
 
 
+def job_id_in(text: str) -> str:
+    """The first job id ``text`` names (as `tp submit` prints it)."""
+    found = JOB_ID.search(text)
+    assert found is not None, text
+    return found.group(0)
+
+
 class Cli:
     def __init__(self, home: Path, cwd: Path) -> None:
         self.cwd = cwd
@@ -108,9 +115,9 @@ def test_submit_run_and_read_logs(cli: Cli) -> None:
     assert files[0].stat().st_mode & 0o077 == 0
 
     first = cli("submit", "--commit", str(files[0]))
-    job_id = JOB_ID.search(first.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(first.stdout)
     again = cli("submit", "--commit", str(files[0]))
-    assert JOB_ID.search(again.stdout).group(0) == job_id  # type: ignore[union-attr]
+    assert job_id_in(again.stdout) == job_id
     assert "already" in again.stdout
 
     job = cli.wait_state(job_id, {"succeeded", "failed"})
@@ -140,7 +147,7 @@ async def test_stop_a_long_job(cli: Cli, docker_host: str) -> None:
         "command=echo started; sleep 600",
         "--yes",
     )
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"running"})
     handle = job["attempts"][0]["members"][0]["handle"]
     assert handle
@@ -165,7 +172,7 @@ async def test_a_member_killed_outside_tuneplane_fails_saying_so(
     `tp job stop` is `cancelled`), the reason naming what ended it, as on every backend."""
     cli("new", "sleeper", "--method", "custom/custom")
     out = cli("submit", "sleeper", "--profile", "cpu:1", "--set", "command=sleep 600", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"running"})
     handle = job["attempts"][0]["members"][0]["handle"]
     path = f"/containers/{handle}/kill"  # docker kill
@@ -197,7 +204,7 @@ def test_a_capsule_changed_after_preview_fails_before_user_code(cli: Cli, tmp_pa
     capsule.write_bytes(bytes(data))
 
     out = cli("submit", "--commit", str(saved))
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     job = cli.wait_state(job_id, {"succeeded", "failed"})
     assert job["state"] == "failed", job
     # the blob store's digest check refuses it before launch (the runner checks the capsule's
@@ -218,7 +225,7 @@ def test_outputs_are_recorded_and_verified_and_tampering_is_reported(
         'echo \'{"accuracy": 0.9}\' > "$TUNEPLANE_OUTPUT_DIR/report.json"\n'
     )
     out = cli("submit", "writer", "--profile", "cpu:1", "--yes")
-    job_id = JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+    job_id = job_id_in(out.stdout)
     assert cli.wait_state(job_id, {"succeeded", "failed"})["state"] == "succeeded"
 
     listed = json.loads(cli("artifacts", "ls", job_id, "--json").stdout)
@@ -288,7 +295,7 @@ def test_follow_says_why_a_job_waits_and_the_readme_uncordons(cli: Cli) -> None:
     submit = ["submit", "hello", "--profile", "cpu:1", "--queue", "research", "--yes"]
     # exits on SIGTERM at once (PID 1 ignores a signal it has no handler for)
     out = cli(*submit, "--set", "command=trap 'exit 0' TERM; sleep 300 & wait").stdout
-    first = JOB_ID.search(out).group(0)  # type: ignore[union-attr]
+    first = job_id_in(out)
     follow = subprocess.Popen(
         [TP, *submit, "--set", "command=echo second-ran", "--follow"],
         cwd=cli.cwd, env=cli.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -297,7 +304,7 @@ def test_follow_says_why_a_job_waits_and_the_readme_uncordons(cli: Cli) -> None:
         assert follow.stderr is not None
         lines = iter(follow.stderr.readline, "")
         held = _waiting_line(lines, "is pending", "queue research (team vision) quota 1/1")
-        second = JOB_ID.search(held).group(0)  # type: ignore[union-attr]
+        second = job_id_in(held)
         listed = cli("job", "ls").stdout  # the REASON column
         assert second in listed and "quota 1/1" in " ".join(listed.split()), listed
         api.post("/v1/nodes/local/cordon").raise_for_status()

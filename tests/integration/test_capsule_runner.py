@@ -56,8 +56,8 @@ async def run(backend: DockerBackend, request: LaunchRequest) -> tuple[int | Non
 
 
 async def test_a_sound_capsule_runs_its_command_on_its_source(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
     code, _, logs = await run(docker_backend, request)
     assert code == 0
@@ -65,8 +65,8 @@ async def test_a_sound_capsule_runs_its_command_on_its_source(
 
 
 async def test_a_changed_source_byte_stops_the_member_before_its_command(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request, tar = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
     changed = bytearray(SOURCE)
     changed[-20] ^= 1
@@ -78,9 +78,10 @@ async def test_a_changed_source_byte_stops_the_member_before_its_command(
 
 
 async def test_a_manifest_other_than_the_committed_one_is_refused(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
+    assert request.spec.capsule is not None
     ref = dataclasses.replace(request.spec.capsule, digest="sha256:" + "1" * 64)
     request = dataclasses.replace(request, spec=dataclasses.replace(request.spec, capsule=ref))
     code, reason, logs = await run(docker_backend, request)
@@ -88,7 +89,9 @@ async def test_a_manifest_other_than_the_committed_one_is_refused(
     assert b"not the committed sha256:1111" in logs and b"user-code-ran" not in logs
 
 
-async def test_a_changed_command_is_caught_too(docker_backend, busybox_pin, docker_job_id):
+async def test_a_changed_command_is_caught_too(
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request, tar = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND))
     request = dataclasses.replace(request, capsule=replaced(tar, "entry.sh", b"echo other\n"))
     code, _, logs = await run(docker_backend, request)
@@ -96,8 +99,8 @@ async def test_a_changed_command_is_caught_too(docker_backend, busybox_pin, dock
 
 
 async def test_a_runtime_without_the_contract_s_python_is_refused(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     python = dataclasses.replace(busybox_pin, name="python", python="3.11")
     request, _ = with_capsule(make_request(docker_job_id, busybox_pin, COMMAND), pin=python)
     code, reason, logs = await run(docker_backend, request)  # the BusyBox image runs instead
@@ -114,16 +117,16 @@ async def numpy_pin(docker_backend: DockerBackend, numpy_runtime: str) -> Runtim
 
 
 async def test_a_runtime_with_the_contract_s_frameworks_runs_the_command(
-    docker_backend, numpy_pin, docker_job_id
-):
+    docker_backend: DockerBackend, numpy_pin: RuntimePin, docker_job_id: str
+) -> None:
     request, _ = with_capsule(make_request(docker_job_id, numpy_pin, COMMAND))
     code, _, logs = await run(docker_backend, request)
     assert code == 0 and b"user-code-ran" in logs
 
 
 async def test_a_framework_at_another_version_stops_the_member_before_its_command(
-    docker_backend, numpy_pin, docker_job_id
-):
+    docker_backend: DockerBackend, numpy_pin: RuntimePin, docker_job_id: str
+) -> None:
     claims = dataclasses.replace(numpy_pin, frameworks={"numpy": "1.26.4"})  # the image: 1.24.2
     request, _ = with_capsule(make_request(docker_job_id, numpy_pin, COMMAND), pin=claims)
     code, reason, logs = await run(docker_backend, request)
@@ -133,8 +136,8 @@ async def test_a_framework_at_another_version_stops_the_member_before_its_comman
 
 
 async def test_a_framework_the_runtime_lacks_stops_the_member(
-    docker_backend, numpy_pin, docker_job_id
-):
+    docker_backend: DockerBackend, numpy_pin: RuntimePin, docker_job_id: str
+) -> None:
     claims = dataclasses.replace(numpy_pin, frameworks={"numpy": "1.24.2", "torch": "2.3.1"})
     request, _ = with_capsule(make_request(docker_job_id, numpy_pin, COMMAND), pin=claims)
     code, _, logs = await run(docker_backend, request)
@@ -143,8 +146,8 @@ async def test_a_framework_the_runtime_lacks_stops_the_member(
 
 
 async def test_an_image_other_than_the_capsule_s_is_refused(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     """The JobSpec's runtime digest swapped after the capsule was built: the member starts
     from another image than the one the capsule pins, and the runner says so."""
     pinned = dataclasses.replace(busybox_pin, digest="sha256:" + "e" * 64)

@@ -233,15 +233,14 @@ async def test_the_shipper_survives_every_broken_stream(tmp_path: Path, net: Net
             tail.poll()
             # the fault met, then tried again (a cut-* connection may carry the batch first;
             # HTTP/2 faults may end streams, not the connection)
-            await until(
-                lambda mode=mode, streams=streams: (
-                    (m.task is not None and m.task.done())
-                    or (
-                        front.attempts[mode] >= 1
-                        and (shipper.streams >= streams + 2 or spool.pending("m1") == 0)
-                    )
+
+            def fault_met(mode: str = mode, streams: int = streams) -> bool:
+                return (m.task is not None and m.task.done()) or (
+                    front.attempts[mode] >= 1
+                    and (shipper.streams >= streams + 2 or spool.pending("m1") == 0)
                 )
-            )
+
+            await until(fault_met)
             assert m.task is not None and not m.task.done(), (mode, m.task)
             front.mode = "forward"
             front.cut()

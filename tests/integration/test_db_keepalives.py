@@ -41,8 +41,8 @@ async def test_the_engine_the_metrics_pool_and_the_lease_each_ask_for_them(pg_ur
     lease = PostgresLeaderLease(pg_url, "keepalive-check", keepalive_seconds=30)
     try:
         assert await lease.acquire()
-        conn = lease._conn  # the lease's own session, which holds the lock
-        assert conn is not None
-        assert [await conn.fetchval(f"SHOW {n}") for n in NAMES] == ["15", "5", "3"]
+        held = lease._conn  # the lease's own session, which holds the lock
+        assert held is not None
+        assert [await held.fetchval(f"SHOW {n}") for n in NAMES] == ["15", "5", "3"]
     finally:
         await lease.release()

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import tarfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -50,8 +51,8 @@ async def read_logs(backend: DockerBackend, handle: str, follow: bool = False) -
 
 
 async def test_source_archive_stdout_stderr_and_exit_code(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     source = targz({"data/hello.txt": b"from-the-archive\n", "run.sh": b"echo script-ran\n"})
     script = "cat data/hello.txt; sh run.sh; pwd; echo to-stderr >&2; exit 3"
     request = make_request(docker_job_id, busybox_pin, ("sh", "-c", script), source=source)
@@ -66,17 +67,19 @@ async def test_source_archive_stdout_stderr_and_exit_code(
     (info,) = await containers_of(docker_backend.host, docker_job_id)
     assert info["Image"] == busybox_pin.digest  # runs exactly the pinned image
     assert info["Name"] == f"/tp-{request.member_id}"
-    labels = info["Config"]["Labels"]  # type: ignore[index]
+    labels = info["Config"]["Labels"]
     assert labels["tuneplane.job"] == docker_job_id
     assert labels["tuneplane.attempt"] == request.attempt_id
     assert labels["tuneplane.member"] == request.member_id
     host_config = info["HostConfig"]
-    assert host_config["NanoCpus"] == 1_000_000_000  # type: ignore[index]
-    assert host_config["Memory"] == 256 * 1024 * 1024  # type: ignore[index]
-    assert host_config["NetworkMode"] == "none"  # type: ignore[index]
+    assert host_config["NanoCpus"] == 1_000_000_000
+    assert host_config["Memory"] == 256 * 1024 * 1024
+    assert host_config["NetworkMode"] == "none"
 
 
-async def test_environment_arrives(docker_backend, busybox_pin, docker_job_id):
+async def test_environment_arrives(
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     cmd = 'echo "$FOO|$TUNEPLANE_JOB_ID|$TUNEPLANE_ATTEMPT_ID|$TUNEPLANE_MEMBER_INDEX"'
     request = make_request(
         docker_job_id, busybox_pin, ("sh", "-c", cmd), env={"FOO": "bar baz"}, member_index=2
@@ -88,8 +91,8 @@ async def test_environment_arrives(docker_backend, busybox_pin, docker_job_id):
 
 
 async def test_launch_is_idempotent_and_never_starts_twice(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request = make_request(docker_job_id, busybox_pin, ("sh", "-c", "echo ran"))
     handles = await asyncio.gather(*(docker_backend.launch(request) for _ in range(3)))
     assert len(set(handles)) == 1
@@ -107,8 +110,8 @@ async def test_launch_is_idempotent_and_never_starts_twice(
 
 
 async def test_stop_ends_a_sleeping_member_within_the_grace(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     handle = await docker_backend.launch(make_request(docker_job_id, busybox_pin, ("sleep", "600")))
     await wait_for_status(docker_backend, handle, "running")
     started = time.monotonic()
@@ -119,7 +122,9 @@ async def test_stop_ends_a_sleeping_member_within_the_grace(
     await docker_backend.stop(handle, grace_seconds=5)  # idempotent on an exited member
 
 
-async def test_stop_kills_a_member_that_ignores_sigterm(docker_backend, busybox_pin, docker_job_id):
+async def test_stop_kills_a_member_that_ignores_sigterm(
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     cmd = ("sh", "-c", "trap '' TERM; echo ready; while true; do sleep 1; done")
     handle = await docker_backend.launch(make_request(docker_job_id, busybox_pin, cmd))
     await wait_for_status(docker_backend, handle, "running")
@@ -138,8 +143,14 @@ async def test_stop_kills_a_member_that_ignores_sigterm(docker_backend, busybox_
     ],
 )
 async def test_an_end_tuneplane_did_not_ask_for_says_so(
-    docker_backend, busybox_pin, docker_job_id, docker_engine, command, code, by
-):
+    docker_backend: DockerBackend,
+    busybox_pin: RuntimePin,
+    docker_job_id: str,
+    docker_engine: str,
+    command: str,
+    code: int,
+    by: str,
+) -> None:
     """Issue 19, item 6: `docker kill` or `docker stop` behind TunePlane's back is named in
     the reason, as every backend names an outside end; TunePlane's own stop is not."""
     handle = await docker_backend.launch(make_request(docker_job_id, busybox_pin, ("sleep", "600")))
@@ -158,7 +169,9 @@ async def test_an_end_tuneplane_did_not_ask_for_says_so(
         )
 
 
-async def test_release_removes_the_container(docker_backend, busybox_pin, docker_job_id):
+async def test_release_removes_the_container(
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     handle = await docker_backend.launch(make_request(docker_job_id, busybox_pin, ("true",)))
     await wait_for_status(docker_backend, handle, "exited")
     await docker_backend.release(handle)
@@ -170,12 +183,14 @@ async def test_release_removes_the_container(docker_backend, busybox_pin, docker
         await read_logs(docker_backend, handle)
 
 
-async def test_observe_of_an_unknown_handle_is_missing(docker_backend):
+async def test_observe_of_an_unknown_handle_is_missing(docker_backend: DockerBackend) -> None:
     assert await docker_backend.observe("0" * 64) == Observation("missing")
     assert await docker_backend.observe("tp-no-such-member") == Observation("missing")
 
 
-async def test_out_of_memory_is_reported(docker_backend, busybox_pin, docker_job_id, docker_engine):
+async def test_out_of_memory_is_reported(
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str, docker_engine: str
+) -> None:
     cmd = ("sh", "-c", "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}")
     handle = await docker_backend.launch(
         make_request(docker_job_id, busybox_pin, cmd, memory_mb=32)
@@ -187,8 +202,8 @@ async def test_out_of_memory_is_reported(docker_backend, busybox_pin, docker_job
 
 
 async def test_a_missing_command_is_an_exit_with_the_reason(
-    docker_backend, busybox_pin, docker_job_id, docker_engine
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str, docker_engine: str
+) -> None:
     request = make_request(docker_job_id, busybox_pin, ("/no/such/program",))
     handle = await docker_backend.launch(request)
     obs = await wait_for_status(docker_backend, handle, "exited")
@@ -202,8 +217,8 @@ async def test_a_missing_command_is_an_exit_with_the_reason(
 
 
 async def test_a_broken_source_archive_is_refused_and_leaves_nothing(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request = make_request(docker_job_id, busybox_pin, ("true",), source=b"\x1f\x8bnot gzip")
     with pytest.raises(InvalidInput) as err:
         await docker_backend.launch(request)
@@ -213,8 +228,12 @@ async def test_a_broken_source_archive_is_refused_and_leaves_nothing(
 
 @pytest.mark.parametrize(("cpus", "memory_mb"), [(1e-7, 256), (0.001, 256), (1.0, 0), (1.0, 5)])
 async def test_a_member_below_the_smallest_limits_is_refused_and_leaves_nothing(
-    docker_backend, busybox_pin, docker_job_id, cpus, memory_mb
-):
+    docker_backend: DockerBackend,
+    busybox_pin: RuntimePin,
+    docker_job_id: str,
+    cpus: float,
+    memory_mb: int,
+) -> None:
     """Issue 18, defect 8: cpu:0.0000001 became NanoCpus=0, Memory=0 (no limit at all)."""
     request = make_request(docker_job_id, busybox_pin, ("true",), cpus=cpus, memory_mb=memory_mb)
     with pytest.raises(InvalidInput, match="limit") as err:
@@ -224,8 +243,8 @@ async def test_a_member_below_the_smallest_limits_is_refused_and_leaves_nothing(
 
 
 async def test_the_smallest_member_runs_with_both_limits(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     request = make_request(docker_job_id, busybox_pin, ("true",), cpus=0.01, memory_mb=6)
     handle = await docker_backend.launch(request)
     assert (await wait_for_status(docker_backend, handle, "exited")).exit_code == 0
@@ -235,8 +254,8 @@ async def test_the_smallest_member_runs_with_both_limits(
 
 
 async def test_logs_follow_streams_lines_as_they_are_written(
-    docker_backend, busybox_pin, docker_job_id
-):
+    docker_backend: DockerBackend, busybox_pin: RuntimePin, docker_job_id: str
+) -> None:
     cmd = ("sh", "-c", "echo first; sleep 3; echo second >&2; sleep 1; echo third")
     handle = await docker_backend.launch(make_request(docker_job_id, busybox_pin, cmd))
     received: list[tuple[bytes, str]] = []
@@ -248,20 +267,20 @@ async def test_logs_follow_streams_lines_as_they_are_written(
     assert (await docker_backend.observe(handle)).status == "exited"
 
 
-async def test_pin_resolves_the_image_id(docker_backend):
+async def test_pin_resolves_the_image_id(docker_backend: DockerBackend) -> None:
     pin = await docker_backend.pin(BUSYBOX)
     assert pin == RuntimePin("busybox", BUSYBOX.image, pin.digest, None, "single-process")
     assert pin.digest.startswith("sha256:") and len(pin.digest) == 71
 
 
-async def test_pin_of_a_missing_image_says_how_to_build_it(docker_backend):
+async def test_pin_of_a_missing_image_says_how_to_build_it(docker_backend: DockerBackend) -> None:
     runtime = RuntimeSpec("ghost", "localhost/tuneplane/no-such-image:0", None, "single-process")
     with pytest.raises(InvalidInput) as err:
         await docker_backend.pin(runtime)
     assert "tp runtime build ghost" in err.value.fix
 
 
-async def test_an_engine_refusal_keeps_its_status_and_words(docker_backend):
+async def test_an_engine_refusal_keeps_its_status_and_words(docker_backend: DockerBackend) -> None:
     with pytest.raises(EngineError) as err:
         await docker_backend.api.json("containers/tp-no-such-member/json")
     assert err.value.status == 404
@@ -270,7 +289,7 @@ async def test_an_engine_refusal_keeps_its_status_and_words(docker_backend):
 
 
 @pytest.fixture(params=["no-socket", "refused"])
-def dead_host(request, tmp_path: Path):
+def dead_host(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     path = tmp_path / "docker.sock"
     if request.param == "refused":  # a socket file nobody listens on (a crashed engine)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -283,12 +302,14 @@ def dead_host(request, tmp_path: Path):
     "call",
     ["ping", "pin", "launch", "observe", "stop", "logs", "release"],
 )
-async def test_unreachable_engine_is_unavailable(dead_host, call, monkeypatch):
+async def test_unreachable_engine_is_unavailable(
+    dead_host: str, call: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("DOCKER_HOST", dead_host)
     backend = DockerBackend(Settings.from_env().docker_host)  # from $DOCKER_HOST
     assert backend.host == dead_host
     pin = RuntimePin("busybox", BUSYBOX.image, "sha256:" + "0" * 64, None, "single-process")
-    calls = {
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
         "ping": lambda: backend.ping(),
         "pin": lambda: backend.pin(BUSYBOX),
         "launch": lambda: backend.launch(make_request("job-x", pin, ("true",))),
@@ -307,7 +328,7 @@ async def test_unreachable_engine_is_unavailable(dead_host, call, monkeypatch):
     assert dead_host in err.value.message
 
 
-def test_dockerd_script_starts_once_and_reuses_the_engine(tmp_path: Path, docker_host):
+def test_dockerd_script_starts_once_and_reuses_the_engine(tmp_path: Path, docker_host: str) -> None:
     run = Path("/tmp") / f"tp-dockerd-{os.getpid()}"  # short: unix socket paths are limited
     host = f"unix://{run}/docker.sock"
     env = {**os.environ, "DOCKER_HOST": host, "TUNEPLANE_DOCKER_STATE": str(tmp_path / "state")}

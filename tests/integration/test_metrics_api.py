@@ -21,6 +21,7 @@ from domain.telemetry import MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
 from entrypoints.api.app import create_app
 from tests.contract.builders import a_job, a_member, an_attempt
+from tests.support.asgi import asgi_transport
 from tests.support.context import memory_context
 from tests.support.points import source_batch
 
@@ -71,7 +72,7 @@ async def setup(tmp_path: Path, pg_url: str, pg_engine: AsyncEngine) -> AsyncIte
     app = create_app(ctx, supervise=False)
     # httpx's ASGI transport runs the app on this test's event loop (the database pools are
     # bound to it); litestar's test client would run it on a loop of its own
-    transport = httpx.ASGITransport(app=app)
+    transport = asgi_transport(app)
     headers = {"Authorization": f"Bearer {admin}"}
     async with httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers) as c:
         yield c, ctx, job.id

@@ -41,7 +41,7 @@ async def test_existing_tokens_are_kept_and_revocations_too(empty_db: str) -> No
             "c" * 64,
         )
         await migrate.downgrade_async(empty_db, "0024")
-        back = dict(await conn.fetch("SELECT id, revoked FROM api_tokens"))  # type: ignore[arg-type]
+        back = dict(await conn.fetch("SELECT id, revoked FROM api_tokens"))
         assert back == {"tok-live": False, "tok-dead": True, "tok-exp": True}
     finally:
         await conn.close()

@@ -64,20 +64,20 @@ async def test_an_engine_cut_between_vote_and_commit_leaves_the_member_starting_
         await agent.on_command(commit)  # said again while it is still cut
         assert journal.get(o.ref.member_id).phase is Phase.STARTING  # type: ignore[union-attr]
         (info,) = await containers_of(docker_host, docker_job_id)
-        assert info["State"]["Status"] == "created"  # type: ignore[index]
+        assert info["State"]["Status"] == "created"
         reported = [b.phase for b in sent if isinstance(b, MemberReport)]
         assert set(reported) == {Phase.STARTING}  # never failed, exited or missing
 
         proxy.start()
         await agent.on_command(commit)  # the control plane says it again: now it starts
         (info,) = await containers_of(docker_host, docker_job_id)
-        assert info["State"]["Status"] == "running"  # type: ignore[index]
-        started_at = info["State"]["StartedAt"]  # type: ignore[index]
+        assert info["State"]["Status"] == "running"
+        started_at = info["State"]["StartedAt"]
         await agent.on_command(commit)  # said once more before the report got through
         await agent.watch_once()
         assert journal.get(o.ref.member_id).phase is Phase.RUNNING  # type: ignore[union-attr]
         (info,) = await containers_of(docker_host, docker_job_id)
-        assert info["State"]["StartedAt"] == started_at  # type: ignore[index]  # started once
+        assert info["State"]["StartedAt"] == started_at  # started once
         reported = [b.phase for b in sent if isinstance(b, MemberReport)]
         assert reported[-1] is Phase.RUNNING and Phase.EXITED not in reported
     finally:

@@ -31,6 +31,7 @@ from domain.node_messages import PrepareOrder
 from domain.node_protocol import MemberRef
 from domain.ports import Observation
 from tests.fixtures.docker import containers_of, remove_labelled
+from tests.support.archives import member_bytes
 
 pytestmark = pytest.mark.integration
 
@@ -110,29 +111,29 @@ async def test_prepare_creates_without_starting_and_start_commits(
     await asyncio.sleep(0.5)
     assert await executor.observe(cid) == Observation("starting")  # created, never started
     (info,) = await containers_of(executor.host, docker_job_id)
-    assert info["State"]["Status"] == "created"  # type: ignore[index]
-    labels = info["Config"]["Labels"]  # type: ignore[index]
+    assert info["State"]["Status"] == "created"
+    labels = info["Config"]["Labels"]
     assert labels["tuneplane.node"] == executor.node and labels["tuneplane.epoch"] == "7"
     assert labels["tuneplane.member"] == o.ref.member_id
     assert labels["tuneplane.attempt"] == o.ref.attempt_id
     assert labels["tuneplane.member-index"] == "0"
     assert info["Name"] == f"/tp-{o.ref.member_id}"
     host = info["HostConfig"]
-    assert host["NetworkMode"] == "host" and host["Init"] is True  # type: ignore[index]
-    assert host["NanoCpus"] == 1_000_000_000  # type: ignore[index]
-    assert host["Memory"] == 256 * 1024 * 1024  # type: ignore[index]
-    assert not host.get("DeviceRequests")  # type: ignore[attr-defined]
-    assert info["Config"]["WorkingDir"] == "/workspace"  # type: ignore[index]
+    assert host["NetworkMode"] == "host" and host["Init"] is True
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["Memory"] == 256 * 1024 * 1024
+    assert not host.get("DeviceRequests")
+    assert info["Config"]["WorkingDir"] == "/workspace"
 
     await executor.start(cid)
     obs = await wait_for(executor, cid, "exited")
     assert obs.exit_code == 3
-    started = (await containers_of(executor.host, docker_job_id))[0]["State"]["StartedAt"]  # type: ignore[index]
+    started = (await containers_of(executor.host, docker_job_id))[0]["State"]["StartedAt"]
     await executor.start(cid)  # a repeated commit: no second run
     await executor.prepare(o, None, lambda *a: None)  # nor does a repeated Prepare touch it
     await asyncio.sleep(0.5)
     (info,) = await containers_of(executor.host, docker_job_id)
-    assert info["State"]["StartedAt"] == started  # type: ignore[index]
+    assert info["State"]["StartedAt"] == started
     assert await executor.final_log(cid, 1000) == (b"ran\n", False)
 
 
@@ -210,8 +211,12 @@ async def test_a_broken_source_archive_is_refused_and_leaves_nothing(
 
 @pytest.mark.parametrize(("cpus", "memory_mb"), [(0.0, 256), (0.001, 256), (1.0, 0)])
 async def test_a_member_below_the_smallest_limits_is_a_clear_no(
-    executor: NodeExecutor, busybox_pin: RuntimePin, docker_job_id: str, cpus, memory_mb
-) -> None:  # type: ignore[no-untyped-def]
+    executor: NodeExecutor,
+    busybox_pin: RuntimePin,
+    docker_job_id: str,
+    cpus: float,
+    memory_mb: int,
+) -> None:
     o = order(docker_job_id, busybox_pin.digest, ("true",))
     with pytest.raises(InvalidInput, match="no workload runs without CPU and memory limits"):
         await executor.prepare(dataclasses.replace(o, cpus=cpus, memory_mb=memory_mb), None)
@@ -307,7 +312,7 @@ async def test_gpus_without_an_nvidia_runtime_are_a_clear_no(
     try:  # the request names exactly the GPUs by index
         cid = await unchecked.prepare(o, None)
         (info,) = await containers_of(executor.host, docker_job_id)
-        (request,) = info["HostConfig"]["DeviceRequests"]  # type: ignore[index]
+        (request,) = info["HostConfig"]["DeviceRequests"]
         assert (request["Driver"], request["DeviceIDs"]) == ("nvidia", ["0", "3"])
         assert request["Capabilities"] == [["gpu"]] and not request["Count"]
         await unchecked.start(cid)  # the engine cannot bind them: an exit with its reason
@@ -343,9 +348,9 @@ async def _registry(image_tar: bytes) -> tuple[web.AppRunner, int, str]:
         return digest
 
     with tarfile.open(fileobj=io.BytesIO(image_tar)) as tar:
-        (saved,) = json.loads(tar.extractfile("manifest.json").read())  # type: ignore[union-attr]
-        config = tar.extractfile(saved["Config"]).read()  # type: ignore[union-attr]
-        layers = [gzip.compress(tar.extractfile(p).read(), 1) for p in saved["Layers"]]  # type: ignore[union-attr]
+        (saved,) = json.loads(member_bytes(tar, "manifest.json"))
+        config = member_bytes(tar, saved["Config"])
+        layers = [gzip.compress(member_bytes(tar, p), 1) for p in saved["Layers"]]
     manifest = json.dumps(
         {
             "schemaVersion": 2,

@@ -154,7 +154,7 @@ async def test_a_running_member_whose_journal_row_is_corrupted_is_readopted(
     assert hello.scan is not None and hello.scan.complete and hello.scan.unadopted == ()
     assert hello.scan.engine == await agent.runtime.engine_id()
     [info] = await containers_of(docker_host, docker_job_id)
-    assert info["State"]["Running"]  # type: ignore[index]  # never stopped or restarted
+    assert info["State"]["Running"]  # never stopped or restarted
 
     d.sent.clear()
     (shared / "go").touch()  # the member ends by itself: its exit code and log are reported
@@ -199,7 +199,7 @@ async def test_two_installations_on_one_engine_adopt_list_and_reap_only_their_ow
     legacy = f"mem-old-{uuid.uuid4().hex[:8]}"
     cids["old"] = await _legacy(docker_host, busybox_pin.digest, docker_job_id, legacy)
     owners = {
-        str(c["Id"]): c["Config"]["Labels"].get("tuneplane.installation")  # type: ignore[index]
+        str(c["Id"]): c["Config"]["Labels"].get("tuneplane.installation")
         for c in await containers_of(docker_host, docker_job_id)
     }
     assert owners == {cids["a"]: "inst-a", cids["b"]: "inst-b", cids["old"]: None}
@@ -225,8 +225,7 @@ async def test_two_installations_on_one_engine_adopt_list_and_reap_only_their_ow
     for other in (members["b"], legacy):  # told to forget members it does not own: no effect
         await a.agent.on_command(Command(CommandKind.FORGET, MemberRef("att-x", other, 0, 1)))
     running = {
-        str(c["Id"]): c["State"]["Running"]  # type: ignore[index]
-        for c in await containers_of(docker_host, docker_job_id)
+        str(c["Id"]): c["State"]["Running"] for c in await containers_of(docker_host, docker_job_id)
     }
     assert running == dict.fromkeys(cids.values(), True)
     ref_a = MemberRef(f"att-{docker_job_id[4:]}", members["a"], 0, 1)

@@ -80,7 +80,9 @@ def drifted(docker_host: str, trl_runtime: str) -> Iterator[str]:
         asyncio.run(remove_images(docker_host, f"{DRIFT_REPO}:{tag}"))
 
 
-async def test_the_built_image_holds_exactly_its_lock(docker_backend, trl_runtime, docker_job_id):
+async def test_the_built_image_holds_exactly_its_lock(
+    docker_backend: DockerBackend, trl_runtime: str, docker_job_id: str
+) -> None:
     pin = await docker_backend.pin(PYTORCH_TRL)
     assert pin.digest == trl_runtime and pin.packages == PYTORCH_TRL.packages
     request, _ = with_capsule(make_request(docker_job_id, pin, COMMAND), source=None)
@@ -90,7 +92,7 @@ async def test_the_built_image_holds_exactly_its_lock(docker_backend, trl_runtim
 
 async def test_a_drifted_image_stops_the_member_before_its_command(
     docker_backend: DockerBackend, drifted: str, docker_job_id: str
-):
+) -> None:
     """The pytorch-trl contract (frameworks unchanged, so the framework check passes) on the
     altered image: exit 97 before user code, naming each difference and the fix."""
     pin = await docker_backend.pin(dataclasses.replace(PYTORCH_TRL, image=drifted))

@@ -22,6 +22,7 @@ from adapters.docker.rootfs import apt_mirror, is_static_elf
 from adapters.docker.runtimes import BUSYBOX, LOCAL_RUNTIMES, PYTHON, RECIPES
 from domain.catalog import RuntimeSpec
 from domain.errors import InvalidInput
+from domain.ports import Observation
 from entrypoints.settings_loader import load
 from entrypoints.settings_sections import BuildSettings
 from tests.fixtures.docker import make_request, wait_for_status
@@ -32,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def run_to_exit(
     backend: DockerBackend, runtime: RuntimeSpec, job_id: str, *cmd: str, index: int = 0
-):
+) -> tuple[Observation, bytes]:
     pin = await backend.pin(runtime)
     handle = await backend.launch(make_request(job_id, pin, cmd, member_index=index))
     obs = await wait_for_status(backend, handle, "exited", within=60)
@@ -40,7 +41,7 @@ async def run_to_exit(
     return obs, logs
 
 
-def test_local_runtimes_are_catalog_entries():
+def test_local_runtimes_are_catalog_entries() -> None:
     names = [r.name for r in LOCAL_RUNTIMES]
     assert names == ["busybox", "python", "python-numpy", "python-torch", "pytorch-trl", "verl"]
     assert BUSYBOX.image == "localhost/tuneplane/runtime-busybox:1" and BUSYBOX.python is None
@@ -51,13 +52,17 @@ def test_local_runtimes_are_catalog_entries():
     }  # fmt: skip
 
 
-async def test_busybox_image_runs_a_shell(docker_backend, docker_job_id):
+async def test_busybox_image_runs_a_shell(
+    docker_backend: DockerBackend, docker_job_id: str
+) -> None:
     obs, logs = await run_to_exit(docker_backend, BUSYBOX, docker_job_id, "sh", "-c", "echo hi")
     assert (obs.status, obs.exit_code) == ("exited", 0)
     assert logs == b"hi\n"
 
 
-async def test_busybox_image_has_the_usual_applets(docker_backend, docker_job_id):
+async def test_busybox_image_has_the_usual_applets(
+    docker_backend: DockerBackend, docker_job_id: str
+) -> None:
     applets = "sh echo cat sleep ls env true false id tar gzip wc seq date printf grep sed awk"
     applets += " head tail mkdir rm cp mv test [ sort uniq cut tr xargs find"
     script = f"for a in {applets}; do command -v $a >/dev/null || echo missing $a; done; id -un"
@@ -67,7 +72,9 @@ async def test_busybox_image_has_the_usual_applets(docker_backend, docker_job_id
     assert obs.exit_code == 0
 
 
-async def test_building_twice_keeps_the_image(docker_host, docker_backend):
+async def test_building_twice_keeps_the_image(
+    docker_host: str, docker_backend: DockerBackend
+) -> None:
     before = (await docker_backend.pin(BUSYBOX)).digest
     seen: list[BuildProgress] = []
     assert await build_runtime(docker_host, "busybox", seen.append) == before
@@ -75,8 +82,8 @@ async def test_building_twice_keeps_the_image(docker_host, docker_backend):
 
 
 async def test_forced_build_reports_progress_and_moves_the_tag(
-    docker_host, docker_backend, tmp_path
-):
+    docker_host: str, docker_backend: DockerBackend, tmp_path: Path
+) -> None:
     previous = await _image_id_or_none(docker_backend, BUSYBOX)
     seen: list[BuildProgress] = []
     image_id = await build_runtime(
@@ -99,8 +106,8 @@ async def test_forced_build_reports_progress_and_moves_the_tag(
 
 
 async def test_an_image_from_an_older_recipe_is_made_again(
-    docker_host, docker_backend, tmp_path, monkeypatch
-):
+    docker_host: str, docker_backend: DockerBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The `python` runtime moved from python3-minimal to python3 (recipe version 2): an image
     built from the older recipe is found by its `tuneplane.inputs` label and made again, not
     kept as "already built"; the current one is kept."""
@@ -121,13 +128,13 @@ async def test_an_image_from_an_older_recipe_is_made_again(
     assert await _image_exists(docker_host, made)
 
 
-async def test_unknown_runtime_is_invalid_input(docker_host):
+async def test_unknown_runtime_is_invalid_input(docker_host: str) -> None:
     with pytest.raises(InvalidInput) as err:
         await build_runtime(docker_host, "cobol")
     assert "busybox" in err.value.fix
 
 
-def test_cli_entry_point_builds_and_prints_the_id(docker_host):
+def test_cli_entry_point_builds_and_prints_the_id(docker_host: str) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "entrypoints.images_cli", "build", "busybox",
          "--docker-host", docker_host],
@@ -138,12 +145,12 @@ def test_cli_entry_point_builds_and_prints_the_id(docker_host):
     assert "[busybox] check:" in proc.stderr
 
 
-def test_host_busybox_is_static():
+def test_host_busybox_is_static() -> None:
     assert is_static_elf(Path("/bin/busybox"))
     assert not is_static_elf(Path(sys.executable).resolve())
 
 
-def test_mirror_comes_from_apt_sources(tmp_path, monkeypatch):
+def test_mirror_comes_from_apt_sources(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TUNEPLANE_DEBIAN_MIRROR", raising=False)
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
@@ -165,8 +172,8 @@ def test_mirror_comes_from_apt_sources(tmp_path, monkeypatch):
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 async def test_python_image_builds_with_debootstrap_and_runs_python(
-    docker_host, docker_backend, docker_job_id, tmp_path
-):
+    docker_host: str, docker_backend: DockerBackend, docker_job_id: str, tmp_path: Path
+) -> None:
     """A full build every time (fresh rootfs cache, --force): debootstrap, tidy, import."""
     previous = await _image_id_or_none(docker_backend, PYTHON)
     started = time.monotonic()
@@ -232,8 +239,8 @@ async def _remove_image(docker_host: str, image_id: str) -> None:
 
 
 async def test_a_runtime_pinned_by_digest_gets_that_image_or_is_refused(
-    docker_backend, numpy_runtime
-):
+    docker_backend: DockerBackend, numpy_runtime: str
+) -> None:
     busybox_id = (await docker_backend.pin(BUSYBOX)).digest
     registered = dataclasses.replace(BUSYBOX, name="bb", digest=busybox_id, added_by="admin")
     assert (await docker_backend.pin(registered)).digest == busybox_id
@@ -251,7 +258,9 @@ async def test_a_runtime_pinned_by_digest_gets_that_image_or_is_refused(
     assert "docker pull localhost/tuneplane/nothing:1" in missing.value.fix
 
 
-async def test_the_same_inputs_give_the_same_image_id(docker_host, docker_backend, tmp_path):
+async def test_the_same_inputs_give_the_same_image_id(
+    docker_host: str, docker_backend: DockerBackend, tmp_path: Path
+) -> None:
     """Two forced builds from two empty caches: two root file systems made apart, one image id
     (the config is ours and fixed, the layer is the reproducible tar)."""
     ids = [
@@ -271,8 +280,8 @@ async def test_the_same_inputs_give_the_same_image_id(docker_host, docker_backen
 
 
 async def test_a_damaged_cached_root_file_system_is_refused_with_the_fix(
-    docker_host, monkeypatch, tmp_path
-):
+    docker_host: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A tar cut short (a full disk, a kill mid-copy) is loaded from the cache as it is: the
     engine refuses it, the build says so and how to make it again; --force does. (Under a tag
     of the test's own, so that the shared busybox image is never missing.)"""
@@ -293,9 +302,12 @@ async def test_a_damaged_cached_root_file_system_is_refused_with_the_fix(
             await _remove_image(docker_host, spec.image)
 
 
-async def test_two_builds_at_once_make_one_root_file_system(docker_host, tmp_path):
+async def test_two_builds_at_once_make_one_root_file_system(
+    docker_host: str, tmp_path: Path
+) -> None:
     ids = await asyncio.gather(
         *(build_runtime(docker_host, "busybox", force=True, cache_dir=tmp_path) for _ in (1, 2))
     )
     assert ids[0] == ids[1]
-    assert [p.name for p in tmp_path.glob("*.tar")] == [rootfs_name("busybox", RECIPES["busybox"])]
+    made = [p.name for p in tmp_path.glob("*.tar")]  # noqa: ASYNC240 - after both builds
+    assert made == [rootfs_name("busybox", RECIPES["busybox"])]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from adapters.docker.runtimes import BUSYBOX, PYTORCH_TRL
-from adapters.slurm.backend import Handle as SlurmHandle
+from adapters.slurm.attempt_dirs import Handle as SlurmHandle
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
 from domain.catalog import Resources

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.slurm.backend import Handle, SlurmBackend
+from adapters.slurm.attempt_dirs import Handle
+from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
 from application import jobs, submissions
 from application.context import Context

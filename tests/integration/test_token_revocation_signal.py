@@ -22,6 +22,7 @@ from application import tokens
 from application.auth import authenticate, bootstrap_admin
 from domain.auth import Role, User
 from entrypoints.api.app import create_app
+from tests.support.asgi import asgi_transport
 from tests.support.context import memory_context
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ async def two_apis(tmp_path: Path, pg_engine: AsyncEngine, pg_url: str) -> Async
         await s.start()
     try:
         # httpx's ASGI transport runs each app on this test's loop (the pools are bound to it)
-        t1, t2 = (httpx.ASGITransport(app=a) for a in apps)
+        t1, t2 = (asgi_transport(a) for a in apps)
         async with (
             httpx.AsyncClient(transport=t1, base_url="http://one") as one,
             httpx.AsyncClient(transport=t2, base_url="http://two") as two,

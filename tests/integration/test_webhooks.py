@@ -35,6 +35,7 @@ from domain.webhook_destinations import Destinations
 from domain.webhooks import Retry, verify
 from entrypoints.api.app import create_app
 from tests.contract.builders import a_job, a_spec
+from tests.support.asgi import asgi_transport
 from tests.support.context import memory_context
 from tests.support.waiting import until
 from tests.support.webhook_receiver import Receiver, receiver
@@ -118,7 +119,7 @@ async def rig(tmp_path: Path, pg_engine: AsyncEngine) -> AsyncIterator[Rig]:
         await uow.commit()
     alice_token = await create_token(ctx, "alice")
     app = create_app(dataclasses.replace(ctx, notifications=notifications), supervise=False)
-    transport = httpx.ASGITransport(app=app)
+    transport = asgi_transport(app)
     with receiver() as rec:
         async with (
             httpx.AsyncClient(transport=transport, base_url="http://t",

@@ -21,3 +21,10 @@ def tar_gz(files: dict[str, bytes], links: dict[str, str] | None = None) -> byte
             info.type, info.linkname = tarfile.SYMTYPE, target
             tar.addfile(info)
     return gzip.compress(buf.getvalue(), mtime=0)
+
+
+def member_bytes(tar: tarfile.TarFile, member: str | tarfile.TarInfo) -> bytes:
+    """The content of a regular file in ``tar`` (AssertionError for a link or directory)."""
+    f = tar.extractfile(member)
+    assert f is not None, f"{member} is not a regular file"
+    return f.read()

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.e2e.test_walkthrough import JOB_ID, Cli
+from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.nodes import NodeCluster
 from tests.fixtures.server import TP, Servers
 from tests.fixtures.slurm import SlurmCluster
@@ -54,7 +54,7 @@ class Rig:
         out = self.cli(
             "submit", "parity", "--profile", self.profile, "--set", f"command={command}", "--yes"
         )
-        return JOB_ID.search(out.stdout).group(0)  # type: ignore[union-attr]
+        return job_id_in(out.stdout)
 
     def job(self, job_id: str) -> dict[str, Any]:
         return self.json(f"/v1/jobs/{job_id}")  # type: ignore[no-any-return]

@@ -12,9 +12,21 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 T = TypeVar("T")
+
+
+@overload
+async def until(
+    probe: Callable[[], Awaitable[T]], *, what: str, within: float = ..., every: float = ...
+) -> T: ...
+
+
+@overload
+async def until(
+    probe: Callable[[], T], *, what: str, within: float = ..., every: float = ...
+) -> T: ...
 
 
 async def until(
@@ -30,7 +42,7 @@ async def until(
         if inspect.isawaitable(answer):
             answer = await answer
         if answer:
-            return answer  # type: ignore[return-value]
+            return answer
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {within} s: {what} (last answer: {answer!r})")
         await asyncio.sleep(every)

@@ -18,7 +18,8 @@ from adapters.memory.backend import MemoryBackend
 from application.auth import create_token
 from application.context import Context
 from entrypoints.api.app import create_app
-from entrypoints.api.guard import MAX_DEPTH, MalformedRequest, check_json
+from entrypoints.api.guard import MAX_DEPTH, check_json
+from entrypoints.api.problems import MalformedRequest
 from tests.support.context import memory_context
 
 pytestmark = pytest.mark.unit
@@ -40,7 +41,7 @@ async def client(app: Litestar) -> AsyncIterator[Any]:
 
 def _operations(app: Litestar) -> list[tuple[str, str]]:
     """(method, path with every path parameter holding a NUL) of every API route."""
-    out = []
+    out: list[tuple[str, str]] = []
     for route in app.routes:
         if not isinstance(route, HTTPRoute) or route.path.startswith(("/schema", "/console")):
             continue

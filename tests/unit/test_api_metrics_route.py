@@ -53,7 +53,7 @@ async def test_requests_are_counted_by_template_status_class_and_bounded_method(
 ) -> None:
     ctx = memory_context(tmp_path)
     app = instrumented(create_app(ctx, supervise=False))
-    async with AsyncTestClient(app=app) as client:  # type: ignore[arg-type]
+    async with AsyncTestClient(app=app) as client:
         token = await create_token(ctx, "admin")
         headers = {"Authorization": f"Bearer {token}"}
         before = _requests((await client.get("/metrics")).text)

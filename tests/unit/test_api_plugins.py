@@ -24,6 +24,7 @@ from domain import tarball
 from domain.capsule import StorageCapabilities
 from domain.plugins import open_package
 from entrypoints.api.app import create_app
+from tests.support.archives import member_bytes
 from tests.support.context import memory_context
 
 pytestmark = pytest.mark.unit
@@ -128,7 +129,7 @@ def capsule_files(ctx_dir: Path, spec: dict[str, Any]) -> dict[str, bytes]:
     digest = spec["capsule"]["blob"].removeprefix("sha256:")
     data = (ctx_dir / "blobs" / "sha256" / digest[:2] / digest).read_bytes()
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isreg()}  # type: ignore[union-attr]
+        return {m.name: member_bytes(tar, m) for m in tar if m.isreg()}
 
 
 async def test_preview_carries_the_plugin_and_refuses_a_disabled_one(

@@ -9,12 +9,13 @@ from adapters.docker.backend import DockerBackend
 from adapters.kubernetes.backend import KubernetesBackend
 from adapters.node.backend import NodeBackend
 from adapters.slurm.backend import SlurmBackend
+from domain.backend_ports import Backend
 from entrypoints.cli.job_metrics import NO_METRICS
 from tests.support.capabilities import BACKENDS, DOC, capabilities, outcomes
 
 pytestmark = pytest.mark.unit
 
-ADAPTERS = {
+ADAPTERS: dict[str, type[Backend]] = {
     "local": DockerBackend,
     "node": NodeBackend,
     "slurm": SlurmBackend,

@@ -13,6 +13,7 @@ import pytest
 
 from domain import capsule
 from domain.catalog import RuntimePin
+from tests.support.archives import member_bytes
 
 pytestmark = pytest.mark.unit
 
@@ -23,9 +24,7 @@ PIN = RuntimePin("python", "localhost/tuneplane/runtime-python:3.11", "sha256:" 
 def files(tar: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         return {
-            m.name.removeprefix("tuneplane/capsule/"): t.extractfile(m).read()  # type: ignore[union-attr]
-            for m in t
-            if m.isfile()
+            m.name.removeprefix("tuneplane/capsule/"): member_bytes(t, m) for m in t if m.isfile()
         }
 
 

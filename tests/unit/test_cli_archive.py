@@ -13,6 +13,7 @@ import pytest
 from domain.errors import InvalidInput, TooLarge
 from entrypoints.cli import archive
 from entrypoints.cli.archive import is_secret, list_files, pack
+from tests.support.archives import member_bytes
 
 pytestmark = pytest.mark.unit
 
@@ -56,7 +57,7 @@ def test_packs_tracked_and_untracked_but_not_ignored_or_deleted(exp: Path) -> No
             info = tar.getmember("train.sh")
             assert (info.mtime, info.uid, info.gid, info.mode) == (0, 0, 0, 0o755)
             assert tar.getmember("notes.md").mode == 0o644
-            assert tar.extractfile("src/model.py").read() == b"x = 1\n"  # type: ignore[union-attr]
+            assert member_bytes(tar, "src/model.py") == b"x = 1\n"
         assert a.size == a.path.stat().st_size and a.digest.startswith("sha256:")
     finally:
         a.discard()

@@ -9,8 +9,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from rich.prompt import Confirm
 
-from entrypoints.cli import errors, submit
+from entrypoints.cli import errors
 from entrypoints.cli.main import run
 from tests.unit.test_cli_http import Stub, stub  # noqa: F401  (the fixture)
 
@@ -197,7 +198,7 @@ def test_a_terminal_is_asked_before_committing(
 ) -> None:
     answers = [False, True]
     monkeypatch.setattr("sys.stdin.isatty", lambda: True)
-    monkeypatch.setattr(submit.Confirm, "ask", lambda *a, **k: answers.pop(0))
+    monkeypatch.setattr(Confirm, "ask", lambda *a, **k: answers.pop(0))
     assert run(["submit", "hello", "--profile", "cpu:1"]) == 0
     assert "not submitted; later: tp submit --commit" in capsys.readouterr().out
     assert stub.jobs == {}

@@ -51,7 +51,7 @@ def test_every_error_shows_its_fix_once_on_every_path(cls: type[TunePlaneError])
     assert twice.message == "the daemon stopped: enrollment refused: the join token is unknown"
     # over gRPC: the gateway's status text, then the client's error (which has its own fix)
     status = grpc_error(exc)
-    assert status.message.count(FIX) == 1, status.message
+    assert status.message is not None and status.message.count(FIX) == 1, status.message
     back = from_grpc(status, "enrollment refused", fix="a fix of the client's own")
     assert render(back).count(FIX) == 1 and "of the client's own" not in render(back)
     assert back.message == "enrollment refused: the join token is unknown"
@@ -64,11 +64,15 @@ def test_the_node_daemon_prints_the_gateways_enrollment_refusal_with_one_fix() -
     """The path the issue saw: the gateway refuses the join token, the daemon wraps the refusal
     and `tp node run` prints it (entrypoints.node_daemon.run_daemon prints ``render``)."""
     refused = grpc_error(Unauthenticated("the join token is unknown", fix=FIX))
-    printed = render(node_client._grpc_error(refused, "enrollment refused"))
+    error = node_client._grpc_error(refused, "enrollment refused")
+    assert isinstance(error, TunePlaneError)  # from_grpc's: the domain error `tp` renders
+    printed = render(error)
     assert printed == f"error: enrollment refused: the join token is unknown\nfix: {FIX}"
     # a status without a fix keeps the client's own
     bare = GRPCError(Status.UNAUTHENTICATED, "the credential was revoked")
-    printed = render(node_client._grpc_error(bare, "the gateway closed the control stream"))
+    error = node_client._grpc_error(bare, "the gateway closed the control stream")
+    assert isinstance(error, TunePlaneError)
+    printed = render(error)
     assert printed.count("fix:") == 1 and "tp node token create" in printed
 
 

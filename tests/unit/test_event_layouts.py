@@ -113,7 +113,8 @@ def test_a_run_of_alike_events_is_decoded_by_one_layout() -> None:
     parsed = TfEventsParser().feed(data, 0, final=True)
     assert len(parsed.points) == 1998 and parsed.corrupt == 0
     assert parsed.points.step.tolist()[-2:] == [999, 999]
-    assert np.allclose(parsed.points.value[::2], np.float32([1 / (s + 1) for s in range(1, 1000)]))
+    want = np.array([1 / (s + 1) for s in range(1, 1000)], dtype=np.float32)
+    assert np.allclose(parsed.points.value[::2], want)
 
 
 @pytest.mark.parametrize(

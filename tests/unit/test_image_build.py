@@ -17,6 +17,7 @@ from adapters.docker import image_archive, pip_layer
 from adapters.docker.images import inputs_key, rootfs_name
 from adapters.docker.rootfs import reproducible_tar
 from adapters.docker.runtimes import PYTORCH_TRL, RECIPES
+from tests.support.archives import member_bytes
 
 pytestmark = pytest.mark.unit
 
@@ -79,7 +80,7 @@ def test_the_archive_streams_as_a_tar_docker_load_reads(tmp_path: Path) -> None:
     data = b"".join(image_archive.chunks(archive, sent.append))
     assert sent == [3000] and len(data) % 512 == 0
     with tarfile.open(fileobj=io.BytesIO(data)) as t:
-        files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}  # type: ignore[union-attr]
+        files = {m.name: member_bytes(t, m) for m in t.getmembers() if m.isfile()}
     [manifest] = json.loads(files["manifest.json"])
     assert manifest["RepoTags"] == ["localhost/t/r:1"]
     assert files[manifest["Config"]] == archive.config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import struct
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ value = st.one_of(
     st.floats(-1e6, 1e6, allow_nan=False),
     st.sampled_from([math.nan, math.inf, -math.inf]),
 )
+Point = tuple[int, int, float, float]  # series, step, wall, value
 point = st.tuples(st.integers(1, 3), st.integers(0, 5000), st.floats(0, 1e9), value)
 
 
@@ -30,9 +32,10 @@ def same(a: float | None, b: float | None) -> bool:
 
 @given(st.lists(point, min_size=1, max_size=300))
 @settings(max_examples=200, deadline=None)
-def test_vectorised_rollups_equal_the_specification(points: list) -> None:
+def test_vectorised_rollups_equal_the_specification(points: list[Point]) -> None:
     offsets = list(range(len(points)))  # record order: the later record wins a step's tie
-    arrays = Points.of(*(list(c) for c in zip(*points, strict=True)), offsets)
+    series, steps, walls, values = (list(c) for c in zip(*points, strict=True))
+    arrays = Points.of(series, steps, walls, values, offsets)
     columns = arrays.rollups()
     got = {(row[0], row[1], row[2]): row for row in zip(*columns, strict=True)}
     expected = rollup(points)
@@ -53,9 +56,10 @@ def test_vectorised_rollups_equal_the_specification(points: list) -> None:
 
 @given(st.lists(point, min_size=0, max_size=100))
 @settings(max_examples=50, deadline=None)
-def test_the_rollups_copy_payload_holds_the_same_rows(points: list) -> None:
-    columns = [list(c) for c in zip(*points, strict=True)] or [[], [], [], []]
-    arrays = Points.of(*columns, list(range(len(points))))
+def test_the_rollups_copy_payload_holds_the_same_rows(points: list[Point]) -> None:
+    columns: list[list[Any]] = [list(c) for c in zip(*points, strict=True)] or [[], [], [], []]
+    series, steps, walls, values = columns
+    arrays = Points.of(series, steps, walls, values, list(range(len(points))))
     payload = arrays.rollup_payload()
     assert payload.startswith(b"PGCOPY\n\xff\r\n\x00") and payload.endswith(b"\xff\xff")
     codes = [{">i8": "q", ">i4": "i", ">f8": "d"}[t] for t in ROLLUP_TYPES.values()]

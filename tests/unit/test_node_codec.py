@@ -185,9 +185,9 @@ def test_a_hello_and_an_inventory_carry_the_engine_scan_and_a_welcome_the_instal
         _, back = node_message_from(pb.NodeMessage.FromString(wire.SerializeToString()))
         assert back == body
     welcome = Welcome(2, 5, 123, "inst-0123")
-    wire = gateway_message_to(1, welcome, 10.0)
-    back = gateway_message_from(pb.GatewayMessage.FromString(wire.SerializeToString()))
-    assert back[1] == welcome
+    sent = gateway_message_to(1, welcome, 10.0)
+    got = gateway_message_from(pb.GatewayMessage.FromString(sent.SerializeToString()))
+    assert got[1] == welcome
     empty = pb.NodeMessage(seq=5, inventory=pb.Inventory())
     with pytest.raises(InvalidInput, match=r"inventory\.scan is missing"):
         node_message_from(empty)

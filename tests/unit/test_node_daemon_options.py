@@ -4,6 +4,7 @@ reconnect pause, or an advertised address the gateway refuses (spaces, control c
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -42,6 +43,14 @@ def test_an_address_the_gateway_would_refuse_stops_the_daemon_at_once(
     assert "advertised address" in out and "fix: start the daemon with --advertise-address" in out
 
 
+class ExecutorOptions(TypedDict, total=False):
+    """The DaemonOptions fields the bad-executor cases set."""
+
+    executor: str
+    runtime_dirs: tuple[str, ...]
+    member_user: str
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [
@@ -57,12 +66,12 @@ def test_an_address_the_gateway_would_refuse_stops_the_daemon_at_once(
     ],
 )
 def test_a_bad_executor_setting_stops_the_daemon_before_anything_starts(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: dict[str, object], said: str
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], given: ExecutorOptions, said: str
 ) -> None:
     ca = ensure_dev_pki(tmp_path, ["localhost"]).ca.cert
     options = DaemonOptions(
         server="127.0.0.1:1", ca=ca, state_dir=tmp_path / "node", join_token="x", **given
-    )  # type: ignore[arg-type]
+    )
     assert run_daemon(options) == 1
     out = capsys.readouterr().out
     assert said in out and "fix:" in out, out

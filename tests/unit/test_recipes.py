@@ -17,8 +17,9 @@ from adapters.memory.backend import MemoryBackend
 from adapters.recipes import load_recipe, load_recipes
 from application import submissions
 from domain.capsule import StorageCapabilities
-from domain.catalog import resolve_params
+from domain.catalog import Method, ParamValue, resolve_params
 from domain.errors import InvalidInput
+from tests.support.archives import member_bytes
 from tests.support.context import ALICE, memory_context
 from tests.unit.builders import an_intent
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.unit
 MLP = "numpy/mlp-classification"
 
 
-def mlp():  # type: ignore[no-untyped-def]
+def mlp() -> Method:
     (method,) = [m for m in load_recipes() if m.name == MLP]
     return method
 
@@ -62,10 +63,10 @@ def test_the_mlp_recipe_is_declared_with_its_artifact() -> None:
     ],
 )
 def test_every_violation_names_the_parameter_and_the_fix(
-    given: dict[str, object], message: str, fix: str
+    given: dict[str, ParamValue], message: str, fix: str
 ) -> None:
     with pytest.raises(InvalidInput) as caught:
-        resolve_params(mlp(), given)  # type: ignore[arg-type]
+        resolve_params(mlp(), given)
     assert message in caught.value.message and fix in caught.value.fix
 
 
@@ -92,14 +93,15 @@ async def test_a_backend_without_the_capsule_is_refused_for_the_recipe(tmp_path:
 async def test_the_capsule_carries_the_artifact_and_its_config(tmp_path: Path) -> None:
     backend = MemoryBackend(storage=StorageCapabilities(capsule=True))
     ctx = memory_context(tmp_path, backend)
+    assert ctx.blobs is not None
     intent = an_intent(method=MLP, params={"steps": 12}, runtime="python-numpy")
     preview = await submissions.create_preview(ctx, ALICE, intent)
     assert preview.spec.command == mlp().entry and preview.spec.capsule is not None
     tar = await ctx.blobs.read(preview.spec.capsule.blob)
     with tarfile.open(fileobj=io.BytesIO(tar)) as t:
         names = {m.name for m in t}
-        config = json.loads(t.extractfile("tuneplane/capsule/config.json").read())  # type: ignore[union-attr]
-        sums = t.extractfile("tuneplane/capsule/SHA256SUMS").read().decode()  # type: ignore[union-attr]
+        config = json.loads(member_bytes(t, "tuneplane/capsule/config.json"))
+        sums = member_bytes(t, "tuneplane/capsule/SHA256SUMS").decode()
     assert "tuneplane/capsule/artifact/train.py" in names and config["train"]["steps"] == 12
     assert "  artifact/train.py\n" in sums and "  config.json\n" in sums
 
@@ -139,7 +141,7 @@ def test_a_stale_lock_is_refused_with_the_fix() -> None:
 POST_TRAINING = ("trl/dpo", "trl/grpo", "trl/sft", "verl/grpo")
 
 
-def recipe(name: str):  # type: ignore[no-untyped-def]
+def recipe(name: str) -> Method:
     (method,) = [m for m in load_recipes() if m.name == name]
     return method
 
@@ -249,6 +251,7 @@ async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_p
         images={PYTORCH_TRL.image: digest}, storage=StorageCapabilities(capsule=True)
     )
     ctx = memory_context(tmp_path, backend)
+    assert ctx.blobs is not None
     params = {"num_generations": "4", "reward_funcs": "length"}
     intent = an_intent(method="trl/grpo", params=params)
     preview = await submissions.create_preview(ctx, ALICE, intent)
@@ -257,8 +260,8 @@ async def test_a_post_training_capsule_carries_the_artifact_and_its_config(tmp_p
     assert preview.spec.runtime.frameworks["trl"] == PYTORCH_TRL.frameworks["trl"] == "1.16.0"
     with tarfile.open(fileobj=io.BytesIO(await ctx.blobs.read(preview.spec.capsule.blob))) as t:
         names = {m.name for m in t}
-        config = json.loads(t.extractfile("tuneplane/capsule/config.json").read())  # type: ignore[union-attr]
-        shipped = t.extractfile("tuneplane/capsule/artifact/tiny_lm.py").read()  # type: ignore[union-attr]
+        config = json.loads(member_bytes(t, "tuneplane/capsule/config.json"))
+        shipped = member_bytes(t, "tuneplane/capsule/artifact/tiny_lm.py")
     for file in ("grpo.py", "rewards.py", "tiny_lm.py", "trl_common.py", "tuneplane_recipe.py"):
         assert f"tuneplane/capsule/artifact/{file}" in names
     assert shipped == dict(recipe("trl/grpo").artifact)["tiny_lm.py"]

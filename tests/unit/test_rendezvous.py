@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -85,7 +86,7 @@ def test_ray_worker_joins_the_head_and_blocks() -> None:
     assert "train.py" not in " ".join(wrapped)  # workers serve the head; the driver runs on 0
 
 
-def test_ray_wrapped_commands_run_in_a_shell(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_ray_wrapped_commands_run_in_a_shell(tmp_path: Path) -> None:
     """With a fake ``ray`` on PATH: the head's command runs after ``ray start`` succeeded, with
     its arguments intact; a failed ``ray start`` keeps the command from running."""
     ray = tmp_path / "ray"

@@ -7,7 +7,7 @@ import pytest
 from domain.catalog import check_name
 from domain.errors import InvalidInput
 from domain.fleet import Pool
-from domain.requests import Profile, fits_pool, resolve_roles
+from domain.requests import Profile, RoleSpec, fits_pool, resolve_roles
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +18,7 @@ CPU = Pool("local", "main", "local", 0, 4, 8192)
 POOLS = [A, B, CPU]
 
 
-def one(text: str, pools: list[Pool] = POOLS, profiles: list[Profile] | None = None):
+def one(text: str, pools: list[Pool] = POOLS, profiles: list[Profile] | None = None) -> RoleSpec:
     (role,) = resolve_roles([text], pools, profiles or [])
     return role
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.slurm.backend import Handle, SlurmBackend
+from adapters.slurm.attempt_dirs import Handle
+from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.client import SlurmClient, SlurmEndpoint
 from adapters.slurm.versions import SlurmJob
 

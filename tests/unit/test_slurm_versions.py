@@ -130,8 +130,8 @@ async def test_nodes_and_partitions(version: str) -> None:
     )
     if version != "v0.0.38":  # the newer recordings carry the states a sync must map
         assert (nodes["n1"].state, nodes["n2"].state) == ("mixed", "allocated")
-        assert (nodes["n3"].state, nodes["n3"].flags) == ("idle", {"drain"})
-        assert (nodes["n4"].state, nodes["n4"].flags) == ("down", {"not_responding"})
+        assert (nodes["n3"].state, nodes["n3"].flags) == ("idle", frozenset({"drain"}))
+        assert (nodes["n4"].state, nodes["n4"].flags) == ("down", frozenset({"not_responding"}))
 
 
 @pytest.mark.parametrize("version", NEWER)
@@ -222,7 +222,8 @@ async def test_accounting_of_a_forgotten_job(tmp_path: Path) -> None:
     assert job.cancelled_by == ""  # kill_request_user: null (nobody cancelled it)
     assert await client.accounted(999999) is None  # "Nothing found": no record
 
-    from adapters.slurm.backend import Handle, SlurmBackend
+    from adapters.slurm.attempt_dirs import Handle
+    from adapters.slurm.backend import SlurmBackend
 
     backend = SlurmBackend(client, tmp_path)
     (tmp_path / "att-1").mkdir()

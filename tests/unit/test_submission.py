@@ -1,7 +1,7 @@
 """Resolution of an intent into a JobSpec and an immutable, digested Preview."""
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -10,7 +10,7 @@ from domain.catalog import RuntimeSpec
 from domain.errors import Conflict, Expired, InvalidInput
 from domain.fleet import Pool
 from domain.requests import resolve_roles
-from domain.submission import JobSpec, SourceRef, SubmissionIntent, make_preview, resolve
+from domain.submission import JobSpec, Preview, SourceRef, SubmissionIntent, make_preview, resolve
 from tests.unit.builders import PIN, T0, an_intent
 
 pytestmark = pytest.mark.unit
@@ -18,12 +18,14 @@ CATALOG = default_catalog([RuntimeSpec("busybox", PIN.image, None, "single-proce
 LOCAL = Pool("local", "local", "local", 0, 4.0, 8192)
 
 
-def _resolve(intent):  # type: ignore[no-untyped-def]
+def _resolve(intent: SubmissionIntent) -> JobSpec:
     roles = resolve_roles(intent.profiles, [LOCAL], [])
     return resolve(intent, CATALOG, PIN, roles, "local", "default")
 
 
-def _preview(intent=None, preview_id="pv-1", now=T0):  # type: ignore[no-untyped-def]
+def _preview(
+    intent: SubmissionIntent | None = None, preview_id: str = "pv-1", now: datetime = T0
+) -> Preview:
     intent = intent or an_intent()
     spec = _resolve(intent)
     return make_preview(
@@ -65,7 +67,9 @@ def test_digest_depends_on_content_not_on_id_or_time() -> None:
         (an_intent(source=SourceRef("md5:abc", 3)), "intent.source.digest", "POST /v1/archives"),
     ],
 )
-def test_bad_intents_name_the_field_and_the_fix(intent, field, words) -> None:  # type: ignore[no-untyped-def]
+def test_bad_intents_name_the_field_and_the_fix(
+    intent: SubmissionIntent, field: str, words: str
+) -> None:
     with pytest.raises(InvalidInput) as err:
         _resolve(intent)
     assert err.value.field == field
@@ -83,7 +87,7 @@ def test_commit_checks_digest_then_expiry() -> None:
 
 
 def test_params_are_coerced_and_checked() -> None:
-    from domain.catalog import Method, ParamSpec, resolve_params
+    from domain.catalog import Method, ParamSpec, ParamValue, resolve_params
 
     m = Method(
         "x/y",
@@ -102,14 +106,15 @@ def test_params_are_coerced_and_checked() -> None:
         "fast": True,
     }
     assert resolve_params(m, {}) == {"lr": 0.1, "epochs": 1}
-    for bad in (
+    bads: tuple[dict[str, ParamValue], ...] = (
         {"lr": "2"},
         {"lr": "abc"},
         {"epochs": "1.5"},
         {"fast": "maybe"},
         {"opt": "rmsprop"},
         {"epochs": True},
-    ):
+    )
+    for bad in bads:
         with pytest.raises(InvalidInput) as err:
             resolve_params(m, bad)
         assert err.value.field == f"intent.params.{next(iter(bad))}"

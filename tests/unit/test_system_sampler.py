@@ -10,6 +10,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from application import metrics
 from application.metrics import MetricsSummary
 from application.node_usage import MemberUsage
 from domain.errors import InvalidInput, Unavailable
-from domain.gpus import GpuInventory, GpuReading
+from domain.gpus import GpuInventory, GpuProbe, GpuReading
 from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder
 from domain.node_protocol import MemberRef, Phase
@@ -44,21 +45,27 @@ class Clock:
         return self.now
 
 
-def records(path: Path) -> list[dict[str, object]]:
+def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_bytes().splitlines()]
 
 
-def sampler(tmp_path: Path, probe: object = None, period: float = 5.0) -> SystemSampler:
+class ClockedSampler(SystemSampler):
+    """A sampler on a test's monotonic clock, which the test moves."""
+
+    clock: Clock
+
+
+def sampler(tmp_path: Path, probe: GpuProbe | None = None, period: float = 5.0) -> ClockedSampler:
     clock = Clock()
-    s = SystemSampler(
+    s = ClockedSampler(
         tmp_path / "system",
-        probe if probe is not None else RecordedProbe(GPUS),  # type: ignore[arg-type]
+        probe if probe is not None else RecordedProbe(GPUS),
         period,
         monotonic=clock,
         wall=lambda: 1_700_000_000.5,
         proc=tmp_path / "no-proc",
     )
-    s.clock = clock  # type: ignore[attr-defined]
+    s.clock = clock
     return s
 
 
@@ -84,9 +91,9 @@ def test_the_period_is_kept_on_the_monotonic_clock(tmp_path: Path) -> None:
     s = sampler(tmp_path, period=5.0)
     t = [Target("m1", (0,), None)]
     assert s.sample(t) and not s.sample(t)
-    s.clock.now += 4.9  # type: ignore[attr-defined]
+    s.clock.now += 4.9
     assert not s.due() and not s.sample(t)
-    s.clock.now += 0.1  # type: ignore[attr-defined]
+    s.clock.now += 0.1
     assert s.sample(t)
     s.clock.now += 3600  # a suspended host: one sample, then the period again from now
     assert s.sample(t) and not s.sample(t)
@@ -100,9 +107,9 @@ def test_a_gpu_the_host_lacks_is_left_out_and_named_once(
     with caplog.at_level(logging.WARNING, "tuneplane.collector"):
         for _ in range(3):
             s.sample([Target("m1", (7, 1), None)])
-            s.clock.now += 1  # type: ignore[attr-defined]
+            s.clock.now += 1
     assert caplog.text.count("has no GPU [7]") == 1
-    assert all(set(r["metrics"]) == {  # type: ignore[arg-type]
+    assert all(set(r["metrics"]) == {
         "sys/gpu1/utilization", "sys/gpu1/memory_used_mb", "sys/gpu1/temperature_c"
     } for r in records(s.path("m1")))  # fmt: skip
 
@@ -154,7 +161,7 @@ def test_a_restarted_collector_goes_on_counting(tmp_path: Path) -> None:
     s = sampler(tmp_path, period=1)
     for _ in range(3):
         s.sample([Target("m1", (0,), None)])
-        s.clock.now += 1  # type: ignore[attr-defined]
+        s.clock.now += 1
     with s.path("m1").open("ab") as f:
         f.write(b'{"step": 9')  # killed mid-way by something else: a cut line is ignored
     again = sampler(tmp_path)
@@ -173,13 +180,13 @@ def test_the_file_is_bounded_while_unread_and_rotated_once_read(
     try:
         for _ in range(40):  # nobody reads: the file stops growing past the bound
             s.sample([Target("m1", (0, 1), None, tail.position(SYSTEM_SOURCE))])
-            s.clock.now += 1  # type: ignore[attr-defined]
+            s.clock.now += 1
         size = s.path("m1").stat().st_size
         assert 1000 < size < 1000 + 400
         for _ in range(40):  # read as it goes: the file is replaced after 1,500 bytes
             tail.poll()
             s.sample([Target("m1", (0, 1), None, tail.position(SYSTEM_SOURCE))])
-            s.clock.now += 1  # type: ignore[attr-defined]
+            s.clock.now += 1
             assert s.path("m1").stat().st_size < 1500 + 400
         tail.poll()
         tail.poll()

@@ -8,6 +8,7 @@ import math
 import random
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -79,7 +80,9 @@ def test_tensorboardx_scalars_parse_to_the_values_written(tmp_path: Path) -> Non
     assert parsed.corrupt == 0
 
 
-def tensor_value(tag: str, value: float, dtype: int, first: bool, plugin: str = "scalars"):
+def tensor_value(
+    tag: str, value: float, dtype: int, first: bool, plugin: str = "scalars"
+) -> summary_pb2.Summary.Value:
     """A TF2 ``tf.summary.scalar`` value: a rank-0 tensor; the metadata only the first time."""
     shape = tensor_shape_pb2.TensorShapeProto()
     if dtype == 1:
@@ -228,8 +231,10 @@ def test_jsonl_bad_lines_are_counted_and_a_partial_line_waits() -> None:
 
 
 def test_files_are_claimed_by_name() -> None:
-    assert parser_for(Path("runs/events.out.tfevents.1700000000.host.1")).kind == "tfevents"
-    assert parser_for(Path("metrics/report-rank0.jsonl")).kind == "jsonl"
+    events = parser_for(Path("runs/events.out.tfevents.1700000000.host.1"))
+    assert events is not None and events.kind == "tfevents"
+    jsonl = parser_for(Path("metrics/report-rank0.jsonl"))
+    assert jsonl is not None and jsonl.kind == "jsonl"
     assert parser_for(Path("checkpoint.pt")) is None
 
 
@@ -251,7 +256,9 @@ sdk_lines = st.fixed_dictionaries(
 
 @given(st.lists(sdk_lines, max_size=30))
 @settings(max_examples=200, deadline=None)
-def test_the_sdk_form_fast_path_reads_what_the_general_path_reads(lines: list[dict]) -> None:
+def test_the_sdk_form_fast_path_reads_what_the_general_path_reads(
+    lines: list[dict[str, Any]],
+) -> None:
     from adapters.telemetry import jsonl
 
     data = "".join(json.dumps(line) + "\n" for line in lines).encode()
