@@ -140,6 +140,8 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
     tls, ca = gateway_tls(settings)
     async with started(TelemetryGatewayContainer(settings=settings)) as container:
         gateway = await resolve(container.gateway)
+        # thousands of streams' HTTP/2 and TLS state: as the node gateway (gc_pauses.py)
+        pauses = keep_pauses_short(asyncio.get_running_loop().call_soon_threadsafe)
         share = settings.telemetry_gateway_share_port
         server = await _listen(Server([gateway]), host, port, tls, "telemetry", share=share)
         try:
@@ -157,6 +159,7 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
         finally:
             server.close()
             await server.wait_closed()
+            stop_policy(pauses)
 
 
 def run_telemetry_gateway(
