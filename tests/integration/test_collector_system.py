@@ -22,6 +22,7 @@ from adapters.grpc.telemetry_client import open_channel
 from adapters.grpc.telemetry_gateway import source_batch
 from adapters.node.cgroup_paths import usage_source_of
 from adapters.telemetry.collector import Collector, CollectorOptions
+from adapters.telemetry.columns import Points
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler
 from domain.telemetry import UsageSource
@@ -67,6 +68,7 @@ def system_points(net: Net) -> list[tuple[str, int, str, int, float]]:
             if not s.source.startswith("system#"):
                 continue
             p = source_batch(s).points
+            assert isinstance(p, Points)
             for tag, offset, step, value in zip(
                 p.tag.tolist(), p.offset.tolist(), p.step.tolist(), p.value.tolist(), strict=True
             ):

@@ -68,7 +68,9 @@ class Rig:
         try:
             hello = Hello("n1", CAP, "10.0.0.1", "t", 0, ())
             await stream.send_message(codec.node_message_to(1, hello))
-            _, welcome, _ = codec.gateway_message_from(await stream.recv_message())
+            reply = await stream.recv_message()
+            assert reply is not None, "the stream ended before the welcome"
+            _, welcome, _ = codec.gateway_message_from(reply)
         except Exception as exc:  # as ``async with`` would: a reset stream raises its status
             await stream.__aexit__(type(exc), exc, exc.__traceback__)
             raise

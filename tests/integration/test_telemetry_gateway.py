@@ -317,9 +317,9 @@ async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Teleme
     token = await telemetry.tokens.issue(scope, T0, DAY)
     stub = TelemetryStub(telemetry.channel)
     bad_batches = []
-    good = ([0, 0, 0], [0, 40, 80], [0, 1, 2], [1.0, 2.0, 3.0], [0.5, 0.25, 0.125])
     for mutate in ("columns", "ragged", "backwards", "tag index", "kind", "step", "offset"):
-        tags, offsets, steps, walls, values = (list(c) for c in good)
+        tags, offsets, steps = [0, 0, 0], [0, 40, 80], [0, 1, 2]  # a good batch, then mutated
+        walls, values = [1.0, 2.0, 3.0], [0.5, 0.25, 0.125]
         if mutate == "columns":
             values.append(1.0)
         elif mutate == "backwards":

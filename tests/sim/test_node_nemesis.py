@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.sim.nemesis import Nemesis, NemesisRates
+from adapters.sim.nemesis import Nemesis
+from adapters.sim.nemesis_model import NemesisRates
 from adapters.sim.nodes import SimNodeBackend, SimNodeFleet
 from application import submissions
 from application.context import Context

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 
 from domain.admission import (
+    Decisions,
     NodeView,
     PendingJob,
     QueueView,
@@ -67,7 +68,9 @@ def queues(*qs: Queue, used: dict[str, tuple[int, int]] | None = None) -> dict[s
 RESEARCH = Queue("research", "vision")
 
 
-def run(views: list[NodeView], pending: list[PendingJob], qs: dict[str, QueueView] | None = None):
+def run(
+    views: list[NodeView], pending: list[PendingJob], qs: dict[str, QueueView] | None = None
+) -> Decisions:
     return decide(Snapshot(POOLS, views, qs or queues(RESEARCH), pending))
 
 

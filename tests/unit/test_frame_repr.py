@@ -21,6 +21,6 @@ def test_the_text_is_hyperframes_own(size: int) -> None:
 def test_the_telemetry_gateway_installs_it() -> None:
     import adapters.grpc.telemetry_gateway  # noqa: F401  (installs on import)
 
-    assert hyperframe.frame._raw_data_repr is frame_repr.raw_data_repr  # type: ignore[attr-defined]
+    assert hyperframe.frame._raw_data_repr is frame_repr.raw_data_repr
     frame = DataFrame(1, data=b"\x00\x01" * 3000)
     assert repr(frame).endswith(": <hex:00010001000100010001...>")
