@@ -19,7 +19,9 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
     and for PostgreSQL a raw asyncpg COPY of as many reserved-GPU rows, so each figure is a
     ratio against something measured on the same machine at the same moment.
 
-Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options). ``--explain FILE``
+Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options; ``--webhook`` adds one
+webhook that wants every change of every job, so the timeline's outbox trigger writes a row per
+event). ``--explain FILE``
 logs the plans and trigger times of every statement of 50 ms or more (``auto_explain``; needs
 a server with contrib: ``TUNEPLANE_PG_BIN=/usr/lib/postgresql/15/bin``).
 """
@@ -285,7 +287,7 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
 
 @contextlib.asynccontextmanager
 async def postgres(
-    keep: Path, explain: Path | None = None
+    keep: Path, explain: Path | None = None, webhook: bool = False
 ) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
     from adapters.postgres import migrate
     from adapters.postgres.embedded import EmbeddedPostgres
@@ -300,6 +302,8 @@ async def postgres(
         await migrate.upgrade_async(url)
         if explain is not None:
             await auto_explain(url)
+        if webhook:
+            await subscribe_every_job(url)
         engine = create_engine(url, pool_size=4)
         time_statements(engine.sync_engine)
         try:
@@ -356,6 +360,22 @@ async def auto_explain(url: str) -> None:
         await conn.close()
 
 
+async def subscribe_every_job(url: str) -> None:
+    """One webhook that wants every change of every job (its owner's, any state): each
+    timeline event of the pass then writes an outbox row (``--webhook``)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(
+            "INSERT INTO webhook_subscriptions (id, owner, scope, target, url, format, "
+            "created_at, secret) VALUES ('wh-bench', 'bench', 'user', 'bench', "
+            "'https://receiver.example', 'tuneplane', now(), 'k')"
+        )
+    finally:
+        await conn.close()
+
+
 async def copy_baseline(url: str, rows: int) -> float:
     """Seconds for a raw asyncpg COPY of ``rows`` (node, gpu, attempt) rows into a temp table."""
     import asyncpg
@@ -388,7 +408,7 @@ async def main(args: argparse.Namespace) -> None:
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
-            async with postgres(Path(tmp), args.explain) as (pg_factory, url):
+            async with postgres(Path(tmp), args.explain, args.webhook) as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
                 f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending)
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
@@ -426,5 +446,10 @@ if __name__ == "__main__":
         type=Path,
         help="log every PostgreSQL statement of 50 ms or more with its plan and trigger "
         "times (auto_explain) and copy the server log to this file",
+    )
+    parser.add_argument(
+        "--webhook",
+        action="store_true",
+        help="PostgreSQL: one webhook wants every job's changes (an outbox row per event)",
     )
     asyncio.run(main(parser.parse_args()))
