@@ -23,6 +23,7 @@ end, then refuses.
 from __future__ import annotations
 
 import builtins
+import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -116,8 +117,11 @@ REFUSALS = {
 def gpu_runs(gpus: Sequence[int]) -> list[tuple[int, int]]:
     """Sorted GPU indexes as runs ``[lo, hi)`` of consecutive ones: (0, 1, 2, 5) → [(0, 3),
     (5, 6)]. An index given twice is refused (it would be one GPU reserved twice)."""
+    ordered = sorted(gpus)
+    if ordered and ordered[-1] - ordered[0] == len(ordered) - 1 == len(set(ordered)) - 1:
+        return [(ordered[0], ordered[-1] + 1)]  # the common case: one run, no index twice
     runs: list[tuple[int, int]] = []
-    for i in sorted(gpus):
+    for i in ordered:
         if runs and i < runs[-1][1]:
             raise Conflict(f"GPU {i} is listed twice", fix="decide again")
         if runs and i == runs[-1][1]:
@@ -127,6 +131,9 @@ def gpu_runs(gpus: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
+_MEMBER = operator.attrgetter("member")
+
+
 def reserve_many_params(batch: Sequence[Reservation]) -> dict[str, Any]:
     """The statement's parameters: the rows of each table as array literals (arrays.py), node
     demand summed over the batch."""
@@ -134,12 +141,17 @@ def reserve_many_params(batch: Sequence[Reservation]) -> dict[str, Any]:
     members: list[tuple[str, Assignment]] = []
     runs: list[tuple[str, int, str, int, int]] = []
     for r in batch:
-        for a in sorted(r.assignments, key=lambda a: a.member):
-            d = demand.setdefault(a.node, [0, 0])
-            d[0] += a.mcpu
-            d[1] += a.memory_mb
-            members.append((r.attempt_id, a))
-            runs.extend((r.attempt_id, a.member, a.node, lo, hi) for lo, hi in gpu_runs(a.gpus))
+        attempt = r.attempt_id
+        for a in sorted(r.assignments, key=_MEMBER) if len(r.assignments) > 1 else r.assignments:
+            d = demand.get(a.node)
+            if d is None:
+                demand[a.node] = [a.mcpu, a.memory_mb]
+            else:
+                d[0] += a.mcpu
+                d[1] += a.memory_mb
+            members.append((attempt, a))
+            for lo, hi in gpu_runs(a.gpus):
+                runs.append((attempt, a.member, a.node, lo, hi))
     nodes = sorted(demand)  # row locks in name order
     return {
         "d_node": text_array(nodes),
