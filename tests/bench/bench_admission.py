@@ -151,7 +151,30 @@ class Figures:
     stores: list[tuple[float, int]] = field(default_factory=list)
     # for the same passes, seconds per statement of the store (PostgreSQL: time_statements)
     statements: list[dict[str, float]] = field(default_factory=list)
+    # for the same passes, CPU seconds: this process's and PostgreSQL's (every backend's)
+    cpu: list[tuple[float, float]] = field(default_factory=list)
     steady: Steady | None = None
+
+
+# the embedded server's postmaster.pid (set by ``postgres``): its children are the backends
+PG_PIDFILE: list[Path] = []
+
+
+def server_cpu() -> float:
+    """CPU seconds (user + system) of the PostgreSQL server's processes so far (Linux /proc);
+    0 without one."""
+    if not PG_PIDFILE:
+        return 0.0
+    postmaster = PG_PIDFILE[0].read_text().split()[0]
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if fields[1] == postmaster or stat.parent.name == postmaster:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -218,11 +241,13 @@ async def measure(
 
     async def timed_apply(placements: Any, attempts: Any = None) -> Any:
         STATEMENTS.clear()
+        c, s = time.process_time(), server_cpu()
         t = time.perf_counter()
         out = await apply(placements, attempts)
         if len(out[0]) >= 500:
             first.stores.append((time.perf_counter() - t, len(out[0])))
             first.statements.append(dict(STATEMENTS))
+            first.cpu.append((time.process_time() - c, server_cpu() - s))
         return out
 
     sched.apply = timed_apply  # type: ignore[method-assign]
@@ -276,6 +301,11 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
               f"placement median {statistics.median(per) * 1e6:.0f} us, best {per[0] * 1e6:.0f} "
               f"us; at the median, 1,277 placements take "
               f"{statistics.median(per) * 1277 * 1000:.0f} ms")  # fmt: skip
+    if f.cpu:
+        client = statistics.median(c / n for (c, _), (_, n) in zip(f.cpu, f.stores, strict=True))
+        server = statistics.median(v / n for (_, v), (_, n) in zip(f.cpu, f.stores, strict=True))
+        print(f"  CPU per placement (median; whatever the machine's load): this process "
+              f"{client * 1e6:.0f} us, PostgreSQL {server * 1e6:.0f} us")  # fmt: skip
     names = sorted({k for d in f.statements for k in d})
     for name in names:
         each = [d.get(name, 0.0) / n for d, (_, n) in zip(f.statements, f.stores, strict=True)]
@@ -298,6 +328,7 @@ async def postgres(
     pg_bin = os.environ.get("TUNEPLANE_PG_BIN")
     pg = EmbeddedPostgres(keep / "pg", bin_dir=Path(pg_bin) if pg_bin else None)
     url = pg.start()
+    PG_PIDFILE[:] = [pg.pgdata / "postmaster.pid"]
     try:
         await migrate.upgrade_async(url)
         if explain is not None:
