@@ -23,6 +23,7 @@ end, then refuses.
 from __future__ import annotations
 
 import builtins
+import operator
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -32,6 +33,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from adapters.postgres.arrays import int_array, literal_params, text_array, time_array
 from adapters.postgres.errors import translated
 from domain.admission import Assignment, Reservation
 from domain.errors import Conflict
@@ -41,33 +43,35 @@ from domain.errors import Conflict
 # reads its node's slot and GPU count from that UPDATE. Each member's GPUs travel as runs of
 # consecutive indexes and become one set of GPU numbers (its node's window: slot * 64 + index).
 _RESERVE_MANY = text(
-    "WITH d AS (SELECT * FROM unnest(CAST(:d_node AS text[]), CAST(:d_mcpu AS int[]), "
-    "                                CAST(:d_memory AS int[])) AS d(node, mcpu, memory_mb)), "
-    "upd AS (UPDATE nodes n SET used_mcpu = n.used_mcpu + d.mcpu, "
-    "               used_memory_mb = n.used_memory_mb + d.memory_mb "
-    "        FROM d WHERE n.name = d.node RETURNING n.name, n.slot, n.gpus), "
-    "locked AS (SELECT count(*) AS nodes FROM upd), "
-    "r AS (INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
-    "      SELECT x.* FROM locked CROSS JOIN unnest(CAST(:r_attempt AS text[]), "
-    "             CAST(:r_job AS text[]), CAST(:r_queue AS text[]), "
-    "             CAST(:r_at AS timestamptz[])) AS x(attempt_id, job_id, queue, reserved_at)), "
-    "g AS (SELECT y.attempt_id, y.member, "
-    "             range_agg(int4range(u.slot * 64 + y.lo, u.slot * 64 + y.hi)) AS gpus "
-    "      FROM unnest(CAST(:g_attempt AS text[]), CAST(:g_member AS int[]), "
-    "                  CAST(:g_node AS text[]), CAST(:g_lo AS int[]), CAST(:g_hi AS int[])) "
-    "           AS y(attempt_id, member, node, lo, hi) "
-    "      JOIN upd u ON u.name = y.node GROUP BY y.attempt_id, y.member), "
-    # a member whose node does not exist gets no slot: the NOT NULL refuses it
-    "m AS (INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb, "
-    "                                       node_slot, node_gpus, gpus) "
-    "      SELECT x.*, u.slot, u.gpus, coalesce(g.gpus, '{}') "
-    "      FROM locked CROSS JOIN unnest(CAST(:m_attempt AS text[]), "
-    "             CAST(:m_member AS int[]), CAST(:m_role AS text[]), CAST(:m_node AS text[]), "
-    "             CAST(:m_mcpu AS int[]), CAST(:m_memory AS int[])) "
-    "             AS x(attempt_id, member, role, node, mcpu, memory_mb) "
-    "      LEFT JOIN upd u ON u.name = x.node "
-    "      LEFT JOIN g ON g.attempt_id = x.attempt_id AND g.member = x.member) "
-    "SELECT nodes FROM locked"
+    literal_params(
+        "WITH d AS (SELECT * FROM unnest(CAST(:d_node AS text[]), CAST(:d_mcpu AS int[]), "
+        "                                CAST(:d_memory AS int[])) AS d(node, mcpu, memory_mb)), "
+        "upd AS (UPDATE nodes n SET used_mcpu = n.used_mcpu + d.mcpu, "
+        "               used_memory_mb = n.used_memory_mb + d.memory_mb "
+        "        FROM d WHERE n.name = d.node RETURNING n.name, n.slot, n.gpus), "
+        "locked AS (SELECT count(*) AS nodes FROM upd), "
+        "r AS (INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
+        "      SELECT x.* FROM locked CROSS JOIN unnest(CAST(:r_attempt AS text[]), "
+        "             CAST(:r_job AS text[]), CAST(:r_queue AS text[]), "
+        "             CAST(:r_at AS timestamptz[])) AS x(attempt_id, job_id, queue, reserved_at)), "
+        "g AS (SELECT y.attempt_id, y.member, "
+        "             range_agg(int4range(u.slot * 64 + y.lo, u.slot * 64 + y.hi)) AS gpus "
+        "      FROM unnest(CAST(:g_attempt AS text[]), CAST(:g_member AS int[]), "
+        "                  CAST(:g_node AS text[]), CAST(:g_lo AS int[]), CAST(:g_hi AS int[])) "
+        "           AS y(attempt_id, member, node, lo, hi) "
+        "      JOIN upd u ON u.name = y.node GROUP BY y.attempt_id, y.member), "
+        # a member whose node does not exist gets no slot: the NOT NULL refuses it
+        "m AS (INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb, "
+        "                                       node_slot, node_gpus, gpus) "
+        "      SELECT x.*, u.slot, u.gpus, coalesce(g.gpus, '{}') "
+        "      FROM locked CROSS JOIN unnest(CAST(:m_attempt AS text[]), "
+        "             CAST(:m_member AS int[]), CAST(:m_role AS text[]), CAST(:m_node AS text[]), "
+        "             CAST(:m_mcpu AS int[]), CAST(:m_memory AS int[])) "
+        "             AS x(attempt_id, member, role, node, mcpu, memory_mb) "
+        "      LEFT JOIN upd u ON u.name = x.node "
+        "      LEFT JOIN g ON g.attempt_id = x.attempt_id AND g.member = x.member) "
+        "SELECT nodes FROM locked"
+    )
 )
 
 # A member's GPU indexes, in order, from its set of GPU numbers (``{t}``: the member's alias).
@@ -113,8 +117,11 @@ REFUSALS = {
 def gpu_runs(gpus: Sequence[int]) -> list[tuple[int, int]]:
     """Sorted GPU indexes as runs ``[lo, hi)`` of consecutive ones: (0, 1, 2, 5) → [(0, 3),
     (5, 6)]. An index given twice is refused (it would be one GPU reserved twice)."""
+    ordered = sorted(gpus)
+    if ordered and ordered[-1] - ordered[0] == len(ordered) - 1 == len(set(ordered)) - 1:
+        return [(ordered[0], ordered[-1] + 1)]  # the common case: one run, no index twice
     runs: list[tuple[int, int]] = []
-    for i in sorted(gpus):
+    for i in ordered:
         if runs and i < runs[-1][1]:
             raise Conflict(f"GPU {i} is listed twice", fix="decide again")
         if runs and i == runs[-1][1]:
@@ -124,39 +131,47 @@ def gpu_runs(gpus: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
+_MEMBER = operator.attrgetter("member")
+
+
 def reserve_many_params(batch: Sequence[Reservation]) -> dict[str, Any]:
-    """The statement's parameters: the rows of each table as arrays, node demand summed over
-    the batch."""
+    """The statement's parameters: the rows of each table as array literals (arrays.py), node
+    demand summed over the batch."""
     demand: dict[str, list[int]] = {}
     members: list[tuple[str, Assignment]] = []
     runs: list[tuple[str, int, str, int, int]] = []
     for r in batch:
-        for a in sorted(r.assignments, key=lambda a: a.member):
-            d = demand.setdefault(a.node, [0, 0])
-            d[0] += a.mcpu
-            d[1] += a.memory_mb
-            members.append((r.attempt_id, a))
-            runs.extend((r.attempt_id, a.member, a.node, lo, hi) for lo, hi in gpu_runs(a.gpus))
+        attempt = r.attempt_id
+        for a in sorted(r.assignments, key=_MEMBER) if len(r.assignments) > 1 else r.assignments:
+            d = demand.get(a.node)
+            if d is None:
+                demand[a.node] = [a.mcpu, a.memory_mb]
+            else:
+                d[0] += a.mcpu
+                d[1] += a.memory_mb
+            members.append((attempt, a))
+            for lo, hi in gpu_runs(a.gpus):
+                runs.append((attempt, a.member, a.node, lo, hi))
     nodes = sorted(demand)  # row locks in name order
     return {
-        "d_node": nodes,
-        "d_mcpu": [demand[n][0] for n in nodes],
-        "d_memory": [demand[n][1] for n in nodes],
-        "r_attempt": [r.attempt_id for r in batch],
-        "r_job": [r.job_id for r in batch],
-        "r_queue": [r.queue for r in batch],
-        "r_at": [r.reserved_at for r in batch],
-        "m_attempt": [m[0] for m in members],
-        "m_member": [m[1].member for m in members],
-        "m_role": [m[1].role for m in members],
-        "m_node": [m[1].node for m in members],
-        "m_mcpu": [m[1].mcpu for m in members],
-        "m_memory": [m[1].memory_mb for m in members],
-        "g_attempt": [g[0] for g in runs],
-        "g_member": [g[1] for g in runs],
-        "g_node": [g[2] for g in runs],
-        "g_lo": [g[3] for g in runs],
-        "g_hi": [g[4] for g in runs],
+        "d_node": text_array(nodes),
+        "d_mcpu": int_array([demand[n][0] for n in nodes]),
+        "d_memory": int_array([demand[n][1] for n in nodes]),
+        "r_attempt": text_array([r.attempt_id for r in batch]),
+        "r_job": text_array([r.job_id for r in batch]),
+        "r_queue": text_array([r.queue for r in batch]),
+        "r_at": time_array([r.reserved_at for r in batch]),
+        "m_attempt": text_array([m[0] for m in members]),
+        "m_member": int_array([m[1].member for m in members]),
+        "m_role": text_array([m[1].role for m in members]),
+        "m_node": text_array([m[1].node for m in members]),
+        "m_mcpu": int_array([m[1].mcpu for m in members]),
+        "m_memory": int_array([m[1].memory_mb for m in members]),
+        "g_attempt": text_array([g[0] for g in runs]),
+        "g_member": int_array([g[1] for g in runs]),
+        "g_node": text_array([g[2] for g in runs]),
+        "g_lo": int_array([g[3] for g in runs]),
+        "g_hi": int_array([g[4] for g in runs]),
     }
 
 
@@ -227,7 +242,9 @@ class PostgresReservationRepository:
             raise Conflict(f"{what} was refused: {refused.message}", fix=refused.fix) from None
         with translated(f"store {what}"), _refused_as_conflict(what):
             nodes = (await self._conn.execute(_RESERVE_MANY, params)).scalar()
-        if nodes != len(params["d_node"]):  # not reached: the NOT NULL refuses it first
+        if nodes != len(
+            {a.node for r in batch for a in r.assignments}
+        ):  # not reached: the NOT NULL refuses it first
             raise Conflict(f"{what}: a node does not exist", fix="decide again")
 
     async def release(self, attempt_id: str) -> bool:

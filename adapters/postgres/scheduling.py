@@ -21,6 +21,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from adapters.postgres import codec
+from adapters.postgres.arrays import int_array, literal_params, text_array, time_array
 from adapters.postgres.errors import translated
 from adapters.postgres.reservations import PostgresReservationRepository
 from domain.admission import NodeView, PendingChanges, PendingJob, QueueView, Snapshot
@@ -33,31 +34,35 @@ from domain.submission import JobSpec
 
 _ANY_TIME = datetime(9999, 1, 1, tzinfo=UTC)  # no time given: every pending job
 # One statement for the jobs, their attempts and members, whatever the number of placements:
-# the rows travel as arrays; only the jobs still pending move, and only theirs are inserted.
+# the rows travel as array literals (arrays.py); only the jobs still pending move, and only
+# theirs are inserted.
 _START = text(
-    "WITH moved AS (UPDATE jobs SET state = 'starting', updated_at = :now, reason = '', "
-    "               not_before = NULL "
-    "               WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id), "
-    "a AS (INSERT INTO attempts (id, job_id, number, state, created_at, updated_at, reason, "
-    "                            exit_code, cause) "
-    "      SELECT x.* FROM unnest(CAST(:a_id AS text[]), CAST(:a_job AS text[]), "
-    "             CAST(:a_number AS int[]), CAST(:a_state AS text[]), "
-    "             CAST(:a_created AS timestamptz[]), CAST(:a_updated AS timestamptz[]), "
-    "             CAST(:a_reason AS text[]), CAST(:a_exit AS int[]), CAST(:a_cause AS text[])) "
-    "             AS x(id, job_id, number, state, created_at, updated_at, reason, exit_code, "
-    "                  cause) "
-    "      WHERE x.job_id IN (SELECT id FROM moved) RETURNING id), "
-    "m AS (INSERT INTO members (id, attempt_id, index, state, handle, exit_code, reason, "
-    "                           updated_at, node, role) "
-    "      SELECT y.* FROM unnest(CAST(:m_id AS text[]), CAST(:m_attempt AS text[]), "
-    "             CAST(:m_index AS int[]), CAST(:m_state AS text[]), CAST(:m_handle AS text[]), "
-    "             CAST(:m_exit AS int[]), CAST(:m_reason AS text[]), "
-    "             CAST(:m_updated AS timestamptz[]), CAST(:m_node AS text[]), "
-    "             CAST(:m_role AS text[])) "
-    "             AS y(id, attempt_id, index, state, handle, exit_code, reason, updated_at, "
-    "                  node, role) "
-    "      WHERE y.attempt_id IN (SELECT id FROM a)) "
-    "SELECT id FROM moved"
+    literal_params(
+        "WITH moved AS (UPDATE jobs SET state = 'starting', updated_at = :now, reason = '', "
+        "               not_before = NULL "
+        "               WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id), "
+        "a AS (INSERT INTO attempts (id, job_id, number, state, created_at, updated_at, reason, "
+        "                            exit_code, cause) "
+        "      SELECT x.* FROM unnest(CAST(:a_id AS text[]), CAST(:a_job AS text[]), "
+        "             CAST(:a_number AS int[]), CAST(:a_state AS text[]), "
+        "             CAST(:a_created AS timestamptz[]), CAST(:a_updated AS timestamptz[]), "
+        "             CAST(:a_reason AS text[]), CAST(:a_exit AS int[]), CAST(:a_cause AS text[])) "
+        "             AS x(id, job_id, number, state, created_at, updated_at, reason, exit_code, "
+        "                  cause) "
+        "      WHERE x.job_id IN (SELECT id FROM moved) RETURNING id), "
+        "m AS (INSERT INTO members (id, attempt_id, index, state, handle, exit_code, reason, "
+        "                           updated_at, node, role) "
+        "      SELECT y.* FROM unnest(CAST(:m_id AS text[]), CAST(:m_attempt AS text[]), "
+        "             CAST(:m_index AS int[]), CAST(:m_state AS text[]), "
+        "             CAST(:m_handle AS text[]), "
+        "             CAST(:m_exit AS int[]), CAST(:m_reason AS text[]), "
+        "             CAST(:m_updated AS timestamptz[]), CAST(:m_node AS text[]), "
+        "             CAST(:m_role AS text[])) "
+        "             AS y(id, attempt_id, index, state, handle, exit_code, reason, updated_at, "
+        "                  node, role) "
+        "      WHERE y.attempt_id IN (SELECT id FROM a)) "
+        "SELECT id FROM moved"
+    )
 )
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
@@ -116,31 +121,32 @@ def _roles(roles_json: str) -> tuple[RoleSpec, ...]:
 
 
 def start_params(starts: Sequence[Start], now: datetime) -> dict[str, Any]:
-    """``_START``'s parameters: every attempt's and member's columns as arrays."""
+    """``_START``'s parameters: every attempt's and member's columns as array literals
+    (arrays.py: one text each, not a list asyncpg encodes element by element)."""
     atts = [s.attempt for s in starts]
     mems = [m for s in starts for m in s.members]
     return {
         "now": now,
-        "ids": [s.job_id for s in starts],
-        "a_id": [a.id for a in atts],
-        "a_job": [a.job_id for a in atts],
-        "a_number": [a.number for a in atts],
-        "a_state": [a.state.value for a in atts],
-        "a_created": [a.created_at for a in atts],
-        "a_updated": [a.updated_at for a in atts],
-        "a_reason": [a.reason for a in atts],
-        "a_exit": [a.exit_code for a in atts],
-        "a_cause": [a.cause for a in atts],
-        "m_id": [m.id for m in mems],
-        "m_attempt": [m.attempt_id for m in mems],
-        "m_index": [m.index for m in mems],
-        "m_state": [m.state.value for m in mems],
-        "m_handle": [m.handle for m in mems],
-        "m_exit": [m.exit_code for m in mems],
-        "m_reason": [m.reason for m in mems],
-        "m_updated": [m.updated_at for m in mems],
-        "m_node": [m.node for m in mems],
-        "m_role": [m.role for m in mems],
+        "ids": text_array([s.job_id for s in starts]),
+        "a_id": text_array([a.id for a in atts]),
+        "a_job": text_array([a.job_id for a in atts]),
+        "a_number": int_array([a.number for a in atts]),
+        "a_state": text_array([a.state.value for a in atts]),
+        "a_created": time_array([a.created_at for a in atts]),
+        "a_updated": time_array([a.updated_at for a in atts]),
+        "a_reason": text_array([a.reason for a in atts]),
+        "a_exit": int_array([a.exit_code for a in atts]),
+        "a_cause": text_array([a.cause for a in atts]),
+        "m_id": text_array([m.id for m in mems]),
+        "m_attempt": text_array([m.attempt_id for m in mems]),
+        "m_index": int_array([m.index for m in mems]),
+        "m_state": text_array([m.state.value for m in mems]),
+        "m_handle": text_array([m.handle for m in mems]),
+        "m_exit": int_array([m.exit_code for m in mems]),
+        "m_reason": text_array([m.reason for m in mems]),
+        "m_updated": time_array([m.updated_at for m in mems]),
+        "m_node": text_array([m.node for m in mems]),
+        "m_role": text_array([m.role for m in mems]),
     }
 
 

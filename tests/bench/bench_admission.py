@@ -19,7 +19,9 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
     and for PostgreSQL a raw asyncpg COPY of as many reserved-GPU rows, so each figure is a
     ratio against something measured on the same machine at the same moment.
 
-Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options). ``--explain FILE``
+Run: ``bash tests/bench/run_admission.sh`` (``--help`` for the options; ``--webhook`` adds one
+webhook that wants every change of every job, so the timeline's outbox trigger writes a row per
+event). ``--explain FILE``
 logs the plans and trigger times of every statement of 50 ms or more (``auto_explain``; needs
 a server with contrib: ``TUNEPLANE_PG_BIN=/usr/lib/postgresql/15/bin``).
 """
@@ -149,7 +151,30 @@ class Figures:
     stores: list[tuple[float, int]] = field(default_factory=list)
     # for the same passes, seconds per statement of the store (PostgreSQL: time_statements)
     statements: list[dict[str, float]] = field(default_factory=list)
+    # for the same passes, CPU seconds: this process's and PostgreSQL's (every backend's)
+    cpu: list[tuple[float, float]] = field(default_factory=list)
     steady: Steady | None = None
+
+
+# the embedded server's postmaster.pid (set by ``postgres``): its children are the backends
+PG_PIDFILE: list[Path] = []
+
+
+def server_cpu() -> float:
+    """CPU seconds (user + system) of the PostgreSQL server's processes so far (Linux /proc);
+    0 without one."""
+    if not PG_PIDFILE:
+        return 0.0
+    postmaster = PG_PIDFILE[0].read_text().split()[0]
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # ended meanwhile
+        if fields[1] == postmaster or stat.parent.name == postmaster:
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -216,11 +241,13 @@ async def measure(
 
     async def timed_apply(placements: Any, attempts: Any = None) -> Any:
         STATEMENTS.clear()
+        c, s = time.process_time(), server_cpu()
         t = time.perf_counter()
         out = await apply(placements, attempts)
         if len(out[0]) >= 500:
             first.stores.append((time.perf_counter() - t, len(out[0])))
             first.statements.append(dict(STATEMENTS))
+            first.cpu.append((time.process_time() - c, server_cpu() - s))
         return out
 
     sched.apply = timed_apply  # type: ignore[method-assign]
@@ -274,6 +301,11 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
               f"placement median {statistics.median(per) * 1e6:.0f} us, best {per[0] * 1e6:.0f} "
               f"us; at the median, 1,277 placements take "
               f"{statistics.median(per) * 1277 * 1000:.0f} ms")  # fmt: skip
+    if f.cpu:
+        client = statistics.median(c / n for (c, _), (_, n) in zip(f.cpu, f.stores, strict=True))
+        server = statistics.median(v / n for (_, v), (_, n) in zip(f.cpu, f.stores, strict=True))
+        print(f"  CPU per placement (median; whatever the machine's load): this process "
+              f"{client * 1e6:.0f} us, PostgreSQL {server * 1e6:.0f} us")  # fmt: skip
     names = sorted({k for d in f.statements for k in d})
     for name in names:
         each = [d.get(name, 0.0) / n for d, (_, n) in zip(f.statements, f.stores, strict=True)]
@@ -285,7 +317,7 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
 
 @contextlib.asynccontextmanager
 async def postgres(
-    keep: Path, explain: Path | None = None
+    keep: Path, explain: Path | None = None, webhook: bool = False
 ) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
     from adapters.postgres import migrate
     from adapters.postgres.embedded import EmbeddedPostgres
@@ -296,10 +328,13 @@ async def postgres(
     pg_bin = os.environ.get("TUNEPLANE_PG_BIN")
     pg = EmbeddedPostgres(keep / "pg", bin_dir=Path(pg_bin) if pg_bin else None)
     url = pg.start()
+    PG_PIDFILE[:] = [pg.pgdata / "postmaster.pid"]
     try:
         await migrate.upgrade_async(url)
         if explain is not None:
             await auto_explain(url)
+        if webhook:
+            await subscribe_every_job(url)
         engine = create_engine(url, pool_size=4)
         time_statements(engine.sync_engine)
         try:
@@ -356,6 +391,22 @@ async def auto_explain(url: str) -> None:
         await conn.close()
 
 
+async def subscribe_every_job(url: str) -> None:
+    """One webhook that wants every change of every job (its owner's, any state): each
+    timeline event of the pass then writes an outbox row (``--webhook``)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute(
+            "INSERT INTO webhook_subscriptions (id, owner, scope, target, url, format, "
+            "created_at, secret) VALUES ('wh-bench', 'bench', 'user', 'bench', "
+            "'https://receiver.example', 'tuneplane', now(), 'k')"
+        )
+    finally:
+        await conn.close()
+
+
 async def copy_baseline(url: str, rows: int) -> float:
     """Seconds for a raw asyncpg COPY of ``rows`` (node, gpu, attempt) rows into a temp table."""
     import asyncpg
@@ -388,7 +439,7 @@ async def main(args: argparse.Namespace) -> None:
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
-            async with postgres(Path(tmp), args.explain) as (pg_factory, url):
+            async with postgres(Path(tmp), args.explain, args.webhook) as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
                 f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending)
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
@@ -426,5 +477,10 @@ if __name__ == "__main__":
         type=Path,
         help="log every PostgreSQL statement of 50 ms or more with its plan and trigger "
         "times (auto_explain) and copy the server log to this file",
+    )
+    parser.add_argument(
+        "--webhook",
+        action="store_true",
+        help="PostgreSQL: one webhook wants every job's changes (an outbox row per event)",
     )
     asyncio.run(main(parser.parse_args()))

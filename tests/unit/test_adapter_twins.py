@@ -31,6 +31,7 @@ POSTGRES_ONLY = {
     "webhook_tables": "schema",
     "codec": "rows to domain values",
     "rows": "SQL row helpers (adapters/memory/db.py has the in-memory ones)",
+    "arrays": "SQL helpers: array parameters bound as PostgreSQL array literals",
     "engine": "connections",
     "errors": "driver errors to domain errors",
     "embedded": "the embedded server of tp up",
