@@ -48,8 +48,8 @@ bash proto/generate.sh --check
 echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check . >/dev/null || { .venv/bin/ruff format --check .; exit 1; }
-echo "==> mypy (strict on every package)"
-.venv/bin/mypy domain application adapters entrypoints
+echo "==> mypy (strict on every package and the tests)"
+.venv/bin/mypy domain application adapters entrypoints tests
 echo "==> import-linter"
 .venv/bin/lint-imports
 echo "==> pytest"

@@ -38,7 +38,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -208,7 +208,7 @@ async def measure(
     limit: int,
     arrivals: list[Job],
     batch: int = 2_000,
-    later: list[Job] = (),
+    later: Sequence[Job] = (),
     ending: int = 0,
 ) -> Figures:
     """One steady pass as the leader runs it: the scheduler has read the queue before (its

@@ -113,8 +113,9 @@ async def test_the_statement_trigger_writes_what_the_row_trigger_wrote(empty_db:
         by_statement = await _scenario(conn, "b-")
         assert by_statement == by_row
         # each (subscription, job)'s rows in the order of the job's events
-        seqs: dict[tuple[object, object], list[object]] = {}
+        seqs: dict[tuple[object, object], list[int]] = {}
         for r in by_statement:
+            assert isinstance(r[2], int)
             seqs.setdefault((r[0], r[1]), []).append(r[2])
         assert all(s == sorted(s) for s in seqs.values())
         await migrate.downgrade_async(empty_db, "0033")
