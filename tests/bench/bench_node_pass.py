@@ -7,9 +7,9 @@ loop runs every ``poll`` (0.5 s): the command pass, the credential, token and ou
 passes. Measured per round: CPU time (``time.process_time``), and the longest stretch of CPU
 time the event loop spent without running another task (a task that only yields records the
 gaps, in process CPU time so that a busy machine's scheduling does not count), which is what a
-heartbeat answer would wait on an idle machine. The code before session 40 has no ``commands_due``: the
-benchmark then runs the passes over every session as the gateway did (run it with that code
-first on ``PYTHONPATH``).
+heartbeat answer would wait on an idle machine. The code before session 40 has no
+``commands_due``: the benchmark then runs the passes over every session as the gateway did (run
+it with that code first on ``PYTHONPATH`` and ``--import-mode=append``).
 
 Run: ``.venv/bin/pytest tests/bench/bench_node_pass.py -m bench -s``.
 """
