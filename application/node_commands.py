@@ -57,7 +57,11 @@ class Attention:
         self._sessions: dict[str, Session] = {}
 
     def add(self, session: Session) -> None:
-        self._sessions[session.node] = session
+        """Look at ``session`` in the next pass (an older session of its node never replaces a
+        newer one: one may open while a pass over the older is under way)."""
+        current = self._sessions.get(session.node)
+        if current is None or current.number <= session.number:
+            self._sessions[session.node] = session
 
     def drop(self, session: Session) -> None:
         """The session ended (a newer one of its node keeps its place)."""
@@ -72,9 +76,11 @@ class Attention:
         state now, so what a message changed during the pass is looked at again next time."""
         for session in sessions:
             if busy(session):
-                self._sessions[session.node] = session
-            else:
-                self.drop(session)
+                self.add(session)
+                continue
+            current = self._sessions.get(session.node)
+            if current is not None and current.number <= session.number:
+                del self._sessions[session.node]  # idle (an older, ended session with it)
 
     def live(self, sessions: Mapping[str, Session]) -> list[Session]:
         """The busy and attended sessions among ``sessions`` (live ones, by node)."""

@@ -131,3 +131,22 @@ def test_attention_keeps_a_newer_session_when_an_older_one_of_its_node_ends() ->
     attention.settle([new])
     assert attention.live({}) == []  # busy, but not live in this view
     assert attention.nodes() == {"n1"}
+
+
+def test_a_pass_over_an_older_session_never_takes_the_place_of_a_newer_one() -> None:
+    """A newer session of a node opens while a pass over the older one is under way: the older
+    one's end, or its being busy, must not take the newer one out of the next passes."""
+    attention = Attention()
+    old = Session("n1", 1, 1, NodeIdentity("n1", "c"))
+    old.held["m"] = (MemberRef("a", "m", 0, 1), Phase.RUNNING)
+    new = Session("n1", 2, 1, NodeIdentity("n1", "c"))
+    new.held["k"] = (MemberRef("a", "k", 0, 1), Phase.RUNNING)
+    attention.add(old)
+    attention.add(new)  # opened during the pass over ``old``
+    attention.settle([old])  # busy: it stays, but not in the newer one's place
+    attention.drop(old)  # its stream ends
+    assert attention.live({"n1": new}) == [new]
+    idle = Session("n1", 3, 1, NodeIdentity("n1", "c"))
+    attention.add(old)  # late: an older session never replaces a newer one
+    attention.settle([idle])  # the live one, idle: the node leaves the passes
+    assert attention.nodes() == set()
