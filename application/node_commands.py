@@ -2,10 +2,20 @@
 database round trip, the command each of its members needs (``domain.node_protocol.command_for``;
 a copy of a member on another engine gets ``copy_command``), an unanswered one sent again only
 after ``resend_after`` (every command is idempotent on the node), stops before starts. A Forget
-releases the member's hold on its node in the ledger."""
+releases the member's hold on its node in the ledger.
+
+The gateway's pass is incremental (``due``): the ledger is read for every connected node (one
+array parameter), but the Python work is done only for the sessions that can need a command:
+those with work in the ledger, those that hold, have placed or hold a token for a member
+(``busy``), and those ``Attention`` was called to (a new session, a message recorded). An idle
+session (most of a large fleet) costs nothing per pass. Long loops yield to the event loop every
+``SLICE`` sessions, so heartbeats are answered in between (docs/node-backend.md).
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -23,6 +33,9 @@ if TYPE_CHECKING:
     from application.node_control import Session
 
 
+SLICE = 500  # sessions handled between two yields to the event loop
+
+
 @dataclass(frozen=True, slots=True)
 class Outgoing:
     """One command for a node: ``order`` is set for Prepare."""
@@ -31,15 +44,88 @@ class Outgoing:
     order: PrepareOrder | None = None
 
 
-async def commands(
-    ctx: Context, resend_after: timedelta, sessions: list[Session]
+def busy(session: Session) -> bool:
+    """Whether the session holds, has placed, or holds a token for a member (else idle)."""
+    return bool(session.held or session.placed or session.launches or session.tokens)
+
+
+class Attention:
+    """The sessions the incremental pass looks at besides those with work in the ledger: busy
+    ones, and those something happened to since the last pass (``add``). One per gateway."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, Session] = {}
+
+    def add(self, session: Session) -> None:
+        """Look at ``session`` in the next pass (an older session of its node never replaces a
+        newer one: one may open while a pass over the older is under way)."""
+        current = self._sessions.get(session.node)
+        if current is None or current.number <= session.number:
+            self._sessions[session.node] = session
+
+    def drop(self, session: Session) -> None:
+        """The session ended (a newer one of its node keeps its place)."""
+        if self._sessions.get(session.node) is session:
+            del self._sessions[session.node]
+
+    def nodes(self) -> set[str]:
+        return set(self._sessions)
+
+    def settle(self, sessions: list[Session]) -> None:
+        """After a pass over ``sessions``: the idle ones need no more attention. Judged on their
+        state now, so what a message changed during the pass is looked at again next time."""
+        for session in sessions:
+            if busy(session):
+                self.add(session)
+                continue
+            current = self._sessions.get(session.node)
+            if current is not None and current.number <= session.number:
+                del self._sessions[session.node]  # idle (an older, ended session with it)
+
+    def live(self, sessions: Mapping[str, Session]) -> list[Session]:
+        """The busy and attended sessions among ``sessions`` (live ones, by node)."""
+        return [s for n in sorted(self._sessions) if (s := sessions.get(n)) is not None]
+
+
+async def due(
+    ctx: Context,
+    resend_after: timedelta,
+    live: Mapping[str, Session],
+    attention: Attention,
 ) -> dict[str, list[Outgoing]]:
-    """What each node must be told now, by node name. One database round trip."""
-    works = await refresh(ctx, sessions)
+    """The incremental pass over the live sessions (by node): ``commands`` for those that can
+    need one (see the module). One database round trip for the ledger, with every live node."""
+    if not live:
+        return {}
+    async with ctx.units.nodes() as uow:
+        found = await uow.launches.on_nodes(list(live))
+    works = _by_node(found)
+    names = attention.nodes()
+    names.update(works)
+    sessions = [s for n in sorted(names) if (s := live.get(n)) is not None]
+    out = await commands(ctx, resend_after, sessions, works)
+    attention.settle(sessions)
+    return out
+
+
+async def commands(
+    ctx: Context,
+    resend_after: timedelta,
+    sessions: list[Session],
+    works: dict[str, list[NodeWork]] | None = None,
+) -> dict[str, list[Outgoing]]:
+    """What each node must be told now, by node name. One database round trip (none when
+    ``works``, the ledger's work on these nodes by node, was read already)."""
+    if works is None:
+        works = await refresh(ctx, sessions)
+    else:
+        await _keep(works, sessions)
     now = ctx.clock.now()
     out: dict[str, list[Outgoing]] = {}
     released: dict[str, list[str]] = {}
-    for session in sessions:
+    for n, session in enumerate(sessions):
+        if n % SLICE == SLICE - 1:
+            await asyncio.sleep(0)  # heartbeats are answered in between
         if not session.held and session.node not in works:
             continue  # nothing placed on it, nothing held: nothing to say (most nodes)
         todo: list[Outgoing] = []
@@ -101,16 +187,28 @@ async def refresh(ctx: Context, sessions: list[Session]) -> dict[str, list[NodeW
     """The ledger's work on these sessions' nodes, by node; each session keeps its own."""
     async with ctx.units.nodes() as uow:
         found = await uow.launches.on_nodes([s.node for s in sessions])
+    works = _by_node(found)
+    await _keep(works, sessions)
+    return works
+
+
+def _by_node(found: list[NodeWork]) -> dict[str, list[NodeWork]]:
     works: dict[str, list[NodeWork]] = {}
     for work in found:
         works.setdefault(work.placed.node, []).append(work)
-    for session in sessions:
+    return works
+
+
+async def _keep(works: dict[str, list[NodeWork]], sessions: list[Session]) -> None:
+    """Each session keeps its node's work (placed members, the ledger's rows)."""
+    for n, session in enumerate(sessions):
+        if n % SLICE == SLICE - 1:
+            await asyncio.sleep(0)
         mine = works.get(session.node, [])
         if not mine and not session.placed and not session.launches:
             continue  # idle before, idle now
         session.placed = {w.placed.ref.member_id: w.placed for w in mine}
         session.launches = {w.placed.ref.member_id: w.launch for w in mine}
-    return works
 
 
 _ORDER = {

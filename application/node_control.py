@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -32,7 +33,7 @@ from application.node_absence import (
     record_report,
     unaccounted,
 )
-from application.node_commands import Outgoing
+from application.node_commands import Attention, Outgoing
 from application.node_outputs import due_scans, record_answer, record_reported
 from application.node_sessions import Caller, open_session
 from application.token_renewal import due_renewals, token_expiry
@@ -109,6 +110,8 @@ class NodeControl:
         self.superseded: set[tuple[str, int]] = set()
         self._installation = ""  # made once with the database; read at the first connect
         self._ends = Batched(self._close_all)  # streams' ends, recorded together
+        self._attention = Attention()  # sessions the incremental passes look at (node_commands)
+        self._rotate_at: datetime | None = None  # no live credential due before (None: none)
 
     # -- stream lifecycle -------------------------------------------------------------------
 
@@ -133,6 +136,8 @@ class NodeControl:
             await self.ctx.signals.notify(LAUNCH_NEWS)
         await self._check_credential(session)
         await self.rotations([session])
+        self._attention.add(session)
+        self._rotation_due(session)
         log.info("node %s connected (session %d, epoch %d)", hello.node, link.session, link.epoch)
         return session
 
@@ -141,6 +146,7 @@ class NodeControl:
         are written in one transaction (``links.close_all``): ten thousand of them when a
         gateway stops or a network splits, which one transaction each would queue ahead of
         the heartbeats' flush (``_writing``) for a minute."""
+        self._attention.drop(session)
         await self._ends(session)
 
     async def _close_all(self, sessions: list[Session]) -> None:
@@ -193,6 +199,7 @@ class NodeControl:
                 session, f"replayed message {seq} (last accepted {session.last_seq})"
             )
         session.last_seq = seq
+        self._attention.add(session)  # what it says may change what its members need
         if isinstance(message, CredentialAck):
             return await self._rotated(session, message)
         if isinstance(message, Inventory):  # a full scan after one that could not complete
@@ -359,6 +366,7 @@ class NodeControl:
         session.rotation = None
         session.identity = NodeIdentity(session.node, ack.credential_id)
         session.credential_at = self.ctx.clock.now()
+        self._rotation_due(session)
         log.info("node %s stored its new credential %s", session.node, ack.credential_id)
         return None
 
@@ -367,3 +375,42 @@ class NodeControl:
     async def commands(self, sessions: list[Session]) -> dict[str, list[Outgoing]]:
         """What each node must be told now, by node name (``application/node_commands.py``)."""
         return await node_commands.commands(self.ctx, self.settings.resend_after, sessions)
+
+    # -- the gateway's passes over its live sessions (by node): incremental ------------------
+
+    async def commands_due(self, live: Mapping[str, Session]) -> dict[str, list[Outgoing]]:
+        """``commands`` for the live sessions that can need one (``node_commands.due``)."""
+        return await node_commands.due(self.ctx, self.settings.resend_after, live, self._attention)
+
+    async def renewals_due(self, live: Mapping[str, Session]) -> list[tuple[Session, TokenRenewal]]:
+        """``renewals`` over the busy sessions only (an idle one holds no token)."""
+        return await self.renewals(self._attention.live(live))
+
+    async def rotations_due(self, live: Mapping[str, Session]) -> list[tuple[Session, Rotation]]:
+        """``rotations`` over every live session, only once the earliest credential is due."""
+        if self._rotate_at is None or self.ctx.clock.now() < self._rotate_at:
+            return []
+        sessions = list(live.values())
+        due = await self.rotations(sessions)
+        self._rotate_at = None
+        for session in sessions:
+            self._rotation_due(session)
+        return due
+
+    def attended(self) -> set[str]:
+        """The nodes the next incremental pass looks at, besides those with ledger work."""
+        return self._attention.nodes()
+
+    def _rotation_due(self, session: Session) -> None:
+        if session.rotation is not None or session.credential_at is None:
+            return  # one in flight (the acknowledgement brings it back), or none known
+        at = session.credential_at + self.settings.rotate_every
+        if self._rotate_at is None or at < self._rotate_at:
+            self._rotate_at = at
+
+    async def scans_due(
+        self, live: Mapping[str, Session]
+    ) -> list[tuple[Session, ScanOutputs | FetchOutput]]:
+        """``scans`` for the live sessions, by node."""
+        due = await due_scans(self.ctx, list(live), self._scans_sent)
+        return [(s, message) for node, message in due if (s := live.get(node)) is not None]

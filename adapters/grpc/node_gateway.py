@@ -18,13 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
+from adapters.grpc import frame_repr
 from adapters.grpc import node_codec as codec
 from adapters.grpc.codec_pieces import capacity_from
 from adapters.grpc.errors import bearer, grpc_error
@@ -49,6 +50,7 @@ from proto import node_control_pb2 as pb
 from proto.node_control_grpc import NodeControlBase
 
 log = logging.getLogger("tuneplane.gateway")
+frame_repr.install()  # h2 builds every received frame's repr for a log line (frame_repr.py)
 
 SOURCE_CHUNK = 1024 * 1024
 OPENING = 8  # streams authenticated and opened at once (the pool has 20 connections)
@@ -78,6 +80,22 @@ class _Link:
     sources: set[str] = field(default_factory=set)
 
 
+class _Live(Mapping[str, Session]):
+    """The live sessions by node: a view of the gateway's links (no copy per pass)."""
+
+    def __init__(self, links: dict[str, _Link]) -> None:
+        self._links = links
+
+    def __getitem__(self, node: str) -> Session:
+        return self._links[node].session
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._links)
+
+    def __len__(self) -> int:
+        return len(self._links)
+
+
 class NodeGateway(CheckpointCalls, NodeControlBase):
     def __init__(
         self,
@@ -97,6 +115,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
         self.poll = poll
         self.stop_grace = stop_grace
         self.links: dict[str, _Link] = {}
+        self._live = _Live(self.links)
         self._wake = asyncio.Event()
         self._closing: set[asyncio.Task[None]] = set()  # sessions' ends being recorded
 
@@ -277,21 +296,15 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
 
     async def rotate(self) -> int:
         """Send new credentials to nodes whose credential is due (checked in memory)."""
-        return self._deliver(
-            await self.control.rotations([link.session for link in self.links.values()])
-        )
+        return self._deliver(await self.control.rotations_due(self._live))
 
     async def renew(self) -> int:
         """Send newer collector tokens for the long runs of connected nodes."""
-        return self._deliver(
-            await self.control.renewals([link.session for link in self.links.values()])
-        )
+        return self._deliver(await self.control.renewals_due(self._live))
 
     async def scan(self) -> int:
         """Send the output scan requests due for connected nodes."""
-        return self._deliver(
-            await self.control.scans([link.session for link in self.links.values()])
-        )
+        return self._deliver(await self.control.scans_due(self._live))
 
     def _deliver(self, due: Sequence[tuple[Session, GatewayBody]]) -> int:
         """Queue each message on its session's stream (unless that stream has been replaced)."""
@@ -302,10 +315,11 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
         return len(due)
 
     async def dispatch(self) -> int:
-        links = list(self.links.values())
-        if not links:
+        """Queue the commands due (``NodeControl.commands_due``: only sessions that can need
+        one are looked at)."""
+        if not self.links:
             return 0
-        todo = await self.control.commands([link.session for link in links])
+        todo = await self.control.commands_due(self._live)
         sent = 0
         for node, items in todo.items():
             link = self.links.get(node)

@@ -149,7 +149,7 @@ class PostgresOutputScanRepository:
             .where(
                 # one array parameter: an IN list of every connected node (10,000) was compiled
                 # into as many parameters at each pass of the gateway, stalling its loop
-                t.node == any_(bindparam("nodes", sorted(nodes), type_=ARRAY(Text))),
+                t.node == any_(bindparam("nodes", list(nodes), type_=ARRAY(Text))),
                 t.done_at.is_(None),
                 t.requested_at >= since,
             )

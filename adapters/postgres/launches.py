@@ -331,7 +331,7 @@ class PostgresLaunchLedger:
         if not nodes:
             return []
         with translated("read the work of nodes"):
-            rows = (await self._conn.execute(_ON_NODES, {"nodes": sorted(nodes)})).mappings()
+            rows = (await self._conn.execute(_ON_NODES, {"nodes": list(nodes)})).mappings()
             return [_work(r) for r in rows.all()]
 
     async def ports_in_use(self, node: str) -> set[int]:

@@ -354,7 +354,7 @@ class Nemesis:
                 moved += 1
         holders = {m.node.name: m for m in live if m.node.session and not m.node.partitioned}
         sessions = [m.node.session for m in holders.values() if m.node.session is not None]
-        todo = await control.commands(sessions) if sessions else {}
+        todo = await control.commands_due({s.node: s for s in sessions}) if sessions else {}
         for name, items in todo.items():
             m = holders[name]
             for item in items:

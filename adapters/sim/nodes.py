@@ -164,7 +164,8 @@ class SimNodeFleet:
                     self.refused.append(why)
                 moved += 1
         sessions = [n.session for n in live if n.session is not None and not n.partitioned]
-        todo = await self.control.commands(sessions) if sessions else {}
+        by_node = {s.node: s for s in sessions}
+        todo = await self.control.commands_due(by_node) if sessions else {}
         for name, items in todo.items():
             node = self.nodes[name]
             if node.partitioned or node.agent is None:

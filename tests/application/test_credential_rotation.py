@@ -124,3 +124,29 @@ async def test_a_node_that_never_stored_the_new_credential_keeps_its_old_one(
     world.clock.advance(seconds=3600)
     again = await world.connect(old)  # it lost the new one: the old one still works
     assert again.rotation is not None  # and it is offered another
+
+
+async def test_the_gateways_pass_rotates_each_credential_once_it_is_due_and_not_before(
+    world: World,
+) -> None:
+    """``rotations_due``: the sessions are looked at only once the earliest credential is due."""
+    first = await world.connect(await world.enroll("n1"))
+    world.clock.advance(seconds=3600)
+    second = await world.connect(await world.enroll("n2"))
+    live = {"n1": first, "n2": second}
+    world.clock.advance(seconds=DAY.total_seconds() - 3600 - 1)
+    assert await world.control.rotations_due(live) == []
+    world.clock.advance(seconds=1)
+    [(to, rotation)] = await world.control.rotations_due(live)
+    assert to is first
+    assert await world.control.rotations_due(live) == []  # the second is not due yet
+    assert await world.control.handle(first, 2, CredentialAck(rotation.credential_id)) is None
+    world.clock.advance(seconds=3600)
+    [(to, _)] = await world.control.rotations_due(live)
+    assert to is second
+    # the acknowledged one is due a day after its new credential, not before
+    world.clock.advance(seconds=DAY.total_seconds() - 3600 - 1)
+    assert await world.control.rotations_due(live) == []
+    world.clock.advance(seconds=1)
+    [(to, _)] = await world.control.rotations_due(live)
+    assert to is first
