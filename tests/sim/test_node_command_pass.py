@@ -70,6 +70,7 @@ async def test_a_commit_is_sent_again_to_a_member_held_starting(world: World) ->
     job_id = await world.submit()
     d = await world.all_running(job_id)
     member = d.attempts[-1].members[0]
+    assert member.node is not None  # running: placed on a node
     session = world.fleet.nodes[member.node].session
     assert session is not None
     ref, _ = session.held[member.id]
