@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite on a fresh machine: installs what is missing, starts a private Docker
-# engine (tests start their own PostgreSQL), then lint, types, layer contracts and pytest with
-# the 30 slowest tests listed. Extra arguments go to pytest, e.g.
+# engine (tests start their own PostgreSQL), builds the runtime images while lint, types and
+# layer contracts run, then pytest with the 30 slowest tests listed. Extra arguments go to pytest, e.g.
 # `bash deploy/dev/test.sh -m unit`.
 #
 # --fast: the developer loop (docs/testing.md): the same lint, types and contracts, then every
@@ -37,6 +37,18 @@ else
     /var/cache/tuneplane/train-wheels --python-version "$("$TUNEPLANE_TORCH_PYTHON" -c \
     'import sys; print("%d.%d" % sys.version_info[:2])')")}"
   export TUNEPLANE_TRAIN_WHEELS
+  # The runtime images and the control-plane image the engine tests use, built (or found in the
+  # cache) while lint and types run, so that no test's set-up pays for them: on a fresh machine
+  # that is about 5 minutes (deploy/images/build.sh caches each by its recipe).
+  images_log="$(mktemp -t tuneplane-images.XXXXXX)"
+  (
+    set -e
+    for name in busybox python-numpy python-torch pytorch-trl verl; do
+      bash deploy/images/build.sh "$name" --docker-host "$DOCKER_HOST"
+    done
+    bash deploy/images/control-plane.sh --docker-host "$DOCKER_HOST"
+  ) >"$images_log" 2>&1 &
+  images_pid=$!
   # Two workers, one module each at a time (a module's servers are started once), the longest
   # modules first (tests/fixtures/schedule.py, not xdist's order by number of tests); each
   # worker's control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
@@ -52,6 +64,10 @@ echo "==> mypy (strict on every package and the tests)"
 .venv/bin/mypy domain application adapters entrypoints tests
 echo "==> import-linter"
 .venv/bin/lint-imports
+if [ $fast -eq 0 ]; then
+  echo "==> runtime images"
+  wait "$images_pid" || { cat "$images_log"; echo "building the runtime images failed (log above)"; exit 1; }
+fi
 echo "==> pytest"
 set +e
 .venv/bin/pytest "${pytest_args[@]}" "$@"
