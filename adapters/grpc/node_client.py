@@ -124,7 +124,7 @@ def save_credential(state_dir: Path, stored: StoredCredential) -> None:
     write_private(state_dir / CREDENTIAL_FILE, json.dumps(data) + "\n")
 
 
-def _grpc_error(exc: GRPCError, what: str) -> Exception:
+def _grpc_error(exc: GRPCError, what: str) -> TunePlaneError:
     fix = "create a new join token: `tp node token create`"
     return from_grpc(exc, what, fix if exc.status is Status.UNAUTHENTICATED else "")
 
