@@ -63,6 +63,7 @@ WARMUP = float(os.environ.get("BENCH_WARMUP", "5"))
 LOADERS = int(os.environ.get("BENCH_LOADERS", "2"))
 CONFIGS = os.environ.get("BENCH_CONFIGS", "1,2,2k").split(",")  # gateways; k: kill one
 PGSS = os.environ.get("BENCH_PGSS")  # a PostgreSQL bin dir with pg_stat_statements: its report
+CLIENT = os.environ.get("BENCH_CLIENT", "grpclib")  # the load generator's: grpclib or aio
 PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -280,7 +281,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
             plan = root / f"plan-{gateways}-{k}.json"
             plan.write_text(json.dumps({
                 "gateways": [["127.0.0.1", port]], "ca": str(ca), "points": POINTS,
-                "members": members[k::LOADERS],
+                "client": CLIENT, "members": members[k::LOADERS],
             }))  # fmt: skip
             loaders.append(subprocess.Popen(
                 [sys.executable, "-m", "tests.bench.telemetry_load", str(plan)],

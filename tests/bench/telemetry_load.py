@@ -77,6 +77,17 @@ class Player:
         self.channel = open_channel(*self.address, self.ca)
         await self.channel.__connect__()
 
+    async def reopen(self) -> None:
+        """Closes the failed connection, pauses (jittered), and opens another (lazily)."""
+        if self.channel is not None:
+            self.channel.close()
+        await asyncio.sleep(random.uniform(0.05, 0.5))
+        self.channel = open_channel(*self.address, self.ca)
+
+    async def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+
     async def run(self, ready: asyncio.Event) -> None:
         """Streams until cancelled, reopening on failure and resending what is unacknowledged."""
         while True:
@@ -86,10 +97,7 @@ class Player:
                 raise
             except Exception:  # any failure: reopen, as the shipper does
                 self.reconnects += 1
-                if self.channel is not None:
-                    self.channel.close()
-                await asyncio.sleep(random.uniform(0.05, 0.5))
-                self.channel = open_channel(*self.address, self.ca)
+                await self.reopen()
                 while not self.wanted.empty():  # resend in record order, same offsets
                     self.wanted.get_nowait()
                 for first in sorted(self.unacked):
@@ -161,8 +169,13 @@ async def main(plan_file: Path) -> None:
     ca = Path(plan["ca"])
     addresses = [(h, int(p)) for h, p in plan["gateways"]]
     records = plan["points"] // len(TAGS)
+    kind: type[Player] = Player
+    if plan.get("client") == "aio":  # grpc.aio (C-core): telemetry_load_aio.py
+        from tests.bench.telemetry_load_aio import AioPlayer
+
+        kind = AioPlayer
     players = [
-        Player(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
+        kind(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
     ]
     sem = asyncio.Semaphore(16)
 
@@ -198,8 +211,7 @@ async def main(plan_file: Path) -> None:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for p in players:
-        if p.channel is not None:
-            p.channel.close()
+        await p.close()
     out = {
         "latencies": [x for p in players for x in p.latencies],
         "sent": {p.member["member"]: p.sent for p in players},
