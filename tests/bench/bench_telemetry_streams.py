@@ -63,7 +63,7 @@ WARMUP = float(os.environ.get("BENCH_WARMUP", "5"))
 LOADERS = int(os.environ.get("BENCH_LOADERS", "2"))
 CONFIGS = os.environ.get("BENCH_CONFIGS", "1,2,2k").split(",")  # gateways; k: kill one
 PGSS = os.environ.get("BENCH_PGSS")  # a PostgreSQL bin dir with pg_stat_statements: its report
-CLIENT = os.environ.get("BENCH_CLIENT", "grpclib")  # the load generator's: grpclib or aio
+CLIENT = os.environ.get("BENCH_CLIENT", "grpclib")  # the load generator's: grpclib, aio, raw
 PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
 TICK = os.sysconf("SC_CLK_TCK")
 

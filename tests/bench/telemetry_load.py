@@ -174,6 +174,10 @@ async def main(plan_file: Path) -> None:
         from tests.bench.telemetry_load_aio import AioPlayer
 
         kind = AioPlayer
+    elif plan.get("client") == "raw":  # frames written by hand: telemetry_load_raw.py
+        from tests.bench.telemetry_load_raw import RawPlayer
+
+        kind = RawPlayer
     players = [
         kind(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
     ]
