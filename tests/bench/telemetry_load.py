@@ -161,6 +161,10 @@ class Player:
         self.next_record += self.records
         self.unacked[first] = (self.records, time.time())
         self.sent += 1
+        self.due(first)
+
+    def due(self, first: int) -> None:
+        """A batch to send: its stream's task sends it."""
         self.wanted.put_nowait(first)
 
 
@@ -198,14 +202,14 @@ async def main(plan_file: Path) -> None:
     await asyncio.sleep(max(0.0, start_at - time.time()))
     cpu0 = time.process_time()
 
-    async def beat(i: int, p: Player) -> None:
-        t = start_at + i / len(players)  # phases spread over the second
-        while t < end_at:
-            await asyncio.sleep(max(0.0, t - time.time()))
-            p.tick()
-            t += 1.0
-
-    await asyncio.gather(*(beat(i, p) for i, p in enumerate(players)))
+    n = len(players)
+    k = 0  # ticks so far: player k % n, second k // n (phases spread over the second)
+    while (due := start_at + k // n + (k % n) / n) < end_at:  # one timer, not one per player
+        wait = due - time.time()
+        if wait > 0.001:  # what is due within a millisecond is ticked now
+            await asyncio.sleep(wait)
+        players[k % n].tick()
+        k += 1
     deadline = time.time() + plan.get("drain_seconds", 120)
     while any(p.unacked for p in players) and time.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)

@@ -93,6 +93,19 @@ class Connection(asyncio.Protocol):
         assert self.transport is not None
         self.transport.write(frame(HEADERS, END_HEADERS, STREAM, Encoder().encode(headers)))
 
+    def send_now(self, message: bytes) -> bool:
+        """Writes the message in one DATA frame if the windows allow it now (False if not)."""
+        size = len(message) + 5
+        if self.ended or self.transport is None:
+            return False
+        if size > min(self.send_conn, self.send_stream, self.max_frame):
+            return False
+        self.send_conn -= size
+        self.send_stream -= size
+        head = _HEAD.pack((size << 8) | DATA, 0, STREAM) + struct.pack(">BI", 0, len(message))
+        self.transport.write(head + message)
+        return True
+
     async def send(self, message: bytes) -> None:
         data = struct.pack(">BI", 0, len(message)) + message
         while data:
@@ -182,6 +195,30 @@ class Connection(asyncio.Protocol):
 class RawPlayer(Player):
     conn: Connection | None = None
     ctx: ssl.SSLContext | None = None
+    live: Connection | None = None  # the connection whose stream is open and idle
+    seq = 0
+    in_flight: dict[int, int]  # seq -> first record, on the open stream
+
+    def due(self, first: int) -> None:
+        """Sent at once when the stream is open, idle and its windows allow (no task switch);
+        otherwise queued for the stream's task, which keeps the record order."""
+        if self.live is None or not self.wanted.empty() or not self._send_now(self.live, first):
+            self.wanted.put_nowait(first)
+
+    def _message(self, first: int) -> bytes:
+        n, _ = self.unacked[first]
+        self.seq += 1
+        self.in_flight[self.seq] = first
+        return pb.Batch(
+            seq=self.seq,
+            attempt=self.member["attempt"],
+            member=self.member["member"],
+            sources=[batch(self.member, first, n)],
+        ).SerializeToString()
+
+    def _send_now(self, conn: Connection, first: int) -> bool:
+        # False: the windows are short, the task sends it (its seq is skipped: seqs only rise)
+        return conn.send_now(self._message(first))
 
     async def _open(self) -> Connection:
         if self.ctx is None:
@@ -205,7 +242,8 @@ class RawPlayer(Player):
         if self.conn is None:
             self.conn = await self._open()
         conn = self.conn
-        in_flight: dict[int, int] = {}  # seq -> first record
+        self.in_flight = in_flight = {}
+        self.seq = 0
         me = asyncio.current_task()
         assert me is not None
 
@@ -218,6 +256,7 @@ class RawPlayer(Player):
         idle = False
 
         def on_end() -> None:  # the stream broke: stop waiting (a send raises by itself)
+            self.live = None
             if idle:
                 me.cancel()
 
@@ -227,29 +266,22 @@ class RawPlayer(Player):
         if conn.ended:
             raise ConnectionError("the connection ended")
         ready.set()
-        seq = 0
         try:
             while True:
                 idle = True
+                self.live = conn if not conn.ended else None
                 try:
                     first = await self.wanted.get()
                 finally:
                     idle = False
+                    self.live = None
                 if first not in self.unacked:
                     continue
-                n, _ = self.unacked[first]
-                seq += 1
-                in_flight[seq] = first
-                message = pb.Batch(
-                    seq=seq,
-                    attempt=self.member["attempt"],
-                    member=self.member["member"],
-                    sources=[batch(self.member, first, n)],
-                )
-                await conn.send(message.SerializeToString())
+                await conn.send(self._message(first))
         except asyncio.CancelledError:
             if conn.ended and me.uncancel() == 0:
                 raise ConnectionError("the gateway ended the stream") from None
             raise
         finally:
+            self.live = None
             conn.on_end = lambda: None
