@@ -12,6 +12,10 @@ Like the collector's shipper, a stream that fails is opened again (the same addr
 short jittered pause) and every unacknowledged batch is sent again on it, with the same record
 offsets: the gateway's watermarks store each record once. Records are numbered per member
 (step = offset = record index), so the database can be checked exactly afterwards.
+
+The plan's ``client`` picks the HTTP/2 client: ``grpclib`` (this module, the collector's),
+``aio`` (``telemetry_load_aio.py``) or ``raw`` (``telemetry_load_raw.py``). One timer ticks
+every player in turn (a coroutine sleeping per player cost a timer and a task step per batch).
 """
 
 from __future__ import annotations
