@@ -23,6 +23,7 @@ import ssl
 import struct
 import time
 from collections.abc import Callable
+from typing import cast
 
 from hpack import Encoder
 
@@ -66,9 +67,9 @@ class Connection(asyncio.Protocol):
         return conn
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport
-        transport.write(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, WINDOW)))
-        transport.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW - 65_535)))
+        self.transport = t = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        t.write(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, WINDOW)))
+        t.write(frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", WINDOW - 65_535)))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.end()
@@ -167,11 +168,11 @@ class Connection(asyncio.Protocol):
                 self.transport.write(frame(SETTINGS, ACK, 0))
                 self.writable.set()
         elif kind == WINDOW_UPDATE:
-            inc = int.from_bytes(payload[:4]) & 0x7FFF_FFFF
+            more = int.from_bytes(payload[:4]) & 0x7FFF_FFFF
             if stream == 0:
-                self.send_conn += inc
+                self.send_conn += more
             else:
-                self.send_stream += inc
+                self.send_stream += more
             self.writable.set()
         elif kind == PING:
             if not flags & ACK:
@@ -209,12 +210,13 @@ class RawPlayer(Player):
         n, _ = self.unacked[first]
         self.seq += 1
         self.in_flight[self.seq] = first
-        return pb.Batch(
+        message = pb.Batch(
             seq=self.seq,
             attempt=self.member["attempt"],
             member=self.member["member"],
             sources=[batch(self.member, first, n)],
-        ).SerializeToString()
+        )
+        return bytes(message.SerializeToString())
 
     def _send_now(self, conn: Connection, first: int) -> bool:
         # False: the windows are short, the task sends it (its seq is skipped: seqs only rise)
@@ -242,7 +244,7 @@ class RawPlayer(Player):
         if self.conn is None:
             self.conn = await self._open()
         conn = self.conn
-        self.in_flight = in_flight = {}
+        self.in_flight = in_flight = dict[int, int]()
         self.seq = 0
         me = asyncio.current_task()
         assert me is not None
