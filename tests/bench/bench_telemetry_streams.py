@@ -6,6 +6,9 @@ job with ``BENCH_STREAMS`` members (2,000) and a collector token each. Load gene
 one ``Append`` stream per member, each sending a batch of ``BENCH_POINTS`` (100) points every
 second, phases spread over the second, for ``BENCH_SECONDS`` (30). Each batch's ack round trip is
 timed; the figures come from the batches sent after ``BENCH_WARMUP`` (5) seconds.
+``BENCH_CLIENT`` picks the load generator's HTTP/2 client: ``raw`` (default, frames written by
+hand: ``telemetry_load_raw.py``), ``grpclib`` (the collector's) or ``aio`` (grpcio's
+``grpc.aio``); the gateway sees the same connections, streams and messages from each.
 
 Two configurations in the same run, each on a fresh set of members: (1) one ``tp gateway
 telemetry``; (2) two gateway processes sharing one port (``TUNEPLANE_TELEMETRY_GATEWAY_SHARE_
@@ -63,6 +66,7 @@ WARMUP = float(os.environ.get("BENCH_WARMUP", "5"))
 LOADERS = int(os.environ.get("BENCH_LOADERS", "2"))
 CONFIGS = os.environ.get("BENCH_CONFIGS", "1,2,2k").split(",")  # gateways; k: kill one
 PGSS = os.environ.get("BENCH_PGSS")  # a PostgreSQL bin dir with pg_stat_statements: its report
+CLIENT = os.environ.get("BENCH_CLIENT", "raw")  # the load generator's: grpclib, aio, raw
 PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -280,7 +284,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
             plan = root / f"plan-{gateways}-{k}.json"
             plan.write_text(json.dumps({
                 "gateways": [["127.0.0.1", port]], "ca": str(ca), "points": POINTS,
-                "members": members[k::LOADERS],
+                "client": CLIENT, "members": members[k::LOADERS],
             }))  # fmt: skip
             loaders.append(subprocess.Popen(
                 [sys.executable, "-m", "tests.bench.telemetry_load", str(plan)],
@@ -395,7 +399,7 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
     ]
     print(
         f"\n{STREAMS:,} streams x {POINTS} points/s, {SECONDS:.0f} s ({WARMUP:.0f} s warm-up),"
-        f" {LOADERS} load generator processes, machine: {os.cpu_count()} cores"
+        f" {LOADERS} load generator processes ({CLIENT} client), machine: {os.cpu_count()} cores"
     )
     for r in results:
         c, b = r["cores"], r["per_batch"]

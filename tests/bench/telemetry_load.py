@@ -12,6 +12,10 @@ Like the collector's shipper, a stream that fails is opened again (the same addr
 short jittered pause) and every unacknowledged batch is sent again on it, with the same record
 offsets: the gateway's watermarks store each record once. Records are numbered per member
 (step = offset = record index), so the database can be checked exactly afterwards.
+
+The plan's ``client`` picks the HTTP/2 client: ``grpclib`` (this module, the collector's),
+``aio`` (``telemetry_load_aio.py``) or ``raw`` (``telemetry_load_raw.py``). One timer ticks
+every player in turn (a coroutine sleeping per player cost a timer and a task step per batch).
 """
 
 from __future__ import annotations
@@ -77,6 +81,17 @@ class Player:
         self.channel = open_channel(*self.address, self.ca)
         await self.channel.__connect__()
 
+    async def reopen(self) -> None:
+        """Closes the failed connection, pauses (jittered), and opens another (lazily)."""
+        if self.channel is not None:
+            self.channel.close()
+        await asyncio.sleep(random.uniform(0.05, 0.5))
+        self.channel = open_channel(*self.address, self.ca)
+
+    async def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+
     async def run(self, ready: asyncio.Event) -> None:
         """Streams until cancelled, reopening on failure and resending what is unacknowledged."""
         while True:
@@ -86,10 +101,7 @@ class Player:
                 raise
             except Exception:  # any failure: reopen, as the shipper does
                 self.reconnects += 1
-                if self.channel is not None:
-                    self.channel.close()
-                await asyncio.sleep(random.uniform(0.05, 0.5))
-                self.channel = open_channel(*self.address, self.ca)
+                await self.reopen()
                 while not self.wanted.empty():  # resend in record order, same offsets
                     self.wanted.get_nowait()
                 for first in sorted(self.unacked):
@@ -153,6 +165,10 @@ class Player:
         self.next_record += self.records
         self.unacked[first] = (self.records, time.time())
         self.sent += 1
+        self.due(first)
+
+    def due(self, first: int) -> None:
+        """A batch to send: its stream's task sends it."""
         self.wanted.put_nowait(first)
 
 
@@ -161,8 +177,17 @@ async def main(plan_file: Path) -> None:
     ca = Path(plan["ca"])
     addresses = [(h, int(p)) for h, p in plan["gateways"]]
     records = plan["points"] // len(TAGS)
+    kind: type[Player] = Player
+    if plan.get("client") == "aio":  # grpc.aio (C-core): telemetry_load_aio.py
+        from tests.bench.telemetry_load_aio import AioPlayer
+
+        kind = AioPlayer
+    elif plan.get("client") == "raw":  # frames written by hand: telemetry_load_raw.py
+        from tests.bench.telemetry_load_raw import RawPlayer
+
+        kind = RawPlayer
     players = [
-        Player(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
+        kind(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
     ]
     sem = asyncio.Semaphore(16)
 
@@ -181,14 +206,14 @@ async def main(plan_file: Path) -> None:
     await asyncio.sleep(max(0.0, start_at - time.time()))
     cpu0 = time.process_time()
 
-    async def beat(i: int, p: Player) -> None:
-        t = start_at + i / len(players)  # phases spread over the second
-        while t < end_at:
-            await asyncio.sleep(max(0.0, t - time.time()))
-            p.tick()
-            t += 1.0
-
-    await asyncio.gather(*(beat(i, p) for i, p in enumerate(players)))
+    n = len(players)
+    k = 0  # ticks so far: player k % n, second k // n (phases spread over the second)
+    while (due := start_at + k // n + (k % n) / n) < end_at:  # one timer, not one per player
+        wait = due - time.time()
+        if wait > 0.001:  # what is due within a millisecond is ticked now
+            await asyncio.sleep(wait)
+        players[k % n].tick()
+        k += 1
     deadline = time.time() + plan.get("drain_seconds", 120)
     while any(p.unacked for p in players) and time.time() < deadline:  # noqa: ASYNC110
         await asyncio.sleep(0.05)
@@ -198,8 +223,7 @@ async def main(plan_file: Path) -> None:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     for p in players:
-        if p.channel is not None:
-            p.channel.close()
+        await p.close()
     out = {
         "latencies": [x for p in players for x in p.latencies],
         "sent": {p.member["member"]: p.sent for p in players},
