@@ -67,6 +67,11 @@ class AgentBase(MemberOutput):
         self.courier = courier  # sends an output file the gateway asks for
         self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
         self.usage = MemberUsage(runtime)  # where running members' use is read (collector)
+        # the streams this process began (one Hello each), and for each exited member the
+        # stream its final log last went over whole: an exit is said as ended (not
+        # ``log_pending``) only on the stream its log went over (docs/node-backend.md#logs)
+        self.stream_no = 0
+        self._logs_on: dict[str, int] = {}
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -129,9 +134,9 @@ class AgentBase(MemberOutput):
             new = replace(e, phase=Phase.MISSING, reason=gone)
         elif obs.status == "running":
             new = replace(e, phase=Phase.RUNNING, container_id=cid)
-        elif obs.status == "exited":
+        elif obs.status == "exited":  # its container kept: its final log is read from it
             code = obs.exit_code if obs.exit_code is not None else -1
-            new = replace(e, phase=Phase.EXITED, exit_code=code, reason=obs.reason)
+            new = replace(e, phase=Phase.EXITED, exit_code=code, reason=obs.reason, container_id=cid)
         else:
             return  # starting, or the engine cannot say now
         if new == e:
@@ -148,10 +153,35 @@ class AgentBase(MemberOutput):
             if follower is not None:  # its last live pieces go before the exit
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(follower), 2)
-            await self._send_log(new, cid)  # the log first: it is stored before the exit
+            await self._send_log(new)  # the log first: it is stored before the exit
         await self.journalled(new)
         if report:
-            await self._say(new.report())
+            if new.phase is Phase.EXITED and not self.log_sent(new):
+                # a new stream began since (its Welcome may have read the journal before this
+                # exit was in it): the log again on it, before the exit
+                await self._send_log(new)
+            await self._say(self.said(new))
+
+    def log_sent(self, e: JournalEntry) -> bool:
+        """The member's final log went whole over the current stream."""
+        return self._logs_on.get(e.member_id) == self.stream_no
+
+    def said(self, e: JournalEntry) -> MemberReport:
+        """``e``'s report as it is said now: an exit whose final log has not gone whole over
+        the current stream is ``log_pending`` (the gateway holds it; it is said again after
+        the log)."""
+        r = e.report()
+        if e.phase is Phase.EXITED and not self.log_sent(e):
+            return replace(r, log_pending=True)
+        return r
+
+    async def _send_log(self, entry: JournalEntry) -> None:
+        """Send the member's final log, and note the stream it went over whole (a stream
+        that ends meanwhile is the next Hello's: ``stream_no`` moves on)."""
+        stream = self.stream_no
+        await self._ship_log(entry)
+        if stream == self.stream_no:
+            self._logs_on[entry.member_id] = stream
 
 
 def ids_of(order: PrepareOrder) -> contextlib.AbstractContextManager[None]:
