@@ -136,7 +136,9 @@ class AgentBase(MemberOutput):
             new = replace(e, phase=Phase.RUNNING, container_id=cid)
         elif obs.status == "exited":  # its container kept: its final log is read from it
             code = obs.exit_code if obs.exit_code is not None else -1
-            new = replace(e, phase=Phase.EXITED, exit_code=code, reason=obs.reason, container_id=cid)
+            new = replace(
+                e, phase=Phase.EXITED, exit_code=code, reason=obs.reason, container_id=cid
+            )
         else:
             return  # starting, or the engine cannot say now
         if new == e:
