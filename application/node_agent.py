@@ -73,13 +73,20 @@ class NodeAgent(MemberPrepare):
         """Scan again after a scan that could not complete; send the result when it does."""
         scan = await self.scan(report=True)
         if scan.complete:
+            # the gateway refused what this node said of its members while it could not name
+            # its engine (final logs too): the exits go pending in the Inventory, then each
+            # exited member's log again, then its exit (docs/node-backend.md#logs)
+            self.view += 1
             entries = await journal_call(self.journal, self.journal.entries)
             await self._say(Inventory(scan, tuple(self.said(e) for e in entries)))
+            for e in entries:
+                if e.phase is Phase.EXITED:
+                    await self._exited(e.member_id)
 
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
         """The first message of a new stream: every exit in it is ``log_pending`` (its final
         log goes over this stream after the Welcome, then the exit again)."""
-        self.stream_no += 1  # before anything awaits: what is sent from here is this stream's
+        self.view += 1  # before anything awaits: what is sent from here is this stream's
         scan = await self.scan()
         entries = await journal_call(self.journal, self.journal.entries)
         epoch = await journal_call(self.journal, self.journal.epoch)

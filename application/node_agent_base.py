@@ -67,10 +67,12 @@ class AgentBase(MemberOutput):
         self.courier = courier  # sends an output file the gateway asks for
         self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
         self.usage = MemberUsage(runtime)  # where running members' use is read (collector)
-        # the streams this process began (one Hello each), and for each exited member the
-        # stream its final log last went over whole: an exit is said as ended (not
-        # ``log_pending``) only on the stream its log went over (docs/node-backend.md#logs)
-        self.stream_no = 0
+        # how many times this process renewed the gateway's view of its node (a Hello on each
+        # new stream, an Inventory: either may change what the gateway accepts), and for each
+        # exited member the view its final log last went over whole in: an exit is said as
+        # ended (not ``log_pending``) only in the view its log went over in
+        # (docs/node-backend.md#logs)
+        self.view = 0
         self._logs_on: dict[str, int] = {}
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
@@ -159,14 +161,15 @@ class AgentBase(MemberOutput):
         await self.journalled(new)
         if report:
             if new.phase is Phase.EXITED and not self.log_sent(new):
-                # a new stream began since (its Welcome may have read the journal before this
-                # exit was in it): the log again on it, before the exit
+                # a new stream (or Inventory) since: its Welcome may have read the journal
+                # before this exit was in it, or the gateway refused the log: again, first
                 await self._send_log(new)
             await self._say(self.said(new))
 
     def log_sent(self, e: JournalEntry) -> bool:
-        """The member's final log went whole over the current stream."""
-        return self._logs_on.get(e.member_id) == self.stream_no
+        """The member's final log went whole over the current stream, since its last Hello or
+        Inventory."""
+        return self._logs_on.get(e.member_id) == self.view
 
     def said(self, e: JournalEntry) -> MemberReport:
         """``e``'s report as it is said now: an exit whose final log has not gone whole over
@@ -178,11 +181,11 @@ class AgentBase(MemberOutput):
         return r
 
     async def _send_log(self, entry: JournalEntry) -> None:
-        """Send the member's final log, and note the stream it went over whole (a stream
-        that ends meanwhile is the next Hello's: ``stream_no`` moves on)."""
-        stream = self.stream_no
+        """Send the member's final log, and note the view it went over whole in (a Hello or
+        an Inventory meanwhile moves ``view`` on)."""
+        stream = self.view
         await self._ship_log(entry)
-        if stream == self.stream_no:
+        if stream == self.view:
             self._logs_on[entry.member_id] = stream
 
 
