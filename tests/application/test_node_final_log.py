@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from domain.node_messages import LogChunk
+from domain.node_messages import Inventory, LogChunk
 from domain.node_protocol import Command, CommandKind, MemberReport, NodeCapacity, Phase
 from tests.application.test_node_agent import Harness, prepared
 
@@ -136,3 +136,26 @@ async def test_a_forgotten_member_leaves_nothing_behind() -> None:
     await h.agent.welcomed(1)
     await h.agent.on_command(Command(CommandKind.FORGET, entry.order.ref, "recorded final"))
     assert h.journal.get("m0") is None and "m0" not in h.agent._logs_on
+
+
+async def test_an_inventory_says_exits_pending_and_sends_their_logs_again_after_it() -> None:
+    """While the daemon's scan cannot complete, the gateway cannot name its engine and refuses
+    what it says of its members, final logs included: the Inventory that follows says every
+    exit pending, then each log goes again, then the exit."""
+    h = Harness()
+    o = await prepared(h)
+    await h.agent.on_command(Command(CommandKind.COMMIT, o.ref))
+    await h.agent.hello(CAPACITY, "10.0.0.1", "test")
+    await h.agent.welcomed(1)
+    h.runtime.down = "the engine does not answer"
+    await h.agent.scan(report=True)  # incomplete: the next watches scan again
+    h.runtime.finish("m0", 0, b"done\n")
+    await h.agent.watch_once()
+    assert kinds(h.sent)[-2:] == ["last", "EXITED"]  # what the gateway refuses meanwhile
+    h.sent.clear()
+    h.runtime.down = None
+    await h.agent.watch_once()
+    [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
+    assert [(r.phase, r.log_pending) for r in inventory.journal] == [(Phase.EXITED, True)]
+    after = h.sent[h.sent.index(inventory) + 1 :]
+    assert kinds(after) == ["last", "EXITED"]
