@@ -73,10 +73,20 @@ class NodeAgent(MemberPrepare):
         """Scan again after a scan that could not complete; send the result when it does."""
         scan = await self.scan(report=True)
         if scan.complete:
+            # the gateway refused what this node said of its members while it could not name
+            # its engine (final logs too): the exits go pending in the Inventory, then each
+            # exited member's log again, then its exit (docs/node-backend.md#logs)
+            self.view += 1
             entries = await journal_call(self.journal, self.journal.entries)
-            await self._say(Inventory(scan, tuple(e.report() for e in entries)))
+            await self._say(Inventory(scan, tuple(self.said(e) for e in entries)))
+            for e in entries:
+                if e.phase is Phase.EXITED:
+                    await self._exited(e.member_id)
 
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
+        """The first message of a new stream: every exit in it is ``log_pending`` (its final
+        log goes over this stream after the Welcome, then the exit again)."""
+        self.view += 1  # before anything awaits: what is sent from here is this stream's
         scan = await self.scan()
         entries = await journal_call(self.journal, self.journal.entries)
         epoch = await journal_call(self.journal, self.journal.epoch)
@@ -86,13 +96,14 @@ class NodeAgent(MemberPrepare):
             address,
             version,
             epoch,
-            tuple(e.report() for e in entries),
+            tuple(self.said(e) for e in entries),
             scan,
         )
 
     async def welcomed(self, epoch: int, installation: str = "") -> None:
-        """The stream is up: keep the installation and the epoch, and send the logs of members
-        that exited while it was down (storing a log again is harmless)."""
+        """The stream is up: keep the installation and the epoch; send the final log of each
+        exited member, then its exit (the Hello said it ``log_pending``: the gateway ends it
+        only now, its log stored first; storing a log again is harmless)."""
         self.installation = await learn_installation(self.journal, self.node, installation)
         current = await journal_call(self.journal, self.journal.epoch)
         if epoch > current:
@@ -102,10 +113,20 @@ class NodeAgent(MemberPrepare):
         if not self.recovered:  # learnt the installation just now: reconcile before any order
             await self._rescan()
         for e in await journal_call(self.journal, self.journal.entries):
-            if e.phase is Phase.EXITED and e.container_id:
-                await self._send_log(e, e.container_id)
+            if e.phase is Phase.EXITED:
+                await self._exited(e.member_id)
             elif e.phase in LIVE_PHASES:
                 self._follow(e, restart=True)  # pieces lost while disconnected: send again
+
+    async def _exited(self, member_id: str) -> None:
+        """Its final log over this stream (unless it went already), then its exit."""
+        async with self.lock(member_id):
+            e = await self.entry(member_id)
+            if e is None or e.phase is not Phase.EXITED:
+                return  # forgotten meanwhile
+            if not self.log_sent(e):
+                await self._send_log(e)
+            await self._say(self.said(e))
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -174,7 +195,7 @@ class NodeAgent(MemberPrepare):
             if current is None or current.phase is not Phase.STARTING:
                 return  # it had started (running, exited or gone): now reported
         elif entry.phase is not Phase.PREPARED:
-            await self._say(entry.report())  # already started (or gone): say so again
+            await self._say(self.said(entry))  # already started (or gone): say so again
             return
         else:
             entry = await self.journalled(replace(entry, phase=Phase.STARTING))  # first
@@ -207,6 +228,7 @@ class NodeAgent(MemberPrepare):
             await journal_call(self.journal, self.journal.delete, member_id)
             await self._discard_checkpoints(entry.order)
         self._locks.pop(member_id, None)
+        self._logs_on.pop(member_id, None)
         if self.feed is not None:
             await asyncio.to_thread(self.feed.forgotten, member_id)
         follower = self._followers.pop(member_id, None)

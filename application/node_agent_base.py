@@ -67,6 +67,13 @@ class AgentBase(MemberOutput):
         self.courier = courier  # sends an output file the gateway asks for
         self.checkpoints = checkpoints  # attempts' checkpoints, kept through the gateway
         self.usage = MemberUsage(runtime)  # where running members' use is read (collector)
+        # how many times this process renewed the gateway's view of its node (a Hello on each
+        # new stream, an Inventory: either may change what the gateway accepts), and for each
+        # exited member the view its final log last went over whole in: an exit is said as
+        # ended (not ``log_pending``) only in the view its log went over in
+        # (docs/node-backend.md#logs)
+        self.view = 0
+        self._logs_on: dict[str, int] = {}
 
     # -- journal helpers (SQLite calls leave the event loop) ----------------------------------
 
@@ -129,9 +136,11 @@ class AgentBase(MemberOutput):
             new = replace(e, phase=Phase.MISSING, reason=gone)
         elif obs.status == "running":
             new = replace(e, phase=Phase.RUNNING, container_id=cid)
-        elif obs.status == "exited":
+        elif obs.status == "exited":  # its container kept: its final log is read from it
             code = obs.exit_code if obs.exit_code is not None else -1
-            new = replace(e, phase=Phase.EXITED, exit_code=code, reason=obs.reason)
+            new = replace(
+                e, phase=Phase.EXITED, exit_code=code, reason=obs.reason, container_id=cid
+            )
         else:
             return  # starting, or the engine cannot say now
         if new == e:
@@ -148,10 +157,36 @@ class AgentBase(MemberOutput):
             if follower is not None:  # its last live pieces go before the exit
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(asyncio.shield(follower), 2)
-            await self._send_log(new, cid)  # the log first: it is stored before the exit
+            await self._send_log(new)  # the log first: it is stored before the exit
         await self.journalled(new)
         if report:
-            await self._say(new.report())
+            if new.phase is Phase.EXITED and not self.log_sent(new):
+                # a new stream (or Inventory) since: its Welcome may have read the journal
+                # before this exit was in it, or the gateway refused the log: again, first
+                await self._send_log(new)
+            await self._say(self.said(new))
+
+    def log_sent(self, e: JournalEntry) -> bool:
+        """The member's final log went whole over the current stream, since its last Hello or
+        Inventory."""
+        return self._logs_on.get(e.member_id) == self.view
+
+    def said(self, e: JournalEntry) -> MemberReport:
+        """``e``'s report as it is said now: an exit whose final log has not gone whole over
+        the current stream is ``log_pending`` (the gateway holds it; it is said again after
+        the log)."""
+        r = e.report()
+        if e.phase is Phase.EXITED and not self.log_sent(e):
+            return replace(r, log_pending=True)
+        return r
+
+    async def _send_log(self, entry: JournalEntry) -> None:
+        """Send the member's final log, and note the view it went over whole in (a Hello or
+        an Inventory meanwhile moves ``view`` on)."""
+        stream = self.view
+        await self._ship_log(entry)
+        if stream == self.view:
+            self._logs_on[entry.member_id] = stream
 
 
 def ids_of(order: PrepareOrder) -> contextlib.AbstractContextManager[None]:

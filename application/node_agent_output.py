@@ -109,5 +109,6 @@ class MemberOutput:
             )
             self._followers[entry.member_id] = asyncio.create_task(ship)
 
-    async def _send_log(self, entry: JournalEntry, cid: str) -> None:
+    async def _ship_log(self, entry: JournalEntry) -> None:
+        cid = entry.container_id
         await ship_final_log(self.runtime, entry.order.ref, cid, self._say, self.log_limit)

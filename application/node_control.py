@@ -284,6 +284,9 @@ class NodeControl:
         # and a job page drawn then showed a completed member with "No output files recorded"
         # until the manifest's own transaction landed (issue 25). A manifest recorded for an
         # exit whose report then fails is harmless: the node sends the exit again, with it.
+        if report.log_pending:  # its final log comes first, then the exit again: held till then
+            log.debug("node %s: exit of %s held for its final log", session.node, report.ref)
+            return
         placed = session.placed.get(report.ref.member_id)
         if placed is not None and report.outputs is not None:
             await record_reported(self.ctx, session.node, placed.job_id, report)

@@ -7,7 +7,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from domain.errors import TunePlaneError
+from domain.errors import NotFound, TunePlaneError
 from domain.node_daemon_ports import MemberRuntime
 from domain.node_messages import LogChunk
 from domain.node_protocol import MemberRef
@@ -60,12 +60,15 @@ async def ship_live_output(
 async def ship_final_log(
     runtime: MemberRuntime,
     ref: MemberRef,
-    cid: str,
+    cid: str | None,
     say: Callable[[LogChunk], Awaitable[None]],
     limit: int,
 ) -> None:
-    """Send the last ``limit`` bytes of an ended member's output, in pieces (the last marked)."""
+    """Send the last ``limit`` bytes of an ended member's output, in pieces (the last marked),
+    or, when the engine cannot give it, a line that says why (the log is never waited for)."""
     try:
+        if cid is None:
+            raise NotFound("its container is not known to this node")
         data, truncated = await runtime.final_log(cid, limit)
     except TunePlaneError as exc:
         data, truncated = f"[tuneplane: log collection failed: {exc}]\n".encode(), False

@@ -96,6 +96,9 @@ class MemberReport:
     # EXITED with code 0: what the member's output directory held (None: not scanned)
     outputs: Manifest | None = None
     token_expires_at: datetime | None = None  # when the collector token the node holds expires
+    # EXITED: its final log has not gone whole over this stream yet; the node sends it, then
+    # says the exit again (the gateway records the exit only then: docs/node-backend.md#logs)
+    log_pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)

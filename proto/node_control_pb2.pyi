@@ -109,7 +109,7 @@ class MemberRef(_message.Message):
     def __init__(self, attempt_id: _Optional[str] = ..., member_id: _Optional[str] = ..., member_index: _Optional[int] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class MemberStatus(_message.Message):
-    __slots__ = ("ref", "phase", "has_exit_code", "exit_code", "reason", "at_unix_ms", "has_outputs", "outputs", "collector_token_expires_unix_ms")
+    __slots__ = ("ref", "phase", "has_exit_code", "exit_code", "reason", "at_unix_ms", "has_outputs", "outputs", "collector_token_expires_unix_ms", "log_pending")
     REF_FIELD_NUMBER: _ClassVar[int]
     PHASE_FIELD_NUMBER: _ClassVar[int]
     HAS_EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +119,7 @@ class MemberStatus(_message.Message):
     HAS_OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     COLLECTOR_TOKEN_EXPIRES_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    LOG_PENDING_FIELD_NUMBER: _ClassVar[int]
     ref: MemberRef
     phase: Phase
     has_exit_code: bool
@@ -128,7 +129,8 @@ class MemberStatus(_message.Message):
     has_outputs: bool
     outputs: _containers.RepeatedCompositeFieldContainer[OutputFile]
     collector_token_expires_unix_ms: int
-    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., at_unix_ms: _Optional[int] = ..., has_outputs: _Optional[bool] = ..., outputs: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., collector_token_expires_unix_ms: _Optional[int] = ...) -> None: ...
+    log_pending: bool
+    def __init__(self, ref: _Optional[_Union[MemberRef, _Mapping]] = ..., phase: _Optional[_Union[Phase, str]] = ..., has_exit_code: _Optional[bool] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., at_unix_ms: _Optional[int] = ..., has_outputs: _Optional[bool] = ..., outputs: _Optional[_Iterable[_Union[OutputFile, _Mapping]]] = ..., collector_token_expires_unix_ms: _Optional[int] = ..., log_pending: _Optional[bool] = ...) -> None: ...
 
 class OutputFile(_message.Message):
     __slots__ = ("path", "size", "sha256")

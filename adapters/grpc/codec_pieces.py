@@ -205,6 +205,7 @@ def report_to(r: MemberReport) -> pb.MemberStatus:
         has_outputs=r.outputs is not None,
         outputs=files_to(r.outputs) if r.outputs is not None else [],
         collector_token_expires_unix_ms=_ms(r.token_expires_at),
+        log_pending=r.log_pending,
     )
 
 
@@ -222,6 +223,7 @@ def report_from(m: pb.MemberStatus) -> MemberReport:
         _at(m.at_unix_ms),
         outputs,
         _at(m.collector_token_expires_unix_ms),
+        m.log_pending and phase is Phase.EXITED,
     )
 
 

@@ -9,6 +9,8 @@ After every step:
 * ``held-until-known``: no attempt's reservation is released while one of its members still
   runs on any machine (again unless fenced);
 * ``launched-once``: no member's container is ever started twice, on any machine;
+* ``log-before-end``: no member's exit is recorded (its launch's phase ``exited``) before its
+  final log is stored (docs/node-backend.md, "Logs");
 * ``one-session``: a node's live session is never taken over: a second session for a node is
   opened only once the first has ended (its stream closed, or cut off for silence): checked
   by the nemesis as it opens each session.
@@ -22,11 +24,13 @@ from dataclasses import dataclass
 from adapters.sim.node_runtime import SimRuntime
 from application.context import Context
 from domain.lifecycle import JOB_FINAL, MEMBER_FINAL
+from domain.node_protocol import Phase
 
 NEMESIS_INVARIANTS: dict[str, str] = {
     "ended-on-proof": "no member is recorded ended while its container runs",
     "held-until-known": "no reservation is released while a member of its attempt runs",
     "launched-once": "no member is started twice",
+    "log-before-end": "no member's exit is recorded before its final log is stored",
     "one-session": "a node's live session is never taken over by a second one",
     "liveness": "once every fault healed, every job ends and every reservation is released",
 }
@@ -74,11 +78,19 @@ async def safety_violations(
                 if live:
                     reserved.add(attempt.id)
                 # members placed before their node was declared lost (fenced)
-                fenced = {
-                    ml.member_id
-                    for ml in await uow.launches.members(attempt.id)
-                    if ml.epoch < epochs[ml.node]
-                }
+                launches = await uow.launches.members(attempt.id)
+                fenced = {ml.member_id for ml in launches if ml.epoch < epochs[ml.node]}
+                for ml in launches:
+                    if (
+                        ml.phase is Phase.EXITED
+                        and ml.member_id not in fenced
+                        and await uow.logs.get(attempt.id, ml.index) is None
+                    ):
+                        found.append((
+                            "log-before-end",
+                            f"member {ml.member_id} (job {job_id}, node {ml.node}) is recorded "
+                            "exited without its final log",
+                        ))  # fmt: skip
                 for mem in members:
                     if mem.id not in running or mem.id in fenced:
                         continue

@@ -32,6 +32,10 @@ class SimContainer:
     log: bytes = b""
     ended: asyncio.Event = field(default_factory=asyncio.Event)  # exited or removed
     labelled: bool = True  # False: its labels do not name its member fully (cannot be re-adopted)
+    log_lost: str = ""  # set: the engine cannot give its output (final_log says this)
+    # set: final_log waits for it (``log_asked`` tells a test that it does): a slow engine
+    log_gate: asyncio.Event | None = None
+    log_asked: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class SimRuntime:
@@ -144,6 +148,11 @@ class SimRuntime:
 
     async def final_log(self, container_id: str, limit: int) -> tuple[bytes, bool]:
         c = self.containers.get(container_id)
+        if c is not None and c.log_gate is not None:
+            c.log_asked.set()
+            await c.log_gate.wait()
+        if c is not None and c.log_lost:
+            raise Unavailable(c.log_lost)
         data = c.log if c is not None else b""
         return data[-limit:], len(data) > limit
 

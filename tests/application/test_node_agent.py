@@ -308,8 +308,11 @@ async def test_exit_while_disconnected_is_reported_at_the_next_welcome() -> None
     assert h.phase() is Phase.EXITED
     h.sent.clear()
     h.agent.send = h.new_agent().send
+    hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    assert [r.log_pending for r in hello.journal] == [True]  # held until its log is stored
     await h.agent.welcomed(1)
     assert any(isinstance(b, LogChunk) for b in h.sent)
+    assert h.sent[-1] == replace(hello.journal[0], log_pending=False)  # the log, then the exit
 
 
 async def test_a_renewed_collector_token_is_journalled_for_its_own_launch_only() -> None:

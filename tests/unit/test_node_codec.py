@@ -118,6 +118,19 @@ def test_an_exit_with_its_outputs_and_a_scan_round_trip() -> None:
     assert gateway_message_from(pb.GatewayMessage.FromString(wire))[:2] == (6, fetch)
 
 
+def test_an_exit_whose_log_is_pending_round_trips_and_only_an_exit_can_be_pending() -> None:
+    ref = entry("w", 1).order.ref
+    pending = MemberReport(ref, Phase.EXITED, 0, "", log_pending=True)
+    wire = node_message_to(2, pending).SerializeToString()
+    assert node_message_from(pb.NodeMessage.FromString(wire)) == (2, pending)
+    older = pb.NodeMessage.FromString(wire)
+    older.status.ClearField("log_pending")  # a daemon from before the field: never pending
+    assert node_message_from(older) == (2, replace(pending, log_pending=False))
+    running = node_message_to(3, MemberReport(ref, Phase.RUNNING))
+    running.status.log_pending = True  # meaningless but for an exit: ignored
+    assert node_message_from(running) == (3, MemberReport(ref, Phase.RUNNING))
+
+
 @pytest.mark.parametrize(
     ("path", "sha", "why"),
     [("../../etc/shadow", "ab" * 32, '".." part'), ("a\x00b", "ab" * 32, "control character"),
