@@ -23,7 +23,6 @@ import contextlib
 import json
 import logging
 import os
-import random
 import secrets
 import ssl
 import time
@@ -35,7 +34,13 @@ from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from h2.exceptions import H2Error
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    wait_exponential,
+    wait_random,
+)
 
 from adapters.grpc import node_codec as codec
 from adapters.grpc.codec_pieces import capacity_to
@@ -230,7 +235,9 @@ class NodeLink:
                 try:
                     async for attempt in AsyncRetrying(
                         retry=retry_if_exception(_retried),
-                        wait=self._backoff,
+                        # 0.2 s doubling up to retry_max, plus up to 0.2 s of jitter
+                        wait=wait_exponential(multiplier=0.2, max=self.retry_max)
+                        + wait_random(0, 0.2),
                         before_sleep=self._ended,
                         reraise=True,
                     ):
@@ -254,14 +261,6 @@ class NodeLink:
             if _retried(exc) and time.monotonic() - started >= self.healthy_after:
                 raise _Healthy() from exc
             raise
-
-    def _backoff(self, state: RetryCallState) -> float:
-        """0.2 s doubling, plus up to 0.2 s of jitter, at most ``retry_max`` (what tenacity's
-        ``wait_exponential_jitter(initial=0.2, jitter=0.2)`` waits; its ``initial`` is
-        deprecated, and ``multiplier`` is not in every tenacity 9)."""
-        attempt: int = state.attempt_number
-        doubled = 0.2 * 2.0 ** min(attempt - 1, 30)
-        return min(doubled + random.uniform(0, 0.2), self.retry_max)
 
     def _ended(self, state: RetryCallState) -> None:
         exc = state.outcome.exception() if state.outcome else None
