@@ -349,7 +349,8 @@ reservation_members = Table(
 
 # One row per reserved GPU number (``slot * 64 + index``): its primary key refuses a GPU
 # reserved twice. Written only by reservation_members' statement triggers (migration 0035).
-gpu_claims = Table("gpu_claims", metadata, Column("gpu", Integer, primary_key=True, autoincrement=False)
+gpu_claims = Table(
+    "gpu_claims", metadata, Column("gpu", Integer, primary_key=True, autoincrement=False)
 )
 
 profiles = Table(

@@ -92,7 +92,9 @@ async def test_claims_follow_the_members_and_refuse_a_gpu_twice(empty_db: str) -
         await migrate.upgrade_async(empty_db, "0035")
         # the members already there are claimed
         assert await claims(conn) == [n0, n0 + 1, n0 + 2, n0 + 3, n1 + 2]
-        exclusion = "SELECT count(*) FROM pg_constraint WHERE conname = 'ex_reservation_members_gpus'"
+        exclusion = (
+            "SELECT count(*) FROM pg_constraint WHERE conname = 'ex_reservation_members_gpus'"
+        )
         assert await conn.fetchval(exclusion) == 0
 
         # a GPU held already, or by two rows of one statement, is refused; nothing is kept
