@@ -317,7 +317,7 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
 
 @contextlib.asynccontextmanager
 async def postgres(
-    keep: Path, explain: Path | None = None, webhook: bool = False
+    keep: Path, explain: Path | None = None, webhook: bool = False, schema: str = "head"
 ) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
     from adapters.postgres import migrate
     from adapters.postgres.embedded import EmbeddedPostgres
@@ -330,7 +330,7 @@ async def postgres(
     url = pg.start()
     PG_PIDFILE[:] = [pg.pgdata / "postmaster.pid"]
     try:
-        await migrate.upgrade_async(url)
+        await migrate.upgrade_async(url, schema)
         if explain is not None:
             await auto_explain(url)
         if webhook:
@@ -439,7 +439,8 @@ async def main(args: argparse.Namespace) -> None:
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
-            async with postgres(Path(tmp), args.explain, args.webhook) as (pg_factory, url):
+            pg = postgres(Path(tmp), args.explain, args.webhook, args.schema)
+            async with pg as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
                 f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending)
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
@@ -482,5 +483,10 @@ if __name__ == "__main__":
         "--webhook",
         action="store_true",
         help="PostgreSQL: one webhook wants every job's changes (an outbox row per event)",
+    )
+    parser.add_argument(
+        "--schema",
+        default="head",
+        help="PostgreSQL: migrate only to this revision (an A/B of a schema change, e.g. 0034)",
     )
     asyncio.run(main(parser.parse_args()))
