@@ -210,12 +210,13 @@ async def measure(
     batch: int = 2_000,
     later: Sequence[Job] = (),
     ending: int = 0,
+    store_groups: int = 1,
 ) -> Figures:
     """One steady pass as the leader runs it: the scheduler has read the queue before (its
     first read, timed apart as the cost of a start), then ``arrivals`` are committed, then one
     ``pass_once`` (its read, ``decide`` and the store, each timed); then the drain."""
     ctx = make_ctx(uow)
-    sched = Scheduler(ctx, snapshot_limit=limit, batch=batch)
+    sched = Scheduler(ctx, snapshot_limit=limit, batch=batch, store_groups=store_groups)
     gc.collect()
     before = rss_mb()
     t = time.perf_counter()
@@ -442,7 +443,9 @@ async def main(args: argparse.Namespace) -> None:
             pg = postgres(Path(tmp), args.explain, args.webhook, args.schema)
             async with pg as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
-                f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending)
+                f = await measure(
+                    pg_factory, args.limit, arrivals, 2_000, later, args.ending, args.store_groups
+                )
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
                 gpus = sum(j.spec.gpus for j in every)
                 base = await copy_baseline(url, gpus)
@@ -483,6 +486,13 @@ if __name__ == "__main__":
         "--webhook",
         action="store_true",
         help="PostgreSQL: one webhook wants every job's changes (an outbox row per event)",
+    )
+    parser.add_argument(
+        "--store-groups",
+        type=int,
+        default=1,
+        help="PostgreSQL: store each pass in this many node-disjoint groups at once "
+        "(Scheduler.store_groups; the pool has 4 connections)",
     )
     parser.add_argument(
         "--schema",
