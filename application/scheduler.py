@@ -13,6 +13,7 @@ node drained or down in Slurm a moment ago is not reserved (docs/slurm.md, "Capa
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from domain.admission import (
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member
 from domain.lifecycle import AttemptState, MemberState
+from domain.placement_groups import node_disjoint_groups
 from domain.ports import Start
 
 log = logging.getLogger("tuneplane.scheduler")
@@ -61,10 +63,12 @@ class Scheduler:
         snapshot_limit: int = 20_000,
         batch: int = 2_000,
         resync_every: int = 300,
+        store_groups: int = 1,
     ) -> None:
         self.ctx = ctx
         self.snapshot_limit = snapshot_limit
         self.batch = batch
+        self.store_groups = store_groups  # transactions at once when storing a pass (apply)
         self.resync_every = resync_every
         self._view: dict[str, PendingJob] = {}
         self._mark: int | None = None
@@ -169,13 +173,35 @@ class Scheduler:
         """Store placements in batches of ``batch`` (one transaction each, two statements on
         PostgreSQL whatever its size); a batch that hits a conflict is retried in batches of
         at most ``RETRY_BATCH`` and those one by one, so one lost race costs only its own job.
-        Returns (started, lost)."""
+        With ``store_groups`` above 1 the placements are first split into that many groups
+        that share no node, each stored so on its own connection at the same time (none waits
+        on another's node locks). Returns (started, lost), each in the placements' order."""
         attempts = attempts or {}
+        groups = node_disjoint_groups(placements, self.store_groups)
+        if len(groups) < 2:
+            done = set(await self._store_all(placements, attempts))
+        else:
+            # every group runs to its end before an error is raised: no store is left running
+            outcomes = await asyncio.gather(
+                *(self._store_all(g, attempts) for g in groups), return_exceptions=True
+            )
+            done = set()
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                done.update(outcome)
+        return (
+            [p.job_id for p in placements if p.job_id in done],
+            [p.job_id for p in placements if p.job_id not in done],
+        )
+
+    async def _store_all(
+        self, placements: Sequence[Placement], attempts: Mapping[str, int]
+    ) -> list[str]:
         reserved: list[str] = []
         for first in range(0, len(placements), self.batch):
             reserved += await self._store(placements[first : first + self.batch], attempts)
-        done = set(reserved)
-        return reserved, [p.job_id for p in placements if p.job_id not in done]
+        return reserved
 
     async def _store(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
         try:

@@ -2,11 +2,12 @@
 it would double-book anything.
 
 * each ``reservation_members`` row holds its GPUs as a set of GPU numbers (``gpus``, an
-  ``int4multirange``): node ``n``'s GPU ``i`` is ``n.slot * 64 + i``. An exclusion constraint
-  (``gpus WITH &&``) makes a second reservation of a GPU an exclusion violation; a CHECK keeps
-  the set inside the node's window and below its GPU count (both copied from ``nodes`` under
-  a foreign key that cascades their updates), so a GPU the node does not have is a check
-  violation (migration 0032).
+  ``int4multirange``): node ``n``'s GPU ``i`` is ``n.slot * 64 + i``. Statement triggers claim
+  each number as a row of ``gpu_claims`` (its primary key) in the statement that inserts the
+  member and give it up when the member goes, so a second reservation of a GPU is a unique
+  violation on ``pk_gpu_claims`` (migration 0035); a CHECK keeps the set inside the node's
+  window and below its GPU count (both copied from ``nodes`` under a foreign key that cascades
+  their updates), so a GPU the node does not have is a check violation (migration 0032).
 * ``nodes.used_mcpu`` / ``used_memory_mb`` are counters the reservations add to and release
   takes from, under ``CHECK (used_… BETWEEN 0 AND capacity)``: an over-committed node is a
   check violation.
@@ -15,8 +16,8 @@ Each of ``reserve`` (``reserve_many``) and ``release`` is one statement (one rou
 prepared statement whatever the envelope's size: the rows travel as arrays). ``reserve`` first
 updates the counters, which takes the row lock of every node it touches, then inserts its rows;
 so two transactions reserving on one node queue on that lock, and the later one sees the
-earlier one's GPUs once it gets it (an exclusion violation at once). A writer that skips the
-counters still cannot double-book: the exclusion constraint waits for the other transaction's
+earlier one's GPUs once it gets it (a unique violation at once). A writer that skips the
+counters still cannot double-book: the claim's unique index waits for the other transaction's
 end, then refuses.
 """
 
@@ -102,10 +103,11 @@ _READ = (
 _GET = text(_READ + "WHERE r.attempt_id = :attempt_id ORDER BY rm.member")
 _LIVE = text(_READ + 'ORDER BY r.attempt_id COLLATE "C", rm.member')
 
-# what each refusal means (SQLSTATE → reason)
+# what each refusal means (SQLSTATE → reason; a unique violation on a GPU's claim apart)
+GPU_TAKEN = "a GPU is already reserved"
 REFUSALS = {
     "23505": "the attempt already holds a reservation",
-    "23P01": "a GPU is already reserved",
+    "23P01": GPU_TAKEN,  # the exclusion constraint before migration 0035
     "23514": "a node would exceed its CPUs or memory, or has no such GPU",
     "23503": "a node or the attempt does not exist",
     "23502": "a node does not exist",
@@ -192,8 +194,10 @@ def _refused_as_conflict(what: str) -> Iterator[None]:
         reason = REFUSALS.get(_sqlstate(error))
         if reason is None:
             raise
-        orig = getattr(error, "orig", None)
-        detail = getattr(getattr(orig, "__cause__", None), "detail", None)
+        cause = getattr(getattr(error, "orig", None), "__cause__", None)
+        if getattr(cause, "constraint_name", None) == "pk_gpu_claims":
+            reason = GPU_TAKEN
+        detail = getattr(cause, "detail", None)
         raise Conflict(
             f"{what} was refused: {reason}" + (f" ({detail})" if detail else ""),
             fix="roll back, take a fresh snapshot and decide again",

@@ -6,9 +6,10 @@ one row per preview (``uq_jobs_preview_id``).
 
 So does the safety of reservations: each node owns a window of 64 numbers on one line of GPU
 numbers (``nodes.slot * 64 + gpu_index``); a reservation member's GPUs are a set of those
-numbers (``reservation_members.gpus``, an ``int4multirange``) and the exclusion constraint
-``ex_reservation_members_gpus`` (GiST, ``gpus WITH &&``) makes a double-booked GPU impossible,
-whoever writes; a CHECK keeps the set inside its node's window and below its GPU count, copied
+numbers (``reservation_members.gpus``, an ``int4multirange``), and each reserved number is a
+row of ``gpu_claims`` under its primary key, written by statement triggers on
+``reservation_members`` only (migration 0035): a double-booked GPU is impossible, whoever
+writes; a CHECK keeps the set inside its node's window and below its GPU count, copied
 under a foreign key to ``nodes (name, slot, gpus)`` (migration 0032). The CHECKs on ``nodes``
 (``used_mcpu BETWEEN 0 AND mcpu``, same for memory) do the same for CPUs and memory.
 ``nodes.mcpu``/``memory_mb``/``gpus`` are copies of the pool's shape, kept in step with it, so
@@ -42,7 +43,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import (
     INT4MULTIRANGE,
     JSONB,
-    ExcludeConstraint,
 )
 
 from domain.auth import Role
@@ -344,8 +344,13 @@ reservation_members = Table(
     CheckConstraint(
         "gpus <@ int4range(node_slot * 64, node_slot * 64 + node_gpus)", name="gpus_on_node"
     ),
-    ExcludeConstraint(("gpus", "&&"), using="gist", name="ex_reservation_members_gpus"),
     Index("ix_reservation_members_node", "node"),
+)
+
+# One row per reserved GPU number (``slot * 64 + index``): its primary key refuses a GPU
+# reserved twice. Written only by reservation_members' statement triggers (migration 0035).
+gpu_claims = Table(
+    "gpu_claims", metadata, Column("gpu", Integer, primary_key=True, autoincrement=False)
 )
 
 profiles = Table(

@@ -210,12 +210,13 @@ async def measure(
     batch: int = 2_000,
     later: Sequence[Job] = (),
     ending: int = 0,
+    store_groups: int = 1,
 ) -> Figures:
     """One steady pass as the leader runs it: the scheduler has read the queue before (its
     first read, timed apart as the cost of a start), then ``arrivals`` are committed, then one
     ``pass_once`` (its read, ``decide`` and the store, each timed); then the drain."""
     ctx = make_ctx(uow)
-    sched = Scheduler(ctx, snapshot_limit=limit, batch=batch)
+    sched = Scheduler(ctx, snapshot_limit=limit, batch=batch, store_groups=store_groups)
     gc.collect()
     before = rss_mb()
     t = time.perf_counter()
@@ -317,7 +318,7 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
 
 @contextlib.asynccontextmanager
 async def postgres(
-    keep: Path, explain: Path | None = None, webhook: bool = False
+    keep: Path, explain: Path | None = None, webhook: bool = False, schema: str = "head"
 ) -> AsyncIterator[tuple[UnitOfWorkFactory, str]]:
     from adapters.postgres import migrate
     from adapters.postgres.embedded import EmbeddedPostgres
@@ -330,7 +331,7 @@ async def postgres(
     url = pg.start()
     PG_PIDFILE[:] = [pg.pgdata / "postmaster.pid"]
     try:
-        await migrate.upgrade_async(url)
+        await migrate.upgrade_async(url, schema)
         if explain is not None:
             await auto_explain(url)
         if webhook:
@@ -439,9 +440,12 @@ async def main(args: argparse.Namespace) -> None:
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
-            async with postgres(Path(tmp), args.explain, args.webhook) as (pg_factory, url):
+            pg = postgres(Path(tmp), args.explain, args.webhook, args.schema)
+            async with pg as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
-                f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending)
+                f = await measure(
+                    pg_factory, args.limit, arrivals, 2_000, later, args.ending, args.store_groups
+                )
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
                 gpus = sum(j.spec.gpus for j in every)
                 base = await copy_baseline(url, gpus)
@@ -482,5 +486,17 @@ if __name__ == "__main__":
         "--webhook",
         action="store_true",
         help="PostgreSQL: one webhook wants every job's changes (an outbox row per event)",
+    )
+    parser.add_argument(
+        "--store-groups",
+        type=int,
+        default=1,
+        help="PostgreSQL: store each pass in this many node-disjoint groups at once "
+        "(Scheduler.store_groups; the pool has 4 connections)",
+    )
+    parser.add_argument(
+        "--schema",
+        default="head",
+        help="PostgreSQL: migrate only to this revision (an A/B of a schema change, e.g. 0034)",
     )
     asyncio.run(main(parser.parse_args()))

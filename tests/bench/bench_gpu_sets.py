@@ -5,7 +5,9 @@ Inserts 6 batches of 1,600 rows (as one admission pass's members: ``unnest`` of 
 statement per batch) into a fresh table per variant, 4 rounds interleaved, and prints the best
 batch per variant: a plain table, a plain GiST index, the exclusion constraint migration 0032
 uses (``EXCLUDE USING gist (gpus WITH &&)`` over ``int4multirange``), the same over
-``int4range``, and SP-GiST over ``int4range``. Ratios between the variants are the result; the
+``int4range``, SP-GiST over ``int4range``, and migration 0035's claims (no exclusion; a
+statement trigger inserts each row's GPU numbers into a table under a btree primary key, with
+``jit = off``). Ratios between the variants are the result; the
 milliseconds depend on the machine's share.
 
 Run: ``.venv/bin/python -m tests.bench.bench_gpu_sets``
@@ -29,7 +31,17 @@ VARIANTS = {
     "EXCLUDE USING gist, int4multirange (0032)": ("int4multirange", "gist"),
     "EXCLUDE USING gist, int4range": ("int4range", "gist"),
     "EXCLUDE USING spgist, int4range": ("int4range", "spgist"),
+    "claims under a btree primary key, statement trigger (0035)": ("int4multirange", "claims"),
 }
+CLAIMS = [
+    "DROP TABLE IF EXISTS claims",
+    "CREATE TABLE claims (gpu integer PRIMARY KEY)",
+    "CREATE OR REPLACE FUNCTION claim() RETURNS trigger LANGUAGE plpgsql SET jit = off AS $$ "
+    "BEGIN INSERT INTO claims (gpu) SELECT i FROM new_rows m CROSS JOIN LATERAL unnest(m.gpus) "
+    "AS x CROSS JOIN LATERAL generate_series(lower(x), upper(x) - 1) AS i; RETURN NULL; END $$",
+    "CREATE TRIGGER claim AFTER INSERT ON t REFERENCING NEW TABLE AS new_rows "
+    "FOR EACH STATEMENT EXECUTE FUNCTION claim()",
+]
 
 
 async def best_batch(conn: asyncpg.Connection, kind: str, check: str) -> float:
@@ -40,6 +52,9 @@ async def best_batch(conn: asyncpg.Connection, kind: str, check: str) -> float:
     )
     if check == "index":
         await conn.execute("CREATE INDEX ON t USING gist (gpus)")
+    if check == "claims":
+        for statement in CLAIMS:
+            await conn.execute(statement)
     value = "int4range(x.lo, x.lo + 5)"
     if kind == "int4multirange":
         value = f"int4multirange({value})"

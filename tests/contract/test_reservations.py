@@ -106,7 +106,7 @@ async def test_a_reserved_gpu_cannot_be_reserved_again(uow_factory: UnitOfWorkFa
         attempt = await new_attempt(uow)
         # a gang whose first member is fine and whose second takes GPU 1 of a-0
         second = reservation(attempt, on("a-1", 0, member=0), on("a-0", 1, 2, member=1))
-        with pytest.raises(Conflict):
+        with pytest.raises(Conflict, match="GPU"):  # named as a GPU, not as the attempt
             await uow.reservations.reserve(second)
     async with uow_factory() as uow:  # the failed unit rolled back: nothing of it is left
         assert await uow.reservations.get(attempt.id) is None

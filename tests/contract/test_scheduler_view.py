@@ -97,15 +97,18 @@ async def test_two_schedulers_racing_on_kept_views_reserve_each_job_once(
     assert sorted(attempts) == [0, 0, 1, 1, 1, 1]
 
 
+@pytest.mark.parametrize("groups", [1, 3])
 async def test_a_conflict_in_a_large_batch_costs_only_its_own_job(
-    uow_factory: UnitOfWorkFactory, monkeypatch: pytest.MonkeyPatch
+    uow_factory: UnitOfWorkFactory, monkeypatch: pytest.MonkeyPatch, groups: int
 ) -> None:
-    """A batch that hits a conflict is stored again in smaller batches, then one by one."""
+    """A batch that hits a conflict is stored again in smaller batches, then one by one; when
+    the pass is stored in groups at once, the other groups are not touched by it."""
     monkeypatch.setattr("application.scheduler.RETRY_BATCH", 2)
     await setup_fleet(uow_factory, nodes=2)
     ids = CountingIds()
     one = scheduler(uow_factory, ids)
     one.batch = 8
+    one.store_groups = groups
     jobs = [gpu_job(2) for _ in range(8)]
     await add(uow_factory, *jobs)
     decisions, attempts = await one.decide()
@@ -120,3 +123,25 @@ async def test_a_conflict_in_a_large_batch_costs_only_its_own_job(
     reserved, lost = await one.apply(decisions.placements, attempts)
     assert lost == [rival.job_id]
     assert reserved == [p.job_id for p in decisions.placements if p is not rival]
+
+
+async def test_a_pass_stored_in_groups_at_once_reserves_every_placement_once(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """Four transactions at once (groups that share no node), gangs over two nodes among
+    single-node jobs: every placement is reserved once, no GPU twice, as stored one by one."""
+    await setup_fleet(uow_factory, nodes=6)  # 48 GPUs
+    ids = CountingIds()
+    one = scheduler(uow_factory, ids)
+    one.store_groups = 4
+    jobs = [gpu_job(8, members=2) for _ in range(2)] + [gpu_job(g) for g in (4, 2, 2, 4, 1)]
+    await add(uow_factory, *jobs)
+    decisions, _ = await one.decide()
+    result = await one.pass_once()
+    assert result.reserved == [p.job_id for p in decisions.placements] and result.lost == []
+    assert len(result.reserved) == len(jobs)
+    gpus = await reserved_gpus(uow_factory)
+    assert len(gpus) == len(set(gpus)) == 2 * 16 + 4 + 2 + 2 + 4 + 1
+    async with uow_factory() as uow:
+        attempts = [len(await uow.attempts.for_job(j.id)) for j in jobs]
+    assert attempts.count(1) == len(result.reserved)

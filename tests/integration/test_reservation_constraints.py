@@ -95,7 +95,7 @@ async def test_two_transactions_reserving_one_gpu_raw_one_wins(
         await watcher.close()
     if first_commits:
         await first.commit()
-        with pytest.raises(asyncpg.ExclusionViolationError):
+        with pytest.raises(asyncpg.UniqueViolationError):
             await racer
         await second.rollback()
     else:
@@ -113,7 +113,7 @@ async def test_other_nodes_and_disjoint_gpus_do_not_conflict(
     await one.execute(MEMBER, "att-1", 0, "n-0", 0, 4)
     await one.execute(MEMBER, "att-1", 1, "n-1", 0, 4)  # the same indexes on another node
     await one.execute(MEMBER, "att-2", 0, "n-0", 4, 8)
-    with pytest.raises(asyncpg.ExclusionViolationError):
+    with pytest.raises(asyncpg.UniqueViolationError):
         await one.execute(MEMBER, "att-2", 1, "n-0", 3, 4)
 
 

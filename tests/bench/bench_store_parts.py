@@ -1,0 +1,152 @@
+"""What each part of the schema costs the store of a pass that fills an empty fleet (not part of
+the test suite): 10,000 pending jobs over 1,000 nodes, one ``decide``, then its two store
+statements (the jobs statement and the reserve statement, ``adapters/postgres/scheduling.py``
+and ``reservations.py``) run again and again in a transaction that is rolled back, once as the
+schema is and once with each part taken away inside that transaction (a trigger disabled, a
+constraint or index dropped).
+
+Each statement is measured by the server CPU of the backend that ran it (``/proc/PID/schedstat``
+of ``pg_backend_pid()``: the embedded server runs on this machine), which the machine's load
+changes much less than wall time. The median of ``--reps`` runs per variant is printed; the
+difference to "as is" is what that part costs. A part taken away here is a measurement, never a
+proposal: each one carries a guarantee (docs/persistence.md).
+
+Run: ``.venv/bin/python -m tests.bench.bench_store_parts`` (``--schema 0034`` for the schema
+before migration 0035).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+
+from adapters.postgres import migrate
+from adapters.postgres.embedded import EmbeddedPostgres
+from adapters.postgres.engine import create_engine
+from adapters.postgres.reservations import _RESERVE_MANY, reserve_many_params
+from adapters.postgres.scheduling import _START, start_params
+from adapters.postgres.uow import PostgresUnitOfWork
+from application.scheduler import Scheduler
+from tests.bench.bench_admission import load, make_ctx, populate, workload
+
+TABLES = "jobs, attempts, members, job_events, reservations, reservation_members, nodes"
+# the GPU-overlap check as the schema has it: migration 0035's claims, or 0032's exclusion
+NO_OVERLAP_CHECK = {
+    "head": ["ALTER TABLE reservation_members DISABLE TRIGGER gpu_claims_inserted"],
+    "0034": ["ALTER TABLE reservation_members DROP CONSTRAINT ex_reservation_members_gpus"],
+}
+VARIANTS: dict[str, list[str]] = {
+    "no jobs_changed trigger": ["ALTER TABLE jobs DISABLE TRIGGER jobs_changed"],
+    "no timeline trigger (its job_events insert)": [
+        "ALTER TABLE jobs DISABLE TRIGGER jobs_record_events_updated"
+    ],
+    "no FK job_events -> jobs": [
+        "ALTER TABLE job_events DROP CONSTRAINT fk_job_events_job_id_jobs"
+    ],
+    "no FKs attempts -> jobs, members -> attempts": [
+        "ALTER TABLE attempts DROP CONSTRAINT fk_attempts_job_id_jobs",
+        "ALTER TABLE members DROP CONSTRAINT fk_members_attempt_id_attempts",
+    ],
+    "no FKs reservation_members -> reservations -> attempts": [
+        "ALTER TABLE reservation_members "
+        "DROP CONSTRAINT fk_reservation_members_attempt_id_reservations",
+        "ALTER TABLE reservations DROP CONSTRAINT fk_reservations_attempt_id_attempts",
+    ],
+    "no FK reservation_members -> nodes": [
+        "ALTER TABLE reservation_members DROP CONSTRAINT fk_reservation_members_node_nodes"
+    ],
+    "no jobs indexes on state (2)": [
+        "DROP INDEX ix_jobs_state_created_at_id",
+        "DROP INDEX ix_jobs_state_queue_created_at_id",
+    ],
+    "no jobs index on changed": ["DROP INDEX ix_jobs_changed"],
+}
+
+
+async def run(args: argparse.Namespace, keep: Path) -> None:
+    pg = EmbeddedPostgres(keep / "pg")
+    url = pg.start()
+    try:
+        await migrate.upgrade_async(url, args.schema)
+        engine = create_engine(url, pool_size=2)
+        try:
+            uow = lambda: PostgresUnitOfWork(engine)  # noqa: E731
+            await populate(uow, args.nodes, workload(args.jobs, args.seed))
+            ctx = make_ctx(uow)
+            sched = Scheduler(ctx)
+            decisions, attempts = await sched.decide()
+            now = ctx.clock.now()
+            starts = [
+                sched._build(p, attempts.get(p.job_id, 0) + 1, now) for p in decisions.placements
+            ]
+            members = sum(len(s.members) for s in starts)
+            print(f"{len(starts)} placements, {members} members; load average {load()}")
+            params = (
+                start_params(starts, now),
+                reserve_many_params([s.reservation for s in starts]),
+            )
+            key = "head" if args.schema == "head" else "0034"
+            variants = {"as is": [], "no GPU-overlap check": NO_OVERLAP_CHECK[key], **VARIANTS}
+            variants["as is, again"] = []
+            for name, ddl in variants.items():
+                jobs, reserve = await measure(engine, ddl, params, args.reps)
+                print(f"{name:55s} server CPU: jobs {jobs:6.1f} ms, reserve {reserve:6.1f} ms, "
+                      f"sum {jobs + reserve:6.1f} ms = {1e3 * (jobs + reserve) / len(starts):5.1f} "
+                      "us a placement", flush=True)  # fmt: skip
+        finally:
+            await engine.dispose()
+    finally:
+        pg.stop()
+    print(f"load average after: {load()}")
+
+
+async def measure(
+    engine: Any, ddl: list[str], params: tuple[dict[str, Any], dict[str, Any]], reps: int
+) -> tuple[float, float]:
+    """Median server CPU (ms) of the two statements over ``reps`` rolled-back runs."""
+    jobs, reserve = [], []
+    for _ in range(reps):
+        async with engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            await conn.execute(text(f"VACUUM ANALYZE {TABLES}"))  # no dead rows of the last run
+        async with engine.connect() as conn:
+            tx = await conn.begin()
+            for statement in ddl:
+                await conn.execute(text(statement))
+            pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+            c0 = cpu_ns(pid)
+            await conn.execute(_START, params[0])
+            c1 = cpu_ns(pid)
+            await conn.execute(_RESERVE_MANY, params[1])
+            c2 = cpu_ns(pid)
+            await tx.rollback()
+        jobs.append((c1 - c0) / 1e6)
+        reserve.append((c2 - c1) / 1e6)
+    return statistics.median(jobs), statistics.median(reserve)
+
+
+def cpu_ns(pid: int) -> int:
+    """The CPU time a process has run, in ns (the first field of its schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--schema", default="head", help="migrate to this revision (head, 0034)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
+        asyncio.run(run(args, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
