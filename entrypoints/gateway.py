@@ -25,7 +25,7 @@ from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
 from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
-from entrypoints.gc_pauses import keep_pauses_short, stop_policy
+from entrypoints.gc_pauses import keep_pauses_short, pace_collections, stop_policy
 from entrypoints.loop_watch import unwatch_collections, watch_collections, watch_loop
 from entrypoints.metrics_listener import start_metrics
 from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
@@ -87,6 +87,7 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         measure = process_instruments()  # the loop's lag, the collector's pauses (loop_watch.py)
         collections = watch_collections(measure)
         lag = asyncio.create_task(watch_loop(measure))
+        paced = asyncio.create_task(pace_collections(pauses))  # young ones on a clock
         server = await _listen(
             Server([gateway]),
             settings.node_gateway_host,
@@ -107,9 +108,10 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             server.close()
             await server.wait_closed()
             await gateway.closing()  # every stream's session recorded as ended
-            lag.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lag
+            for task in (lag, paced):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             unwatch_collections(collections)
             stop_policy(pauses)
 
