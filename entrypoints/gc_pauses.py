@@ -115,6 +115,7 @@ class Pacer:
         self.policy = policy
         self.middle_every = middle_every
         self.ticks = 0
+        self.added = 0  # objects this pacer froze since the frozen set was last counted
         self.complete = 0  # complete collections run (the frozen set had grown by ``regrow``)
 
     def tick(self) -> int:
@@ -125,9 +126,17 @@ class Pacer:
             return 0
         gc.collect(1)
         policy = self.policy
+        # the survivors (all that generation 2 holds, since everything older is frozen) leave
+        # the generations the collector walks
+        self.added += len(gc.get_objects(2))
+        gc.freeze()
+        if self.added < policy.regrow * max(policy.floor, policy.base):
+            return 1  # the frozen set cannot have grown by ``regrow``: not counted (see below)
+        # counting the frozen set walks it (``get_freeze_count`` is a list walk, 10 ms and more
+        # at a million objects), so it is counted only once the pacer may have made it grow
+        self.added = 0
         frozen = gc.get_freeze_count()
         if frozen <= max(policy.floor, policy.base * (1 + policy.regrow)):
-            gc.freeze()  # the survivors leave the generations the collector walks
             return 1
         gc.unfreeze()  # the garbage cycles among the frozen: one complete collection, now
         gc.collect()

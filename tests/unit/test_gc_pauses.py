@@ -92,12 +92,16 @@ def test_the_pacer_walks_everything_once_the_frozen_set_has_grown_by_half(
     policy = PausePolicy(lambda _: None, regrow=0.5, floor=1000)
     policy.base = gc.get_freeze_count()
     pacer = Pacer(policy, middle_every=1)
-    leaked = [Cycle() for _ in range(policy.base)]  # twice as many, as cycles
-    assert pacer.tick() == 1  # frozen now, the set not yet judged
-    del leaked  # garbage, but in cycles: frozen, they stay until a complete collection
-    before = gc.get_freeze_count()
-    assert before > policy.base * 1.5
-    assert pacer.tick() == 2  # handed back, walked once, the survivors frozen again
-    assert gc.get_freeze_count() < before - 900 and pacer.complete == 1
-    assert abs(policy.base - gc.get_freeze_count()) < 10 and not policy.complete
+    few = [[i] for i in range(10)]
+    assert pacer.tick() == 1 and pacer.added >= len(few)  # frozen, and not counted yet
+    leaked = [Cycle() for _ in range(policy.base)]  # as many again, alive for now
+    assert pacer.tick() == 2  # counted: grown past half, so walked once, all frozen again
+    assert pacer.complete == 1 and pacer.added == 0 and not policy.complete
+    assert abs(policy.base - gc.get_freeze_count()) < 10
+    before = policy.base
+    del leaked  # garbage, in cycles: frozen, it stays until the next complete collection
+    assert gc.get_freeze_count() > before - 10
+    more = [Cycle() for _ in range(before // 2 + 10)]
+    assert pacer.tick() == 2  # grown by half again: the leaked cycles are freed now
+    assert gc.get_freeze_count() < before + len(more) - before // 3
     assert pacer.tick() == 1  # and back to freezing
