@@ -32,6 +32,9 @@ GANG_PHASE_SECONDS = "tuneplane_gang_phase_duration_seconds"
 NODE_STREAMS = "tuneplane_node_gateway_streams"
 NODE_HEARTBEATS = "tuneplane_node_gateway_heartbeats_total"
 HEARTBEAT_FLUSH_SECONDS = "tuneplane_node_gateway_heartbeat_flush_seconds"
+# -- a server process's event loop and collector (entrypoints/loop_watch.py)
+LOOP_LAG_SECONDS = "tuneplane_event_loop_lag_seconds"
+GC_PAUSE_SECONDS = "tuneplane_gc_pause_seconds"
 # -- the node daemon (adapters/grpc/node_client.py, adapters/node/journal.py)
 HEARTBEAT_RTT_SECONDS = "tuneplane_node_heartbeat_round_trip_seconds"
 NODE_MEMBERS = "tuneplane_node_members"

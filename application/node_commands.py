@@ -4,12 +4,13 @@ a copy of a member on another engine gets ``copy_command``), an unanswered one s
 after ``resend_after`` (every command is idempotent on the node), stops before starts. A Forget
 releases the member's hold on its node in the ledger.
 
-The gateway's pass is incremental (``due``): the ledger is read for every connected node (one
-array parameter), but the Python work is done only for the sessions that can need a command:
-those with work in the ledger, those that hold, have placed or hold a token for a member
-(``busy``), and those ``Attention`` was called to (a new session, a message recorded). An idle
-session (most of a large fleet) costs nothing per pass. Long loops yield to the event loop every
-``SLICE`` sessions, so heartbeats are answered in between (docs/node-backend.md).
+The gateway's pass is incremental (``due``): the ledger is read for every node whose link is open
+at this gateway (a join on ``node_links``, not an array of 10,000 names), but the Python work is
+done only for the sessions that can need a command: those with work in the ledger, those that hold,
+have placed or hold a token for a member (``busy``), and those ``Attention`` was called to (a new
+session, a message recorded). An idle session (most of a large fleet) costs nothing per pass. Long
+loops yield to the event loop every ``SLICE`` sessions, so heartbeats are answered in between
+(docs/node-backend.md).
 """
 
 from __future__ import annotations
@@ -92,15 +93,22 @@ async def due(
     resend_after: timedelta,
     live: Mapping[str, Session],
     attention: Attention,
+    gateway: str,
 ) -> dict[str, list[Outgoing]]:
-    """The incremental pass over the live sessions (by node): ``commands`` for those that can
-    need one (see the module). One database round trip for the ledger, with every live node."""
+    """The incremental pass over the live sessions (by node) of ``gateway``: ``commands`` for
+    those that can need one (see the module). The ledger is read for the nodes whose link is
+    open at this gateway (a join, not an array of every node), then for the attended sessions
+    the join did not cover (a session whose link row another gateway took, until the heartbeat
+    flush ends it: few), so every session looked at sees its node's whole ledger."""
     if not live:
         return {}
-    async with ctx.units.nodes() as uow:
-        found = await uow.launches.on_nodes(list(live))
-    works = _by_node(found)
     names = attention.nodes()
+    async with ctx.units.nodes() as uow:
+        works = {n: w for n, w in _by_node(await uow.launches.on_gateway(gateway)).items()
+                 if n in live}  # fmt: skip
+        rest = sorted(n for n in names if n in live and n not in works)
+        if rest:
+            works.update(_by_node(await uow.launches.on_nodes(rest)))
     names.update(works)
     sessions = [s for n in sorted(names) if (s := live.get(n)) is not None]
     out = await commands(ctx, resend_after, sessions, works)

@@ -298,7 +298,7 @@ class NodeControl:
         """Output scan and fetch requests (``tp artifacts verify``, a download of a file a node
         keeps) for these nodes, due now."""
         by_node = {s.node: s for s in sessions}
-        due = await due_scans(self.ctx, list(by_node), self._scans_sent)
+        due = await due_scans(self.ctx, by_node, self._scans_sent)
         return [(by_node[node], message) for node, message in due]
 
     async def _log(self, session: Session, chunk: LogChunk) -> None:
@@ -383,7 +383,9 @@ class NodeControl:
 
     async def commands_due(self, live: Mapping[str, Session]) -> dict[str, list[Outgoing]]:
         """``commands`` for the live sessions that can need one (``node_commands.due``)."""
-        return await node_commands.due(self.ctx, self.settings.resend_after, live, self._attention)
+        return await node_commands.due(
+            self.ctx, self.settings.resend_after, live, self._attention, self.gateway
+        )
 
     async def renewals_due(self, live: Mapping[str, Session]) -> list[tuple[Session, TokenRenewal]]:
         """``renewals`` over the busy sessions only (an idle one holds no token)."""
@@ -415,5 +417,5 @@ class NodeControl:
         self, live: Mapping[str, Session]
     ) -> list[tuple[Session, ScanOutputs | FetchOutput]]:
         """``scans`` for the live sessions, by node."""
-        due = await due_scans(self.ctx, list(live), self._scans_sent)
+        due = await due_scans(self.ctx, live, self._scans_sent)
         return [(s, message) for node, message in due if (s := live.get(node)) is not None]

@@ -79,20 +79,24 @@ async def record_answer(ctx: Context, node: str, answer: OutputsScanned) -> bool
 
 
 async def due_scans(
-    ctx: Context, nodes: Sequence[str], sent: dict[str, datetime]
+    ctx: Context, nodes: Collection[str], sent: dict[str, datetime]
 ) -> list[tuple[str, ScanOutputs | FetchOutput]]:
-    """The scan and fetch requests to send now, as (node, message); ``sent`` remembers when
-    each was sent (by this gateway) so an unanswered one goes again only after
-    ``SCAN_RESEND`` (a node sending the file still sends it once: it knows the request)."""
+    """The scan and fetch requests to send now to ``nodes`` (this gateway's), as (node,
+    message); ``sent`` remembers when each was sent (by this gateway) so an unanswered one goes
+    again only after ``SCAN_RESEND`` (a node sending the file still sends it once: it knows the
+    request). Requests are rare: every pending one is read, and those for other nodes are left
+    here, instead of sending the names of every connected node with each read."""
     if not nodes:
         return []
     now = ctx.clock.now()
     async with ctx.units.nodes() as uow:
-        pending = await uow.output_scans.pending(nodes, now - SCAN_LIFETIME)
+        pending = await uow.output_scans.pending(None, now - SCAN_LIFETIME)
     for request_id in [r for r, at in sent.items() if now - at > SCAN_LIFETIME]:
         del sent[request_id]
     out: list[tuple[str, ScanOutputs | FetchOutput]] = []
     for r in pending:
+        if r.node not in nodes:
+            continue  # another gateway's node, or one whose stream ended meanwhile
         last = sent.get(r.id)
         if last is not None and now - last < SCAN_RESEND:
             continue

@@ -290,6 +290,11 @@ class LaunchLedger(Protocol):
         """Every unreleased member launch placed on these nodes, in one round trip."""
         ...
 
+    async def on_gateway(self, gateway: str) -> builtins.list[NodeWork]:
+        """As ``on_nodes`` for the nodes whose link is open at ``gateway`` (``node_links``):
+        what a gateway reads each pass, without sending the names of its thousands of nodes."""
+        ...
+
     async def ports_in_use(self, node: str) -> set[int]:
         """Rendezvous ports of undecided or committed launches led from ``node`` whose attempt
         is not final."""
@@ -301,8 +306,11 @@ class OutputScanRepository(Protocol):
 
     async def request(self, scan: ScanRequest) -> None: ...
 
-    async def pending(self, nodes: Collection[str], since: datetime) -> builtins.list[ScanRequest]:
-        """Unanswered requests for ``nodes`` made at or after ``since`` (older ones lapsed)."""
+    async def pending(
+        self, nodes: Collection[str] | None, since: datetime
+    ) -> builtins.list[ScanRequest]:
+        """Unanswered requests for ``nodes`` (None: every node) made at or after ``since``
+        (older ones lapsed)."""
         ...
 
     async def answer(self, node: str, result: ScanResult) -> bool:

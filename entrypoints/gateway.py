@@ -4,6 +4,7 @@ and `tp gateway telemetry` (metrics from collectors). Separate processes, ports,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import socket
@@ -24,7 +25,8 @@ from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
 from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
-from entrypoints.gc_pauses import keep_pauses_short, stop_policy
+from entrypoints.gc_pauses import keep_pauses_short, pace_collections, stop_policy
+from entrypoints.loop_watch import unwatch_collections, watch_collections, watch_loop
 from entrypoints.metrics_listener import start_metrics
 from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
 from entrypoints.settings import Settings
@@ -82,6 +84,10 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
         ctx.signals.subscribe(NODE_WORK, gateway.wake)  # a launch began or was decided
         # thousands of streams' state: full collections walk only what is new (gc_pauses.py)
         pauses = keep_pauses_short(asyncio.get_running_loop().call_soon_threadsafe)
+        measure = process_instruments()  # the loop's lag, the collector's pauses (loop_watch.py)
+        collections = watch_collections(measure)
+        lag = asyncio.create_task(watch_loop(measure))
+        paced = asyncio.create_task(pace_collections(pauses))  # young ones on a clock
         server = await _listen(
             Server([gateway]),
             settings.node_gateway_host,
@@ -102,6 +108,11 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             server.close()
             await server.wait_closed()
             await gateway.closing()  # every stream's session recorded as ended
+            for task in (lag, paced):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            unwatch_collections(collections)
             stop_policy(pauses)
 
 

@@ -19,10 +19,23 @@ round trip's p99 (docs/benchmarks.md, "Towards 10,000 node streams").
 - the youngest generation is collected every ``young`` allocations instead of 700: per-message
   objects (a heartbeat's future, its timeout) then mostly die young instead of being promoted
   and feeding full collections.
+
+``pace_collections`` (session 41) puts the young collections on a clock. CPython counts
+allocations *minus deallocations* towards a young collection, and at a steady fleet each
+heartbeat's new objects (the read's future and timeout, HTTP/2 state, living until the next
+heartbeat 5 s later) replace the previous heartbeat's, which were old by then: the count stays
+low while the youngest generation grows to every stream's newest objects, hundreds of thousands
+at 10,000 streams, walked in one pause when the count finally passes ``young``. So every
+``every`` seconds (a quarter second) the youngest generation is collected, and every
+``middle_every``-th time generation 1 with it, whose survivors are then frozen: each pause walks
+at most a second of survivors, and what lives longer is walked only by the rare complete
+collection (frozen objects freed by reference counting leave the frozen set at once; only
+cyclic garbage stays there until the frozen set has grown by ``regrow``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import Callable
@@ -89,6 +102,58 @@ def keep_pauses_short(
     policy.complete = False
     gc.callbacks.append(policy)
     return policy
+
+
+EVERY = 0.25  # seconds between two paced young collections
+MIDDLE_EVERY = 4  # every 4th one collects generation 1 too, then freezes what survived
+
+
+class Pacer:
+    """The young collections on a clock (see the module); ``tick`` runs one."""
+
+    def __init__(self, policy: PausePolicy, middle_every: int = MIDDLE_EVERY) -> None:
+        self.policy = policy
+        self.middle_every = middle_every
+        self.ticks = 0
+        self.added = 0  # objects this pacer froze since the frozen set was last counted
+        self.complete = 0  # complete collections run (the frozen set had grown by ``regrow``)
+
+    def tick(self) -> int:
+        """One paced collection; returns the generation collected."""
+        self.ticks += 1
+        if self.ticks % self.middle_every:
+            gc.collect(0)
+            return 0
+        gc.collect(1)
+        policy = self.policy
+        # the survivors (all that generation 2 holds, since everything older is frozen) leave
+        # the generations the collector walks
+        self.added += len(gc.get_objects(2))
+        gc.freeze()
+        if self.added < policy.regrow * max(policy.floor, policy.base):
+            return 1  # the frozen set cannot have grown by ``regrow``: not counted (see below)
+        # counting the frozen set walks it (``get_freeze_count`` is a list walk, 10 ms and more
+        # at a million objects), so it is counted only once the pacer may have made it grow
+        self.added = 0
+        frozen = gc.get_freeze_count()
+        if frozen <= max(policy.floor, policy.base * (1 + policy.regrow)):
+            return 1
+        gc.unfreeze()  # the garbage cycles among the frozen: one complete collection, now
+        gc.collect()
+        gc.freeze()
+        policy.base = gc.get_freeze_count()
+        policy.complete = False
+        self.complete += 1
+        log.info("collector: %d frozen objects walked in a complete collection", frozen)
+        return 2
+
+
+async def pace_collections(policy: PausePolicy, every: float = EVERY) -> None:
+    """Run ``Pacer.tick`` every ``every`` seconds until cancelled."""
+    pacer = Pacer(policy)
+    while True:
+        await asyncio.sleep(every)
+        pacer.tick()
 
 
 def stop_policy(policy: PausePolicy) -> None:

@@ -75,11 +75,11 @@ class MemoryOutputScanRepository:
     async def request(self, scan: ScanRequest) -> None:
         await self._tx.insert("output_scans", _Scan(scan), f"output scan {scan.id}")
 
-    async def pending(self, nodes: Collection[str], since: datetime) -> list[ScanRequest]:
-        wanted = set(nodes)
+    async def pending(self, nodes: Collection[str] | None, since: datetime) -> list[ScanRequest]:
+        wanted = None if nodes is None else set(nodes)
         rows: list[_Scan] = self._tx.select(
             "output_scans",
-            lambda r: r.result is None and r.request.node in wanted
+            lambda r: r.result is None and (wanted is None or r.request.node in wanted)
             and r.request.requested_at >= since,
         )  # fmt: skip
         return sorted((r.request for r in rows), key=lambda s: (s.requested_at, s.id))

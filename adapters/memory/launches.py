@@ -19,7 +19,7 @@ from domain.admission import Assignment, Reservation
 from domain.errors import Conflict, InvalidInput, NotFound
 from domain.jobs import Attempt, Job, Member
 from domain.lifecycle import ATTEMPT_FINAL, MEMBER_FINAL
-from domain.node_ports import LaunchPlan, MemberLaunch, NodeWork
+from domain.node_ports import LaunchPlan, MemberLaunch, NodeLink, NodeWork
 from domain.node_protocol import Decision, MemberRef, MemberReport, Placed, accepts_phase
 
 
@@ -172,6 +172,12 @@ class MemoryLaunchLedger:
             m = await self._locked(member_id)
             if m is not None and m.node == node and m.released_at is None:
                 self._tx.write("member_launches", replace(m, released_at=now))
+
+    async def on_gateway(self, gateway: str) -> builtins.list[NodeWork]:
+        links: list[NodeLink] = self._tx.select(
+            "node_links", lambda r: r.gateway == gateway and r.closed_at is None
+        )
+        return await self.on_nodes([r.node for r in links])
 
     async def on_nodes(self, nodes: Collection[str]) -> builtins.list[NodeWork]:
         tx = self._tx

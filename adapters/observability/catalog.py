@@ -56,6 +56,12 @@ CATALOG: tuple[Metric, ...] = (
            process="node-gateway"),
     Metric(i.HEARTBEAT_FLUSH_SECONDS, "histogram", "Seconds writing a round of heartbeats to "
            "PostgreSQL took (the gateway's part of a heartbeat's trip)", process="node-gateway"),
+    Metric(i.LOOP_LAG_SECONDS, "histogram", "Seconds the event loop woke late from a 0.1 s "
+           "sleep (what held it: a long step, a collection, no CPU): every message answered "
+           "waits for it", process="node-gateway"),
+    Metric(i.GC_PAUSE_SECONDS, "histogram", "Seconds one collection of the cycle collector "
+           "stopped the process, by generation (0, 1, 2: 2 walks what is not frozen)",
+           ("generation",), process="node-gateway"),
     Metric(i.HEARTBEAT_RTT_SECONDS, "histogram", "Seconds from a heartbeat sent to its "
            "acknowledgement received, on the node's clock", process="node"),
     Metric(i.NODE_MEMBERS, "gauge", "Members in this node's journal, by state", ("state",),

@@ -141,20 +141,16 @@ class PostgresOutputScanRepository:
         with translated(f"record output scan {scan.id}"):
             await self._conn.execute(stmt)
 
-    async def pending(self, nodes: Collection[str], since: datetime) -> list[ScanRequest]:
+    async def pending(self, nodes: Collection[str] | None, since: datetime) -> list[ScanRequest]:
         t = output_scans.c
         query = (
             select(t.id, t.node, t.job_id, t.attempt_id, t.member_id, t.member_index)
             .add_columns(t.requested_at, t.fetch_path, t.fetch_size, t.fetch_sha256)
-            .where(
-                # one array parameter: an IN list of every connected node (10,000) was compiled
-                # into as many parameters at each pass of the gateway, stalling its loop
-                t.node == any_(bindparam("nodes", list(nodes), type_=ARRAY(Text))),
-                t.done_at.is_(None),
-                t.requested_at >= since,
-            )
+            .where(t.done_at.is_(None), t.requested_at >= since)
             .order_by(t.requested_at, t.id)
         )
+        if nodes is not None:  # the gateway asks for every node (None): no array of 10,000
+            query = query.where(t.node == any_(bindparam("nodes", list(nodes), type_=ARRAY(Text))))
         with translated("read pending output scans"):
             rows = (await self._conn.execute(query)).all()
         return [

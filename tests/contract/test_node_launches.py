@@ -424,3 +424,30 @@ async def test_the_installation_id_is_made_once_and_kept(uow_factory: UnitOfWork
     async with uow_factory() as uow:
         assert await uow.enrollment.installation() == first
     assert first.startswith("inst-") and len(first) > 20
+
+
+async def test_on_gateway_reads_the_work_of_the_nodes_linked_open_at_that_gateway(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    await setup_fleet(uow_factory)
+    here = await open_link(uow_factory, "n-0")  # at gw-1
+    await open_link(uow_factory, "n-1")
+    async with uow_factory() as uow:
+        await uow.links.open("n-2", "gw-2", CAP, "10.0.0.2", "1.0", at(0))  # another gateway
+        await uow.commit()
+    g = await new_gang(uow_factory, ("n-0", "n-1"), 29501)
+    other = await new_gang(uow_factory, ("n-2",), 29502, reserve=False)
+    async with uow_factory() as uow:
+        mine = await uow.launches.on_gateway("gw-1")
+        theirs = await uow.launches.on_gateway("gw-2")
+        assert await uow.launches.on_gateway("gw-9") == []
+        # the same rows as on_nodes for those nodes, in the same order
+        assert mine == await uow.launches.on_nodes(["n-0", "n-1"])
+    assert [w.placed.ref.attempt_id for w in mine] == [g.attempt.id] * 2
+    assert [w.placed.node for w in theirs] == ["n-2"]
+    assert theirs[0].placed.ref.attempt_id == other.attempt.id
+    async with uow_factory() as uow:  # a stream that ended: its node is no one's to read
+        assert await uow.links.close("n-0", here.session, at(1))
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert [w.placed.node for w in await uow.launches.on_gateway("gw-1")] == ["n-1"]

@@ -30,6 +30,9 @@ async def test_requests_are_pending_until_their_node_answers_once(
         assert [r.id for r in await uow.output_scans.pending(["n1"], at(0))] == ["a", "b"]
         assert [r.id for r in await uow.output_scans.pending(["n1", "n2"], at(3))] == ["b"]
         assert await uow.output_scans.pending(["n3"], at(0)) == []
+        # None: every node's (the gateway filters by its own streams)
+        assert [r.id for r in await uow.output_scans.pending(None, at(0))] == ["a", "c", "b"]
+        assert [r.id for r in await uow.output_scans.pending(None, at(3))] == ["b"]
         assert await uow.output_scans.result("a") is None
     files = Manifest.of([ArtifactFile("ckpt.bin", 7, "ef" * 32)])
     answer = ScanResult("a", files, "", at(5))
@@ -44,6 +47,7 @@ async def test_requests_are_pending_until_their_node_answers_once(
         assert await uow.output_scans.result("a") == answer
         assert await uow.output_scans.result("c") == ScanResult("c", None, "unreadable", at(6))
         assert [r.id for r in await uow.output_scans.pending(["n1", "n2"], at(0))] == ["b"]
+        assert [r.id for r in await uow.output_scans.pending(None, at(0))] == ["b"]
         assert await uow.output_scans.prune(at(3)) == 2  # a and c (made at minute 2)
         await uow.commit()
     async with uow_factory() as uow:

@@ -15,10 +15,12 @@ from application.enrollment import NodeIdentity
 from application.node_commands import SLICE, Attention
 from application.node_control import Session
 from domain.lifecycle import JobState
-from domain.node_protocol import CommandKind, MemberRef, MemberReport, Phase
+from domain.node_protocol import CommandKind, MemberRef, MemberReport, NodeCapacity, Phase
 from tests.sim.test_node_launch import World
 
 pytestmark = pytest.mark.sim
+
+CAP = NodeCapacity(0, None, 1.0, 1024)
 
 
 @pytest.fixture
@@ -82,6 +84,30 @@ async def test_a_commit_is_sent_again_to_a_member_held_starting(world: World) ->
         todo = await control.commands_due(live)
         assert [o.command.kind for o in todo[member.node]] == [CommandKind.COMMIT]
         assert await control.commands_due(live) == {}  # not again before resend_after
+
+
+async def test_a_busy_session_whose_link_another_gateway_took_still_sees_its_ledger(
+    world: World,
+) -> None:
+    """The pass reads the ledger by a join on this gateway's open links; a session still live
+    here whose link row another gateway took (until the heartbeat flush ends it) is read apart,
+    so it is never told to forget the members it holds."""
+    control = world.fleet.control
+    job_id = await world.submit()
+    d = await world.all_running(job_id)
+    member = d.attempts[-1].members[0]
+    assert member.node is not None
+    session = world.fleet.nodes[member.node].session
+    assert session is not None
+    ref, _ = session.held[member.id]
+    session.held[member.id] = (ref, Phase.STARTING)  # a Commit is due again
+    async with world.ctx.units.nodes() as uow:
+        await uow.links.open(member.node, "gw-elsewhere", CAP, "10.9.9.9", "1.0", world.clock.now())
+        await uow.commit()
+    world.clock.advance(seconds=control.settings.resend_after.total_seconds())
+    todo = await control.commands_due({member.node: session})
+    assert [o.command.kind for o in todo[member.node]] == [CommandKind.COMMIT]
+    assert member.node in control.attended()  # still busy: looked at in the next pass
 
 
 async def test_a_pass_over_more_sessions_than_a_slice_yields_and_reaches_them_all(

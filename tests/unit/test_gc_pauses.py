@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from entrypoints.gc_pauses import PausePolicy
+from entrypoints.gc_pauses import Pacer, PausePolicy
 
 pytestmark = pytest.mark.unit
 
@@ -60,3 +60,48 @@ def test_a_closed_loop_leaves_the_policy_idle(unfrozen: None) -> None:
     policy = PausePolicy(closed)
     full(policy)
     assert not policy.scheduled and gc.get_freeze_count() == 0
+
+
+class Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_the_pacer_collects_the_young_and_freezes_the_survivors_of_generation_1(
+    unfrozen: None,
+) -> None:
+    policy = PausePolicy(lambda _: None, regrow=0.5, floor=10**9)  # never a complete one here
+    pacer = Pacer(policy, middle_every=2)
+    garbage = Cycle()
+    alive = [[i] for i in range(100)]  # no cycles: freed by reference counting
+    del garbage
+    assert pacer.tick() == 0  # a young collection: the cycle is freed, survivors promoted
+    assert gc.get_freeze_count() == 0
+    assert pacer.tick() == 1  # generation 1, then its survivors frozen
+    frozen = gc.get_freeze_count()
+    assert frozen >= len(alive)
+    del alive  # frozen objects freed by reference counting leave the frozen set at once
+    assert gc.get_freeze_count() <= frozen - 100
+
+
+def test_the_pacer_walks_everything_once_the_frozen_set_has_grown_by_half(
+    unfrozen: None,
+) -> None:
+    gc.collect()
+    gc.freeze()
+    policy = PausePolicy(lambda _: None, regrow=0.5, floor=1000)
+    policy.base = gc.get_freeze_count()
+    pacer = Pacer(policy, middle_every=1)
+    few = [[i] for i in range(10)]
+    assert pacer.tick() == 1 and pacer.added >= len(few)  # frozen, and not counted yet
+    leaked = [Cycle() for _ in range(policy.base)]  # as many again, alive for now
+    assert pacer.tick() == 2  # counted: grown past half, so walked once, all frozen again
+    assert pacer.complete == 1 and pacer.added == 0 and not policy.complete
+    assert abs(policy.base - gc.get_freeze_count()) < 10
+    before = policy.base
+    del leaked  # garbage, in cycles: frozen, it stays until the next complete collection
+    assert gc.get_freeze_count() > before - 10
+    more = [Cycle() for _ in range(before // 2 + 10)]
+    assert pacer.tick() == 2  # grown by half again: the leaked cycles are freed now
+    assert gc.get_freeze_count() < before + len(more) - before // 3
+    assert pacer.tick() == 1  # and back to freezing
