@@ -30,7 +30,7 @@ from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.process import check_listen
 from entrypoints.settings import Settings
-from entrypoints.settings_loader import load_one
+from entrypoints.settings_loader import SettingExit, load_one
 from entrypoints.settings_metrics import MetricsSettings
 from entrypoints.settings_sections import NodeSettings
 
@@ -45,6 +45,7 @@ async def serve(
     token yet) the first process to get there creates user admin and its token, written 0600
     to the state directory (``bootstrap``; `tp up` has done so already and prints the token)."""
     check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
+    check_store_groups(settings)
     await reach_database(settings)
     await secrets_key.ensure_key_file(settings)
     async with started(ApiContainer(settings=settings)) as container:
@@ -67,6 +68,7 @@ async def serve(
             gangs=gang_settings(settings),
             collect_blobs_every=gc_every if supervise else None,
             metrics=str(load_one(MetricsSettings, "api")),
+            store_groups=settings.admission_store_groups,
         )
         config = uvicorn.Config(
             instrumented(app),  # every request counted and timed (docs/operations.md#metrics)
@@ -78,6 +80,19 @@ async def serve(
             lifespan="on",
         )
         await _AnnouncingServer(config, announce).serve()
+
+
+def check_store_groups(settings: Settings) -> None:
+    """The leader's store groups each hold a connection while the API serves requests on the
+    same pool: at least one must stay for them."""
+    groups, pool = settings.admission_store_groups, settings.db_pool_size
+    if groups >= pool:
+        raise SettingExit(
+            f"TUNEPLANE_ADMISSION_STORE_GROUPS={groups} leaves no connection of "
+            f"TUNEPLANE_DB_POOL_SIZE={pool} for the API's requests",
+            f"set TUNEPLANE_ADMISSION_STORE_GROUPS below {pool}, or raise TUNEPLANE_DB_POOL_SIZE",
+            "TUNEPLANE_ADMISSION_STORE_GROUPS",
+        )
 
 
 class _AnnouncingServer(uvicorn.Server):

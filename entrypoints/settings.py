@@ -23,6 +23,7 @@ from entrypoints.settings_loader import (
     Port,
     Positive,
     Seconds,
+    StoreGroups,
     load,
     section,
     var,
@@ -109,6 +110,16 @@ class Settings:
         env="TUNEPLANE_DB_POOL_SIZE",
         section="database",
         doc="connections per API process (no overflow)",
+    )
+    admission_store_groups: StoreGroups = var(
+        1,
+        env="TUNEPLANE_ADMISSION_STORE_GROUPS",
+        section="database",
+        doc="connections the leader stores one admission pass on at once: its placements split "
+        "into this many groups that share no node, one transaction each (1 to 8; below "
+        "`TUNEPLANE_DB_POOL_SIZE`). 1 is one after another; more spreads PostgreSQL's work over "
+        "cores when a pass places many jobs ([scheduling.md](scheduling.md#storing-a-pass-on-"
+        "several-connections))",
     )
     db_keepalive_seconds: Positive = var(
         60,

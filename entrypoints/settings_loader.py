@@ -30,6 +30,7 @@ FILE_ENV = "TUNEPLANE_SETTINGS_FILE"
 Port = Annotated[int, Meta(ge=1, le=65535)]
 Seconds = Annotated[int, Meta(ge=0)]
 Positive = Annotated[int, Meta(ge=1)]
+StoreGroups = Annotated[int, Meta(ge=1, le=8)]
 Source = Literal["default", "env", "file"]
 T = TypeVar("T")
 

@@ -17,6 +17,7 @@ from litestar.openapi.plugins import SwaggerRenderPlugin
 from application.blob_gc import keep_collecting
 from application.context import Context
 from application.gang import GangCoordinator, GangSettings
+from application.scheduler import Scheduler
 from application.supervisor import Supervisor
 from application.webhook_delivery import Deliverer
 from domain.coordination_ports import LAUNCH_NEWS, TOKENS_REVOKED, LeaderLease
@@ -72,14 +73,22 @@ def create_app(
     collect_blobs_every: timedelta | None = None,
     token_cache_seconds: float = 5.0,
     metrics: str = "open",
+    store_groups: int = 1,
 ) -> Litestar:
     """Build the app. With ``supervise`` the process also runs the control loop (scheduling
     pass + supervisor); with a ``lease`` it ticks only while it leads. With
     ``collect_blobs_every`` it deletes unused blobs that often (``application/blob_gc.py``).
     ``token_cache_seconds``: how long a token lookup is kept (``security.TokenCache``).
-    ``metrics`` says who may read ``GET /metrics`` (TUNEPLANE_API_METRICS: open, token, off)."""
+    ``metrics`` says who may read ``GET /metrics`` (TUNEPLANE_API_METRICS: open, token, off).
+    ``store_groups``: connections a pass's placements are stored on at once (Scheduler)."""
     coordinator = GangCoordinator(ctx, gangs)
-    supervisor = Supervisor(ctx, lease, gangs=coordinator) if supervise else None
+    supervisor = (
+        Supervisor(
+            ctx, lease, gangs=coordinator, scheduler=Scheduler(ctx, store_groups=store_groups)
+        )
+        if supervise
+        else None
+    )
     if supervisor is not None:  # a node voted or reported: decide and record at once
         ctx.signals.subscribe(LAUNCH_NEWS, supervisor.wake)
     # webhooks: every API process delivers (claims skip each other's; docs/notifications.md)

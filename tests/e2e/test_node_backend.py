@@ -93,6 +93,30 @@ async def test_a_four_member_gang_runs_to_completion(
     assert refused.returncode != 0 and "no member 4: its members are 0 to 3" in refused.stderr
 
 
+async def test_a_pass_stored_in_groups_admits_every_queued_job_once(
+    node_cluster_factory: Factory, docker_host: str, tmp_path: Path
+) -> None:
+    """With TUNEPLANE_ADMISSION_STORE_GROUPS=2 the leader stores a pass on two connections at
+    once (docs/scheduling.md#storing-a-pass-on-several-connections): four one-node jobs queued
+    behind a gang that holds the whole fleet are placed by one pass when it ends, each on its
+    own node, and each started once."""
+    cluster = await node_cluster_factory(4, TUNEPLANE_ADMISSION_STORE_GROUPS="2")
+    cli = await cli_for(cluster, tmp_path)
+    since = time.time() - 1
+    blocker = submit(cli, "sleep 15")  # nodes/cpu:2: all four nodes
+    cli.wait_state(blocker, {"running"}, timeout=60)
+    queued = [submit(cli, f"echo job {i}", "nodes/cpu:0.5") for i in range(4)]
+    assert {cli.status(j)["state"] for j in queued} == {"pending"}  # the fleet is full
+    assert cli.wait_state(blocker, {"succeeded", "failed"}, timeout=60)["state"] == "succeeded"
+    jobs = [cli.wait_state(j, {"succeeded", "failed", "cancelled"}, timeout=120) for j in queued]
+    assert [j["state"] for j in jobs] == ["succeeded"] * 4, jobs
+    nodes = [m["node"] for j in jobs for a in j["attempts"] for m in a["members"]]
+    assert sorted(nodes) == sorted(cluster.daemons), nodes  # one attempt each, a node each
+    for job in jobs:
+        [attempt] = job["attempts"]
+        assert starts(docker_host, attempt["id"], since) == {attempt["members"][0]["id"]: 1}
+
+
 async def test_a_rendezvous_port_held_by_a_stranger_is_retried_and_nothing_starts(
     node_cluster_factory: Factory, docker_host: str, tmp_path: Path
 ) -> None:
