@@ -190,6 +190,7 @@ class Scheduler:
                 if isinstance(outcome, BaseException):
                     raise outcome
                 done.update(outcome)
+            log.info("stored %d placements in %d groups at once", len(placements), len(groups))
         return (
             [p.job_id for p in placements if p.job_id in done],
             [p.job_id for p in placements if p.job_id not in done],

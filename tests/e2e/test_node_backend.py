@@ -115,6 +115,8 @@ async def test_a_pass_stored_in_groups_admits_every_queued_job_once(
     for job in jobs:
         [attempt] = job["attempts"]
         assert starts(docker_host, attempt["id"], since) == {attempt["members"][0]["id"]: 1}
+    logs = "".join(p.read_text() for p in cluster.servers.state_dir.glob("serve-*.log"))
+    assert re.search(r"stored [2-4] placements in 2 groups at once", logs), logs[-3000:]
 
 
 async def test_a_rendezvous_port_held_by_a_stranger_is_retried_and_nothing_starts(
