@@ -26,6 +26,10 @@ async function route(): Promise<void> {
   const [path, query = ""] = location.hash.replace(/^#/, "").split("?", 2);
   if (!token.get()) {
     showUser(null);
+    // The sign-in form is a view too: a page still loading when the user signed out (or was
+    // signed out) must not draw over it when its answers arrive.
+    main.dataset.page = "login";
+    main.dataset.view = String(++views);
     loginPage(main, notice, (user) => {
       notice = null;
       showUser(user);

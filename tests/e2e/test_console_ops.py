@@ -138,6 +138,32 @@ async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
     await expect(link).to_be_focused()
 
 
+async def test_signing_out_while_a_page_loads_leaves_the_sign_in_form(
+    api_server: Servers, page: Page
+) -> None:
+    """The Fleet page's data is held back; meanwhile the user signs out. When the held answer
+    arrives it is dropped: the sign-in form stays (the late page used to be drawn over it, with
+    "no API token given" in its parts; CI saw it on a reloaded job page)."""
+    release = asyncio.Event()
+
+    async def held(route: Route) -> None:
+        await release.wait()
+        await route.continue_()
+
+    await page.route(re.compile(r".*/v1/fleet$"), held)
+    await page.goto(api_server.url + "/console/")
+    await page.get_by_label("API token").fill(api_server.token)
+    await page.get_by_label("API token").press("Enter")
+    await expect(page.get_by_text("Loading…")).to_be_visible()
+    await page.get_by_role("button", name="Sign out").click()
+    await expect(page.get_by_label("API token")).to_be_visible()
+    release.set()
+    await page.wait_for_load_state("networkidle")  # the held answer arrived and was handled
+    await expect(page.get_by_label("API token")).to_be_visible()
+    await expect(page.get_by_role("heading", name="Fleet", level=1)).to_have_count(0)
+    assert await page.evaluate("sessionStorage.length") == 0
+
+
 async def test_an_address_changed_while_signing_in_is_the_page_shown(
     api_server: Servers, page: Page
 ) -> None:
