@@ -18,6 +18,7 @@ from entrypoints.settings_loader import Port, section, var, xdg
 
 RETRY_MAX_ENV = "TUNEPLANE_NODE_RETRY_MAX_SECONDS"
 CONNECT_TIMEOUT_ENV = "TUNEPLANE_NODE_CONNECT_TIMEOUT_SECONDS"
+COLLECTOR_RETRY_MAX_ENV = "TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS"
 
 
 def _seconds(env: str, low: float, high: float, example: str) -> Callable[[str], float]:
@@ -42,6 +43,7 @@ def _seconds(env: str, low: float, high: float, example: str) -> Callable[[str],
 
 _retry_max = _seconds(RETRY_MAX_ENV, 0.1, 600, "10")
 _connect_timeout = _seconds(CONNECT_TIMEOUT_ENV, 1, 600, "30")
+_collector_retry_max = _seconds(COLLECTOR_RETRY_MAX_ENV, 0.1, 600, "5")
 
 
 EXECUTORS = ("container", "process")
@@ -283,6 +285,14 @@ class NodeSettings:
         parse=_sample_seconds,
         doc="`tp collector`: seconds between two samples of each member's GPUs, CPU and memory "
         "(its `system` source; [telemetry.md](telemetry.md#the-system-source))",
+    )
+    collector_retry_max_seconds: float = var(
+        5.0,
+        env=COLLECTOR_RETRY_MAX_ENV,
+        section="node",
+        parse=_collector_retry_max,
+        doc="`tp collector`: the longest pause between two attempts to send a member's metrics "
+        "while the telemetry gateway cannot be reached (0.1 to 600)",
     )
 
 

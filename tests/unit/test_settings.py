@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from domain.errors import InvalidInput
 from entrypoints import settings_doc
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import load
@@ -82,6 +83,18 @@ def test_a_silent_node_session_is_dead_after_six_heartbeats_or_the_floor() -> No
     assert Settings.from_env(short).node_session_timeout == timedelta(seconds=30)
     with pytest.raises(SystemExit, match="fix: set TUNEPLANE_NODE_SESSION_FLOOR_SECONDS to a"):
         Settings.from_env({"TUNEPLANE_NODE_SESSION_FLOOR_SECONDS": "-3"})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("", 5.0), ("1", 1.0), ("0.1", 0.1), ("0", None), ("x", None)]
+)
+def test_the_collectors_longest_pause_between_sends(text: str, seconds: float | None) -> None:
+    env = {"TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS": text}
+    if seconds is None:
+        with pytest.raises(InvalidInput, match="set TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS to e"):
+            load(NodeSettings, env)
+    else:
+        assert load(NodeSettings, env).collector_retry_max_seconds == seconds
 
 
 def test_a_nul_byte_is_refused_wherever_it_comes_from() -> None:
