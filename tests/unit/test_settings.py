@@ -81,7 +81,7 @@ def test_a_silent_node_session_is_dead_after_six_heartbeats_or_the_floor() -> No
     assert Settings.from_env(floor).node_session_timeout == timedelta(seconds=10)
     short = {"TUNEPLANE_HEARTBEAT_SECONDS": "5", "TUNEPLANE_NODE_SESSION_FLOOR_SECONDS": "1"}
     assert Settings.from_env(short).node_session_timeout == timedelta(seconds=30)
-    with pytest.raises(SystemExit, match="fix: set TUNEPLANE_NODE_SESSION_FLOOR_SECONDS to a"):
+    with pytest.raises(SystemExit, match="fix: set TUNEPLANE_NODE_SESSION_FLOOR_SECONDS to whole"):
         Settings.from_env({"TUNEPLANE_NODE_SESSION_FLOOR_SECONDS": "-3"})
 
 
