@@ -79,7 +79,8 @@ def run_collector(options: CollectorOptions, metrics_port: int | None = None) ->
     logs.setup("collector")
     try:
         period = float(load_one(NodeSettings, "gpu_sample_seconds"))
-        options = replace(options, gpu_sample_seconds=period)
+        retry_max = float(load_one(NodeSettings, "collector_retry_max_seconds"))
+        options = replace(options, gpu_sample_seconds=period, retry_max=retry_max)
         run_server(serve_collector(options, metrics_port))
     except TunePlaneError as exc:
         logs.report(exc, stream=sys.stderr)

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 from grpclib.server import Server
 
@@ -19,16 +16,16 @@ from adapters.observability.prometheus import process_instruments
 from adapters.postgres.metric_compaction import keep_compacting
 from adapters.tls import dev_server_context, server_context
 from domain.coordination_ports import NODE_WORK
-from domain.errors import TunePlaneError, Unavailable
+from domain.errors import Unavailable
 from entrypoints import logs
 from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.node_gateway import NodeGatewayContainer
 from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
+from entrypoints.gateway_run import where
 from entrypoints.gc_pauses import keep_pauses_short, pace_collections, stop_policy
 from entrypoints.loop_watch import unwatch_collections, watch_collections, watch_loop
-from entrypoints.metrics_listener import start_metrics
-from entrypoints.process import announce_ready, check_listen, run_server, until_signalled
+from entrypoints.process import announce_ready, check_listen, until_signalled
 from entrypoints.settings import Settings
 
 log = logging.getLogger("tuneplane.gateway")
@@ -52,10 +49,6 @@ def gateway_tls(settings: Settings) -> tuple[ssl.SSLContext, Path]:
     return dev_server_context(settings.state_dir, gateway_names(settings))
 
 
-def _where(which: str) -> str:
-    return f"--host/--port or TUNEPLANE_{which.upper()}_GATEWAY_HOST/_PORT"
-
-
 BACKLOG = 4096  # connections not yet accepted: thousands of nodes reconnect at once
 
 
@@ -69,13 +62,13 @@ async def _listen(
     except OSError as exc:
         raise Unavailable(
             f"the {which} gateway cannot listen on {host}:{port}: {exc.strerror or exc}",
-            fix=f"stop what uses the port, or give another address ({_where(which)})",
+            fix=f"stop what uses the port, or give another address ({where(which)})",
         ) from None
     return grpc
 
 
 async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
-    check_listen(settings.node_gateway_host, settings.node_gateway_port, _where("node"))
+    check_listen(settings.node_gateway_host, settings.node_gateway_port, where("node"))
     await reach_database(settings)
     tls, ca = gateway_tls(settings)
     async with started(NodeGatewayContainer(settings=settings)) as container:
@@ -116,37 +109,10 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
             stop_policy(pauses)
 
 
-def _run(
-    which: str, serve: Callable[[Settings], Coroutine[Any, Any, None]], host: str | None,
-    port: int | None, metrics_port: int | None = None,
-) -> int:  # fmt: skip
-    """Run a gateway process with ``which``'s listen address overridden, serving its metrics on
-    ``metrics_port`` (else TUNEPLANE_<WHICH>_GATEWAY_METRICS_PORT, else nowhere); the exit
-    code."""
-    logs.setup(f"{which}-gateway")
-    changes: dict[str, Any] = {}
-    if host is not None:
-        changes[f"{which}_gateway_host"] = host
-    if port is not None:
-        changes[f"{which}_gateway_port"] = port
-    settings = dataclasses.replace(Settings.from_env(), **changes)
-    try:
-        start_metrics(f"{which}_gateway", metrics_port)
-        run_server(serve(settings))
-    except TunePlaneError as exc:
-        logs.report(exc)
-        return 1
-    return 0
-
-
-def run_node_gateway(host: str | None, port: int | None, metrics_port: int | None = None) -> int:
-    return _run("node", serve_node_gateway, host, port, metrics_port)
-
-
 async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
     """`tp gateway telemetry`: its own process, port and credentials; PostgreSQL only."""
     host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
-    check_listen(host, port, _where("telemetry"))
+    check_listen(host, port, where("telemetry"))
     await reach_database(settings)
     tls, ca = gateway_tls(settings)
     async with started(TelemetryGatewayContainer(settings=settings)) as container:
@@ -171,9 +137,3 @@ async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> Non
             server.close()
             await server.wait_closed()
             stop_policy(pauses)
-
-
-def run_telemetry_gateway(
-    host: str | None, port: int | None, metrics_port: int | None = None
-) -> int:
-    return _run("telemetry", serve_telemetry_gateway, host, port, metrics_port)

@@ -39,6 +39,7 @@ from entrypoints.metrics_listener import checked_port, start_metrics
 from entrypoints.process import TELEMETRY_PORT, run_server, split_server, until_signalled
 from entrypoints.runtime_dirs import runtime_dirs, seen_by_host_members
 from entrypoints.settings_loader import load_one
+from entrypoints.settings_sections import CONNECT_TIMEOUT_ENV as CONNECT_TIMEOUT_ENV
 from entrypoints.settings_sections import EXECUTORS, NodeSettings, default_node_state_dir
 from entrypoints.settings_sections import RETRY_MAX_ENV as RETRY_MAX_ENV
 
@@ -111,6 +112,11 @@ def _gpu_uuids(capacity: NodeCapacity) -> dict[int, str]:
 def retry_max() -> float:
     """The longest pause between two connection attempts (``TUNEPLANE_NODE_RETRY_MAX_SECONDS``)."""
     return float(load_one(NodeSettings, "retry_max_seconds"))
+
+
+def connect_timeout() -> float:
+    """How long a new stream waits for its Welcome (``TUNEPLANE_NODE_CONNECT_TIMEOUT_SECONDS``)."""
+    return float(load_one(NodeSettings, "connect_timeout_seconds"))
 
 
 def _version() -> str:
@@ -202,6 +208,7 @@ def plan(options: DaemonOptions) -> NodePlan:
         outputs_dir=_outputs_root(options.outputs_dir, state_dir),
         telemetry_gateway=None if telemetry == "off" else telemetry,
         retry_max=retry_max(),
+        connect_timeout=connect_timeout(),
         version=_version(),
         isolation=isolation,
         runtime_dirs=runtimes,

@@ -98,6 +98,17 @@ def split_server(
     return host, int(port)
 
 
+def require_database(database_url: str | None) -> str:
+    """The database URL; a clear error without one (before the container's resources, which
+    all need it, start failing at once, and before a server's modules load)."""
+    if not database_url:
+        raise InvalidInput(
+            "no database configured",
+            fix="set TUNEPLANE_DATABASE_URL, or use `tp up`, which starts a private PostgreSQL",
+        )
+    return database_url
+
+
 def check_listen(host: str, port: int, where: str) -> None:
     """A clear error, before anything starts, for an address a server cannot listen on: a port
     outside 1 to 65535, or a host that is neither an address nor a name that resolves. ``where``

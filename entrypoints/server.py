@@ -114,7 +114,7 @@ def gang_settings(settings: Settings) -> GangSettings:
     return GangSettings(
         prepare_timeout=timedelta(seconds=settings.prepare_timeout_seconds),
         ports=settings.rendezvous_ports,
-        link_timeout=timedelta(seconds=max(6 * settings.heartbeat_seconds, 30)),
+        link_timeout=settings.node_session_timeout,
         lost_after=timedelta(seconds=lost) if lost > 0 else None,
     )
 

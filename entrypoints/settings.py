@@ -204,8 +204,16 @@ class Settings:
         env="TUNEPLANE_HEARTBEAT_SECONDS",
         section="node-gateway",
         doc="node heartbeat interval; a stream silent for three is cut off; a node session "
-        "whose heartbeats stopped `max(6 ×, 30 s)` ago is dead even if its gateway never closed "
-        "it ([node-backend.md](node-backend.md#one-session-per-node))",
+        "silent for `max(6 ×, the floor below)` is dead even if its gateway never closed it "
+        "([node-backend.md](node-backend.md#one-session-per-node))",
+    )
+    node_session_floor_seconds: Positive = var(
+        30,
+        env="TUNEPLANE_NODE_SESSION_FLOOR_SECONDS",
+        section="node-gateway",
+        fix="set TUNEPLANE_NODE_SESSION_FLOOR_SECONDS to whole seconds, at least 1, or unset it",
+        doc="the least time a node session whose heartbeats stopped stays alive, and a gang's "
+        "link to its gateway; the limit is `max(6 × TUNEPLANE_HEARTBEAT_SECONDS, this)`",
     )
     prepare_timeout_seconds: Positive = var(
         300,
@@ -399,6 +407,11 @@ class Settings:
             blob_grace=timedelta(seconds=self.blob_gc_grace_seconds),
             checkpoint_harvest=timedelta(seconds=self.checkpoint_harvest_seconds),
         )
+
+    @property
+    def node_session_timeout(self) -> timedelta:
+        """When a silent node session is dead (its gateway may have died), and its gang link."""
+        return timedelta(seconds=max(6 * self.heartbeat_seconds, self.node_session_floor_seconds))
 
     @property
     def blob_dir(self) -> Path:

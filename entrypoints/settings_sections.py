@@ -6,7 +6,7 @@ builds and the supervision contract between `tp up` and its children. Loaded by 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -17,21 +17,33 @@ from domain.errors import InvalidInput
 from entrypoints.settings_loader import Port, section, var, xdg
 
 RETRY_MAX_ENV = "TUNEPLANE_NODE_RETRY_MAX_SECONDS"
+CONNECT_TIMEOUT_ENV = "TUNEPLANE_NODE_CONNECT_TIMEOUT_SECONDS"
+COLLECTOR_RETRY_MAX_ENV = "TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS"
 
 
-def _retry_max(text: str) -> float:
-    text = text.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (math.isfinite(value) and 0.1 <= value <= 600):
-        raise InvalidInput(
-            f"{RETRY_MAX_ENV}={text!r} is not a number of seconds between 0.1 and 600",
-            fix=f"set {RETRY_MAX_ENV} to e.g. 10, or unset it",
-            field=RETRY_MAX_ENV,
-        )
-    return value
+def _seconds(env: str, low: float, high: float, example: str) -> Callable[[str], float]:
+    """A parser of a number of seconds from ``low`` to ``high`` for ``env``."""
+
+    def parse(text: str) -> float:
+        text = text.strip()
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not (math.isfinite(value) and low <= value <= high):
+            raise InvalidInput(
+                f"{env}={text!r} is not a number of seconds between {low:g} and {high:g}",
+                fix=f"set {env} to e.g. {example}, or unset it",
+                field=env,
+            )
+        return value
+
+    return parse
+
+
+_retry_max = _seconds(RETRY_MAX_ENV, 0.1, 600, "10")
+_connect_timeout = _seconds(CONNECT_TIMEOUT_ENV, 1, 600, "30")
+_collector_retry_max = _seconds(COLLECTOR_RETRY_MAX_ENV, 0.1, 600, "5")
 
 
 EXECUTORS = ("container", "process")
@@ -220,6 +232,14 @@ class NodeSettings:
         doc="`tp node run`: the longest pause between two attempts to reconnect to the gateway "
         "(0.1 to 600; [node-backend.md](node-backend.md#reconnects))",
     )
+    connect_timeout_seconds: float = var(
+        30.0,
+        env=CONNECT_TIMEOUT_ENV,
+        section="node",
+        parse=_connect_timeout,
+        doc="`tp node run`: how long a new stream waits for the gateway's Welcome before it is "
+        "given up and tried again (1 to 600)",
+    )
     docker_host: str | None = var(
         None,
         env="DOCKER_HOST",
@@ -265,6 +285,14 @@ class NodeSettings:
         parse=_sample_seconds,
         doc="`tp collector`: seconds between two samples of each member's GPUs, CPU and memory "
         "(its `system` source; [telemetry.md](telemetry.md#the-system-source))",
+    )
+    collector_retry_max_seconds: float = var(
+        5.0,
+        env=COLLECTOR_RETRY_MAX_ENV,
+        section="node",
+        parse=_collector_retry_max,
+        doc="`tp collector`: the longest pause between two attempts to send a member's metrics "
+        "while the telemetry gateway cannot be reached (0.1 to 600)",
     )
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from grpclib.client import Channel
 
-from adapters.grpc.telemetry_client import Shipper, Ticket
+from adapters.grpc.telemetry_client import MAX_PAUSE, Shipper, Ticket
 from adapters.telemetry.spool import Spool
 from adapters.telemetry.system import SystemSampler, Target
 from adapters.telemetry.tailer import PER_POLL, MemberTail, Progress
@@ -44,6 +44,7 @@ class CollectorOptions:
     poll: float = 0.5
     ignore_term: bool = False  # only SIGINT stops it (a Slurm member's: docs/slurm.md)
     gpu_sample_seconds: float = 5.0  # the system source's period (TUNEPLANE_GPU_SAMPLE_SECONDS)
+    retry_max: float = MAX_PAUSE  # most seconds between two sends (COLLECTOR_RETRY_MAX_SECONDS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +257,8 @@ class Collector:
     def _start(self, f: MemberFile) -> None:
         extra = {SYSTEM_SOURCE: self.sampler.path(f.member)} if self.sampler else None
         tail = MemberTail(f.member, f.metrics_dir, self.spool, extra=extra)
-        shipper = Shipper(self.channel, self.spool, Ticket(f.attempt, f.member, f.token))
+        ticket = Ticket(f.attempt, f.member, f.token)
+        shipper = Shipper(self.channel, self.spool, ticket, max_pause=self.options.retry_max)
         with _ids(f):  # the shipper's task, and its log lines, carry the member's ids
             task = asyncio.create_task(shipper.run())
             log.info("member %s: collecting %s", f.member, f.metrics_dir)

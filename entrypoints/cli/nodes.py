@@ -12,7 +12,6 @@ from cyclopts import App, Parameter
 from domain.errors import InvalidInput
 from entrypoints.cli import output
 from entrypoints.cli.client import connect, seg
-from entrypoints.cli.fleet import gpu_inventory_text
 from entrypoints.cli.lazy import lazy
 
 JsonFlag = Annotated[bool, Parameter(name="--json", help="Print JSON for scripts.")]
@@ -90,6 +89,8 @@ def fence(
 def links(*, json: JsonFlag = False) -> int:
     """Node daemons' control links: gateway, address, last heartbeat, reported capacity, epoch,
     daemon version, and the GPUs the daemon detected (docs/fleet.md#gpu-inventory)."""
+    from entrypoints.cli.fleet import gpu_inventory_text  # not for every `tp node`/`tp gateway`
+
     with connect() as api:
         answer = api.get("/v1/node-links")
     if json:
@@ -265,9 +266,9 @@ def gateway_node(
     """Run the node control gateway (gRPC over TLS only) against TUNEPLANE_DATABASE_URL.
     Certificates: TUNEPLANE_GATEWAY_CERT and TUNEPLANE_GATEWAY_KEY, else a dev CA in the state
     directory (docs/tls.md)."""
-    from entrypoints.gateway import run_node_gateway
+    from entrypoints.gateway_run import run_gateway
 
-    return run_node_gateway(host, port, metrics_port)
+    return run_gateway("node", host, port, metrics_port)
 
 
 @gateway_app.command(name="telemetry")
@@ -286,9 +287,9 @@ def gateway_telemetry(
     """Run the telemetry gateway (gRPC over TLS only) against TUNEPLANE_DATABASE_URL: collectors
     ship members' metrics to it with collector tokens. Its own process, independent of node
     control; certificates as for `tp gateway node` (docs/telemetry.md)."""
-    from entrypoints.gateway import run_telemetry_gateway
+    from entrypoints.gateway_run import run_gateway
 
-    return run_telemetry_gateway(host, port, metrics_port)
+    return run_gateway("telemetry", host, port, metrics_port)
 
 
 node_app.command(token_app)

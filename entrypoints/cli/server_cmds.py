@@ -110,12 +110,13 @@ def serve(
     STATE/admin-token (0600), printing the path (and the token, on a terminal); `tp admin
     bootstrap` does that step alone."""
     from entrypoints import logs
-    from entrypoints.process import check_listen, run_server
+    from entrypoints.process import check_listen, require_database, run_server
 
     logs.setup("api")
     settings = _settings(None, port, host)
     # a bad address is refused before the server's modules load (a second and a half of CPU)
     check_listen(settings.host, settings.port, "--host/--port or TUNEPLANE_HTTP_HOST/_PORT")
+    require_database(settings.database_url)  # and a missing database (`tp up` sets its own)
     from entrypoints.server import serve as serve_async
 
     with contextlib.suppress(KeyboardInterrupt):

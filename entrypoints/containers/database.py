@@ -19,7 +19,7 @@ from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from application.context import TelemetrySettings
 from domain.coordination_ports import NO_SIGNALS, Signals
-from domain.errors import InvalidInput
+from entrypoints import process
 from entrypoints.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -28,14 +28,8 @@ C = TypeVar("C", bound=containers.Container)
 
 
 def require_database(settings: Settings) -> str:
-    """The database URL; a clear error without one (before the container's resources, which
-    all need it, start failing at once)."""
-    if not settings.database_url:
-        raise InvalidInput(
-            "no database configured",
-            fix="set TUNEPLANE_DATABASE_URL, or use `tp up`, which starts a private PostgreSQL",
-        )
-    return settings.database_url
+    """The database URL; a clear error without one (``entrypoints.process.require_database``)."""
+    return process.require_database(settings.database_url)
 
 
 async def reach_database(settings: Settings) -> str:

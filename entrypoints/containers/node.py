@@ -53,6 +53,7 @@ class NodePlan:
     telemetry_gateway: str | None  # HOST:PORT the collector ships to; None: no collector
     retry_max: float
     version: str
+    connect_timeout: float = 30.0  # seconds a new stream waits for its Welcome
     isolation: Isolation | None = None  # members as host processes (None: as containers)
     runtime_dirs: dict[str, str] = field(default_factory=dict)  # host processes: runtime → PATH dir
     gpu_uuids: dict[int, str] = field(default_factory=dict)  # host processes: GPU index → UUID
@@ -168,6 +169,7 @@ def _link(plan: NodePlan, agent: NodeAgent, outbox: Outbox) -> NodeLink:
         address=plan.address,
         version=plan.version,
         retry_max=plan.retry_max,
+        connect_timeout=plan.connect_timeout,
         instruments=process_instruments(),
     )
     outbox.attach(link)

@@ -53,7 +53,7 @@ def control_settings(settings: Settings) -> ControlSettings:
         rotate_every=timedelta(seconds=settings.credential_rotate_seconds),
         rotation_grace=timedelta(seconds=settings.credential_grace_seconds),
         # as the control plane's "its gateway died" limit (entrypoints/server.py)
-        session_timeout=timedelta(seconds=max(6 * settings.heartbeat_seconds, 30)),
+        session_timeout=settings.node_session_timeout,
     )
 
 

@@ -16,40 +16,47 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import asyncpg
 import pytest
 from grpclib.client import Channel
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
 
 from adapters.grpc import node_codec as codec
-from adapters.grpc.node_client import StoredCredential, load_credential
+from adapters.grpc.node_client import load_credential
 from adapters.node.journal import SqliteJournal
 from adapters.tls import client_context
 from domain.node_messages import Heartbeat, Hello, Refused, Vote, Welcome
 from domain.node_protocol import MemberRef, MemberReport, NodeCapacity, Phase
 from proto.node_control_grpc import NodeControlStub
-from tests.e2e.test_node_backend import Factory, actions, cli_for, events, starts, submit
+from tests.e2e.test_node_backend import actions, cli_for, events, starts, submit
 from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster, shared_node_cluster
 from tests.fixtures.server import free_port
-from tests.support.db import plain_dsn
+from tests.support.node_fault_steps import (
+    STATE_TABLES,
+    connectivity,
+    listeners,
+    live_reservations,
+    phases,
+    restart,
+    settled,
+    size,
+    snapshot,
+    tail,
+    tell,
+    wait_members,
+)
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PAIR = "nodes/cpu:1"  # above one node's 0.5 CPUs: a gang of two whole nodes
-STATE_TABLES = (
-    "jobs",
-    "attempts",
-    "members",
-    "reservations",
-    "launches",
-    "member_launches",
-    "member_logs",
-    "nodes",
-)
+# The timers a partition must outlive, shorter than their defaults (the same code fires them):
+# the control plane's limit for a silent session and a gang's link to its gateway is
+# max(6 heartbeats, FLOOR) = FLOOR with the fixture's 1 s heartbeat; a daemon gives up a new
+# stream without a Welcome after CONNECT_TIMEOUT (30 s by default) and stops waiting between
+# attempts at RETRY_MAX; a stream silent for three heartbeats (3 s) is cut off on both sides.
+FLOOR = 10
+CONNECT_TIMEOUT = 4
+RETRY_MAX = 1
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +69,9 @@ def pair(
     and the log lines written after it began. (A fenced node is lost for good: that test adds
     two nodes of its own. Credential rotation needs its own settings: its own cluster.)"""
     state = tmp_path_factory.mktemp("pair")
-    with shared_node_cluster(module_pg_url, docker_host, state, 2) as cluster:
+    with shared_node_cluster(
+        module_pg_url, docker_host, state, 2, TUNEPLANE_NODE_SESSION_FLOOR_SECONDS=str(FLOOR)
+    ) as cluster:
         yield cluster
 
 
@@ -75,103 +84,6 @@ async def cluster(pair: NodeCluster) -> NodeCluster:
             pair.start_daemon(name)
     await asyncio.to_thread(pair.wait_connected, list(pair.daemons))
     return pair
-
-
-async def connectivity(cluster: NodeCluster, node: str, want: str, within: float = 60) -> None:
-    """Until the control plane shows ``node`` ``want`` (connected, disconnected). The default
-    bound outlasts the control plane's own 30 s limit for a silent node, which marks it
-    disconnected where its gateway missed the end of its stream."""
-    deadline = time.monotonic() + within
-    while (await asyncio.to_thread(cluster.nodes))[node]["connectivity"] != want:
-        assert time.monotonic() < deadline, f"node {node} never became {want}"
-        await asyncio.sleep(0.2)
-
-
-async def restart(cluster: NodeCluster, node: str, port: int | None = None) -> None:
-    """Stop ``node``'s daemon (SIGTERM), and once its gateway closed its session start it again
-    (through ``port``, else straight to the gateway) and wait until it is connected."""
-    cluster.kill_daemon(node, signal.SIGTERM)
-    await connectivity(cluster, node, "disconnected")
-    cluster.start_daemon(node, port=port)
-    await asyncio.to_thread(cluster.wait_connected, [node])
-
-
-def tail(path: Path, since: int) -> str:
-    """What was written to the log ``path`` from byte ``since`` on (a shared cluster's logs
-    hold the earlier tests' lines too)."""
-    with path.open("rb") as f:
-        f.seek(since)
-        return f.read().decode(errors="replace")
-
-
-def size(path: Path) -> int:
-    return path.stat().st_size if path.exists() else 0
-
-
-async def live_reservations(cluster: NodeCluster, attempt_id: str) -> int:
-    """Whether the attempt's envelope is still reserved (1) or released (0)."""
-    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
-    try:
-        return int(
-            await conn.fetchval(
-                "SELECT count(*) FROM reservations WHERE attempt_id = $1", attempt_id
-            )
-        )
-    finally:
-        await conn.close()
-
-
-def listeners(ports: tuple[int, int]) -> str:
-    """A gang command whose member of rank r waits until told on the host's port ``ports[r]``
-    (``_tell``), then ends by itself, 0: the test decides when the work is done instead of
-    sleeping for a guess of how long its faults take."""
-    return (
-        f'if [ "$RANK" = 0 ]; then nc -l -p {ports[0]}; else nc -l -p {ports[1]}; fi; '
-        "echo rank $RANK done"
-    )
-
-
-async def snapshot(cluster: NodeCluster) -> dict[str, list[Any]]:
-    """Every row of the tables a node's messages could change."""
-    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
-    try:
-        return {
-            t: [dict(r) for r in await conn.fetch(f"SELECT * FROM {t} ORDER BY 1")]
-            for t in STATE_TABLES
-        }
-    finally:
-        await conn.close()
-
-
-async def settled(cluster: NodeCluster, within: float = 30) -> dict[str, list[Any]]:
-    """A snapshot once two taken half a second apart agree: what the control plane does after
-    a Hello (reconciling, recording reasons) has been written."""
-    deadline = time.monotonic() + within
-    last = await snapshot(cluster)
-    while True:
-        await asyncio.sleep(0.5)
-        now = await snapshot(cluster)
-        if now == last:
-            return now
-        assert time.monotonic() < deadline, "the rows kept changing"
-        last = now
-
-
-async def wait_members(
-    cluster: NodeCluster, job_id: str, want: dict[str, str] | str, within: float = 60
-) -> dict[str, Any]:
-    """Until the job's members (by node) are in the given states."""
-    deadline = time.monotonic() + within
-    while True:
-        job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
-        members = job["attempts"][-1]["members"] if job["attempts"] else []
-        by_node = {m["node"]: m["state"] for m in members}
-        expected = want if isinstance(want, dict) else dict.fromkeys(by_node, want)
-        if members and all(by_node.get(n) == s for n, s in expected.items()):
-            return job  # type: ignore[no-any-return]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"members of {job_id} are {by_node}, not {expected}: {job}")
-        await asyncio.sleep(0.3)
 
 
 async def test_killing_a_daemon_repeatedly_never_kills_or_restarts_its_workload(
@@ -197,7 +109,7 @@ async def test_killing_a_daemon_repeatedly_never_kills_or_restarts_its_workload(
     job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
     assert job["state"] == "running", job  # it ran through
     for port in ports:  # then the members end by themselves
-        await _tell(port, b"go\n")
+        await tell(port, b"go\n")
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
     assert job["state"] == "succeeded", job
     [attempt] = job["attempts"]
@@ -210,11 +122,16 @@ async def test_killing_a_daemon_repeatedly_never_kills_or_restarts_its_workload(
     assert recovered.count("connecting to") == 5  # five restarts, nothing more
 
 
-# The node gateway's longest timer: a session whose heartbeats stopped max(6 heartbeats, 30 s) ago
-# is dead (entrypoints/containers/node_gateway.py); the fixture's heartbeat is 1 s. A partition
-# ten seconds past it has outlived every timer that could take it for an end.
-LONGEST_TIMER = 30
-PARTITION = LONGEST_TIMER + 10
+# The longest timer (``FLOOR``, the node gateway's and the control plane's): a partition five
+# seconds past it has outlived every timer that could take it for an end, the daemon's connect
+# timeout more than twice over.
+LONGEST_TIMER = max(FLOOR, CONNECT_TIMEOUT, 3)
+PARTITION = LONGEST_TIMER + 5
+# n2's daemon behind the proxy: its own timers, the others' stay the defaults
+N2_TIMERS = {
+    "TUNEPLANE_NODE_CONNECT_TIMEOUT_SECONDS": str(CONNECT_TIMEOUT),
+    "TUNEPLANE_NODE_RETRY_MAX_SECONDS": str(RETRY_MAX),
+}
 
 
 async def test_a_partition_past_every_timer_keeps_the_workload_and_its_reservation(
@@ -223,7 +140,9 @@ async def test_a_partition_past_every_timer_keeps_the_workload_and_its_reservati
     proxy = TcpProxy("127.0.0.1", cluster.gateway_port)
     await proxy.start()
     try:
-        await restart(cluster, "n2", port=proxy.port)  # n2 reaches its gateway through the proxy
+        # n2 reaches its gateway through the proxy
+        await restart(cluster, "n2", port=proxy.port, env=N2_TIMERS)
+        begun = size(cluster.daemons["n2"].log)
         cli = await cli_for(cluster, tmp_path)
         since = time.time() - 1
         ports = (free_port(), free_port())  # the work outlives the partition and the reconnection
@@ -236,13 +155,17 @@ async def test_a_partition_past_every_timer_keeps_the_workload_and_its_reservati
         nodes = await asyncio.to_thread(cluster.nodes)
         assert nodes["n2"]["connectivity"] == "disconnected"
         await asyncio.sleep(PARTITION)
+        # the daemon's timers fired in it: it gave up streams that never got a Welcome
+        assert "silent for" in tail(cluster.daemons["n2"].log, begun), tail(
+            cluster.daemons["n2"].log, begun
+        )[-3000:]
         job = await asyncio.to_thread(cluster.api, "GET", f"/v1/jobs/{job_id}")
         assert job["state"] == "running" and len(job["attempts"]) == 1, job
         assert await live_reservations(cluster, attempt_id) == 1  # unknown is not stopped
         proxy.heal()
         await wait_members(cluster, job_id, {"n1": "running", "n2": "running"}, 60)
         for port in ports:
-            await _tell(port, b"go\n")
+            await tell(port, b"go\n")
         job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
     finally:
         await proxy.close()
@@ -391,44 +314,6 @@ async def test_a_workload_cannot_read_its_nodes_credential(
     assert "TUNEPLANE_JOIN_TOKEN" not in out
 
 
-async def test_credentials_rotate_over_the_stream_and_the_old_one_is_refused(
-    node_cluster_factory: Factory,
-) -> None:
-    cluster = await node_cluster_factory(
-        1, TUNEPLANE_CREDENTIAL_ROTATE_SECONDS="4", TUNEPLANE_CREDENTIAL_GRACE_SECONDS="2"
-    )
-    state_dir = cluster.daemons["n1"].state_dir
-    first = load_credential(state_dir)
-    assert first is not None
-    deadline = time.monotonic() + 30
-    now: StoredCredential | None = first
-    while now == first and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-        now = load_credential(state_dir)
-    assert now is not None and now.credential != first.credential, "never rotated"
-    assert (state_dir / "credential").stat().st_mode & 0o777 == 0o600
-    await asyncio.sleep(3)  # past the grace period
-    with pytest.raises(GRPCError) as refused:
-        await hello_with(cluster, first.credential)
-    assert refused.value.status is Status.UNAUTHENTICATED
-    await asyncio.to_thread(cluster.wait_connected, ["n1"])  # the daemon kept its stream
-    cluster.kill_daemon("n1", signal.SIGTERM)  # and connects again with what it stored
-    cluster.start_daemon("n1")
-    await asyncio.to_thread(cluster.wait_connected, ["n1"])
-
-
-async def hello_with(cluster: NodeCluster, credential: str) -> None:
-    channel = Channel("127.0.0.1", cluster.gateway_port, ssl=client_context(cluster.ca))
-    try:
-        stub = NodeControlStub(channel)
-        async with stub.Connect.open(metadata={"authorization": f"Bearer {credential}"}) as s:
-            hello = Hello("n1", NodeCapacity(0, None, NODE_CPUS, NODE_MEMORY_MB), "x", "t", 0, ())
-            await s.send_message(codec.node_message_to(1, hello))
-            await s.recv_message()
-    finally:
-        channel.close()
-
-
 async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
@@ -489,35 +374,6 @@ async def test_a_fenced_node_is_lost_for_good_and_forgets_its_members(
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
 
 
-async def _phases(cluster: NodeCluster, attempt_id: str) -> dict[int, tuple[str, bool]]:
-    """Member index → (phase its node last reported, stop requested) in the launch ledger."""
-    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
-    try:
-        rows = await conn.fetch(
-            "SELECT idx, phase, stop_requested_at FROM member_launches WHERE attempt_id = $1",
-            attempt_id,
-        )
-    finally:
-        await conn.close()
-    return {r["idx"]: (r["phase"], r["stop_requested_at"] is not None) for r in rows}
-
-
-async def _tell(port: int, line: bytes, within: float = 60) -> None:
-    """Connect to a member listening on the host's network and send it ``line``."""
-    deadline = time.monotonic() + within
-    while True:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            assert time.monotonic() < deadline, f"nothing listens on port {port}"
-            await asyncio.sleep(0.2)
-            continue
-        writer.write(line)
-        await writer.drain()
-        writer.close()
-        return
-
-
 async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
     cluster: NodeCluster, docker_host: str, tmp_path: Path
 ) -> None:
@@ -556,13 +412,13 @@ async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
     log = tail(daemon_log, daemon_begun)
     assert "its checksum does not match its contents" in log
     assert f"member {first['id']} re-adopted from its container" in log
-    assert await _phases(cluster, attempt["id"]) == {0: ("running", False), 1: ("running", False)}
+    assert await phases(cluster, attempt["id"]) == {0: ("running", False), 1: ("running", False)}
     job = await wait_members(cluster, job_id, "running")
     assert job["state"] == "running" and await live_reservations(cluster, attempt["id"]) == 1
     assert events(docker_host, attempt["id"], since, "kill") == {}
     assert events(docker_host, attempt["id"], since, "die") == {}  # nothing ended, or stopped
 
-    await _tell(port, b"go\n")  # member 0 ends by itself, with code 3
+    await tell(port, b"go\n")  # member 0 ends by itself, with code 3
     job = await asyncio.to_thread(cli.wait_state, job_id, {"succeeded", "failed"}, 120)
     [ended] = [m for m in job["attempts"][0]["members"] if m["index"] == 0]
     assert (ended["state"], ended["exit_code"]) == ("failed", 3), job

@@ -23,10 +23,10 @@ import pytest
 from grpclib.const import Status
 
 from tests.e2e.test_node_backend import Factory, cli_for, events, starts, submit
-from tests.e2e.test_node_faults import wait_members
 from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
 from tests.fixtures.server import TP
 from tests.support.faulty_gateway import GRPC_MODES, H2_MODES, TCP_MODES, FaultyFront
+from tests.support.node_fault_steps import wait_members
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

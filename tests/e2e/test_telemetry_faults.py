@@ -88,11 +88,14 @@ def every_collector_logged(rig: Rig, text: str) -> bool:
 
 
 async def test_a_gateway_down_until_every_collector_backed_off_costs_nothing(rig: Rig) -> None:
+    # the cap of the collectors' pause between two attempts (5 s by default): the same back-off
+    # reaches it, in a few seconds instead of up to half a minute
+    rig.extra_env["TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS"] = "1"
     for i in range(MEMBERS):
         rig.start_collector(i)  # no gateway yet: collectors spool and retry
     # The files grow while every collector fails again and again, until its pause between two
-    # attempts reached its 5 s cap (adapters/grpc/telemetry_client.py logs attempts 1 and 10):
-    # from then on the outage's length changes nothing but how many 5 s pauses it lasts.
+    # attempts reached its cap (adapters/grpc/telemetry_client.py logs attempts 1 and 10):
+    # from then on the outage's length changes nothing but how many pauses it lasts.
     for attempt in (None, 1, 10, 10):
         if attempt is not None:
             failed = f"sending again (attempt {attempt})"

@@ -140,7 +140,10 @@ def test_children_die_with_tp_up_killed_9_and_the_next_tp_up_connects(
     up: Up, tmp_path: Path
 ) -> None:
     """Issue 19 item 7: kill -9 of `tp up` takes its gateways, daemon and collector with it;
-    the next `tp up` on the same ports starts cleanly and its local node connects."""
+    the next `tp up` on the same ports starts cleanly and its local node connects. The killed
+    gateway never closed the node's session: the second one refuses the node as a second session
+    until its heartbeats are `max(6 × 1 s, floor)` old, a 6 s floor here instead of 30 s."""
+    up.env["TUNEPLANE_NODE_SESSION_FLOOR_SECONDS"] = "6"
     printed = up.start()
     _, token = up.workspace(printed, tmp_path)
     assert {"gateway node", "gateway telemetry", "node run", "collector"} <= {

@@ -4,17 +4,14 @@ counts; downgrading turns them back into the same rows; upgrading again works.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import asyncpg
 import pytest
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from tests.support.reservation_rows import make_attempts, make_nodes, migrated
 
 pytestmark = pytest.mark.integration
 
-AT = datetime(2026, 12, 6, tzinfo=UTC)
 # (node, gpu_index, attempt, member): a gang of two members on two nodes, one with a gap
 RESERVED = [
     ("n-0", 0, "att-1", 0), ("n-0", 1, "att-1", 0), ("n-1", 2, "att-1", 1),
@@ -24,42 +21,8 @@ MEMBERS = [("att-1", 0, "n-0"), ("att-1", 1, "n-1"), ("att-2", 0, "n-0"), ("att-
 
 
 async def _seed_0031(conn: asyncpg.Connection) -> None:
-    await conn.execute(
-        "INSERT INTO pools (name, fleet, backend, gpus_per_node, mcpu_per_node, "
-        "memory_mb_per_node) VALUES ('p', 'main', 'node', 8, 4000, 8192)"
-    )
-    for node in ("n-0", "n-1"):
-        await conn.execute(
-            "INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb) "
-            "VALUES ($1, 'p', 'schedulable', 'connected', 4000, 8192)",
-            node,
-        )
-        await conn.execute(
-            "INSERT INTO node_gpus (node, gpu_index) SELECT $1, i FROM generate_series(0, 7) i",
-            node,
-        )
-    for attempt in ("att-1", "att-2"):
-        job = "job-" + attempt
-        await conn.execute(
-            "INSERT INTO jobs (id, preview_id, owner, state, spec, created_at, updated_at) "
-            "VALUES ($1, $1, 'u', 'starting', '{}', $2, $2)",
-            job,
-            AT,
-        )
-        await conn.execute(
-            "INSERT INTO attempts (id, job_id, number, state, created_at, updated_at) "
-            "VALUES ($1, $2, 1, 'launching', $3, $3)",
-            attempt,
-            job,
-            AT,
-        )
-        await conn.execute(
-            "INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
-            "VALUES ($1, $2, 'default', $3)",
-            attempt,
-            job,
-            AT,
-        )
+    await make_nodes(conn, gpu_rows=True)
+    await make_attempts(conn, ("att-1", "att-2"))
     await conn.executemany(
         "INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb) "
         "VALUES ($1, $2, 'main', $3, 100, 100)",
@@ -72,8 +35,7 @@ async def _seed_0031(conn: asyncpg.Connection) -> None:
 
 
 async def test_reserved_gpus_convert_to_sets_and_back(empty_db: str) -> None:
-    await migrate.upgrade_async(empty_db, "0031")
-    conn = await asyncpg.connect(plain_url(empty_db))
+    conn = await migrated(empty_db, "0031")
     try:
         await _seed_0031(conn)
         await migrate.upgrade_async(empty_db, "0032")
@@ -113,8 +75,7 @@ async def test_reserved_gpus_convert_to_sets_and_back(empty_db: str) -> None:
 async def test_a_reserved_gpu_the_node_lost_stops_the_upgrade(empty_db: str) -> None:
     """Not reachable through 0031's constraints (forged here): the check refuses to convert a
     reservation of a GPU its node no longer has, and nothing of the upgrade stays."""
-    await migrate.upgrade_async(empty_db, "0031")
-    conn = await asyncpg.connect(plain_url(empty_db))
+    conn = await migrated(empty_db, "0031")
     try:
         await _seed_0031(conn)
         # n-1 lost GPU 5 (the foreign key of reserved_gpus is disabled for this forgery)

@@ -9,17 +9,14 @@ constraint, and upgrading again claims the numbers anew."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import asyncpg
 import pytest
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from tests.support.reservation_rows import make_attempts, make_nodes, migrated, reserve
 
 pytestmark = pytest.mark.integration
 
-AT = datetime(2026, 12, 6, tzinfo=UTC)
 # members given as (attempt, member, node, first GPU, end GPU), several in one statement
 MEMBERS = (
     "INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb, "
@@ -46,46 +43,11 @@ async def claims(conn: asyncpg.Connection) -> list[int]:
     return claimed
 
 
-async def _seed(conn: asyncpg.Connection) -> None:
-    await conn.execute(
-        "INSERT INTO pools (name, fleet, backend, gpus_per_node, mcpu_per_node, "
-        "memory_mb_per_node) VALUES ('p', 'main', 'node', 8, 4000, 8192)"
-    )
-    for node in ("n-0", "n-1"):
-        await conn.execute(
-            "INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb, gpus) "
-            "VALUES ($1, 'p', 'schedulable', 'connected', 4000, 8192, 8)",
-            node,
-        )
-    for attempt in ("att-1", "att-2", "att-3"):
-        job = "job-" + attempt
-        await conn.execute(
-            "INSERT INTO jobs (id, preview_id, owner, state, spec, created_at, updated_at) "
-            "VALUES ($1, $1, 'u', 'starting', '{}', $2, $2)",
-            job,
-            AT,
-        )
-        await conn.execute(
-            "INSERT INTO attempts (id, job_id, number, state, created_at, updated_at) "
-            "VALUES ($1, $2, 1, 'launching', $3, $3)",
-            attempt,
-            job,
-            AT,
-        )
-        await conn.execute(
-            "INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
-            "VALUES ($1, $2, 'default', $3)",
-            attempt,
-            job,
-            AT,
-        )
-
-
 async def test_claims_follow_the_members_and_refuse_a_gpu_twice(empty_db: str) -> None:
-    await migrate.upgrade_async(empty_db, "0034")
-    conn = await asyncpg.connect(plain_url(empty_db))
+    conn = await migrated(empty_db, "0034")
     try:
-        await _seed(conn)
+        await make_nodes(conn)
+        await make_attempts(conn, ("att-1", "att-2", "att-3"))
         await add(conn, ("att-1", 0, "n-0", 0, 4), ("att-1", 1, "n-1", 2, 3))
         slots = dict(await conn.fetch("SELECT name, slot FROM nodes"))
         n0, n1 = slots["n-0"] * 64, slots["n-1"] * 64
@@ -136,11 +98,7 @@ async def test_claims_follow_the_members_and_refuse_a_gpu_twice(empty_db: str) -
         # a release (the cascade from reservations) gives the GPUs up; another takes them
         await conn.execute("DELETE FROM reservations WHERE attempt_id = 'att-2'")
         assert n0 + 4 not in await claims(conn)
-        await conn.execute(
-            "INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
-            "VALUES ('att-2', 'job-att-2', 'default', $1)",
-            AT,
-        )
+        await reserve(conn, "att-2")
         await add(conn, ("att-3", 1, "n-0", 4, 6))
         assert len(await claims(conn)) == 10
 

@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import asyncpg
 import pytest
 
 from adapters.postgres.engine import plain_url
+from tests.support.reservation_rows import make_attempts, make_nodes
 
 pytestmark = pytest.mark.integration
 
-AT = datetime(2026, 12, 6, tzinfo=UTC)
 MEMBER = (
     "INSERT INTO reservation_members (attempt_id, member, role, node, mcpu, memory_mb, "
     "node_slot, node_gpus, gpus) "
@@ -32,37 +31,8 @@ async def conns(pg_url: str) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.
     one = await asyncpg.connect(plain_url(pg_url))
     two = await asyncpg.connect(plain_url(pg_url))
     try:
-        await one.execute(
-            "INSERT INTO pools (name, fleet, backend, gpus_per_node, mcpu_per_node, "
-            "memory_mb_per_node) VALUES ('p', 'main', 'node', 8, 4000, 8192)"
-        )
-        for node in ("n-0", "n-1"):
-            await one.execute(
-                "INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb, gpus) "
-                "VALUES ($1, 'p', 'schedulable', 'connected', 4000, 8192, 8)",
-                node,
-            )
-        for attempt in ("att-1", "att-2"):
-            await one.execute(
-                "INSERT INTO jobs (id, preview_id, owner, state, spec, created_at, updated_at) "
-                "VALUES ($1, $1, 'u', 'starting', '{}', $2, $2)",
-                "job-" + attempt,
-                AT,
-            )
-            await one.execute(
-                "INSERT INTO attempts (id, job_id, number, state, created_at, updated_at) "
-                "VALUES ($1, $2, 1, 'launching', $3, $3)",
-                attempt,
-                "job-" + attempt,
-                AT,
-            )
-            await one.execute(
-                "INSERT INTO reservations (attempt_id, job_id, queue, reserved_at) "
-                "VALUES ($1, $2, 'default', $3)",
-                attempt,
-                "job-" + attempt,
-                AT,
-            )
+        await make_nodes(one)
+        await make_attempts(one, ("att-1", "att-2"))
         yield one, two
     finally:
         await one.close()

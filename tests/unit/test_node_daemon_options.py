@@ -1,5 +1,6 @@
 """`tp node run` refuses, before it connects, what would make every stream fail: a bad
-reconnect pause, or an advertised address the gateway refuses (spaces, control characters)."""
+reconnect pause or Welcome timeout, or an advertised address the gateway refuses (spaces,
+control characters)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import pytest
 
 from adapters.tls import ensure_dev_pki
 from domain.errors import InvalidInput
-from entrypoints.node_daemon import RETRY_MAX_ENV, DaemonOptions, retry_max, run_daemon
+from entrypoints.node_daemon import (
+    CONNECT_TIMEOUT_ENV,
+    RETRY_MAX_ENV,
+    DaemonOptions,
+    connect_timeout,
+    retry_max,
+    run_daemon,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -28,6 +36,22 @@ def test_a_bad_reconnect_pause_is_refused(monkeypatch: pytest.MonkeyPatch, text:
     monkeypatch.setenv(RETRY_MAX_ENV, text)
     with pytest.raises(InvalidInput, match=RETRY_MAX_ENV):
         retry_max()
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("", 30.0), ("4", 4.0), (" 600 ", 600.0)])
+def test_the_welcome_timeout_is_read_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, text: str, seconds: float
+) -> None:
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, text)
+    assert connect_timeout() == seconds
+
+
+@pytest.mark.parametrize("text", ["0", "0.5", "601", "nan", "inf", "thirty"])
+def test_a_bad_welcome_timeout_is_refused(monkeypatch: pytest.MonkeyPatch, text: str) -> None:
+    monkeypatch.setenv(CONNECT_TIMEOUT_ENV, text)
+    with pytest.raises(InvalidInput, match=CONNECT_TIMEOUT_ENV) as refused:
+        connect_timeout()
+    assert refused.value.fix == f"set {CONNECT_TIMEOUT_ENV} to e.g. 30, or unset it"
 
 
 @pytest.mark.parametrize("address", ["a b", "10.0.0.1\x00", "x" * 300])

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from domain.errors import InvalidInput
 from entrypoints import settings_doc
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import load
@@ -42,6 +44,8 @@ def test_a_stale_docs_table_is_caught(tmp_path: Path, monkeypatch: pytest.Monkey
         ("TUNEPLANE_NODE_GATEWAY_PORT", "0", "is not a whole number from 1 to 65535"),
         ("TUNEPLANE_TELEMETRY_GATEWAY_PORT", "65536", "is not a whole number from 1 to 65535"),
         ("TUNEPLANE_HEARTBEAT_SECONDS", "1.5", "is not a whole number of at least 1"),
+        ("TUNEPLANE_NODE_SESSION_FLOOR_SECONDS", "0", "is not a whole number of at least 1"),
+        ("TUNEPLANE_NODE_SESSION_FLOOR_SECONDS", "ten", "is not a whole number of at least 1"),
         ("TUNEPLANE_BLOB_GC_SECONDS", "-5", "is not a whole number of at least 0"),
         ("TUNEPLANE_LOG_LEVEL", "loud", "is not one of critical, error, warning"),
         ("TUNEPLANE_GATEWAY_CERT", "/nonexistent/cert.pem", "does not exist"),
@@ -64,6 +68,33 @@ def test_a_bad_value_stops_the_start_naming_variable_value_and_fix(
     text = str(stopped.value)
     assert text.startswith(f"error: {name}={value!r} {complaint}"), text
     assert "(fix: " in text
+
+
+def test_a_silent_node_session_is_dead_after_six_heartbeats_or_the_floor() -> None:
+    """The default is the limit of before the floor was a setting: max(6 heartbeats, 30 s)."""
+    default = Settings.from_env({})
+    assert default.node_session_timeout == timedelta(seconds=30)
+    assert Settings.from_env({"TUNEPLANE_HEARTBEAT_SECONDS": "10"}).node_session_timeout == (
+        timedelta(seconds=60)
+    )
+    floor = {"TUNEPLANE_HEARTBEAT_SECONDS": "1", "TUNEPLANE_NODE_SESSION_FLOOR_SECONDS": "10"}
+    assert Settings.from_env(floor).node_session_timeout == timedelta(seconds=10)
+    short = {"TUNEPLANE_HEARTBEAT_SECONDS": "5", "TUNEPLANE_NODE_SESSION_FLOOR_SECONDS": "1"}
+    assert Settings.from_env(short).node_session_timeout == timedelta(seconds=30)
+    with pytest.raises(SystemExit, match="fix: set TUNEPLANE_NODE_SESSION_FLOOR_SECONDS to whole"):
+        Settings.from_env({"TUNEPLANE_NODE_SESSION_FLOOR_SECONDS": "-3"})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("", 5.0), ("1", 1.0), ("0.1", 0.1), ("0", None), ("x", None)]
+)
+def test_the_collectors_longest_pause_between_sends(text: str, seconds: float | None) -> None:
+    env = {"TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS": text}
+    if seconds is None:
+        with pytest.raises(InvalidInput, match="set TUNEPLANE_COLLECTOR_RETRY_MAX_SECONDS to e"):
+            load(NodeSettings, env)
+    else:
+        assert load(NodeSettings, env).collector_retry_max_seconds == seconds
 
 
 def test_a_nul_byte_is_refused_wherever_it_comes_from() -> None:
