@@ -194,7 +194,8 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
     try:
         next(steps)
     except StopIteration as stop:
-        return stop.value
+        decisions: Decisions = stop.value
+        return decisions
     raise AssertionError("decide_steps yielded with every=0")  # pragma: no cover
 
 

@@ -114,9 +114,9 @@ async def test_deciding_that_fails_mid_pass_stores_nothing_more(
     jobs = [gpu_job(1) for _ in range(12)]
     await add(uow_factory, *jobs)
 
-    def failing(snapshot: Snapshot, explain_waits: bool, every: int) -> Generator[
-        list[Placement], None, Decisions
-    ]:
+    def failing(
+        snapshot: Snapshot, explain_waits: bool, every: int
+    ) -> Generator[list[Placement], None, Decisions]:
         steps = decide_steps(snapshot, explain_waits, every)
         yield next(steps)
         yield next(steps)
