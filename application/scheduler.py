@@ -113,7 +113,7 @@ class Scheduler:
         self._merge(changes)
         eligible = [j for j in self._view.values() if j.not_before is None or j.not_before <= now]
         pending = queue_order(eligible, fleet.queues)[: self.snapshot_limit]
-        snapshot = Snapshot(fleet.pools, fleet.nodes, fleet.queues, pending)
+        snapshot = Snapshot(fleet.pools, fleet.nodes, fleet.queues, pending, ordered=True)
         self._snapshot = snapshot
         return snapshot, {j.id: j.attempts for j in pending}
 

@@ -83,6 +83,7 @@ class Snapshot:
     nodes: Sequence[NodeView]
     queues: Mapping[str, QueueView]
     pending: Sequence[PendingJob]
+    ordered: bool = False  # ``pending`` is in queue order already (decide need not sort it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,7 +218,8 @@ def decide_steps(
     shapes: dict[tuple[RoleSpec, ...], _Shape] = {}
     by_id: dict[int, _Shape] = {}  # the same, by id(roles): the shape keeps its roles alive
     sent = 0  # placements yielded so far
-    for position, job in enumerate(queue_order(snapshot.pending, snapshot.queues), start=1):
+    jobs = snapshot.pending if snapshot.ordered else queue_order(snapshot.pending, snapshot.queues)
+    for position, job in enumerate(jobs, start=1):
         if every and position % every == 0:
             yield out.placements[sent:]
             sent = len(out.placements)

@@ -188,13 +188,17 @@ async def timed_pass(sched: Scheduler) -> tuple[float, float, float, list[str]]:
             reserved, _ = await sched.apply(decisions.placements, attempts)
         c2, s2, t2 = time.process_time(), server_cpu(), time.perf_counter()
     collections = sum(g["collections"] for g in gc.get_stats()) - collections
-    d0, dc = time.perf_counter(), time.process_time()
-    again = decide(snapshot, explain_waits=False)  # the same work, timed alone
-    decide_s, decide_cpu = time.perf_counter() - d0, time.process_time() - dc
+    g0 = time.process_time()
+    gc.collect()  # what the pass left to collect (paused: the collections it deferred)
+    collected = time.process_time() - g0
+    with collector_paused() if PAUSE_GC else contextlib.nullcontext():
+        d0, dc = time.perf_counter(), time.process_time()
+        again = decide(snapshot, explain_waits=False)  # the same work, timed alone
+        decide_s, decide_cpu = time.perf_counter() - d0, time.process_time() - dc
     assert again.placements == decisions.placements
     parts = {"read": c1 - c0, "read_pg": s1 - s0, "decide": decide_cpu}
     parts |= {"decide_store": c2 - c1, "store_pg": s2 - s1, "placed": len(reserved),
-              "collections": collections}  # fmt: skip
+              "collections": collections, "collected": collected}  # fmt: skip
     CPU_PARTS.append(parts)
     for job_id in reserved:
         sched._view.pop(job_id, None)
@@ -277,7 +281,7 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
               f"{cpu['read_pg'] * 1e3:.0f}); decide alone {cpu['decide'] * 1e3:.0f}; decide and "
               f"store {cpu['decide_store'] * 1e3:.0f} (PostgreSQL {cpu['store_pg'] * 1e3:.0f}); "
               f"{cpu['placed']:.0f} placed; {cpu['collections']:.0f} garbage collections "
-              "in the pass")  # fmt: skip
+              f"in the pass, a full one after it {cpu['collected'] * 1e3:.0f}")  # fmt: skip
     CPU_PARTS.clear()
     print(
         f"\n== {name}: {jobs} pending jobs (+{arrivals} committed since the last read), "

@@ -5,6 +5,7 @@ deciding that fails stores nothing more."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Generator, Mapping, Sequence
 
 import pytest
@@ -27,6 +28,7 @@ class Recording(Scheduler):
     (``after_read``: what another writer does between a pass's read and its store)."""
 
     batches: list[list[str]]
+    collecting: list[bool]  # whether the garbage collector was on, at each batch
     after_read = None
 
     async def read(self) -> tuple[Snapshot, dict[str, int]]:
@@ -37,13 +39,14 @@ class Recording(Scheduler):
 
     async def store(self, placements: Sequence[Placement], attempts: Mapping[str, int]) -> set[str]:
         self.batches.append([p.job_id for p in placements])
+        self.collecting.append(gc.isenabled())
         return await super().store(placements, attempts)
 
 
 def recording(uow_factory: UnitOfWorkFactory, overlap: int, batch: int) -> Recording:
     plain = scheduler(uow_factory, CountingIds())
     one = Recording(plain.ctx, batch=batch, overlap=overlap)
-    one.batches = []
+    one.batches, one.collecting = [], []
     return one
 
 
@@ -72,6 +75,18 @@ async def test_a_pass_stored_while_decided_reserves_every_placement_once(
     assert len(gpus) == len(set(gpus)) == sum(p.gpus for p in expected.placements) > 24
     assert await attempts_of(uow_factory, result.reserved) == [1] * len(result.reserved)
     assert (await one.pass_once()).reserved == []  # the rest wait: the fleet is full
+    assert gc.isenabled() and one.collecting == [False] * len(one.batches)  # paused in a pass
+
+
+async def test_a_pass_leaves_a_collector_that_was_off_off(uow_factory: UnitOfWorkFactory) -> None:
+    await setup_fleet(uow_factory, nodes=1)
+    await add(uow_factory, gpu_job(1))
+    gc.disable()
+    try:
+        assert len((await recording(uow_factory, overlap=2, batch=2).pass_once()).reserved) == 1
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 async def test_a_conflict_mid_stream_costs_only_its_own_job(

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from domain.admission import Decisions, Placement, Snapshot, decide, decide_steps
+from domain.admission import Decisions, Placement, Snapshot, decide, decide_steps, queue_order
 from domain.fleet import Queue
 from tests.unit.test_admission import POOLS, busy, job, nodes, queues
 
@@ -72,3 +72,11 @@ def test_a_placement_handed_over_never_changes_afterwards() -> None:
 def test_every_zero_never_yields() -> None:
     steps, decisions = run_steps(snapshot(1), 0)
     assert steps == [] and decisions == decide(snapshot(1), explain_waits=False)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_snapshot_already_in_queue_order_is_decided_the_same_without_sorting(seed: int) -> None:
+    snap = snapshot(seed)
+    ordered = replace(snap, pending=queue_order(snap.pending, snap.queues), ordered=True)
+    assert list(ordered.pending) != list(snap.pending)  # the scheduler sorts before it decides
+    assert decide(ordered) == decide(snap)
