@@ -167,6 +167,7 @@ def rss_mb(field: str = "VmRSS") -> float:
 
 
 CPU_PARTS: list[dict[str, float]] = []  # per timed pass: CPU seconds of its parts
+NO_DRAIN = False  # --no-drain: stop after the two timed passes (A/B runs of a pass)
 PAUSE_GC = True  # the timed passes run with the garbage collector paused, as pass_once does
 
 
@@ -242,6 +243,9 @@ async def measure(
         first.drained += len(placed)
         first.drain_s += read_s + decide_s + apply_s
         first.passes += 1
+    if NO_DRAIN:  # --no-drain: the two timed passes only
+        first.rss_mb = rss_mb("VmHWM")
+        return first
     await finish_reserved(uow)
     store = sched.store
     spent = [0.0, 0.0, 0.0]  # this pass's stores: wall, this process's CPU, PostgreSQL's CPU
@@ -355,6 +359,8 @@ async def main(args: argparse.Namespace) -> None:
                 f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending,
                                   args.store_groups, args.overlap)  # fmt: skip
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
+                if NO_DRAIN:
+                    return
                 gpus = sum(j.spec.gpus for j in every)
                 base = await copy_baseline(url, gpus)
                 print(f"baseline: raw asyncpg COPY of {gpus} reserved-GPU rows: "
@@ -410,6 +416,9 @@ if __name__ == "__main__":
         "0: decide the whole pass, then store it)",
     )
     parser.add_argument(
+        "--no-drain", action="store_true", help="stop after the fill pass and the steady pass"
+    )
+    parser.add_argument(
         "--collect-in-pass",
         action="store_true",
         help="leave Python's garbage collector on during the timed passes (as before session 42)",
@@ -421,4 +430,5 @@ if __name__ == "__main__":
     )
     arguments = parser.parse_args()
     PAUSE_GC = not arguments.collect_in_pass
+    NO_DRAIN = arguments.no_drain
     asyncio.run(main(arguments))
