@@ -293,8 +293,8 @@ def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
     )
     print(
         f"one pass: {one * 1000:.0f} ms = read {f.read_s * 1000:.0f} ms + decide "
-        f"{f.decide_s * 1000:.0f} ms + store {f.apply_s * 1000:.0f} ms; "
-        f"{f.placed_first} jobs reserved"
+        f"{f.decide_s * 1000:.0f} ms + store {f.apply_s * 1000:.0f} ms (with --overlap: the "
+        f"pass less read and decide alone); {f.placed_first} jobs reserved"
     )
     print(
         f"without the store: {(f.read_s + f.decide_s) * 1000:.0f} ms; store per placement "
