@@ -10,8 +10,9 @@ one batch runs on another core while this process decides the next jobs.
 
 Nothing else changes: each batch is all or nothing and a conflict costs only its own job
 (``Scheduler.store``); the store stops taking batches once deciding fails or the pass is
-cancelled, and the pass waits for the batch in flight before it raises, so no store is left
-running behind it; a store that fails ends the pass with its error, as ``apply`` does.
+cancelled, and the pass waits for the batch in flight before it raises (cancelled while it
+waits, it cancels that batch: its transaction rolls back), so no store is left running behind
+it; a store that fails ends the pass with its error, as ``apply`` does.
 """
 
 from __future__ import annotations
@@ -68,7 +69,11 @@ async def overlapped(
             ready.clear()  # deciding failed or was cancelled: nothing more is stored
         decided = True
         more.set()
-        await asyncio.wait([worker])  # the batch in flight ends first
+        try:
+            await asyncio.wait([worker])  # the batch in flight ends first
+        except BaseException:  # cancelled while waiting: the batch in flight is rolled back
+            worker.cancel()
+            raise
         if not worker.cancelled() and worker.exception() is not None:  # retrieved here
             log.warning("the overlapped store failed: %s", worker.exception())
     worker.result()  # the store's error, if it failed (and deciding did not)

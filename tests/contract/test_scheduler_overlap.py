@@ -5,6 +5,7 @@ deciding that fails stores nothing more."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from collections.abc import Generator, Mapping, Sequence
 
@@ -151,3 +152,36 @@ async def test_deciding_that_fails_mid_pass_stores_nothing_more(
     assert sorted(result.reserved) == sorted(j.id for j in jobs[len(stored) :])
     gpus = await reserved_gpus(uow_factory)
     assert len(gpus) == len(set(gpus)) == 12
+
+
+async def test_a_pass_cancelled_mid_store_leaves_no_store_running(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """The first batch is held before it reaches the database; the pass is cancelled while it
+    waits for it: the batch is cancelled with it, nothing is stored then or afterwards."""
+    await setup_fleet(uow_factory, nodes=2)
+    jobs = [gpu_job(1) for _ in range(6)]
+    await add(uow_factory, *jobs)
+    held, release = asyncio.Event(), asyncio.Event()
+
+    class Held(Recording):
+        async def store(
+            self, placements: Sequence[Placement], attempts: Mapping[str, int]
+        ) -> set[str]:
+            held.set()
+            await release.wait()  # never set: the pass is cancelled meanwhile
+            return await super().store(placements, attempts)
+
+    one = Held(recording(uow_factory, overlap=2, batch=100).ctx, batch=100, overlap=2)
+    one.batches, one.collecting = [], []
+    task = asyncio.create_task(one.pass_once())
+    await held.wait()
+    await asyncio.sleep(0.05)  # deciding ends; the pass waits for the held batch
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    await asyncio.sleep(0.05)
+    assert one.batches == [] and gc.isenabled()
+    assert await attempts_of(uow_factory, [j.id for j in jobs]) == [0] * 6
+    assert await reserved_gpus(uow_factory) == []
