@@ -6,9 +6,13 @@ A placement becomes, in one transaction: the job's next attempt, its members (ea
 node), the reservation of every member's GPUs, CPUs and memory, and the job's move to
 ``starting``. Either all of that is stored or none of it.
 
+A pass stores its first placements while it decides the rest (``overlap``, application/overlap.py)
+and runs with Python's garbage collector paused (``collector_paused``).
+
 Before it stores a placement on a pool of a backend that reports its own capacity (Slurm), the
 pass reads that capacity again (``capacity_sync``) and, if anything changed, decides afresh: a
-node drained or down in Slurm a moment ago is not reserved (docs/slurm.md, "Capacity").
+node drained or down in Slurm a moment ago is not reserved (docs/slurm.md, "Capacity"); such a
+pass decides whole before it stores.
 """
 
 from __future__ import annotations
