@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 
 import pytest
 
@@ -30,7 +30,7 @@ class Recording(Scheduler):
 
     batches: list[list[str]]
     collecting: list[bool]  # whether the garbage collector was on, at each batch
-    after_read = None
+    after_read: Callable[[Snapshot], Awaitable[None]] | None = None
 
     async def read(self) -> tuple[Snapshot, dict[str, int]]:
         snapshot, attempts = await super().read()

@@ -61,7 +61,8 @@ async def test_a_connection_lost_mid_store_keeps_each_batch_whole(
     )
     assert [j.id for j in jobs[: len(first)]] == first and second
     async with uow() as u:
-        states = {j.id: (await u.jobs.get(j.id)).state.value for j in jobs}
+        rows = {j.id: await u.jobs.get(j.id) for j in jobs}
+    states = {i: row.state.value if row else "" for i, row in rows.items()}
     assert [states[j] for j in second] == ["pending"] * len(second)  # rolled back whole
     assert len(await reserved_gpus(uow)) == len(first)
     monkeypatch.undo()
