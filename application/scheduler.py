@@ -6,16 +6,22 @@ A placement becomes, in one transaction: the job's next attempt, its members (ea
 node), the reservation of every member's GPUs, CPUs and memory, and the job's move to
 ``starting``. Either all of that is stored or none of it.
 
+A pass stores its first placements while it decides the rest (``overlap``, application/overlap.py)
+and runs with Python's garbage collector paused (``collector_paused``).
+
 Before it stores a placement on a pool of a backend that reports its own capacity (Slurm), the
 pass reads that capacity again (``capacity_sync``) and, if anything changed, decides afresh: a
-node drained or down in Slurm a moment ago is not reserved (docs/slurm.md, "Capacity").
+node drained or down in Slurm a moment ago is not reserved (docs/slurm.md, "Capacity"); such a
+pass decides whole before it stores.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,6 +29,7 @@ from application import instruments as i
 from application import log_context
 from application.capacity_sync import capacity_sources, sync_capacity
 from application.context import Context
+from application.overlap import overlapped
 from domain.admission import (
     Decisions,
     PendingChanges,
@@ -42,6 +49,7 @@ from domain.ports import Start
 log = logging.getLogger("tuneplane.scheduler")
 
 RETRY_BATCH = 100  # a batch that hit a conflict is stored again in batches of this many
+OVERLAP_EVERY = 256  # jobs decide walks between two turns of the store (application/overlap.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,21 @@ class PassResult:
     decisions: Decisions
     reserved: list[str]  # job ids whose reservation was stored
     lost: list[str]  # job ids whose placement lost a race (decided again next pass)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector is off while a pass runs (docs/scheduling.md): a full
+    collection walks every object the process keeps (the view of 10,000 pending jobs among
+    them), tens of milliseconds that would otherwise land inside a pass at random. Reference
+    counting still frees what the pass drops; the collections it would have run come after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Scheduler:
@@ -64,18 +87,28 @@ class Scheduler:
         batch: int = 2_000,
         resync_every: int = 300,
         store_groups: int = 1,
+        overlap: int = OVERLAP_EVERY,
     ) -> None:
         self.ctx = ctx
         self.snapshot_limit = snapshot_limit
         self.batch = batch
         self.store_groups = store_groups  # transactions at once when storing a pass (apply)
         self.resync_every = resync_every
+        # store the placements while the rest of the pass is decided: decide yields to the
+        # store every ``overlap`` jobs walked (0: decide the whole pass, then store it)
+        self.overlap = overlap
         self._view: dict[str, PendingJob] = {}
         self._mark: int | None = None
         self._reads = 0  # incremental reads since the last full one
 
     async def decide(self) -> tuple[Decisions, dict[str, int]]:
         """The decisions, and how many attempts each pending job already had."""
+        snapshot, attempts = await self.read()
+        return decide(snapshot, explain_waits=False), attempts
+
+    async def read(self) -> tuple[Snapshot, dict[str, int]]:
+        """The pass's snapshot (the kept view merged with what changed), and how many attempts
+        each pending job in it already had."""
         now = self.ctx.clock.now()
         since = self._mark if self._reads < self.resync_every else None
         async with self.ctx.units.admission() as uow:
@@ -84,9 +117,9 @@ class Scheduler:
         self._merge(changes)
         eligible = [j for j in self._view.values() if j.not_before is None or j.not_before <= now]
         pending = queue_order(eligible, fleet.queues)[: self.snapshot_limit]
-        snapshot = Snapshot(fleet.pools, fleet.nodes, fleet.queues, pending)
+        snapshot = Snapshot(fleet.pools, fleet.nodes, fleet.queues, pending, ordered=True)
         self._snapshot = snapshot
-        return decide(snapshot, explain_waits=False), {j.id: j.attempts for j in pending}
+        return snapshot, {j.id: j.attempts for j in pending}
 
     def _merge(self, changes: PendingChanges) -> None:
         if changes.full:
@@ -106,11 +139,15 @@ class Scheduler:
     _snapshot: Snapshot | None = None
 
     async def pass_once(self) -> PassResult:
-        with self.ctx.instruments.timer(i.ADMISSION_SECONDS):
-            decisions, attempts = await self.decide()
-            if decisions.placements and await self._refreshed(decisions.placements):
+        with self.ctx.instruments.timer(i.ADMISSION_SECONDS), collector_paused():
+            if self.overlap and not capacity_sources(self.ctx):
+                snapshot, attempts = await self.read()
+                decisions, reserved, lost = await overlapped(self, snapshot, attempts)
+            else:
                 decisions, attempts = await self.decide()
-            reserved, lost = await self.apply(decisions.placements, attempts)
+                if decisions.placements and await self._refreshed(decisions.placements):
+                    decisions, attempts = await self.decide()
+                reserved, lost = await self.apply(decisions.placements, attempts)
         for job_id in reserved:  # starting now (the next read says so too)
             self._view.pop(job_id, None)
         if reserved or lost:
@@ -176,7 +213,14 @@ class Scheduler:
         With ``store_groups`` above 1 the placements are first split into that many groups
         that share no node, each stored so on its own connection at the same time (none waits
         on another's node locks). Returns (started, lost), each in the placements' order."""
-        attempts = attempts or {}
+        done = await self.store(placements, attempts or {})
+        return (
+            [p.job_id for p in placements if p.job_id in done],
+            [p.job_id for p in placements if p.job_id not in done],
+        )
+
+    async def store(self, placements: Sequence[Placement], attempts: Mapping[str, int]) -> set[str]:
+        """``apply``'s work: the ids of the jobs whose placement was stored."""
         groups = node_disjoint_groups(placements, self.store_groups)
         if len(groups) < 2:
             done = set(await self._store_all(placements, attempts))
@@ -191,10 +235,7 @@ class Scheduler:
                     raise outcome
                 done.update(outcome)
             log.info("stored %d placements in %d groups at once", len(placements), len(groups))
-        return (
-            [p.job_id for p in placements if p.job_id in done],
-            [p.job_id for p in placements if p.job_id not in done],
-        )
+        return done
 
     async def _store_all(
         self, placements: Sequence[Placement], attempts: Mapping[str, int]

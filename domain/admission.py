@@ -18,7 +18,7 @@ Every job that is not placed gets a ``Wait`` with a human explanation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -83,6 +83,7 @@ class Snapshot:
     nodes: Sequence[NodeView]
     queues: Mapping[str, QueueView]
     pending: Sequence[PendingJob]
+    ordered: bool = False  # ``pending`` is in queue order already (decide need not sort it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,23 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
 
     With ``explain_waits`` False the waits carry their kind and position but an empty text:
     the same decisions, cheaper (the scheduler needs no texts; ``tp job why`` does)."""
+    steps = decide_steps(snapshot, explain_waits, every=0)
+    try:
+        next(steps)
+    except StopIteration as stop:
+        decisions: Decisions = stop.value
+        return decisions
+    raise AssertionError("decide_steps yielded with every=0")  # pragma: no cover
+
+
+def decide_steps(
+    snapshot: Snapshot, explain_waits: bool = True, every: int = 256
+) -> Generator[list[Placement], None, Decisions]:
+    """``decide`` in steps: after every ``every`` jobs walked (0: never), yields the placements
+    made since the last yield (often none), then returns the same ``Decisions`` as ``decide``.
+    Every placement is yielded once, in order, before the return. A placement never changes
+    once yielded (later jobs only see what it left), so a caller may store it at once while
+    the rest is decided (the scheduler's overlapped store, docs/scheduling.md)."""
     by_pool: dict[str, list[NodeView]] = {}
     for v in snapshot.nodes:
         by_pool.setdefault(v.pool, []).append(v)
@@ -199,7 +217,12 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
     explain = _Explainer(pools, snapshot.queues, usage, explain_waits)
     shapes: dict[tuple[RoleSpec, ...], _Shape] = {}
     by_id: dict[int, _Shape] = {}  # the same, by id(roles): the shape keeps its roles alive
-    for position, job in enumerate(queue_order(snapshot.pending, snapshot.queues), start=1):
+    sent = 0  # placements yielded so far
+    jobs = snapshot.pending if snapshot.ordered else queue_order(snapshot.pending, snapshot.queues)
+    for position, job in enumerate(jobs, start=1):
+        if every and position % every == 0:
+            yield out.placements[sent:]
+            sent = len(out.placements)
         shape = by_id.get(id(job.roles))
         if shape is None or shape.roles is not job.roles:
             shape = shapes.get(job.roles)
@@ -236,6 +259,8 @@ def decide(snapshot: Snapshot, explain_waits: bool = True) -> Decisions:
         text = explain.need(job) + explain.capacity(job) + explain.quota(job.queue)
         kind = _blocked(job, shape, pools)  # takes holds: the text above is from before them
         out.waits[job.id] = Wait(job.id, kind, text, position)
+    if every and sent < len(out.placements):
+        yield out.placements[sent:]
     return out
 
 

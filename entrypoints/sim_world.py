@@ -135,8 +135,14 @@ class World:
 
     def _start(self) -> tuple[Supervisor, MemoryLeaderLease]:
         lease = MemoryLeaderLease(self.store.leases)
+        # decides each pass whole, then stores it (overlap=0): the crash points count commits,
+        # and a pass's batches stay those of the traces before the overlapped store
         scheduler = RecordingScheduler(
-            self.coordinator, self.results, snapshot_limit=self.snapshot_limit, batch=self.batch
+            self.coordinator,
+            self.results,
+            snapshot_limit=self.snapshot_limit,
+            batch=self.batch,
+            overlap=0,
         )
         return Supervisor(self.coordinator, lease, scheduler=scheduler), lease
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import random
@@ -45,7 +46,8 @@ from typing import Any
 from adapters.memory import MemoryStore, MemoryUnitOfWork
 from adapters.sim.clock import CountingIds, SimClock
 from application.context import Context
-from application.scheduler import Scheduler
+from application.overlap import overlapped
+from application.scheduler import OVERLAP_EVERY, Scheduler, collector_paused
 from domain.admission import decide
 from domain.auth import Role, User
 from domain.catalog import Catalog, RuntimePin
@@ -164,22 +166,44 @@ def rss_mb(field: str = "VmRSS") -> float:
     return 0.0
 
 
+CPU_PARTS: list[dict[str, float]] = []  # per timed pass: CPU seconds of its parts
+NO_DRAIN = False  # --no-drain: stop after the two timed passes (A/B runs of a pass)
+PAUSE_GC = True  # the timed passes run with the garbage collector paused, as pass_once does
+
+
 async def timed_pass(sched: Scheduler) -> tuple[float, float, float, list[str]]:
-    """One ``pass_once`` in its parts: read (the rest), ``decide`` (timed alone again over the
-    same snapshot, the same decisions), store; and the jobs it reserved."""
-    t0 = time.perf_counter()
-    decisions, attempts = await sched.decide()
-    t1 = time.perf_counter()
-    reserved, _ = await sched.apply(decisions.placements, attempts)
-    t2 = time.perf_counter()
-    assert sched._snapshot is not None
-    d0 = time.perf_counter()
-    again = decide(sched._snapshot, explain_waits=False)  # the same work, timed alone
-    decide_s = time.perf_counter() - d0
+    """One ``pass_once`` in its parts: read, ``decide`` (timed alone again over the same
+    snapshot, the same decisions), store; and the jobs it reserved. With ``sched.overlap``
+    (the scheduler's default) decide and the store run at once (application/overlap.py): the
+    store's part is then what the pass took beyond read and ``decide`` alone. The CPU seconds
+    of each part, this process's and PostgreSQL's, go to ``CPU_PARTS``."""
+    collections = sum(g["collections"] for g in gc.get_stats())
+    with collector_paused() if PAUSE_GC else contextlib.nullcontext():  # as pass_once
+        c0, s0, t0 = time.process_time(), server_cpu(), time.perf_counter()
+        snapshot, attempts = await sched.read()
+        c1, s1, t1 = time.process_time(), server_cpu(), time.perf_counter()
+        if sched.overlap:
+            decisions, reserved, _ = await overlapped(sched, snapshot, attempts)
+        else:
+            decisions = decide(snapshot, explain_waits=False)
+            reserved, _ = await sched.apply(decisions.placements, attempts)
+        c2, s2, t2 = time.process_time(), server_cpu(), time.perf_counter()
+    collections = sum(g["collections"] for g in gc.get_stats()) - collections
+    g0 = time.process_time()
+    gc.collect()  # what the pass left to collect (paused: the collections it deferred)
+    collected = time.process_time() - g0
+    with collector_paused() if PAUSE_GC else contextlib.nullcontext():
+        d0, dc = time.perf_counter(), time.process_time()
+        again = decide(snapshot, explain_waits=False)  # the same work, timed alone
+        decide_s, decide_cpu = time.perf_counter() - d0, time.process_time() - dc
     assert again.placements == decisions.placements
+    parts = {"read": c1 - c0, "read_pg": s1 - s0, "decide": decide_cpu}
+    parts |= {"decide_store": c2 - c1, "store_pg": s2 - s1, "placed": len(reserved),
+              "collections": collections, "collected": collected}  # fmt: skip
+    CPU_PARTS.append(parts)
     for job_id in reserved:
         sched._view.pop(job_id, None)
-    return t1 - t0 - decide_s, decide_s, t2 - t1, list(reserved)
+    return t1 - t0, decide_s, t2 - t1 - decide_s, list(reserved)
 
 
 async def measure(
@@ -190,12 +214,15 @@ async def measure(
     later: Sequence[Job] = (),
     ending: int = 0,
     store_groups: int = 1,
+    overlap: int = OVERLAP_EVERY,
 ) -> Figures:
     """One steady pass as the leader runs it: the scheduler has read the queue before (its
     first read, timed apart as the cost of a start), then ``arrivals`` are committed, then one
     ``pass_once`` (its read, ``decide`` and the store, each timed); then the drain."""
     ctx = make_ctx(uow)
-    sched = Scheduler(ctx, snapshot_limit=limit, batch=batch, store_groups=store_groups)
+    sched = Scheduler(
+        ctx, snapshot_limit=limit, batch=batch, store_groups=store_groups, overlap=overlap
+    )
     gc.collect()
     before = rss_mb()
     t = time.perf_counter()
@@ -216,25 +243,33 @@ async def measure(
         first.drained += len(placed)
         first.drain_s += read_s + decide_s + apply_s
         first.passes += 1
+    if NO_DRAIN:  # --no-drain: the two timed passes only
+        first.rss_mb = rss_mb("VmHWM")
+        return first
     await finish_reserved(uow)
-    apply = sched.apply
+    store = sched.store
+    spent = [0.0, 0.0, 0.0]  # this pass's stores: wall, this process's CPU, PostgreSQL's CPU
 
-    async def timed_apply(placements: Any, attempts: Any = None) -> Any:
-        STATEMENTS.clear()
-        c, s = time.process_time(), server_cpu()
-        t = time.perf_counter()
-        out = await apply(placements, attempts)
-        if len(out[0]) >= 500:
-            first.stores.append((time.perf_counter() - t, len(out[0])))
-            first.statements.append(dict(STATEMENTS))
-            first.cpu.append((time.process_time() - c, server_cpu() - s))
+    async def timed_store(placements: Any, attempts: Any) -> Any:
+        # overlapped, a store's span also holds the decide steps run meanwhile (client CPU)
+        c, s, t = time.process_time(), server_cpu(), time.perf_counter()
+        out = await store(placements, attempts)
+        spent[0] += time.perf_counter() - t
+        spent[1] += time.process_time() - c
+        spent[2] += server_cpu() - s
         return out
 
-    sched.apply = timed_apply  # type: ignore[method-assign]
+    sched.store = timed_store  # type: ignore[method-assign]
     while True:
+        STATEMENTS.clear()
+        spent[:] = [0.0, 0.0, 0.0]
         t = time.perf_counter()
         result = await sched.pass_once()
         first.drain_s += time.perf_counter() - t
+        if len(result.reserved) >= 500:
+            first.stores.append((spent[0], len(result.reserved)))
+            first.statements.append(dict(STATEMENTS))
+            first.cpu.append((spent[1], spent[2]))
         first.passes += 1
         first.drained += len(result.reserved)
         if not result.reserved:
@@ -245,14 +280,21 @@ async def measure(
 
 def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
     one = f.read_s + f.decide_s + f.apply_s
+    for what, cpu in zip(("fill pass", "steady pass"), CPU_PARTS, strict=False):
+        print(f"{name}, {what}: CPU ms: read {cpu['read'] * 1e3:.0f} (PostgreSQL "
+              f"{cpu['read_pg'] * 1e3:.0f}); decide alone {cpu['decide'] * 1e3:.0f}; decide and "
+              f"store {cpu['decide_store'] * 1e3:.0f} (PostgreSQL {cpu['store_pg'] * 1e3:.0f}); "
+              f"{cpu['placed']:.0f} placed; {cpu['collections']:.0f} garbage collections "
+              f"in the pass, a full one after it {cpu['collected'] * 1e3:.0f}")  # fmt: skip
+    CPU_PARTS.clear()
     print(
         f"\n== {name}: {jobs} pending jobs (+{arrivals} committed since the last read), "
         f"{nodes} nodes x 8 GPUs =="
     )
     print(
         f"one pass: {one * 1000:.0f} ms = read {f.read_s * 1000:.0f} ms + decide "
-        f"{f.decide_s * 1000:.0f} ms + store {f.apply_s * 1000:.0f} ms; "
-        f"{f.placed_first} jobs reserved"
+        f"{f.decide_s * 1000:.0f} ms + store {f.apply_s * 1000:.0f} ms (with --overlap: the "
+        f"pass less read and decide alone); {f.placed_first} jobs reserved"
     )
     print(
         f"without the store: {(f.read_s + f.decide_s) * 1000:.0f} ms; store per placement "
@@ -307,17 +349,18 @@ async def main(args: argparse.Namespace) -> None:
         store = MemoryStore()
         factory: Callable[[], MemoryUnitOfWork] = lambda: MemoryUnitOfWork(store)  # noqa: E731
         await populate(factory, args.nodes, jobs)
-        f = await measure(factory, args.limit, arrivals, 100, later, args.ending)  # as the sim
+        f = await measure(factory, args.limit, arrivals, 100, later, args.ending, 1, args.overlap)
         report("in-memory adapters", f, args.jobs, args.nodes, args.arrivals)
     if "postgres" in args.adapters:
         with tempfile.TemporaryDirectory(prefix="tp-bench-") as tmp:
             pg = postgres(Path(tmp), args.explain, args.webhook, args.schema)
             async with pg as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
-                f = await measure(
-                    pg_factory, args.limit, arrivals, 2_000, later, args.ending, args.store_groups
-                )
+                f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending,
+                                  args.store_groups, args.overlap)  # fmt: skip
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
+                if NO_DRAIN:
+                    return
                 gpus = sum(j.spec.gpus for j in every)
                 base = await copy_baseline(url, gpus)
                 print(f"baseline: raw asyncpg COPY of {gpus} reserved-GPU rows: "
@@ -366,8 +409,26 @@ if __name__ == "__main__":
         "(Scheduler.store_groups; the pool has 4 connections)",
     )
     parser.add_argument(
+        "--overlap",
+        type=int,
+        default=OVERLAP_EVERY,
+        help="store while deciding: decide yields to the store every N jobs (Scheduler.overlap; "
+        "0: decide the whole pass, then store it)",
+    )
+    parser.add_argument(
+        "--no-drain", action="store_true", help="stop after the fill pass and the steady pass"
+    )
+    parser.add_argument(
+        "--collect-in-pass",
+        action="store_true",
+        help="leave Python's garbage collector on during the timed passes (as before session 42)",
+    )
+    parser.add_argument(
         "--schema",
         default="head",
         help="PostgreSQL: migrate only to this revision (an A/B of a schema change, e.g. 0034)",
     )
-    asyncio.run(main(parser.parse_args()))
+    arguments = parser.parse_args()
+    PAUSE_GC = not arguments.collect_in_pass
+    NO_DRAIN = arguments.no_drain
+    asyncio.run(main(arguments))
