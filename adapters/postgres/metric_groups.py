@@ -136,7 +136,9 @@ class GroupedAppends:
         if self.flushers < FLUSHERS:
             self.flushers += 1
             asyncio.get_running_loop().create_task(self._flush())
-        return await asyncio.shield(done)  # a caller gone does not cancel the group
+        # no shield: a caller cancelled cancels ``done`` only; the group is its flusher's task
+        # and still stores the batch (the resend is cut by the watermark), ``_settle`` skips it
+        return await done
 
     async def _flush(self) -> None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections import deque
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -145,6 +146,45 @@ async def test_a_batch_that_cannot_be_stored_fails_alone_in_its_group(
     assert await points(store) == 28
     again = await store.append(scopes[0], [loss(range(0, 12))], NONE, NOW)
     assert (again.accepted, again.duplicates) == (4, 20)
+
+
+async def test_a_caller_cancelled_while_its_group_commits_is_stored_once(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """A stream that goes away while its batch waits for the group (a collector killed) does
+    not cancel the group: the batch is stored, its neighbours get their answers, and the
+    collector's resend stores nothing twice."""
+    before = store.groups.groups
+    gone = asyncio.create_task(store.append(scopes[0], [loss(range(0, 10))], NONE, NOW))
+    staying = asyncio.create_task(store.append(scopes[1], [loss(range(0, 4))], NONE, NOW))
+    await asyncio.sleep(0)  # both queued, the group's transaction under way
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    # one group held both: answered once it committed, the cancelled caller's batch with it
+    assert ((await staying).accepted, store.groups.queue) == (8, deque())
+    assert store.groups.groups == before + 1 and await points(store) == 28
+    again = await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (0, 20)
+
+
+async def test_a_metrics_connection_released_mid_transaction_is_rolled_back(pg_url: str) -> None:
+    """The metrics pool skips asyncpg's reset query (a round trip per group commit); a
+    transaction left open at release is still rolled back, and the next user gets a clean
+    connection."""
+    pool = await create_pool(pg_url, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            assert conn.get_reset_query() == ""
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT set_config('application_name', 'left-open', true)")
+            await conn.execute("CREATE TEMP TABLE left_behind (x int)")
+        async with pool.acquire() as conn:  # the same connection (one in the pool)
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SHOW application_name") == "tuneplane-metrics"
+            assert await conn.fetchval("SELECT to_regclass('pg_temp.left_behind')") is None
+    finally:
+        await pool.close()
 
 
 async def test_rollups_equal_a_brute_force_aggregation(
