@@ -131,6 +131,30 @@ async def test_batches_arriving_together_share_one_transaction_and_each_gets_its
     assert counts[scopes[2].member_id] == (0, 0)
 
 
+async def test_a_group_with_known_and_new_sources_locks_and_cuts_them_all(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """Known sources' watermark rows are locked without being written; a group that also
+    holds a source's first batch makes its row (and locks every row) in one upsert. A
+    watermark row gone (deleted by hand) is made again the same way."""
+    await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
+    results = await asyncio.gather(
+        store.append(scopes[0], [loss(range(5, 12))], NONE, NOW),  # known: 2 records new
+        store.append(scopes[1], [loss(range(0, 3), "new.jsonl#0")], NONE, NOW),  # first batch
+    )
+    assert [(r.accepted, r.duplicates) for r in results] == [(4, 10), (6, 0)]
+    marks = dict(
+        await store.pool.fetch("SELECT source, watermark FROM telemetry_sources ORDER BY 1")
+    )
+    assert marks == {"m.jsonl#0": 11, "new.jsonl#0": 2}
+    await store.pool.execute("DELETE FROM telemetry_sources WHERE source = 'new.jsonl#0'")
+    again = await store.append(scopes[1], [loss(range(3, 5), "new.jsonl#0")], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (4, 0)
+    assert await store.pool.fetchval(
+        "SELECT watermark FROM telemetry_sources WHERE source = 'new.jsonl#0'"
+    ) == 4  # fmt: skip
+
+
 async def test_a_batch_that_cannot_be_stored_fails_alone_in_its_group(
     store: PostgresMetrics, scopes: list[MemberScope]
 ) -> None:
