@@ -5,8 +5,9 @@ per batch the gateway paid about nine round trips and a commit (an fsync) per ba
 thousands of streams, the database's round trips and commits, not the points, bounded ingest.
 ``GroupedAppends`` queues the batches that arrive while a transaction is under way and stores
 them together in the next one (at most ``MAX_GROUP`` batches, ``FLUSHERS`` transactions at a
-time), each with the same statements as one batch: lock the sources' watermark rows (one upsert,
-in (member, source) order, so concurrent groups and gateways cannot deadlock), cut each batch at
+time), each with the same statements as one batch: lock the sources' watermark rows (in
+(member, source) order, so concurrent groups and gateways cannot deadlock: a ``SELECT … FOR NO
+KEY UPDATE`` when every row exists, else one upsert that makes the missing), cut each batch at
 its source's watermark in arrival order (a resend stores nothing twice, even beside its original
 in the same group), make missing series, COPY the points and the rollups' deltas of the finest
 stored tier (folded into every tier off the ack path: ``metric_rollups.py``), update the
@@ -47,6 +48,17 @@ ORDER BY u.member_id, u.source
 ON CONFLICT (member_id, source) DO UPDATE SET kind = t.kind
 RETURNING t.member_id, t.source, t.watermark
 """  # an upsert that changes nothing still locks the rows it returns, in the rows' order
+
+# The same rows locked without writing them, when every one exists (a source's later batches):
+# the upsert writes a new version of each row it locks (its DO UPDATE), then the finish
+# another; locked in the same (member, source) order (the lock is taken after the sort)
+_LOCK_MARKS = """
+SELECT t.member_id, t.source, t.watermark FROM telemetry_sources t
+JOIN unnest($1::text[], $2::text[]) AS u(member_id, source)
+    ON t.member_id = u.member_id AND t.source = u.source
+ORDER BY t.member_id, t.source
+FOR NO KEY UPDATE OF t
+"""
 
 # The rest of a group in one round trip: the series' latest values, the raised watermarks
 # ($7: now) and the members' counters (data-modifying CTEs run to completion, read or not).
@@ -136,7 +148,9 @@ class GroupedAppends:
         if self.flushers < FLUSHERS:
             self.flushers += 1
             asyncio.get_running_loop().create_task(self._flush())
-        return await asyncio.shield(done)  # a caller gone does not cancel the group
+        # no shield: a caller cancelled cancels ``done`` only; the group is its flusher's task
+        # and still stores the batch (the resend is cut by the watermark), ``_settle`` skips it
+        return await done
 
     async def _flush(self) -> None:
         try:
@@ -185,7 +199,10 @@ class GroupedAppends:
         )
         marks: dict[tuple[str, str], int] = {}
         if sources:
-            rows = await conn.fetch(_WATERMARKS, *(list(c) for c in zip(*sources, strict=True)))
+            columns = [list(c) for c in zip(*sources, strict=True)]
+            rows = await conn.fetch(_LOCK_MARKS, *columns[:2])
+            if len(rows) < len(sources):  # a source's first batch: make its row (and lock all)
+                rows = await conn.fetch(_WATERMARKS, *columns)
             marks = {(r["member_id"], r["source"]): r["watermark"] for r in rows}
         raised: dict[tuple[str, str], int] = {}
         kept: list[tuple[MemberScope, str, Points]] = []

@@ -98,6 +98,22 @@ def family(root: int) -> list[int]:
     return [root, *kids]
 
 
+async def _commits(url: str) -> int:
+    conn = await asyncpg.connect(plain_dsn(url))
+    try:
+        return int(await conn.fetchval(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ))  # fmt: skip
+    finally:
+        await conn.close()
+
+
+def commits(url: str) -> int:
+    """Transactions committed in the database so far: a group commit is one (the fold and the
+    members' status reads are a few more)."""
+    return asyncio.run(_commits(url))
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -305,7 +321,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         watched = {"gateways": [p.pid for p in procs], "postgres": pg_pids,
                    "load": [p.pid for p in loaders]}  # fmt: skip
         cpu0 = {p: cpu_seconds(p) for v in watched.values() for p in v}
-        load_before, w0 = loadavg(), time.monotonic()
+        load_before, w0, xact0 = loadavg(), time.monotonic(), commits(url)
         spy = None
         if PYSPY:
             spy = subprocess.Popen(
@@ -323,6 +339,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         time.sleep(max(0.0, start + SECONDS - time.time()))
         window = time.monotonic() - w0
         cpu1 = {p: cpu_seconds(p) for v in watched.values() for p in v}
+        xacts = commits(url) - xact0
         if kill:
             cpu1[procs[0].pid] = last
         used = {k: sum(max(0.0, cpu1[p] - cpu0[p]) for p in v) for k, v in watched.items()}
@@ -387,6 +404,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         "per_batch": per_batch,
         "drain": drain,
         "pending": pending,
+        "xacts_per_s": xacts / window,
     }
 
 
@@ -414,7 +432,9 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
             f" last ack {r['drain']:.1f} s after the last batch was due"
             f"\n  connecting the streams: {r['connect_s']:.1f} s; reconnects {r['reconnects']};"
             f" unacked at the end {r['unacked']}; loadavg {r['load'][0]} -> {r['load'][1]}"
-            f"\n  rollup deltas not yet folded at the last ack: {r['pending']:,}"
+            f"\n  rollup deltas not yet folded at the last ack: {r['pending']:,};"
+            f" transactions {r['xacts_per_s']:,.0f}/s in the window"
+            f" ({r['batches_per_s'] / max(r['xacts_per_s'], 1):.0f} batches each)"
             + (
                 f"\n  batches sent after the kill: ack p99 {r['after_kill'][0]:.0f} ms,"
                 f" max {r['after_kill'][1]:.0f} ms"

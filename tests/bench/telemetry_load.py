@@ -26,8 +26,10 @@ import json
 import random
 import sys
 import time
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import uvloop
@@ -114,50 +116,57 @@ class Player:
         async with stub.Append.open(metadata=meta) as stream:
             await stream.send_request()
             ready.set()
-            in_flight: dict[int, int] = {}  # seq -> first record
-            seq = 0
+            await self.pump(stream, stream.send_message)
 
-            async def acks() -> None:
-                async for ack in stream:
-                    first = in_flight.pop(ack.seq)
-                    if first in self.unacked:
-                        _, t = self.unacked.pop(first)
-                        self.latencies.append((t, time.time() - t))
+    async def pump(
+        self, acks: AsyncIterable[pb.Ack], send: Callable[[pb.Batch], Awaitable[Any]]
+    ) -> None:
+        """Sends the wanted batches on an open stream (``send``) while a task reads ``acks``;
+        returns never: raises ``ConnectionError`` once the acks end (the stream broke)."""
+        in_flight: dict[int, int] = {}  # seq -> first record
+        seq = 0
 
-            reader = asyncio.create_task(acks())
-            me = asyncio.current_task()
-            assert me is not None
-            ended = False
+        async def read() -> None:
+            async for ack in acks:
+                first = in_flight.pop(ack.seq)
+                if first in self.unacked:
+                    _, t = self.unacked.pop(first)
+                    self.latencies.append((t, time.time() - t))
 
-            def on_end(task: asyncio.Task[None]) -> None:  # the stream broke: stop sending
-                nonlocal ended
-                if not task.cancelled():
-                    ended = True
-                    me.cancel()
+        reader = asyncio.create_task(read())
+        me = asyncio.current_task()
+        assert me is not None
+        ended = False
 
-            reader.add_done_callback(on_end)  # no asyncio.wait (a future and a set) per batch
-            try:
-                while True:
-                    first = await self.wanted.get()
-                    if first not in self.unacked:
-                        continue
-                    n, _ = self.unacked[first]
-                    seq += 1
-                    in_flight[seq] = first
-                    message = pb.Batch(
-                        seq=seq,
-                        attempt=self.member["attempt"],
-                        member=self.member["member"],
-                        sources=[batch(self.member, first, n)],
-                    )
-                    await stream.send_message(message)
-            except asyncio.CancelledError:
-                if ended and me.uncancel() == 0:
-                    raise ConnectionError("the gateway ended the stream") from None
-                raise
-            finally:
-                reader.remove_done_callback(on_end)
-                reader.cancel()
+        def on_end(task: asyncio.Task[None]) -> None:  # the stream broke: stop sending
+            nonlocal ended
+            if not task.cancelled():
+                ended = True
+                me.cancel()
+
+        reader.add_done_callback(on_end)  # no asyncio.wait (a future and a set) per batch
+        try:
+            while True:
+                first = await self.wanted.get()
+                if first not in self.unacked:
+                    continue
+                n, _ = self.unacked[first]
+                seq += 1
+                in_flight[seq] = first
+                message = pb.Batch(
+                    seq=seq,
+                    attempt=self.member["attempt"],
+                    member=self.member["member"],
+                    sources=[batch(self.member, first, n)],
+                )
+                await send(message)
+        except asyncio.CancelledError:
+            if ended and me.uncancel() == 0:
+                raise ConnectionError("the gateway ended the stream") from None
+            raise
+        finally:
+            reader.remove_done_callback(on_end)
+            reader.cancel()
 
     def tick(self) -> None:
         """Queue the next batch (new records)."""

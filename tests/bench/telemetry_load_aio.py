@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from typing import Any
 
 import grpc
 
 from proto import telemetry_pb2 as pb
-from tests.bench.telemetry_load import Player, batch
+from tests.bench.telemetry_load import Player
 
 APPEND = "/tuneplane.telemetry.v1.Telemetry/Append"
 OPTIONS = [
@@ -58,48 +57,7 @@ class AioPlayer(Player):
         )
         call = append(metadata=(("authorization", f"Bearer {self.member['token']}"),))
         ready.set()
-        in_flight: dict[int, int] = {}  # seq -> first record
-        seq = 0
-
-        async def acks() -> None:
-            async for ack in call:
-                first = in_flight.pop(ack.seq)
-                if first in self.unacked:
-                    _, t = self.unacked.pop(first)
-                    self.latencies.append((t, time.time() - t))
-
-        reader = asyncio.create_task(acks())
-        me = asyncio.current_task()
-        assert me is not None
-        ended = False
-
-        def on_end(task: asyncio.Task[None]) -> None:  # the stream broke: stop sending
-            nonlocal ended
-            if not task.cancelled():
-                ended = True
-                me.cancel()
-
-        reader.add_done_callback(on_end)
         try:
-            while True:
-                first = await self.wanted.get()
-                if first not in self.unacked:
-                    continue
-                n, _ = self.unacked[first]
-                seq += 1
-                in_flight[seq] = first
-                message = pb.Batch(
-                    seq=seq,
-                    attempt=self.member["attempt"],
-                    member=self.member["member"],
-                    sources=[batch(self.member, first, n)],
-                )
-                await call.write(message)
-        except asyncio.CancelledError:
-            if ended and me.uncancel() == 0:
-                raise ConnectionError("the gateway ended the stream") from None
-            raise
+            await self.pump(call, call.write)
         finally:
-            reader.remove_done_callback(on_end)
-            reader.cancel()
             call.cancel()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+from collections import deque
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -130,6 +131,30 @@ async def test_batches_arriving_together_share_one_transaction_and_each_gets_its
     assert counts[scopes[2].member_id] == (0, 0)
 
 
+async def test_a_group_with_known_and_new_sources_locks_and_cuts_them_all(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """Known sources' watermark rows are locked without being written; a group that also
+    holds a source's first batch makes its row (and locks every row) in one upsert. A
+    watermark row gone (deleted by hand) is made again the same way."""
+    await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
+    results = await asyncio.gather(
+        store.append(scopes[0], [loss(range(5, 12))], NONE, NOW),  # known: 2 records new
+        store.append(scopes[1], [loss(range(0, 3), "new.jsonl#0")], NONE, NOW),  # first batch
+    )
+    assert [(r.accepted, r.duplicates) for r in results] == [(4, 10), (6, 0)]
+    marks = dict(
+        await store.pool.fetch("SELECT source, watermark FROM telemetry_sources ORDER BY 1")
+    )
+    assert marks == {"m.jsonl#0": 11, "new.jsonl#0": 2}
+    await store.pool.execute("DELETE FROM telemetry_sources WHERE source = 'new.jsonl#0'")
+    again = await store.append(scopes[1], [loss(range(3, 5), "new.jsonl#0")], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (4, 0)
+    assert await store.pool.fetchval(
+        "SELECT watermark FROM telemetry_sources WHERE source = 'new.jsonl#0'"
+    ) == 4  # fmt: skip
+
+
 async def test_a_batch_that_cannot_be_stored_fails_alone_in_its_group(
     store: PostgresMetrics, scopes: list[MemberScope]
 ) -> None:
@@ -145,6 +170,45 @@ async def test_a_batch_that_cannot_be_stored_fails_alone_in_its_group(
     assert await points(store) == 28
     again = await store.append(scopes[0], [loss(range(0, 12))], NONE, NOW)
     assert (again.accepted, again.duplicates) == (4, 20)
+
+
+async def test_a_caller_cancelled_while_its_group_commits_is_stored_once(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """A stream that goes away while its batch waits for the group (a collector killed) does
+    not cancel the group: the batch is stored, its neighbours get their answers, and the
+    collector's resend stores nothing twice."""
+    before = store.groups.groups
+    gone = asyncio.create_task(store.append(scopes[0], [loss(range(0, 10))], NONE, NOW))
+    staying = asyncio.create_task(store.append(scopes[1], [loss(range(0, 4))], NONE, NOW))
+    await asyncio.sleep(0)  # both queued, the group's transaction under way
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    # one group held both: answered once it committed, the cancelled caller's batch with it
+    assert ((await staying).accepted, store.groups.queue) == (8, deque())
+    assert store.groups.groups == before + 1 and await points(store) == 28
+    again = await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (0, 20)
+
+
+async def test_a_metrics_connection_released_mid_transaction_is_rolled_back(pg_url: str) -> None:
+    """The metrics pool skips asyncpg's reset query (a round trip per group commit); a
+    transaction left open at release is still rolled back, and the next user gets a clean
+    connection."""
+    pool = await create_pool(pg_url, max_size=1)
+    try:
+        async with pool.acquire() as conn:
+            assert conn.get_reset_query() == ""
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT set_config('application_name', 'left-open', true)")
+            await conn.execute("CREATE TEMP TABLE left_behind (x int)")
+        async with pool.acquire() as conn:  # the same connection (one in the pool)
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SHOW application_name") == "tuneplane-metrics"
+            assert await conn.fetchval("SELECT to_regclass('pg_temp.left_behind')") is None
+    finally:
+        await pool.close()
 
 
 async def test_rollups_equal_a_brute_force_aggregation(
