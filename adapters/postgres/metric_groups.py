@@ -51,7 +51,11 @@ RETURNING t.member_id, t.source, t.watermark
 
 # The same rows locked without writing them, when every one exists (a source's later batches):
 # the upsert writes a new version of each row it locks (its DO UPDATE), then the finish
-# another; locked in the same (member, source) order (the lock is taken after the sort)
+# another; locked in the same (member, source) order (the lock is taken after the sort). When a
+# row is missing, the rows this statement locked are held while the upsert takes the rest: a
+# third group that made a row between two groups' reads can then deadlock two of them;
+# PostgreSQL aborts one, and ``_flush`` stores that group's batches one by one (nothing acked
+# before its commit, a resend cut by the watermark).
 _LOCK_MARKS = """
 SELECT t.member_id, t.source, t.watermark FROM telemetry_sources t
 JOIN unnest($1::text[], $2::text[]) AS u(member_id, source)
