@@ -32,8 +32,9 @@ walks at most a quarter second of survivors, each survivor is walked once, and w
 longer is walked only by the rare complete collection (frozen objects freed by reference
 counting leave the frozen set at once; only cyclic garbage stays there until the frozen set
 has grown by ``regrow``). A heartbeat leaves about 20 objects alive until the next one (the
-awaits of the next read and write, 5 to 7 coroutines and their futures, the read's timeout and
-its timer, the last message): at 2,000 heartbeats a second, 10,000 objects a quarter second.
+awaits of the next read and write, 6 coroutines and their futures, the read's timeout and
+its timer, the last message and its answer): at 2,000 heartbeats a second, 10,000 objects a
+quarter second.
 """
 
 from __future__ import annotations
