@@ -18,10 +18,10 @@ open session, none lost, no session refused. The teardown ends the streams, then
 gateways (each records its sessions' ends), and says how long each took.
 
 Run: ``.venv/bin/pytest tests/bench/bench_node_gateway.py -m bench -s`` with the test engine in
-``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``), ``BENCH_SECONDS`` (each
-window, 30), ``BENCH_GATEWAYS`` (1 or 2), ``BENCH_WORKERS`` (load generator processes, 2),
-``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``, ``BENCH_CONNECT_SECONDS`` (to
-open each stage's streams, 300).
+``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``; a stage repeated is
+another window at that size), ``BENCH_SECONDS`` (each window, 30), ``BENCH_GATEWAYS`` (1 or
+2), ``BENCH_WORKERS`` (load generator processes, 2), ``BENCH_ENROLL_CONCURRENCY`` (per worker,
+32), ``BENCH_FAILOVER``, ``BENCH_CONNECT_SECONDS`` (to open each stage's streams, 300).
 The benchmark raises its open-file limit to the hard limit (gateways and workers inherit it).
 """
 
@@ -327,6 +327,8 @@ def report(rows: list[dict[str, float]]) -> None:
     print("per stream, between stages (CPU in % of one core per 1,000 streams; memory in KiB):")
     for a, b in itertools.pairwise(rows):
         dn = b["nodes"] - a["nodes"]
+        if not dn:  # a stage repeated: another window at the same size
+            continue
         cpu = 1000 * (b["gateway_cpu_pct"] - a["gateway_cpu_pct"]) / dn
         mem = 1024 * (b["gateway_rss_mib"] - a["gateway_rss_mib"]) / dn
         print(f"  {int(a['nodes'])} → {int(b['nodes'])}: CPU {cpu:.2f} %/1k, memory {mem:.1f} KiB")
