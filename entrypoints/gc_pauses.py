@@ -139,8 +139,9 @@ class Pacer:
         gc.freeze()
         if self.added < policy.regrow * max(policy.floor, policy.base):
             return 1  # the frozen set cannot have grown by ``regrow``: not counted (see below)
-        # counting the frozen set walks it (``get_freeze_count`` is a list walk, 10 ms and more
-        # at a million objects), so it is counted only once the pacer may have made it grow
+        # counting the frozen set walks it (``get_freeze_count`` is a list walk: about 200 ms
+        # of CPU at 10,000 streams, session 42, the heartbeat p99's one stop a window; not cut
+        # yet), so it is counted only once the pacer may have made it grow
         self.added = 0
         frozen = gc.get_freeze_count()
         if frozen <= max(policy.floor, policy.base * (1 + policy.regrow)):
