@@ -13,6 +13,8 @@ Kind = Literal["counter", "gauge", "histogram"]
 
 # seconds: 1 ms to 1 min (requests, passes, batches); gang phases run to 10 min
 FAST = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 60.0)
+# a loop's lag and a collector's pause: finer where a 100 ms round-trip goal is judged
+PAUSES = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5)
 SLOW = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 
 
@@ -58,10 +60,10 @@ CATALOG: tuple[Metric, ...] = (
            "PostgreSQL took (the gateway's part of a heartbeat's trip)", process="node-gateway"),
     Metric(i.LOOP_LAG_SECONDS, "histogram", "Seconds the event loop woke late from a 0.1 s "
            "sleep (what held it: a long step, a collection, no CPU): every message answered "
-           "waits for it", process="node-gateway"),
+           "waits for it", buckets=PAUSES, process="node-gateway"),
     Metric(i.GC_PAUSE_SECONDS, "histogram", "Seconds one collection of the cycle collector "
            "stopped the process, by generation (0, 1, 2: 2 walks what is not frozen)",
-           ("generation",), process="node-gateway"),
+           ("generation",), PAUSES, process="node-gateway"),
     Metric(i.HEARTBEAT_RTT_SECONDS, "histogram", "Seconds from a heartbeat sent to its "
            "acknowledgement received, on the node's clock", process="node"),
     Metric(i.NODE_MEMBERS, "gauge", "Members in this node's journal, by state", ("state",),

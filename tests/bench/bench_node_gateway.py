@@ -18,10 +18,10 @@ open session, none lost, no session refused. The teardown ends the streams, then
 gateways (each records its sessions' ends), and says how long each took.
 
 Run: ``.venv/bin/pytest tests/bench/bench_node_gateway.py -m bench -s`` with the test engine in
-``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``), ``BENCH_SECONDS`` (each
-window, 30), ``BENCH_GATEWAYS`` (1 or 2), ``BENCH_WORKERS`` (load generator processes, 2),
-``BENCH_ENROLL_CONCURRENCY`` (per worker, 32), ``BENCH_FAILOVER``, ``BENCH_CONNECT_SECONDS`` (to
-open each stage's streams, 300).
+``DOCKER_HOST`` as for the suite. ``BENCH_STAGES`` (default ``10,1000``; a stage repeated is
+another window at that size), ``BENCH_SECONDS`` (each window, 30), ``BENCH_GATEWAYS`` (1 or
+2), ``BENCH_WORKERS`` (load generator processes, 2), ``BENCH_ENROLL_CONCURRENCY`` (per worker,
+32), ``BENCH_FAILOVER``, ``BENCH_CONNECT_SECONDS`` (to open each stage's streams, 300).
 The benchmark raises its open-file limit to the hard limit (gateways and workers inherit it).
 """
 
@@ -45,9 +45,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.bench import node_swarm
+from tests.bench import node_swarm, prom_window
 from tests.fixtures.nodes import NodeCluster, _wait_for
-from tests.fixtures.server import TP
+from tests.fixtures.server import TP, free_port
 from tests.support.db import plain_dsn
 
 pytestmark = [pytest.mark.bench, pytest.mark.timeout(3600)]
@@ -142,9 +142,13 @@ class Workers:
             p.join(10)
 
 
-def start_second_gateway(cluster: NodeCluster) -> subprocess.Popen[bytes]:
+def start_second_gateway(cluster: NodeCluster, metrics_port: int) -> subprocess.Popen[bytes]:
     log = cluster.servers.state_dir / "gateway-2.log"
-    env = dict(cluster.env, TUNEPLANE_NODE_GATEWAY_PORT=str(cluster.gateway_port))
+    env = dict(
+        cluster.env,
+        TUNEPLANE_NODE_GATEWAY_PORT=str(cluster.gateway_port),
+        TUNEPLANE_NODE_GATEWAY_METRICS_PORT=str(metrics_port),
+    )
     proc = subprocess.Popen(
         [TP, "gateway", "node"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT
     )
@@ -152,18 +156,71 @@ def start_second_gateway(cluster: NodeCluster) -> subprocess.Popen[bytes]:
     return proc
 
 
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values) or [0.0]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def explain(
+    gateways: list[dict[prom_window.Key, prom_window.Histogram]],
+    loadgen: list[dict[str, Any]],
+    seconds: float,
+) -> dict[str, float]:
+    """Where a window's round trips waited: each gateway's loop lag and collections (from its
+    metrics port, bucket differences), the load generators' own (exact samples) and the
+    generators' heartbeat writes. Prints them; returns the figures the table shows."""
+    row: dict[str, float] = {}
+    for k, hists in enumerate(gateways, 1):
+        for (name, labels), h in sorted(hists.items()):
+            if name not in ("tuneplane_event_loop_lag_seconds", "tuneplane_gc_pause_seconds"):
+                continue
+            what = "loop lag" if "loop" in name else f"gc gen {dict(labels)['generation']}"
+            s = prom_window.summary(h, seconds)
+            print(f"  gateway {k} {what:<9}: n {s['n']:.0f}, p50 {s['p50_ms']:.1f} ms, p99 "
+                  f"{s['p99_ms']:.1f} ms, max <= {s['max_le_ms']:.0f} ms, over 50 ms "
+                  f"{s['over_50ms']:.0f}, over 100 ms {s['over_100ms']:.0f}, "
+                  f"{s['ms_per_s']:.1f} ms a second")  # fmt: skip
+            if k == 1 and what == "loop lag":
+                row["gw_lag_p50_ms"], row["gw_lag_p99_ms"] = s["p50_ms"], s["p99_ms"]
+                row["gw_lag_over_100ms"] = s["over_100ms"]
+            elif k == 1 and what == "gc gen 1":
+                row["gw_gc1_p50_ms"], row["gw_gc1_ms_per_s"] = s["p50_ms"], s["ms_per_s"]
+    for k, g in enumerate(loadgen, 1):
+        lag, writes = g["lag"], g["writes"]
+        print(f"  load generator {k} loop lag (20 ms sleeper): n {len(lag)}, p50 "
+              f"{1000 * pct(lag, 0.5):.1f} ms, p99 {1000 * pct(lag, 0.99):.1f} ms, max "
+              f"{1000 * max(lag, default=0):.1f} ms; heartbeat write p50 "
+              f"{1000 * pct(writes, 0.5):.2f} ms, p99 {1000 * pct(writes, 0.99):.2f} ms, max "
+              f"{1000 * max(writes, default=0):.1f} ms")  # fmt: skip
+        for generation, pauses in sorted(g["gc"].items()):
+            print(f"  load generator {k} gc gen {generation}: n {len(pauses)}, p50 "
+                  f"{1000 * pct(pauses, 0.5):.1f} ms, max {1000 * max(pauses):.1f} ms, "
+                  f"{1000 * sum(pauses) / seconds:.1f} ms a second")  # fmt: skip
+    lags = [x for g in loadgen for x in g["lag"]]
+    row["loadgen_lag_p99_ms"] = 1000 * max(pct(g["lag"], 0.99) for g in loadgen)
+    row["loadgen_lag_max_ms"] = 1000 * max(lags, default=0.0)
+    row["loadgen_gc_max_ms"] = 1000 * max(
+        (p for g in loadgen for ps in g["gc"].values() for p in ps), default=0.0
+    )
+    row["loadgen_write_p99_ms"] = 1000 * pct([x for g in loadgen for x in g["writes"]], 0.99)
+    return row
+
+
 async def measure(
-    gateways: list[int], workers: Workers, seconds: float, nodes: int
+    gateways: list[int], metrics: list[int], workers: Workers, seconds: float, nodes: int
 ) -> dict[str, float]:
     await asyncio.sleep(HEARTBEAT * 2)  # every node beats a couple of times first
     await workers.all("clear")
+    before = [await asyncio.to_thread(prom_window.scrape, port) for port in metrics]
     cpu0 = [cpu_seconds(p) for p in gateways]
     w0, t0 = workers.cpu(), time.monotonic()
     await asyncio.sleep(seconds)
     cpu1 = [cpu_seconds(p) for p in gateways]
     w1, t1 = workers.cpu(), time.monotonic()
+    after = [await asyncio.to_thread(prom_window.scrape, port) for port in metrics]
     rtts = sorted(r for rs in await workers.all("collect") for r in rs)
     lags = await workers.all("lag")
+    windows = [prom_window.window(b, a) for b, a in zip(before, after, strict=True)]
     row = {
         "nodes": nodes,
         "beats_per_s": len(rtts) / (t1 - t0),
@@ -172,9 +229,7 @@ async def measure(
         "loadgen_cpu_pct": 100 * (w1 - w0) / (t1 - t0),
         "p50_ms": 1000 * statistics.median(rtts),
         "p99_ms": 1000 * rtts[min(len(rtts) - 1, int(0.99 * len(rtts)))],
-        "loadgen_lag_p99_ms": 1000 * max(g["lag_p99"] for g in lags),
-        "loadgen_lag_max_ms": 1000 * max(g["lag_max"] for g in lags),
-        "loadgen_gc_max_ms": 1000 * max(g["gc_max"] for g in lags),
+        **explain(windows, lags, t1 - t0),
         "beats": len(rtts),
     }
     for k, (a, b) in enumerate(zip(cpu0, cpu1, strict=True)):
@@ -187,14 +242,18 @@ async def test_gateway_with_many_node_streams(
 ) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the gateways inherit it
-    env = {"TUNEPLANE_HEARTBEAT_SECONDS": str(HEARTBEAT)}
+    metrics = [free_port() for _ in range(GATEWAYS)]  # each gateway's /metrics
+    env = {
+        "TUNEPLANE_HEARTBEAT_SECONDS": str(HEARTBEAT),
+        "TUNEPLANE_NODE_GATEWAY_METRICS_PORT": str(metrics[0]),
+    }
     if GATEWAYS > 1:
         env["TUNEPLANE_NODE_GATEWAY_SHARE_PORT"] = "true"
     cluster = await node_cluster_factory(0, **env)
     assert cluster.gateway is not None
     procs = [cluster.gateway]
     if GATEWAYS > 1:
-        procs.append(await asyncio.to_thread(start_second_gateway, cluster))
+        procs.append(await asyncio.to_thread(start_second_gateway, cluster, metrics[1]))
     pids = [p.pid for p in procs]
     total = max(STAGES)
     names = [f"sim-{i:05d}" for i in range(total)]
@@ -245,7 +304,7 @@ async def test_gateway_with_many_node_streams(
                 )
             print(f"{stage - connected} more streams connected in {time.monotonic() - t0:.1f} s")
             connected = stage
-            rows.append(await measure(pids, workers, SECONDS, stage))
+            rows.append(await measure(pids, metrics, workers, SECONDS, stage))
             print({k: round(v, 2) for k, v in rows[-1].items()}, flush=True)
         report(rows)
         print(f"load generators' errors: {[c['errors'] for c in await workers.all('welcomed')]}")
@@ -268,6 +327,8 @@ def report(rows: list[dict[str, float]]) -> None:
     print("per stream, between stages (CPU in % of one core per 1,000 streams; memory in KiB):")
     for a, b in itertools.pairwise(rows):
         dn = b["nodes"] - a["nodes"]
+        if not dn:  # a stage repeated: another window at the same size
+            continue
         cpu = 1000 * (b["gateway_cpu_pct"] - a["gateway_cpu_pct"]) / dn
         mem = 1024 * (b["gateway_rss_mib"] - a["gateway_rss_mib"]) / dn
         print(f"  {int(a['nodes'])} → {int(b['nodes'])}: CPU {cpu:.2f} %/1k, memory {mem:.1f} KiB")

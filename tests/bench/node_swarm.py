@@ -140,9 +140,11 @@ class SimNode:
         seq = 1
         while True:
             seq += 1
-            self.sent.append(time.perf_counter())
+            sent = time.perf_counter()
+            self.sent.append(sent)
             now_ms = int(time.time() * 1000)
             await stream.send_message(codec.node_message_to(seq, Heartbeat(now_ms)))
+            self.swarm.writes.append(time.perf_counter() - sent)  # the load generator's part
             await asyncio.sleep(self.swarm.heartbeat)
 
     async def stop(self) -> None:
@@ -169,7 +171,8 @@ class Swarm:
         # cuts them as silent: a load generator artefact, real nodes have a CPU each)
         self.connecting = asyncio.Semaphore(cfg.get("connecting", 32))
         self.lags: list[float] = []  # this process's loop lag samples, since "clear"
-        self.gc_pauses: list[float] = []  # its collections' durations, since "clear"
+        self.gc_pauses: list[tuple[int, float]] = []  # its collections (generation, seconds)
+        self.writes: list[float] = []  # a heartbeat's send_message call: encode and write
         self._gc_start = 0.0
         gc.callbacks.append(self._gc)
 
@@ -177,7 +180,7 @@ class Swarm:
         if phase == "start":
             self._gc_start = time.perf_counter()
         else:
-            self.gc_pauses.append(time.perf_counter() - self._gc_start)
+            self.gc_pauses.append((info["generation"], time.perf_counter() - self._gc_start))
 
     async def sample_lag(self, every: float = 0.02) -> None:
         """How late this process's loop wakes a sleeper: what it adds to every round trip."""
@@ -186,12 +189,16 @@ class Swarm:
             await asyncio.sleep(every)
             self.lags.append(time.perf_counter() - t0 - every)
 
-    def lag(self) -> dict[str, float]:
-        lags = sorted(self.lags) or [0.0]
+    def lag(self) -> dict[str, Any]:
+        """This process's loop lag, collections (by generation) and heartbeat writes since
+        "clear": exact samples, not buckets."""
+        pauses: dict[int, list[float]] = {}
+        for generation, pause in self.gc_pauses:
+            pauses.setdefault(generation, []).append(pause)
         return {
-            "lag_p99": lags[min(len(lags) - 1, int(0.99 * len(lags)))],
-            "lag_max": lags[-1],
-            "gc_max": max(self.gc_pauses, default=0.0),
+            "lag": self.lags,
+            "writes": self.writes,
+            "gc": pauses,
         }
 
     async def enroll(self, names: list[str], concurrency: int) -> dict[str, list[float]]:
@@ -234,6 +241,8 @@ class Swarm:
         """Open the streams of ``names`` (first beats spread over one interval); the number of
         nodes not welcomed within ``connect_seconds``."""
         nodes = [self.nodes[n] for n in names]
+        if not nodes:  # a stage repeated (BENCH_STAGES=10,3000,3000): another window, as is
+            return 0
         for n in nodes:
             n.task = asyncio.create_task(n.run(delay=random.uniform(0, self.heartbeat)))
         waits = [asyncio.create_task(n.welcomed.wait()) for n in nodes]
@@ -269,6 +278,7 @@ class Swarm:
                     n.rtts.clear()
                 self.lags.clear()
                 self.gc_pauses.clear()
+                self.writes.clear()
             elif what == "collect":
                 reply = [r for n in self.nodes.values() for r in n.rtts]
             elif what == "lag":

@@ -4,6 +4,7 @@ is frozen, and handed back for one complete collection once the frozen set has g
 from __future__ import annotations
 
 import gc
+import weakref
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -105,3 +106,25 @@ def test_the_pacer_walks_everything_once_the_frozen_set_has_grown_by_half(
     assert pacer.tick() == 2  # grown by half again: the leaked cycles are freed now
     assert gc.get_freeze_count() < before + len(more) - before // 3
     assert pacer.tick() == 1  # and back to freezing
+
+
+def test_by_default_each_paced_collection_takes_generation_1_and_freezes_its_survivors(
+    unfrozen: None,
+) -> None:
+    """Each survivor is walked once (in the tick after it was made), then frozen: no pause
+    walks more than one interval's survivors."""
+    policy = PausePolicy(lambda _: None, regrow=0.5, floor=10**9)
+    pacer = Pacer(policy)
+    garbage = Cycle()
+    freed = weakref.ref(garbage)
+    del garbage
+    first = [[i] for i in range(100)]
+    generation = pacer.tick()
+    frozen, older = gc.get_freeze_count(), len(gc.get_objects(1)) + len(gc.get_objects(2))
+    assert generation == 1  # the cycle freed, the survivors frozen at once
+    assert frozen >= len(first) and older == 0  # nothing left for a later walk
+    assert freed() is None
+    second = [[i] for i in range(100)]
+    generation = pacer.tick()
+    now, older = gc.get_freeze_count(), len(gc.get_objects(1)) + len(gc.get_objects(2))
+    assert generation == 1 and now >= frozen + len(second) and older == 0
