@@ -11,11 +11,16 @@ round trip's p99 (docs/benchmarks.md, "Towards 10,000 node streams").
 - what survived a full collection is *frozen* (``gc.freeze``: moved out of the generations the
   collector walks), so the next full collections walk only what was made since;
 - frozen objects are still freed by reference counting when their stream ends; only cyclic
-  garbage among them waits: once the frozen set has grown by ``regrow`` (half) since the last
-  complete collection, it is handed back (``gc.unfreeze``) and the next full collection walks
-  everything once, then freezes again. As a fleet grows, that is one long pause per half again
-  as many objects (about ten from a cold start to 10,000 streams); at a steady fleet, only
-  the garbage of ended streams makes the frozen set grow;
+  garbage among them waits: once what the process holds has grown by ``regrow`` (half) since
+  the last complete collection, the frozen set is handed back (``gc.unfreeze``) and the next
+  full collection walks everything once, then freezes again. As a fleet grows, that is one
+  long pause per half again as much (about ten from a cold start to 10,000 streams); at a
+  steady fleet, only the garbage of ended streams makes it grow. What the process holds is
+  read from CPython's count of small-object blocks in use (``held``: a counter, a fraction of
+  a millisecond), never from the frozen set's length: ``gc.get_freeze_count()`` walks that
+  list, about 200 ms of CPU at 10,000 streams (a list of 1.4 million objects spread over a
+  GiB, a cache miss each), and that walk was the heartbeat p99's one stop a window in
+  session 42;
 - the youngest generation is collected every ``young`` allocations instead of 700: per-message
   objects (a heartbeat's future, its timeout) then mostly die young instead of being promoted
   and feeding full collections.
@@ -30,8 +35,8 @@ at 10,000 streams, walked in one pause when the count finally passes ``young``. 
 0: every ``middle_every``-th time, each time by default) and their survivors frozen: each pause
 walks at most a quarter second of survivors, each survivor is walked once, and what lives
 longer is walked only by the rare complete collection (frozen objects freed by reference
-counting leave the frozen set at once; only cyclic garbage stays there until the frozen set
-has grown by ``regrow``). A heartbeat leaves about 20 objects alive until the next one (the
+counting leave the frozen set at once; only cyclic garbage stays there until what the process
+holds has grown by ``regrow``). A heartbeat leaves about 20 objects alive until the next one (the
 awaits of the next read and write, 6 coroutines and their futures, the read's timeout and
 its timer, the last message and its answer): at 2,000 heartbeats a second, 10,000 objects a
 quarter second.
@@ -42,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -49,7 +55,15 @@ log = logging.getLogger("tuneplane.gc")
 
 YOUNG = 20_000
 REGROW = 0.5
-FLOOR = 200_000  # below this many frozen objects a complete collection is cheap anyway
+# below this many small-object blocks (about 250,000 tracked objects: a freshly started gateway
+# holds some 430,000 blocks, 110,000 tracked objects) a complete collection is cheap anyway
+FLOOR = 1_000_000
+
+
+def held() -> int:
+    """What the process holds, as CPython's count of small-object blocks in use: read without
+    walking anything (unlike ``gc.get_freeze_count``, see the module)."""
+    return sys.getallocatedblocks()
 
 
 class PausePolicy:
@@ -65,7 +79,7 @@ class PausePolicy:
         self.defer = defer
         self.regrow = regrow
         self.floor = floor
-        self.base = 0  # objects frozen right after the last complete collection
+        self.base = 0  # ``held()`` right after the last complete collection
         self.complete = True  # the last full collection walked everything (nothing frozen)
         self.scheduled = False
 
@@ -78,17 +92,22 @@ class PausePolicy:
         except RuntimeError:  # the loop has closed: the process is ending
             self.scheduled = False
 
+    def grown(self, now: int) -> bool:
+        """Whether ``now`` (``held()``) is past ``regrow`` more than after the last complete
+        collection."""
+        return now > max(self.floor, self.base * (1 + self.regrow))
+
     def _after_full(self) -> None:
         self.scheduled = False
-        frozen = gc.get_freeze_count()
+        now = held()
         if self.complete:
             gc.freeze()
-            self.base = gc.get_freeze_count()
+            self.base = now
             self.complete = False
-        elif frozen > max(self.floor, self.base * (1 + self.regrow)):
+        elif self.grown(now):
             gc.unfreeze()  # the next full collection walks everything: ended streams' cycles
             self.complete = True
-            log.info("collector: %d objects handed back for a complete collection", frozen)
+            log.info("collector: handed back for a complete collection (%d blocks held)", now)
         else:
             gc.freeze()
 
@@ -102,7 +121,7 @@ def keep_pauses_short(
     _, middle, old = gc.get_threshold()
     gc.set_threshold(young, middle, old)
     policy = PausePolicy(defer, regrow)
-    policy.base = gc.get_freeze_count()
+    policy.base = held()
     policy.complete = False
     gc.callbacks.append(policy)
     return policy
@@ -122,7 +141,6 @@ class Pacer:
         self.policy = policy
         self.middle_every = middle_every
         self.ticks = 0
-        self.added = 0  # objects this pacer froze since the frozen set was last counted
         self.complete = 0  # complete collections run (the frozen set had grown by ``regrow``)
 
     def tick(self) -> int:
@@ -135,24 +153,17 @@ class Pacer:
         policy = self.policy
         # the survivors (all that generation 2 holds, since everything older is frozen) leave
         # the generations the collector walks
-        self.added += len(gc.get_objects(2))
         gc.freeze()
-        if self.added < policy.regrow * max(policy.floor, policy.base):
-            return 1  # the frozen set cannot have grown by ``regrow``: not counted (see below)
-        # counting the frozen set walks it (``get_freeze_count`` is a list walk: about 200 ms
-        # of CPU at 10,000 streams, session 42, the heartbeat p99's one stop a window; not cut
-        # yet), so it is counted only once the pacer may have made it grow
-        self.added = 0
-        frozen = gc.get_freeze_count()
-        if frozen <= max(policy.floor, policy.base * (1 + policy.regrow)):
+        now = held()
+        if not policy.grown(now):
             return 1
         gc.unfreeze()  # the garbage cycles among the frozen: one complete collection, now
         gc.collect()
         gc.freeze()
-        policy.base = gc.get_freeze_count()
+        policy.base = held()
         policy.complete = False
         self.complete += 1
-        log.info("collector: %d frozen objects walked in a complete collection", frozen)
+        log.info("collector: a complete collection at %d blocks held, %d after", now, policy.base)
         return 2
 
 

@@ -1,5 +1,6 @@
 """The gateway's collector policy (entrypoints/gc_pauses.py): what survives a full collection
-is frozen, and handed back for one complete collection once the frozen set has grown by half."""
+is frozen, and handed back for one complete collection once what the process holds (its
+small-object blocks, read without walking the frozen set) has grown by half."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from entrypoints.gc_pauses import Pacer, PausePolicy
+from entrypoints.gc_pauses import Pacer, PausePolicy, held
 
 pytestmark = pytest.mark.unit
 
@@ -26,7 +27,17 @@ def full(policy: PausePolicy) -> None:
     policy("stop", {"generation": 2})
 
 
-def test_survivors_are_frozen_until_they_grow_by_half_then_walked_once(unfrozen: None) -> None:
+def grow(until: float) -> list[object]:
+    """Objects kept until the process holds more than ``until`` blocks."""
+    kept: list[object] = []
+    while held() <= until:
+        kept.extend([i + 1000] for i in range(10_000))  # three blocks each: list, array, int
+    return kept
+
+
+def test_survivors_are_frozen_until_the_process_grows_by_half_then_walked_once(
+    unfrozen: None,
+) -> None:
     deferred: list[Callable[[], None]] = []
     policy = PausePolicy(deferred.append, regrow=0.5, floor=1000)
     policy("stop", {"generation": 1})  # a young collection: nothing to do
@@ -35,22 +46,19 @@ def test_survivors_are_frozen_until_they_grow_by_half_then_walked_once(unfrozen:
     full(policy)  # a second one before the first was handled: handled once
     assert len(deferred) == 1
     deferred.pop()()  # the loop runs it: the last collection was complete, so all is frozen
-    base = gc.get_freeze_count()  # frozen objects may die since (never more are frozen)
-    assert 0 < base <= policy.base and not policy.complete
-    kept = [[i] for i in range(base // 4)]  # a quarter more: frozen at the next full one
+    base = policy.base
+    assert gc.get_freeze_count() > 0 and base > 0 and not policy.complete
+    kept = grow(base * 1.2)  # a fifth more: frozen at the next full one
     full(policy)
     deferred.pop()()
-    assert base < gc.get_freeze_count() < base * 1.5 and not policy.complete
-    kept += [[i] for i in range(base // 2)]  # past half again as many once frozen
-    full(policy)
-    deferred.pop()()
-    assert gc.get_freeze_count() > base * 1.5 and not policy.complete
+    assert gc.get_freeze_count() >= len(kept) and not policy.complete and policy.base == base
+    kept += grow(base * 1.5)  # past half again as much
     full(policy)  # the next one hands them all back: the next full collection walks all
     deferred.pop()()
     assert gc.get_freeze_count() == 0 and policy.complete
     full(policy)  # the complete collection: what survived it is frozen, the new base
     deferred.pop()()
-    assert base + len(kept) <= gc.get_freeze_count() <= policy.base
+    assert gc.get_freeze_count() >= len(kept) and policy.base > base * 1.5
     assert not policy.complete
 
 
@@ -85,27 +93,40 @@ def test_the_pacer_collects_the_young_and_freezes_the_survivors_of_generation_1(
     assert gc.get_freeze_count() <= frozen - 100
 
 
-def test_the_pacer_walks_everything_once_the_frozen_set_has_grown_by_half(
-    unfrozen: None,
+def test_the_pacer_walks_everything_once_the_process_has_grown_by_half(
+    unfrozen: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     gc.collect()
     gc.freeze()
     policy = PausePolicy(lambda _: None, regrow=0.5, floor=1000)
-    policy.base = gc.get_freeze_count()
+    policy.base = held()
     pacer = Pacer(policy, middle_every=1)
+
+    def walked() -> int:
+        raise AssertionError("the pacer walked the frozen set (gc.get_freeze_count)")
+
+    count = gc.get_freeze_count
+    monkeypatch.setattr(gc, "get_freeze_count", walked)  # the session-42 stop: never again
     few = [[i] for i in range(10)]
-    assert pacer.tick() == 1 and pacer.added >= len(few)  # frozen, and not counted yet
-    leaked = [Cycle() for _ in range(policy.base)]  # as many again, alive for now
-    assert pacer.tick() == 2  # counted: grown past half, so walked once, all frozen again
-    assert pacer.complete == 1 and pacer.added == 0 and not policy.complete
-    assert abs(policy.base - gc.get_freeze_count()) < 10
+    assert pacer.tick() == 1 and few  # frozen; the process has not grown by half
+    start = held()
+    leaked: list[Cycle] = []
+    while held() <= policy.base * 1.6:
+        leaked.extend(Cycle() for _ in range(10_000))
+    assert pacer.tick() == 2  # grown past half: walked once, all frozen again
+    assert pacer.complete == 1 and not policy.complete
     before = policy.base
+    frozen = count()
     del leaked  # garbage, in cycles: frozen, it stays until the next complete collection
-    assert gc.get_freeze_count() > before - 10
-    more = [Cycle() for _ in range(before // 2 + 10)]
+    assert held() > before * 0.9 and count() > frozen * 0.9
+    more: list[Cycle] = []
+    while held() <= before * 1.5:
+        more.extend(Cycle() for _ in range(10_000))
+    grown_to = held()
     assert pacer.tick() == 2  # grown by half again: the leaked cycles are freed now
-    assert gc.get_freeze_count() < before + len(more) - before // 3
+    assert policy.base < grown_to - (before - start) // 2  # what the leaked cycles held
     assert pacer.tick() == 1  # and back to freezing
+    assert more
 
 
 def test_by_default_each_paced_collection_takes_generation_1_and_freezes_its_survivors(
