@@ -141,7 +141,7 @@ class Pacer:
         self.policy = policy
         self.middle_every = middle_every
         self.ticks = 0
-        self.complete = 0  # complete collections run (the frozen set had grown by ``regrow``)
+        self.complete = 0  # complete collections run (the process had grown by ``regrow``)
 
     def tick(self) -> int:
         """One paced collection; returns the generation collected."""
