@@ -114,12 +114,9 @@ async def test_a_slow_page_never_draws_over_the_page_the_user_moved_to(
     await expect(page.get_by_role("heading", name="Fleet", level=1)).to_have_count(0)
 
 
-async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
-    api_server: Servers, page: Page
-) -> None:
-    """Signing in opens the Fleet page, whose data is held back; meanwhile the keyboard user
-    moves into the menu. When the page is drawn, the focus stays on the menu's link (it used to
-    be moved to the page's content, under the user's fingers)."""
+async def signed_in_with_the_fleet_held(api_server: Servers, page: Page) -> asyncio.Event:
+    """Sign in with the Fleet page's answer held back until the returned event is set; returns
+    once the page says it is loading."""
     release = asyncio.Event()
 
     async def held(route: Route) -> None:
@@ -131,6 +128,16 @@ async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
     await page.get_by_label("API token").fill(api_server.token)
     await page.get_by_label("API token").press("Enter")
     await expect(page.get_by_text("Loading…")).to_be_visible()
+    return release
+
+
+async def test_focus_moved_while_a_page_loads_stays_where_the_user_put_it(
+    api_server: Servers, page: Page
+) -> None:
+    """Signing in opens the Fleet page, whose data is held back; meanwhile the keyboard user
+    moves into the menu. When the page is drawn, the focus stays on the menu's link (it used to
+    be moved to the page's content, under the user's fingers)."""
+    release = await signed_in_with_the_fleet_held(api_server, page)
     link = page.get_by_role("link", name="Submit")
     await link.focus()
     release.set()
@@ -144,17 +151,7 @@ async def test_signing_out_while_a_page_loads_leaves_the_sign_in_form(
     """The Fleet page's data is held back; meanwhile the user signs out. When the held answer
     arrives it is dropped: the sign-in form stays (the late page used to be drawn over it, with
     "no API token given" in its parts; CI saw it on a reloaded job page)."""
-    release = asyncio.Event()
-
-    async def held(route: Route) -> None:
-        await release.wait()
-        await route.continue_()
-
-    await page.route(re.compile(r".*/v1/fleet$"), held)
-    await page.goto(api_server.url + "/console/")
-    await page.get_by_label("API token").fill(api_server.token)
-    await page.get_by_label("API token").press("Enter")
-    await expect(page.get_by_text("Loading…")).to_be_visible()
+    release = await signed_in_with_the_fleet_held(api_server, page)
     await page.get_by_role("button", name="Sign out").click()
     await expect(page.get_by_label("API token")).to_be_visible()
     release.set()
