@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from tests.support.reservation_rows import migrated
 
 pytestmark = pytest.mark.integration
 
@@ -39,8 +39,7 @@ async def events(conn: asyncpg.Connection) -> list[tuple[str, int, str, str]]:
 async def test_jobs_carry_the_last_writer_and_events_are_recorded_per_statement(
     empty_db: str,
 ) -> None:
-    await migrate.upgrade_async(empty_db, "0030")
-    conn = await asyncpg.connect(plain_url(empty_db))
+    conn = await migrated(empty_db, "0030")
     try:
         await add_job(conn, "old")
         await migrate.upgrade_async(empty_db, "0031")
