@@ -59,17 +59,30 @@ class PassResult:
     lost: list[str]  # job ids whose placement lost a race (decided again next pass)
 
 
+PAUSE_LIMIT_SECONDS = 5.0  # the collector is on again after this long, whatever the pass does
+
+
 @contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
+def collector_paused(limit: float = PAUSE_LIMIT_SECONDS) -> Iterator[None]:
     """Python's cyclic garbage collector is off while a pass runs (docs/scheduling.md): a full
     collection walks every object the process keeps (the view of 10,000 pending jobs among
     them), tens of milliseconds that would otherwise land inside a pass at random. Reference
-    counting still frees what the pass drops; the collections it would have run come after."""
+    counting still frees what the pass drops; the collections it would have run come after.
+
+    The pause is process-wide, so it is bounded: a pass still running after ``limit`` seconds
+    (waiting on a lock, a slow database) turns the collector back on (inside an event loop;
+    outside one the pause lasts as long as the block)."""
     was = gc.isenabled()
     gc.disable()
+    timer: asyncio.TimerHandle | None = None
+    if was:
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing to time it with
+            timer = asyncio.get_running_loop().call_later(limit, gc.enable)
     try:
         yield
     finally:
+        if timer is not None:
+            timer.cancel()
         if was:
             gc.enable()
 

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 import pytest
 
 from adapters.sim.clock import CountingIds
-from application.scheduler import Scheduler
+from application.scheduler import Scheduler, collector_paused
 from domain.admission import Decisions, Placement, Snapshot, decide, decide_steps
 from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import T0
@@ -85,6 +85,23 @@ async def test_a_pass_leaves_a_collector_that_was_off_off(uow_factory: UnitOfWor
     gc.disable()
     try:
         assert len((await recording(uow_factory, overlap=2, batch=2).pass_once()).reserved) == 1
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+async def test_a_pass_stuck_past_the_limit_turns_the_collector_back_on() -> None:
+    """The pause is process-wide: a pass that outlives its bound (a lock, a slow database) does
+    not keep the API process's collector off; a pass that ends in time leaves no timer."""
+    with collector_paused(limit=0.01):
+        assert not gc.isenabled()
+        await asyncio.sleep(0.05)  # the pass awaits past its bound (timers fire in deadline order)
+        assert gc.isenabled()
+    with collector_paused(limit=0.01):
+        assert not gc.isenabled()
+    gc.disable()  # someone else turns it off after the pass: the pass's timer is gone
+    try:
+        await asyncio.sleep(0.03)
         assert not gc.isenabled()
     finally:
         gc.enable()
