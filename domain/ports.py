@@ -255,6 +255,19 @@ class FleetRepository(Protocol):
         """All nodes, by pool then name."""
         ...
 
+    async def remove_node(self, name: str) -> Node:
+        """Delete a node with its control link, credentials, security events and connectivity
+        history, under its row lock (as ``reserve`` takes it); what jobs recorded about it
+        (members, logs, timelines) keeps its name. Returns the node as it was. NotFound if
+        absent; Conflict if it holds live reservations, or while a daemon holds a control stream
+        for it (its link is open; both read under the lock)."""
+        ...
+
+    async def remove_pool(self, name: str) -> Pool:
+        """Delete a pool with its checks and join tokens, under its row lock. Returns the pool
+        as it was. NotFound if absent; Conflict while any node is in it."""
+        ...
+
     async def node_counts(self) -> dict[str, int]:
         """How many nodes each pool has, whatever their states (a pool without nodes is
         absent): what a preview needs, without reading every node."""

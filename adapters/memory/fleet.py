@@ -14,6 +14,8 @@ from domain.admission import (
 )
 from domain.errors import Conflict, NotFound
 from domain.fleet import Connectivity, ConnectivityChange, Node, Pool, SchedState, Validation
+from domain.fleet_removal import refuse_pool_removal, refuse_removal
+from domain.node_ports import NodeLink
 from domain.requests import Profile
 
 
@@ -94,6 +96,37 @@ class MemoryFleetRepository:
     async def nodes(self) -> builtins.list[Node]:
         rows: list[Node] = self._tx.ordered("nodes", "pool, name", lambda n: (n.pool, n.name))
         return rows
+
+    async def remove_node(self, name: str) -> Node:
+        await self._tx.lock(("nodes", "pk", name))
+        node: Node | None = self._tx.get("nodes", name)
+        if node is None:
+            raise NotFound(f"node {name} does not exist", fix="see `tp fleet ls`", field="name")
+        link: NodeLink | None = self._tx.get("node_links", name)
+        streaming = link is not None and link.closed_at is None
+        refuse_removal(name, _reserved_on(self._tx, name), streaming)
+        tx = self._tx  # what PostgreSQL deletes by its foreign keys' CASCADE
+        for table in ("nodes", "node_links", "node_extras", "node_connectivity", "node_usage"):
+            if tx.get(table, name) is not None:
+                tx.delete(table, name)
+        for event in tx.select("node_events", lambda e: e.node == name):
+            tx.delete("node_events", (event.node, event.kind, event.source))
+        for credential in tx.select("node_credentials", lambda c: c.node == name):
+            tx.delete("node_credentials", credential.id)
+        return node
+
+    async def remove_pool(self, name: str) -> Pool:
+        await self._tx.lock(("pools", "pk", name))
+        pool: Pool | None = self._tx.get("pools", name)
+        if pool is None:
+            raise NotFound(f"pool {name} does not exist", fix="see `tp fleet ls`", field="name")
+        refuse_pool_removal(name, len(self._tx.select("nodes", lambda n: n.pool == name)))
+        self._tx.delete("pools", name)
+        for check in self._tx.select("pool_checks", lambda c: c.pool == name):
+            self._tx.delete("pool_checks", check.id)
+        for token in self._tx.select("join_tokens", lambda t: t.pool == name):
+            self._tx.delete("join_tokens", token.token_hash)
+        return pool
 
     async def node_counts(self) -> dict[str, int]:
         return dict(Counter(self._tx.project("nodes", lambda n: True, lambda n: n.pool)))

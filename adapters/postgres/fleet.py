@@ -31,6 +31,7 @@ from domain.fleet import (
     SchedState,
     Validation,
 )
+from domain.fleet_removal import refuse_pool_removal, refuse_removal
 from domain.requests import Profile
 
 _SHAPE = ("backend", "gpus_per_node", "mcpu_per_node", "memory_mb_per_node")
@@ -110,6 +111,18 @@ _SET_VALIDATION = text(
 _NODE = select(*_NODE_COLUMNS).where(nodes.c.name == bindparam("name"))
 _ALL_NODES = select(*_NODE_COLUMNS).order_by(nodes.c.pool.collate("C"), nodes.c.name.collate("C"))
 _NODE_COUNTS = select(nodes.c.pool, func.count()).group_by(nodes.c.pool)
+
+# removal (application/fleet_removal.py): the node's row lock first, as ``reserve`` takes it
+_LOCK_NODE_ROW = select(*_NODE_COLUMNS).where(nodes.c.name == bindparam("name")).with_for_update()
+_NODE_STREAMING = text(
+    "SELECT EXISTS (SELECT 1 FROM node_links WHERE node = :name AND closed_at IS NULL)"
+)
+_DELETE_NODE = text("DELETE FROM nodes WHERE name = :name")  # links, credentials…: CASCADE
+_POOL_NODES = text("SELECT count(*) FROM nodes WHERE pool = :name")
+_DELETE_POOL = text(
+    "WITH tokens AS (DELETE FROM join_tokens WHERE pool = :name) "  # checks: CASCADE
+    "DELETE FROM pools WHERE name = :name"
+)
 
 _p = pg_insert(profiles)
 _PUT_PROFILE = _p.on_conflict_do_update(
@@ -212,6 +225,30 @@ class PostgresFleetRepository:
         with translated("list nodes"):
             rows = (await self._conn.execute(_ALL_NODES)).mappings().all()
         return [codec.node_from_row(r) for r in rows]
+
+    async def remove_node(self, name: str) -> Node:
+        conn = self._conn
+        with translated(f"remove node {name}"):
+            row = (await conn.execute(_LOCK_NODE_ROW, {"name": name})).mappings().first()
+            if row is None:
+                raise NotFound(f"node {name} does not exist", fix="see `tp fleet ls`", field="name")
+            node = codec.node_from_row(row)
+            reserved = (await conn.execute(_NODE_RESERVED, {"name": name})).scalar_one()
+            streaming = (await conn.execute(_NODE_STREAMING, {"name": name})).scalar_one()
+            refuse_removal(name, reserved, streaming)
+            await conn.execute(_DELETE_NODE, {"name": name})
+        return node
+
+    async def remove_pool(self, name: str) -> Pool:
+        conn = self._conn
+        with translated(f"remove pool {name}"):
+            row = (await conn.execute(_LOCK_POOL, {"name": name})).mappings().first()
+            if row is None:
+                raise NotFound(f"pool {name} does not exist", fix="see `tp fleet ls`", field="name")
+            nodes_in = (await conn.execute(_POOL_NODES, {"name": name})).scalar_one()
+            refuse_pool_removal(name, nodes_in)
+            await conn.execute(_DELETE_POOL, {"name": name})
+        return codec.pool_from_row(row)
 
     async def node_counts(self) -> dict[str, int]:
         with translated("count the nodes of each pool"):

@@ -9,13 +9,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TypeVar
 
-from litestar import Response, get, patch, post, put
+from litestar import Response, delete, get, patch, post, put
 from litestar.datastructures import State
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import FromPath, JSONBody
 from msgspec import UNSET, Struct, UnsetType
 
-from application import fleet
+from application import fleet, fleet_removal
 from application.context import Context
 from application.fleet_config import apply_fleet_config
 from application.policy import KEEP, Keep
@@ -307,6 +307,16 @@ async def update_pool(
     return pool_out(pool)
 
 
+@delete(
+    "/v1/pools/{name:str}",
+    status_code=200,
+    responses=responses(400, 401, 403, 404, 409),
+    summary="Remove a pool that has no nodes, with its checks and join tokens (admin, operator)",
+)
+async def remove_pool(name: FromPath[str], state: State, principal: Caller) -> PoolOut:
+    return pool_out(await fleet_removal.remove_pool(ctx_of(state), principal, name))
+
+
 @post(
     "/v1/nodes",
     request_max_body_size=JSON_LIMIT,
@@ -331,6 +341,17 @@ async def replace_node(
     node = await fleet.put_node(ctx_of(state), principal, name, data.pool)
     _wake(state)
     return node_out(node)
+
+
+@delete(
+    "/v1/nodes/{name:str}",
+    status_code=200,
+    responses=responses(400, 401, 403, 404, 409),
+    summary="Remove a node that holds no work and whose daemon is not connected, with its"
+    " credentials (admin, operator)",
+)
+async def remove_node(name: FromPath[str], state: State, principal: Caller) -> NodeOut:
+    return node_out(await fleet_removal.remove_node(ctx_of(state), principal, name))
 
 
 async def _set_state(state: State, principal: Caller, name: str, sched: SchedState) -> NodeOut:
@@ -366,8 +387,10 @@ FLEET_ROUTES = [
     create_pool,
     replace_pool,
     update_pool,
+    remove_pool,
     create_node,
     replace_node,
+    remove_node,
     cordon,
     drain,
     uncordon,

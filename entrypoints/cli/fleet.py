@@ -16,7 +16,9 @@ from entrypoints.cli.lazy import lazy
 
 fleet_app = App(name="fleet", help="Pools, nodes and their states; `tp fleet apply FILE`.")
 pool_app = App(name="pool", help="Pools: homogeneous nodes of one backend.")
-node_app = App(name="node", help="Nodes: add, set (move to another pool), cordon, drain, uncordon.")
+node_app = App(
+    name="node", help="Nodes: add, set (move to another pool), cordon, drain, uncordon, rm."
+)
 
 Backend = Annotated[str, Parameter(name="--backend", help="local, node, kubernetes or slurm")]
 
@@ -247,6 +249,16 @@ def pool_set(
     return 0
 
 
+@pool_app.command(name="rm")
+def pool_rm(name: str, /) -> int:
+    """Remove a pool (admins and operators): it must have no nodes, and no named profile may
+    depend on it alone. Its checks and join tokens go with it."""
+    with connect() as api:
+        pool = send(api, "DELETE", f"/v1/pools/{seg(name)}")
+    output.out.print("removed " + _pool_line(pool), markup=False)
+    return 0
+
+
 def _node_line(n: dict[str, Any]) -> str:
     return f"node {n.get('name')} in pool {n.get('pool')}: {n.get('sched')}, " + str(
         n.get("connectivity")
@@ -283,6 +295,16 @@ def node_set(name: str, /, *, pool: Annotated[str, Parameter(name="--pool")]) ->
     with connect() as api:
         node = send(api, "PUT", f"/v1/nodes/{seg(name)}", {"pool": pool})
     output.out.print(_node_line(node), markup=False)
+    return 0
+
+
+@node_app.command(name="rm")
+def node_rm(name: str, /) -> int:
+    """Remove a node (admins and operators): nothing may run there (drain it and wait) and
+    its daemon must be stopped. Its credentials go with it; its jobs' records keep its name."""
+    with connect() as api:
+        node = send(api, "DELETE", f"/v1/nodes/{seg(name)}")
+    output.out.print("removed " + _node_line(node), markup=False)
     return 0
 
 

@@ -98,7 +98,7 @@ def test_check_json_names_the_field() -> None:
 async def test_options_lists_every_method_and_empty_segments_are_404(client: Any) -> None:
     r = await client.options("/v1/jobs")
     assert r.status_code == 204 and r.headers["allow"] == "GET, OPTIONS, POST"
-    assert (await client.options("/v1/pools/a")).headers["allow"] == "OPTIONS, PATCH, PUT"
+    assert (await client.options("/v1/pools/a")).headers["allow"] == "DELETE, OPTIONS, PATCH, PUT"
     for path in ("/v1/jobs/", "/v1/jobs//cancel", "/v1/users//tokens"):
         r = (
             await client.post(path)
