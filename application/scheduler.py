@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import itertools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,15 +31,14 @@ from application import log_context
 from application.capacity_sync import capacity_sources, sync_capacity
 from application.context import Context
 from application.overlap import overlapped
+from application.pending_view import PendingView
 from domain.admission import (
     Decisions,
     PendingChanges,
-    PendingJob,
     Placement,
     Reservation,
     Snapshot,
     decide,
-    queue_order,
 )
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member
@@ -110,7 +110,7 @@ class Scheduler:
         # store the placements while the rest of the pass is decided: decide yields to the
         # store every ``overlap`` jobs walked (0: decide the whole pass, then store it)
         self.overlap = overlap
-        self._view: dict[str, PendingJob] = {}
+        self._view = PendingView()
         self._mark: int | None = None
         self._reads = 0  # incremental reads since the last full one
 
@@ -128,26 +128,28 @@ class Scheduler:
             fleet = await uow.scheduling.snapshot(0, now)
             changes = await uow.scheduling.pending_changes(since)
         self._merge(changes)
-        eligible = [j for j in self._view.values() if j.not_before is None or j.not_before <= now]
-        pending = queue_order(eligible, fleet.queues)[: self.snapshot_limit]
+        ordered = self._view.ordered(fleet.queues)
+        eligible = (j for j in ordered if j.not_before is None or j.not_before <= now)
+        pending = list(itertools.islice(eligible, self.snapshot_limit))
         snapshot = Snapshot(fleet.pools, fleet.nodes, fleet.queues, pending, ordered=True)
         self._snapshot = snapshot
         return snapshot, {j.id: j.attempts for j in pending}
 
     def _merge(self, changes: PendingChanges) -> None:
         if changes.full:
-            self._view = {j.id: j for j in changes.pending}
+            self._view.replace_all(changes.pending)
             self._reads = 0
         else:
             for gone in changes.gone:
-                self._view.pop(gone, None)
-            self._view.update((j.id, j) for j in changes.pending)
+                self._view.drop(gone)
+            for job in changes.pending:
+                self._view.put(job)
             self._reads += 1
         self._mark = changes.mark
 
     def forget(self) -> None:
         """Drop the view: the next pass reads every pending job again."""
-        self._view, self._mark = {}, None
+        self._view, self._mark = PendingView(), None
 
     _snapshot: Snapshot | None = None
 
@@ -162,7 +164,7 @@ class Scheduler:
                     decisions, attempts = await self.decide()
                 reserved, lost = await self.apply(decisions.placements, attempts)
         for job_id in reserved:  # starting now (the next read says so too)
-            self._view.pop(job_id, None)
+            self._view.drop(job_id)
         if reserved or lost:
             log.info("scheduling pass: %d reserved, %d lost a race", len(reserved), len(lost))
         self._measure(decisions.placements, set(reserved))

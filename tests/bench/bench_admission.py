@@ -202,7 +202,7 @@ async def timed_pass(sched: Scheduler) -> tuple[float, float, float, list[str]]:
               "collections": collections, "collected": collected}  # fmt: skip
     CPU_PARTS.append(parts)
     for job_id in reserved:
-        sched._view.pop(job_id, None)
+        sched._view.drop(job_id)
     return t1 - t0, decide_s, t2 - t1 - decide_s, list(reserved)
 
 
