@@ -27,7 +27,11 @@ by triggers named after it (``<constraint>_...``) with the same guarantees, whoe
   committed after its snapshot, which the foreign key's cross-check did; no writer uses them.
 
 The check functions run with ``jit = off``, as migration 0035's do (a transition table has no
-statistics). Downgrading adds the foreign keys back (validating the rows there).
+statistics), and with sequential scans, hash and merge joins off: PL/pgSQL keeps a statement's
+plan for the session, and a plan made while a parent table was nearly empty (a hash join over
+a scan of the whole table) would stay while the table grows; every key has an index, so each
+key is one index probe, whatever the statistics said then. Downgrading adds the foreign keys back (validating
+the rows there).
 
 Revision ID: 0036
 Revises: 0035
@@ -104,15 +108,16 @@ def _functions(key: _Key) -> list[str]:
     delete_msg = f'update or delete on table "{k.parent}" violates foreign key constraint "{k.name}" on table "{k.child}"'
     if k.on_delete == "CASCADE":
         deleted = (
-            f"DELETE FROM {k.child} c WHERE c.{cols[0]} = ANY (ARRAY(SELECT o.{first} FROM old_rows o))"
+            f"DELETE FROM {k.child} c USING (SELECT DISTINCT o.{first} FROM old_rows o) o "
+            f"WHERE c.{cols[0]} = o.{first}"
         )
     else:  # NO ACTION: children of a key that no row holds any more
         deleted = (
             f"SELECT format('Key ({', '.join(pcols)})=(%s) is still referenced from table \"{k.child}\".', "
             f"concat_ws(', ', {', '.join('c.' + c for c in cols)})) INTO detail FROM {k.child} c "
-            f"WHERE c.{cols[0]} = ANY (ARRAY(SELECT o.{first} FROM old_rows o)) "
-            f"AND {_row('c', cols)} IN (SELECT {', '.join(pcols)} FROM old_rows) "
-            f"AND NOT EXISTS (SELECT 1 FROM {k.parent} p WHERE {_row('p', pcols)} = {_row('c', cols)}) LIMIT 1;\n"
+            f"JOIN (SELECT DISTINCT {', '.join(pcols)} FROM old_rows) o "
+            f"ON {' AND '.join(f'c.{c} = o.{p}' for c, p in zip(cols, pcols, strict=True))} "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {k.parent} p WHERE {_row('p', pcols)} = {_row('c', cols)}) LIMIT 1;\n"
             f"  IF FOUND THEN {_raise(k, delete_msg, 'detail')}; END IF"
         )
     if k.on_update == "CASCADE":
@@ -128,7 +133,9 @@ def _functions(key: _Key) -> list[str]:
         )
     return [
         f"""
-CREATE FUNCTION {k.name}_inserted() RETURNS trigger LANGUAGE plpgsql SET jit = off AS $$
+CREATE FUNCTION {k.name}_inserted() RETURNS trigger LANGUAGE plpgsql
+  SET jit = off SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+  AS $$
 DECLARE wanted bigint; locked bigint; detail text;
 BEGIN
   SELECT count(*) INTO wanted FROM ({keys}) k;
@@ -142,7 +149,9 @@ BEGIN
 END
 $$""",
         f"""
-CREATE FUNCTION {k.name}_changed() RETURNS trigger LANGUAGE plpgsql SET jit = off AS $$
+CREATE FUNCTION {k.name}_changed() RETURNS trigger LANGUAGE plpgsql
+  SET jit = off SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+  AS $$
 BEGIN
   PERFORM 1 FROM {k.parent} p WHERE {_row('p', pcols)} = {new_key} FOR KEY SHARE OF p;
   IF NOT FOUND THEN
@@ -152,7 +161,9 @@ BEGIN
 END
 $$""",
         f"""
-CREATE FUNCTION {k.name}_deleted() RETURNS trigger LANGUAGE plpgsql SET jit = off AS $$
+CREATE FUNCTION {k.name}_deleted() RETURNS trigger LANGUAGE plpgsql
+  SET jit = off SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+  AS $$
 DECLARE detail text;
 BEGIN
   {deleted};
@@ -160,7 +171,9 @@ BEGIN
 END
 $$""",
         f"""
-CREATE FUNCTION {k.name}_key_updated() RETURNS trigger LANGUAGE plpgsql SET jit = off AS $$
+CREATE FUNCTION {k.name}_key_updated() RETURNS trigger LANGUAGE plpgsql
+  SET jit = off SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off
+  AS $$
 BEGIN
   {updated};
   RETURN NULL;
