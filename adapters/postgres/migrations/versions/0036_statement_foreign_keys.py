@@ -30,7 +30,8 @@ The check functions run with ``jit = off``, as migration 0035's do (a transition
 statistics), and with sequential scans, hash and merge joins off: PL/pgSQL keeps a statement's
 plan for the session, and a plan made while a parent table was nearly empty (a hash join over
 a scan of the whole table) would stay while the table grows; every key has an index, so each
-key is one index probe, whatever the statistics said then. Downgrading adds the foreign keys back (validating
+key is one index probe, whatever the statistics said then. (The settings hold for what a
+cascade's ``DELETE`` runs in turn, such as 0035's claims trigger: index lookups as well.) Downgrading adds the foreign keys back (validating
 the rows there).
 
 Revision ID: 0036
@@ -89,8 +90,8 @@ def _functions(key: _Key) -> list[str]:
     first, cols, pcols = k.keys[0], k.columns, k.keys
     assert k.on_delete == "NO ACTION" or len(cols) == 1  # a cascade by its one column
     not_null = " AND ".join(f"c.{c} IS NOT NULL" for c in cols)  # MATCH SIMPLE
-    # the parents of the statement's children, each locked once: a join with the distinct keys
-    # (an index probe each into a large parent, a hash join with a small one)
+    # the parents of the statement's children, each locked once: a join with the distinct keys,
+    # one index probe a key (the functions' settings below)
     keys = f"SELECT DISTINCT {', '.join(cols)} FROM new_rows c WHERE {not_null}"
     on = " AND ".join(f"p.{p} = k.{c}" for c, p in zip(cols, pcols, strict=True))
     lock = f"SELECT count(*) FROM (SELECT 1 FROM {k.parent} p JOIN ({keys}) k ON {on} FOR KEY SHARE OF p) s"
