@@ -27,7 +27,6 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
-    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -132,7 +131,8 @@ attempts = Table(
     "attempts",
     metadata,
     Column("id", Text, primary_key=True),
-    Column("job_id", Text, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    # → jobs.id ON DELETE CASCADE, kept by statement triggers (migration 0036)
+    Column("job_id", Text, nullable=False),
     Column("number", Integer, nullable=False),
     Column("state", Text, nullable=False),
     ts("created_at"),
@@ -150,7 +150,8 @@ members = Table(
     "members",
     metadata,
     Column("id", Text, primary_key=True),
-    Column("attempt_id", Text, ForeignKey("attempts.id", ondelete="CASCADE"), nullable=False),
+    # → attempts.id ON DELETE CASCADE, kept by statement triggers (migration 0036)
+    Column("attempt_id", Text, nullable=False),
     Column("index", Integer, nullable=False),
     Column("state", Text, nullable=False),
     Column("handle", Text, nullable=True),
@@ -311,7 +312,8 @@ node_connectivity = Table(
 reservations = Table(
     "reservations",
     metadata,
-    Column("attempt_id", Text, ForeignKey("attempts.id", ondelete="CASCADE"), primary_key=True),
+    # → attempts.id ON DELETE CASCADE, kept by statement triggers (migration 0036)
+    Column("attempt_id", Text, primary_key=True),
     Column("job_id", Text, nullable=False),
     Column("queue", Text, nullable=False),
     ts("reserved_at"),
@@ -320,12 +322,8 @@ reservations = Table(
 reservation_members = Table(
     "reservation_members",
     metadata,
-    Column(
-        "attempt_id",
-        Text,
-        ForeignKey("reservations.attempt_id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
+    # → reservations.attempt_id ON DELETE CASCADE, kept by statement triggers (migration 0036)
+    Column("attempt_id", Text, primary_key=True),
     Column("member", Integer, primary_key=True),
     Column("role", Text, nullable=False),
     Column("node", Text, nullable=False),
@@ -336,11 +334,8 @@ reservation_members = Table(
     Column("node_slot", Integer, nullable=False),
     Column("node_gpus", Integer, nullable=False),
     Column("gpus", INT4MULTIRANGE, nullable=False, server_default="{}"),
-    ForeignKeyConstraint(
-        ["node", "node_slot", "node_gpus"],
-        ["nodes.name", "nodes.slot", "nodes.gpus"],
-        onupdate="CASCADE",
-    ),
+    # (node, node_slot, node_gpus) → nodes (name, slot, gpus) ON UPDATE CASCADE: kept by
+    # statement triggers (migration 0036)
     CheckConstraint(
         "gpus <@ int4range(node_slot * 64, node_slot * 64 + node_gpus)", name="gpus_on_node"
     ),

@@ -4,7 +4,7 @@ whatever statement moved it (the repository's compare-and-set, the scheduler's b
 
 from __future__ import annotations
 
-from sqlalchemy import Column, ForeignKey, Integer, Table, Text
+from sqlalchemy import Column, Integer, Table, Text
 
 from adapters.postgres.tables import metadata, one_of, ts
 from domain.lifecycle import JobState
@@ -12,7 +12,8 @@ from domain.lifecycle import JobState
 job_events = Table(
     "job_events",
     metadata,
-    Column("job_id", Text, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    # → jobs.id ON DELETE CASCADE, kept by statement triggers (migration 0036)
+    Column("job_id", Text, primary_key=True),
     Column("seq", Integer, primary_key=True, autoincrement=False),  # 1, 2, … per job
     ts("at"),  # the job's updated_at (created_at for the first event)
     Column("state", Text, nullable=False),  # the state entered
