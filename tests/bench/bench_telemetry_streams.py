@@ -53,6 +53,7 @@ from adapters.postgres.metric_rollups import fold_oldest
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
+from tests.bench.telemetry_timeline import Timeline, render
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import TP, free_port
 from tests.support.db import plain_dsn
@@ -310,6 +311,10 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         connect_s = time.monotonic() - t0
         start = time.time() + 1.0
+        timeline = Timeline(url, lambda: {"gateways": [p.pid for p in procs],
+                            "postgres": family(postmaster), "load": [p.pid for p in loaders]},
+                            cpu_seconds)  # fmt: skip
+        timeline.start()
         whole = {p.pid: cpu_seconds(p.pid) for p in procs}  # the run: from go to the last ack
         whole.update({p: cpu_seconds(p) for p in family(postmaster)})
         for p in loaders:
@@ -347,6 +352,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         load_after = loadavg()
         for p in loaders:
             assert p.wait(300) == 0
+        timeline.finish()
         ran = {p: cpu_seconds(p) - c for p, c in whole.items()}
         if kill:
             ran[procs[0].pid] = last - whole[procs[0].pid]
@@ -380,6 +386,10 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     batches = sum(records.values()) * 4 / POINTS
     per_batch = {k: 1e6 * v / batches for k, v in run_cpu.items()}  # µs of CPU per batch
     drain = max(o["drained"] for o in outs) - (start + SECONDS)
+    window_at = start + WARMUP
+    view = render(timeline.slots(lat, window_at, start + SECONDS), timeline.folds(window_at))
+    (root / f"timeline-{gateways}.json").write_text(json.dumps(
+        timeline.slots(lat, start, start + SECONDS + drain)))  # fmt: skip
     after_kill = lat[lat[:, 0] >= (killed_at or float("inf"))][:, 1] * 1000
     return {
         "gateways": gateways,
@@ -405,6 +415,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         "drain": drain,
         "pending": pending,
         "xacts_per_s": xacts / window,
+        "timeline": view,
     }
 
 
@@ -442,7 +453,7 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
                 else ""
             )
             + f"\n  points sent {r['sent']:,}, stored {r['stored']:,};"
-            f" problems: {r['problems'] or 'none'}"
+            f" problems: {r['problems'] or 'none'}\n{r['timeline']}"
         )
     for r in results:
         assert r["problems"] == [] and r["unacked"] == 0 and r["stored"] == r["sent"]
