@@ -24,6 +24,7 @@ from tests.support.db import plain_dsn
 
 SLOT = 0.25  # seconds
 SLOW_MS = 100.0
+FOLDS = ("WITH d AS (DELETE", "WITH s AS MATERIALIZED")  # metric_rollups.py's statements
 
 _ACTIVITY = """
 SELECT backend_type, left(regexp_replace(query, '\\s+', ' ', 'g'), 60) AS q,
@@ -31,7 +32,7 @@ SELECT backend_type, left(regexp_replace(query, '\\s+', ' ', 'g'), 60) AS q,
 FROM pg_stat_activity
 WHERE pid <> pg_backend_pid() AND state = 'active'
     AND (backend_type <> 'client backend' OR query LIKE 'WITH d AS (DELETE%'
-         OR now() - query_start > interval '50 milliseconds')
+         OR query LIKE 'WITH s AS MATERIALIZED%' OR now() - query_start > interval '50 ms')
 """
 _CHECKPOINTS = (
     "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
@@ -124,7 +125,7 @@ class Timeline:
         runs: dict[float, float] = {}
         for s in self.samples:
             for kind, q, started in s.active:
-                if kind == "client backend" and q.startswith("WITH d AS (DELETE"):
+                if kind == "client backend" and q.startswith(FOLDS):
                     runs[started] = max(runs.get(started, 0.0), s.at - started)
         return [(round(k - t0, 2), round(v, 3)) for k, v in sorted(runs.items())]
 
@@ -132,7 +133,7 @@ class Timeline:
 def _mark(active: tuple[str, str, float]) -> str:
     kind, q, _ = active
     if kind == "client backend":
-        return "fold" if q.startswith("WITH d AS (DELETE") else f"long: {q[:40]}"
+        return "fold" if q.startswith(FOLDS) else f"long: {q[:40]}"
     return kind if kind != "autovacuum worker" else f"autovacuum: {q[:40]}"
 
 
