@@ -13,6 +13,7 @@ import signal
 import sys
 import textwrap
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -101,7 +102,7 @@ async def test_a_round_sizes_the_next_slices(store: PostgresMetrics) -> None:
     assert (folder.cursor, folder.per_slice) == (500, 25)  # about FOLD_ROWS deltas a slice
 
 
-async def _hold_a_rollup_row(store: PostgresMetrics) -> tuple[object, object]:
+async def _hold_a_rollup_row(store: PostgresMetrics) -> tuple[Any, Any]:
     """A transaction that locks a rollup row every fold of the first member's series updates
     (its coarsest tier's bucket 0): the fold's merge waits on it."""
     conn = await store.pool.acquire()
@@ -167,8 +168,8 @@ async def test_a_fold_killed_in_its_statement_leaves_its_deltas(
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-        await tx.rollback()  # type: ignore[attr-defined]
-        await store.pool.release(conn)  # type: ignore[arg-type]
+        await tx.rollback()
+        await store.pool.release(conn)
     for _ in range(600):  # the backend finds its client gone and rolls back
         if not await store.pool.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
                                          pid):  # fmt: skip
@@ -205,8 +206,8 @@ async def test_a_reader_during_a_slice_waits_and_sees_every_acked_point(
             await asyncio.sleep(0.05)
         assert waits == 1 and not reader.done()
     finally:
-        await tx.rollback()  # type: ignore[attr-defined]
-        await store.pool.release(conn)  # type: ignore[arg-type]
+        await tx.rollback()
+        await store.pool.release(conn)
     done = await slice_
     assert done is not None and done.deltas > 0
     got = await reader
