@@ -143,8 +143,10 @@ class Folder:
     Slices go round the series with deltas in id order (``cursor``: the last one folded). A
     round ends when a slice finds fewer series than it asked for (the end of the ids); the next
     round's slices then ask for a ``rounds``-th of the series that round folded, so that each
-    series is folded about every ``rounds`` ticks, and each tick folds about as much. A slice
-    of more than ``FOLD_ROWS`` deltas (a backlog) makes the next ones smaller in proportion."""
+    series is folded about every ``rounds`` ticks, and each tick folds about as much; a round
+    still going after ``rounds`` slices (more series than the last: a start) doubles them until
+    it ends. A slice of more than ``FOLD_ROWS`` deltas (a backlog) makes the next ones smaller
+    in proportion."""
 
     pool: asyncpg.Pool
     every: float = FOLD_TICK
@@ -153,6 +155,7 @@ class Folder:
     least: int = MIN_SLICE
     cursor: int = 0  # the last series id folded (0: a round starts)
     counted: int = 0  # series folded in this round so far
+    slices: int = 0  # slices in this round so far
     last: float = 0.0
     running: bool = False
     folds: int = 0  # slices done or skipped (for benchmarks and tests)
@@ -180,13 +183,16 @@ class Folder:
     def advance(self, done: Folded) -> None:
         """After a slice: the next one's start and size."""
         self.counted += done.series
+        self.slices += 1
         asked = self.per_slice
         if done.deltas > FOLD_ROWS:  # a backlog: smaller slices, about FOLD_ROWS deltas each
             self.per_slice = max(1, done.series * FOLD_ROWS // done.deltas)
+        elif done.series == asked and self.slices >= self.rounds:
+            self.per_slice *= 2  # more series than the last round: catch up
         if done.series < asked:  # past the last series with deltas: the round ends
             self.cursor = 0
             if done.deltas <= FOLD_ROWS:
                 self.per_slice = max(self.least, -(-self.counted // self.rounds))
-            self.counted = 0
+            self.counted = self.slices = 0
         else:
             self.cursor = done.last

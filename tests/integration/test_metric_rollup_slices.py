@@ -97,6 +97,16 @@ async def test_a_round_sizes_the_next_slices(store: PostgresMetrics) -> None:
     folder = Folder(store.pool, per_slice=3000, least=64, rounds=10)
     folder.advance(Folded(10, 30, series=30, last=31))
     assert folder.per_slice == 64  # few series: every one at each tick
+    folder = Folder(store.pool, per_slice=64, least=64, rounds=10)  # 8,000 series come
+    for _ in range(10):
+        folder.advance(Folded(640, 1, series=64, last=folder.cursor + 64))
+    sizes = []
+    while folder.cursor:
+        sizes.append(folder.per_slice)
+        got = min(folder.per_slice, 8000 - folder.cursor)
+        folder.advance(Folded(got * 10, 1, series=got, last=folder.cursor + got))
+    assert sizes == [128, 256, 512, 1024, 2048, 4096]  # past a round's ticks: doubled
+    assert folder.per_slice == 800  # then a tenth of the series again
     folder = Folder(store.pool, per_slice=100)
     folder.advance(Folded(FOLD_ROWS * 4, 1, series=100, last=500))  # a backlog
     assert (folder.cursor, folder.per_slice) == (500, 25)  # about FOLD_ROWS deltas a slice
