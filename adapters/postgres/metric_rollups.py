@@ -41,7 +41,6 @@ FOLD_LOCK = 0x7470_666F_6C64  # "tpfold": one fold at a time
 FOLD_SECONDS = 10.0  # a round of slices: how often the gateway folds each series
 FOLD_TICK = 1.0  # how often the gateway folds a slice while batches arrive
 FOLD_ROWS = 200_000  # deltas folded in one transaction at most (a slice: the next is smaller)
-FIRST_SLICE = 1000  # series in the first slice, until a round has counted them
 MIN_SLICE = 64  # series in a slice at least (few series: all of them each tick)
 
 _MERGE = """
@@ -96,6 +95,7 @@ _FOLD_SLICE = (
     + ", (SELECT count(*) FROM s) AS series, (SELECT max(series_id) FROM s) AS last"
 )
 _PENDING = "SELECT EXISTS (SELECT FROM metric_rollup_deltas WHERE series_id = $1)"
+_PENDING_SERIES = "SELECT count(*) FROM (SELECT DISTINCT series_id FROM metric_rollup_deltas) s"
 _WIDTHS = list(STORED_TIERS)
 
 
@@ -141,21 +141,18 @@ class Folder:
     """The gateway's folds: ``due()`` after each committed group; one slice at a time.
 
     Slices go round the series with deltas in id order (``cursor``: the last one folded). A
-    round ends when a slice finds fewer series than it asked for (the end of the ids); the next
-    round's slices then ask for a ``rounds``-th of the series that round folded, so that each
-    series is folded about every ``rounds`` ticks, and each tick folds about as much; a round
-    still going after ``rounds`` slices (more series than the last: a start) doubles them until
-    it ends. A slice of more than ``FOLD_ROWS`` deltas (a backlog) makes the next ones smaller
-    in proportion."""
+    round starts by counting the series with deltas (one pass over ``series_id``'s index) and
+    asks each slice for a ``rounds``-th of them, so each series is folded about every
+    ``rounds`` ticks and each tick folds about as much. A round ends when a slice finds fewer
+    series than it asked for (the end of the ids). A slice of more than ``FOLD_ROWS`` deltas
+    (a backlog) makes the next ones of its round smaller in proportion."""
 
     pool: asyncpg.Pool
     every: float = FOLD_TICK
     rounds: int = round(FOLD_SECONDS / FOLD_TICK)  # slices in a round
-    per_slice: int = FIRST_SLICE  # series a slice asks for
-    least: int = MIN_SLICE
+    least: int = MIN_SLICE  # series a slice asks for at least
+    per_slice: int = MIN_SLICE  # series a slice asks for (set as a round starts)
     cursor: int = 0  # the last series id folded (0: a round starts)
-    counted: int = 0  # series folded in this round so far
-    slices: int = 0  # slices in this round so far
     last: float = 0.0
     running: bool = False
     folds: int = 0  # slices done or skipped (for benchmarks and tests)
@@ -170,6 +167,9 @@ class Folder:
         """Fold one slice; a failure is logged and tried again later (the deltas stay, and
         readers fold their series themselves meanwhile)."""
         try:
+            if self.cursor == 0:
+                series = int(await self.pool.fetchval(_PENDING_SERIES))
+                self.per_slice = max(self.least, -(-series // self.rounds))
             done = await fold_slice(self.pool, self.cursor, self.per_slice)
             if done is not None:
                 self.advance(done)
@@ -181,18 +181,8 @@ class Folder:
             self.running = False
 
     def advance(self, done: Folded) -> None:
-        """After a slice: the next one's start and size."""
-        self.counted += done.series
-        self.slices += 1
+        """After a slice: where the next one starts, and its size in a backlog."""
         asked = self.per_slice
         if done.deltas > FOLD_ROWS:  # a backlog: smaller slices, about FOLD_ROWS deltas each
             self.per_slice = max(1, done.series * FOLD_ROWS // done.deltas)
-        elif done.series == asked and self.slices >= self.rounds:
-            self.per_slice *= 2  # more series than the last round: catch up
-        if done.series < asked:  # past the last series with deltas: the round ends
-            self.cursor = 0
-            if done.deltas <= FOLD_ROWS:
-                self.per_slice = max(self.least, -(-self.counted // self.rounds))
-            self.counted = self.slices = 0
-        else:
-            self.cursor = done.last
+        self.cursor = done.last if done.series >= asked else 0  # fewer: past the last series

@@ -34,6 +34,9 @@ WHERE pid <> pg_backend_pid() AND state = 'active'
     AND (backend_type <> 'client backend' OR query LIKE 'WITH d AS (DELETE%'
          OR query LIKE 'WITH s AS MATERIALIZED%' OR now() - query_start > interval '50 ms')
 """
+_PENDING = (  # cumulative, flushed by each backend about once a second: a trend, not a count
+    "SELECT n_tup_ins - n_tup_del FROM pg_stat_user_tables WHERE relname = 'metric_rollup_deltas'"
+)
 _CHECKPOINTS = (
     "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter",
     "SELECT num_timed + num_requested FROM pg_stat_checkpointer",  # PostgreSQL 17
@@ -46,6 +49,7 @@ class Sample:
     cpu: dict[str, float]  # cumulative CPU seconds per part
     active: list[tuple[str, str, float]]  # (backend type, query, started at)
     checkpoints: int
+    pending: int  # rollup deltas inserted less deleted (folded) so far, by the statistics
 
 
 @dataclass
@@ -87,8 +91,9 @@ class Timeline:
                     cpu[part] = total
                 rows = await conn.fetch(_ACTIVITY)
                 checkpoints = int(await conn.fetchval(checkpoints_sql))
+                pending = int(await conn.fetchval(_PENDING) or 0)
                 active = [(r["backend_type"], r["q"] or "", float(r["started"] or 0)) for r in rows]
-                self.samples.append(Sample(time.time(), cpu, active, checkpoints))
+                self.samples.append(Sample(time.time(), cpu, active, checkpoints, pending))
                 next_at += SLOT
                 await asyncio.sleep(max(0.0, next_at - time.time()))
         finally:
@@ -116,6 +121,7 @@ class Timeline:
                 "p99": float(np.percentile(here, 99)) if len(here) else 0.0,
                 "max": float(here.max()) if len(here) else 0.0,
                 "cores": cores,
+                "pending": inside[-1].pending if inside else 0,
                 "marks": marks,
             })  # fmt: skip
         return out
@@ -144,7 +150,7 @@ def render(slots: list[dict[str, object]], folds: list[tuple[float, float]]) -> 
     lines = [
         f"  time-resolved acks ({SLOT * 1000:.0f} ms slots by send time, t from the window's"
         f" start; {len(slow)} of {len(slots)} slots have an ack over {SLOW_MS:.0f} ms):",
-        "      t    n   p50   p99   max   gw   pg load  marks",
+        "      t    n   p50   p99   max   gw   pg load  deltas  marks",
     ]
     for i in shown:
         s = slots[i]
@@ -152,9 +158,12 @@ def render(slots: list[dict[str, object]], folds: list[tuple[float, float]]) -> 
         lines.append(
             f"  {'*' if i in slow else ' '}{s['t']:6.2f} {s['n']:4} {s['p50']:5.0f} {s['p99']:5.0f}"
             f" {s['max']:5.0f} {c.get('gateways', 0):4.2f} {c.get('postgres', 0):4.2f}"
-            f" {c.get('load', 0):4.2f}  {', '.join(s['marks']) or '-'}"  # type: ignore[arg-type]
+            f" {c.get('load', 0):4.2f} {s['pending']:7}  {', '.join(s['marks']) or '-'}"  # type: ignore[arg-type]
         )
     lines.append(f"  folds (start s, lasted at least s): {folds or 'none seen'}")
+    pend = [int(s["pending"]) for s in slots]  # type: ignore[call-overload]
+    lines.append(f"  rollup deltas pending (statistics) over the window: {min(pend):,} to"
+                 f" {max(pend):,}, at the end {pend[-1]:,}")  # fmt: skip
     with_fold = [i for i in slow if "fold" in slots[i]["marks"]]  # type: ignore[operator]
     lines.append(f"  slow slots during a fold: {len(with_fold)} of {len(slow)}")
     return "\n".join(lines)

@@ -87,27 +87,25 @@ async def test_slices_between_batches_fold_every_point_once(
         assert await table_of(store, s.member_id) == oracle(sent[s.member_id])
 
 
-async def test_a_round_sizes_the_next_slices(store: PostgresMetrics) -> None:
-    folder = Folder(store.pool, per_slice=3, least=1, rounds=10)
-    folder.advance(Folded(30, 90, series=3, last=7))
-    assert (folder.cursor, folder.per_slice) == (7, 3)  # a full slice: go on after series 7
-    folder.advance(Folded(20, 60, series=2, last=9))
-    assert (folder.cursor, folder.counted) == (0, 0)  # past the last series: a new round
-    assert folder.per_slice == 1  # a tenth of the 5 series the round folded, at least 1
-    folder = Folder(store.pool, per_slice=3000, least=64, rounds=10)
-    folder.advance(Folded(10, 30, series=30, last=31))
-    assert folder.per_slice == 64  # few series: every one at each tick
-    folder = Folder(store.pool, per_slice=64, least=64, rounds=10)  # 8,000 series come
-    for _ in range(10):
-        folder.advance(Folded(640, 1, series=64, last=folder.cursor + 64))
-    sizes = []
-    while folder.cursor:
-        sizes.append(folder.per_slice)
-        got = min(folder.per_slice, 8000 - folder.cursor)
-        folder.advance(Folded(got * 10, 1, series=got, last=folder.cursor + got))
-    assert sizes == [128, 256, 512, 1024, 2048, 4096]  # past a round's ticks: doubled
-    assert folder.per_slice == 800  # then a tenth of the series again
-    folder = Folder(store.pool, per_slice=100)
+async def test_a_round_asks_each_slice_for_a_tenth_of_the_series(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    for s in scopes:  # six series with deltas
+        await ingest(store, s, points(60 + s.member_index, 50))
+    folder = Folder(store.pool, least=1, rounds=2)
+    series = "SELECT count(DISTINCT series_id) FROM metric_rollup_deltas"
+    await folder.run()  # a round starts: six series counted, three a slice
+    assert folder.per_slice == 3 and folder.cursor > 0
+    assert await store.pool.fetchval(series) == 3
+    await folder.run()
+    assert await store.pool.fetchval(series) == 0
+    await folder.run()  # nothing past the cursor: the round ends
+    assert folder.cursor == 0
+    folder = Folder(store.pool, least=64)
+    await ingest(store, scopes[0], points(70, 50))
+    await folder.run()  # few series: all of them at each tick
+    assert (folder.per_slice, folder.cursor, await pending(store)) == (64, 0, 0)
+    folder = Folder(store.pool, per_slice=100, cursor=7)
     folder.advance(Folded(FOLD_ROWS * 4, 1, series=100, last=500))  # a backlog
     assert (folder.cursor, folder.per_slice) == (500, 25)  # about FOLD_ROWS deltas a slice
 
