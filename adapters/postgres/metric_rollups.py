@@ -84,13 +84,14 @@ _FOLD_OLDEST = (
 _FOLD_SERIES = (
     "WITH d AS (DELETE FROM metric_rollup_deltas WHERE series_id = $1 RETURNING *)" + _MERGE
 )
-# a slice: the next $3 series with deltas after series $1 (the index on series_id), each with
-# every delta the snapshot sees (a prefix of its own); the last series' id for the next slice
+# a slice: the next $3 series with deltas after series $1, each with every delta the snapshot
+# sees (a prefix of its own): the deltas of ids from $1 to the last of them, one range of the
+# index on series_id (``IN (…)`` read the whole table each time); the last id for the next one
 _FOLD_SLICE = (
     "WITH s AS MATERIALIZED (SELECT DISTINCT series_id FROM metric_rollup_deltas"
     " WHERE series_id > $1 ORDER BY series_id LIMIT $3),"
-    " d AS (DELETE FROM metric_rollup_deltas WHERE series_id IN (SELECT series_id FROM s)"
-    " RETURNING *)"
+    " d AS (DELETE FROM metric_rollup_deltas WHERE series_id > $1"
+    " AND series_id <= (SELECT max(series_id) FROM s) RETURNING *)"
     + _MERGE.rstrip()
     + ", (SELECT count(*) FROM s) AS series, (SELECT max(series_id) FROM s) AS last"
 )
