@@ -10,11 +10,11 @@ once and a delta committed meanwhile waits for the next fold. Several deltas of 
 bucket fold into one row per tier: a series' coarse buckets (one row per tier for 8**4 steps and
 more) are written once per fold instead of once per batch.
 
-Who folds: the telemetry gateway, a *slice* every ``FOLD_TICK`` (0.25 s) while batches arrive:
+Who folds: the telemetry gateway, a *slice* every ``FOLD_TICK`` (0.5 s) while batches arrive:
 every pending delta of the next series in id order after the last slice's (``fold_slice``), so
 many series that a round of slices over all of them takes about ``FOLD_SECONDS`` (a series is
 folded about that often, as when one fold took everything every ``FOLD_SECONDS``, but the work
-comes a fortieth at a time instead of in one burst of PostgreSQL CPU that stalled the acks); and
+comes a twentieth at a time instead of in one burst of PostgreSQL CPU that stalled the acks); and
 every reader of rollups, for the one series it reads, first (``fold_series``): a query sees what
 was acked before it, exactly as when rollups were merged at ingest. Folds take one
 transaction-scoped advisory lock: the gateway's skip a slice while another runs (another
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 FOLD_LOCK = 0x7470_666F_6C64  # "tpfold": one fold at a time
 FOLD_SECONDS = 10.0  # a round of slices: how often the gateway folds each series
-FOLD_TICK = 0.25  # how often the gateway folds a slice while batches arrive
+FOLD_TICK = 0.5  # how often the gateway folds a slice while batches arrive
 FOLD_ROWS = 200_000  # deltas folded in one transaction at most (a slice: the next is smaller)
 MIN_SLICE = 64  # series in a slice at least (few series: all of them each tick)
 

@@ -6,8 +6,8 @@ Each round ingests ``BENCH_SECONDS`` (10) "seconds" of batches (one batch of ``B
 (100) points per member and second, ``BENCH_MEMBERS`` (2,000) members, 4 tags: the streams
 bench's load) through the store's group commit, with the gateway's folds off, then folds what
 is pending: ``one`` folds it all in one statement (the gateway's fold before session 43:
-``fold_oldest``), ``slices`` in the gateway's slices (``fold_slice``, a fortieth of the series
-each). Per fold
+``fold_oldest``), ``slices`` in the gateway's slices (``fold_slice``, a twentieth of the series
+each; ``BENCH_SLICES`` another number). Per fold
 statement: how long it took and the CPU of its PostgreSQL backend (/proc); in all, the CPU per
 delta. Rounds alternate ``one`` and ``slices`` (``BENCH_ROUNDS`` pairs). At the end the
 coarsest rollup tier of every series is checked against what was sent.
@@ -44,7 +44,7 @@ MEMBERS = int(os.environ.get("BENCH_MEMBERS", "2000"))
 POINTS = int(os.environ.get("BENCH_POINTS", "100"))
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
-SLICES = round(FOLD_SECONDS / FOLD_TICK)  # the gateway's: a round of FOLD_SECONDS
+SLICES = int(os.environ.get("BENCH_SLICES", round(FOLD_SECONDS / FOLD_TICK)))  # the gateway's
 
 
 async def measure(url: str, scopes: list[MemberScope]) -> list[str]:
