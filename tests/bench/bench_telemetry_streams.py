@@ -24,6 +24,8 @@ at the end are folded (their PostgreSQL CPU counted in the run's) and every seri
 rollup bucket is checked too: count, first and last step equal to what was sent.
 ``BENCH_PGSS`` (a PostgreSQL bin directory with pg_stat_statements, e.g. the Debian server's
 ``/usr/lib/postgresql/15/bin``) prints PostgreSQL's costliest statements per configuration.
+The acks are also resolved in time (``telemetry_timeline.py``): per 250 ms slot, the acks'
+latencies, each part's CPU and what PostgreSQL ran (folds, long statements, autovacuum).
 
 Run: ``.venv/bin/pytest tests/bench/bench_telemetry_streams.py -m bench -s``
 """
@@ -53,6 +55,7 @@ from adapters.postgres.metric_rollups import fold_oldest
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
+from tests.bench.pg_statements import statements
 from tests.bench.telemetry_timeline import Timeline, render
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import TP, free_port
@@ -166,27 +169,6 @@ async def add_members(url: str, count: int) -> list[dict[str, object]]:
         return out
     finally:
         await pool.close()
-
-
-async def statements(url: str, reset: bool) -> None:
-    """pg_stat_statements: reset, or print the costliest statements (plan + execution)."""
-    conn = await asyncpg.connect(plain_dsn(url))
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        if reset:
-            await conn.execute("SELECT pg_stat_statements_reset()")
-            return
-        rows = await conn.fetch(
-            "SELECT calls, rows, total_plan_time + total_exec_time AS ms, total_plan_time,"
-            " left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q FROM pg_stat_statements"
-            " ORDER BY 3 DESC LIMIT 14"
-        )
-        print("\n  PostgreSQL statements (ms total, of it planning; calls; rows):")
-        for r in rows:
-            print(f"    {r['ms']:9.0f} {r['total_plan_time']:7.0f} {r['calls']:7} {r['rows']:9}"
-                  f"  {r['q']}")  # fmt: skip
-    finally:
-        await conn.close()
 
 
 async def fold_rest(url: str) -> tuple[int, float]:
