@@ -96,7 +96,10 @@ _FOLD_SLICE = (
     + ", (SELECT count(*) FROM s) AS series, (SELECT max(series_id) FROM s) AS last"
 )
 _PENDING = "SELECT EXISTS (SELECT FROM metric_rollup_deltas WHERE series_id = $1)"
-_PENDING_SERIES = "SELECT count(*) FROM (SELECT DISTINCT series_id FROM metric_rollup_deltas) s"
+_PENDING_SERIES = (
+    "SELECT count(*) FROM (SELECT DISTINCT series_id FROM metric_rollup_deltas"
+    " WHERE series_id > $1) s"
+)
 _WIDTHS = list(STORED_TIERS)
 
 
@@ -145,8 +148,10 @@ class Folder:
     round starts by counting the series with deltas (one pass over ``series_id``'s index) and
     asks each slice for a ``rounds``-th of them, so each series is folded about every
     ``rounds`` ticks and each tick folds about as much. A round ends when a slice finds fewer
-    series than it asked for (the end of the ids). A slice of more than ``FOLD_ROWS`` deltas
-    (a backlog) makes the next ones of its round smaller in proportion."""
+    series than it asked for (the end of the ids). A round that outlasts ``rounds`` slices
+    (more series came than it counted: thousands of streams starting) counts the series left
+    past its cursor and takes them in about a quarter of a round more. A slice of more than
+    ``FOLD_ROWS`` deltas (a backlog) makes the next ones of its round smaller in proportion."""
 
     pool: asyncpg.Pool
     every: float = FOLD_TICK
@@ -154,6 +159,7 @@ class Folder:
     least: int = MIN_SLICE  # series a slice asks for at least
     per_slice: int = MIN_SLICE  # series a slice asks for (set as a round starts)
     cursor: int = 0  # the last series id folded (0: a round starts)
+    slices: int = 0  # slices in this round so far
     last: float = 0.0
     running: bool = False
     folds: int = 0  # slices done or skipped (for benchmarks and tests)
@@ -169,9 +175,14 @@ class Folder:
         readers fold their series themselves meanwhile)."""
         try:
             if self.cursor == 0:
-                series = int(await self.pool.fetchval(_PENDING_SERIES))
+                series = int(await self.pool.fetchval(_PENDING_SERIES, 0))
                 self.per_slice = max(self.least, -(-series // self.rounds))
+                self.slices = 0
+            elif self.slices >= self.rounds:  # more series than counted (a start): catch up
+                left = int(await self.pool.fetchval(_PENDING_SERIES, self.cursor))
+                self.per_slice = max(self.per_slice, -(-left // max(1, self.rounds // 4)))
             done = await fold_slice(self.pool, self.cursor, self.per_slice)
+            self.slices += 1
             if done is not None:
                 self.advance(done)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:

@@ -102,9 +102,23 @@ async def test_a_round_asks_each_slice_for_a_tenth_of_the_series(
     await folder.run()  # nothing past the cursor: the round ends
     assert folder.cursor == 0
     folder = Folder(store.pool, least=64)
-    await ingest(store, scopes[0], points(70, 50))
+    await ingest(store, scopes[0], points(70, 100)[100:])  # offsets 50 to 99
+    assert await pending(store)
     await folder.run()  # few series: all of them at each tick
     assert (folder.per_slice, folder.cursor, await pending(store)) == (64, 0, 0)
+    await ingest(store, scopes[1], points(71, 100)[100:])  # two series at a start
+    folder = Folder(store.pool, least=1, rounds=4)
+    await folder.run()  # counted two: one a slice
+    assert folder.per_slice == 1 and folder.cursor > 0
+    late = [(f"{t}_{o % 3}", o, step, w, v) for t, o, step, w, v in points(81, 150)[200:]]
+    await ingest(store, scopes[2], late)  # six more series come, past the cursor
+    for _ in range(3):
+        await folder.run()
+    assert folder.per_slice == 1 and await pending(store)  # four slices of one: overrun
+    await folder.run()  # counts the four left past the cursor, takes them in a quarter round
+    assert folder.per_slice == 4 and await pending(store) == 0
+    await folder.run()
+    assert folder.cursor == 0
     folder = Folder(store.pool, per_slice=100, cursor=7)
     folder.advance(Folded(FOLD_ROWS * 4, 1, series=100, last=500))  # a backlog
     assert (folder.cursor, folder.per_slice) == (500, 25)  # about FOLD_ROWS deltas a slice
