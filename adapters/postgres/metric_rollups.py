@@ -148,10 +148,11 @@ class Folder:
     round starts by counting the series with deltas (one pass over ``series_id``'s index) and
     asks each slice for a ``rounds``-th of them, so each series is folded about every
     ``rounds`` ticks and each tick folds about as much. A round ends when a slice finds fewer
-    series than it asked for (the end of the ids). A round that outlasts ``rounds`` slices
-    (more series came than it counted: thousands of streams starting) counts the series left
-    past its cursor and takes them in about a quarter of a round more. A slice of more than
-    ``FOLD_ROWS`` deltas (a backlog) makes the next ones of its round smaller in proportion."""
+    series than it asked for (the end of the ids). Four times a round it counts the series left
+    past its cursor and, if more came than it counted (thousands of streams starting), asks
+    for enough to fold them in the ticks left of the round (a quarter round once it has run
+    over). A slice of more than ``FOLD_ROWS`` deltas (a backlog) makes the next ones of its
+    round smaller in proportion."""
 
     pool: asyncpg.Pool
     every: float = FOLD_TICK
@@ -178,9 +179,10 @@ class Folder:
                 series = int(await self.pool.fetchval(_PENDING_SERIES, 0))
                 self.per_slice = max(self.least, -(-series // self.rounds))
                 self.slices = 0
-            elif self.slices >= self.rounds:  # more series than counted (a start): catch up
+            elif self.slices % (check := max(1, self.rounds // 4)) == 0:  # 4 times a round
                 left = int(await self.pool.fetchval(_PENDING_SERIES, self.cursor))
-                self.per_slice = max(self.per_slice, -(-left // max(1, self.rounds // 4)))
+                ticks = max(check, self.rounds - self.slices)  # left in the round, or a quarter
+                self.per_slice = max(self.per_slice, -(-left // ticks))
             done = await fold_slice(self.pool, self.cursor, self.per_slice)
             self.slices += 1
             if done is not None:

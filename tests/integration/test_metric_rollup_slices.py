@@ -112,13 +112,11 @@ async def test_a_round_asks_each_slice_for_a_tenth_of_the_series(
     assert folder.per_slice == 1 and folder.cursor > 0
     late = [(f"{t}_{o % 3}", o, step, w, v) for t, o, step, w, v in points(81, 150)[200:]]
     await ingest(store, scopes[2], late)  # six more series come, past the cursor
-    for _ in range(3):
-        await folder.run()
-    assert folder.per_slice == 1 and await pending(store)  # four slices of one: overrun
-    await folder.run()  # counts the four left past the cursor, takes them in a quarter round
-    assert folder.per_slice == 4 and await pending(store) == 0
+    await folder.run()  # seven left past the cursor: in the three ticks left of the round
+    assert folder.per_slice == 3
     await folder.run()
-    assert folder.cursor == 0
+    await folder.run()  # the last one: fewer than asked, the round ends
+    assert folder.cursor == 0 and await pending(store) == 0
     folder = Folder(store.pool, per_slice=100, cursor=7)
     folder.advance(Folded(FOLD_ROWS * 4, 1, series=100, last=500))  # a backlog
     assert (folder.cursor, folder.per_slice) == (500, 25)  # about FOLD_ROWS deltas a slice
