@@ -10,14 +10,19 @@ once and a delta committed meanwhile waits for the next fold. Several deltas of 
 bucket fold into one row per tier: a series' coarse buckets (one row per tier for 8**4 steps and
 more) are written once per fold instead of once per batch.
 
-Who folds: the telemetry gateway, every ``FOLD_SECONDS`` while batches arrive (at most
-``FOLD_ROWS`` deltas a transaction, again at once while a fold is full); and every reader of
-rollups, for the one series it reads, first (``fold_series``): a query sees what was acked
-before it, exactly as when rollups were merged at ingest. Folds take one transaction-scoped
-advisory lock: the gateway's skip a pass while another runs (another gateway's or a reader's),
-readers wait for it. Folds therefore merge each series' deltas in their order (``seq``, which
-follows commit order within a series: its source's watermark row serialises its batches), and
-the "last value" of a bucket is the later batch's on a tie of steps, as before.
+Who folds: the telemetry gateway, a *slice* every ``FOLD_TICK`` (0.5 s) while batches arrive:
+every pending delta of the next series in id order after the last slice's (``fold_slice``), so
+many series that a round of slices over all of them takes about ``FOLD_SECONDS`` (a series is
+folded about that often, as when one fold took everything every ``FOLD_SECONDS``, but the work
+comes a twentieth at a time instead of in one burst of PostgreSQL CPU that stalled the acks); and
+every reader of rollups, for the one series it reads, first (``fold_series``): a query sees what
+was acked before it, exactly as when rollups were merged at ingest. Folds take one
+transaction-scoped advisory lock: the gateway's skip a slice while another runs (another
+gateway's or a reader's), readers wait for it. A fold takes all of a series' deltas that its
+snapshot sees, or (``fold_oldest``) the oldest by ``seq``: either way a prefix of each series'
+own, since ``seq`` follows commit order within a series (its source's watermark row serialises
+its batches); so a series' deltas are merged in order, and the "last value" of a bucket is the
+later batch's on a tie of steps, as before.
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ from domain.telemetry import STORED_TIERS
 log = logging.getLogger(__name__)
 
 FOLD_LOCK = 0x7470_666F_6C64  # "tpfold": one fold at a time
-FOLD_SECONDS = 10.0  # how often the gateway folds while batches arrive
-FOLD_ROWS = 200_000  # deltas folded in one transaction at most
+FOLD_SECONDS = 10.0  # a round of slices: how often the gateway folds each series
+FOLD_TICK = 0.5  # how often the gateway folds a slice while batches arrive
+FOLD_ROWS = 200_000  # deltas folded in one transaction at most (a slice: the next is smaller)
+MIN_SLICE = 64  # series in a slice at least (few series: all of them each tick)
 
 _MERGE = """
 , f AS (  -- the finest stored tier: a series' deltas of one bucket into one row
@@ -77,7 +84,22 @@ _FOLD_OLDEST = (
 _FOLD_SERIES = (
     "WITH d AS (DELETE FROM metric_rollup_deltas WHERE series_id = $1 RETURNING *)" + _MERGE
 )
+# a slice: the next $3 series with deltas after series $1, each with every delta the snapshot
+# sees (a prefix of its own): the deltas of ids from $1 to the last of them, one range of the
+# index on series_id (``IN (…)`` read the whole table each time); the last id for the next one
+_FOLD_SLICE = (
+    "WITH s AS MATERIALIZED (SELECT DISTINCT series_id FROM metric_rollup_deltas"
+    " WHERE series_id > $1 ORDER BY series_id LIMIT $3),"
+    " d AS (DELETE FROM metric_rollup_deltas WHERE series_id > $1"
+    " AND series_id <= (SELECT max(series_id) FROM s) RETURNING *)"
+    + _MERGE.rstrip()
+    + ", (SELECT count(*) FROM s) AS series, (SELECT max(series_id) FROM s) AS last"
+)
 _PENDING = "SELECT EXISTS (SELECT FROM metric_rollup_deltas WHERE series_id = $1)"
+_PENDING_SERIES = (
+    "SELECT count(*) FROM (SELECT DISTINCT series_id FROM metric_rollup_deltas"
+    " WHERE series_id > $1) s"
+)
 _WIDTHS = list(STORED_TIERS)
 
 
@@ -85,6 +107,8 @@ _WIDTHS = list(STORED_TIERS)
 class Folded:
     deltas: int  # delta rows folded
     merged: int  # rollup rows written (one per series, tier and bucket)
+    series: int = 0  # series folded (a slice)
+    last: int = 0  # the highest series id folded (a slice; 0: none)
 
 
 async def fold_oldest(pool: asyncpg.Pool, limit: int = FOLD_ROWS) -> Folded | None:
@@ -94,6 +118,16 @@ async def fold_oldest(pool: asyncpg.Pool, limit: int = FOLD_ROWS) -> Folded | No
             return None
         row = await conn.fetchrow(_FOLD_OLDEST, limit, _WIDTHS)
     return Folded(int(row["deltas"]), int(row["merged"]))
+
+
+async def fold_slice(pool: asyncpg.Pool, after: int, series: int) -> Folded | None:
+    """Fold every pending delta of the next ``series`` series with deltas whose id is above
+    ``after``; None when another fold holds the lock (skipped)."""
+    async with pool.acquire() as conn, conn.transaction():
+        if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", FOLD_LOCK):
+            return None
+        row = await conn.fetchrow(_FOLD_SLICE, after, _WIDTHS, series)
+    return Folded(int(row["deltas"]), int(row["merged"]), int(row["series"]), int(row["last"] or 0))
 
 
 async def fold_series(pool: asyncpg.Pool, series_id: int) -> None:
@@ -108,13 +142,28 @@ async def fold_series(pool: asyncpg.Pool, series_id: int) -> None:
 
 @dataclass
 class Folder:
-    """The gateway's folds: ``due()`` after each committed group; one fold task at a time."""
+    """The gateway's folds: ``due()`` after each committed group; one slice at a time.
+
+    Slices go round the series with deltas in id order (``cursor``: the last one folded). A
+    round starts by counting the series with deltas (one pass over ``series_id``'s index) and
+    asks each slice for a ``rounds``-th of them, so each series is folded about every
+    ``rounds`` ticks and each tick folds about as much. A round ends when a slice finds fewer
+    series than it asked for (the end of the ids). Four times a round it counts the series left
+    past its cursor and, if more came than it counted (thousands of streams starting), asks
+    for enough to fold them in the ticks left of the round (a quarter round once it has run
+    over). A slice of more than ``FOLD_ROWS`` deltas (a backlog) makes the next ones of its
+    round smaller in proportion."""
 
     pool: asyncpg.Pool
-    every: float = FOLD_SECONDS
+    every: float = FOLD_TICK
+    rounds: int = round(FOLD_SECONDS / FOLD_TICK)  # slices in a round
+    least: int = MIN_SLICE  # series a slice asks for at least
+    per_slice: int = MIN_SLICE  # series a slice asks for (set as a round starts)
+    cursor: int = 0  # the last series id folded (0: a round starts)
+    slices: int = 0  # slices in this round so far
     last: float = 0.0
     running: bool = False
-    folds: int = 0  # folds done (for benchmarks and tests)
+    folds: int = 0  # slices done or skipped (for benchmarks and tests)
 
     def due(self) -> bool:
         if self.running or time.monotonic() - self.last < self.every:
@@ -123,16 +172,31 @@ class Folder:
         return True
 
     async def run(self) -> None:
-        """Fold until a fold is not full; a failure is logged and tried again later (the
-        deltas stay, and readers fold their series themselves meanwhile)."""
+        """Fold one slice; a failure is logged and tried again later (the deltas stay, and
+        readers fold their series themselves meanwhile)."""
         try:
-            while True:
-                done = await fold_oldest(self.pool)
-                if done is None or done.deltas < FOLD_ROWS:
-                    break
+            if self.cursor == 0:
+                series = int(await self.pool.fetchval(_PENDING_SERIES, 0))
+                self.per_slice = max(self.least, -(-series // self.rounds))
+                self.slices = 0
+            elif self.slices % (check := max(1, self.rounds // 4)) == 0:  # 4 times a round
+                left = int(await self.pool.fetchval(_PENDING_SERIES, self.cursor))
+                ticks = max(check, self.rounds - self.slices)  # left in the round, or a quarter
+                self.per_slice = max(self.per_slice, -(-left // ticks))
+            done = await fold_slice(self.pool, self.cursor, self.per_slice)
+            self.slices += 1
+            if done is not None:
+                self.advance(done)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             log.warning("folding metric rollups failed, trying again later: %s", exc)
         finally:
             self.folds += 1
             self.last = time.monotonic()
             self.running = False
+
+    def advance(self, done: Folded) -> None:
+        """After a slice: where the next one starts, and its size in a backlog."""
+        asked = self.per_slice
+        if done.deltas > FOLD_ROWS:  # a backlog: smaller slices, about FOLD_ROWS deltas each
+            self.per_slice = max(1, done.series * FOLD_ROWS // done.deltas)
+        self.cursor = done.last if done.series >= asked else 0  # fewer: past the last series

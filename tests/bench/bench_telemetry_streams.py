@@ -24,6 +24,8 @@ at the end are folded (their PostgreSQL CPU counted in the run's) and every seri
 rollup bucket is checked too: count, first and last step equal to what was sent.
 ``BENCH_PGSS`` (a PostgreSQL bin directory with pg_stat_statements, e.g. the Debian server's
 ``/usr/lib/postgresql/15/bin``) prints PostgreSQL's costliest statements per configuration.
+The acks are also resolved in time (``telemetry_timeline.py``): per 250 ms slot, the acks'
+latencies, each part's CPU and what PostgreSQL ran (folds, long statements, autovacuum).
 
 Run: ``.venv/bin/pytest tests/bench/bench_telemetry_streams.py -m bench -s``
 """
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,6 +56,8 @@ from adapters.postgres.metric_rollups import fold_oldest
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
+from tests.bench.pg_statements import statements
+from tests.bench.telemetry_timeline import Timeline, render
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import TP, free_port
 from tests.support.db import plain_dsn
@@ -138,6 +143,7 @@ def durable_pg() -> Iterator[tuple[str, int]]:
         yield url, postmaster
     finally:
         pg.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # a 2,000-stream run leaves about 1.4 GB
 
 
 async def add_members(url: str, count: int) -> list[dict[str, object]]:
@@ -165,27 +171,6 @@ async def add_members(url: str, count: int) -> list[dict[str, object]]:
         return out
     finally:
         await pool.close()
-
-
-async def statements(url: str, reset: bool) -> None:
-    """pg_stat_statements: reset, or print the costliest statements (plan + execution)."""
-    conn = await asyncpg.connect(plain_dsn(url))
-    try:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        if reset:
-            await conn.execute("SELECT pg_stat_statements_reset()")
-            return
-        rows = await conn.fetch(
-            "SELECT calls, rows, total_plan_time + total_exec_time AS ms, total_plan_time,"
-            " left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q FROM pg_stat_statements"
-            " ORDER BY 3 DESC LIMIT 14"
-        )
-        print("\n  PostgreSQL statements (ms total, of it planning; calls; rows):")
-        for r in rows:
-            print(f"    {r['ms']:9.0f} {r['total_plan_time']:7.0f} {r['calls']:7} {r['rows']:9}"
-                  f"  {r['q']}")  # fmt: skip
-    finally:
-        await conn.close()
 
 
 async def fold_rest(url: str) -> tuple[int, float]:
@@ -310,6 +295,10 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
         connect_s = time.monotonic() - t0
         start = time.time() + 1.0
+        timeline = Timeline(url, lambda: {"gateways": [p.pid for p in procs],
+                            "postgres": family(postmaster), "load": [p.pid for p in loaders]},
+                            cpu_seconds)  # fmt: skip
+        timeline.start()
         whole = {p.pid: cpu_seconds(p.pid) for p in procs}  # the run: from go to the last ack
         whole.update({p: cpu_seconds(p) for p in family(postmaster)})
         for p in loaders:
@@ -347,6 +336,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         load_after = loadavg()
         for p in loaders:
             assert p.wait(300) == 0
+        timeline.finish()
         ran = {p: cpu_seconds(p) - c for p, c in whole.items()}
         if kill:
             ran[procs[0].pid] = last - whole[procs[0].pid]
@@ -380,6 +370,10 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     batches = sum(records.values()) * 4 / POINTS
     per_batch = {k: 1e6 * v / batches for k, v in run_cpu.items()}  # µs of CPU per batch
     drain = max(o["drained"] for o in outs) - (start + SECONDS)
+    window_at = start + WARMUP
+    view = render(timeline.slots(lat, window_at, start + SECONDS), timeline.folds(window_at))
+    (root / f"timeline-{gateways}.json").write_text(json.dumps(
+        timeline.slots(lat, start, start + SECONDS + drain)))  # fmt: skip
     after_kill = lat[lat[:, 0] >= (killed_at or float("inf"))][:, 1] * 1000
     return {
         "gateways": gateways,
@@ -405,6 +399,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
         "drain": drain,
         "pending": pending,
         "xacts_per_s": xacts / window,
+        "timeline": view,
     }
 
 
@@ -442,7 +437,7 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
                 else ""
             )
             + f"\n  points sent {r['sent']:,}, stored {r['stored']:,};"
-            f" problems: {r['problems'] or 'none'}"
+            f" problems: {r['problems'] or 'none'}\n{r['timeline']}"
         )
     for r in results:
         assert r["problems"] == [] and r["unacked"] == 0 and r["stored"] == r["sent"]
