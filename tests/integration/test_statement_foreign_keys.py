@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from adapters.postgres.engine import plain_url
-from tests.support.reservation_rows import AT, make_attempts, make_nodes
+from tests.support.reservation_rows import AT, two_connections
 
 pytestmark = pytest.mark.integration
 
@@ -33,15 +33,8 @@ RES_MEMBER = (
 
 @pytest.fixture
 async def conns(pg_url: str) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Connection]]:
-    one = await asyncpg.connect(plain_url(pg_url))
-    two = await asyncpg.connect(plain_url(pg_url))
-    try:
-        await make_nodes(one)
-        await make_attempts(one, ("att-1", "att-2"))
-        yield one, two
-    finally:
-        await one.close()
-        await two.close()
+    async with two_connections(pg_url) as both:
+        yield both
 
 
 async def blocked(pg_url: str, conn: asyncpg.Connection) -> None:

@@ -1,12 +1,14 @@
 """The rows a migration or constraint test of the reservation tables starts from, written with
 raw SQL (no repository: the tests check what the schema itself allows): a node pool ``p`` of
-8-GPU nodes, its nodes, and attempts each with its job and an open reservation. Used by
-tests/integration/test_migrations_0032.py, test_migrations_0035.py and
-test_reservation_constraints.py."""
+8-GPU nodes, its nodes, and attempts each with its job and an open reservation; and two
+connections for two concurrent transactions over them. Used by
+tests/integration/test_migrations_0031.py, test_migrations_0032.py, test_migrations_0035.py,
+test_reservation_constraints.py and test_statement_foreign_keys.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import asyncpg
@@ -83,3 +85,18 @@ async def reserve(conn: asyncpg.Connection, attempt: str) -> None:
         "job-" + attempt,
         AT,
     )
+
+
+@asynccontextmanager
+async def two_connections(url: str) -> AsyncIterator[tuple[asyncpg.Connection, asyncpg.Connection]]:
+    """Two connections to ``url`` (for two concurrent transactions), once pool ``p``, its nodes
+    and attempts ``att-1`` and ``att-2`` with their reservations exist."""
+    one = await asyncpg.connect(plain_url(url))
+    two = await asyncpg.connect(plain_url(url))
+    try:
+        await make_nodes(one)
+        await make_attempts(one, ("att-1", "att-2"))
+        yield one, two
+    finally:
+        await one.close()
+        await two.close()
