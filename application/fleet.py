@@ -256,7 +256,8 @@ async def put_profile(ctx: Context, principal: Principal, profile: Profile) -> P
     and its name must not shadow an implicit request (``cpu``, a GPU model)."""
     require(principal, OPERATORS, "define profiles")
     async with ctx.units.fleet() as uow:
-        pools = await uow.fleet.pools()
+        # held until commit, so a pool's removal checking the profiles cannot miss this one
+        pools = await uow.fleet.held_pools()
         check_profile(profile, pools)
         await uow.fleet.put_profile(profile)
         await uow.commit()

@@ -157,6 +157,8 @@ async def _apply(ctx: Context, config: FleetConfig) -> ApplySummary:
             note("queue", queue.name, await uow.policy.queue(queue.name), queue)
             await _at(f"queues[{i}]", uow.policy.put_queue(queue))
         old_profiles = {p.name: p for p in await uow.fleet.profiles()}
+        if config.profiles:  # held until commit, as `put_profile` holds them
+            pools = {p.name: p for p in await uow.fleet.held_pools()}
         for i, profile in enumerate(config.profiles):
             try:
                 check_profile(profile, list(pools.values()))

@@ -238,6 +238,12 @@ class FleetRepository(Protocol):
         """All pools, by name."""
         ...
 
+    async def held_pools(self) -> builtins.list[Pool]:
+        """All pools, by name, each held against removal and reshaping until the unit of work
+        ends (a shared row lock): what a profile is checked against while it is stored. A pool
+        removed meanwhile by a committed transaction is not among them."""
+        ...
+
     async def set_pool_unavailable(self, name: str, reason: str) -> None:
         """Record why a pool takes no new work although configured ("" clears it); the only
         writer of ``Pool.unavailable`` (``put_pool`` keeps it). NotFound if absent."""

@@ -57,6 +57,13 @@ class MemoryFleetRepository:
         rows: list[Pool] = self._tx.select("pools", lambda p: True)
         return sorted(rows, key=lambda p: p.name)
 
+    async def held_pools(self) -> builtins.list[Pool]:
+        # exclusive key locks stand for PostgreSQL's shared row locks here: held pools wait
+        # for a removal in flight, and a removal waits for them
+        for name in sorted(p.name for p in self._tx.scan("pools", lambda p: True)):
+            await self._tx.lock(("pools", "pk", name))
+        return await self.pools()
+
     async def put_node(self, node: Node) -> None:
         if self._tx.get("pools", node.pool) is None:
             raise NotFound(f"pool {node.pool} does not exist", fix="create the pool first")

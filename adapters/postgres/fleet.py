@@ -93,6 +93,7 @@ _HISTORY = text(
     'ORDER BY h.node COLLATE "C", h.seq DESC'
 )
 _ALL_POOLS = select(pools).order_by(pools.c.name.collate("C"))
+_HELD_POOLS = _ALL_POOLS.with_for_update(read=True)
 _NODE_COLUMNS = (
     nodes.c.name,
     nodes.c.pool,
@@ -175,6 +176,11 @@ class PostgresFleetRepository:
     async def pools(self) -> builtins.list[Pool]:
         with translated("list pools"):
             rows = (await self._conn.execute(_ALL_POOLS)).mappings().all()
+        return [codec.pool_from_row(r) for r in rows]
+
+    async def held_pools(self) -> builtins.list[Pool]:
+        with translated("hold the pools"):
+            rows = (await self._conn.execute(_HELD_POOLS)).mappings().all()
         return [codec.pool_from_row(r) for r in rows]
 
     async def put_node(self, node: Node) -> None:

@@ -5,22 +5,24 @@ nodes, with its checks and join tokens. A refusal changes nothing."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
 
 import pytest
 
-from domain.errors import Conflict, NotFound, TunePlaneError
-from domain.fleet import Connectivity
+from domain.errors import Conflict, NotFound
+from domain.fleet import Connectivity, Pool
 from domain.fleet_check import PoolCheck
 from domain.node_events import NodeEvent, NodeEventKind
+from domain.requests import Profile, resolve_request
 from domain.unit_of_work import UnitOfWork, UnitOfWorkFactory
 from tests.contract.builders import at
 from tests.contract.test_node_ports import (
     a_credential,
     a_join_token,
+    blocked,
     node_state,
     open_link,
-    racing,
+    settled,
     setup_fleet,
 )
 from tests.contract.test_reservations import new_attempt, on, reservation
@@ -111,24 +113,10 @@ async def test_a_removal_and_a_reservation_racing_leave_one_or_the_other(
     first committed, so a node is never removed under a reservation."""
     await setup_fleet(uow_factory)
 
-    def outcome(call: Callable[[UnitOfWork], Awaitable[object]]) -> Callable[..., Awaitable[str]]:
-        async def run(uow: UnitOfWork) -> str:
-            try:
-                await call(uow)
-            except TunePlaneError as exc:
-                return type(exc).__name__
-            return "done"
-
-        return run
-
     async def reserve(uow: UnitOfWork) -> None:
         await uow.reservations.reserve(reservation(await new_attempt(uow), on("n-2", 3)))
 
-    results = await racing(
-        uow_factory,
-        outcome(lambda uow: uow.fleet.remove_node("n-2")),
-        outcome(reserve),
-    )
+    results = await settled(uow_factory, lambda uow: uow.fleet.remove_node("n-2"), reserve)
     assert sorted(results) != ["done", "done"] and "done" in results, results
     async with uow_factory() as uow:
         node = await uow.fleet.node("n-2")
@@ -160,3 +148,41 @@ async def test_a_pool_goes_only_without_nodes_with_its_checks_and_join_tokens(
         assert await uow.checks.latest("n") is None
         with pytest.raises(NotFound, match="pool n"):
             await uow.fleet.remove_pool("n")
+
+
+async def _profile_naming_m(uow: UnitOfWork) -> None:
+    """What `put_profile` does: check the request against the held pools, then store it."""
+    resolve_request("h100:8", await uow.fleet.held_pools(), "request")
+    await uow.fleet.put_profile(Profile("big", "h100:8"))
+
+
+async def _remove_m(uow: UnitOfWork) -> None:
+    """What `tp fleet pool rm m` does: delete, then refuse if a profile names no pool left."""
+    await uow.fleet.remove_pool("m")
+    left = await uow.fleet.pools()
+    for profile in await uow.fleet.profiles():
+        resolve_request(profile.request, left, "request")  # InvalidInput rolls it back
+
+
+@pytest.mark.parametrize("first", ["profile", "removal"])
+async def test_a_profile_stored_while_its_only_pool_goes_is_refused_or_keeps_the_pool(
+    uow_factory: UnitOfWorkFactory, request: pytest.FixtureRequest, first: str
+) -> None:
+    """The profile is checked against pools held until it commits (``held_pools``), so a
+    removal in between waits and then sees the profile; a removal first keeps the profile's
+    check waiting until the pool is gone. Never a profile naming a pool that is gone."""
+    await setup_fleet(uow_factory)
+    async with uow_factory() as uow:
+        await uow.fleet.put_pool(Pool("m", "main", "node", 8, 96, 1_048_576, "h100"))
+        await uow.commit()
+    steps = (_profile_naming_m, _remove_m) if first == "profile" else (_remove_m, _profile_naming_m)
+    async with uow_factory() as uow:
+        await steps[0](uow)  # not committed yet
+        second = asyncio.create_task(settled(uow_factory, steps[1]))
+        await blocked(request, second)
+        await uow.commit()
+    assert await second == ["InvalidInput"]
+    async with uow_factory() as uow:
+        pools = [p.name for p in await uow.fleet.pools()]
+        profiles = [p.name for p in await uow.fleet.profiles()]
+    assert (pools, profiles) == ((["m", "n"], ["big"]) if first == "profile" else (["n"], []))

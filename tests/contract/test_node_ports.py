@@ -8,14 +8,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from domain.enrollment import JoinToken, NodeCredential
-from domain.errors import Conflict, NotFound
+from domain.errors import Conflict, NotFound, TunePlaneError
 from domain.fleet import Connectivity, Node, Pool, Queue, SchedState, Team
 from domain.gpus import GpuDevice, GpuInventory
 from domain.node_ports import NodeLink
@@ -44,20 +44,41 @@ async def racing(
     uow_factory: UnitOfWorkFactory, *calls: Callable[[UnitOfWork], Awaitable[T]]
 ) -> list[T]:
     """Run each call in its own unit of work, all begun before any call runs, then commit."""
+    return await _race(uow_factory, calls, settle=False)
+
+
+async def settled(
+    uow_factory: UnitOfWorkFactory, *calls: Callable[[UnitOfWork], Awaitable[object]]
+) -> list[str]:
+    """As ``racing``, but a call that raises a TunePlaneError has its unit of work rolled back:
+    each result is "done", or the name of the error that refused it."""
+    return await _race(uow_factory, calls, settle=True)
+
+
+async def _race(
+    uow_factory: UnitOfWorkFactory,
+    calls: tuple[Callable[[UnitOfWork], Awaitable[Any]], ...],
+    settle: bool,
+) -> list[Any]:
     began = 0
     all_began = asyncio.Event()
 
-    async def one(call: Callable[[UnitOfWork], Awaitable[T]]) -> T:
+    async def one(call: Callable[[UnitOfWork], Awaitable[Any]]) -> Any:
         nonlocal began
-        async with uow_factory() as uow:
-            await uow.fleet.pools()  # the transaction is open
-            began += 1
-            if began == len(calls):
-                all_began.set()
-            await all_began.wait()
-            result = await call(uow)
-            await uow.commit()
-        return result
+        try:
+            async with uow_factory() as uow:
+                await uow.fleet.pools()  # the transaction is open
+                began += 1
+                if began == len(calls):
+                    all_began.set()
+                await all_began.wait()
+                result = await call(uow)
+                await uow.commit()
+        except TunePlaneError as exc:
+            if not settle:
+                raise
+            return type(exc).__name__
+        return "done" if settle else result
 
     return list(await asyncio.gather(*(one(c) for c in calls)))
 
