@@ -30,9 +30,8 @@ from adapters.postgres.metric_rollups import FOLD_SECONDS, FOLD_TICK, fold_oldes
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from domain.telemetry import STORED_TIERS, MemberScope
 from domain.telemetry_ports import CollectorCounters
-from tests.bench.bench_metric_groups import TAGS, _job, a_batch
+from tests.bench.bench_metric_groups import TAGS, a_batch, member_scopes
 from tests.bench.bench_telemetry_streams import (  # noqa: F401 - durable_pg is a fixture
-    add_members,
     cpu_seconds,
     durable_pg,
     loadavg,
@@ -108,11 +107,7 @@ async def measure(url: str, scopes: list[MemberScope]) -> list[str]:
 @pytest.mark.timeout(3600)
 def test_fold_in_one_or_in_slices(durable_pg: tuple[str, int]) -> None:  # noqa: F811
     url, _ = durable_pg
-    members = asyncio.run(add_members(url, MEMBERS))
-    job = asyncio.run(_job(url))
-    scopes = [
-        MemberScope(job, str(m["attempt"]), str(m["member"]), int(str(m["index"]))) for m in members
-    ]
+    scopes = member_scopes(url, MEMBERS)
     print(f"\n{MEMBERS:,} members x {POINTS} points x {SECONDS} s of batches per fold")
     for line in uvloop.run(measure(url, scopes)):
         print(line)

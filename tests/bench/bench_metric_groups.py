@@ -103,14 +103,19 @@ async def _job(url: str) -> str:
         await pool.close()
 
 
+def member_scopes(url: str, members: int) -> list[MemberScope]:
+    """``members`` members of one running job (``add_members``), as their tokens scope them."""
+    rows = asyncio.run(add_members(url, members))
+    job = asyncio.run(_job(url))
+    return [
+        MemberScope(job, str(m["attempt"]), str(m["member"]), int(str(m["index"]))) for m in rows
+    ]
+
+
 @pytest.mark.timeout(1800)
 def test_group_commit_cost(durable_pg: tuple[str, int]) -> None:  # noqa: F811
     url, postmaster = durable_pg
-    members = asyncio.run(add_members(url, max(GROUPS)))
-    job = asyncio.run(_job(url))
-    scopes = [
-        MemberScope(job, str(m["attempt"]), str(m["member"]), int(str(m["index"]))) for m in members
-    ]
+    scopes = member_scopes(url, max(GROUPS))
     print(f"\n{POINTS} points a batch, {ROUNDS} rounds per group size")
     for line in uvloop.run(measure(url, postmaster, scopes)):  # the gateway's loop
         print(line)
