@@ -52,7 +52,10 @@ else
   # Two workers, one module each at a time (a module's servers are started once), the longest
   # modules first (tests/fixtures/schedule.py, not xdist's order by number of tests); each
   # worker's control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
-  pytest_args=(-n "${TUNEPLANE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder --durations=30)
+  # The run's times per test go to test-artifacts/junit.xml (git-ignored), from which
+  # `python -m tests.fixtures.schedule test-artifacts/junit.xml` refreshes tests/durations.json.
+  pytest_args=(-n "${TUNEPLANE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder --durations=30
+    --junitxml=test-artifacts/junit.xml)
 fi
 
 echo "==> generated code is current"
