@@ -45,8 +45,9 @@ export function detectedGpus(inv: GpuInventory | null | undefined): string {
 
 // Pools and their nodes: scheduling state and connectivity in separate columns, capacity and
 // usage, and each node daemon's last heartbeat.
-// Admins and operators get Cordon / Drain / Uncordon buttons per node, each after a confirmation;
-// the outcome (or the API's refusal, with its fix) is announced above the pools.
+// Admins and operators get Cordon / Drain / Uncordon / Remove buttons per node, and Remove for a
+// pool without nodes, each after a confirmation; the outcome (or the API's refusal, with its
+// fix) is announced above the pools.
 export async function fleetPage(main: HTMLElement, refresh = false, notice: HTMLElement | null = null): Promise<void> {
   const mine = view(main);
   if (!refresh) main.replaceChildren(h("h1", {}, "Fleet"), h("p", { "aria-busy": "true" }, "Loading…"));
@@ -68,6 +69,22 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
       .then((n) => fleetPage(main, true, h("p", { role: "status" }, `Node ${node} is now ${n.sched}.`)))
       .catch((err: unknown) => status.replaceChildren(alertBox(`${a.verb} ${node} refused: ${err instanceof Error ? err.message : String(err)}`)));
   };
+  // Removal: the API decides (a node holding work or whose daemon is connected, a pool with
+  // nodes or that a profile alone names, is refused with the fix, shown as for the actions above).
+  const remove = (what: "node" | "pool", name: string): void => {
+    const means = what === "node" ? "its credentials go with it; a daemon must enroll again" : "its checks and join tokens go with it";
+    if (!window.confirm(`Remove ${what} ${name}? Then ${means}.`)) return;
+    const path = { params: { path: { name } } };
+    const call: Promise<unknown> = what === "node" ? must(api.DELETE("/v1/nodes/{name}", path)) : must(api.DELETE("/v1/pools/{name}", path));
+    call
+      .then(() => fleetPage(main, true, h("p", { role: "status" }, `${what === "node" ? "Node" : "Pool"} ${name} removed.`)))
+      .catch((err: unknown) => status.replaceChildren(alertBox(`Remove ${what} ${name} refused: ${err instanceof Error ? err.message : String(err)}`)));
+  };
+  const removeButton = (what: "node" | "pool", name: string): HTMLElement => {
+    const b = h("button", { type: "button", "aria-label": `Remove ${what} ${name}` }, "Remove");
+    b.addEventListener("click", () => remove(what, name));
+    return b;
+  };
   const buttons = (n: FleetNode): HTMLElement =>
     h(
       "span",
@@ -77,6 +94,7 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
         b.addEventListener("click", () => act(n.name, action));
         return b;
       }),
+      removeButton("node", n.name),
     );
   const heartbeat = new Map(links.map((l) => [l.node, l.heartbeat_at]));
   const sections = fleet.pools.map((pool) => {
@@ -120,7 +138,7 @@ export async function fleetPage(main: HTMLElement, refresh = false, notice: HTML
             { class: "fleet-table", tabindex: 0, role: "region", "aria-label": `Nodes of pool ${pool.name}, scrolls sideways` },
             table(`Nodes of pool ${pool.name}`, ["Node", "Scheduling", "Connectivity", "Last 24 h", "Validation", "GPUs reserved", "CPUs reserved", "Memory MB reserved", "Detected GPUs", "Members", "Last heartbeat", ...(operator ? ["Actions"] : [])], rows),
           )
-        : h("p", {}, "No nodes (a local pool runs on the control plane's own engine)."),
+        : h("p", {}, pool.backend === "local" ? "No nodes (a local pool runs on the control plane's own engine). " : "No nodes. ", operator && removeButton("pool", pool.name)),
     );
   });
   // Redraw every 15 s while this page is shown; one timer at a time; waits while the tab is hidden.
