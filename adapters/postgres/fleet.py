@@ -3,7 +3,10 @@
 A node row carries copies of its pool's CPUs, memory and GPU count (``mcpu``, ``memory_mb``,
 ``gpus``), so that the reservation store's constraints can see the capacity;
 ``put_pool`` and ``put_node`` keep those copies in step with the pool. Lock order: pool row,
-then node rows (by name), as ``reserve`` takes node rows — no deadlock between them.
+then node rows (by name), as ``reserve`` takes node rows — no deadlock between them. Storing a
+profile holds every pool row FOR SHARE (``held_pools``); in `tp fleet apply` that comes after its
+node rows, so an apply racing another apply's reshaping of a pool can deadlock: PostgreSQL
+aborts one, which answers Conflict ("retry"), nothing half-applied.
 
 Names and ids sort by code point (``COLLATE "C"``), as Python and the in-memory adapters sort
 them, whatever the database's locale.
