@@ -55,6 +55,35 @@ def with_field(exc: TunePlaneError, prefix: str) -> TunePlaneError:
     return type(exc)(exc.message, fix=exc.fix, field=field)
 
 
+def resolves(request: str, pools: list[Pool]) -> bool:
+    try:
+        resolve_request(request, pools, "request")
+    except InvalidInput:
+        return False
+    return True
+
+
+async def refuse_orphaned_profiles(uow: FleetUnit, before: list[Pool], change: str) -> None:
+    """Conflict when a named profile that resolved against the pools ``before`` names none as
+    the unit of work now leaves them (its writes are then rolled back); ``change`` says what
+    did it ("without pool b"). A profile that resolved nowhere already does not hold a change
+    up. Profiles being stored meanwhile hold the pools (``held_pools``), so none slips past."""
+    now = await uow.fleet.pools()
+    orphans = [
+        p.name
+        for p in await uow.fleet.profiles()
+        if resolves(p.request, before) and not resolves(p.request, now)
+    ]
+    if orphans:
+        raise Conflict(
+            f"profile{'s' if len(orphans) > 1 else ''} {', '.join(orphans)} would name no"
+            f" pool {change}",
+            fix="point those profiles at another pool first (their `[[profiles]]` in the fleet"
+            " file and `tp fleet apply FILE`, or POST /v1/profiles)",
+            field="name",
+        )
+
+
 # pools
 
 
@@ -80,8 +109,10 @@ async def put_pool(ctx: Context, principal: Principal, pool: Pool) -> bool:
     require(principal, OPERATORS, "change the fleet")
     check_pool(pool)
     async with ctx.units.fleet() as uow:
-        created = not any(p.name == pool.name for p in await uow.fleet.pools())
+        before = await uow.fleet.pools()
+        created = not any(p.name == pool.name for p in before)
         await uow.fleet.put_pool(pool)
+        await refuse_orphaned_profiles(uow, before, f"after this change to pool {pool.name}")
         await uow.commit()
     return created
 
@@ -115,13 +146,15 @@ async def update_pool(
         if not isinstance(v, Keep)
     }
     async with ctx.units.fleet() as uow:
-        old = next((p for p in await uow.fleet.pools() if p.name == name), None)
+        before = await uow.fleet.pools()
+        old = next((p for p in before if p.name == name), None)
         if old is None:
             raise NotFound(
                 f"no pool {name}", fix="see `tp fleet ls`, or add it with `tp fleet pool add`"
             )
         pool = check_pool(dataclasses.replace(old, **changes))  # type: ignore[arg-type]
         await uow.fleet.put_pool(pool)
+        await refuse_orphaned_profiles(uow, before, f"after this change to pool {name}")
         await uow.commit()
     return pool
 

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 from application.auth import DEFAULT_QUEUE, DEFAULT_TEAM
 from application.context import Context
-from application.fleet import LOCAL, check_pool, check_profile, with_field
+from application.fleet import (
+    LOCAL,
+    check_pool,
+    check_profile,
+    refuse_orphaned_profiles,
+    with_field,
+)
 from application.policy import OPERATORS, require
 from domain.auth import Principal
 from domain.catalog import check_name
@@ -107,14 +113,14 @@ async def apply_fleet_config(
     if principal is not None:
         require(principal, OPERATORS, "apply a fleet configuration")
     try:
-        return await _apply(ctx, config)
+        return await _apply(ctx, config, by_operator=principal is not None)
     except TunePlaneError as exc:
         if exc.field and "[" in exc.field and not exc.message.startswith(exc.field):
             raise type(exc)(f"{exc.field}: {exc.message}", fix=exc.fix, field=exc.field) from None
         raise
 
 
-async def _apply(ctx: Context, config: FleetConfig) -> ApplySummary:
+async def _apply(ctx: Context, config: FleetConfig, by_operator: bool) -> ApplySummary:
     _check(config)
     created: list[str] = []
     changed: list[str] = []
@@ -130,7 +136,8 @@ async def _apply(ctx: Context, config: FleetConfig) -> ApplySummary:
             unchanged += 1
 
     async with ctx.units.fleet() as uow:
-        pools = {p.name: p for p in await uow.fleet.pools()}
+        before = await uow.fleet.pools()
+        pools = {p.name: p for p in before}
         for i, entry in enumerate(config.pools):
             pool = entry.pool
             note("pool", pool.name, pools.get(pool.name), pool)
@@ -166,6 +173,8 @@ async def _apply(ctx: Context, config: FleetConfig) -> ApplySummary:
                 raise with_field(exc, f"profiles[{i}]") from None
             note("profile", profile.name, old_profiles.get(profile.name), profile)
             await uow.fleet.put_profile(profile)
+        if by_operator:  # the server's own file at start-up is applied as written
+            await refuse_orphaned_profiles(uow, before, "after this apply")
         await uow.commit()
     return ApplySummary(tuple(created), tuple(changed), unchanged)
 

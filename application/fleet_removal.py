@@ -11,11 +11,10 @@ reservation or a daemon's reconnection racing the removal either waits for it or
 from __future__ import annotations
 
 from application.context import Context
+from application.fleet import refuse_orphaned_profiles
 from application.policy import OPERATORS, require
 from domain.auth import Principal
-from domain.errors import Conflict, InvalidInput
 from domain.fleet import Node, Pool
-from domain.requests import resolve_request
 
 
 async def remove_node(ctx: Context, principal: Principal, name: str) -> Node:
@@ -33,24 +32,8 @@ async def remove_pool(ctx: Context, principal: Principal, name: str) -> Pool:
     that is gone)."""
     require(principal, OPERATORS, "change the fleet")
     async with ctx.units.fleet() as uow:
+        before = await uow.fleet.pools()
         pool = await uow.fleet.remove_pool(name)
-        left = await uow.fleet.pools()
-        orphans = [p.name for p in await uow.fleet.profiles() if not _resolves(p.request, left)]
-        if orphans:
-            raise Conflict(  # the unit of work rolls the removal back
-                f"profile{'s' if len(orphans) > 1 else ''} {', '.join(orphans)} would name no"
-                f" pool without pool {name}",
-                fix="point those profiles at another pool first (their `[[profiles]]` in the fleet"
-                " file and `tp fleet apply FILE`, or POST /v1/profiles)",
-                field="name",
-            )
+        await refuse_orphaned_profiles(uow, before, f"without pool {name}")
         await uow.commit()
     return pool
-
-
-def _resolves(request: str, pools: list[Pool]) -> bool:
-    try:
-        resolve_request(request, pools, "request")
-    except InvalidInput:
-        return False
-    return True
