@@ -147,7 +147,7 @@ async def test_statement_keys_refuse_orphans_cascade_and_downgrade(empty_db: str
         assert await conn.fetchval(CONSTRAINTS, list(KEYS)) == len(KEYS)
         assert await conn.fetchval(TRIGGERS, [k + "_%" for k in KEYS]) == 0
         await orphans_refused(conn, "att-3")
-        await migrate.upgrade_async(empty_db, "head")
+        await migrate.upgrade_async(empty_db, "0036")
         await orphans_refused(conn, "att-3")
         await conn.execute("DELETE FROM jobs")
         for table in ("attempts", "reservations", "reservation_members", "gpu_claims"):
