@@ -27,7 +27,7 @@ async def refused_in_one_transaction(conn: asyncpg.Connection) -> None:
 
     async def in_savepoint(sql: str, *args: object) -> str:
         async with conn.transaction():
-            return await conn.execute(sql, *args)
+            return str(await conn.execute(sql, *args))
 
     async with conn.transaction():
         await orphans_refused(conn, "att-1", in_savepoint)
