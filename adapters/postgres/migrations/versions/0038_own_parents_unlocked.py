@@ -16,7 +16,8 @@ Each key's ``<constraint>_inserted`` function counts the statement's distinct ke
 same probe, those whose parent this transaction wrote; when they are all such, it returns. Else
 it locks the others as before and refuses the statement when a key has no parent. A parent
 written in a subtransaction has the subtransaction's id: it is locked, as before. Nothing else
-changes (cascades, refusals, messages, the row trigger for key updates).
+changes (cascades, refusals, messages, the row trigger for key updates). Not covered: a frozen
+parent whose raw ``xmin`` equals this transaction's id modulo 2^32 (docs/persistence.md).
 
 Revision ID: 0038
 Revises: 0037
