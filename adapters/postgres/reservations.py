@@ -3,9 +3,10 @@ it would double-book anything.
 
 * each ``reservation_members`` row holds its GPUs as a set of GPU numbers (``gpus``, an
   ``int4multirange``): node ``n``'s GPU ``i`` is ``n.slot * 64 + i``. Statement triggers claim
-  each number as a row of ``gpu_claims`` (its primary key) in the statement that inserts the
-  member and give it up when the member goes, so a second reservation of a GPU is a unique
-  violation on ``pk_gpu_claims`` (migration 0035); a CHECK keeps the set inside the node's
+  each number as bit ``i`` of its window's row of ``gpu_claims`` (one ``bigint`` mask a node) in
+  the statement that inserts the member and clear it when the member goes, so a second
+  reservation of a GPU is refused as a unique violation on ``pk_gpu_claims`` (migration 0037;
+  a row per number in 0035); a CHECK keeps the set inside the node's
   window and below its GPU count (both copied from ``nodes`` under a foreign key that cascades
   their updates), so a GPU the node does not have is a check violation (migration 0032).
 * ``nodes.used_mcpu`` / ``used_memory_mb`` are counters the reservations add to and release
@@ -17,8 +18,8 @@ prepared statement whatever the envelope's size: the rows travel as arrays). ``r
 updates the counters, which takes the row lock of every node it touches, then inserts its rows;
 so two transactions reserving on one node queue on that lock, and the later one sees the
 earlier one's GPUs once it gets it (a unique violation at once). A writer that skips the
-counters still cannot double-book: the claim's unique index waits for the other transaction's
-end, then refuses.
+counters still cannot double-book: the claim's upsert of the window's mask waits for the other
+transaction's end, then refuses a bit the other holds.
 """
 
 from __future__ import annotations

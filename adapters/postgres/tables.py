@@ -7,8 +7,9 @@ one row per preview (``uq_jobs_preview_id``).
 So does the safety of reservations: each node owns a window of 64 numbers on one line of GPU
 numbers (``nodes.slot * 64 + gpu_index``); a reservation member's GPUs are a set of those
 numbers (``reservation_members.gpus``, an ``int4multirange``), and each reserved number is a
-row of ``gpu_claims`` under its primary key, written by statement triggers on
-``reservation_members`` only (migration 0035): a double-booked GPU is impossible, whoever
+bit of its window's row of ``gpu_claims`` (migration 0037; a row per number under a primary key
+in 0035), written by statement triggers on ``reservation_members`` only: a double-booked GPU
+is impossible, whoever
 writes; a CHECK keeps the set inside its node's window and below its GPU count, copied
 under a foreign key to ``nodes (name, slot, gpus)`` (migration 0032). The CHECKs on ``nodes``
 (``used_mcpu BETWEEN 0 AND mcpu``, same for memory) do the same for CPUs and memory.
@@ -342,10 +343,15 @@ reservation_members = Table(
     Index("ix_reservation_members_node", "node"),
 )
 
-# One row per reserved GPU number (``slot * 64 + index``): its primary key refuses a GPU
-# reserved twice. Written only by reservation_members' statement triggers (migration 0035).
+# One row per node window (``slot``) holding its claimed GPUs as bits (bit ``i``: GPU number
+# ``slot * 64 + i``); a claim whose bits meet the mask's is refused (migration 0037; one row
+# per GPU number under its primary key in 0035). Written only by reservation_members' statement
+# triggers.
 gpu_claims = Table(
-    "gpu_claims", metadata, Column("gpu", Integer, primary_key=True, autoincrement=False)
+    "gpu_claims",
+    metadata,
+    Column("slot", Integer, primary_key=True, autoincrement=False),
+    Column("bits", BigInteger, nullable=False),
 )
 
 profiles = Table(

@@ -11,9 +11,10 @@ changes much less than wall time. The median of ``--reps`` runs per variant is p
 difference to "as is" is what that part costs. A part taken away here is a measurement, never a
 proposal: each one carries a guarantee (docs/persistence.md).
 
-Run: ``.venv/bin/python -m tests.bench.bench_store_parts`` (``--schema 0035`` for the schema
-before migration 0036, ``0034`` before 0035); ``--against 0035 --reps 15``: the store as is in
-turn with the store of a second database migrated to 0035, no parts taken away.
+Run: ``.venv/bin/python -m tests.bench.bench_store_parts`` (``--schema 0037`` for the schema
+before migration 0038 (the checks lock every parent), ``0036`` before 0037 (a claim row a GPU),
+``0035`` before 0036, ``0034`` before 0035); ``--against 0036 --reps 15``: the store as is in
+turn with the store of a second database migrated to 0036, no parts taken away.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from application.scheduler import Scheduler
 from tests.bench.bench_admission import load, make_ctx, populate, workload
 
 TABLES = "jobs, attempts, members, job_events, reservations, reservation_members, nodes"
-# the GPU-overlap check as the schema has it: migration 0035's claims, or 0032's exclusion
+# the GPU-overlap check as the schema has it: the claims' trigger (a row a GPU in 0035, a mask
+# a node since 0037), or 0032's exclusion
 NO_OVERLAP_CHECK = {
     "claims": ["ALTER TABLE reservation_members DISABLE TRIGGER gpu_claims_inserted"],
     "0034": ["ALTER TABLE reservation_members DROP CONSTRAINT ex_reservation_members_gpus"],

@@ -122,7 +122,7 @@ async def test_claims_follow_the_members_and_refuse_a_gpu_twice(empty_db: str) -
         with pytest.raises(asyncpg.ExclusionViolationError):
             await add(conn, ("att-2", 0, "n-0", 3, 5))
         await add(conn, ("att-2", 0, "n-1", 0, 2))
-        await migrate.upgrade_async(empty_db, "head")
+        await migrate.upgrade_async(empty_db, "0035")
         assert len(await claims(conn)) == 10
         with pytest.raises(asyncpg.UniqueViolationError):
             await add(conn, ("att-2", 1, "n-1", 1, 2))

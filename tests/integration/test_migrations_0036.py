@@ -8,6 +8,8 @@ transactions is tested in test_statement_foreign_keys.py."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import asyncpg
 import pytest
 
@@ -60,9 +62,13 @@ async def count(conn: asyncpg.Connection, table: str) -> int:
     return int(await conn.fetchval(f"SELECT count(*) FROM {table}"))
 
 
-async def orphans_refused(conn: asyncpg.Connection, good: str) -> None:
+async def orphans_refused(
+    conn: asyncpg.Connection, good: str, execute: Callable[..., Awaitable[str]] | None = None
+) -> None:
     """Each key refuses a child whose parent is absent, alone or beside a good row (of the
-    attempt ``good``, its job and reservation present)."""
+    attempt ``good``, its job and reservation present). ``execute``: how each statement runs
+    (``conn.execute`` unless given)."""
+    execute = execute or conn.execute
     job = "job-" + good
     cases = [
         (ATTEMPT, (["att-9", "att-8"], [job, "job-none"], AT), "fk_attempts_job_id_jobs"),
@@ -78,11 +84,11 @@ async def orphans_refused(conn: asyncpg.Connection, good: str) -> None:
     ]
     for sql, args, name in cases:
         with pytest.raises(asyncpg.ForeignKeyViolationError) as refused:
-            await conn.execute(sql, *args)
+            await execute(sql, *args)
         assert refused.value.constraint_name == name
     # a forged GPU count: the node exists, the (name, slot, gpus) key does not
     with pytest.raises(asyncpg.ForeignKeyViolationError, match="fk_reservation_members_node"):
-        await conn.execute(RES_MEMBER.replace("0), 8, ", "0), 64, "), [good], [7], ["n-0"])
+        await execute(RES_MEMBER.replace("0), 8, ", "0), 64, "), [good], [7], ["n-0"])
 
 
 async def test_statement_keys_refuse_orphans_cascade_and_downgrade(empty_db: str) -> None:
@@ -147,7 +153,7 @@ async def test_statement_keys_refuse_orphans_cascade_and_downgrade(empty_db: str
         assert await conn.fetchval(CONSTRAINTS, list(KEYS)) == len(KEYS)
         assert await conn.fetchval(TRIGGERS, [k + "_%" for k in KEYS]) == 0
         await orphans_refused(conn, "att-3")
-        await migrate.upgrade_async(empty_db, "head")
+        await migrate.upgrade_async(empty_db, "0036")
         await orphans_refused(conn, "att-3")
         await conn.execute("DELETE FROM jobs")
         for table in ("attempts", "reservations", "reservation_members", "gpu_claims"):

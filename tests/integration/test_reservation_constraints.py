@@ -1,8 +1,8 @@
 """The reservation tables' constraints, whoever writes (docs/persistence.md, "Reservations live
 in constraints too"): raw SQL that skips the repository, and two real concurrent transactions,
 still cannot double-book a GPU, reserve a GPU its node does not have, or shrink a node under a
-reservation (migration 0032: each member's GPUs are a set of GPU numbers under an exclusion
-constraint, inside its node's window)."""
+reservation (migration 0032: each member's GPUs are a set of GPU numbers inside its node's
+window; migration 0037: claimed as bits of one mask a window, which refuses a bit twice)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,40 @@ async def test_two_transactions_reserving_one_gpu_raw_one_wins(
         await second.commit()
     held = await one.fetch("SELECT attempt_id FROM reservation_members")
     assert [r["attempt_id"] for r in held] == ["att-1" if first_commits else "att-2"]
+
+
+@pytest.mark.parametrize("first_commits", [True, False])
+async def test_two_transactions_reserving_disjoint_gpus_of_one_node_both_hold_them(
+    conns: tuple[asyncpg.Connection, asyncpg.Connection], pg_url: str, first_commits: bool
+) -> None:
+    """A node's claims are one row (migration 0037): the second writer waits for the first
+    transaction's end, then ORs its own bits in beside the first's (or alone)."""
+    one, two = conns
+    first, second = one.transaction(), two.transaction()
+    await first.start()
+    await one.execute(MEMBER, "att-1", 0, "n-0", 0, 4)  # GPUs 0-3 and, below, 4-7
+    await one.execute(MEMBER, "att-1", 1, "n-1", 0, 1)
+    await second.start()
+    racer = asyncio.create_task(two.execute(MEMBER, "att-2", 0, "n-0", 4, 8))
+    watcher = await asyncpg.connect(plain_url(pg_url))
+    try:
+        await asyncio.wait_for(waiting_on_a_lock(watcher, two.get_server_pid()), 30)
+    finally:
+        await watcher.close()
+    if first_commits:
+        await first.commit()
+    else:
+        await first.rollback()
+    await racer
+    await second.commit()
+    held = await one.fetch("SELECT attempt_id, member FROM reservation_members ORDER BY 1, 2")
+    expected = [("att-1", 0), ("att-1", 1)] if first_commits else []
+    assert [tuple(r) for r in held] == [*expected, ("att-2", 0)]
+    masks = "SELECT bits FROM gpu_claims c JOIN nodes n ON n.slot = c.slot WHERE n.name = $1"
+    assert await one.fetchval(masks, "n-0") == (0xFF if first_commits else 0xF0)
+    # and either one's GPUs are refused to a third statement
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await one.execute(MEMBER, "att-1", 2, "n-0", 7, 8)
 
 
 async def test_other_nodes_and_disjoint_gpus_do_not_conflict(
