@@ -11,10 +11,10 @@ changes much less than wall time. The median of ``--reps`` runs per variant is p
 difference to "as is" is what that part costs. A part taken away here is a measurement, never a
 proposal: each one carries a guarantee (docs/persistence.md).
 
-Run: ``.venv/bin/python -m tests.bench.bench_store_parts`` (``--schema 0037`` for the schema
-before migration 0038 (the checks lock every parent), ``0036`` before 0037 (a claim row a GPU),
-``0035`` before 0036, ``0034`` before 0035); ``--against 0036 --reps 15``: the store as is in
-turn with the store of a second database migrated to 0036, no parts taken away.
+Run: ``.venv/bin/python -m tests.bench.bench_store_parts`` (``--schema 0036`` for the schema
+before 0037 (a claim row a GPU), ``0035`` before 0036, ``0034`` before 0035); ``--against 0036
+--reps 15``: the store as is in turn with the store of a second database migrated to 0036, no
+parts taken away.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@ keys checked per statement") under two real concurrent transactions, raw SQL: a 
 while a child is inserted in another transaction never leaves an orphan. Whichever comes first
 waits for the other: a child inserted first makes the delete cascade onto it (``ON DELETE
 CASCADE``) or refuses the delete (``nodes``, ``NO ACTION``); a delete first refuses the child,
-unless it rolls back. Since migration 0038 a parent whose version the child's transaction wrote
-itself is not locked (its writer's own lock makes the delete wait): the same outcomes, both
-orders; a parent written in a subtransaction is locked as before."""
+unless it rolls back. The same with a parent whose version the child's transaction wrote itself
+(as the scheduler's store writes every parent it checks), both orders, and one written in a
+subtransaction."""
 
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ async def test_a_parent_the_transaction_wrote_is_not_locked_and_the_delete_still
     inserting = child.transaction()
     await inserting.start()
     await child.execute(TOUCH_JOB)  # the job's new version is this transaction's
-    await child.execute(ATTEMPT, AT)  # its check locks nothing
+    await child.execute(ATTEMPT, AT)
     deleting = parent.transaction()
     await deleting.start()
     delete = asyncio.create_task(parent.execute("DELETE FROM jobs WHERE id = 'job-att-1'"))
