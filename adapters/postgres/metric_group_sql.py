@@ -20,7 +20,9 @@ The values are PostgreSQL literals: array literals inside standard SQL string co
 (``standard_conforming_strings`` is on, PostgreSQL's default since 9.1: only ``'`` is doubled in
 a constant; ``"`` and ``\\`` are escaped inside an array element). Floats are written by
 ``float.__repr__`` (the shortest text that reads back to the same double; ``nan``, ``inf`` and
-``-inf`` are accepted by ``float8in``), timestamps in ISO 8601 with their offset. Writing them
+``-inf`` are accepted by ``float8in``), integers through ``int`` (digits only), text and
+timestamps by ``arrays.py`` (elements double-quoted; timestamps in ISO 8601 with their offset,
+naive ones refused). Writing them
 costs the gateway less than asyncpg's binary encoding of Python lists, which checks every
 element against ``collections.abc.Iterable`` (benchmarks.md, session 44).
 """
@@ -28,8 +30,10 @@ element against ``collections.abc.Iterable`` (benchmarks.md, session 44).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from adapters.postgres import arrays
 
 MOVED = "telemetry watermarks moved"  # the text the finish casts to an integer to fail
 
@@ -42,12 +46,11 @@ def constant(text: str) -> str:
 
 
 def text_array(values: Iterable[str]) -> str:
-    elements = ('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values)
-    return constant("{" + ",".join(elements) + "}") + "::text[]"
+    return constant(arrays.text_array(list(values))) + "::text[]"
 
 
 def int_array(values: Iterable[Any]) -> str:
-    return "'{" + ",".join(str(int(v)) for v in values) + "}'::bigint[]"
+    return "'{" + ",".join(str(int(v)) for v in values) + "}'::bigint[]"  # int(): digits only
 
 
 def float_array(values: Iterable[float]) -> str:
@@ -55,15 +58,11 @@ def float_array(values: Iterable[float]) -> str:
 
 
 def timestamp(at: datetime) -> str:
-    return "'" + at.astimezone(UTC).isoformat() + "'::timestamptz"
+    return constant(arrays.time_array([at])[2:-2]) + "::timestamptz"
 
 
-def timestamp_array(values: Iterable[datetime]) -> str:
-    return (
-        "'{"
-        + ",".join('"' + t.astimezone(UTC).isoformat() + '"' for t in values)
-        + "}'::timestamptz[]"
-    )
+def timestamp_array(values: Sequence[datetime]) -> str:
+    return constant(arrays.time_array(values)) + "::timestamptz[]"
 
 
 def lock_marks(keys: Sequence[tuple[str, str]]) -> str:
