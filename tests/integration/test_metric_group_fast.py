@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from adapters.postgres import metric_group_sql as sql
 from adapters.postgres.metrics import PostgresMetrics, create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import MemberScope, SourceBatch
@@ -122,34 +123,43 @@ async def test_two_gateways_sending_one_source_at_once_store_it_once(
 
 
 async def test_a_connection_lost_in_the_middle_of_a_short_group_stores_none_of_it(
-    stores: tuple[PostgresMetrics, PostgresMetrics], scopes: list[MemberScope], pg_url: str
+    stores: tuple[PostgresMetrics, PostgresMetrics],
+    scopes: list[MemberScope],
+    pg_url: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The group's backend ended (as when its gateway is killed -9) after its points' COPY,
-    while its deltas' COPY waits: nothing of the group stays, the resend stores it once."""
+    """The group's backend ended (as when its gateway is killed -9) after both COPYs, before
+    its finish and commit: nothing of the group stays, the resend stores it once."""
     store, _ = stores
     await store.append(scopes[0], [loss(range(0, 10)), loss(range(0, 2), "n.jsonl#0")], NONE, NOW)
-    blocker = await asyncpg.connect(pg_url.replace("+asyncpg", "").replace("+psycopg", ""))
+    real = sql.finish_commit
+    monkeypatch.setattr(sql, "finish_commit", lambda *a: "SELECT pg_sleep(60); " + real(*a))
+    sending = asyncio.create_task(
+        store.append(scopes[0], [loss(range(10, 20)), loss(range(2, 5), "n.jsonl#0")], NONE, NOW)
+    )
+    killer = await asyncpg.connect(pg_url.replace("+asyncpg", "").replace("+psycopg", ""))
     try:
-        await blocker.execute("BEGIN; LOCK TABLE metric_rollup_deltas IN SHARE MODE")
-        sending = asyncio.create_task(
-            store.append(scopes[0], [loss(range(10, 20)), loss(range(0, 5), "n.jsonl#0")],
-                         NONE, NOW)
-        )  # fmt: skip
-        for _ in range(200):
-            pid = await blocker.fetchval(
-                "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE 'COPY%metric_rollup_deltas%'"
+        for _ in range(400):
+            pid = await killer.fetchval(
+                "SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60); %'"
             )
-            if pid:
+            if pid or sending.done():
                 break
             await asyncio.sleep(0.05)
-        assert pid, "the group never reached its deltas' COPY"
-        await blocker.fetchval("SELECT pg_terminate_backend($1)", pid)
-        with pytest.raises(Exception):  # noqa: B017 - whichever error the lost connection gives
-            await sending
-        await blocker.execute("ROLLBACK")
+        assert pid, "the group never reached its finish"
+        copied = await killer.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE pid = $1 AND relation = ANY(ARRAY["
+            "'metric_blocks'::regclass, 'metric_rollup_deltas'::regclass])"
+            " AND mode = 'RowExclusiveLock'",
+            pid,
+        )
+        assert copied == 2  # both COPYs done in the transaction the kill ends
+        await killer.fetchval("SELECT pg_terminate_backend($1)", pid)
     finally:
-        await blocker.close()
+        await killer.close()
+    with pytest.raises(Exception):  # noqa: B017 - whichever error the lost connection gives
+        await sending
+    monkeypatch.setattr(sql, "finish_commit", real)
     kept = [("m.jsonl#0", o) for o in range(10)] + [("n.jsonl#0", o) for o in range(2)]
     assert await stored(store) == sorted(k for k in kept for _ in (0, 1))
     assert (scopes[0].member_id, "m.jsonl#0") not in store.groups.marks  # read again
