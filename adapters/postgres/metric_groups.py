@@ -30,7 +30,6 @@ from typing import Any, Generic, TypeVar, cast
 import asyncpg
 import numpy as np
 
-from adapters.postgres import metric_group_sql as sql
 from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS, Rows
 from adapters.postgres.metric_rollups import Folder
 from adapters.telemetry.columns import Points
@@ -38,7 +37,6 @@ from domain.telemetry import STORED_TIERS, Appended, MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
 
 MAX_GROUP = 512  # batches in one transaction
-MAX_MARKS = 200_000  # watermarks remembered (``GroupedAppends.marks``); all forgotten past it
 FLUSHERS = 2  # transactions under way at once (one gathers while the other commits)
 _NO_STEP = 2**63 - 1
 
@@ -133,11 +131,6 @@ class Entry:
 class GroupedAppends:
     pool: asyncpg.Pool
     series: dict[SeriesKey, int] = field(default_factory=dict)  # committed series' ids
-    # each (member, source)'s watermark as this gateway last committed it: a group whose
-    # sources are all here is cut before the lock and checked under it (metric_group_sql.py)
-    marks: dict[tuple[str, str], int] = field(default_factory=dict)
-    fast: int = 0  # groups stored in four round trips (for benchmarks and tests)
-    moved: int = 0  # groups whose watermarks were not the remembered ones
     queue: deque[Entry] = field(default_factory=deque)
     flushers: int = 0
     groups: int = 0  # transactions committed (for benchmarks and tests)
@@ -192,75 +185,29 @@ class GroupedAppends:
 
     async def _store(self, group: list[Entry]) -> list[Appended]:
         fresh: dict[SeriesKey, int] = {}
-        keys = _sources(group)
-        known = {k: self.marks[k] for k in keys if k in self.marks}
-        try:
-            async with self.pool.acquire() as conn:
-                stored = None
-                if keys and len(known) == len(keys):
-                    stored = await self._fast(conn, group, fresh, known)
-                if stored is None:
-                    fresh.clear()
-                    async with conn.transaction():
-                        stored = await self._write(conn, group, fresh, None)
-        except BaseException:
-            for key in keys:  # committed or not, unknown: read them again next time
-                self.marks.pop(key, None)
-            raise
-        results, marks = stored
+        async with self.pool.acquire() as conn, conn.transaction():
+            results = await self._write(conn, group, fresh)
         # only now: a series id cached from a transaction that rolled back would file every
         # later point of that series under a row that is not there
         self.series.update(fresh)
-        if len(self.marks) > MAX_MARKS:
-            self.marks.clear()
-        self.marks.update(marks)
         self.groups += 1
         if self.folder.due():  # off the ack path: the acks of this group do not wait for it
             self.folding = asyncio.get_running_loop().create_task(self.folder.run())
         return results
 
-    async def _fast(
-        self,
-        conn: Any,
-        group: list[Entry],
-        fresh: dict[SeriesKey, int],
-        known: dict[tuple[str, str], int],
-    ) -> tuple[list[Appended], dict[tuple[str, str], int]] | None:
-        """The group in four round trips, cut at the remembered watermarks; None when one of
-        them had moved (nothing of the group written: the other path stores it)."""
-        try:
-            await conn.execute(sql.lock_marks(sorted(known)))
-            return await self._write(conn, group, fresh, known)
-        except Exception as exc:
-            if not conn.is_closed() and conn.is_in_transaction():
-                await conn.execute("ROLLBACK")
-            if not sql.moved(exc):
-                raise
-        self.moved += 1
-        return None
-
     async def _write(
-        self,
-        conn: Any,
-        group: list[Entry],
-        fresh: dict[SeriesKey, int],
-        known: dict[tuple[str, str], int] | None,
-    ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
-        """Store the group in the transaction under way; ``known``: the watermarks remembered
-        (the rows locked already, the finish checks them and commits), else read under a lock
-        here. Returns the batches' results and every source's watermark after the group."""
-        marks: dict[tuple[str, str], int] = {}
-        if known is not None:
-            marks = dict(known)
-        elif sources := sorted(
+        self, conn: Any, group: list[Entry], fresh: dict[SeriesKey, int]
+    ) -> list[Appended]:
+        sources = sorted(
             {(e.scope.member_id, b.source, b.kind) for e in group for b in e.batches if len(b)}
-        ):
+        )
+        marks: dict[tuple[str, str], int] = {}
+        if sources:
             columns = [list(c) for c in zip(*sources, strict=True)]
             rows = await conn.fetch(_LOCK_MARKS, *columns[:2])
             if len(rows) < len(sources):  # a source's first batch: make its row (and lock all)
                 rows = await conn.fetch(_WATERMARKS, *columns)
             marks = {(r["member_id"], r["source"]): r["watermark"] for r in rows}
-        expected = dict(marks)
         raised: dict[tuple[str, str], int] = {}
         kept: list[tuple[MemberScope, str, Points]] = []
         results: list[Appended] = []
@@ -281,13 +228,6 @@ class GroupedAppends:
         latest: list[list[Any]] = [[] for _ in range(6)]
         if kept:
             latest = await self._points(conn, kept, fresh)
-        if known is not None:
-            changes = [(k, expected[k], marks[k]) for k in sorted(marks)]
-            await conn.execute(
-                sql.finish_commit(latest, group[-1].now, changes, _counters(group, results))
-            )
-            self.fast += 1
-            return results, marks
         ordered = sorted(raised.items())
         await conn.execute(
             _FINISH,
@@ -298,7 +238,7 @@ class GroupedAppends:
             [v for _, v in ordered],
             *_counters(group, results),
         )
-        return results, marks
+        return results
 
     async def _points(
         self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
@@ -357,11 +297,6 @@ class GroupedAppends:
             for row in found:
                 fresh[(row["member_id"], row["source"], row["tag"])] = row["id"]
         return {k: self.series.get(k) or fresh[k] for k in scopes}
-
-
-def _sources(group: list[Entry]) -> list[tuple[str, str]]:
-    """The group's (member, source) pairs that have points."""
-    return sorted({(e.scope.member_id, b.source) for e in group for b in e.batches if len(b)})
 
 
 def _counters(group: list[Entry], results: list[Appended]) -> list[list[Any]]:
