@@ -23,7 +23,10 @@ _TRAILER = struct.pack("!h", -1)
 BLOCK_STEPS = TIER_FACTOR**4  # steps of a raw block's bucket (metric_blocks, migration 0007)
 BLOCK_COLUMNS = ["series_id", "bucket", "steps", "walls", "vals", "offsets"]
 _INT8, _FLOAT8 = 20, 701  # PostgreSQL type oids of the array elements
-_BLOCK = struct.Struct("!hiqiq")  # 6 fields; series_id, bucket (int8)
+_BLOCK_HEAD = np.dtype(  # a block row's first 26 bytes: 6 fields; series_id, bucket (int8)
+    [("fields", ">i2"), ("series_size", ">i4"), ("series_id", ">i8"), ("bucket_size", ">i4"),
+     ("bucket", ">i8")]
+)  # fmt: skip
 _ARRAY = struct.Struct("!iiiiii")  # byte length; 1 dimension, no NULL, element oid, n, from 1
 _ELEMENT = {dt: np.dtype([("length", ">i4"), ("value", dt)]) for dt in (">i8", ">f8")}
 # metric_rollups' columns, and a binary COPY row of them: field count, then (length, value) each
@@ -87,14 +90,24 @@ class Rows:
             elements["length"] = 8
             elements["value"] = values
             columns.append((elements.tobytes(), oid))
+        step, wall, value, offset = (c for c, _ in columns)
+        heads = np.empty(len(starts), dtype=_BLOCK_HEAD)  # each block's 26 bytes, in one go
+        heads["fields"], heads["series_size"], heads["bucket_size"] = 6, 8, 8
+        heads["series_id"], heads["bucket"] = self.series[starts], bucket[starts]
+        head = heads.tobytes()
+        arrays: dict[int, tuple[bytes, bytes]] = {}  # per length: the int8 and float8 headers
         parts = [_HEADER]
-        series, buckets = self.series[starts].tolist(), bucket[starts].tolist()
-        for s, e, sid, b in zip(starts.tolist(), ends.tolist(), series, buckets, strict=True):
-            n = e - s
-            parts.append(_BLOCK.pack(6, 8, sid, 8, b))
-            for data, oid in columns:
-                parts.append(_ARRAY.pack(20 + 12 * n, 1, 0, oid, n, 1))
-                parts.append(data[12 * s : 12 * e])
+        for k, (s, e) in enumerate(zip((12 * starts).tolist(), (12 * ends).tolist(), strict=True)):
+            n = (e - s) // 12
+            h = arrays.get(n)
+            if h is None:
+                h = arrays[n] = (
+                    _ARRAY.pack(20 + 12 * n, 1, 0, _INT8, n, 1),
+                    _ARRAY.pack(20 + 12 * n, 1, 0, _FLOAT8, n, 1),
+                )
+            i8, f8 = h
+            parts += (head[26 * k : 26 * k + 26], i8, step[s:e], f8, wall[s:e], f8, value[s:e],
+                      i8, offset[s:e])  # fmt: skip
         parts.append(_TRAILER)
         return b"".join(parts)
 
