@@ -11,8 +11,9 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
   * on PostgreSQL, the same fill pass again by a leader that has been running: the first
     pass's reservations released and its jobs pending again (not timed), then what a server
     past its start has done (``--running-prep``: by default VACUUM ANALYZE, autovacuum's work,
-    and a CHECKPOINT, so the pass pays the full-page images a running server pays), then one
-    pass making the same placements on the connection the first one used;
+    and a CHECKPOINT, so the pass pays the full-page images a running server pays), an
+    untimed read (the leader's pass before, which reads those jobs back), then one pass
+    making the same placements on the connection the first one used;
   * for each timed pass on PostgreSQL, the server's CPU in the store by process (the
     backends, autovacuum, the WAL writer, ...: ``pg_probe.py``), the WAL it wrote (records,
     full-page images) and whether the store's tables had been analyzed;
@@ -222,8 +223,9 @@ async def measure(
     ``pass_once`` (its read, ``decide`` and the store, each timed). With ``pending_again``
     (PostgreSQL), the same fill pass once more as a leader that has been running makes it:
     the reservations released, the jobs it placed pending again (``pending_again``, which
-    also runs what a server past its start has done: ``--running-prep``), one more pass,
-    timed the same way. Then the steady pass, then the drain."""
+    also runs what a server past its start has done: ``--running-prep``), read back by an
+    untimed read (the leader's pass before), then one more pass, timed the same way. Then
+    the steady pass, then the drain."""
     ctx = make_ctx(uow)
     sched = Scheduler(
         ctx, snapshot_limit=limit, batch=batch, store_groups=store_groups, overlap=overlap
@@ -243,6 +245,7 @@ async def measure(
     if pending_again is not None:  # the same fill pass by a leader that has been running
         await finish_reserved(uow)
         await pending_again(reserved)
+        await sched.read()  # the leader's pass before (untimed) read them back into its view
         read_s, decide_s, apply_s, placed = await timed_pass(sched, "fill pass, running leader")
         first.running = Steady(0, len(reserved), read_s, decide_s, apply_s, len(placed))
         first.drained += len(placed) - len(reserved)
