@@ -35,12 +35,19 @@ from domain.submission import JobSpec
 _ANY_TIME = datetime(9999, 1, 1, tzinfo=UTC)  # no time given: every pending job
 # One statement for the jobs, their attempts and members, whatever the number of placements:
 # the rows travel as array literals (arrays.py); only the jobs still pending move, and only
-# theirs are inserted.
+# theirs are inserted. The state test is written ``(state = 'pending') IS TRUE`` (the same
+# rows: ``state`` is never NULL) so that it is no index condition: the jobs are then found by
+# their primary key, one probe an id, whatever the statistics say. As ``state = 'pending'``,
+# on a table never analyzed, or vacuumed but not yet analyzed, or whose statistics find
+# pending jobs rare, the planner chose a state index and, in the worst case, scanned all its
+# pending entries once for each id: about 940 ms instead of 2 ms for 1,277 ids at 10,000
+# pending jobs (docs/benchmarks.md, "Session 45").
 _START = text(
     literal_params(
         "WITH moved AS (UPDATE jobs SET state = 'starting', updated_at = :now, reason = '', "
         "               not_before = NULL "
-        "               WHERE id = ANY(CAST(:ids AS text[])) AND state = 'pending' RETURNING id), "
+        "               WHERE id = ANY(CAST(:ids AS text[])) AND (state = 'pending') IS TRUE "
+        "               RETURNING id), "
         "a AS (INSERT INTO attempts (id, job_id, number, state, created_at, updated_at, reason, "
         "                            exit_code, cause) "
         "      SELECT x.* FROM unnest(CAST(:a_id AS text[]), CAST(:a_job AS text[]), "
@@ -64,6 +71,18 @@ _START = text(
         "SELECT id FROM moved"
     )
 )
+# The read's plans do not depend on statistics: every table it probes per row has an index
+# for that probe (a node's reservation members, a reservation's members, a job's attempts),
+# and with sequential scans off the planner takes it. Why: each statement is prepared once a
+# connection, and one without parameters keeps its plan until the tables' statistics change;
+# a plan made while the reservation tables were empty (vacuumed to no pages at all when the
+# fleet was idle) scanned every member for each of 8,000 GPUs: 700 ms instead of 10 ms
+# (docs/benchmarks.md, "Session 45"). No JIT either: a misestimated cost made a packaged
+# server (built with LLVM) compile a read for 150 ms. ``set_config(…, true)``: this
+# transaction only.
+_READ_SETTINGS = text(
+    "SELECT set_config('enable_seqscan', 'off', true), set_config('jit', 'off', true)"
+)
 _POOLS = text('SELECT * FROM pools ORDER BY name COLLATE "C"')
 _NODES = text(
     "SELECT n.name, n.pool, n.sched, n.connectivity, n.validation, "
@@ -75,15 +94,20 @@ _NODES = text(
     "      ORDER BY i) AS free_gpus "
     'FROM nodes n ORDER BY n.name COLLATE "C"'
 )
+# Each queue's reserved jobs and GPUs: a reservation's GPUs are summed over its members by a
+# probe of their primary key (``attempt_id`` first), whatever the statistics say. A join of
+# the two tables, planned on statistics taken while they were empty (autovacuum's ANALYZE of
+# an idle fleet), became a nested loop that scanned every member for each reservation: about
+# 550 ms instead of 5 ms at 1,300 reservations (docs/benchmarks.md, "Session 45").
 _QUEUES = text(
     "SELECT q.name, q.team, q.priority, q.gpu_quota, q.job_quota, q.max_attempts, "
     "coalesce(u.gpus, 0) AS gpus, coalesce(u.jobs, 0) AS jobs "
     "FROM queues q LEFT JOIN ("
-    "  SELECT r.queue, count(DISTINCT r.attempt_id) AS jobs, "
-    "  CAST(coalesce(sum((SELECT sum(upper(x) - lower(x)) FROM unnest(m.gpus) AS x)), 0) "
-    "       AS bigint) AS gpus "
-    "  FROM reservations r LEFT JOIN reservation_members m ON m.attempt_id = r.attempt_id "
-    "  GROUP BY r.queue) u ON u.queue = q.name"
+    "  SELECT r.queue, count(*) AS jobs, "
+    "  CAST(coalesce(sum((SELECT sum(upper(x) - lower(x)) "
+    "                     FROM reservation_members m CROSS JOIN LATERAL unnest(m.gpus) AS x "
+    "                     WHERE m.attempt_id = r.attempt_id)), 0) AS bigint) AS gpus "
+    "  FROM reservations r GROUP BY r.queue) u ON u.queue = q.name"
 )
 # a job whose queue is gone sorts as priority 0 (decide() then explains why it waits)
 _PENDING = text(
@@ -167,6 +191,7 @@ class PostgresSchedulingRepository:
             raise InvalidInput(f"limit {limit} is negative", fix="give 0 or more", field="limit")
         conn = self._conn
         with translated("read the scheduling snapshot"):
+            await conn.execute(_READ_SETTINGS)
             pool_rows = (await conn.execute(_POOLS)).mappings().all()
             node_rows = (await conn.execute(_NODES)).all()
             queue_rows = (await conn.execute(_QUEUES)).all()
@@ -214,6 +239,7 @@ class PostgresSchedulingRepository:
     async def pending_changes(self, since: int | None) -> PendingChanges:
         pending = JobState.PENDING.value
         with translated("read the pending jobs' changes"):
+            await self._conn.execute(_READ_SETTINGS)
             if since is None:
                 rows = (await self._conn.execute(_ALL_PENDING, {"pending": pending})).all()
             else:

@@ -13,25 +13,71 @@ from pathlib import Path
 from typing import Any
 
 from domain.unit_of_work import UnitOfWorkFactory
+from tests.bench.pg_probe import Probe, cpu_by_kind, describe_tables
 
 PG_PIDFILE: list[Path] = []
+PROBE: list[Probe] = []  # pg_stat_wal and the tables' counters, on a connection of its own
+
+
+def server_cpu_kinds() -> dict[str, float]:
+    """CPU seconds so far of the PostgreSQL server's processes, by kind (backends, autovacuum,
+    walwriter, ...: pg_probe.cpu_by_kind; the probe's own backend left out); empty without
+    one."""
+    if not PG_PIDFILE:
+        return {}
+    return cpu_by_kind(PG_PIDFILE[0], frozenset(p.pid for p in PROBE))
 
 
 def server_cpu() -> float:
     """CPU seconds (user + system) of the PostgreSQL server's processes so far (Linux /proc);
     0 without one."""
-    if not PG_PIDFILE:
-        return 0.0
-    postmaster = PG_PIDFILE[0].read_text().split()[0]
-    ticks = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        if fields[1] == postmaster or stat.parent.name == postmaster:
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return sum(server_cpu_kinds().values())
+
+
+async def wal_mark() -> str:
+    """Where the WAL is now (an LSN); empty without a server."""
+    return await PROBE[0].lsn() if PROBE else ""
+
+
+async def wal_since(mark: str) -> dict[str, float]:
+    """The WAL written since ``mark``: records, full-page image bytes, bytes."""
+    return await PROBE[0].wal(mark) if PROBE else {}
+
+
+# what a server that has been running a while has done before the running leader's fill pass
+# (bench_admission --running-prep): autovacuum's work on the jobs written since (the benchmark
+# runs it, as autovacuum would within a minute or so), and a checkpoint since the store's pages
+# were last written (so the pass pays the full-page images a running server pays)
+RUNNING_PREP = ["VACUUM ANALYZE", "CHECKPOINT"]
+
+
+async def pending_again(job_ids: list[str], prep: list[str]) -> None:
+    """Not timed: the jobs a pass placed (their reservations released) are pending again, so
+    the next pass makes the same placements; then ``prep`` (SQL, on the probe's connection)."""
+    conn = PROBE[0].conn
+    await conn.execute("UPDATE jobs SET state = 'pending' WHERE id = ANY($1::text[])", job_ids)
+    for statement in filter(None, prep):
+        await conn.execute(statement)
+
+
+def store_detail(
+    cpu: dict[str, float], wal: dict[str, float], calls: dict[str, int], tables: str
+) -> str:
+    """A pass's store on the server: its CPU by process kind, the WAL it wrote, how many
+    times each store statement ran, and the store tables' maintenance so far."""
+    if not wal:
+        return ""
+    kinds = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    runs = ", ".join(f"{k} x{v}" for k, v in sorted(calls.items()))
+    return (f"PostgreSQL's CPU in the store by process, ms: {kinds}; WAL in the pass: "
+            f"{wal['wal_records']:.0f} records, {wal['wal_bytes'] / 2**20:.1f} MiB of which "
+            f"full-page images {wal['fpi_bytes'] / 2**20:.1f} MiB; store "
+            f"statements: {runs}\n  tables after it: {tables}")  # fmt: skip
+
+
+async def tables_now() -> str:
+    """Whether each store table was analyzed and vacuumed yet (autovacuum included)."""
+    return describe_tables(await PROBE[0].tables()) if PROBE else ""
 
 
 @contextlib.asynccontextmanager
@@ -56,9 +102,12 @@ async def postgres(
             await subscribe_every_job(url)
         engine = create_engine(url, pool_size=4)
         time_statements(engine.sync_engine)
+        dsn = url.replace("postgresql+asyncpg://", "postgresql://")
+        PROBE[:] = [await Probe.open(dsn, pg.pgdata, pg._bin)]
         try:
             yield (lambda: PostgresUnitOfWork(engine)), url
         finally:
+            await PROBE.pop().close()
             await engine.dispose()
     finally:
         pg.stop()
@@ -68,6 +117,7 @@ async def postgres(
 
 # seconds per statement of the store, since the last clear (time_statements)
 STATEMENTS: dict[str, float] = {}
+CALLS: dict[str, int] = {}  # how many times each ran, since the last clear
 _STORE_STATEMENTS = {"WITH moved AS": "the jobs statement", "WITH d AS": "the reserve statement"}
 
 
@@ -86,6 +136,7 @@ def time_statements(engine: Any) -> None:
             if statement.startswith(head):
                 spent = time.perf_counter() - conn.info.pop("tp_t", time.perf_counter())
                 STATEMENTS[name] = STATEMENTS.get(name, 0.0) + spent
+                CALLS[name] = CALLS.get(name, 0) + 1
 
 
 async def auto_explain(url: str) -> None:

@@ -4,7 +4,19 @@ Measures, on the in-memory adapters and on PostgreSQL (a private embedded server
   * one admission pass as the leader runs it (``Scheduler``: it keeps the pending jobs between
     passes and reads only what changed), after ``--arrivals`` jobs were committed since its
     previous read: the read, ``decide`` and storing the reservations, each timed; the first
-    read after a start (every pending job) apart, with the resident memory its view took;
+    read after a start (every pending job) apart, with the resident memory its view took.
+    This first pass that fills the empty fleet is *cold*: the server and the scheduler have
+    just started, the store's connection has never run the store's statements, the tables
+    were filled a moment ago and never analyzed;
+  * on PostgreSQL, the same fill pass again by a leader that has been running: the first
+    pass's reservations released and its jobs pending again (not timed), then what a server
+    past its start has done (``--running-prep``: by default VACUUM ANALYZE, autovacuum's work,
+    and a CHECKPOINT, so the pass pays the full-page images a running server pays), an
+    untimed read (the leader's pass before, which reads those jobs back), then one pass
+    making the same placements on the connection the first one used;
+  * for each timed pass on PostgreSQL, the server's CPU in the store by process (the
+    backends, autovacuum, the WAL writer, ...: ``pg_probe.py``), the WAL it wrote (records,
+    full-page images) and whether the store's tables had been analyzed;
   * the steady pass: the fleet full after that pass, ``--ending`` of its jobs end (their
     reservations released) and ``--arrivals`` more are committed, then one pass over the
     10,000-odd pending jobs, timed the same way: what a leader's pass costs once the fleet is
@@ -31,14 +43,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import random
-import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -57,7 +68,32 @@ from domain.lifecycle import JobState
 from domain.requests import resolve_roles
 from domain.submission import JobSpec
 from domain.unit_of_work import UnitOfWorkFactory
-from tests.bench.admission_postgres import STATEMENTS, copy_baseline, postgres, server_cpu
+from tests.bench.admission_postgres import (
+    CALLS,
+    PROBE,
+    RUNNING_PREP,
+    STATEMENTS,
+    copy_baseline,
+    pending_again,
+    postgres,
+    server_cpu,
+    server_cpu_kinds,
+    store_detail,
+    tables_now,
+    wal_mark,
+    wal_since,
+)
+from tests.bench.admission_report import (
+    CPU_PARTS,
+    RUNNING_PREP_TEXT,
+    STORE_DETAIL,
+    Figures,
+    Steady,
+    load,
+    report,
+    rss_mb,
+)
+from tests.bench.pg_probe import cpu_delta
 
 T0 = datetime(2026, 12, 3, tzinfo=UTC)
 POOL = Pool("a", "bench", "local", 8, 96, 1_048_576, "h200")
@@ -124,70 +160,32 @@ async def finish_reserved(uow: UnitOfWorkFactory, count: int | None = None) -> N
         await u.commit()
 
 
-@dataclass
-class Steady:
-    """One pass over a busy fleet: some jobs ended and others arrived since the last."""
-
-    ended: int
-    arrived: int
-    read_s: float
-    decide_s: float
-    apply_s: float
-    placed: int
-
-
-@dataclass
-class Figures:
-    cold_s: float  # a scheduler's first read and decide (after a start: every pending job read)
-    read_s: float  # the steady pass's read: pools, nodes, queues and the jobs changed since
-    decide_s: float
-    apply_s: float
-    placed_first: int
-    drained: int
-    drain_s: float
-    passes: int
-    view_mb: float  # resident memory the first read added (the kept view of pending jobs)
-    rss_mb: float  # the process's peak resident memory at the end
-    # the drain's passes that stored 500 placements or more: (seconds of store, placements)
-    stores: list[tuple[float, int]] = field(default_factory=list)
-    # for the same passes, seconds per statement of the store (PostgreSQL: time_statements)
-    statements: list[dict[str, float]] = field(default_factory=list)
-    # for the same passes, CPU seconds: this process's and PostgreSQL's (every backend's)
-    cpu: list[tuple[float, float]] = field(default_factory=list)
-    steady: Steady | None = None
-
-
-# the embedded server's postmaster.pid (set by ``postgres``): its children are the backends
-def rss_mb(field: str = "VmRSS") -> float:
-    """This process's resident memory (Linux /proc), MiB."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-CPU_PARTS: list[dict[str, float]] = []  # per timed pass: CPU seconds of its parts
 NO_DRAIN = False  # --no-drain: stop after the two timed passes (A/B runs of a pass)
 PAUSE_GC = True  # the timed passes run with the garbage collector paused, as pass_once does
 
 
-async def timed_pass(sched: Scheduler) -> tuple[float, float, float, list[str]]:
+async def timed_pass(sched: Scheduler, label: str) -> tuple[float, float, float, list[str]]:
     """One ``pass_once`` in its parts: read, ``decide`` (timed alone again over the same
     snapshot, the same decisions), store; and the jobs it reserved. With ``sched.overlap``
     (the scheduler's default) decide and the store run at once (application/overlap.py): the
     store's part is then what the pass took beyond read and ``decide`` alone. The CPU seconds
     of each part, this process's and PostgreSQL's, go to ``CPU_PARTS``."""
     collections = sum(g["collections"] for g in gc.get_stats())
+    STATEMENTS.clear()
+    CALLS.clear()
+    mark = await wal_mark()  # outside the timed part: a query on the probe's connection
     with collector_paused() if PAUSE_GC else contextlib.nullcontext():  # as pass_once
-        c0, s0, t0 = time.process_time(), server_cpu(), time.perf_counter()
+        c0, k0, t0 = time.process_time(), server_cpu_kinds(), time.perf_counter()
         snapshot, attempts = await sched.read()
-        c1, s1, t1 = time.process_time(), server_cpu(), time.perf_counter()
+        c1, k1, t1 = time.process_time(), server_cpu_kinds(), time.perf_counter()
         if sched.overlap:
             decisions, reserved, _ = await overlapped(sched, snapshot, attempts)
         else:
             decisions = decide(snapshot, explain_waits=False)
             reserved, _ = await sched.apply(decisions.placements, attempts)
-        c2, s2, t2 = time.process_time(), server_cpu(), time.perf_counter()
+        c2, k2, t2 = time.process_time(), server_cpu_kinds(), time.perf_counter()
+    wal = await wal_since(mark)
+    s0, s1, s2 = (sum(k.values()) for k in (k0, k1, k2))
     collections = sum(g["collections"] for g in gc.get_stats()) - collections
     g0 = time.process_time()
     gc.collect()  # what the pass left to collect (paused: the collections it deferred)
@@ -200,7 +198,10 @@ async def timed_pass(sched: Scheduler) -> tuple[float, float, float, list[str]]:
     parts = {"read": c1 - c0, "read_pg": s1 - s0, "decide": decide_cpu}
     parts |= {"decide_store": c2 - c1, "store_pg": s2 - s1, "placed": len(reserved),
               "collections": collections, "collected": collected}  # fmt: skip
-    CPU_PARTS.append(parts)
+    detail = store_detail(cpu_delta(k1, k2), wal, dict(CALLS), await tables_now())
+    detail += f"\n  read's server CPU by process: {cpu_delta(k0, k1)}"
+    STORE_DETAIL.append((label, detail))
+    CPU_PARTS.append((label, parts))
     for job_id in reserved:
         sched._view.drop(job_id)
     return t1 - t0, decide_s, t2 - t1 - decide_s, list(reserved)
@@ -215,10 +216,16 @@ async def measure(
     ending: int = 0,
     store_groups: int = 1,
     overlap: int = OVERLAP_EVERY,
+    pending_again: Callable[[list[str]], Awaitable[None]] | None = None,
 ) -> Figures:
-    """One steady pass as the leader runs it: the scheduler has read the queue before (its
+    """The fill pass as the leader runs it: the scheduler has read the queue before (its
     first read, timed apart as the cost of a start), then ``arrivals`` are committed, then one
-    ``pass_once`` (its read, ``decide`` and the store, each timed); then the drain."""
+    ``pass_once`` (its read, ``decide`` and the store, each timed). With ``pending_again``
+    (PostgreSQL), the same fill pass once more as a leader that has been running makes it:
+    the reservations released, the jobs it placed pending again (``pending_again``, which
+    also runs what a server past its start has done: ``--running-prep``), read back by an
+    untimed read (the leader's pass before), then one more pass, timed the same way. Then
+    the steady pass, then the drain."""
     ctx = make_ctx(uow)
     sched = Scheduler(
         ctx, snapshot_limit=limit, batch=batch, store_groups=store_groups, overlap=overlap
@@ -230,15 +237,23 @@ async def measure(
     cold = time.perf_counter() - t
     view = rss_mb() - before
     await add_jobs(uow, arrivals)
-    read_s, decide_s, apply_s, reserved = await timed_pass(sched)
+    read_s, decide_s, apply_s, reserved = await timed_pass(sched, "fill pass, cold")
     first = Figures(
         cold, read_s, decide_s, apply_s, len(reserved), len(reserved),
         read_s + decide_s + apply_s, 1, view, 0.0,
     )  # fmt: skip
+    if pending_again is not None:  # the same fill pass by a leader that has been running
+        await finish_reserved(uow)
+        await pending_again(reserved)
+        await sched.read()  # the leader's pass before (untimed) read them back into its view
+        read_s, decide_s, apply_s, placed = await timed_pass(sched, "fill pass, running leader")
+        first.running = Steady(0, len(reserved), read_s, decide_s, apply_s, len(placed))
+        first.drained += len(placed) - len(reserved)
+        first.passes += 1
     if later:  # the fleet is full now: a few jobs end, a few more arrive, one more pass
         await finish_reserved(uow, ending)
         await add_jobs(uow, list(later))
-        read_s, decide_s, apply_s, placed = await timed_pass(sched)
+        read_s, decide_s, apply_s, placed = await timed_pass(sched, "steady pass")
         first.steady = Steady(ending, len(later), read_s, decide_s, apply_s, len(placed))
         first.drained += len(placed)
         first.drain_s += read_s + decide_s + apply_s
@@ -278,65 +293,6 @@ async def measure(
         await finish_reserved(uow)
 
 
-def report(name: str, f: Figures, jobs: int, nodes: int, arrivals: int) -> None:
-    one = f.read_s + f.decide_s + f.apply_s
-    for what, cpu in zip(("fill pass", "steady pass"), CPU_PARTS, strict=False):
-        print(f"{name}, {what}: CPU ms: read {cpu['read'] * 1e3:.0f} (PostgreSQL "
-              f"{cpu['read_pg'] * 1e3:.0f}); decide alone {cpu['decide'] * 1e3:.0f}; decide and "
-              f"store {cpu['decide_store'] * 1e3:.0f} (PostgreSQL {cpu['store_pg'] * 1e3:.0f}); "
-              f"{cpu['placed']:.0f} placed; {cpu['collections']:.0f} garbage collections "
-              f"in the pass, a full one after it {cpu['collected'] * 1e3:.0f}")  # fmt: skip
-    CPU_PARTS.clear()
-    print(
-        f"\n== {name}: {jobs} pending jobs (+{arrivals} committed since the last read), "
-        f"{nodes} nodes x 8 GPUs =="
-    )
-    print(
-        f"one pass: {one * 1000:.0f} ms = read {f.read_s * 1000:.0f} ms + decide "
-        f"{f.decide_s * 1000:.0f} ms + store {f.apply_s * 1000:.0f} ms (with --overlap: the "
-        f"pass less read and decide alone); {f.placed_first} jobs reserved"
-    )
-    print(
-        f"without the store: {(f.read_s + f.decide_s) * 1000:.0f} ms; store per placement "
-        f"{f.apply_s / max(f.placed_first, 1) * 1e6:.0f} us; ratio decide / whole pass: "
-        f"{f.decide_s / one:.3f}"
-    )
-    print(
-        f"first read and decide after a start (every pending job read): "
-        f"{f.cold_s * 1000:.0f} ms; the view it keeps: {f.view_mb:.1f} MiB resident "
-        f"({f.view_mb * 1024 * 1024 / max(jobs, 1):.0f} bytes per pending job)"
-    )
-    if f.steady:
-        st = f.steady
-        whole = st.read_s + st.decide_s + st.apply_s
-        print(
-            f"steady pass (the fleet full; {st.ended} jobs ended and {st.arrived} arrived since "
-            f"the last pass): {whole * 1000:.0f} ms = read and decide "
-            f"{(st.read_s + st.decide_s) * 1000:.0f} ms + store {st.apply_s * 1000:.0f} ms; "
-            f"{st.placed} jobs reserved (decide alone, timed again over the same snapshot: "
-            f"{st.decide_s * 1000:.0f} ms)"
-        )
-    if f.stores:
-        per = sorted(t / n for t, n in f.stores)
-        print(f"drain's stores of 500 placements or more ({len(per)} passes, "
-              f"{min(n for _, n in f.stores)}-{max(n for _, n in f.stores)} placements): per "
-              f"placement median {statistics.median(per) * 1e6:.0f} us, best {per[0] * 1e6:.0f} "
-              f"us; at the median, 1,277 placements take "
-              f"{statistics.median(per) * 1277 * 1000:.0f} ms")  # fmt: skip
-    if f.cpu:
-        client = statistics.median(c / n for (c, _), (_, n) in zip(f.cpu, f.stores, strict=True))
-        server = statistics.median(v / n for (_, v), (_, n) in zip(f.cpu, f.stores, strict=True))
-        print(f"  CPU per placement (median; whatever the machine's load): this process "
-              f"{client * 1e6:.0f} us, PostgreSQL {server * 1e6:.0f} us")  # fmt: skip
-    names = sorted({k for d in f.statements for k in d})
-    for name in names:
-        each = [d.get(name, 0.0) / n for d, (_, n) in zip(f.statements, f.stores, strict=True)]
-        print(f"  of which {name}: per placement median {statistics.median(each) * 1e6:.0f} us")
-    print(f"drain: {f.drained} jobs admitted in {f.passes} passes, {f.drain_s:.2f} s of "
-          f"scheduler time -> {f.drained / f.drain_s:,.0f} jobs admitted/s; peak resident "
-          f"memory of the process {f.rss_mb:.0f} MiB")  # fmt: skip
-
-
 async def main(args: argparse.Namespace) -> None:
     every = workload(args.jobs + 2 * args.arrivals, args.seed)
     jobs = every[: args.jobs]
@@ -356,8 +312,13 @@ async def main(args: argparse.Namespace) -> None:
             pg = postgres(Path(tmp), args.explain, args.webhook, args.schema)
             async with pg as (pg_factory, url):
                 await populate(pg_factory, args.nodes, jobs)
+                for statement in args.prepare:  # e.g. ANALYZE, CHECKPOINT (probe's connection)
+                    await PROBE[0].conn.execute(statement)
+                prep = RUNNING_PREP if args.running_prep is None else args.running_prep
+                RUNNING_PREP_TEXT[0] = "; ".join(prep) or "nothing run"
+                again = None if args.no_running else functools.partial(pending_again, prep=prep)
                 f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending,
-                                  args.store_groups, args.overlap)  # fmt: skip
+                                  args.store_groups, args.overlap, again)  # fmt: skip
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
                 if NO_DRAIN:
                     return
@@ -368,10 +329,6 @@ async def main(args: argparse.Namespace) -> None:
                       f"stores {gpus / f.drain_s:,.0f} GPU reservations/s, ratio "
                       f"{(gpus / f.drain_s) / (gpus / base):.3f}")  # fmt: skip
     print(f"load average after: {load()}")
-
-
-def load() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 if __name__ == "__main__":
@@ -427,6 +384,24 @@ if __name__ == "__main__":
         "--schema",
         default="head",
         help="PostgreSQL: migrate only to this revision (an A/B of a schema change, e.g. 0034)",
+    )
+    parser.add_argument(
+        "--prepare",
+        action="append",
+        default=[],
+        help="PostgreSQL: SQL run once after the jobs are added, before the scheduler starts "
+        "(e.g. ANALYZE, CHECKPOINT; repeatable): what a server past its start has done",
+    )
+    parser.add_argument(
+        "--running-prep",
+        action="append",
+        help="PostgreSQL: SQL run before the running leader's fill pass, instead of "
+        f"{'; '.join(RUNNING_PREP)} (repeatable; '' for nothing)",
+    )
+    parser.add_argument(
+        "--no-running",
+        action="store_true",
+        help="PostgreSQL: no second fill pass by a leader that has been running",
     )
     arguments = parser.parse_args()
     PAUSE_GC = not arguments.collect_in_pass

@@ -36,7 +36,8 @@ from adapters.postgres.reservations import _RESERVE_MANY, reserve_many_params
 from adapters.postgres.scheduling import _START, start_params
 from adapters.postgres.uow import PostgresUnitOfWork
 from application.scheduler import Scheduler
-from tests.bench.bench_admission import load, make_ctx, populate, workload
+from tests.bench.admission_report import load
+from tests.bench.bench_admission import make_ctx, populate, workload
 
 TABLES = "jobs, attempts, members, job_events, reservations, reservation_members, nodes"
 # the GPU-overlap check as the schema has it: the claims' trigger (a row a GPU in 0035, a mask
