@@ -417,7 +417,8 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
     ]
     print(
         f"\n{STREAMS:,} streams x {POINTS} points/s, {SECONDS:.0f} s ({WARMUP:.0f} s warm-up),"
-        f" {LOADERS} load generator processes ({CLIENT} client, {ACKS} acks), machine: {os.cpu_count()} cores"
+        f" {LOADERS} load generator processes ({CLIENT} client, {ACKS} acks),"
+        f" machine: {os.cpu_count()} cores"
     )
     for r in results:
         c, b = r["cores"], r["per_batch"]

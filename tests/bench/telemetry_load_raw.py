@@ -27,9 +27,9 @@ from typing import cast
 
 from hpack import Encoder
 
+from adapters.grpc.telemetry_client import ACKS, CUMULATIVE
 from adapters.tls import client_context
 from proto import telemetry_pb2 as pb
-from adapters.grpc.telemetry_client import ACKS, CUMULATIVE
 from tests.bench.telemetry_load import Player, batch
 
 PATH = "/tuneplane.telemetry.v1.Telemetry/Append"

@@ -18,9 +18,8 @@ from adapters.telemetry.tailer import MemberTail
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryStub
 from tests.fixtures.recording_telemetry import Member, Net, offsets, until, write_lines
-from tests.fixtures.server import free_port
-from tests.support.faulty_gateway import H2_MODES, TCP_MODES, FaultyFront
 from tests.support.cutting_relay import Proxy
+from tests.support.faulty_gateway import H2_MODES, TCP_MODES, FaultyFront
 
 pytestmark = pytest.mark.integration
 
