@@ -49,7 +49,7 @@ class Sender(TelemetryBase):
         await stream.recv_message()
         ack = pb.Ack(seq=123_456, accepted=100, duplicates=0)
         await stream.send_message(ack)  # headers out; the rest are DATA frames only
-        h2s: Any = stream._stream  # type: ignore[attr-defined]  # grpclib.protocol.Stream
+        h2s: Any = stream._stream  # grpclib.protocol.Stream
         conn, transport = h2s._h2_connection, h2s._transport
         body = ack.SerializeToString()
         message = struct.pack(">BI", 0, len(body)) + body

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import h2.config
+import h2.connection
 import hyperframe.frame
 import pytest
 from hyperframe.frame import DataFrame
@@ -26,24 +30,21 @@ def test_the_telemetry_gateway_installs_it() -> None:
     assert repr(frame).endswith(": <hex:00010001000100010001...>")
 
 
-class Lines:
+class Lines(h2.config.DummyLogger):
     """An h2 logger that formats what it is given (as a real logger would)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
 
-    def debug(self, fmtstr: str, *args: object) -> None:
-        self.lines.append(fmtstr % args)
+    def debug(self, *vargs: Any, **kwargs: Any) -> None:
+        self.lines.append(vargs[0] % vargs[1:])
 
-    def trace(self, fmtstr: str, *args: object) -> None:
-        self.lines.append(fmtstr % args)
+    def trace(self, *vargs: Any, **kwargs: Any) -> None:
+        self.lines.append(vargs[0] % vargs[1:])
 
 
 def test_h2s_trace_line_is_built_only_when_formatted_and_says_the_same() -> None:
     import builtins
-
-    import h2.config
-    import h2.connection
 
     client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
     client.initiate_connection()
