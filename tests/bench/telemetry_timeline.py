@@ -171,7 +171,8 @@ def render(slots: list[dict[str, object]], folds: list[tuple[float, float]]) -> 
 
 def by_second(latencies: np.ndarray, t0: float, t1: float) -> str:
     """Ack p50 / p99 (ms) of the batches sent in each second from ``t0`` to ``t1``: whether a
-    run that fell behind drains again (a backlog shows as p50s that grow, then fall back)."""
+    run that fell behind drains again (p50s that grow, then fall back), stays behind or falls
+    further."""
     sent, lat = latencies[:, 0], latencies[:, 1] * 1000
     cells = []
     for a in np.arange(t0, t1, 1.0):
