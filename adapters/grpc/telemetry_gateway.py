@@ -12,7 +12,7 @@ while the last round was being stored (at most ``ROUND``), stores them as one en
 (one transaction, so all or none), and answers one ``Ack`` with the last seq and their summed
 counts. When the gateway keeps up a round holds one batch, as before; when it falls behind, a
 round holds several batches of the stream for one ack and one group slot, so it gets cheaper
-per batch instead of staying behind. A round is cut before a batch naming another attempt or
+per batch instead of falling further behind. A round is cut before a batch naming another attempt or
 member, a seq that does not grow or a malformed batch: the batches before it are stored and
 acknowledged, then that one is refused as before. Without the metadata (an older collector,
 any other gRPC client) every batch gets its own ack, one at a time.
