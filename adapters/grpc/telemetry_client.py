@@ -1,8 +1,12 @@
 """The collector's shipping side: one ``Append`` stream per member (proto/telemetry.proto).
 
 Batches of about ``BATCH_POINTS`` points are taken from the spool in record order; up to
-``WINDOW`` of them are in flight on a stream, and acks come back in order. A batch's records
-leave the spool only when its ``Ack`` came back. On any failure (connection refused, stream
+``WINDOW`` of them are in flight on a stream, and acks come back in order. The stream asks for
+cumulative acks (metadata ``tuneplane-acks: cumulative``): an ack of ``seq`` N acknowledges every
+batch up to N, so a gateway that fell behind stores the batches that queued up together and
+answers once; a gateway that does not know the metadata acks each batch, which is the same
+thing one batch at a time. A batch's records leave the spool only when an ``Ack`` of its seq or
+a later one came back. On any failure (connection refused, stream
 reset, UNAVAILABLE, no ack within ``timeout``) the stream is opened again after a pause
 (exponential with full jitter, 0.2 s doubling up to 5 s, so collectors restarted together do
 not knock together; the first retry after a stream that made progress is immediate) and every
@@ -33,6 +37,8 @@ from adapters.telemetry.spool import Counters, Spool, SpoolBatch
 from adapters.tls import client_context
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryStub
+
+ACKS, CUMULATIVE = "tuneplane-acks", "cumulative"  # the gateway's side: telemetry_gateway.py
 
 log = logging.getLogger("tuneplane.collector")
 
@@ -194,7 +200,7 @@ class Shipper:
         """One stream: send every unacknowledged batch, in order, then what gets spooled.
         Returns when the token changed (after every batch in flight was acknowledged)."""
         member = self.ticket.member
-        metadata = {"authorization": f"Bearer {self.ticket.token}"}
+        metadata = {"authorization": f"Bearer {self.ticket.token}", ACKS: CUMULATIVE}
         stub = TelemetryStub(self.channel)
         self.streams += 1
         inflight: deque[tuple[int, SpoolBatch, Counters]] = deque()
@@ -222,16 +228,7 @@ class Shipper:
                             await asyncio.wait_for(self._wake.wait(), self.idle)
                         continue
                     ack = await asyncio.wait_for(stream.recv_message(), self.timeout)
-                    expected, batch, counters = inflight[0]
-                    if ack is None or ack.seq != expected:
-                        got = "the end of the stream" if ack is None else f"ack {ack.seq}"
-                        raise StreamTerminatedError(f"expected ack {expected}, got {got}")
-                    if batch.up_to:
-                        await asyncio.to_thread(self.spool.ack, member, batch.up_to)
-                    self.acked_counters = counters
-                    inflight.popleft()
-                    acked += 1
-                    self.shipped += batch.points
+                    acked += await self._acked(inflight, ack)
                     if self.failures:
                         log.info("shipping member %s again", member)
                         self.failures = 0
@@ -244,3 +241,22 @@ class Shipper:
             if acked:  # this stream carried batches: the next one is opened at once
                 raise _Progressed() from exc
             raise StreamTerminatedError(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _acked(
+        self, inflight: deque[tuple[int, SpoolBatch, Counters]], ack: pb.Ack | None
+    ) -> int:
+        """Takes the batches ``ack`` acknowledges (its seq and every one before it) off the
+        spool; returns how many. An ack of no batch in flight ends the stream."""
+        if ack is None or not inflight[0][0] <= ack.seq <= inflight[-1][0]:
+            got = "the end of the stream" if ack is None else f"ack {ack.seq}"
+            first, last = inflight[0][0], inflight[-1][0]
+            raise StreamTerminatedError(f"expected an ack of {first} to {last}, got {got}")
+        done = []
+        while inflight and inflight[0][0] <= ack.seq:
+            done.append(inflight.popleft())
+        up_to = max(batch.up_to for _, batch, _ in done)
+        if up_to:  # spool rows up to this id, all in the batches acked (spool.py)
+            await asyncio.to_thread(self.spool.ack, self.ticket.member, up_to)
+        self.acked_counters = done[-1][2]
+        self.shipped += sum(batch.points for _, batch, _ in done)
+        return len(done)

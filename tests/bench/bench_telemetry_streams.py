@@ -9,6 +9,9 @@ timed; the figures come from the batches sent after ``BENCH_WARMUP`` (5) seconds
 ``BENCH_CLIENT`` picks the load generator's HTTP/2 client: ``raw`` (default, frames written by
 hand: ``telemetry_load_raw.py``), ``grpclib`` (the collector's) or ``aio`` (grpcio's
 ``grpc.aio``); the gateway sees the same connections, streams and messages from each.
+``BENCH_ACKS``: ``cumulative`` (default, as the collector asks since session 45: an ack of a seq
+acknowledges every batch up to it, so a gateway that fell behind stores a stream's queued
+batches together) or ``each`` (one ack a batch, as older collectors; ``grpclib`` and ``raw``).
 
 Two configurations in the same run, each on a fresh set of members: (1) one ``tp gateway
 telemetry``; (2) two gateway processes sharing one port (``TUNEPLANE_TELEMETRY_GATEWAY_SHARE_
@@ -57,7 +60,7 @@ from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
 from tests.bench.pg_statements import statements
-from tests.bench.telemetry_timeline import Timeline, render
+from tests.bench.telemetry_timeline import Timeline, by_second, render
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import TP, free_port
 from tests.support.db import plain_dsn
@@ -72,6 +75,7 @@ LOADERS = int(os.environ.get("BENCH_LOADERS", "2"))
 CONFIGS = os.environ.get("BENCH_CONFIGS", "1,2,2k").split(",")  # gateways; k: kill one
 PGSS = os.environ.get("BENCH_PGSS")  # a PostgreSQL bin dir with pg_stat_statements: its report
 CLIENT = os.environ.get("BENCH_CLIENT", "raw")  # the load generator's: grpclib, aio, raw
+ACKS = os.environ.get("BENCH_ACKS", "cumulative")  # "each": one ack a batch (older collectors)
 PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -285,7 +289,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
             plan = root / f"plan-{gateways}-{k}.json"
             plan.write_text(json.dumps({
                 "gateways": [["127.0.0.1", port]], "ca": str(ca), "points": POINTS,
-                "client": CLIENT, "members": members[k::LOADERS],
+                "client": CLIENT, "acks": ACKS, "members": members[k::LOADERS],
             }))  # fmt: skip
             loaders.append(subprocess.Popen(
                 [sys.executable, "-m", "tests.bench.telemetry_load", str(plan)],
@@ -372,6 +376,7 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
     drain = max(o["drained"] for o in outs) - (start + SECONDS)
     window_at = start + WARMUP
     view = render(timeline.slots(lat, window_at, start + SECONDS), timeline.folds(window_at))
+    view += "\n" + by_second(lat, start, start + SECONDS)
     (root / f"timeline-{gateways}.json").write_text(json.dumps(
         timeline.slots(lat, start, start + SECONDS + drain)))  # fmt: skip
     after_kill = lat[lat[:, 0] >= (killed_at or float("inf"))][:, 1] * 1000
@@ -412,7 +417,8 @@ def test_collector_streams(durable_pg: tuple[str, int]) -> None:
     ]
     print(
         f"\n{STREAMS:,} streams x {POINTS} points/s, {SECONDS:.0f} s ({WARMUP:.0f} s warm-up),"
-        f" {LOADERS} load generator processes ({CLIENT} client), machine: {os.cpu_count()} cores"
+        f" {LOADERS} load generator processes ({CLIENT} client, {ACKS} acks),"
+        f" machine: {os.cpu_count()} cores"
     )
     for r in results:
         c, b = r["cores"], r["per_batch"]

@@ -35,7 +35,7 @@ import numpy as np
 import uvloop
 from grpclib.client import Channel
 
-from adapters.grpc.telemetry_client import open_channel
+from adapters.grpc.telemetry_client import ACKS, CUMULATIVE, open_channel
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryStub
 
@@ -78,6 +78,7 @@ class Player:
     reconnects: int = 0
     channel: Channel | None = None
     wanted: asyncio.Queue[int] = field(default_factory=asyncio.Queue)  # first records to send
+    cumulative: bool = False  # asks for cumulative acks (grpclib and raw clients)
 
     async def connect(self) -> None:
         self.channel = open_channel(*self.address, self.ca)
@@ -113,6 +114,8 @@ class Player:
         assert self.channel is not None
         stub = TelemetryStub(self.channel)
         meta = {"authorization": f"Bearer {self.member['token']}"}
+        if self.cumulative:
+            meta[ACKS] = CUMULATIVE
         async with stub.Append.open(metadata=meta) as stream:
             await stream.send_request()
             ready.set()
@@ -128,10 +131,12 @@ class Player:
 
         async def read() -> None:
             async for ack in acks:
-                first = in_flight.pop(ack.seq)
-                if first in self.unacked:
-                    _, t = self.unacked.pop(first)
-                    self.latencies.append((t, time.time() - t))
+                now = time.time()
+                for s in [s for s in in_flight if s <= ack.seq]:  # cumulative: all up to it
+                    first = in_flight.pop(s)
+                    if first in self.unacked:
+                        _, t = self.unacked.pop(first)
+                        self.latencies.append((t, now - t))
 
         reader = asyncio.create_task(read())
         me = asyncio.current_task()
@@ -198,6 +203,8 @@ async def main(plan_file: Path) -> None:
     players = [
         kind(m, addresses[m["index"] % len(addresses)], ca, records) for m in plan["members"]
     ]
+    for p in players:
+        p.cumulative = plan.get("acks") == CUMULATIVE
     sem = asyncio.Semaphore(16)
 
     async def connect(p: Player) -> None:

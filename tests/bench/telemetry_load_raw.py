@@ -27,6 +27,7 @@ from typing import cast
 
 from hpack import Encoder
 
+from adapters.grpc.telemetry_client import ACKS, CUMULATIVE
 from adapters.tls import client_context
 from proto import telemetry_pb2 as pb
 from tests.bench.telemetry_load import Player, batch
@@ -85,12 +86,14 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def start(self, authority: str, token: str) -> None:
+    def start(self, authority: str, token: str, cumulative: bool = False) -> None:
         headers = [
             (":method", "POST"), (":scheme", "https"), (":path", PATH),
             (":authority", authority), ("content-type", "application/grpc"), ("te", "trailers"),
             ("authorization", f"Bearer {token}"),
         ]  # fmt: skip
+        if cumulative:  # an ack of seq N acknowledges every batch up to N (telemetry_gateway.py)
+            headers.append((ACKS, CUMULATIVE))
         assert self.transport is not None
         self.transport.write(frame(HEADERS, END_HEADERS, STREAM, Encoder().encode(headers)))
 
@@ -219,8 +222,12 @@ class RawPlayer(Player):
         return bytes(message.SerializeToString())
 
     def _send_now(self, conn: Connection, first: int) -> bool:
-        # False: the windows are short, the task sends it (its seq is skipped: seqs only rise)
-        return conn.send_now(self._message(first))
+        # False: the windows are short, the task sends it (its seq is skipped: seqs only rise;
+        # forgotten, so that a cumulative ack does not take it for the batch, sent later)
+        if conn.send_now(self._message(first)):
+            return True
+        del self.in_flight[self.seq]
+        return False
 
     async def _open(self) -> Connection:
         if self.ctx is None:
@@ -250,10 +257,18 @@ class RawPlayer(Player):
         assert me is not None
 
         def on_ack(ack: pb.Ack) -> None:
-            first = in_flight.pop(ack.seq)
-            if first in self.unacked:
-                _, t = self.unacked.pop(first)
-                self.latencies.append((t, time.time() - t))
+            if ack.seq not in in_flight:  # as the shipper: an ack of no batch in flight
+                conn.close()
+                conn.end()
+                return
+            now = time.time()
+            for seq in list(in_flight):  # in seq order; cumulative: every one up to the ack's
+                if seq > ack.seq:
+                    break
+                first = in_flight.pop(seq)
+                if first in self.unacked:
+                    _, t = self.unacked.pop(first)
+                    self.latencies.append((t, now - t))
 
         idle = False
 
@@ -264,7 +279,7 @@ class RawPlayer(Player):
 
         conn.on_ack, conn.on_end = on_ack, on_end
         host, port = self.address
-        conn.start(f"{host}:{port}", self.member["token"])
+        conn.start(f"{host}:{port}", self.member["token"], self.cumulative)
         if conn.ended:
             raise ConnectionError("the connection ended")
         ready.set()

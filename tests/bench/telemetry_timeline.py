@@ -167,3 +167,18 @@ def render(slots: list[dict[str, object]], folds: list[tuple[float, float]]) -> 
     with_fold = [i for i in slow if "fold" in slots[i]["marks"]]  # type: ignore[operator]
     lines.append(f"  slow slots during a fold: {len(with_fold)} of {len(slow)}")
     return "\n".join(lines)
+
+
+def by_second(latencies: np.ndarray, t0: float, t1: float) -> str:
+    """Ack p50 / p99 (ms) of the batches sent in each second from ``t0`` to ``t1``: whether a
+    run that fell behind drains again (p50s that grow, then fall back), stays behind or falls
+    further."""
+    sent, lat = latencies[:, 0], latencies[:, 1] * 1000
+    cells = []
+    for a in np.arange(t0, t1, 1.0):
+        here = lat[(sent >= a) & (sent < a + 1.0)]
+        if len(here):
+            cells.append(f"{np.percentile(here, 50):.0f}/{np.percentile(here, 99):.0f}")
+        else:
+            cells.append("-")
+    return "  ack p50/p99 (ms) by the second a batch was sent, from the first: " + " ".join(cells)

@@ -18,7 +18,7 @@ from adapters.telemetry.tailer import MemberTail
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryStub
 from tests.fixtures.recording_telemetry import Member, Net, offsets, until, write_lines
-from tests.fixtures.server import free_port
+from tests.support.cutting_relay import Proxy
 from tests.support.faulty_gateway import H2_MODES, TCP_MODES, FaultyFront
 
 pytestmark = pytest.mark.integration
@@ -76,48 +76,6 @@ async def test_records_leave_the_spool_only_when_acknowledged(
     assert member.spool.pending("m1") == spooled
     net.recording.gate.set()
     await until(lambda: member.spool.pending("m1") == 0)
-
-
-class Proxy:
-    """A TCP relay in front of the server that can cut every connection (as a gateway killed
-    with SIGKILL does) and refuse new ones for a while."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.port = free_port()
-        self.writers: set[asyncio.StreamWriter] = set()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self.server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
-
-    async def down(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for w in self.writers:
-            w.transport.abort()
-        self.writers.clear()
-        await self.server.wait_closed()
-
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
-            writer.transport.abort()
-            return
-        self.writers |= {writer, up_writer}
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            except OSError:
-                pass
-            finally:
-                w.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
 
 async def test_connections_cut_mid_stream_lose_nothing(tmp_path: Path, net: Net) -> None:
