@@ -40,6 +40,17 @@ def keepalives(seconds: float = KEEPALIVE_SECONDS) -> dict[str, str]:
     }
 
 
+# Every session of the control plane and of the telemetry store runs with JIT off. Their
+# statements are short and many; where PostgreSQL was built with LLVM (Debian's and most
+# distributions' packages) the planner compiles any statement whose estimated cost passes
+# jit_above_cost, and estimates of set-returning functions (a reservation's GPUs expanded by
+# generate_series) pass it with a handful of rows: the live reservations' read took 8 ms instead
+# of 0.45 ms for 20 reservations, 143-310 ms instead of 23-58 ms for 2,000, all of the difference
+# compiling (docs/persistence.md, "No JIT"). The benchmarks' PostgreSQL has no JIT, so this also
+# keeps a packaged server to the measured behaviour.
+NO_JIT = {"jit": "off"}
+
+
 def create_engine(
     url: str,
     pool_size: int = 10,
@@ -69,6 +80,7 @@ def create_engine(
             "server_settings": {
                 "application_name": application_name,
                 **keepalives(keepalive_seconds),
+                **NO_JIT,
             },
         },
     )

@@ -19,7 +19,7 @@ from datetime import datetime
 
 import asyncpg
 
-from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
+from adapters.postgres.engine import KEEPALIVE_SECONDS, NO_JIT, keepalives, plain_url
 from adapters.postgres.ingest_arrays import BLOCK_STEPS
 from adapters.postgres.metric_groups import Coalesced, GroupedAppends
 from adapters.postgres.metric_rollups import fold_series
@@ -126,6 +126,7 @@ async def create_pool(
             "application_name": "tuneplane-metrics",
             "plan_cache_mode": "force_custom_plan",
             **keepalives(keepalive_seconds),
+            **NO_JIT,
         },
     )
     assert pool is not None
