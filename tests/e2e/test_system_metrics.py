@@ -66,9 +66,9 @@ async def test_a_cpu_member_s_cpu_and_memory_arrive_beside_its_curves_and_are_ch
     cpu = cluster.api("GET", f"/v1/jobs/{job_id}/metrics/curve?tag=sys/cpu/utilization")
     assert max(p["max"] for p in cpu["merged"]) > 0  # the member's busy loop, in cores
     out = cli("job", "metrics", job_id).stdout
-    training, _, system = out.partition("system (member 0's")
-    assert "train/loss" in training and "sys/" not in training
-    assert "sys/cpu/utilization" in system and "sys/memory/used_mb" in system
+    training_text, _, system_text = out.partition("system (member 0's")
+    assert "train/loss" in training_text and "sys/" not in training_text
+    assert "sys/cpu/utilization" in system_text and "sys/memory/used_mb" in system_text
 
     await page.goto(cluster.servers.url + "/console/")
     await page.get_by_label("API token").fill(cluster.servers.token)
