@@ -163,21 +163,20 @@ async def one_run(
     rows)}."""
     async with engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await conn.execute(
-            text(f"VACUUM ANALYZE {TABLES}, gpu_claims")
-        )  # no dead rows of the last run
+        # no dead rows of the last run
+        await conn.execute(text(f"VACUUM ANALYZE {TABLES}, gpu_claims"))
     out: dict[str, tuple[float, float, int]] = {}
     async with engine.connect() as conn:
         tx = await conn.begin()
-        for statement in ddl:
-            await conn.execute(text(statement))
+        for change in ddl:
+            await conn.execute(text(change))
         pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
         lsn = text("SELECT pg_current_wal_insert_lsn()")
         since = text("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), :mark)")
-        for name, (statement, which) in STATEMENTS.items():
+        for name, (write, which) in STATEMENTS.items():
             mark = (await conn.execute(lsn)).scalar()
             c0 = cpu_ns(pid)
-            rows = (await conn.execute(statement, params[which])).rowcount
+            rows = (await conn.execute(write, params[which])).rowcount
             c1 = cpu_ns(pid)
             wal = (await conn.execute(since, {"mark": mark})).scalar()
             out[name] = ((c1 - c0) / 1e6, float(wal or 0), rows)
