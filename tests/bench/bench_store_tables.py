@@ -14,7 +14,8 @@ rounds. A part taken away is a measurement, never a proposal (docs/persistence.m
 
 Run: ``.venv/bin/python -m tests.bench.bench_store_tables`` (``--variants`` to pick some by the
 start of their names, ``--schema 0037`` for an older schema, ``--against 0037``: the writes as
-they are in turn with a second database at that revision, no part taken away).
+they are in turn with a second database at that revision, no part taken away; ``--released``:
+a store committed and released first, so that the GPU masks' rows exist and are updated).
 """
 
 from __future__ import annotations
@@ -244,9 +245,11 @@ async def run(args: argparse.Namespace, keep: Path) -> None:
                 reserve_many_params([s.reservation for s in starts]),
             )
             print(f"{len(starts)} placements, schema {args.schema}; load average {load()}")
+            if args.released:
+                await store_and_release(engine, params)
             await one_run(engine, [], params)  # thrown away: caches and pages cold
             if args.against:
-                other = await second_database(url, args)
+                other = await second_database(url, args, params)
                 await one_run(other, [], params)
                 every_label[0] = True
                 engines = {f"schema {args.against}": other, f"schema {args.schema}": engine}
@@ -267,7 +270,24 @@ async def run(args: argparse.Namespace, keep: Path) -> None:
     print(f"load average after: {load()}")
 
 
-async def second_database(url: str, args: argparse.Namespace) -> Any:
+async def store_and_release(engine: Any, params: Params) -> None:
+    """The six writes committed, then undone as releases and a requeue would (the attempts
+    deleted, their members and reservations cascading, the GPU masks cleared to 0 and kept;
+    the counters back to 0; the jobs pending): the fleet of a leader that has been running,
+    where the masks' rows exist and a store updates them."""
+    async with engine.connect() as conn:
+        tx = await conn.begin()
+        for write, which in STATEMENTS.values():
+            await conn.execute(write, params[which])
+        await tx.commit()
+        tx = await conn.begin()
+        await conn.execute(text("DELETE FROM attempts"))
+        await conn.execute(text("UPDATE nodes SET used_mcpu = 0, used_memory_mb = 0"))
+        await conn.execute(text("UPDATE jobs SET state = 'pending' WHERE state = 'starting'"))
+        await tx.commit()
+
+
+async def second_database(url: str, args: argparse.Namespace, params: Params) -> Any:
     """A database ``against`` on the same server at revision ``--against``, the same rows."""
     admin = await asyncpg.connect(plain_url(url))
     try:
@@ -278,6 +298,8 @@ async def second_database(url: str, args: argparse.Namespace) -> Any:
     await migrate.upgrade_async(other_url, args.against)
     other = create_engine(other_url, pool_size=2)
     await populate(lambda: PostgresUnitOfWork(other), args.nodes, workload(args.jobs, args.seed))
+    if args.released:
+        await store_and_release(other, params)
     return other
 
 
@@ -289,6 +311,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--schema", default="head")
     parser.add_argument("--against", help="A/B: the writes here and at this revision, in turn")
+    parser.add_argument(
+        "--released",
+        action="store_true",
+        help="first store and release once (committed): the GPU masks' rows exist, as on a "
+        "fleet that had reservations",
+    )
     parser.add_argument(
         "--variants", nargs="*", help="only the variants whose names start so (and 'as is')"
     )

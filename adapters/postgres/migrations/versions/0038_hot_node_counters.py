@@ -9,7 +9,7 @@ Neither update changes an indexed column (``nodes``' indexes hold name, pool and
 default, 100) every update wrote its new version on another page and a new entry in every index
 (four for ``nodes``, one for ``gpu_claims``): when an empty fleet of 1,000 nodes filled, the
 counters' update cost the server 12 ms and 577 kB of WAL for 1,000 rows, against 5.5 ms and
-144 kB HOT; the masks' updates of a fleet that had reservations about 8 ms more
+144 kB HOT; the masks' updates of a fleet that had reservations 4-8 ms less
 (docs/benchmarks.md, "Session 46"). The cost: the two tables take twice the pages (a fleet of
 1,000 nodes: about 60 pages instead of 30).
 
