@@ -60,8 +60,8 @@ from adapters.grpc.telemetry_gateway import TelemetryGateway, source_batch
 from adapters.tls import client_context, ensure_dev_pki, server_context
 from application.telemetry import TelemetryIngest
 from domain.telemetry import Appended, MemberScope
-from entrypoints.gc_pauses import keep_pauses_short, stop_policy
 from domain.telemetry_ports import MemberStatus
+from entrypoints.gc_pauses import keep_pauses_short, stop_policy
 from proto import telemetry_pb2 as pb
 from proto.telemetry_grpc import TelemetryBase
 from tests.fixtures.server import free_port
@@ -71,9 +71,7 @@ pytestmark = pytest.mark.bench
 CONNS = int(os.environ.get("BENCH_RX_CONNS", "200"))
 BATCHES = int(os.environ.get("BENCH_RX_BATCHES", "60"))
 WARM = 10  # batches per connection before the count starts
-MODES = tuple(
-    os.environ.get("BENCH_RX_MODES", "floor,recv,parse,decode,each,rounds").split(",")
-)
+MODES = tuple(os.environ.get("BENCH_RX_MODES", "floor,recv,parse,decode,each,rounds").split(","))
 ACK = pb.Ack(seq=1, accepted=100, duplicates=0).SerializeToString()
 
 
@@ -243,8 +241,8 @@ async def run_mode(mode: str, root: Path) -> dict[str, float]:
     else:
         server = Server([Handler(mode, meter)], codec=RawCodec())
         await server.start("127.0.0.1", port, ssl=ctx)
-    plan = {"port": port, "ca": str(pki.ca.cert), "token": token, "scope": dataclasses.asdict(scope),
-            "cumulative": mode == "rounds"}  # fmt: skip
+    plan = {"port": port, "ca": str(pki.ca.cert), "token": token,
+            "scope": dataclasses.asdict(scope), "cumulative": mode == "rounds"}  # fmt: skip
     client = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "tests.bench.bench_receive_path", json.dumps(plan),
         stdout=subprocess.PIPE,
