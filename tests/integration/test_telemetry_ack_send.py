@@ -58,7 +58,7 @@ async def test_acks_sent_directly_arrive_in_order_and_respect_the_window(tmp_pat
         async with TelemetryStub(channel).Append.open() as s:
             await s.send_message(pb.Batch(seq=1))
             await asyncio.sleep(0.2)  # the server fills the window before the client reads
-            seqs = []
+            seqs: list[int] = []
             while len(seqs) < acker.direct + 5:
                 ack = await asyncio.wait_for(s.recv_message(), 10)
                 assert ack is not None
