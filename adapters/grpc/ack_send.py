@@ -43,4 +43,5 @@ def send_now(stream: Stream[Any, Any], message: Message) -> bool:
         return False
     s._transport.write(h2.data_to_send())
     s.data_sent += len(data)
+    s.connection.data_send_process()  # as grpclib's send: data went out (its keepalive counts)
     return True
