@@ -27,6 +27,7 @@ from grpclib import GRPCError, Status
 from grpclib.server import Stream
 
 from adapters.grpc import frame_repr
+from adapters.grpc.ack_send import send_now
 from adapters.grpc.errors import bearer, grpc_error
 from adapters.grpc.read_ahead import ReadAhead
 from adapters.telemetry.columns import BadColumns, Points
@@ -114,9 +115,9 @@ class TelemetryGateway(TelemetryBase):
             measure.inc(i.POINTS_DUPLICATE, result.duplicates)
             self.batches += 1
             self.points += result.accepted
-            await stream.send_message(
-                pb.Ack(seq=message.seq, accepted=result.accepted, duplicates=result.duplicates)
-            )
+            ack = pb.Ack(seq=message.seq, accepted=result.accepted, duplicates=result.duplicates)
+            if not send_now(stream, ack):  # h2 directly when nothing holds it back (ack_send.py)
+                await stream.send_message(ack)
 
     async def _rounds(self, stream: Stream[pb.Batch, pb.Ack], claims: TokenClaims) -> None:
         """A cumulative stream: the batches that arrived meanwhile, stored together, one ack."""
@@ -168,9 +169,9 @@ class TelemetryGateway(TelemetryBase):
         if taken:
             done = messages[taken - 1]
             result = await self._store(claims, first, batches, done.counters, taken)
-            await stream.send_message(
-                pb.Ack(seq=done.seq, accepted=result.accepted, duplicates=result.duplicates)
-            )
+            ack = pb.Ack(seq=done.seq, accepted=result.accepted, duplicates=result.duplicates)
+            if not send_now(stream, ack):
+                await stream.send_message(ack)
         if refusal is not None:
             raise refusal
         return last

@@ -64,6 +64,17 @@ def test_byte_columns_that_do_not_make_points_are_refused() -> None:
         Points.from_columns(p.tags, offset, tag, step[:-3], wall, value)
     with pytest.raises(BadColumns, match="outside the tag names"):
         Points.from_columns(["a"], offset, tag, step, wall, value)
+    # each column checked against the offsets' count: a tag too many or too few, a torn point
+    for cut in (
+        (offset, tag + tag[:4], step, wall, value),
+        (offset, tag[:-4], step, wall, value),
+        (offset[:-1], tag, step[:-1], wall[:-1], value[:-1]),
+        (offset, tag, step, wall[:-8], value),
+        (offset + offset[:8], tag, step, wall, value),
+    ):
+        with pytest.raises(BadColumns, match="different numbers"):
+            Points.from_columns(p.tags, *cut)
+    assert len(Points.from_columns([], b"", b"", b"", b"", b"")) == 0
 
 
 def test_check_refuses_backward_offsets_and_negative_steps() -> None:
@@ -75,4 +86,9 @@ def test_check_refuses_backward_offsets_and_negative_steps() -> None:
     negative = Points.of(["a"], [0, 10], [0, 0], [1, -2], [0.0, 0.0], [0.0, 0.0])
     with pytest.raises(InvalidInput, match="out of range"):
         negative.check("s")
+    below_zero = Points.of(["a"], [-5, 0], [0, 0], [1, 2], [0.0, 0.0], [0.0, 0.0])
+    with pytest.raises(InvalidInput, match="out of range"):
+        below_zero.check("s")
+    Points.empty().check("s")
+    Points.of(["a"], [7], [0], [0], [0.0], [math.nan]).check("s")  # one point; NaN is a value
     assert np.array_equal(good.offset, [0, 10])
