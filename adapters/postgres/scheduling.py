@@ -286,13 +286,14 @@ class PostgresSchedulingRepository:
         if not starts:
             return []
         reservations = [s.reservation for s in starts]
+        params = start_params(starts, now)
         # the reserve statement's parameters are encoded in a thread while the server runs the
-        # jobs statement (this process waits on the socket meanwhile: docs/scheduling.md)
+        # jobs statement (docs/scheduling.md). The statement is sent from this task, before it
+        # yields: another task (the pass's decide) must not run first and delay the send.
+        encoding = asyncio.get_running_loop().run_in_executor(None, _encoded, reservations)
         with translated("start the placed jobs"):
-            result, encoded = await asyncio.gather(
-                conn.execute(_START, start_params(starts, now)),
-                asyncio.to_thread(_encoded, reservations),
-            )
+            result = await conn.execute(_START, params)
+        encoded = await encoding  # never raises: _encoded says None instead
         moved = set(result.scalars())
         chosen = [s for s in starts if s.job_id in moved]
         repository = PostgresReservationRepository(conn)
