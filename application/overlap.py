@@ -61,6 +61,7 @@ async def overlapped(
                 decisions = stop.value
                 break
             if made:
+                sched.prepare(made, attempts)  # built now, while the store's server works
                 ready.extend(made)
                 more.set()
             await asyncio.sleep(0)  # the store's turn: send a batch, read an answer
@@ -74,6 +75,8 @@ async def overlapped(
         except BaseException:  # cancelled while waiting: the batch in flight is rolled back
             worker.cancel()
             raise
+        finally:
+            sched.forget_prepared()  # what no batch took (the store stopped early)
         if not worker.cancelled() and worker.exception() is not None:  # retrieved here
             log.warning("the overlapped store failed: %s", worker.exception())
     worker.result()  # the store's error, if it failed (and deciding did not)

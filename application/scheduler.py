@@ -113,6 +113,7 @@ class Scheduler:
         self._view = PendingView()
         self._mark: int | None = None
         self._reads = 0  # incremental reads since the last full one
+        self._prepared: dict[str, tuple[Placement, Start]] = {}  # by job id (prepare)
 
     async def decide(self) -> tuple[Decisions, dict[str, int]]:
         """The decisions, and how many attempts each pending job already had."""
@@ -274,9 +275,27 @@ class Scheduler:
             started += await self._store(chunk[first : first + size], attempts)
         return started
 
+    def prepare(self, placements: Sequence[Placement], attempts: Mapping[str, int]) -> None:
+        """Build the rows of placements stored soon (their attempt, members, reservation): the
+        overlapped pass builds them as decide hands them over, while the store's server works
+        on the batch before, so the next batch is sent sooner. ``_start`` takes them (once);
+        ``forget_prepared`` drops what was not taken."""
+        now = self.ctx.clock.now()
+        for p in placements:
+            self._prepared[p.job_id] = (p, self._build(p, attempts.get(p.job_id, 0) + 1, now))
+
+    def forget_prepared(self) -> None:
+        self._prepared.clear()
+
     async def _start(self, chunk: Sequence[Placement], attempts: Mapping[str, int]) -> list[str]:
         now = self.ctx.clock.now()
-        starts = [self._build(p, attempts.get(p.job_id, 0) + 1, now) for p in chunk]
+        starts = []
+        for p in chunk:  # a start is used once: a batch retried after a conflict builds anew
+            made = self._prepared.pop(p.job_id, None)
+            if made is not None and made[0] is p:
+                starts.append(made[1])
+            else:
+                starts.append(self._build(p, attempts.get(p.job_id, 0) + 1, now))
         async with self.ctx.units.admission() as uow:
             started = await uow.scheduling.start(starts, now)
             await uow.commit()

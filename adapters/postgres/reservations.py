@@ -240,9 +240,18 @@ class PostgresReservationRepository:
         if batch:
             await self._reserve(batch, f"the reservations of {len(batch)} attempts")
 
-    async def _reserve(self, batch: Sequence[Reservation], what: str) -> None:
+    async def reserve_encoded(self, batch: Sequence[Reservation], params: dict[str, Any]) -> None:
+        """``reserve_many`` with its parameters already encoded (``reserve_many_params(batch)``,
+        by the caller while the server was busy: the scheduling store)."""
+        if batch:
+            await self._reserve(batch, f"the reservations of {len(batch)} attempts", params)
+
+    async def _reserve(
+        self, batch: Sequence[Reservation], what: str, params: dict[str, Any] | None = None
+    ) -> None:
         try:
-            params = reserve_many_params(batch)
+            if params is None:
+                params = reserve_many_params(batch)
         except Conflict as refused:
             raise Conflict(f"{what} was refused: {refused.message}", fix=refused.fix) from None
         with translated(f"store {what}"), _refused_as_conflict(what):

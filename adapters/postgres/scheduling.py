@@ -11,6 +11,7 @@ them, whatever the database's locale.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Sequence
@@ -23,8 +24,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from adapters.postgres import codec
 from adapters.postgres.arrays import int_array, literal_params, text_array, time_array
 from adapters.postgres.errors import translated
-from adapters.postgres.reservations import PostgresReservationRepository
-from domain.admission import NodeView, PendingChanges, PendingJob, QueueView, Snapshot
+from adapters.postgres.reservations import PostgresReservationRepository, reserve_many_params
+from domain.admission import (
+    NodeView,
+    PendingChanges,
+    PendingJob,
+    QueueView,
+    Reservation,
+    Snapshot,
+)
 from domain.errors import InvalidInput
 from domain.fleet import Connectivity, Node, Queue, SchedState, Validation
 from domain.lifecycle import JobState
@@ -174,6 +182,15 @@ def start_params(starts: Sequence[Start], now: datetime) -> dict[str, Any]:
     }
 
 
+def _encoded(batch: Sequence[Reservation]) -> dict[str, Any] | None:
+    """``reserve_many_params(batch)``, or None where it refuses the batch (``reserve_many``
+    then raises the refusal with its message)."""
+    try:
+        return reserve_many_params(batch)
+    except Exception:  # the same call in reserve_many raises it properly
+        return None
+
+
 @functools.cache
 def _why_not(sched: str, connectivity: str, validation: str) -> str:
     """``Node.why_not`` of a node in these states: a few combinations for a whole fleet, so
@@ -268,9 +285,20 @@ class PostgresSchedulingRepository:
         conn = self._conn
         if not starts:
             return []
+        reservations = [s.reservation for s in starts]
+        params = start_params(starts, now)
+        # the reserve statement's parameters are encoded in a thread while the server runs the
+        # jobs statement (docs/scheduling.md). The statement is sent from this task, before it
+        # yields: another task (the pass's decide) must not run first and delay the send.
+        encoding = asyncio.get_running_loop().run_in_executor(None, _encoded, reservations)
         with translated("start the placed jobs"):
-            moved = set((await conn.execute(_START, start_params(starts, now))).scalars())
+            result = await conn.execute(_START, params)
+        encoded = await encoding  # never raises: _encoded says None instead
+        moved = set(result.scalars())
         chosen = [s for s in starts if s.job_id in moved]
-        if chosen:
-            await PostgresReservationRepository(conn).reserve_many([s.reservation for s in chosen])
+        repository = PostgresReservationRepository(conn)
+        if len(chosen) == len(starts) and encoded is not None:
+            await repository.reserve_encoded(reservations, encoded)
+        elif chosen:  # some lost a race (or the batch is refused: reserve_many says why)
+            await repository.reserve_many([s.reservation for s in chosen])
         return [s.job_id for s in chosen]

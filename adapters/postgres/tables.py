@@ -122,7 +122,8 @@ jobs = Table(
     Index("ix_jobs_created_at_id", "created_at", "id"),
     Index("ix_jobs_owner_created_at_id", "owner", "created_at", "id"),
     Index("ix_jobs_state_created_at_id", "state", "created_at", "id"),
-    # pending jobs of one queue, FIFO (the scheduler's snapshot)
+    # GET /v1/jobs?state=…&queue=…: without it that listing reads every job of the state or of
+    # the queue (tests/integration/test_job_listing_plans.py; benchmarks.md, session 46)
     Index("ix_jobs_state_queue_created_at_id", "state", "queue", "created_at", "id"),
     Index("ix_jobs_queue_created_at_id", "queue", "created_at", "id"),  # GET /v1/jobs?queue=
     Index("ix_jobs_changed", "changed"),

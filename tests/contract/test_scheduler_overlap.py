@@ -75,6 +75,7 @@ async def test_a_pass_stored_while_decided_reserves_every_placement_once(
     gpus = await reserved_gpus(uow_factory)
     assert len(gpus) == len(set(gpus)) == sum(p.gpus for p in expected.placements) > 24
     assert await attempts_of(uow_factory, result.reserved) == [1] * len(result.reserved)
+    assert not one._prepared  # every start built while deciding was taken by its batch
     assert (await one.pass_once()).reserved == []  # the rest wait: the fleet is full
     assert gc.isenabled() and one.collecting == [False] * len(one.batches)  # paused in a pass
 
@@ -136,6 +137,7 @@ async def test_a_conflict_mid_stream_costs_only_its_own_job(
     gpus = await reserved_gpus(uow_factory)
     assert len(gpus) == len(set(gpus)) == 16
     assert await attempts_of(uow_factory, [rival[0].job_id]) == [0]  # decided again later
+    assert not one._prepared  # the retried batches built their starts anew, none is left
 
 
 async def test_deciding_that_fails_mid_pass_stores_nothing_more(
@@ -161,6 +163,7 @@ async def test_deciding_that_fails_mid_pass_stores_nothing_more(
         await one.pass_once()
     stored = [j for b in one.batches for j in b]
     assert stored == [j.id for j in jobs[: len(stored)]] and 0 < len(stored) <= 6
+    assert not one._prepared  # what was built for the batches never stored is dropped
     assert await attempts_of(uow_factory, [j.id for j in jobs]) == [1] * len(stored) + [0] * (
         12 - len(stored)
     )

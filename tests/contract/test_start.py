@@ -71,6 +71,30 @@ async def test_a_double_booked_gpu_in_a_batch_is_a_conflict_and_nothing_stays(
         assert [p.attempts for p in (await uow.scheduling.snapshot(10)).pending] == [0, 0]
 
 
+async def test_a_gpu_listed_twice_is_refused_before_the_database_and_nothing_stays(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """The reservations' parameters are encoded while the jobs statement runs (PostgreSQL); an
+    encoding that refuses the batch still refuses it, with its reason, and the jobs stay
+    pending."""
+    await setup_fleet(uow_factory)
+    one, two = gpu_job(1), gpu_job(2)
+    async with uow_factory() as uow:
+        await uow.jobs.add(one)
+        await uow.jobs.add(two)
+        await uow.commit()
+    with pytest.raises(Conflict):
+        async with uow_factory() as uow:
+            starts = [start_of(one, "a-0", 0), start_of(two, "a-0", 3, 3)]
+            await uow.scheduling.start(starts, at(2))
+    async with uow_factory() as uow:
+        assert [(await uow.jobs.get(j.id)).state for j in (one, two)] == [  # type: ignore[union-attr]
+            JobState.PENDING,
+            JobState.PENDING,
+        ]
+        assert await uow.reservations.live() == []
+
+
 async def test_the_snapshot_counts_earlier_attempts(uow_factory: UnitOfWorkFactory) -> None:
     await setup_fleet(uow_factory)
     job = gpu_job(1)

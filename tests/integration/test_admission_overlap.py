@@ -37,10 +37,10 @@ async def test_a_connection_lost_mid_store_keeps_each_batch_whole(
     jobs = [gpu_job(1) for _ in range(12)]
     await add(uow, *jobs)
     one: Recording = recording(uow, overlap=3, batch=2)
-    reserve = PostgresReservationRepository.reserve_many
+    reserve = PostgresReservationRepository._reserve  # reserve_many's and reserve_encoded's
     calls: list[int] = []
 
-    async def lost_in_the_second(self: Any, batch: Sequence[Reservation]) -> None:
+    async def lost_in_the_second(self: Any, batch: Sequence[Reservation], *args: Any) -> None:
         calls.append(len(batch))
         if len(calls) == 2:  # inside the second batch's transaction, its jobs moved
             pid = (await self._conn.execute(text("SELECT pg_backend_pid()"))).scalar()
@@ -49,9 +49,9 @@ async def test_a_connection_lost_mid_store_keeps_each_batch_whole(
                 assert await admin.fetchval("SELECT pg_terminate_backend($1, 10000)", pid)
             finally:
                 await admin.close()
-        await reserve(self, batch)
+        await reserve(self, batch, *args)
 
-    monkeypatch.setattr(PostgresReservationRepository, "reserve_many", lost_in_the_second)
+    monkeypatch.setattr(PostgresReservationRepository, "_reserve", lost_in_the_second)
     with pytest.raises(Unavailable):
         await one.pass_once()
     first, second = one.batches[0], one.batches[1]
