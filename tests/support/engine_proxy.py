@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -30,9 +31,20 @@ class EngineProxy:
             start_new_session=True,
         )
         deadline = time.monotonic() + 30  # a bound on a hang
-        while not self.path.exists():
+        while not self._accepts():  # the file exists from bind(), connections from listen()
             assert self.proc.poll() is None and time.monotonic() < deadline, "socat did not start"
             time.sleep(0.05)
+
+    def _accepts(self) -> bool:
+        """Whether socat is listening: a connect succeeds (it then forwards and closes it). The
+        socket's file alone is not enough: between socat's bind and listen a client is refused,
+        which failed test_node_engine_cut.py once in CI ("Connection refused" after start)."""
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(self.path))
+            except OSError:
+                return False
+        return True
 
     def stop(self) -> None:
         if self.proc is not None:
