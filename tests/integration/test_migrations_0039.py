@@ -28,7 +28,7 @@ EVENTS = "SELECT job_id, seq, state, reason FROM job_events WHERE job_id = ANY($
 
 
 async def events(conn: asyncpg.Connection, ids: Sequence[str]) -> set[tuple[str, int, str, str]]:
-    return {tuple(r) for r in await conn.fetch(EVENTS, list(ids))}  # type: ignore[misc]
+    return {tuple(r) for r in await conn.fetch(EVENTS, list(ids))}
 
 
 async def record_some(conn: asyncpg.Connection, prefix: str) -> set[tuple[str, int, str, str]]:
