@@ -11,11 +11,11 @@ foreign keys' locks, the GPU claims, the timeline), so their plans are made too:
 sees no row returns before it plans anything.
 
 Nothing is left: the pool, node and job are made for the warm-up (names no one else uses, the
-highest free node slot) and everything goes in the savepoint's rollback, even if the caller then
-commits; a notification queued in it is dropped. A row lock is taken only on those rows. The
-plans made for one row are those the connection would keep after a one-job pass: every trigger
-statement of the store plans the same way for any number of rows (migrations 0036, 0037 and
-0039).
+slot above the highest taken) and everything goes in the savepoint's rollback, even if the
+caller then commits; a notification queued in it is dropped. A row lock is taken only on those
+rows. The plans made for one row are those the connection would keep after a one-job pass:
+every trigger statement of the store plans the same way for any number of rows (migrations
+0036, 0037 and 0039).
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ _POOL = text(
     "INSERT INTO pools (name, fleet, backend, gpus_per_node, mcpu_per_node, memory_mb_per_node) "
     "VALUES (:name, :name, 'warm-up', 1, 1000, 1024)"
 )
-# the highest slot no node holds (slots are checked up to 33,554,430: GPU numbers stay int4)
+# the slot above the highest taken (slots are checked up to 33,554,430: GPU numbers stay int4);
+# none when the highest is taken: no warm-up then. One probe of the slots' index.
 _NODE = text(
     "INSERT INTO nodes (name, pool, sched, connectivity, mcpu, memory_mb, slot, gpus) "
-    "SELECT :name, :name, 'schedulable', 'connected', 1000, 1024, s.slot, 1 "
-    "FROM generate_series(33554430, 1, -1) AS s(slot) "
-    "WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.slot = s.slot) LIMIT 1"
+    "SELECT :name, :name, 'schedulable', 'connected', 1000, 1024, m.slot + 1, 1 "
+    "FROM (SELECT coalesce(max(slot), 0) AS slot FROM nodes) AS m WHERE m.slot < 33554430"
 )
 _JOB = text(
     "INSERT INTO jobs (id, preview_id, owner, state, spec, created_at, updated_at, queue) "
@@ -70,7 +70,8 @@ async def warm_store(
     savepoint = await conn.begin_nested()
     try:
         await conn.execute(_POOL, {"name": name})
-        await conn.execute(_NODE, {"name": name})
+        if (await conn.execute(_NODE, {"name": name})).rowcount != 1:
+            return  # every slot up to the highest is taken: nothing to warm on
         await conn.execute(_JOB, {"name": name, "now": now})
         if await start([warm_up_start(name, now)], now) != [name]:
             raise RuntimeError("the warm-up's store skipped its own job")
