@@ -5,8 +5,8 @@ The set-up of ``bench_admission`` (10,000 pending jobs, 1,000 empty nodes; the t
 or not: ``--analyze``), the fill pass decided once (1,277 placements). Then, each round, in turn:
 a new connection stores the 1,277 placements (``start``, one transaction, rolled back) cold,
 or after a warm-up on it; and a connection that stored before stores them again (the running
-leader's case). Before each store the tables are vacuumed (not timed). Figures: the backend's CPU (``/proc/PID/schedstat``) over the warm-up and over
-the store, medians over the rounds. Run:
+leader's case). Before each store the tables are vacuumed (not timed). Figures: the backend's
+CPU (``/proc/PID/schedstat``) over the warm-up and over the store, medians over the rounds. Run:
 ``.venv/bin/python -m tests.bench.warm_store --rounds 7``.
 """
 
