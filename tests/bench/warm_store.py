@@ -37,7 +37,7 @@ async def store(engine: Any, starts: list[Any], now: Any, warm: bool) -> tuple[f
     async with PostgresUnitOfWork(engine) as uow:
         conn = uow._conn
         assert conn is not None
-        pid = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar()
+        pid = int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
         before = cpu_ms(pid)
         if warm:
             await uow.scheduling.warm(now)
