@@ -7,7 +7,7 @@ statement with no parameters keeps its plan; the planner sizes a transition tabl
 held when the plan was made. So a connection whose first job update moved one job (a cancel, a
 supervisor's step: the common case on a pooled connection) kept a nested loop that reads all of
 ``old_jobs`` for each new row. When that connection later stored a scheduling pass's 1,277
-placements, the jobs update cost the server about 250 ms of CPU instead of 50-60 ms: the pairs
+placements, the jobs update cost the server about 230-250 ms of CPU instead of 50-60 ms: the pairs
 compared were 1,277 x 1,277 (docs/benchmarks.md, "Session 47").
 
 Now the old and new rows are one ``UNION ALL`` grouped by ``id``: a hash or a sort whatever the
