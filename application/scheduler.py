@@ -159,7 +159,13 @@ class Scheduler:
             async with self.ctx.units.admission() as uow:  # never committed
                 await uow.scheduling.warm(now)
 
-        await asyncio.gather(*(one() for _ in range(max(1, self.store_groups))))
+        # every unit ends before an error is raised: no warm-up is left running behind
+        outcomes = await asyncio.gather(
+            *(one() for _ in range(max(1, self.store_groups))), return_exceptions=True
+        )
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
 
     def forget(self) -> None:
         """Drop the view: the next pass reads every pending job again."""

@@ -66,6 +66,7 @@ async def test_the_warm_up_stores_on_its_connection_and_leaves_nothing(
     assert await contents(pg_url) == before
 
     one = recording(uow, overlap=2, batch=2)
+    one.store_groups = 2  # two connections warmed at once
     await one.warm()
     assert await contents(pg_url) == before
     result = await one.pass_once()  # the passes after it store as before
