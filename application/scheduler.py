@@ -148,25 +148,6 @@ class Scheduler:
             self._reads += 1
         self._mark = changes.mark
 
-    async def warm(self) -> None:
-        """Pay the store's first-use costs on the connections a pass stores on, before the
-        first pass (a leader calls it when it takes the lead): one unit per store group at
-        once, each running the store on rows made for it and rolled back (docs/scheduling.md,
-        "Warming the store's connections")."""
-        now = self.ctx.clock.now()
-
-        async def one() -> None:
-            async with self.ctx.units.admission() as uow:  # never committed
-                await uow.scheduling.warm(now)
-
-        # every unit ends before an error is raised: no warm-up is left running behind
-        outcomes = await asyncio.gather(
-            *(one() for _ in range(max(1, self.store_groups))), return_exceptions=True
-        )
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
-
     def forget(self) -> None:
         """Drop the view: the next pass reads every pending job again."""
         self._view, self._mark = PendingView(), None

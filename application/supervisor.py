@@ -67,7 +67,6 @@ class Supervisor:
         self._keeping: asyncio.Task[None] | None = None  # checkpoints being kept
         self._kept_at: datetime | None = None
         self._unreachable: set[str] = set()  # backends whose last sweep was skipped
-        self._leading = False  # the last tick held the lead (its store warmed: Scheduler.warm)
 
     def wake(self) -> None:
         """Ask for a tick now instead of at the next poll (after a commit or a cancel)."""
@@ -103,11 +102,7 @@ class Supervisor:
     async def tick(self) -> bool:
         """One round; False (doing nothing) when another process leads."""
         if self.lease is not None and not await self.lease.acquire():
-            self._leading = False
             return False
-        if not self._leading:  # the lead taken (or the first tick): warm the store first
-            self._leading = True
-            await self._warm()
         if self._ticks % self.sweep_every == 0:
             await self.sweep()
         self._keep_checkpoints(self._ticks % self.sweep_every == 0)
@@ -118,13 +113,6 @@ class Supervisor:
         await self.scheduler.pass_once()
         await self.advance_all()
         return True
-
-    async def _warm(self) -> None:
-        """``Scheduler.warm``; a failure only costs the first pass its warm start."""
-        try:
-            await self.scheduler.warm()
-        except (TunePlaneError, OSError) as exc:
-            log.warning("supervisor: the scheduling store was not warmed: %s", exc)
 
     async def advance_all(self) -> None:
         cursor: str | None = None

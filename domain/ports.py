@@ -425,9 +425,3 @@ class SchedulingRepository(Protocol):
         when an attempt number is taken or a reservation cannot be made; the unit of work
         must then be rolled back. Batches cost a few round trips, not a few per job."""
         ...
-
-    async def warm(self, now: datetime) -> None:
-        """Pay this unit's connection's first-store costs now (a leader does it when it takes
-        the lead): run the store once on rows made for it and leave nothing, whether or not
-        the unit then commits. Where there is nothing to warm, nothing."""
-        ...

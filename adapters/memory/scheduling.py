@@ -115,6 +115,3 @@ class MemorySchedulingRepository:
             await reservations.reserve(s.reservation)
             started.append(s.job_id)
         return started
-
-    async def warm(self, now: datetime) -> None:
-        """Nothing to warm in memory."""

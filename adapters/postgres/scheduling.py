@@ -25,7 +25,6 @@ from adapters.postgres import codec
 from adapters.postgres.arrays import int_array, literal_params, text_array, time_array
 from adapters.postgres.errors import translated
 from adapters.postgres.reservations import PostgresReservationRepository, reserve_many_params
-from adapters.postgres.store_warm_up import warm_store
 from domain.admission import (
     NodeView,
     PendingChanges,
@@ -303,9 +302,3 @@ class PostgresSchedulingRepository:
         elif chosen:  # some lost a race (or the batch is refused: reserve_many says why)
             await repository.reserve_many([s.reservation for s in chosen])
         return [s.job_id for s in chosen]
-
-    async def warm(self, now: datetime) -> None:
-        """The store run once for a job and node made for it, rolled back (store_warm_up.py):
-        this connection's first store paid before the first pass."""
-        with translated("warm the scheduling store's connection"):
-            await warm_store(self._conn, self.start, now)

@@ -163,7 +163,6 @@ async def finish_reserved(uow: UnitOfWorkFactory, count: int | None = None) -> N
 
 
 NO_DRAIN = False  # --no-drain: stop after the two timed passes (A/B runs of a pass)
-WARM = True  # --no-warm: the scheduler's store is not warmed before its first pass
 PAUSE_GC = True  # the timed passes run with the garbage collector paused, as pass_once does
 
 
@@ -239,12 +238,6 @@ async def measure(
     await sched.decide()  # the first read after a start: every pending job
     cold = time.perf_counter() - t
     view = rss_mb() - before
-    if WARM and hasattr(sched, "warm"):  # the leader takes the lead: Supervisor.tick
-        c, t = server_cpu(), time.perf_counter()
-        await sched.warm()
-        print(f"warm-up when the lead is taken (Scheduler.warm, before the first pass): "
-              f"{(time.perf_counter() - t) * 1e3:.1f} ms wall, PostgreSQL's CPU "
-              f"{(server_cpu() - c) * 1e3:.1f} ms")  # fmt: skip
     await add_jobs(uow, arrivals)
     read_s, decide_s, apply_s, reserved = await timed_pass(sched, "fill pass, cold")
     first = Figures(
@@ -425,11 +418,6 @@ if __name__ == "__main__":
         f"{'; '.join(RUNNING_PREP)} (repeatable; '' for nothing)",
     )
     parser.add_argument(
-        "--no-warm",
-        action="store_true",
-        help="the scheduler's store is not warmed before its first pass (as before session 47)",
-    )
-    parser.add_argument(
         "--one-job-first",
         action="store_true",
         help="PostgreSQL: before the running leader's pass, its connection's plans are made "
@@ -443,5 +431,4 @@ if __name__ == "__main__":
     arguments = parser.parse_args()
     PAUSE_GC = not arguments.collect_in_pass
     NO_DRAIN = arguments.no_drain
-    WARM = not arguments.no_warm
     asyncio.run(main(arguments))

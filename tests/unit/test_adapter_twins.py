@@ -32,7 +32,6 @@ POSTGRES_ONLY = {
     "codec": "rows to domain values",
     "rows": "SQL row helpers (adapters/memory/db.py has the in-memory ones)",
     "arrays": "SQL helpers: array parameters bound as PostgreSQL array literals",
-    "store_warm_up": "the scheduling store's warm-up (scheduling.py's; memory has none to do)",
     "engine": "connections",
     "errors": "driver errors to domain errors",
     "embedded": "the embedded server of tp up",
