@@ -54,6 +54,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import text
+
 from adapters.memory import MemoryStore, MemoryUnitOfWork
 from adapters.sim.clock import CountingIds, SimClock
 from application.context import Context
@@ -293,6 +295,21 @@ async def measure(
         await finish_reserved(uow)
 
 
+async def one_job_first(
+    factory: Callable[[], Any], then: Callable[[list[str]], Awaitable[None]], ids: list[str]
+) -> None:
+    """``--one-job-first``: ``then(ids)``, then on the pool's connection its cached plans
+    dropped (``DISCARD PLANS``) and one job updated, rolled back: the plans the connection's
+    triggers keep are made for a one-row statement, as on a pooled connection whose last
+    replanning happened at a cancel or a supervisor's step (migration 0039)."""
+    await then(ids)
+    async with factory() as uow:  # never committed: rolled back
+        conn = uow._conn
+        await conn.execute(text("DISCARD PLANS"))
+        await conn.execute(text("UPDATE jobs SET updated_at = updated_at WHERE id = :id"),
+                           {"id": ids[0]})  # fmt: skip
+
+
 async def main(args: argparse.Namespace) -> None:
     every = workload(args.jobs + 2 * args.arrivals, args.seed)
     jobs = every[: args.jobs]
@@ -317,6 +334,8 @@ async def main(args: argparse.Namespace) -> None:
                 prep = RUNNING_PREP if args.running_prep is None else args.running_prep
                 RUNNING_PREP_TEXT[0] = "; ".join(prep) or "nothing run"
                 again = None if args.no_running else functools.partial(pending_again, prep=prep)
+                if again is not None and args.one_job_first:
+                    again = functools.partial(one_job_first, pg_factory, again)
                 f = await measure(pg_factory, args.limit, arrivals, 2_000, later, args.ending,
                                   args.store_groups, args.overlap, again)  # fmt: skip
                 report("PostgreSQL adapter", f, args.jobs, args.nodes, args.arrivals)
@@ -397,6 +416,12 @@ if __name__ == "__main__":
         action="append",
         help="PostgreSQL: SQL run before the running leader's fill pass, instead of "
         f"{'; '.join(RUNNING_PREP)} (repeatable; '' for nothing)",
+    )
+    parser.add_argument(
+        "--one-job-first",
+        action="store_true",
+        help="PostgreSQL: before the running leader's pass, its connection's plans are made "
+        "again by a one-job update (rolled back)",
     )
     parser.add_argument(
         "--no-running",
