@@ -30,7 +30,7 @@ from typing import Any, Generic, TypeVar, cast
 import asyncpg
 import numpy as np
 
-from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS, Rows
+from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, Rows
 from adapters.postgres.metric_rollups import Folder
 from adapters.telemetry.columns import Points
 from domain.telemetry import STORED_TIERS, Appended, MemberScope, SourceBatch
@@ -65,9 +65,17 @@ FOR NO KEY UPDATE OF t
 """
 
 # The rest of a group in one round trip: the series' latest values, the raised watermarks
-# ($7: now) and the members' counters (data-modifying CTEs run to completion, read or not).
+# ($7: now), the rollups' deltas ($18-$29: array literals, ``Rows.rollup_literals``) and the
+# members' counters (data-modifying CTEs run to completion, read or not).
 _FINISH = """
-WITH series AS (
+WITH deltas AS (
+    INSERT INTO metric_rollup_deltas (series_id, width, bucket, first_step, last_step, minimum,
+        maximum, total, count, last, min_wall, max_wall)
+    SELECT * FROM unnest($18::text::bigint[], $19::text::int[], $20::text::bigint[],
+        $21::text::bigint[], $22::text::bigint[], $23::text::float8[], $24::text::float8[],
+        $25::text::float8[], $26::text::bigint[], $27::text::float8[], $28::text::float8[],
+        $29::text::float8[])
+), series AS (
     UPDATE metric_series s SET
         first_step = LEAST(s.first_step, u.first_step),
         last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
@@ -161,7 +169,7 @@ class GroupedAppends:
             while self.queue:
                 group = [self.queue.popleft() for _ in range(min(MAX_GROUP, len(self.queue)))]
                 try:
-                    results = await self._store(group)
+                    await self._store(group)
                 except asyncio.CancelledError as exc:  # the process is stopping
                     for entry in group:
                         _settle(entry.done, exc)
@@ -171,29 +179,30 @@ class GroupedAppends:
                         _settle(group[0].done, exc)
                         continue
                     for entry in group:  # each alone: only the culprit fails
+                        if entry.done.done():  # settled (committed), or its caller cancelled
+                            continue
                         try:
-                            (result,) = await self._store([entry])
+                            await self._store([entry])
                         except Exception as alone:
                             _settle(entry.done, alone)
-                        else:
-                            _settle(entry.done, result)
-                    continue
-                for entry, result in zip(group, results, strict=True):
-                    _settle(entry.done, result)
         finally:
             self.flushers -= 1
 
-    async def _store(self, group: list[Entry]) -> list[Appended]:
+    async def _store(self, group: list[Entry]) -> None:
+        """Store the group in one transaction and settle its batches as soon as it committed:
+        before the connection goes back to the pool (a loop turn the acks need not wait for)."""
         fresh: dict[SeriesKey, int] = {}
-        async with self.pool.acquire() as conn, conn.transaction():
-            results = await self._write(conn, group, fresh)
-        # only now: a series id cached from a transaction that rolled back would file every
-        # later point of that series under a row that is not there
-        self.series.update(fresh)
-        self.groups += 1
-        if self.folder.due():  # off the ack path: the acks of this group do not wait for it
-            self.folding = asyncio.get_running_loop().create_task(self.folder.run())
-        return results
+        async with self.pool.acquire() as conn:
+            async with conn.transaction():
+                results = await self._write(conn, group, fresh)
+            # only now: a series id cached from a transaction that rolled back would file every
+            # later point of that series under a row that is not there
+            self.series.update(fresh)
+            self.groups += 1
+            for entry, result in zip(group, results, strict=True):
+                _settle(entry.done, result)
+            if self.folder.due():  # off the ack path: the acks of this group do not wait for it
+                self.folding = asyncio.get_running_loop().create_task(self.folder.run())
 
     async def _write(
         self, conn: Any, group: list[Entry], fresh: dict[SeriesKey, int]
@@ -226,8 +235,9 @@ class GroupedAppends:
                     accepted += len(points) - cut
             results.append(Appended(accepted, duplicates))
         latest: list[list[Any]] = [[] for _ in range(6)]
+        deltas = ["{}"] * 12
         if kept:
-            latest = await self._points(conn, kept, fresh)
+            latest, deltas = await self._points(conn, kept, fresh)
         ordered = sorted(raised.items())
         await conn.execute(
             _FINISH,
@@ -237,13 +247,15 @@ class GroupedAppends:
             [s for (_, s), _ in ordered],
             [v for _, v in ordered],
             *_counters(group, results),
+            *deltas,
         )
         return results
 
     async def _points(
         self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
-    ) -> list[list[Any]]:
-        """COPY the points and their rollups' deltas; returns the series' latest values."""
+    ) -> tuple[list[list[Any]], list[str]]:
+        """COPY the points; returns the series' latest values and the rollups' deltas (array
+        literals of the finest stored tier's rows, for the finish)."""
         ids = await self._series_ids(conn, kept, fresh)
         series = [
             np.array([ids[(scope.member_id, source, t)] for t in p.tags], dtype=np.int64)[p.tag]
@@ -262,13 +274,8 @@ class GroupedAppends:
             columns=BLOCK_COLUMNS,
             format="binary",
         )
-        await conn.copy_to_table(  # folded into every tier later (metric_rollups.py)
-            "metric_rollup_deltas",
-            source=_chunks(rows.rollup_payload(STORED_TIERS[:1])),
-            columns=ROLLUP_COLUMNS,
-            format="binary",
-        )
-        return rows.latest()
+        # folded into every tier later (metric_rollups.py)
+        return rows.latest(), rows.rollup_literals(STORED_TIERS[:1])
 
     async def _series_ids(
         self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
