@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from adapters.postgres.arrays import float_array, int_array
 from domain.telemetry import STORED_TIERS, TIER_FACTOR, TIERS
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
@@ -35,8 +36,7 @@ ROLLUP_TYPES = {
     "minimum": ">f8", "maximum": ">f8", "total": ">f8", "count": ">i8", "last": ">f8",
     "min_wall": ">f8", "max_wall": ">f8",
 }  # fmt: skip
-# an element as array literal text
-_TEXT: dict[str, Callable[[Any], str]] = {">i8": str, ">i4": str, ">f8": float.__repr__}
+_LITERAL: dict[str, Callable[[Any], str]] = {">i8": int_array, ">i4": int_array, ">f8": float_array}
 
 
 @dataclass(slots=True)
@@ -137,8 +137,7 @@ class Rows:
         ``-inf`` are PostgreSQL's spellings too)."""
         columns = self._rollup_columns(tiers)
         return [
-            "{" + ",".join(map(_TEXT[t], c.tolist())) + "}"
-            for c, t in zip(columns, ROLLUP_TYPES.values(), strict=True)
+            _LITERAL[t](c.tolist()) for c, t in zip(columns, ROLLUP_TYPES.values(), strict=True)
         ]
 
     def _rollup_columns(self, tiers: Sequence[int] = STORED_TIERS) -> list[np.ndarray]:

@@ -31,6 +31,14 @@ import asyncpg
 import numpy as np
 
 from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, Rows
+from adapters.postgres.metric_group_sql import (
+    FINISH,
+    LOCK_MARKS,
+    NEW_SERIES,
+    SERIES_IDS,
+    WATERMARKS,
+    finish_params,
+)
 from adapters.postgres.metric_rollups import Folder
 from adapters.telemetry.columns import Points
 from domain.telemetry import STORED_TIERS, Appended, MemberScope, SourceBatch
@@ -40,88 +48,14 @@ MAX_GROUP = 512  # batches in one transaction
 FLUSHERS = 2  # transactions under way at once (one gathers while the other commits)
 _NO_STEP = 2**63 - 1
 
-_WATERMARKS = """
-INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)
-SELECT u.member_id, u.source, u.kind, -1, now()
-FROM unnest($1::text[], $2::text[], $3::text[]) AS u(member_id, source, kind)
-ORDER BY u.member_id, u.source
-ON CONFLICT (member_id, source) DO UPDATE SET kind = t.kind
-RETURNING t.member_id, t.source, t.watermark
-"""  # an upsert that changes nothing still locks the rows it returns, in the rows' order
-
-# The same rows locked without writing them, when every one exists (a source's later batches):
-# the upsert writes a new version of each row it locks (its DO UPDATE), then the finish
-# another; locked in the same (member, source) order (the lock is taken after the sort). When a
-# row is missing, the rows this statement locked are held while the upsert takes the rest: a
-# third group that made a row between two groups' reads can then deadlock two of them;
-# PostgreSQL aborts one, and ``_flush`` stores that group's batches one by one (nothing acked
-# before its commit, a resend cut by the watermark).
-_LOCK_MARKS = """
-SELECT t.member_id, t.source, t.watermark FROM telemetry_sources t
-JOIN unnest($1::text[], $2::text[]) AS u(member_id, source)
-    ON t.member_id = u.member_id AND t.source = u.source
-ORDER BY t.member_id, t.source
-FOR NO KEY UPDATE OF t
-"""
-
-# The rest of a group in one round trip: the series' latest values, the raised watermarks
-# ($7: now), the rollups' deltas ($18-$29: array literals, ``Rows.rollup_literals``) and the
-# members' counters (data-modifying CTEs run to completion, read or not).
-_FINISH = """
-WITH deltas AS (
-    INSERT INTO metric_rollup_deltas (series_id, width, bucket, first_step, last_step, minimum,
-        maximum, total, count, last, min_wall, max_wall)
-    SELECT * FROM unnest($18::text::bigint[], $19::text::int[], $20::text::bigint[],
-        $21::text::bigint[], $22::text::bigint[], $23::text::float8[], $24::text::float8[],
-        $25::text::float8[], $26::text::bigint[], $27::text::float8[], $28::text::float8[],
-        $29::text::float8[])
-), series AS (
-    UPDATE metric_series s SET
-        first_step = LEAST(s.first_step, u.first_step),
-        last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
-        last_wall = CASE WHEN u.last_step >= s.last_step THEN u.last_wall ELSE s.last_wall END,
-        last_step = GREATEST(s.last_step, u.last_step),
-        count = s.count + u.n
-    FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[],
-        $6::bigint[]) AS u(id, first_step, last_step, last_value, last_wall, n)
-    WHERE s.id = u.id
-    RETURNING 1
-), marks AS (
-    UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $7
-    FROM unnest($8::text[], $9::text[], $10::bigint[]) AS u(member_id, source, mark)
-    WHERE t.member_id = u.member_id AND t.source = u.source
-    RETURNING 1
-)
-INSERT INTO telemetry_members AS t (member_id, points, duplicates, corrupt_records,
-    dropped_records, dropped_bytes, last_batch_at)
-SELECT * FROM unnest($11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],
-    $16::bigint[], $17::timestamptz[]) ORDER BY 1
-ON CONFLICT (member_id) DO UPDATE SET
-    points = t.points + EXCLUDED.points,
-    duplicates = t.duplicates + EXCLUDED.duplicates,
-    corrupt_records = GREATEST(t.corrupt_records, EXCLUDED.corrupt_records),
-    dropped_records = GREATEST(t.dropped_records, EXCLUDED.dropped_records),
-    dropped_bytes = GREATEST(t.dropped_bytes, EXCLUDED.dropped_bytes),
-    last_batch_at = GREATEST(t.last_batch_at, EXCLUDED.last_batch_at)
-"""
-
-_NEW_SERIES = """
-INSERT INTO metric_series (job_id, attempt_id, member_id, source, tag, first_step, last_step,
-    count, last_value, last_wall)
-SELECT u.job_id, u.attempt_id, u.member_id, u.source, u.tag, $6, -1, 0, 'NaN', 0
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-    AS u(job_id, attempt_id, member_id, source, tag)
-ORDER BY u.member_id, u.source, u.tag
-ON CONFLICT (member_id, source, tag) DO NOTHING
-"""
-
-_SERIES_IDS = """
-SELECT s.id, s.member_id, s.source, s.tag FROM metric_series s
-JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(member_id, source, tag)
-    ON s.member_id = u.member_id AND s.source = u.source AND s.tag = u.tag
-"""
+MAX_MARKS = 100_000  # watermarks remembered at most (then forgotten, read again as needed)
 
 SeriesKey = tuple[str, str, str]  # (member, source, tag)
+
+
+class _Moved(Exception):
+    """A remembered watermark was not the stored one: the group is rolled back and stored again
+    with its watermarks read (and locked) first."""
 
 
 @dataclass
@@ -141,7 +75,10 @@ class GroupedAppends:
     series: dict[SeriesKey, int] = field(default_factory=dict)  # committed series' ids
     queue: deque[Entry] = field(default_factory=deque)
     flushers: int = 0
+    marks: dict[tuple[str, str], int] = field(default_factory=dict)  # committed watermarks
     groups: int = 0  # transactions committed (for benchmarks and tests)
+    fast: int = 0  # of them cut at remembered watermarks (no statement before the points)
+    moved: int = 0  # groups stored again: a remembered watermark had moved
     folder: Folder = field(init=False)  # folds the rollups' deltas while batches arrive
     folding: asyncio.Task[None] | None = None
 
@@ -192,31 +129,69 @@ class GroupedAppends:
         """Store the group in one transaction and settle its batches as soon as it committed:
         before the connection goes back to the pool (a loop turn the acks need not wait for)."""
         fresh: dict[SeriesKey, int] = {}
+        known = self._remembered(group)
         async with self.pool.acquire() as conn:
-            async with conn.transaction():
-                results = await self._write(conn, group, fresh)
+            try:
+                async with conn.transaction():
+                    results, marks = await self._write(conn, group, fresh, known)
+            except _Moved:  # rolled back: read the watermarks under their lock, and again
+                self.moved += 1
+                fresh.clear()
+                known = None
+                async with conn.transaction():
+                    results, marks = await self._write(conn, group, fresh, None)
             # only now: a series id cached from a transaction that rolled back would file every
-            # later point of that series under a row that is not there
+            # later point of that series under a row that is not there; the same for watermarks
             self.series.update(fresh)
+            if len(self.marks) + len(marks) > MAX_MARKS:
+                self.marks.clear()
+            self.marks.update(marks)
             self.groups += 1
+            self.fast += known is not None
             for entry, result in zip(group, results, strict=True):
                 _settle(entry.done, result)
             if self.folder.due():  # off the ack path: the acks of this group do not wait for it
                 self.folding = asyncio.get_running_loop().create_task(self.folder.run())
 
+    def _remembered(self, group: list[Entry]) -> dict[tuple[str, str], int] | None:
+        """The watermarks of the group's sources as this gateway last committed them, if it
+        remembers every one (else None: they are read, and locked, first)."""
+        known: dict[tuple[str, str], int] = {}
+        for entry in group:
+            for batch in entry.batches:
+                if not len(batch):
+                    continue
+                key = (entry.scope.member_id, batch.source)
+                mark = self.marks.get(key)
+                if mark is None:
+                    return None
+                known[key] = mark
+        return known
+
     async def _write(
-        self, conn: Any, group: list[Entry], fresh: dict[SeriesKey, int]
-    ) -> list[Appended]:
+        self,
+        conn: Any,
+        group: list[Entry],
+        fresh: dict[SeriesKey, int],
+        known: dict[tuple[str, str], int] | None,
+    ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
+        """The group's statements; returns each batch's outcome and its sources' watermarks.
+        With ``known`` (remembered) watermarks the group is cut at them with no statement first,
+        and the finish raises each only where it still holds that value: fewer raised than
+        asked (another gateway stored a batch of the source meanwhile) raises ``_Moved``."""
         sources = sorted(
             {(e.scope.member_id, b.source, b.kind) for e in group for b in e.batches if len(b)}
         )
         marks: dict[tuple[str, str], int] = {}
-        if sources:
+        if known is not None:
+            marks = dict(known)
+        elif sources:
             columns = [list(c) for c in zip(*sources, strict=True)]
-            rows = await conn.fetch(_LOCK_MARKS, *columns[:2])
+            rows = await conn.fetch(LOCK_MARKS, *columns[:2])
             if len(rows) < len(sources):  # a source's first batch: make its row (and lock all)
-                rows = await conn.fetch(_WATERMARKS, *columns)
+                rows = await conn.fetch(WATERMARKS, *columns)
             marks = {(r["member_id"], r["source"]): r["watermark"] for r in rows}
+        before = dict(marks)
         raised: dict[tuple[str, str], int] = {}
         kept: list[tuple[MemberScope, str, Points]] = []
         results: list[Appended] = []
@@ -238,18 +213,11 @@ class GroupedAppends:
         deltas = ["{}"] * 12
         if kept:
             latest, deltas = await self._points(conn, kept, fresh)
-        ordered = sorted(raised.items())
-        await conn.execute(
-            _FINISH,
-            *latest,
-            group[-1].now,
-            [m for (m, _), _ in ordered],
-            [s for (_, s), _ in ordered],
-            [v for _, v in ordered],
-            *_counters(group, results),
-            *deltas,
-        )
-        return results
+        ordered = [(key, mark, before[key]) for key, mark in sorted(raised.items())]
+        params = finish_params(latest, group[-1].now, ordered, _counters(group, results), deltas)
+        if await conn.fetchval(FINISH, *params) != len(ordered):
+            raise _Moved
+        return results, marks
 
     async def _points(
         self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
@@ -289,7 +257,7 @@ class GroupedAppends:
         missing = sorted(k for k in scopes if k not in self.series)
         if missing:
             await conn.execute(
-                _NEW_SERIES,
+                NEW_SERIES,
                 [scopes[k].job_id for k in missing],
                 [scopes[k].attempt_id for k in missing],
                 [k[0] for k in missing],
@@ -298,7 +266,7 @@ class GroupedAppends:
                 _NO_STEP,
             )
             found = await conn.fetch(
-                _SERIES_IDS, [k[0] for k in missing], [k[1] for k in missing],
+                SERIES_IDS, [k[0] for k in missing], [k[1] for k in missing],
                 [k[2] for k in missing],
             )  # fmt: skip
             for row in found:
