@@ -7,11 +7,14 @@ thousands of streams, the database's round trips and commits, not the points, bo
 them together in the next one (at most ``MAX_GROUP`` batches, ``FLUSHERS`` transactions at a
 time), each with the same statements as one batch: lock the sources' watermark rows (in
 (member, source) order, so concurrent groups and gateways cannot deadlock: a ``SELECT … FOR NO
-KEY UPDATE`` when every row exists, else one upsert that makes the missing), cut each batch at
-its source's watermark in arrival order (a resend stores nothing twice, even beside its original
-in the same group), make missing series, COPY the points and the rollups' deltas of the finest
-stored tier (folded into every tier off the ack path: ``metric_rollups.py``), update the
-series' latest values, raise the watermarks and the members' counters.
+KEY UPDATE`` when every row exists, else one upsert that makes the missing) unless the gateway
+remembers every one as it committed it, cut each batch at its source's watermark in arrival
+order (a resend stores nothing twice, even beside its original in the same group), make missing
+series, COPY the points, then one finish: the rollups' deltas of the finest stored tier (folded
+into every tier off the ack path: ``metric_rollups.py``), the series' latest values, the
+watermarks raised only where they still hold what the cut assumed (else the group rolls back
+and is stored again under the lock: docs/telemetry.md, "Five round trips a group") and the
+members' counters.
 
 Every batch gets its own ``Appended``, the same as if it had been stored alone. If a group's
 transaction fails, its batches are stored again one transaction each, so one bad batch fails only
