@@ -8,6 +8,10 @@ from datetime import datetime
 from typing import Any
 
 from adapters.postgres.arrays import float_array, int_array, text_array, time_array
+from adapters.postgres.ingest_arrays import BLOCK_COLUMNS
+
+# what asyncpg's copy_to_table("metric_blocks", columns=BLOCK_COLUMNS, format="binary") sends
+COPY_BLOCKS = f"COPY metric_blocks ({', '.join(BLOCK_COLUMNS)}) FROM STDIN (FORMAT binary)"
 
 WATERMARKS = """
 INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)

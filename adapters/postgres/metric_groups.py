@@ -24,8 +24,9 @@ its own stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
@@ -33,8 +34,9 @@ from typing import Any, Generic, TypeVar, cast
 import asyncpg
 import numpy as np
 
-from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, Rows
+from adapters.postgres.ingest_arrays import Rows
 from adapters.postgres.metric_group_sql import (
+    COPY_BLOCKS,
     FINISH,
     LOCK_MARKS,
     NEW_SERIES,
@@ -134,15 +136,18 @@ class GroupedAppends:
         fresh: dict[SeriesKey, int] = {}
         known = self._remembered(group)
         async with self.pool.acquire() as conn:
-            try:
+            outcome = None
+            if known is not None:
+                try:
+                    outcome = await self._known(conn, group, fresh, known)
+                except _Moved:  # rolled back: read the watermarks under their lock, and again
+                    self.moved += 1
+                    fresh.clear()
+                    known = None
+            if outcome is None:
                 async with conn.transaction():
-                    results, marks = await self._write(conn, group, fresh, known)
-            except _Moved:  # rolled back: read the watermarks under their lock, and again
-                self.moved += 1
-                fresh.clear()
-                known = None
-                async with conn.transaction():
-                    results, marks = await self._write(conn, group, fresh, None)
+                    outcome = await self._write(conn, group, fresh, None, _Begin(conn, True))
+            results, marks = outcome
             # only now: a series id cached from a transaction that rolled back would file every
             # later point of that series under a row that is not there; the same for watermarks
             self.series.update(fresh)
@@ -155,6 +160,25 @@ class GroupedAppends:
                 _settle(entry.done, result)
             if self.folder.due():  # off the ack path: the acks of this group do not wait for it
                 self.folding = asyncio.get_running_loop().create_task(self.folder.run())
+
+    async def _known(
+        self,
+        conn: Any,
+        group: list[Entry],
+        fresh: dict[SeriesKey, int],
+        known: dict[tuple[str, str], int],
+    ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
+        """A group cut at remembered watermarks, in a transaction whose ``BEGIN`` goes with
+        its first statement (one round trip fewer), committed; rolled back on any error."""
+        try:
+            outcome = await self._write(conn, group, fresh, known, _Begin(conn, False))
+            await conn.execute("COMMIT")
+        except Exception:
+            if not conn.is_closed() and conn.is_in_transaction():
+                with contextlib.suppress(asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
+                    await conn.execute("ROLLBACK")
+            raise
+        return outcome
 
     def _remembered(self, group: list[Entry]) -> dict[tuple[str, str], int] | None:
         """The watermarks of the group's sources as this gateway last committed them, if it
@@ -177,6 +201,7 @@ class GroupedAppends:
         group: list[Entry],
         fresh: dict[SeriesKey, int],
         known: dict[tuple[str, str], int] | None,
+        begin: _Begin,
     ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
         """The group's statements; returns each batch's outcome and its sources' watermarks.
         With ``known`` (remembered) watermarks the group is cut at them with no statement first,
@@ -215,19 +240,24 @@ class GroupedAppends:
         latest: list[list[Any]] = [[] for _ in range(6)]
         deltas = ["{}"] * 12
         if kept:
-            latest, deltas = await self._points(conn, kept, fresh)
+            latest, deltas = await self._points(conn, kept, fresh, begin)
         ordered = [(key, mark, before[key]) for key, mark in sorted(raised.items())]
         params = finish_params(latest, group[-1].now, ordered, _counters(group, results), deltas)
+        await begin.first()
         if await conn.fetchval(FINISH, *params) != len(ordered):
             raise _Moved
         return results, marks
 
     async def _points(
-        self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
+        self,
+        conn: Any,
+        kept: list[tuple[MemberScope, str, Points]],
+        fresh: dict[SeriesKey, int],
+        begin: _Begin,
     ) -> tuple[list[list[Any]], list[str]]:
         """COPY the points; returns the series' latest values and the rollups' deltas (array
         literals of the finest stored tier's rows, for the finish)."""
-        ids = await self._series_ids(conn, kept, fresh)
+        ids = await self._series_ids(conn, kept, fresh, begin)
         series = [
             np.array([ids[(scope.member_id, source, t)] for t in p.tags], dtype=np.int64)[p.tag]
             for scope, source, p in kept
@@ -239,17 +269,18 @@ class GroupedAppends:
             np.concatenate([p.value for _, _, p in kept]),
             np.concatenate([p.offset for _, _, p in kept]),
         )
-        await conn.copy_to_table(
-            "metric_blocks",
-            source=_chunks(rows.copy_payload()),
-            columns=BLOCK_COLUMNS,
-            format="binary",
-        )
+        # asyncpg sends the statement, the payload and its end at once (a buffer, not bytes:
+        # asyncpg would take bytes for a file's path)
+        await conn._copy_in(begin.prefix() + COPY_BLOCKS, memoryview(rows.copy_payload()), None)
         # folded into every tier later (metric_rollups.py)
         return rows.latest(), rows.rollup_literals(STORED_TIERS[:1])
 
     async def _series_ids(
-        self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
+        self,
+        conn: Any,
+        kept: list[tuple[MemberScope, str, Points]],
+        fresh: dict[SeriesKey, int],
+        begin: _Begin,
     ) -> dict[SeriesKey, int]:
         """Ids of the points' series, made where missing; ``fresh`` gets the ones looked up in
         this transaction (cached once it committed)."""
@@ -259,6 +290,7 @@ class GroupedAppends:
                 scopes[(scope.member_id, source, p.tags[i])] = scope
         missing = sorted(k for k in scopes if k not in self.series)
         if missing:
+            await begin.first()
             await conn.execute(
                 NEW_SERIES,
                 [scopes[k].job_id for k in missing],
@@ -293,10 +325,27 @@ def _counters(group: list[Entry], results: list[Appended]) -> list[list[Any]]:
     return [members, *([per[m][i] for m in members] for i in range(6))]
 
 
-async def _chunks(payload: bytes) -> AsyncIterator[bytes]:
-    """The payload as asyncpg's COPY source (a file object would be read in a thread pool,
-    one hop per chunk: a tenth of the gateway's time at thousands of streams)."""
-    yield payload
+@dataclass
+class _Begin:
+    """Whether a group's transaction has begun. On the remembered watermarks' path nothing
+    precedes the points' COPY, so its ``BEGIN`` goes in the COPY's own message (a simple
+    query of two statements: asyncpg reads past the first's completion to the COPY's start);
+    before a statement that cannot carry it (the new series', or a finish with no COPY), it is
+    sent alone."""
+
+    conn: Any
+    done: bool
+
+    def prefix(self) -> str:
+        if self.done:
+            return ""
+        self.done = True
+        return "BEGIN; "
+
+    async def first(self) -> None:
+        if not self.done:
+            await self.conn.execute("BEGIN")
+            self.done = True
 
 
 K = TypeVar("K", bound=Hashable)

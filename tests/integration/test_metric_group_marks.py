@@ -197,3 +197,45 @@ async def test_odd_names_and_values_read_back_exactly_through_the_literals(
     counts = {c.member_id: c for c in await store.counts(scopes[1].job_id)}
     mine = counts[scopes[1].member_id]
     assert (mine.corrupt_records, mine.dropped_records, mine.dropped_bytes) == (3, 4, 5)
+
+
+async def test_a_failure_after_the_points_copy_on_the_short_path_rolls_the_group_back(
+    stores: tuple[PostgresMetrics, PostgresMetrics],
+    scopes: list[MemberScope],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the short path the group's BEGIN went with its points' COPY: an error after it rolls
+    the group back before the connection goes back to the pool (asyncpg would otherwise report
+    a connection released inside a transaction), and the resend stores it once."""
+    from adapters.postgres import ingest_arrays
+
+    store, _ = stores
+    reported: list[str] = []
+    asyncio.get_running_loop().set_exception_handler(
+        lambda _loop, context: reported.append(str(context.get("message")))
+    )
+    await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)  # the source is known now
+    real = ingest_arrays.Rows.rollup_literals
+
+    def fail_once(self: ingest_arrays.Rows, *tiers: object) -> list[str]:
+        monkeypatch.setattr(ingest_arrays.Rows, "rollup_literals", real)
+        raise ValueError("a fault between the points' COPY and the finish")
+
+    monkeypatch.setattr(ingest_arrays.Rows, "rollup_literals", fail_once)
+    with pytest.raises(ValueError, match="between the points' COPY"):
+        await store.append(scopes[0], [loss(range(10, 20))], NONE, NOW)
+    assert await stored(store) == sorted(("m.jsonl#0", o) for o in range(10) for _ in (0, 1))
+    assert store.groups.marks[(scopes[0].member_id, "m.jsonl#0")] == 9
+    again = await store.append(scopes[0], [loss(range(5, 20))], NONE, NOW)
+    assert (again.accepted, again.duplicates, store.groups.fast) == (20, 10, 1)
+    assert await stored(store) == sorted(("m.jsonl#0", o) for o in range(20) for _ in (0, 1))
+    assert reported == []
+
+
+def test_asyncpg_still_has_the_copy_entry_the_short_path_uses() -> None:
+    """The short path calls asyncpg's ``Connection._copy_in`` (what ``copy_to_table`` calls)
+    with its own statement text: an asyncpg that renames or reshapes it fails here first."""
+    import inspect
+
+    params = list(inspect.signature(asyncpg.Connection._copy_in).parameters)
+    assert params == ["self", "copy_stmt", "source", "timeout"]
