@@ -13,7 +13,7 @@ order (a resend stores nothing twice, even beside its original in the same group
 series, COPY the points, then one finish: the rollups' deltas of the finest stored tier (folded
 into every tier off the ack path: ``metric_rollups.py``), the series' latest values, the
 watermarks raised only where they still hold what the cut assumed (else the group rolls back
-and is stored again under the lock: docs/telemetry.md, "Four round trips a group") and the
+and is stored again under the lock: docs/telemetry.md, "Three round trips a group") and the
 members' counters.
 
 Every batch gets its own ``Appended``, the same as if it had been stored alone. If a group's
