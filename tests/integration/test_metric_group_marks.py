@@ -14,16 +14,15 @@ from datetime import UTC, datetime
 
 import asyncpg
 import pytest
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres.metrics import PostgresMetrics, create_pool
-from adapters.postgres.uow import PostgresUnitOfWork
-from domain.telemetry import MemberScope, SourceBatch
+from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
-from tests.contract.builders import a_job, a_member, an_attempt
+from tests.integration.test_metrics_store import loss, scopes
 from tests.support.points import source_batch
 
 pytestmark = pytest.mark.integration
+__all__ = ["scopes"]  # the fixture: two attempts of a job, two members each
 
 NOW = datetime(2026, 12, 6, 23, 40, 0, 123456, tzinfo=UTC)
 NONE = CollectorCounters()
@@ -38,29 +37,6 @@ async def stores(pg_url: str) -> AsyncIterator[tuple[PostgresMetrics, PostgresMe
     finally:
         for pool in pools:
             await pool.close()
-
-
-@pytest.fixture
-async def scopes(pg_engine: AsyncEngine) -> list[MemberScope]:
-    job = a_job()
-    attempt = an_attempt(job, 1)
-    out: list[MemberScope] = []
-    async with PostgresUnitOfWork(pg_engine) as uow:
-        await uow.jobs.add(job)
-        await uow.attempts.add(attempt)
-        for index in (0, 1):
-            member = a_member(attempt, index)
-            await uow.members.add(member)
-            out.append(MemberScope(job.id, attempt.id, member.id, index))
-        await uow.commit()
-    return out
-
-
-def loss(offsets: range, source: str = "m.jsonl#0") -> SourceBatch:
-    rows = [
-        (t, o, o, 1000.0 + o, v) for o in offsets for t, v in (("loss", 1 / (o + 1)), ("lr", 0.1))
-    ]
-    return source_batch(source, "jsonl", *(list(c) for c in zip(*rows, strict=True)))
 
 
 async def stored(store: PostgresMetrics) -> list[tuple[str, int]]:
