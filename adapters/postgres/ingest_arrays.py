@@ -10,13 +10,12 @@ bucket, its points as arrays, each column's elements made by one ``tobytes`` cal
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from adapters.postgres.arrays import float_array, int_array
 from domain.telemetry import STORED_TIERS, TIER_FACTOR, TIERS
 
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack("!ii", 0, 0)
@@ -30,13 +29,17 @@ _BLOCK_HEAD = np.dtype(  # a block row's first 26 bytes: 6 fields; series_id, bu
 )  # fmt: skip
 _ARRAY = struct.Struct("!iiiiii")  # byte length; 1 dimension, no NULL, element oid, n, from 1
 _ELEMENT = {dt: np.dtype([("length", ">i4"), ("value", dt)]) for dt in (">i8", ">f8")}
-# metric_rollups' columns and their types
+# metric_rollups' columns, and a binary COPY row of them: field count, then (length, value) each
 ROLLUP_TYPES = {
     "series_id": ">i8", "width": ">i4", "bucket": ">i8", "first_step": ">i8", "last_step": ">i8",
     "minimum": ">f8", "maximum": ">f8", "total": ">f8", "count": ">i8", "last": ">f8",
     "min_wall": ">f8", "max_wall": ">f8",
 }  # fmt: skip
-_LITERAL: dict[str, Callable[[Any], str]] = {">i8": int_array, ">i4": int_array, ">f8": float_array}
+ROLLUP_COLUMNS = list(ROLLUP_TYPES)
+_ROLLUP_ROW = np.dtype(
+    [("fields", ">i2")]
+    + [f for name, t in ROLLUP_TYPES.items() for f in ((name + "_size", ">i4"), (name, t))]
+)
 
 
 @dataclass(slots=True)
@@ -128,17 +131,17 @@ class Rows:
         out[5], out[6] = _none_for_nan(columns[5]), _none_for_nan(columns[6])
         return out
 
-    def rollup_literals(self, tiers: Sequence[int] = STORED_TIERS) -> list[str]:
-        """The same rows as twelve PostgreSQL array literals, one per column of
-        ``ROLLUP_TYPES`` (NaN for a minimum or maximum of no finite value), for a statement's
-        text parameters cast to arrays: the deltas of a group go in with its finish statement
-        instead of a COPY of their own (two round trips fewer). Floats are written as Python's
-        ``repr``, the shortest text that reads back to the same double (``nan``, ``inf`` and
-        ``-inf`` are PostgreSQL's spellings too)."""
+    def rollup_payload(self, tiers: Sequence[int] = STORED_TIERS) -> bytes:
+        """The same rows as a binary COPY payload (``ROLLUP_COLUMNS``; NaN for a minimum or
+        maximum of no finite value), built without a Python object per value; only the
+        ``tiers`` given (the ingest's deltas: the finest stored tier, ``metric_rollups.py``)."""
         columns = self._rollup_columns(tiers)
-        return [
-            _LITERAL[t](c.tolist()) for c, t in zip(columns, ROLLUP_TYPES.values(), strict=True)
-        ]
+        rows = np.empty(len(columns[0]), dtype=_ROLLUP_ROW)
+        rows["fields"] = len(ROLLUP_COLUMNS)
+        for name, column in zip(ROLLUP_COLUMNS, columns, strict=True):
+            rows[name + "_size"] = rows.dtype[name].itemsize
+            rows[name] = column
+        return _HEADER + rows.tobytes() + _TRAILER
 
     def _rollup_columns(self, tiers: Sequence[int] = STORED_TIERS) -> list[np.ndarray]:
         if not len(self):

@@ -8,10 +8,14 @@ from datetime import datetime
 from typing import Any
 
 from adapters.postgres.arrays import float_array, int_array, text_array, time_array
-from adapters.postgres.ingest_arrays import BLOCK_COLUMNS
+from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS
 
-# what asyncpg's copy_to_table("metric_blocks", columns=BLOCK_COLUMNS, format="binary") sends
+# what asyncpg's copy_to_table(table, columns=..., format="binary") sends; the deltas' COPY ends
+# the group's transaction in the same message (metric_groups.py, ``_end``)
 COPY_BLOCKS = f"COPY metric_blocks ({', '.join(BLOCK_COLUMNS)}) FROM STDIN (FORMAT binary)"
+COPY_DELTAS_COMMIT = (
+    f"COPY metric_rollup_deltas ({', '.join(ROLLUP_COLUMNS)}) FROM STDIN (FORMAT binary); COMMIT"
+)
 
 WATERMARKS = """
 INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)
@@ -37,21 +41,14 @@ ORDER BY t.member_id, t.source
 FOR NO KEY UPDATE OF t
 """
 
-# The rest of a group in one round trip: the rollups' deltas, the series' latest values, the
-# raised watermarks ($7: now) and the members' counters (data-modifying CTEs run to completion,
-# read or not). Every array is one text parameter, an array literal (``finish_params``). A
-# watermark is raised only where it still holds what the cut assumed (``was``): the statement
-# returns how many were raised, and fewer than asked means the cut was wrong (remembered
-# watermarks another gateway moved meanwhile): the caller rolls the group back.
+# The rest of a group but its deltas in one round trip: the series' latest values, the raised
+# watermarks ($7: now) and the members' counters (data-modifying CTEs run to completion, read or
+# not). Every array is one text parameter, an array literal (``finish_params``). A watermark is
+# raised only where it still holds what the cut assumed (``was``, $18): the statement returns
+# how many were raised, and fewer than asked means the cut was wrong (remembered watermarks
+# another gateway moved meanwhile): the caller rolls the group back.
 FINISH = """
-WITH deltas AS (
-    INSERT INTO metric_rollup_deltas (series_id, width, bucket, first_step, last_step, minimum,
-        maximum, total, count, last, min_wall, max_wall)
-    SELECT * FROM unnest($18::text::bigint[], $19::text::int[], $20::text::bigint[],
-        $21::text::bigint[], $22::text::bigint[], $23::text::float8[], $24::text::float8[],
-        $25::text::float8[], $26::text::bigint[], $27::text::float8[], $28::text::float8[],
-        $29::text::float8[])
-), series AS (
+WITH series AS (
     UPDATE metric_series s SET
         first_step = LEAST(s.first_step, u.first_step),
         last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
@@ -64,7 +61,7 @@ WITH deltas AS (
     WHERE s.id = u.id
 ), marks AS (
     UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $7
-    FROM unnest($8::text::text[], $9::text::text[], $10::text::bigint[], $30::text::bigint[])
+    FROM unnest($8::text::text[], $9::text::text[], $10::text::bigint[], $18::text::bigint[])
         AS u(member_id, source, mark, was)
     WHERE t.member_id = u.member_id AND t.source = u.source AND t.watermark = u.was
     RETURNING 1
@@ -107,12 +104,11 @@ def finish_params(
     now: datetime,
     raised: Sequence[tuple[tuple[str, str], int, int]],
     counters: Sequence[Sequence[Any]],
-    deltas: Sequence[str],
 ) -> list[Any]:
-    """``FINISH``'s 30 parameters: the series' latest values (id, first step, last step, value,
+    """``FINISH``'s 18 parameters: the series' latest values (id, first step, last step, value,
     wall, points), now, the raised watermarks ((member, source), mark, the watermark the cut
-    assumed), the members' counters (member, points, duplicates, corrupt, dropped records,
-    dropped bytes, last batch at) and the deltas' twelve literals."""
+    assumed) and the members' counters (member, points, duplicates, corrupt, dropped records,
+    dropped bytes, last batch at)."""
     ids, first, last, value, wall, n = latest
     members, points, duplicates, corrupt, dropped, dropped_bytes, at = counters
     return [
@@ -122,6 +118,5 @@ def finish_params(
         int_array([mark for _, mark, _ in raised]),
         text_array(members), int_array(points), int_array(duplicates), int_array(corrupt),
         int_array(dropped), int_array(dropped_bytes), time_array(at),
-        *deltas,
         int_array([was for _, _, was in raised]),
     ]  # fmt: skip

@@ -37,6 +37,7 @@ import numpy as np
 from adapters.postgres.ingest_arrays import Rows
 from adapters.postgres.metric_group_sql import (
     COPY_BLOCKS,
+    COPY_DELTAS_COMMIT,
     FINISH,
     LOCK_MARKS,
     NEW_SERIES,
@@ -139,14 +140,13 @@ class GroupedAppends:
             outcome = None
             if known is not None:
                 try:
-                    outcome = await self._known(conn, group, fresh, known)
+                    outcome = await self._transaction(conn, group, fresh, known)
                 except _Moved:  # rolled back: read the watermarks under their lock, and again
                     self.moved += 1
                     fresh.clear()
                     known = None
             if outcome is None:
-                async with conn.transaction():
-                    outcome = await self._write(conn, group, fresh, None, _Begin(conn, True))
+                outcome = await self._transaction(conn, group, fresh, None)
             results, marks = outcome
             # only now: a series id cached from a transaction that rolled back would file every
             # later point of that series under a row that is not there; the same for watermarks
@@ -161,24 +161,28 @@ class GroupedAppends:
             if self.folder.due():  # off the ack path: the acks of this group do not wait for it
                 self.folding = asyncio.get_running_loop().create_task(self.folder.run())
 
-    async def _known(
+    async def _transaction(
         self,
         conn: Any,
         group: list[Entry],
         fresh: dict[SeriesKey, int],
-        known: dict[tuple[str, str], int],
+        known: dict[tuple[str, str], int] | None,
     ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
-        """A group cut at remembered watermarks, in a transaction whose ``BEGIN`` goes with
-        its first statement (one round trip fewer), committed; rolled back on any error."""
+        """The group in one transaction, begun with its first statement and ended by its deltas'
+        COPY (``_Begin``, ``COPY_DELTAS_COMMIT``: two round trips fewer than statements of
+        their own); rolled back on any error before the connection goes back to the pool."""
         try:
-            outcome = await self._write(conn, group, fresh, known, _Begin(conn, False))
-            await conn.execute("COMMIT")
+            results, marks, deltas = await self._write(conn, group, fresh, known, _Begin(conn))
+            if deltas is None:
+                await conn.execute("COMMIT")
+            else:  # asyncpg reads past the COPY's completion to the COMMIT's
+                await conn._copy_in(COPY_DELTAS_COMMIT, memoryview(deltas), None)
         except Exception:
             if not conn.is_closed() and conn.is_in_transaction():
                 with contextlib.suppress(asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
                     await conn.execute("ROLLBACK")
             raise
-        return outcome
+        return results, marks
 
     def _remembered(self, group: list[Entry]) -> dict[tuple[str, str], int] | None:
         """The watermarks of the group's sources as this gateway last committed them, if it
@@ -202,8 +206,9 @@ class GroupedAppends:
         fresh: dict[SeriesKey, int],
         known: dict[tuple[str, str], int] | None,
         begin: _Begin,
-    ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
-        """The group's statements; returns each batch's outcome and its sources' watermarks.
+    ) -> tuple[list[Appended], dict[tuple[str, str], int], bytes | None]:
+        """The group's statements but the last; returns each batch's outcome, its sources'
+        watermarks and its rollups' deltas (a binary COPY payload; None: no points).
         With ``known`` (remembered) watermarks the group is cut at them with no statement first,
         and the finish raises each only where it still holds that value: fewer raised than
         asked (another gateway stored a batch of the source meanwhile) raises ``_Moved``."""
@@ -214,6 +219,7 @@ class GroupedAppends:
         if known is not None:
             marks = dict(known)
         elif sources:
+            await begin.first()
             columns = [list(c) for c in zip(*sources, strict=True)]
             rows = await conn.fetch(LOCK_MARKS, *columns[:2])
             if len(rows) < len(sources):  # a source's first batch: make its row (and lock all)
@@ -238,15 +244,15 @@ class GroupedAppends:
                     accepted += len(points) - cut
             results.append(Appended(accepted, duplicates))
         latest: list[list[Any]] = [[] for _ in range(6)]
-        deltas = ["{}"] * 12
+        deltas = None
         if kept:
             latest, deltas = await self._points(conn, kept, fresh, begin)
         ordered = [(key, mark, before[key]) for key, mark in sorted(raised.items())]
-        params = finish_params(latest, group[-1].now, ordered, _counters(group, results), deltas)
+        params = finish_params(latest, group[-1].now, ordered, _counters(group, results))
         await begin.first()
         if await conn.fetchval(FINISH, *params) != len(ordered):
             raise _Moved
-        return results, marks
+        return results, marks, deltas
 
     async def _points(
         self,
@@ -254,9 +260,9 @@ class GroupedAppends:
         kept: list[tuple[MemberScope, str, Points]],
         fresh: dict[SeriesKey, int],
         begin: _Begin,
-    ) -> tuple[list[list[Any]], list[str]]:
-        """COPY the points; returns the series' latest values and the rollups' deltas (array
-        literals of the finest stored tier's rows, for the finish)."""
+    ) -> tuple[list[list[Any]], bytes]:
+        """COPY the points; returns the series' latest values and the rollups' deltas of the
+        finest stored tier (a binary COPY payload, sent as the transaction ends)."""
         ids = await self._series_ids(conn, kept, fresh, begin)
         series = [
             np.array([ids[(scope.member_id, source, t)] for t in p.tags], dtype=np.int64)[p.tag]
@@ -273,7 +279,7 @@ class GroupedAppends:
         # asyncpg would take bytes for a file's path)
         await conn._copy_in(begin.prefix() + COPY_BLOCKS, memoryview(rows.copy_payload()), None)
         # folded into every tier later (metric_rollups.py)
-        return rows.latest(), rows.rollup_literals(STORED_TIERS[:1])
+        return rows.latest(), rows.rollup_payload(STORED_TIERS[:1])
 
     async def _series_ids(
         self,
@@ -327,14 +333,13 @@ def _counters(group: list[Entry], results: list[Appended]) -> list[list[Any]]:
 
 @dataclass
 class _Begin:
-    """Whether a group's transaction has begun. On the remembered watermarks' path nothing
-    precedes the points' COPY, so its ``BEGIN`` goes in the COPY's own message (a simple
-    query of two statements: asyncpg reads past the first's completion to the COPY's start);
-    before a statement that cannot carry it (the new series', or a finish with no COPY), it is
-    sent alone."""
+    """Whether a group's transaction has begun. Its ``BEGIN`` goes in the message of the first
+    statement that can carry it: the points' COPY (one simple query of two statements, asyncpg
+    reads past the first's completion to the COPY's start) when nothing precedes it, as on
+    the remembered watermarks' path; else it is sent alone first."""
 
     conn: Any
-    done: bool
+    done: bool = False
 
     def prefix(self) -> str:
         if self.done:

@@ -102,7 +102,8 @@ async def test_a_connection_lost_in_the_middle_of_a_short_group_stores_none_of_i
     stores: tuple[PostgresMetrics, PostgresMetrics], scopes: list[MemberScope], pg_url: str
 ) -> None:
     """The group's backend ended (as when its gateway is killed -9) after its points' COPY,
-    while its finish waits: nothing of the group stays, the resend stores it once."""
+    while its deltas' COPY (with its COMMIT) waits: nothing of the group stays, the resend
+    stores it once."""
     store, _ = stores
     await store.append(scopes[0], [loss(range(0, 10)), loss(range(0, 2), "n.jsonl#0")], NONE, NOW)
     blocker = await asyncpg.connect(pg_url.replace("+asyncpg", "").replace("+psycopg", ""))
@@ -115,12 +116,12 @@ async def test_a_connection_lost_in_the_middle_of_a_short_group_stores_none_of_i
         for _ in range(200):
             pid = await blocker.fetchval(
                 "SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-                " AND query LIKE '%INSERT INTO metric_rollup_deltas%'"
+                " AND query LIKE '%COPY metric_rollup_deltas%'"
             )
             if pid:
                 break
             await asyncio.sleep(0.05)
-        assert pid, "the group never reached its finish"
+        assert pid, "the group never reached its deltas' COPY"
         await blocker.fetchval("SELECT pg_terminate_backend($1)", pid)
         with pytest.raises(Exception):  # noqa: B017 - whichever error the lost connection gives
             await sending
@@ -191,13 +192,13 @@ async def test_a_failure_after_the_points_copy_on_the_short_path_rolls_the_group
         lambda _loop, context: reported.append(str(context.get("message")))
     )
     await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)  # the source is known now
-    real = ingest_arrays.Rows.rollup_literals
+    real = ingest_arrays.Rows.rollup_payload
 
-    def fail_once(self: ingest_arrays.Rows, *tiers: object) -> list[str]:
-        monkeypatch.setattr(ingest_arrays.Rows, "rollup_literals", real)
+    def fail_once(self: ingest_arrays.Rows, *tiers: object) -> bytes:
+        monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", real)
         raise ValueError("a fault between the points' COPY and the finish")
 
-    monkeypatch.setattr(ingest_arrays.Rows, "rollup_literals", fail_once)
+    monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", fail_once)
     with pytest.raises(ValueError, match="between the points' COPY"):
         await store.append(scopes[0], [loss(range(10, 20))], NONE, NOW)
     assert await stored(store) == sorted(("m.jsonl#0", o) for o in range(10) for _ in (0, 1))

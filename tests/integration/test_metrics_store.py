@@ -315,13 +315,13 @@ async def test_a_rolled_back_batch_leaves_no_stale_series_behind(
     series it made; the next batch must not file its points under their ids (seen in CI)."""
     from adapters.postgres import ingest_arrays
 
-    real = ingest_arrays.Rows.rollup_literals
+    real = ingest_arrays.Rows.rollup_payload
 
-    def fail_once(self: ingest_arrays.Rows, *tiers: object) -> list[str]:
-        monkeypatch.setattr(ingest_arrays.Rows, "rollup_literals", real)
+    def fail_once(self: ingest_arrays.Rows, *tiers: object) -> bytes:
+        monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", real)
         raise ConnectionResetError("the stream went away mid-batch")
 
-    monkeypatch.setattr(ingest_arrays.Rows, "rollup_literals", fail_once)
+    monkeypatch.setattr(ingest_arrays.Rows, "rollup_payload", fail_once)
     with pytest.raises(ConnectionResetError):
         await store.append(scopes[0], [loss(range(0, 10))], NONE, NOW)
     assert await points(store) == 0
