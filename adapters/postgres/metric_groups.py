@@ -10,11 +10,11 @@ time), each with the same statements as one batch: lock the sources' watermark r
 KEY UPDATE`` when every row exists, else one upsert that makes the missing) unless the gateway
 remembers every one as it committed it, cut each batch at its source's watermark in arrival
 order (a resend stores nothing twice, even beside its original in the same group), make missing
-series, COPY the points, then one finish: the rollups' deltas of the finest stored tier (folded
-into every tier off the ack path: ``metric_rollups.py``), the series' latest values, the
-watermarks raised only where they still hold what the cut assumed (else the group rolls back
-and is stored again under the lock: docs/telemetry.md, "Three round trips a group") and the
-members' counters.
+series, COPY the points, then one finish (the series' latest values, the watermarks raised only
+where they still hold what the cut assumed, else the group rolls back and is stored again under
+the lock: docs/telemetry.md, "Three round trips a group", and the members' counters), then COPY
+the rollups' deltas of the finest stored tier (folded into every tier off the ack path:
+``metric_rollups.py``) with the ``COMMIT``.
 
 Every batch gets its own ``Appended``, the same as if it had been stored alone. If a group's
 transaction fails, its batches are stored again one transaction each, so one bad batch fails only
