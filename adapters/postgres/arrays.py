@@ -66,3 +66,9 @@ def literal_params(sql: str) -> str:
     """The statement with every ``CAST(:x AS type[])`` taking a literal: ``CAST(CAST(:x AS text)
     AS type[])`` (so its parameter is bound as one text: pass ``text_array(...)`` etc.)."""
     return _ARRAY_PARAM.sub(r"CAST(CAST(:\1 AS text) AS \2[])", sql)
+
+
+def float_array(values: Sequence[float]) -> str:
+    """``float8[]`` literal, each value as Python's ``repr``: the shortest text that reads back
+    to the same double; ``nan``, ``inf`` and ``-inf`` are PostgreSQL's spellings too."""
+    return "{" + ",".join(map(float.__repr__, values)) + "}"

@@ -56,6 +56,10 @@ MAX_SOCKET_PATH = 107  # bytes of a Unix socket's path (sun_path, less its final
 START_TIMEOUT_S = 60
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
 _FAST_SETTINGS = ("fsync=off", "synchronous_commit=off", "full_page_writes=off")
+# a durable server's checkpoints by time, not by WAL: with PostgreSQL's 1 GB of WAL, telemetry at
+# 2,000 streams (about 1 GB a minute) forced a checkpoint every 30 s, whose fsyncs stalled the
+# ingest's commits for up to a second (docs/persistence.md, "Checkpoints")
+_DURABLE_SETTINGS = ("max_wal_size=4GB", "checkpoint_timeout=15min")
 
 
 START_FIX = (
@@ -257,7 +261,7 @@ class EmbeddedPostgres:
                 f"-k {shlex.quote(str(self.socket_dir))}",
                 "-c unix_socket_permissions=0700",
                 f"-c max_connections={self.max_connections}",
-                *([f"-c {s}" for s in _FAST_SETTINGS] if not self.durable else []),
+                *(f"-c {s}" for s in (_DURABLE_SETTINGS if self.durable else _FAST_SETTINGS)),
             ]
             try:
                 argv = ["pg_ctl", "-D", str(self.pgdata), "-l", str(self.log_file), "-w"]

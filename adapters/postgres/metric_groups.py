@@ -7,11 +7,14 @@ thousands of streams, the database's round trips and commits, not the points, bo
 them together in the next one (at most ``MAX_GROUP`` batches, ``FLUSHERS`` transactions at a
 time), each with the same statements as one batch: lock the sources' watermark rows (in
 (member, source) order, so concurrent groups and gateways cannot deadlock: a ``SELECT … FOR NO
-KEY UPDATE`` when every row exists, else one upsert that makes the missing), cut each batch at
-its source's watermark in arrival order (a resend stores nothing twice, even beside its original
-in the same group), make missing series, COPY the points and the rollups' deltas of the finest
-stored tier (folded into every tier off the ack path: ``metric_rollups.py``), update the
-series' latest values, raise the watermarks and the members' counters.
+KEY UPDATE`` when every row exists, else one upsert that makes the missing) unless the gateway
+remembers every one as it committed it, cut each batch at its source's watermark in arrival
+order (a resend stores nothing twice, even beside its original in the same group), make missing
+series, COPY the points, then one finish (the series' latest values, the watermarks raised only
+where they still hold what the cut assumed, else the group rolls back and is stored again under
+the lock: docs/telemetry.md, "Three round trips a group", and the members' counters), then COPY
+the rollups' deltas of the finest stored tier (folded into every tier off the ack path:
+``metric_rollups.py``) with the ``COMMIT``.
 
 Every batch gets its own ``Appended``, the same as if it had been stored alone. If a group's
 transaction fails, its batches are stored again one transaction each, so one bad batch fails only
@@ -21,8 +24,9 @@ its own stream.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar, cast
@@ -30,7 +34,17 @@ from typing import Any, Generic, TypeVar, cast
 import asyncpg
 import numpy as np
 
-from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, ROLLUP_COLUMNS, Rows
+from adapters.postgres.ingest_arrays import Rows
+from adapters.postgres.metric_group_sql import (
+    COPY_BLOCKS,
+    COPY_DELTAS_COMMIT,
+    FINISH,
+    LOCK_MARKS,
+    NEW_SERIES,
+    SERIES_IDS,
+    WATERMARKS,
+    finish_params,
+)
 from adapters.postgres.metric_rollups import Folder
 from adapters.telemetry.columns import Points
 from domain.telemetry import STORED_TIERS, Appended, MemberScope, SourceBatch
@@ -40,80 +54,14 @@ MAX_GROUP = 512  # batches in one transaction
 FLUSHERS = 2  # transactions under way at once (one gathers while the other commits)
 _NO_STEP = 2**63 - 1
 
-_WATERMARKS = """
-INSERT INTO telemetry_sources AS t (member_id, source, kind, watermark, updated_at)
-SELECT u.member_id, u.source, u.kind, -1, now()
-FROM unnest($1::text[], $2::text[], $3::text[]) AS u(member_id, source, kind)
-ORDER BY u.member_id, u.source
-ON CONFLICT (member_id, source) DO UPDATE SET kind = t.kind
-RETURNING t.member_id, t.source, t.watermark
-"""  # an upsert that changes nothing still locks the rows it returns, in the rows' order
-
-# The same rows locked without writing them, when every one exists (a source's later batches):
-# the upsert writes a new version of each row it locks (its DO UPDATE), then the finish
-# another; locked in the same (member, source) order (the lock is taken after the sort). When a
-# row is missing, the rows this statement locked are held while the upsert takes the rest: a
-# third group that made a row between two groups' reads can then deadlock two of them;
-# PostgreSQL aborts one, and ``_flush`` stores that group's batches one by one (nothing acked
-# before its commit, a resend cut by the watermark).
-_LOCK_MARKS = """
-SELECT t.member_id, t.source, t.watermark FROM telemetry_sources t
-JOIN unnest($1::text[], $2::text[]) AS u(member_id, source)
-    ON t.member_id = u.member_id AND t.source = u.source
-ORDER BY t.member_id, t.source
-FOR NO KEY UPDATE OF t
-"""
-
-# The rest of a group in one round trip: the series' latest values, the raised watermarks
-# ($7: now) and the members' counters (data-modifying CTEs run to completion, read or not).
-_FINISH = """
-WITH series AS (
-    UPDATE metric_series s SET
-        first_step = LEAST(s.first_step, u.first_step),
-        last_value = CASE WHEN u.last_step >= s.last_step THEN u.last_value ELSE s.last_value END,
-        last_wall = CASE WHEN u.last_step >= s.last_step THEN u.last_wall ELSE s.last_wall END,
-        last_step = GREATEST(s.last_step, u.last_step),
-        count = s.count + u.n
-    FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::float8[], $5::float8[],
-        $6::bigint[]) AS u(id, first_step, last_step, last_value, last_wall, n)
-    WHERE s.id = u.id
-    RETURNING 1
-), marks AS (
-    UPDATE telemetry_sources t SET watermark = u.mark, updated_at = $7
-    FROM unnest($8::text[], $9::text[], $10::bigint[]) AS u(member_id, source, mark)
-    WHERE t.member_id = u.member_id AND t.source = u.source
-    RETURNING 1
-)
-INSERT INTO telemetry_members AS t (member_id, points, duplicates, corrupt_records,
-    dropped_records, dropped_bytes, last_batch_at)
-SELECT * FROM unnest($11::text[], $12::bigint[], $13::bigint[], $14::bigint[], $15::bigint[],
-    $16::bigint[], $17::timestamptz[]) ORDER BY 1
-ON CONFLICT (member_id) DO UPDATE SET
-    points = t.points + EXCLUDED.points,
-    duplicates = t.duplicates + EXCLUDED.duplicates,
-    corrupt_records = GREATEST(t.corrupt_records, EXCLUDED.corrupt_records),
-    dropped_records = GREATEST(t.dropped_records, EXCLUDED.dropped_records),
-    dropped_bytes = GREATEST(t.dropped_bytes, EXCLUDED.dropped_bytes),
-    last_batch_at = GREATEST(t.last_batch_at, EXCLUDED.last_batch_at)
-"""
-
-_NEW_SERIES = """
-INSERT INTO metric_series (job_id, attempt_id, member_id, source, tag, first_step, last_step,
-    count, last_value, last_wall)
-SELECT u.job_id, u.attempt_id, u.member_id, u.source, u.tag, $6, -1, 0, 'NaN', 0
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-    AS u(job_id, attempt_id, member_id, source, tag)
-ORDER BY u.member_id, u.source, u.tag
-ON CONFLICT (member_id, source, tag) DO NOTHING
-"""
-
-_SERIES_IDS = """
-SELECT s.id, s.member_id, s.source, s.tag FROM metric_series s
-JOIN unnest($1::text[], $2::text[], $3::text[]) AS u(member_id, source, tag)
-    ON s.member_id = u.member_id AND s.source = u.source AND s.tag = u.tag
-"""
+MAX_MARKS = 100_000  # watermarks remembered at most (then forgotten, read again as needed)
 
 SeriesKey = tuple[str, str, str]  # (member, source, tag)
+
+
+class _Moved(Exception):
+    """A remembered watermark was not the stored one: the group is rolled back and stored again
+    with its watermarks read (and locked) first."""
 
 
 @dataclass
@@ -133,7 +81,10 @@ class GroupedAppends:
     series: dict[SeriesKey, int] = field(default_factory=dict)  # committed series' ids
     queue: deque[Entry] = field(default_factory=deque)
     flushers: int = 0
+    marks: dict[tuple[str, str], int] = field(default_factory=dict)  # committed watermarks
     groups: int = 0  # transactions committed (for benchmarks and tests)
+    fast: int = 0  # of them cut at remembered watermarks (no statement before the points)
+    moved: int = 0  # groups stored again: a remembered watermark had moved
     folder: Folder = field(init=False)  # folds the rollups' deltas while batches arrive
     folding: asyncio.Task[None] | None = None
 
@@ -161,7 +112,7 @@ class GroupedAppends:
             while self.queue:
                 group = [self.queue.popleft() for _ in range(min(MAX_GROUP, len(self.queue)))]
                 try:
-                    results = await self._store(group)
+                    await self._store(group)
                 except asyncio.CancelledError as exc:  # the process is stopping
                     for entry in group:
                         _settle(entry.done, exc)
@@ -171,43 +122,110 @@ class GroupedAppends:
                         _settle(group[0].done, exc)
                         continue
                     for entry in group:  # each alone: only the culprit fails
+                        if entry.done.done():  # settled (committed), or its caller cancelled
+                            continue
                         try:
-                            (result,) = await self._store([entry])
+                            await self._store([entry])
                         except Exception as alone:
                             _settle(entry.done, alone)
-                        else:
-                            _settle(entry.done, result)
-                    continue
-                for entry, result in zip(group, results, strict=True):
-                    _settle(entry.done, result)
         finally:
             self.flushers -= 1
 
-    async def _store(self, group: list[Entry]) -> list[Appended]:
+    async def _store(self, group: list[Entry]) -> None:
+        """Store the group in one transaction and settle its batches as soon as it committed:
+        before the connection goes back to the pool (a loop turn the acks need not wait for)."""
         fresh: dict[SeriesKey, int] = {}
-        async with self.pool.acquire() as conn, conn.transaction():
-            results = await self._write(conn, group, fresh)
-        # only now: a series id cached from a transaction that rolled back would file every
-        # later point of that series under a row that is not there
-        self.series.update(fresh)
-        self.groups += 1
-        if self.folder.due():  # off the ack path: the acks of this group do not wait for it
-            self.folding = asyncio.get_running_loop().create_task(self.folder.run())
-        return results
+        known = self._remembered(group)
+        async with self.pool.acquire() as conn:
+            outcome = None
+            if known is not None:
+                try:
+                    outcome = await self._transaction(conn, group, fresh, known)
+                except _Moved:  # rolled back: read the watermarks under their lock, and again
+                    self.moved += 1
+                    fresh.clear()
+                    known = None
+            if outcome is None:
+                outcome = await self._transaction(conn, group, fresh, None)
+            results, marks = outcome
+            # only now: a series id cached from a transaction that rolled back would file every
+            # later point of that series under a row that is not there; the same for watermarks
+            self.series.update(fresh)
+            if len(self.marks) + len(marks) > MAX_MARKS:
+                self.marks.clear()
+            self.marks.update(marks)
+            self.groups += 1
+            self.fast += known is not None
+            for entry, result in zip(group, results, strict=True):
+                _settle(entry.done, result)
+            if self.folder.due():  # off the ack path: the acks of this group do not wait for it
+                self.folding = asyncio.get_running_loop().create_task(self.folder.run())
+
+    async def _transaction(
+        self,
+        conn: Any,
+        group: list[Entry],
+        fresh: dict[SeriesKey, int],
+        known: dict[tuple[str, str], int] | None,
+    ) -> tuple[list[Appended], dict[tuple[str, str], int]]:
+        """The group in one transaction, begun with its first statement and ended by its deltas'
+        COPY (``_Begin``, ``COPY_DELTAS_COMMIT``: two round trips fewer than statements of
+        their own); rolled back on any error before the connection goes back to the pool."""
+        try:
+            results, marks, deltas = await self._write(conn, group, fresh, known, _Begin(conn))
+            if deltas is None:
+                await conn.execute("COMMIT")
+            else:  # asyncpg reads past the COPY's completion to the COMMIT's
+                await conn._copy_in(COPY_DELTAS_COMMIT, memoryview(deltas), None)
+        except Exception:
+            if not conn.is_closed() and conn.is_in_transaction():
+                with contextlib.suppress(asyncpg.PostgresError, OSError, asyncpg.InterfaceError):
+                    await conn.execute("ROLLBACK")
+            raise
+        return results, marks
+
+    def _remembered(self, group: list[Entry]) -> dict[tuple[str, str], int] | None:
+        """The watermarks of the group's sources as this gateway last committed them, if it
+        remembers every one (else None: they are read, and locked, first)."""
+        known: dict[tuple[str, str], int] = {}
+        for entry in group:
+            for batch in entry.batches:
+                if not len(batch):
+                    continue
+                key = (entry.scope.member_id, batch.source)
+                mark = self.marks.get(key)
+                if mark is None:
+                    return None
+                known[key] = mark
+        return known
 
     async def _write(
-        self, conn: Any, group: list[Entry], fresh: dict[SeriesKey, int]
-    ) -> list[Appended]:
+        self,
+        conn: Any,
+        group: list[Entry],
+        fresh: dict[SeriesKey, int],
+        known: dict[tuple[str, str], int] | None,
+        begin: _Begin,
+    ) -> tuple[list[Appended], dict[tuple[str, str], int], bytes | None]:
+        """The group's statements but the last; returns each batch's outcome, its sources'
+        watermarks and its rollups' deltas (a binary COPY payload; None: no points).
+        With ``known`` (remembered) watermarks the group is cut at them with no statement first,
+        and the finish raises each only where it still holds that value: fewer raised than
+        asked (another gateway stored a batch of the source meanwhile) raises ``_Moved``."""
         sources = sorted(
             {(e.scope.member_id, b.source, b.kind) for e in group for b in e.batches if len(b)}
         )
         marks: dict[tuple[str, str], int] = {}
-        if sources:
+        if known is not None:
+            marks = dict(known)
+        elif sources:
+            await begin.first()
             columns = [list(c) for c in zip(*sources, strict=True)]
-            rows = await conn.fetch(_LOCK_MARKS, *columns[:2])
+            rows = await conn.fetch(LOCK_MARKS, *columns[:2])
             if len(rows) < len(sources):  # a source's first batch: make its row (and lock all)
-                rows = await conn.fetch(_WATERMARKS, *columns)
+                rows = await conn.fetch(WATERMARKS, *columns)
             marks = {(r["member_id"], r["source"]): r["watermark"] for r in rows}
+        before = dict(marks)
         raised: dict[tuple[str, str], int] = {}
         kept: list[tuple[MemberScope, str, Points]] = []
         results: list[Appended] = []
@@ -226,25 +244,26 @@ class GroupedAppends:
                     accepted += len(points) - cut
             results.append(Appended(accepted, duplicates))
         latest: list[list[Any]] = [[] for _ in range(6)]
+        deltas = None
         if kept:
-            latest = await self._points(conn, kept, fresh)
-        ordered = sorted(raised.items())
-        await conn.execute(
-            _FINISH,
-            *latest,
-            group[-1].now,
-            [m for (m, _), _ in ordered],
-            [s for (_, s), _ in ordered],
-            [v for _, v in ordered],
-            *_counters(group, results),
-        )
-        return results
+            latest, deltas = await self._points(conn, kept, fresh, begin)
+        ordered = [(key, mark, before[key]) for key, mark in sorted(raised.items())]
+        params = finish_params(latest, group[-1].now, ordered, _counters(group, results))
+        await begin.first()
+        if await conn.fetchval(FINISH, *params) != len(ordered):
+            raise _Moved
+        return results, marks, deltas
 
     async def _points(
-        self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
-    ) -> list[list[Any]]:
-        """COPY the points and their rollups' deltas; returns the series' latest values."""
-        ids = await self._series_ids(conn, kept, fresh)
+        self,
+        conn: Any,
+        kept: list[tuple[MemberScope, str, Points]],
+        fresh: dict[SeriesKey, int],
+        begin: _Begin,
+    ) -> tuple[list[list[Any]], bytes]:
+        """COPY the points; returns the series' latest values and the rollups' deltas of the
+        finest stored tier (a binary COPY payload, sent as the transaction ends)."""
+        ids = await self._series_ids(conn, kept, fresh, begin)
         series = [
             np.array([ids[(scope.member_id, source, t)] for t in p.tags], dtype=np.int64)[p.tag]
             for scope, source, p in kept
@@ -256,22 +275,18 @@ class GroupedAppends:
             np.concatenate([p.value for _, _, p in kept]),
             np.concatenate([p.offset for _, _, p in kept]),
         )
-        await conn.copy_to_table(
-            "metric_blocks",
-            source=_chunks(rows.copy_payload()),
-            columns=BLOCK_COLUMNS,
-            format="binary",
-        )
-        await conn.copy_to_table(  # folded into every tier later (metric_rollups.py)
-            "metric_rollup_deltas",
-            source=_chunks(rows.rollup_payload(STORED_TIERS[:1])),
-            columns=ROLLUP_COLUMNS,
-            format="binary",
-        )
-        return rows.latest()
+        # asyncpg sends the statement, the payload and its end at once (a buffer, not bytes:
+        # asyncpg would take bytes for a file's path)
+        await conn._copy_in(begin.prefix() + COPY_BLOCKS, memoryview(rows.copy_payload()), None)
+        # folded into every tier later (metric_rollups.py)
+        return rows.latest(), rows.rollup_payload(STORED_TIERS[:1])
 
     async def _series_ids(
-        self, conn: Any, kept: list[tuple[MemberScope, str, Points]], fresh: dict[SeriesKey, int]
+        self,
+        conn: Any,
+        kept: list[tuple[MemberScope, str, Points]],
+        fresh: dict[SeriesKey, int],
+        begin: _Begin,
     ) -> dict[SeriesKey, int]:
         """Ids of the points' series, made where missing; ``fresh`` gets the ones looked up in
         this transaction (cached once it committed)."""
@@ -281,8 +296,9 @@ class GroupedAppends:
                 scopes[(scope.member_id, source, p.tags[i])] = scope
         missing = sorted(k for k in scopes if k not in self.series)
         if missing:
+            await begin.first()
             await conn.execute(
-                _NEW_SERIES,
+                NEW_SERIES,
                 [scopes[k].job_id for k in missing],
                 [scopes[k].attempt_id for k in missing],
                 [k[0] for k in missing],
@@ -291,7 +307,7 @@ class GroupedAppends:
                 _NO_STEP,
             )
             found = await conn.fetch(
-                _SERIES_IDS, [k[0] for k in missing], [k[1] for k in missing],
+                SERIES_IDS, [k[0] for k in missing], [k[1] for k in missing],
                 [k[2] for k in missing],
             )  # fmt: skip
             for row in found:
@@ -315,10 +331,26 @@ def _counters(group: list[Entry], results: list[Appended]) -> list[list[Any]]:
     return [members, *([per[m][i] for m in members] for i in range(6))]
 
 
-async def _chunks(payload: bytes) -> AsyncIterator[bytes]:
-    """The payload as asyncpg's COPY source (a file object would be read in a thread pool,
-    one hop per chunk: a tenth of the gateway's time at thousands of streams)."""
-    yield payload
+@dataclass
+class _Begin:
+    """Whether a group's transaction has begun. Its ``BEGIN`` goes in the message of the first
+    statement that can carry it: the points' COPY (one simple query of two statements, asyncpg
+    reads past the first's completion to the COPY's start) when nothing precedes it, as on
+    the remembered watermarks' path; else it is sent alone first."""
+
+    conn: Any
+    done: bool = False
+
+    def prefix(self) -> str:
+        if self.done:
+            return ""
+        self.done = True
+        return "BEGIN; "
+
+    async def first(self) -> None:
+        if not self.done:
+            await self.conn.execute("BEGIN")
+            self.done = True
 
 
 K = TypeVar("K", bound=Hashable)

@@ -47,6 +47,9 @@ async def test_start_connect_stop_restart(data_dir: Path) -> None:
     assert "@127.0.0.1:" in url and url.endswith("/tuneplane")
     assert await _query(url, "SELECT current_database()") == "tuneplane"
     await _query(url, "CREATE TABLE kept (v int); INSERT INTO kept VALUES (42)")
+    # checkpoints by time, not every GB of WAL (docs/persistence.md, "Checkpoints")
+    assert await _query(url, "SHOW max_wal_size") == "4GB"
+    assert await _query(url, "SHOW checkpoint_timeout") == "15min"
     if os.geteuid() == 0:
         assert (data_dir / "pgdata").stat().st_uid != 0, "the server must not run as root"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -184,3 +185,27 @@ async def test_the_gateway_folds_while_batches_arrive(
     await store.groups.folding  # started after the group committed, off its ack
     assert await pending(store) == 0
     assert await table(store) == oracle(pts)
+
+
+async def test_the_deltas_keep_every_float_bit_for_bit(
+    store: PostgresMetrics, scope: MemberScope
+) -> None:
+    """A group's deltas go in as array literals with its finish: each value reads back as the
+    same double (infinities, NaN, the smallest subnormal, -0.0, the largest finite, 0.1)."""
+    odd = [math.inf, -math.inf, math.nan, 5e-324, -0.0, 1.7976931348623157e308, 0.1, 1 / 3]
+    width = STORED_TIERS[0]  # a point per finest bucket: its delta holds the point's values
+    pts = [("loss", i, i * width, v if math.isfinite(v) else 1.0, v) for i, v in enumerate(odd)]
+    await ingest(store, scope, pts)
+    rows = await store.pool.fetch(
+        "SELECT minimum, maximum, total, last, min_wall, max_wall FROM metric_rollup_deltas"
+        " ORDER BY bucket"
+    )
+
+    def bits(v: float) -> bytes:
+        return struct.pack(">d", math.nan if math.isnan(v) else v)
+
+    want = [
+        [v if math.isfinite(v) else math.nan] * 2 + [v if math.isfinite(v) else 0.0, v, w, w]
+        for _, _, _, w, v in pts
+    ]
+    assert [[bits(x) for x in r.values()] for r in rows] == [[bits(x) for x in r] for r in want]

@@ -40,6 +40,7 @@ POSTGRES_ONLY = {
     "metrics": "telemetry: the MetricsStore has no in-memory twin (not part of the unit of work)",
     "metric_compaction": "telemetry",
     "metric_groups": "telemetry: group commit of the metrics store's ingest",
+    "metric_group_sql": "telemetry: the group commit's statements",
     "metric_rollups": "telemetry: rollups folded off the ack path (migration 0033)",
     "ingest_arrays": "telemetry",
     "signing_keys": "telemetry: collector token keys",
