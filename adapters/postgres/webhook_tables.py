@@ -8,7 +8,6 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
-    ForeignKey,
     Index,
     Integer,
     Table,
@@ -46,12 +45,8 @@ webhook_outbox = Table(
     "webhook_outbox",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=True),  # order of insertion
-    Column(
-        "subscription_id",
-        Text,
-        ForeignKey("webhook_subscriptions.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    # → webhook_subscriptions.id ON DELETE CASCADE, kept by statement triggers (migration 0040)
+    Column("subscription_id", Text, nullable=False),
     # the change (no foreign key to jobs: an event outlives nothing it must not)
     Column("job_id", Text, nullable=False),
     Column("seq", Integer, nullable=False),

@@ -20,6 +20,9 @@ command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm)
 command -v ip >/dev/null 2>&1 && command -v ss >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+# The plan tests read plans with contrib's auto_explain, which the pip-installed server lacks:
+# they start Debian's server beside it (tests/fixtures/postgres.py, contrib_pg_server).
+ls /usr/lib/postgresql/*/lib/auto_explain.so >/dev/null 2>&1 || need_apt+=(postgresql-15)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "==> installing Debian packages: ${need_apt[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -53,20 +53,16 @@ def expected(prefix: str) -> set[tuple[str, int, str, str]]:
     }  # fmt: skip
 
 
-async def timeline_plan_after_one(dsn: str, prefix: str) -> str | None:
+async def timeline_plan_after_one(dsn: str, prefix: str) -> str:
     """On a new connection: one job moved, then 200 (in one statement); the plan the timeline's
-    insert ran with in the second (auto_explain at NOTICE, nested statements), or None where
-    this server has no auto_explain. Rolled back."""
+    insert ran with in the second (auto_explain at NOTICE, nested statements). Rolled back."""
     conn = await asyncpg.connect(dsn)
     notices: list[str] = []
     conn.add_log_listener(lambda _c, message: notices.append(str(message.message)))
     tx = conn.transaction()
     await tx.start()
     try:
-        try:
-            await conn.execute("LOAD 'auto_explain'")
-        except asyncpg.PostgresError:  # pgserver's binaries have no contrib
-            return None
+        await conn.execute("LOAD 'auto_explain'")
         await conn.execute(JOBS, prefix, 201)
         await conn.execute(MOVE, [f"{prefix}1"])
         await conn.execute(
@@ -100,17 +96,14 @@ async def test_the_timeline_records_the_same_events_up_and_down(empty_db: str) -
         await conn.close()
 
 
-async def test_the_timeline_plan_holds_whatever_the_first_update(empty_db: str) -> None:
-    """Run with a server that has contrib (TUNEPLANE_PG_BIN=/usr/lib/postgresql/15/bin)."""
-    await (await migrated(empty_db, "0038")).close()
-    dsn = plain_dsn(empty_db)
+async def test_the_timeline_plan_holds_whatever_the_first_update(contrib_empty_db: str) -> None:
+    """On a server with contrib (auto_explain): Debian's, beside the test session's own."""
+    await (await migrated(contrib_empty_db, "0038")).close()
+    dsn = plain_dsn(contrib_empty_db)
     trap = await timeline_plan_after_one(dsn, "t38-")
-    if trap is None:
-        pytest.skip("this PostgreSQL has no auto_explain (TUNEPLANE_PG_BIN names one with it)")
     assert "Nested Loop" in trap  # 0031's join, planned for one row: a loop in a loop
 
-    await migrate.upgrade_async(empty_db, "0039")
+    await migrate.upgrade_async(contrib_empty_db, "0039")
     plan = await timeline_plan_after_one(dsn, "t39-")
-    assert plan is not None
     assert "Nested Loop" not in plan
     assert plan.count("Named Tuplestore Scan") == 2  # each transition table read once
