@@ -92,6 +92,7 @@ from tests.bench.admission_report import (
     Figures,
     Steady,
     load,
+    python_speed,
     report,
     rss_mb,
 )
@@ -317,7 +318,7 @@ async def main(args: argparse.Namespace) -> None:
         every[args.jobs : args.jobs + args.arrivals],
         every[args.jobs + args.arrivals :],
     )
-    print(f"machine: {os.cpu_count()} cores; load average before: {load()}")
+    print(f"machine: {os.cpu_count()} cores, {python_speed()}; load average before: {load()}")
     if "memory" in args.adapters:
         store = MemoryStore()
         factory: Callable[[], MemoryUnitOfWork] = lambda: MemoryUnitOfWork(store)  # noqa: E731

@@ -59,6 +59,7 @@ from adapters.postgres.metric_rollups import fold_oldest
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
+from tests.bench.admission_report import python_speed
 from tests.bench.pg_statements import statements
 from tests.bench.telemetry_timeline import Timeline, by_second, render
 from tests.contract.builders import a_job, a_member, an_attempt
@@ -412,13 +413,14 @@ def run_config(root: Path, url: str, postmaster: int, gateways: int, kill: bool)
 def test_collector_streams(durable_pg: tuple[str, int]) -> None:
     url, postmaster = durable_pg
     root = Path(tempfile.mkdtemp(prefix="tp-bench-streams-"))
+    speed = python_speed()  # before any load
     results = [
         run_config(root, url, postmaster, int(c.rstrip("k")), c.endswith("k")) for c in CONFIGS
     ]
     print(
         f"\n{STREAMS:,} streams x {POINTS} points/s, {SECONDS:.0f} s ({WARMUP:.0f} s warm-up),"
         f" {LOADERS} load generator processes ({CLIENT} client, {ACKS} acks),"
-        f" machine: {os.cpu_count()} cores"
+        f" machine: {os.cpu_count()} cores, {speed}"
     )
     for r in results:
         c, b = r["cores"], r["per_batch"]
