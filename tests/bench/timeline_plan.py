@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import statistics
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -80,37 +81,57 @@ async def run(args: argparse.Namespace, keep: Path) -> None:
     pg = EmbeddedPostgres(keep / "pg")
     url = pg.start()
     try:
-        admin = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
-        await admin.execute("CREATE DATABASE against")
-        await admin.close()
-        dsns = {}
-        for name, revision in (("head", "head"), (args.against, args.against)):
-            db_url = url if name == "head" else url.rsplit("/", 1)[0] + "/against"
-            await migrate.upgrade_async(db_url, revision)
-            dsn = db_url.replace("postgresql+asyncpg://", "postgresql://")
-            conn = await asyncpg.connect(dsn)
+
+        async def fill(conn: asyncpg.Connection) -> None:
             await conn.execute(JOBS, args.jobs)
             await conn.execute("VACUUM ANALYZE jobs")
             await conn.execute("VACUUM ANALYZE job_events")
-            await conn.close()
-            dsns[name] = dsn
+
+        dsns = await two_databases(url, args.against, fill)
         many = [f"job-{i}" for i in range(1, args.moved + 1)]
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in dsns}
         for r in range(args.rounds):
             for name in list(dsns) if r % 2 == 0 else list(dsns)[::-1]:
                 runs[name].append(await one_round(dsns[name], many))
         print(f"backend CPU of the jobs update, ms: medians of {args.rounds} rounds (all rounds)")
-        for key in runs["head"][0]:
-            cells = []
-            for name in dsns:
-                values = [r[key] for r in runs[name]]
-                cells.append(
-                    f"{name} {statistics.median(values):6.1f} "
-                    f"({', '.join(f'{v:.1f}' for v in values)})"
-                )
-            print(f"  {key:<28} " + " | ".join(cells))
+        print_medians(runs, 6, 1)
     finally:
         pg.stop()
+
+
+async def two_databases(
+    url: str, against: str, fill: Callable[[asyncpg.Connection], Awaitable[None]]
+) -> dict[str, str]:
+    """The DSNs of ``head`` (the server's database, migrated to head) and of ``against`` (a
+    second database on the same server, migrated to that revision), each filled by ``fill``."""
+    admin = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    await admin.execute("CREATE DATABASE against")
+    await admin.close()
+    dsns = {}
+    for name, revision in (("head", "head"), (against, against)):
+        db_url = url if name == "head" else url.rsplit("/", 1)[0] + "/against"
+        await migrate.upgrade_async(db_url, revision)
+        dsn = db_url.replace("postgresql+asyncpg://", "postgresql://")
+        conn = await asyncpg.connect(dsn)
+        try:
+            await fill(conn)
+        finally:
+            await conn.close()
+        dsns[name] = dsn
+    return dsns
+
+
+def print_medians(runs: dict[str, list[dict[str, float]]], width: int, digits: int) -> None:
+    """One line a figure: each database's median over the rounds, then every round's value."""
+    for key in next(iter(runs.values()))[0]:
+        cells = []
+        for name, rounds in runs.items():
+            values = [r[key] for r in rounds]
+            cells.append(
+                f"{name} {statistics.median(values):{width}.{digits}f} "
+                f"({', '.join(f'{v:.{digits}f}' for v in values)})"
+            )
+        print(f"  {key:<30} " + " | ".join(cells))
 
 
 def main() -> None:

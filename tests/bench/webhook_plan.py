@@ -25,9 +25,8 @@ from pathlib import Path
 
 import asyncpg
 
-from adapters.postgres import migrate
 from adapters.postgres.embedded import EmbeddedPostgres
-from tests.bench.timeline_plan import JOBS, cpu_ms
+from tests.bench.timeline_plan import JOBS, cpu_ms, print_medians, two_databases
 
 MOVE = (
     "WITH moved AS (UPDATE jobs SET state = 'starting', updated_at = now(), reason = '' "
@@ -83,20 +82,13 @@ async def run(args: argparse.Namespace, keep: Path) -> None:
     pg = EmbeddedPostgres(keep / "pg")
     url = pg.start()
     try:
-        admin = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
-        await admin.execute("CREATE DATABASE against")
-        await admin.close()
-        dsns = {}
-        for name, revision in (("head", "head"), (args.against, args.against)):
-            db_url = url if name == "head" else url.rsplit("/", 1)[0] + "/against"
-            await migrate.upgrade_async(db_url, revision)
-            dsn = db_url.replace("postgresql+asyncpg://", "postgresql://")
-            conn = await asyncpg.connect(dsn)
+
+        async def fill(conn: asyncpg.Connection) -> None:
             await conn.execute(JOBS, args.jobs)
             await conn.execute(SUBSCRIPTION)
             await conn.execute("VACUUM ANALYZE jobs, job_events, webhook_subscriptions")
-            await conn.close()
-            dsns[name] = dsn
+
+        dsns = await two_databases(url, args.against, fill)
         many = [f"job-{i}" for i in range(1, args.moved + 1)]
         singles = [f"job-{args.jobs - i}" for i in range(args.singles)]
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in dsns}
@@ -107,15 +99,7 @@ async def run(args: argparse.Namespace, keep: Path) -> None:
             f"backend CPU of the update, ms ({args.jobs:,} jobs, one webhook): medians of "
             f"{args.rounds} rounds (all rounds)"
         )
-        for key in runs["head"][0]:
-            cells = []
-            for name in dsns:
-                values = [r[key] for r in runs[name]]
-                cells.append(
-                    f"{name} {statistics.median(values):7.2f} "
-                    f"({', '.join(f'{v:.2f}' for v in values)})"
-                )
-            print(f"  {key:<30} " + " | ".join(cells))
+        print_medians(runs, 7, 2)
     finally:
         pg.stop()
 
