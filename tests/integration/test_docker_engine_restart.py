@@ -9,8 +9,12 @@ backend reads the start of the process serving its socket as the engine's start
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -61,3 +65,26 @@ async def test_a_container_lost_with_a_restarted_engine_is_node_lost_a_removed_o
     finally:
         await remove_labelled(docker_host, job_id)
         await backend.close()
+
+
+def test_an_engine_start_is_read_to_the_clock_tick(tmp_path: Path) -> None:
+    """The start of the process serving the socket, as ``engine_started_at`` reads it, is no
+    earlier than when the test launched it, give or take the kernel's clock tick (10 ms) and
+    two clocks read apart: read with ``/proc/stat``'s whole-second ``btime`` it was up to a
+    second early (a restart less than a second after a container's start was not taken for
+    one after it)."""
+    path = tmp_path / "engine.sock"
+    serve = "import socket, sys, time; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); "
+    serve += "s.listen(); time.sleep(120)"
+    before = datetime.now(UTC)
+    server = subprocess.Popen([sys.executable, "-c", serve, str(path)])
+    try:
+        while not path.exists():  # the server's bind
+            assert server.poll() is None, "the socket's server died"
+            time.sleep(0.01)
+        started = engine_started_at(f"unix://{path}")
+        assert started is not None
+        assert before - timedelta(milliseconds=30) <= started <= datetime.now(UTC)
+    finally:
+        server.kill()
+        server.wait()
