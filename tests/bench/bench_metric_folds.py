@@ -31,11 +31,8 @@ from adapters.postgres.metrics import PostgresMetrics, create_pool
 from domain.telemetry import STORED_TIERS, MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.bench.bench_metric_groups import TAGS, a_batch, member_scopes
-from tests.bench.bench_telemetry_streams import (  # noqa: F401 - durable_pg is a fixture
-    cpu_seconds,
-    durable_pg,
-    loadavg,
-)
+from tests.bench.bench_telemetry_streams import durable_pg  # noqa: F401 - a fixture
+from tests.bench.proc_stats import cpu_seconds, loadavg
 
 pytestmark = pytest.mark.bench
 

@@ -30,11 +30,9 @@ from domain.telemetry import MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters
 from tests.bench.bench_telemetry_streams import (  # noqa: F401 - durable_pg is a fixture
     add_members,
-    cpu_seconds,
     durable_pg,
-    family,
-    loadavg,
 )
+from tests.bench.proc_stats import cpu_seconds, family, loadavg
 
 pytestmark = pytest.mark.bench
 

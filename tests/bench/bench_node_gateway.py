@@ -28,7 +28,6 @@ The benchmark raises its open-file limit to the hard limit (gateways and workers
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import multiprocessing
 import os
@@ -46,6 +45,7 @@ import asyncpg
 import pytest
 
 from tests.bench import node_swarm, prom_window
+from tests.bench.proc_stats import cpu_seconds, loadavg, rss_mib, tree_cpu_seconds
 from tests.fixtures.nodes import NodeCluster, _wait_for
 from tests.fixtures.server import TP, free_port
 from tests.support.db import plain_dsn
@@ -60,24 +60,6 @@ CONCURRENCY = int(os.environ.get("BENCH_ENROLL_CONCURRENCY", "32"))
 FAILOVER = os.environ.get("BENCH_FAILOVER", "") == "1"
 CONNECT_SECONDS = float(os.environ.get("BENCH_CONNECT_SECONDS", "300"))  # to open a stage
 HEARTBEAT = 5
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """CPU of ``pid``, its live children and its reaped ones (PostgreSQL: the postmaster)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    total = sum(int(f) for f in fields[11:15]) / TICKS  # utime stime cutime cstime
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            rest = stat.read_text().rsplit(")", 1)[1].split()
-            if int(rest[1]) == pid:
-                total += (int(rest[11]) + int(rest[12])) / TICKS
-    return total
 
 
 async def postmaster(cluster: NodeCluster) -> int:
@@ -89,17 +71,6 @@ async def postmaster(cluster: NodeCluster) -> int:
     finally:
         await conn.close()
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def loadavg() -> str:
-    return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
 
 
 class Workers:

@@ -13,9 +13,7 @@ Run: ``.venv/bin/pytest tests/bench/bench_points_layout.py -m bench -s``
 from __future__ import annotations
 
 import io
-import os
 import time
-from pathlib import Path
 
 import asyncpg
 import numpy as np
@@ -23,16 +21,12 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres.ingest_arrays import BLOCK_COLUMNS, Rows
+from tests.bench.proc_stats import cpu_seconds
 from tests.support.db import plain_dsn
 
 pytestmark = pytest.mark.bench
 
 SERIES, STEPS, BATCH = 32, 31_250, 10_000
-
-
-def backend_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def batches() -> list[Rows]:
@@ -57,7 +51,7 @@ async def test_rows_against_blocks(pg_url: str, pg_engine: AsyncEngine) -> None:
         work = batches()
         results = {}
         for name in ("rows", "blocks"):
-            cpu, t0 = backend_cpu(pid), time.perf_counter()
+            cpu, t0 = cpu_seconds(pid), time.perf_counter()
             for rows in work:
                 if name == "rows":
                     columns = (rows.series, rows.step, rows.wall, rows.value, rows.offset)
@@ -70,7 +64,7 @@ async def test_rows_against_blocks(pg_url: str, pg_engine: AsyncEngine) -> None:
                         columns=BLOCK_COLUMNS,
                         format="binary",
                     )
-            results[name] = (time.perf_counter() - t0, backend_cpu(pid) - cpu)
+            results[name] = (time.perf_counter() - t0, cpu_seconds(pid) - cpu)
         stored = await conn.fetchval("SELECT count(*) FROM metric_points")
         assert stored == await conn.fetchval("SELECT count(*) FROM bench_rows") == SERIES * STEPS
     finally:

@@ -27,15 +27,9 @@ from typing import Any
 from domain.admission import Snapshot, decide
 from entrypoints.sim import Simulation
 from entrypoints.sim_scenario import load_scenario
+from tests.bench.proc_stats import loadavg
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def loadavg() -> str:
-    try:
-        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def ms(xs: list[float]) -> str:

@@ -61,6 +61,7 @@ from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
 from tests.bench.admission_report import python_speed
 from tests.bench.pg_statements import statements
+from tests.bench.proc_stats import cpu_seconds, family, loadavg, rss_mib
 from tests.bench.telemetry_timeline import Timeline, by_second, render
 from tests.contract.builders import a_job, a_member, an_attempt
 from tests.fixtures.server import TP, free_port
@@ -78,34 +79,6 @@ PGSS = os.environ.get("BENCH_PGSS")  # a PostgreSQL bin dir with pg_stat_stateme
 CLIENT = os.environ.get("BENCH_CLIENT", "raw")  # the load generator's: grpclib, aio, raw
 ACKS = os.environ.get("BENCH_ACKS", "cumulative")  # "each": one ack a batch (older collectors)
 PYSPY = os.environ.get("BENCH_PYSPY")  # a py-spy binary: profile the first gateway's window
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def family(root: int) -> list[int]:
-    """``root`` and its children (PostgreSQL's backends)."""
-    kids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == root:
-                kids.append(int(stat.parent.name))
-        except (FileNotFoundError, ProcessLookupError, ValueError):
-            continue
-    return [root, *kids]
 
 
 async def _commits(url: str) -> int:
@@ -122,10 +95,6 @@ def commits(url: str) -> int:
     """Transactions committed in the database so far: a group commit is one (the fold and the
     members' status reads are a few more)."""
     return asyncio.run(_commits(url))
-
-
-def loadavg() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 @pytest.fixture(scope="module")
