@@ -6,7 +6,8 @@ resolver (``pip install --dry-run --report``) into ``adapters/docker/locks/<runt
 every distribution, ``NAME==VERSION --hash=sha256:…``. Building installs exactly that file
 (``--no-deps --require-hashes --only-binary=:all:``) with this machine's pip into the image's
 ``/usr/local/lib/python3.X/dist-packages`` (Debian's Python reads it), so the same lock gives
-the same files: no resolver runs at build time, and nothing compiles.
+the same files: no resolver runs at build time, and no extension is built. The layer's modules
+are then byte-compiled once (``compile_layer``), so that no container compiles them again.
 
     python -m adapters.docker.pip_layer lock pytorch-trl
 """
@@ -113,6 +114,30 @@ def install(root: Path, lock_file: Path, say: Callable[[str], None]) -> None:
     if proc.returncode != 0:
         raise LockError(f"pip could not install {lock_file}:\n{proc.stderr[-3000:]}")
     _move_scripts(site / "bin", root / "usr/local/bin")
+    compile_layer(root, site, say)
+
+
+def compile_layer(root: Path, site: Path, say: Callable[[str], None]) -> None:
+    """Byte-compile the layer once, at build time. pip's own compile is off (``--no-compile``:
+    its .pyc files record each source's mtime, which the reproducible tar then sets to one
+    fixed time, so every one would be stale). Without them each container compiled what it
+    imported from source, for nothing (its writable layer goes with it): 12 s of CPU before
+    `import trl` in every member of a `pytorch-trl` job on a 2 GHz core, against 5 s with them.
+    ``checked-hash`` .pyc files record the source's hash, not its time, so they stay valid
+    through the tar, and an edited source is still recompiled; each records its source's path
+    in the image (not the build's directory) and a fixed hash seed keeps the bytes the same
+    from build to build and machine to machine. A file that does not compile (a template, another
+    Python's syntax) is left without one, as pip leaves it, and counted."""
+    cmd = [sys.executable, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode",
+           "checked-hash", "-s", str(root), "-p", "/", str(site)]  # fmt: skip
+    say(" ".join(cmd))
+    env = child_environ({"PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": "0"})
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    failed = sum(line.startswith("*** Error compiling") for line in proc.stdout.splitlines())
+    if proc.returncode != 0 and not failed:
+        raise LockError(f"compileall failed on {site}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    if failed:
+        say(f"{failed} files of the layer do not compile with this Python; left as sources")
 
 
 def _move_scripts(scripts: Path, bin_dir: Path) -> None:

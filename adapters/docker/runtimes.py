@@ -130,14 +130,14 @@ RECIPES: dict[str, Recipe] = {
     ),
     "pytorch-trl": Recipe(
         kind="debootstrap",
-        version="1",
+        version="2",  # 2: the pip layer byte-compiled (pip_layer.compile_layer)
         suite="bookworm",
         include=("python3",),  # the whole standard library (importlib.metadata, sqlite3, …)
         pip=TRL_PINS,
     ),
     "verl": Recipe(
         kind="debootstrap",
-        version="1",
+        version="2",  # 2: the pip layer byte-compiled (pip_layer.compile_layer)
         suite="bookworm",
         include=("python3",),
         pip=VERL_PINS,
