@@ -62,22 +62,36 @@ def trl_logs(log: str) -> list[dict[str, float]]:
     return found
 
 
-def collected(cli: Cli, job_id: str) -> dict[str, dict[str, Any]]:
-    summary = json.loads(cli("job", "metrics", job_id, "--all", "--json").stdout)["summary"]
+def by_tag(summary: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {s["tag"]: s for s in summary["series"] if not s["source"].startswith("system#")}
+
+
+def collected(cli: Cli, job_id: str) -> dict[str, dict[str, Any]]:
+    return by_tag(json.loads(cli("job", "metrics", job_id, "--all", "--json").stdout)["summary"])
 
 
 async def wait_collected(
     cli: Cli, job_id: str, tags: tuple[str, ...], steps: int
 ) -> dict[str, Any]:
     """The series once every tag has its last step (the collector ships after the member's
-    end too: the spool drains on its own time)."""
-    for _ in range(240):
-        got = await asyncio.to_thread(collected, cli, job_id)
-        if all(t in got and got[t]["last_step"] >= steps for t in tags):
-            return got
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{job_id}: not every primary metric arrived: {sorted(got)}")
+    end too: the spool drains on its own time): polled in this process (GET
+    /v1/jobs/ID/metrics, the summary `tp job metrics` reads first; a `tp` process a poll
+    took 0.3-0.45 s of a core from the training), then read once through the command."""
+
+    def arrived(got: dict[str, dict[str, Any]]) -> bool:
+        return all(t in got and got[t]["last_step"] >= steps for t in tags)
+
+    with cli.api() as api:
+        for _ in range(240):
+            got = by_tag((await asyncio.to_thread(api.get, f"/v1/jobs/{job_id}/metrics")).json())
+            if arrived(got):
+                break
+            await asyncio.sleep(0.5)
+        else:
+            raise AssertionError(f"{job_id}: not every primary metric arrived: {sorted(got)}")
+    got = await asyncio.to_thread(collected, cli, job_id)
+    assert arrived(got), got
+    return got
 
 
 @pytest.mark.timeout(1500)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from domain.lifecycle import JobState
 from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.server import Servers
 from tests.fixtures.slurm import SlurmCluster, slurm_cluster_started
@@ -226,15 +227,20 @@ async def test_slurmrestd_down_at_submit_is_a_clear_error(slurm: Setup) -> None:
 def member_when(
     slurm: Setup, job_id: str, check: Callable[[dict[str, Any]], bool], timeout: float = 120
 ) -> dict[str, Any]:
-    """Member 0 of the job's latest attempt once ``check`` holds for it."""
-    deadline = time.monotonic() + timeout
-    while True:
-        attempts = slurm.cli.status(job_id)["attempts"]
-        member = attempts[-1]["members"][0] if attempts else {}
-        if member and check(member):
-            return member
-        assert time.monotonic() < deadline, f"member of {job_id} never matched: {member}"
-        time.sleep(0.3)
+    """Member 0 of the job's latest attempt once ``check`` holds for it, as `tp job status
+    --json` reads it (polled in this process: ``Cli.wait_state``)."""
+    member: dict[str, Any] = {}
+
+    def matched(job: dict[str, Any]) -> bool:
+        nonlocal member
+        member = job["attempts"][-1]["members"][0] if job["attempts"] else {}
+        return bool(member) and check(member)
+
+    try:
+        slurm.cli.wait_state(job_id, {str(s) for s in JobState}, timeout, also=matched)
+    except AssertionError:
+        raise AssertionError(f"member of {job_id} never matched: {member}") from None
+    return member
 
 
 async def test_a_pending_member_shows_slurms_reason_and_never_a_stale_one(slurm: Setup) -> None:

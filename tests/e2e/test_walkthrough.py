@@ -54,6 +54,15 @@ class Cli:
     def status(self, job_id: str) -> dict[str, Any]:
         return json.loads(self("job", "status", job_id, "--json").stdout)  # type: ignore[no-any-return]
 
+    def api(self) -> httpx.Client:
+        """An HTTP client with the login the CLI saved, for polls (``wait_state``): what `tp`
+        sends, without a process a poll."""
+        creds = json.loads(
+            (Path(self.env["TUNEPLANE_CONFIG_DIR"]) / "credentials.json").read_text()
+        )
+        headers = {"Authorization": f"Bearer {creds['token']}"}
+        return httpx.Client(base_url=creds["server"], headers=headers, timeout=30)
+
     def wait_state(
         self,
         job_id: str,
@@ -64,12 +73,8 @@ class Cli:
         """Poll the job as `tp job status --json` reads it (GET /v1/jobs/ID with the login the
         CLI saved), in this process: starting `tp` every poll would take 0.3-0.45 s of a core
         each time from the workloads under test on a 2-core machine."""
-        creds = json.loads(
-            (Path(self.env["TUNEPLANE_CONFIG_DIR"]) / "credentials.json").read_text()
-        )
-        headers = {"Authorization": f"Bearer {creds['token']}"}
         deadline = time.monotonic() + timeout
-        with httpx.Client(base_url=creds["server"], headers=headers, timeout=30) as api:
+        with self.api() as api:
             while True:
                 job: dict[str, Any] = api.get(f"/v1/jobs/{job_id}").raise_for_status().json()
                 if job["state"] in states and also(job):
