@@ -57,15 +57,25 @@ class HttpWebhookSender:
     ) -> None:
         self._destinations = destinations if destinations is not None else Destinations()
         self._resolve = resolve
-        self._client = httpx.AsyncClient(
-            follow_redirects=False,
-            verify=verify if verify is not None else trust(),
-            trust_env=False,  # no proxy from the environment: the operator's URL is the target
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=0),
-        )
+        self._verify = verify
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        """The HTTP client, made at the first delivery: loading the trust store and making
+        the client take about 0.1 s of a core, which every API process's start paid for
+        nothing when no webhook was ever sent."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                follow_redirects=False,
+                verify=self._verify if self._verify is not None else trust(),
+                trust_env=False,  # no proxy from the environment: the operator's URL is the target
+                limits=httpx.Limits(max_connections=64, max_keepalive_connections=0),
+            )
+        return self._client
 
     async def close(self) -> None:
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
     async def send(
         self, url: str, headers: Mapping[str, str], body: bytes, within: timedelta
@@ -101,7 +111,7 @@ class HttpWebhookSender:
         self, url: httpx.URL, headers: dict[str, str], body: bytes, seconds: float,
         extensions: dict[str, str],
     ) -> SendResult:  # fmt: skip
-        async with self._client.stream(
+        async with self._http().stream(
             "POST", url, headers=headers, content=body, timeout=seconds, extensions=extensions
         ) as answer:
             status = answer.status_code
