@@ -13,15 +13,12 @@ from pathlib import Path
 from grpclib.server import Server
 
 from adapters.observability.prometheus import process_instruments
-from adapters.postgres.metric_compaction import keep_compacting
 from adapters.tls import dev_server_context, server_context
 from domain.coordination_ports import NODE_WORK
 from domain.errors import Unavailable
 from entrypoints import logs
 from entrypoints.containers.database import reach_database
 from entrypoints.containers.lifecycle import resolve, started
-from entrypoints.containers.node_gateway import NodeGatewayContainer
-from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
 from entrypoints.gateway_run import where
 from entrypoints.gc_pauses import keep_pauses_short, pace_collections, stop_policy
 from entrypoints.loop_watch import unwatch_collections, watch_collections, watch_loop
@@ -68,6 +65,10 @@ async def _listen(
 
 
 async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
+    # each gateway's container is imported by its own command: the node gateway's control
+    # plane (SQLAlchemy) is not the telemetry gateway's start-up, nor the reverse
+    from entrypoints.containers.node_gateway import NodeGatewayContainer
+
     check_listen(settings.node_gateway_host, settings.node_gateway_port, where("node"))
     await reach_database(settings)
     tls, ca = gateway_tls(settings)
@@ -111,6 +112,9 @@ async def serve_node_gateway(settings: Settings, announce: str = "") -> None:
 
 async def serve_telemetry_gateway(settings: Settings, announce: str = "") -> None:
     """`tp gateway telemetry`: its own process, port and credentials; PostgreSQL only."""
+    from adapters.postgres.metric_compaction import keep_compacting
+    from entrypoints.containers.telemetry_gateway import TelemetryGatewayContainer
+
     host, port = settings.telemetry_gateway_host, settings.telemetry_gateway_port
     check_listen(host, port, where("telemetry"))
     await reach_database(settings)

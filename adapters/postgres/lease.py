@@ -22,7 +22,7 @@ import logging
 
 import asyncpg
 
-from adapters.postgres.engine import KEEPALIVE_SECONDS, keepalives, plain_url
+from adapters.postgres.connect import KEEPALIVE_SECONDS, keepalives, plain_url
 
 log = logging.getLogger("tuneplane.lease")
 

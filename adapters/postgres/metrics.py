@@ -9,7 +9,7 @@ latest values and raise the watermarks. A resent batch therefore stores nothing 
 
 Queries read at most one row per bucket. asyncpg prepares statements; after five executions
 PostgreSQL may switch a prepared statement to a generic plan, which is much slower for these
-range queries, so the pool sets ``plan_cache_mode = force_custom_plan``.
+range queries, so the pool sets ``plan_cache_mode = force_custom_plan`` (``metrics_pool.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from datetime import datetime
 
 import asyncpg
 
-from adapters.postgres.engine import KEEPALIVE_SECONDS, NO_JIT, keepalives, plain_url
 from adapters.postgres.ingest_arrays import BLOCK_STEPS
 from adapters.postgres.metric_groups import Coalesced, GroupedAppends
 from adapters.postgres.metric_rollups import fold_series
@@ -97,40 +96,6 @@ WHERE step > $2 OR record_offset > $4 ORDER BY step, record_offset LIMIT $5
 """
 _NEXT_BLOCK = "SELECT min(bucket) FROM metric_blocks WHERE series_id = $1 AND bucket >= $2"
 RAW_WINDOW = 8 * BLOCK_STEPS  # steps the raw inspector reads a page from at a time
-
-
-class MetricsConnection(asyncpg.Connection):  # type: ignore[misc]
-    """A metrics pool's connection: released without asyncpg's reset query.
-
-    asyncpg ends every release with ``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *;
-    RESET ALL``: a round trip and four statements, once per group commit of the telemetry
-    gateway (at a thousand streams, groups of one or two batches, so per batch). Nothing on a
-    metrics pool leaves session state behind: no ``SET``, no session advisory lock (the fold's
-    and the compaction's are transaction-scoped), no ``LISTEN``, no cursor outside a
-    transaction. asyncpg still rolls back a transaction left open at release (a test holds
-    it)."""
-
-    def get_reset_query(self) -> str:
-        return ""
-
-
-async def create_pool(
-    url: str, *, min_size: int = 1, max_size: int = 4, keepalive_seconds: float = KEEPALIVE_SECONDS
-) -> asyncpg.Pool:
-    pool = await asyncpg.create_pool(
-        plain_url(url),
-        min_size=min_size,
-        max_size=max_size,
-        connection_class=MetricsConnection,
-        server_settings={
-            "application_name": "tuneplane-metrics",
-            "plan_cache_mode": "force_custom_plan",
-            **keepalives(keepalive_seconds),
-            **NO_JIT,
-        },
-    )
-    assert pool is not None
-    return pool
 
 
 class PostgresMetrics:

@@ -17,7 +17,7 @@ from typing import Any
 
 import asyncpg
 
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 
 log = logging.getLogger("tuneplane.signals")
 

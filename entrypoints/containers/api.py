@@ -30,6 +30,7 @@ from domain.coordination_ports import Signals
 from domain.ports import ExecutionBackend
 from entrypoints.containers import database
 from entrypoints.containers.blobs import blob_store
+from entrypoints.containers.sql_engine import database_engine
 from entrypoints.kubernetes import kubernetes_backends
 from entrypoints.settings import Settings
 from entrypoints.settings_loader import load_one
@@ -112,7 +113,7 @@ def _lease(settings: Settings) -> PostgresLeaderLease:
 
 class ApiContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    engine = providers.Resource(database.database_engine, settings=settings)
+    engine = providers.Resource(database_engine, settings=settings)
     docker = providers.Resource(_docker, settings=settings)
     signals = providers.Resource(database.signals, settings=settings)
     blobs = providers.Resource(blob_store, settings=settings)

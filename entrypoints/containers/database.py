@@ -11,10 +11,9 @@ from typing import TypeVar
 
 import asyncpg
 from dependency_injector import containers
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres.engine import check_reachable, create_engine
-from adapters.postgres.metrics import create_pool
+from adapters.postgres.connect import check_reachable
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.signals import PostgresSignals
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from application.context import TelemetrySettings
@@ -38,22 +37,6 @@ async def reach_database(settings: Settings) -> str:
     url = require_database(settings)
     await check_reachable(url)
     return url
-
-
-async def database_engine(settings: Settings) -> AsyncIterator[AsyncEngine]:
-    url = require_database(settings)
-    # no overflow: connections beyond the pool would be opened and closed per request (a fork
-    # and a SCRAM handshake each); waiting for a pooled connection is cheaper
-    engine = create_engine(
-        url,
-        pool_size=settings.db_pool_size,
-        max_overflow=0,
-        keepalive_seconds=settings.db_keepalive_seconds,
-    )
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def signals(settings: Settings) -> AsyncIterator[Signals]:

@@ -22,6 +22,7 @@ from domain.blob_ports import BlobStore
 from domain.coordination_ports import Signals
 from entrypoints.containers import database
 from entrypoints.containers.blobs import blob_store
+from entrypoints.containers.sql_engine import database_engine
 from entrypoints.settings import Settings
 
 
@@ -66,7 +67,7 @@ def _control(ctx: Context, settings: Settings) -> NodeControl:
 
 class NodeGatewayContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    engine = providers.Resource(database.database_engine, settings=settings)
+    engine = providers.Resource(database_engine, settings=settings)
     signals = providers.Resource(database.signals, settings=settings)
     blobs = providers.Resource(blob_store, settings=settings)
     metrics_pool = providers.Resource(database.metrics_pool, settings=settings)

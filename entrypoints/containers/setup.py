@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import RandomIds, SystemClock, new_secret
 from application.context import Context
-from entrypoints.containers import database
+from entrypoints.containers.sql_engine import database_engine
 from entrypoints.settings import Settings
 
 
@@ -25,5 +25,5 @@ def _context(settings: Settings, engine: AsyncEngine) -> Context:
 
 class SetupContainer(containers.DeclarativeContainer):
     settings = providers.Dependency(instance_of=Settings)
-    engine = providers.Resource(database.database_engine, settings=settings)
+    engine = providers.Resource(database_engine, settings=settings)
     context = providers.Singleton(_context, settings=settings, engine=engine)

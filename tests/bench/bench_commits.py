@@ -32,7 +32,8 @@ from pathlib import Path
 
 import httpx
 
-from adapters.postgres import EmbeddedPostgres, migrate
+from adapters.postgres import migrate
+from adapters.postgres.embedded import EmbeddedPostgres
 from entrypoints.server import first_admin_token
 from entrypoints.settings import Settings
 from tests.fixtures.server import free_port

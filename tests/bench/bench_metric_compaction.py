@@ -21,7 +21,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres.metric_compaction import compact_blocks
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import MemberScope, plan_view
 from domain.telemetry_ports import CollectorCounters

@@ -27,7 +27,8 @@ import pytest
 import uvloop
 
 from adapters.postgres.metric_rollups import FOLD_SECONDS, FOLD_TICK, fold_oldest, fold_slice
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from domain.telemetry import STORED_TIERS, MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.bench.bench_metric_groups import TAGS, a_batch, member_scopes

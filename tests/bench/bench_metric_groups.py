@@ -24,7 +24,8 @@ import numpy as np
 import pytest
 import uvloop
 
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.telemetry.columns import Points
 from domain.telemetry import MemberScope, SourceBatch
 from domain.telemetry_ports import CollectorCounters

@@ -39,7 +39,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres import EmbeddedPostgres, migrate
+from adapters.postgres import migrate
+from adapters.postgres.embedded import EmbeddedPostgres
 from entrypoints.server import first_admin_token
 from entrypoints.settings import Settings
 from tests.bench.bench_commits import HERE, TP, make_previews, wrk

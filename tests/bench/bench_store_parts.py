@@ -30,8 +30,9 @@ import asyncpg
 from sqlalchemy import make_url, text
 
 from adapters.postgres import migrate
+from adapters.postgres.connect import async_url, plain_url
 from adapters.postgres.embedded import EmbeddedPostgres
-from adapters.postgres.engine import async_url, create_engine, plain_url
+from adapters.postgres.engine import create_engine
 from adapters.postgres.reservations import _RESERVE_MANY, reserve_many_params
 from adapters.postgres.scheduling import _START, start_params
 from adapters.postgres.uow import PostgresUnitOfWork

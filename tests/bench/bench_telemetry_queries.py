@@ -27,7 +27,8 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from application.auth import bootstrap_admin
 from domain.telemetry import MemberScope, View, plan_view

@@ -54,9 +54,12 @@ import numpy as np
 import pytest
 
 from adapters.collector_tokens import CollectorTokens
-from adapters.postgres import EmbeddedPostgres, PostgresUnitOfWork, create_engine, migrate
+from adapters.postgres import migrate
+from adapters.postgres.embedded import EmbeddedPostgres
+from adapters.postgres.engine import create_engine
 from adapters.postgres.metric_rollups import fold_oldest
 from adapters.postgres.signing_keys import PostgresSigningKeys
+from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.tls import ensure_dev_pki
 from domain.telemetry import STORED_TIERS, MemberScope
 from tests.bench.admission_report import python_speed

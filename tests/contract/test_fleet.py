@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 
 from adapters.memory.lease import MemoryLeaderLease, MemoryLeases
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from adapters.postgres.lease import PostgresLeaderLease, lease_key
 from domain.auth import Role, User
 from domain.coordination_ports import LeaderLease

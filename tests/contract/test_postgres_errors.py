@@ -6,8 +6,9 @@ import socket
 
 import pytest
 
-from adapters.postgres import PostgresUnitOfWork, create_engine
-from adapters.postgres.engine import async_url
+from adapters.postgres.connect import async_url
+from adapters.postgres.engine import create_engine
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.errors import Unavailable
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres import PostgresUnitOfWork
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.admission import Assignment, NodeView, QueueView, Reservation, Snapshot
 from domain.auth import Role, User
 from domain.catalog import Resources

@@ -20,7 +20,8 @@ import pytest
 from playwright.async_api import Page, expect
 
 from adapters.postgres.engine import create_engine
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.artifacts import ArtifactFile, ArtifactRecord, Manifest
 from domain.jobs import Attempt, Job, Member

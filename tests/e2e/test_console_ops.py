@@ -17,7 +17,8 @@ import pytest
 from playwright.async_api import Dialog, Page, Route, expect
 
 from adapters.postgres.engine import create_engine
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.checkpoints import Resume
 from domain.lifecycle import AttemptState, JobState, MemberState

@@ -14,7 +14,7 @@ import asyncpg
 import httpx
 import pytest
 
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from tests.fixtures.server import TP, _wait_ready, free_port
 from tests.support.log_lines import records
 

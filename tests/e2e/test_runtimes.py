@@ -19,7 +19,7 @@ import pytest
 
 from adapters.docker.backend import DockerBackend
 from adapters.docker.runtimes import BUSYBOX, PYTHON_NUMPY, PYTORCH_TRL
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from domain.catalog import RuntimeSpec
 from tests.e2e.test_walkthrough import Cli, job_id_in
 from tests.fixtures.docker import build_image

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres import PostgresUnitOfWork
 from adapters.postgres.reservations import PostgresReservationRepository
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.admission import Reservation
 from domain.errors import Unavailable
 from tests.contract.test_pending_changes import add

@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from adapters.postgres.arrays import int_array, literal_params, text_array, time_array
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from adapters.postgres.engine import create_engine, keepalives
+from adapters.postgres.connect import keepalives
+from adapters.postgres.engine import create_engine
 from adapters.postgres.lease import PostgresLeaderLease
-from adapters.postgres.metrics import create_pool
+from adapters.postgres.metrics_pool import create_pool
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from adapters.postgres.connect import plain_url
 from adapters.postgres.embedded import EmbeddedPostgres, EmbeddedPostgresError
-from adapters.postgres.engine import plain_url
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres import PostgresUnitOfWork
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.lifecycle import JobState
 from tests.contract.builders import T0
 from tests.contract.test_pending_changes import add

@@ -15,7 +15,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from adapters.postgres import PostgresUnitOfWork, create_engine
+from adapters.postgres.engine import create_engine
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.auth import Role, User
 from domain.fleet import Node, Pool, Queue, Team
 from domain.jobs import Job

@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from domain.telemetry import MemberScope
 from domain.telemetry_ports import CollectorCounters
 from tests.integration.test_metrics_store import loss, scopes

@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres.metric_rollups import _FOLD_OLDEST, _WIDTHS, FOLD_LOCK, fold_oldest
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import STORED_TIERS, Bucket, MemberScope, View, rollup
 from domain.telemetry_ports import CollectorCounters

@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres.metric_rollups import FOLD_ROWS, Folded, Folder, fold_slice
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import STORED_TIERS, MemberScope, View
 from tests.contract.builders import a_job, a_member, an_attempt

@@ -19,7 +19,8 @@ from adapters.postgres.metric_compaction import (
     compact_blocks,
     keep_compacting,
 )
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
 from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
 from domain.telemetry_ports import CollectorCounters, MemberStatus

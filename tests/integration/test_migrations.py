@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from adapters.postgres.tables import metadata
 from domain.auth import Role
 from domain.fleet import Connectivity, SchedState

@@ -13,7 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from domain.node_protocol import Decision, Phase
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from domain.fleet import Validation
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,8 @@ import asyncpg
 import pytest
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import create_engine, plain_url
+from adapters.postgres.connect import plain_url
+from adapters.postgres.engine import create_engine
 from adapters.postgres.webhooks import PostgresWebhooks
 from adapters.secret_box import read_key_file
 from application.context import Notifications

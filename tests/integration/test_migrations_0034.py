@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 
 pytestmark = pytest.mark.integration
 

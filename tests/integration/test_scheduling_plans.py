@@ -13,7 +13,6 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from adapters.postgres import PostgresUnitOfWork
 from adapters.postgres.scheduling import (
     _CHANGED_SINCE,
     _NODES,
@@ -22,6 +21,7 @@ from adapters.postgres.scheduling import (
     _START,
     start_params,
 )
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.admission import QueueView, Reservation
 from domain.fleet import Queue
 from domain.jobs import Attempt

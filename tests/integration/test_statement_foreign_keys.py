@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from tests.support.reservation_rows import AT, two_connections
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,8 @@ from adapters.collector_tokens import CollectorTokens
 from adapters.grpc.node_gateway import NodeGateway
 from adapters.grpc.telemetry_gateway import TelemetryGateway
 from adapters.grpc.telemetry_gateway import log as gateway_log
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.tls import client_context, ensure_dev_pki, server_context

@@ -26,7 +26,8 @@ from adapters.grpc.errors import bearer
 from adapters.grpc.read_ahead import ReadAhead
 from adapters.grpc.telemetry_client import ACKS, CUMULATIVE, Shipper, Ticket, open_channel
 from adapters.grpc.telemetry_gateway import TelemetryGateway
-from adapters.postgres.metrics import PostgresMetrics, create_pool
+from adapters.postgres.metrics import PostgresMetrics
+from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.signing_keys import PostgresSigningKeys
 from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.telemetry.spool import Spool

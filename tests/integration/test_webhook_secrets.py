@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 from sqlalchemy import select, text
 
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 from adapters.postgres.webhook_tables import webhook_subscriptions
 from adapters.postgres.webhooks import PostgresWebhooks
 from adapters.secret_box import FernetSecretBox, new_key

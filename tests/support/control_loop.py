@@ -19,8 +19,9 @@ from adapters.blobs import FilesystemBlobStore
 from adapters.catalog import default_catalog
 from adapters.docker.runtimes import LOCAL_RUNTIMES
 from adapters.memory.backend import MemoryBackend
-from adapters.postgres import PostgresUnitOfWork, create_engine
+from adapters.postgres.engine import create_engine
 from adapters.postgres.lease import PostgresLeaderLease
+from adapters.postgres.uow import PostgresUnitOfWork
 from adapters.system import SystemClock
 from application.context import Context
 from application.supervisor import Supervisor

@@ -22,8 +22,9 @@ import time
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from adapters.postgres import PostgresUnitOfWork, create_engine
+from adapters.postgres.engine import create_engine
 from adapters.postgres.reservations import REFUSALS
+from adapters.postgres.uow import PostgresUnitOfWork
 from domain.admission import Placement, Reservation, decide
 from domain.errors import Conflict, NotFound
 from domain.jobs import Attempt, Member

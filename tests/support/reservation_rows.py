@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from adapters.postgres import migrate
-from adapters.postgres.engine import plain_url
+from adapters.postgres.connect import plain_url
 
 AT = datetime(2026, 12, 6, tzinfo=UTC)
 NODES = ("n-0", "n-1")

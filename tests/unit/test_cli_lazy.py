@@ -4,7 +4,6 @@ imports nothing of the others."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,27 +14,13 @@ from cyclopts import App
 
 from entrypoints.cli.lazy import lazy
 from entrypoints.cli.main import COMMANDS, build_app
+from tests.support.modules import modules_after
 
 pytestmark = pytest.mark.unit
 
 # what every `tp` process imports: the app, its error rendering and output
 ALWAYS = {"entrypoints.cli", "entrypoints.cli.main", "entrypoints.cli.errors",
           "entrypoints.cli.output", "entrypoints.cli.lazy"}  # fmt: skip
-
-
-def modules_after(*argv: str, env: dict[str, str] | None = None) -> set[str]:
-    """The modules a fresh `tp ARGV` process has imported when it exits."""
-    code = (
-        "import json, sys\n"
-        "from entrypoints.cli.main import run\n"
-        f"code = run({list(argv)!r})\n"
-        "print(json.dumps(sorted(m for m, v in sys.modules.items() if v is not None)))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
-        env=env,
-    )  # fmt: skip
-    return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def cli_modules_after(*argv: str) -> set[str]:

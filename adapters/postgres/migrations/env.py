@@ -14,7 +14,8 @@ from alembic import context
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from adapters.postgres.engine import async_url, create_engine
+from adapters.postgres.connect import async_url
+from adapters.postgres.engine import create_engine
 from adapters.postgres.tables import metadata
 
 MIGRATION_LOCK = 0x7475_6E65  # "tune"
