@@ -1,23 +1,35 @@
-"""A small synchronous client of the HTTP API (docs/http-api.md), built on httpx.
+"""A small synchronous client of the HTTP API (docs/http-api.md), on the standard library's
+``http.client``.
 
 Every HTTP or connection failure leaves here as a ``domain.errors`` error (see ``errors``), so
-commands never see httpx exceptions. ``with_retries`` re-sends a request that failed
+commands never see the transport's exceptions. ``with_retries`` re-sends a request that failed
 transiently (connection error, timeout, 5xx): callers use it only where re-sending is safe,
 e.g. a commit that carries the same retry key.
+
+Why not httpx (which this was until session 50): importing it and making its client was 0.1 s
+of CPU of every `tp` command's 0.4 on a slow core, a quarter of a short command, and what the
+CLI needs of HTTP is small: one server, HTTP/1.1, JSON and streamed bodies, timeouts, and the
+proxies the environment names (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, as
+curl and httpx read them; docs/cli.md). One connection is kept alive between the requests of a
+command, and dropped when the server closed it or an answer was not read to its end.
 """
 
 from __future__ import annotations
 
+import base64
+import http.client
 import json
+import os
 import random
+import select
 import ssl
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from email.message import Message
 from typing import Any, TypeVar
-from urllib.parse import quote
-
-import httpx
+from urllib.parse import SplitResult, quote, unquote, urlencode, urlsplit
 
 from domain.errors import InvalidInput, TunePlaneError, Unavailable
 from entrypoints.cli import output
@@ -26,34 +38,56 @@ from entrypoints.cli.errors import ServerError, from_problem, is_transient
 
 T = TypeVar("T")
 
-TIMEOUT = httpx.Timeout(30.0, connect=10.0)
-UPLOAD_TIMEOUT = httpx.Timeout(300.0, connect=10.0)
-STREAM_TIMEOUT = httpx.Timeout(None, connect=10.0)  # a followed log may stay quiet for long
+
+@dataclass(frozen=True)
+class Timeout:
+    """Seconds to connect, and to wait for each read or write after (None: for ever)."""
+
+    read: float | None
+    connect: float = 10.0
+
+
+TIMEOUT = Timeout(30.0)
+UPLOAD_TIMEOUT = Timeout(300.0)
+STREAM_TIMEOUT = Timeout(None)  # a followed log may stay quiet for long
 
 RETRY_ATTEMPTS = 5
 RETRY_BASE_DELAY = 0.5
 RETRY_MAX_DELAY = 8.0
 _sleep: Callable[[float], None] = time.sleep  # tests replace it
 
+Headers = Message  # an answer's headers: ``get`` ignores the name's case
+
+
+@dataclass(frozen=True)
+class Response:
+    """An answer read to its end."""
+
+    method: str
+    path: str
+    status_code: int
+    headers: Headers
+    content: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
 
 class Api:
-    """One server, one token. Use as a context manager so the connection pool is closed."""
+    """One server, one token. Use as a context manager so the connection is closed."""
 
-    def __init__(
-        self,
-        server: str,
-        token: str,
-        *,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
+    def __init__(self, server: str, token: str) -> None:
         self.server = server.rstrip("/")
-        self._client = httpx.Client(
-            base_url=self.server,
-            headers={"Authorization": f"Bearer {token}", "User-Agent": "tuneplane-cli"},
-            timeout=TIMEOUT,
-            transport=transport,
-            verify=_trust(self.server),
-        )
+        self._url = urlsplit(self.server)
+        if self._url.scheme.lower() not in ("http", "https") or not self._url.hostname:
+            raise InvalidInput(
+                f"the server {self.server!r} is not an http:// or https:// URL",
+                fix="give the URL `tp up` printed, e.g. `tp login --server http://127.0.0.1:8470`",
+            )
+        self._https = self._url.scheme.lower() == "https"
+        self._headers = {"Authorization": f"Bearer {token}", "User-Agent": "tuneplane-cli"}
+        self._proxy = _proxy_for(self._url)
+        self._conn: http.client.HTTPConnection | None = None
 
     def __enter__(self) -> Api:
         return self
@@ -62,28 +96,105 @@ class Api:
         self.close()
 
     def close(self) -> None:
-        self._client.close()
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
-    def _unreachable(self, exc: httpx.TransportError) -> Unavailable:
-        what = "did not answer in time" if isinstance(exc, httpx.TimeoutException) else "failed"
+    def _unreachable(self, exc: Exception) -> Unavailable:
+        self.close()  # whatever state it was left in, the connection is not used again
+        what = "did not answer in time" if isinstance(exc, TimeoutError) else "failed"
         return Unavailable(
             f"connection to {self.server} {what}: {exc or type(exc).__name__}",
             fix="check that the server is running (`tp up`) and that `tp login --server` names it",
         )
 
-    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        """Send one request; raise the domain error for a connection failure or an error status."""
-        if "json" in kwargs:  # encoded here: NaN and infinity are not JSON
-            kwargs["content"] = _encode(kwargs.pop("json"))
-            headers = kwargs.get("headers") or {}
-            kwargs["headers"] = {"Content-Type": "application/json", **headers}
+    def _connection(self, timeout: Timeout) -> http.client.HTTPConnection:
+        conn = self._conn
+        if conn is not None and conn.sock is not None and _closed_by_peer(conn.sock):
+            self.close()  # the server ended the idle connection (its keep-alive ran out)
+            conn = None
+        if conn is None:
+            conn = self._conn = self._new_connection(timeout.connect)
+        if conn.sock is None:
+            conn.timeout = timeout.connect
+            conn.connect()
+        conn.sock.settimeout(timeout.read)
+        return conn
+
+    def _new_connection(self, connect: float) -> http.client.HTTPConnection:
+        url, proxy = self._url, self._proxy
+        port = url.port or (443 if self._https else 80)
+        assert url.hostname is not None  # checked in __init__
+        if proxy is None:
+            if self._https:
+                return http.client.HTTPSConnection(
+                    url.hostname, port, timeout=connect, context=ssl.create_default_context()
+                )
+            return http.client.HTTPConnection(url.hostname, port, timeout=connect)
+        assert proxy.hostname is not None  # checked by _proxy_for
+        if not self._https:  # the proxy is asked for the absolute URL (``_target``)
+            return http.client.HTTPConnection(proxy.hostname, proxy.port or 80, timeout=connect)
+        conn = http.client.HTTPSConnection(
+            proxy.hostname, proxy.port or 80, timeout=connect, context=ssl.create_default_context()
+        )
+        conn.set_tunnel(url.hostname, port, headers=_proxy_auth(proxy))
+        return conn
+
+    def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
+        target = self._url.path + path
+        if params:
+            target += "?" + urlencode(_query(params))
+        if self._proxy is not None and not self._https:
+            return f"{self._url.scheme}://{self._url.netloc}{target}"
+        return target
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        body: bytes | Iterable[bytes] | None,
+        headers: Mapping[str, str],
+        timeout: Timeout,
+    ) -> http.client.HTTPResponse:
+        sent = {**self._headers, **headers}
+        if self._proxy is not None and not self._https:
+            sent.update(_proxy_auth(self._proxy))
         try:
-            resp = self._client.request(method, path, **kwargs)
-        except httpx.TransportError as exc:
+            conn = self._connection(timeout)
+            conn.request(method, self._target(path, params), body=body, headers=sent)
+            return conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(exc) from None
-        if resp.status_code >= 400:
-            raise from_problem(resp.status_code, resp.headers.get("content-type", ""), resp.content)
-        return resp
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | Iterable[bytes] | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout = TIMEOUT,
+    ) -> Response:
+        """Send one request; raise the domain error for a connection failure or an error status."""
+        sent = dict(headers or {})
+        if json is not None:  # encoded here: NaN and infinity are not JSON
+            content = _encode(json)
+            sent["Content-Type"] = "application/json"
+        elif content is None and method in ("POST", "PUT", "PATCH"):
+            content = b""  # an empty body says so (Content-Length: 0)
+        resp = self._send(method, path, params, content, sent, timeout)
+        try:
+            data = resp.read()
+        except (OSError, http.client.HTTPException) as exc:
+            raise self._unreachable(exc) from None
+        if resp.will_close:
+            self.close()
+        if resp.status >= 400:
+            raise from_problem(resp.status, resp.headers.get("content-type", ""), data)
+        return Response(method, path, resp.status, resp.headers, data)
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
         return _json(self.request("GET", path, params=params))
@@ -112,43 +223,92 @@ class Api:
     @contextmanager
     def download(
         self, path: str, params: Mapping[str, Any] | None = None, first_byte: float = 0.0
-    ) -> Iterator[tuple[httpx.Headers, Iterator[bytes]]]:
+    ) -> Iterator[tuple[Headers, Iterator[bytes]]]:
         """As ``stream``, with the answer's headers (a download's size and digest);
         ``first_byte``: how long the server may take to start answering, seconds, when that
         is longer than an upload's timeout (a file fetched from a node first)."""
         read = max(UPLOAD_TIMEOUT.read or 0.0, first_byte + 30.0)
-        with self._opened(path, params, httpx.Timeout(read, connect=10.0)) as opened:
+        with self._opened(path, params, Timeout(read)) as opened:
             yield opened
 
     @contextmanager
     def _opened(
-        self, path: str, params: Mapping[str, Any] | None, timeout: httpx.Timeout
-    ) -> Iterator[tuple[httpx.Headers, Iterator[bytes]]]:
+        self, path: str, params: Mapping[str, Any] | None, timeout: Timeout
+    ) -> Iterator[tuple[Headers, Iterator[bytes]]]:
+        resp = self._send("GET", path, params, None, {}, timeout)
         try:
-            with self._client.stream("GET", path, params=params, timeout=timeout) as resp:
-                if resp.status_code >= 400:
-                    resp.read()
-                    raise from_problem(
-                        resp.status_code, resp.headers.get("content-type", ""), resp.content
-                    )
-                yield resp.headers, self._chunks(resp)
-        except httpx.TransportError as exc:
+            if resp.status >= 400:
+                data = self._read(resp)
+                raise from_problem(resp.status, resp.headers.get("content-type", ""), data)
+            yield resp.headers, self._chunks(resp)
+        finally:
+            if not resp.isclosed() or resp.will_close:
+                self.close()  # a body left unread would be read as the next answer
+
+    def _read(self, resp: http.client.HTTPResponse) -> bytes:
+        try:
+            return resp.read()
+        except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(exc) from None
 
-    def _chunks(self, resp: httpx.Response) -> Iterator[bytes]:
+    def _chunks(self, resp: http.client.HTTPResponse) -> Iterator[bytes]:
         try:
-            yield from resp.iter_bytes()
-        except httpx.TransportError as exc:
+            while chunk := resp.read1(CHUNK):
+                yield chunk
+        except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(exc) from None
 
 
-def _trust(server: str) -> ssl.SSLContext | bool:
-    """The system's trust store for an https server; for a plain-http one, a TLS context that
-    trusts no one: loading the store is about 50 ms of a 400 ms command's CPU on a slow core,
-    and a client that follows no redirects never leaves its base URL's scheme."""
-    if server.lower().startswith("https://"):
-        return True
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies, with no CA: fails closed
+CHUNK = 64 * 1024
+
+
+def _closed_by_peer(sock: Any) -> bool:
+    """An idle kept-alive socket that is readable was closed by the server (or sent what no
+    request asked for): either way not one to send the next request on."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    return bool(readable)
+
+
+def _query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Query pairs as httpx wrote them before: a list or tuple as the name repeated, booleans
+    in lower case, None as empty."""
+    pairs = []
+    for name, value in params.items():
+        for one in value if isinstance(value, list | tuple) else (value,):
+            text = "" if one is None else str(one)
+            pairs.append((name, text.lower() if isinstance(one, bool) else text))
+    return pairs
+
+
+def _proxy_for(url: SplitResult) -> SplitResult | None:
+    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``,
+    not for a host ``NO_PROXY`` names), read as urllib reads them; None for none."""
+    # the standard variables of every HTTP client, not TunePlane's settings; read here so that
+    # the common case, no proxy, costs no import of urllib.request
+    names = ("http_proxy", "https_proxy", "all_proxy")
+    if not any(k.lower() in names for k in os.environ):  # noqa: TID251
+        return None
+    import urllib.request
+
+    proxies = urllib.request.getproxies_environment()
+    found = proxies.get(url.scheme.lower()) or proxies.get("all")
+    if not found or urllib.request.proxy_bypass(url.netloc):  # NO_PROXY
+        return None
+    proxy = urlsplit(found if "://" in found else f"http://{found}")
+    if proxy.scheme.lower() != "http" or not proxy.hostname:
+        raise InvalidInput(
+            f"the proxy {proxy.scheme}://{proxy.hostname or ''} is not an http:// proxy",
+            fix="name an http:// proxy in HTTP_PROXY/HTTPS_PROXY, or the server in NO_PROXY",
+        )
+    return proxy
+
+
+def _proxy_auth(proxy: SplitResult) -> dict[str, str]:
+    """The Proxy-Authorization header for a proxy URL with credentials in it."""
+    if proxy.username is None:
+        return {}
+    pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
+    return {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
 
 
 def _encode(body: Any) -> bytes:
@@ -160,13 +320,12 @@ def _encode(body: Any) -> bytes:
         ) from None
 
 
-def _json(resp: httpx.Response) -> Any:
+def _json(resp: Response) -> Any:
     try:
         return resp.json()
     except (ValueError, json.JSONDecodeError):
         raise ServerError(
-            f"{resp.request.method} {resp.request.url.path} answered {resp.status_code} "
-            f"with a body that is not JSON",
+            f"{resp.method} {resp.path} answered {resp.status_code} with a body that is not JSON",
             fix="check that --server names a TunePlane control plane (`tp login`)",
         ) from None
 

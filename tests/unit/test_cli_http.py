@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import ssl
 import stat
 import threading
 from collections.abc import Iterator
@@ -267,14 +266,3 @@ def test_unreachable_server_exits_6_without_traceback(
     err = capsys.readouterr().err
     assert "error: connection to http://127.0.0.1:9 failed" in err and "tp up" in err
     assert "Traceback" not in err
-
-
-def test_only_an_https_server_loads_the_trust_store() -> None:
-    # an https server is checked against the system's store; a plain-http one gets a context
-    # that still verifies but trusts no CA, so nothing reached over TLS through it is trusted
-    assert client._trust("https://tp.example") is True
-    assert client._trust("HTTPS://TP.EXAMPLE") is True
-    plain = client._trust("http://127.0.0.1:8470")
-    assert isinstance(plain, ssl.SSLContext)
-    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
-    assert plain.cert_store_stats()["x509_ca"] == 0

@@ -47,14 +47,15 @@ def test_a_command_imports_its_own_module_and_not_the_others() -> None:
 
 
 def test_a_client_command_leaves_out_what_it_never_uses(tmp_path: Path) -> None:
-    """About a quarter of a client command's start: httpx's own command line (click, pygments,
-    rich.progress: `tp` never runs it), importlib.metadata (only `tp --version` needs it),
-    rich's progress bars and tables (imported when one is drawn on a terminal)."""
+    """About half of a client command's start: httpx (the client is on http.client since
+    session 50) and with it click and pygments, importlib.metadata (only `tp --version` needs
+    it), urllib.request (only with a proxy in the environment), rich's progress bars and tables
+    (imported when one is drawn on a terminal)."""
     env = dict(os.environ, TUNEPLANE_CONFIG_DIR=str(tmp_path), TUNEPLANE_TOKEN="")
     loaded = modules_after("job", "status", "job-1", env=env)  # "not logged in"
-    assert "httpx" in loaded and "entrypoints.cli.client" in loaded
-    unused = {"httpx._main", "click", "pygments", "importlib.metadata", "rich.progress",
-              "rich.table"}  # fmt: skip
+    assert "entrypoints.cli.client" in loaded and "http.client" in loaded
+    unused = {"httpx", "httpcore", "h11", "click", "pygments", "importlib.metadata",
+              "urllib.request", "rich.progress", "rich.table"}  # fmt: skip
     assert not unused & loaded, unused & loaded
     version = subprocess.run(
         [sys.executable, "-m", "entrypoints.cli.main", "--version"],
