@@ -65,6 +65,11 @@ async def _write(
         old_nodes = {n.name: n for n in await uow.fleet.nodes()}
     ours = {p.name for p in pools}
     writes: list[Callable[[FleetUnit], Awaitable[object]]] = []
+    # a pool's mark (unavailable, or available again) is written after its nodes' states: each
+    # write is its own transaction, and a reader that sees a pool marked unavailable must also
+    # see its nodes disconnected (nothing to admit there), never a moment of the one without
+    # the other (a CI run caught the API answering in between)
+    marks: list[Callable[[FleetUnit], Awaitable[object]]] = []
     for pool in pools:
         was = old_pools.get(pool.name)
         if was is not None and was.backend != backend:
@@ -74,13 +79,13 @@ async def _write(
         if was is None or dataclasses.replace(was, unavailable="") != pool:
             writes.append(_put_pool(pool))
         if was is not None and was.unavailable:
-            writes.append(_mark_pool(pool.name, ""))
+            marks.append(_mark_pool(pool.name, ""))
     missing = {p.name for p in old_pools.values() if p.backend == backend} - ours
     for name in sorted(missing):
         reason = source.unreported(name)
         if old_pools[name].unavailable != reason:
             log.warning("pool %s takes no new work: %s", name, reason)
-            writes.append(_mark_pool(name, reason))
+            marks.append(_mark_pool(name, reason))
     seen = set()
     for node in nodes:
         if node.pool not in ours:
@@ -97,7 +102,7 @@ async def _write(
         if (gone or old.pool in missing) and old.connectivity is Connectivity.CONNECTED:
             writes.append(_set_state(name, None, Connectivity.DISCONNECTED, now))
     changed = 0
-    for write in writes:
+    for write in [*writes, *marks]:
         changed += await _in_own_unit(ctx, write)
     if changed:
         log.info("capacity of %s: %d pools and nodes updated", backend, changed)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
 from adapters.memory.backend import MemoryBackend
+from adapters.memory.fleet import MemoryFleetRepository
 from adapters.slurm.backend import SlurmBackend
 from adapters.slurm.capacity import gpus_of
 from application.capacity_sync import sync_capacity
@@ -172,6 +174,41 @@ async def test_a_pool_whose_partition_is_missing_is_unavailable_and_admits_nothi
         await uow.commit()
     assert (await fleet(ctx))[0]["bogus"].unavailable == reason
     assert await sync_capacity(ctx) == 0  # nothing new to write
+
+
+async def test_a_pool_is_marked_after_its_nodes_are_disconnected(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each write commits alone: a reader that sees the pool marked must see its nodes already
+    # disconnected (a CI run's API answered between the two when the mark went first)
+    ctx, _ = with_slurm(memory_context(tmp_path, nodes=1), tmp_path)
+    async with ctx.uow() as uow:
+        await uow.fleet.put_pool(Pool("bogus", "default", "slurm", 0, 2.0, 2000))
+        await uow.fleet.put_node(Node("b1", "bogus"))
+        await uow.commit()
+    order: list[str] = []
+    mark, state = MemoryFleetRepository.set_pool_unavailable, MemoryFleetRepository.set_node_state
+
+    async def marking(self: MemoryFleetRepository, name: str, reason: str) -> None:
+        order.append(f"pool {name}")
+        await mark(self, name, reason)
+
+    async def setting(self: MemoryFleetRepository, name: str, *args: Any, **kw: Any) -> Any:
+        order.append(f"node {name}")
+        return await state(self, name, *args, **kw)
+
+    monkeypatch.setattr(MemoryFleetRepository, "set_pool_unavailable", marking)
+    monkeypatch.setattr(MemoryFleetRepository, "set_node_state", setting)
+    await sync_capacity(ctx)
+    assert order.index("node b1") < order.index("pool bogus"), order
+
+    async with ctx.uow() as uow:  # a pool Slurm reports again, its node seen down meanwhile
+        await uow.fleet.set_pool_unavailable("debug", "Slurm has no partition debug")
+        await uow.fleet.set_node_state("n1", None, Connectivity.DISCONNECTED, ctx.clock.now())
+        await uow.commit()
+    order.clear()
+    await sync_capacity(ctx)
+    assert order.index("node n1") < order.index("pool debug"), order  # nodes first, then the mark
 
 
 async def test_the_mark_goes_when_slurm_reports_the_pool(tmp_path: Path) -> None:
