@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import select
 import socket
+import ssl
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -81,14 +83,27 @@ def no_proxy_from_outside(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name.upper(), raising=False)
 
 
+@contextmanager
+def serving(
+    handler: type[BaseHTTPRequestHandler], tls: ssl.SSLContext | None = None
+) -> Iterator[tuple[int, Seen]]:
+    """``handler`` serving on a loopback port (over TLS with ``tls``): the port, what it saw."""
+    seen = Seen()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Serving", (handler,), {"seen": seen}))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        yield server.server_address[1], seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def api_server() -> Iterator[tuple[str, Seen]]:
-    seen = Seen()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Api,), {"seen": seen}))
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
+    with serving(_Api) as (port, seen):
+        yield f"http://127.0.0.1:{port}", seen
 
 
 def test_one_connection_serves_a_command_and_a_closed_one_is_replaced(
@@ -180,12 +195,8 @@ class _Proxy(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def proxy() -> Iterator[tuple[str, Seen]]:
-    seen = Seen()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("P", (_Proxy,), {"seen": seen}))
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield f"127.0.0.1:{server.server_address[1]}", seen
-    server.shutdown()
-    server.server_close()
+    with serving(_Proxy) as (port, seen):
+        yield f"127.0.0.1:{port}", seen
 
 
 def test_an_http_proxy_from_the_environment_is_asked_for_the_absolute_url(
@@ -224,13 +235,8 @@ def tls_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[i
     ca = generate_ca(tmp_path / "ca")
     cert = issue_server_cert(tmp_path / "ca", tmp_path / "server", ["localhost"])
     monkeypatch.setenv("SSL_CERT_FILE", str(ca.cert))
-    seen = Seen()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Api,), {"seen": seen}))
-    server.socket = server_context(cert.cert, cert.key).wrap_socket(server.socket, server_side=True)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield server.server_address[1], seen
-    server.shutdown()
-    server.server_close()
+    with serving(_Api, server_context(cert.cert, cert.key)) as served:
+        yield served
 
 
 def test_https_is_checked_against_the_trust_store_directly_and_through_a_tunnel(
