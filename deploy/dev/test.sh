@@ -49,12 +49,13 @@ else
     bash deploy/images/control-plane.sh --docker-host "$DOCKER_HOST"
   ) >"$images_log" 2>&1 &
   images_pid=$!
-  # Two workers, one module each at a time (a module's servers are started once), the longest
+  # Three workers on two cores, one module each at a time (a module's servers are started once):
+  # with two, the CPU sat 15 % idle while both waited on timers (docs/testing.md, session 50). The longest
   # modules first (tests/fixtures/schedule.py, not xdist's order by number of tests); each
   # worker's control planes get their own share of the rendezvous ports (tests/fixtures/server.py).
   # The run's times per test go to test-artifacts/junit.xml (git-ignored), from which
   # `python -m tests.fixtures.schedule test-artifacts/junit.xml` refreshes tests/durations.json.
-  pytest_args=(-n "${TUNEPLANE_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder --durations=30
+  pytest_args=(-n "${TUNEPLANE_TEST_WORKERS:-3}" --dist loadfile --no-loadscope-reorder --durations=30
     --junitxml=test-artifacts/junit.xml)
 fi
 
