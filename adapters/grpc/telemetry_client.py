@@ -254,9 +254,11 @@ class Shipper:
         done = []
         while inflight and inflight[0][0] <= ack.seq:
             done.append(inflight.popleft())
+        # counted as the gateway acknowledged them, before the spool forgets them (in a thread:
+        # a reader that sees the spool empty must see every point counted; a CI run read between)
+        self.acked_counters = done[-1][2]
+        self.shipped += sum(batch.points for _, batch, _ in done)
         up_to = max(batch.up_to for _, batch, _ in done)
         if up_to:  # spool rows up to this id, all in the batches acked (spool.py)
             await asyncio.to_thread(self.spool.ack, self.ticket.member, up_to)
-        self.acked_counters = done[-1][2]
-        self.shipped += sum(batch.points for _, batch, _ in done)
         return len(done)
