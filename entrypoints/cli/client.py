@@ -103,8 +103,16 @@ class Api:
     def _unreachable(self, exc: Exception) -> Unavailable:
         self.close()  # whatever state it was left in, the connection is not used again
         what = "did not answer in time" if isinstance(exc, TimeoutError) else "failed"
+        reason = exc or type(exc).__name__
+        if self._proxy is not None:  # the proxy may be what failed: name it and its variables
+            via = f"http://{self._proxy.hostname}:{self._proxy.port or 80}"
+            return Unavailable(
+                f"connection to {self.server} through the proxy {via} {what}: {reason}",
+                fix="check that the proxy is running and reaches the server, or name the server"
+                " in NO_PROXY (the proxy comes from HTTP_PROXY/HTTPS_PROXY/ALL_PROXY)",
+            )
         return Unavailable(
-            f"connection to {self.server} {what}: {exc or type(exc).__name__}",
+            f"connection to {self.server} {what}: {reason}",
             fix="check that the server is running (`tp up`) and that `tp login --server` names it",
         )
 

@@ -222,6 +222,20 @@ def test_an_http_proxy_from_the_environment_is_asked_for_the_absolute_url(
     assert len(seen.requests) == 1
 
 
+def test_a_proxy_that_is_down_is_named_in_the_error_without_its_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    for var, server in (("HTTP_PROXY", "http://tp.invalid"), ("HTTPS_PROXY", "https://tp.invalid")):
+        monkeypatch.setenv(var, f"http://pal:secret@127.0.0.1:{port}")
+        with Api(server, "tok") as api, pytest.raises(Unavailable) as err:
+            api.get("/v1/whoami")
+        assert f"{server} through the proxy http://127.0.0.1:{port} failed" in str(err.value)
+        assert "NO_PROXY" in err.value.fix and "secret" not in str(err.value)
+
+
 def test_an_https_proxy_url_is_refused_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "https://proxy.example:3128")
     with pytest.raises(InvalidInput) as err:
