@@ -66,9 +66,11 @@ async def _write(
     ours = {p.name for p in pools}
     writes: list[Callable[[FleetUnit], Awaitable[object]]] = []
     # a pool's mark (unavailable, or available again) is written after its nodes' states: each
-    # write is its own transaction, and a reader that sees a pool marked unavailable must also
-    # see its nodes disconnected (nothing to admit there), never a moment of the one without
-    # the other (a CI run caught the API answering in between)
+    # write is its own transaction, and a reader that sees the mark change must see the nodes
+    # already changed: a pool newly marked unavailable has its nodes disconnected (a CI run
+    # caught the API answering in between when the mark went first), a pool whose mark went
+    # has its nodes as the backend reports them. Before its mark goes, a returning pool's nodes
+    # may show connected beside the old mark: the mark alone keeps it from admitting.
     marks: list[Callable[[FleetUnit], Awaitable[object]]] = []
     for pool in pools:
         was = old_pools.get(pool.name)

@@ -9,7 +9,7 @@ only, and importing SQLAlchemy was a third of its start-up: nothing here may imp
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote
 
 import asyncpg
 
@@ -20,19 +20,39 @@ _FORM = "postgresql://USER:PASSWORD@HOST:PORT/DATABASE"
 
 
 def _rest(url: str) -> str:
-    """What follows the scheme of a PostgreSQL URL; ValueError (naming the scheme, never the
-    rest, which may hold a password) for anything else."""
+    """What follows the scheme of a PostgreSQL URL, its user name and password percent-encoded
+    (``_userinfo``); ValueError (naming the scheme, never the rest, which may hold a password)
+    for anything else."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         raise ValueError(f"not a URL: expected {_FORM}")
     if scheme.lower().split("+", 1)[0] not in _SCHEMES:
         raise ValueError(f"{scheme!r} is not a PostgreSQL URL: expected {_FORM}")
-    return rest
+    user, password, where = _userinfo(rest)
+    if user is None:
+        return rest
+    credentials = quote(user, safe="") + (
+        "" if password is None else ":" + quote(password, safe="")
+    )
+    return f"{credentials}@{where}"
+
+
+def _userinfo(rest: str) -> tuple[str | None, str | None, str]:
+    """``USER:PASSWORD@`` split from the rest of a URL, both decoded. The credentials run to
+    the last ``@``, so a password may hold ``@``, ``#``, ``/`` or ``?`` unencoded (a URL parser,
+    asyncpg's among them, would take the last three for the fragment, path or query) and a user
+    name an ``@`` (``user@server``). (None, None, rest) where there are none: a user name never
+    holds ``/``, ``?`` or ``#``, so an ``@`` in the path or query alone is not taken for them."""
+    before, at, where = rest.rpartition("@")
+    user, colon, password = before.partition(":")
+    if not at or any(c in user for c in "/?#"):
+        return None, None, rest
+    return unquote(user), unquote(password) if colon else None, where
 
 
 def async_url(url: str) -> str:
     """``postgres://``, ``postgresql://`` or ``postgresql+<driver>://`` → ``postgresql+asyncpg``
-    (for SQLAlchemy); the rest of the URL as given."""
+    (for SQLAlchemy); the rest of the URL as given, its credentials percent-encoded."""
     return "postgresql+asyncpg://" + _rest(url)
 
 
@@ -43,12 +63,13 @@ def plain_url(url: str) -> str:
 
 def shown(url: str) -> str:
     """The plain form with the password replaced by ``***``, for messages."""
-    plain = plain_url(url)
-    netloc = urlsplit(plain).netloc
-    user, at, host = netloc.rpartition("@")
-    if not at or ":" not in user:
-        return plain
-    return plain.replace(netloc, f"{user.partition(':')[0]}:***@{host}", 1)
+    rest = _rest(url)
+    user, password, where = _userinfo(rest)
+    if user is None:
+        return "postgresql://" + rest
+    return (
+        f"postgresql://{quote(user, safe='')}" + ("" if password is None else ":***") + f"@{where}"
+    )
 
 
 KEEPALIVE_SECONDS = 60.0
@@ -92,6 +113,11 @@ async def check_reachable(url: str) -> None:
         ) from None
     try:
         conn = await asyncpg.connect(plain_url(url), timeout=CONNECT_SECONDS)
+    except (ValueError, OverflowError):  # asyncpg's reading of the URL: a port, an option
+        raise InvalidInput(
+            f"the database URL {where} cannot be used (a port or an option is not valid)",
+            fix="set TUNEPLANE_DATABASE_URL=postgresql://USER:PASSWORD@HOST:PORT/DATABASE",
+        ) from None
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         raise Unavailable(
             f"cannot reach the database {where}: {exc or type(exc).__name__}",

@@ -16,7 +16,6 @@ command, and dropped when the server closed it or an answer was not read to its 
 
 from __future__ import annotations
 
-import base64
 import http.client
 import json
 import os
@@ -28,13 +27,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from email.message import Message
-from typing import Any, TypeVar
-from urllib.parse import SplitResult, quote, unquote, urlencode, urlsplit
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote, urlencode, urlsplit
 
 from domain.errors import InvalidInput, TunePlaneError, Unavailable
 from entrypoints.cli import output
 from entrypoints.cli.config import Credentials, load_credentials
 from entrypoints.cli.errors import ServerError, from_problem, is_transient
+
+if TYPE_CHECKING:
+    from entrypoints.cli.proxies import Proxy
 
 T = TypeVar("T")
 
@@ -78,15 +80,26 @@ class Api:
 
     def __init__(self, server: str, token: str) -> None:
         self.server = server.rstrip("/")
-        self._url = urlsplit(self.server)
-        if self._url.scheme.lower() not in ("http", "https") or not self._url.hostname:
+        url = urlsplit(self.server)
+        scheme = url.scheme.lower()
+        try:
+            port = url.port
+            host = (url.hostname or "").encode("idna").decode("ascii")  # a name's ASCII form
+        except (ValueError, UnicodeError):  # a port out of range or not a number, a bad name
+            host = ""
+        if scheme not in ("http", "https") or not host:
             raise InvalidInput(
-                f"the server {self.server!r} is not an http:// or https:// URL",
+                f"the server {self.server!r} is not an http:// or https:// URL with a valid"
+                " host and port",
                 fix="give the URL `tp up` printed, e.g. `tp login --server http://127.0.0.1:8470`",
             )
-        self._https = self._url.scheme.lower() == "https"
+        self._https = scheme == "https"
+        self._host, self._port = host, port or (443 if self._https else 80)
+        authority = f"[{host}]" if ":" in host else host
+        self._origin = f"{scheme}://{authority}" + (f":{port}" if port else "")
+        self._base = url.path
         self._headers = {"Authorization": f"Bearer {token}", "User-Agent": "tuneplane-cli"}
-        self._proxy = _proxy_for(self._url)
+        self._proxy = _proxy_for(scheme, host, self._port)
         self._conn: http.client.HTTPConnection | None = None
 
     def __enter__(self) -> Api:
@@ -105,9 +118,8 @@ class Api:
         what = "did not answer in time" if isinstance(exc, TimeoutError) else "failed"
         reason = exc or type(exc).__name__
         if self._proxy is not None:  # the proxy may be what failed: name it and its variables
-            via = f"http://{self._proxy.hostname}:{self._proxy.port or 80}"
             return Unavailable(
-                f"connection to {self.server} through the proxy {via} {what}: {reason}",
+                f"connection to {self.server} through the proxy {self._proxy.url} {what}: {reason}",
                 fix="check that the proxy is running and reaches the server, or name the server"
                 " in NO_PROXY (the proxy comes from HTTP_PROXY/HTTPS_PROXY/ALL_PROXY)",
             )
@@ -116,44 +128,42 @@ class Api:
             fix="check that the server is running (`tp up`) and that `tp login --server` names it",
         )
 
-    def _connection(self, timeout: Timeout) -> http.client.HTTPConnection:
+    def _connection(self, timeout: Timeout) -> tuple[http.client.HTTPConnection, bool]:
+        """The connection to send on, and whether it was kept from an earlier request."""
         conn = self._conn
         if conn is not None and conn.sock is not None and _closed_by_peer(conn.sock):
             self.close()  # the server ended the idle connection (its keep-alive ran out)
             conn = None
         if conn is None:
             conn = self._conn = self._new_connection(timeout.connect)
-        if conn.sock is None:
+        kept = conn.sock is not None
+        if not kept:
             conn.timeout = timeout.connect
             conn.connect()
         conn.sock.settimeout(timeout.read)
-        return conn
+        return conn, kept
 
     def _new_connection(self, connect: float) -> http.client.HTTPConnection:
-        url, proxy = self._url, self._proxy
-        port = url.port or (443 if self._https else 80)
-        assert url.hostname is not None  # checked in __init__
+        proxy = self._proxy
         if proxy is None:
             if self._https:
                 return http.client.HTTPSConnection(
-                    url.hostname, port, timeout=connect, context=ssl.create_default_context()
+                    self._host, self._port, timeout=connect, context=ssl.create_default_context()
                 )
-            return http.client.HTTPConnection(url.hostname, port, timeout=connect)
-        assert proxy.hostname is not None  # checked by _proxy_for
+            return http.client.HTTPConnection(self._host, self._port, timeout=connect)
         if not self._https:  # the proxy is asked for the absolute URL (``_target``)
-            return http.client.HTTPConnection(proxy.hostname, proxy.port or 80, timeout=connect)
-        conn = http.client.HTTPSConnection(
-            proxy.hostname, proxy.port or 80, timeout=connect, context=ssl.create_default_context()
-        )
-        conn.set_tunnel(url.hostname, port, headers=_proxy_auth(proxy))
-        return conn
+            return http.client.HTTPConnection(proxy.host, proxy.port, timeout=connect)
+        from entrypoints.cli.proxies import TunnelConnection
+
+        tls = ssl.create_default_context()
+        return TunnelConnection(proxy, self._host, self._port, connect, tls)
 
     def _target(self, path: str, params: Mapping[str, Any] | None) -> str:
-        target = self._url.path + path
+        target = self._base + path
         if params:
             target += "?" + urlencode(_query(params))
         if self._proxy is not None and not self._https:
-            return f"{self._url.scheme}://{self._url.netloc}{target}"
+            return self._origin + target
         return target
 
     def _send(
@@ -167,13 +177,28 @@ class Api:
     ) -> http.client.HTTPResponse:
         sent = {**self._headers, **headers}
         if self._proxy is not None and not self._https:
-            sent.update(_proxy_auth(self._proxy))
+            sent.update(self._proxy.headers)
+        target = self._target(path, params)
         try:
-            conn = self._connection(timeout)
-            conn.request(method, self._target(path, params), body=body, headers=sent)
-            return conn.getresponse()
+            conn, kept = self._connection(timeout)
         except (OSError, http.client.HTTPException) as exc:
             raise self._unreachable(exc) from None
+        failed: OSError | None = None
+        try:
+            conn.request(method, target, body=body, headers=sent)
+        except OSError as exc:
+            # A server may answer before it has read the whole body (an upload refused as too
+            # large or not allowed) and close: that answer, not the broken send, is the outcome.
+            failed = exc
+        except http.client.HTTPException as exc:
+            raise self._unreachable(exc) from None
+        try:
+            return conn.getresponse()
+        except (OSError, http.client.HTTPException) as exc:
+            if kept and method == "GET" and isinstance(exc, _STALE):
+                self.close()  # the server closed the kept connection as it was reused: once more
+                return self._send(method, path, params, body, headers, timeout)
+            raise self._unreachable(failed or exc) from None
 
     def request(
         self,
@@ -251,6 +276,7 @@ class Api:
             yield resp.headers, self._chunks(resp)
         finally:
             if not resp.isclosed() or resp.will_close:
+                resp.close()  # it holds the socket when the server said it would close
                 self.close()  # a body left unread would be read as the next answer
 
     def _read(self, resp: http.client.HTTPResponse) -> bytes:
@@ -268,6 +294,8 @@ class Api:
 
 
 CHUNK = 64 * 1024
+# how a kept-alive connection the server had just closed fails the request sent on it
+_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 def _closed_by_peer(sock: Any) -> bool:
@@ -288,35 +316,16 @@ def _query(params: Mapping[str, Any]) -> list[tuple[str, str]]:
     return pairs
 
 
-def _proxy_for(url: SplitResult) -> SplitResult | None:
-    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``/``ALL_PROXY``,
-    not for a host ``NO_PROXY`` names), read as urllib reads them; None for none."""
+def _proxy_for(scheme: str, host: str, port: int) -> Proxy | None:
+    """The proxy the environment names for the server (``proxies.py``); None for none."""
     # the standard variables of every HTTP client, not TunePlane's settings; read here so that
     # the common case, no proxy, costs no import of urllib.request
     names = ("http_proxy", "https_proxy", "all_proxy")
     if not any(k.lower() in names for k in os.environ):  # noqa: TID251
         return None
-    import urllib.request
+    from entrypoints.cli.proxies import proxy_for
 
-    proxies = urllib.request.getproxies_environment()
-    found = proxies.get(url.scheme.lower()) or proxies.get("all")
-    if not found or urllib.request.proxy_bypass(url.netloc):  # NO_PROXY
-        return None
-    proxy = urlsplit(found if "://" in found else f"http://{found}")
-    if proxy.scheme.lower() != "http" or not proxy.hostname:
-        raise InvalidInput(
-            f"the proxy {proxy.scheme}://{proxy.hostname or ''} is not an http:// proxy",
-            fix="name an http:// proxy in HTTP_PROXY/HTTPS_PROXY, or the server in NO_PROXY",
-        )
-    return proxy
-
-
-def _proxy_auth(proxy: SplitResult) -> dict[str, str]:
-    """The Proxy-Authorization header for a proxy URL with credentials in it."""
-    if proxy.username is None:
-        return {}
-    pair = f"{unquote(proxy.username)}:{unquote(proxy.password or '')}"
-    return {"Proxy-Authorization": "Basic " + base64.b64encode(pair.encode()).decode()}
+    return proxy_for(scheme, host, port)
 
 
 def _encode(body: Any) -> bytes:

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from adapters.tls import generate_ca, issue_server_cert, server_context
-from domain.errors import InvalidInput, Unavailable
-from entrypoints.cli import errors
-from entrypoints.cli.client import Api
+from domain.errors import InvalidInput, TunePlaneError, Unavailable
+from entrypoints.cli import errors, proxies
+from entrypoints.cli.client import Api, with_retries
 from entrypoints.cli.main import run
 
 pytestmark = pytest.mark.unit
@@ -149,10 +149,77 @@ def test_a_path_under_the_server_url_is_kept(api_server: tuple[str, Seen]) -> No
     assert seen.requests[-1][1] == "/tuneplane/v1/whoami"
 
 
-@pytest.mark.parametrize("server", ["ftp://h/x", "http://", "127.0.0.1:8470"])
-def test_a_server_that_is_not_an_http_url_is_refused(server: str) -> None:
+@pytest.mark.parametrize(
+    "server", ["ftp://h/x", "http://", "127.0.0.1:8470", "http://h:99999", "http://h:80x"]
+)
+def test_a_server_url_without_a_valid_host_and_port_is_refused(server: str) -> None:
     with pytest.raises(InvalidInput, match="is not an http:// or https:// URL"):
         Api(server, "tok")
+
+
+@contextmanager
+def refusing_at_the_headers(status: str) -> Iterator[tuple[str, list[int]]]:
+    """A server that answers ``status`` to each request's headers, reads none of its body and
+    closes at once (what a server does to an upload too large or not allowed)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+    body = json.dumps({"title": "no", "detail": "the archive is over the limit"}).encode()
+
+    def answer() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(65536)
+            conn.sendall(
+                f"HTTP/1.1 {status}\r\nContent-Type: application/problem+json\r\n"
+                f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            conn.close()  # with the body unread: the client's send is reset
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        listener.close()
+
+
+def test_an_upload_refused_before_its_body_is_read_gets_the_answer_not_a_reset() -> None:
+    with refusing_at_the_headers("413 Content Too Large") as (url, accepted):
+        size = 16 * 2**20
+        with Api(url, "tok") as api, pytest.raises(TunePlaneError) as err:
+            with_retries(lambda: api.upload("/v1/archives", [b"x" * size], size, "d"), "upload")
+    assert not isinstance(err.value, Unavailable) and "over the limit" in str(err.value)
+    assert len(accepted) == 1  # an answer, so not sent again
+
+
+class _DropsSecond(_Api):
+    """Closes a kept connection when its second request arrives, unanswered: the server's
+    keep-alive running out just as the client reused the connection."""
+
+    def handle_one_request(self) -> None:
+        self.served = getattr(self, "served", 0) + 1
+        if self.served == 2:
+            self.raw_requestline = self.rfile.readline()
+            self.seen.requests.append(("dropped", "", {}, self.client_address[1]))
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
+
+def test_a_get_on_a_connection_closed_as_it_was_reused_is_sent_once_more() -> None:
+    with serving(_DropsSecond) as (port, seen), Api(f"http://127.0.0.1:{port}", "tok") as api:
+        assert api.get("/v1/whoami")["name"] == "alice"
+        assert api.get("/v1/whoami")["name"] == "alice"  # dropped, then on a new connection
+        assert [r[0] for r in seen.requests] == ["GET", "dropped", "GET"]
+        with pytest.raises(Unavailable):  # a POST may have been acted on: not sent again
+            api.post("/v1/things", {"a": 1})
+    assert [r[0] for r in seen.requests] == ["GET", "dropped", "GET", "dropped"]
 
 
 class _Proxy(BaseHTTPRequestHandler):
@@ -277,3 +344,55 @@ def test_https_is_checked_against_the_trust_store_directly_and_through_a_tunnel(
     untrusted = Api(f"https://localhost:{port}", "tok")
     with untrusted as api, pytest.raises(Unavailable, match="certificate"):
         api.get("/v1/whoami")
+
+
+def test_an_ipv6_or_unicode_server_is_named_to_the_proxy_as_proxies_read_it(
+    tls_api: tuple[int, Seen], proxy: tuple[str, Seen], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, _ = tls_api
+    where, seen = proxy
+    monkeypatch.setenv("HTTPS_PROXY", f"http://{where}")
+    # the test's proxy relays to its own server, whose certificate names localhost only
+    with Api(f"https://[::1]:{port}", "tok") as api, pytest.raises(Unavailable, match="::1"):
+        api.get("/v1/whoami")
+    assert seen.requests[-1][:2] == ("CONNECT", f"[::1]:{port}")
+    monkeypatch.setenv("HTTP_PROXY", f"http://{where}")
+    with Api("http://bücher.example:8470", "tok") as api:
+        assert api.get("/v1/whoami")["name"] == "via-proxy"
+    assert seen.requests[-1][1] == "http://xn--bcher-kva.example:8470/v1/whoami"
+
+
+def test_a_proxy_url_with_a_bad_port_is_refused_with_the_variable_to_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:31x8")
+    with pytest.raises(InvalidInput, match="no valid port") as err:
+        Api("http://tp.example", "tok")
+    assert "HTTP_PROXY" in err.value.fix
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "no_proxy", "bypassed"),
+    [
+        ("::1", 8470, "localhost,127.0.0.1,::1", True),
+        ("::1", 8470, "[::1]:8470", True),
+        ("::1", 8471, "[::1]:8470", False),
+        ("tp.example.com", 443, ".example.com", True),
+        ("tp.example.com", 443, "*.example.com", True),
+        ("example.com", 443, "example.com", True),
+        ("tp.example.com", 443, "example.com", True),
+        ("notexample.com", 443, "example.com", False),
+        ("tp.example", 8470, "tp.example:9999", False),
+        ("tp.example", 8470, "tp.example:8470", True),
+        ("tp.example", 8470, "localhost, *", True),
+        ("tp.example", 8470, "", False),
+        ("10.1.2.3", 80, "10.0.0.0/8", True),
+        ("11.1.2.3", 80, "10.0.0.0/8", False),
+        ("127.0.0.1", 80, "localhost", False),
+        ("tp.example", 80, " TP.Example ", True),
+    ],
+)
+def test_no_proxy_is_read_as_curl_reads_it(
+    host: str, port: int, no_proxy: str, bypassed: bool
+) -> None:
+    assert proxies.bypassed(host, port, no_proxy) is bypassed

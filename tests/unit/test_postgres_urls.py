@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from adapters.postgres.connect import async_url, check_reachable, plain_url, shown
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, Unavailable
 
 pytestmark = pytest.mark.unit
 
@@ -33,10 +33,42 @@ def test_every_postgresql_scheme_keeps_the_rest(url: str) -> None:
         ("postgresql://u@h/d", "postgresql://u@h/d"),
         ("postgresql:///d?host=/run/postgresql", "postgresql:///d?host=/run/postgresql"),
         ("postgresql://[::1]:5432/d", "postgresql://[::1]:5432/d"),
+        ("postgresql://u:p#s/s?x@h/d", "postgresql://u:***@h/d"),
+        ("postgresql:///d?user=a@b", "postgresql:///d?user=a@b"),
     ],
 )
 def test_shown_hides_only_the_password(url: str, seen: str) -> None:
     assert shown(url) == seen
+
+
+@pytest.mark.parametrize(
+    ("url", "plain"),
+    [
+        ("postgresql://u:p#ss@h:5432/d", "postgresql://u:p%23ss@h:5432/d"),
+        ("postgresql://u:pa/ss@h/d", "postgresql://u:pa%2Fss@h/d"),
+        ("postgresql://u:p?ss@h/d?sslmode=disable", "postgresql://u:p%3Fss@h/d?sslmode=disable"),
+        ("postgresql://u:p@ss@h/d", "postgresql://u:p%40ss@h/d"),
+        ("postgresql://user@server:pw@h/d", "postgresql://user%40server:pw@h/d"),
+        ("postgresql://u:p%zz@h/d", "postgresql://u:p%25zz@h/d"),
+    ],
+)
+def test_a_password_with_url_characters_is_encoded_for_the_drivers(url: str, plain: str) -> None:
+    assert plain_url(url) == plain
+    user = plain.removeprefix("postgresql://").partition(":")[0]
+    assert shown(url) == f"postgresql://{user}:***@" + plain.rpartition("@")[2]
+
+
+async def test_a_password_with_url_characters_reaches_the_server_check_unbroken() -> None:
+    with pytest.raises(Unavailable) as err:  # nothing listens on port 1
+        await check_reachable("postgresql://u:se#cr/et@127.0.0.1:1/d")
+    assert "secret" not in str(err.value).replace("/", "").replace("#", "")
+    assert "postgresql://u:***@127.0.0.1:1/d" in str(err.value)
+
+
+async def test_a_port_the_driver_cannot_use_is_refused_without_the_password() -> None:
+    with pytest.raises(InvalidInput) as err:
+        await check_reachable("postgresql://u:secret@127.0.0.1:99999/d")
+    assert "secret" not in str(err.value) and "TUNEPLANE_DATABASE_URL" in err.value.fix
 
 
 @pytest.mark.parametrize(
