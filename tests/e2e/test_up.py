@@ -120,6 +120,16 @@ def test_tp_up_runs_jobs_through_a_local_node_daemon(
     assert f"node gateway: 127.0.0.1:{up.gateway_port} (TLS" in printed
     assert f"embedded PostgreSQL ready on 127.0.0.1:{up.pg_port}" in printed
     assert "local node daemon: node local" in printed
+    # a second `tp up` on the same state directory is refused before it starts anything (it
+    # would share the first's PostgreSQL and daemon, and stop the database when it stopped)
+    second = subprocess.run(
+        [TP, "up", "--state-dir", str(up.state), "--port", str(free_port())],
+        env=up.env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert second.returncode == 2 and up.proc is not None, second
+    assert f"another `tp up` (pid {up.proc.pid}) is running on the state directory" in (
+        second.stderr + second.stdout
+    )
     cli, token = up.workspace(printed, tmp_path)
 
     since = time.time() - 1
