@@ -22,6 +22,7 @@ from domain.errors import Conflict
 from domain.gpus import one_model
 from entrypoints import fleet_config, logs, secrets_key
 from entrypoints.api.app import create_app
+from entrypoints.api.head import head_as_get
 from entrypoints.api.instrumentation import instrumented
 from entrypoints.cli.config import write_private
 from entrypoints.containers.api import ApiContainer
@@ -71,7 +72,8 @@ async def serve(
             store_groups=settings.admission_store_groups,
         )
         config = uvicorn.Config(
-            instrumented(app),  # every request counted and timed (docs/operations.md#metrics)
+            # every request counted and timed (docs/operations.md#metrics); HEAD answered as GET
+            instrumented(head_as_get(app)),
             host=settings.host,
             port=settings.port,
             log_level=logs.uvicorn_level(settings.logs.level),
