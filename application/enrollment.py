@@ -18,12 +18,11 @@ from domain.auth import Principal, Role
 from domain.catalog import check_name
 from domain.enrollment import JOIN_TOKEN_TTL_MAX, JoinToken, NodeCredential
 from domain.errors import Forbidden, InvalidInput, NotFound, Unauthenticated
-from domain.fleet import Connectivity, Node, Pool, SchedState
+from domain.fleet import NODE_BACKEND, Connectivity, Node, Pool, SchedState
 from domain.node_protocol import NodeCapacity
 
 JOIN_PREFIX = "tpj_"
 CREDENTIAL_PREFIX = "tpn_"
-NODE_BACKEND = "node"
 JOIN_TOKEN_TTL_MIN = timedelta(minutes=1)
 
 

@@ -16,7 +16,7 @@ from application.policy import KEEP, OPERATORS, Keep, require
 from domain.auth import Principal
 from domain.catalog import Resources, check_name
 from domain.errors import Conflict, InvalidInput, NotFound, TunePlaneError
-from domain.fleet import ConnectivityChange, Node, Pool, SchedState
+from domain.fleet import NODE_BACKEND, ConnectivityChange, Node, Pool, SchedState, new_node
 from domain.fleet_check import PoolCheck
 from domain.requests import MAX_MEMBERS, Profile, RoleSpec, resolve_request, resolve_roles
 from domain.unit_of_work import FleetUnit
@@ -176,19 +176,19 @@ async def _require_pool(uow: FleetUnit, name: str, field: str) -> Pool:
 
 
 async def add_node(ctx: Context, principal: Principal, name: str, pool: str) -> Node:
-    """Add a node to a pool (schedulable and, until told otherwise, connected). An existing
-    node name is a Conflict."""
+    """Add a node to a pool: schedulable, and connected unless its daemon must say so first
+    (``domain.fleet.new_node``). An existing node name is a Conflict."""
     require(principal, OPERATORS, "change the fleet")
     check_name(name, "node name", "name")
     async with ctx.units.fleet() as uow:
-        await _require_pool(uow, pool, "pool")
+        found = await _require_pool(uow, pool, "pool")
         if await uow.fleet.node(name) is not None:
             raise Conflict(
                 f"node {name} already exists",
                 fix=f"move it with `tp fleet node set {name} --pool P`, or choose another name",
                 field="name",
             )
-        node = Node(name, pool)
+        node = new_node(name, found)
         await uow.fleet.put_node(node)
         await uow.commit()
     return node
@@ -200,9 +200,9 @@ async def put_node(ctx: Context, principal: Principal, name: str, pool: str) -> 
     require(principal, OPERATORS, "change the fleet")
     check_name(name, "node name", "name")
     async with ctx.units.fleet() as uow:
-        await _require_pool(uow, pool, "pool")
+        found = await _require_pool(uow, pool, "pool")
         old = await uow.fleet.node(name)
-        node = dataclasses.replace(old, pool=pool) if old else Node(name, pool)
+        node = dataclasses.replace(old, pool=pool) if old else new_node(name, found)
         await uow.fleet.put_node(node)
         await uow.commit()
     return node
@@ -261,7 +261,9 @@ async def list_fleet(ctx: Context) -> list[PoolStatus]:
         pools = await uow.fleet.pools()
         nodes = await uow.fleet.nodes()
         live = await uow.reservations.live()
-        checks = {p.name: await uow.checks.latest(p.name) for p in pools if p.backend == "node"}
+        checks = {
+            p.name: await uow.checks.latest(p.name) for p in pools if p.backend == NODE_BACKEND
+        }
     used: dict[str, list[int]] = {}
     for r in live:
         for a in r.assignments:

@@ -21,7 +21,7 @@ from domain.admission import Assignment, Reservation, mcpu
 from domain.auth import Principal, Role
 from domain.catalog import Resources
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
-from domain.fleet import Connectivity, SchedState, Validation
+from domain.fleet import NODE_BACKEND, Connectivity, SchedState, Validation
 from domain.fleet_check import (
     CHECK_MEMBER_CPUS,
     CHECK_MEMBER_MEMORY_MB,
@@ -41,7 +41,6 @@ from domain.unit_of_work import FleetUnit
 
 log = logging.getLogger("tuneplane.fleet")
 
-NODE_BACKEND = "node"
 OUTPUT_GRACE = timedelta(seconds=10)  # after the job ends, for its members' last output
 CHECK_METHOD = "custom/custom"
 

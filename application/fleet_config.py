@@ -27,7 +27,7 @@ from application.policy import OPERATORS, require
 from domain.auth import Principal
 from domain.catalog import check_name
 from domain.errors import InvalidInput, TunePlaneError
-from domain.fleet import Node, Pool, Queue, Team
+from domain.fleet import Node, Pool, Queue, Team, new_node
 from domain.requests import Profile
 from domain.unit_of_work import FleetUnit
 
@@ -145,7 +145,7 @@ async def _apply(ctx: Context, config: FleetConfig, by_operator: bool) -> ApplyS
             pools[pool.name] = pool
             for j, name in enumerate(entry.nodes):
                 old = await uow.fleet.node(name)
-                node = dataclasses.replace(old, pool=pool.name) if old else Node(name, pool.name)
+                node = dataclasses.replace(old, pool=pool.name) if old else new_node(name, pool)
                 note("node", name, old, node)
                 await _at(f"pools[{i}].nodes[{j}]", uow.fleet.put_node(node))
         teams = {t.name for t in await uow.policy.teams()}

@@ -95,6 +95,21 @@ class Validation(StrEnum):
     FAILED = "failed"  # takes no new work until a check passes
 
 
+# The backend whose nodes each run TunePlane's daemon, which tells the control plane it is there
+NODE_BACKEND = "node"
+
+
+def new_node(name: str, pool: Pool) -> Node:
+    """A node just added to ``pool``. On the node backend it is disconnected until its daemon's
+    session opens (a node added with no daemon behind it is not there to run work: absence of
+    evidence is never "connected"); elsewhere the backend stands for it (the local backend is
+    this host; Slurm's and Kubernetes' capacity sync sets their nodes' states)."""
+    connectivity = (
+        Connectivity.DISCONNECTED if pool.backend == NODE_BACKEND else Connectivity.CONNECTED
+    )
+    return Node(name, pool.name, connectivity=connectivity)
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str

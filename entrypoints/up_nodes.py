@@ -27,9 +27,10 @@ from typing import Any, TypeVar
 from adapters.child_env import child_environ
 from adapters.tls import ensure_dev_pki
 from application.context import Context
-from application.enrollment import NODE_BACKEND, create_join_token
+from application.enrollment import create_join_token
 from domain.auth import Principal, Role
 from domain.errors import Unavailable
+from domain.fleet import NODE_BACKEND
 from entrypoints.containers.lifecycle import resolve, started
 from entrypoints.containers.setup import SetupContainer
 from entrypoints.fleet_config import host_resources

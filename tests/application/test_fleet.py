@@ -12,10 +12,12 @@ import pytest
 
 from application import fleet, reconcile, submissions
 from application.context import Context
+from application.fleet_config import FleetConfig, PoolConfig, apply_fleet_config
 from application.scheduler import Scheduler
 from domain.auth import Principal, Role
 from domain.errors import Conflict, Forbidden, InvalidInput, NotFound
 from domain.fleet import Connectivity, Node, Pool, SchedState
+from domain.node_protocol import NodeCapacity
 from domain.requests import Profile
 from tests.support.context import ADMIN, ALICE, LOCAL_POOL, memory_context
 from tests.unit.builders import an_intent
@@ -80,6 +82,30 @@ async def test_nodes_added_moved_and_cordoned(ctx: Context) -> None:
     assert moved == Node("a-9", "local", SchedState.CORDONED, Connectivity.DISCONNECTED)
     uncordoned = await fleet.set_node_state(ctx, OPERATOR, "a-9", SchedState.SCHEDULABLE)
     assert uncordoned.connectivity is Connectivity.DISCONNECTED
+
+
+async def test_a_node_added_to_a_node_pool_waits_for_its_daemon(tmp_path: Path) -> None:
+    # a node of the node backend is there to run work only once its daemon says so: added by
+    # hand (API, CLI, a fleet file) with no daemon behind it, it takes none
+    b = Pool("b", "main", "node", 8, 64, 524_288, "h100")
+    ctx = memory_context(tmp_path, pools=(LOCAL_POOL, A, b))
+    added = await fleet.add_node(ctx, OPERATOR, "new-0", "b")
+    put = await fleet.put_node(ctx, OPERATOR, "new-1", "b")
+    await apply_fleet_config(ctx, FleetConfig(pools=(PoolConfig(b, ("new-2",)),)), OPERATOR)
+    async with ctx.uow() as uow:
+        stored = [await uow.fleet.node(f"new-{i}") for i in range(3)]
+    for node in (added, put, *stored):
+        assert node is not None and node.connectivity is Connectivity.DISCONNECTED, node
+        assert not node.eligible and node.why_not == "disconnected"
+    assert (await fleet.add_node(ctx, OPERATOR, "a-8", "a")).eligible  # the local backend: here
+    async with ctx.units.nodes() as uow:  # its daemon's session opens: now it takes work
+        await uow.links.open(
+            "new-0", "gw", NodeCapacity(8, "h100", 64, 524_288), "a", "1", ctx.clock.now()
+        )
+        await uow.commit()
+    async with ctx.uow() as uow:
+        node = await uow.fleet.node("new-0")
+    assert node is not None and node.eligible
 
 
 async def test_fleet_listing_shows_states_and_usage(ctx: Context) -> None:

@@ -76,7 +76,8 @@ async def test_apply_keeps_node_states_and_reports_changes(ctx: Context) -> None
     node = next(
         n.node for p in await fleet.list_fleet(ctx) for n in p.nodes if n.node.name == "a-1"
     )
-    assert (node.sched, node.connectivity) == (SchedState.DRAINING, Connectivity.CONNECTED)
+    # as it was made: draining, and disconnected until a daemon connects (a node-backend pool)
+    assert (node.sched, node.connectivity) == (SchedState.DRAINING, Connectivity.DISCONNECTED)
 
 
 @pytest.mark.parametrize(
