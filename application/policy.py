@@ -122,24 +122,48 @@ async def update_user(
             field="role" if role is not None else "disabled",
         )
     async with ctx.units.fleet() as uow:
-        user = await uow.policy.user(name)
-        if user is None:
+        # locked first, then the user read: changes of users take turns, so two admins
+        # demoting or disabling each other at once cannot both pass
+        admins = await uow.policy.enabled_admins()
+        old = await uow.policy.user(name)
+        if old is None:
             raise NotFound(
                 f"no user {name}", fix="see `tp admin user ls`, or add it with `tp admin user add`"
             )
-        base = replace_with if replace_with is not None else user.teams
+        base = replace_with if replace_with is not None else old.teams
         new_teams = _check_teams((t for t in (*base, *added) if t not in removed), "teams")
-        await _require_teams(uow, set(new_teams) - set(user.teams), "teams")
+        await _require_teams(uow, set(new_teams) - set(old.teams), "teams")
         user = dataclasses.replace(
-            user,
-            role=Role(role) if role is not None else user.role,
+            old,
+            role=Role(role) if role is not None else old.role,
             teams=new_teams,
-            disabled=disabled if disabled is not None else user.disabled,
+            disabled=disabled if disabled is not None else old.disabled,
         )
+        _keep_an_admin(old, user, admins)
         await uow.policy.put_user(user)
         await uow.commit()
     await ctx.signals.notify(TOKENS_REVOKED)  # cached principals carry the old role and teams
     return user
+
+
+def _enabled_admin(user: User) -> bool:
+    return user.role is Role.ADMIN and not user.disabled
+
+
+def _keep_an_admin(old: User, new: User, admins: list[User]) -> None:
+    """Refuse a change that leaves no enabled admin (``admins``: the enabled admins, locked)."""
+    if not _enabled_admin(old) or _enabled_admin(new):
+        return
+    if any(a.name != old.name for a in admins):
+        return
+    what = "disabled" if new.disabled else f"given role {new.role}"
+    raise Conflict(
+        f"user {old.name} is the last enabled admin; {what}, nobody could manage users and "
+        "tokens any more",
+        fix=f"make another user an admin first (`tp admin user set OTHER --role admin`), then "
+        f"change {old.name}",
+        field="disabled" if new.disabled else "role",
+    )
 
 
 async def list_users(ctx: Context, principal: Principal) -> list[User]:

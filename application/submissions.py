@@ -204,11 +204,15 @@ def _check_retry_key(retry_key: str) -> None:
 
 
 async def _replay(
-    uow: JobsUnit, existing: Submission, preview_id: str, digest: str, retry_key: str
+    uow: JobsUnit, existing: Submission, preview: Preview, digest: str, retry_key: str
 ) -> Receipt:
-    """Answer a commit that lost the claim to an earlier row."""
+    """Answer a commit that lost the claim to an earlier row. A digest that is not the
+    preview's is refused first, as a first commit is: the answer does not depend on whether
+    the key or the preview was used before."""
+    preview_id = preview.id
+    preview.check_digest(digest)
     if existing.retry_key == retry_key:
-        if existing.preview_id == preview_id and existing.digest == digest:
+        if existing.preview_id == preview_id:
             job = await uow.jobs.get(existing.job_id)
             if job is None:  # the ledger and the job are written in one transaction
                 raise Unavailable(
@@ -252,7 +256,7 @@ async def commit(
         claim = Submission(retry_key, preview_id, digest, job_id, principal.name, now)
         existing = await uow.submissions.claim(claim)
         if existing is not None:
-            replayed = await _replay(uow, existing, preview_id, digest, retry_key)
+            replayed = await _replay(uow, existing, preview, digest, retry_key)
             ctx.instruments.inc(COMMITS, outcome="replayed")
             return replayed
         preview.check_commit(digest, now)  # raising here rolls the claim back

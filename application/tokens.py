@@ -160,7 +160,7 @@ def _not_recoverable(user: str, found: User | None, admins: list[str]) -> Except
     if admins:
         fix = f"recover an enabled admin: `tp admin recover --user {admins[0]}` (admins: "
         fix += ", ".join(admins) + ")"
-    else:  # the API never leaves none (an admin cannot disable or demote themselves)
+    else:  # the API never leaves none (update_user refuses to demote or disable the last)
         fix = "no user is an enabled admin: `tp admin bootstrap` on a new database, or ask "
         fix += "whoever changed the users table by hand"
     if found is None:

@@ -349,6 +349,12 @@ class PolicyRepository(Protocol):
         """All users, by name."""
         ...
 
+    async def enabled_admins(self) -> builtins.list[User]:
+        """The enabled admins, by name, each locked until the unit ends: a racing change of
+        users that takes them too waits for this unit, then sees what it did (an admin demoted
+        or disabled meanwhile is not among them). What keeps one enabled admin always left."""
+        ...
+
     async def put_team(self, team: Team) -> None:
         """Create a team; an existing one is left as is."""
         ...

@@ -208,14 +208,18 @@ class Preview:
     intent: SubmissionIntent
     spec: JobSpec
 
-    def check_commit(self, digest: str, now: datetime) -> None:
-        """Refuse a commit whose digest differs from this preview's, or that comes too late."""
+    def check_digest(self, digest: str) -> None:
+        """Refuse a commit (or a replay of one) whose digest differs from this preview's."""
         if digest != self.digest:
             raise Conflict(
                 f"digest {digest} does not match preview {self.id} ({self.digest})",
                 fix="the preview file was changed or is stale: run `tp submit --preview` again",
                 field="digest",
             )
+
+    def check_commit(self, digest: str, now: datetime) -> None:
+        """Refuse a commit whose digest differs from this preview's, or that comes too late."""
+        self.check_digest(digest)
         if now >= self.expires_at:
             raise Expired(
                 f"preview {self.id} expired at {self.expires_at.isoformat()}",

@@ -85,6 +85,10 @@ class MemoryPolicyRepository:
         rows: list[User] = self._tx.select("users", lambda u: True)
         return sorted(rows, key=lambda u: u.name)
 
+    async def enabled_admins(self) -> builtins.list[User]:
+        await self._tx.lock(("users", "admins", None))  # one change of the admins at a time
+        return [u for u in await self.users() if u.role == Role.ADMIN and not u.disabled]
+
     async def put_team(self, team: Team) -> None:
         await self._tx.lock(("teams", "pk", team.name))
         if self._tx.get("teams", team.name) is None:

@@ -39,6 +39,12 @@ _USERS = (
 )
 _USER = text(_USERS + "WHERE u.name = :name")
 _ALL_USERS = text(_USERS + 'ORDER BY u.name COLLATE "C"')
+# rows locked (FOR UPDATE): a second change of users waits, then re-reads them (read committed
+# re-checks the WHERE on the row a racing transaction committed: a demoted admin drops out)
+_ENABLED_ADMINS = text(
+    _USERS + "WHERE u.role = 'admin' AND NOT u.disabled "
+    'ORDER BY u.name COLLATE "C" FOR UPDATE OF u'
+)
 
 _PUT_TEAM = pg_insert(teams).on_conflict_do_nothing()
 _ALL_TEAMS = select(teams.c.name).order_by(teams.c.name.collate("C"))
@@ -122,6 +128,11 @@ class PostgresPolicyRepository:
     async def users(self) -> builtins.list[User]:
         with translated("list users"):
             rows = (await self._conn.execute(_ALL_USERS)).mappings().all()
+        return [codec.user_from_row(r) for r in rows]
+
+    async def enabled_admins(self) -> builtins.list[User]:
+        with translated("lock the enabled admins"):
+            rows = (await self._conn.execute(_ENABLED_ADMINS)).mappings().all()
         return [codec.user_from_row(r) for r in rows]
 
     async def put_team(self, team: Team) -> None:

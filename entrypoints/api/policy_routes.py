@@ -135,7 +135,7 @@ async def create_user(data: JSONBody[UserIn], state: State, principal: Caller) -
 @patch(
     "/v1/users/{name:str}",
     request_max_body_size=JSON_LIMIT,
-    responses=responses(400, 401, 403, 404, 422),
+    responses=responses(400, 401, 403, 404, 409, 422),
     summary="Change a user's role or teams, or disable or enable it (admin)",
 )
 async def update_user(

@@ -76,6 +76,23 @@ async def test_update_user_teams_role_and_disable(ctx: Context) -> None:
         await policy.update_user(ctx, OPERATOR, "alice", disabled=True)
 
 
+async def test_no_change_leaves_no_enabled_admin(ctx: Context) -> None:
+    """adm9 demotes admin, then admin (its role still cached as admin) tries to demote or
+    disable adm9, the last enabled admin: refused, naming the problem and the fix."""
+    await policy.add_user(ctx, ADMIN, "adm9", Role.ADMIN)
+    adm9 = Principal("adm9", Role.ADMIN)
+    await policy.update_user(ctx, adm9, "admin", role=Role.MEMBER)
+    for change in ({"role": Role.OPERATOR}, {"disabled": True}):
+        with pytest.raises(Conflict) as refused:
+            await policy.update_user(ctx, ADMIN, "adm9", **change)
+        assert "adm9 is the last enabled admin" in refused.value.message
+        assert "tp admin user set OTHER --role admin" in refused.value.fix
+        assert refused.value.field == next(iter(change))
+    await policy.update_user(ctx, ADMIN, "adm9", add_teams=["default"])  # teams: allowed
+    await policy.update_user(ctx, adm9, "admin", role=Role.ADMIN)
+    await policy.update_user(ctx, ADMIN, "adm9", disabled=True)  # admin is left: allowed
+
+
 async def test_tokens_follow_the_user(ctx: Context) -> None:
     token = await policy.create_token_for(ctx, ADMIN, "alice")
     me = await authenticate(ctx, token)

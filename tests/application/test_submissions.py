@@ -73,6 +73,33 @@ async def test_retry_key_reuse_expiry_tampering_and_double_commit(
     assert len(page.jobs) == 1
 
 
+async def test_a_replay_with_a_wrong_digest_is_refused_as_a_first_commit_is(
+    ctx: Context, clock: FakeClock
+) -> None:
+    """The same key and preview with a digest not the preview's: 409 digest does not match
+    (with its fix), as for a first commit, not "retry key already used for preview P"; the
+    identical request still answers with the same job, even after the preview expired."""
+    p = await submissions.create_preview(ctx, ALICE, an_intent())
+    key = str(uuid.uuid4())
+    wrong = "sha256:" + "1" * 64
+    with pytest.raises(Conflict) as before:  # not committed yet: the first-time answer
+        await submissions.commit(ctx, ALICE, p.id, wrong, key)
+    first = await submissions.commit(ctx, ALICE, p.id, p.digest, key)  # the key is still free
+    assert first.created
+    for other_key in (key, str(uuid.uuid4())):
+        with pytest.raises(Conflict) as err:
+            await submissions.commit(ctx, ALICE, p.id, wrong, other_key)
+        assert f"digest {wrong} does not match preview {p.id}" in err.value.message
+        assert (err.value.message, err.value.fix, err.value.field) == (
+            before.value.message,
+            before.value.fix,
+            "digest",
+        )
+    clock.advance(hours=2)
+    again = await submissions.commit(ctx, ALICE, p.id, p.digest, key)
+    assert (again.job_id, again.created) == (first.job_id, False)
+
+
 async def test_retry_keys_are_each_users_own(ctx: Context) -> None:
     """Issue 18, defect 11: the key was global, so bob's commit with a key alice had used was
     refused, naming alice's preview id."""

@@ -3,6 +3,7 @@ written at most once a minute, and the tokens that can still act as an admin."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from domain.auth import LAST_USED_PRECISION, Role, User
 from domain.unit_of_work import UnitOfWorkFactory
 from tests.contract.builders import T0, a_token
+from tests.contract.test_node_ports import blocked
 
 pytestmark = pytest.mark.contract
 
@@ -86,3 +88,28 @@ async def test_live_admin_tokens(uow_factory: UnitOfWorkFactory) -> None:
         await uow.commit()
     async with uow_factory() as uow:
         assert [t.id for t in await uow.tokens.live_admin_tokens(now)] == ["tok-1"]
+
+
+async def test_enabled_admins_are_locked_until_the_unit_ends(
+    uow_factory: UnitOfWorkFactory, request: pytest.FixtureRequest
+) -> None:
+    """Two changes of the admins take turns: the second one's ``enabled_admins`` waits for the
+    first unit, then sees the admin it demoted gone (what keeps one enabled admin left)."""
+    await _users(uow_factory)
+
+    async def second() -> list[str]:
+        async with uow_factory() as uow:
+            return [u.name for u in await uow.policy.enabled_admins()]
+
+    async with uow_factory() as uow:
+        assert [u.name for u in await uow.policy.enabled_admins()] == ["boss", "root"]
+        await uow.policy.put_user(User("boss", Role.MEMBER))
+        task = asyncio.create_task(second())
+        await blocked(request, task)
+        await uow.commit()
+    assert await task == ["root"]
+    async with uow_factory() as uow:
+        await uow.policy.put_user(User("root", Role.ADMIN, disabled=True))
+        await uow.commit()
+    async with uow_factory() as uow:
+        assert await uow.policy.enabled_admins() == []

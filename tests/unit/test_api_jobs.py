@@ -145,3 +145,24 @@ async def test_a_previews_estimated_wait(client: Any, ctx: Context) -> None:
 
     other = await client.get(f"/v1/previews/{preview.id}/wait", headers=await auth(ctx, "bob"))
     assert other.status_code == 404
+
+
+async def test_a_commit_replayed_with_a_wrong_digest_is_409_digest_mismatch(
+    client: Any, ctx: Context
+) -> None:
+    """The same retry key and preview with another digest: 409 naming the digest and its fix,
+    as a first commit with it gets, not 422 "retry key already used for preview P"."""
+    preview = await submissions.create_preview(ctx, ALICE, an_intent())
+    body = {"preview_id": preview.id, "digest": preview.digest, "retry_key": str(uuid.uuid4())}
+    headers = await auth(ctx, "alice")
+    made = await client.post("/v1/jobs", json=body, headers=headers)
+    assert made.status_code == 201, made.text
+    wrong = await client.post(
+        "/v1/jobs", json=body | {"digest": "sha256:" + "1" * 64}, headers=headers
+    )
+    assert wrong.status_code == 409, wrong.text
+    problem = wrong.json()
+    assert "does not match preview" in problem["detail"] and problem["field"] == "digest"
+    assert "tp submit --preview" in problem["fix"]
+    same = await client.post("/v1/jobs", json=body, headers=headers)
+    assert same.status_code == 200 and same.json()["job_id"] == made.json()["job_id"]
