@@ -93,6 +93,10 @@ async def publish(
         existing = await uow.plugins.get(decl.name, decl.version)
     if existing is not None and existing.digest != package.digest:
         raise _republished(existing, package.digest)
+    # Everything the row holds was checked above (domain.plugins: no text PostgreSQL refuses),
+    # so nothing refused is stored. A blob left when the row is not written after it (a lost
+    # race, the database gone) is not deleted here: content-addressed, another package may
+    # share it; blob collection takes it after the grace once nothing refers to it.
     tar = tarball.pack(package.files)
     blob, _ = await ctx.blob_store().put(_once(tar), max_size=len(tar))  # no transaction open
     if existing is not None:

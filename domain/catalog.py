@@ -6,6 +6,7 @@ The catalog is data, configured by the operator; here are the shapes and the val
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -310,6 +311,12 @@ def coerce_param(spec: ParamSpec, raw: ParamValue, where: str) -> ParamValue:
             fix=f"pass a {spec.type}, e.g. --set {spec.name}=<{spec.type}>",
             field=where,
         ) from None
+    if isinstance(value, float) and not math.isfinite(value):  # NaN passes every range check
+        raise InvalidInput(
+            f"parameter {spec.name!r} is {raw!r}, not a finite number",
+            fix=f"pass a finite {spec.type}{_range(spec)}, e.g. --set {spec.name}=<{spec.type}>",
+            field=where,
+        )
     if spec.choices and value not in spec.choices:
         raise InvalidInput(
             f"parameter {spec.name!r} is {value!r}, not one of its choices",
@@ -330,6 +337,16 @@ def coerce_param(spec: ParamSpec, raw: ParamValue, where: str) -> ParamValue:
                 field=where,
             )
     return value
+
+
+def _range(spec: ParamSpec) -> str:
+    if spec.minimum is not None and spec.maximum is not None:
+        return f" from {spec.minimum} to {spec.maximum}"
+    if spec.minimum is not None:
+        return f" of at least {spec.minimum}"
+    if spec.maximum is not None:
+        return f" of at most {spec.maximum}"
+    return ""
 
 
 def resolve_params(method: Method, given: dict[str, ParamValue]) -> dict[str, ParamValue]:

@@ -66,6 +66,14 @@ class Pool:
                 field="gpu_model",
             )
         if self.gpu_model is not None:
+            if self.gpu_model.lower() == "cpu":  # `cpu:N` asks for CPUs of a CPU pool
+                raise InvalidInput(
+                    f"pool {self.name}: GPU model {self.gpu_model!r} would be asked for as "
+                    "cpu:N, which is a request for CPUs of a CPU pool",
+                    fix="give the GPUs' model (e.g. h200, a100-80gb; `tp fleet ls` shows what "
+                    "nodes detected), or make it a CPU pool: gpus_per_node 0 and no gpu_model",
+                    field="gpu_model",
+                )
             check_name(self.gpu_model, "GPU model", "gpu_model")
         if not MIN_CPUS <= self.cpus_per_node <= MAX_CPUS_PER_NODE:
             raise InvalidInput(

@@ -167,6 +167,16 @@ def _closed(key: str, value: str, allowed: dict[str, str]) -> str:
     return value
 
 
+def _control(text: str, allowed: str = "") -> str:
+    """The first control character of ``text`` not in ``allowed``, written as an escape
+    (``\\x00``, ``\\x1b``); "" when there is none. C0, DEL and C1: NUL, which PostgreSQL cannot
+    store, and those that move a terminal's cursor or start an escape sequence."""
+    for c in text:
+        if (ord(c) < 32 or 127 <= ord(c) < 160) and c not in allowed:
+            return f"\\x{ord(c):02x}"
+    return ""
+
+
 def parse_declaration(raw: bytes) -> Declaration:
     """Check ``plugin.toml``; each error names the key and how to fix it."""
     try:
@@ -175,6 +185,12 @@ def parse_declaration(raw: bytes) -> Declaration:
         raise InvalidInput(
             f"{_WHERE}: not valid TOML: {exc}",
             fix="fix the syntax at the place named",
+            field=_WHERE,
+        ) from None
+    except RecursionError:  # tomllib recurses once per level of arrays and inline tables
+        raise InvalidInput(
+            f"{_WHERE}: arrays or tables nested too deep to read",
+            fix="declare only the keys below; none of them nests",
             field=_WHERE,
         ) from None
     unknown = sorted(set(data) - set(_KEYS))
@@ -189,6 +205,13 @@ def parse_declaration(raw: bytes) -> Declaration:
             "description",
             "'description' must say what the plugin does in 1-500 characters",
             "write one sentence",
+        )
+    found = _control(description)
+    if found:
+        raise _bad(
+            "description",
+            f"'description' holds a control character ({found}); listings and terminals show it",
+            "write one line of plain text, without tabs, line breaks or escape sequences",
         )
     executes = _closed("executes", _string(data, "executes", 'add executes = "workload"'), EXECUTES)
     if "capabilities" not in data:
@@ -207,6 +230,15 @@ def parse_declaration(raw: bytes) -> Declaration:
         entry = _strings(data, "entry", 'e.g. entry = ["python3", "evaluate.py"]')
         if not 1 <= len(entry) <= 64:
             raise _bad("entry", "'entry' must have 1-64 arguments", "give the command's argv")
+        for i, arg in enumerate(entry):
+            found = _control(arg, allowed="\t\n")  # a script's lines (sh -c) are arguments
+            if found:
+                raise _bad(
+                    "entry",
+                    f"entry[{i}] holds a control character ({found})",
+                    "remove it: an argument holds no NUL (a process cannot receive one) and no "
+                    "control character but a tab or a line break",
+                )
     if executes == "workload" and not entry:
         raise _bad(
             "entry",

@@ -310,8 +310,12 @@ def _pick_pool(kind: str, pool_name: str | None, pools: list[Pool], text: str, w
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        models = sorted({p.gpu_model for p in pools if p.gpu_model})
-        offered = ", ".join(["cpu:N", *(f"{m}:N" for m in models)]) if pools else "none"
+        # each form once (a pool stored before GPU model "cpu" was refused offers no second
+        # cpu:N), and cpu:N only where a CPU pool serves it
+        models = sorted({p.gpu_model for p in pools if p.gpu_model and p.gpu_model != "cpu"})
+        cpu = ["cpu:N"] if any(not p.is_gpu for p in pools) else []
+        forms = cpu + [f"{m}:N" for m in models]
+        offered = ", ".join(forms) or "none"
         if kind != "cpu" and kind not in models and ":" not in text:
             raise _not_a_profile(kind, pool_name, models, offered, text, where)
         raise InvalidInput(

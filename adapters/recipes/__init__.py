@@ -6,6 +6,7 @@ shared files it ``include``s from ``_lib/``, is its integration artifact (docs/r
 from __future__ import annotations
 
 import itertools
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,10 @@ def _param(p: dict[str, Any]) -> ParamSpec:
     )
     if spec.type not in ("str", "int", "float", "bool"):
         raise ValueError(f"parameter {spec.name!r} has type {spec.type!r}")
+    for bound in (spec.minimum, spec.maximum):  # a NaN bound would pass every value
+        number = isinstance(bound, int | float) and not isinstance(bound, bool)
+        if bound is not None and not (number and math.isfinite(bound)):
+            raise ValueError(f"parameter {spec.name!r} has bound {bound!r}, not a finite number")
     for value in (*spec.choices, *(() if spec.default is None else (spec.default,))):
         try:  # a declared default or choice must itself be a valid value
             coerce_param(spec, value, spec.name)

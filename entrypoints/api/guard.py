@@ -8,11 +8,13 @@ decoder can walk without exhausting the stack. So, on every route:
   and numbers past float range), nested at most :data:`MAX_DEPTH` levels, with no NUL character
   in any string or key and no integer outside signed 64 bits.
 
-A refusal is a 400 problem naming the field (``params.command``, ``query.owner``) and the fix,
-raised before any use case runs: nothing is written. Body size is bounded per route
-(``request_max_body_size``; 1 MiB unless a route says otherwise). The path and the query are
-checked before routing (``GuardedLitestar``, which also answers a path with an empty segment
-and OPTIONS), a JSON body once decoded (``GuardedRequest``).
+The rules for text and for a body are the domain's (``domain/input_limits.py``), which
+`tp validate` applies to experiment.toml too. A refusal is a 400 problem naming the field
+(``params.command``, ``query.owner``) and the fix, raised before any use case runs: nothing is
+written. Body size is bounded per route (``request_max_body_size``; 1 MiB unless a route says
+otherwise). The path and the query are checked before routing (``GuardedLitestar``, which also
+answers a path with an empty segment and OPTIONS), a JSON body once decoded
+(``GuardedRequest``).
 """
 
 from __future__ import annotations
@@ -38,65 +40,38 @@ from litestar.types import (
 from litestar.types.empty import Empty
 from litestar.utils import normalize_path
 
+from domain import input_limits
+from domain.errors import InvalidInput
+from domain.input_limits import printable
 from entrypoints.api.problems import PROBLEM_JSON, MalformedRequest, problem_json
 from entrypoints.api.request_ids import traced
 
-MAX_DEPTH = 32
-INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-
-
-def _printable(key: str) -> str:
-    return key.replace("\x00", "\\x00")
+MAX_DEPTH = input_limits.MAX_DEPTH
 
 
 def check_text(text: str, field: str) -> None:
-    if "\x00" in text:
-        raise MalformedRequest(
-            f"{field} holds a NUL character (\\x00), which text fields cannot hold",
-            fix="remove it; send text without NUL characters",
-            field=field,
-        )
-
-
-def _join(path: str, key: str) -> str:
-    return key if path == "body" else f"{path}.{key}"
+    """A NUL in ``text``: MalformedRequest (400), as ``domain.input_limits.check_text``."""
+    try:
+        input_limits.check_text(text, field)
+    except InvalidInput as exc:
+        raise _malformed(exc) from None
 
 
 def check_json(value: object, root: str = "body") -> None:
     """Raise MalformedRequest at the first value of a decoded JSON body that breaks the rules
-    above; iterative, so that a deep value cannot exhaust the stack here either."""
-    stack: list[tuple[object, str, int]] = [(value, root, 1)]
-    while stack:
-        item, path, depth = stack.pop()
-        if isinstance(item, str):
-            check_text(item, path)
-        elif isinstance(item, bool) or item is None or isinstance(item, float):
-            continue
-        elif isinstance(item, int):
-            if not INT_MIN <= item <= INT_MAX:
-                raise MalformedRequest(
-                    f"{path} is {item}, outside the signed 64-bit range",
-                    fix=f"send an integer between {INT_MIN} and {INT_MAX}",
-                    field=path,
-                )
-        elif isinstance(item, dict | list):
-            if depth > MAX_DEPTH:
-                _too_deep(path)
-            if isinstance(item, dict):
-                for key, inner in item.items():
-                    where = _join(path, _printable(str(key)))
-                    check_text(str(key), where)
-                    stack.append((inner, where, depth + 1))
-            else:
-                stack.extend((inner, f"{path}[{i}]", depth + 1) for i, inner in enumerate(item))
+    of ``domain.input_limits.check_value`` (the ones `tp validate` applies too)."""
+    try:
+        input_limits.check_value(value, root)
+    except InvalidInput as exc:
+        raise _malformed(exc) from None
+
+
+def _malformed(exc: InvalidInput) -> MalformedRequest:
+    return MalformedRequest(exc.message, fix=exc.fix, field=exc.field)
 
 
 def _too_deep(field: str) -> None:
-    raise MalformedRequest(
-        f"the request body is nested more than {MAX_DEPTH} levels deep",
-        fix="send a flatter document; no field of this API nests that deep",
-        field=field,
-    )
+    raise _malformed(input_limits.too_deep(field))
 
 
 class GuardedRequest(Request[Any, Any, Any]):
@@ -188,8 +163,8 @@ def _check_path_and_query(scope: Scope) -> bytes | None:
     query: bytes = scope.get("query_string", b"")
     if b"%00" in query or b"\x00" in query:
         for key, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-            check_text(key, f"query.{_printable(key)}")
-            check_text(value, f"query.{_printable(key)}")
+            check_text(key, f"query.{printable(key)}")
+            check_text(value, f"query.{printable(key)}")
     raw: bytes = scope.get("raw_path") or scope["path"].encode()
     if raw.startswith(b"/v1/") and (b"//" in raw or raw.endswith(b"/")):
         path = raw.decode("latin-1")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from domain import plugins
+from domain import input_limits, plugins
 from domain.catalog import NAME_RE, ParamValue
 from domain.errors import InvalidInput
 from domain.plugins import PluginPin
@@ -133,6 +133,10 @@ def _problem(file: Path, key: str, message: str, fix: str) -> InvalidInput:
 def parse_experiment(path: Path, data: dict[str, Any]) -> Experiment:
     """Check the shape of a parsed experiment.toml; errors name the file, the key and the fix."""
     file = path / EXPERIMENT_FILE
+    try:  # the limits the server puts on every request (a NUL in a command or an env value)
+        input_limits.check_value(data, root="", what="the file")
+    except InvalidInput as exc:
+        raise _problem(file, exc.field or "", exc.message, exc.fix) from None
     unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise _problem(
@@ -261,5 +265,11 @@ def load_experiment(name: str, cwd: Path | None = None) -> Experiment:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(
             f"{file}: not valid TOML: {exc}", fix="fix the syntax at the place named", field=None
+        ) from None
+    except RecursionError:  # tomllib recurses once per level of arrays and inline tables
+        raise InvalidInput(
+            f"{file}: nested too deep to read",
+            fix="write a flatter file; no key of experiment.toml nests deeply",
+            field=None,
         ) from None
     return parse_experiment(path, data)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from dataclasses import replace
 
 import pytest
@@ -167,12 +168,31 @@ async def test_list_without_filters_and_by_state(uow_factory: UnitOfWorkFactory)
         assert empty.jobs == []
 
 
-@pytest.mark.parametrize("cursor", ["not-a-cursor", "", "W10", "WyJ4IiwgMV0"])
+def _forged(doc: str) -> str:
+    return base64.urlsafe_b64encode(doc.encode()).decode().rstrip("=")
+
+
+T = '"2026-12-07T22:18:18+00:00"'
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "not-a-cursor", "", "W10", "WyJ4IiwgMV0",
+        # forged: ids PostgreSQL cannot take (a NUL, a lone surrogate), or not our shape
+        _forged(f'[{T},"job-\\u0000"]'), _forged(f'[{T},"job-\\ud800"]'),
+        _forged(f'[{T},"job-\\u001b[31m"]'), _forged(f'[{T},""]'), _forged(f'[{T},"{"j" * 201}"]'),
+        _forged(f'{{{T}: 1, "job-x": 2}}'), _forged(f'[{T},"job-x",3]'), _forged(f"[{T},7]"),
+        _forged('"ab"'), _forged('[1,"job-x"]'), _forged('["0001-01-01T00:00:00+14:00","job-x"]'),
+        _forged('["2026-12-07T22:18:18","job-x"]'),
+    ],
+)  # fmt: skip
 async def test_a_bad_cursor_is_invalid_input(uow_factory: UnitOfWorkFactory, cursor: str) -> None:
     async with uow_factory() as uow:
         with pytest.raises(InvalidInput) as err:
             await uow.jobs.list(owner=None, states=None, limit=5, cursor=cursor)
     assert err.value.field == "cursor"
+    assert "without a cursor" in err.value.fix
 
 
 async def test_claim_takes_the_oldest_matching_jobs(uow_factory: UnitOfWorkFactory) -> None:

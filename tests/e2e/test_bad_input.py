@@ -7,6 +7,7 @@ good archive) are compared before and after instead."""
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -20,7 +21,7 @@ import httpx
 import pytest
 
 from tests.fixtures.server import Servers
-from tests.support.db import table_counts
+from tests.support.db import count_rows, table_counts
 
 pytestmark = pytest.mark.e2e
 
@@ -276,3 +277,77 @@ async def test_only_source_archives_the_runner_can_unpack_are_stored_or_previewe
     assert body["field"] == "intent.source.digest" and "gzip-compressed tar" in body["detail"]
     assert set(_blob_files(client)) == before
     assert (await table_counts(pg_url))["previews"] == 0
+
+
+@pytest.mark.parametrize("nan", ["nan", "NaN", "-nan", "inf", "-Infinity", "1e400"])
+async def test_a_float_parameter_that_is_no_finite_number_is_422(
+    client: httpx.AsyncClient, pg_url: str, nan: str
+) -> None:
+    """Issue 19, defect 1: NaN passed both range checks and the capsule's canonical JSON
+    refused it (500, which the CLI sent five times)."""
+    before = _blob_files(client)
+    change = {"method": "trl/grpo", "params": {"temperature": nan}}
+    body = _problem(await client.post("/v1/previews", json={**GOOD, **change}), 422)
+    assert body["field"] == "intent.params.temperature" and "finite" in body["detail"]
+    assert "from 0.01 to 10.0" in body["fix"]
+    assert (await table_counts(pg_url))["previews"] == 0 and _blob_files(client) == before
+
+
+def _cursor(doc: str) -> str:
+    return base64.urlsafe_b64encode(doc.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        '["2026-12-07T22:18:18+00:00","job-\\u0000"]',  # PostgreSQL refuses a NUL
+        '["2026-12-07T22:18:18+00:00","job-\\ud800"]',  # and a lone surrogate
+        '{"2026-12-07T22:18:18+00:00": 1, "job-x": 2}',
+        '["0001-01-01T00:00:00+14:00","job-x"]',
+    ],
+)
+async def test_a_forged_job_list_cursor_is_422(client: httpx.AsyncClient, doc: str) -> None:
+    """Issue 19, defect 2: a cursor decoded to text the database refuses was a 500."""
+    body = _problem(await client.get("/v1/jobs", params={"cursor": _cursor(doc)}), 422)
+    assert body["field"] == "cursor" and "without a cursor" in body["fix"]
+
+
+PLUGIN_TOML = {
+    "name": '"bad-input"', "version": '"1.0.0"', "group": '"evaluation"',
+    "description": '"checks"', "capabilities": "[]", "executes": '"workload"',
+    "entry": '["sh", "run.sh"]',
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("description", '"a\\u0000b"', "control character (\\x00)"),
+        ("description", '"\\u001b[31mred"', "control character (\\x1b)"),
+        ("entry", '["sh", "a\\u0000"]', "entry[1] holds a control character (\\x00)"),
+        ("entry", "[" * 5000 + "]" * 5000, "nested too deep"),
+    ],
+)
+async def test_a_plugin_declaration_with_unstorable_text_is_422_and_stores_nothing(
+    client: httpx.AsyncClient, pg_url: str, key: str, value: str, words: str
+) -> None:
+    """Issue 19, defect 3: a NUL reached PostgreSQL (500), a deep array exhausted the parser's
+    stack (500), an escape sequence was published; and the package's blob was stored before
+    the refusal."""
+    before = _blob_files(client)
+    toml = "".join(f"{k} = {value if k == key else v}\n" for k, v in PLUGIN_TOML.items())
+    package = _tar_gz({"plugin.toml": toml.encode(), "run.sh": b"echo checked\n"})
+    body = _problem(await client.post("/v1/plugins", content=package), 422)
+    assert words in body["detail"] and body["field"].startswith("plugin.toml") and body["fix"]
+    assert await count_rows(pg_url, "plugins") == 0
+    assert _blob_files(client) == before
+
+
+async def test_a_pool_of_gpu_model_cpu_is_422(client: httpx.AsyncClient, pg_url: str) -> None:
+    """Issue 19, defect 4: it was created, and no request could ever reach it (cpu:N asks for a
+    CPU pool). ("CPU" is refused by the name pattern already; domain/fleet.py refuses any case.)"""
+    pool = {"name": "gpus", "fleet": "main", "backend": "node", "gpu_model": "cpu",
+            "gpus_per_node": 8, "cpus_per_node": 64, "memory_mb_per_node": 524288}  # fmt: skip
+    body = _problem(await client.post("/v1/pools", json=pool), 422)
+    assert body["field"] == "gpu_model" and "cpu:N" in body["detail"] and "h200" in body["fix"]
+    assert await count_rows(pg_url, "pools", "name = 'gpus'") == 0

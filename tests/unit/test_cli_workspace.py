@@ -109,6 +109,18 @@ def test_new_outside_a_workspace_says_tp_init(
         ('name = "x"\nmethod = "m"\n[params]\nxs = [1, 2]', "params.xs", "is a list"),
         ('name = "x"\nmethod = "m"\n[env]\nA = 1', "env.A", "must be a string"),
         ('name = "x"\nmethod = "m"\n[env]\nTUNEPLANE_X = "1"', "env.TUNEPLANE_X", "not allowed"),
+        # the server's input limits (domain/input_limits.py), which the preview refused with 400
+        (
+            'name = "x"\nmethod = "m"\n[params]\ncommand = "echo a\\u0000b"',
+            "params.command",
+            "holds a NUL character",
+        ),
+        ('name = "x"\nmethod = "m"\n[env]\nA = "x\\u0000"', "env.A", "holds a NUL character"),
+        (
+            'name = "x"\nmethod = "m"\n[params]\nx = 100000000000000000000',
+            "params.x",
+            "outside the signed 64-bit range",
+        ),
     ],
 )
 def test_experiment_errors_name_the_file_and_the_key(
@@ -127,6 +139,9 @@ def test_experiment_errors_name_the_file_and_the_key(
 def test_toml_syntax_errors_and_missing_files(ws: Path) -> None:
     write(ws, 'name = "x"\nmethod = \n')
     with pytest.raises(InvalidInput, match=r"not valid TOML.*line 2"):
+        load_experiment("e")
+    write(ws, 'name = "x"\nmethod = "m"\n[params]\nx = ' + "[" * 5000 + "]" * 5000)
+    with pytest.raises(InvalidInput, match="nested too deep"):  # not a RecursionError
         load_experiment("e")
     with pytest.raises(InvalidInput, match="does not exist") as info:
         load_experiment("nope")
@@ -163,6 +178,8 @@ def test_set_overrides_are_checked_as_strings(ws: Path) -> None:
     assert check_params(exp, method, {"epochs": "3", "packing": "yes"}) == []
     [problem] = check_params(exp, method, {"epochs": "0"})
     assert problem.message.startswith("--set: ") and "below its minimum" in problem.message
+    [nan] = check_params(exp, method, {"lr": "nan"})  # the preview's 422 (issue 19, defect 1)
+    assert nan.field == "params.lr" and "not a finite number" in nan.message
     assert parse_sets(("a=1", "b=x=y", "c=")) == {"a": "1", "b": "x=y", "c": ""}
     with pytest.raises(InvalidInput, match="KEY=VALUE"):
         parse_sets(("novalue",))

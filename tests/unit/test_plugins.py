@@ -61,6 +61,8 @@ def test_a_good_declaration_and_the_example() -> None:
     assert package.declaration.name == "exact-match" and package.digest.startswith("sha256:")
     assert parse_declaration(toml(executes='"node"', entry=None)).entry == ()
     assert parse_declaration(toml(name='"acme.rouge-eval"', version='"0.3.1-rc.1"')).version
+    script = parse_declaration(toml(entry='["sh", "-c", "set -e\\n\\tsh score.sh"]')).entry
+    assert script[2] == "set -e\n\tsh score.sh"  # a script's line breaks and tabs are kept
 
 
 @pytest.mark.parametrize(
@@ -84,6 +86,15 @@ def test_a_good_declaration_and_the_example() -> None:
         ({"entry": '["sh", ""]'}, "plugin.toml:entry", "list of non-empty strings"),
         ({"description": '" "'}, "plugin.toml:description", "1-500 characters"),
         ({"homepage": '"x"'}, "plugin.toml:homepage", "unknown key 'homepage'"),
+        # text PostgreSQL cannot store, or a terminal would act on (these were 500 or accepted)
+        ({"description": '"a\\u0000b"'}, "plugin.toml:description", "control character (\\x00)"),
+        ({"description": '"\\u001b[31mred"'}, "plugin.toml:description", "(\\x1b)"),
+        ({"description": '"two\\nlines"'}, "plugin.toml:description", "(\\x0a)"),
+        ({"description": '"a\\u009bb"'}, "plugin.toml:description", "(\\x9b)"),
+        ({"entry": '["sh", "a\\u0000"]'}, "plugin.toml:entry", "entry[1] holds a control"),
+        ({"entry": '["sh", "\\u001b]0;x"]'}, "plugin.toml:entry", "(\\x1b)"),
+        ({"entry": "[" * 5000 + "]" * 5000}, "plugin.toml", "nested too deep"),
+        ({"homepage": "{a = " * 3000 + "1" + "}" * 3000}, "plugin.toml", "nested too deep"),
     ],
 )
 def test_every_bad_key_is_named_with_a_fix(

@@ -200,6 +200,10 @@ def _write_recipe(root: Path, body: str, files: dict[str, str] | None = None) ->
         ('[[params]]\nname = "c"\ntype = "str"\ndefault = "z"\nchoices = ["a"]\n', {},
          "'c' is 'z', not one of its choices"),
         ('[[params]]\nname = "t"\ntype = "list"\n', {}, "has type 'list'"),
+        # a NaN bound passes every value (issue 19, defect 1)
+        ('[[params]]\nname = "f"\ntype = "float"\nmaximum = nan\n', {}, "not a finite number"),
+        ('[[params]]\nname = "f"\ntype = "float"\nminimum = "0"\n', {}, "not a finite number"),
+        ('[[params]]\nname = "f"\ntype = "float"\ndefault = nan\n', {}, "not a finite number"),
     ],
 )  # fmt: skip
 def test_a_recipe_declaration_is_checked_at_load(

@@ -110,6 +110,27 @@ def test_unknown_model_lists_what_is_offered() -> None:
     assert e.value.fix.startswith("requests offered here: cpu:N, h100:N, h200:N")
 
 
+def test_each_form_is_offered_once_and_cpu_only_with_a_cpu_pool() -> None:
+    """Issue 19, defect 4: a pool stored with GPU model "cpu" (refused now) made the fix read
+    "cpu:N, cpu:N", and cpu:N was offered where no CPU pool serves it."""
+    stored = Pool("g", "main", "node", 8, 96, 1_048_576, "cpu")  # as an older server kept it
+    with pytest.raises(InvalidInput) as e:
+        one("cpu:1", [A, stored])
+    assert e.value.fix.startswith("requests offered here: h200:N (")
+    with pytest.raises(InvalidInput) as e:
+        one("h900:8", [CPU, stored])
+    assert e.value.fix.startswith("requests offered here: cpu:N (")
+
+
+@pytest.mark.parametrize("model", ["cpu", "CPU", "Cpu"])
+def test_a_gpu_pool_cannot_be_of_model_cpu(model: str) -> None:
+    with pytest.raises(InvalidInput) as e:
+        Pool("g", "main", "node", 8, 96, 1_048_576, model).check()
+    assert e.value.field == "gpu_model" and "cpu:N" in e.value.message
+    assert "CPU pool" in e.value.fix and "h200" in e.value.fix
+    assert Pool("g", "main", "node", 8, 96, 1_048_576, "cpu-x1").check()  # a name like it is one
+
+
 def test_roles_must_be_named_and_unique_and_share_a_backend() -> None:
     roles = resolve_roles(["train=h200:8", "rollout=h100:2"], POOLS, [])
     assert [(r.name, r.pool, r.gpus) for r in roles] == [("train", "a", 8), ("rollout", "b", 2)]

@@ -1,5 +1,6 @@
 """Resolution of an intent into a JobSpec and an immutable, digested Preview."""
 
+import math
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -118,6 +119,24 @@ def test_params_are_coerced_and_checked() -> None:
         with pytest.raises(InvalidInput) as err:
             resolve_params(m, bad)
         assert err.value.field == f"intent.params.{next(iter(bad))}"
+
+
+@pytest.mark.parametrize("raw", ["nan", "NaN", "-nan", "inf", "-inf", "1e400", math.nan, math.inf])
+def test_a_float_parameter_must_be_finite_bounded_or_not(raw: str | float) -> None:
+    """Issue 19, defect 1: NaN passed both range checks (every comparison with it is false);
+    a parameter without a maximum took inf. Either then failed the capsule's JSON (500)."""
+    from domain.catalog import ParamSpec, coerce_param
+
+    for spec, fix in (
+        (ParamSpec("t", "float", "", minimum=0.01, maximum=10.0), "from 0.01 to 10.0"),
+        (ParamSpec("t", "float", ""), "finite float"),
+    ):
+        with pytest.raises(InvalidInput) as err:
+            coerce_param(spec, raw, "intent.params.t")
+        assert err.value.field == "intent.params.t" and "not a finite number" in err.value.message
+        assert fix in err.value.fix
+        with pytest.raises(InvalidInput):
+            coerce_param(ParamSpec("n", "int", ""), raw, "intent.params.n")
 
 
 def test_preview_is_immutable() -> None:
