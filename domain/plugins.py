@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 
 from domain.artifacts import ArtifactFile, Manifest
+from domain.documents import toml_loads
 from domain.errors import Conflict, InvalidInput
 
 PLUGIN_FILE = "plugin.toml"
@@ -180,7 +181,7 @@ def _control(text: str, allowed: str = "") -> str:
 def parse_declaration(raw: bytes) -> Declaration:
     """Check ``plugin.toml``; each error names the key and how to fix it."""
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = toml_loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(
             f"{_WHERE}: not valid TOML: {exc}",

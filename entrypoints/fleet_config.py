@@ -17,6 +17,7 @@ import msgspec
 from msgspec import Meta, Struct
 
 from application.fleet_config import FleetConfig, PoolConfig
+from domain.documents import toml_loads
 from domain.errors import InvalidInput
 from domain.fleet import Pool, Queue, Team
 from domain.requests import Profile
@@ -148,7 +149,7 @@ def load(path: Path) -> FleetFile:
             fix="split it into several files",
         )
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = toml_loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InvalidInput(
             f"{path} is not valid TOML: {exc}", fix="fix the syntax (see docs/fleet.md)"

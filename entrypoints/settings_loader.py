@@ -26,6 +26,8 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 from msgspec import Meta
 
+from domain.documents import toml_loads
+
 FILE_ENV = "TUNEPLANE_SETTINGS_FILE"
 Port = Annotated[int, Meta(ge=1, le=65535)]
 Seconds = Annotated[int, Meta(ge=0)]
@@ -113,7 +115,7 @@ def read_file(environ: Mapping[str, str]) -> dict[str, str]:
     if "\0" in raw:
         raise SettingError(f"{FILE_ENV} holds a NUL byte", "set it to the file's path", FILE_ENV)
     try:
-        data = tomllib.loads(Path(raw).expanduser().read_text())
+        data = toml_loads(Path(raw).expanduser().read_text())
     except OSError as exc:
         raise SettingError(
             f"{FILE_ENV}={raw!r} cannot be read: {exc.strerror or exc}",

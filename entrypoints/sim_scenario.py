@@ -13,6 +13,7 @@ from adapters.sim import (
     CrashPoint,
 )
 from adapters.sim.faults import CRASH_KINDS
+from domain.documents import toml_loads
 from domain.errors import InvalidInput
 from domain.fleet import Pool, Queue
 from domain.requests import Profile, resolve_roles
@@ -222,7 +223,7 @@ def _checked(make: Callable[[], T], t: _Table) -> T:
 def load_scenario(path: Path) -> Scenario:
     """Read and check a scenario file; an error names the file and the offending key."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = toml_loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidInput(
             f"scenario file {path} does not exist",

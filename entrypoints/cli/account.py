@@ -9,6 +9,7 @@ from cyclopts import Parameter
 from entrypoints.cli import output
 from entrypoints.cli.client import Api, connect
 from entrypoints.cli.config import (
+    check_token,
     credentials_path,
     load_credentials,
     normalize_server,
@@ -31,6 +32,7 @@ def login(
     token
         Your API token (`tp up` prints one).
     """
+    check_token(token, "--token")
     url = normalize_server(server)
     with Api(url, token) as api:
         me = api.get("/v1/whoami")

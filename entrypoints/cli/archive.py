@@ -83,7 +83,9 @@ def list_files(exp_dir: Path) -> list[str]:
 
 
 def is_secret(rel: str) -> bool:
-    base = rel.rsplit("/", 1)[-1]
+    """Whether the file's name looks like a secret, in any case (``.ENV``, ``key.PEM``: a
+    case-insensitive file system, or a name typed in capitals, holds the same secret)."""
+    base = rel.rsplit("/", 1)[-1].casefold()
     if any(fnmatch.fnmatchcase(base, p) for p in NOT_SECRET):
         return False
     return any(fnmatch.fnmatchcase(base, p) for p in SECRET_PATTERNS)

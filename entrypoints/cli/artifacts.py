@@ -75,12 +75,15 @@ def verify(job_id: str, /, *, wait: float = 30.0, json: JsonFlag = False) -> int
         for m in checked["members"]:
             where = f"attempt {m['attempt']} member {m['member']}"
             if m["node"]:
-                where += f" (on node {m['node']})"
+                where += f" (on node {output.escape(m['node'])})"
             if m["ok"]:
-                print(f"{where}: {m['files']} files match manifest {m['digest']}")
+                digest = output.escape(m["digest"])
+                output.out.print(
+                    f"{where}: {m['files']} files match manifest {digest}", markup=False
+                )
                 continue
             if m["unchecked"]:
-                output.warn(f"{where}: NOT CHECKED: {m['unchecked']}")
+                output.warn(f"{where}: NOT CHECKED: {output.escape(m['unchecked'])}")
                 continue
             rows = [(d["path"], d["problem"], d["detail"]) for d in m["differences"]]
             output.table(["PATH", "PROBLEM", "DETAIL"], rows, title=f"{where}: DIFFERS")

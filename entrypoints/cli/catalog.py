@@ -82,8 +82,9 @@ def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
             [(m.get("name"), _framework(m), m.get("description"), runtime(m)) for m in data],
         )
         return 0
-    output.out.print(f"{data['name']}: {data.get('description', '')}", markup=False)
-    output.out.print(f"default runtime: {runtime(data)}", markup=False)
+    about = f"{data['name']}: {data.get('description', '')}"
+    output.out.print(output.escape(about), markup=False)
+    output.out.print(f"default runtime: {output.escape(runtime(data))}", markup=False)
     for label, value in (
         ("framework", _framework(data)),
         ("roles", ", ".join(data.get("roles") or [])),
@@ -93,7 +94,7 @@ def methods(name: str | None = None, /, *, json: JsonFlag = False) -> int:
         ("needs", ", ".join(data.get("needs") or [])),
     ):
         if value:
-            output.out.print(f"{label}: {value}", markup=False)
+            output.out.print(f"{label}: {output.escape(value)}", markup=False)
     rows = []
     for p in data.get("params") or []:
         limits = []

@@ -30,9 +30,10 @@ from email.message import Message
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
 
+from domain.documents import NestedTooDeeply, json_loads
 from domain.errors import InvalidInput, TunePlaneError, Unavailable
 from entrypoints.cli import output
-from entrypoints.cli.config import Credentials, load_credentials
+from entrypoints.cli.config import Credentials, check_token, load_credentials, refuse_user_info
 from entrypoints.cli.errors import ServerError, from_problem, is_transient
 
 if TYPE_CHECKING:
@@ -72,13 +73,15 @@ class Response:
     content: bytes
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return json_loads(self.content, walk=False)
 
 
 class Api:
     """One server, one token. Use as a context manager so the connection is closed."""
 
     def __init__(self, server: str, token: str) -> None:
+        refuse_user_info(server, "given to the client")  # never stored, shown or sent
+        check_token(token, "given to the client")
         self.server = server.rstrip("/")
         url = urlsplit(self.server)
         scheme = url.scheme.lower()
@@ -226,7 +229,7 @@ class Api:
         if resp.will_close:
             self.close()
         if resp.status >= 400:
-            raise from_problem(resp.status, resp.headers.get("content-type", ""), data)
+            raise from_problem(resp.status, resp.headers.get("content-type", ""), data, self.server)
         return Response(method, path, resp.status, resp.headers, data)
 
     def get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
@@ -272,7 +275,8 @@ class Api:
         try:
             if resp.status >= 400:
                 data = self._read(resp)
-                raise from_problem(resp.status, resp.headers.get("content-type", ""), data)
+                ctype = resp.headers.get("content-type", "")
+                raise from_problem(resp.status, ctype, data, self.server)
             yield resp.headers, self._chunks(resp)
         finally:
             if not resp.isclosed() or resp.will_close:
@@ -340,9 +344,10 @@ def _encode(body: Any) -> bytes:
 def _json(resp: Response) -> Any:
     try:
         return resp.json()
-    except (ValueError, json.JSONDecodeError):
+    except ValueError as exc:
+        what = "JSON nested too deeply" if isinstance(exc, NestedTooDeeply) else "not JSON"
         raise ServerError(
-            f"{resp.method} {resp.path} answered {resp.status_code} with a body that is not JSON",
+            f"{resp.method} {resp.path} answered {resp.status_code} with a body that is {what}",
             fix="check that --server names a TunePlane control plane (`tp login`)",
         ) from None
 

@@ -7,8 +7,10 @@ Every expected failure is a ``domain.errors.TunePlaneError``; ``main.run`` rende
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
+from domain.documents import json_loads
 from domain.errors import (
     Conflict,
     Expired,
@@ -21,6 +23,7 @@ from domain.errors import (
     Unauthenticated,
     Unavailable,
 )
+from entrypoints.cli.escape import escape
 
 OK = 0
 FAILED = 1  # an unexpected error, a server bug, or a job that ended without succeeding
@@ -87,16 +90,18 @@ def is_transient(err: TunePlaneError) -> bool:
     return isinstance(err, Unavailable | ServerError)
 
 
-def from_problem(status: int, content_type: str, body: bytes) -> TunePlaneError:
+def from_problem(status: int, content_type: str, body: bytes, server: str = "") -> TunePlaneError:
     """Turn an HTTP error answer into the domain error it stands for.
 
     The class comes from the problem ``type`` (``…/errors/<code>``) when it names a known code,
-    else from the status. A body that is not problem+json still gives a readable error.
+    else from the status. A body that is not a JSON object (an HTML page of another server, a
+    proxy's) says that ``server`` answered with a page that is not TunePlane's, and what to
+    check. What the server wrote is escaped (``escape``): it never controls the terminal.
     """
     problem: dict[str, Any] = {}
     if "json" in content_type:
         try:
-            loaded = json.loads(body)
+            loaded = json_loads(body, walk=False)
         except ValueError:
             loaded = None
         if isinstance(loaded, dict):
@@ -107,10 +112,10 @@ def from_problem(status: int, content_type: str, body: bytes) -> TunePlaneError:
         cls = _BY_STATUS.get(status)
     if cls is None:
         cls = ServerError if status >= 500 else InvalidInput
-    detail = problem.get("detail") or problem.get("title")
-    if not detail:
-        text = body.decode("utf-8", "replace").strip()
-        detail = f"HTTP {status}" + (f": {text[:300]}" if text else "")
+    if not problem:
+        message, fix = _not_tuneplane(status, body, server)
+        return cls(message, fix=fix)
+    detail = problem.get("detail") or problem.get("title") or f"HTTP {status}"
     fix = str(problem.get("fix") or "")
     field = problem.get("field")
     if not fix and problem.get("extra"):  # litestar's own validation errors carry "extra"
@@ -118,7 +123,31 @@ def from_problem(status: int, content_type: str, body: bytes) -> TunePlaneError:
     rid = problem.get("request_id")
     if status >= 500 and isinstance(rid, str) and rid:  # the server's fault: its logs say more
         fix = (f"{fix}; " if fix else "") + f"the server's log lines of this request carry {rid}"
-    return cls(str(detail), fix=fix, field=str(field) if field else None)
+    shown_field = escape(field) if field else None
+    return cls(escape(detail), fix=escape(fix), field=shown_field)
+
+
+_TAG = re.compile(r"<[^>]*>")
+_TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+
+
+def _not_tuneplane(status: int, body: bytes, server: str) -> tuple[str, str]:
+    """The message and fix of an error answer that is no TunePlane problem: its page's title
+    (or its first 200 characters of text) says whose page it is."""
+    text = body.decode("utf-8", "replace")
+    found = _TITLE.search(text)
+    said = " ".join(_TAG.sub(" ", found.group(1) if found else text).split())[:200]
+    who = f"the server at {server}" if server else "the server"
+    message = f"{who} answered HTTP {status} with a page that is not a TunePlane answer" + (
+        f" ({escape(said)})" if said else ""
+    )
+    fix = (
+        "check that `tp login --server` (or TUNEPLANE_SERVER) names the TunePlane API: the URL"
+        " `tp up` printed, with the path the API sits under behind a reverse proxy"
+    )
+    if status in (502, 503, 504):
+        fix += "; a proxy's gateway error may also mean the control plane is down (`tp up`)"
+    return message, fix
 
 
 def from_os_error(exc: OSError) -> TunePlaneError:

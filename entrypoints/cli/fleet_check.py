@@ -66,7 +66,9 @@ def check(
 
 def show(result: dict[str, Any]) -> None:
     if result.get("finished_at") is None:
-        output.out.print(f"running since {result['started_at']} (job {result['job_id']})")
+        output.out.print(
+            f"running since {result['started_at']} (job {result['job_id']})", markup=False
+        )
         return
     verdict = "passed" if result.get("ok") else "FAILED"
     output.out.print(f"pool {result['pool']}: {verdict} at {result['finished_at']}", markup=False)

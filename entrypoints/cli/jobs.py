@@ -215,14 +215,15 @@ def status(job_id: str, /, *, json: JsonFlag = False) -> int:
         output.print_json(job)
         return 0
     p = output.out.print
-    p(f"job        {job['id']}", markup=False)
-    p(f"state      {job['state']}", markup=False)
+    e = output.escape
+    p(f"job        {e(job['id'])}", markup=False)
+    p(f"state      {e(job['state'])}", markup=False)
     for key in ("reason", "exit_code"):
         if job.get(key) not in (None, ""):
-            p(f"{key.replace('_', ' '):<10} {job[key]}", markup=False)
+            p(f"{key.replace('_', ' '):<10} {e(job[key])}", markup=False)
     for key in ("experiment", "method", "owner", "queue", "created_at", "updated_at"):
-        p(f"{key.replace('_', ' '):<10} {job.get(key)}", markup=False)
-    p(f"profile    {job.get('profile')} → {job.get('backend')}", markup=False)
+        p(f"{key.replace('_', ' '):<10} {e(str(job.get(key)))}", markup=False)
+    p(f"profile    {e(str(job.get('profile')))} → {e(str(job.get('backend')))}", markup=False)
     p(f"retry      {retry_words(job.get('retry'))}", markup=False)
     if job.get("next_attempt_at"):
         p(f"next       attempt not before {job['next_attempt_at']}", markup=False)

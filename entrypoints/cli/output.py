@@ -1,4 +1,10 @@
-"""Terminal output: rich consoles, tables, JSON for scripts, progress bars and spinners."""
+"""Terminal output: rich consoles, tables, JSON for scripts, progress bars and spinners.
+
+What the server sent is shown as text, never as terminal control (``escape``): each cell of a
+table is escaped whole; a value put in a line of text is passed through ``escape`` by the
+command; and the consoles escape every control character but the line break of whatever they
+print, so a value a command forgot still cannot move the cursor or rewrite the screen.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +16,26 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
+from entrypoints.cli.escape import escape as escape  # re-exported: commands escape with it
+from entrypoints.cli.escape import escape_lines
+
 if TYPE_CHECKING:
     from rich.progress import Progress
 
 # rich.progress and rich.table are imported where used: every `tp` process imports this module,
 # and most print neither a bar nor a table on a terminal (a few hundredths of a second each)
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _Console(Console):
+    """A console whose text never controls the terminal: a str printed has its control
+    characters (all but the line break) and bidi overrides escaped (``escape_lines``)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        super().print(*(escape_lines(o) if isinstance(o, str) else o for o in objects), **kwargs)
+
+
+out: Console = _Console(highlight=False, soft_wrap=True)
+err: Console = _Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def print_json(data: Any) -> None:
@@ -36,8 +54,10 @@ def info(message: str) -> None:
 
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | None = None) -> None:
-    """A rich table on a terminal; plain aligned columns (no wrapping, no box) otherwise."""
-    cells = [["" if v is None else str(v) for v in row] for row in rows]
+    """A rich table on a terminal; plain aligned columns (no wrapping, no box) otherwise. Every
+    cell is shown escaped (``escape``): a line break, a CR or an ESC in a server's string is
+    shown as ``\\n``, ``\\r``, ``\\x1b``, and can neither add a row nor rewrite one."""
+    cells = [[escape(v) for v in row] for row in rows]
     if not out.is_terminal:
         widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
         for line in [list(columns), *cells]:
@@ -48,7 +68,8 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     from rich.table import Table
     from rich.text import Text
 
-    t = Table(title=title, show_edge=False, header_style="bold")
+    shown = Text(escape(title)) if title is not None else None
+    t = Table(title=shown, show_edge=False, header_style="bold")
     for i, c in enumerate(columns):
         t.add_column(c, overflow="fold", no_wrap=i == 0)
     for row in cells:  # plain text: a cell never styles the terminal (server-sent strings)
@@ -135,7 +156,9 @@ class Spinner:
 
     def update(self, text: str) -> None:
         if self._status is not None:
-            self._status.update(text)
+            from rich.text import Text
+
+            self._status.update(Text(escape_lines(text)))  # plain text: a job's reason
 
 
 @contextmanager
@@ -144,5 +167,7 @@ def spinner(text: str) -> Iterator[Spinner]:
     if not err.is_terminal:
         yield Spinner(None)
         return
-    with err.status(text) as status:
+    from rich.text import Text
+
+    with err.status(Text(escape_lines(text))) as status:
         yield Spinner(status)

@@ -8,6 +8,7 @@ import re
 import tomllib
 from pathlib import Path
 
+from domain.documents import toml_loads
 from domain.errors import InvalidInput
 from domain.plugins import PluginPin
 from entrypoints.cli.workspace import EXPERIMENT_FILE, load_experiment, parse_experiment
@@ -50,7 +51,7 @@ def write_pin(directory: Path, pin: PluginPin) -> PluginPin | None:
     file = directory / EXPERIMENT_FILE
     text = with_pin(file.read_text(), pin)
     try:
-        after = parse_experiment(directory, tomllib.loads(text))
+        after = parse_experiment(directory, toml_loads(text))
     except (tomllib.TOMLDecodeError, InvalidInput):
         after = None
     if after is None or pin not in after.plugins:

@@ -202,7 +202,7 @@ def info(ref: str, /, *, json: JsonFlag = False) -> int:
             ("published", f"{output.short_time(found['published_at'])} by {found['published_by']}"),
             ("status", _status(found)),
         ):
-            output.out.print(f"{key:<10} {value}", markup=False)
+            output.out.print(f"{key:<10} {output.escape(value)}", markup=False)
         files = [(f["path"], output.human_size(f["size"]), f["sha256"]) for f in found["manifest"]]
         output.table(["PATH", "SIZE", "SHA256"], files)
     return 0

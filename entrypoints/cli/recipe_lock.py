@@ -10,6 +10,7 @@ from typing import Any
 
 from cyclopts import App
 
+from domain.documents import json_loads
 from domain.errors import InvalidInput
 from entrypoints.cli import output
 from entrypoints.cli.catalog import fetch_method_json
@@ -94,7 +95,7 @@ def read_lock(directory: Path) -> dict[str, str] | None:
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_text())
+        data = json_loads(path.read_text())
         lock = {k: str(data[k]) for k in ("method", "version", "digest")}
         lock |= {k: str(data[k]) for k in ("framework", "framework_version") if data.get(k)}
         return lock

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -15,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from domain.documents import NestedTooDeeply, json_loads
 from domain.errors import InvalidInput
 from entrypoints.cli import output
 from entrypoints.cli.config import write_private_json
@@ -70,7 +70,7 @@ def commit_file(path: Path) -> Path:
 
 def read_submission(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_bytes())
+        data = json_loads(path.read_bytes())
         triple = (data["preview"]["id"], data["preview"]["digest"], data["retry_key"])
     except FileNotFoundError:
         raise InvalidInput(
@@ -82,9 +82,10 @@ def read_submission(path: Path) -> dict[str, Any]:
             fix="pass the file `tp submit --preview` printed",
             field="--commit",
         ) from None
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f": {exc}" if isinstance(exc, NestedTooDeeply) else ""
         raise InvalidInput(
-            f"{path} is not a submission file (needs preview.id, preview.digest, retry_key)",
+            f"{path} is not a submission file{why} (needs preview.id, preview.digest, retry_key)",
             fix="make a new one with `tp submit NAME --profile P --preview`",
             field="--commit",
         ) from None
@@ -145,4 +146,4 @@ def print_summary(preview: dict[str, Any], n_files: int) -> None:
         ("digest", preview.get("digest")),
     ]  # fmt: skip
     for key, value in rows:
-        output.out.print(f"{key:<10} {value}", markup=False)
+        output.out.print(f"{key:<10} {output.escape(value)}", markup=False)

@@ -24,6 +24,7 @@ from typing import Any
 
 from domain import input_limits, plugins
 from domain.catalog import NAME_RE, ParamValue
+from domain.documents import toml_loads
 from domain.errors import InvalidInput
 from domain.plugins import PluginPin
 from domain.retry import RetryPolicy
@@ -261,7 +262,7 @@ def load_experiment(name: str, cwd: Path | None = None) -> Experiment:
             field="NAME",
         ) from None
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        data = toml_loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise InvalidInput(
             f"{file}: not valid TOML: {exc}", fix="fix the syntax at the place named", field=None

@@ -93,6 +93,15 @@ def test_secret_looking_files_are_refused_unless_allowed(exp: Path, name: str) -
     a.discard()
 
 
+@pytest.mark.parametrize("name", [".ENV", ".Env.Prod", "key.PEM", "ID_RSA", "Credentials.JSON"])
+def test_a_secret_in_capitals_is_refused_too(exp: Path, name: str) -> None:
+    (exp / "src" / name).write_text("s3cret\n")
+    with pytest.raises(InvalidInput) as info:
+        pack(exp)
+    assert f"src/{name}" in info.value.message
+    assert not is_secret(".ENV.EXAMPLE") and not is_secret("ID_RSA.PUB")
+
+
 def test_ignored_secrets_and_templates_are_fine(exp: Path) -> None:
     (exp / "data" / ".env").write_text("ignored by git\n")
     (exp / ".env.example").write_text("TEMPLATE=1\n")

@@ -146,11 +146,33 @@ def test_a_server_error_names_its_request_id_for_the_logs() -> None:
 def test_non_json_error_bodies_still_read_well() -> None:
     err = errors.from_problem(502, "text/html", b"<h1>Bad Gateway</h1>")
     assert isinstance(err, errors.ServerError) and errors.is_transient(err)
-    assert err.message == "HTTP 502: <h1>Bad Gateway</h1>" and errors.exit_code(err) == 1
+    assert err.message == (
+        "the server answered HTTP 502 with a page that is not a TunePlane answer (Bad Gateway)"
+    )
+    assert errors.exit_code(err) == 1 and "control plane is down" in err.fix
     err = errors.from_problem(404, "application/json", b"")
-    assert isinstance(err, NotFound) and err.message == "HTTP 404"
+    assert isinstance(err, NotFound)
+    assert err.message == "the server answered HTTP 404 with a page that is not a TunePlane answer"
     assert errors.render(InvalidInput("bad")) == "error: bad"
     assert not errors.is_transient(InvalidInput("bad"))
+
+
+def test_another_servers_page_names_the_server_and_the_fix() -> None:
+    """A web server that is not TunePlane (a wrong port, a missing path behind a proxy)
+    answers an HTML page: the error says which server answered and what to check."""
+    page = b"<html><head><title>404 Not Found</title></head><body><h1>Not Found</h1>" * 50
+    err = errors.from_problem(404, "text/html; charset=utf-8", page, "http://127.0.0.1:8080")
+    assert isinstance(err, NotFound) and errors.exit_code(err) == errors.NOT_FOUND
+    assert err.message == (
+        "the server at http://127.0.0.1:8080 answered HTTP 404 with a page that is not a"
+        " TunePlane answer (404 Not Found)"
+    )
+    assert "`tp login --server`" in err.fix and "TunePlane API" in err.fix
+    err = errors.from_problem(500, "text/plain", b"Internal Server Error", "https://x.example")
+    assert isinstance(err, errors.ServerError)
+    assert "https://x.example answered HTTP 500" in err.message and "(Internal Server Error)" in (
+        err.message
+    )
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.unit
 
 # what every `tp` process imports: the app, its error rendering and output
 ALWAYS = {"entrypoints.cli", "entrypoints.cli.main", "entrypoints.cli.errors",
-          "entrypoints.cli.output", "entrypoints.cli.lazy"}  # fmt: skip
+          "entrypoints.cli.output", "entrypoints.cli.lazy",
+          "entrypoints.cli.escape"}  # fmt: skip  # escape: what output and errors show
 
 
 def cli_modules_after(*argv: str) -> set[str]:
