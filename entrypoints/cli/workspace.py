@@ -267,10 +267,4 @@ def load_experiment(name: str, cwd: Path | None = None) -> Experiment:
         raise InvalidInput(
             f"{file}: not valid TOML: {exc}", fix="fix the syntax at the place named", field=None
         ) from None
-    except RecursionError:  # tomllib recurses once per level of arrays and inline tables
-        raise InvalidInput(
-            f"{file}: nested too deep to read",
-            fix="write a flatter file; no key of experiment.toml nests deeply",
-            field=None,
-        ) from None
     return parse_experiment(path, data)
