@@ -159,6 +159,13 @@ def ls(
         raise InvalidInput(
             f"--limit {limit} lists nothing", fix="give --limit 1 or more", field="limit"
         )
+    known = [s.value for s in JobState]
+    if unknown := [s for s in state if s not in known]:
+        raise InvalidInput(
+            f"--state {unknown[0]!r} is not a job state",
+            fix="give one of: " + ", ".join(known),
+            field="state",
+        )
     states = list(state) or ([] if all_ else [s.value for s in ACTIVE])
     jobs: list[dict[str, Any]] = []
     cursor: str | None = None
@@ -331,6 +338,8 @@ def logs(
         if job_id is None:
             job_id = latest_job_id(api)
             output.info(f"logs of job {job_id}")
+        if follow:  # a job not started yet has no output: say why it waits, never a silent wait
+            follow = wait_to_start(api, job_id)["state"] not in FINAL
         stream_logs(api, job_id, follow, member)
     return 0
 

@@ -188,6 +188,22 @@ def test_job_commands(stub: Stub, ws: Path, capsys: pytest.CaptureFixture[str]) 
     assert run(["job", "ls"]) == 0 and "job-1" not in capsys.readouterr().out  # ended
     assert run(["job", "ls", "--all"]) == 0 and "job-1" in capsys.readouterr().out
     assert run(["job", "status", "job-404"]) == errors.NOT_FOUND
+    assert run(["job", "ls", "--state", "runing"]) == errors.USAGE  # refused here, named
+    err = capsys.readouterr().err
+    assert "--state 'runing' is not a job state" in err and "pending, starting" in err
+
+
+def test_following_the_logs_of_a_job_not_started_says_why_it_waits(
+    stub: Stub,  # noqa: F811
+    ws: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["submit", "hello", "--profile", "cpu:1", "--yes"]) == 0
+    capsys.readouterr()
+    assert run(["job", "logs", "job-1", "--follow"]) == 0
+    captured = capsys.readouterr()
+    assert "waiting: job job-1 is pending: no node of pool local has" in captured.err
+    assert captured.out.startswith("step 1\nstep 2\n")  # then streamed to the end
 
 
 def test_a_terminal_is_asked_before_committing(
