@@ -17,7 +17,7 @@ import stat
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
-from domain.artifacts import ArtifactFile, Manifest, check_artifact_path
+from domain.artifacts import MAX_ARTIFACT_PATH, ArtifactFile, Manifest, check_artifact_path
 from domain.errors import Conflict, InvalidInput, NotFound
 
 _CHUNK = 1024 * 1024
@@ -72,22 +72,54 @@ class FilesystemOutputs:
         return scan_directory(path)
 
 
+NOT_UTF8 = "its name is not valid UTF-8"
+CONTROL = "its name holds a control character (a line break, a tab, …)"
+TOO_LONG = f"its path is longer than {MAX_ARTIFACT_PATH} characters"
+BACKSLASH = "its name holds a backslash"
+
+
+def unlisted(rel: str) -> str | None:
+    """Why a file at ``rel`` (below a member's output directory, as ``os.walk`` names it:
+    bytes that are not UTF-8 are lone surrogates) cannot be listed in a manifest, or None. A
+    manifest's path is stored, sent and later named by a download (``check_artifact_path``)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return NOT_UTF8
+    if any(ord(c) < 32 or ord(c) == 127 for c in rel):
+        return CONTROL
+    if len(rel) > MAX_ARTIFACT_PATH:
+        return TOO_LONG
+    if "\\" in rel:
+        return BACKSLASH
+    return None
+
+
 def scan_directory(root: Path) -> Manifest | None:
-    """The manifest of every file below ``root``; None when ``root`` is not a directory."""
+    """The manifest of every file below ``root``; None when ``root`` is not a directory. A
+    file whose path cannot be listed (:func:`unlisted`) is left out, counted by why in the
+    manifest's ``left_out``: the member's exit is reported all the same."""
     if not root.is_dir():
         return None
     files = []
+    left_out: dict[str, int] = {}
     for directory, dirs, names in os.walk(root, followlinks=False):
         dirs.sort()
         for name in sorted(names):
             path = Path(directory) / name
             rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
+            link = path.is_symlink()
+            if not link and not path.is_file():
+                continue
+            why = unlisted(rel)
+            if why is not None:
+                left_out[why] = left_out.get(why, 0) + 1
+            elif link:
                 target = os.readlink(path).encode(errors="surrogateescape")
                 files.append(ArtifactFile(rel, len(target), hashlib.sha256(target).hexdigest()))
-            elif path.is_file():
+            else:
                 files.append(ArtifactFile(rel, path.stat().st_size, _sha256(path)))
-    return Manifest.of(files)
+    return Manifest.of(files, left_out)
 
 
 def _sha256(path: Path) -> str:

@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from application import log_context
 from application.journal_io import journal_call
@@ -18,8 +20,17 @@ from application.node_checkpoint_carrier import CheckpointCarrier
 from application.node_sources import SourceArchives
 from application.node_usage import MemberUsage
 from domain.artifact_ports import OutputCourier, OutputStorage
+from domain.artifacts import Manifest
 from domain.node_daemon_ports import JournalEntry, MemberJournal, MemberRuntime, MetricsFeed
-from domain.node_messages import Inventory, LogChunk, OutputsScanned, PrepareOrder, Progress, Vote
+from domain.node_messages import (
+    Hello,
+    Inventory,
+    LogChunk,
+    OutputsScanned,
+    PrepareOrder,
+    Progress,
+    Vote,
+)
 from domain.node_protocol import Command, EngineScan, MemberReport, Phase, stale_command
 from domain.progress import ended_outside
 
@@ -27,6 +38,64 @@ log = logging.getLogger("tuneplane.node")
 
 Body = Vote | Progress | MemberReport | LogChunk | OutputsScanned | Inventory
 Send = Callable[[Body], Awaitable[None]]
+
+# the most characters of a text from outside (an engine's error, the OS's) that the daemon
+# journals or sends as a reason; the gateway refuses a message with a text over 4,096
+MAX_REASON = 2000
+_WHITE = frozenset("\n\r\t\v\f")
+
+
+def said_text(text: str, limit: int = MAX_REASON) -> str:
+    """``text`` as the daemon journals and sends it: each control character (NUL included) and
+    lone surrogate replaced ("?"; a line break or tab by a space), and at most ``limit``
+    characters: the start kept (where an error says what went wrong), the cut marked with how
+    much was left out. An engine may answer an error with a whole HTML page."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    clean = "".join(
+        (" " if c in _WHITE else "?") if unicodedata.category(c) in ("Cc", "Cs") else c
+        for c in text
+    )
+    if len(clean) <= limit:
+        return clean
+    keep = max(limit - len(f"… [{len(clean)} more characters cut]"), 0)
+    return clean[:keep] + f"… [{len(clean) - keep} more characters cut]"
+
+
+B = TypeVar("B")
+
+
+def tidy(body: B) -> B:
+    """``body`` with every reason in it made :func:`said_text` (what the gateway reads): a
+    journal written by an older daemon may hold a reason too long or with a NUL, and one such
+    text would get every Hello of the node refused."""
+    if isinstance(body, Vote):
+        return replace(body, reason=said_text(body.reason))
+    if isinstance(body, MemberReport):
+        return replace(body, reason=said_text(body.reason))
+    if isinstance(body, Progress):
+        detail = said_text(body.detail)
+        return replace(body, stage=said_text(body.stage, 200), detail=detail)
+    if isinstance(body, OutputsScanned):
+        return replace(body, error=said_text(body.error))
+    if isinstance(body, Inventory):
+        members = tuple(tidy(r) for r in body.journal)
+        return replace(body, scan=tidy_scan(body.scan), journal=members)
+    if isinstance(body, Hello):
+        members = tuple(tidy(r) for r in body.journal)
+        scan = tidy_scan(body.scan) if body.scan is not None else None
+        return replace(body, scan=scan, journal=members)
+    return body
+
+
+def tidy_scan(scan: EngineScan) -> EngineScan:
+    return replace(scan, reason=said_text(scan.reason))
+
+
+def tidy_entry(entry: JournalEntry) -> JournalEntry:
+    """``entry`` with its reason as it may be journalled (:func:`said_text`)."""
+    reason = said_text(entry.reason)
+    return entry if reason == entry.reason else replace(entry, reason=reason)
 
 
 class AgentBase(MemberOutput):
@@ -81,13 +150,16 @@ class AgentBase(MemberOutput):
         return await journal_call(self.journal, self.journal.get, member_id)
 
     async def journalled(self, entry: JournalEntry) -> JournalEntry:
+        """``entry`` journalled (durably), its reason bounded and cleaned first (it may be an
+        engine's or the OS's text); Unavailable when the journal cannot be written."""
+        entry = tidy_entry(entry)
         await journal_call(self.journal, self.journal.put, entry)
         return entry
 
     async def _say(self, body: Body) -> None:
         """Send if connected; a lost message is recovered from the journal at the next Hello."""
         with contextlib.suppress(Exception):
-            await self.send(body)
+            await self.send(tidy(body))
 
     def lock(self, member_id: str) -> asyncio.Lock:
         return self._locks.setdefault(member_id, asyncio.Lock())
@@ -143,12 +215,13 @@ class AgentBase(MemberOutput):
             )
         else:
             return  # starting, or the engine cannot say now
+        new = tidy_entry(new)  # as journalled: an engine's reason bounded and cleaned
         if new == e:
             return
         how = f" with {new.exit_code}" if new.phase is Phase.EXITED else ""
         log.info("member %s %s%s", e.member_id, new.phase, how)
         if new.phase is Phase.EXITED and new.exit_code == 0:
-            new = replace(new, outputs=await self._scan(new.order))
+            new = replace(new, outputs=await self._outputs_of(new.order))
         if self.checkpoints is not None and new.phase in (Phase.EXITED, Phase.MISSING):
             o = new.order  # its last checkpoints are kept before its end is said
             await self.checkpoints.finish(o.ref, o.job_id, o.attempt)
@@ -166,6 +239,23 @@ class AgentBase(MemberOutput):
                 await self._send_log(new)
             await self._say(self.said(new))
 
+    async def _outputs_of(self, order: PrepareOrder) -> Manifest | None:
+        """The manifest of an exited member's outputs, or None (not recorded): never an error,
+        whatever the member left there, so that its exit is always journalled and reported."""
+        try:
+            manifest = await self._scan(order)
+        except Exception:
+            log.exception("outputs of member %s are not recorded", order.ref.member_id)
+            return None
+        if manifest is not None and manifest.left_out:
+            why = "; ".join(f"{n} file(s): {w}" for w, n in manifest.left_out)
+            log.warning(
+                "member %s: %d output file(s) left out of its manifest (%s): they cannot be "
+                "recorded or downloaded; give them names in UTF-8 without control characters",
+                order.ref.member_id, manifest.left_out_count, why,
+            )  # fmt: skip
+        return manifest
+
     def log_sent(self, e: JournalEntry) -> bool:
         """The member's final log went whole over the current stream, since its last Hello or
         Inventory."""
@@ -175,7 +265,7 @@ class AgentBase(MemberOutput):
         """``e``'s report as it is said now: an exit whose final log has not gone whole over
         the current stream is ``log_pending`` (the gateway holds it; it is said again after
         the log)."""
-        r = e.report()
+        r = tidy(e.report())  # a journal of an older daemon may hold any reason
         if e.phase is Phase.EXITED and not self.log_sent(e):
             return replace(r, log_pending=True)
         return r

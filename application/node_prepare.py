@@ -6,12 +6,13 @@ journalled, so a repeated Prepare asks again; a lasting one is journalled REFUSE
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import replace
 
 from application.journal_io import journal_call
-from application.node_agent_base import AgentBase, ids_of
-from domain.errors import TunePlaneError
+from application.node_agent_base import AgentBase, ids_of, tidy_entry
+from domain.errors import TunePlaneError, Unavailable
 from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder, Progress, SourceChunk, Vote
 from domain.node_protocol import Command, CommandKind, Phase
@@ -26,8 +27,15 @@ class MemberPrepare(AgentBase):
         self.sources.add(chunk)
 
     async def on_prepare(self, order: PrepareOrder) -> None:
+        """Check, journal and start preparing the member; a no vote at once when it cannot run
+        here, or when its Prepare cannot be journalled (a full disk: a busy no, nothing
+        journalled, the control stream kept)."""
         with ids_of(order):  # its lines, and its prepare task's, carry the member's ids
-            await self._on_prepare(order)
+            try:
+                await self._on_prepare(order)
+            except Unavailable as exc:  # the journal cannot be written: nothing was
+                log.error("prepare of %s not journalled: %s", order.ref.member_id, exc)
+                await self._say(Vote(order.ref, False, exc.message, busy=True))
 
     async def _on_prepare(self, order: PrepareOrder) -> None:
         if self._stale(Command(CommandKind.PREPARE, order.ref), await self._epoch()):
@@ -111,14 +119,35 @@ class MemberPrepare(AgentBase):
                 if current is None or current.phase is not Phase.PREPARING:
                     await self.runtime.remove(cid)  # aborted or forgotten meanwhile
                     return
-                await self._vote(
-                    await self.journalled(replace(entry, phase=Phase.PREPARED, container_id=cid))
-                )
+                prepared = replace(entry, phase=Phase.PREPARED, container_id=cid)
+                try:
+                    prepared = await self.journalled(prepared)
+                except Unavailable as exc:  # never a yes the journal does not hold
+                    log.error("prepare of %s not journalled: %s", order.ref.member_id, exc)
+                    with contextlib.suppress(Unavailable):
+                        await self.runtime.remove(cid)
+                    await self._forget_preparing(entry)
+                    await self._say(Vote(order.ref, False, exc.message, busy=True))
+                    return
+                await self._vote(prepared)
             return
         async with self.lock(order.ref.member_id):
             current = await self.entry(order.ref.member_id)
             if current is not None and current.phase is Phase.PREPARING:
-                await self._vote(await self.journalled(refused))
+                try:
+                    refused = await self.journalled(refused)
+                except Unavailable as exc:  # said all the same; its row stays PREPARING
+                    # until the Abort that follows this no is journalled (or a restart)
+                    log.error("refusal of %s not journalled: %s", order.ref.member_id, exc)
+                await self._vote(tidy_entry(refused))
+
+    async def _forget_preparing(self, entry: JournalEntry) -> None:
+        """Take the PREPARING row out again, if the journal can be written at all (else the
+        Abort that follows the no takes it, or the next start rolls it back)."""
+        try:
+            await journal_call(self.journal, self.journal.delete, entry.member_id)
+        except Unavailable as exc:
+            log.warning("member %s stays PREPARING in the journal: %s", entry.member_id, exc)
 
     async def _unprepare(self, entry: JournalEntry, busy: str) -> None:
         """A busy no after all (not journalled: a repeated Prepare asks again)."""
@@ -127,7 +156,7 @@ class MemberPrepare(AgentBase):
             current = await self.entry(mid)
             if current is None or current.phase is not Phase.PREPARING:
                 return  # aborted or forgotten meanwhile
-            await journal_call(self.journal, self.journal.delete, mid)
+            await self._forget_preparing(entry)
             await self._say(Vote(entry.order.ref, False, busy, busy=True))
 
     async def _vote(self, entry: JournalEntry) -> None:

@@ -34,10 +34,20 @@ class ArtifactFile:
 @dataclass(frozen=True, slots=True)
 class Manifest:
     files: tuple[ArtifactFile, ...]
+    # files found but not listed, as (why, how many), sorted: a name that is not UTF-8, holds
+    # a control character or is too long cannot be recorded or downloaded (docs/capsule.md).
+    # Absent from ``to_dict`` when empty, so a manifest without any keeps its digest.
+    left_out: tuple[tuple[str, int], ...] = ()
 
     @staticmethod
-    def of(files: list[ArtifactFile]) -> Manifest:
-        return Manifest(tuple(sorted(files, key=lambda f: f.path)))
+    def of(files: list[ArtifactFile], left_out: dict[str, int] | None = None) -> Manifest:
+        return Manifest(
+            tuple(sorted(files, key=lambda f: f.path)), tuple(sorted((left_out or {}).items()))
+        )
+
+    @property
+    def left_out_count(self) -> int:
+        return sum(n for _, n in self.left_out)
 
     @property
     def digest(self) -> str:
@@ -48,12 +58,16 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"files": [f.to_dict() for f in self.files]}
+        out: dict[str, Any] = {"files": [f.to_dict() for f in self.files]}
+        if self.left_out:
+            out["left_out"] = [{"why": why, "files": n} for why, n in self.left_out]
+        return out
 
     @staticmethod
     def from_dict(d: dict[str, Any]) -> Manifest:
+        left = {str(x["why"]): int(x["files"]) for x in d.get("left_out", ())}
         return Manifest.of(
-            [ArtifactFile(f["path"], int(f["size"]), f["sha256"]) for f in d["files"]]
+            [ArtifactFile(f["path"], int(f["size"]), f["sha256"]) for f in d["files"]], left
         )
 
 

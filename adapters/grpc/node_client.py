@@ -48,6 +48,7 @@ from adapters.grpc.errors import from_grpc
 from application import instruments as i
 from application.instruments import NO_INSTRUMENTS, Instruments
 from application.node_agent import NodeAgent
+from application.node_agent_base import tidy
 from domain.errors import InvalidInput, TunePlaneError, Unauthenticated, Unavailable
 from domain.node_messages import (
     CredentialAck,
@@ -107,17 +108,40 @@ def write_private(path: Path, text: str) -> None:
 
 
 def load_credential(state_dir: Path) -> StoredCredential | None:
+    """The stored credential (None: not enrolled). InvalidInput, naming the file and never
+    showing the secret, when it cannot be used: unreadable, not the JSON the daemon writes, a
+    field that is not text, or a credential that cannot go in a header (a control character:
+    grpclib's error would print the whole header, the secret with it)."""
     path = state_dir / CREDENTIAL_FILE
     try:
         raw = json.loads(path.read_text())
-        return StoredCredential(raw["node"], raw["pool"], raw["credential"], raw["credential_id"])
+        if not isinstance(raw, dict):
+            raise ValueError(f"it holds a JSON {type(raw).__name__}, not an object")
+        fields = ("node", "pool", "credential", "credential_id")
+        values = [raw[k] for k in fields]
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidInput(
-            f"the node credential file {path} is unreadable: {exc}",
-            fix="enroll the node again with a new join token (`tp node token create`)",
-        ) from None
+    except KeyError as exc:
+        raise _unusable(path, f"it has no field {exc}") from None
+    except (OSError, ValueError, TypeError) as exc:
+        raise _unusable(path, f"it is unreadable ({type(exc).__name__}: {exc})") from None
+    for name, value in zip(fields, values, strict=True):
+        if not isinstance(value, str) or not value:
+            raise _unusable(path, f"its field {name!r} is not a non-empty text")
+        if not all("!" <= c <= "~" for c in value):  # visible ASCII, as the gateway makes them
+            if name == "credential":  # the secret itself is never shown
+                raise _unusable(path, "its credential holds a character a token cannot hold")
+            raise _unusable(path, f"its field {name!r} ({value[:60]!r}) holds a character "
+                            "a token cannot hold")  # fmt: skip
+    return StoredCredential(*values)
+
+
+def _unusable(path: Path, why: str) -> InvalidInput:
+    return InvalidInput(
+        f"the node credential file {path} cannot be used: {why}",
+        fix=f"restore the file from a backup, or enroll the node again: create a join token "
+        f"(`tp node token create`), delete {path} and start the daemon with --join-token",
+    )
 
 
 def save_credential(state_dir: Path, stored: StoredCredential) -> None:
@@ -139,9 +163,20 @@ class _Healthy(Exception):
     """A stream that had lasted ``healthy_after`` ended (its cause says why)."""
 
 
+class Refusal(InvalidInput):
+    """The daemon cannot go on with this gateway, and another stream would not change that:
+    the gateway is another installation's, or the journal belongs to another engine. It
+    ends ``run`` (the daemon exits 1 with the message and the fix), never a reconnect loop."""
+
+
+def _refusal(exc: InvalidInput) -> Refusal:
+    return Refusal(exc.message, fix=exc.fix, field=exc.field)
+
+
 def _retried(exc: BaseException) -> bool:
-    """Everything but a refused credential (and cancellation) is worth another stream."""
-    return isinstance(exc, Exception) and not isinstance(exc, Unauthenticated | _Healthy)
+    """Everything but a refused credential, a refusal of this daemon's own (and cancellation)
+    is worth another stream."""
+    return isinstance(exc, Exception) and not isinstance(exc, Unauthenticated | Refusal | _Healthy)
 
 
 def _describe(exc: BaseException) -> str:
@@ -222,9 +257,10 @@ class NodeLink:
         stream = self._stream
         if stream is None:
             raise ConnectionError("not connected")
+        message = tidy(body)  # every reason bounded and cleaned: one bad text gets it refused
         async with self._lock:
             self._seq += 1
-            await stream.send_message(codec.node_message_to(self._seq, body))
+            await stream.send_message(codec.node_message_to(self._seq, message))
 
     async def run(self) -> None:
         """Keep a stream open (reconnecting with back-off) and watch members, until cancelled.
@@ -306,7 +342,10 @@ class NodeLink:
             async with NodeControlStub(channel).Connect.open(metadata=metadata) as stream:
                 self._seq = 0
                 self._stream = stream
-                hello = await self.agent.hello(self.capacity, self.address, self.version)
+                try:
+                    hello = await self.agent.hello(self.capacity, self.address, self.version)
+                except InvalidInput as exc:  # its journal is another engine's: for good
+                    raise _refusal(exc) from None
                 try:
                     await asyncio.wait_for(self.send(hello), self.connect_timeout)
                     await self._receive(stream, stored)
@@ -349,7 +388,10 @@ class NodeLink:
                 last = seq
                 if isinstance(body, Welcome):
                     self._welcomed = True
-                    await self.agent.welcomed(body.epoch, body.installation)
+                    try:
+                        await self.agent.welcomed(body.epoch, body.installation)
+                    except InvalidInput as exc:  # another installation's gateway: for good
+                        raise _refusal(exc) from None
                     self.connected.set()
                     silence = 3 * max(body.heartbeat_seconds, 1)
                     if beats is None:
@@ -368,11 +410,18 @@ class NodeLink:
                 elif isinstance(body, Command):
                     await self.agent.on_command(body, grace)
                 elif isinstance(body, Rotation):
-                    stored = await self._rotate(stored, body)
+                    try:
+                        stored = await self._rotate(stored, body)
+                    except OSError as exc:  # not acknowledged: the gateway sends it again
+                        log.error("the new control credential cannot be stored: %s", exc)
                 elif isinstance(body, ScanOutputs | FetchOutput):
                     self.agent.start_scan(body)
                 elif isinstance(body, TokenRenewal):
-                    await self.agent.on_token(body)
+                    try:
+                        await self.agent.on_token(body)
+                    except Unavailable as exc:  # the journal cannot be written: held, the
+                        # gateway renews again while the member reports the old expiry
+                        log.error("collector token of %s not kept: %s", body.ref.member_id, exc)
                 elif isinstance(body, Refused):
                     log.warning("the gateway refused message %d: %s", body.seq, body.reason)
         finally:

@@ -21,6 +21,7 @@ these methods through ``asyncio.to_thread``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ from application import instruments as i
 from application.instruments import NO_INSTRUMENTS, Instruments
 from domain.artifacts import Manifest
 from domain.checkpoints import ResumeFrom, check_name
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, Unavailable
 from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import PrepareOrder
 from domain.node_protocol import MemberRef, Phase
@@ -307,24 +308,86 @@ class SqliteJournal:
                     )
                 elif recorded != node_name:
                     raise self._refusal(f"it belongs to node {recorded!r}, not {node_name!r}")
-            rows = db.execute(f"SELECT {_COLUMNS}, crc FROM members").fetchall()
+            self._check_meta(db.execute("SELECT key, value FROM meta").fetchall())
+            self._check_members(db)
+            try:
+                rows = db.execute(f"SELECT {_COLUMNS}, crc FROM members").fetchall()
+            except sqlite3.DatabaseError as exc:
+                raise self._refusal(f"its members cannot be read (SQLite says: {exc})") from None
             for row in rows:
                 self._check(db, row)
             self._count_phases(db)
 
+    def _check_meta(self, rows: list[tuple[Any, Any]]) -> None:
+        """Every ``meta`` row the daemon reads later has a value it can use: a damaged one is
+        refused now, naming the file, not met as a ValueError on every stream."""
+        meta = {str(k): v for k, v in rows}
+        epoch = meta.get("epoch")
+        if epoch is None:
+            raise self._damaged("its meta row 'epoch' is missing")
+        if not isinstance(epoch, str) or not (epoch.isascii() and epoch.isdigit()):
+            raise self._damaged(f"its meta row 'epoch' is {str(epoch)[:40]!r}, not a number >= 0")
+        for key in ("node_name", "installation", "engine"):
+            value = meta.get(key)
+            if value is None:
+                continue  # not recorded yet (learnt later)
+            if not isinstance(value, str) or not value or not value.isprintable():
+                raise self._damaged(f"its meta row {key!r} is {str(value)[:40]!r}")
+
+    def _check_members(self, db: sqlite3.Connection) -> None:
+        """The members table has every column a row is written with (a table altered by hand
+        would fail each read and write later)."""
+        have = {str(r[1]) for r in db.execute("PRAGMA table_info(members)").fetchall()}
+        wanted = [c.strip() for c in _COLUMNS.split(",")] + ["crc"]
+        lost = [c for c in wanted if c not in have]
+        if lost:
+            raise self._damaged(f"its members table lacks the column(s) {', '.join(lost)}")
+
+    def _damaged(self, why: str) -> InvalidInput:
+        return InvalidInput(
+            f"{self.path} is a TunePlane node journal, but damaged: {why}",
+            fix="restore this file from a backup; or, if none, fence the node (`tp node fence "
+            "NODE --reason …`) and move the file away: the daemon then starts with an empty "
+            "journal and re-adopts its members' containers from their labels",
+        )
+
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One transaction under the lock, committed (durably) on exit."""
+        """One transaction under the lock, committed (durably) on exit. A write the file
+        system refuses (full, read-only, I/O error) is Unavailable, naming the journal: nothing
+        of the transaction was kept, and the same write may succeed later."""
         with self._lock:
             db = self._db
-            db.execute("BEGIN IMMEDIATE")
             try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            with self.instruments.timer(i.JOURNAL_FSYNC_SECONDS):
-                db.execute("COMMIT")
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    yield db
+                except BaseException:
+                    if db.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            db.execute("ROLLBACK")
+                    raise
+                with self.instruments.timer(i.JOURNAL_FSYNC_SECONDS):
+                    try:
+                        db.execute("COMMIT")
+                    except sqlite3.Error:
+                        if db.in_transaction:
+                            with contextlib.suppress(sqlite3.Error):
+                                db.execute("ROLLBACK")
+                        raise
+            except sqlite3.OperationalError as exc:
+                raise self.unwritable(exc) from None
+
+    def unwritable(self, exc: sqlite3.Error) -> Unavailable:
+        """The error of a write the file system refused."""
+        why = str(exc)
+        if "full" in why:
+            why = "disk full"
+        return Unavailable(
+            f"journal {self.path} cannot be written: {why}",
+            fix=f"free space on the file system of {self.path.parent} (or make it writable "
+            "again); the daemon holds what it could not journal and tries again",
+        )
 
     def _check(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> JournalEntry | None:
         """The row's entry, or None after quarantining it (inside a write transaction)."""

@@ -18,7 +18,7 @@ import pytest
 
 from adapters.node.journal import SCHEMA_VERSION, CorruptRow, SqliteJournal
 from domain.artifacts import ArtifactFile, Manifest
-from domain.errors import InvalidInput
+from domain.errors import InvalidInput, Unavailable
 from domain.node_protocol import Phase
 from tests.support.journal_writer import entry
 
@@ -246,3 +246,46 @@ def test_outputs_are_kept_beside_their_entry_and_a_damaged_manifest_is_dropped(
         j.delete(done.member_id)
     with sqlite3.connect(path) as db:
         assert db.execute("SELECT count(*) FROM outputs").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        ("UPDATE meta SET value = 'abc' WHERE key = 'epoch'", "'epoch' is 'abc'"),
+        ("UPDATE meta SET value = '-5' WHERE key = 'epoch'", "'epoch' is '-5'"),
+        ("DELETE FROM meta WHERE key = 'epoch'", "'epoch' is missing"),
+        ("UPDATE meta SET value = '' WHERE key = 'installation'", "'installation' is ''"),
+        ("ALTER TABLE members DROP COLUMN reason", "lacks the column(s) reason"),
+    ],
+)
+def test_a_damaged_meta_row_or_members_table_is_refused_at_open(
+    tmp_path: Path, damage: str, why: str
+) -> None:
+    path = tmp_path / "journal.sqlite"
+    with SqliteJournal(path, node_name="n1") as j:
+        j.set_meta("installation", "inst-a")
+        j.put(entry("d", 0))
+    with sqlite3.connect(path) as db:
+        db.execute(damage)
+    with pytest.raises(InvalidInput) as refused:  # at start, never on every stream later
+        SqliteJournal(path, node_name="n1")
+    assert str(path) in refused.value.message and why in refused.value.message
+    assert "fence the node" in refused.value.fix and "backup" in refused.value.fix
+
+
+def test_a_write_the_full_disk_refuses_is_unavailable_naming_the_journal(tmp_path: Path) -> None:
+    path = tmp_path / "journal.sqlite"
+    with SqliteJournal(path, node_name="n1") as j:
+        j.put(entry("f", 0))
+        pages = j._db.execute("PRAGMA page_count").fetchone()[0]
+        j._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        j._db.execute(f"PRAGMA max_page_count = {pages}")  # SQLite answers SQLITE_FULL
+        big = replace(entry("f", 1), reason="x" * 50_000)
+        with pytest.raises(Unavailable) as full:
+            j.put(big)
+        assert full.value.message == f"journal {path} cannot be written: disk full"
+        assert str(tmp_path) in full.value.fix
+        assert j.get(big.member_id) is None and j.get(entry("f", 0).member_id) == entry("f", 0)
+        j._db.execute("PRAGMA max_page_count = 1073741823")  # space again: the same write works
+        j.put(big)
+        assert j.get(big.member_id) == big
