@@ -12,6 +12,11 @@
   started → followed and reported (running, or exited with its exit code and final log);
   never started → removed (it may be half prepared) and recorded refused. One whose labels do
   not name it fully is reported *unadopted*: its member stays unknown, never failed.
+* **Only once accepted.** Re-adoption changes the engine and the journal, so it waits for the
+  gateway's Welcome: a daemon the gateway refuses (a restored backup of the state directory, a
+  copied credential) may be listing the containers of the node's live daemon on the same
+  engine. Before it, ``survey`` only looks (the Hello's scan), and says the scan incomplete
+  while it found containers its journal lacks.
 """
 
 from __future__ import annotations
@@ -68,11 +73,25 @@ async def bind_engine(journal: MemberJournal, runtime: MemberRuntime, node: str)
     """The engine's identity, checked against (or first recorded in) the journal. Raises
     Unavailable when the engine does not answer; InvalidInput when the journal holds members
     of another engine: none of them can be checked here, so none may be reported gone."""
-    engine = await runtime.engine_id()
-    recorded = await journal_call(journal, journal.meta, ENGINE)
+    engine, recorded = await checked_engine(journal, runtime, node)
     if recorded == engine:
         return engine
-    if recorded is not None and await journal_call(journal, lambda: bool(journal.entries())):
+    if recorded is not None:
+        log.warning("container engine changed from %s to %s (no members held)", recorded, engine)
+    await journal_call(journal, journal.set_meta, ENGINE, engine)
+    return engine
+
+
+async def checked_engine(
+    journal: MemberJournal, runtime: MemberRuntime, node: str
+) -> tuple[str, str | None]:
+    """The engine's identity and the one the journal recorded, writing nothing: InvalidInput
+    when the journal holds members of another engine (``bind_engine``)."""
+    engine = await runtime.engine_id()
+    recorded = await journal_call(journal, journal.meta, ENGINE)
+    if recorded is None or recorded == engine:
+        return engine, recorded
+    if await journal_call(journal, lambda: bool(journal.entries())):
         raise InvalidInput(
             f"node {node}'s journal lists members of container engine {recorded}, but this "
             f"daemon reaches engine {engine} (another machine, or a reinstalled engine): their "
@@ -81,10 +100,7 @@ async def bind_engine(journal: MemberJournal, runtime: MemberRuntime, node: str)
             f"is gone for good, fence the node (`tp node fence {node} --reason …`), then move "
             "the journal (journal.sqlite in the state directory) away and start again",
         )
-    if recorded is not None:
-        log.warning("container engine changed from %s to %s (no members held)", recorded, engine)
-    await journal_call(journal, journal.set_meta, ENGINE, engine)
-    return engine
+    return engine, recorded
 
 
 async def learn_installation(journal: MemberJournal, node: str, installation: str) -> str:
@@ -126,6 +142,44 @@ async def listing(agent: NodeAgent) -> dict[str, str] | None:
         log.warning("cannot list the containers of node %s: %s", agent.node, exc)
         agent.last_scan = EngineScan(agent.engine, False, str(exc))
         return None
+
+
+async def survey(agent: NodeAgent) -> EngineScan:
+    """The scan a Hello carries, changing nothing in the engine or the journal (the session is
+    not accepted yet): complete when every labelled container of this node and installation is
+    in the journal or cannot be re-adopted (``unadopted``); incomplete, naming them, when some
+    would be re-adopted (after the Welcome: ``adopt``), so their absence from the journal
+    proves nothing. InvalidInput when the journal holds members of another engine."""
+    if agent.installation is None:
+        why = "the daemon has not learnt its installation yet (the gateway's Welcome)"
+        agent.last_scan = EngineScan(agent.engine, False, why)
+        return agent.last_scan
+    pending: list[str] = []
+    unadopted: list[str] = []
+    try:
+        agent.engine, _ = await checked_engine(agent.journal, agent.runtime, agent.node)
+        held = await agent.runtime.held(agent.installation)
+        known = {e.member_id for e in await journal_call(agent.journal, agent.journal.entries)}
+        for mid, cid in sorted(held.items()):
+            found = None if mid in known else await agent.runtime.found(cid)
+            if found is not None:
+                readoptable = rebuilt(found, agent.node, agent.installation) is not None
+                (pending if readoptable else unadopted).append(mid)
+    except Unavailable as exc:
+        log.warning("cannot list the containers of node %s: %s", agent.node, exc)
+        agent.last_scan = EngineScan(agent.engine, False, str(exc))
+        return agent.last_scan
+    why = ""
+    if pending:
+        named = ", ".join(pending[:5]) + (
+            f" and {len(pending) - 5} more" if len(pending) > 5 else ""
+        )
+        why = (
+            f"the engine holds containers of members its journal lacks ({named}): re-adopted "
+            "once the gateway accepts this session"
+        )
+    agent.last_scan = EngineScan(agent.engine, not pending, why, tuple(unadopted))
+    return agent.last_scan
 
 
 async def adopt(agent: NodeAgent, held: dict[str, str], report: bool) -> None:

@@ -3,11 +3,15 @@
 Every change is journalled (durably) before it is acted on or reported, so a daemon killed at
 any point finds on restart (``recover``) what it was doing: a member caught preparing is rolled
 back and refused, a started one is re-adopted from the container engine, never started again.
+That recovery changes the engine and the journal, so it waits for the gateway's Welcome: a
+daemon the gateway refuses (a second one of the node: a restored backup of its state directory,
+a copied credential) changes nothing. Before the Welcome the daemon only looks (``hello``).
 Nothing starts without a Commit, and a Prepare or Commit from before the node's last fencing
 epoch is refused; Abort, Stop and Forget are always obeyed. The connection is not needed to
 keep members running: while it is down the daemon keeps watching and journalling, and the
 Hello of the next stream carries the whole journal and a full scan of the engine, every
-labelled container the journal lacked re-adopted first (``application/node_adoption.py``).
+labelled container the journal lacked re-adopted after the Welcome, then said again in an
+Inventory when that changed what the Hello said (``application/node_adoption.py``).
 """
 
 from __future__ import annotations
@@ -19,24 +23,40 @@ from dataclasses import replace
 
 from application import log_context
 from application.journal_io import journal_call
-from application.node_adoption import adopt, learn_installation, listing
+from application.node_adoption import adopt, learn_installation, listing, survey
 from application.node_agent_base import collected, ids_of
 from application.node_prepare import MemberPrepare
 from domain.errors import Unavailable
 from domain.node_daemon_ports import JournalEntry
 from domain.node_messages import Hello, Inventory, PrepareOrder, TokenRenewal
-from domain.node_protocol import LIVE_PHASES, Command, CommandKind, EngineScan, NodeCapacity, Phase
+from domain.node_protocol import (
+    LIVE_PHASES,
+    Command,
+    CommandKind,
+    EngineScan,
+    MemberReport,
+    NodeCapacity,
+    Phase,
+)
 
 log = logging.getLogger("tuneplane.node")
 
+Told = tuple[EngineScan, tuple[MemberReport, ...]]  # a Hello's scan and journal
+
 
 class NodeAgent(MemberPrepare):
+    # whether the gateway accepted this process's current stream (its Welcome): until then the
+    # daemon changes nothing in the engine or the journal (it may be refused as a second daemon)
+    accepted = False
+    told: Told | None = None  # what the last Hello said
+
     # -- start-up and connection --------------------------------------------------------------
 
     async def recover(self, report: bool = False) -> bool:
-        """Reconcile the journal with the engine after a (re)start, before connecting. False
-        when it cannot yet (the installation is not known, the engine does not answer): the
-        next scan tries again. InvalidInput when the journal belongs to another engine."""
+        """Reconcile the journal with the engine after a (re)start, once the gateway accepted
+        the session (``welcomed``). False when it cannot yet (the installation is not known,
+        the engine does not answer): the next scan tries again. InvalidInput when the journal
+        belongs to another engine."""
         held = await listing(self)
         if held is None:
             return False
@@ -69,49 +89,56 @@ class NodeAgent(MemberPrepare):
         assert self.last_scan is not None
         return self.last_scan
 
-    async def _rescan(self) -> None:
-        """Scan again after a scan that could not complete; send the result when it does."""
+    async def _rescan(self, told: Told | None = None) -> None:
+        """Scan (and reconcile) again, the session accepted; send the result when the scan
+        completes, unless it is what the Hello said (``told``)."""
         scan = await self.scan(report=True)
-        if scan.complete:
-            # the gateway refused what this node said of its members while it could not name
-            # its engine (final logs too): the exits go pending in the Inventory, then each
-            # exited member's log again, then its exit (docs/node-backend.md#logs)
-            self.view += 1
-            entries = await journal_call(self.journal, self.journal.entries)
-            await self._say(Inventory(scan, tuple(self.said(e) for e in entries)))
-            for e in entries:
-                if e.phase is Phase.EXITED:
-                    await self._exited(e.member_id)
+        if not scan.complete:
+            return  # ``watch_once`` makes it again
+        entries = await journal_call(self.journal, self.journal.entries)
+        if told is not None and told == (scan, tuple(self.said(e) for e in entries)):
+            return
+        # the gateway refused what this node said of its members while it could not name
+        # its engine (final logs too), or the Hello's journal was not reconciled yet: the exits
+        # go pending in the Inventory, then each exited member's log again, then its exit
+        # (docs/node-backend.md#logs)
+        self.view += 1
+        await self._say(Inventory(scan, tuple(self.said(e) for e in entries)))
+        for e in entries:
+            if e.phase is Phase.EXITED:
+                await self._exited(e.member_id)
 
     async def hello(self, capacity: NodeCapacity, address: str, version: str) -> Hello:
-        """The first message of a new stream: every exit in it is ``log_pending`` (its final
-        log goes over this stream after the Welcome, then the exit again)."""
+        """The first message of a new stream: the journal as it is and what the engine holds,
+        changing neither (the gateway may refuse this session: another daemon of the node may
+        hold it, on the same engine). Every exit in it is ``log_pending`` (its final log goes
+        over this stream after the Welcome, then the exit again)."""
         self.view += 1  # before anything awaits: what is sent from here is this stream's
-        scan = await self.scan()
+        self.accepted = False
+        scan = await survey(self)
         entries = await journal_call(self.journal, self.journal.entries)
         epoch = await journal_call(self.journal, self.journal.epoch)
-        return Hello(
-            self.node,
-            capacity,
-            address,
-            version,
-            epoch,
-            tuple(self.said(e) for e in entries),
-            scan,
-        )
+        said = tuple(self.said(e) for e in entries)
+        self.told = (scan, said)
+        return Hello(self.node, capacity, address, version, epoch, said, scan)
 
     async def welcomed(self, epoch: int, installation: str = "") -> None:
-        """The stream is up: keep the installation and the epoch; send the final log of each
-        exited member, then its exit (the Hello said it ``log_pending``: the gateway ends it
-        only now, its log stored first; storing a log again is harmless)."""
+        """The stream is up (the gateway accepted the session): keep the installation and the
+        epoch; reconcile the journal with the engine (the first time: ``recover``; else what
+        the Hello's scan left to re-adopt), before any order, and send an Inventory if that
+        changed what the Hello said; then send the final log of each exited member, then its
+        exit (the Hello said it ``log_pending``: the gateway ends it only now, its log stored
+        first; storing a log again is harmless)."""
         self.installation = await learn_installation(self.journal, self.node, installation)
+        self.accepted = True
         current = await journal_call(self.journal, self.journal.epoch)
         if epoch > current:
             await journal_call(self.journal, self.journal.set_epoch, epoch)
         elif epoch < current:
             log.warning("welcomed with epoch %d, lower than the journal's %d", epoch, current)
-        if not self.recovered:  # learnt the installation just now: reconcile before any order
-            await self._rescan()
+        told, self.told = self.told, None
+        if not self.recovered or told is None or not told[0].complete:
+            await self._rescan(told)
         for e in await journal_call(self.journal, self.journal.entries):
             if e.phase is Phase.EXITED:
                 await self._exited(e.member_id)
@@ -248,9 +275,13 @@ class NodeAgent(MemberPrepare):
 
     async def watch_once(self) -> None:
         """Observe every started member; journal and report what changed. After a scan that
-        could not complete, scan again and send the result with the whole journal."""
-        if self.installation is not None and not (self.last_scan and self.last_scan.complete):
+        could not complete, scan again and send the result with the whole journal. Nothing
+        before the gateway first accepted a session (the journal is not reconciled yet)."""
+        incomplete = not (self.last_scan and self.last_scan.complete)
+        if self.accepted and self.installation is not None and incomplete:
             await self._rescan()
+        if not self.recovered:
+            return
         for entry in await journal_call(self.journal, self.journal.entries):
             if entry.phase in LIVE_PHASES:
                 async with self.lock(entry.member_id):

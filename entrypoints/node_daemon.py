@@ -3,9 +3,13 @@
 It wires the pieces a node needs: the journal (SQLite in the state directory), the container
 runtime (Docker Engine API), the agent that obeys the protocol, and the outbound TLS link to the
 node control gateway. The first start enrolls with a one-time join token; later starts use the
-stored credential. Before connecting, the agent reconciles its journal with the engine, so a
-restarted daemon re-adopts running containers instead of starting new ones (a daemon that does
-not know its installation yet learns it from the gateway's Welcome first, and reconciles then).
+stored credential. The daemon holds its state directory for its lifetime (an advisory lock on
+``STATE/daemon.lock``, released by the kernel however the process ends): a second daemon on
+it is refused, naming the first's pid, before it reads or writes anything there. Once the
+gateway accepted its session (the Welcome), the agent reconciles its journal with the engine,
+so a restarted daemon re-adopts running containers instead of starting new ones; before it, the
+daemon only looks (a daemon the gateway refuses, e.g. a restored backup of the state directory
+on the same engine, must not take the live daemon's containers for its own orphans).
 
 SIGTERM and SIGINT stop the daemon, never its members: they keep running and are re-adopted
 at the next start. A lost or broken stream never ends the daemon (it reconnects with back-off,
@@ -17,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -29,8 +35,9 @@ from adapters.node import process_isolation
 from adapters.node.capacity import detect
 from adapters.tls import client_context
 from application import log_context
+from application.node_adoption import survey
 from application.node_sessions import check_address
-from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
+from domain.errors import Conflict, InvalidInput, TunePlaneError, Unauthenticated
 from domain.node_protocol import NodeCapacity
 from entrypoints import logs
 from entrypoints.containers.lifecycle import resolve, started
@@ -46,6 +53,7 @@ from entrypoints.settings_sections import RETRY_MAX_ENV as RETRY_MAX_ENV
 log = logging.getLogger("tuneplane.node")
 
 JOIN_TOKEN_ENV = "TUNEPLANE_JOIN_TOKEN"
+LOCK_FILE = "daemon.lock"  # in the state directory: held by the daemon that uses it
 CREDENTIAL_REFUSED = 5  # exit code: the join token or credential was refused (as `tp` uses 5)
 
 
@@ -124,6 +132,32 @@ def _version() -> str:
         return version("tuneplane")
     except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
         return "0+unknown"
+
+
+@contextlib.contextmanager
+def held_state_dir(state_dir: Path) -> Iterator[None]:
+    """Hold ``state_dir`` for this daemon while inside (an exclusive advisory lock on
+    ``daemon.lock``, released by the kernel however the process ends, kill -9 included; the
+    descriptor is not inherited by members or the collector). Conflict, naming the holder's
+    pid, while another daemon holds it: two daemons on one state directory would share its
+    journal, and the one the gateway refuses would roll back the other's members."""
+    state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with open(state_dir / LOCK_FILE, "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            other = lock.read().strip() or "unknown"
+            raise Conflict(
+                f"another node daemon (pid {other}) is running on the state directory {state_dir}",
+                fix=f"use that one, or stop it first (`kill {other}`, or stop its service); a "
+                "state directory belongs to one daemon: another daemon of this machine needs "
+                "its own --state-dir and join token",
+            ) from None
+        lock.truncate(0)
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        yield
 
 
 def plan(options: DaemonOptions) -> NodePlan:
@@ -219,6 +253,11 @@ def plan(options: DaemonOptions) -> NodePlan:
 
 async def serve_daemon(options: DaemonOptions) -> None:
     metrics_port = checked_port("node", options.metrics_port)  # refused before anything starts
+    with held_state_dir((options.state_dir or default_state_dir()).expanduser()):
+        await _serve(options, metrics_port)
+
+
+async def _serve(options: DaemonOptions, metrics_port: int | None) -> None:
     node = plan(options)
     log_context.bind_rest_of_task(node=node.name)
     async with started(NodeContainer(plan=node)) as container:
@@ -233,9 +272,11 @@ async def serve_daemon(options: DaemonOptions) -> None:
             raise InvalidInput(
                 f"the gateway enrolled this node as {stored.node!r}, not {node.name!r}"
             )
-        if not await agent.recover():  # done at the Welcome, or once the engine answers
-            why = agent.last_scan.reason if agent.last_scan else ""
-            log.warning("journal not reconciled with the container engine yet: %s", why)
+        # only looks (a journal of another engine is refused here); the journal is reconciled
+        # with the engine once the gateway accepts the session (its Welcome)
+        scan = await survey(agent)
+        if not scan.complete:
+            log.warning("journal not reconciled with the container engine yet: %s", scan.reason)
         capacity = node.capacity
         runs = node.isolation.describe() if node.isolation else "containers"
         logs.say(

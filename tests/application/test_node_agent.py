@@ -88,7 +88,7 @@ class Harness:
 async def prepared(h: Harness, o: PrepareOrder | None = None) -> PrepareOrder:
     o = o or order()
     if not h.agent.recovered and h.agent.installation:
-        await h.agent.recover()  # as the daemon does before it connects
+        await h.agent.recover()  # as the daemon does once the gateway welcomed it
     await h.agent.on_prepare(o)
     await h.settle()
     return o
@@ -427,6 +427,7 @@ async def test_a_scan_the_engine_cannot_answer_is_incomplete_and_made_again_late
     assert not await h.agent.recover()
     hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
     assert hello.scan == EngineScan("", False, "the engine at unix:///x does not answer")
+    await h.agent.welcomed(1, INSTALLATION)  # accepted: it scans again until the engine answers
     h.sent.clear()
     await h.agent.watch_once()
     assert not any(isinstance(b, Inventory) for b in h.sent)
@@ -441,3 +442,60 @@ async def test_a_scan_the_engine_cannot_answer_is_incomplete_and_made_again_late
     assert {r.ref.member_id: r.phase for r in inventory.journal} == {
         "m0": Phase.RUNNING,  # re-adopted once the engine answered (m1's no was not journalled)
     }
+
+
+# -- a daemon the gateway refuses changes nothing (a restored backup, a copied credential) -----
+
+
+def journal_state(journal: MemoryJournal) -> tuple[Any, ...]:
+    return (journal.entries(), journal.epoch(), journal.writes)
+
+
+async def test_a_restored_backup_refused_its_session_leaves_the_live_daemons_members() -> None:
+    h = Harness()  # n1's own daemon: m0 prepared (created, never started), awaiting its Commit
+    backup = MemoryJournal({"installation": INSTALLATION, "engine": "engine-n1"})  # before it
+    await prepared(h)
+    copy = NodeAgent("n1", backup, h.runtime, h.new_agent().send)  # the same engine
+    before = journal_state(backup)
+    hello = await copy.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.9", "test")
+    await copy.watch_once()  # refused: no Welcome; its watch loop runs meanwhile
+    assert h.runtime.containers["c-m0"].state == "created" and h.phase() is Phase.PREPARED
+    assert journal_state(backup) == before  # its own journal untouched too
+    assert hello.journal == () and hello.scan is not None and not hello.scan.complete
+    assert "m0" in hello.scan.reason  # its silence about m0 proves nothing
+    await h.agent.on_command(Command(CommandKind.COMMIT, replace(order().ref)))
+    await h.agent.watch_once()
+    assert h.phase() is Phase.RUNNING and h.runtime.starts["m0"] == 1
+
+
+async def test_recovery_waits_for_the_welcome_then_says_what_changed() -> None:
+    h = Harness()
+    await prepared(h)
+    caught = order("m1", gpu_indices=(1,), installation=INSTALLATION)
+    h.runtime.containers["c-m1"] = type(h.runtime.containers["c-m0"])("c-m1", caught)
+    from domain.node_daemon_ports import JournalEntry
+
+    h.journal.put(JournalEntry(caught, Phase.PREPARING))
+    h.journal.delete("m0")  # m0's row lost: its container is re-adopted, and removed (never
+    h.agent = h.new_agent()  # started); a second daemon on the journal, or a restart
+    before = journal_state(h.journal)
+    hello = await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    await h.agent.watch_once()
+    await h.agent.on_prepare(order("m2", gpu_indices=(2,)))  # no Prepare before the Welcome
+    await h.settle()
+    assert not h.votes()[-1].yes and "not reconciled" in h.votes()[-1].reason
+    assert journal_state(h.journal) == before and set(h.runtime.containers) == {"c-m0", "c-m1"}
+    assert [(r.ref.member_id, r.phase) for r in hello.journal] == [("m1", Phase.PREPARING)]
+    assert hello.scan is not None and not hello.scan.complete and "(m0)" in hello.scan.reason
+    h.sent.clear()
+    await h.agent.welcomed(1, INSTALLATION)  # accepted: reconciled, then said again
+    assert not h.runtime.containers and h.phase("m1") is Phase.REFUSED
+    [inventory] = [b for b in h.sent if isinstance(b, Inventory)]
+    assert inventory.scan == EngineScan("engine-n1", True)
+    said = {r.ref.member_id: (r.phase, r.reason) for r in inventory.journal}
+    assert said["m1"] == (Phase.REFUSED, "the daemon restarted while preparing")
+    assert said["m0"][0] is Phase.REFUSED and "before it started" in said["m0"][1]
+    h.sent.clear()
+    await h.agent.hello(NodeCapacity(1, "h200", 2, 1024), "10.0.0.1", "test")
+    await h.agent.welcomed(1, INSTALLATION)  # a reconnect that changes nothing: no Inventory
+    assert not any(isinstance(b, Inventory) for b in h.sent)

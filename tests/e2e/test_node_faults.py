@@ -1,7 +1,7 @@
 """Faults on the node backend, with real processes: daemons killed with SIGKILL while members
 run, a daemon partitioned from its gateway for longer than every timer, replayed and stale
 messages from a node's own credential, and what a workload can see of its node's control
-credential.
+credential, and a second daemon started on a running daemon's state directory.
 
 What must hold: a lost connection, a dead daemon or a damaged journal row never kills, restarts
 or duplicates a workload; the reservation stays held while a member's fate is unknown; nothing
@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sqlite3
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from domain.node_protocol import MemberRef, MemberReport, NodeCapacity, Phase
 from proto.node_control_grpc import NodeControlStub
 from tests.e2e.test_node_backend import actions, cli_for, events, starts, submit
 from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster, shared_node_cluster
-from tests.fixtures.server import free_port
+from tests.fixtures.server import TP, free_port
 from tests.support.node_fault_steps import (
     STATE_TABLES,
     connectivity,
@@ -426,3 +427,61 @@ async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
     assert "go\nrank 0 last words" in cli("job", "logs", job_id).stdout
     assert starts(docker_host, attempt["id"], since) == {m["id"]: 1 for m in attempt["members"]}
     assert await live_reservations(cluster, attempt["id"]) == 0
+
+
+def connected_at(cluster: NodeCluster, node: str) -> str:
+    [found] = [a for a in cluster.api("GET", "/v1/node-links") if a["node"] == node]
+    return str(found["connected_at"])
+
+
+def start_second(cluster: NodeCluster, state_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    """``tp node run`` on ``state_dir``, as an operator would start it by hand."""
+    args = [
+        TP, "node", "run",
+        "--server", f"127.0.0.1:{cluster.gateway_port}",
+        "--ca", str(cluster.ca),
+        "--state-dir", str(state_dir),
+        "--cpus", str(NODE_CPUS),
+        "--memory-mb", str(NODE_MEMORY_MB),
+        "--telemetry-gateway", "off",
+    ]  # fmt: skip
+    return subprocess.Popen(args, env=cluster.env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def journal_dump(state_dir: Path) -> str:
+    db = sqlite3.connect(f"file:{state_dir / 'journal.sqlite'}?mode=ro", uri=True)
+    try:
+        return "\n".join(db.iterdump())
+    finally:
+        db.close()
+
+
+async def test_a_second_daemon_on_a_state_directory_is_refused_before_it_touches_it(
+    cluster: NodeCluster, tmp_path: Path
+) -> None:
+    """`tp node run` started by hand on the state directory the node's service uses: refused at
+    once, naming the running daemon's pid, before it reads the journal, lists the engine or
+    opens a stream (before, it was refused a session only, and its recovery at start-up had
+    rolled back the running daemon's member being prepared, in their shared journal)."""
+    n1 = cluster.daemons["n1"]
+    assert n1.proc is not None
+    before = await asyncio.to_thread(connected_at, cluster, "n1")
+    journal = journal_dump(n1.state_dir)
+    credential = (n1.state_dir / "credential").read_bytes()
+    log = tmp_path / "second.log"
+    second = start_second(cluster, n1.state_dir, log)
+    try:
+        code = await asyncio.to_thread(second.wait, 60)
+    finally:
+        if second.poll() is None:
+            second.kill()
+            second.wait(15)
+    text = log.read_text()
+    assert code == 1, text
+    assert f"another node daemon (pid {n1.proc.pid}) is running on the state directory" in text
+    assert "fix: " in text and "Traceback" not in text
+    assert "connecting to" not in text  # no stream, no scan, no recovery
+    assert journal_dump(n1.state_dir) == journal
+    assert (n1.state_dir / "credential").read_bytes() == credential
+    assert n1.proc.poll() is None  # the running daemon and its session are untouched
+    assert await asyncio.to_thread(connected_at, cluster, "n1") == before

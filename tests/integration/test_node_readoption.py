@@ -5,7 +5,10 @@
   are reported when it ends;
 * defect 4 — two installations (control planes) whose daemons are both named ``n1`` share one
   engine: each re-adopts, lists and removes only its own installation's containers, and
-  neither touches a container made before installation ids (no label)."""
+  neither touches a container made before installation ids (no label);
+* a restored backup of n1's state directory started on the same engine while n1's own daemon
+  holds the session: until the gateway accepts it (it never does), it changes nothing — not
+  n1's prepared, never-started container, not its own journal."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import pytest_asyncio
 
 from adapters.node.executor import NodeExecutor
 from adapters.node.journal import SqliteJournal
+from application.node_adoption import survey
 from application.node_agent import NodeAgent
 from domain.catalog import RuntimePin
 from domain.node_messages import LogChunk, PrepareOrder
@@ -50,18 +54,21 @@ class Daemon:
     runtime: NodeExecutor | None = None
     agent: NodeAgent | None = None
 
-    async def start(self) -> NodeAgent:
-        """(Re)start: open the journal and the engine, recover, as the daemon does."""
+    async def start(self, welcomed: bool = True) -> NodeAgent:
+        """(Re)start: open the journal and the engine, recover, as the daemon does once the
+        gateway welcomed it (``welcomed``; else it has only started: it changed nothing yet)."""
         await self.stop()
         self.journal = SqliteJournal(self.path, node_name="n1")
-        self.journal.set_meta("installation", self.installation)
+        if self.journal.meta("installation") != self.installation:
+            self.journal.set_meta("installation", self.installation)
         self.runtime = NodeExecutor("n1", self.host, network_mode="host", shared_dir=self.shared)
 
         async def send(body: Any) -> None:
             self.sent.append(body)
 
         self.agent = NodeAgent("n1", self.journal, self.runtime, send)
-        assert await self.agent.recover()
+        if welcomed:
+            assert await self.agent.recover()
         return self.agent
 
     async def stop(self) -> None:
@@ -232,3 +239,49 @@ async def test_two_installations_on_one_engine_adopt_list_and_reap_only_their_ow
     await a.agent.on_command(Command(CommandKind.FORGET, ref_a, "recorded final"))
     left = {str(c["Id"]) for c in await containers_of(docker_host, docker_job_id)}
     assert left == {cids["b"], cids["old"]}  # its own, and only its own, removed
+
+
+def dumped(path: Path) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return "\n".join(db.iterdump())
+    finally:
+        db.close()
+
+
+async def test_a_restored_backup_changes_nothing_before_its_welcome(
+    daemons: list[Daemon], docker_host: str, busybox_pin: RuntimePin, docker_job_id: str,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    (tmp_path / "n1").mkdir()
+    own = Daemon(tmp_path / "n1" / "journal.sqlite", "inst-a", docker_host)
+    daemons.append(own)
+    agent = await own.start()
+    (tmp_path / "backup").mkdir()  # the backup, taken before the job
+    source, copied = sqlite3.connect(own.path), sqlite3.connect(tmp_path / "backup" / "j.sqlite")
+    source.backup(copied)
+    source.close()
+    copied.close()
+    member = f"mem-{uuid.uuid4().hex[:8]}"
+    o = order(docker_job_id, busybox_pin.digest, ("sleep", "600"), member)
+    await agent.on_prepare(o)
+    await asyncio.gather(*agent._tasks.values())
+    entry = await agent.entry(member)
+    assert entry is not None and entry.phase is Phase.PREPARED and entry.container_id
+    before = dumped(tmp_path / "backup" / "j.sqlite")
+
+    copy = Daemon(tmp_path / "backup" / "j.sqlite", "inst-a", docker_host)
+    daemons.append(copy)
+    restored = await copy.start(welcomed=False)  # started: it looks, before connecting
+    assert not (await survey(restored)).complete
+    hello = await restored.hello(CAP, "127.0.0.1", "test")  # the gateway refuses it
+    await restored.watch_once()
+    await copy.stop()
+    assert hello.journal == () and hello.scan is not None and not hello.scan.complete
+    assert member in hello.scan.reason  # its silence about the member proves nothing
+    [info] = await containers_of(docker_host, docker_job_id)
+    assert (info["Id"], info["State"]["Status"]) == (entry.container_id, "created")
+    assert dumped(tmp_path / "backup" / "j.sqlite") == before
+
+    await agent.on_command(Command(CommandKind.COMMIT, o.ref))  # n1's own daemon goes on
+    await until_phase(agent, member, Phase.RUNNING)
