@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from application.auth import hash_token
 from application.context import Context
+from application.node_sessions import check_address
 from domain.auth import Principal, Role
 from domain.catalog import check_name
 from domain.enrollment import JOIN_TOKEN_TTL_MAX, JoinToken, NodeCredential
@@ -134,7 +135,7 @@ async def enroll(
         name = token.node_name or node_name
         if token.node_name and node_name and node_name != token.node_name:
             raise InvalidInput(
-                f"this join token is for node {token.node_name}, not {node_name}",
+                f"this join token is for node {token.node_name}, not {node_name[:80]!r}",
                 fix=f"start the daemon with --name {token.node_name}, or use another token",
                 field="node_name",
             )
@@ -143,12 +144,7 @@ async def enroll(
                 "the node has no name", fix="start the daemon with --name NAME", field="node_name"
             )
         check_name(name, "node name", "node_name")
-        if not address:
-            raise InvalidInput(
-                "the node gave no address for its peers to reach it",
-                fix="start the daemon with --advertise-address HOST",
-                field="address",
-            )
+        check_address(address)  # what its Hellos will be held to
         pool = _require_node_pool(_find(await uow.fleet.pools(), token.pool), token.pool)
         _check_capacity(pool, name, capacity)
         existing = await uow.fleet.node(name)

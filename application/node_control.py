@@ -12,6 +12,7 @@ Heartbeats are answered at once and written to the database in batches (``flush`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -129,13 +130,19 @@ class NodeControl:
             self.ctx, self.gateway, hello, caller or Caller(), self.settings.session_timeout
         )
         session = Session(hello.node, link.session, link.epoch, identity)
-        session.installation = await self.installation()
-        await node_commands.refresh(self.ctx, [session])
-        await reconcile(self, session, hello.journal, hello.scan)
-        if hello.journal:
-            await self.ctx.signals.notify(LAUNCH_NEWS)
-        await self._check_credential(session)
-        await self.rotations([session])
+        try:
+            session.installation = await self.installation()
+            await node_commands.refresh(self.ctx, [session])
+            await reconcile(self, session, hello.journal, hello.scan)
+            if hello.journal:
+                await self.ctx.signals.notify(LAUNCH_NEWS)
+            await self._check_credential(session)
+            await self.rotations([session])
+        except BaseException:  # no Welcome: the session is closed, not left live (node_sessions)
+            log.warning("node %s: session %d closed: its Hello failed", hello.node, link.session)
+            with contextlib.suppress(Exception):  # the Hello's own error is what the node hears
+                await asyncio.shield(self.close(session))
+            raise
         self._attention.add(session)
         self._rotation_due(session)
         log.info("node %s connected (session %d, epoch %d)", hello.node, link.session, link.epoch)

@@ -13,6 +13,12 @@ The decision is taken in the database under the node's row lock (``links.current
 holds whichever gateway processes the two streams reach. The address, capacity and version a
 node reports are written only when a session opens: only through the live session.
 
+A refused Hello opens no session: what it carries is checked before anything is written (the
+codec bounds every number and refuses control characters in every name, ``check_hello`` the
+address and version), and a Hello that fails after its session was written (reconciling its
+journal) closes that session again (``NodeControl.open``) — else the node's restarted daemon
+would be refused as a second session of a node that has none.
+
 A legitimate daemon refused this way (its old stream died without a FIN, or its gateway died)
 retries with back-off and gets in once the old session is cut off: at once when the old
 stream's gateway notices it silent (three heartbeat intervals), else when its last recorded

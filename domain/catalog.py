@@ -381,8 +381,9 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 def check_name(value: str, what: str, field_name: str) -> str:
     if not NAME_RE.fullmatch(value):
+        shown = repr(value[:80]) + (f" (cut, {len(value)} characters)" if len(value) > 80 else "")
         raise InvalidInput(
-            f"{what} {value!r} is not a valid name",
+            f"{what} {shown} is not a valid name",
             fix="use 1-63 characters: lower-case letters, digits, '.', '_' or '-', "
             "starting with a letter or digit",
             field=field_name,

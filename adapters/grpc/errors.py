@@ -1,7 +1,13 @@
 """The one mapping between domain errors and gRPC statuses (both gateways, both clients).
 
 A status's text is the message, then `` (fix: …)`` once. Clients split it back
-(``split_fix``), so an error that crossed the wire prints its fix once, not once per hop."""
+(``split_fix``), so an error that crossed the wire prints its fix once, not once per hop.
+
+A status's text travels in an HTTP/2 header (``grpc-message``, percent-encoded: up to 9 bytes
+a character), and a header block past the peer's limit (64 KiB in h2) ends the stream with a
+protocol error instead of the refusal. Messages echo what a client sent (a 100 KB node name),
+so both parts are bounded here, where every refusal becomes a status (``MAX_MESSAGE``,
+``MAX_FIX``), the cut marked."""
 
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ from domain.errors import (
 )
 
 _FIX = " (fix: "
+MAX_MESSAGE = 1024  # characters; what a cut message keeps still names the field
+MAX_FIX = 1024
 
 _STATUS: tuple[tuple[type[TunePlaneError], Status], ...] = (
     (Unauthenticated, Status.UNAUTHENTICATED),
@@ -30,9 +38,18 @@ def grpc_status(exc: TunePlaneError) -> Status:
     return next((s for kind, s in _STATUS if isinstance(exc, kind)), Status.FAILED_PRECONDITION)
 
 
+def bounded(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked."""
+    if len(text) <= limit:
+        return text
+    mark = f"… [cut: {len(text)} characters]"
+    return text[: limit - len(mark)] + mark
+
+
 def grpc_error(exc: TunePlaneError) -> GRPCError:
-    """The error with its message and fix, as the status's text."""
-    text = f"{exc.message}{_FIX}{exc.fix})" if exc.fix else exc.message
+    """The error with its message and fix, as the status's text (each part bounded)."""
+    message = bounded(exc.message, MAX_MESSAGE)
+    text = f"{message}{_FIX}{bounded(exc.fix, MAX_FIX)})" if exc.fix else message
     return GRPCError(grpc_status(exc), text)
 
 

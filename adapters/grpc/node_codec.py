@@ -1,24 +1,33 @@
 """Protobuf ⇄ domain for the node control protocol (``proto/node_control.proto``).
 
 Decoding checks what protobuf cannot: a known phase, a non-empty member reference, a body
-present. A malformed message raises ``InvalidInput`` naming the field; the gateway answers it
-with a refusal and records nothing.
+present, numbers and times in range, names without control characters (``codec_pieces``). A
+malformed message raises ``InvalidInput`` naming the field; the gateway answers it with a
+refusal and records nothing. A daemon's prose (a vote's reason, a progress detail, an error) is
+cleaned and bounded, never refused; a journal (Hello, Inventory) loses only the reports it
+cannot read, logged, and its engine scan then proves no member gone.
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 from adapters.grpc.codec_pieces import (
+    MAX_INT64,
+    Journal,
     _at,
     _bad,
+    _int,
     _ms,
     _text,
     capacity_from,
     capacity_to,
     files_from,
     files_to,
+    journal_from,
     output_file,
+    prose,
     ref_from,
     ref_to,
     report_from,
@@ -79,6 +88,8 @@ GatewayBody = (
     | FetchOutput
     | TokenRenewal
 )
+
+log = logging.getLogger("tuneplane.gateway")
 
 # gRPC metadata of a Connect stream: the daemon process's random id (application/node_sessions)
 INSTANCE_HEADER = "tuneplane-daemon-instance"
@@ -150,49 +161,69 @@ def node_message_from(m: pb.NodeMessage) -> tuple[int, NodeBody]:
     if kind == "hello":
         h = m.hello
         if not h.node_name:
-            raise _bad("hello.node_name is empty")
+            raise _bad("hello.node_name is empty", field="node_name")
+        node = _text(h.node_name, "node_name", 253)
+        capacity = capacity_from(h.capacity)
+        address = _long(h.address, "address")  # what else it must be: node_sessions.check_hello
+        version = _long(h.daemon_version, "daemon_version")
+        epoch = _int(h.epoch, "epoch", MAX_INT64)
+        scan = scan_from(h.scan) if h.HasField("scan") else None
+        journal = _journal(node, "Hello", journal_from(h.journal))
         body: NodeBody = Hello(
-            _text(h.node_name, "node_name"),
-            capacity_from(h.capacity),
-            _text(h.address, "address"),
-            _text(h.daemon_version, "daemon_version"),
-            h.epoch,
-            tuple(report_from(r) for r in h.journal),
-            scan_from(h.scan) if h.HasField("scan") else None,
+            node, capacity, address, version, epoch, journal.reports, journal.scan(scan)
         )
     elif kind == "inventory":
         i = m.inventory
         if not i.HasField("scan"):
-            raise _bad("inventory.scan is missing")
-        body = Inventory(scan_from(i.scan), tuple(report_from(r) for r in i.journal))
+            raise _bad("inventory.scan is missing", field="inventory.scan")
+        scanned = scan_from(i.scan)
+        journal = _journal("", "Inventory", journal_from(i.journal))
+        body = Inventory(journal.scan(scanned) or scanned, journal.reports)
     elif kind == "heartbeat":
         body = Heartbeat(m.heartbeat.sent_unix_ms)
     elif kind == "vote":
         v = m.vote
-        body = Vote(ref_from(v.ref), v.yes, _text(v.reason, "reason"), v.busy and not v.yes)
+        body = Vote(ref_from(v.ref), v.yes, prose(v.reason), v.busy and not v.yes)
     elif kind == "progress":
         p = m.progress
-        body = Progress(
-            ref_from(p.ref), _text(p.stage, "stage"), p.fraction, _text(p.detail, "detail")
-        )
+        body = Progress(ref_from(p.ref), prose(p.stage, 200), p.fraction, prose(p.detail))
     elif kind == "status":
         body = report_from(m.status)
     elif kind == "credential_ack":
         body = CredentialAck(m.credential_ack.credential_id)
     elif kind == "log":
         g = m.log
-        body = LogChunk(ref_from(g.ref), g.data, g.last, g.truncated, g.live, g.offset)
+        offset = _int(g.offset, "log.offset", MAX_INT64)
+        body = LogChunk(ref_from(g.ref), g.data, g.last, g.truncated, g.live, offset)
     elif kind == "outputs_scanned":
         o = m.outputs_scanned
         if not o.request_id:
-            raise _bad("outputs_scanned.request_id is empty")
+            raise _bad("outputs_scanned.request_id is empty", field="outputs_scanned.request_id")
         found = files_from(o.files) if o.found else None
-        body = OutputsScanned(
-            _text(o.request_id, "request_id"), ref_from(o.ref), found, _text(o.error, "error")
-        )
+        request_id = _text(o.request_id, "outputs_scanned.request_id")
+        body = OutputsScanned(request_id, ref_from(o.ref), found, prose(o.error))
     else:
         raise _bad("the message has no body")
     return m.seq, body
+
+
+def _long(value: str, field: str) -> str:
+    if len(value) > 4096:
+        raise _bad(f"{field} is longer than 4096 characters", field=field)
+    return value
+
+
+def _journal(node: str, where: str, journal: Journal) -> Journal:
+    """Log, in one line, the reports of a journal that could not be read (left out)."""
+    if journal.unreadable:
+        index, error = journal.unreadable[0]
+        log.warning(
+            "%s%s: %d journal entries could not be read and were left out (their members stay "
+            "unknown until the node reports them readably); entry %d: %s",
+            f"node {node}: " if node else "", where, len(journal.unreadable), index,
+            str(error)[:500],
+        )  # fmt: skip
+    return journal
 
 
 # -- gateway -> node --------------------------------------------------------------------------
@@ -318,7 +349,9 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
             check_port=p.check_port,
             collector_token=p.collector_token,
             capsule=p.capsule,
-            collector_token_expires_at=_at(p.collector_token_expires_unix_ms),
+            collector_token_expires_at=_at(
+                p.collector_token_expires_unix_ms, "prepare.collector_token_expires_unix_ms"
+            ),
             attempt=p.attempt,
             resume=resume_from(p),
         )
@@ -333,7 +366,9 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
         body = Command(CommandKind.FORGET, ref_from(m.forget.ref), m.forget.reason)
     elif kind == "rotate":
         r = m.rotate
-        until = _at(r.old_valid_until_unix_ms) or datetime.now(UTC)
+        until = _at(r.old_valid_until_unix_ms, "rotate.old_valid_until_unix_ms") or datetime.now(
+            UTC
+        )
         body = Rotation(r.credential, r.credential_id, until)
     elif kind == "refused":
         body = Refused(m.refused.seq, m.refused.reason)
@@ -349,7 +384,7 @@ def gateway_message_from(m: pb.GatewayMessage) -> tuple[int, GatewayBody, float]
         body = FetchOutput(f.request_id, ref_from(f.ref), f.job_id, output_file(f))
     elif kind == "collector_token":
         t = m.collector_token
-        expires = _at(t.expires_unix_ms)
+        expires = _at(t.expires_unix_ms, "collector_token.expires_unix_ms")
         if not t.token or expires is None:
             raise _bad("a collector token needs the token and its expiry")
         body = TokenRenewal(ref_from(t.ref), t.token, expires)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -28,12 +29,12 @@ from grpclib.server import Stream
 from adapters.grpc import frame_repr
 from adapters.grpc import node_codec as codec
 from adapters.grpc.codec_pieces import capacity_from
-from adapters.grpc.errors import bearer, grpc_error
+from adapters.grpc.errors import MAX_MESSAGE, bearer, bounded, grpc_error
 from adapters.grpc.node_checkpoint_service import CheckpointCalls
 from adapters.grpc.node_codec import GatewayBody
 from application import instruments as i
 from application import log_context
-from application.enrollment import authenticate_node, enroll
+from application.enrollment import NodeIdentity, authenticate_node, enroll
 from application.node_commands import Outgoing
 from application.node_control import NodeControl, Session
 from application.node_sessions import Caller
@@ -70,6 +71,10 @@ def _caller(stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> Caller:
     if isinstance(instance, bytes) or len(instance) > 64 or not instance.isalnum():
         instance = ""  # not what a daemon sends: never taken for the same daemon
     return Caller(str(peer[0]) if peer else "", instance)
+
+
+def _who(identity: NodeIdentity | None) -> str:
+    return identity.node if identity is not None else "?"
 
 
 @dataclass
@@ -147,6 +152,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
     # -- Connect ----------------------------------------------------------------------------
 
     async def Connect(self, stream: Stream[pb.NodeMessage, pb.GatewayMessage]) -> None:
+        identity: NodeIdentity | None = None
         try:
             async with self._opening:
                 identity = await authenticate_node(self.ctx, bearer(stream.metadata))
@@ -158,6 +164,9 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
                 raise InvalidInput("the first message must be Hello", fix="upgrade the daemon")
             async with self._opening:
                 session = await self.control.open(identity, hello, _caller(stream))
+        except InvalidInput as exc:  # nothing was written: the daemon is told why, and the log
+            log.warning("node %s: control stream refused: %s", _who(identity), str(exc)[:1000])
+            raise grpc_error(exc) from None
         except TunePlaneError as exc:
             raise grpc_error(exc) from None
         session.last_seq = seq
@@ -230,8 +239,14 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
                 return
             try:
                 seq, body = codec.node_message_from(message)
-            except InvalidInput as exc:
-                link.outbox.put_nowait(Refused(message.seq, str(exc)))
+            except InvalidInput as exc:  # that message only: the stream goes on
+                session.refused += 1
+                if session.refused <= 10 or math.log10(session.refused).is_integer():
+                    log.warning(
+                        "node %s: message %d refused (%d refused on this stream): %s",
+                        session.node, message.seq, session.refused, str(exc)[:1000],
+                    )  # fmt: skip
+                link.outbox.put_nowait(Refused(message.seq, bounded(str(exc), MAX_MESSAGE)))
                 continue
             if isinstance(body, Heartbeat):
                 if seq > session.last_seq:

@@ -13,7 +13,8 @@ from grpclib import GRPCError, Status
 import adapters.grpc.node_client as node_client
 import entrypoints.cli.main  # noqa: F401  (imports every error class the CLI knows)
 from adapters.grpc.errors import from_grpc, grpc_error, split_fix
-from domain.errors import TunePlaneError, Unauthenticated
+from domain.catalog import check_name
+from domain.errors import InvalidInput, TunePlaneError, Unauthenticated
 from entrypoints.cli.errors import from_problem, render
 
 pytestmark = pytest.mark.unit
@@ -96,3 +97,20 @@ def test_only_the_errors_own_fix_is_taken_out_of_its_message() -> None:
     assert exc.message == "no pool gpu (try `tp fleet ls`)"
     assert TunePlaneError("x (fix: y)", fix="").message == "x (fix: y)"
     assert str(TunePlaneError("x (y) (fix: y) (y)", fix="y")) == "x (y)"
+
+
+def test_a_status_text_echoing_a_huge_input_is_bounded_and_keeps_its_fix() -> None:
+    """A refusal's text is an HTTP/2 header (grpc-message): one echoing a client's 100 KB node
+    name whole ended the Enroll in a protocol error instead of the refusal. Both parts are cut
+    (the cut marked), and the client still splits the fix off."""
+    with pytest.raises(InvalidInput) as info:
+        check_name("a" * 100_000, "node name", "node_name")
+    assert len(info.value.message) < 200 and "100000 characters" in info.value.message
+    for exc in (info.value, InvalidInput("x" * 100_000, fix="y" * 100_000)):
+        status = grpc_error(exc)
+        assert status.status is Status.INVALID_ARGUMENT
+        assert status.message is not None and len(status.message) <= 2100
+        message, fix = split_fix(status.message)
+        assert fix and message.startswith(exc.message[:50]) and fix.startswith(exc.fix[:50])
+    message, fix = split_fix(grpc_error(InvalidInput("x" * 5000, fix="y")).message or "")
+    assert message.endswith("… [cut: 5000 characters]") and fix == "y"

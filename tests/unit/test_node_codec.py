@@ -26,6 +26,7 @@ from domain.node_messages import (
     Hello,
     Inventory,
     OutputsScanned,
+    Progress,
     ScanOutputs,
     TokenRenewal,
     Vote,
@@ -204,9 +205,16 @@ def test_a_hello_and_an_inventory_carry_the_engine_scan_and_a_welcome_the_instal
     empty = pb.NodeMessage(seq=5, inventory=pb.Inventory())
     with pytest.raises(InvalidInput, match=r"inventory\.scan is missing"):
         node_message_from(empty)
-    huge = pb.NodeMessage(seq=6, inventory=pb.Inventory(scan=pb.EngineScan(reason="x" * 5000)))
-    with pytest.raises(InvalidInput, match=r"scan\.reason is longer"):
+    huge = pb.NodeMessage(seq=6, inventory=pb.Inventory(scan=pb.EngineScan(engine="x" * 5000)))
+    with pytest.raises(InvalidInput, match=r"scan\.engine is longer"):
         node_message_from(huge)
+    # why it is incomplete is the daemon's prose: kept, bounded (a huge one refused the whole
+    # Inventory before)
+    long = pb.NodeMessage(seq=7, inventory=pb.Inventory(scan=pb.EngineScan(reason="x" * 5000)))
+    _, inventory = node_message_from(long)
+    assert isinstance(inventory, Inventory)
+    assert inventory.scan.reason.endswith("… [cut: 5000 characters]")
+    assert len(inventory.scan.reason) == 4096
 
 
 def test_a_vote_round_trips_and_a_yes_is_never_busy() -> None:
@@ -266,6 +274,159 @@ def test_a_malformed_gpu_inventory_is_refused(devices: list[pb.GpuDevice], error
         node_name="n1",
         capacity=pb.Capacity(gpus=1, gpu_inventory=pb.GpuInventory(devices=devices)),
         address="10.0.0.1",
+    )
+    with pytest.raises(InvalidInput, match=error):
+        node_message_from(pb.NodeMessage(seq=1, hello=hello))
+
+
+DIRTY = "driver said \x00 oops \x1b[31m\n" + "<p>Access denied by proxy policy. " * 300
+
+
+def _status(**kw: object) -> pb.MemberStatus:
+    ref = pb.MemberRef(attempt_id="att-1", member_id="mem-1", member_index=0, epoch=1)
+    values: dict[str, object] = {"ref": ref, "phase": pb.EXITED, "at_unix_ms": 1}
+    return pb.MemberStatus(**{**values, **kw})  # type: ignore[arg-type]
+
+
+def _clean(text: str, length: int) -> None:
+    assert text.isprintable() and len(text) == 4096
+    assert text.startswith("driver said ? oops ?[31m <p>Access denied")
+    assert text.endswith(f"… [cut: {length} characters]")
+
+
+def test_a_daemons_prose_is_kept_cut_and_cleaned_never_refused() -> None:
+    """An engine's 10 KB error page with a NUL in it is still why the member failed: a report's
+    or a vote's reason, a progress detail, a scan's error, cut (the cut marked) and made
+    printable. Before: refused as malformed (over 4096), or stored with its NUL (an Internal
+    Server Error from PostgreSQL)."""
+    ref = pb.MemberRef(attempt_id="att-1", member_id="mem-1", member_index=0, epoch=1)
+    _, report = node_message_from(pb.NodeMessage(seq=1, status=_status(reason=DIRTY)))
+    assert isinstance(report, MemberReport)
+    _clean(report.reason, len(DIRTY))
+    _, vote = node_message_from(pb.NodeMessage(seq=2, vote=pb.Vote(ref=ref, reason=DIRTY)))
+    assert isinstance(vote, Vote)
+    _clean(vote.reason, len(DIRTY))
+    progress = pb.Progress(ref=ref, stage="pull\x00", detail=DIRTY, fraction=float("nan"))
+    _, body = node_message_from(pb.NodeMessage(seq=3, progress=progress))
+    assert isinstance(body, Progress)
+    assert body.stage == "pull?" and body.text().startswith("pull?: driver said ?")
+    _clean(body.detail, len(DIRTY))
+    scanned = pb.OutputsScanned(request_id="r1", ref=ref, error=DIRTY)
+    _, answer = node_message_from(pb.NodeMessage(seq=4, outputs_scanned=scanned))
+    assert isinstance(answer, OutputsScanned)
+    _clean(answer.error, len(DIRTY))
+    short = "exit 1: no such file\x00"
+    _, report = node_message_from(pb.NodeMessage(seq=5, status=_status(reason=short)))
+    assert isinstance(report, MemberReport) and report.reason == "exit 1: no such file?"
+
+
+@pytest.mark.parametrize(
+    ("status", "field"),
+    [
+        (_status(phase=99), "phase"),
+        (_status(ref=pb.MemberRef(attempt_id="att-\x00", member_id="m", epoch=1)), "attempt_id"),
+        (_status(ref=pb.MemberRef(attempt_id="a", member_id="m\x1b", epoch=1)), "member_id"),
+        (_status(ref=pb.MemberRef(attempt_id="a", member_id="m", member_index=2**32 - 1)), "index"),
+        (_status(ref=pb.MemberRef(attempt_id="a", member_id="m", epoch=2**64 - 1)), "ref.epoch"),
+        (_status(at_unix_ms=2**62), "at_unix_ms"),
+        (_status(collector_token_expires_unix_ms=2**62), "collector_token_expires_unix_ms"),
+        (
+            _status(has_outputs=True, outputs=[pb.OutputFile(path="a", size=2**64 - 1)]),
+            "outputs.size",
+        ),
+        (
+            _status(has_outputs=True, outputs=[pb.OutputFile(path="a\x00b", sha256="a" * 64)]),
+            "outputs.path",
+        ),
+    ],
+)
+def test_a_report_that_cannot_be_understood_is_refused_naming_the_field(
+    status: pb.MemberStatus, field: str
+) -> None:
+    """Before: a NUL went on to PostgreSQL, a time past year 9999 to ``datetime`` (an Internal
+    Server Error each), an integer past its column to the database."""
+    if field == "outputs.size":
+        status.outputs[0].sha256 = "a" * 64
+    with pytest.raises(InvalidInput, match=field) as info:
+        node_message_from(pb.NodeMessage(seq=1, status=status))
+    assert info.value.field is not None and field in info.value.field
+
+
+def test_a_hello_leaves_out_only_the_journal_entries_it_cannot_read(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One bad journal row (a NUL in its id, a time past any clock, an unknown phase) used to
+    refuse the whole Hello, forever: the node never reconnected and its other members stayed
+    unknown. Now only that entry is left out, in one log line, and the engine scan says it is
+    not complete: a member the node holds but the gateway could not read is not proved gone."""
+    good = _status(reason="fine")
+    bad = [
+        _status(ref=pb.MemberRef(attempt_id="att-\x00", member_id="m2", epoch=1)),
+        _status(at_unix_ms=2**62),
+        _status(phase=99),
+    ]
+    scan = pb.EngineScan(engine="E1", complete=True, unadopted=["mem-9"])
+    hello = pb.Hello(
+        node_name="n1", capacity=pb.Capacity(cpus=1, memory_mb=1), address="10.0.0.1",
+        journal=[bad[0], good, *bad[1:]], scan=scan,
+    )  # fmt: skip
+    _, body = node_message_from(pb.NodeMessage(seq=1, hello=hello))
+    assert isinstance(body, Hello)
+    assert [r.reason for r in body.journal] == ["fine"]
+    assert body.scan is not None
+    assert (body.scan.engine, body.scan.complete, body.scan.unadopted) == ("E1", False, ("mem-9",))
+    assert "could not read 3 of its journal's entries (entry 0:" in body.scan.reason
+    [line] = [r.getMessage() for r in caplog.records if "journal entries" in r.getMessage()]
+    assert line.startswith("node n1: Hello: 3 journal entries could not be read")
+    no_scan = pb.Hello(node_name="n1", address="a", journal=[bad[0]])  # an older daemon
+    _, older = node_message_from(pb.NodeMessage(seq=1, hello=no_scan))
+    assert isinstance(older, Hello) and (older.journal, older.scan) == ((), None)
+    inventory = pb.Inventory(scan=scan, journal=[good, bad[2]])
+    _, inv = node_message_from(pb.NodeMessage(seq=2, inventory=inventory))
+    assert isinstance(inv, Inventory) and len(inv.journal) == 1 and not inv.scan.complete
+
+
+@pytest.mark.parametrize(
+    ("capacity", "field"),
+    [
+        (pb.Capacity(cpus=float("nan"), memory_mb=1), "capacity.cpus"),
+        (pb.Capacity(cpus=float("inf"), memory_mb=1), "capacity.cpus"),
+        (pb.Capacity(cpus=-1, memory_mb=1), "capacity.cpus"),
+        (pb.Capacity(cpus=100_001, memory_mb=1), "capacity.cpus"),
+        (pb.Capacity(gpus=2**32 - 1, cpus=1, memory_mb=1), "capacity.gpus"),
+        (pb.Capacity(gpus=65, cpus=1, memory_mb=1), "capacity.gpus"),
+        (pb.Capacity(cpus=1, memory_mb=2**64 - 1), "capacity.memory_mb"),
+        (pb.Capacity(cpus=1, memory_mb=2**31), "capacity.memory_mb"),
+        (pb.Capacity(gpus=1, gpu_model="h1\x00", cpus=1, memory_mb=1), "capacity.gpu_model"),
+        (pb.Capacity(gpus=1, gpu_model="x" * 200_000, cpus=1, memory_mb=1), "capacity.gpu_model"),
+    ],
+)
+def test_a_capacity_past_what_a_node_may_have_is_refused_naming_the_field(
+    capacity: pb.Capacity, field: str
+) -> None:
+    """Before: NaN and infinity were accepted, 2^32-1 GPUs and 2^64-1 MiB went on to the
+    database (an Internal Server Error), a NUL in the model too."""
+    hello = pb.Hello(node_name="n1", capacity=capacity, address="10.0.0.1")
+    with pytest.raises(InvalidInput, match=field.replace(".", r"\.")) as info:
+        node_message_from(pb.NodeMessage(seq=1, hello=hello))
+    assert info.value.field == field and "--cpus" in info.value.fix
+
+
+@pytest.mark.parametrize(
+    ("device", "error"),
+    [
+        (pb.GpuDevice(index=0, uuid="GPU-a", memory_mb=2**64 - 1), r"devices\[0\]\.memory_mb"),
+        (pb.GpuDevice(index=2**32 - 1, uuid="GPU-a"), r"devices\[0\]\.index"),
+        (pb.GpuDevice(index=0, uuid="GPU-a", name="H\u202e"), "NUL or control"),
+    ],
+)
+def test_a_gpu_inventory_past_what_a_node_may_have_is_refused(
+    device: pb.GpuDevice, error: str
+) -> None:
+    """Before: a GPU of 2^64-1 MiB was stored and shown by /v1/fleet."""
+    inventory = pb.GpuInventory(devices=[device], driver="580", cuda="13", source="nvml")
+    hello = pb.Hello(
+        node_name="n1", capacity=pb.Capacity(gpus=1, gpu_inventory=inventory), address="a"
     )
     with pytest.raises(InvalidInput, match=error):
         node_message_from(pb.NodeMessage(seq=1, hello=hello))
