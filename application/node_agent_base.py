@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import unicodedata
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TypeVar
@@ -33,6 +32,7 @@ from domain.node_messages import (
 )
 from domain.node_protocol import Command, EngineScan, MemberReport, Phase, stale_command
 from domain.progress import ended_outside
+from domain.texts import prose
 
 log = logging.getLogger("tuneplane.node")
 
@@ -42,24 +42,13 @@ Send = Callable[[Body], Awaitable[None]]
 # the most characters of a text from outside (an engine's error, the OS's) that the daemon
 # journals or sends as a reason; the gateway refuses a message with a text over 4,096
 MAX_REASON = 2000
-_WHITE = frozenset("\n\r\t\v\f")
 
 
 def said_text(text: str, limit: int = MAX_REASON) -> str:
-    """``text`` as the daemon journals and sends it: each control character (NUL included) and
-    lone surrogate replaced ("?"; a line break or tab by a space), and at most ``limit``
-    characters: the start kept (where an error says what went wrong), the cut marked with how
-    much was left out. An engine may answer an error with a whole HTML page."""
-    if len(text) <= limit and text.isprintable():
-        return text
-    clean = "".join(
-        (" " if c in _WHITE else "?") if unicodedata.category(c) in ("Cc", "Cs") else c
-        for c in text
-    )
-    if len(clean) <= limit:
-        return clean
-    keep = max(limit - len(f"… [{len(clean)} more characters cut]"), 0)
-    return clean[:keep] + f"… [{len(clean) - keep} more characters cut]"
+    """``text`` as the daemon journals and sends it (``domain.texts.prose``): printable, at
+    most ``limit`` characters, the cut marked. An engine may answer an error with a whole HTML
+    page, and a NUL would get every Hello of the node refused."""
+    return prose(text, limit)
 
 
 B = TypeVar("B")

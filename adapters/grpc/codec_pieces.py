@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from domain import texts
 from domain.artifacts import ArtifactFile, Manifest
 from domain.checkpoints import MAX_FILES, ResumeFrom, check_name
 from domain.errors import InvalidInput
@@ -76,21 +77,11 @@ def _text(value: str, field: str, limit: int = _MAX_TEXT) -> str:
     return value
 
 
-_LINE_BREAKS = str.maketrans({"\n": " ", "\r": " ", "\t": " "})
-
-
 def prose(value: str, limit: int = _MAX_TEXT) -> str:
-    """A daemon's free text (a reason, an error, a progress detail): kept, made printable
-    (line breaks and tabs become spaces, NUL and other control or invisible characters "?")
-    and cut to ``limit`` characters, the cut marked with how long the text was. Never
-    refused: an engine's 100 KB error page is still why the member failed."""
-    if value.isprintable() and len(value) <= limit:
-        return value
-    mark = f"… [cut: {len(value)} characters]" if len(value) > limit else ""
-    head = value[: limit - len(mark)] if mark else value
-    head = head.translate(_LINE_BREAKS)
-    cleaned = "".join(c if c.isprintable() else "?" for c in head)
-    return cleaned + mark
+    """A daemon's free text (a reason, an error, a progress detail): kept, made printable and
+    cut to ``limit`` (``domain.texts.prose``). Never refused: an engine's 100 KB error page is
+    still why the member failed."""
+    return texts.prose(value, limit)
 
 
 def capacity_to(c: NodeCapacity) -> pb.Capacity:

@@ -21,6 +21,7 @@ from domain.errors import (
     Unauthenticated,
     Unavailable,
 )
+from domain.texts import cut
 
 _FIX = " (fix: "
 MAX_MESSAGE = 1024  # characters; what a cut message keeps still names the field
@@ -38,18 +39,10 @@ def grpc_status(exc: TunePlaneError) -> Status:
     return next((s for kind, s in _STATUS if isinstance(exc, kind)), Status.FAILED_PRECONDITION)
 
 
-def bounded(text: str, limit: int) -> str:
-    """``text`` cut to ``limit`` characters, the cut marked."""
-    if len(text) <= limit:
-        return text
-    mark = f"… [cut: {len(text)} characters]"
-    return text[: limit - len(mark)] + mark
-
-
 def grpc_error(exc: TunePlaneError) -> GRPCError:
     """The error with its message and fix, as the status's text (each part bounded)."""
-    message = bounded(exc.message, MAX_MESSAGE)
-    text = f"{message}{_FIX}{bounded(exc.fix, MAX_FIX)})" if exc.fix else message
+    message = cut(exc.message, MAX_MESSAGE)
+    text = f"{message}{_FIX}{cut(exc.fix, MAX_FIX)})" if exc.fix else message
     return GRPCError(grpc_status(exc), text)
 
 

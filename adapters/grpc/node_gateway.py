@@ -29,7 +29,7 @@ from grpclib.server import Stream
 from adapters.grpc import frame_repr
 from adapters.grpc import node_codec as codec
 from adapters.grpc.codec_pieces import capacity_from
-from adapters.grpc.errors import MAX_MESSAGE, bearer, bounded, grpc_error
+from adapters.grpc.errors import MAX_MESSAGE, bearer, grpc_error
 from adapters.grpc.node_checkpoint_service import CheckpointCalls
 from adapters.grpc.node_codec import GatewayBody
 from application import instruments as i
@@ -47,6 +47,7 @@ from domain.node_messages import (
     SourceChunk,
     Welcome,
 )
+from domain.texts import cut
 from proto import node_control_pb2 as pb
 from proto.node_control_grpc import NodeControlBase
 
@@ -246,7 +247,7 @@ class NodeGateway(CheckpointCalls, NodeControlBase):
                         "node %s: message %d refused (%d refused on this stream): %s",
                         session.node, message.seq, session.refused, str(exc)[:1000],
                     )  # fmt: skip
-                link.outbox.put_nowait(Refused(message.seq, bounded(str(exc), MAX_MESSAGE)))
+                link.outbox.put_nowait(Refused(message.seq, cut(str(exc), MAX_MESSAGE)))
                 continue
             if isinstance(body, Heartbeat):
                 if seq > session.last_seq:

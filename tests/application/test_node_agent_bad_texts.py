@@ -86,7 +86,7 @@ async def test_an_engine_error_of_a_whole_page_with_a_nul_is_journalled_and_vote
     for text in (vote.reason, entry.reason):
         assert said_well(text), text[-200:]
         assert text.startswith("error parsing HTTP 403 response body: <html>")  # its start kept
-        assert "more characters cut]" in text  # and the cut marked
+        assert "… [cut: " in text  # and the cut marked
 
 
 async def test_a_reason_an_older_daemon_journalled_is_sent_bounded(tmp_path: Path) -> None:
