@@ -51,6 +51,9 @@ async def sync_capacity(ctx: Context, backends: Iterable[str] | None = None) -> 
         except Unavailable as exc:
             log.warning("capacity of %s not read: %s", source.name, exc)
             continue
+        except Exception:  # a fault in one backend's report never stops the others' or the loop
+            log.exception("capacity of %s not read", source.name)
+            continue
         changed += await _write(ctx, source, pools, nodes)
     return changed
 

@@ -103,12 +103,13 @@ class Supervisor:
         """One round; False (doing nothing) when another process leads."""
         if self.lease is not None and not await self.lease.acquire():
             return False
-        if self._ticks % self.sweep_every == 0:
+        tick, self._ticks = self._ticks, self._ticks + 1  # counted first: a round that fails
+        # at the sweep or the capacity sync must not make every later round do it again
+        if tick % self.sweep_every == 0:
             await self.sweep()
-        self._keep_checkpoints(self._ticks % self.sweep_every == 0)
-        if self._ticks % self.capacity_every == 0:
+        self._keep_checkpoints(tick % self.sweep_every == 0)
+        if tick % self.capacity_every == 0:
             await sync_capacity(self.ctx)  # pools and nodes a backend's scheduler reports
-        self._ticks += 1
         await self.gangs.housekeeping()
         await self.scheduler.pass_once()
         await self.advance_all()
@@ -121,7 +122,12 @@ class Supervisor:
                 page = await uow.jobs.list(owner=None, states=ACTIVE, limit=100, cursor=cursor)
             for job in page.jobs:
                 with log_context.bound(job_id=job.id):  # on every line this step logs
-                    await self._lost_race_is_fine(job, self._advance(job))
+                    try:
+                        await self._lost_race_is_fine(job, self._advance(job))
+                    except Unavailable as exc:  # this job waits; the others go on
+                        log.warning("job %s not advanced: %s", job.id, exc)
+                    except Exception:  # a fault in one job's step never stops the others'
+                        log.exception("job %s not advanced", job.id)
             if page.next_cursor is None:
                 return
             cursor = page.next_cursor

@@ -7,15 +7,18 @@ Slurm user; no header), or JWT: ``X-SLURM-USER-TOKEN`` (and ``X-SLURM-USER-NAME`
 for sites whose slurmctld has ``AuthAltTypes=auth/jwt``.
 
 Errors: slurmrestd unreachable, timing out or answering 5xx without a Slurm error → Unavailable
-(retry later; nothing is assumed). A Slurm error in ``errors`` is the truth only together with
-the status: a submission with a ``job_id`` created a job even when ``errors`` is not empty.
+(retry later; nothing is assumed). So is an answer TunePlane cannot read (not a JSON object, a
+record without its fields, a job record about another job than the one asked for): a proxy's
+page or a server's bug proves nothing about a job, and never stops the supervisor. A Slurm
+error in ``errors`` is the truth only together with the status: a submission with a ``job_id``
+created a job even when ``errors`` is not empty.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -33,6 +36,8 @@ from adapters.slurm.versions import (
     errors_of,
 )
 from domain.errors import InvalidInput, Unavailable
+
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +105,8 @@ class SlurmClient:
             data = resp.json()
         except ValueError:
             data = None
+        if not isinstance(data, dict):  # a list, a string, a number: not a Slurm answer
+            data = None
         if data is None and resp.status_code == 404:
             return 404, {}  # a path this server does not serve (accounting not configured)
         if resp.status_code in (401, 403):
@@ -143,6 +150,32 @@ class SlurmClient:
         status, body = await self._call("GET", f"{d.prefix}/{path}")
         return status, body, d
 
+    def _records(self, what: str, body: Any, key: str, read: Callable[[Any], R]) -> list[R]:
+        """``body[key]`` read record by record; Unavailable, naming what could not be read,
+        for anything else (nothing is assumed from an answer TunePlane cannot read)."""
+        items = body.get(key) or []
+        try:
+            if not isinstance(items, list):
+                raise TypeError(f"{key!r} is {type(items).__name__}, not a list")
+            return [read(item) for item in items]
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise Unavailable(
+                f"slurmrestd at {self.endpoint.url} answered {what} with a record TunePlane"
+                f" cannot read ({type(exc).__name__}: {exc}); nothing is assumed from it"
+            ) from None
+
+    def _about(self, job_id: int, jobs: list[SlurmJob], what: str) -> list[SlurmJob] | None:
+        """The components of ``job_id`` in an answer about it; Unavailable when the answer
+        holds records but none of that job (another job's end is no proof of this one's)."""
+        mine = [j for j in jobs if job_id in (j.job_id, j.het_job_id)]
+        if jobs and not mine:
+            others = ", ".join(sorted({str(j.job_id) for j in jobs})[:5])
+            raise Unavailable(
+                f"slurmrestd at {self.endpoint.url} answered {what} with job {others}, not"
+                f" {job_id}; nothing is assumed from it"
+            )
+        return mine or None
+
     def _failed(self, what: str, body: Any) -> Unavailable:
         errs = "; ".join(str(e) for e in errors_of(body)) or "no error given"
         return Unavailable(f"Slurm could not {what}: {errs}")
@@ -173,14 +206,14 @@ class SlurmClient:
             return None
         if status != 200:
             raise self._failed(f"report job {job_id}", body)
-        jobs = [d.job(j) for j in body.get("jobs") or []]
-        return jobs or None
+        what = f"job {job_id}"
+        return self._about(job_id, self._records(what, body, "jobs", d.job), what)
 
     async def jobs(self) -> list[SlurmJob]:
         status, body, d = await self._get("jobs")
         if status != 200:
             raise self._failed("list its jobs", body)
-        return [d.job(j) for j in body.get("jobs") or []]
+        return self._records("its jobs", body, "jobs", d.job)
 
     async def cancel(self, job_id: int, signal: str | None = None) -> bool:
         """Cancel (or signal) the job; False when Slurm does not know it."""
@@ -198,22 +231,22 @@ class SlurmClient:
         status, body, d = await self._get("nodes")
         if status != 200:
             raise self._failed("list its nodes", body)
-        return [d.node(n) for n in body.get("nodes") or []]
+        return self._records("its nodes", body, "nodes", d.node)
 
     async def partitions(self) -> list[SlurmPartition]:
         status, body, d = await self._get("partitions")
         if status != 200:
             raise self._failed("list its partitions", body)
-        return [d.partition(p) for p in body.get("partitions") or []]
+        return self._records("its partitions", body, "partitions", d.partition)
 
     async def accounted(self, job_id: int) -> list[SlurmJob] | None:
         """The job as accounting (slurmdbd) recorded it; None when it has no record."""
         d = await self.dialect()
         path = f"/slurmdb/{d.version}/job/{job_id}"
         status, body = await self._call("GET", path)
-        if status == 404 or (status != 200 and not (body or {}).get("jobs")):
+        if status == 404 or (status != 200 and not body.get("jobs")):
             if status in (404, 500) or any(e.code == INVALID_JOB_ID for e in errors_of(body)):
                 return None
             raise self._failed(f"report job {job_id} from accounting", body)
-        jobs = [d.accounted(j) for j in body.get("jobs") or []]
-        return jobs or None
+        what = f"job {job_id} from accounting"
+        return self._about(job_id, self._records(what, body, "jobs", d.accounted), what)
