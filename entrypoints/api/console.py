@@ -9,10 +9,14 @@ styles and API: no inline script, no third-party origin, no framing.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from litestar import Response, Router, get
+from litestar import Request, Response, Router, get
 from litestar.datastructures import CacheControlHeader
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.static_files import create_static_files_router
+
+from entrypoints.api.problems import EXCEPTION_HANDLERS
 
 CONSOLE_PATH = "/console"
 DEFAULT_DIST = Path(__file__).with_name("console_dist")
@@ -61,6 +65,14 @@ async def _add_security_headers(response: Response[object]) -> Response[object]:
     return response
 
 
+def _console_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    """The API's problem answer (a 404 for a file the build lacks), with the console's
+    headers: every /console/ answer carries them, an error too."""
+    response: Response[Any] = EXCEPTION_HANDLERS[HTTPException](request, exc)
+    response.headers.update(SECURITY_HEADERS)
+    return response
+
+
 def console_router(dist: Path | None = None) -> Router:
     """The /console/ routes: the built files when there are some, else one page saying how to
     build them (503)."""
@@ -73,6 +85,8 @@ def console_router(dist: Path | None = None) -> Router:
             name="console",
             include_in_schema=False,
             after_request=_add_security_headers,
+            # per class, as the app's map names them: the closest class in the error's MRO wins
+            exception_handlers={NotFoundException: _console_error, HTTPException: _console_error},
             cache_control=CacheControlHeader(no_cache=True),
         )
 

@@ -61,7 +61,11 @@ async def test_the_csp_forbids_inline_scripts_and_other_origins() -> None:
 
 
 async def test_a_missing_file_is_404_and_the_api_still_wants_a_token(client: Any) -> None:
-    assert (await client.get("/console/assets/missing.js")).status_code == 404
+    for path in ("/console/assets/missing.js", "/console/assets/", "/console/nonexistent"):
+        missing = await client.get(path)  # an error answer carries the console's headers too
+        assert missing.status_code == 404, path
+        assert missing.headers["content-security-policy"] == CSP, path
+        assert missing.headers["x-frame-options"] == "DENY", path
     assert (await client.get("/v1/whoami")).status_code == 401
     schema = (await client.get("/schema/openapi.json")).json()
     assert not [p for p in schema["paths"] if p.startswith("/console")]
