@@ -226,6 +226,28 @@ def files_from(files: Sequence[pb.OutputFile]) -> Manifest:
     return Manifest.of(out)
 
 
+_UNUSABLE = "a path or digest the control plane cannot keep (not relative, a control character)"
+
+
+def reported_outputs(files: Sequence[pb.OutputFile]) -> Manifest:
+    """A member's outputs as its exit report lists them: an entry that cannot be kept (a name
+    with a control character from a daemon that listed it, a path twice) is left out and
+    counted in the manifest, never a reason to refuse the report: the exit must be recorded."""
+    kept: dict[str, ArtifactFile] = {}
+    dropped = 0
+    for f in files:
+        try:
+            one = output_file(f)
+        except InvalidInput:
+            dropped += 1
+            continue
+        if one.path in kept:
+            dropped += 1
+        else:
+            kept[one.path] = one
+    return Manifest.of(list(kept.values()), {_UNUSABLE: dropped} if dropped else None)
+
+
 def step_to(step: int | None) -> int:
     return -1 if step is None else step
 
@@ -290,7 +312,7 @@ def report_from(m: pb.MemberStatus) -> MemberReport:
     if phase is None:
         raise _bad(f"unknown phase {m.phase}", field="phase")
     code = m.exit_code if m.has_exit_code else None
-    outputs = files_from(m.outputs) if m.has_outputs else None
+    outputs = reported_outputs(m.outputs) if m.has_outputs else None
     return MemberReport(
         ref_from(m.ref),
         phase,
