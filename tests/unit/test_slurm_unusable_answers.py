@@ -120,9 +120,8 @@ async def test_a_fault_in_one_capacity_source_never_stops_the_rounds(tmp_path: P
         async def capacity(self) -> Any:
             raise KeyError("name")  # a bug in one backend's reader
 
-    ctx = dataclasses.replace(
-        memory_context(tmp_path, MemoryBackend()), capacity={"slurm": Broken()}
-    )
+    broken: Any = Broken()  # a CapacityReporter in all but its fault
+    ctx = dataclasses.replace(memory_context(tmp_path, MemoryBackend()), capacity={"slurm": broken})
     preview = await submissions.create_preview(ctx, ALICE, an_intent(params={"command": "x"}))
     made = await submissions.commit(ctx, ALICE, preview.id, preview.digest, str(uuid.uuid4()))
     supervisor = Supervisor(ctx, capacity_every=1)
