@@ -144,6 +144,12 @@ async def curve(
             fix="give start/end (steps) or start_time/end_time (seconds since the epoch)",
             field="start_time",
         )
+    if start_time is not None and end_time is not None and not start_time <= end_time:
+        raise InvalidInput(  # as an empty step range is (plan_view), not an empty curve
+            f"the time range {start_time}..{end_time} is empty",
+            fix="give start_time <= end_time (seconds since the epoch)",
+            field="end_time",
+        )
     await _primary(ctx, principal, job_id)
     store = _store(ctx)
     chosen: dict[tuple[str, int], SeriesInfo] = {}  # (run, attempt) → series

@@ -18,6 +18,7 @@ row per 64 points together.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
@@ -34,9 +35,19 @@ DEFAULT_POINTS = 1000
 MAX_POINTS = 10_000
 MAX_TAG = 256
 MAX_SOURCE = 512
+# Control characters (C0, DEL, C1) in a metric name: PostgreSQL's text cannot hold NUL, and
+# the others draw nothing, or move the cursor, wherever the name is shown (a fixed set, unlike
+# str.isprintable, which follows the Python version's Unicode tables)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # The collector's own samples of a member's GPUs, CPU and memory (docs/telemetry.md, "The
 # system source"): sources named system#<generation>, which no metrics file can be named
 SYSTEM_SOURCE = "system"
+
+
+def tag_refused(tag: str) -> bool:
+    """Whether the gateway refuses ``tag`` as a metric name: empty, longer than ``MAX_TAG``,
+    or holding a control character (lone surrogates cannot reach it: the wire is UTF-8)."""
+    return not 0 < len(tag) <= MAX_TAG or _CONTROL.search(tag) is not None
 
 
 def is_system_source(source: str) -> bool:
@@ -115,12 +126,19 @@ class SourceBatch:
             raise InvalidInput(
                 f"unknown source kind {self.kind!r}", fix=f"use one of {', '.join(SOURCE_KINDS)}"
             )
-        for tag in self.points.tags:
+        tags = self.points.tags
+        for tag in tags:
             if not tag or len(tag) > MAX_TAG:
                 raise InvalidInput(
                     f"a metric name must have 1 to {MAX_TAG} characters: {tag[:40]!r}",
                     fix="shorten the tag",
                 )
+        if _CONTROL.search("".join(tags)):  # one pass over the names, in C
+            bad = next(t for t in tags if _CONTROL.search(t))
+            raise InvalidInput(
+                f"a metric name holds a control character: {bad[:40]!r}",
+                fix="leave NUL and other control characters out of metric names",
+            )
 
 
 @dataclass(frozen=True, slots=True)

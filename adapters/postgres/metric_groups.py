@@ -264,8 +264,11 @@ class GroupedAppends:
         """COPY the points; returns the series' latest values and the rollups' deltas of the
         finest stored tier (a binary COPY payload, sent as the transaction ends)."""
         ids = await self._series_ids(conn, kept, fresh, begin)
+        # a batch may name tags none of its points has (a collector's spool rows keep their
+        # parse's names; a batch cut at the watermark keeps all): those have no series, and
+        # -1 is never indexed
         series = [
-            np.array([ids[(scope.member_id, source, t)] for t in p.tags], dtype=np.int64)[p.tag]
+            np.array([ids.get((scope.member_id, source, t), -1) for t in p.tags], np.int64)[p.tag]
             for scope, source, p in kept
         ]
         rows = Rows.of(

@@ -164,8 +164,9 @@ class Points:
         return int(np.count_nonzero(np.diff(self.offset))) + 1 if len(self) else 0
 
     def split(self, max_points: int) -> list[Points]:
-        """Pieces of at most ``max_points`` points (more only where one record has more),
-        never splitting a record: a gateway that stored part of a record would take the rest
+        """Pieces of at most ``max_points`` points (more only where one record has more), each
+        with the tag names it uses only (a spool row, then a batch, carries no other), never
+        splitting a record: a gateway that stored part of a record would take the rest
         for a resend."""
         n = len(self)
         if n <= max_points:
@@ -179,7 +180,7 @@ class Points:
                     end = cut
                 else:  # one record of more than max_points: keep it whole
                     end = int(np.searchsorted(self.offset, self.offset[start], side="right"))
-            pieces.append(self.take(slice(start, end)))
+            pieces.append(self.take(slice(start, end)).compact())  # only its own tag names
             start = end
         return pieces
 

@@ -85,6 +85,8 @@ class _Columns:
             got = _decode_line(line)
         except msgspec.DecodeError:  # not the SDK's form (or not JSON): the general path
             return self.add(_object(line), offset)
+        except RecursionError:  # nested deeper than a metric line ever is: corrupt
+            return False
         metrics = got.metrics
         if "" in metrics:
             return self.add(_object(line), offset)

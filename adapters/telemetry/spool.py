@@ -131,6 +131,11 @@ class Spool:
         self.max_bytes = max_bytes
         self.row_points = row_points
         self._lock_fd = _exclusive(directory / LOCK_FILE)
+        try:
+            _not_emptied(self.path)
+        except InvalidInput:
+            os.close(self._lock_fd)
+            raise
         self._lock = threading.Lock()
         self._members: dict[str, int] = {}
         self._names: dict[int, tuple[str, SourceKind]] = {}
@@ -401,6 +406,24 @@ class Spool:
             self._db.execute(
                 f"UPDATE members SET {counter} = {counter} + ? WHERE id = ?",
                 (n, self._member(member)),
+            )
+
+
+def _not_emptied(path: Path) -> None:
+    """Refuse a spool file of zero bytes. SQLite would take it for a new database, so every
+    unshipped record would be lost without a word and every source start again at generation
+    #0, whose records the gateway then takes for ones it already stored. A spool the collector
+    made is never empty: its first statement (WAL mode) writes the file's first page."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size == 0:
+            raise InvalidInput(
+                f"the spool file {path} is empty (zero bytes): it was truncated or replaced, "
+                "and its unshipped metrics are gone",
+                fix=f"restore {path} (with its -wal file) if you have a copy; otherwise move "
+                "the spool directory aside and start the collector again: the member files' "
+                "sources then start at generation #0, and records the gateway stored before "
+                "under those names are not stored again",
+                field="spool",
             )
 
 

@@ -40,7 +40,8 @@ from adapters.telemetry.jsonl import JsonlParser
 from adapters.telemetry.parsers import parser_for
 from adapters.telemetry.spool import SourceState, Spool
 from adapters.telemetry.tfrecord import MAX_RECORD as MAX_TFRECORD
-from domain.telemetry import MAX_SOURCE, MAX_TAG, SourceKind
+from adapters.telemetry.tfrecord import header_ok
+from domain.telemetry import MAX_SOURCE, SourceKind, tag_refused
 
 log = logging.getLogger("tuneplane.collector")
 
@@ -65,6 +66,11 @@ class _Source:
     parser: SourceParser
     fd: int | None = None
     stalled: int = -1  # file size at which the last read found no complete record
+    # the record pending at the read position (the last read found it incomplete): a
+    # TFRecord's end as its header says, or how far a JSONL line is known to have no newline;
+    # it is not read again before it can be complete (0: not known)
+    pending: int = 0
+    pending_at: int = -1  # the read position ``pending`` was found at
     retired_size: int = -1  # a retired file's size at the last poll (it stopped growing?)
 
 
@@ -162,7 +168,12 @@ class MemberTail:
         if rel not in self._kinds:
             parser = parser_for(Path(rel))
             kind = parser.kind if parser is not None else None
-            if kind is not None and len(rel) > MAX_SOURCE - 8:
+            if kind is not None and not _valid_name(rel):  # once: a warning, no traceback
+                shown = rel.encode(errors="surrogateescape").decode(errors="replace")[:80]
+                self._warn(rel, f"{shown!r}: the path is not valid UTF-8, so it cannot name a "
+                           "source; skipped")  # fmt: skip
+                kind = None
+            elif kind is not None and len(rel) > MAX_SOURCE - 8:
                 self._warn(rel, f"{rel[:80]}…: the path is too long for a source name; skipped")
                 kind = None
             self._kinds[rel] = kind
@@ -263,7 +274,7 @@ class MemberTail:
         grew = size > s.size_seen
         s.size_seen = max(size, s.size_seen, s.position)
         want, read, saved = self.chunk, 0, False
-        while read < PER_POLL and size > s.position and (size != src.stalled or final):
+        while read < PER_POLL and size > s.position and (final or not self._waits(src, size)):
             if self.spool.full:
                 progress.behind = True
                 break
@@ -277,6 +288,7 @@ class MemberTail:
             if parsed.consumed == 0:
                 if at_end:
                     src.stalled = size
+                    src.pending, src.pending_at = _pending_end(s.kind, data, s.position), s.position
                     break
                 if want >= LONGEST[s.kind]:  # a record longer than any we take: skip it
                     parsed = self._feed(src, data, True)
@@ -296,6 +308,29 @@ class MemberTail:
             self.spool.save(self.member, s)  # what was seen counts if the file vanishes
         progress.read += read
         progress.behind |= s.size_seen > s.position
+
+    def _waits(self, src: _Source, size: int) -> bool:
+        """Whether the record pending at the read position cannot be complete at ``size``: a
+        large record being written is then not read again at every poll (a 250 MiB TFRecord
+        growing a byte at a time cost a read of all of it per poll)."""
+        s = src.state
+        if size == src.stalled:
+            return True
+        if src.pending_at != s.position or src.pending <= s.position:
+            return False
+        if s.kind == "tfevents":
+            return size < src.pending
+        if src.pending - s.position >= LONGEST["jsonl"]:
+            return False  # too long already: read, to skip it as corrupt
+        try:  # only the bytes new since: does the line end in them?
+            new = os.pread(src.fd or -1, min(size - src.pending, self.chunk), src.pending)
+        except OSError:
+            return False
+        if b"\n" in new or not new:
+            return False
+        src.pending += len(new)
+        src.stalled = size if src.pending >= size else -1
+        return True
 
     def _feed(self, src: _Source, data: bytes, final: bool) -> Parsed:
         offset = src.state.position
@@ -338,7 +373,7 @@ class MemberTail:
             tag.encode()
         except UnicodeEncodeError:
             return False
-        if not 0 < len(tag) <= MAX_TAG:
+        if tag_refused(tag):  # empty, too long, a control character (NUL: PostgreSQL refuses)
             return False
         if len(self._good_tags) < 100_000:
             self._good_tags.add(tag)
@@ -348,6 +383,28 @@ class MemberTail:
         if key not in self._warned:
             self._warned.add(key)
             log.warning("member %s: %s", self.member, text)
+
+
+def _pending_end(kind: SourceKind, data: bytes, position: int) -> int:
+    """Where the incomplete record at ``position`` (``data`` read from there) ends at the
+    earliest: a TFRecord's end as its header (its CRC checked) says, the end of ``data`` for a
+    JSONL line (it has no newline yet); 0 when not known."""
+    if kind == "jsonl":
+        return position + len(data)
+    if len(data) >= 12 and header_ok(data, 0):
+        return position + 16 + int.from_bytes(data[:8], "little")
+    return 0
+
+
+def _valid_name(rel: str) -> bool:
+    """Whether ``rel`` can name a source: valid UTF-8 (os.walk hands undecodable bytes over as
+    lone surrogates, which neither the spool nor the wire can carry; a file name cannot hold
+    NUL)."""
+    try:
+        rel.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _unread(state: SourceState) -> int:

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import crc32c
 
-MAX_RECORD = 256 * 1024 * 1024  # a larger length is taken as a corrupt header
+# a larger length is taken as a corrupt header (docs/telemetry.md, "Sources"): a record is read
+# whole into memory, so this bounds what one record of a job's file costs the collector
+MAX_RECORD = 64 * 1024 * 1024
 _LEN = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
 
@@ -41,7 +43,7 @@ class Walk:
     corrupt: int = 0
 
 
-def _header_ok(data: bytes, pos: int) -> bool:
+def header_ok(data: bytes, pos: int) -> bool:
     length, crc = _LEN.unpack_from(data, pos)
     return bool(length <= MAX_RECORD and masked_crc(data[pos : pos + 8]) == crc)
 
@@ -65,7 +67,7 @@ def spans(data: bytes, walk: Walk, *, final: bool = False) -> tuple[list[int], l
         c = crc(view[pos : pos + 8])
         if length > MAX_RECORD or (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF != header_crc:
             walk.corrupt += 1
-            nxt = next((p for p in range(pos + 1, n - 11) if _header_ok(data, p)), None)
+            nxt = next((p for p in range(pos + 1, n - 11) if header_ok(data, p)), None)
             if nxt is None:  # the next header may start in bytes not written yet
                 pos = n if final else max(pos + 1, n - 11)
                 break

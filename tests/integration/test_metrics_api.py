@@ -213,3 +213,7 @@ async def test_a_curve_over_a_time_range(setup: Any) -> None:
     assert r.status_code == 200 and r.json()["attempts"] == []
     r = await client.get(base, params={"tag": "loss", "start": 1, "start_time": t})
     assert r.status_code == 422 and r.json()["field"] == "start_time"
+    # an empty time range is refused as an empty step range is, not answered with no points
+    r = await client.get(base, params={"tag": "loss", "start_time": t + 650, "end_time": t + 600})
+    assert r.status_code == 422 and r.json()["field"] == "end_time", r.text
+    assert "start_time <= end_time" in r.json()["fix"]

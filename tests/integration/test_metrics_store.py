@@ -22,6 +22,7 @@ from adapters.postgres.metric_compaction import (
 from adapters.postgres.metrics import PostgresMetrics
 from adapters.postgres.metrics_pool import create_pool
 from adapters.postgres.uow import PostgresUnitOfWork
+from adapters.telemetry.columns import Points
 from domain.telemetry import TIERS, MemberScope, SourceBatch, View, plan_view
 from domain.telemetry_ports import CollectorCounters, MemberStatus
 from tests.contract.builders import a_job, a_member, an_attempt
@@ -428,3 +429,27 @@ async def test_the_gateway_loop_keeps_merging_as_a_trickle_goes_on(
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
+
+
+async def test_a_batch_naming_tags_without_points_is_stored(
+    store: PostgresMetrics, scopes: list[MemberScope]
+) -> None:
+    """A batch may name tags none of its points has: a collector's spool rows cut from one
+    parse of wide records, or a resend cut at the watermark past every point of a tag. Such a
+    batch ended every attempt in a KeyError, and the member stored nothing, ever."""
+    scope = scopes[0]
+    wide = [(o, [(f"w/t{o}_{k}", o, float(k)) for k in range(50)]) for o in range(4)]
+    first = await store.append(scope, [batch("wide.jsonl#0", wide[:2])], NONE, NOW)
+    assert (first.accepted, first.duplicates) == (100, 0)
+    # the resend of records 0-1 with records 2-3: cut at the watermark, records 0-1's tags
+    # name no point left in it
+    again = await store.append(scope, [batch("wide.jsonl#0", wide)], NONE, NOW)
+    assert (again.accepted, again.duplicates) == (100, 100)
+    # tag names no point has at all (as a spool row cut from a wider parse carries)
+    unused = SourceBatch(
+        "wide.jsonl#0", "jsonl", Points.of(["w/never", "w/last"], [10], [1], [10], [1010.0], [1.0])
+    )
+    assert (await store.append(scope, [unused], NONE, NOW)).accepted == 1
+    assert await points(store) == 201
+    tags = {s.tag for s in await store.series(scope.job_id)}
+    assert len(tags) == 201 and "w/never" not in tags

@@ -318,7 +318,8 @@ async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Teleme
     token = await telemetry.tokens.issue(scope, T0, DAY)
     stub = TelemetryStub(telemetry.channel)
     bad_batches = []
-    for mutate in ("columns", "ragged", "backwards", "tag index", "kind", "step", "offset"):
+    mutations = ("columns", "ragged", "backwards", "tag index", "kind", "step", "offset", "nul")
+    for mutate in (*mutations, "control"):
         tags, offsets, steps = [0, 0, 0], [0, 40, 80], [0, 1, 2]  # a good batch, then mutated
         walls, values = [1.0, 2.0, 3.0], [0.5, 0.25, 0.125]
         if mutate == "columns":
@@ -336,6 +337,10 @@ async def test_malformed_batches_are_refused_and_write_nothing(telemetry: Teleme
             b.sources[0].kind = "csv"
         elif mutate == "ragged":
             b.sources[0].step = b.sources[0].step[:-3]  # not a whole number of int64
+        elif mutate == "nul":  # PostgreSQL's text cannot hold it: was an internal error
+            b.sources[0].tag_names[0] = "bad\x00tag"
+        elif mutate == "control":
+            b.sources[0].tag_names[0] = "bad\x1btag"
         bad_batches.append(b)
     for b in bad_batches:
         async with stub.Append.open(metadata={"authorization": f"Bearer {token}"}) as stream:

@@ -253,6 +253,41 @@ def test_a_damaged_spool_file_is_refused_with_a_fix(tmp_path: Path) -> None:
     Spool(tmp_path / "s2").close()  # the lock was let go: nothing half-open remains
 
 
+def test_an_emptied_spool_file_is_refused_not_taken_for_a_new_spool(tmp_path: Path) -> None:
+    """A zero-length spool.sqlite was opened as a new spool: every unshipped record lost without
+    a word and every source back at generation #0."""
+    s = Spool(tmp_path / "s")
+    put(s, M, source(s), [rec(0, 0)])
+    s.close()
+    for name in ("spool.sqlite-wal", "spool.sqlite-shm"):
+        (tmp_path / "s" / name).unlink(missing_ok=True)
+    (tmp_path / "s" / "spool.sqlite").write_bytes(b"")
+    with pytest.raises(InvalidInput) as caught:
+        Spool(tmp_path / "s")
+    assert str(tmp_path / "s" / "spool.sqlite") in caught.value.message
+    assert "empty" in caught.value.message and "restore" in caught.value.fix
+    assert (tmp_path / "s" / "spool.sqlite").stat().st_size == 0  # left as it was
+    Spool(tmp_path / "s2").close()  # the lock was let go
+    with pytest.raises(InvalidInput, match="empty"):  # and is free for the next try
+        Spool(tmp_path / "s")
+
+
+def test_rows_carry_only_the_tag_names_their_points_use(spool: Spool) -> None:
+    """Records of many distinct tags parsed together are cut into rows; each row (and so each
+    batch) names only its own tags, not every tag of the parse."""
+    s = Spool(spool.path.parent.parent / "narrow", row_points=4)
+    try:
+        wide = [rec(o * 10, o, *(f"w/t{o}_{k}" for k in range(3))) for o in range(4)]
+        put(s, M, source(s), wide)
+        for after in range(4):
+            b = s.batch(M, 1, after)
+            assert b is not None
+            (only,) = b.sources
+            assert sorted(only.points.tags) == [f"w/t{after}_{k}" for k in range(3)]
+    finally:
+        s.close()
+
+
 def test_the_spool_is_full_at_capacity_until_acks_free_it(tmp_path: Path) -> None:
     spool = Spool(tmp_path / "s", max_bytes=1000)
     try:

@@ -379,3 +379,104 @@ def test_a_line_longer_than_any_accepted_is_skipped_as_corrupt(
         rig.poll()
     assert [s for _, _, s in rig.spooled()] == [0, 2]
     assert rig.counters()[0] >= 1
+
+
+def test_a_tag_with_nul_or_another_control_character_is_left_out_and_counted(rig: Rig) -> None:
+    """PostgreSQL cannot store NUL in text: such a tag made the gateway fail the member's batch
+    with an internal error, again and again, so none of its points (nor any later one) was
+    ever stored."""
+    append(rig.metrics / "metrics.jsonl", line(0, ok=1.0) + line(1, ok=2.0, **{"bad\x00tag": 3.0}))
+    append(rig.metrics / "metrics.jsonl", line(2, **{"esc\x1b[2Jtag": 1.0}) + line(3, ok=4.0))
+    tb_file = rig.metrics / "events.out.tfevents.1.host"
+    nul = tb.Summary(value=[tb.Summary.Value(tag="nul\x00tag", simple_value=1.0)])
+    append(tb_file, frame(tb.Event(wall_time=1.7e9, step=5, summary=nul).SerializeToString()))
+    append(tb_file, event(6, 0.5))
+    rig.poll()
+    batch = rig.spool.batch(M, 100)
+    assert batch is not None
+    got = sorted(
+        (s.tag, s.step) for b in batch.sources for r in b.points.records() for s in r.scalars
+    )
+    assert got == [("ok", 0), ("ok", 1), ("ok", 3), ("train/loss", 6)]
+    assert rig.counters()[0] == 3  # the line with a NUL, the line with ESC, the event with NUL
+    for s in batch.sources:  # what the gateway checks
+        SourceBatch(s.name, s.kind, s.points).check()
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_with_one_warning(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A non-UTF-8 name beside good files stopped the whole directory: a traceback every poll
+    (the spool cannot store the name) and no point from any file."""
+    bad = os.path.join(os.fsencode(rig.metrics), b"bad\xff\xfename.jsonl")
+    with open(bad, "wb") as f:
+        f.write(line(0))
+    append(rig.metrics / "good.jsonl", line(1))
+    append(rig.metrics / "run" / "more.jsonl", line(2))
+    for _ in range(3):
+        rig.poll()
+    assert sorted((name, step) for name, _, step in rig.spooled()) == [
+        ("good.jsonl#0", 1),
+        ("run/more.jsonl#0", 2),
+    ]
+    warned = [r.getMessage() for r in caplog.records if "not valid UTF-8" in r.getMessage()]
+    assert len(warned) == 1 and "bad" in warned[0]
+
+
+def test_a_huge_pending_tfrecord_is_not_read_again_until_it_can_be_complete(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A valid header claiming a large record, its body coming a byte at a time: every poll
+    read the whole body again (hundreds of MiB of memory and a core for a 250 MiB claim)."""
+    f = rig.metrics / "events.out.tfevents.2.host"
+    body = tb.Event(wall_time=1.7e9, file_version="x" * (6 << 20)).SerializeToString()
+    record = frame(body)
+    append(f, event(0, 1.0) + record[: 3 << 20])
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        data = real_pread(fd, n, at)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    rig.poll()
+    assert [s for _, _, s in rig.spooled()] == [0]
+    read.clear()
+    for _ in range(20):
+        append(f, b"\0")  # the body grows by a byte: the record cannot be complete yet
+        rig.poll()
+    assert sum(read) < 64 * 1024, sum(read)  # was 20 reads of over 3 MiB
+    with f.open("r+b") as w:  # the writer finishes the record (over the bytes above)
+        w.seek(len(event(0, 1.0)))
+        w.write(record + event(1, 2.0))
+    rig.poll()
+    assert [s for _, _, s in rig.spooled()] == [0, 1]
+    assert rig.counters() == (0, 0, 0)
+
+
+def test_a_long_pending_jsonl_line_is_searched_for_its_newline_in_new_bytes_only(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = rig.metrics / "m.jsonl"
+    start = b'{"step": 1, "x": 1, "pad": "' + b"y" * (3 << 20)
+    append(f, line(0) + start)
+    read: list[int] = []
+    real_pread = os.pread
+
+    def pread(fd: int, n: int, at: int) -> bytes:
+        data = real_pread(fd, n, at)
+        read.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", pread)
+    rig.poll()
+    read.clear()
+    for _ in range(20):
+        append(f, b"y")
+        rig.poll()
+    assert sum(read) < 64 * 1024, sum(read)
+    append(f, b'"}\n' + line(2))
+    rig.poll()
+    assert [s for _, _, s in rig.spooled()] == [0, 1, 2]

@@ -230,6 +230,15 @@ def test_jsonl_bad_lines_are_counted_and_a_partial_line_waits() -> None:
     assert points(final) == [("x", 5, 1.0)]
 
 
+def test_a_line_nested_too_deep_is_corrupt_not_a_parser_failure() -> None:
+    deep = b'{"step": 1, "x": ' + b'{"a": ' * 100_000 + b"1" + b"}" * 100_000 + b"}\n"
+    listed = b'{"step": 2, "metrics": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n"
+    data = b'{"step": 0, "x": 1}\n' + deep + listed + b'{"step": 3, "x": 2}\n'
+    parsed = JsonlParser().feed(data, 0)  # raised RecursionError
+    assert points(parsed) == [("x", 0, 1.0), ("x", 3, 2.0)]
+    assert (parsed.corrupt, parsed.consumed) == (2, len(data))
+
+
 def test_files_are_claimed_by_name() -> None:
     events = parser_for(Path("runs/events.out.tfevents.1700000000.host.1"))
     assert events is not None and events.kind == "tfevents"
