@@ -86,7 +86,7 @@ async def test_sign_in_words_and_the_preview_in_words_for_a_gpu_and_a_cpu_job(
     auth = server.headers
     made = await page.request.post(f"{server.url}/v1/pools", data=pool, headers=auth)
     assert made.status == 201, await made.text()
-    for node in ("g1", "g2"):  # never connected: nothing runs there
+    for node in ("g1", "g2"):  # no daemon: disconnected until one connects, nothing runs there
         node_in = {"name": node, "pool": "gpu-a"}
         added = await page.request.post(server.url + "/v1/nodes", data=node_in, headers=auth)
         assert added.status == 201, await added.text()
@@ -95,9 +95,10 @@ async def test_sign_in_words_and_the_preview_in_words_for_a_gpu_and_a_cpu_job(
     await expect(summary).to_contain_text(
         "2 members × 8 H200 GPUs in pool gpu-a (fleet f), node backend; runtime busybox ("
     )
-    await expect(summary).to_contain_text(
-        "; queue default; estimated wait: none: it would start at once; "
-        "retry: no retry (1 attempt)."
+    await expect(summary).to_contain_text(  # the truth about nodes with no daemon behind them
+        "; queue default; estimated wait: would wait, first in line (position 1 of 1 pending): "
+        "needs 2×8 h200 GPUs in pool gpu-a; 0 of 2 nodes in pool gpu-a have room for a member"
+        " now (2 disconnected); retry: no retry (1 attempt)."
     )
     assert await fact(page, "GPU request") == "2 members × 8 H200 GPUs in pool gpu-a (fleet f)"
     assert re.fullmatch(r"busybox \(.+@sha256:[0-9a-f]{12}…\)", await fact(page, "Runtime"))
