@@ -403,8 +403,12 @@ async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
     begun, daemon_begun = size(gateway_log), size(daemon_log)
     cluster.start_daemon(node)
 
-    def reconciled() -> bool:  # logged once the gateway has recorded what the Hello said
-        return f"node {node} connected (session " in tail(gateway_log, begun)
+    readopted = f"member {first['id']} re-adopted from its container"
+
+    def reconciled() -> bool:  # the gateway recorded what the Hello said, and the daemon,
+        # welcomed (recovery waits for the Welcome), re-adopted its member
+        connected = f"node {node} connected (session " in tail(gateway_log, begun)
+        return connected and readopted in tail(daemon_log, daemon_begun)
 
     deadline = time.monotonic() + 60
     while not reconciled():
@@ -412,7 +416,6 @@ async def test_a_corrupted_journal_row_of_a_running_member_is_readopted(
         await asyncio.sleep(0.2)
     log = tail(daemon_log, daemon_begun)
     assert "its checksum does not match its contents" in log
-    assert f"member {first['id']} re-adopted from its container" in log
     assert await phases(cluster, attempt["id"]) == {0: ("running", False), 1: ("running", False)}
     job = await wait_members(cluster, job_id, "running")
     assert job["state"] == "running" and await live_reservations(cluster, attempt["id"]) == 1

@@ -26,7 +26,7 @@ from tests.e2e.test_node_backend import Factory, cli_for, events, starts, submit
 from tests.fixtures.nodes import NODE_CPUS, NODE_MEMORY_MB, NodeCluster
 from tests.fixtures.server import TP
 from tests.support.faulty_gateway import GRPC_MODES, H2_MODES, TCP_MODES, FaultyFront
-from tests.support.node_fault_steps import wait_members
+from tests.support.node_fault_steps import installation_of, wait_members
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -58,7 +58,8 @@ async def test_the_daemon_survives_every_broken_stream_and_reconnects(
     fault); then it reaches the real gateway again. UNAUTHENTICATED alone ends it, with exit
     code 5."""
     cluster = await node_cluster_factory(0, TUNEPLANE_NODE_RETRY_MAX_SECONDS="0.5")
-    front = FaultyFront(cluster.gateway_port, cluster.servers.state_dir / "pki")
+    installation = await installation_of(cluster)  # a takeover's Welcome names it too
+    front = FaultyFront(cluster.gateway_port, cluster.servers.state_dir / "pki", installation)
     await front.start()
     try:
         daemon = cluster.start_daemon("n1", port=front.port)

@@ -75,7 +75,9 @@ class _FakeControl(NoCheckpointCalls, NodeControlBase):
             await asyncio.sleep(5)
             return
         epoch = hello.hello.epoch if hello is not None else 0
-        welcome = pb.Welcome(epoch=epoch, heartbeat_seconds=1, server_unix_ms=0)
+        welcome = pb.Welcome(
+            epoch=epoch, heartbeat_seconds=1, server_unix_ms=0, installation=self.front.installation
+        )
         await stream.send_message(pb.GatewayMessage(seq=1, welcome=welcome))
         if mode == "stream-reset":
             await stream.cancel()
@@ -83,8 +85,11 @@ class _FakeControl(NoCheckpointCalls, NodeControlBase):
 
 
 class FaultyFront:
-    def __init__(self, gateway_port: int, pki: Path) -> None:
+    def __init__(self, gateway_port: int, pki: Path, installation: str = "") -> None:
+        """``installation``: what its own Welcomes name, as the real gateway's do (a daemon
+        refuses for good a gateway that names none once it has to learn one)."""
         self.gateway_port = gateway_port
+        self.installation = installation
         self.tls = server_context(pki / "server.pem", pki / "server-key.pem")
         self.mode = "forward"
         self.attempts: Counter[str] = Counter()

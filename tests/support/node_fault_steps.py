@@ -155,3 +155,14 @@ async def tell(port: int, line: bytes, within: float = 60) -> None:
         await writer.drain()
         writer.close()
         return
+
+
+async def installation_of(cluster: NodeCluster) -> str:
+    """The control plane's installation id, as its gateway names it in a Welcome."""
+    conn = await asyncpg.connect(plain_dsn(cluster.servers.env["TUNEPLANE_DATABASE_URL"]))
+    try:
+        return str(
+            await conn.fetchval("SELECT id FROM installation ORDER BY created_at, id LIMIT 1")
+        )
+    finally:
+        await conn.close()
