@@ -27,23 +27,25 @@ import logging
 import os
 import sqlite3
 import threading
-import time
-import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from adapters.node.journal_rows import (
+    COLUMNS,
+    CorruptRow,
+    decode_row,
+    now_ms,
+    read_outputs,
+    row_crc,
+    row_values,
+)
 from application import instruments as i
 from application.instruments import NO_INSTRUMENTS, Instruments
-from domain.artifacts import Manifest
-from domain.checkpoints import ResumeFrom, check_name
 from domain.errors import InvalidInput, Unavailable
 from domain.node_daemon_ports import JournalEntry
-from domain.node_messages import PrepareOrder
-from domain.node_protocol import MemberRef, Phase
 
 __all__ = ["FORMAT", "SCHEMA_VERSION", "CorruptRow", "JournalEntry", "SqliteJournal"]
 
@@ -52,10 +54,7 @@ log = logging.getLogger("tuneplane.node.journal")
 FORMAT = "tuneplane-node-journal"
 SCHEMA_VERSION = 1
 _RESERVED = frozenset({"format", "schema_version", "epoch"})
-_COLUMNS = (
-    "member_id, attempt_id, member_index, epoch, phase, container_id, exit_code, reason, spec,"
-    " updated_at"
-)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS members (
@@ -84,142 +83,6 @@ CREATE TABLE IF NOT EXISTS quarantine (
     quarantined_at INTEGER NOT NULL
 );
 """
-
-
-@dataclass(frozen=True, slots=True)
-class CorruptRow:
-    """A member row that failed its check, moved to the ``quarantine`` table."""
-
-    member_id: str
-    why: str
-
-
-def row_crc(values: tuple[Any, ...]) -> int:
-    """CRC-32 of the canonical encoding (compact JSON, in column order) of a row's values."""
-    canonical = json.dumps(list(values), separators=(",", ":"), ensure_ascii=False)
-    return zlib.crc32(canonical.encode("utf-8"))
-
-
-def _spec(order: PrepareOrder) -> str:
-    return json.dumps(
-        {
-            "node": order.node,
-            "job_id": order.job_id,
-            "image": order.image,
-            "command": list(order.command),
-            "env": order.env,
-            "cpus": order.cpus,
-            "memory_mb": order.memory_mb,
-            "gpu_indices": list(order.gpu_indices),
-            "source_digest": order.source_digest,
-            "members": order.members,
-            "process_model": order.process_model,
-            "check_port": order.check_port,
-            "collector_token": order.collector_token,
-            "collector_token_expires": _iso(order.collector_token_expires_at),
-            "capsule": order.capsule,
-            "installation": order.installation,
-            "attempt": order.attempt,
-            "resume": _resume_to(order.resume),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-
-
-def _resume_to(resume: ResumeFrom | None) -> dict[str, Any] | None:
-    if resume is None:
-        return None
-    return {"name": resume.name, "attempt": resume.attempt, "step": resume.step,
-            "manifest": resume.manifest.to_dict()}  # fmt: skip
-
-
-def _resume_from(kept: Any) -> ResumeFrom | None:
-    """A journalled resume (None: none, or a journal from before checkpoints)."""
-    if kept is None:
-        return None
-    step = kept["step"]
-    return ResumeFrom(check_name(str(kept["name"])), int(kept["attempt"]),
-                      None if step is None else int(step),
-                      Manifest.from_dict(kept["manifest"]))  # fmt: skip
-
-
-def _iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at is not None else None
-
-
-def _when(text: object) -> datetime | None:
-    """A journalled time; None in journals before token renewal."""
-    return datetime.fromisoformat(str(text)) if text is not None else None
-
-
-def _values(entry: JournalEntry, updated_at: int) -> tuple[Any, ...]:
-    ref = entry.order.ref
-    return (
-        ref.member_id,
-        ref.attempt_id,
-        ref.index,
-        ref.epoch,
-        entry.phase.value,
-        entry.container_id,
-        entry.exit_code,
-        entry.reason,
-        _spec(entry.order),
-        updated_at,
-    )
-
-
-def _decode(row: tuple[Any, ...]) -> JournalEntry:
-    """The entry of a row ``(*_COLUMNS, crc)``; ValueError saying why it is corrupt."""
-    *values, crc = row
-    if row_crc(tuple(values)) != crc:
-        raise ValueError("its checksum does not match its contents")
-    member_id, attempt_id, index, epoch, phase, cid, code, reason, spec, _ = values
-    try:
-        s = json.loads(spec)
-        order = PrepareOrder(
-            ref=MemberRef(attempt_id, member_id, int(index), int(epoch)),
-            node=str(s["node"]),
-            job_id=str(s["job_id"]),
-            image=str(s["image"]),
-            command=tuple(str(c) for c in s["command"]),
-            env={str(k): str(v) for k, v in s["env"].items()},
-            cpus=float(s["cpus"]),
-            memory_mb=int(s["memory_mb"]),
-            gpu_indices=tuple(int(g) for g in s["gpu_indices"]),
-            source_digest=s["source_digest"],
-            members=int(s["members"]),
-            process_model=str(s["process_model"]),
-            check_port=int(s["check_port"]),
-            collector_token=str(s.get("collector_token", "")),  # journals before telemetry
-            capsule=bool(s.get("capsule", False)),  # journals before the Job Capsule
-            collector_token_expires_at=_when(s.get("collector_token_expires")),
-            installation=str(s.get("installation", "")),  # journals before installation ids
-            attempt=int(s.get("attempt", 0)),  # journals before checkpoints
-            resume=_resume_from(s.get("resume")),
-        )
-        return JournalEntry(order, Phase(phase), cid, code, reason)
-    except (ValueError, KeyError, TypeError, AttributeError, InvalidInput) as exc:
-        raise ValueError(f"it cannot be decoded ({type(exc).__name__}: {exc})") from None
-
-
-def _outputs(member_id: str, text: str, digest: str) -> Manifest | None:
-    """A kept manifest, unless it is damaged (its digest no longer matches): then it is not
-    reported, and the member's artifacts are not recorded from it."""
-    try:
-        manifest = Manifest.from_dict(json.loads(text))
-    except (ValueError, KeyError, TypeError) as exc:
-        log.error("journal: the outputs manifest of %s cannot be read: %s", member_id, exc)
-        return None
-    if manifest.digest != digest:
-        log.error("journal: the outputs manifest of %s is damaged (digest differs)", member_id)
-        return None
-    return manifest
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class SqliteJournal:
@@ -311,7 +174,7 @@ class SqliteJournal:
             self._check_meta(db.execute("SELECT key, value FROM meta").fetchall())
             self._check_members(db)
             try:
-                rows = db.execute(f"SELECT {_COLUMNS}, crc FROM members").fetchall()
+                rows = db.execute(f"SELECT {COLUMNS}, crc FROM members").fetchall()
             except sqlite3.DatabaseError as exc:
                 raise self._refusal(f"its members cannot be read (SQLite says: {exc})") from None
             for row in rows:
@@ -338,7 +201,7 @@ class SqliteJournal:
         """The members table has every column a row is written with (a table altered by hand
         would fail each read and write later)."""
         have = {str(r[1]) for r in db.execute("PRAGMA table_info(members)").fetchall()}
-        wanted = [c.strip() for c in _COLUMNS.split(",")] + ["crc"]
+        wanted = [c.strip() for c in COLUMNS.split(",")] + ["crc"]
         lost = [c for c in wanted if c not in have]
         if lost:
             raise self._damaged(f"its members table lacks the column(s) {', '.join(lost)}")
@@ -392,21 +255,21 @@ class SqliteJournal:
     def _check(self, db: sqlite3.Connection, row: tuple[Any, ...]) -> JournalEntry | None:
         """The row's entry, or None after quarantining it (inside a write transaction)."""
         try:
-            return _decode(row)
+            return decode_row(row)
         except ValueError as exc:
             member_id = str(row[0])
             why = f"member {member_id}: {exc}"
             log.error("journal %s: quarantined a corrupt row of %s", self.path, why)
             db.execute(
                 "INSERT INTO quarantine (member_id, row, why, quarantined_at) VALUES (?,?,?,?)",
-                (member_id, json.dumps(list(row), default=repr), str(exc), _now_ms()),
+                (member_id, json.dumps(list(row), default=repr), str(exc), now_ms()),
             )
             db.execute("DELETE FROM members WHERE member_id = ? AND crc = ?", (row[0], row[-1]))
             self.corrupt.append(CorruptRow(member_id, str(exc)))
             return None
 
     def _read(self, where: str = "", args: tuple[Any, ...] = ()) -> list[JournalEntry]:
-        query = f"SELECT {_COLUMNS}, crc FROM members {where}"
+        query = f"SELECT {COLUMNS}, crc FROM members {where}"
         with self._lock:
             rows = self._db.execute(query, args).fetchall()
             ids = [r[0] for r in rows]
@@ -415,9 +278,9 @@ class SqliteJournal:
                 f"({','.join('?' * len(ids))})",
                 ids,
             ).fetchall()
-        outputs = {m: out for m, text, digest in kept if (out := _outputs(m, text, digest))}
+        outputs = {m: out for m, text, digest in kept if (out := read_outputs(m, text, digest))}
         try:
-            entries = [_decode(r) for r in rows]
+            entries = [decode_row(r) for r in rows]
         except ValueError:  # damaged since the journal was opened: quarantine, then skip it
             with self._write() as db:
                 checked = [self._check(db, r) for r in rows]
@@ -437,10 +300,10 @@ class SqliteJournal:
     def put(self, entry: JournalEntry) -> None:
         """Insert or replace the member's entry (and its outputs' manifest, kept beside it);
         durable when this returns."""
-        values = _values(entry, _now_ms())
+        values = row_values(entry, now_ms())
         with self._write() as db:
             db.execute(
-                f"INSERT OR REPLACE INTO members ({_COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                f"INSERT OR REPLACE INTO members ({COLUMNS}, crc) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (*values, row_crc(values)),
             )
             self._count_phases(db)
